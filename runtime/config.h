@@ -1,0 +1,47 @@
+// train.cfg: the job description, parsed with libconfig and checked against a schema.
+// Every problem is reported as one line naming the file, the line and the key.
+#ifndef MT_CONFIG_H
+#define MT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_PATH_MAX 4096
+
+typedef struct {
+    // model
+    int dim, layers, heads, kv_heads, ffn_dim, vocab;
+    double rope_theta, norm_eps;
+    int tied_embeddings;
+    // data: path is resolved relative to the config file's folder
+    char data_path[MT_PATH_MAX];
+    char data_format[16]; // "bytes": raw text, one token per byte (vocab 256)
+    double val_fraction;  // tail of the data held out for eval
+    // batch
+    int micro_batch, micro_batches, seq_len;
+    // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
+    double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
+    int warmup_steps;
+    // run
+    int steps;
+    uint64_t seed;
+    char checkpoint_dir[MT_PATH_MAX]; // resolved relative to the config file's folder
+    int checkpoint_interval;
+    int eval_interval, eval_batches;
+    int sample_tokens; // tokens of text generated at the end (0: none)
+    char backend[16];  // "auto", "cpu" or "cuda"
+    // where it came from
+    char source_path[MT_PATH_MAX];
+} mt_config;
+
+// Loads and validates path. Returns 0, or -1 with a one-line message in err:
+// "<file>:<line>: <key>: <problem>" (or "<file>: <problem>" when no line applies).
+int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen);
+
+// Derived quantities.
+static inline int mt_head_dim(const mt_config *c) { return c->dim / c->heads; }
+static inline long mt_tokens_per_step(const mt_config *c) {
+    return (long)c->micro_batch * c->micro_batches * c->seq_len;
+}
+
+#endif
