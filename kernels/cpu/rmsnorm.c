@@ -1,0 +1,58 @@
+// RMSNorm (Llama): out = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps), all in fp32
+// like Hugging Face's LlamaRMSNorm.
+#include "kernels/cpu/kernels_cpu.h"
+
+#include <math.h>
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int n, int dim,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (long)t * dim;
+        float *ot = out + (long)t * dim;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int i = 0; i < dim; i++) ss += xt[i] * xt[i];
+        float r = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int i = 0; i < dim; i++) ot[i] = (xt[i] * r) * weight[i];
+        rstd[t] = r;
+    }
+}
+
+// dx_i = r * w_i * g_i - r^3 / dim * x_i * sum_j(g_j * w_j * x_j), one row per thread.
+static void rmsnorm_dx(float *dx, const float *dout, const float *x, const float *weight,
+                       const float *rstd, int n, int dim) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (long)t * dim, *gt = dout + (long)t * dim;
+        float *dxt = dx + (long)t * dim;
+        float r = rstd[t], c = 0.0f;
+#pragma omp simd reduction(+ : c)
+        for (int i = 0; i < dim; i++) c += gt[i] * weight[i] * xt[i];
+        float k = r * r * r * c / (float)dim;
+        for (int i = 0; i < dim; i++) dxt[i] += r * weight[i] * gt[i] - k * xt[i];
+    }
+}
+
+// dweight_i += sum_t g[t,i] * x[t,i] * r[t]: parallel over column blocks, tokens in order.
+static void rmsnorm_dweight(float *dweight, const float *dout, const float *x, const float *rstd,
+                            int n, int dim) {
+    enum { COLS = 64 };
+    int nb = (dim + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * COLS, w = dim - c0 < COLS ? dim - c0 : COLS;
+        float acc[COLS] = {0};
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (long)t * dim + c0, *gt = dout + (long)t * dim + c0;
+            for (int j = 0; j < w; j++) acc[j] += gt[j] * (xt[j] * rstd[t]);
+        }
+        for (int j = 0; j < w; j++) dweight[c0 + j] += acc[j];
+    }
+}
+
+void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
+                      const float *weight, const float *rstd, int n, int dim) {
+    rmsnorm_dx(dx, dout, x, weight, rstd, n, dim);
+    rmsnorm_dweight(dweight, dout, x, rstd, n, dim);
+}

@@ -1,0 +1,59 @@
+// Rotary position embedding, Hugging Face "rotate_half" convention: the pairs are (i, i + hd/2)
+// rather than adjacent elements, as in HF Llama checkpoints.
+#include "kernels/cpu/kernels_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+// inv_freq[i] = 1 / theta^(2i / hd), computed in float like HF's
+// 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)).
+void rope_inv_freq(float *inv_freq, int head_dim, float theta) {
+    for (int i = 0; i < head_dim / 2; i++)
+        inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
+// cs[t * hd + i] = cos, cs[t * hd + hd/2 + i] = sin of the angle (float)t * inv_freq[i],
+// rounded in float like HF's freqs = inv_freq @ position_ids.
+static float *rope_table(const float *inv_freq, int T, int head_dim) {
+    int half = head_dim / 2;
+    float *cs = malloc(sizeof(float) * (size_t)T * head_dim);
+    if (!cs) abort();
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cs[(long)t * head_dim + i] = cosf(angle);
+            cs[(long)t * head_dim + half + i] = sinf(angle);
+        }
+    }
+    return cs;
+}
+
+// Rotate every head of every row by +angle (sign = 1) or -angle (sign = -1). The rotation is
+// orthogonal, so the backward is the forward with the angle negated.
+static void rope_apply(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
+                       float sign) {
+    int half = head_dim / 2;
+    float *cs = rope_table(inv_freq, T, head_dim);
+#pragma omp parallel for schedule(static)
+    for (long row = 0; row < (long)B * T; row++) {
+        const float *c = cs + (row % T) * head_dim, *s = c + half;
+        for (int h = 0; h < heads; h++) {
+            float *x1 = x + (row * heads + h) * head_dim, *x2 = x1 + half;
+            for (int i = 0; i < half; i++) {
+                float a = x1[i], b = x2[i], si = sign * s[i];
+                x1[i] = a * c[i] - b * si;
+                x2[i] = b * c[i] + a * si;
+            }
+        }
+    }
+    free(cs);
+}
+
+void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim) {
+    rope_apply(x, inv_freq, B, T, heads, head_dim, 1.0f);
+}
+
+void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim) {
+    rope_apply(dx, inv_freq, B, T, heads, head_dim, -1.0f);
+}

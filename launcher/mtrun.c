@@ -1,0 +1,300 @@
+// mtrun: checks a job, then runs it on Open MPI.
+//
+//   mtrun [options] CONFIG [-- extra mpirun arguments]
+//
+// Everything that can be checked here is checked before anything starts: the arguments,
+// the config (with the same parser the ranks use), the hostfile. Each problem is one line
+// on stderr and exit code 2. Then mtrun runs mpirun as a child, forwards SIGINT and
+// SIGTERM to it, and when it ends removes whatever shared memory the job left behind in
+// /dev/shm, so that even a crashed job leaks nothing.
+#include "launcher/launcher.h"
+#include "runtime/config.h"
+#include "shm/syscheck.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef MT_VERSION
+#define MT_VERSION "unknown"
+#endif
+
+static void usage(FILE *f) {
+    fputs("usage: mtrun [options] CONFIG [-- extra mpirun arguments]\n"
+          "\n"
+          "Trains the model that CONFIG (a train.cfg file) describes, on Open MPI: rank 0 is\n"
+          "the compute process (it owns the GPU), ranks 1..N-1 are optimizer processes that\n"
+          "hold the fp32 weights and Adam state in host memory, one shard each.\n"
+          "\n"
+          "options:\n"
+          "  -np N, -n N      processes in all: 1 compute + N-1 optimizers (N >= 2;\n"
+          "                   default: 1 + one optimizer per NUMA node)\n"
+          "  --hostfile F     run on the hosts in F (Open MPI syntax: host [slots=N])\n"
+          "  --resume DIR     continue from the checkpoint in DIR (a run folder or one step)\n"
+          "  --out DIR        write checkpoints and logs to DIR instead of checkpoint.dir\n"
+          "  --stop-at STEP   end after STEP steps, with a checkpoint (resume it later)\n"
+          "  --dry-run        check everything, print the mpirun command line and exit\n"
+          "  --help           this text\n"
+          "  --version        the version\n"
+          "Arguments after -- go to mpirun, before the rank program.\n"
+          "\n"
+          "examples:\n"
+          "  mtrun configs/tiny.cfg                      # the tiny default, on this machine\n"
+          "  mtrun -np 4 train.cfg                       # 1 compute + 3 optimizer processes\n"
+          "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes, data parallel\n"
+          "  mtrun --resume runs/tiny -np 4 configs/tiny.cfg\n"
+          "  mtrun --dry-run -np 4 train.cfg -- --mca btl_tcp_if_include eth0\n"
+          "\n"
+          "Errors exit with code 2 before anything starts; otherwise mtrun exits with the\n"
+          "job's status (128+N when a signal N ended it).\n",
+          f);
+}
+
+// A user error: one line on stderr, exit code 2.
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mtrun: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+// A whole positive number, or -1.
+static long parse_count(const char *s) {
+    if (!*s || *s == '-' || *s == '+') return -1;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (*end || errno || v > INT_MAX) ? -1 : v;
+}
+
+// The value of an option: "--opt VALUE" or "--opt=VALUE".
+static const char *value_of(int argc, char **argv, int *i, const char *opt) {
+    const char *a = argv[*i];
+    size_t n = strlen(opt);
+    if (strncmp(a, opt, n) == 0 && a[n] == '=') return a + n + 1;
+    if (*i + 1 >= argc) die_usage("%s: needs a value (see mtrun --help)", opt);
+    return argv[++*i];
+}
+
+static int is_opt(const char *a, const char *opt) {
+    size_t n = strlen(opt);
+    return strncmp(a, opt, n) == 0 && (a[n] == 0 || a[n] == '=');
+}
+
+static void parse_args(int argc, char **argv, mtrun_opts *o, int *dry_run) {
+    const char *np = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            o->extra = argv + i + 1;
+            o->nextra = argc - i - 1;
+            break;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("mtrun (MegaTrain-C) %s\n", MT_VERSION);
+            exit(0);
+        } else if (!strcmp(a, "--dry-run")) {
+            *dry_run = 1;
+        } else if (is_opt(a, "-np") || is_opt(a, "--np") || is_opt(a, "-n")) {
+            const char *name = is_opt(a, "-np") ? "-np" : is_opt(a, "--np") ? "--np" : "-n";
+            np = value_of(argc, argv, &i, name);
+            long v = parse_count(np);
+            if (v < 0) die_usage("%s %s: not a number of processes", name, np);
+            if (v < 2) die_usage("%s %s: need at least 2 processes (1 compute + 1 optimizer)", name, np);
+            o->np = (int)v;
+        } else if (is_opt(a, "--hostfile") || is_opt(a, "-hostfile")) {
+            o->hostfile = value_of(argc, argv, &i, a[1] == '-' ? "--hostfile" : "-hostfile");
+        } else if (is_opt(a, "--resume")) {
+            o->resume = value_of(argc, argv, &i, "--resume");
+        } else if (is_opt(a, "--out")) {
+            o->out = value_of(argc, argv, &i, "--out");
+        } else if (is_opt(a, "--stop-at")) {
+            o->stop_at = value_of(argc, argv, &i, "--stop-at");
+            if (parse_count(o->stop_at) < 1) die_usage("--stop-at %s: not a step number (>= 1)", o->stop_at);
+        } else if (a[0] == '-' && a[1]) {
+            die_usage("%s: unknown option (see mtrun --help; mpirun options go after --)", a);
+        } else if (o->config) {
+            die_usage("%s: a second config file? (one CONFIG; mpirun arguments go after --)", a);
+        } else {
+            o->config = a;
+        }
+    }
+    if (!o->config) die_usage("missing CONFIG, the train.cfg file (usage: mtrun [options] CONFIG)");
+}
+
+static void check_dir(const char *opt, const char *dir) {
+    struct stat st;
+    if (!*dir) die_usage("%s: needs a folder", opt);
+    if (stat(dir, &st) < 0) die_usage("%s %s: %s", opt, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) die_usage("%s %s: not a folder", opt, dir);
+}
+
+// 16 bytes from the kernel's CSPRNG, in hex: other users cannot guess the job's /dev/shm
+// names and claim them first.
+static void make_job_id(char out[33]) {
+    unsigned char b[16];
+    ssize_t got = 0;
+    while (got < (ssize_t)sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - (size_t)got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        SYS_CHECK(n);
+        got += n;
+    }
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+// mt-rank sits beside mtrun (an install, or one bin folder); in a CMake build tree it is
+// in ../runtime/.
+static void find_rank_program(char *out, size_t n, int must_exist) {
+    char self[PATH_MAX - 16];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    SYS_CHECK(len);
+    self[len] = 0;
+    char *slash = strrchr(self, '/');
+    *slash = 0;
+    snprintf(out, n, "%s/mt-rank", self);
+    if (access(out, X_OK) == 0) return;
+    char alt[PATH_MAX + 32];
+    snprintf(alt, sizeof alt, "%s/../runtime/mt-rank", self);
+    char real[PATH_MAX];
+    if (access(alt, X_OK) == 0 && realpath(alt, real)) {
+        snprintf(out, n, "%s", real);
+        return;
+    }
+    if (must_exist) die_usage("%s: not found (build the mt-rank target)", out);
+}
+
+// ---- running mpirun ----
+
+static volatile sig_atomic_t child_pid, forwarded;
+
+static void forward(int sig) {
+    forwarded = sig;
+    if (child_pid > 0) kill((pid_t)child_pid, sig);
+}
+
+// Removes /dev/shm/mtc-<job>-* and says how many there were.
+static void remove_leftovers(const char *job) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "mtc-%s-", job);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+    closedir(d);
+    if (removed)
+        fprintf(stderr, "mtrun: removed %d shared-memory region%s that job %s left in /dev/shm\n",
+                removed, removed == 1 ? "" : "s", job);
+}
+
+static int run(const cmdline *c, const char *job) {
+    // Block the signals until the handlers are in place, so none is lost around fork.
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    SYS_CHECK(sigprocmask(SIG_BLOCK, &block, &old));
+    pid_t pid = fork();
+    SYS_CHECK(pid);
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execv(c->argv[0], c->argv);
+        fprintf(stderr, "mtrun: cannot run %s: %s\n", c->argv[0], strerror(errno));
+        _exit(127);
+    }
+    child_pid = pid;
+    // mpirun shares our process group, so a Ctrl-C on the terminal reaches it directly as
+    // well; a second SIGINT is harmless to mpirun (it is already ending the job).
+    struct sigaction sa = {.sa_handler = forward};
+    sigemptyset(&sa.sa_mask);
+    SYS_CHECK(sigaction(SIGINT, &sa, NULL));
+    SYS_CHECK(sigaction(SIGTERM, &sa, NULL));
+    SYS_CHECK(sigprocmask(SIG_SETMASK, &old, NULL));
+
+    int status;
+    pid_t got;
+    while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+    SYS_CHECK(got);
+    remove_leftovers(job);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    int code = WEXITSTATUS(status);
+    // mpirun ends with 1 when a signal stopped the job: report the signal, like a shell.
+    if (code != 0 && forwarded) return 128 + forwarded;
+    return code;
+}
+
+int main(int argc, char **argv) {
+    mtrun_opts o = {0};
+    int dry_run = 0;
+    parse_args(argc, argv, &o, &dry_run);
+
+    char err[MT_PATH_MAX + 512];
+    mt_config cfg;
+    if (mt_config_load(&cfg, o.config, err, sizeof err) < 0) die_usage("%s", err);
+    if (o.resume) check_dir("--resume", o.resume);
+    if (o.out && !*o.out) die_usage("--out: needs a folder");
+    if (o.stop_at && parse_count(o.stop_at) > cfg.steps)
+        die_usage("--stop-at %s: past the last step (steps = %d in %s)", o.stop_at, cfg.steps, o.config);
+
+    placement p;
+    placement_detect(&p, &o, 0); // slots from the hostfile below
+    int hosts = 1;
+    if (o.hostfile) {
+        long slots;
+        if (hostfile_check(o.hostfile, p.cores, &hosts, &slots, err, sizeof err) < 0)
+            die_usage("%s", err);
+        placement_detect(&p, &o, slots);
+    }
+    if (!o.np) { // default: one optimizer per NUMA node
+        o.np = 1 + p.numa_nodes;
+        placement_detect(&p, &o, p.slots);
+    }
+
+    char mpirun[PATH_MAX];
+    const char *want = getenv("MT_MPIRUN") ? getenv("MT_MPIRUN") : "mpirun";
+    if (find_in_path(want, mpirun, sizeof mpirun) < 0)
+        die_usage("%s: not found%s (install Open MPI, or set MT_MPIRUN)", want,
+                  strchr(want, '/') ? "" : " on PATH");
+    char rank_prog[PATH_MAX + 16];
+    find_rank_program(rank_prog, sizeof rank_prog, !dry_run);
+
+    char job[33];
+    make_job_id(job);
+    SYS_CHECK(setenv("MT_JOB_ID", job, 1)); // mpirun passes it on: -x MT_JOB_ID
+
+    cmdline c;
+    mpirun_cmd_build(&c, &o, &p, mpirun, rank_prog);
+    if (dry_run) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "MT_JOB_ID=%s ", job);
+        cmd_print_quoted(stdout, prefix, &c);
+        return 0;
+    }
+
+    int opt = o.np - 1;
+    printf("mtrun: 1 compute + %d optimizer process%s", opt, opt == 1 ? "" : "es");
+    if (o.hostfile) printf(" on %d host%s", hosts, hosts == 1 ? "" : "s");
+    if (p.oversubscribe)
+        printf(", oversubscribed (%d processes, %ld slots), unbound", o.np, p.slots);
+    else
+        printf(", bound over %d NUMA node%s", p.numa_nodes, p.numa_nodes == 1 ? "" : "s");
+    printf(", config %s, job %s\n", o.config, job);
+    fflush(stdout);
+    return run(&c, job);
+}

@@ -1,0 +1,113 @@
+#include "runtime/transfer.h"
+#include "runtime/fsutil.h"
+#include "shm/syscheck.h"
+#include <stdlib.h>
+#include <time.h>
+
+
+void transfer_init(transfer *t, mt_job *job) {
+    memset(t, 0, sizeof *t);
+    t->job = job;
+    t->h2d = stream_new("mt-h2d");
+    t->d2h = stream_new("mt-d2h");
+    t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
+    if (!t->version) mt_die("out of memory");
+    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
+}
+
+void transfer_free(transfer *t) {
+    stream_free(t->h2d);
+    stream_free(t->d2h);
+    free(t->version);
+}
+
+static int64_t *version_of(transfer *t, int shard, int g) {
+    return &t->version[shard * t->job->n_groups + g];
+}
+
+static void wait_version(transfer *t, int g, int64_t v) {
+    double t0 = now_seconds();
+    for (int k = 0; k < t->job->n_shards; k++) {
+        while (*version_of(t, k, g) < v) {
+            control_msg msg;
+            int src = control_recv(t->job->ctl, &msg);
+            if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
+                msg.group >= t->job->n_groups)
+                mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
+            *version_of(t, src - 1, msg.group) = msg.step;
+        }
+        if (job_control_block(t->job, k)->weights_version[g] < v)
+            mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
+                   (long long)v);
+    }
+    t->opt_wait_seconds += now_seconds() - t0;
+}
+
+static void fetch_job(void *arg) {
+    weight_buffer *buf = arg;
+    mt_job *job = buf->t->job;
+    for (int k = 0; k < job->n_shards; k++) {
+        const bf16 *src = job_wire(job, k, buf->group);
+        float *dst = buf->dst + job->layouts[k].lo[buf->group];
+        size_t n = job->layouts[k].len[buf->group];
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
+    }
+}
+
+void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
+    if (buf->group == g && buf->version == v && buf->ticket) return; // still resident
+    stream_wait(t->h2d, buf->ticket); // never refill under a fetch still running
+    wait_version(t, g, v);
+    buf->t = t, buf->group = g, buf->version = v;
+    buf->ticket = stream_submit(t->h2d, fetch_job, buf);
+}
+
+void fetch_wait(weight_buffer *buf) { stream_wait(buf->t->h2d, buf->ticket); }
+
+static void offload_job(void *arg) {
+    grad_buffer *buf = arg;
+    mt_job *job = buf->t->job;
+    double acc = 0;
+    for (int k = 0; k < job->n_shards; k++) {
+        const float *src = buf->src + job->layouts[k].lo[buf->group];
+        size_t n = job->layouts[k].len[buf->group];
+        memcpy(job_grad_slot(job, k, buf->group), src, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) acc += (double)src[i] * src[i];
+        job_control_block(job, k)->grads_step[buf->group] = buf->step;
+    }
+    buf->sumsq = acc;
+}
+
+static void announce(grad_buffer *buf) {
+    mt_job *job = buf->t->job;
+    control_msg msg = {CONTROL_GRADS_READY, buf->group, buf->step, buf->sumsq};
+    for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
+    buf->announced = 1;
+    buf->t->sumsq_announced += buf->sumsq;
+}
+
+void offload_reuse(grad_buffer *buf) {
+    if (!buf->ticket || buf->announced) return;
+    stream_wait(buf->t->d2h, buf->ticket);
+    announce(buf);
+}
+
+void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
+    offload_reuse(buf);
+    buf->t = t, buf->group = g, buf->step = step, buf->announced = 0;
+    buf->ticket = stream_submit(t->d2h, offload_job, buf);
+}
+
+// Announced in ticket order, so the optimizers hear about groups in backward order.
+void offload_announce(grad_buffer *bufs, int n, int wait) {
+    for (;;) {
+        grad_buffer *next = NULL;
+        for (int i = 0; i < n; i++)
+            if (bufs[i].ticket && !bufs[i].announced && (!next || bufs[i].ticket < next->ticket))
+                next = &bufs[i];
+        if (!next) return;
+        if (!wait && !stream_done(next->t->d2h, next->ticket)) return;
+        stream_wait(next->t->d2h, next->ticket);
+        announce(next);
+    }
+}

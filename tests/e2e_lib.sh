@@ -1,0 +1,40 @@
+# Shared by the end-to-end tests: run jobs through the real mtrun and read their metrics.
+# Usage in a test: source e2e_lib.sh "$MTRUN" "$SRC"
+set -u
+MTRUN=$1
+SRC=$2
+WORK=$(mktemp -d /tmp/mt-e2e.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+PASSED=0
+
+# run_job NAME NP CONFIG [mtrun args...]: output in $WORK/NAME.log, run dir $WORK/NAME
+run_job() {
+    local name=$1 np=$2 cfg=$3
+    shift 3
+    "$MTRUN" -np "$np" "$cfg" --out "$WORK/$name" "$@" >"$WORK/$name.log" 2>&1
+}
+
+# The per-step training losses of a run dir, one per line, exactly as written (17 digits).
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
+
+expect() { # expect DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then
+        echo "PASS: $what"
+        PASSED=$((PASSED + 1))
+    else
+        echo "FAIL: $what"
+        FAILED=$((FAILED + 1))
+    fi
+}
+
+show_log() { echo "---- $1.log"; tail -n 30 "$WORK/$1.log"; }
+
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+shm_entries() { ls /dev/shm 2>/dev/null | grep '^mtc-' | sort; }
