@@ -6,7 +6,9 @@
 // With more ranks than cores (CI runs -np 5 on 2 cores) binding would only stack ranks on
 // the same cores, so they are left unbound and Open MPI is told to oversubscribe. With a
 // hostfile the slots it declares are the limit.
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE // sched_getaffinity, CPU_SET
+#endif
 #include "launcher/launcher.h"
 #include "shm/syscheck.h"
 

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -156,25 +157,15 @@ static void make_job_id(char out[33]) {
     for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-// mt-rank sits beside mtrun (an install, or one bin folder); in a CMake build tree it is
-// in ../runtime/.
+// mt-rank sits beside mtrun: in an install, and in a build tree (bin/).
 static void find_rank_program(char *out, size_t n, int must_exist) {
     char self[PATH_MAX - 16];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     SYS_CHECK(len);
     self[len] = 0;
-    char *slash = strrchr(self, '/');
-    *slash = 0;
+    *strrchr(self, '/') = 0;
     snprintf(out, n, "%s/mt-rank", self);
-    if (access(out, X_OK) == 0) return;
-    char alt[PATH_MAX + 32];
-    snprintf(alt, sizeof alt, "%s/../runtime/mt-rank", self);
-    char real[PATH_MAX];
-    if (access(alt, X_OK) == 0 && realpath(alt, real)) {
-        snprintf(out, n, "%s", real);
-        return;
-    }
-    if (must_exist) die_usage("%s: not found (build the mt-rank target)", out);
+    if (must_exist && access(out, X_OK) != 0) die_usage("%s: not found (build the mt-rank target)", out);
 }
 
 // ---- running mpirun ----
@@ -210,9 +201,14 @@ static int run(const cmdline *c, const char *job) {
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     SYS_CHECK(sigprocmask(SIG_BLOCK, &block, &old));
+    pid_t parent = getpid();
     pid_t pid = fork();
     SYS_CHECK(pid);
     if (pid == 0) {
+        // If mtrun is killed outright (SIGKILL, a test's timeout), mpirun must not run on
+        // as an orphan: it gets SIGTERM and takes the ranks down.
+        SYS_CHECK(prctl(PR_SET_PDEATHSIG, SIGTERM));
+        if (getppid() != parent) _exit(128 + SIGTERM);
         sigprocmask(SIG_SETMASK, &old, NULL);
         execv(c->argv[0], c->argv);
         fprintf(stderr, "mtrun: cannot run %s: %s\n", c->argv[0], strerror(errno));

@@ -296,13 +296,12 @@ static int out_of_range(ctx_t *x, int line, const field_t *f, const char *value)
     return fail(x, line, f->key, "%s is out of range: %s", value, r);
 }
 
+// choices is "a|b|c".
 static int choice_ok(const char *choices, const char *s) {
-    size_t n = strlen(s);
     for (const char *p = choices; *p;) {
-        const char *bar = strchr(p, '|');
-        size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && strncmp(p, s, n) == 0) return 1;
-        p += len + (bar != NULL);
+        size_t len = strcspn(p, "|");
+        if (len == strlen(s) && strncmp(p, s, len) == 0) return 1;
+        p += len + (p[len] == '|');
     }
     return 0;
 }
@@ -352,15 +351,13 @@ static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
             return fail(x, line, f->key, "expected a string, got %s", type_name(t));
         const char *v = config_setting_get_string(s);
         if (f->choices && !choice_ok(f->choices, v)) {
-            char list[128];
-            snprintf(list, sizeof list, "%s", f->choices);
-            char *p = list, *q;
-            while ((q = strchr(p, '|'))) p = (*q = 0, q + 1); // "auto|cpu|cuda" -> pieces
-            char pretty[160] = "";
-            for (p = list; p < list + strlen(f->choices); p += strlen(p) + 1)
-                snprintf(pretty + strlen(pretty), sizeof pretty - strlen(pretty), "%s\"%s\"",
-                         pretty[0] ? ", " : "", p);
-            return fail(x, line, f->key, "\"%s\" is not one of %s", v, pretty);
+            char list[160] = ""; // "auto|cpu|cuda" -> "auto", "cpu", "cuda"
+            for (const char *p = f->choices; *p;) {
+                size_t len = strcspn(p, "|"), used = strlen(list);
+                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len, p);
+                p += len + (p[len] == '|');
+            }
+            return fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
         }
         if (v[0] == 0) return fail(x, line, f->key, "must not be empty");
         if (strlen(v) >= f->size)

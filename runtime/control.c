@@ -33,6 +33,7 @@ typedef struct {
     mt_control *ctl;
     ucp_ep_h ep; // NULL for ranks we have no endpoint to
     int rank;
+    int same_node;
     int failed; // the error handler fired: close with FORCE, a flush would never finish
     uint32_t send_seq, recv_seq;
 } peer;
@@ -189,14 +190,7 @@ static void create_context(mt_control *ctl) {
         .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, // WAKEUP: only transports with events
         .estimated_num_eps = ctl->rank == 0 ? (size_t)ctl->size : 1,
     };
-    ucp_config_t *config;
-    UCS_CHECK(ucp_config_read(NULL, NULL, &config));
-    // Shared memory offers peer-failure detection (a keepalive that checks the peer's pid)
-    // only when asked to; without it, error mode PEER would push on-node traffic onto TCP.
-    if (!getenv("UCX_MM_ERROR_HANDLING"))
-        UCS_CHECK(ucp_config_modify(config, "MM_ERROR_HANDLING", "y"));
-    UCS_CHECK(ucp_init(&params, config, &ctl->context));
-    ucp_config_release(config);
+    UCS_CHECK(ucp_init(&params, NULL, &ctl->context));
     ucp_worker_params_t wparams = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SINGLE,
@@ -213,33 +207,52 @@ static void create_context(mt_control *ctl) {
     UCS_CHECK(ucp_worker_set_am_recv_handler(ctl->worker, &am));
 }
 
-// Every rank learns every worker address; rank 0 uses all of them, the others only rank 0's.
-// Returns the concatenated addresses and their offsets (caller frees both).
+// Ranks on one node share an id: the comm rank of the node's first rank.
+static int node_id(MPI_Comm comm) {
+    MPI_Comm node;
+    int id;
+    MPI_CHECK(MPI_Comm_rank(comm, &id));
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, id, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Bcast(&id, 1, MPI_INT, 0, node));
+    MPI_CHECK(MPI_Comm_free(&node));
+    return id;
+}
+
+// Every rank learns every worker address (rank 0 uses all of them, the others only rank 0's)
+// and which ranks share its node. Returns the addresses back to back and sets offsets.
 static char *exchange_addresses(mt_control *ctl, int **offsets) {
     ucp_address_t *addr;
     size_t len;
     UCS_CHECK(ucp_worker_get_address(ctl->worker, &addr, &len));
-    int mylen = (int)len;
-    int *lens = xmalloc(ctl->size * sizeof *lens);
+    int mine[2] = {(int)len, node_id(ctl->comm)};
+    int *info = xmalloc(2 * ctl->size * sizeof *info), *lens = xmalloc(ctl->size * sizeof *lens);
+    MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, info, 2, MPI_INT, ctl->comm));
     *offsets = xmalloc(ctl->size * sizeof **offsets);
-    MPI_CHECK(MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, ctl->comm));
     int total = 0;
-    for (int r = 0; r < ctl->size; r++) (*offsets)[r] = total, total += lens[r];
+    for (int r = 0; r < ctl->size; r++) {
+        lens[r] = info[2 * r], (*offsets)[r] = total, total += lens[r];
+        ctl->peers[r].same_node = info[2 * r + 1] == mine[1];
+    }
     char *all = xmalloc(total);
-    MPI_CHECK(MPI_Allgatherv(addr, mylen, MPI_BYTE, all, lens, *offsets, MPI_BYTE, ctl->comm));
+    MPI_CHECK(MPI_Allgatherv(addr, mine[0], MPI_BYTE, all, lens, *offsets, MPI_BYTE, ctl->comm));
     ucp_worker_release_address(ctl->worker, addr);
+    free(info);
     free(lens);
     return all;
 }
 
+// Error mode PEER makes a dead rank fail our requests and call ep_error instead of leaving us
+// waiting. Across nodes the network transports support it natively. Shared memory offers it
+// only when asked (UCX_MM_ERROR_HANDLING=y, off by default), and without it PEER would push
+// on-node traffic onto TCP loopback; on one node mpirun's daemon notices a dead rank at once
+// and ends the job anyway, so same-node endpoints use mode NONE and keep shared memory.
 static void connect_peer(mt_control *ctl, int r, const void *addr) {
     peer *p = &ctl->peers[r];
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
         .address = addr,
-        // PEER: a dead rank fails our requests and calls ep_error, instead of a silent hang.
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_mode = p->same_node ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
         .err_handler = {.cb = ep_error, .arg = p},
     };
     UCS_CHECK(ucp_ep_create(ctl->worker, &params, &p->ep));

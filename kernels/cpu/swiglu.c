@@ -3,8 +3,6 @@
 
 #include <math.h>
 
-static float sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
-
 void swiglu_forward(float *out, const float *gate, const float *up, long n) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) {
@@ -13,13 +11,13 @@ void swiglu_forward(float *out, const float *gate, const float *up, long n) {
     }
 }
 
-// d silu(g)/dg = s + g * s * (1 - s) with s = sigmoid(g).
+// d silu(g)/dg = s * (1 + g * (1 - s)) with s = sigmoid(g) = 1 / (1 + exp(-g)).
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, long n) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) {
-        float g = gate[i], s = sigmoid(g);
-        float silu = g / (1.0f + expf(-g));
+        float g = gate[i], den = 1.0f + expf(-g);
+        float s = 1.0f / den, silu = g / den; // silu rounded exactly as in the forward
         dgate[i] += dout[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
         dup[i] += dout[i] * silu;
     }

@@ -1,0 +1,158 @@
+// Causal grouped-query attention, flash-attention style: each query row keeps O(T) scratch,
+// the softmax is summarized by its log-sum-exp, and the backward recomputes probabilities
+// from it instead of storing a T x T matrix.
+//
+// Layouts: q, out, dq: [B, T, H, hd]; k, v, dk, dv: [B, T, KV, hd]; lse: [B, H, T].
+// Query head h reads kv head h / (H / KV).
+#include "kernels/cpu/kernels_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+    int B, T, H, KV, hd;
+    float scale;
+} attn_dims;
+
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy(float *y, float a, const float *x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static long qoff(const attn_dims *d, int b, int t, int h) {
+    return (((long)b * d->T + t) * d->H + h) * d->hd;
+}
+static long kvoff(const attn_dims *d, int b, int t, int kvh) {
+    return (((long)b * d->T + t) * d->KV + kvh) * d->hd;
+}
+static long lseoff(const attn_dims *d, int b, int h, int t) {
+    return ((long)b * d->H + h) * d->T + t;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) abort();
+    return p;
+}
+
+// One query row: scores into s[0..t], then a two-pass softmax (max, then exp and sum).
+static void attn_row_forward(const attn_dims *d, float *out, float *lse, const float *q,
+                             const float *k, const float *v, int b, int h, int t, float *s,
+                             float *acc) {
+    int kvh = h / (d->H / d->KV), hd = d->hd;
+    const float *qt = q + qoff(d, b, t, h);
+    float m = -INFINITY;
+    for (int j = 0; j <= t; j++) {
+        s[j] = dot(qt, k + kvoff(d, b, j, kvh), hd) * d->scale;
+        if (s[j] > m) m = s[j];
+    }
+    float l = 0.0f;
+    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        float p = expf(s[j] - m);
+        l += p;
+        axpy(acc, p, v + kvoff(d, b, j, kvh), hd);
+    }
+    float *ot = out + qoff(d, b, t, h);
+    for (int i = 0; i < hd; i++) ot[i] = acc[i] / l;
+    lse[lseoff(d, b, h, t)] = m + logf(l);
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int T, int H, int KV, int hd) {
+    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd)};
+    long rows = (long)B * H * T;
+#pragma omp parallel
+    {
+        float *s = xmalloc(sizeof(float) * (T + hd)), *acc = s + T;
+        // Row cost grows with t, so hand out rows dynamically; each row is still computed by
+        // exactly one thread, so the schedule does not change any bits.
+#pragma omp for schedule(dynamic, 16)
+        for (long r = 0; r < rows; r++) {
+            int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
+            attn_row_forward(&d, out, lse, q, k, v, b, h, t, s, acc);
+        }
+        free(s);
+    }
+}
+
+// p(t, j) recomputed from the stored log-sum-exp, bit for bit the same in both passes.
+static float attn_prob(const attn_dims *d, const float *qt, const float *kj, float lse) {
+    return expf(dot(qt, kj, d->hd) * d->scale - lse);
+}
+
+// Pass 1, per query row (b, h, t): Dt = dout_t . out_t (saved for pass 2) and
+// dq_t += scale * sum_j p_tj * (dout_t . v_j - Dt) * k_j.
+static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *dout,
+                        const float *out, const float *lse, const float *q, const float *k,
+                        const float *v, int b, int h, int t, float *acc) {
+    int kvh = h / (d->H / d->KV), hd = d->hd;
+    long qo = qoff(d, b, t, h), lo = lseoff(d, b, h, t);
+    const float *qt = q + qo, *gt = dout + qo;
+    float Dt = dot(gt, out + qo, hd);
+    D[lo] = Dt;
+    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    for (int j = 0; j <= t; j++) {
+        const float *kj = k + kvoff(d, b, j, kvh), *vj = v + kvoff(d, b, j, kvh);
+        float p = attn_prob(d, qt, kj, lse[lo]);
+        axpy(acc, p * (dot(gt, vj, hd) - Dt), kj, hd);
+    }
+    axpy(dq + qo, d->scale, acc, hd);
+}
+
+// Pass 2, per key row (b, kvh, j): the sums over the group's query heads (in head order) and
+// over the queries t >= j (in position order) that attend to key j:
+// dv_j += sum p_tj * dout_t and dk_j += scale * sum p_tj * (dout_t . v_j - Dt) * q_t.
+static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *dout,
+                         const float *lse, const float *D, const float *q, const float *k,
+                         const float *v, int b, int kvh, int j, float *acck, float *accv) {
+    int group = d->H / d->KV, hd = d->hd;
+    long ko = kvoff(d, b, j, kvh);
+    const float *kj = k + ko, *vj = v + ko;
+    for (int i = 0; i < hd; i++) acck[i] = accv[i] = 0.0f;
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        for (int t = j; t < d->T; t++) {
+            long qo = qoff(d, b, t, h), lo = lseoff(d, b, h, t);
+            const float *qt = q + qo, *gt = dout + qo;
+            float p = attn_prob(d, qt, kj, lse[lo]);
+            axpy(accv, p, gt, hd);
+            axpy(acck, p * (dot(gt, vj, hd) - D[lo]), qt, hd);
+        }
+    }
+    axpy(dk + ko, d->scale, acck, hd);
+    axpy(dv + ko, 1.0f, accv, hd);
+}
+
+// Two passes so that every output row has one owner: dq by query row, then dk and dv by key
+// row. This recomputes the probabilities twice but needs no atomics and no T x T storage.
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                        const float *lse, const float *q, const float *k, const float *v, int B,
+                        int T, int H, int KV, int hd) {
+    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd)};
+    long qrows = (long)B * H * T, kvrows = (long)B * KV * T;
+    float *D = xmalloc(sizeof(float) * qrows);
+#pragma omp parallel
+    {
+        float *acc = xmalloc(sizeof(float) * 2 * hd);
+#pragma omp for schedule(dynamic, 16)
+        for (long r = 0; r < qrows; r++) {
+            int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
+            attn_row_dq(&d, dq, D, dout, out, lse, q, k, v, b, h, t, acc);
+        }
+        // The implicit barrier above publishes D to every thread.
+#pragma omp for schedule(dynamic, 16)
+        for (long r = 0; r < kvrows; r++) {
+            int j = (int)(r % T), kvh = (int)(r / T % KV), b = (int)(r / ((long)T * KV));
+            attn_row_dkv(&d, dk, dv, dout, lse, D, q, k, v, b, kvh, j, acc, acc + hd);
+        }
+        free(acc);
+    }
+    free(D);
+}

@@ -1,0 +1,5 @@
+# CPU reference kernels: finite-difference gradient checks, naive forward references and
+# bitwise determinism across OpenMP thread counts.
+add_executable(test_kernels_cpu ${MT_TEST_DIR}/test_kernels_cpu.c)
+target_link_libraries(test_kernels_cpu PRIVATE mt_kernels)
+add_test(NAME kernels_cpu_gradcheck COMMAND test_kernels_cpu)

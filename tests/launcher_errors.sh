@@ -1,0 +1,117 @@
+#!/bin/sh
+# mtrun on bad input: each case must exit with code 2 before anything starts, print
+# nothing on stdout and exactly one line on stderr, and that line must name the problem.
+# usage: launcher_errors.sh MTRUN REPO_ROOT
+set -u
+MTRUN=$1
+ROOT=$2
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+TMP=$(pwd -P) # messages name resolved paths
+failures=0
+
+# A valid config with an absolute data path, so that the copies below are valid wherever
+# they live; each case changes one thing with sed.
+sed "s|\"\.\./data/|\"$ROOT/data/|" "$ROOT/configs/test-small.cfg" > good.cfg
+line_of() { grep -n "$1" good.cfg | head -n 1 | cut -d: -f1; }
+bad() { sed "$1" good.cfg > bad.cfg; }
+
+# expect NAME REGEX MTRUN-ARGS...: run mtrun, check exit code, stdout, stderr.
+expect() {
+    name=$1 regex=$2
+    shift 2
+    "$MTRUN" "$@" > out.txt 2> err.txt
+    rc=$?
+    lines=$(wc -l < err.txt)
+    msg=$(cat err.txt)
+    if [ "$rc" -ne 2 ]; then
+        echo "FAIL $name: exit code $rc, expected 2 (stderr: $msg)"
+    elif [ -s out.txt ]; then
+        echo "FAIL $name: printed on stdout: $(head -c 200 out.txt)"
+    elif [ "$lines" -ne 1 ]; then
+        echo "FAIL $name: $lines lines on stderr, expected 1:"
+        sed 's/^/    /' err.txt
+    elif ! printf '%s\n' "$msg" | grep -Eq -- "$regex"; then
+        echo "FAIL $name: '$msg' does not match '$regex'"
+    else
+        echo "ok   $name: $msg"
+        return 0
+    fi
+    failures=$((failures + 1))
+}
+
+# The valid one must pass, or every case below passes for the wrong reason.
+if ! "$MTRUN" --dry-run -np 2 good.cfg > out.txt 2> err.txt; then
+    echo "FAIL valid config rejected: $(cat err.txt)"
+    exit 1
+fi
+
+n=$(line_of 'ffn_dim')
+bad "${n}a\\  hidden_dim = 64;"
+expect "unknown key in a group" "^mtrun: bad\.cfg:$((n + 1)): model\.hidden_dim: unknown key" -np 2 bad.cfg
+
+n=$(line_of '^steps')
+bad "${n}s/^steps/stepz/"
+expect "unknown key, with a suggestion" "^mtrun: bad\.cfg:$n: stepz: unknown key \(did you mean steps\?\)$" -np 2 bad.cfg
+
+n=$(line_of '^steps')
+bad "${n}a\\lr = 1e-3;"
+expect "known key in the wrong group" "^mtrun: bad\.cfg:$((n + 1)): lr: unknown key \(did you mean optimizer\.lr\?\)$" -np 2 bad.cfg
+
+n=$(line_of 'layers')
+bad "${n}s/= 2;/= \"2\";/"
+expect "wrong type" "^mtrun: bad\.cfg:$n: model\.layers: expected an integer, got a string$" -np 2 bad.cfg
+
+n=$(line_of 'layers')
+bad "${n}s/= 2;/= 2.5;/"
+expect "float for an integer" "^mtrun: bad\.cfg:$n: model\.layers: expected an integer, got a number$" -np 2 bad.cfg
+
+n=$(line_of 'heads    =')
+bad "${n}s/= 4;/= 0;/"
+expect "out of range" "^mtrun: bad\.cfg:$n: model\.heads: 0 is out of range: must be in \[1, 1024\]$" -np 2 bad.cfg
+
+n=$(line_of '^steps')
+bad "${n}s/= 20;/= 3000000000;/"
+expect "out of range, wider than an int" "^mtrun: bad\.cfg:$n: steps: 3000000000 is out of range: must be >= 1$" -np 2 bad.cfg
+
+n=$(line_of 'lr =')
+bad "${n}s/= 2e-3;/= 0;/"
+expect "out of an open range" "^mtrun: bad\.cfg:$n: optimizer\.lr: 0 is out of range: must be in \(0, 10\]$" -np 2 bad.cfg
+
+n=$(line_of '^steps')
+bad "${n}s/= 20;/= ;/"
+expect "syntax error" "^mtrun: bad\.cfg:$n: syntax error" -np 2 bad.cfg
+
+n=$(line_of '^backend')
+bad "${n}s/\"cpu\"/\"gpu\"/"
+expect "not one of the choices" "^mtrun: bad\.cfg:$n: backend: \"gpu\" is not one of \"auto\", \"cpu\", \"cuda\"$" -np 2 bad.cfg
+
+bad "/dim      =/d"
+expect "missing required key" "^mtrun: bad\.cfg: model\.dim: missing \(required\)$" -np 2 bad.cfg
+
+n=$(line_of 'dim      =')
+bad "${n}s/= 64;/= 66;/"
+expect "dim not divisible by heads" "^mtrun: bad\.cfg:$n: model\.dim: 66 is not divisible by model\.heads = 4$" -np 2 bad.cfg
+
+n=$(line_of 'path =')
+bad "${n}s|= .*|= \"no-such-file.txt\";|"
+expect "missing data file" "^mtrun: bad\.cfg:$n: data\.path: cannot open $TMP/no-such-file\.txt: No such file or directory$" -np 2 bad.cfg
+
+expect "missing config file" "^mtrun: no-such\.cfg: cannot open: No such file or directory$" -np 2 no-such.cfg
+expect "missing config argument" "^mtrun: missing CONFIG" -np 2
+expect "-np 1" "^mtrun: -np 1: need at least 2 processes \(1 compute \+ 1 optimizer\)$" -np 1 good.cfg
+expect "-np not a number" "^mtrun: -np four: not a number" -np four good.cfg
+expect "unknown option" "^mtrun: --frobnicate: unknown option" --frobnicate good.cfg
+expect "missing hostfile" "^mtrun: no-such-hosts: cannot open: No such file or directory$" --hostfile no-such-hosts good.cfg
+
+printf 'localhost slots=2\n# a comment\n\nnode1 slot=4   # typo\n' > hosts
+expect "bad hostfile line" "^mtrun: hosts:4: expected 'host \[slots=N\]', got 'node1 slot=4'$" --hostfile hosts -np 2 good.cfg
+
+expect "--resume of a missing folder" "^mtrun: --resume no-such-run: No such file or directory$" --resume no-such-run good.cfg
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures case(s) failed"
+    exit 1
+fi
+echo "all cases passed"

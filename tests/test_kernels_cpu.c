@@ -1,0 +1,514 @@
+// Gradient checks of the fp32 CPU reference kernels.
+//
+// For every kernel, L = sum(out * R) with a fixed random R; the backward (run with dout = R,
+// on top of random prior values to check that it accumulates) must match central finite
+// differences of L on a random subset of coordinates of every input and weight. The forwards
+// are checked against naive double-precision references, and every kernel must give bitwise
+// identical results with 1 and 3 OpenMP threads.
+#include "kernels/cpu/kernels_cpu.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FD_COORDS = 30 };
+static const float FD_EPS = 1e-3f;
+static const double FD_TOL = 1e-2, FWD_TOL = 1e-5;
+static int passed, failed;
+
+// ---- helpers -----------------------------------------------------------------------------
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) { // splitmix64
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(void) {
+    return (float)((rng_next() >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
+}
+static int rng_int(int n) {
+    return (int)(rng_next() % (uint64_t)n);
+}
+
+static float *rand_vec(long n) {
+    float *p = malloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) p[i] = rng_uniform();
+    return p;
+}
+static float *copy_vec(const float *src, long n) {
+    float *p = malloc(sizeof(float) * n);
+    memcpy(p, src, sizeof(float) * n);
+    return p;
+}
+static double dot_d(const float *a, const float *b, long n) {
+    double s = 0.0;
+    for (long i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static void report(int ok, const char *what, const char *name, double err) {
+    printf("%-4s %-11s %-32s %.3g\n", ok ? "ok" : "FAIL", what, name, err);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+// Analytic gradient = (after - prior): the backward must have added, not overwritten.
+static float *grad_delta(const float *after, const float *prior, long n) {
+    float *g = malloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) g[i] = after[i] - prior[i];
+    return g;
+}
+
+// Central differences of loss(ctx) with respect to p[i] on FD_COORDS random coordinates,
+// compared with grad: max |grad - fd| / max(max |fd|, 1e-3) < FD_TOL.
+typedef double (*loss_fn)(void *ctx);
+static void fd_check(const char *name, float *p, long n, const float *grad, loss_fn loss,
+                     void *ctx) {
+    double max_err = 0.0, max_ref = 1e-3;
+    int coords = n < FD_COORDS ? (int)n : FD_COORDS;
+    for (int c = 0; c < coords; c++) {
+        long i = n <= FD_COORDS ? c : rng_int((int)n);
+        float saved = p[i], hi = saved + FD_EPS, lo = saved - FD_EPS;
+        p[i] = hi;
+        double lhi = loss(ctx);
+        p[i] = lo;
+        double llo = loss(ctx);
+        p[i] = saved;
+        double fd = (lhi - llo) / ((double)hi - (double)lo);
+        max_err = fmax(max_err, fabs(grad[i] - fd));
+        max_ref = fmax(max_ref, fabs(fd));
+    }
+    double rel = max_err / max_ref;
+    report(rel < FD_TOL, "gradcheck", name, rel);
+}
+
+static void fwd_check(const char *name, const float *got, const double *ref, long n) {
+    double max_err = 0.0, max_ref = 1e-6;
+    for (long i = 0; i < n; i++) {
+        max_err = fmax(max_err, fabs(got[i] - ref[i]));
+        max_ref = fmax(max_ref, fabs(ref[i]));
+    }
+    double rel = max_err / max_ref;
+    report(rel < FWD_TOL, "forward", name, rel);
+}
+
+// Runs fn(ctx, out) with 1 and with 3 threads and compares the outputs bit for bit.
+typedef void (*run_fn)(void *ctx, float *out);
+static void det_check(const char *name, run_fn fn, void *ctx, long nout) {
+    float *a = calloc(nout, sizeof(float)), *b = calloc(nout, sizeof(float));
+    omp_set_num_threads(3);
+    fn(ctx, b);
+    omp_set_num_threads(1);
+    fn(ctx, a);
+    report(memcmp(a, b, sizeof(float) * nout) == 0, "determinism", name, 0.0);
+    free(a), free(b);
+}
+
+// ---- embedding ---------------------------------------------------------------------------
+
+typedef struct {
+    int n, dim, vocab;
+    int32_t *tokens;
+    float *table, *R, *out;
+} emb_case;
+
+static double emb_loss(void *p) {
+    emb_case *c = p;
+    embedding_forward(c->out, c->tokens, c->table, c->n, c->dim);
+    return dot_d(c->out, c->R, (long)c->n * c->dim);
+}
+
+static void emb_run(void *p, float *o) {
+    emb_case *c = p;
+    embedding_backward(o, c->R, c->tokens, c->n, c->dim);
+}
+
+static void test_embedding(void) {
+    emb_case c = {.n = 40, .dim = 70, .vocab = 5}; // 40 tokens over 5 ids: many repeats
+    long nt = (long)c.vocab * c.dim, no = (long)c.n * c.dim;
+    c.tokens = malloc(sizeof(int32_t) * c.n);
+    for (int t = 0; t < c.n; t++) c.tokens[t] = rng_int(c.vocab);
+    c.table = rand_vec(nt), c.R = rand_vec(no), c.out = malloc(sizeof(float) * no);
+
+    double *ref = malloc(sizeof(double) * no);
+    for (long i = 0; i < no; i++) ref[i] = c.table[(long)c.tokens[i / c.dim] * c.dim + i % c.dim];
+    emb_loss(&c);
+    fwd_check("embedding", c.out, ref, no);
+
+    float *prior = rand_vec(nt), *dtable = copy_vec(prior, nt);
+    embedding_backward(dtable, c.R, c.tokens, c.n, c.dim);
+    float *g = grad_delta(dtable, prior, nt);
+    fd_check("embedding dtable", c.table, nt, g, emb_loss, &c);
+    det_check("embedding backward", emb_run, &c, nt);
+    free(ref), free(prior), free(dtable), free(g);
+    free(c.tokens), free(c.table), free(c.R), free(c.out);
+}
+
+// ---- rmsnorm -----------------------------------------------------------------------------
+
+typedef struct {
+    int n, dim;
+    float eps;
+    float *x, *w, *R, *out, *rstd;
+} rms_case;
+
+static double rms_loss(void *p) {
+    rms_case *c = p;
+    rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    return dot_d(c->out, c->R, (long)c->n * c->dim);
+}
+
+static void rms_run(void *p, float *o) {
+    rms_case *c = p;
+    rmsnorm_forward(o, o + (long)c->n * c->dim, c->x, c->w, c->n, c->dim, c->eps);
+    float *dx = o + (long)c->n * (c->dim + 1), *dw = dx + (long)c->n * c->dim;
+    rmsnorm_backward(dx, dw, c->R, c->x, c->w, o + (long)c->n * c->dim, c->n, c->dim);
+}
+
+static void test_rmsnorm(void) {
+    rms_case c = {.n = 9, .dim = 70, .eps = 1e-5f};
+    long nx = (long)c.n * c.dim;
+    c.x = rand_vec(nx), c.w = rand_vec(c.dim), c.R = rand_vec(nx);
+    c.out = malloc(sizeof(float) * nx), c.rstd = malloc(sizeof(float) * c.n);
+
+    double *ref = malloc(sizeof(double) * nx);
+    for (int t = 0; t < c.n; t++) {
+        const float *xt = c.x + (long)t * c.dim;
+        double r = 1.0 / sqrt(dot_d(xt, xt, c.dim) / c.dim + c.eps);
+        for (int i = 0; i < c.dim; i++) ref[(long)t * c.dim + i] = xt[i] * r * c.w[i];
+    }
+    rms_loss(&c);
+    fwd_check("rmsnorm", c.out, ref, nx);
+
+    float *px = rand_vec(nx), *pw = rand_vec(c.dim);
+    float *dx = copy_vec(px, nx), *dw = copy_vec(pw, c.dim);
+    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, c.n, c.dim);
+    float *gx = grad_delta(dx, px, nx), *gw = grad_delta(dw, pw, c.dim);
+    fd_check("rmsnorm dx", c.x, nx, gx, rms_loss, &c);
+    fd_check("rmsnorm dweight", c.w, c.dim, gw, rms_loss, &c);
+    det_check("rmsnorm fwd+bwd", rms_run, &c, nx * 3 + c.n + c.dim);
+    free(ref), free(px), free(pw), free(dx), free(dw), free(gx), free(gw);
+    free(c.x), free(c.w), free(c.R), free(c.out), free(c.rstd);
+}
+
+// ---- rope --------------------------------------------------------------------------------
+
+typedef struct {
+    int B, T, heads, hd;
+    float *x, *R, *out, *inv_freq;
+} rope_case;
+
+static double rope_loss(void *p) {
+    rope_case *c = p;
+    long n = (long)c->B * c->T * c->heads * c->hd;
+    memcpy(c->out, c->x, sizeof(float) * n);
+    rope_forward(c->out, c->inv_freq, c->B, c->T, c->heads, c->hd);
+    return dot_d(c->out, c->R, n);
+}
+
+static void rope_run(void *p, float *o) {
+    rope_case *c = p;
+    long n = (long)c->B * c->T * c->heads * c->hd;
+    memcpy(o, c->x, sizeof(float) * n);
+    rope_forward(o, c->inv_freq, c->B, c->T, c->heads, c->hd);
+    memcpy(o + n, c->R, sizeof(float) * n);
+    rope_backward(o + n, c->inv_freq, c->B, c->T, c->heads, c->hd);
+}
+
+static void test_rope(void) {
+    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = 8};
+    long n = (long)c.B * c.T * c.heads * c.hd;
+    int half = c.hd / 2;
+    c.x = rand_vec(n), c.R = rand_vec(n), c.out = malloc(sizeof(float) * n);
+    c.inv_freq = malloc(sizeof(float) * half);
+    rope_inv_freq(c.inv_freq, c.hd, 10000.0f);
+
+    double *ref = malloc(sizeof(double) * n), inv_err = 0.0;
+    for (int i = 0; i < half; i++)
+        inv_err = fmax(inv_err, fabs(c.inv_freq[i] * pow(10000.0, 2.0 * i / c.hd) - 1.0));
+    report(inv_err < 1e-6, "forward", "rope inv_freq", inv_err);
+    for (long row = 0; row < (long)c.B * c.T * c.heads; row++) {
+        int t = (int)(row / c.heads % c.T);
+        const float *x = c.x + row * c.hd;
+        for (int i = 0; i < half; i++) {
+            double a = (float)t * c.inv_freq[i], co = cos(a), si = sin(a);
+            ref[row * c.hd + i] = x[i] * co - x[i + half] * si;
+            ref[row * c.hd + i + half] = x[i + half] * co + x[i] * si;
+        }
+    }
+    rope_loss(&c);
+    fwd_check("rope", c.out, ref, n);
+
+    float *dx = copy_vec(c.R, n); // in place, so no accumulation to check
+    rope_backward(dx, c.inv_freq, c.B, c.T, c.heads, c.hd);
+    fd_check("rope dx", c.x, n, dx, rope_loss, &c);
+    det_check("rope fwd+bwd", rope_run, &c, 2 * n);
+    free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
+}
+
+// ---- attention ---------------------------------------------------------------------------
+
+typedef struct {
+    int B, T, H, KV, hd;
+    float *q, *k, *v, *R, *out, *lse;
+} attn_case;
+
+static double attn_loss(void *p) {
+    attn_case *c = p;
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd);
+    return dot_d(c->out, c->R, (long)c->B * c->T * c->H * c->hd);
+}
+
+static void attn_run(void *p, float *o) {
+    attn_case *c = p;
+    long nq = (long)c->B * c->T * c->H * c->hd, nkv = (long)c->B * c->T * c->KV * c->hd;
+    float *out = o, *lse = out + nq, *dq = lse + (long)c->B * c->H * c->T;
+    float *dk = dq + nq, *dv = dk + nkv;
+    attention_forward(out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd);
+    attention_backward(dq, dk, dv, c->R, out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV,
+                       c->hd);
+}
+
+// Naive reference: the full T x T score matrix per (b, h), in double.
+static void attn_reference(const attn_case *c, double *ref) {
+    int T = c->T, H = c->H, KV = c->KV, hd = c->hd;
+    double *s = malloc(sizeof(double) * T);
+    for (int b = 0; b < c->B; b++) {
+        for (int h = 0; h < H; h++) {
+            int kvh = h / (H / KV);
+            for (int t = 0; t < T; t++) {
+                const float *qt = c->q + (((long)b * T + t) * H + h) * hd;
+                double m = -INFINITY, l = 0.0;
+                for (int j = 0; j < T; j++) {
+                    s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
+                    if (j > t) s[j] = -INFINITY; // causal mask
+                    m = fmax(m, s[j]);
+                }
+                for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
+                double *o = ref + (((long)b * T + t) * H + h) * hd;
+                for (int i = 0; i < hd; i++) {
+                    o[i] = 0.0;
+                    for (int j = 0; j < T; j++)
+                        o[i] += s[j] / l * c->v[(((long)b * T + j) * KV + kvh) * hd + i];
+                }
+            }
+        }
+    }
+    free(s);
+}
+
+static void test_attention(void) {
+    attn_case c = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8};
+    long nq = (long)c.B * c.T * c.H * c.hd, nkv = (long)c.B * c.T * c.KV * c.hd;
+    c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
+    c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.B * c.H * c.T);
+    for (long i = 0; i < nq; i++) c.q[i] *= 2.0f; // peakier softmax rows
+
+    double *ref = malloc(sizeof(double) * nq);
+    attn_reference(&c, ref);
+    attn_loss(&c);
+    fwd_check("attention (naive T x T)", c.out, ref, nq);
+
+    float *pq = rand_vec(nq), *pk = rand_vec(nkv), *pv = rand_vec(nkv);
+    float *dq = copy_vec(pq, nq), *dk = copy_vec(pk, nkv), *dv = copy_vec(pv, nkv);
+    attention_backward(dq, dk, dv, c.R, c.out, c.lse, c.q, c.k, c.v, c.B, c.T, c.H, c.KV, c.hd);
+    float *gq = grad_delta(dq, pq, nq), *gk = grad_delta(dk, pk, nkv);
+    float *gv = grad_delta(dv, pv, nkv);
+    fd_check("attention dq", c.q, nq, gq, attn_loss, &c);
+    fd_check("attention dk", c.k, nkv, gk, attn_loss, &c);
+    fd_check("attention dv", c.v, nkv, gv, attn_loss, &c);
+    det_check("attention fwd+bwd", attn_run, &c, 2 * nq + 2 * nkv + c.B * c.H * c.T);
+    free(ref), free(pq), free(pk), free(pv), free(dq), free(dk), free(dv);
+    free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
+        free(c.lse);
+}
+
+// ---- swiglu ------------------------------------------------------------------------------
+
+typedef struct {
+    long n;
+    float *gate, *up, *R, *out;
+} swiglu_case;
+
+static double swiglu_loss(void *p) {
+    swiglu_case *c = p;
+    swiglu_forward(c->out, c->gate, c->up, c->n);
+    return dot_d(c->out, c->R, c->n);
+}
+
+static void swiglu_run(void *p, float *o) {
+    swiglu_case *c = p;
+    swiglu_forward(o, c->gate, c->up, c->n);
+    swiglu_backward(o + c->n, o + 2 * c->n, c->R, c->gate, c->up, c->n);
+}
+
+static void test_swiglu(void) {
+    swiglu_case c = {.n = 301};
+    c.gate = rand_vec(c.n), c.up = rand_vec(c.n), c.R = rand_vec(c.n);
+    c.out = malloc(sizeof(float) * c.n);
+    for (long i = 0; i < c.n; i++) c.gate[i] *= 4.0f; // reach the saturated parts of silu
+
+    double *ref = malloc(sizeof(double) * c.n);
+    for (long i = 0; i < c.n; i++) ref[i] = c.gate[i] / (1.0 + exp(-c.gate[i])) * c.up[i];
+    swiglu_loss(&c);
+    fwd_check("swiglu", c.out, ref, c.n);
+
+    float *pg = rand_vec(c.n), *pu = rand_vec(c.n);
+    float *dg = copy_vec(pg, c.n), *du = copy_vec(pu, c.n);
+    swiglu_backward(dg, du, c.R, c.gate, c.up, c.n);
+    float *gg = grad_delta(dg, pg, c.n), *gu = grad_delta(du, pu, c.n);
+    fd_check("swiglu dgate", c.gate, c.n, gg, swiglu_loss, &c);
+    fd_check("swiglu dup", c.up, c.n, gu, swiglu_loss, &c);
+    det_check("swiglu fwd+bwd", swiglu_run, &c, 3 * c.n);
+    free(ref), free(pg), free(pu), free(dg), free(du), free(gg), free(gu);
+    free(c.gate), free(c.up), free(c.R), free(c.out);
+}
+
+// ---- linear ------------------------------------------------------------------------------
+
+typedef struct {
+    int n, ic, oc;
+    float *in, *w, *bias, *R, *out; // bias may be NULL
+} linear_case;
+
+static double linear_loss(void *p) {
+    linear_case *c = p;
+    linear_forward(c->out, c->in, c->w, c->bias, c->n, c->ic, c->oc);
+    return dot_d(c->out, c->R, (long)c->n * c->oc);
+}
+
+static void linear_run(void *p, float *o) {
+    linear_case *c = p;
+    float *din = o + (long)c->n * c->oc, *dw = din + (long)c->n * c->ic;
+    linear_forward(o, c->in, c->w, c->bias, c->n, c->ic, c->oc);
+    linear_backward(din, dw, c->bias ? dw + (long)c->oc * c->ic : NULL, c->R, c->in, c->w, c->n,
+                    c->ic, c->oc);
+}
+
+// Sizes that are not multiples of the tiles, and n > 256 so that the dw reduction over tokens
+// spans several cache blocks.
+static void test_linear(int with_bias) {
+    linear_case c = {.n = 301, .ic = 37, .oc = 29};
+    long ni = (long)c.n * c.ic, nw = (long)c.oc * c.ic, no = (long)c.n * c.oc;
+    c.in = rand_vec(ni), c.w = rand_vec(nw), c.R = rand_vec(no);
+    c.bias = with_bias ? rand_vec(c.oc) : NULL, c.out = malloc(sizeof(float) * no);
+    char name[64];
+
+    double *ref = malloc(sizeof(double) * no);
+    for (long i = 0; i < no; i++) {
+        long t = i / c.oc, o = i % c.oc;
+        ref[i] = dot_d(c.in + t * c.ic, c.w + o * c.ic, c.ic) + (c.bias ? c.bias[o] : 0.0);
+    }
+    linear_loss(&c);
+    snprintf(name, sizeof name, "linear%s", with_bias ? " +bias" : "");
+    fwd_check(name, c.out, ref, no);
+
+    float *pi = rand_vec(ni), *pw = rand_vec(nw), *pb = rand_vec(c.oc);
+    float *din = copy_vec(pi, ni), *dw = copy_vec(pw, nw), *db = copy_vec(pb, c.oc);
+    linear_backward(din, dw, with_bias ? db : NULL, c.R, c.in, c.w, c.n, c.ic, c.oc);
+    float *gi = grad_delta(din, pi, ni), *gw = grad_delta(dw, pw, nw);
+    float *gb = grad_delta(db, pb, c.oc);
+    snprintf(name, sizeof name, "linear%s din", with_bias ? " +bias" : "");
+    fd_check(name, c.in, ni, gi, linear_loss, &c);
+    snprintf(name, sizeof name, "linear%s dw", with_bias ? " +bias" : "");
+    fd_check(name, c.w, nw, gw, linear_loss, &c);
+    if (with_bias) fd_check("linear +bias dbias", c.bias, c.oc, gb, linear_loss, &c);
+
+    // din == NULL must leave dw exactly as the full call computes it.
+    float *dw2 = copy_vec(pw, nw);
+    linear_backward(NULL, dw2, NULL, c.R, c.in, c.w, c.n, c.ic, c.oc);
+    snprintf(name, sizeof name, "linear%s dw (din NULL)", with_bias ? " +bias" : "");
+    report(memcmp(dw, dw2, sizeof(float) * nw) == 0, "bitwise", name, 0.0);
+
+    snprintf(name, sizeof name, "linear%s fwd+bwd", with_bias ? " +bias" : "");
+    det_check(name, linear_run, &c, no + ni + nw + c.oc);
+    free(ref), free(pi), free(pw), free(pb), free(din), free(dw), free(db), free(dw2);
+    free(gi), free(gw), free(gb), free(c.in), free(c.w), free(c.bias), free(c.R), free(c.out);
+}
+
+// ---- classifier --------------------------------------------------------------------------
+
+typedef struct {
+    int n, dim, vocab;
+    float dloss;
+    float *x, *w;
+    int32_t *targets;
+} cls_case;
+
+static double cls_loss(void *p) {
+    cls_case *c = p;
+    return c->dloss * classifier_forward(c->x, c->w, c->targets, c->n, c->dim, c->vocab);
+}
+
+static void cls_run(void *p, float *o) {
+    cls_case *c = p;
+    o[0] = (float)classifier_forward(c->x, c->w, c->targets, c->n, c->dim, c->vocab);
+    classifier_backward(o + 1, o + 1 + (long)c->n * c->dim, c->x, c->w, c->targets, c->n, c->dim,
+                        c->vocab, c->dloss);
+}
+
+static double cls_reference(const cls_case *c) {
+    double sum = 0.0, *z = malloc(sizeof(double) * c->vocab);
+    for (int t = 0; t < c->n; t++) {
+        if (c->targets[t] < 0) continue;
+        double m = -INFINITY, s = 0.0;
+        for (int v = 0; v < c->vocab; v++) {
+            z[v] = dot_d(c->x + (long)t * c->dim, c->w + (long)v * c->dim, c->dim);
+            m = fmax(m, z[v]);
+        }
+        for (int v = 0; v < c->vocab; v++) s += exp(z[v] - m);
+        sum += m + log(s) - z[c->targets[t]];
+    }
+    free(z);
+    return sum;
+}
+
+// n = 150 spans three chunks of 64 tokens; two targets use the ignore index.
+static void test_classifier(void) {
+    cls_case c = {.n = 150, .dim = 24, .vocab = 37, .dloss = 0.7f};
+    long nx = (long)c.n * c.dim, nw = (long)c.vocab * c.dim;
+    c.x = rand_vec(nx), c.w = rand_vec(nw), c.targets = malloc(sizeof(int32_t) * c.n);
+    for (int t = 0; t < c.n; t++) c.targets[t] = rng_int(c.vocab);
+    c.targets[3] = c.targets[100] = -100;
+
+    double ref = cls_reference(&c),
+           got = classifier_forward(c.x, c.w, c.targets, c.n, c.dim, c.vocab);
+    fwd_check("classifier loss", &(float){(float)got}, &ref, 1);
+
+    float *px = rand_vec(nx), *pw = rand_vec(nw);
+    float *dx = copy_vec(px, nx), *dw = copy_vec(pw, nw);
+    classifier_backward(dx, dw, c.x, c.w, c.targets, c.n, c.dim, c.vocab, c.dloss);
+    float *gx = grad_delta(dx, px, nx), *gw = grad_delta(dw, pw, nw);
+    fd_check("classifier dx", c.x, nx, gx, cls_loss, &c);
+    fd_check("classifier dw", c.w, nw, gw, cls_loss, &c);
+    double ign = 0.0;
+    for (int i = 0; i < c.dim; i++) ign = fmax(ign, fabs(gx[3 * c.dim + i]));
+    report(ign == 0.0, "gradcheck", "classifier ignored token dx == 0", ign);
+    det_check("classifier fwd+bwd", cls_run, &c, 1 + nx + nw);
+    free(px), free(pw), free(dx), free(dw), free(gx), free(gw);
+    free(c.x), free(c.w), free(c.targets);
+}
+
+int main(void) {
+    // The finite differences run thousands of tiny parallel regions, which crawl when a busy
+    // machine deschedules spinning threads; so they run on one thread. det_check then shows
+    // that 3 threads give the same bits, hence the same gradients.
+    omp_set_num_threads(1);
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_attention();
+    test_swiglu();
+    test_linear(0);
+    test_linear(1);
+    test_classifier();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
