@@ -1,0 +1,86 @@
+// The CUDA kernels: bf16 tensor-core GEMMs through cuBLASLt and our own fused kernels, each
+// checked against kernels/cpu. Callable from C; every call is asynchronous on `stream`.
+//
+// Precision: weights and GEMM operands are bf16; the residual stream, norms' statistics,
+// softmax statistics and all weight gradients are fp32. n is the number of tokens (B*T),
+// activations are row-major [n, width]. Backward functions ACCUMULATE (+=) into fp32 weight
+// gradients; activation gradients are written unless a comment says otherwise.
+#ifndef MT_KERNELS_CUDA_H
+#define MT_KERNELS_CUDA_H
+
+#include "kernels/bf16.h"
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Conversions, for the residual stream's gradient feeding GEMMs.
+void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream);
+
+// embedding.cu: out[t] = table[tokens[t]] (fp32 out); backward: dtable[tokens[t]] += dout[t].
+void cuda_embedding_forward(float *out, const int32_t *tokens, const bf16 *table, int n, int dim,
+                            cudaStream_t stream);
+void cuda_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int n,
+                             int dim, cudaStream_t stream);
+
+// rmsnorm.cu: out = x * rstd * w (bf16 out, a GEMM operand); rstd[n] kept for the backward.
+// Backward: dx += (d/dx)(dout), dw += sum over tokens; scratch holds ceil(n/256)*dim floats.
+void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, int n, int dim,
+                          float eps, cudaStream_t stream);
+void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const bf16 *w,
+                           const float *rstd, int n, int dim, float *scratch, cudaStream_t stream);
+size_t cuda_rmsnorm_scratch_floats(int n, int dim);
+
+// rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16); positions t.
+void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
+                       cudaStream_t stream);
+void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
+                        cudaStream_t stream);
+
+// swiglu.cu: out = silu(gate) * up. Backward writes dgate and dup (bf16, GEMM operands).
+void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
+void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
+                          const bf16 *up, long n, cudaStream_t stream);
+
+// attention.cu: causal GQA flash attention, head_dim 64 or 128 (and any even hd <= 128 for
+// tests), scale 1/sqrt(hd). q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse: [B, H, T].
+// No T x T matrix is ever stored. Backward writes dq, dk, dv; scratch is
+// cuda_attention_scratch_bytes() (fp32 accumulators, D = rowsum(dout * out)).
+void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                            int B, int T, int H, int KV, int hd, cudaStream_t stream);
+void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
+                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                             int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
+size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
+
+// gemm.cu: cuBLASLt, bf16 operands, fp32 accumulation. out is fp32 (out_f32 = 1) or bf16.
+typedef struct cuda_gemm cuda_gemm;
+cuda_gemm *cuda_gemm_new(size_t workspace_bytes);
+void cuda_gemm_free(cuda_gemm *g);
+// out[n, oc] = in[n, ic] . w[oc, ic]^T + beta * out
+void cuda_linear_forward(cuda_gemm *g, void *out, int out_f32, float beta, const bf16 *in,
+                         const bf16 *w, int n, int ic, int oc, cudaStream_t stream);
+// din[n, ic] = dout[n, oc] . w[oc, ic] + beta * din
+void cuda_linear_backward_input(cuda_gemm *g, void *din, int din_f32, float beta, const bf16 *dout,
+                                const bf16 *w, int n, int ic, int oc, cudaStream_t stream);
+// dw[oc, ic] += dout[n, oc]^T . in[n, ic]   (fp32)
+void cuda_linear_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int n,
+                                 int ic, int oc, cudaStream_t stream);
+
+// classifier.cu: fused classifier + cross-entropy over chunks of `chunk` tokens; the full
+// [n, vocab] logits never exist. losses[t] = lse_t - logit_t[target_t] (fp32, per token).
+// With dx != NULL it also runs the backward for loss = dloss * sum(losses):
+// dx (fp32) += dlogits . w, dw (fp32) += dlogits^T . x. scratch: cuda_classifier_scratch_bytes.
+void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *dw, const bf16 *x,
+                     const bf16 *w, const int32_t *targets, int n, int dim, int vocab, float dloss,
+                     void *scratch, int chunk, cudaStream_t stream);
+size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
