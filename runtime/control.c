@@ -94,6 +94,9 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_length,
     wire_msg w;
     if (header_length != sizeof w || length != 0)
         mt_die("control: malformed message (%zu+%zu bytes)", header_length, length);
+    // A message still on its way when control_finalize began was never going to be received,
+    // and its sender's endpoint may already be closed here.
+    if (ctl->closing) return UCS_OK;
     memcpy(&w, header, sizeof w);
     if (w.src < 0 || w.src >= ctl->size || !ctl->peers[w.src].ep)
         mt_die("control: rank %d got a message from unexpected rank %d", ctl->rank, (int)w.src);
@@ -307,6 +310,10 @@ static peer *peer_of(mt_control *ctl, int rank) {
 }
 
 void control_send(mt_control *ctl, int dest, const control_msg *msg) {
+    // Earlier sends still queued in UCX (the receiver's FIFO was full) move only when this
+    // worker progresses: push them along, so a rank that computes between sends does not hold
+    // back messages its peer is waiting for.
+    if (ctl->inflight > 0) ucp_worker_progress(ctl->worker);
     send_wire(ctl, peer_of(ctl, dest), msg);
 }
 
@@ -343,6 +350,7 @@ static void close_all(mt_control *ctl) {
     free(reqs);
 }
 
+// Messages that were sent but not yet received are discarded.
 void control_finalize(mt_control *ctl) {
     while (ctl->inflight > 0) wait_step(ctl);
     // From here on a peer closing its side is expected, not an error.

@@ -1,9 +1,9 @@
 #include "runtime/engine.h"
-#include "kernels/cpu/kernels_cpu.h"
+#include "runtime/backend.h"
 #include "runtime/data.h"
 #include "runtime/hash.h"
-#include "runtime/layer.h"
 #include "runtime/metrics.h"
+#include "runtime/model.h"
 #include "runtime/transfer.h"
 #include "shm/syscheck.h"
 #include <math.h>
@@ -13,76 +13,101 @@
 typedef struct {
     mt_job *job;
     const mt_config *c;
+    const backend_ops *ops;
+    backend *be;
     transfer xfer;
     dataset data;
-    int n;                       // tokens per micro-batch
-    weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
+    int n;                                 // tokens per micro-batch
+    weight_buffer emb, head, ring[2];      // layer l streams through ring[l % 2]
     grad_buffer emb_g, head_g, ring_g[2];
-    float *acts;     // [(L + 1) * M * n * D]: layer-boundary activations of the step
-    float *dres;     // [M * n * D]: gradient flowing back through the residual stream
-    float *tmp, *xf, *dxf, *rstd_f;
-    int32_t *inputs, *targets; // [M * n]
-    float *inv_freq;
-    layer_scratch *scratch;
+    float *acts; // [(L + 1) * M * n * D]: layer-boundary activations of the step
+    float *dres; // [M * n * D]: gradient flowing back through the residual stream
+    float *tmp;
+    int32_t *inputs, *targets; // host, [M * n]
 } engine;
-
-static float *alloc_buffer(size_t n) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) mt_die("out of memory: %zu MiB for the compute rank's buffers", (n * 4) >> 20);
-    return p;
-}
 
 static float *act(engine *e, int l, int m) {
     return e->acts + ((size_t)l * e->c->micro_batches + m) * e->n * e->c->dim;
 }
 static float *dres(engine *e, int m) { return e->dres + (size_t)m * e->n * e->c->dim; }
 
+static void *device_alloc(engine *e, size_t elems, size_t elem_bytes) {
+    return e->ops->alloc(e->be, elems * elem_bytes);
+}
+
+static void pick_backend(engine *e) {
+    const char *want = e->c->backend;
+#ifdef MT_HAVE_CUDA
+    if (strcmp(want, "cpu") != 0) {
+        e->be = backend_cuda_new(e->c);
+        if (e->be) {
+            e->ops = backend_cuda_ops();
+            return;
+        }
+        if (strcmp(want, "cuda") == 0) mt_die("backend \"cuda\": no usable CUDA device");
+    }
+#else
+    if (strcmp(want, "cuda") == 0) mt_die("backend \"cuda\": this build has no CUDA backend");
+#endif
+    e->ops = backend_cpu_ops();
+    e->be = backend_cpu_new(e->c);
+}
+
+void *backend_cuda_compute_stream(backend *b);
+
 static void engine_init(engine *e, mt_job *job) {
     memset(e, 0, sizeof *e);
     const mt_config *c = e->c = &job->cfg;
     e->job = job;
-    transfer_init(&e->xfer, job);
+    pick_backend(e);
+    void *stream = NULL;
+#ifdef MT_HAVE_CUDA
+    if (e->ops == backend_cuda_ops()) stream = backend_cuda_compute_stream(e->be);
+#endif
+    transfer_init(&e->xfer, job, stream);
     dataset_open(&e->data, c);
     e->n = c->micro_batch * c->seq_len;
-    size_t nD = (size_t)e->n * c->dim, M = c->micro_batches;
-    size_t layer_max = job->group_numel[model_layer_group(0)];
-    e->emb.dst = alloc_buffer(job->group_numel[0]);
-    e->emb_g.src = alloc_buffer(job->group_numel[0]);
-    e->head.dst = alloc_buffer(job->group_numel[model_head_group(c)]);
-    e->head_g.src = alloc_buffer(job->group_numel[model_head_group(c)]);
+    size_t nD = (size_t)e->n * c->dim, M = c->micro_batches, wb = e->ops->weight_bytes;
+    size_t layer = job->group_numel[model_layer_group(0)];
+    size_t head = job->group_numel[model_head_group(c)], emb = job->group_numel[0];
+    weight_buffer_init(&e->xfer, &e->emb, device_alloc(e, emb, wb));
+    weight_buffer_init(&e->xfer, &e->head, device_alloc(e, head, wb));
+    grad_buffer_init(&e->xfer, &e->emb_g, device_alloc(e, emb, 4));
+    grad_buffer_init(&e->xfer, &e->head_g, device_alloc(e, head, 4));
     for (int i = 0; i < 2; i++) {
-        e->ring[i].dst = alloc_buffer(layer_max);
-        e->ring_g[i].src = alloc_buffer(layer_max);
+        weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
+        grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
-    e->acts = alloc_buffer((c->layers + 1) * M * nD);
-    e->dres = alloc_buffer(M * nD);
-    e->tmp = alloc_buffer(nD);
-    e->xf = alloc_buffer(nD);
-    e->dxf = alloc_buffer(nD);
-    e->rstd_f = alloc_buffer(e->n);
+    e->acts = device_alloc(e, (c->layers + 1) * M * nD, 4);
+    e->dres = device_alloc(e, M * nD, 4);
+    e->tmp = device_alloc(e, nD, 4);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
-    e->inv_freq = alloc_buffer(mt_head_dim(c) / 2);
-    rope_inv_freq(e->inv_freq, mt_head_dim(c), (float)c->rope_theta);
-    e->scratch = layer_scratch_new(c, c->micro_batch, c->seq_len, e->inv_freq);
+    if (!e->inputs || !e->targets) mt_die("out of memory");
 }
 
 static void engine_free(engine *e) {
+    weight_buffer w[] = {e->emb, e->head, e->ring[0], e->ring[1]};
+    grad_buffer g[] = {e->emb_g, e->head_g, e->ring_g[0], e->ring_g[1]};
+    buffers_free(&e->xfer, w, 4, g, 4);
+    for (int i = 0; i < 4; i++) e->ops->release(e->be, w[i].dst), e->ops->release(e->be, g[i].src);
+    e->ops->release(e->be, e->acts);
+    e->ops->release(e->be, e->dres);
+    e->ops->release(e->be, e->tmp);
     transfer_free(&e->xfer);
+    e->ops->destroy(e->be);
     dataset_close(&e->data);
-    float *bufs[] = {e->emb.dst, e->emb_g.src, e->head.dst, e->head_g.src, e->ring[0].dst,
-                     e->ring[1].dst, e->ring_g[0].src, e->ring_g[1].src, e->acts, e->dres,
-                     e->tmp, e->xf, e->dxf, e->rstd_f, e->inv_freq};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(e->inputs);
     free(e->targets);
-    layer_scratch_free(e->scratch);
 }
 
-static const float *classifier_weights(engine *e) {
-    head_params hp;
-    head_params_bind(&hp, e->c, e->head.dst);
-    return e->c->tied_embeddings ? e->emb.dst : hp.lm_head;
+static const void *classifier_weights(engine *e) {
+    if (e->c->tied_embeddings) return e->emb.dst;
+    return (const char *)e->head.dst + (size_t)e->c->dim * e->ops->weight_bytes;
+}
+
+static float *classifier_grads(engine *e) {
+    return e->c->tied_embeddings ? e->emb_g.src : e->head_g.src + e->c->dim;
 }
 
 // Forward through every layer for M micro-batches. Training keeps every boundary activation
@@ -91,9 +116,9 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     const mt_config *c = e->c;
     fetch_async(&e->xfer, &e->emb, 0, version);
     fetch_async(&e->xfer, &e->ring[0], model_layer_group(0), version);
+    e->ops->load_tokens(e->be, e->inputs, e->targets, M);
     fetch_wait(&e->emb);
-    for (int m = 0; m < M; m++)
-        embedding_forward(act(e, 0, m), e->inputs + (size_t)m * e->n, e->emb.dst, e->n, c->dim);
+    for (int m = 0; m < M; m++) e->ops->embed_forward(e->be, act(e, 0, m), e->emb.dst, m);
     for (int l = 0; l < c->layers; l++) {
         weight_buffer *w = &e->ring[l % 2];
         fetch_wait(w);
@@ -101,38 +126,17 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
             fetch_async(&e->xfer, &e->ring[(l + 1) % 2], model_layer_group(l + 1), version);
         else
             fetch_async(&e->xfer, &e->head, model_head_group(c), version);
-        layer_params p;
-        layer_params_bind(&p, c, w->dst);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
-        for (int m = 0; m < M; m++) layer_forward(c, &p, e->scratch, act(e, in, m), act(e, out, m));
+        for (int m = 0; m < M; m++)
+            e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m));
+        buffer_done(w);
     }
     fetch_wait(&e->head);
 }
 
-// The loss head over micro-batch m: final norm, then the fused classifier + cross-entropy.
-// With dloss != 0 it also runs the head's backward into dres(m) and the head's gradients.
-static double head_step(engine *e, int m, const float *x, float dloss) {
-    const mt_config *c = e->c;
-    head_params hp;
-    head_params_bind(&hp, c, e->head.dst);
-    const int32_t *targets = e->targets + (size_t)m * e->n;
-    rmsnorm_forward(e->xf, e->rstd_f, x, hp.final_norm, e->n, c->dim, (float)c->norm_eps);
-    double loss = classifier_forward(e->xf, classifier_weights(e), targets, e->n, c->dim, c->vocab);
-    if (dloss == 0) return loss;
-    head_params gp;
-    head_params_bind(&gp, c, e->head_g.src);
-    float *dw = c->tied_embeddings ? e->emb_g.src : gp.lm_head;
-    memset(e->dxf, 0, sizeof(float) * e->n * c->dim);
-    classifier_backward(e->dxf, dw, e->xf, classifier_weights(e), targets, e->n, c->dim, c->vocab,
-                        dloss);
-    memset(dres(e, m), 0, sizeof(float) * e->n * c->dim);
-    rmsnorm_backward(dres(e, m), gp.final_norm, e->dxf, x, hp.final_norm, e->rstd_f, e->n, c->dim);
-    return loss;
-}
-
-static void zero_grads(grad_buffer *g, uint64_t numel) {
+static void zero_grads(engine *e, grad_buffer *g, uint64_t numel) {
     offload_reuse(g);
-    memset(g->src, 0, numel * sizeof(float));
+    e->ops->zero(e->be, g->src, numel * sizeof(float));
 }
 
 // Backward in reverse layer order: the weights come in again (the last two layers are still
@@ -147,83 +151,87 @@ static void backward_layers(engine *e, int64_t step) {
         fetch_wait(w);
         if (l > 0) fetch_async(&e->xfer, &e->ring[(l - 1) % 2], model_layer_group(l - 1), step);
         grad_buffer *gb = &e->ring_g[l % 2];
-        zero_grads(gb, layer_numel);
-        layer_params p, dp;
-        layer_params_bind(&p, c, w->dst);
-        layer_params_bind(&dp, c, gb->src);
+        zero_grads(e, gb, layer_numel);
         for (int m = 0; m < c->micro_batches; m++) {
-            layer_forward(c, &p, e->scratch, act(e, l, m), e->tmp);
-            layer_backward(c, &p, &dp, e->scratch, act(e, l, m), dres(e, m), e->tmp);
-            memcpy(dres(e, m), e->tmp, sizeof(float) * e->n * c->dim);
+            e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp);
+            e->ops->copy(e->be, dres(e, m), e->tmp, sizeof(float) * e->n * c->dim);
         }
+        buffer_done(w);
         offload_async(&e->xfer, gb, model_layer_group(l), step);
         offload_announce(e->ring_g, 2, 0);
     }
 }
 
+static void load_batches(engine *e, int split, int64_t step, int M) {
+    const mt_config *c = e->c;
+    for (int m = 0; m < M; m++)
+        dataset_batch(&e->data, split, c->seed, step, m, c->micro_batch, c->seq_len,
+                      e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
+}
+
 static double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
-    for (int m = 0; m < M; m++)
-        dataset_batch(&e->data, SPLIT_TRAIN, c->seed, step, m, c->micro_batch, c->seq_len,
-                      e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
+    load_batches(e, SPLIT_TRAIN, step, M);
     forward_layers(e, step, M, 1);
-    zero_grads(&e->head_g, e->job->group_numel[model_head_group(c)]);
-    zero_grads(&e->emb_g, e->job->group_numel[0]);
+    zero_grads(e, &e->head_g, e->job->group_numel[model_head_group(c)]);
+    zero_grads(e, &e->emb_g, e->job->group_numel[0]);
     float dloss = 1.0f / ((float)M * e->n);
-    double loss = 0;
-    for (int m = 0; m < M; m++) loss += head_step(e, m, act(e, c->layers, m), dloss);
+    for (int m = 0; m < M; m++)
+        e->ops->head(e->be, e->head.dst, classifier_weights(e), e->head_g.src, classifier_grads(e),
+                     act(e, c->layers, m), dres(e, m), m, dloss);
+    buffer_done(&e->head);
     offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
     backward_layers(e, step);
-    for (int m = 0; m < M; m++)
-        embedding_backward(e->emb_g.src, dres(e, m), e->inputs + (size_t)m * e->n, e->n, c->dim);
+    for (int m = 0; m < M; m++) e->ops->embed_backward(e->be, e->emb_g.src, dres(e, m), m);
+    buffer_done(&e->emb);
     offload_async(&e->xfer, &e->emb_g, 0, step);
     grad_buffer *all[] = {&e->head_g, &e->ring_g[0], &e->ring_g[1], &e->emb_g};
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);
-    return loss / ((double)M * e->n);
+    return e->ops->take_loss(e->be) / ((double)M * e->n);
 }
 
 // Mean loss on eval_batches validation micro-batches, with the weights at `version`.
 static double eval_loss(engine *e, int64_t version) {
     const mt_config *c = e->c;
-    int M = c->eval_batches < c->micro_batches ? c->eval_batches : c->micro_batches;
-    double total = 0;
     int done = 0;
     for (int chunk = 0; done < c->eval_batches; chunk++) {
-        int Mc = c->eval_batches - done < M ? c->eval_batches - done : M;
-        for (int m = 0; m < Mc; m++)
-            dataset_batch(&e->data, SPLIT_VAL, c->seed, chunk, m, c->micro_batch, c->seq_len,
-                          e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
-        forward_layers(e, version, Mc, 0);
-        for (int m = 0; m < Mc; m++) total += head_step(e, m, act(e, c->layers % 2, m), 0);
-        done += Mc;
+        int M = c->eval_batches - done < c->micro_batches ? c->eval_batches - done
+                                                          : c->micro_batches;
+        load_batches(e, SPLIT_VAL, chunk, M);
+        forward_layers(e, version, M, 0);
+        for (int m = 0; m < M; m++)
+            e->ops->head(e->be, e->head.dst, classifier_weights(e), NULL, NULL,
+                         act(e, c->layers % 2, m), NULL, m, 0);
+        buffer_done(&e->head);
+        buffer_done(&e->emb);
+        done += M;
     }
-    return total / ((double)c->eval_batches * e->n);
+    return e->ops->take_loss(e->be) / ((double)c->eval_batches * e->n);
 }
 
 // Logits of the last position of a single sequence, for sampling.
 static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len, float *logits) {
     const mt_config *c = e->c;
-    e->scratch->B = 1, e->scratch->T = len;
+    e->ops->set_shape(e->be, 1, len);
+    e->ops->load_tokens(e->be, ctx, ctx, 1);
     fetch_async(&e->xfer, &e->emb, 0, version);
     fetch_wait(&e->emb);
-    embedding_forward(act(e, 0, 0), ctx, e->emb.dst, len, c->dim);
+    e->ops->embed_forward(e->be, act(e, 0, 0), e->emb.dst, 0);
     for (int l = 0; l < c->layers; l++) {
         weight_buffer *w = &e->ring[l % 2];
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
-        layer_params p;
-        layer_params_bind(&p, c, w->dst);
-        layer_forward(c, &p, e->scratch, act(e, l % 2, 0), act(e, (l + 1) % 2, 0));
+        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0));
+        buffer_done(w);
     }
     fetch_async(&e->xfer, &e->head, model_head_group(c), version);
     fetch_wait(&e->head);
-    head_params hp;
-    head_params_bind(&hp, c, e->head.dst);
-    const float *last = act(e, c->layers % 2, 0) + (size_t)(len - 1) * c->dim;
-    rmsnorm_forward(e->xf, e->rstd_f, last, hp.final_norm, 1, c->dim, (float)c->norm_eps);
-    linear_forward(logits, e->xf, classifier_weights(e), NULL, 1, c->dim, c->vocab);
-    e->scratch->B = c->micro_batch, e->scratch->T = c->seq_len;
+    e->ops->last_logits(e->be, e->head.dst, classifier_weights(e), act(e, c->layers % 2, 0), len,
+                        logits);
+    buffer_done(&e->head);
+    buffer_done(&e->emb);
+    e->ops->set_shape(e->be, c->micro_batch, c->seq_len);
 }
 
 static int sample_token(const float *logits, int vocab, float temperature, uint64_t key) {
@@ -244,8 +252,9 @@ static void sample_text(engine *e, metrics *mx, int64_t version) {
     const mt_config *c = e->c;
     int n = c->sample_tokens, len = 1;
     int32_t *ctx = calloc(n + 1, sizeof(int32_t));
-    float *logits = alloc_buffer(c->vocab);
+    float *logits = calloc(c->vocab, sizeof(float));
     char *text = calloc(n + 1, 1);
+    if (!ctx || !logits || !text) mt_die("out of memory");
     ctx[0] = '\n';
     for (int i = 0; i < n; i++) {
         int start = len > c->seq_len ? len - c->seq_len : 0;
@@ -265,7 +274,7 @@ void engine_run(mt_job *job) {
     engine_init(&e, job);
     const mt_config *c = &job->cfg;
     metrics mx;
-    metrics_open(&mx, job);
+    metrics_open(&mx, job, e.ops->name);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));

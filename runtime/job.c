@@ -23,9 +23,6 @@ static void load_config(mt_job *job) {
     if (job->args.out_dir)
         snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->args.out_dir);
     if (job->world < 2) fail_input(job, "need at least 2 ranks: 1 compute + 1 optimizer");
-    if (strcmp(job->cfg.backend, "cuda") == 0)
-        fail_input(job, "backend \"cuda\": this build has no CUDA backend yet; use \"cpu\" or "
-                        "\"auto\"");
 }
 
 // A fresh run never writes over checkpoints a user already has; resuming finds its folder.

@@ -6,7 +6,7 @@
 #include <limits.h>
 #include <math.h>
 
-void metrics_open(metrics *mx, mt_job *job) {
+void metrics_open(metrics *mx, mt_job *job, const char *backend) {
     memset(mx, 0, sizeof *mx);
     mx->job = job;
     const mt_config *c = &job->cfg;
@@ -24,9 +24,9 @@ void metrics_open(metrics *mx, mt_job *job) {
             job->n_shards);
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
-           "steps %d..%d, backend cpu (%d threads)\n",
+           "steps %d..%d, backend %s (%d host threads)\n",
            model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c),
-           job->start_step + 1, job->end_step, job->threads);
+           job->start_step + 1, job->end_step, backend, job->threads);
     mx->run_start = now_seconds();
 }
 

@@ -14,7 +14,7 @@ typedef struct {
     int64_t steps_done;
 } metrics;
 
-void metrics_open(metrics *mx, mt_job *job);
+void metrics_open(metrics *mx, mt_job *job, const char *backend);
 void metrics_step_begin(metrics *mx, transfer *t);
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t);
 void metrics_eval(metrics *mx, int64_t step, double loss);

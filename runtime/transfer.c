@@ -2,23 +2,56 @@
 #include "runtime/fsutil.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
-#include <time.h>
+#ifdef MT_HAVE_CUDA
+#include "runtime/transfer_cuda.h"
+#else // without CUDA these are never reached: t->cuda is always NULL
+#define xfer_cuda_new(job, s) NULL
+#define xfer_cuda_free(x, job)
+#define xfer_cuda_weight_init(b)
+#define xfer_cuda_grad_init(b)
+#define xfer_cuda_buffers_free(w, nw, g, ng)
+#define xfer_cuda_fetch(t, b)
+#define xfer_cuda_fetch_wait(b)
+#define xfer_cuda_buffer_done(b)
+#define xfer_cuda_offload(t, b)
+#define xfer_cuda_offload_landed(b, w) 1
+#endif
 
-
-void transfer_init(transfer *t, mt_job *job) {
+void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     memset(t, 0, sizeof *t);
     t->job = job;
-    t->h2d = stream_new("mt-h2d");
-    t->d2h = stream_new("mt-d2h");
+    if (compute_stream) {
+        t->cuda = xfer_cuda_new(job, compute_stream);
+    } else {
+        t->h2d = stream_new("mt-h2d");
+        t->d2h = stream_new("mt-d2h");
+    }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     if (!t->version) mt_die("out of memory");
     for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
 }
 
 void transfer_free(transfer *t) {
-    stream_free(t->h2d);
-    stream_free(t->d2h);
+    if (t->cuda) xfer_cuda_free(t->cuda, t->job);
+    if (t->h2d) stream_free(t->h2d);
+    if (t->d2h) stream_free(t->d2h);
     free(t->version);
+}
+
+void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
+    memset(buf, 0, sizeof *buf);
+    buf->t = t, buf->dst = dst, buf->group = -1;
+    if (t->cuda) xfer_cuda_weight_init(buf);
+}
+
+void grad_buffer_init(transfer *t, grad_buffer *buf, float *src) {
+    memset(buf, 0, sizeof *buf);
+    buf->t = t, buf->src = src, buf->group = -1;
+    if (t->cuda) xfer_cuda_grad_init(buf);
+}
+
+void buffers_free(transfer *t, weight_buffer *w, int nw, grad_buffer *g, int ng) {
+    if (t->cuda) xfer_cuda_buffers_free(w, nw, g, ng);
 }
 
 static int64_t *version_of(transfer *t, int shard, int g) {
@@ -43,12 +76,12 @@ static void wait_version(transfer *t, int g, int64_t v) {
     t->opt_wait_seconds += now_seconds() - t0;
 }
 
-static void fetch_job(void *arg) {
+static void fetch_job(void *arg) { // CPU backend: gather and widen bf16 -> fp32
     weight_buffer *buf = arg;
     mt_job *job = buf->t->job;
     for (int k = 0; k < job->n_shards; k++) {
         const bf16 *src = job_wire(job, k, buf->group);
-        float *dst = buf->dst + job->layouts[k].lo[buf->group];
+        float *dst = (float *)buf->dst + job->layouts[k].lo[buf->group];
         size_t n = job->layouts[k].len[buf->group];
         for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
     }
@@ -56,15 +89,27 @@ static void fetch_job(void *arg) {
 
 void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
     if (buf->group == g && buf->version == v && buf->ticket) return; // still resident
-    stream_wait(t->h2d, buf->ticket); // never refill under a fetch still running
+    if (!t->cuda) stream_wait(t->h2d, buf->ticket); // never refill under a running fetch
     wait_version(t, g, v);
-    buf->t = t, buf->group = g, buf->version = v;
-    buf->ticket = stream_submit(t->h2d, fetch_job, buf);
+    buf->group = g, buf->version = v;
+    if (t->cuda) {
+        xfer_cuda_fetch(t, buf);
+        buf->ticket = 1;
+    } else {
+        buf->ticket = stream_submit(t->h2d, fetch_job, buf);
+    }
 }
 
-void fetch_wait(weight_buffer *buf) { stream_wait(buf->t->h2d, buf->ticket); }
+void fetch_wait(weight_buffer *buf) {
+    if (buf->t->cuda) xfer_cuda_fetch_wait(buf);
+    else stream_wait(buf->t->h2d, buf->ticket);
+}
 
-static void offload_job(void *arg) {
+void buffer_done(weight_buffer *buf) {
+    if (buf->t->cuda) xfer_cuda_buffer_done(buf);
+}
+
+static void offload_job(void *arg) { // CPU backend
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
     double acc = 0;
@@ -73,13 +118,21 @@ static void offload_job(void *arg) {
         size_t n = job->layouts[k].len[buf->group];
         memcpy(job_grad_slot(job, k, buf->group), src, n * sizeof(float));
         for (size_t i = 0; i < n; i++) acc += (double)src[i] * src[i];
-        job_control_block(job, k)->grads_step[buf->group] = buf->step;
     }
     buf->sumsq = acc;
 }
 
+static int landed(grad_buffer *buf, int wait) {
+    transfer *t = buf->t;
+    if (t->cuda) return xfer_cuda_offload_landed(buf, wait);
+    if (wait) stream_wait(t->d2h, buf->ticket);
+    return stream_done(t->d2h, buf->ticket);
+}
+
 static void announce(grad_buffer *buf) {
     mt_job *job = buf->t->job;
+    for (int k = 0; k < job->n_shards; k++)
+        job_control_block(job, k)->grads_step[buf->group] = buf->step;
     control_msg msg = {CONTROL_GRADS_READY, buf->group, buf->step, buf->sumsq};
     for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
     buf->announced = 1;
@@ -88,26 +141,30 @@ static void announce(grad_buffer *buf) {
 
 void offload_reuse(grad_buffer *buf) {
     if (!buf->ticket || buf->announced) return;
-    stream_wait(buf->t->d2h, buf->ticket);
+    landed(buf, 1);
     announce(buf);
 }
 
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     offload_reuse(buf);
-    buf->t = t, buf->group = g, buf->step = step, buf->announced = 0;
-    buf->ticket = stream_submit(t->d2h, offload_job, buf);
+    buf->group = g, buf->step = step, buf->announced = 0;
+    buf->order = ++t->tickets;
+    if (t->cuda) {
+        xfer_cuda_offload(t, buf);
+        buf->ticket = buf->order;
+    } else {
+        buf->ticket = stream_submit(t->d2h, offload_job, buf);
+    }
 }
 
-// Announced in ticket order, so the optimizers hear about groups in backward order.
+// Announced in issue order, so the optimizers hear about groups in backward order.
 void offload_announce(grad_buffer *bufs, int n, int wait) {
     for (;;) {
         grad_buffer *next = NULL;
         for (int i = 0; i < n; i++)
-            if (bufs[i].ticket && !bufs[i].announced && (!next || bufs[i].ticket < next->ticket))
+            if (bufs[i].ticket && !bufs[i].announced && (!next || bufs[i].order < next->order))
                 next = &bufs[i];
-        if (!next) return;
-        if (!wait && !stream_done(next->t->d2h, next->ticket)) return;
-        stream_wait(next->t->d2h, next->ticket);
+        if (!next || !landed(next, wait)) return;
         announce(next);
     }
 }

@@ -1,46 +1,62 @@
-// Moving weights in and gradients out for the compute rank: the CPU backend's H2D and D2H.
-// A fetch gathers a group's bf16 wire slices from every shard region into one fp32 buffer; an
-// offload scatters a group's fp32 gradients into the shards' slots and measures their squared
-// norm on the way. Both run on copy streams and overlap compute.
+// Moving weights in and gradients out for the compute rank. A fetch gathers a group's bf16
+// wire slices from every shard region into one buffer of the backend; an offload scatters a
+// group's fp32 gradients into the shards' slots, with the group's squared norm measured on
+// the way. Both overlap compute: on the CPU backend they run on copy-stream threads (with the
+// bf16 -> fp32 conversion), on the CUDA backend as DMA on the H2D and D2H streams, ordered
+// against the compute stream with events.
 #ifndef MT_TRANSFER_H
 #define MT_TRANSFER_H
 
 #include "runtime/job.h"
 #include "runtime/stream.h"
 
+typedef struct transfer_cuda transfer_cuda;
+
 typedef struct {
     mt_job *job;
-    copy_stream *h2d, *d2h;
-    int64_t *version; // [n_shards * n_groups]: wire version each shard announced per group
+    copy_stream *h2d, *d2h; // CPU backend
+    transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
+    int64_t *version;       // [n_shards * n_groups]: wire version each shard announced
+    uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
     double sumsq_announced; // squared gradient norm of the groups announced so far
 } transfer;
 
-typedef struct { // one in-flight fetch into a buffer; the buffer remembers what it holds
+typedef struct weight_buffer { // a buffer remembers which group and version it holds
     transfer *t;
-    float *dst;
+    void *dst;
     int group;
     int64_t version;
-    uint64_t ticket;
+    uint64_t ticket; // CPU: copy-stream ticket; CUDA: nonzero once filled
+    void *ready, *free; // CUDA events: fetch landed / compute done with the buffer
 } weight_buffer;
 
-typedef struct { // one in-flight offload from a gradient buffer
+typedef struct grad_buffer {
     transfer *t;
     float *src;
     int group;
     int64_t step;
     double sumsq;
-    uint64_t ticket;
+    uint64_t ticket, order;
     int announced;
+    void *done;          // CUDA event: the offload landed
+    double *sumsq_dev, *sumsq_host;
 } grad_buffer;
 
-void transfer_init(transfer *t, mt_job *job);
+// compute_stream: the CUDA backend's compute stream (cudaStream_t), or NULL for the CPU.
+void transfer_init(transfer *t, mt_job *job, void *compute_stream);
 void transfer_free(transfer *t);
+void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst);
+void grad_buffer_init(transfer *t, grad_buffer *buf, float *src);
+void buffers_free(transfer *t, weight_buffer *w, int nw, grad_buffer *g, int ng);
 
 // Ensures buf holds group g at version v, queueing a fetch if it does not. Waits (counted as
 // optimizer wait) until every shard has announced that version.
 void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v);
+// Compute may use the buffer from here on (CPU: waits; CUDA: orders the compute stream).
 void fetch_wait(weight_buffer *buf);
+// Compute has issued its last use of the buffer; a later fetch may overwrite it.
+void buffer_done(weight_buffer *buf);
 
 // Waits for the buffer's previous offload (and announces it), so it can be refilled.
 void offload_reuse(grad_buffer *buf);

@@ -17,6 +17,10 @@
 extern "C" {
 #endif
 
+// reduce.cu: *out = sum of x[i]^2 in double, in a fixed order (deterministic).
+void cuda_sum_squares(double *out, const float *x, long n, void *scratch, cudaStream_t stream);
+size_t cuda_sum_squares_scratch_bytes(void);
+
 // Conversions, for the residual stream's gradient feeding GEMMs.
 void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream);
 

@@ -1,0 +1,48 @@
+// A compute backend: where the engine's buffers live and how a layer, the head and the
+// embedding run. The engine's schedule (what streams when, layer-major order, recompute) is
+// the same for every backend; only these operations differ. Buffers are backend memory that
+// the engine passes around but never dereferences.
+#ifndef MT_BACKEND_H
+#define MT_BACKEND_H
+
+#include "runtime/config.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend;
+
+typedef struct {
+    const char *name;
+    int weight_bytes; // bytes per weight element in a fetched buffer: 4 (fp32) or 2 (bf16)
+    void *(*alloc)(backend *b, size_t bytes);
+    void (*release)(backend *b, void *p);
+    void (*zero)(backend *b, void *p, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes);
+    // The step's tokens for `count` micro-batches, each [B * T], from host memory.
+    void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets, int count);
+    void (*embed_forward)(backend *b, float *out, const void *table, int m);
+    void (*embed_backward)(backend *b, float *dtable, const float *dout, int m);
+    void (*layer_forward)(backend *b, const void *w, const float *x, float *out);
+    // Recomputes the layer's internals from x, then accumulates dw and writes dx.
+    void (*layer_backward)(backend *b, const void *w, float *dw, const float *x,
+                           const float *dout, float *dx);
+    // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
+    // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
+    void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+                 const float *x, float *dx, int m, float dloss);
+    double (*take_loss)(backend *b); // the sum since the last call; waits for the device
+    // For sampling: run one sequence of `len` tokens (tokens loaded as micro-batch 0).
+    void (*set_shape)(backend *b, int B, int T);
+    void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x,
+                        int len, float *host_logits);
+    void (*destroy)(backend *b);
+} backend_ops;
+
+const backend_ops *backend_cpu_ops(void);
+backend *backend_cpu_new(const mt_config *c);
+#ifdef MT_HAVE_CUDA
+const backend_ops *backend_cuda_ops(void);
+backend *backend_cuda_new(const mt_config *c); // NULL when no usable GPU
+#endif
+
+#endif

@@ -1,0 +1,304 @@
+// The CUDA backend: one decoder layer as a stateless template of bf16 tensor-core GEMMs and
+// fused kernels, weight pointers bound per call to whichever streaming buffer holds the layer.
+// Everything runs on one compute stream; the only allocations are made here, at start.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "runtime/backend.h"
+#include "runtime/model.h"
+#include "shm/syscheck.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { // one layer's weights inside a fetched bf16 buffer
+    const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} layer_w;
+
+typedef struct { // the same layer's fp32 gradients
+    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} layer_g;
+
+struct backend {
+    const mt_config *c;
+    int B, T, max_tokens, chunk, loss_micro;
+    uint64_t offsets[MODEL_MAX_TENSORS];
+    cudaStream_t s;
+    cuda_gemm *gemm;
+    float *inv_freq;
+    int32_t *inputs, *targets;
+    // the layer's working set
+    bf16 *n1, *q, *k, *v, *att, *n2, *gate, *up, *act;
+    bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dq, *dk, *dv;
+    float *rstd1, *lse, *h, *rstd2, *d_act, *d_n2, *d_h, *d_n1, *norm_scratch;
+    void *attn_scratch;
+    // the head
+    bf16 *xf;
+    float *rstd_f, *dxf, *losses, *losses_host, *logits;
+    void *cls_scratch;
+};
+
+static void *cu_alloc(backend *b, size_t bytes) {
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+    if (rc != cudaSuccess)
+        mt_die("GPU out of memory allocating %zu MiB (%s): fewer micro-batches or a shorter "
+               "sequence would fit",
+               bytes >> 20, cudaGetErrorString(rc));
+    return p;
+}
+static void cu_release(backend *b, void *p) { CUDA_CHECK(cudaFree(p)); }
+static void cu_zero(backend *b, void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->s));
+}
+static void cu_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->s));
+}
+
+static int tokens(const backend *b) { return b->B * b->T; }
+
+static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
+    size_t bytes = sizeof(int32_t) * count * tokens(b);
+    CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
+    CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
+    // The host buffers are reused for the next batch: the copies must have read them.
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+
+static void cu_embed_forward(backend *b, float *out, const void *table, int m) {
+    cuda_embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->dim,
+                           b->s);
+}
+
+static void cu_embed_backward(backend *b, float *dtable, const float *dout, int m) {
+    cuda_embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim,
+                            b->s);
+}
+
+static layer_w bind_w(const backend *b, const void *w) {
+    const bf16 *base = w;
+    const uint64_t *o = b->offsets;
+    return (layer_w){base + o[0], base + o[1], base + o[2], base + o[3], base + o[4],
+                     base + o[5], base + o[6], base + o[7], base + o[8]};
+}
+
+static layer_g bind_g(const backend *b, float *g) {
+    const uint64_t *o = b->offsets;
+    return (layer_g){g + o[0], g + o[1], g + o[2], g + o[3], g + o[4],
+                     g + o[5], g + o[6], g + o[7], g + o[8]};
+}
+
+static void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out) {
+    const mt_config *c = b->c;
+    layer_w w = bind_w(b, wbuf);
+    int n = tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    cudaStream_t s = b->s;
+    cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, n, D, (float)c->norm_eps, s);
+    cuda_linear_forward(b->gemm, b->q, 0, 0, b->n1, w.wq, n, D, Q, s);
+    cuda_linear_forward(b->gemm, b->k, 0, 0, b->n1, w.wk, n, D, KV, s);
+    cuda_linear_forward(b->gemm, b->v, 0, 0, b->n1, w.wv, n, D, KV, s);
+    cuda_rope_forward(b->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_forward(b->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    cuda_attention_forward(b->att, b->lse, b->q, b->k, b->v, b->B, b->T, c->heads, c->kv_heads,
+                           hd, s);
+    // The residual adds ride on the GEMMs' beta: h = x + att . wo^T, out = h + act . down^T.
+    cu_copy(b, b->h, x, sizeof(float) * n * D);
+    cuda_linear_forward(b->gemm, b->h, 1, 1.0f, b->att, w.wo, n, Q, D, s);
+    cuda_rmsnorm_forward(b->n2, b->rstd2, b->h, w.ffn_norm, n, D, (float)c->norm_eps, s);
+    cuda_linear_forward(b->gemm, b->gate, 0, 0, b->n2, w.w_gate, n, D, F, s);
+    cuda_linear_forward(b->gemm, b->up, 0, 0, b->n2, w.w_up, n, D, F, s);
+    cuda_swiglu_forward(b->act, b->gate, b->up, (long)n * F, s);
+    cu_copy(b, out, b->h, sizeof(float) * n * D);
+    cuda_linear_forward(b->gemm, out, 1, 1.0f, b->act, w.w_down, n, F, D, s);
+}
+
+// dx = dout + d(attention block) + d(MLP block); weight gradients accumulate in fp32.
+static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *x,
+                              const float *dout, float *dx) {
+    const mt_config *c = b->c;
+    cu_layer_forward(b, wbuf, x, dx); // recompute the internals; dx is scratch until the end
+    layer_w w = bind_w(b, wbuf);
+    layer_g g = bind_g(b, dwbuf);
+    int n = tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    cudaStream_t s = b->s;
+    cuda_gemm *gm = b->gemm;
+    // MLP block
+    cuda_float_to_bf16(b->dout_b, dout, (long)n * D, s);
+    cuda_linear_backward_input(gm, b->d_act, 1, 0, b->dout_b, w.w_down, n, F, D, s);
+    cuda_linear_backward_weight(gm, g.w_down, b->dout_b, b->act, n, F, D, s);
+    cuda_swiglu_backward(b->d_gate, b->d_up, b->d_act, b->gate, b->up, (long)n * F, s);
+    cuda_linear_backward_input(gm, b->d_n2, 1, 0, b->d_gate, w.w_gate, n, D, F, s);
+    cuda_linear_backward_input(gm, b->d_n2, 1, 1.0f, b->d_up, w.w_up, n, D, F, s);
+    cuda_linear_backward_weight(gm, g.w_gate, b->d_gate, b->n2, n, D, F, s);
+    cuda_linear_backward_weight(gm, g.w_up, b->d_up, b->n2, n, D, F, s);
+    cu_copy(b, b->d_h, dout, sizeof(float) * n * D);
+    cuda_rmsnorm_backward(b->d_h, g.ffn_norm, b->d_n2, b->h, w.ffn_norm, b->rstd2, n, D,
+                          b->norm_scratch, s);
+    // attention block
+    cuda_float_to_bf16(b->dh_b, b->d_h, (long)n * D, s);
+    cuda_linear_backward_input(gm, b->d_att, 0, 0, b->dh_b, w.wo, n, Q, D, s);
+    cuda_linear_backward_weight(gm, g.wo, b->dh_b, b->att, n, Q, D, s);
+    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, b->att, b->lse, b->q, b->k, b->v,
+                            b->B, b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
+    cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 0, b->dq, w.wq, n, D, Q, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, b->dk, w.wk, n, D, KV, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, b->dv, w.wv, n, D, KV, s);
+    cuda_linear_backward_weight(gm, g.wq, b->dq, b->n1, n, D, Q, s);
+    cuda_linear_backward_weight(gm, g.wk, b->dk, b->n1, n, D, KV, s);
+    cuda_linear_backward_weight(gm, g.wv, b->dv, b->n1, n, D, KV, s);
+    cu_copy(b, dx, b->d_h, sizeof(float) * n * D);
+    cuda_rmsnorm_backward(dx, g.attn_norm, b->d_n1, x, w.attn_norm, b->rstd1, n, D,
+                          b->norm_scratch, s);
+}
+
+static void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g,
+                    float *cls_g, const float *x, float *dx, int m, float dloss) {
+    const mt_config *c = b->c;
+    int n = tokens(b), D = c->dim;
+    const bf16 *final_norm = head_w;
+    cuda_rmsnorm_forward(b->xf, b->rstd_f, x, final_norm, n, D, (float)c->norm_eps, b->s);
+    float *losses = b->losses + (size_t)m * n;
+    if (m + 1 > b->loss_micro) b->loss_micro = m + 1;
+    if (dloss == 0) {
+        cuda_classifier(b->gemm, losses, NULL, NULL, b->xf, cls_w, b->targets + (size_t)m * n, n,
+                        D, c->vocab, 0, b->cls_scratch, b->chunk, b->s);
+        return;
+    }
+    cu_zero(b, b->dxf, sizeof(float) * n * D);
+    cuda_classifier(b->gemm, losses, b->dxf, cls_g, b->xf, cls_w, b->targets + (size_t)m * n, n,
+                    D, c->vocab, dloss, b->cls_scratch, b->chunk, b->s);
+    cu_zero(b, dx, sizeof(float) * n * D);
+    cuda_rmsnorm_backward(dx, head_g, b->dxf, x, final_norm, b->rstd_f, n, D, b->norm_scratch,
+                          b->s);
+}
+
+// Summed on the host in token order: deterministic, and one small copy per step.
+static double cu_take_loss(backend *b) {
+    size_t count = (size_t)b->loss_micro * tokens(b);
+    CUDA_CHECK(cudaMemcpyAsync(b->losses_host, b->losses, count * sizeof(float),
+                               cudaMemcpyDeviceToHost, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+    double total = 0;
+    for (size_t i = 0; i < count; i++) total += b->losses_host[i];
+    b->loss_micro = 0;
+    return total;
+}
+
+static void cu_set_shape(backend *b, int B, int T) { b->B = B, b->T = T; }
+
+static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
+                           int len, float *host_logits) {
+    const mt_config *c = b->c;
+    const float *last = x + (size_t)(len - 1) * c->dim;
+    cuda_rmsnorm_forward(b->xf, b->rstd_f, last, head_w, 1, c->dim, (float)c->norm_eps, b->s);
+    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->dim, c->vocab, b->s);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->vocab,
+                               cudaMemcpyDeviceToHost, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+
+static void *dev(backend *b, size_t elems, size_t elem_bytes) {
+    return cu_alloc(b, elems * elem_bytes);
+}
+
+static void alloc_layer_set(backend *b) {
+    const mt_config *c = b->c;
+    size_t n = b->max_tokens, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+    size_t Q = c->heads * hd, KV = c->kv_heads * hd;
+    bf16 **nd[] = {&b->n1, &b->n2, &b->dout_b, &b->dh_b};
+    for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = dev(b, n * D, 2);
+    bf16 **nq[] = {&b->q, &b->att, &b->d_att, &b->dq};
+    for (size_t i = 0; i < sizeof nq / sizeof *nq; i++) *nq[i] = dev(b, n * Q, 2);
+    bf16 **nkv[] = {&b->k, &b->v, &b->dk, &b->dv};
+    for (size_t i = 0; i < sizeof nkv / sizeof *nkv; i++) *nkv[i] = dev(b, n * KV, 2);
+    bf16 **nf[] = {&b->gate, &b->up, &b->act, &b->d_gate, &b->d_up};
+    for (size_t i = 0; i < sizeof nf / sizeof *nf; i++) *nf[i] = dev(b, n * F, 2);
+    float **fd[] = {&b->h, &b->d_n2, &b->d_h, &b->d_n1, &b->dxf};
+    for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) *fd[i] = dev(b, n * D, 4);
+    b->d_act = dev(b, n * F, 4);
+    b->rstd1 = dev(b, n, 4), b->rstd2 = dev(b, n, 4), b->rstd_f = dev(b, n, 4);
+    b->lse = dev(b, n * c->heads, 4);
+    b->norm_scratch = dev(b, cuda_rmsnorm_scratch_floats((int)n, c->dim), 4);
+    b->attn_scratch = dev(b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads,
+                                                          c->kv_heads, (int)hd),
+                          1);
+}
+
+static void alloc_head_set(backend *b) {
+    const mt_config *c = b->c;
+    size_t n = b->max_tokens, M = c->micro_batches;
+    // Chunks of the classifier keep its logits near 256 MiB whatever the vocabulary.
+    long chunk = (256l << 20) / ((long)c->vocab * 6);
+    b->chunk = chunk < 1 ? 1 : chunk > (long)n ? (int)n : (int)chunk;
+    b->xf = dev(b, n * c->dim, 2);
+    b->losses = dev(b, n * M, 4);
+    CUDA_CHECK(cudaMallocHost((void **)&b->losses_host, sizeof(float) * n * M));
+    b->logits = dev(b, c->vocab, 4);
+    b->cls_scratch = dev(b, cuda_classifier_scratch_bytes(b->chunk, c->dim, c->vocab), 1);
+    b->inputs = dev(b, n * M, 4);
+    b->targets = dev(b, n * M, 4);
+}
+
+static void cu_destroy(backend *b) {
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+    void *all[] = {b->n1,     b->q,      b->k,      b->v,     b->att,    b->n2,     b->gate,
+                   b->up,     b->act,    b->dout_b, b->d_gate, b->d_up,  b->dh_b,   b->d_att,
+                   b->dq,     b->dk,     b->dv,     b->rstd1, b->lse,    b->h,      b->rstd2,
+                   b->d_act,  b->d_n2,   b->d_h,    b->d_n1,  b->norm_scratch, b->attn_scratch,
+                   b->xf,     b->rstd_f, b->dxf,    b->losses, b->logits, b->cls_scratch,
+                   b->inputs, b->targets, b->inv_freq};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
+    CUDA_CHECK(cudaFreeHost(b->losses_host));
+    cuda_gemm_free(b->gemm);
+    CUDA_CHECK(cudaStreamDestroy(b->s));
+    free(b);
+}
+
+void *backend_cuda_compute_stream(backend *b) { return b->s; }
+
+static void upload_inv_freq(backend *b) {
+    int half = mt_head_dim(b->c) / 2;
+    float *host = malloc(sizeof(float) * half);
+    for (int i = 0; i < half; i++) // as transformers: 1 / theta^(2i/hd) in float
+        host[i] = 1.0f / powf((float)b->c->rope_theta, (float)(2 * i) / mt_head_dim(b->c));
+    b->inv_freq = dev(b, half, 4);
+    CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
+    free(host);
+}
+
+backend *backend_cuda_new(const mt_config *c) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError(); // clear the sticky "no device" error
+        return NULL;
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    backend *b = calloc(1, sizeof *b);
+    if (!b) mt_die("out of memory");
+    b->c = c;
+    b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
+    tensor_info t[MODEL_MAX_TENSORS];
+    uint64_t numel;
+    int nt = model_group_tensors(c, model_layer_group(0), t, &numel);
+    for (int i = 0; i < nt; i++) b->offsets[i] = t[i].offset;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    b->gemm = cuda_gemm_new(32u << 20);
+    upload_inv_freq(b);
+    alloc_layer_set(b);
+    alloc_head_set(b);
+    return b;
+}
+
+const backend_ops *backend_cuda_ops(void) {
+    static const backend_ops ops = {
+        "cuda",         2,
+        cu_alloc,       cu_release,        cu_zero,          cu_copy,
+        cu_load_tokens, cu_embed_forward,  cu_embed_backward, cu_layer_forward,
+        cu_layer_backward, cu_head,        cu_take_loss,     cu_set_shape,
+        cu_last_logits, cu_destroy,
+    };
+    return &ops;
+}

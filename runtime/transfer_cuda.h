@@ -1,0 +1,19 @@
+// The CUDA side of transfer.c: registered shared regions, DMA on the H2D/D2H streams, events.
+#ifndef MT_TRANSFER_CUDA_H
+#define MT_TRANSFER_CUDA_H
+
+#include "runtime/transfer.h"
+
+transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream);
+void xfer_cuda_free(transfer_cuda *x, mt_job *job);
+void xfer_cuda_weight_init(weight_buffer *buf);
+void xfer_cuda_grad_init(grad_buffer *buf);
+void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng);
+void xfer_cuda_fetch(transfer *t, weight_buffer *buf);
+void xfer_cuda_fetch_wait(weight_buffer *buf);
+void xfer_cuda_buffer_done(weight_buffer *buf);
+void xfer_cuda_offload(transfer *t, grad_buffer *buf);
+// 1 when the offload has landed (with wait: after waiting for it); sumsq is then valid.
+int xfer_cuda_offload_landed(grad_buffer *buf, int wait);
+
+#endif
