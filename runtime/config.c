@@ -62,8 +62,8 @@ static const field_t schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    STR("data.path", data_path, REQUIRED, NULL, NULL),
-    STR("data.format", data_format, 0, "bytes", "bytes"),
+    STR("data.path", data_path, 0, "", NULL), // required unless data.format is "synthetic"
+    STR("data.format", data_format, 0, "bytes", "bytes|synthetic"),
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
@@ -80,7 +80,8 @@ static const field_t schema[] = {
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
     STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
-    INT("checkpoint.interval", checkpoint_interval, 1, INT_MAX, DERIVED, 0), // default: steps
+    // default: steps (one checkpoint, at the end); 0: never (benchmarks)
+    INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),
     INT("eval.interval", eval_interval, 0, INT_MAX, 0, 0), // 0: no evaluation
     INT("eval.batches", eval_batches, 1, 1 << 20, 0, 4),
     INT("sample_tokens", sample_tokens, 0, 1 << 20, 0, 0),
@@ -454,7 +455,7 @@ static int resolve_paths(ctx_t *x, mt_config *cfg) {
     char dir[MT_PATH_MAX], out[MT_PATH_MAX];
     if (config_dir(x, dir, sizeof dir) < 0) return -1;
 
-    if (join_path(out, sizeof out, dir, cfg->data_path) < 0)
+    if (cfg->data_path[0] && join_path(out, sizeof out, dir, cfg->data_path) < 0)
         return fail(x, LINE("data.path"), "data.path", "path too long");
     snprintf(cfg->data_path, sizeof cfg->data_path, "%s", out);
 
@@ -485,6 +486,8 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
 
 static int check_data_file(ctx_t *x, const mt_config *cfg) {
     int line = LINE("data.path");
+    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
+    if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
     int fd = open(cfg->data_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(x, line, "data.path", "cannot open %s: %s", cfg->data_path, strerror(errno));
     struct stat st;

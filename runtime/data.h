@@ -10,8 +10,9 @@
 #include <stdint.h>
 
 typedef struct {
-    const uint8_t *bytes;
+    const uint8_t *bytes; // NULL for synthetic data
     size_t n, n_train;
+    int vocab; // synthetic data: uniform tokens in [0, vocab), a hash of the position
 } dataset;
 
 enum { SPLIT_TRAIN, SPLIT_VAL };

@@ -108,7 +108,7 @@ static void update_step(optimizer *o, int step) {
 
 static int checkpoint_due(const mt_job *job, int version) {
     int every = job->cfg.checkpoint_interval;
-    return version == job->end_step || (every > 0 && version % every == 0);
+    return every > 0 && (version == job->end_step || version % every == 0);
 }
 
 void optimizer_run(mt_job *job) {

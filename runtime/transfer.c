@@ -6,14 +6,14 @@
 #include "runtime/transfer_cuda.h"
 #else // without CUDA these are never reached: t->cuda is always NULL
 #define xfer_cuda_new(job, s) NULL
-#define xfer_cuda_free(x, job)
-#define xfer_cuda_weight_init(b)
-#define xfer_cuda_grad_init(b)
-#define xfer_cuda_buffers_free(w, nw, g, ng)
-#define xfer_cuda_fetch(t, b)
-#define xfer_cuda_fetch_wait(b)
-#define xfer_cuda_buffer_done(b)
-#define xfer_cuda_offload(t, b)
+#define xfer_cuda_free(x, job) ((void)0)
+#define xfer_cuda_weight_init(b) ((void)0)
+#define xfer_cuda_grad_init(b) ((void)0)
+#define xfer_cuda_buffers_free(w, nw, g, ng) ((void)0)
+#define xfer_cuda_fetch(t, b) ((void)0)
+#define xfer_cuda_fetch_wait(b) ((void)0)
+#define xfer_cuda_buffer_done(b) ((void)0)
+#define xfer_cuda_offload(t, b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
 #endif
 

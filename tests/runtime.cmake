@@ -1,7 +1,3 @@
-add_executable(test_adamw ${MT_TEST_DIR}/test_adamw.c)
-target_link_libraries(test_adamw PRIVATE mt_kernels)
-add_test(NAME adamw_vs_pytorch_transcription COMMAND test_adamw)
-
 add_executable(test_model_grad ${MT_TEST_DIR}/test_model_grad.c)
 target_link_libraries(test_model_grad PRIVATE mt_runtime)
 add_test(NAME model_gradcheck COMMAND test_model_grad)
@@ -12,3 +8,7 @@ foreach(t sharding_invariance resume shm_cleanup demo_loss)
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_${t} PROPERTIES RUN_SERIAL TRUE TIMEOUT 1800)
 endforeach()
+
+add_test(NAME e2e_cuda_parity COMMAND bash ${MT_TEST_DIR}/e2e_cuda_parity.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77)

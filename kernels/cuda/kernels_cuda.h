@@ -61,9 +61,18 @@ void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, con
 size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
 
 // gemm.cu: cuBLASLt, bf16 operands, fp32 accumulation. out is fp32 (out_f32 = 1) or bf16.
+// A cuda_gemm owns one cuBLASLt workspace (32 MiB is a good size on Hopper) and a cache of
+// per-shape plans: use it from one host thread, and from one stream at a time (calls on two
+// streams at once would share the workspace).
 typedef struct cuda_gemm cuda_gemm;
 cuda_gemm *cuda_gemm_new(size_t workspace_bytes);
 void cuda_gemm_free(cuda_gemm *g);
+// The general row-major product behind the linear calls, for callers with padded rows:
+// c[M, N] (row stride ldc) = op(a)[M, K] . op(b)[K, N] + beta * c, with op(x) = x^T when
+// trans_x is set; lda and ldb are the row strides of a and b as stored (before op).
+void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, float beta, const bf16 *a,
+                        long lda, int trans_a, const bf16 *b, long ldb, int trans_b, int M, int N,
+                        int K, cudaStream_t stream);
 // out[n, oc] = in[n, ic] . w[oc, ic]^T + beta * out
 void cuda_linear_forward(cuda_gemm *g, void *out, int out_f32, float beta, const bf16 *in,
                          const bf16 *w, int n, int ic, int oc, cudaStream_t stream);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
+# suite (GPU tests included) and the benchmarks. Output under $OUT.
+#   usage: bench/device_run.sh [tests] [bench NAMES...]
+set -u
+cd "$(dirname "$0")/.."
+source bench/device-setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi -L; nproc; free -g | head -2
+t0=$(date +%s)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+for what in "$@"; do
+    case $what in
+    tests) (cd build && ctest --output-on-failure -E 'demo' --timeout 300 >"$OUT/ctest.log" 2>&1)
+           grep -E "Test +#|tests passed|SKIPPED|FAIL" "$OUT/ctest.log" | tail -40 ;;
+    gpu-tests) (cd build && ctest --output-on-failure -R 'cuda|attention' --timeout 300 >"$OUT/ctest-gpu.log" 2>&1)
+           grep -E "Test +#|tests passed|PASS|FAIL|TFLOP|passed" "$OUT/ctest-gpu.log" | tail -80 ;;
+    bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
+    esac
+done

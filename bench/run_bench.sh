@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Trains the bench configs on the GPU machine and prints one summary line per config.
+# Usage: bench/run_bench.sh BUILD_DIR OUT_DIR [config names...]   (default: 1b 3b 7b)
+set -u
+BUILD=$1
+OUT=$2
+shift 2
+names=${*:-1b 3b 7b}
+here=$(cd "$(dirname "$0")" && pwd)
+np=${MT_BENCH_NP:-5}
+for name in $names; do
+    cfg=$here/configs/bench-$name.cfg
+    log=$OUT/bench-$name.log
+    rm -rf "$OUT/run-$name"
+    /usr/bin/time -v "$BUILD/bin/mtrun" -np "$np" "$cfg" --out "$OUT/run-$name" >"$log" 2>&1
+    echo "== $name (exit $?)"
+    grep -E '^compute rank|^step' "$log" | tail -n 4
+    grep -E 'Maximum resident|Elapsed' "$log"
+    # steady state: the median of steps after the first two
+    grep -o '"tokens_per_s":[0-9.]*' "$OUT/run-$name/metrics.jsonl" 2>/dev/null | tail -n +3 |
+        sed 's/.*://' | sort -n | awk '{v[NR]=$1} END {if (NR) print "median tokens/s", v[int((NR+1)/2)]}'
+done

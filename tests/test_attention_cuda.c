@@ -1,0 +1,360 @@
+// The CUDA flash attention (kernels/cuda/attention.cu) against the fp32 CPU reference
+// (kernels/cpu/attention.c), on both of its paths: tensor cores (default) and the simple
+// fp32 one (MT_ATTENTION_SIMPLE=1).
+//
+// q, k, v and dout are rounded to bf16 first, so both sides see the same inputs; the backward
+// of both sides gets the same bf16-rounded out and the reference lse, so that it is checked
+// on its own. Every GPU output is poisoned (0xFF bytes: NaN) before each call, so an element
+// that a kernel fails to write shows up as a failure. Then the backward is rerun and must
+// give the same bits (no atomics), and the tensor-core path is timed at the benchmark models'
+// shapes (skip that with --no-bench).
+//
+// Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
+#include "kernels/bf16.h"
+#include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// bf16 outputs carry ~3 significant digits; lse and the statistics behind it are fp32.
+static const double TOL_BF16 = 2e-2, TOL_LSE = 1e-3;
+static int passed, failed;
+
+typedef struct {
+    int B, T, H, KV, hd;
+} shape;
+
+// Tails (T not a multiple of 64), T = 1, GQA groups of 1..4, and hd padded inside the
+// tensor-core path (16, 24 -> 32; 40 -> 64; 96 -> 128) besides the real 64 and 128.
+static const shape SHAPES[] = {
+    {2, 37, 4, 2, 16},  {1, 130, 8, 8, 64}, {2, 257, 8, 2, 128}, {1, 1, 4, 1, 64},
+    {1, 1, 8, 2, 128},  {1, 64, 2, 1, 32},  {1, 70, 6, 3, 24},   {1, 200, 4, 4, 40},
+    {1, 100, 4, 2, 96},
+};
+
+// ---- helpers -----------------------------------------------------------------------------
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static float rng_uniform(void) { // splitmix64 -> [-1, 1)
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+// Random values times amp, rounded to bf16: f gets the rounded floats, b their bf16 bits.
+static void rand_bf16(float *f, bf16 *b, long n, float amp) {
+    for (long i = 0; i < n; i++) {
+        b[i] = bf16_from_float(rng_uniform() * amp);
+        f[i] = bf16_to_float(b[i]);
+    }
+}
+
+static void to_bf16(bf16 *b, float *f, long n) { // rounds f in place too
+    for (long i = 0; i < n; i++) {
+        b[i] = bf16_from_float(f[i]);
+        f[i] = bf16_to_float(b[i]);
+    }
+}
+
+static void from_bf16(float *f, const bf16 *b, long n) {
+    for (long i = 0; i < n; i++) f[i] = bf16_to_float(b[i]);
+}
+
+// ||a - b|| / ||b||; infinite if a holds a NaN or Inf (an unwritten, poisoned element).
+static double rel_err(const float *a, const float *b, long n) {
+    double num = 0.0, den = 0.0;
+    for (long i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        double diff = (double)a[i] - b[i];
+        num += diff * diff;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void report(int ok, const char *path, const char *what, const shape *s, double err) {
+    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d  rel_err %.3g\n", ok ? "PASS" : "FAIL", path,
+           what, s->B, s->T, s->H, s->KV, s->hd, err);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+static void check_close(const char *path, const char *what, const shape *s, const float *got,
+                        const float *ref, long n, double tol) {
+    double err = rel_err(got, ref, n);
+    report(err < tol, path, what, s, err);
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16));
+    return p;
+}
+static void *dev_upload(const void *src, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    CUDA_CHECK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+static void poison(void *p, size_t bytes) { CUDA_CHECK(cudaMemset(p, 0xFF, bytes)); }
+
+// Device bf16 -> host floats.
+static void download_bf16(float *dst, const bf16 *src, long n) {
+    bf16 *tmp = xmalloc(sizeof(bf16) * n);
+    CUDA_CHECK(cudaMemcpy(tmp, src, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
+    from_bf16(dst, tmp, n);
+    free(tmp);
+}
+
+// ---- one shape on one path ---------------------------------------------------------------
+
+typedef struct {
+    long nq, nkv, nl;
+    float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv; // host reference (floats)
+    bf16 *qb, *kb, *vb, *doutb, *outb;
+} host_case;
+
+// Inputs and the CPU reference for shape s. q is scaled so that the scores' standard
+// deviation is about 1: peaked enough that the softmax is not nearly uniform.
+static void host_case_init(host_case *c, const shape *s) {
+    c->nq = (long)s->B * s->T * s->H * s->hd;
+    c->nkv = (long)s->B * s->T * s->KV * s->hd;
+    c->nl = (long)s->B * s->H * s->T;
+    float **fl[] = {&c->q, &c->dout, &c->out, &c->dq};
+    for (int i = 0; i < 4; i++) *fl[i] = xmalloc(sizeof(float) * c->nq);
+    float **fk[] = {&c->k, &c->v, &c->dk, &c->dv};
+    for (int i = 0; i < 4; i++) *fk[i] = xmalloc(sizeof(float) * c->nkv);
+    c->lse = xmalloc(sizeof(float) * c->nl);
+    c->qb = xmalloc(sizeof(bf16) * c->nq);
+    c->doutb = xmalloc(sizeof(bf16) * c->nq);
+    c->outb = xmalloc(sizeof(bf16) * c->nq);
+    c->kb = xmalloc(sizeof(bf16) * c->nkv);
+    c->vb = xmalloc(sizeof(bf16) * c->nkv);
+
+    rand_bf16(c->q, c->qb, c->nq, 3.0f);
+    rand_bf16(c->k, c->kb, c->nkv, 1.0f);
+    rand_bf16(c->v, c->vb, c->nkv, 1.0f);
+    rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd);
+    to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
+    // The CPU backward accumulates: start from zero.
+    memset(c->dq, 0, sizeof(float) * c->nq);
+    memset(c->dk, 0, sizeof(float) * c->nkv);
+    memset(c->dv, 0, sizeof(float) * c->nkv);
+    attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B,
+                       s->T, s->H, s->KV, s->hd);
+}
+
+static void host_case_free(host_case *c) {
+    void *p[] = {c->q, c->k, c->v, c->dout, c->out, c->lse, c->dq, c->dk,
+                 c->dv, c->qb, c->kb, c->vb, c->doutb, c->outb};
+    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
+}
+
+static void check_forward(const char *path, const shape *s, const host_case *c) {
+    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq), *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
+    bf16 *v = dev_upload(c->vb, sizeof(bf16) * c->nkv), *out = dev_alloc(sizeof(bf16) * c->nq);
+    float *lse = dev_alloc(sizeof(float) * c->nl);
+    poison(out, sizeof(bf16) * c->nq);
+    poison(lse, sizeof(float) * c->nl);
+    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    float *got = xmalloc(sizeof(float) * c->nq);
+    download_bf16(got, out, c->nq);
+    check_close(path, "out", s, got, c->out, c->nq, TOL_BF16);
+    CUDA_CHECK(cudaMemcpy(got, lse, sizeof(float) * c->nl, cudaMemcpyDeviceToHost));
+    check_close(path, "lse", s, got, c->lse, c->nl, TOL_LSE);
+    free(got);
+    void *p[] = {q, k, v, out, lse};
+    for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(p[i]));
+}
+
+typedef struct {
+    bf16 *dq, *dk, *dv;
+} grads;
+
+static void run_backward(grads *g, const shape *s, const host_case *c, const bf16 *dout,
+                         const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
+                         const bf16 *v, void *scratch, size_t scratch_bytes) {
+    poison(g->dq, sizeof(bf16) * c->nq);
+    poison(g->dk, sizeof(bf16) * c->nkv);
+    poison(g->dv, sizeof(bf16) * c->nkv);
+    poison(scratch, scratch_bytes);
+    cuda_attention_backward(g->dq, g->dk, g->dv, dout, out, lse, q, k, v, s->B, s->T, s->H, s->KV,
+                            s->hd, scratch, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+static int same_bits(const bf16 *a, const bf16 *b, long n) {
+    bf16 *ha = xmalloc(sizeof(bf16) * n), *hb = xmalloc(sizeof(bf16) * n);
+    CUDA_CHECK(cudaMemcpy(ha, a, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hb, b, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
+    int same = memcmp(ha, hb, sizeof(bf16) * n) == 0;
+    free(ha);
+    free(hb);
+    return same;
+}
+
+static void check_backward(const char *path, const shape *s, const host_case *c) {
+    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq), *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
+    bf16 *v = dev_upload(c->vb, sizeof(bf16) * c->nkv);
+    bf16 *dout = dev_upload(c->doutb, sizeof(bf16) * c->nq);
+    bf16 *out = dev_upload(c->outb, sizeof(bf16) * c->nq);
+    float *lse = dev_upload(c->lse, sizeof(float) * c->nl);
+    size_t sb = cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd);
+    void *scratch = dev_alloc(sb);
+    grads g[2];
+    for (int r = 0; r < 2; r++) {
+        g[r].dq = dev_alloc(sizeof(bf16) * c->nq);
+        g[r].dk = dev_alloc(sizeof(bf16) * c->nkv);
+        g[r].dv = dev_alloc(sizeof(bf16) * c->nkv);
+        run_backward(&g[r], s, c, dout, out, lse, q, k, v, scratch, sb);
+    }
+
+    float *got = xmalloc(sizeof(float) * (c->nq > c->nkv ? c->nq : c->nkv));
+    download_bf16(got, g[0].dq, c->nq);
+    check_close(path, "dq", s, got, c->dq, c->nq, TOL_BF16);
+    download_bf16(got, g[0].dk, c->nkv);
+    check_close(path, "dk", s, got, c->dk, c->nkv, TOL_BF16);
+    download_bf16(got, g[0].dv, c->nkv);
+    check_close(path, "dv", s, got, c->dv, c->nkv, TOL_BF16);
+    int same = same_bits(g[0].dq, g[1].dq, c->nq) && same_bits(g[0].dk, g[1].dk, c->nkv) &&
+               same_bits(g[0].dv, g[1].dv, c->nkv);
+    report(same, path, "rerun", s, same ? 0.0 : 1.0);
+    free(got);
+
+    void *p[] = {q, k, v, dout, out, lse, scratch};
+    for (int i = 0; i < 7; i++) CUDA_CHECK(cudaFree(p[i]));
+    for (int r = 0; r < 2; r++) {
+        CUDA_CHECK(cudaFree(g[r].dq));
+        CUDA_CHECK(cudaFree(g[r].dk));
+        CUDA_CHECK(cudaFree(g[r].dv));
+    }
+}
+
+// ---- timing --------------------------------------------------------------------------------
+
+enum { BENCH_WARMUP = 2, BENCH_ITERS = 10 };
+
+// Random bf16 values in [-amp, amp) straight into device memory, in chunks.
+static void dev_fill_random(bf16 *dst, long n, float amp) {
+    const long chunk = 1l << 22;
+    bf16 *tmp = xmalloc(sizeof(bf16) * chunk);
+    for (long i = 0; i < n; i += chunk) {
+        long m = n - i < chunk ? n - i : chunk;
+        for (long j = 0; j < m; j++) tmp[j] = bf16_from_float(rng_uniform() * amp);
+        CUDA_CHECK(cudaMemcpy(dst + i, tmp, sizeof(bf16) * m, cudaMemcpyHostToDevice));
+    }
+    free(tmp);
+}
+
+typedef struct {
+    const shape *s;
+    bf16 *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *lse;
+    void *scratch;
+} bench_bufs;
+
+static void bench_call(const bench_bufs *b, int which) {
+    const shape *s = b->s;
+    if (which == 0)
+        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd, 0);
+    else
+        cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
+                                s->B, s->T, s->H, s->KV, s->hd, b->scratch, 0);
+}
+
+// Milliseconds per call of the forward (which = 0) or backward (1), averaged over BENCH_ITERS.
+static float bench_ms(const bench_bufs *b, int which) {
+    for (int i = 0; i < BENCH_WARMUP; i++) bench_call(b, which);
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    CUDA_CHECK(cudaEventRecord(t0, 0));
+    for (int i = 0; i < BENCH_ITERS; i++) bench_call(b, which);
+    CUDA_CHECK(cudaEventRecord(t1, 0));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
+    return ms / BENCH_ITERS;
+}
+
+// Causal forward FLOPs: 2 GEMMs of 2*T*T*hd each per (b, h), halved by the mask; the
+// backward counts as 2.5 forwards (5 GEMMs), whatever the kernels actually recompute.
+static void bench_shape(const shape *s) {
+    long nq = (long)s->B * s->T * s->H * s->hd, nkv = (long)s->B * s->T * s->KV * s->hd;
+    bench_bufs b = {.s = s};
+    bf16 **qbuf[] = {&b.q, &b.out, &b.dout, &b.dq};
+    for (int i = 0; i < 4; i++) *qbuf[i] = dev_alloc(sizeof(bf16) * nq);
+    bf16 **kvbuf[] = {&b.k, &b.v, &b.dk, &b.dv};
+    for (int i = 0; i < 4; i++) *kvbuf[i] = dev_alloc(sizeof(bf16) * nkv);
+    b.lse = dev_alloc(sizeof(float) * s->B * s->H * s->T);
+    b.scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
+    dev_fill_random(b.q, nq, 1.0f);
+    dev_fill_random(b.k, nkv, 1.0f);
+    dev_fill_random(b.v, nkv, 1.0f);
+    dev_fill_random(b.dout, nq, 1.0f);
+
+    double fwd_flops = 4.0 * s->B * s->H * (double)s->T * s->T * s->hd / 2.0;
+    float fwd = bench_ms(&b, 0), bwd = bench_ms(&b, 1); // the forward leaves out and lse
+    printf("PERF B=%d T=%d H=%d KV=%d hd=%d  forward %.3f ms %.1f TFLOP/s  backward %.3f ms "
+           "%.1f TFLOP/s\n",
+           s->B, s->T, s->H, s->KV, s->hd, fwd, fwd_flops / (fwd * 1e-3) / 1e12, bwd,
+           2.5 * fwd_flops / (bwd * 1e-3) / 1e12);
+    void *p[] = {b.q, b.out, b.dout, b.dq, b.k, b.v, b.dk, b.dv, b.lse, b.scratch};
+    for (int i = 0; i < 10; i++) CUDA_CHECK(cudaFree(p[i]));
+}
+
+int main(int argc, char **argv) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    int bench = !(argc > 1 && strcmp(argv[1], "--no-bench") == 0);
+
+    const int nshapes = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
+    for (int i = 0; i < nshapes; i++) {
+        host_case c;
+        host_case_init(&c, &SHAPES[i]);
+        for (int simple = 0; simple <= 1; simple++) {
+            // attention.cu reads the variable on every call.
+            if (simple)
+                setenv("MT_ATTENTION_SIMPLE", "1", 1);
+            else
+                unsetenv("MT_ATTENTION_SIMPLE");
+            const char *path = simple ? "simple" : "tc";
+            check_forward(path, &SHAPES[i], &c);
+            check_backward(path, &SHAPES[i], &c);
+        }
+        host_case_free(&c);
+    }
+    unsetenv("MT_ATTENTION_SIMPLE");
+
+    if (bench) {
+        static const shape PERF[] = {{8, 2048, 32, 4, 64}, {8, 2048, 32, 32, 128}};
+        for (int i = 0; i < 2; i++) bench_shape(&PERF[i]);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
