@@ -18,6 +18,8 @@ typedef struct {
     void (*release)(backend *b, void *p);
     void (*zero)(backend *b, void *p, size_t bytes);
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*upload)(backend *b, void *dst, const void *host_src, size_t bytes);
+    void (*download)(backend *b, void *host_dst, const void *src, size_t bytes); // waits
     // The step's tokens for `count` micro-batches, each [B * T], from host memory.
     void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets, int count);
     void (*embed_forward)(backend *b, float *out, const void *table, int m);

@@ -123,6 +123,7 @@ const backend_ops *backend_cpu_ops(void) {
     static const backend_ops ops = {
         "cpu",          4,
         cpu_alloc,      cpu_release,        cpu_zero,          cpu_copy,
+        cpu_copy,       cpu_copy,
         cpu_load_tokens, cpu_embed_forward, cpu_embed_backward, cpu_layer_forward,
         cpu_layer_backward, cpu_head,       cpu_take_loss,     cpu_set_shape,
         cpu_last_logits, cpu_destroy,

@@ -54,6 +54,15 @@ static void cu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->s));
 }
 
+static void cu_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+static void cu_download(backend *b, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+
 static int tokens(const backend *b) { return b->B * b->T; }
 
 static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
@@ -296,6 +305,7 @@ const backend_ops *backend_cuda_ops(void) {
     static const backend_ops ops = {
         "cuda",         2,
         cu_alloc,       cu_release,        cu_zero,          cu_copy,
+        cu_upload,      cu_download,
         cu_load_tokens, cu_embed_forward,  cu_embed_backward, cu_layer_forward,
         cu_layer_backward, cu_head,        cu_take_loss,     cu_set_shape,
         cu_last_logits, cu_destroy,

@@ -12,3 +12,12 @@ endforeach()
 add_test(NAME e2e_cuda_parity COMMAND bash ${MT_TEST_DIR}/e2e_cuda_parity.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# One decoder layer against transformers' LlamaDecoderLayer (skipped without torch).
+add_executable(layer_check ${MT_TEST_DIR}/layer_check.c)
+target_link_libraries(layer_check PRIVATE mt_runtime)
+foreach(b cpu cuda)
+  add_test(NAME layer_parity_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+           $<TARGET_FILE:layer_check> ${b})
+  set_tests_properties(layer_parity_${b} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()

@@ -1,0 +1,72 @@
+// mt-layer-check: runs one decoder layer (forward, then backward for a given output gradient)
+// on a backend, on inputs from a file, and writes the results; tests/layer_parity.py compares
+// them with transformers' LlamaDecoderLayer in fp32.
+//   layer_check cpu|cuda IN OUT
+// IN:  int32 dim, heads, kv_heads, ffn, B, T; float32 theta, eps; weights (our flat layer
+//      layout, fp32); x [B*T, dim]; dout [B*T, dim]
+// OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
+#include "kernels/bf16.h"
+#include "runtime/backend.h"
+#include "runtime/model.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *read_exact(FILE *f, size_t bytes, const char *what) {
+    void *p = malloc(bytes);
+    if (!p || fread(p, 1, bytes, f) != bytes) {
+        fprintf(stderr, "layer_check: short read of %s\n", what);
+        exit(2);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
+    FILE *in = fopen(argv[2], "rb");
+    if (!in) return perror(argv[2]), 2;
+    int32_t h[6];
+    float hf[2];
+    if (fread(h, 4, 6, in) != 6 || fread(hf, 4, 2, in) != 2) return fprintf(stderr, "bad header\n"), 2;
+    mt_config c = {0};
+    c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
+    c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
+    c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1;
+    size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;
+    float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");
+    float *dout = read_exact(in, nD * 4, "dout");
+    fclose(in);
+    const backend_ops *ops = backend_cpu_ops();
+    backend *b = NULL;
+#ifdef MT_HAVE_CUDA
+    if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c);
+    if (strcmp(argv[1], "cuda") == 0 && !b) return fprintf(stderr, "no CUDA device\n"), 77;
+#endif
+    if (!b && strcmp(argv[1], "cpu") != 0) return fprintf(stderr, "backend %s not built\n", argv[1]), 77;
+    if (!b) b = backend_cpu_new(&c);
+    // The weights as the backend streams them: fp32 on the CPU, bf16 on the GPU.
+    void *host_w = w;
+    if (ops->weight_bytes == 2) {
+        bf16 *wb = malloc(numel * 2);
+        for (size_t i = 0; i < numel; i++) wb[i] = bf16_from_float(w[i]);
+        host_w = wb;
+    }
+    void *dw_ = ops->alloc(b, numel * ops->weight_bytes);
+    float *dg = ops->alloc(b, numel * 4), *dx_ = ops->alloc(b, nD * 4), *dout_ = ops->alloc(b, nD * 4);
+    float *dxin = ops->alloc(b, nD * 4), *dres = ops->alloc(b, nD * 4);
+    ops->upload(b, dw_, host_w, numel * ops->weight_bytes);
+    ops->upload(b, dxin, x, nD * 4);
+    ops->upload(b, dres, dout, nD * 4);
+    ops->zero(b, dg, numel * 4);
+    ops->layer_forward(b, dw_, dxin, dout_);
+    ops->layer_backward(b, dw_, dg, dxin, dres, dx_);
+    float *out = malloc(nD * 4), *dx = malloc(nD * 4), *g = malloc(numel * 4);
+    ops->download(b, out, dout_, nD * 4);
+    ops->download(b, dx, dx_, nD * 4);
+    ops->download(b, g, dg, numel * 4);
+    FILE *o = fopen(argv[3], "wb");
+    if (!o || fwrite(out, 4, nD, o) != nD || fwrite(dx, 4, nD, o) != nD ||
+        fwrite(g, 4, numel, o) != numel || fclose(o) != 0)
+        return perror(argv[3]), 2;
+    return 0;
+}
