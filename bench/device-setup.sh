@@ -9,7 +9,7 @@ for f in .deb/*.deb; do dpkg -x "$f" "$DEPS"; done
 # The .pc files say prefix=/usr; make them point into the private prefix. UCX's libraries
 # themselves are the machine's (runtime only), the headers ours.
 for pc in $(find "$DEPS" -name '*.pc'); do
-    sed -i "s|^prefix=.*|prefix=$DEPS/usr|" "$pc"
+    sed -i -E "s#^(prefix|libdir|includedir) *= */usr#\1=$DEPS/usr#" "$pc"
 done
 ucx_lib=$(ls /usr/lib/x86_64-linux-gnu/libucp.so.0 2>/dev/null || true)
 libdir=$DEPS/usr/lib/x86_64-linux-gnu

@@ -15,10 +15,8 @@ cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/b
 echo "build: $(( $(date +%s) - t0 )) s"
 for what in "$@"; do
     case $what in
-    tests) (cd build && ctest --output-on-failure -E 'demo' --timeout 300 >"$OUT/ctest.log" 2>&1)
-           grep -E "Test +#|tests passed|SKIPPED|FAIL" "$OUT/ctest.log" | tail -40 ;;
-    gpu-tests) (cd build && ctest --output-on-failure -R 'cuda|attention' --timeout 300 >"$OUT/ctest-gpu.log" 2>&1)
-           grep -E "Test +#|tests passed|PASS|FAIL|TFLOP|passed" "$OUT/ctest-gpu.log" | tail -80 ;;
+    tests) (cd build && ctest --output-on-failure -V -E 'demo' --timeout 300 >"$OUT/ctest.log" 2>&1)
+           grep -E "tests passed|tests failed|FAIL|\(Failed\)|Skipped|TFLOP|relative error|loss agrees" "$OUT/ctest.log" | tail -70 ;;
     bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
     esac
 done

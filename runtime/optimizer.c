@@ -6,8 +6,13 @@
 #include "shm/syscheck.h"
 #include <math.h>
 #include <numa.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     mt_job *job;
@@ -17,20 +22,92 @@ typedef struct {
     int64_t *grads_step;
 } optimizer;
 
-// NUMA-local, and first touched by the threads that will update it (the same static schedule
-// as adamw_update), so each page lands next to the core that streams it.
+// ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t state_bytes(size_t n) { return ((n ? n : 1) * sizeof(float) + 4095) & ~(size_t)4095; }
+
+// An anonymous mapping on 2 MiB boundaries (when it is that large), marked for transparent huge
+// pages: the update streams master, m and v linearly, and 4 KiB pages would cost a TLB miss every
+// 1024 floats of each. The NUMA policy is "local": each page goes to the node of the thread that
+// first touches it, and adamw_first_touch touches it with the threads, the chunks and (after
+// pin_threads) the cores that will update it.
 static float *alloc_local(size_t n) {
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    float *p = numa_available() >= 0 ? numa_alloc_local(bytes) : aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!p) mt_die("out of memory: optimizer state of %zu MiB", bytes >> 20);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) p[i] = 0.0f;
-    return p;
+    size_t bytes = state_bytes(n), slack = bytes >= HUGE_PAGE ? HUGE_PAGE : 0;
+    char *raw = mmap(NULL, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) mt_die("out of memory: optimizer state of %zu MiB", bytes >> 20);
+    char *p = raw;
+    if (slack) { // trim to a 2 MiB-aligned start; the tail past p + bytes goes back too
+        p = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (p > raw) SYS_CHECK(munmap(raw, (size_t)(p - raw)));
+        if ((size_t)(p - raw) < slack) SYS_CHECK(munmap(p + bytes, slack - (size_t)(p - raw)));
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE); // best effort: THP may be off ("never") on this host
+#endif
+    if (numa_available() >= 0) numa_setlocal_memory(p, bytes);
+    adamw_first_touch((float *)p, n);
+    return (float *)p;
 }
 
-static void free_local(float *p, size_t n) {
-    if (numa_available() >= 0) numa_free(p, (n ? n : 1) * sizeof(float));
-    else free(p);
+static void free_local(float *p, size_t n) { SYS_CHECK(munmap(p, state_bytes(n))); }
+
+// ---- Thread pinning ----
+
+// Pins OpenMP thread t of this process to the t-th CPU of its mask that lies on its NUMA node,
+// so that a thread and the pages it first-touched stay together and threads do not migrate
+// mid-stream. Only where this process has those CPUs to itself: with mtrun's default placement
+// (one optimizer rank per NUMA node, bound to it by mpirun --bind-to numa) its mask is the node
+// and job.c gave it one thread per CPU. Otherwise nothing is pinned:
+//  - OMP_PLACES / OMP_PROC_BIND set: the OpenMP runtime binds, as the user asked;
+//  - a mask over more than one node: mpirun did not bind (e.g. --bind-to none when ranks are
+//    oversubscribed, as in CI where 5 ranks share 2 cores); the scheduler places threads;
+//  - fewer threads than CPUs: other optimizer ranks share this node's mask, and without
+//    knowing our index among them we would pin onto the same cores as they do;
+//  - more threads than CPUs: nothing sensible to pin to.
+// MT_NO_PIN=1 turns it off; MT_OPTIMIZER_INFO=1 prints what was decided.
+static void pin_threads(int shard) {
+    const char *why = NULL;
+    cpu_set_t mask;
+    int cpus[CPU_SETSIZE], ncpus = 0, threads = omp_get_max_threads(), node = -1;
+    if (getenv("MT_NO_PIN") && atoi(getenv("MT_NO_PIN")) != 0) why = "MT_NO_PIN is set";
+    else if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND")) why = "OMP_PLACES/OMP_PROC_BIND is set";
+    else if (sched_getaffinity(0, sizeof mask, &mask) != 0) why = "sched_getaffinity failed";
+    if (!why) {
+        for (int c = 0; c < CPU_SETSIZE && !why; c++) {
+            if (!CPU_ISSET(c, &mask)) continue;
+            int nc = numa_available() >= 0 ? numa_node_of_cpu(c) : 0;
+            if (node < 0) node = nc;
+            if (nc != node) why = "the process mask spans NUMA nodes (not bound by mpirun)";
+            cpus[ncpus++] = c;
+        }
+        if (!why && threads != ncpus)
+            why = threads < ncpus ? "other ranks share this node's CPUs"
+                                  : "more threads than CPUs";
+    }
+    int pinned = 0;
+    if (!why) {
+#pragma omp parallel num_threads(threads) reduction(+ : pinned)
+        {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[omp_get_thread_num()], &one);
+            pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+        }
+        if (pinned != threads) why = "pthread_setaffinity_np failed";
+    }
+    if (getenv("MT_OPTIMIZER_INFO")) {
+        if (!why)
+            fprintf(stderr, "optimizer %d: %d OpenMP threads pinned one per CPU of NUMA node %d "
+                    "(cpus %d..%d), adamw %s, streaming stores %s\n", shard, threads, node, cpus[0],
+                    cpus[ncpus - 1], adamw_isa_name(adamw_isa_default()),
+                    adamw_nt_name(adamw_nt_default()));
+        else
+            fprintf(stderr, "optimizer %d: %d OpenMP thread%s not pinned (%s), adamw %s, "
+                    "streaming stores %s\n", shard, threads, threads == 1 ? "" : "s", why,
+                    adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
+    }
 }
 
 static void publish_weights(optimizer *o, int g, int version) {
@@ -117,6 +194,7 @@ void optimizer_run(mt_job *job) {
     o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
+    pin_threads(o.shard); // before the state is first touched
     init_state(&o);
     for (int g = 0; g < job->n_groups; g++) publish_weights(&o, g, job->start_step);
     for (int step = job->start_step; step < job->end_step; step++) {

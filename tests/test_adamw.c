@@ -1,6 +1,13 @@
 // AdamW + clip_grad_norm_ against a plain scalar transcription of PyTorch's algorithm
 // (torch/optim/adamw.py single-tensor path and torch/nn/utils/clip_grad.py), computed in
 // double; and the bf16 wire conversion on its edge cases.
+// No FMA contraction here either (as in kernels/adamw.c): under -march=native GCC would fuse the
+// float transcription's a*b+c and it would drift from the (unfused) kernel by more than 1e-6.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include "kernels/adamw.h"
 #include <math.h>
 #include <stdio.h>

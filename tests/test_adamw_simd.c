@@ -1,11 +1,18 @@
 // The AdamW paths (scalar, AVX2, AVX-512) against each other and against an exact reference:
 // every float operation of adamw_kernel_scalar, done in double and rounded to float (for +, -,
 // *, / and sqrt of floats that gives the correctly rounded float result, since 53 >= 2*24 + 2),
-// so it cannot be contracted into an FMA and does not depend on any compiler flag.
+// independent of the ISA. GCC narrows such double ops back to float ops and would then fuse them
+// into FMAs under -march=native, so this file too is compiled without contraction.
 // Claims checked, all BITWISE: every path equals the reference and the scalar path, for sizes
 // that are no multiple of the vector width, any pointer alignment and every store policy; 1, 2
 // and 3 threads give the same bits; one call equals three uneven shards; the SIMD bf16
 // conversions equal bf16_from_float on all the edge cases.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "kernels/adamw.h"
 #include <math.h>
 #include <omp.h>

@@ -32,9 +32,9 @@ typedef struct {
 // Tails (T not a multiple of 64), T = 1, GQA groups of 1..4, and hd padded inside the
 // tensor-core path (16, 24 -> 32; 40 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
-    {2, 37, 4, 2, 16},  {1, 130, 8, 8, 64}, {2, 257, 8, 2, 128}, {1, 1, 4, 1, 64},
-    {1, 1, 8, 2, 128},  {1, 64, 2, 1, 32},  {1, 70, 6, 3, 24},   {1, 200, 4, 4, 40},
-    {1, 100, 4, 2, 96},
+    {2, 37, 4, 2, 16}, {1, 130, 8, 8, 64}, {2, 257, 8, 2, 128},
+    {1, 1, 4, 1, 64},  {1, 1, 8, 2, 128},  {1, 64, 2, 1, 32},
+    {1, 70, 6, 3, 24}, {1, 200, 4, 4, 40}, {1, 100, 4, 2, 96},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -113,7 +113,9 @@ static void *dev_upload(const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
     return p;
 }
-static void poison(void *p, size_t bytes) { CUDA_CHECK(cudaMemset(p, 0xFF, bytes)); }
+static void poison(void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemset(p, 0xFF, bytes));
+}
 
 // Device bf16 -> host floats.
 static void download_bf16(float *dst, const bf16 *src, long n) {
@@ -158,18 +160,19 @@ static void host_case_init(host_case *c, const shape *s) {
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
-    attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B,
-                       s->T, s->H, s->KV, s->hd);
+    attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B, s->T,
+                       s->H, s->KV, s->hd);
 }
 
 static void host_case_free(host_case *c) {
-    void *p[] = {c->q, c->k, c->v, c->dout, c->out, c->lse, c->dq, c->dk,
-                 c->dv, c->qb, c->kb, c->vb, c->doutb, c->outb};
+    void *p[] = {c->q,  c->k,  c->v,  c->dout, c->out, c->lse,   c->dq,
+                 c->dk, c->dv, c->qb, c->kb,   c->vb,  c->doutb, c->outb};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
 }
 
 static void check_forward(const char *path, const shape *s, const host_case *c) {
-    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq), *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
+    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq),
+         *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
     bf16 *v = dev_upload(c->vb, sizeof(bf16) * c->nkv), *out = dev_alloc(sizeof(bf16) * c->nq);
     float *lse = dev_alloc(sizeof(float) * c->nl);
     poison(out, sizeof(bf16) * c->nq);
@@ -214,7 +217,8 @@ static int same_bits(const bf16 *a, const bf16 *b, long n) {
 }
 
 static void check_backward(const char *path, const shape *s, const host_case *c) {
-    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq), *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
+    bf16 *q = dev_upload(c->qb, sizeof(bf16) * c->nq),
+         *k = dev_upload(c->kb, sizeof(bf16) * c->nkv);
     bf16 *v = dev_upload(c->vb, sizeof(bf16) * c->nkv);
     bf16 *dout = dev_upload(c->doutb, sizeof(bf16) * c->nq);
     bf16 *out = dev_upload(c->outb, sizeof(bf16) * c->nq);

@@ -22,9 +22,15 @@ const int THREADS = 512;
 const int WARPS = THREADS / 32;
 const size_t ALIGN = 256;
 
-long padded_vocab(int vocab) { return ((long)vocab + 7) / 8 * 8; }
-size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
-size_t logits_bytes(int chunk, int vocab) { return align_up((size_t)chunk * padded_vocab(vocab) * 4); }
+long padded_vocab(int vocab) {
+    return ((long)vocab + 7) / 8 * 8;
+}
+size_t align_up(size_t x) {
+    return (x + ALIGN - 1) / ALIGN * ALIGN;
+}
+size_t logits_bytes(int chunk, int vocab) {
+    return align_up((size_t)chunk * padded_vocab(vocab) * 4);
+}
 
 // (m, s) represents sum_i exp(z_i) = s * exp(m). Merging two such pairs; m = -inf means empty.
 __device__ void lse_merge(float &m, float &s, float m2, float s2) {
@@ -103,9 +109,9 @@ extern "C" void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *d
         const bf16 *xc = x + (long)t0 * dim;
         // logits[cn, vocab] = x_chunk[cn, dim] . (w[vocab, dim])^T
         cuda_gemm_rowmajor(g, logits, 1, ld, 0.0f, xc, dim, 0, w, dim, 1, cn, vocab, dim, stream);
-        cross_entropy_kernel<<<cn, THREADS, 0, stream>>>(
-            losses + t0, reinterpret_cast<__nv_bfloat16 *>(dlogits), logits, targets + t0, vocab,
-            ld, dloss);
+        cross_entropy_kernel<<<cn, THREADS, 0, stream>>>(losses + t0,
+                                                         reinterpret_cast<__nv_bfloat16 *>(dlogits),
+                                                         logits, targets + t0, vocab, ld, dloss);
         CUDA_CHECK_LAUNCH();
         // dx_chunk[cn, dim] += dlogits[cn, vocab] . w[vocab, dim]
         if (dx)

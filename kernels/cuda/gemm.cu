@@ -93,12 +93,13 @@ namespace {
 
 // Fill p for key k: descriptors, layouts and the heuristic's best algorithm.
 void plan_build(cuda_gemm *g, gemm_plan *p, const gemm_key &k) {
-    cublasOperation_t opa = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opa = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      opb = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
-                                                sizeof opa));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
-                                                sizeof opb));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     p->la = make_layout(CUDA_R_16BF, k.ta, k.m, k.k, k.lda);
     p->lb = make_layout(CUDA_R_16BF, k.tb, k.k, k.n, k.ldb);
     p->lc = make_layout(k.c_f32 ? CUDA_R_32F : CUDA_R_16BF, 0, k.m, k.n, k.ldc);
@@ -116,8 +117,8 @@ void plan_build(cuda_gemm *g, gemm_plan *p, const gemm_key &k) {
     cublasLtMatmulHeuristicResult_t result;
     memset(&result, 0, sizeof result);
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref,
-                                                1, &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                                &result, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS)
         gemm_die("cuBLASLt has no algorithm for this matmul", k);

@@ -25,7 +25,9 @@ __device__ float warp_sum(float v) {
 }
 
 // Four consecutive elements: fp32 from x-like arrays, bf16 from w-like arrays.
-__device__ float4 load4(const float *p, int i) { return reinterpret_cast<const float4 *>(p)[i]; }
+__device__ float4 load4(const float *p, int i) {
+    return reinterpret_cast<const float4 *>(p)[i];
+}
 __device__ float4 load4(const __nv_bfloat16 *p, int i) {
     bf16x4 v = reinterpret_cast<const bf16x4 *>(p)[i];
     float2 a = __bfloat1622float2(v.lo), b = __bfloat1622float2(v.hi);
@@ -132,7 +134,9 @@ bool vec_ok(int dim, const float *a, const float *b, const void *bf) {
            (uintptr_t)bf % 8 == 0;
 }
 
-int row_blocks(int n) { return (n + ROW_WARPS - 1) / ROW_WARPS; }
+int row_blocks(int n) {
+    return (n + ROW_WARPS - 1) / ROW_WARPS;
+}
 
 } // namespace
 

@@ -21,7 +21,7 @@ __global__ void rope_kernel(__nv_bfloat16 *x, const float *inv_freq, long pairs,
     long stride = (long)gridDim.x * blockDim.x;
     for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += stride) {
         int i = (int)(p % half);
-        long head_row = p / half;                 // (b * T + t) * heads + h
+        long head_row = p / half; // (b * T + t) * heads + h
         int t = (int)((head_row / heads) % T);
         __nv_bfloat16 *x1 = x + head_row * hd + i, *x2 = x1 + half;
         float s, c;
@@ -51,7 +51,7 @@ extern "C" void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, 
     rope_launch(x, inv_freq, B, T, heads, hd, 1.0f, stream);
 }
 
-extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads,
-                                   int hd, cudaStream_t stream) {
+extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
+                                   cudaStream_t stream) {
     rope_launch(dx, inv_freq, B, T, heads, hd, -1.0f, stream);
 }

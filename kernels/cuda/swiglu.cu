@@ -66,7 +66,9 @@ __global__ void swiglu_backward_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
         swiglu_bwd(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
 }
 
-bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+bool aligned16(const void *p) {
+    return (uintptr_t)p % 16 == 0;
+}
 
 unsigned blocks_for(long n, bool vec) {
     long work = vec ? n / VEC + VEC : n, b = (work + THREADS - 1) / THREADS;
@@ -88,8 +90,8 @@ extern "C" void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up,
 extern "C" void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                                      const bf16 *up, long n, cudaStream_t stream) {
     if (n <= 0) return;
-    bool vec = aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) &&
-               aligned16(up);
+    bool vec =
+        aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);
     swiglu_backward_kernel<<<blocks_for(n, vec), THREADS, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(dgate), reinterpret_cast<__nv_bfloat16 *>(dup), dout,
         reinterpret_cast<const __nv_bfloat16 *>(gate), reinterpret_cast<const __nv_bfloat16 *>(up),

@@ -1,0 +1,8 @@
+# CUDA kernels against the CPU reference kernels, on the same bf16-rounded values. Built only
+# with the CUDA backend; without a GPU the test exits 77 and ctest reports it as skipped.
+if(MT_HAVE_CUDA AND TARGET mt_kernels_cuda)
+  add_executable(test_kernels_cuda ${MT_TEST_DIR}/test_kernels_cuda.c)
+  target_link_libraries(test_kernels_cuda PRIVATE mt_kernels mt_kernels_cuda CUDA::cudart m)
+  add_test(NAME kernels_cuda_vs_cpu COMMAND test_kernels_cuda)
+  set_tests_properties(kernels_cuda_vs_cpu PROPERTIES SKIP_RETURN_CODE 77)
+endif()
