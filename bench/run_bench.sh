@@ -12,7 +12,10 @@ for name in $names; do
     cfg=$here/configs/bench-$name.cfg
     log=$OUT/bench-$name.log
     rm -rf "$OUT/run-$name"
-    /usr/bin/time -v "$BUILD/bin/mtrun" -np "$np" "$cfg" --out "$OUT/run-$name" >"$log" 2>&1
+    stop=()
+    [ -n "${MT_BENCH_STOP:-}" ] && stop=(--stop-at "$MT_BENCH_STOP")
+    /usr/bin/time -v "$BUILD/bin/mtrun" -np "$np" "$cfg" --out "$OUT/run-$name" "${stop[@]}" \
+        >"$log" 2>&1
     echo "== $name (exit $?)"
     grep -E '^compute rank|^step' "$log" | tail -n 4
     grep -E 'Maximum resident|Elapsed' "$log"

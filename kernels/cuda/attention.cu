@@ -65,6 +65,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
+__device__ __forceinline__ void cp_async8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
 __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
@@ -204,14 +207,29 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 template <int HDP, int ROWS>
 __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int row0, int T, long stride,
                                           int hd) {
-    constexpr int CPR = HDP / 8, LD = HDP + 8;
+    constexpr int LD = HDP + 8;
+    if ((hd & 7) == 0) {
+        constexpr int CPR = HDP / 8;
+        for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
+            int r = c / CPR, col = (c % CPR) * 8;
+            bf16 *d = dst + r * LD + col;
+            if (row0 + r < T && col < hd)
+                cp_async16(d, src + (long)(row0 + r) * stride + col);
+            else
+                *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        }
+        return;
+    }
+    // hd % 8 == 4 (e.g. 100 for dim 3200 / 32 heads): every other head starts only 8-byte
+    // aligned, so the rows move in 8-byte chunks.
+    constexpr int CPR = HDP / 4;
     for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
-        int r = c / CPR, col = (c % CPR) * 8;
+        int r = c / CPR, col = (c % CPR) * 4;
         bf16 *d = dst + r * LD + col;
         if (row0 + r < T && col < hd)
-            cp_async16(d, src + (long)(row0 + r) * stride + col);
+            cp_async8(d, src + (long)(row0 + r) * stride + col);
         else
-            *(uint4 *)d = make_uint4(0, 0, 0, 0);
+            *(uint2 *)d = make_uint2(0, 0);
     }
 }
 
@@ -235,11 +253,20 @@ __device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int
         }
     }
     __syncwarp();
-    for (int c = lane; c < 16 * MT * CPR; c += 32) {
-        int r = c / CPR, col = (c % CPR) * 8;
+    if ((hd & 7) == 0) {
+        for (int c = lane; c < 16 * MT * CPR; c += 32) {
+            int r = c / CPR, col = (c % CPR) * 8;
+            if (row0 + r < T && col < hd)
+                *(uint4 *)(dst + (long)(row0 + r) * stride + col) =
+                    *(const uint4 *)(stage + r * LD + col);
+        }
+        return;
+    }
+    for (int c = lane; c < 16 * MT * 2 * CPR; c += 32) { // 8-byte chunks, as in load_tile
+        int r = c / (2 * CPR), col = (c % (2 * CPR)) * 4;
         if (row0 + r < T && col < hd)
-            *(uint4 *)(dst + (long)(row0 + r) * stride + col) =
-                *(const uint4 *)(stage + r * LD + col);
+            *(uint2 *)(dst + (long)(row0 + r) * stride + col) =
+                *(const uint2 *)(stage + r * LD + col);
     }
 }
 
@@ -777,7 +804,7 @@ bool aligned16(const void *p) {
 bool use_simple(int hd, const void *const *ptrs, int n) {
     const char *e = getenv("MT_ATTENTION_SIMPLE");
     if (e && e[0] == '1') return true;
-    if (hd % 8 != 0) return true;
+    if (hd % 4 != 0) return true; // hd % 8 == 4 takes the tensor path with 8-byte chunks
     for (int i = 0; i < n; i++)
         if (!aligned16(ptrs[i])) return true;
     return false;
@@ -899,7 +926,10 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         CUDA_CHECK_LAUNCH();
         return;
     }
-    attn_bwd_rowdot16<<<(unsigned)((qrows + 15) / 16), 256, 0, stream>>>(D, dout, out, d);
+    if (hd % 8 == 0)
+        attn_bwd_rowdot16<<<(unsigned)((qrows + 15) / 16), 256, 0, stream>>>(D, dout, out, d);
+    else
+        attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
     CUDA_CHECK_LAUNCH();
     switch (padded_hd(hd)) {
     case 32:
