@@ -15,6 +15,8 @@
 #define xfer_cuda_buffer_done(b) ((void)0)
 #define xfer_cuda_offload(t, b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
+#define xfer_cuda_take_stats(x) ((transfer_stats){0})
+#define xfer_cuda_host_blocks(x, b) ((void)0)
 #endif
 
 void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
@@ -58,8 +60,16 @@ static int64_t *version_of(transfer *t, int shard, int g) {
     return &t->version[shard * t->job->n_groups + g];
 }
 
+static int version_ready(transfer *t, int g, int64_t v) {
+    for (int k = 0; k < t->job->n_shards; k++)
+        if (*version_of(t, k, g) < v) return 0;
+    return 1;
+}
+
 static void wait_version(transfer *t, int g, int64_t v) {
     double t0 = now_seconds();
+    int blocks = !version_ready(t, g, v);
+    if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 1);
     for (int k = 0; k < t->job->n_shards; k++) {
         while (*version_of(t, k, g) < v) {
             control_msg msg;
@@ -73,7 +83,12 @@ static void wait_version(transfer *t, int g, int64_t v) {
             mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
                    (long long)v);
     }
+    if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 0);
     t->opt_wait_seconds += now_seconds() - t0;
+}
+
+static double group_bytes(const transfer *t, int g, size_t elem) {
+    return (double)t->job->group_numel[g] * elem;
 }
 
 static void fetch_job(void *arg) { // CPU backend: gather and widen bf16 -> fp32
@@ -97,6 +112,7 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
         buf->ticket = 1;
     } else {
         buf->ticket = stream_submit(t->h2d, fetch_job, buf);
+        t->cpu_h2d_bytes += group_bytes(t, g, sizeof(bf16));
     }
 }
 
@@ -154,7 +170,19 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
         buf->ticket = buf->order;
     } else {
         buf->ticket = stream_submit(t->d2h, offload_job, buf);
+        t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
     }
+}
+
+transfer_stats transfer_take_stats(transfer *t) {
+    if (t->cuda) return xfer_cuda_take_stats(t->cuda);
+    transfer_stats st = {0};
+    st.h2d_seconds = stream_take_busy_seconds(t->h2d);
+    st.d2h_seconds = stream_take_busy_seconds(t->d2h);
+    st.h2d_bytes = t->cpu_h2d_bytes, st.d2h_bytes = t->cpu_d2h_bytes;
+    st.compute_busy_seconds = -1;
+    t->cpu_h2d_bytes = t->cpu_d2h_bytes = 0;
+    return st;
 }
 
 // Announced in issue order, so the optimizers hear about groups in backward order.

@@ -20,7 +20,18 @@ typedef struct {
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
     double sumsq_announced; // squared gradient norm of the groups announced so far
+    double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
 } transfer;
+
+// What the copy engines and the compute stream did since the last call (CUDA backend; on the
+// CPU backend only the copy times are known and compute_busy_seconds is negative).
+typedef struct {
+    double h2d_seconds, h2d_bytes, d2h_seconds, d2h_bytes;
+    double compute_busy_seconds, compute_span_seconds;
+} transfer_stats;
+
+// Waits for the device, then returns and resets the counters.
+transfer_stats transfer_take_stats(transfer *t);
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds
     transfer *t;

@@ -7,11 +7,103 @@
 #include "runtime/transfer_cuda.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
+#include <string.h>
+
+// Timing events, recorded as work is issued and read once per step (after the device has
+// caught up), so that measuring never makes the host wait mid-step.
+#define TIMING_PAIRS 512
+
+typedef struct {
+    cudaEvent_t begin[TIMING_PAIRS], end[TIMING_PAIRS];
+    double bytes[TIMING_PAIRS];
+    int used;
+    double seconds, total_bytes; // folded from pairs already read
+} timing_pool;
 
 struct transfer_cuda {
     cudaStream_t compute, h2d, d2h;
     void *reduce_scratch;
+    timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
+    int segment_open;
 };
+
+static void pool_init(timing_pool *p) {
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < TIMING_PAIRS; i++) {
+        CUDA_CHECK(cudaEventCreate(&p->begin[i]));
+        CUDA_CHECK(cudaEventCreate(&p->end[i]));
+    }
+}
+
+static void pool_destroy(timing_pool *p) {
+    for (int i = 0; i < TIMING_PAIRS; i++) {
+        CUDA_CHECK(cudaEventDestroy(p->begin[i]));
+        CUDA_CHECK(cudaEventDestroy(p->end[i]));
+    }
+}
+
+// Reads every recorded pair; the caller has synchronized the device.
+static void pool_fold(timing_pool *p) {
+    for (int i = 0; i < p->used; i++) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, p->begin[i], p->end[i]));
+        p->seconds += ms * 1e-3;
+        p->total_bytes += p->bytes[i];
+    }
+    p->used = 0;
+}
+
+// The pool is full only in long non-training phases (sampling text): fold it early.
+static int pool_slot(timing_pool *p) {
+    if (p->used == TIMING_PAIRS) {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        pool_fold(p);
+    }
+    return p->used;
+}
+
+static void segment_end(transfer_cuda *x);
+
+static void segment_begin(transfer_cuda *x) {
+    segment_end(x);
+    int i = pool_slot(&x->busy_t);
+    CUDA_CHECK(cudaEventRecord(x->busy_t.begin[i], x->compute));
+    x->segment_open = 1;
+}
+
+static void segment_end(transfer_cuda *x) {
+    if (!x->segment_open) return;
+    CUDA_CHECK(cudaEventRecord(x->busy_t.end[x->busy_t.used++], x->compute));
+    x->segment_open = 0;
+}
+
+// The host is about to block (on the optimizers or the device): what the compute stream does
+// until the host issues more work is not busy time, so the segment ends here.
+void xfer_cuda_host_blocks(transfer_cuda *x, int blocking) {
+    if (blocking) segment_end(x);
+    else segment_begin(x);
+}
+
+transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
+    segment_end(x);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    transfer_stats st = {0};
+    // The span runs from the first segment's start to the last one's end.
+    if (x->busy_t.used > 0) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, x->busy_t.begin[0],
+                                        x->busy_t.end[x->busy_t.used - 1]));
+        st.compute_span_seconds = ms * 1e-3;
+    }
+    timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t};
+    for (int i = 0; i < 3; i++) pool_fold(pools[i]);
+    st.h2d_seconds = x->h2d_t.seconds, st.h2d_bytes = x->h2d_t.total_bytes;
+    st.d2h_seconds = x->d2h_t.seconds, st.d2h_bytes = x->d2h_t.total_bytes;
+    st.compute_busy_seconds = x->busy_t.seconds;
+    for (int i = 0; i < 3; i++) pools[i]->seconds = pools[i]->total_bytes = 0;
+    segment_begin(x);
+    return st;
+}
 
 transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     transfer_cuda *x = calloc(1, sizeof *x);
@@ -20,6 +112,10 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->h2d, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
+    pool_init(&x->h2d_t);
+    pool_init(&x->d2h_t);
+    pool_init(&x->busy_t);
+    segment_begin(x);
     for (int k = 0; k < job->n_shards; k++)
         CUDA_CHECK(cudaHostRegister(job->regions[k].base, job->regions[k].size,
                                     cudaHostRegisterDefault));
@@ -30,6 +126,9 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int k = 0; k < job->n_shards; k++) CUDA_CHECK(cudaHostUnregister(job->regions[k].base));
     CUDA_CHECK(cudaFree(x->reduce_scratch));
+    pool_destroy(&x->h2d_t);
+    pool_destroy(&x->d2h_t);
+    pool_destroy(&x->busy_t);
     CUDA_CHECK(cudaStreamDestroy(x->h2d));
     CUDA_CHECK(cudaStreamDestroy(x->d2h));
     free(x);
@@ -69,6 +168,9 @@ void xfer_cuda_fetch(transfer *t, weight_buffer *buf) {
     transfer_cuda *x = t->cuda;
     mt_job *job = t->job;
     CUDA_CHECK(cudaStreamWaitEvent(x->h2d, (cudaEvent_t)buf->free, 0));
+    int slot = pool_slot(&x->h2d_t);
+    CUDA_CHECK(cudaEventRecord(x->h2d_t.begin[slot], x->h2d));
+    x->h2d_t.bytes[slot] = (double)job->group_numel[buf->group] * sizeof(bf16);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
@@ -76,11 +178,16 @@ void xfer_cuda_fetch(transfer *t, weight_buffer *buf) {
         CUDA_CHECK(cudaMemcpyAsync(dst, job_wire(job, k, buf->group), n * sizeof(bf16),
                                    cudaMemcpyHostToDevice, x->h2d));
     }
+    CUDA_CHECK(cudaEventRecord(x->h2d_t.end[x->h2d_t.used++], x->h2d));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->ready, x->h2d));
 }
 
+// A wait is where the compute stream may stall: close the busy segment before it.
 void xfer_cuda_fetch_wait(weight_buffer *buf) {
-    CUDA_CHECK(cudaStreamWaitEvent(buf->t->cuda->compute, (cudaEvent_t)buf->ready, 0));
+    transfer_cuda *x = buf->t->cuda;
+    segment_end(x);
+    CUDA_CHECK(cudaStreamWaitEvent(x->compute, (cudaEvent_t)buf->ready, 0));
+    segment_begin(x);
 }
 
 void xfer_cuda_buffer_done(weight_buffer *buf) {
@@ -94,6 +201,9 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
     cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
+    int slot = pool_slot(&x->d2h_t);
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
+    x->d2h_t.bytes[slot] = (double)numel * sizeof(float);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
@@ -101,6 +211,7 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
                                    buf->src + job->layouts[k].lo[buf->group], n * sizeof(float),
                                    cudaMemcpyDeviceToHost, x->d2h));
     }
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
     CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
                                cudaMemcpyDeviceToHost, x->d2h));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
@@ -108,8 +219,11 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
 
 int xfer_cuda_offload_landed(grad_buffer *buf, int wait) {
     cudaEvent_t ev = (cudaEvent_t)buf->done;
-    if (wait) CUDA_CHECK(cudaEventSynchronize(ev));
-    else {
+    if (wait) {
+        xfer_cuda_host_blocks(buf->t->cuda, 1);
+        CUDA_CHECK(cudaEventSynchronize(ev));
+        xfer_cuda_host_blocks(buf->t->cuda, 0);
+    } else {
         cudaError_t rc = cudaEventQuery(ev);
         if (rc == cudaErrorNotReady) return 0;
         CUDA_CHECK(rc);

@@ -15,5 +15,8 @@ void xfer_cuda_buffer_done(weight_buffer *buf);
 void xfer_cuda_offload(transfer *t, grad_buffer *buf);
 // 1 when the offload has landed (with wait: after waiting for it); sumsq is then valid.
 int xfer_cuda_offload_landed(grad_buffer *buf, int wait);
+transfer_stats xfer_cuda_take_stats(transfer_cuda *x);
+// blocking = 1 before the host thread blocks, 0 after: brackets the compute-stream timing.
+void xfer_cuda_host_blocks(transfer_cuda *x, int blocking);
 
 #endif
