@@ -14,7 +14,8 @@ for name in $names; do
     rm -rf "$OUT/run-$name"
     stop=()
     [ -n "${MT_BENCH_STOP:-}" ] && stop=(--stop-at "$MT_BENCH_STOP")
-    /usr/bin/time -v "$BUILD/bin/mtrun" -np "$np" "$cfg" --out "$OUT/run-$name" "${stop[@]}" \
+    # --force: the GPU machines grow their RAM on demand, so MemAvailable at start undercounts.
+    /usr/bin/time -v "$BUILD/bin/mtrun" --force -np "$np" "$cfg" --out "$OUT/run-$name" "${stop[@]}" \
         >"$log" 2>&1
     echo "== $name (exit $?)"
     grep -E '^compute rank|^step' "$log" | tail -n 4

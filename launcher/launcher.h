@@ -1,9 +1,12 @@
-// mtrun's parts: the hostfile check and the mpirun command line. main and the arguments
-// live in mtrun.c.
+// mtrun's parts: the hostfile check, the mpirun command line and the memory plan's report.
+// main and the arguments live in mtrun.c.
 #ifndef MT_LAUNCHER_H
 #define MT_LAUNCHER_H
 
+#include "runtime/plan.h"
+
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct {
@@ -12,6 +15,7 @@ typedef struct {
     const char *stop_at;                          // passed through to mt-rank
     char **extra;                                 // the mpirun arguments after "--"
     int nextra;
+    int tty, tty_columns;                         // stdout is a terminal, this wide
 } mtrun_opts;
 
 // hostfile.c: checks an Open MPI hostfile, one "host [slots=N] [max_slots=N]" per line.
@@ -43,5 +47,26 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
                       const char *rank_prog);
 // One line that a POSIX shell reads back as the same words.
 void cmd_print_quoted(FILE *f, const char *prefix, const cmdline *c);
+
+// plan_report.c: this host's memory limits, and the plan printed against them.
+typedef struct {
+    uint64_t mem_total, mem_available; // /proc/meminfo (mem_available: MT_PLAN_MEM_LIMIT)
+    uint64_t shm_size, shm_free;       // statvfs of /dev/shm (shm_free: MT_PLAN_SHM_LIMIT)
+    uint64_t memlock;                  // RLIMIT_MEMLOCK, when not unlimited
+    int mem_known, mem_forced, shm_known, shm_forced, memlock_unlimited, root;
+    int elastic; // a VM whose memory can grow on demand (virtio balloon or virtio-mem)
+} host_probe;
+
+void host_probe_read(host_probe *h);
+// Whether the compute rank will run on the GPU: backend "cuda", or "auto" in a CUDA build on a
+// host with an NVIDIA device.
+int plan_backend_cuda(const mt_config *c);
+int plan_compute_cores(const placement *pl);
+// 0 when the job fits; -1 with one line in err: the numbers and the smallest change that fits.
+int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n);
+void plan_warnings(FILE *f, const mt_plan *p, const host_probe *h);
+void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores);
+void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int cores, int steps);
+void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, int fits);
 
 #endif

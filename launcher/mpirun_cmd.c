@@ -123,6 +123,15 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // idle OpenMP threads must sleep, not spin. A value the user exported wins.
     add(c, "-x"), add(c, getenv("OMP_WAIT_POLICY") ? "OMP_WAIT_POLICY" : "OMP_WAIT_POLICY=PASSIVE");
     add(c, "-x"), add(c, "MT_JOB_ID");
+    // Open MPI gives the ranks a pseudo-terminal for stdout even when ours is a file, so
+    // rank 0 cannot tell by itself whether a person watches: it is told.
+    add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");
+    if (getenv("MT_PEAK_FLOPS")) add(c, "-x"), add(c, "MT_PEAK_FLOPS"); // MFU's peak
+    if (o->tty) {
+        static char cols[32];
+        snprintf(cols, sizeof cols, "MT_TTY_COLUMNS=%d", o->tty_columns);
+        add(c, "-x"), add(c, cols);
+    }
     for (int i = 0; i < o->nextra; i++) add(c, o->extra[i]);
     add(c, rank_prog);
     add(c, o->config);

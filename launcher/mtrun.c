@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -43,6 +44,11 @@ static void usage(FILE *f) {
           "  --out DIR        write checkpoints and logs to DIR instead of checkpoint.dir\n"
           "  --stop-at STEP   end after STEP steps, with a checkpoint (resume it later)\n"
           "  --dry-run        check everything, print the mpirun command line and exit\n"
+          "  --plan           print the memory plan (host bytes per rank and kind, GPU bytes,\n"
+          "                   placement, a step-time estimate) and the checks, then exit:\n"
+          "                   0 when the job fits, 2 when it does not\n"
+          "  --json           with --plan: the plan as one JSON object, every number exact\n"
+          "  --force          start the job even when the plan says it does not fit\n"
           "  --help           this text\n"
           "  --version        the version\n"
           "Arguments after -- go to mpirun, before the rank program.\n"
@@ -50,9 +56,16 @@ static void usage(FILE *f) {
           "examples:\n"
           "  mtrun configs/tiny.cfg                      # the tiny default, on this machine\n"
           "  mtrun -np 4 train.cfg                       # 1 compute + 3 optimizer processes\n"
-          "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes, data parallel\n"
+          "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes (not yet)\n"
           "  mtrun --resume runs/tiny -np 4 configs/tiny.cfg\n"
           "  mtrun --dry-run -np 4 train.cfg -- --mca btl_tcp_if_include eth0\n"
+          "  mtrun --plan -np 5 configs/7b.cfg           # will it fit? how long per step?\n"
+          "\n"
+          "Before it starts a job mtrun prints the plan in one line and refuses (exit 2) a job\n"
+          "whose host memory or /dev/shm needs exceed what this host has, naming the smallest\n"
+          "batch change that fits. MT_PLAN_MEM_LIMIT=BYTES and MT_PLAN_SHM_LIMIT=BYTES pretend\n"
+          "that much is available (for tests). When stdout is a terminal, the compute rank\n"
+          "redraws one progress line in place; otherwise it prints one line per step.\n"
           "\n"
           "Errors exit with code 2 before anything starts; otherwise mtrun exits with the\n"
           "job's status (128+N when a signal N ended it).\n",
@@ -93,7 +106,11 @@ static int is_opt(const char *a, const char *opt) {
     return strncmp(a, opt, n) == 0 && (a[n] == 0 || a[n] == '=');
 }
 
-static void parse_args(int argc, char **argv, mtrun_opts *o, int *dry_run) {
+typedef struct {
+    int dry_run, plan, json, force;
+} mode;
+
+static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
     const char *np = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -108,7 +125,13 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, int *dry_run) {
             printf("mtrun (MegaTrain-C) %s\n", MT_VERSION);
             exit(0);
         } else if (!strcmp(a, "--dry-run")) {
-            *dry_run = 1;
+            m->dry_run = 1;
+        } else if (!strcmp(a, "--plan")) {
+            m->plan = 1;
+        } else if (!strcmp(a, "--json")) {
+            m->json = 1;
+        } else if (!strcmp(a, "--force")) {
+            m->force = 1;
         } else if (is_opt(a, "-np") || is_opt(a, "--np") || is_opt(a, "-n")) {
             const char *name = is_opt(a, "-np") ? "-np" : is_opt(a, "--np") ? "--np" : "-n";
             np = value_of(argc, argv, &i, name);
@@ -134,6 +157,7 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, int *dry_run) {
         }
     }
     if (!o->config) die_usage("missing CONFIG, the train.cfg file (usage: mtrun [options] CONFIG)");
+    if (m->json && !m->plan) die_usage("--json: only with --plan");
 }
 
 static void check_dir(const char *opt, const char *dir) {
@@ -166,6 +190,13 @@ static void find_rank_program(char *out, size_t n, int must_exist) {
     *strrchr(self, '/') = 0;
     snprintf(out, n, "%s/mt-rank", self);
     if (must_exist && access(out, X_OK) != 0) die_usage("%s: not found (build the mt-rank target)", out);
+}
+
+static int terminal_columns(void) {
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    const char *env = getenv("COLUMNS");
+    return env && atoi(env) > 0 ? atoi(env) : 80;
 }
 
 // ---- running mpirun ----
@@ -235,10 +266,48 @@ static int run(const cmdline *c, const char *job) {
     return code;
 }
 
+// The memory plan: with --plan it is the whole output; before a job, one line, and a job that
+// cannot fit is refused before anything is allocated. Returns the exit code for --plan.
+static int plan_job(const mtrun_opts *o, const mt_config *cfg, const placement *p, int hosts,
+                    const mode *m) {
+    char err[MT_PATH_MAX + 1024];
+    mt_plan plan;
+    if (plan_make(&plan, cfg, o->np, plan_backend_cuda(cfg), p->numa_nodes, !p->oversubscribe, err,
+                  sizeof err) < 0)
+        die_usage("%s", err);
+    host_probe host;
+    host_probe_read(&host);
+    int cores = plan_compute_cores(p), fits = plan_check(&plan, &host, err, sizeof err) == 0;
+    if (m->plan) {
+        if (m->json)
+            plan_print_json(stdout, &plan, &host, cores, fits);
+        else
+            plan_print(stdout, &plan, &host, p, cores);
+        if (hosts > 1 && !m->json)
+            printf("hostfile %s: %d hosts; the plan is the job's on one host, checked against "
+                   "this host only\n",
+                   o->hostfile, hosts);
+        fflush(stdout);
+        plan_warnings(stderr, &plan, &host);
+        if (!fits) fprintf(stderr, "mtrun: %s\n", err);
+        plan_free(&plan);
+        return fits ? 0 : 2;
+    }
+    if (!fits && !m->force)
+        die_usage("%s (mtrun --plan shows the details; --force starts it anyway)", err);
+    if (!m->dry_run) {
+        int steps = o->stop_at ? (int)parse_count(o->stop_at) : cfg->steps;
+        plan_print_compact(stdout, &plan, &host, cores, steps);
+        plan_warnings(stderr, &plan, &host);
+    }
+    plan_free(&plan);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     mtrun_opts o = {0};
-    int dry_run = 0;
-    parse_args(argc, argv, &o, &dry_run);
+    mode m = {0};
+    parse_args(argc, argv, &o, &m);
 
     char err[MT_PATH_MAX + 512];
     mt_config cfg;
@@ -261,6 +330,8 @@ int main(int argc, char **argv) {
         o.np = 1 + p.numa_nodes;
         placement_detect(&p, &o, p.slots);
     }
+    int rc = plan_job(&o, &cfg, &p, hosts, &m);
+    if (m.plan) return rc;
 
     char mpirun[PATH_MAX];
     const char *want = getenv("MT_MPIRUN") ? getenv("MT_MPIRUN") : "mpirun";
@@ -268,15 +339,20 @@ int main(int argc, char **argv) {
         die_usage("%s: not found%s (install Open MPI, or set MT_MPIRUN)", want,
                   strchr(want, '/') ? "" : " on PATH");
     char rank_prog[PATH_MAX + 16];
-    find_rank_program(rank_prog, sizeof rank_prog, !dry_run);
+    find_rank_program(rank_prog, sizeof rank_prog, !m.dry_run);
 
     char job[33];
     make_job_id(job);
     SYS_CHECK(setenv("MT_JOB_ID", job, 1)); // mpirun passes it on: -x MT_JOB_ID
+    // Open MPI forwards rank 0's stdout through a pipe, so the rank cannot see the terminal:
+    // it is told, and how wide the terminal is, to redraw its progress line in place.
+    const char *tty = getenv("MT_TTY"); // the user's choice wins
+    o.tty = tty && *tty ? atoi(tty) != 0 : isatty(STDOUT_FILENO);
+    o.tty_columns = o.tty ? terminal_columns() : 0;
 
     cmdline c;
     mpirun_cmd_build(&c, &o, &p, mpirun, rank_prog);
-    if (dry_run) {
+    if (m.dry_run) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "MT_JOB_ID=%s ", job);
         cmd_print_quoted(stdout, prefix, &c);

@@ -1,5 +1,10 @@
-// What a run tells its user: a progress line per step on stdout and a JSONL record per step
-// (and per eval) in <checkpoint dir>/metrics.jsonl.
+// What a run tells its user: progress on stdout and a JSONL record per step (and per eval) in
+// <checkpoint dir>/metrics.jsonl.
+//
+// On a terminal the progress is one live line, redrawn in place every step; eval results and
+// the sample print on their own lines above it. Otherwise (a log file, a pipe) every step is
+// one plain "step ..." line. Under mpirun rank 0's stdout is always a pipe, so mtrun says
+// whether its own stdout is a terminal: MT_TTY=1 (or 0) and MT_TTY_COLUMNS.
 #ifndef MT_METRICS_H
 #define MT_METRICS_H
 
@@ -12,6 +17,10 @@ typedef struct {
     FILE *jsonl;
     double run_start, step_start, opt_wait_start, flops_per_token;
     int64_t steps_done;
+    double peak_flops; // MFU is measured against this (see metrics_open)
+    int tty, columns;  // draw a live line no wider than columns - 1
+    int live_shown;    // the live line is on the screen (and the cursor at its end)
+    char live[512];    // its text, to redraw it after a line printed above it
 } metrics;
 
 void metrics_open(metrics *mx, mt_job *job, const char *backend);

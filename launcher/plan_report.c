@@ -1,0 +1,463 @@
+// The plan as the operator sees it: the host's memory, /dev/shm and lock limit read here, the
+// per-rank table, the GPU and step-time estimates, and the verdict. runtime/plan.c computes the
+// numbers; this file only probes the machine and prints. It makes no CUDA call: mtrun must
+// start on a login node or in a container without the driver, so GPU memory is not checked.
+#include "launcher/launcher.h"
+#include "runtime/model.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <numa.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+// ---- formatting ----
+
+// "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB".
+static const char *human(char *buf, size_t n, double b) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", b);
+    else
+        snprintf(buf, n, b >= 100 || u < 3 ? "%.1f %s" : "%.2f %s", b, unit[u]);
+    return buf;
+}
+#define H(x) human((char[24]){0}, 24, (double)(x))
+
+// 121366437888 -> "121,366,437,888".
+static const char *grouped(char *buf, size_t n, uint64_t v) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%" PRIu64, v), o = 0;
+    for (int i = 0; i < len && o + 2 < (int)n; i++) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+#define G(x) grouped((char[32]){0}, 32, (uint64_t)(x))
+
+static const char *duration(char *buf, size_t n, double s) {
+    if (s < 1)
+        snprintf(buf, n, "%.3g ms", s * 1e3);
+    else if (s < 60)
+        snprintf(buf, n, "%.2f s", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else if (s < 86400 * 3)
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)s / 60 % 60);
+    else
+        snprintf(buf, n, "%.1f days", s / 86400);
+    return buf;
+}
+#define T(x) duration((char[24]){0}, 24, (double)(x))
+
+// 3.74e15 -> "3.74 P": for FLOP and byte counts of a step.
+static const char *si(char *buf, size_t n, double v) {
+    static const char *prefix[] = {"", "k", "M", "G", "T", "P", "E"};
+    int p = 0;
+    while (v >= 1000 && p < 6) v /= 1000, p++;
+    snprintf(buf, n, "%.3g %s", v, prefix[p]);
+    return buf;
+}
+#define SI(x) si((char[24]){0}, 24, (double)(x))
+
+// ---- the machine ----
+
+// A test's override: a plain number of bytes, or a warning and nothing.
+static int env_bytes(const char *name, uint64_t *v) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    char *end;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (*end || *s == '-') {
+        fprintf(stderr, "mtrun: warning: %s=%s is not a number of bytes, ignored\n", name, s);
+        return 0;
+    }
+    *v = x;
+    return 1;
+}
+
+static void read_meminfo(host_probe *h) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) h->mem_total = kb * 1024;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) h->mem_available = kb * 1024;
+    }
+    if (f) fclose(f);
+    h->mem_known = h->mem_available > 0;
+}
+
+// Whether a virtio driver has a device bound: a balloon or virtio-mem device lets a VM's
+// memory grow past what /proc/meminfo shows at the start (some GPU VMs start with a fraction).
+static int virtio_bound(const char *driver) {
+    char path[128];
+    snprintf(path, sizeof path, "/sys/bus/virtio/drivers/%s", driver);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int bound = 0;
+    while ((e = readdir(d)) && !bound) bound = strncmp(e->d_name, "virtio", 6) == 0;
+    closedir(d);
+    return bound;
+}
+
+void host_probe_read(host_probe *h) {
+    memset(h, 0, sizeof *h);
+    read_meminfo(h);
+    // For tests: pretend this much memory is available (or free in /dev/shm).
+    if (env_bytes("MT_PLAN_MEM_LIMIT", &h->mem_available)) h->mem_forced = h->mem_known = 1;
+    struct statvfs st;
+    if (statvfs("/dev/shm", &st) == 0) {
+        h->shm_free = (uint64_t)st.f_bavail * st.f_frsize;
+        h->shm_size = (uint64_t)st.f_blocks * st.f_frsize;
+        h->shm_known = 1;
+    }
+    if (env_bytes("MT_PLAN_SHM_LIMIT", &h->shm_free)) { // an empty /dev/shm of that size
+        h->shm_size = h->shm_free;
+        h->shm_forced = h->shm_known = 1;
+    }
+    struct rlimit rl;
+    h->memlock_unlimited = 1;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        h->memlock_unlimited = 0;
+        h->memlock = rl.rlim_cur;
+    }
+    h->root = geteuid() == 0; // CAP_IPC_LOCK: the lock limit does not apply
+    h->elastic = !h->mem_forced && (virtio_bound("virtio_balloon") || virtio_bound("virtio_mem"));
+}
+
+int plan_backend_cuda(const mt_config *c) {
+    if (strcmp(c->backend, "cuda") == 0) return 1;
+#ifdef MT_HAVE_CUDA
+    // The driver's device files say whether "auto" will find a GPU, without a CUDA call.
+    if (strcmp(c->backend, "auto") == 0)
+        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+#endif
+    return 0;
+}
+
+// Cores the compute rank runs on: its NUMA node's share when mpirun binds it, else all.
+int plan_compute_cores(const placement *pl) {
+    if (pl->oversubscribe || pl->numa_nodes < 2) return pl->cores;
+    int per_node = pl->cores / pl->numa_nodes;
+    return per_node > 0 ? per_node : 1;
+}
+
+// ---- the verdict ----
+
+// The compute rank's host bytes for a variant of the config; the rest does not depend on it.
+static uint64_t host_with(const mt_plan *p, const mt_config *c) {
+    plan_buffers b;
+    plan_compute_buffers(c, 0, &b);
+    uint64_t compute = p->cuda ? plan_cuda_host_bytes(c) : b.total;
+    return p->host - p->rank[0].compute + compute;
+}
+
+// The largest value in [1, now - 1] of the int field at offset off (batch.micro_batches, ...)
+// with which the job needs at most limit bytes, given the other changes already in base; 0 when
+// none fits. Memory grows with every batch dimension, so a binary search finds it.
+static int largest_fitting(const mt_plan *p, mt_config base, size_t off, uint64_t limit) {
+    int *field = (int *)((char *)&base + off);
+    int lo = 0, hi = *field - 1; // lo fits (0: nothing does), hi is the last candidate
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        *field = mid;
+        if (host_with(p, &base) <= limit)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+// The smallest change that fits: one batch setting if one is enough, else two.
+static void suggest(const mt_plan *p, uint64_t limit, char *out, size_t n) {
+    const mt_config *c = p->c;
+    int mb = largest_fitting(p, *c, offsetof(mt_config, micro_batches), limit);
+    int rows = largest_fitting(p, *c, offsetof(mt_config, micro_batch), limit);
+    int seq = largest_fitting(p, *c, offsetof(mt_config, seq_len), limit);
+    if (mb || rows || seq) {
+        int used = snprintf(out, n, "; it fits with");
+        const char *sep = "";
+        if (mb)
+            used += snprintf(out + used, n - used, " batch.micro_batches = %d", mb), sep = " or";
+        if (rows)
+            used += snprintf(out + used, n - used, "%s batch.micro_batch = %d", sep, rows),
+                sep = " or";
+        if (seq) snprintf(out + used, n - used, "%s batch.seq_len = %d", sep, seq);
+        return;
+    }
+    mt_config one = *c; // one setting alone is not enough: shrink the batch to one sequence
+    one.micro_batches = one.micro_batch = 1;
+    int used = snprintf(out, n, "; it fits with batch.micro_batches = 1 and batch.micro_batch = 1");
+    if (host_with(p, &one) > limit)
+        snprintf(out + used, n - used, " and batch.seq_len = %d",
+                 largest_fitting(p, one, offsetof(mt_config, seq_len), limit));
+}
+
+static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t n) {
+    const mt_config *c = p->c;
+    int used = snprintf(err, n,
+                        "%s with -np %d does not fit in host memory: it needs %s (%s bytes: "
+                        "optimizer state %s, shared regions %s, compute rank %s), %s (%s bytes) "
+                        "is available (%s)",
+                        c->source_path, p->np, H(p->host), G(p->host), H(p->state), H(p->shared),
+                        H(p->rank[0].compute), H(h->mem_available), G(h->mem_available),
+                        h->mem_forced ? "MT_PLAN_MEM_LIMIT" : "MemAvailable in /proc/meminfo");
+    if (used < 0 || (size_t)used >= n) return -1;
+    mt_config least = *c; // the smallest batch: what no batch setting can shrink
+    least.micro_batches = least.micro_batch = least.seq_len = 1;
+    uint64_t fixed = host_with(p, &least);
+    if (fixed > h->mem_available)
+        snprintf(err + used, n - used,
+                 "; even a batch of one token needs %s (optimizer state, shared regions%s), so "
+                 "no batch setting helps: use a smaller model or a host with more memory (each "
+                 "data-parallel host holds a whole copy)",
+                 H(fixed), p->cuda ? "" : ", the compute rank's weight and gradient buffers");
+    else
+        suggest(p, h->mem_available, err + used, n - used);
+    if (h->elastic) {
+        used = (int)strlen(err);
+        snprintf(err + used, n - used,
+                 "; this VM has a memory balloon, so its memory may grow past MemAvailable on "
+                 "demand");
+    }
+    return -1;
+}
+
+int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n) {
+    if (h->mem_known && p->host > h->mem_available) return refuse_host(p, h, err, n);
+    if (h->shm_known && p->shared > h->shm_free) {
+        uint64_t gib = (p->shared + (h->shm_size - h->shm_free) + (1ull << 30) - 1) >> 30;
+        snprintf(err, n,
+                 "%s with -np %d does not fit in /dev/shm: the shared regions need %s (%s bytes), "
+                 "%s (%s bytes) is free (%s); grow it: mount -o remount,size=%" PRIu64 "G /dev/shm",
+                 p->c->source_path, p->np, H(p->shared), G(p->shared), H(h->shm_free),
+                 G(h->shm_free), h->shm_forced ? "MT_PLAN_SHM_LIMIT" : "statvfs", gib);
+        return -1;
+    }
+    return 0;
+}
+
+// The pinning of the shared regions for DMA may count against the lock limit.
+static int memlock_short(const mt_plan *p, const host_probe *h) {
+    return p->cuda && !h->memlock_unlimited && !h->root && h->memlock < p->shared;
+}
+
+void plan_warnings(FILE *f, const mt_plan *p, const host_probe *h) {
+    if (memlock_short(p, h))
+        fprintf(f,
+                "mtrun: warning: ulimit -l is %s, below the %s of shared regions the GPU "
+                "pins for DMA; if registering them fails, raise it (ulimit -l unlimited, or "
+                "memlock in /etc/security/limits.conf)\n",
+                H(h->memlock), H(p->shared));
+}
+
+// ---- printing ----
+
+static void kind_cell(FILE *f, uint64_t v) {
+    fprintf(f, " %10s", v ? H(v) : "-");
+}
+
+static void print_rank_table(FILE *f, const mt_plan *p) {
+    fprintf(f, "\nhost memory by rank (1 KiB = 1024 bytes; regions and state rounded to pages)\n");
+    fprintf(f, "rank  role       node fp32 master     Adam m     Adam v  bf16 wire fp32 grads"
+               "    compute      total\n");
+    for (int r = 0; r < p->np; r++) {
+        const plan_rank *pr = &p->rank[r];
+        char node[8] = "any";
+        if (pr->numa_node >= 0) snprintf(node, sizeof node, "%d", pr->numa_node);
+        fprintf(f, "%4d  %-9s  %4s  ", r, r ? "optimizer" : "compute", node);
+        kind_cell(f, pr->master), kind_cell(f, pr->adam_m), kind_cell(f, pr->adam_v);
+        kind_cell(f, pr->wire), kind_cell(f, pr->grads), kind_cell(f, pr->compute);
+        kind_cell(f, pr->total);
+        fputc('\n', f);
+    }
+    const plan_rank *s = &p->sum;
+    fprintf(f, "total                 ");
+    kind_cell(f, s->master), kind_cell(f, s->adam_m), kind_cell(f, s->adam_v);
+    kind_cell(f, s->wire), kind_cell(f, s->grads), kind_cell(f, s->compute), kind_cell(f, s->total);
+    fputc('\n', f);
+    double N = (double)p->params;
+    fprintf(f, "host total %s (%s bytes) = %.2f bytes/param:\n", H(p->host), G(p->host),
+            p->host / N);
+    fprintf(f,
+            "  optimizer state %s (%.2f B/param), shared regions %s (%.2f), compute rank %s "
+            "(%.2f)\n",
+            H(p->state), p->state / N, H(p->shared), p->shared / N, H(p->rank[0].compute),
+            p->rank[0].compute / N);
+    fprintf(f,
+            "  each shared region also holds a %s control block (in the totals); process\n"
+            "  overhead (MPI, UCX, libraries: tens of MiB per rank) is not counted\n",
+            H(p->n_shards ? p->rank[1].control : 0));
+}
+
+static void print_numa(FILE *f, const mt_plan *p, const placement *pl) {
+    if (pl->oversubscribe) {
+        fprintf(f, "placement: more ranks than cores, so mpirun leaves them unbound: the kernel\n"
+                   "  places each rank, and its memory, where it runs\n");
+        return;
+    }
+    fprintf(f,
+            "placement: ranks round-robin over %d NUMA node%s (mpirun --map-by numa); rank 0 "
+            "computes, rank k owns shard k-1\n",
+            pl->numa_nodes, pl->numa_nodes == 1 ? "" : "s");
+    for (int node = 0; node < pl->numa_nodes; node++) {
+        uint64_t sum = 0;
+        for (int r = 0; r < p->np; r++) sum += p->rank[r].numa_node == node ? p->rank[r].total : 0;
+        long long freeb = 0, size = numa_available() < 0 ? 0 : numa_node_size64(node, &freeb);
+        fprintf(f, "  node %d: %s", node, H(sum));
+        if (size > 0) fprintf(f, " of %s (%s free)", H(size), H(freeb));
+        fputc('\n', f);
+    }
+}
+
+static void print_buffers(FILE *f, const mt_plan *p) {
+    const mt_config *c = p->c;
+    const plan_buffers *b = p->cuda ? &p->gpu : &p->host_buffers;
+    long n = (long)c->micro_batch * c->seq_len;
+    fprintf(f, "\ncompute rank buffers (%s)\n",
+            p->cuda ? "cuda backend: GPU bytes" : "cpu backend: host bytes");
+    fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers, %s\n", "weights",
+            H(b->weights), p->cuda ? "bf16" : "fp32");
+    fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
+    fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B\n",
+            "activations", H(b->activations), c->layers + 1, c->micro_batches, n, c->dim);
+    fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
+            H(b->residual), c->micro_batches, n, c->dim);
+    fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
+            H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
+    fprintf(f, "  %-13s %11s\n", "total", H(b->total));
+    if (p->cuda)
+        fprintf(f, "  plus the CUDA context (about 0.5 GiB); GPU memory is not checked: mtrun "
+                   "makes no CUDA calls (see nvidia-smi)\n");
+    else if (strcmp(c->backend, "auto") == 0)
+        fprintf(f, "  on a GPU (backend \"auto\" with CUDA) these would be %s of GPU memory\n",
+                H(p->gpu.total));
+}
+
+static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, int cores) {
+    fprintf(f, "\nstep time estimate (assumed rates, nothing measured)\n");
+    fprintf(f, "  compute    %sFLOP (8 N + 12 layers dim seq per token) at %sFLOP/s", SI(e->flops),
+            SI(e->flops_rate));
+    if (!p->cuda) fprintf(f, " (%sFLOP/s per core x %d)", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
+    fprintf(f, ": %s\n", T(e->compute_s));
+    if (p->cuda)
+        fprintf(f, "  PCIe       %sB (bf16 weights in twice, fp32 gradients out) at %sB/s: %s\n",
+                SI(e->pcie_bytes), SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
+    fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
+            PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
+    fprintf(f, "  step       %s if nothing overlapped: %s tokens/s, %d steps in %s\n", T(e->step_s),
+            G(e->tokens_per_s + 0.5), p->c->steps, T(e->step_s * p->c->steps));
+}
+
+static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
+    fprintf(f, "\nchecks\n");
+    if (h->mem_known)
+        fprintf(f, "  host memory  needs %s, %s available (%s%s%s): %s\n", H(p->host),
+                H(h->mem_available), h->mem_forced ? "MT_PLAN_MEM_LIMIT" : "MemAvailable",
+                h->mem_total && !h->mem_forced ? " of " : "",
+                h->mem_total && !h->mem_forced ? H(h->mem_total) : "",
+                p->host <= h->mem_available ? "ok" : "DOES NOT FIT");
+    else
+        fprintf(f, "  host memory  not checked (no MemAvailable in /proc/meminfo)\n");
+    if (h->elastic)
+        fprintf(f, "               (a VM with a memory balloon: its memory may grow on demand)\n");
+    if (h->shm_known)
+        fprintf(f, "  /dev/shm     needs %s, %s free%s: %s\n", H(p->shared), H(h->shm_free),
+                h->shm_forced ? " (MT_PLAN_SHM_LIMIT)" : "",
+                p->shared <= h->shm_free ? "ok" : "DOES NOT FIT");
+    else
+        fprintf(f, "  /dev/shm     not checked (statvfs failed)\n");
+    if (!p->cuda)
+        fprintf(f, "  ulimit -l    not needed (cpu backend: nothing is pinned)\n");
+    else if (h->memlock_unlimited || h->root)
+        fprintf(f, "  ulimit -l    %s: ok\n", h->memlock_unlimited ? "unlimited" : "root, exempt");
+    else
+        fprintf(f, "  ulimit -l    %s for %s of regions to pin: %s\n", H(h->memlock), H(p->shared),
+                memlock_short(p, h) ? "LOW (see the warning)" : "ok");
+    if (p->cuda) fprintf(f, "  GPU memory   not checked (mtrun makes no CUDA calls)\n");
+}
+
+void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores) {
+    const mt_config *c = p->c;
+    const char *resolved = strcmp(c->backend, "auto") ? "" : p->cuda ? " -> cuda" : " -> cpu";
+    fprintf(f, "plan for %s: -np %d = 1 compute + %d optimizer rank%s, backend %s%s\n",
+            c->source_path, p->np, p->n_shards, p->n_shards == 1 ? "" : "s", c->backend, resolved);
+    fprintf(f,
+            "model: %s parameters in %d groups (dim %d, %d layers, %d heads, %d kv heads, ffn "
+            "%d, vocab %d, %s embeddings)\n",
+            G(p->params), p->n_groups, c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim,
+            c->vocab, c->tied_embeddings ? "tied" : "untied");
+    fprintf(f, "batch: %d sequences x %d tokens x %d micro-batches = %s tokens/step\n",
+            c->micro_batch, c->seq_len, c->micro_batches, G(mt_tokens_per_step(c)));
+    print_rank_table(f, p);
+    print_numa(f, p, pl);
+    print_buffers(f, p);
+    plan_estimate e;
+    plan_estimate_step(p, cores, &e);
+    print_estimate(f, p, &e, cores);
+    print_checks(f, p, h);
+}
+
+void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int cores, int steps) {
+    plan_estimate e;
+    plan_estimate_step(p, cores, &e);
+    double N = (double)p->params;
+    fprintf(f,
+            "mtrun: plan: %.2f%s params, host %s = %.1f B/param (optimizer state %s, shared "
+            "%s, compute rank %s)",
+            N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
+            H(p->state), H(p->shared), H(p->rank[0].compute));
+    if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
+    if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
+    fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
+            T(e.step_s), T(e.step_s * steps), steps, steps == 1 ? "" : "s");
+}
+
+static void json_rank(FILE *f, const char *key, const plan_rank *r) {
+    fprintf(
+        f,
+        "%s{\"master\":%" PRIu64 ",\"adam_m\":%" PRIu64 ",\"adam_v\":%" PRIu64 ",\"wire\":%" PRIu64
+        ",\"grads\":%" PRIu64 ",\"control\":%" PRIu64 ",\"compute\":%" PRIu64 ",\"total\":%" PRIu64,
+        key, r->master, r->adam_m, r->adam_v, r->wire, r->grads, r->control, r->compute, r->total);
+}
+
+static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
+    fprintf(f,
+            ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
+            ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"total\":%" PRIu64 "}",
+            key, b->weights, b->grads, b->activations, b->residual, b->working, b->total);
+}
+
+// One JSON object, every number exact, for scripts and tests.
+void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, int fits) {
+    plan_estimate e;
+    plan_estimate_step(p, cores, &e);
+    fprintf(f, "{\"np\":%d,\"backend\":\"%s\",\"params\":%" PRIu64 ",\"groups\":%d,\"ranks\":[",
+            p->np, p->cuda ? "cuda" : "cpu", p->params, p->n_groups);
+    for (int r = 0; r < p->np; r++) {
+        json_rank(f, r ? "," : "", &p->rank[r]);
+        fprintf(f, ",\"rank\":%d,\"numa_node\":%d}", r, p->rank[r].numa_node);
+    }
+    json_rank(f, "],\"total\":", &p->sum);
+    fprintf(f, "},\"optimizer_state\":%" PRIu64 ",\"shared\":%" PRIu64 ",\"host\":%" PRIu64,
+            p->state, p->shared, p->host);
+    json_buffers(f, "compute_host", &p->host_buffers);
+    json_buffers(f, "gpu", &p->gpu);
+    fprintf(f,
+            ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
+            "\"optimizer_s\":%.6g,\"step_s\":%.6g}",
+            e.flops, e.flops_rate, e.compute_s, e.pcie_s, e.opt_s, e.step_s);
+    fprintf(f, ",\"mem_available\":%" PRIu64 ",\"shm_free\":%" PRIu64 ",\"fits\":%s}\n",
+            h->mem_available, h->shm_free, fits ? "true" : "false");
+}

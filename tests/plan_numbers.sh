@@ -1,0 +1,145 @@
+#!/bin/sh
+# mtrun --plan: every byte count of the plan against an expectation computed here, in awk, from
+# the config values and the layout rules (shm/layout.c, runtime/optimizer.c, runtime/engine.c,
+# runtime/backend_cpu.c + layer.c, runtime/backend_cuda.c), not by calling the code.
+#   configs/test-small.cfg -np 3: cpu backend, host bytes of every rank by kind
+#   configs/7b.cfg -np 5:         cuda backend, host bytes by kind and GPU bytes by kind
+# usage: plan_numbers.sh MTRUN REPO_ROOT
+set -u
+MTRUN=$1
+ROOT=$2
+command -v python3 >/dev/null || { echo "SKIPPED: python3 is missing (it reads the JSON)"; exit 77; }
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT" || exit 1
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+# Flattens the --plan --json object into "path value" lines: ranks.1.master 217088.
+flatten() {
+    python3 -c '
+import json, sys
+def walk(p, v):
+    if isinstance(v, dict):
+        for k, x in v.items(): walk(p + [k], x)
+    elif isinstance(v, list):
+        for i, x in enumerate(v): walk(p + [str(i)], x)
+    else:
+        print(".".join(p), json.dumps(v))
+walk([], json.load(sys.stdin))'
+}
+
+# expected CFG NP CUDA: "path value" lines for the same paths, from the config's numbers.
+# The config is read with a plain "key = value;" scan: the two configs set every model and
+# batch key explicitly or use the schema defaults written below.
+expected() {
+    awk -v NP="$2" -v CUDA="$3" '
+    function up(x, a) { return int((x + a - 1) / a) * a }
+    function min(a, b) { return a < b ? a : b }
+    function out(k, v) { printf "%s %.0f\n", k, v }
+    /^[ \t]*[a-z_]+[ \t]*=/ {
+        line = $0; sub(/#.*/, "", line); gsub(/[ \t;]/, "", line)
+        split(line, kv, "="); gsub(/"/, "", kv[2]); cfg[kv[1]] = kv[2]
+    }
+    END {
+        D = cfg["dim"]; L = cfg["layers"]; H = cfg["heads"]; F = cfg["ffn_dim"]
+        KVH = ("kv_heads" in cfg) ? cfg["kv_heads"] : H
+        V = ("vocab" in cfg) ? cfg["vocab"] : 256
+        tied = ("tied_embeddings" in cfg) ? (cfg["tied_embeddings"] == "true") : 1
+        B = cfg["micro_batch"]; M = cfg["micro_batches"]; T = cfg["seq_len"]
+        hd = D / H; Q = H * hd; KV = KVH * hd; n = B * T
+        # parameter groups: embedding, L decoder layers, head (final norm [+ lm_head])
+        layer = D + Q * D + 2 * KV * D + D * Q + D + 3 * F * D
+        G = L + 2; numel[0] = V * D; numel[G - 1] = D + (tied ? 0 : V * D)
+        for (g = 1; g <= L; g++) numel[g] = layer
+        params = 0; for (g = 0; g < G; g++) params += numel[g]
+        out("params", params); out("groups", G)
+        # control block: magic, size, 4 int32, then 2 x 1024 int64 sequence numbers; one page-rounded header
+        header = up(8 + 8 + 16 + 2 * 1024 * 8, 4096)
+        K = NP - 1
+        for (k = 0; k < K; k++) {
+            off = header; master = 0
+            for (g = 0; g < G; g++) {
+                lo = min(up(int(numel[g] * k / K), 64), numel[g])
+                hi = min(up(int(numel[g] * (k + 1) / K), 64), numel[g])
+                len[g] = hi - lo
+                off = up(off + 2 * len[g], 64)
+                master += up((len[g] ? len[g] : 1) * 4, 4096) # master, m, v: each page-rounded
+            }
+            grad0 = up(off, 4096); off = grad0
+            for (g = 0; g < G; g++) off = up(off + 4 * len[g], 64)
+            total = up(off, 4096)
+            r = "ranks." (k + 1) "."
+            out(r "master", master); out(r "adam_m", master); out(r "adam_v", master)
+            out(r "wire", grad0 - header); out(r "grads", total - grad0); out(r "control", header)
+            out(r "compute", 0); out(r "total", 3 * master + total)
+            state += 3 * master; shared += total
+        }
+        # the compute rank: weight/gradient buffers for embedding + head + the 2-layer ring
+        res = numel[0] + numel[G - 1] + 2 * layer
+        acts = 4 * (L + 1) * M * n * D; dres = 4 * M * n * D
+        lay = 6*n*D + 4*n*Q + 4*n*KV + 6*n*F + 2*n + B*H*T      # layer.c scratch, floats
+        cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n + n*D)   # + head scratch, tokens, engine tmp
+        out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
+        out("compute_host.activations", acts); out("compute_host.residual", dres)
+        out("compute_host.working", cpu_work)
+        out("compute_host.total", 8 * res + acts + dres + cpu_work)
+        # the same on the GPU: bf16 weights; alloc_layer_set + alloc_head_set + workspace
+        laygpu = 2 * (4*n*D + 4*n*Q + 4*n*KV + 5*n*F) + 4 * (5*n*D + n*F + 3*n + n*H) \
+                 + 4 * int((n + 255) / 256) * D + 4 * B * H * T
+        chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > n) chunk = n
+        pv = up(V, 8)
+        headgpu = 2*n*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
+        gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8
+        out("gpu.weights", 2 * res); out("gpu.grads", 4 * res); out("gpu.activations", acts)
+        out("gpu.residual", dres); out("gpu.working", gpu_work)
+        out("gpu.total", 6 * res + acts + dres + gpu_work)
+        compute = CUDA ? 12 * M * n : 8 * res + acts + dres + cpu_work
+        out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
+        out("optimizer_state", state); out("shared", shared); out("host", state + shared + compute)
+    }' "$1"
+}
+
+# check NAME CFG NP CUDA: the JSON plan holds exactly the expected value at every expected path.
+check() {
+    name=$1 cfg=$2 np=$3 cuda=$4
+    # Pretend the host is big enough, so that --plan exits 0 wherever this runs.
+    MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+        "$MTRUN" --plan --json -np "$np" "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
+        { fail "$name: --plan --json exited with $?: $(cat "$TMP/$name.err")"; return; }
+    flatten <"$TMP/$name.json" >"$TMP/$name.got" || { fail "$name: the JSON does not parse"; return; }
+    expected "$cfg" "$np" "$cuda" >"$TMP/$name.want"
+    bad=$(awk 'NR == FNR { got[$1] = $2; next }
+               !($1 in got) { print "  " $1 ": missing, expected " $2; next }
+               got[$1] != $2 { print "  " $1 ": " got[$1] ", expected " $2 }' \
+              "$TMP/$name.got" "$TMP/$name.want")
+    if [ -n "$bad" ]; then
+        fail "$name: plan numbers differ from the hand computation:"
+        echo "$bad"
+    else
+        echo "ok   $name: $(wc -l <"$TMP/$name.want") numbers match, host $(grep '^host ' "$TMP/$name.got" | cut -d' ' -f2) bytes"
+    fi
+    grep -q '^backend "'"$( [ "$cuda" = 1 ] && echo cuda || echo cpu)"'"$' "$TMP/$name.got" ||
+        fail "$name: wrong backend in $(grep '^backend' "$TMP/$name.got")"
+}
+
+check test-small configs/test-small.cfg 3 0
+check 7b configs/7b.cfg 5 1
+
+# The human plan shows the same total, exactly, and the parts an operator looks for.
+host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)
+grouped=$(echo "$host" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta')
+"$MTRUN" --plan -np 3 configs/test-small.cfg >"$TMP/plan.txt" 2>&1 || fail "--plan exited with $?"
+grep -q "^host total .*($grouped bytes)" "$TMP/plan.txt" || fail "--plan does not show host total $grouped bytes"
+for want in '^rank  role' '^   0  compute' '^   2  optimizer' '^total ' 'bytes/param' \
+    '^step time estimate (assumed rates' 'at 10 GFLOP/s\|GFLOP/s per core' '^  host memory' '^  /dev/shm'; do
+    grep -q "$want" "$TMP/plan.txt" || fail "--plan output has no line matching '$want'"
+done
+MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+    "$MTRUN" --plan -np 5 configs/7b.cfg >"$TMP/plan7b.txt" 2>&1
+grep -q '^compute rank buffers (cuda backend: GPU bytes)' "$TMP/plan7b.txt" || fail "7b: no GPU section"
+grep -q 'PCIe .* at 55 GB/s' "$TMP/plan7b.txt" || fail "7b: no PCIe estimate"
+grep -q 'GPU memory   not checked' "$TMP/plan7b.txt" || fail "7b: does not say GPU memory is unchecked"
+echo "ok   the human plan shows the totals, the table, the estimate and the checks"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,88 @@
+#!/bin/sh
+# A job that does not fit is refused before anything starts: exit code 2, nothing on stdout,
+# one line on stderr that names what it needs and what is available, and the change that fits;
+# the change it names really fits. --plan prints the plan and exits 2 the same way. A job that
+# fits prints its plan in one line before it starts.
+# usage: plan_refuse.sh MTRUN REPO_ROOT
+set -u
+MTRUN=$1
+ROOT=$2
+command -v python3 >/dev/null || { echo "SKIPPED: python3 is missing (it reads the JSON)"; exit 77; }
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT" || exit 1
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+CFG=configs/test-small.cfg
+group() { echo "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
+
+need=$(MT_PLAN_MEM_LIMIT=10000000000000 "$MTRUN" --plan --json -np 3 $CFG |
+       python3 -c 'import json, sys; print(json.load(sys.stdin)["host"])') || { echo "FAIL no plan"; exit 1; }
+
+# refused NAME LIMIT MTRUN-ARGS...: mtrun must exit 2 with one line on stderr and nothing on
+# stdout; the line is left in $TMP/NAME.err.
+refused() {
+    name=$1 limit=$2
+    shift 2
+    MT_PLAN_MEM_LIMIT=$limit "$MTRUN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    rc=$?
+    [ "$rc" -eq 2 ] || fail "$name: exit code $rc, expected 2"
+    [ -s "$TMP/$name.out" ] && fail "$name: printed on stdout: $(head -c 200 "$TMP/$name.out")"
+    [ "$(wc -l <"$TMP/$name.err")" -eq 1 ] || fail "$name: $(wc -l <"$TMP/$name.err") lines on stderr, expected 1"
+    echo "     $name: $(cat "$TMP/$name.err")"
+}
+
+# 1 MB: less than the model state, so no batch setting helps.
+refused tiny-limit 1000000 -np 3 $CFG --out "$TMP/run1"
+msg=$(cat "$TMP/tiny-limit.err")
+for want in "^mtrun: .*test-small.cfg with -np 3 does not fit in host memory" \
+    "needs [0-9.]* [KM]iB ($(group "$need") bytes" "optimizer state [0-9.]* [KM]iB" \
+    "shared regions [0-9.]* KiB" "compute rank [0-9.]* [KM]iB" \
+    "976.6 KiB (1,000,000 bytes) is available (MT_PLAN_MEM_LIMIT)" \
+    "no batch setting helps" "smaller model or a host with more memory"; do
+    printf '%s\n' "$msg" | grep -q -- "$want" || fail "tiny-limit: no '$want' in the message"
+done
+[ -e "$TMP/run1" ] && fail "tiny-limit: the refused job created its run folder"
+ls /dev/shm 2>/dev/null | grep -q "^mtc-" && echo "note: /dev/shm holds mtc-* entries (another job?)"
+echo "ok   refused under MT_PLAN_MEM_LIMIT=1000000, with the numbers"
+
+# One byte short: fewer micro-batches fit, and the message says so.
+refused one-short $((need - 1)) -np 3 $CFG --out "$TMP/run2"
+msg=$(cat "$TMP/one-short.err")
+printf '%s\n' "$msg" | grep -q "it fits with batch.micro_batches = 1" ||
+    fail "one-short: no 'it fits with batch.micro_batches = 1' in the message"
+printf '%s\n' "$msg" | grep -q "($(group $((need - 1))) bytes) is available" ||
+    fail "one-short: the available bytes are not named"
+# The suggestion must really fit: the same limit with micro_batches = 1 passes.
+sed "s|\"\.\./data/|\"$ROOT/data/|; s/micro_batches = 2;/micro_batches = 1;/" $CFG >"$TMP/fewer.cfg"
+MT_PLAN_MEM_LIMIT=$((need - 1)) "$MTRUN" --plan -np 3 "$TMP/fewer.cfg" >/dev/null 2>"$TMP/fewer.err" ||
+    fail "the suggested micro_batches = 1 does not fit either: $(cat "$TMP/fewer.err")"
+echo "ok   one byte short: suggests batch.micro_batches = 1, which fits"
+
+# --plan: the plan on stdout, the verdict on stderr, exit 2.
+MT_PLAN_MEM_LIMIT=1000000 "$MTRUN" --plan -np 3 $CFG >"$TMP/plan.out" 2>"$TMP/plan.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--plan of a job that does not fit: exit code $rc, expected 2"
+grep -q "DOES NOT FIT" "$TMP/plan.out" || fail "--plan does not mark the failed check"
+grep -q "does not fit in host memory" "$TMP/plan.err" || fail "--plan: no verdict on stderr"
+echo "ok   --plan exits 2 and shows the failed check"
+
+# /dev/shm too small: refused with the size to grow it to.
+MT_PLAN_SHM_LIMIT=100000 "$MTRUN" -np 3 $CFG >"$TMP/shm.out" 2>"$TMP/shm.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "small /dev/shm: exit code $rc, expected 2"
+grep -q "does not fit in /dev/shm: the shared regions need .* (100,000 bytes) is free.*mount -o remount,size=" \
+    "$TMP/shm.err" || fail "small /dev/shm: message was '$(cat "$TMP/shm.err")'"
+echo "ok   small /dev/shm refused: $(cat "$TMP/shm.err")"
+
+# --force starts it anyway; a job that fits prints its plan in one line first.
+MT_PLAN_MEM_LIMIT=1000000 "$MTRUN" --force -np 2 $CFG --out "$TMP/forced" --stop-at 1 >"$TMP/forced.log" 2>&1 ||
+    fail "--force: the job failed: $(tail -n 5 "$TMP/forced.log")"
+"$MTRUN" -np 2 $CFG --out "$TMP/fits" --stop-at 1 >"$TMP/fits.log" 2>&1 ||
+    fail "a job that fits failed: $(tail -n 5 "$TMP/fits.log")"
+head -n 1 "$TMP/fits.log" | grep -q '^mtrun: plan: 0.10M params, host .* B/param (optimizer state' ||
+    fail "a job does not start with its plan line: $(head -n 1 "$TMP/fits.log")"
+head -n 1 "$TMP/fits.log" | grep -q 'estimated .*/step' || fail "the plan line has no step estimate"
+echo "ok   --force runs it; a job that fits starts with: $(head -n 1 "$TMP/fits.log")"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
