@@ -48,9 +48,18 @@ static size_t parse_size(const char *s) {
     char *end;
     double x = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': x *= 1 << 10; break;
-    case 'm': case 'M': x *= 1 << 20; break;
-    case 'g': case 'G': x *= 1 << 30; break;
+    case 'k':
+    case 'K':
+        x *= 1 << 10;
+        break;
+    case 'm':
+    case 'M':
+        x *= 1 << 20;
+        break;
+    case 'g':
+    case 'G':
+        x *= 1 << 30;
+        break;
     }
     return (size_t)x;
 }
@@ -131,7 +140,8 @@ static void pin_team(int threads, int first) {
 // As runtime/optimizer.c allocates master, m and v.
 static void *alloc_huge(size_t bytes) {
     bytes = (bytes + 4095) & ~(size_t)4095;
-    char *raw = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *raw =
+        mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
         fprintf(stderr, "adamw_bench: mmap of %zu MiB: %s\n", bytes >> 20, strerror(errno));
         exit(1);
@@ -142,7 +152,9 @@ static void *alloc_huge(size_t bytes) {
     madvise(p, bytes, MADV_HUGEPAGE);
     return p;
 }
-static void free_huge(void *p, size_t bytes) { munmap(p, (bytes + 4095) & ~(size_t)4095); }
+static void free_huge(void *p, size_t bytes) {
+    munmap(p, (bytes + 4095) & ~(size_t)4095);
+}
 
 static long anon_huge_kib(void) {
     FILE *f = fopen("/proc/self/smaps_rollup", "r");
@@ -207,22 +219,26 @@ static double time_adamw(arrays *a, adamw_isa isa, adamw_nt nt, int reps) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 __attribute__((target("avx2"))) static void triad_streaming(float *x, const float *y,
-                                                          const float *z, float s, size_t n) {
+                                                            const float *z, float s, size_t n) {
     size_t i = 0;
     for (; i < n && ((uintptr_t)(x + i) & 31); i++) x[i] = y[i] + s * z[i];
     __m256 S = _mm256_set1_ps(s);
     for (; i + 8 <= n; i += 8)
-        _mm256_stream_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
-                                              _mm256_mul_ps(S, _mm256_loadu_ps(z + i))));
+        _mm256_stream_ps(
+            x + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(S, _mm256_loadu_ps(z + i))));
     for (; i < n; i++) x[i] = y[i] + s * z[i];
     _mm_sfence();
 }
-static int have_streaming_triad(void) { return __builtin_cpu_supports("avx2"); }
+static int have_streaming_triad(void) {
+    return __builtin_cpu_supports("avx2");
+}
 #else
 static void triad_streaming(float *x, const float *y, const float *z, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = y[i] + s * z[i];
 }
-static int have_streaming_triad(void) { return 0; }
+static int have_streaming_triad(void) {
+    return 0;
+}
 #endif
 
 static void triad_plain(float *restrict x, const float *restrict y, const float *restrict z,
@@ -241,8 +257,10 @@ static double time_triad(arrays *a, int reps, int streaming) {
         {
             size_t lo, hi;
             adamw_chunk(x, n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-            if (streaming) triad_streaming(x + lo, y + lo, z + lo, s, hi - lo);
-            else triad_plain(x + lo, y + lo, z + lo, s, hi - lo);
+            if (streaming)
+                triad_streaming(x + lo, y + lo, z + lo, s, hi - lo);
+            else
+                triad_plain(x + lo, y + lo, z + lo, s, hi - lo);
         }
         double t = now() - t0;
         if (r > 0 && t < best) best = t;
@@ -261,12 +279,16 @@ typedef struct {
 } result;
 static result results[512];
 static int nresults;
-static struct { int threads; double plain, streaming; } triads[MAX_LIST];
+static struct {
+    int threads;
+    double plain, streaming;
+} triads[MAX_LIST];
 static int ntriads;
 
 static void add_triad(int threads, double plain, double streaming) {
-    if (ntriads < MAX_LIST) triads[ntriads].threads = threads, triads[ntriads].plain = plain,
-                            triads[ntriads++].streaming = streaming;
+    if (ntriads < MAX_LIST)
+        triads[ntriads].threads = threads, triads[ntriads].plain = plain,
+        triads[ntriads++].streaming = streaming;
 }
 
 static void add_result(const char *section, adamw_isa isa, adamw_nt nt, int procs, int threads,
@@ -289,7 +311,8 @@ typedef struct {
 
 static void child(shared_block *sh, int j, int procs, size_t total, int threads, int reps,
                   adamw_isa isa, adamw_nt nt) {
-    size_t lo = total * j / procs / 64 * 64, hi = j == procs - 1 ? total : total * (j + 1) / procs / 64 * 64;
+    size_t lo = total * j / procs / 64 * 64,
+           hi = j == procs - 1 ? total : total * (j + 1) / procs / 64 * 64;
     omp_set_num_threads(threads);
     pin_team(threads, procs * threads <= ncpus ? j * threads : -1); // all pinned, or none
     arrays a;
@@ -314,7 +337,8 @@ static void process_scaling(const int *procs_list, int nprocs, size_t n, int thr
         int procs = procs_list[k];
         if (procs < 1 || procs > MAX_PROCS) continue;
         int threads = threads_total / procs > 0 ? threads_total / procs : 1;
-        shared_block *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        shared_block *sh =
+            mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         pthread_barrierattr_t attr;
         pthread_barrierattr_init(&attr);
         pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
@@ -343,12 +367,15 @@ static void process_scaling(const int *procs_list, int nprocs, size_t n, int thr
         long huge = 0;
         for (int r = 0; r < reps && r < MAX_PROC_REPS; r++) {
             double pass = 0;
-            for (int j = 0; j < procs; j++) pass = sh->seconds[j][r] > pass ? sh->seconds[j][r] : pass;
+            for (int j = 0; j < procs; j++)
+                pass = sh->seconds[j][r] > pass ? sh->seconds[j][r] : pass;
             slowest = pass < slowest ? pass : slowest;
         }
         for (int j = 0; j < procs; j++) huge += sh->huge_kib[j] > 0 ? sh->huge_kib[j] : 0;
-        printf("  %d process%s x %d thread%s (%s): %.4f s/pass (slowest process), %.3f G params/s aggregate, "
-               "%.1f GB/s; THP %ld MiB\n", procs, procs > 1 ? "es" : "", threads, threads > 1 ? "s" : "",
+        printf("  %d process%s x %d thread%s (%s): %.4f s/pass (slowest process), %.3f G params/s "
+               "aggregate, "
+               "%.1f GB/s; THP %ld MiB\n",
+               procs, procs > 1 ? "es" : "", threads, threads > 1 ? "s" : "",
                procs * threads > ncpus || !pin ? "unpinned" : "pinned", slowest, n / slowest * 1e-9,
                n * BYTES_PER_PARAM / slowest * 1e-9, huge >> 10);
         fflush(stdout);
@@ -366,19 +393,27 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     size_t n = (size_t)256 << 20;
-    int reps = 5, threads_list[MAX_LIST], nthreads = 0, procs_list[MAX_LIST] = {1, 2, 4}, nprocs = 3;
+    int reps = 5, threads_list[MAX_LIST], nthreads = 0, procs_list[MAX_LIST] = {1, 2, 4},
+        nprocs = 3;
     const char *threads_arg = NULL, *procs_arg = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--params") && i + 1 < argc) n = parse_size(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads_arg = argv[++i];
-        else if (!strcmp(argv[i], "--procs") && i + 1 < argc) procs_arg = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-pin")) pin = 0;
-        else usage();
+        if (!strcmp(argv[i], "--params") && i + 1 < argc)
+            n = parse_size(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads_arg = argv[++i];
+        else if (!strcmp(argv[i], "--procs") && i + 1 < argc)
+            procs_arg = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-pin"))
+            pin = 0;
+        else
+            usage();
     }
     if (n < 1024 || reps < 1) usage();
     find_cpus();
-    if (threads_arg) nthreads = parse_list(threads_arg, threads_list, ncpus);
+    if (threads_arg)
+        nthreads = parse_list(threads_arg, threads_list, ncpus);
     else {
         for (int t = 1; t < ncpus; t *= 2) threads_list[nthreads++] = t;
         int per_node = 0;
@@ -409,8 +444,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ADAMW_ISA_COUNT; i++)
         if (adamw_isa_available((adamw_isa)i)) printf(" %s", adamw_isa_name((adamw_isa)i));
     printf("; default %s, streaming stores %s; %zu params (%.2f GiB of p,m,v,g,wire), best of %d "
-           "passes, threads %s\n", adamw_isa_name(best), adamw_nt_name(nt_default), n,
-           n * 18.0 / (1 << 30), reps, pin ? "pinned (by node, physical cores first)" : "not pinned");
+           "passes, threads %s\n",
+           adamw_isa_name(best), adamw_nt_name(nt_default), n, n * 18.0 / (1 << 30), reps,
+           pin ? "pinned (by node, physical cores first)" : "not pinned");
     fflush(stdout);
 
     // 3 first (fork before any OpenMP in this process); printed in this order anyway.
@@ -430,12 +466,13 @@ int main(int argc, char **argv) {
         arrays_init(&a, n);
         long huge = anon_huge_kib();
         double plain = n * TRIAD_BYTES / time_triad(&a, reps, 0) * 1e-9;
-        double streaming = have_streaming_triad() ? n * TRIAD_BYTES / time_triad(&a, reps, 1) * 1e-9 : 0;
+        double streaming =
+            have_streaming_triad() ? n * TRIAD_BYTES / time_triad(&a, reps, 1) * 1e-9 : 0;
         double triad_gbs = plain > streaming ? plain : streaming;
         arrays_free(&a);
         arrays_init(&a, n); // the triad overwrote p
-        printf("  %3d thread%s: triad %6.1f / %6.1f GB/s |", threads, threads > 1 ? "s" : " ", plain,
-               streaming);
+        printf("  %3d thread%s: triad %6.1f / %6.1f GB/s |", threads, threads > 1 ? "s" : " ",
+               plain, streaming);
         add_triad(threads, plain, streaming);
         for (int i = 0; i < ADAMW_ISA_COUNT; i++) {
             if (!adamw_isa_available((adamw_isa)i)) continue;

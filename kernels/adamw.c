@@ -93,13 +93,16 @@ const char *adamw_nt_name(adamw_nt nt) {
 
 int adamw_isa_available(adamw_isa isa) {
     switch (isa) {
-    case ADAMW_ISA_SCALAR: return 1;
+    case ADAMW_ISA_SCALAR:
+        return 1;
 #if ADAMW_X86
-    case ADAMW_ISA_AVX2: return __builtin_cpu_supports("avx2");
+    case ADAMW_ISA_AVX2:
+        return __builtin_cpu_supports("avx2");
     case ADAMW_ISA_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #endif
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -148,17 +151,27 @@ adamw_nt adamw_nt_default(void) {
 void adamw_kernel(adamw_isa isa, adamw_nt nt, float *p, float *m, float *v, bf16 *wire,
                   const float *g, size_t n, const adamw_consts *k) {
     switch (isa) {
-    case ADAMW_ISA_AVX512: adamw_kernel_avx512(nt, p, m, v, wire, g, n, k); break;
-    case ADAMW_ISA_AVX2: adamw_kernel_avx2(nt, p, m, v, wire, g, n, k); break;
-    default: adamw_kernel_scalar(nt, p, m, v, wire, g, n, k); break;
+    case ADAMW_ISA_AVX512:
+        adamw_kernel_avx512(nt, p, m, v, wire, g, n, k);
+        break;
+    case ADAMW_ISA_AVX2:
+        adamw_kernel_avx2(nt, p, m, v, wire, g, n, k);
+        break;
+    default:
+        adamw_kernel_scalar(nt, p, m, v, wire, g, n, k);
+        break;
     }
 }
 
 void adamw_to_bf16(adamw_isa isa, bf16 *dst, const float *src, size_t n) {
     if (!adamw_isa_available(isa)) isa = ADAMW_ISA_SCALAR;
     switch (isa) {
-    case ADAMW_ISA_AVX512: adamw_to_bf16_avx512(dst, src, n); break;
-    case ADAMW_ISA_AVX2: adamw_to_bf16_avx2(dst, src, n); break;
+    case ADAMW_ISA_AVX512:
+        adamw_to_bf16_avx512(dst, src, n);
+        break;
+    case ADAMW_ISA_AVX2:
+        adamw_to_bf16_avx2(dst, src, n);
+        break;
     default:
         for (size_t i = 0; i < n; i++) dst[i] = bf16_from_float(src[i]);
         break;
@@ -202,8 +215,7 @@ void adamw_update_ex(float *p, float *m, float *v, bf16 *wire, const float *g, s
     {
         size_t lo, hi;
         adamw_chunk(p, n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-        if (hi > lo)
-            adamw_kernel(isa, nt, p + lo, m + lo, v + lo, wire + lo, g + lo, hi - lo, &k);
+        if (hi > lo) adamw_kernel(isa, nt, p + lo, m + lo, v + lo, wire + lo, g + lo, hi - lo, &k);
     }
 }
 

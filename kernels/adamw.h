@@ -34,7 +34,12 @@ double sum_of_squares(const float *x, size_t n);
 
 // ---- Paths, store policies and chunking (for the optimizer loop, tests and benches) ----
 
-typedef enum { ADAMW_ISA_SCALAR = 0, ADAMW_ISA_AVX2 = 1, ADAMW_ISA_AVX512 = 2, ADAMW_ISA_COUNT } adamw_isa;
+typedef enum {
+    ADAMW_ISA_SCALAR = 0,
+    ADAMW_ISA_AVX2 = 1,
+    ADAMW_ISA_AVX512 = 2,
+    ADAMW_ISA_COUNT
+} adamw_isa;
 
 // Non-temporal (streaming) stores: none, only the write-only bf16 wire copy, or every output.
 // They change no result, only how the lines travel to memory.
@@ -51,9 +56,9 @@ adamw_nt adamw_nt_default(void);
 // The per-step scalars, computed once as torch does: bias corrections in double (Python floats),
 // then cast to float; the element-wise math in float.
 typedef struct {
-    float step_size;    // (float)(lr / (1 - beta1^t))
-    float bc2_sqrt;     // (float)sqrt(1 - beta2^t)
-    float decay;        // (float)(1 - (double)lr * wd)
+    float step_size; // (float)(lr / (1 - beta1^t))
+    float bc2_sqrt;  // (float)sqrt(1 - beta2^t)
+    float decay;     // (float)(1 - (double)lr * wd)
     float one_minus_b1, one_minus_b2, beta2, eps, grad_scale;
 } adamw_consts;
 void adamw_consts_init(adamw_consts *k, const adamw_params *hp);

@@ -26,8 +26,8 @@ typedef struct {
 INLINE __m128i bf16x8(__m256 x) {
     __m256i u = _mm256_castps_si256(x);
     __m256i top = _mm256_srli_epi32(u, 16);
-    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                    _mm256_and_si256(top, _mm256_set1_epi32(1)));
+    __m256i bias =
+        _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(top, _mm256_set1_epi32(1)));
     __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
     __m256i magnitude = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
     __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
@@ -63,10 +63,12 @@ INLINE void partial8(const consts8 *k, size_t r, float *p, float *m, float *v, b
     memcpy(v, V, r * sizeof(float)), memcpy(wire, W, r * sizeof(bf16));
 }
 
-static int aligned(const void *x, uintptr_t a) { return ((uintptr_t)x & (a - 1)) == 0; }
+static int aligned(const void *x, uintptr_t a) {
+    return ((uintptr_t)x & (a - 1)) == 0;
+}
 
-TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *wire,
-                              const float *g, size_t n, const adamw_consts *c) {
+TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *wire, const float *g,
+                              size_t n, const adamw_consts *c) {
     consts8 k = {_mm256_set1_ps(c->step_size),    _mm256_set1_ps(c->bc2_sqrt),
                  _mm256_set1_ps(c->decay),        _mm256_set1_ps(c->one_minus_b1),
                  _mm256_set1_ps(c->one_minus_b2), _mm256_set1_ps(c->beta2),
@@ -83,11 +85,22 @@ TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *w
         __m256 V = _mm256_loadu_ps(v + i), G = _mm256_loadu_ps(g + i);
         step8(&k, &P, &M, &V, G);
         __m128i W = bf16x8(P);
-        if (nt_p) _mm256_stream_ps(p + i, P); else _mm256_store_ps(p + i, P);
-        if (nt_m) _mm256_stream_ps(m + i, M); else _mm256_storeu_ps(m + i, M);
-        if (nt_v) _mm256_stream_ps(v + i, V); else _mm256_storeu_ps(v + i, V);
-        if (nt_w) _mm_stream_si128((__m128i *)(wire + i), W);
-        else _mm_storeu_si128((__m128i *)(wire + i), W);
+        if (nt_p)
+            _mm256_stream_ps(p + i, P);
+        else
+            _mm256_store_ps(p + i, P);
+        if (nt_m)
+            _mm256_stream_ps(m + i, M);
+        else
+            _mm256_storeu_ps(m + i, M);
+        if (nt_v)
+            _mm256_stream_ps(v + i, V);
+        else
+            _mm256_storeu_ps(v + i, V);
+        if (nt_w)
+            _mm_stream_si128((__m128i *)(wire + i), W);
+        else
+            _mm_storeu_si128((__m128i *)(wire + i), W);
     }
     if (i < n) partial8(&k, n - i, p + i, m + i, v + i, wire + i, g + i);
     if (nt_p || nt_m || nt_v || nt_w) _mm_sfence(); // see adamw_avx512.c
@@ -95,7 +108,8 @@ TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *w
 
 TARGET void adamw_to_bf16_avx2(bf16 *dst, const float *src, size_t n) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(dst + i), bf16x8(_mm256_loadu_ps(src + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), bf16x8(_mm256_loadu_ps(src + i)));
     if (i < n) {
         float x[8] = {0};
         bf16 w[8];

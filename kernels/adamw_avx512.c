@@ -27,8 +27,8 @@ typedef struct {
 INLINE __m512i bf16_bits(__m512 x) {
     __m512i u = _mm512_castps_si512(x);
     __m512i top = _mm512_srli_epi32(u, 16);
-    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                    _mm512_and_si512(top, _mm512_set1_epi32(1)));
+    __m512i bias =
+        _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(top, _mm512_set1_epi32(1)));
     __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
     __m512i magnitude = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
     __mmask16 nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
@@ -48,8 +48,8 @@ INLINE void step16(const consts16 *k, __m512 *p, __m512 *m, __m512 *v, __m512 g)
     *v = vi;
 }
 
-INLINE void masked16(const consts16 *k, __mmask16 lanes, float *p, float *m, float *v,
-                     bf16 *wire, const float *g) {
+INLINE void masked16(const consts16 *k, __mmask16 lanes, float *p, float *m, float *v, bf16 *wire,
+                     const float *g) {
     __m512 P = _mm512_maskz_loadu_ps(lanes, p), M = _mm512_maskz_loadu_ps(lanes, m);
     __m512 V = _mm512_maskz_loadu_ps(lanes, v), G = _mm512_maskz_loadu_ps(lanes, g);
     step16(k, &P, &M, &V, G);
@@ -59,7 +59,9 @@ INLINE void masked16(const consts16 *k, __mmask16 lanes, float *p, float *m, flo
     _mm512_mask_cvtepi32_storeu_epi16(wire, lanes, bf16_bits(P));
 }
 
-static int aligned(const void *x, uintptr_t a) { return ((uintptr_t)x & (a - 1)) == 0; }
+static int aligned(const void *x, uintptr_t a) {
+    return ((uintptr_t)x & (a - 1)) == 0;
+}
 
 TARGET void adamw_kernel_avx512(adamw_nt nt, float *p, float *m, float *v, bf16 *wire,
                                 const float *g, size_t n, const adamw_consts *c) {
@@ -82,11 +84,22 @@ TARGET void adamw_kernel_avx512(adamw_nt nt, float *p, float *m, float *v, bf16 
         __m512 V = _mm512_loadu_ps(v + i), G = _mm512_loadu_ps(g + i);
         step16(&k, &P, &M, &V, G);
         __m256i W = _mm512_cvtepi32_epi16(bf16_bits(P));
-        if (nt_p) _mm512_stream_ps(p + i, P); else _mm512_store_ps(p + i, P);
-        if (nt_m) _mm512_stream_ps(m + i, M); else _mm512_storeu_ps(m + i, M);
-        if (nt_v) _mm512_stream_ps(v + i, V); else _mm512_storeu_ps(v + i, V);
-        if (nt_w) _mm256_stream_si256((__m256i *)(wire + i), W);
-        else _mm256_storeu_si256((__m256i *)(wire + i), W);
+        if (nt_p)
+            _mm512_stream_ps(p + i, P);
+        else
+            _mm512_store_ps(p + i, P);
+        if (nt_m)
+            _mm512_stream_ps(m + i, M);
+        else
+            _mm512_storeu_ps(m + i, M);
+        if (nt_v)
+            _mm512_stream_ps(v + i, V);
+        else
+            _mm512_storeu_ps(v + i, V);
+        if (nt_w)
+            _mm256_stream_si256((__m256i *)(wire + i), W);
+        else
+            _mm256_storeu_si256((__m256i *)(wire + i), W);
     }
     if (i < n) masked16(&k, (__mmask16)((1u << (n - i)) - 1), p + i, m + i, v + i, wire + i, g + i);
     // Streamed lines sit in write-combining buffers: fence them before anyone is told the

@@ -15,7 +15,7 @@ typedef struct {
     const char *stop_at;                          // passed through to mt-rank
     char **extra;                                 // the mpirun arguments after "--"
     int nextra;
-    int tty, tty_columns;                         // stdout is a terminal, this wide
+    int tty, tty_columns; // stdout is a terminal, this wide
 } mtrun_opts;
 
 // hostfile.c: checks an Open MPI hostfile, one "host [slots=N] [max_slots=N]" per line.

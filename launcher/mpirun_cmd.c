@@ -45,7 +45,8 @@ static int count_cores(void) {
         nthreads++;
         char path[128];
         int pkg = 0, core = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 cpu);
         if (read_int(path, &pkg) < 0) return CPU_COUNT(&set); // no topology: count threads
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
         if (read_int(path, &core) < 0) return CPU_COUNT(&set);

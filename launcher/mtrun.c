@@ -137,7 +137,8 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             np = value_of(argc, argv, &i, name);
             long v = parse_count(np);
             if (v < 0) die_usage("%s %s: not a number of processes", name, np);
-            if (v < 2) die_usage("%s %s: need at least 2 processes (1 compute + 1 optimizer)", name, np);
+            if (v < 2)
+                die_usage("%s %s: need at least 2 processes (1 compute + 1 optimizer)", name, np);
             o->np = (int)v;
         } else if (is_opt(a, "--hostfile") || is_opt(a, "-hostfile")) {
             o->hostfile = value_of(argc, argv, &i, a[1] == '-' ? "--hostfile" : "-hostfile");
@@ -147,7 +148,8 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             o->out = value_of(argc, argv, &i, "--out");
         } else if (is_opt(a, "--stop-at")) {
             o->stop_at = value_of(argc, argv, &i, "--stop-at");
-            if (parse_count(o->stop_at) < 1) die_usage("--stop-at %s: not a step number (>= 1)", o->stop_at);
+            if (parse_count(o->stop_at) < 1)
+                die_usage("--stop-at %s: not a step number (>= 1)", o->stop_at);
         } else if (a[0] == '-' && a[1]) {
             die_usage("%s: unknown option (see mtrun --help; mpirun options go after --)", a);
         } else if (o->config) {
@@ -189,7 +191,8 @@ static void find_rank_program(char *out, size_t n, int must_exist) {
     self[len] = 0;
     *strrchr(self, '/') = 0;
     snprintf(out, n, "%s/mt-rank", self);
-    if (must_exist && access(out, X_OK) != 0) die_usage("%s: not found (build the mt-rank target)", out);
+    if (must_exist && access(out, X_OK) != 0)
+        die_usage("%s: not found (build the mt-rank target)", out);
 }
 
 static int terminal_columns(void) {
@@ -217,7 +220,8 @@ static void remove_leftovers(const char *job) {
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
     closedir(d);
     if (removed)
@@ -256,7 +260,8 @@ static int run(const cmdline *c, const char *job) {
 
     int status;
     pid_t got;
-    while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+    while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
     SYS_CHECK(got);
     remove_leftovers(job);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -315,7 +320,8 @@ int main(int argc, char **argv) {
     if (o.resume) check_dir("--resume", o.resume);
     if (o.out && !*o.out) die_usage("--out: needs a folder");
     if (o.stop_at && parse_count(o.stop_at) > cfg.steps)
-        die_usage("--stop-at %s: past the last step (steps = %d in %s)", o.stop_at, cfg.steps, o.config);
+        die_usage("--stop-at %s: past the last step (steps = %d in %s)", o.stop_at, cfg.steps,
+                  o.config);
 
     placement p;
     placement_detect(&p, &o, 0); // slots from the hostfile below

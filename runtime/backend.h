@@ -26,8 +26,8 @@ typedef struct {
     void (*embed_backward)(backend *b, float *dtable, const float *dout, int m);
     void (*layer_forward)(backend *b, const void *w, const float *x, float *out);
     // Recomputes the layer's internals from x, then accumulates dw and writes dx.
-    void (*layer_backward)(backend *b, const void *w, float *dw, const float *x,
-                           const float *dout, float *dx);
+    void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
+                           float *dx);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
     // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
     void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
@@ -35,8 +35,8 @@ typedef struct {
     double (*take_loss)(backend *b); // the sum since the last call; waits for the device
     // For sampling: run one sequence of `len` tokens (tokens loaded as micro-batch 0).
     void (*set_shape)(backend *b, int B, int T);
-    void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x,
-                        int len, float *host_logits);
+    void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x, int len,
+                        float *host_logits);
     void (*destroy)(backend *b);
 } backend_ops;
 

@@ -21,13 +21,19 @@ static void *cpu_alloc(backend *b, size_t bytes) {
     if (!p) mt_die("out of memory: %zu MiB for the compute rank's buffers", bytes >> 20);
     return p;
 }
-static void cpu_release(backend *b, void *p) { free(p); }
-static void cpu_zero(backend *b, void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_release(backend *b, void *p) {
+    free(p);
+}
+static void cpu_zero(backend *b, void *p, size_t bytes) {
+    memset(p, 0, bytes);
+}
 static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-static int tokens(const backend *b) { return b->B * b->T; }
+static int tokens(const backend *b) {
+    return b->B * b->T;
+}
 
 static void cpu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
     memcpy(b->inputs, inputs, sizeof(int32_t) * count * tokens(b));
@@ -57,8 +63,8 @@ static void cpu_layer_backward(backend *b, const void *w, float *dw, const float
     layer_backward(b->c, &p, &dp, b->scratch, x, dout, dx);
 }
 
-static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g,
-                     float *cls_g, const float *x, float *dx, int m, float dloss) {
+static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+                     const float *x, float *dx, int m, float dloss) {
     const mt_config *c = b->c;
     int n = tokens(b);
     head_params hp, gp;
@@ -121,12 +127,24 @@ backend *backend_cpu_new(const mt_config *c) {
 
 const backend_ops *backend_cpu_ops(void) {
     static const backend_ops ops = {
-        "cpu",          4,
-        cpu_alloc,      cpu_release,        cpu_zero,          cpu_copy,
-        cpu_copy,       cpu_copy,
-        cpu_load_tokens, cpu_embed_forward, cpu_embed_backward, cpu_layer_forward,
-        cpu_layer_backward, cpu_head,       cpu_take_loss,     cpu_set_shape,
-        cpu_last_logits, cpu_destroy,
+        "cpu",
+        4,
+        cpu_alloc,
+        cpu_release,
+        cpu_zero,
+        cpu_copy,
+        cpu_copy,
+        cpu_copy,
+        cpu_load_tokens,
+        cpu_embed_forward,
+        cpu_embed_backward,
+        cpu_layer_forward,
+        cpu_layer_backward,
+        cpu_head,
+        cpu_take_loss,
+        cpu_set_shape,
+        cpu_last_logits,
+        cpu_destroy,
     };
     return &ops;
 }

@@ -46,7 +46,9 @@ static void *cu_alloc(backend *b, size_t bytes) {
                bytes >> 20, cudaGetErrorString(rc));
     return p;
 }
-static void cu_release(backend *b, void *p) { CUDA_CHECK(cudaFree(p)); }
+static void cu_release(backend *b, void *p) {
+    CUDA_CHECK(cudaFree(p));
+}
 static void cu_zero(backend *b, void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->s));
 }
@@ -63,7 +65,9 @@ static void cu_download(backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
 
-static int tokens(const backend *b) { return b->B * b->T; }
+static int tokens(const backend *b) {
+    return b->B * b->T;
+}
 
 static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
     size_t bytes = sizeof(int32_t) * count * tokens(b);
@@ -108,8 +112,8 @@ static void cu_layer_forward(backend *b, const void *wbuf, const float *x, float
     cuda_linear_forward(b->gemm, b->v, 0, 0, b->n1, w.wv, n, D, KV, s);
     cuda_rope_forward(b->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_forward(b->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
-    cuda_attention_forward(b->att, b->lse, b->q, b->k, b->v, b->B, b->T, c->heads, c->kv_heads,
-                           hd, s);
+    cuda_attention_forward(b->att, b->lse, b->q, b->k, b->v, b->B, b->T, c->heads, c->kv_heads, hd,
+                           s);
     // The residual adds ride on the GEMMs' beta: h = x + att . wo^T, out = h + act . down^T.
     cu_copy(b, b->h, x, sizeof(float) * n * D);
     cuda_linear_forward(b->gemm, b->h, 1, 1.0f, b->att, w.wo, n, Q, D, s);
@@ -148,8 +152,8 @@ static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const 
     cuda_float_to_bf16(b->dh_b, b->d_h, (long)n * D, s);
     cuda_linear_backward_input(gm, b->d_att, 0, 0, b->dh_b, w.wo, n, Q, D, s);
     cuda_linear_backward_weight(gm, g.wo, b->dh_b, b->att, n, Q, D, s);
-    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, b->att, b->lse, b->q, b->k, b->v,
-                            b->B, b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
+    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, b->att, b->lse, b->q, b->k, b->v, b->B,
+                            b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
     cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
     cuda_linear_backward_input(gm, b->d_n1, 1, 0, b->dq, w.wq, n, D, Q, s);
@@ -159,12 +163,12 @@ static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const 
     cuda_linear_backward_weight(gm, g.wk, b->dk, b->n1, n, D, KV, s);
     cuda_linear_backward_weight(gm, g.wv, b->dv, b->n1, n, D, KV, s);
     cu_copy(b, dx, b->d_h, sizeof(float) * n * D);
-    cuda_rmsnorm_backward(dx, g.attn_norm, b->d_n1, x, w.attn_norm, b->rstd1, n, D,
-                          b->norm_scratch, s);
+    cuda_rmsnorm_backward(dx, g.attn_norm, b->d_n1, x, w.attn_norm, b->rstd1, n, D, b->norm_scratch,
+                          s);
 }
 
-static void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g,
-                    float *cls_g, const float *x, float *dx, int m, float dloss) {
+static void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+                    const float *x, float *dx, int m, float dloss) {
     const mt_config *c = b->c;
     int n = tokens(b), D = c->dim;
     const bf16 *final_norm = head_w;
@@ -172,13 +176,13 @@ static void cu_head(backend *b, const void *head_w, const void *cls_w, float *he
     float *losses = b->losses + (size_t)m * n;
     if (m + 1 > b->loss_micro) b->loss_micro = m + 1;
     if (dloss == 0) {
-        cuda_classifier(b->gemm, losses, NULL, NULL, b->xf, cls_w, b->targets + (size_t)m * n, n,
-                        D, c->vocab, 0, b->cls_scratch, b->chunk, b->s);
+        cuda_classifier(b->gemm, losses, NULL, NULL, b->xf, cls_w, b->targets + (size_t)m * n, n, D,
+                        c->vocab, 0, b->cls_scratch, b->chunk, b->s);
         return;
     }
     cu_zero(b, b->dxf, sizeof(float) * n * D);
-    cuda_classifier(b->gemm, losses, b->dxf, cls_g, b->xf, cls_w, b->targets + (size_t)m * n, n,
-                    D, c->vocab, dloss, b->cls_scratch, b->chunk, b->s);
+    cuda_classifier(b->gemm, losses, b->dxf, cls_g, b->xf, cls_w, b->targets + (size_t)m * n, n, D,
+                    c->vocab, dloss, b->cls_scratch, b->chunk, b->s);
     cu_zero(b, dx, sizeof(float) * n * D);
     cuda_rmsnorm_backward(dx, head_g, b->dxf, x, final_norm, b->rstd_f, n, D, b->norm_scratch,
                           b->s);
@@ -196,7 +200,9 @@ static double cu_take_loss(backend *b) {
     return total;
 }
 
-static void cu_set_shape(backend *b, int B, int T) { b->B = B, b->T = T; }
+static void cu_set_shape(backend *b, int B, int T) {
+    b->B = B, b->T = T;
+}
 
 static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                            int len, float *host_logits) {
@@ -231,9 +237,9 @@ static void alloc_layer_set(backend *b) {
     b->rstd1 = dev(b, n, 4), b->rstd2 = dev(b, n, 4), b->rstd_f = dev(b, n, 4);
     b->lse = dev(b, n * c->heads, 4);
     b->norm_scratch = dev(b, cuda_rmsnorm_scratch_floats((int)n, c->dim), 4);
-    b->attn_scratch = dev(b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads,
-                                                          c->kv_heads, (int)hd),
-                          1);
+    b->attn_scratch = dev(
+        b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads, c->kv_heads, (int)hd),
+        1);
 }
 
 static void alloc_head_set(backend *b) {
@@ -253,12 +259,42 @@ static void alloc_head_set(backend *b) {
 
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
-    void *all[] = {b->n1,     b->q,      b->k,      b->v,     b->att,    b->n2,     b->gate,
-                   b->up,     b->act,    b->dout_b, b->d_gate, b->d_up,  b->dh_b,   b->d_att,
-                   b->dq,     b->dk,     b->dv,     b->rstd1, b->lse,    b->h,      b->rstd2,
-                   b->d_act,  b->d_n2,   b->d_h,    b->d_n1,  b->norm_scratch, b->attn_scratch,
-                   b->xf,     b->rstd_f, b->dxf,    b->losses, b->logits, b->cls_scratch,
-                   b->inputs, b->targets, b->inv_freq};
+    void *all[] = {b->n1,
+                   b->q,
+                   b->k,
+                   b->v,
+                   b->att,
+                   b->n2,
+                   b->gate,
+                   b->up,
+                   b->act,
+                   b->dout_b,
+                   b->d_gate,
+                   b->d_up,
+                   b->dh_b,
+                   b->d_att,
+                   b->dq,
+                   b->dk,
+                   b->dv,
+                   b->rstd1,
+                   b->lse,
+                   b->h,
+                   b->rstd2,
+                   b->d_act,
+                   b->d_n2,
+                   b->d_h,
+                   b->d_n1,
+                   b->norm_scratch,
+                   b->attn_scratch,
+                   b->xf,
+                   b->rstd_f,
+                   b->dxf,
+                   b->losses,
+                   b->logits,
+                   b->cls_scratch,
+                   b->inputs,
+                   b->targets,
+                   b->inv_freq};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     cuda_gemm_free(b->gemm);
@@ -266,7 +302,9 @@ static void cu_destroy(backend *b) {
     free(b);
 }
 
-void *backend_cuda_compute_stream(backend *b) { return b->s; }
+void *backend_cuda_compute_stream(backend *b) {
+    return b->s;
+}
 
 static void upload_inv_freq(backend *b) {
     int half = mt_head_dim(b->c) / 2;
@@ -303,12 +341,24 @@ backend *backend_cuda_new(const mt_config *c) {
 
 const backend_ops *backend_cuda_ops(void) {
     static const backend_ops ops = {
-        "cuda",         2,
-        cu_alloc,       cu_release,        cu_zero,          cu_copy,
-        cu_upload,      cu_download,
-        cu_load_tokens, cu_embed_forward,  cu_embed_backward, cu_layer_forward,
-        cu_layer_backward, cu_head,        cu_take_loss,     cu_set_shape,
-        cu_last_logits, cu_destroy,
+        "cuda",
+        2,
+        cu_alloc,
+        cu_release,
+        cu_zero,
+        cu_copy,
+        cu_upload,
+        cu_download,
+        cu_load_tokens,
+        cu_embed_forward,
+        cu_embed_backward,
+        cu_layer_forward,
+        cu_layer_backward,
+        cu_head,
+        cu_take_loss,
+        cu_set_shape,
+        cu_last_logits,
+        cu_destroy,
     };
     return &ops;
 }

@@ -158,8 +158,10 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
         size_t bytes = lay->len[g] * sizeof(float);
         for (int w = 0; w < 3; w++) {
             off_t off = (off_t)(state_offset(job, g, w) + lay->lo[g] * sizeof(float));
-            ssize_t n = writing ? pwrite(fd, arrays[w], bytes, off) : pread(fd, arrays[w], bytes, off);
-            if (n != (ssize_t)bytes) mt_die("%s: short %s at %lld", path, writing ? "write" : "read", (long long)off);
+            ssize_t n =
+                writing ? pwrite(fd, arrays[w], bytes, off) : pread(fd, arrays[w], bytes, off);
+            if (n != (ssize_t)bytes)
+                mt_die("%s: short %s at %lld", path, writing ? "write" : "read", (long long)off);
         }
     }
     if (writing) SYS_CHECK(fsync(fd));
@@ -225,4 +227,6 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
     MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 
-void checkpoint_load(mt_job *job, group_state *state) { io_slices(job, job->resume_path, state, 0); }
+void checkpoint_load(mt_job *job, group_state *state) {
+    io_slices(job, job->resume_path, state, 0);
+}

@@ -17,8 +17,8 @@ typedef struct {
     backend *be;
     transfer xfer;
     dataset data;
-    int n;                                 // tokens per micro-batch
-    weight_buffer emb, head, ring[2];      // layer l streams through ring[l % 2]
+    int n;                            // tokens per micro-batch
+    weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
     grad_buffer emb_g, head_g, ring_g[2];
     float *acts; // [(L + 1) * M * n * D]: layer-boundary activations of the step
     float *dres; // [M * n * D]: gradient flowing back through the residual stream
@@ -29,7 +29,9 @@ typedef struct {
 static float *act(engine *e, int l, int m) {
     return e->acts + ((size_t)l * e->c->micro_batches + m) * e->n * e->c->dim;
 }
-static float *dres(engine *e, int m) { return e->dres + (size_t)m * e->n * e->c->dim; }
+static float *dres(engine *e, int m) {
+    return e->dres + (size_t)m * e->n * e->c->dim;
+}
 
 static void *device_alloc(engine *e, size_t elems, size_t elem_bytes) {
     return e->ops->alloc(e->be, elems * elem_bytes);
@@ -196,8 +198,8 @@ static double eval_loss(engine *e, int64_t version) {
     const mt_config *c = e->c;
     int done = 0;
     for (int chunk = 0; done < c->eval_batches; chunk++) {
-        int M = c->eval_batches - done < c->micro_batches ? c->eval_batches - done
-                                                          : c->micro_batches;
+        int M =
+            c->eval_batches - done < c->micro_batches ? c->eval_batches - done : c->micro_batches;
         load_batches(e, SPLIT_VAL, chunk, M);
         forward_layers(e, version, M, 0);
         for (int m = 0; m < M; m++)

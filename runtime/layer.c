@@ -32,10 +32,9 @@ layer_scratch *layer_scratch_new(const mt_config *c, int B, int T, const float *
 
 void layer_scratch_free(layer_scratch *s) {
     if (!s) return;
-    float *all[] = {s->n1,  s->rstd1, s->q,     s->k,      s->v,    s->att,  s->lse,
-                    s->h,   s->n2,    s->rstd2, s->gate,   s->up,   s->act,  s->d_act,
-                    s->d_gate, s->d_up, s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k,
-                    s->d_v, s->d_n1};
+    float *all[] = {s->n1,   s->rstd1, s->q,     s->k,   s->v,   s->att,   s->lse,    s->h,
+                    s->n2,   s->rstd2, s->gate,  s->up,  s->act, s->d_act, s->d_gate, s->d_up,
+                    s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k, s->d_v,   s->d_n1};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(s);
 }

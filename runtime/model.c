@@ -82,7 +82,7 @@ void layer_params_bind(layer_params *p, const mt_config *c, float *flat) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
     model_group_tensors(c, model_layer_group(0), t, &numel);
-    float **slots[] = {&p->attn_norm, &p->wq, &p->wk,     &p->wv,    &p->wo,
+    float **slots[] = {&p->attn_norm, &p->wq,     &p->wk,   &p->wv,    &p->wo,
                        &p->ffn_norm,  &p->w_gate, &p->w_up, &p->w_down};
     for (int k = 0; k < 9; k++) *slots[k] = flat + t[k].offset;
 }

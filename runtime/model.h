@@ -18,9 +18,15 @@ typedef struct {
 
 #define MODEL_MAX_TENSORS 12
 
-static inline int model_group_count(const mt_config *c) { return c->layers + 2; }
-static inline int model_head_group(const mt_config *c) { return c->layers + 1; }
-static inline int model_layer_group(int layer) { return layer + 1; }
+static inline int model_group_count(const mt_config *c) {
+    return c->layers + 2;
+}
+static inline int model_head_group(const mt_config *c) {
+    return c->layers + 1;
+}
+static inline int model_layer_group(int layer) {
+    return layer + 1;
+}
 
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
 int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);

@@ -16,12 +16,18 @@ static job_args parse_args(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int has_value = i + 1 < argc;
-        if (strcmp(s, "--help") == 0) usage(stdout), exit(0);
-        else if (strcmp(s, "--resume") == 0 && has_value) a.resume_dir = argv[++i];
-        else if (strcmp(s, "--out") == 0 && has_value) a.out_dir = argv[++i];
-        else if (strcmp(s, "--stop-at") == 0 && has_value) a.stop_at = atoi(argv[++i]);
-        else if (s[0] != '-' && !a.config_path) a.config_path = s;
-        else usage(stderr), exit(2);
+        if (strcmp(s, "--help") == 0)
+            usage(stdout), exit(0);
+        else if (strcmp(s, "--resume") == 0 && has_value)
+            a.resume_dir = argv[++i];
+        else if (strcmp(s, "--out") == 0 && has_value)
+            a.out_dir = argv[++i];
+        else if (strcmp(s, "--stop-at") == 0 && has_value)
+            a.stop_at = atoi(argv[++i]);
+        else if (s[0] != '-' && !a.config_path)
+            a.config_path = s;
+        else
+            usage(stderr), exit(2);
     }
     if (!a.config_path) usage(stderr), exit(2);
     return a;
@@ -32,8 +38,10 @@ int main(int argc, char **argv) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     mt_job job;
     job_setup(&job, &args);
-    if (job_is_compute(&job)) engine_run(&job);
-    else optimizer_run(&job);
+    if (job_is_compute(&job))
+        engine_run(&job);
+    else
+        optimizer_run(&job);
     job_teardown(&job);
     MPI_CHECK(MPI_Finalize());
     return 0;

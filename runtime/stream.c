@@ -22,12 +22,11 @@ struct copy_stream {
     int stopping;
 };
 
-#define PT_CHECK(call)                                                                           \
-    do {                                                                                         \
-        int pt_rc_ = (call);                                                                     \
-        if (pt_rc_ != 0) mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror(pt_rc_));   \
+#define PT_CHECK(call)                                                                             \
+    do {                                                                                           \
+        int pt_rc_ = (call);                                                                       \
+        if (pt_rc_ != 0) mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror(pt_rc_));     \
     } while (0)
-
 
 static void *stream_main(void *p) {
     copy_stream *s = p;

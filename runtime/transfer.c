@@ -117,8 +117,10 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
 }
 
 void fetch_wait(weight_buffer *buf) {
-    if (buf->t->cuda) xfer_cuda_fetch_wait(buf);
-    else stream_wait(buf->t->h2d, buf->ticket);
+    if (buf->t->cuda)
+        xfer_cuda_fetch_wait(buf);
+    else
+        stream_wait(buf->t->h2d, buf->ticket);
 }
 
 void buffer_done(weight_buffer *buf) {

@@ -19,7 +19,7 @@ typedef struct {
     int64_t *version;       // [n_shards * n_groups]: wire version each shard announced
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
-    double sumsq_announced; // squared gradient norm of the groups announced so far
+    double sumsq_announced;              // squared gradient norm of the groups announced so far
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
 } transfer;
 
@@ -38,7 +38,7 @@ typedef struct weight_buffer { // a buffer remembers which group and version it 
     void *dst;
     int group;
     int64_t version;
-    uint64_t ticket; // CPU: copy-stream ticket; CUDA: nonzero once filled
+    uint64_t ticket;    // CPU: copy-stream ticket; CUDA: nonzero once filled
     void *ready, *free; // CUDA events: fetch landed / compute done with the buffer
 } weight_buffer;
 
@@ -50,7 +50,7 @@ typedef struct grad_buffer {
     double sumsq;
     uint64_t ticket, order;
     int announced;
-    void *done;          // CUDA event: the offload landed
+    void *done; // CUDA event: the offload landed
     double *sumsq_dev, *sumsq_host;
 } grad_buffer;
 

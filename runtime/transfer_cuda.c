@@ -80,8 +80,10 @@ static void segment_end(transfer_cuda *x) {
 // The host is about to block (on the optimizers or the device): what the compute stream does
 // until the host issues more work is not busy time, so the segment ends here.
 void xfer_cuda_host_blocks(transfer_cuda *x, int blocking) {
-    if (blocking) segment_end(x);
-    else segment_begin(x);
+    if (blocking)
+        segment_end(x);
+    else
+        segment_begin(x);
 }
 
 transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
@@ -91,8 +93,8 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     // The span runs from the first segment's start to the last one's end.
     if (x->busy_t.used > 0) {
         float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, x->busy_t.begin[0],
-                                        x->busy_t.end[x->busy_t.used - 1]));
+        CUDA_CHECK(
+            cudaEventElapsedTime(&ms, x->busy_t.begin[0], x->busy_t.end[x->busy_t.used - 1]));
         st.compute_span_seconds = ms * 1e-3;
     }
     timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t};
@@ -117,8 +119,8 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     pool_init(&x->busy_t);
     segment_begin(x);
     for (int k = 0; k < job->n_shards; k++)
-        CUDA_CHECK(cudaHostRegister(job->regions[k].base, job->regions[k].size,
-                                    cudaHostRegisterDefault));
+        CUDA_CHECK(
+            cudaHostRegister(job->regions[k].base, job->regions[k].size, cudaHostRegisterDefault));
     return x;
 }
 

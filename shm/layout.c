@@ -1,6 +1,8 @@
 #include "shm/shm.h"
 
-static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t round_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 void shard_range(uint64_t n, int k, int K, uint64_t *lo, uint64_t *hi) {
     uint64_t a = round_up(n * (uint64_t)k / (uint64_t)K, SHM_ALIGN_ELEMS);

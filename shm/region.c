@@ -30,8 +30,8 @@ void shm_region_create(shm_region *r, const char *name, size_t size, int numa_no
     int rc = posix_fallocate(fd, 0, (off_t)size);
     if (rc != 0) {
         shm_unlink(name);
-        mt_die("cannot reserve %zu MiB in /dev/shm for %s: %s (check df -h /dev/shm)",
-               size >> 20, name, strerror(rc));
+        mt_die("cannot reserve %zu MiB in /dev/shm for %s: %s (check df -h /dev/shm)", size >> 20,
+               name, strerror(rc));
     }
     SYS_CHECK(close(fd));
 }

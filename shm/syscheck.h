@@ -9,18 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define mt_die(...)                                                                              \
-    do {                                                                                         \
-        fprintf(stderr, "megatrain: " __VA_ARGS__);                                              \
-        fputc('\n', stderr);                                                                     \
-        exit(1);                                                                                 \
+#define mt_die(...)                                                                                \
+    do {                                                                                           \
+        fprintf(stderr, "megatrain: " __VA_ARGS__);                                                \
+        fputc('\n', stderr);                                                                       \
+        exit(1);                                                                                   \
     } while (0)
 
 // For calls that return -1 (or NULL for the _PTR variant) and set errno.
-#define SYS_CHECK(call)                                                                          \
-    do {                                                                                         \
-        if ((call) == -1)                                                                        \
-            mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror(errno));                 \
+#define SYS_CHECK(call)                                                                            \
+    do {                                                                                           \
+        if ((call) == -1) mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror(errno));     \
     } while (0)
 
 #endif

@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
     if (!in) return perror(argv[2]), 2;
     int32_t h[6];
     float hf[2];
-    if (fread(h, 4, 6, in) != 6 || fread(hf, 4, 2, in) != 2) return fprintf(stderr, "bad header\n"), 2;
+    if (fread(h, 4, 6, in) != 6 || fread(hf, 4, 2, in) != 2)
+        return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
     c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
@@ -42,7 +43,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c);
     if (strcmp(argv[1], "cuda") == 0 && !b) return fprintf(stderr, "no CUDA device\n"), 77;
 #endif
-    if (!b && strcmp(argv[1], "cpu") != 0) return fprintf(stderr, "backend %s not built\n", argv[1]), 77;
+    if (!b && strcmp(argv[1], "cpu") != 0)
+        return fprintf(stderr, "backend %s not built\n", argv[1]), 77;
     if (!b) b = backend_cpu_new(&c);
     // The weights as the backend streams them: fp32 on the CPU, bf16 on the GPU.
     void *host_w = w;
@@ -52,7 +54,8 @@ int main(int argc, char **argv) {
         host_w = wb;
     }
     void *dw_ = ops->alloc(b, numel * ops->weight_bytes);
-    float *dg = ops->alloc(b, numel * 4), *dx_ = ops->alloc(b, nD * 4), *dout_ = ops->alloc(b, nD * 4);
+    float *dg = ops->alloc(b, numel * 4), *dx_ = ops->alloc(b, nD * 4),
+          *dout_ = ops->alloc(b, nD * 4);
     float *dxin = ops->alloc(b, nD * 4), *dres = ops->alloc(b, nD * 4);
     ops->upload(b, dw_, host_w, numel * ops->weight_bytes);
     ops->upload(b, dxin, x, nD * 4);

@@ -20,32 +20,34 @@ static void check(int ok, const char *what) {
     ok ? passed++ : failed++;
 }
 
-static double uniform(unsigned *s) { return (rand_r(s) + 0.5) / ((double)RAND_MAX + 1.0); }
+static double uniform(unsigned *s) {
+    return (rand_r(s) + 0.5) / ((double)RAND_MAX + 1.0);
+}
 
 // The reference, in the dtype torch computes in (float tensors, Python-float scalars):
 // total_norm = ||g||, coef = clamp(max_norm / (total + 1e-6), max=1), g *= coef;
 // p.mul_(1 - lr*wd); m.lerp_(g, 1-b1); v.mul_(b2).addcmul_(g, g, value=1-b2);
 // denom = v.sqrt() / sqrt(1-b2^t) + eps; p.addcdiv_(m, denom, value=-lr/(1-b1^t)).
 // T is float for the transcription and double for a second, formula-level check.
-#define REFERENCE_STEPS(NAME, T, SQRT)                                                            \
-    static void NAME(T *p, T *m, T *v, double *const *grads, int n, int steps, double lr,      \
-                     double b1, double b2, double eps, double wd, double max_norm) {          \
-        for (int t = 1; t <= steps; t++) {                                                    \
-            const double *g = grads[t - 1];                                                   \
-            double total = 0;                                                                 \
-            for (int i = 0; i < n; i++) total += g[i] * g[i];                                 \
-            T coef = (T)fmin(1.0, max_norm / (sqrt(total) + 1e-6));                           \
-            T decay = (T)(1 - lr * wd), step_size = (T)(lr / (1 - pow(b1, t)));               \
-            T bc2_sqrt = (T)sqrt(1 - pow(b2, t));                                              \
-            for (int i = 0; i < n; i++) {                                                     \
-                T gi = (T)g[i] * coef;                                                        \
-                p[i] *= decay;                                                                \
-                m[i] += (T)(1 - b1) * (gi - m[i]);                                            \
-                v[i] = v[i] * (T)b2 + (T)(1 - b2) * gi * gi;                                  \
-                T denom = SQRT(v[i]) / bc2_sqrt + (T)eps;                                     \
-                p[i] = p[i] - step_size * (m[i] / denom);                                     \
-            }                                                                                 \
-        }                                                                                     \
+#define REFERENCE_STEPS(NAME, T, SQRT)                                                             \
+    static void NAME(T *p, T *m, T *v, double *const *grads, int n, int steps, double lr,          \
+                     double b1, double b2, double eps, double wd, double max_norm) {               \
+        for (int t = 1; t <= steps; t++) {                                                         \
+            const double *g = grads[t - 1];                                                        \
+            double total = 0;                                                                      \
+            for (int i = 0; i < n; i++) total += g[i] * g[i];                                      \
+            T coef = (T)fmin(1.0, max_norm / (sqrt(total) + 1e-6));                                \
+            T decay = (T)(1 - lr * wd), step_size = (T)(lr / (1 - pow(b1, t)));                    \
+            T bc2_sqrt = (T)sqrt(1 - pow(b2, t));                                                  \
+            for (int i = 0; i < n; i++) {                                                          \
+                T gi = (T)g[i] * coef;                                                             \
+                p[i] *= decay;                                                                     \
+                m[i] += (T)(1 - b1) * (gi - m[i]);                                                 \
+                v[i] = v[i] * (T)b2 + (T)(1 - b2) * gi * gi;                                       \
+                T denom = SQRT(v[i]) / bc2_sqrt + (T)eps;                                          \
+                p[i] = p[i] - step_size * (m[i] / denom);                                          \
+            }                                                                                      \
+        }                                                                                          \
     }
 REFERENCE_STEPS(reference_steps_float, float, sqrtf)
 REFERENCE_STEPS(reference_steps_double, double, sqrt)
@@ -113,8 +115,7 @@ static void adamw_case(double grad_scale, double max_norm, const char *what) {
     snprintf(msg, sizeof msg, "%s: m, v vs the fp32 transcription: %.2e, %.2e < 1e-6", what,
              max_relative_error(mo, mf, 0, N), max_relative_error(vo, vf, 0, N));
     check(max_relative_error(mo, mf, 0, N) < 1e-6 && max_relative_error(vo, vf, 0, N) < 1e-6, msg);
-    snprintf(msg, sizeof msg, "%s: p vs the same algorithm in double: %.2e < 1e-5", what,
-             e_double);
+    snprintf(msg, sizeof msg, "%s: p vs the same algorithm in double: %.2e < 1e-5", what, e_double);
     check(e_double < 1e-5, msg);
     for (int t = 0; t < STEPS; t++) free(grads[t]);
 }

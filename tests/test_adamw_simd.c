@@ -38,7 +38,9 @@ static uint64_t rng_next(uint64_t *s) { // xorshift64*
     *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
     return *s * 0x2545f4914f6cdd1dull;
 }
-static double rng_unit(uint64_t *s) { return (rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double rng_unit(uint64_t *s) {
+    return (rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 static float bits_to_float(uint32_t u) {
     float f;
@@ -56,21 +58,35 @@ static uint32_t float_bits(float f) {
 static float wild(uint64_t *s, int nonnegative) {
     double u = rng_unit(s), x;
     int kind = (int)(rng_next(s) % 16);
-    if (kind == 0) x = 0.0;
-    else if (kind == 1) x = ldexp(rng_unit(s), -149 + (int)(rng_next(s) % 24)); // subnormal
-    else if (kind <= 4) x = ldexp(0.5 + u, -126 + (int)(rng_next(s) % 226));   // 1e-38..1e30
-    else x = (u - 0.5) * ldexp(1.0, -(int)(rng_next(s) % 12));                 // ~|x| < 0.5
+    if (kind == 0)
+        x = 0.0;
+    else if (kind == 1)
+        x = ldexp(rng_unit(s), -149 + (int)(rng_next(s) % 24)); // subnormal
+    else if (kind <= 4)
+        x = ldexp(0.5 + u, -126 + (int)(rng_next(s) % 226)); // 1e-38..1e30
+    else
+        x = (u - 0.5) * ldexp(1.0, -(int)(rng_next(s) % 12)); // ~|x| < 0.5
     x = fabs(x);
     if (!nonnegative && (rng_next(s) & 1)) x = -x;
     return (float)x;
 }
 
 // ---- the exact reference ----
-static float mul_(float a, float b) { return (float)((double)a * (double)b); }
-static float add_(float a, float b) { return (float)((double)a + (double)b); }
-static float sub_(float a, float b) { return (float)((double)a - (double)b); }
-static float div_(float a, float b) { return (float)((double)a / (double)b); }
-static float sqrt_(float a) { return (float)sqrt((double)a); }
+static float mul_(float a, float b) {
+    return (float)((double)a * (double)b);
+}
+static float add_(float a, float b) {
+    return (float)((double)a + (double)b);
+}
+static float sub_(float a, float b) {
+    return (float)((double)a - (double)b);
+}
+static float div_(float a, float b) {
+    return (float)((double)a / (double)b);
+}
+static float sqrt_(float a) {
+    return (float)sqrt((double)a);
+}
 
 static void reference(float *p, float *m, float *v, bf16 *wire, const float *g, size_t n,
                       const adamw_params *hp) {
@@ -150,13 +166,14 @@ static void describe(const state *a, const state *b, size_t i, const char *an, c
 }
 
 static const adamw_params HP[] = {
-    {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f},      // first step, no clipping
-    {3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 7, 0.37f},   // clipped gradient
-    {1.0f, 0.5f, 0.75f, 1e-3f, 0.5f, 1000, 2.5f},    // large lr, large step count
+    {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f},    // first step, no clipping
+    {3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 7, 0.37f}, // clipped gradient
+    {1.0f, 0.5f, 0.75f, 1e-3f, 0.5f, 1000, 2.5f},  // large lr, large step count
 };
 enum { N_HP = sizeof HP / sizeof HP[0] };
 
-static const int OFFSETS[][5] = {{0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {0, 3, 5, 7, 9}, {13, 2, 0, 15, 3}};
+static const int OFFSETS[][5] = {
+    {0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {0, 3, 5, 7, 9}, {13, 2, 0, 15, 3}};
 enum { N_OFFSETS = sizeof OFFSETS / sizeof OFFSETS[0] };
 
 // Every path and store policy, one step, vs the reference and vs the scalar path; per size,
@@ -214,9 +231,10 @@ static void paths_vs_reference(void) {
                 continue;
             }
             for (int nt = 0; nt < ADAMW_NT_COUNT; nt++)
-                check(ok[isa][nt], "%s (streaming stores: %s) == scalar == reference, bitwise, n=%zu "
-                      "(4 alignments x 3 hparams)", adamw_isa_name((adamw_isa)isa),
-                      adamw_nt_name((adamw_nt)nt), n);
+                check(ok[isa][nt],
+                      "%s (streaming stores: %s) == scalar == reference, bitwise, n=%zu "
+                      "(4 alignments x 3 hparams)",
+                      adamw_isa_name((adamw_isa)isa), adamw_nt_name((adamw_nt)nt), n);
         }
     }
 }
@@ -224,10 +242,10 @@ static void paths_vs_reference(void) {
 // Inf, NaN, negative v, -0, max float and subnormals in every input: the paths agree. With NaN
 // inputs, "agree" means the same bits except that a NaN may carry another NaN's payload.
 static void special_values(void) {
-    static const uint32_t specials[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00800000,
-                                        0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000,
-                                        0xffc00001, 0x7f800001, 0x3f800000, 0xbf808000, 0x1e3ce508,
-                                        0x5f000000};
+    static const uint32_t specials[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff,
+                                        0x00800000, 0x7f7fffff, 0xff7fffff, 0x7f800000,
+                                        0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+                                        0x3f800000, 0xbf808000, 0x1e3ce508, 0x5f000000};
     enum { S = sizeof specials / sizeof specials[0], N = S * S * 4 + 5 };
     int off[5] = {0, 0, 0, 0, 0};
     state in, scalar, out;
@@ -251,7 +269,8 @@ static void special_values(void) {
             state_copy(&out, &in);
             adamw_kernel((adamw_isa)isa, ADAMW_NT_WIRE, out.p, out.m, out.v, out.w, out.g, N, &k);
             size_t d = first_difference(&out, &scalar, 1);
-            check(d == N, "%s == scalar on Inf/NaN/subnormal/max inputs (NaN payloads aside), hparams %d",
+            check(d == N,
+                  "%s == scalar on Inf/NaN/subnormal/max inputs (NaN payloads aside), hparams %d",
                   adamw_isa_name((adamw_isa)isa), h);
             if (d != N) describe(&out, &scalar, d, adamw_isa_name((adamw_isa)isa), "scalar");
         }
@@ -268,10 +287,12 @@ static void special_values(void) {
         adamw_kernel((adamw_isa)isa, ADAMW_NT_WIRE, out.p, out.m, out.v, out.w, out.g, N, &k);
         int ok = 1;
         for (size_t i = 0; i < N && ok; i++)
-            ok = (float_bits(out.p[i]) == float_bits(in.p[i]) ||
-                  (isnan(in.p[i]) && (float_bits(out.p[i]) == (float_bits(in.p[i]) | 0x400000u)))) &&
-                 out.w[i] == bf16_from_float(out.p[i]);
-        check(ok, "%s kernel: lr=0 keeps p (NaN quieted) and wire == bf16_from_float(p) on edge values",
+            ok =
+                (float_bits(out.p[i]) == float_bits(in.p[i]) ||
+                 (isnan(in.p[i]) && (float_bits(out.p[i]) == (float_bits(in.p[i]) | 0x400000u)))) &&
+                out.w[i] == bf16_from_float(out.p[i]);
+        check(ok,
+              "%s kernel: lr=0 keeps p (NaN quieted) and wire == bf16_from_float(p) on edge values",
               adamw_isa_name((adamw_isa)isa));
     }
     state_free(&in), state_free(&scalar), state_free(&out);
@@ -331,7 +352,8 @@ static void sharding_invariance(void) {
             }
         }
         size_t d = first_difference(&whole, &pieces, 0);
-        check(d == n, "12 steps: %s in one call == %s on 3 shards [0,333331,833340,1000003), bitwise",
+        check(d == n,
+              "12 steps: %s in one call == %s on 3 shards [0,333331,833340,1000003), bitwise",
               adamw_isa_name((adamw_isa)isa), adamw_isa_name(other));
         if (d != n) describe(&whole, &pieces, d, "whole", "shards");
     }
@@ -345,8 +367,8 @@ static void bf16_conversions(void) {
         0x3f800000, 0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, // 1, ties to even, near ties
         0x7f800000, 0xff800000,                                     // +-Inf
         0x7f800001, 0xff800001, 0x7fc00000, 0x7fffffff, 0xffffffff, // NaNs, low and full payloads
-        0x7f808000, 0x7fbfffff,                                     // NaNs whose rounding would carry
-        0x7f7fffff, 0xff7fffff, 0x7f7f8000, 0x7f7f7fff,             // max float rounds to Inf; ties
+        0x7f808000, 0x7fbfffff,                         // NaNs whose rounding would carry
+        0x7f7fffff, 0xff7fffff, 0x7f7f8000, 0x7f7f7fff, // max float rounds to Inf; ties
         0x00010000, 0x00008000, 0x00018000, 0x00000001, 0x807fffff, // subnormals, ties
         0x00000000, 0x80000000, 0x00800000,                         // zeros, min normal
     };
@@ -373,9 +395,13 @@ static void bf16_conversions(void) {
             size_t bad = n;
             for (size_t i = start; i < n && bad == n; i++)
                 if (got[i] != want[i]) bad = i;
-            check(bad == n, "%s bf16 conversion == bf16_from_float on %zu values (ties, NaN, Inf, "
-                  "subnormals, max float), start %zu", adamw_isa_name((adamw_isa)isa), n - start, start);
-            if (bad != n) printf("    at [%zu]: x=%08x got %04x want %04x\n", bad, float_bits(x[bad]), got[bad], want[bad]);
+            check(bad == n,
+                  "%s bf16 conversion == bf16_from_float on %zu values (ties, NaN, Inf, "
+                  "subnormals, max float), start %zu",
+                  adamw_isa_name((adamw_isa)isa), n - start, start);
+            if (bad != n)
+                printf("    at [%zu]: x=%08x got %04x want %04x\n", bad, float_bits(x[bad]),
+                       got[bad], want[bad]);
         }
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) { // tails write nothing past n
             bf16 buf[40];
@@ -402,12 +428,14 @@ static void no_stray_writes(void) {
                 for (int i = 0; i < 80; i++) p[i] = m[i] = v[i] = g[i] = -7.0f, w[i] = 0x5555;
                 adamw_consts k;
                 adamw_consts_init(&k, &HP[0]);
-                adamw_kernel((adamw_isa)isa, ADAMW_NT_ALL, p + o, m + o, v + o, w + o, g + o, n, &k);
+                adamw_kernel((adamw_isa)isa, ADAMW_NT_ALL, p + o, m + o, v + o, w + o, g + o, n,
+                             &k);
                 for (int i = 0; i < 80; i++)
                     if (i < o || i >= o + (int)n)
                         ok &= p[i] == -7.0f && m[i] == -7.0f && v[i] == -7.0f && w[i] == 0x5555;
             }
-        check(ok, "%s kernel writes only [0, n) (n = 0..40, 16 alignments)", adamw_isa_name((adamw_isa)isa));
+        check(ok, "%s kernel writes only [0, n) (n = 0..40, 16 alignments)",
+              adamw_isa_name((adamw_isa)isa));
     }
 }
 
@@ -435,9 +463,10 @@ static void chunking(void) {
                 if (T > 2) ok &= largest - smallest <= 16;
                 if (!ok) printf("    chunking broke: n=%zu T=%d misalignment %zu\n", ns[ni], T, a);
             }
-    check(ok, "adamw_chunk: contiguous cover of [0,n), 64-byte inner boundaries, balanced within 16");
-    ok = adamw_threads_for(ADAMW_PARALLEL_MIN - 1, 64) == 1 && adamw_threads_for(1 << 30, 64) == 64 &&
-         adamw_threads_for(ADAMW_PARALLEL_MIN, 64) == 8;
+    check(ok,
+          "adamw_chunk: contiguous cover of [0,n), 64-byte inner boundaries, balanced within 16");
+    ok = adamw_threads_for(ADAMW_PARALLEL_MIN - 1, 64) == 1 &&
+         adamw_threads_for(1 << 30, 64) == 64 && adamw_threads_for(ADAMW_PARALLEL_MIN, 64) == 8;
     check(ok, "adamw_threads_for: 1 thread below ADAMW_PARALLEL_MIN, >= 4096 elements a thread");
     float *x = malloc(1000003 * sizeof(float));
     for (size_t i = 0; i < 1000003; i++) x[i] = 1.0f;

@@ -20,7 +20,9 @@ typedef struct {
     layer_scratch *s;
 } model;
 
-static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+static float *zeros(size_t n) {
+    return calloc(n, sizeof(float));
+}
 
 static const float *cls_weights(model *m) {
     head_params hp;
@@ -48,8 +50,8 @@ static double run(model *m, int want_grads) {
     double loss = classifier_forward(xf, cls_weights(m), m->tgt, n, D, c->vocab);
     if (want_grads) {
         head_params_bind(&hg, c, m->grads[H]);
-        classifier_backward(dxf, c->tied_embeddings ? m->grads[0] : hg.lm_head, xf,
-                            cls_weights(m), m->tgt, n, D, c->vocab, 1.0f);
+        classifier_backward(dxf, c->tied_embeddings ? m->grads[0] : hg.lm_head, xf, cls_weights(m),
+                            m->tgt, n, D, c->vocab, 1.0f);
         rmsnorm_backward(dres, hg.final_norm, dxf, x_last, hp.final_norm, rstd, n, D);
         for (int l = L - 1; l >= 0; l--) {
             layer_params p, dp;
@@ -105,9 +107,10 @@ static void gradcheck(int tied) {
         // and move norm weights off 1 so their gradients are exercised in general position.
         for (uint64_t i = 0; i < n; i++)
             m.params[g][i] = m.params[g][i] == 1.0f ? 0.5f + (rand_r(&seed) % 1000) / 1000.0f
-                                                     : m.params[g][i] * 10.0f;
+                                                    : m.params[g][i] * 10.0f;
     }
-    for (int i = 0; i < B * T; i++) m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
+    for (int i = 0; i < B * T; i++)
+        m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
     rope_inv_freq(m.inv_freq, mt_head_dim(c), (float)c->rope_theta);
     m.s = layer_scratch_new(c, B, T, m.inv_freq);
     printf("-- %s embeddings, loss %.6f\n", tied ? "tied" : "untied", run(&m, 1));

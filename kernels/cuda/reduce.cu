@@ -34,7 +34,9 @@ __global__ void sum_partials(double *out, const double *partials) {
     if (threadIdx.x == 0) *out = s;
 }
 
-extern "C" size_t cuda_sum_squares_scratch_bytes(void) { return REDUCE_BLOCKS * sizeof(double); }
+extern "C" size_t cuda_sum_squares_scratch_bytes(void) {
+    return REDUCE_BLOCKS * sizeof(double);
+}
 
 extern "C" void cuda_sum_squares(double *out, const float *x, long n, void *scratch,
                                  cudaStream_t stream) {
