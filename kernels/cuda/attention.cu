@@ -203,33 +203,49 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 // Rows [row0, row0 + ROWS) of a [T, stride] matrix (first hd columns) into shared [ROWS][LD]
 // through cp.async. Rows >= T and columns in [hd, HDP) are zeroed, so that the MMAs need no
 // tail cases: zero rows of q/k/v/dout give finite scores that the masks then drop, and zero
-// columns add nothing to dot products. hd % 8 == 0, so a 16-byte chunk never straddles hd.
+// columns add nothing to dot products. hd is a multiple of the chunk, so none straddles hd.
+// A chunk is 16 bytes (uint4) when hd % 8 == 0; for hd % 8 == 4 (e.g. 100 for dim 3200 / 32
+// heads) every other head starts only 8-byte aligned, so rows move in 8-byte chunks (uint2).
+template <typename V> __device__ __forceinline__ void cp_async_chunk(void *dst, const void *src);
+template <> __device__ __forceinline__ void cp_async_chunk<uint4>(void *dst, const void *src) {
+    cp_async16(dst, src);
+}
+template <> __device__ __forceinline__ void cp_async_chunk<uint2>(void *dst, const void *src) {
+    cp_async8(dst, src);
+}
+
+template <int HDP, int ROWS, typename V>
+__device__ __forceinline__ void load_tile_chunks(bf16 *dst, const bf16 *src, int row0, int T,
+                                                 long stride, int hd) {
+    constexpr int LD = HDP + 8, E = sizeof(V) / sizeof(bf16), CPR = HDP / E;
+    for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
+        int r = c / CPR, col = (c % CPR) * E;
+        bf16 *d = dst + r * LD + col;
+        if (row0 + r < T && col < hd)
+            cp_async_chunk<V>(d, src + (long)(row0 + r) * stride + col);
+        else
+            *(V *)d = V{};
+    }
+}
+
 template <int HDP, int ROWS>
 __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int row0, int T, long stride,
                                           int hd) {
-    constexpr int LD = HDP + 8;
-    if ((hd & 7) == 0) {
-        constexpr int CPR = HDP / 8;
-        for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
-            int r = c / CPR, col = (c % CPR) * 8;
-            bf16 *d = dst + r * LD + col;
-            if (row0 + r < T && col < hd)
-                cp_async16(d, src + (long)(row0 + r) * stride + col);
-            else
-                *(uint4 *)d = make_uint4(0, 0, 0, 0);
-        }
-        return;
-    }
-    // hd % 8 == 4 (e.g. 100 for dim 3200 / 32 heads): every other head starts only 8-byte
-    // aligned, so the rows move in 8-byte chunks.
-    constexpr int CPR = HDP / 4;
-    for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
-        int r = c / CPR, col = (c % CPR) * 4;
-        bf16 *d = dst + r * LD + col;
+    if ((hd & 7) == 0)
+        load_tile_chunks<HDP, ROWS, uint4>(dst, src, row0, T, stride, hd);
+    else
+        load_tile_chunks<HDP, ROWS, uint2>(dst, src, row0, T, stride, hd);
+}
+
+// The staged rows of store_rows out to global memory, in chunks as load_tile reads them.
+template <int HDP, int ROWS, typename V>
+__device__ __forceinline__ void store_chunks(bf16 *dst, long stride, int row0, int T, int hd,
+                                             const bf16 *stage, int lane) {
+    constexpr int LD = HDP + 8, E = sizeof(V) / sizeof(bf16), CPR = HDP / E;
+    for (int c = lane; c < ROWS * CPR; c += 32) {
+        int r = c / CPR, col = (c % CPR) * E;
         if (row0 + r < T && col < hd)
-            cp_async8(d, src + (long)(row0 + r) * stride + col);
-        else
-            *(uint2 *)d = make_uint2(0, 0);
+            *(V *)(dst + (long)(row0 + r) * stride + col) = *(const V *)(stage + r * LD + col);
     }
 }
 
@@ -240,7 +256,7 @@ template <int HDP, int MT>
 __device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int T, int hd,
                                            const float (&acc)[MT][HDP / 8][4],
                                            const float (&mul)[MT][2], bf16 *stage, int lane) {
-    constexpr int LD = HDP + 8, CPR = HDP / 8;
+    constexpr int LD = HDP + 8;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -253,21 +269,10 @@ __device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int
         }
     }
     __syncwarp();
-    if ((hd & 7) == 0) {
-        for (int c = lane; c < 16 * MT * CPR; c += 32) {
-            int r = c / CPR, col = (c % CPR) * 8;
-            if (row0 + r < T && col < hd)
-                *(uint4 *)(dst + (long)(row0 + r) * stride + col) =
-                    *(const uint4 *)(stage + r * LD + col);
-        }
-        return;
-    }
-    for (int c = lane; c < 16 * MT * 2 * CPR; c += 32) { // 8-byte chunks, as in load_tile
-        int r = c / (2 * CPR), col = (c % (2 * CPR)) * 4;
-        if (row0 + r < T && col < hd)
-            *(uint2 *)(dst + (long)(row0 + r) * stride + col) =
-                *(const uint2 *)(stage + r * LD + col);
-    }
+    if ((hd & 7) == 0)
+        store_chunks<HDP, 16 * MT, uint4>(dst, stride, row0, T, hd, stage, lane);
+    else
+        store_chunks<HDP, 16 * MT, uint2>(dst, stride, row0, T, hd, stage, lane);
 }
 
 // Key tiles of bc keys [0, nkt) that the query rows [q0, q0 + rows) attend to.
