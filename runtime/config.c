@@ -10,6 +10,8 @@
 // Every message is one line: "<file>:<line>: <key>: <problem>", or "<file>: ..." when no
 // line applies (a missing key, a file that does not open).
 #include "runtime/config.h"
+#include "runtime/data.h"
+#include "runtime/hf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -45,7 +47,7 @@ typedef struct {
 } field_t;
 
 #define NOLIMIT DBL_MAX
-#define F_(k, kind, fld, lo, hi, fl, d, sd, ch)                                                  \
+#define F_(k, kind, fld, lo, hi, fl, d, sd, ch)                                                    \
     { k, kind, lo, hi, fl, d, sd, ch, offsetof(mt_config, fld), sizeof(((mt_config *)0)->fld) }
 #define INT(k, fld, lo, hi, fl, d) F_(k, K_INT, fld, lo, hi, fl, d, NULL, NULL)
 #define FLT(k, fld, lo, hi, fl, d) F_(k, K_FLOAT, fld, lo, hi, fl, d, NULL, NULL)
@@ -62,8 +64,9 @@ static const field_t schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    STR("data.path", data_path, 0, "", NULL), // required unless data.format is "synthetic"
-    STR("data.format", data_format, 0, "bytes", "bytes|synthetic"),
+    // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
+    STR("data.path", data_path, 0, "", NULL),
+    STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
@@ -85,6 +88,9 @@ static const field_t schema[] = {
     INT("eval.interval", eval_interval, 0, INT_MAX, 0, 0), // 0: no evaluation
     INT("eval.batches", eval_batches, 1, 1 << 20, 0, 4),
     INT("sample_tokens", sample_tokens, 0, 1 << 20, 0, 0),
+    STR("model_dir", model_dir, 0, "", NULL),   // a Hugging Face folder: sets model.*
+    STR("export_dir", export_dir, 0, "", NULL), // write a Hugging Face folder at the end
+    STR("export_dtype", export_dtype, 0, "float32", "float32|bfloat16"),
 };
 enum { NFIELDS = sizeof schema / sizeof schema[0] };
 
@@ -138,7 +144,8 @@ static void scan_big_literals(ctx_t *x, FILE *f) {
         } else if (c == '/' || c == '#') { // comments: # ..., // ..., /* ... */
             int next = (c == '/') ? getc(f) : '/';
             if (next == '/') {
-                while ((c = getc(f)) != EOF && c != '\n') {}
+                while ((c = getc(f)) != EOF && c != '\n') {
+                }
                 line++;
             } else if (next == '*') {
                 for (int prev = 0; (c = getc(f)) != EOF && !(prev == '*' && c == '/'); prev = c)
@@ -256,15 +263,23 @@ static const char *suggest(const char *key) {
 
 static const char *type_name(int t) {
     switch (t) {
-    case CONFIG_TYPE_GROUP: return "a group { ... }";
+    case CONFIG_TYPE_GROUP:
+        return "a group { ... }";
     case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_INT64: return "an integer";
-    case CONFIG_TYPE_FLOAT: return "a number";
-    case CONFIG_TYPE_STRING: return "a string";
-    case CONFIG_TYPE_BOOL: return "a boolean";
-    case CONFIG_TYPE_ARRAY: return "an array [ ... ]";
-    case CONFIG_TYPE_LIST: return "a list ( ... )";
-    default: return "nothing";
+    case CONFIG_TYPE_INT64:
+        return "an integer";
+    case CONFIG_TYPE_FLOAT:
+        return "a number";
+    case CONFIG_TYPE_STRING:
+        return "a string";
+    case CONFIG_TYPE_BOOL:
+        return "a boolean";
+    case CONFIG_TYPE_ARRAY:
+        return "an array [ ... ]";
+    case CONFIG_TYPE_LIST:
+        return "a list ( ... )";
+    default:
+        return "nothing";
     }
 }
 
@@ -355,7 +370,8 @@ static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
             char list[160] = ""; // "auto|cpu|cuda" -> "auto", "cpu", "cuda"
             for (const char *p = f->choices; *p;) {
                 size_t len = strcspn(p, "|"), used = strlen(list);
-                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len, p);
+                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len,
+                         p);
                 p += len + (p[len] == '|');
             }
             return fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
@@ -435,7 +451,8 @@ static int config_dir(ctx_t *x, char *out, size_t n) {
     else
         *slash = 0;
     char real[PATH_MAX];
-    if (!realpath(dir, real)) return fail(x, 0, NULL, "cannot resolve its folder: %s", strerror(errno));
+    if (!realpath(dir, real))
+        return fail(x, 0, NULL, "cannot resolve its folder: %s", strerror(errno));
     snprintf(out, n, "%s", real);
     return 0;
 }
@@ -484,32 +501,90 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
     if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
 }
 
+// model_dir's config.json supplies every model.* field. A model.* key that the file also sets
+// must agree with it: a silent override would train a model that neither file describes.
+static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
+    char dir[MT_PATH_MAX], out[MT_PATH_MAX], err[MT_PATH_MAX + 512];
+    if (config_dir(x, dir, sizeof dir) < 0) return -1;
+    if (cfg->export_dir[0] && join_path(out, sizeof out, dir, cfg->export_dir) < 0)
+        return fail(x, LINE("export_dir"), "export_dir", "path too long");
+    if (cfg->export_dir[0]) snprintf(cfg->export_dir, sizeof cfg->export_dir, "%s", out);
+    if (cfg->export_dir[0] && hf_export_dir_check(cfg->export_dir, err, sizeof err) < 0)
+        return fail(x, LINE("export_dir"), "export_dir", "%s", err);
+    if (!cfg->model_dir[0]) return 0;
+    if (join_path(out, sizeof out, dir, cfg->model_dir) < 0)
+        return fail(x, LINE("model_dir"), "model_dir", "path too long");
+    snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", out);
+    static mt_config hf; // large (paths): not on the stack
+    hf = *cfg;
+    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf, err, sizeof err) < 0)
+        return fail(x, LINE("model_dir"), "model_dir", "%s", err);
+    for (int i = 0; i < NFIELDS; i++) {
+        const field_t *f = &schema[i];
+        if (strncmp(f->key, "model.", 6) != 0) continue;
+        if (x->line[i] && memcmp((char *)cfg + f->off, (char *)&hf + f->off, f->size) != 0)
+            return fail(x, LINE(f->key), f->key,
+                        "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
+        memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
+        double v =
+            f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
+        if (!in_range(f, v))
+            return fail(x, LINE("model_dir"), f->key, "%s/config.json gives %g: out of range",
+                        cfg->model_dir, v);
+    }
+    return 0;
+}
+
+// The weights' headers, once the shape is known to be sane: mtrun reports bad files before
+// anything starts (the ranks check them again in job_setup).
+static int check_hf_weights(ctx_t *x, const mt_config *cfg) {
+    char err[MT_PATH_MAX + 512];
+    if (!cfg->model_dir[0]) return 0;
+    hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
+    int rc = ix ? hf_index_check(ix, cfg, err, sizeof err) : -1;
+    hf_index_close(ix);
+    return rc < 0 ? fail(x, LINE("model_dir"), "model_dir", "%s", err) : 0;
+}
+
+// Enough tokens for one window in the training head (and in the validation tail when
+// evaluating): the sizes are known before any token is read.
+static int check_data_size(ctx_t *x, const mt_config *cfg, int line, long n) {
+    long need = cfg->seq_len + 1L;
+    long val = (long)((double)n * cfg->val_fraction);
+    long train = n - val;
+    if (train < need)
+        return fail(x, line, "data.path",
+                    "%s: %ld training tokens, fewer than batch.seq_len + 1 = %ld", cfg->data_path,
+                    train, need);
+    if (cfg->eval_interval > 0 && val < need)
+        return fail(x, line, "data.path",
+                    "%s: %ld validation tokens (data.val_fraction %g), fewer than "
+                    "batch.seq_len + 1 = %ld",
+                    cfg->data_path, val, cfg->val_fraction, need);
+    return 0;
+}
+
 static int check_data_file(ctx_t *x, const mt_config *cfg) {
     int line = LINE("data.path");
     if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
     if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
+    if (strcmp(cfg->data_format, "tokens") == 0) { // headers only: the token scan is at load
+        char msg[MT_PATH_MAX + 256];
+        size_t n;
+        if (dataset_check_shards(cfg->data_path, &n, msg, sizeof msg) < 0)
+            return fail(x, line, "data.path", "%s", msg);
+        return check_data_size(x, cfg, line, (long)n);
+    }
     int fd = open(cfg->data_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(x, line, "data.path", "cannot open %s: %s", cfg->data_path, strerror(errno));
+    if (fd < 0)
+        return fail(x, line, "data.path", "cannot open %s: %s", cfg->data_path, strerror(errno));
     struct stat st;
     int rc = fstat(fd, &st);
     close(fd);
     if (rc < 0) return fail(x, line, "data.path", "%s: %s", cfg->data_path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fail(x, line, "data.path", "%s: not a regular file", cfg->data_path);
-    if (strcmp(cfg->data_format, "bytes") == 0) { // one token per byte: sizes are known now
-        long need = cfg->seq_len + 1L;
-        long val = (long)((double)st.st_size * cfg->val_fraction);
-        long train = (long)st.st_size - val;
-        if (train < need)
-            return fail(x, line, "data.path",
-                        "%s: %ld training tokens, fewer than batch.seq_len + 1 = %ld",
-                        cfg->data_path, train, need);
-        if (cfg->eval_interval > 0 && val < need)
-            return fail(x, line, "data.path",
-                        "%s: %ld validation tokens (data.val_fraction %g), fewer than "
-                        "batch.seq_len + 1 = %ld",
-                        cfg->data_path, val, cfg->val_fraction, need);
-    }
-    return 0;
+    if (!S_ISREG(st.st_mode))
+        return fail(x, line, "data.path", "%s: not a regular file", cfg->data_path);
+    return check_data_size(x, cfg, line, (long)st.st_size); // bytes: one token per byte
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
@@ -521,7 +596,8 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                     "%d does not divide model.heads = %d", c->kv_heads, c->heads);
     if (mt_head_dim(c) % 2)
         return fail(x, LINE("model.dim"), "model.dim",
-                    "head dim = dim / heads = %d must be even (RoPE rotates pairs)", mt_head_dim(c));
+                    "head dim = dim / heads = %d must be even (RoPE rotates pairs)",
+                    mt_head_dim(c));
     if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
         return fail(x, LINE("model.vocab"), "model.vocab",
                     "%d, but data.format \"bytes\" needs 256", c->vocab);
@@ -545,17 +621,26 @@ static void set_defaults(mt_config *cfg) {
         char *dst = (char *)cfg + f->off;
         switch (f->kind) {
         case K_INT:
-        case K_BOOL: *(int *)dst = (int)f->def; break;
-        case K_INT64: *(uint64_t *)dst = (uint64_t)f->def; break;
-        case K_FLOAT: *(double *)dst = f->def; break;
-        case K_STRING: snprintf(dst, f->size, "%s", f->sdef ? f->sdef : ""); break;
+        case K_BOOL:
+            *(int *)dst = (int)f->def;
+            break;
+        case K_INT64:
+            *(uint64_t *)dst = (uint64_t)f->def;
+            break;
+        case K_FLOAT:
+            *(double *)dst = f->def;
+            break;
+        case K_STRING:
+            snprintf(dst, f->size, "%s", f->sdef ? f->sdef : "");
+            break;
         }
     }
 }
 
 static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
     struct stat st;
-    if (stat(x->path, &st) == 0 && S_ISDIR(st.st_mode)) return fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
+    if (stat(x->path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
     FILE *f = fopen(x->path, "r");
     if (!f) return fail(x, 0, NULL, "cannot open: %s", strerror(errno));
     scan_big_literals(x, f);
@@ -571,7 +656,8 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
     if (!ok) {
         const char *file = config_error_file(lc);
         if (file) { // inside an @include: name that file
-            snprintf(x->err, x->errlen, "%s:%d: %s", file, config_error_line(lc), config_error_text(lc));
+            snprintf(x->err, x->errlen, "%s:%d: %s", file, config_error_line(lc),
+                     config_error_text(lc));
             return -1;
         }
         const char *text = config_error_text(lc);
@@ -587,9 +673,13 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
     if (walk(x, cfg, config_root_setting(lc), NULL) < 0) return -1;
     x->file = NULL;
     for (int i = 0; i < NFIELDS; i++)
-        if ((schema[i].flags & REQUIRED) && !x->line[i]) return fail(x, 0, schema[i].key, "missing (required)");
+        if ((schema[i].flags & REQUIRED) && !x->line[i] &&
+            !(cfg->model_dir[0] && strncmp(schema[i].key, "model.", 6) == 0)) // model_dir sets them
+            return fail(x, 0, schema[i].key, "missing (required)");
     apply_derived(x, cfg);
+    if (apply_hf_dirs(x, cfg) < 0) return -1;
     if (cross_check(x, cfg) < 0) return -1;
+    if (check_hf_weights(x, cfg) < 0) return -1;
     if (resolve_paths(x, cfg) < 0) return -1;
     return check_data_file(x, cfg);
 }

@@ -30,6 +30,10 @@ typedef struct {
     int eval_interval, eval_batches;
     int sample_tokens; // tokens of text generated at the end (0: none)
     char backend[16];  // "auto", "cpu" or "cuda"
+    // Hugging Face folders, resolved relative to the config file's folder ("": none).
+    // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
+    char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
+    char export_dtype[16]; // "float32" (the master weights, bitwise) or "bfloat16"
     // where it came from
     char source_path[MT_PATH_MAX];
 } mt_config;
@@ -39,7 +43,9 @@ typedef struct {
 int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen);
 
 // Derived quantities.
-static inline int mt_head_dim(const mt_config *c) { return c->dim / c->heads; }
+static inline int mt_head_dim(const mt_config *c) {
+    return c->dim / c->heads;
+}
 static inline long mt_tokens_per_step(const mt_config *c) {
     return (long)c->micro_batch * c->micro_batches * c->seq_len;
 }

@@ -1,6 +1,7 @@
 #include "runtime/job.h"
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
+#include "runtime/hf.h"
 #include "runtime/model.h"
 #include <numa.h>
 #include <omp.h>
@@ -45,6 +46,29 @@ static void resolve_checkpoints(mt_job *job) {
         checkpoint_read_step(job->resume_path, &job->start_step, err, sizeof err) != 0 ||
         checkpoint_check_state(job->resume_path, job, err, sizeof err) != 0)
         fail_input(job, err);
+}
+
+// Every rank checks the Hugging Face folders before any shared memory exists, so that bad
+// files end the job with one line and exit code 2 rather than a crash mid-load. A resumed run
+// takes its weights from the checkpoint, so it does not read model_dir's weights.
+static void check_hf_dirs(mt_job *job) {
+    char err[MT_PATH_MAX + 512], msg[MT_PATH_MAX + 600];
+    const mt_config *c = &job->cfg;
+    if (c->export_dir[0] && hf_export_dir_check(c->export_dir, err, sizeof err) < 0) {
+        snprintf(msg, sizeof msg, "export_dir: %s", err);
+        fail_input(job, msg);
+    }
+    if (!c->model_dir[0] || job->resume_path[0]) return;
+    hf_index *ix = hf_index_open(c->model_dir, err, sizeof err);
+    if (!ix || hf_index_check(ix, c, err, sizeof err) < 0) {
+        hf_index_close(ix);
+        fail_input(job, err);
+    }
+    if (!job_is_compute(job)) {
+        job->hf = ix;
+        return;
+    }
+    hf_index_close(ix); // only optimizer ranks read weights
 }
 
 static void make_layouts(mt_job *job) {
@@ -104,8 +128,8 @@ static void map_regions(mt_job *job) {
     } else {
         names = calloc(job->world, sizeof name);
     }
-    MPI_CHECK(MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR, 0,
-                         MPI_COMM_WORLD));
+    MPI_CHECK(
+        MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (job_is_compute(job)) {
         for (int s = 0; s < job->n_shards; s++)
             shm_region_open(&job->regions[s], names + (s + 1) * sizeof name,
@@ -125,6 +149,7 @@ void job_setup(mt_job *job, const job_args *args) {
     load_config(job);
     make_layouts(job);
     resolve_checkpoints(job);
+    check_hf_dirs(job);
     place_threads(job);
     job_id_from_env(job);
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,
@@ -143,4 +168,5 @@ void job_teardown(mt_job *job) {
     if (job->opt_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_comm));
     free(job->layouts);
     free(job->regions);
+    hf_index_close(job->hf);
 }

@@ -26,18 +26,23 @@ typedef struct {
     shard_layout *layouts; // [n_shards]
     shm_region *regions;   // [n_shards]; an optimizer rank maps only its own
     mt_control *ctl;
-    int start_step;        // 0, or the step a resumed checkpoint holds
-    int end_step;          // steps, or --stop-at
+    int start_step;                // 0, or the step a resumed checkpoint holds
+    int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
     char job_id[80];
+    struct hf_index *hf; // model_dir's weights, checked at setup (optimizer ranks; else NULL)
 } mt_job;
 
 // Collective over MPI_COMM_WORLD. Exits with a one-line message (from rank 0) on bad input.
 void job_setup(mt_job *job, const job_args *args);
 void job_teardown(mt_job *job);
 
-static inline int job_is_compute(const mt_job *j) { return j->rank == 0; }
-static inline int job_shard_of_rank(int rank) { return rank - 1; }
+static inline int job_is_compute(const mt_job *j) {
+    return j->rank == 0;
+}
+static inline int job_shard_of_rank(int rank) {
+    return rank - 1;
+}
 
 static inline shm_control_block *job_control_block(mt_job *j, int k) {
     return (shm_control_block *)j->regions[k].base;

@@ -1,6 +1,8 @@
 #include "runtime/optimizer.h"
 #include "kernels/adamw.h"
+#include "runtime/check.h"
 #include "runtime/checkpoint.h"
+#include "runtime/hf.h"
 #include "runtime/model.h"
 #include "runtime/schedule.h"
 #include "shm/syscheck.h"
@@ -26,7 +28,9 @@ typedef struct {
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static size_t state_bytes(size_t n) { return ((n ? n : 1) * sizeof(float) + 4095) & ~(size_t)4095; }
+static size_t state_bytes(size_t n) {
+    return ((n ? n : 1) * sizeof(float) + 4095) & ~(size_t)4095;
+}
 
 // An anonymous mapping on 2 MiB boundaries (when it is that large), marked for transparent huge
 // pages: the update streams master, m and v linearly, and 4 KiB pages would cost a TLB miss every
@@ -35,7 +39,8 @@ static size_t state_bytes(size_t n) { return ((n ? n : 1) * sizeof(float) + 4095
 // pin_threads) the cores that will update it.
 static float *alloc_local(size_t n) {
     size_t bytes = state_bytes(n), slack = bytes >= HUGE_PAGE ? HUGE_PAGE : 0;
-    char *raw = mmap(NULL, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *raw =
+        mmap(NULL, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) mt_die("out of memory: optimizer state of %zu MiB", bytes >> 20);
     char *p = raw;
     if (slack) { // trim to a 2 MiB-aligned start; the tail past p + bytes goes back too
@@ -51,7 +56,9 @@ static float *alloc_local(size_t n) {
     return (float *)p;
 }
 
-static void free_local(float *p, size_t n) { SYS_CHECK(munmap(p, state_bytes(n))); }
+static void free_local(float *p, size_t n) {
+    SYS_CHECK(munmap(p, state_bytes(n)));
+}
 
 // ---- Thread pinning ----
 
@@ -71,9 +78,12 @@ static void pin_threads(int shard) {
     const char *why = NULL;
     cpu_set_t mask;
     int cpus[CPU_SETSIZE], ncpus = 0, threads = omp_get_max_threads(), node = -1;
-    if (getenv("MT_NO_PIN") && atoi(getenv("MT_NO_PIN")) != 0) why = "MT_NO_PIN is set";
-    else if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND")) why = "OMP_PLACES/OMP_PROC_BIND is set";
-    else if (sched_getaffinity(0, sizeof mask, &mask) != 0) why = "sched_getaffinity failed";
+    if (getenv("MT_NO_PIN") && atoi(getenv("MT_NO_PIN")) != 0)
+        why = "MT_NO_PIN is set";
+    else if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND"))
+        why = "OMP_PLACES/OMP_PROC_BIND is set";
+    else if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+        why = "sched_getaffinity failed";
     if (!why) {
         for (int c = 0; c < CPU_SETSIZE && !why; c++) {
             if (!CPU_ISSET(c, &mask)) continue;
@@ -83,8 +93,7 @@ static void pin_threads(int shard) {
             cpus[ncpus++] = c;
         }
         if (!why && threads != ncpus)
-            why = threads < ncpus ? "other ranks share this node's CPUs"
-                                  : "more threads than CPUs";
+            why = threads < ncpus ? "other ranks share this node's CPUs" : "more threads than CPUs";
     }
     int pinned = 0;
     if (!why) {
@@ -99,13 +108,16 @@ static void pin_threads(int shard) {
     }
     if (getenv("MT_OPTIMIZER_INFO")) {
         if (!why)
-            fprintf(stderr, "optimizer %d: %d OpenMP threads pinned one per CPU of NUMA node %d "
-                    "(cpus %d..%d), adamw %s, streaming stores %s\n", shard, threads, node, cpus[0],
-                    cpus[ncpus - 1], adamw_isa_name(adamw_isa_default()),
-                    adamw_nt_name(adamw_nt_default()));
+            fprintf(stderr,
+                    "optimizer %d: %d OpenMP threads pinned one per CPU of NUMA node %d "
+                    "(cpus %d..%d), adamw %s, streaming stores %s\n",
+                    shard, threads, node, cpus[0], cpus[ncpus - 1],
+                    adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
         else
-            fprintf(stderr, "optimizer %d: %d OpenMP thread%s not pinned (%s), adamw %s, "
-                    "streaming stores %s\n", shard, threads, threads == 1 ? "" : "s", why,
+            fprintf(stderr,
+                    "optimizer %d: %d OpenMP thread%s not pinned (%s), adamw %s, "
+                    "streaming stores %s\n",
+                    shard, threads, threads == 1 ? "" : "s", why,
                     adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
     }
 }
@@ -122,6 +134,19 @@ static void publish_weights(optimizer *o, int g, int version) {
     control_send(job->ctl, 0, &msg);
 }
 
+// From model_dir (each rank pread()s only its slice; job_setup validated the files) or fresh.
+static void init_master(optimizer *o, int g) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    char err[MT_PATH_MAX + 512];
+    if (!job->hf) {
+        model_init_slice(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master);
+    } else if (hf_read_group_slice(job->hf, &job->cfg, g, lay->lo[g], lay->len[g],
+                                   o->state[g].master, err, sizeof err) < 0) {
+        mt_die("optimizer %d: %s", o->shard, err);
+    }
+}
+
 static void init_state(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
@@ -129,8 +154,7 @@ static void init_state(optimizer *o) {
         o->state[g].master = alloc_local(lay->len[g]);
         o->state[g].m = alloc_local(lay->len[g]);
         o->state[g].v = alloc_local(lay->len[g]);
-        if (!job->resume_path[0])
-            model_init_slice(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master);
+        if (!job->resume_path[0]) init_master(o, g);
     }
     if (job->resume_path[0]) checkpoint_load(job, o->state);
 }
@@ -174,7 +198,7 @@ static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
     const mt_config *c = &job->cfg;
     adamw_params hp = {(float)lr_at_step(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                       (float)c->weight_decay, step + 1, clip_scale(o)};
+                       (float)c->weight_decay,     step + 1,        clip_scale(o)};
     for (int g = 0; g < job->n_groups; g++) {
         size_t n = job->layouts[o->shard].len[g];
         adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
@@ -186,6 +210,23 @@ static void update_step(optimizer *o, int step) {
 static int checkpoint_due(const mt_job *job, int version) {
     int every = job->cfg.checkpoint_interval;
     return every > 0 && (version == job->end_step || version % every == 0);
+}
+
+// export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
+// its fp32 master slices, the leader renames the finished folder into place.
+static void export_hf(optimizer *o) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    char tmp[MT_PATH_MAX + 32];
+    uint64_t max = hf_export_max_shard_bytes();
+    hf_export_tmp_path(job->cfg.export_dir, tmp, sizeof tmp);
+    if (job->rank == 1) hf_export_prepare(&job->cfg, tmp, max);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    for (int g = 0; g < job->n_groups; g++)
+        hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g], lay->len[g], o->state[g].master);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    if (job->rank == 1) hf_export_publish(tmp, job->cfg.export_dir);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 
 void optimizer_run(mt_job *job) {
@@ -203,6 +244,8 @@ void optimizer_run(mt_job *job) {
         update_step(&o, step);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
     }
+    // Only a run that reached its last step exports; --stop-at is a pause, not the end.
+    if (job->cfg.export_dir[0] && job->end_step == job->cfg.steps) export_hf(&o);
     for (int g = 0; g < job->n_groups; g++) {
         size_t n = job->layouts[o.shard].len[g];
         free_local(o.state[g].master, n);

@@ -1,0 +1,10 @@
+# Token-shard data (runtime/data.c): formats read back, windows across shards, "bytes"
+# unchanged, bad input refused with one line naming the file (test_data.c); and a job on
+# shards of the demo text that trains exactly like the same job on the text (data_e2e.sh).
+add_executable(test_data ${MT_TEST_DIR}/test_data.c)
+target_link_libraries(test_data PRIVATE mt_runtime)
+add_test(NAME data_shards COMMAND test_data)
+set_tests_properties(data_shards PROPERTIES TIMEOUT 60 LABELS data)
+add_test(NAME data_e2e COMMAND bash ${MT_TEST_DIR}/data_e2e.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR} $<TARGET_FILE:test_data>)
+set_tests_properties(data_e2e PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 LABELS data)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# model_dir and export_dir through the real launcher and ranks (CPU backend):
+#  - the first-step loss of a run from a Hugging Face folder differs from a random-init run's
+#    (the weights were used) and is bitwise the same at -np 2 and -np 3 (loading is sharding-
+#    invariant), over all 3 steps;
+#  - export_dir receives a valid, loadable Hugging Face folder (fp32: bitwise the final master
+#    weights; bfloat16: those rounded), refused when it is not empty;
+#  - bad weights and a model.* key that disagrees with config.json exit with code 2 and one line.
+# usage: hf_e2e.sh MTRUN SRC TEST_HF
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+TEST_HF=$3
+T=$SRC/tests
+python3 "$T/hf_fixture.py" "$WORK/llama" --dtypes mixed --shards 2
+# test-small.cfg without its model block (model_dir supplies it), 3 steps, absolute data path
+sed -e "s|\"\.\./data/|\"$SRC/data/|" -e 's/^steps *=.*/steps = 3;/' "$SRC/configs/test-small.cfg" |
+    awk '/^model = {/{skip=1} !skip{print} skip&&/^};/{skip=0}' >"$WORK/base.cfg"
+{ cat "$WORK/base.cfg"; echo 'model_dir = "llama";'; } >"$WORK/hf.cfg"
+{ cat "$WORK/hf.cfg"; echo 'export_dir = "exported";'; } >"$WORK/export.cfg"
+{ cat "$WORK/hf.cfg"; echo 'export_dir = "exported-bf16";'; echo 'export_dtype = "bfloat16";'; } \
+    >"$WORK/export-bf16.cfg"
+sed -e "s|\"\.\./data/|\"$SRC/data/|" -e 's/^steps *=.*/steps = 3;/' \
+    "$SRC/configs/test-small.cfg" >"$WORK/random.cfg"
+
+run_job random 2 "$WORK/random.cfg" || show_log random
+run_job np2 2 "$WORK/export-bf16.cfg" || show_log np2
+run_job np3 3 "$WORK/export.cfg" || show_log np3
+expect "model_dir run at -np 2 ran 3 steps" test "$(losses "$WORK/np2" | wc -l)" -eq 3
+expect "-np 3 losses are bitwise those of -np 2" diff <(losses "$WORK/np2") <(losses "$WORK/np3")
+first() { losses "$1" | head -1 | sed 's/.*"loss"://'; }
+expect "first loss from model_dir ($(first "$WORK/np2")) differs from random init ($(first "$WORK/random"))" \
+    test "$(first "$WORK/np2")" != "$(first "$WORK/random")"
+expect "export_dir is a valid Hugging Face folder" python3 "$T/hf_check.py" "$WORK/exported"
+expect "export_dir loads back" "$TEST_HF" check "$WORK/exported"
+# The shards, in order, hold every group's flat fp32 master weights back to back: the same
+# bytes as the master arrays of the final checkpoint (state.bin: 64 KiB header, then master,
+# m, v of each group).
+export_is_master() {
+    python3 - "$WORK/exported" "$WORK/np3/$(cat "$WORK/np3/LATEST")/state.bin" <<'PY'
+import glob, struct, sys
+data = b""
+for f in sorted(glob.glob(sys.argv[1] + "/model-*.safetensors")):
+    blob = open(f, "rb").read()
+    data += blob[8 + struct.unpack("<Q", blob[:8])[0]:]
+st = open(sys.argv[2], "rb").read()
+n_groups = struct.unpack("<q", st[8:16])[0]
+numel = struct.unpack(f"<{n_groups}Q", st[16:16 + 8 * n_groups])
+off, master = 65536, b""
+for n in numel:
+    master += st[off:off + 4 * n]
+    off += 12 * n
+sys.exit(0 if master == data else 1)
+PY
+}
+expect "exported weights are bitwise the final checkpoint's fp32 master weights" export_is_master
+# -np 2 trained the same fp32 weights; its bf16 export holds them rounded as torch rounds.
+expect "the -np 2 bfloat16 export is the -np 3 fp32 export rounded to bf16" \
+    python3 "$T/hf_check.py" "$WORK/exported-bf16" --bf16 --against "$WORK/exported"
+expect "no temporary export folder is left" test ! -e "$WORK/exported.export-tmp"
+
+# expect_error NAME REGEX CFG NP: exit code 2 and one line on stderr that matches
+expect_error() {
+    local name=$1 regex=$2 cfg=$3 np=$4
+    "$MTRUN" -np "$np" "$cfg" --out "$WORK/$name" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    expect "$name: exit code 2 (got $rc)" test $rc -eq 2
+    expect "$name: one line matching /$regex/: $(head -c 300 "$WORK/$name.err")" \
+        bash -c "[ \$(wc -l <'$WORK/$name.err') -eq 1 ] && grep -Eq -- '$regex' '$WORK/$name.err'"
+}
+before=$(shm_entries)
+expect_error export_not_empty "exported already exists and is not empty" "$WORK/export.cfg" 3
+python3 "$T/hf_fixture.py" "$WORK/broken" --shards 2 --corrupt truncated
+sed 's/"llama"/"broken"/' "$WORK/hf.cfg" >"$WORK/broken.cfg"
+expect_error truncated_weights "broken/model-00002-of-00002.safetensors: .*truncated" "$WORK/broken.cfg" 3
+{ cat "$WORK/hf.cfg"; echo 'model = { dim = 128; };'; } >"$WORK/conflict.cfg"
+expect_error conflicting_model_key "model.dim: disagrees with .*llama/config.json" "$WORK/conflict.cfg" 2
+python3 "$T/hf_fixture.py" "$WORK/gpt2" --corrupt arch
+sed 's/"llama"/"gpt2"/' "$WORK/hf.cfg" >"$WORK/gpt2.cfg"
+expect_error unsupported_arch "gpt2/config.json: architecture GPT2LMHeadModel" "$WORK/gpt2.cfg" 2
+expect "no shared memory left behind" test "$(shm_entries)" = "$before"
+finish

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bad Hugging Face folders: each must fail validation with exit code 2 and exactly one line
+# that names the offending file and the problem.
+# usage: hf_errors.sh TEST_HF TESTS_DIR
+set -u
+TEST_HF=$1
+T=$2
+WORK=$(mktemp -d /tmp/mt-hf.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+# expect NAME FILE-REGEX PROBLEM-REGEX FIXTURE-ARGS...
+expect() {
+    local name=$1 file=$2 problem=$3
+    shift 3
+    rm -rf "$WORK/d"
+    python3 "$T/hf_fixture.py" "$WORK/d" "$@"
+    "$TEST_HF" check "$WORK/d" >"$WORK/out" 2>"$WORK/err"
+    local rc=$? msg
+    msg=$(cat "$WORK/err")
+    if [ $rc -ne 2 ]; then
+        echo "FAIL $name: exit code $rc, expected 2 ($msg)"; FAILED=1
+    elif [ "$(wc -l <"$WORK/err")" -ne 1 ]; then
+        echo "FAIL $name: expected one line:"; sed 's/^/    /' "$WORK/err"; FAILED=1
+    elif ! grep -Eq -- "$WORK/d/$file" "$WORK/err" || ! grep -Eq -- "$problem" "$WORK/err"; then
+        echo "FAIL $name: '$msg' does not name $file and /$problem/"; FAILED=1
+    else
+        echo "PASS $name: $msg"
+    fi
+}
+python3 "$T/hf_fixture.py" "$WORK/good" --dtypes mixed --shards 2
+"$TEST_HF" check "$WORK/good" >/dev/null || { echo "FAIL the good fixture is refused"; FAILED=1; }
+python3 "$T/hf_fixture.py" "$WORK/mistral" --corrupt mistral_ok
+"$TEST_HF" check "$WORK/mistral" >/dev/null || { echo "FAIL Mistral with a long window is refused"; FAILED=1; }
+expect truncated model.safetensors "outside the file.*truncated" --corrupt truncated
+expect truncated_shard model-00002-of-00002 "truncated" --shards 2 --corrupt truncated
+expect overlap model.safetensors "overlap" --corrupt overlap
+expect out_of_range model.safetensors "data_offsets outside" --corrupt out_of_range
+expect short_header model.safetensors "truncated \(header of [0-9]+ bytes" --corrupt short_header
+expect mistral_window config.json "sliding_window 16 is shorter than batch.seq_len 32" --corrupt mistral_window
+expect big_header model.safetensors "over the 100 MB limit" --corrupt big_header
+expect dtype model.safetensors "dtype I(16|32) not supported" --dtypes mixed --corrupt dtype
+expect shape model.safetensors "up_proj.weight has shape \[159, 64\], config.json needs \[160, 64\]" --corrupt shape
+expect missing_shard model-00003-of-00003.safetensors "missing shard" --shards 3 --corrupt missing_shard
+expect arch config.json "architecture GPT2LMHeadModel not supported" --corrupt arch
+expect qwen2 config.json "Qwen2ForCausalLM not supported yet" --corrupt qwen2
+expect rope config.json "rope_scaling type llama3 not supported yet" --corrupt rope
+expect head_dim config.json "head_dim 32" --corrupt head_dim
+expect bias_tensor model.safetensors "unexpected tensor model.layers.0.self_attn.q_proj.bias" --corrupt bias_tensor
+# a missing tensor: drop one from a single-file fixture by untying the config only
+python3 "$T/hf_fixture.py" "$WORK/d" --tied >/dev/null
+sed -i 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$WORK/d/config.json"
+"$TEST_HF" check "$WORK/d" 2>"$WORK/err" >/dev/null
+if [ $? -eq 2 ] && grep -q "model.safetensors: no tensor lm_head.weight" "$WORK/err"; then
+    echo "PASS missing_tensor: $(cat "$WORK/err")"
+else
+    echo "FAIL missing_tensor: $(cat "$WORK/err")"; FAILED=1
+fi
+exit $FAILED

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Writes a tiny Hugging Face Llama folder (config.json + safetensors) for the hf tests, with the
+standard library only (struct + json): dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 256.
+
+usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
+                         [--corrupt MODE] [--seed S]
+  --dtypes mixed  embedding BF16, layer 0 F16, the rest F32 (every converter is exercised)
+  --specials      F16 subnormals, infinities and NaN in layer 0's q_proj (round trip only)
+  --corrupt MODE  one broken thing: truncated, overlap, out_of_range, big_header, dtype, shape,
+                  missing_shard, arch, qwen2, rope, bias_tensor, head_dim, short_header,
+                  mistral_window (and mistral_ok: a valid Mistral folder, window 4096)
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+
+DIM, LAYERS, HEADS, KV, FFN, VOCAB = 64, 2, 4, 2, 160, 256
+
+
+def tensors(tied):
+    """(name, shape) in model.c's order."""
+    hd = DIM // HEADS
+    out = [("model.embed_tokens.weight", [VOCAB, DIM])]
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", [DIM]),
+                (p + "self_attn.q_proj.weight", [HEADS * hd, DIM]),
+                (p + "self_attn.k_proj.weight", [KV * hd, DIM]),
+                (p + "self_attn.v_proj.weight", [KV * hd, DIM]),
+                (p + "self_attn.o_proj.weight", [DIM, HEADS * hd]),
+                (p + "post_attention_layernorm.weight", [DIM]),
+                (p + "mlp.gate_proj.weight", [FFN, DIM]),
+                (p + "mlp.up_proj.weight", [FFN, DIM]),
+                (p + "mlp.down_proj.weight", [DIM, FFN])]
+    out.append(("model.norm.weight", [DIM]))
+    if not tied:
+        out.append(("lm_head.weight", [VOCAB, DIM]))
+    return out
+
+
+def dtype_of(name, mode):
+    if mode == "f32":
+        return "F32"
+    if name.startswith("model.embed_tokens"):
+        return "BF16"
+    return "F16" if name.startswith("model.layers.0.") else "F32"
+
+
+def encode(values, dtype):
+    if dtype == "F32":
+        return struct.pack(f"<{len(values)}f", *values)
+    if dtype == "F16":
+        return struct.pack(f"<{len(values)}e", *values)
+    f32 = struct.unpack(f"<{len(values)}I", struct.pack(f"<{len(values)}f", *values))
+    return struct.pack(f"<{len(values)}H", *[b >> 16 for b in f32])  # BF16: truncate
+
+
+def values_for(name, shape, rng, specials):
+    n = math.prod(shape)
+    if name.endswith("layernorm.weight") or name == "model.norm.weight":
+        return [1.0 + 0.1 * rng.uniform(-1, 1) for _ in range(n)]
+    v = [0.02 * rng.gauss(0, 1) for _ in range(n)]
+    if specials and name == "model.layers.0.self_attn.q_proj.weight":
+        v[:8] = [2.0 ** -24, -(2.0 ** -24), 3 * 2.0 ** -20, float("inf"), float("-inf"),
+                 float("nan"), 65504.0, -0.0]
+    return v
+
+
+def write_file(path, entries, corrupt=None):
+    """entries: [(name, dtype, shape, bytes)] -> one safetensors file."""
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    names = [e[0] for e in entries]
+    if corrupt == "overlap" and len(names) > 1:  # second tensor starts inside the first
+        a, b = header[names[0]]["data_offsets"], header[names[1]]["data_offsets"]
+        size = b[1] - b[0]
+        header[names[1]]["data_offsets"] = [a[0], a[0] + size]
+    if corrupt == "out_of_range":
+        o = header[names[-1]]["data_offsets"]
+        header[names[-1]]["data_offsets"] = [o[0] + 1024, o[1] + 1024]
+    if corrupt == "dtype":  # same byte count, unsupported dtype
+        header[names[0]]["dtype"] = "I32" if entries[0][1] == "F32" else "I16"
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    hlen = len(text)
+    if corrupt == "big_header":
+        hlen = 200 << 20
+    if corrupt == "short_header":  # sane length, but past the end of the file
+        hlen = len(text) + len(data) + 8
+    blob = struct.pack("<Q", hlen) + text + data
+    if corrupt == "truncated":
+        blob = blob[:-100]
+    with open(path, "wb") as f:
+        f.write(blob)
+
+
+def config(args):
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": DIM,
+         "intermediate_size": FFN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+         "num_key_value_heads": KV, "head_dim": DIM // HEADS, "vocab_size": VOCAB,
+         "rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-5,
+         "tie_word_embeddings": args.tied, "attention_bias": False, "mlp_bias": False,
+         "hidden_act": "silu", "max_position_embeddings": 256, "torch_dtype": "float32"}
+    if args.corrupt == "arch":
+        c["architectures"] = ["GPT2LMHeadModel"]
+    if args.corrupt == "qwen2":
+        c["architectures"] = ["Qwen2ForCausalLM"]
+    if args.corrupt == "rope":
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}
+    if args.corrupt in ("mistral_window", "mistral_ok"):
+        c["architectures"], c["model_type"] = ["MistralForCausalLM"], "mistral"
+        c["sliding_window"] = 16 if args.corrupt == "mistral_window" else 4096
+    if args.corrupt == "head_dim":
+        c["head_dim"] = 32
+    return c
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--dtypes", default="f32")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--specials", action="store_true")
+    ap.add_argument("--corrupt")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    rng = random.Random(args.seed)
+    entries = []
+    for name, shape in tensors(args.tied):
+        dt = dtype_of(name, args.dtypes)
+        if args.corrupt == "shape" and name == "model.layers.1.mlp.up_proj.weight":
+            shape = [shape[0] - 1, shape[1]]
+        entries.append((name, dt, shape, encode(values_for(name, shape, rng, args.specials), dt)))
+    if args.corrupt == "bias_tensor":
+        entries.append(("model.layers.0.self_attn.q_proj.bias", "F32", [DIM],
+                        encode([0.0] * DIM, "F32")))
+    with open(os.path.join(args.dir, "config.json"), "w") as f:
+        json.dump(config(args), f, indent=2)
+    file_corrupt = args.corrupt if args.corrupt in (
+        "truncated", "overlap", "out_of_range", "big_header", "dtype", "short_header") else None
+    if args.shards == 1:
+        write_file(os.path.join(args.dir, "model.safetensors"), entries, file_corrupt)
+        return
+    per = -(-len(entries) // args.shards)
+    weight_map = {}
+    for s in range(args.shards):
+        fname = f"model-{s + 1:05d}-of-{args.shards:05d}.safetensors"
+        part = entries[s * per:(s + 1) * per]
+        for e in part:
+            weight_map[e[0]] = fname
+        if args.corrupt == "missing_shard" and s == args.shards - 1:
+            continue
+        # the corruption goes into the last shard, so the earlier ones are checked clean first
+        write_file(os.path.join(args.dir, fname), part,
+                   file_corrupt if s == args.shards - 1 else None)
+    with open(os.path.join(args.dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(len(e[3]) for e in entries)},
+                   "weight_map": weight_map}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

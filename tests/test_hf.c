@@ -1,0 +1,114 @@
+// Drives runtime/hf.c without MPI.
+//   test_hf check DIR            validate config.json + weights; the error line and exit 2, or "ok"
+//   test_hf roundtrip SRC OUT MAX
+//       load SRC as 3 shards would (and whole), check both agree bitwise; export it as 4 writers
+//       would (in reverse order, shards of at most MAX bytes) into OUT; load OUT as 2 shards and
+//       check it is bitwise what SRC gave (with a 5th argument "bfloat16": the export is BF16,
+//       and what comes back is bitwise SRC rounded to bf16 as torch rounds).
+#include "runtime/hf.h"
+#include "kernels/bf16.h"
+#include "runtime/model.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hf_index *open_checked(const char *dir, mt_config *c) {
+    char err[8192];
+    memset(c, 0, sizeof *c);
+    c->seq_len = 32;
+    hf_index *ix = NULL;
+    if (hf_read_config(dir, c->seq_len, c, err, sizeof err) < 0 ||
+        !(ix = hf_index_open(dir, err, sizeof err)) || hf_index_check(ix, c, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    return ix;
+}
+
+// Group g read as n_shards ranks would read it, each its own contiguous slice.
+static float *load_group(hf_index *ix, const mt_config *c, int g, int n_shards) {
+    uint64_t numel = model_group_numel(c, g);
+    float *out = malloc(numel * sizeof *out + 1);
+    char err[8192];
+    for (int k = 0; k < n_shards; k++) {
+        uint64_t lo = numel * k / n_shards, hi = numel * (k + 1) / n_shards;
+        if (hf_read_group_slice(ix, c, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
+            fprintf(stderr, "%s\n", err);
+            exit(1);
+        }
+    }
+    return out;
+}
+
+static int same(const float *a, const float *b, uint64_t n, const char *what, int g) {
+    if (memcmp(a, b, n * sizeof *a) == 0) return 1;
+    fprintf(stderr, "FAIL: group %d: %s differ\n", g, what);
+    return 0;
+}
+
+// What an export in c's dtype holds for x.
+static void as_exported(const mt_config *c, float *x, uint64_t n) {
+    if (strcmp(c->export_dtype, "bfloat16") == 0)
+        for (uint64_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+}
+
+static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
+    mt_config c, c2;
+    hf_index *ix = open_checked(src, &c);
+    snprintf(c.export_dtype, sizeof c.export_dtype, "%s", dtype);
+    int ng = model_group_count(&c), ok = 1;
+    float **ref = calloc(ng, sizeof *ref);
+    for (int g = 0; g < ng; g++) {
+        ref[g] = load_group(ix, &c, g, 3);
+        float *whole = load_group(ix, &c, g, 1);
+        ok &= same(ref[g], whole, model_group_numel(&c, g), "3-way and 1-way loads", g);
+        free(whole);
+    }
+    char tmp[MT_PATH_MAX + 32], err[8192];
+    if (hf_export_dir_check(out, err, sizeof err) < 0) return fprintf(stderr, "%s\n", err), 1;
+    hf_export_tmp_path(out, tmp, sizeof tmp);
+    hf_export_prepare(&c, tmp, max);
+    for (int k = 3; k >= 0; k--) // writers finish in any order
+        for (int g = 0; g < ng; g++) {
+            uint64_t n = model_group_numel(&c, g), lo = n * k / 4, hi = n * (k + 1) / 4;
+            hf_export_write_slice(&c, tmp, max, g, lo, hi - lo, ref[g] + lo);
+        }
+    hf_export_publish(tmp, out);
+    if (hf_export_dir_check(out, err, sizeof err) == 0)
+        return fprintf(stderr, "FAIL: %s empty\n", out), 1;
+    hf_index *ix2 = open_checked(out, &c2);
+    ok &= c2.dim == c.dim && c2.layers == c.layers && c2.heads == c.heads &&
+          c2.kv_heads == c.kv_heads && c2.ffn_dim == c.ffn_dim && c2.vocab == c.vocab &&
+          c2.rope_theta == c.rope_theta && c2.norm_eps == c.norm_eps &&
+          c2.tied_embeddings == c.tied_embeddings;
+    if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
+    for (int g = 0; g < ng; g++) {
+        float *back = load_group(ix2, &c2, g, 2);
+        as_exported(&c, ref[g], model_group_numel(&c, g));
+        ok &= same(ref[g], back, model_group_numel(&c, g), "load and load-export-load", g);
+        free(back);
+        free(ref[g]);
+    }
+    free(ref);
+    hf_index_close(ix);
+    hf_index_close(ix2);
+    if (ok)
+        printf("ok: %d groups, %llu parameters bitwise through export\n", ng,
+               (unsigned long long)model_param_count(&c));
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "check") == 0) {
+        mt_config c;
+        hf_index_close(open_checked(argv[2], &c));
+        printf("ok\n");
+        return 0;
+    }
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "roundtrip") == 0)
+        return roundtrip(argv[2], argv[3], strtoull(argv[4], NULL, 10),
+                         argc == 6 ? argv[5] : "float32");
+    fprintf(stderr,
+            "usage: test_hf check DIR | test_hf roundtrip SRC OUT MAX_SHARD_BYTES [DTYPE]\n");
+    return 2;
+}
