@@ -4,13 +4,20 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define STATE_MAGIC 0x3130545043544d4dull // "MMTCPT01"
 #define STATE_HEADER_BYTES 65536
+#define MANIFEST_VERSION 2
+// Checksum granularity: small enough that a mismatch points near the damage and the work
+// spreads over the ranks, large enough that a 70B checkpoint lists only ~13k checksums.
+#define BLOCK_BYTES (64ull << 20)
 
 typedef struct {
     uint64_t magic;
@@ -24,21 +31,246 @@ static uint64_t state_offset(const mt_job *job, int g, int which) {
     return off + (uint64_t)which * job->group_numel[g] * sizeof(float);
 }
 
-static int read_small_file(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, cap - 1, f);
+static uint64_t state_bytes(const mt_job *job) {
+    return state_offset(job, job->n_groups - 1, 3);
+}
+
+// ---- XXH64 (seed 0), as specified by github.com/Cyan4973/xxHash: fast, well distributed, and
+// checkable with standard tools (dd a block out of state.bin, `xxhsum -H1` it). ----
+
+#define P1 0x9E3779B185EBCA87ull
+#define P2 0xC2B2AE3D27D4EB4Full
+#define P3 0x165667B19E3779F9ull
+#define P4 0x85EBCA77C2B2AE63ull
+#define P5 0x27D4EB2F165667C5ull
+
+static uint64_t rotl(uint64_t x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
+static uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8); // little-endian hosts only, like the state file itself
+    return v;
+}
+static uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t round64(uint64_t acc, uint64_t in) {
+    return rotl(acc + in * P2, 31) * P1;
+}
+static uint64_t merge64(uint64_t h, uint64_t v) {
+    return (h ^ round64(0, v)) * P1 + P4;
+}
+
+uint64_t checkpoint_xxh64(const void *data, size_t len) {
+    const uint8_t *p = data, *end = p + len;
+    uint64_t h;
+    if (len >= 32) {
+        uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = -P1;
+        for (; p + 32 <= end; p += 32) {
+            v1 = round64(v1, rd64(p));
+            v2 = round64(v2, rd64(p + 8));
+            v3 = round64(v3, rd64(p + 16));
+            v4 = round64(v4, rd64(p + 24));
+        }
+        h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+        h = merge64(merge64(merge64(merge64(h, v1), v2), v3), v4);
+    } else {
+        h = P5;
+    }
+    h += len;
+    for (; p + 8 <= end; p += 8) h = rotl(h ^ round64(0, rd64(p)), 27) * P1 + P4;
+    if (p + 4 <= end) h = rotl(h ^ (rd32(p) * P1), 23) * P2 + P3, p += 4;
+    for (; p < end; p++) h = rotl(h ^ (*p * P5), 11) * P1;
+    h ^= h >> 33, h *= P2, h ^= h >> 29, h *= P3, h ^= h >> 32;
+    return h;
+}
+
+// Hashes block i of an open file (the last block may be short) through a read-only mapping:
+// no buffer, and right after a save the pages are still in the page cache.
+static uint64_t hash_block(int fd, const char *path, uint64_t block, uint64_t file_bytes,
+                           uint64_t i) {
+    uint64_t off = i * block, len = file_bytes - off < block ? file_bytes - off : block;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    if (p == MAP_FAILED) mt_die("%s: mmap block %" PRIu64 ": %s", path, i, strerror(errno));
+    madvise(p, len, MADV_SEQUENTIAL);
+    uint64_t h = checkpoint_xxh64(p, len);
+    SYS_CHECK(munmap(p, len));
+    return h;
+}
+
+// This member of comm hashes blocks i with i % size == rank into sums (others left 0).
+static void hash_my_blocks(const char *path, uint64_t block, uint64_t file_bytes, MPI_Comm comm,
+                           uint64_t *sums) {
+    int rank, size;
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    MPI_CHECK(MPI_Comm_size(comm, &size));
+    uint64_t n = (file_bytes + block - 1) / block;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    for (uint64_t i = (uint64_t)rank; i < n; i += (uint64_t)size)
+        sums[i] = hash_block(fd, path, block, file_bytes, i);
+    SYS_CHECK(close(fd));
+}
+
+// Tests shrink the blocks (a page multiple, for mmap) to exercise several of them.
+static uint64_t block_bytes(void) {
+    const char *s = getenv("MT_CHECKPOINT_BLOCK_BYTES");
+    long long v = s ? atoll(s) : 0;
+    return v > 0 && v % 65536 == 0 ? (uint64_t)v : BLOCK_BYTES;
+}
+
+// ---- the manifest ----
+
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+        buf[fread(buf, 1, (size_t)n, f)] = 0;
+    }
     fclose(f);
-    buf[n] = 0;
+    return buf;
+}
+
+static cJSON *load_manifest(const char *step_dir, char *path, size_t cap, char *err,
+                            size_t errlen) {
+    snprintf(path, cap, "%s/manifest.json", step_dir);
+    char *text = read_text_file(path);
+    if (!text) return snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno)), NULL;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) snprintf(err, errlen, "%s: not valid JSON", path);
+    return root;
+}
+
+// A number field that must exist and be a non-negative integer; -1 (with err) otherwise.
+static int get_uint(const cJSON *obj, const char *key, const char *path, const char *prefix,
+                    double *out, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9e18 ||
+        v->valuedouble != (double)(uint64_t)v->valuedouble)
+        return snprintf(err, errlen, "%s: %s%s missing or not a non-negative integer", path, prefix,
+                        key),
+               -1;
+    *out = v->valuedouble;
     return 0;
 }
 
+static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,
+                       size_t errlen) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(model)) return snprintf(err, errlen, "%s: no \"model\" object", path), -1;
+    const char *keys[] = {"dim", "layers", "heads", "kv_heads", "ffn_dim", "vocab"};
+    const int want[] = {c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim, c->vocab};
+    for (int i = 0; i < 6; i++) {
+        double v;
+        if (get_uint(model, keys[i], path, "model.", &v, err, errlen) != 0) return -1;
+        if (v != want[i])
+            return snprintf(err, errlen, "%s: model.%s %.0f != config %d", path, keys[i], v,
+                            want[i]),
+                   -1;
+    }
+    const cJSON *tied = cJSON_GetObjectItemCaseSensitive(model, "tied_embeddings");
+    if (!cJSON_IsBool(tied))
+        return snprintf(err, errlen, "%s: model.tied_embeddings missing or not a bool", path), -1;
+    if (!!cJSON_IsTrue(tied) != !!c->tied_embeddings)
+        return snprintf(err, errlen, "%s: model.tied_embeddings %s != config %s", path,
+                        cJSON_IsTrue(tied) ? "true" : "false",
+                        c->tied_embeddings ? "true" : "false"),
+               -1;
+    return 0;
+}
+
+typedef struct {
+    uint64_t block, file_bytes, n;
+    uint64_t *sums; // [n], malloc'd
+} block_list;
+
+static int parse_hex64(const cJSON *s, uint64_t *out) {
+    if (!cJSON_IsString(s) || strlen(s->valuestring) != 16) return -1;
+    char *end;
+    *out = strtoull(s->valuestring, &end, 16);
+    return *end == 0 && strspn(s->valuestring, "0123456789abcdef") == 16 ? 0 : -1;
+}
+
+static int parse_blocks(const cJSON *root, const char *path, block_list *bl, char *err,
+                        size_t errlen) {
+    memset(bl, 0, sizeof *bl);
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checksum");
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(ck, "algorithm");
+    if (!cJSON_IsObject(ck) || !cJSON_IsString(alg) || strcmp(alg->valuestring, "xxh64") != 0)
+        return snprintf(err, errlen, "%s: no \"checksum\" object with algorithm \"xxh64\"", path),
+               -1;
+    double block, bytes;
+    if (get_uint(ck, "block_bytes", path, "checksum.", &block, err, errlen) != 0 ||
+        get_uint(ck, "file_bytes", path, "checksum.", &bytes, err, errlen) != 0)
+        return -1;
+    if (block == 0 || (uint64_t)block % 65536 != 0)
+        return snprintf(err, errlen, "%s: checksum.block_bytes %.0f is not a multiple of 64 KiB",
+                        path, block),
+               -1;
+    bl->block = (uint64_t)block, bl->file_bytes = (uint64_t)bytes;
+    bl->n = (bl->file_bytes + bl->block - 1) / bl->block;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(ck, "blocks");
+    if (!cJSON_IsArray(arr) || (uint64_t)cJSON_GetArraySize(arr) != bl->n)
+        return snprintf(err, errlen, "%s: checksum.blocks should list %" PRIu64 " checksums", path,
+                        bl->n),
+               -1;
+    bl->sums = calloc(bl->n ? bl->n : 1, sizeof *bl->sums);
+    if (!bl->sums) mt_die("out of memory");
+    uint64_t i = 0;
+    for (const cJSON *s = arr->child; s; s = s->next, i++)
+        if (parse_hex64(s, &bl->sums[i]) != 0) {
+            free(bl->sums), bl->sums = NULL;
+            return snprintf(err, errlen, "%s: checksum.blocks[%" PRIu64 "] is not 16 hex digits",
+                            path, i),
+                   -1;
+        }
+    return 0;
+}
+
+static int check_version(const cJSON *root, const char *path, char *err, size_t errlen) {
+    double version;
+    if (get_uint(root, "version", path, "", &version, err, errlen) != 0) return -1;
+    if (version == MANIFEST_VERSION) return 0;
+    snprintf(err, errlen, "%s: version %.0f, this build reads version %d", path, version,
+             MANIFEST_VERSION);
+    return -1;
+}
+
+// Everything resume needs from the manifest, checked against the job's config; on success
+// bl->sums is malloc'd.
+static int check_manifest(const char *step_dir, const mt_job *job, block_list *bl, char *err,
+                          size_t errlen) {
+    char path[PATH_MAX];
+    cJSON *root = load_manifest(step_dir, path, sizeof path, err, errlen);
+    if (!root) return -1;
+    int rc = check_version(root, path, err, errlen);
+    if (rc == 0) rc = check_model(root, &job->cfg, path, err, errlen);
+    if (rc == 0) rc = parse_blocks(root, path, bl, err, errlen);
+    cJSON_Delete(root);
+    if (rc == 0 && bl->file_bytes != state_bytes(job)) {
+        snprintf(err, errlen,
+                 "%s: checksum.file_bytes %" PRIu64 " != %" PRIu64 " that the config's model needs",
+                 path, bl->file_bytes, state_bytes(job));
+        free(bl->sums);
+        rc = -1;
+    }
+    return rc;
+}
+
 int checkpoint_find_latest(const char *dir, char *out, size_t cap) {
-    char path[PATH_MAX], name[256];
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/LATEST", dir);
-    if (read_small_file(path, name, sizeof name) != 0) return -1;
+    char *name = read_text_file(path);
+    if (!name) return -1;
     name[strcspn(name, "\n")] = 0;
     snprintf(out, cap, "%s/%s", dir, name);
+    free(name);
     return 0;
 }
 
@@ -56,22 +288,21 @@ int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t
 }
 
 int checkpoint_read_step(const char *step_dir, int *step, char *err, size_t errlen) {
-    char path[PATH_MAX], text[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
-    if (read_small_file(path, text, sizeof text) != 0) {
-        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        return -1;
+    char path[PATH_MAX];
+    cJSON *root = load_manifest(step_dir, path, sizeof path, err, errlen);
+    if (!root) return -1;
+    double s;
+    int rc = get_uint(root, "step", path, "", &s, err, errlen);
+    if (rc == 0 && s > INT_MAX) {
+        snprintf(err, errlen, "%s: step out of range", path);
+        rc = -1;
     }
-    cJSON *root = cJSON_Parse(text);
-    const cJSON *s = root ? cJSON_GetObjectItemCaseSensitive(root, "step") : NULL;
-    int ok = cJSON_IsNumber(s) && s->valuedouble >= 0;
-    if (ok) *step = (int)s->valuedouble;
+    if (rc == 0) *step = (int)s;
     cJSON_Delete(root);
-    if (!ok) snprintf(err, errlen, "%s: not a checkpoint manifest (no \"step\")", path);
-    return ok ? 0 : -1;
+    return rc;
 }
 
-int checkpoint_check_state(const char *step_dir, const mt_job *job, char *err, size_t errlen) {
+static int check_header(const char *step_dir, const mt_job *job, char *err, size_t errlen) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", step_dir);
     static state_header h;
@@ -93,13 +324,52 @@ int checkpoint_check_state(const char *step_dir, const mt_job *job, char *err, s
                             path, g, (unsigned long long)h.numel[g],
                             (unsigned long long)job->group_numel[g]),
                    -1;
-    uint64_t want = state_offset(job, job->n_groups - 1, 3);
+    uint64_t want = state_bytes(job);
     if (rc != 0 || (uint64_t)st.st_size != want)
         return snprintf(err, errlen, "%s: truncated or oversized (%lld bytes, expected %llu)", path,
                         (long long)st.st_size, (unsigned long long)want),
                -1;
     return 0;
 }
+
+int checkpoint_check_state(const char *step_dir, const mt_job *job, char *err, size_t errlen) {
+    block_list bl;
+    if (check_manifest(step_dir, job, &bl, err, errlen) != 0) return -1;
+    free(bl.sums);
+    return check_header(step_dir, job, err, errlen);
+}
+
+// Each member of comm reads only its share of the blocks, so the file is read once in all.
+int checkpoint_verify_state(const char *step_dir, const mt_job *job, MPI_Comm comm, char *err,
+                            size_t errlen) {
+    block_list bl;
+    if (check_manifest(step_dir, job, &bl, err, errlen) != 0)
+        mt_die("%s", err); // checkpoint_check_state passed on this same input just before
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/state.bin", step_dir);
+    uint64_t *got = calloc(bl.n, sizeof *got);
+    if (!got) mt_die("out of memory");
+    hash_my_blocks(path, bl.block, bl.file_bytes, comm, got);
+    int rank, size;
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    MPI_CHECK(MPI_Comm_size(comm, &size));
+    long long bad = LLONG_MAX, first_bad;
+    for (uint64_t i = (uint64_t)rank; i < bl.n && bad == LLONG_MAX; i += (uint64_t)size)
+        if (got[i] != bl.sums[i]) bad = (long long)i;
+    MPI_CHECK(MPI_Allreduce(&bad, &first_bad, 1, MPI_LONG_LONG, MPI_MIN, comm));
+    free(got);
+    free(bl.sums);
+    if (first_bad == LLONG_MAX) return 0;
+    uint64_t lo = (uint64_t)first_bad * bl.block;
+    uint64_t hi = lo + bl.block < bl.file_bytes ? lo + bl.block : bl.file_bytes;
+    snprintf(err, errlen,
+             "%s: block %lld (bytes %" PRIu64 "-%" PRIu64
+             ") checksum mismatch with manifest.json: the checkpoint is corrupt",
+             path, first_bad, lo, hi - 1);
+    return -1;
+}
+
+// ---- saving ----
 
 static void fsync_path(const char *path) {
     int fd = open(path, O_RDONLY);
@@ -142,7 +412,7 @@ static void create_state_file(const mt_job *job, const char *tmp) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) mt_die("%s: %s", path, strerror(errno));
-    SYS_CHECK(ftruncate(fd, (off_t)state_offset(job, job->n_groups - 1, 3)));
+    SYS_CHECK(ftruncate(fd, (off_t)state_bytes(job)));
     SYS_CHECK(close(fd));
 }
 
@@ -168,16 +438,58 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
     SYS_CHECK(close(fd));
 }
 
-static void write_manifest(const mt_job *job, const char *tmp, int step) {
+static cJSON *manifest_model(const mt_config *c) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "dim", c->dim);
+    cJSON_AddNumberToObject(m, "layers", c->layers);
+    cJSON_AddNumberToObject(m, "heads", c->heads);
+    cJSON_AddNumberToObject(m, "kv_heads", c->kv_heads);
+    cJSON_AddNumberToObject(m, "ffn_dim", c->ffn_dim);
+    cJSON_AddNumberToObject(m, "vocab", c->vocab);
+    cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
+    return m;
+}
+
+// Batches are a pure function of (seed, step), so the step is the whole data position.
+static cJSON *manifest_data(const mt_config *c, int step) {
+    cJSON *d = cJSON_CreateObject();
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, c->seed); // a string: exact beyond 2^53
+    cJSON_AddNumberToObject(d, "position", step);
+    cJSON_AddStringToObject(d, "seed", seed);
+    cJSON_AddStringToObject(d, "rng",
+                            "none: initialization and batches are pure functions of "
+                            "(seed, step); there is no other random state");
+    return d;
+}
+
+static cJSON *manifest_checksum(const block_list *bl) {
+    cJSON *ck = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddStringToObject(ck, "algorithm", "xxh64");
+    cJSON_AddNumberToObject(ck, "block_bytes", (double)bl->block);
+    cJSON_AddNumberToObject(ck, "file_bytes", (double)bl->file_bytes);
+    for (uint64_t i = 0; i < bl->n; i++) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, bl->sums[i]);
+        cJSON_AddItemToArray(arr, cJSON_CreateString(hex));
+    }
+    cJSON_AddItemToObject(ck, "blocks", arr);
+    return ck;
+}
+
+static void write_manifest(const mt_job *job, const char *tmp, int step, const block_list *bl) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "megatrain-c checkpoint");
-    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "version", MANIFEST_VERSION);
     cJSON_AddNumberToObject(root, "step", step);
+    cJSON_AddItemToObject(root, "model", manifest_model(&job->cfg));
     cJSON_AddNumberToObject(root, "groups", job->n_groups);
     double params = 0;
     for (int g = 0; g < job->n_groups; g++) params += (double)job->group_numel[g];
     cJSON_AddNumberToObject(root, "params", params);
+    cJSON_AddItemToObject(root, "data", manifest_data(&job->cfg, step));
     cJSON_AddStringToObject(root, "state", "state.bin");
+    cJSON_AddItemToObject(root, "checksum", manifest_checksum(bl));
     cJSON_AddStringToObject(root, "config", job->cfg.source_path);
     char *text = cJSON_Print(root), path[PATH_MAX];
     snprintf(path, sizeof path, "%s/manifest.json", tmp);
@@ -206,6 +518,86 @@ static void publish(const mt_job *job, const char *tmp, const char *name) {
     fsync_path(dir);
 }
 
+// ---- keep-last-K ----
+
+// 1 and *step when name is exactly what checkpoint_save names a folder ("step_%06d").
+static int is_step_name(const char *name, int *step) {
+    if (strncmp(name, "step_", 5) != 0 || strspn(name + 5, "0123456789") != strlen(name + 5) ||
+        strlen(name + 5) < 6 || strlen(name + 5) > 10)
+        return 0;
+    long long v = atoll(name + 5);
+    char again[32];
+    snprintf(again, sizeof again, "step_%06lld", v);
+    *step = (int)v;
+    return v <= INT_MAX && strcmp(again, name) == 0;
+}
+
+static int by_step_desc(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+// Removes only the two files a save writes, manifest first (without it the folder is no longer
+// a checkpoint, should we crash halfway); anything else inside keeps the folder in place.
+static int remove_step_dir(const char *path) {
+    const char *files[] = {"manifest.json", "state.bin"};
+    char f[PATH_MAX];
+    for (int i = 0; i < 2; i++) {
+        snprintf(f, sizeof f, "%s/%s", path, files[i]);
+        if (unlink(f) != 0 && errno != ENOENT) return -1;
+    }
+    return rmdir(path);
+}
+
+int checkpoint_prune(const char *dir, int keep, const char *latest_name) {
+    if (keep <= 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int *steps = NULL, n = 0, cap = 0, removed = 0, step;
+    struct dirent *e;
+    struct stat st;
+    char path[PATH_MAX];
+    while ((e = readdir(d))) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!is_step_name(e->d_name, &step) || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (n == cap && !(steps = realloc(steps, (cap = cap ? 2 * cap : 64) * sizeof *steps)))
+            mt_die("out of memory");
+        steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, by_step_desc);
+    for (int i = keep; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "step_%06d", steps[i]);
+        if (strcmp(name, latest_name) == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (remove_step_dir(path) == 0)
+            removed++;
+        else
+            fprintf(stderr, "checkpoint.keep: cannot remove %s: %s (left in place)\n", path,
+                    strerror(errno));
+    }
+    free(steps);
+    return removed;
+}
+
+// After every rank's fsync, the optimizer ranks read the file back block by block (round
+// robin) and the leader gathers the checksums: they depend only on the bytes, not on -np.
+static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/state.bin", tmp);
+    bl->block = block_bytes();
+    bl->file_bytes = state_bytes(job);
+    bl->n = (bl->file_bytes + bl->block - 1) / bl->block;
+    uint64_t *mine = calloc(bl->n, sizeof *mine);
+    bl->sums = calloc(bl->n, sizeof *bl->sums);
+    if (!mine || !bl->sums) mt_die("out of memory");
+    hash_my_blocks(path, bl->block, bl->file_bytes, job->opt_comm, mine);
+    MPI_CHECK(MPI_Reduce(mine, bl->sums, (int)bl->n, MPI_UINT64_T, MPI_BOR, 0, job->opt_comm));
+    free(mine);
+}
+
 void checkpoint_save(mt_job *job, int step, group_state *state) {
     char tmp[PATH_MAX], name[64];
     snprintf(name, sizeof name, "step_%06d", step);
@@ -220,10 +612,14 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
     MPI_CHECK(MPI_Barrier(job->opt_comm));
     io_slices(job, tmp, state, 1);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
+    block_list bl;
+    checksum_state(job, tmp, &bl);
     if (leader) {
-        write_manifest(job, tmp, step);
+        write_manifest(job, tmp, step, &bl);
         publish(job, tmp, name);
+        checkpoint_prune(job->cfg.checkpoint_dir, job->cfg.checkpoint_keep, name);
     }
+    free(bl.sums);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef enum { K_INT, K_INT64, K_FLOAT, K_BOOL, K_STRING } kind_t;
+typedef enum { K_INT, K_INT64, K_FLOAT, K_BOOL, K_STRING, K_RANGE } kind_t; // range: [a, b]
 
 enum {
     REQUIRED = 1 << 0, // no default: the file must set it
@@ -85,9 +85,11 @@ static const field_t schema[] = {
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),
-    INT("eval.interval", eval_interval, 0, INT_MAX, 0, 0), // 0: no evaluation
+    INT("checkpoint.keep", checkpoint_keep, 0, INT_MAX, 0, 0), // newest K step folders; 0: all
+    INT("eval.interval", eval_interval, 0, INT_MAX, 0, 0),     // 0: no evaluation
     INT("eval.batches", eval_batches, 1, 1 << 20, 0, 4),
     INT("sample_tokens", sample_tokens, 0, 1 << 20, 0, 0),
+    F_("trace_steps", K_RANGE, trace_steps, 1, INT_MAX, 0, 0, NULL, NULL), // [a, b]; none
     STR("model_dir", model_dir, 0, "", NULL),   // a Hugging Face folder: sets model.*
     STR("export_dir", export_dir, 0, "", NULL), // write a Hugging Face folder at the end
     STR("export_dtype", export_dtype, 0, "float32", "float32|bfloat16"),
@@ -322,6 +324,31 @@ static int choice_ok(const char *choices, const char *s) {
     return 0;
 }
 
+// [a, b]: two integers in the field's range, a <= b (b <= steps is a cross-field rule).
+static int store_range(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
+    int line = (int)config_setting_source_line(s);
+    int t = config_setting_type(s), *dst = (int *)((char *)cfg + f->off);
+    if (t != CONFIG_TYPE_ARRAY)
+        return fail(x, line, f->key, "expected an array of two steps [first, last], got %s",
+                    type_name(t));
+    if (config_setting_length(s) != 2)
+        return fail(x, line, f->key, "expected two steps [first, last], got %d",
+                    config_setting_length(s));
+    for (int i = 0; i < 2; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        int et = config_setting_type(e);
+        if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64)
+            return fail(x, line, f->key, "expected integers, got %s", type_name(et));
+        long long v = config_setting_get_int64(e);
+        if (!in_range(f, (double)v))
+            return fail(x, line, f->key, "%lld is out of range: steps count from 1", v);
+        dst[i] = (int)v;
+    }
+    if (dst[0] > dst[1])
+        return fail(x, line, f->key, "[%d, %d]: the first step is after the last", dst[0], dst[1]);
+    return 0;
+}
+
 static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
     int line = (int)config_setting_source_line(s);
     int t = config_setting_type(s);
@@ -329,6 +356,7 @@ static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
     char buf[64];
     x->line[f - schema] = line;
     x->file_of[f - schema] = x->file;
+    if (f->kind == K_RANGE) return store_range(x, cfg, f, s);
 
     if (f->kind == K_INT || f->kind == K_INT64) {
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
@@ -610,6 +638,9 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (c->eval_interval > 0 && c->val_fraction == 0)
         return fail(x, LINE("eval.interval"), "eval.interval",
                     "evaluation needs data.val_fraction > 0");
+    if (c->trace_steps[1] > c->steps)
+        return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
+                    c->trace_steps[0], c->trace_steps[1], c->steps);
     return 0;
 }
 
@@ -632,6 +663,9 @@ static void set_defaults(mt_config *cfg) {
             break;
         case K_STRING:
             snprintf(dst, f->size, "%s", f->sdef ? f->sdef : "");
+            break;
+        case K_RANGE: // none
+            memset(dst, 0, f->size);
             break;
         }
     }

@@ -27,9 +27,12 @@ typedef struct {
     uint64_t seed;
     char checkpoint_dir[MT_PATH_MAX]; // resolved relative to the config file's folder
     int checkpoint_interval;
+    int checkpoint_keep; // keep the newest K step_NNNNNN folders; 0: all
     int eval_interval, eval_batches;
     int sample_tokens; // tokens of text generated at the end (0: none)
     char backend[16];  // "auto", "cpu" or "cuda"
+    // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
+    int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];

@@ -4,11 +4,15 @@
 #include "runtime/hash.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
+#include "runtime/trace.h"
 #include "runtime/transfer.h"
 #include "shm/syscheck.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef MT_HAVE_CUDA
+#include <nvtx3/nvToolsExt.h> // header-only: a no-op call unless a profiler is attached
+#endif
 
 typedef struct {
     mt_job *job;
@@ -103,6 +107,30 @@ static void engine_free(engine *e) {
     free(e->targets);
 }
 
+// A stretch of compute, named "fwd L3", "head", ... (layer < 0: no number): an NVTX range for
+// Nsight on CUDA builds, always, and a span of the trace's compute track in traced steps.
+static void span_begin(engine *e, const char *name, int layer) {
+#ifdef MT_HAVE_CUDA
+    char text[48];
+    if (layer >= 0)
+        snprintf(text, sizeof text, "%s L%d", name, layer);
+    else
+        snprintf(text, sizeof text, "%s", name);
+    nvtxRangePushA(text);
+#else
+    (void)name, (void)layer;
+#endif
+    transfer_span_begin(&e->xfer);
+}
+
+static void span_end(engine *e, const char *name, int layer) {
+#ifdef MT_HAVE_CUDA
+    nvtxRangePop();
+#endif
+    int kind = layer >= 0 ? TRACE_ARG_LAYER : TRACE_ARG_NONE;
+    transfer_span_end(&e->xfer, trace_tag_of(name, kind, layer));
+}
+
 static const void *classifier_weights(engine *e) {
     if (e->c->tied_embeddings) return e->emb.dst;
     return (const char *)e->head.dst + (size_t)e->c->dim * e->ops->weight_bytes;
@@ -120,7 +148,9 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     fetch_async(&e->xfer, &e->ring[0], model_layer_group(0), version);
     e->ops->load_tokens(e->be, e->inputs, e->targets, M);
     fetch_wait(&e->emb);
+    span_begin(e, "embed", -1);
     for (int m = 0; m < M; m++) e->ops->embed_forward(e->be, act(e, 0, m), e->emb.dst, m);
+    span_end(e, "embed", -1);
     for (int l = 0; l < c->layers; l++) {
         weight_buffer *w = &e->ring[l % 2];
         fetch_wait(w);
@@ -129,8 +159,10 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         else
             fetch_async(&e->xfer, &e->head, model_head_group(c), version);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
+        span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
             e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m));
+        span_end(e, "fwd", l);
         buffer_done(w);
     }
     fetch_wait(&e->head);
@@ -154,10 +186,12 @@ static void backward_layers(engine *e, int64_t step) {
         if (l > 0) fetch_async(&e->xfer, &e->ring[(l - 1) % 2], model_layer_group(l - 1), step);
         grad_buffer *gb = &e->ring_g[l % 2];
         zero_grads(e, gb, layer_numel);
+        span_begin(e, "bwd", l);
         for (int m = 0; m < c->micro_batches; m++) {
             e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp);
             e->ops->copy(e->be, dres(e, m), e->tmp, sizeof(float) * e->n * c->dim);
         }
+        span_end(e, "bwd", l);
         buffer_done(w);
         offload_async(&e->xfer, gb, model_layer_group(l), step);
         offload_announce(e->ring_g, 2, 0);
@@ -179,13 +213,17 @@ static double train_step(engine *e, int64_t step) {
     zero_grads(e, &e->head_g, e->job->group_numel[model_head_group(c)]);
     zero_grads(e, &e->emb_g, e->job->group_numel[0]);
     float dloss = 1.0f / ((float)M * e->n);
+    span_begin(e, "head", -1);
     for (int m = 0; m < M; m++)
         e->ops->head(e->be, e->head.dst, classifier_weights(e), e->head_g.src, classifier_grads(e),
                      act(e, c->layers, m), dres(e, m), m, dloss);
+    span_end(e, "head", -1);
     buffer_done(&e->head);
     offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
     backward_layers(e, step);
+    span_begin(e, "embed bwd", -1);
     for (int m = 0; m < M; m++) e->ops->embed_backward(e->be, e->emb_g.src, dres(e, m), m);
+    span_end(e, "embed bwd", -1);
     buffer_done(&e->emb);
     offload_async(&e->xfer, &e->emb_g, 0, step);
     grad_buffer *all[] = {&e->head_g, &e->ring_g[0], &e->ring_g[1], &e->emb_g};
@@ -271,21 +309,35 @@ static void sample_text(engine *e, metrics *mx, int64_t version) {
     free(text);
 }
 
+// One training step; in a traced step, its span on the host track encloses everything the
+// step records (metrics_step_end synchronizes the device and converts its GPU spans).
+static void run_step(engine *e, metrics *mx, int64_t step) {
+    trace_set_step(step);
+    transfer_trace_step(&e->xfer);
+    trace_tag tag = trace_tag_of("step", TRACE_ARG_STEP, (int)step + 1);
+    double t0 = trace_now_us();
+    metrics_step_begin(mx, &e->xfer);
+    double loss = train_step(e, step);
+    metrics_step_end(mx, step, loss, &e->xfer);
+    trace_record(TRACE_HOST, tag, t0, trace_now_us());
+    trace_set_step(-1); // evaluation and sampling are never traced
+}
+
 void engine_run(mt_job *job) {
     engine e;
     engine_init(&e, job);
     const mt_config *c = &job->cfg;
+    trace_open(c, job->rank, job->world, job->start_step, job->end_step);
     metrics mx;
     metrics_open(&mx, job, e.ops->name);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));
-        metrics_step_begin(&mx, &e.xfer);
-        double loss = train_step(&e, step);
-        metrics_step_end(&mx, step, loss, &e.xfer);
+        run_step(&e, &mx, step);
     }
     if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(&e, job->end_step));
     if (c->sample_tokens > 0) sample_text(&e, &mx, job->end_step);
     metrics_close(&mx);
-    engine_free(&e);
+    engine_free(&e); // joins the copy streams: their spans are all in
+    trace_finish();
 }

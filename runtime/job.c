@@ -46,6 +46,9 @@ static void resolve_checkpoints(mt_job *job) {
         checkpoint_read_step(job->resume_path, &job->start_step, err, sizeof err) != 0 ||
         checkpoint_check_state(job->resume_path, job, err, sizeof err) != 0)
         fail_input(job, err);
+    // Every rank reads only its share of state.bin's blocks; all learn the verdict.
+    if (checkpoint_verify_state(job->resume_path, job, MPI_COMM_WORLD, err, sizeof err) != 0)
+        fail_input(job, err);
 }
 
 // Every rank checks the Hugging Face folders before any shared memory exists, so that bad

@@ -5,6 +5,7 @@
 #include "runtime/hf.h"
 #include "runtime/model.h"
 #include "runtime/schedule.h"
+#include "runtime/trace.h"
 #include "shm/syscheck.h"
 #include <math.h>
 #include <numa.h>
@@ -201,8 +202,11 @@ static void update_step(optimizer *o, int step) {
                        (float)c->weight_decay,     step + 1,        clip_scale(o)};
     for (int g = 0; g < job->n_groups; g++) {
         size_t n = job->layouts[o->shard].len[g];
+        double t0 = trace_now_us();
         adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
                      job_grad_slot(job, o->shard, g), n, &hp);
+        trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
+                     trace_now_us());
         publish_weights(o, g, step + 1);
     }
 }
@@ -238,14 +242,21 @@ void optimizer_run(mt_job *job) {
     pin_threads(o.shard); // before the state is first touched
     init_state(&o);
     for (int g = 0; g < job->n_groups; g++) publish_weights(&o, g, job->start_step);
+    trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
+        trace_set_step(step);
+        double t0 = trace_now_us();
         wait_for_gradients(&o, step);
+        trace_record(TRACE_OPTIMIZER, trace_tag_of("wait grads", TRACE_ARG_NONE, 0), t0,
+                     trace_now_us());
         fault_injection(&o, step);
         update_step(&o, step);
+        trace_set_step(-1);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
     }
     // Only a run that reached its last step exports; --stop-at is a pause, not the end.
     if (job->cfg.export_dir[0] && job->end_step == job->cfg.steps) export_hf(&o);
+    trace_finish(); // collective with rank 0's
     for (int g = 0; g < job->n_groups; g++) {
         size_t n = job->layouts[o.shard].len[g];
         free_local(o.state[g].master, n);

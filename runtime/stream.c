@@ -10,6 +10,7 @@
 typedef struct {
     stream_job_fn fn;
     void *arg;
+    trace_tag tag;
 } stream_job;
 
 struct copy_stream {
@@ -19,7 +20,7 @@ struct copy_stream {
     stream_job queue[STREAM_QUEUE];
     uint64_t submitted, completed;
     double busy_seconds;
-    int stopping;
+    int stopping, trace_track;
 };
 
 #define PT_CHECK(call)                                                                             \
@@ -40,6 +41,8 @@ static void *stream_main(void *p) {
         double t0 = now_seconds();
         job.fn(job.arg);
         double dt = now_seconds() - t0;
+        // Recorded here, on the worker, so the span is when the copy really ran.
+        trace_record(s->trace_track, job.tag, t0 * 1e6, (t0 + dt) * 1e6);
         PT_CHECK(pthread_mutex_lock(&s->mu));
         s->busy_seconds += dt;
         s->completed++;
@@ -49,9 +52,10 @@ static void *stream_main(void *p) {
     return NULL;
 }
 
-copy_stream *stream_new(const char *name) {
+copy_stream *stream_new(const char *name, int trace_track) {
     copy_stream *s = calloc(1, sizeof *s);
     if (!s) mt_die("out of memory");
+    s->trace_track = trace_track;
     PT_CHECK(pthread_mutex_init(&s->mu, NULL));
     PT_CHECK(pthread_cond_init(&s->cv, NULL));
     PT_CHECK(pthread_create(&s->thread, NULL, stream_main, s));
@@ -60,9 +64,13 @@ copy_stream *stream_new(const char *name) {
 }
 
 uint64_t stream_submit(copy_stream *s, stream_job_fn fn, void *arg) {
+    return stream_submit_tagged(s, fn, arg, (trace_tag){NULL, 0, 0, -1});
+}
+
+uint64_t stream_submit_tagged(copy_stream *s, stream_job_fn fn, void *arg, trace_tag tag) {
     PT_CHECK(pthread_mutex_lock(&s->mu));
     while (s->submitted - s->completed >= STREAM_QUEUE) PT_CHECK(pthread_cond_wait(&s->cv, &s->mu));
-    s->queue[s->submitted % STREAM_QUEUE] = (stream_job){fn, arg};
+    s->queue[s->submitted % STREAM_QUEUE] = (stream_job){fn, arg, tag};
     uint64_t ticket = ++s->submitted;
     PT_CHECK(pthread_cond_broadcast(&s->cv));
     PT_CHECK(pthread_mutex_unlock(&s->mu));

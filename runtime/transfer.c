@@ -17,6 +17,9 @@
 #define xfer_cuda_offload_landed(b, w) 1
 #define xfer_cuda_take_stats(x) ((transfer_stats){0})
 #define xfer_cuda_host_blocks(x, b) ((void)0)
+#define xfer_cuda_trace_calibrate(x) ((void)0)
+#define xfer_cuda_span_begin(x) ((void)0)
+#define xfer_cuda_span_end(x, tag) ((void)0)
 #endif
 
 void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
@@ -25,8 +28,8 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     if (compute_stream) {
         t->cuda = xfer_cuda_new(job, compute_stream);
     } else {
-        t->h2d = stream_new("mt-h2d");
-        t->d2h = stream_new("mt-d2h");
+        t->h2d = stream_new("mt-h2d", TRACE_H2D);
+        t->d2h = stream_new("mt-d2h", TRACE_D2H);
     }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     if (!t->version) mt_die("out of memory");
@@ -68,6 +71,7 @@ static int version_ready(transfer *t, int g, int64_t v) {
 
 static void wait_version(transfer *t, int g, int64_t v) {
     double t0 = now_seconds();
+    trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
     if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 1);
     for (int k = 0; k < t->job->n_shards; k++) {
@@ -84,7 +88,9 @@ static void wait_version(transfer *t, int g, int64_t v) {
                    (long long)v);
     }
     if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 0);
-    t->opt_wait_seconds += now_seconds() - t0;
+    double t1 = now_seconds();
+    if (blocks) trace_record(TRACE_HOST, tag, t0 * 1e6, t1 * 1e6); // a stall: show it
+    t->opt_wait_seconds += t1 - t0;
 }
 
 static double group_bytes(const transfer *t, int g, size_t elem) {
@@ -111,7 +117,8 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
         xfer_cuda_fetch(t, buf);
         buf->ticket = 1;
     } else {
-        buf->ticket = stream_submit(t->h2d, fetch_job, buf);
+        trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
+        buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
         t->cpu_h2d_bytes += group_bytes(t, g, sizeof(bf16));
     }
 }
@@ -171,7 +178,8 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
         xfer_cuda_offload(t, buf);
         buf->ticket = buf->order;
     } else {
-        buf->ticket = stream_submit(t->d2h, offload_job, buf);
+        trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
+        buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
         t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
     }
 }
@@ -197,4 +205,24 @@ void offload_announce(grad_buffer *bufs, int n, int wait) {
         if (!next || !landed(next, wait)) return;
         announce(next);
     }
+}
+
+void transfer_trace_step(transfer *t) {
+    if (t->cuda && trace_active()) xfer_cuda_trace_calibrate(t->cuda);
+}
+
+void transfer_span_begin(transfer *t) {
+    if (!trace_active()) return;
+    if (t->cuda)
+        xfer_cuda_span_begin(t->cuda);
+    else
+        t->span_begin_us = trace_now_us();
+}
+
+void transfer_span_end(transfer *t, trace_tag tag) {
+    if (!tag.name) return;
+    if (t->cuda)
+        xfer_cuda_span_end(t->cuda, tag);
+    else
+        trace_record(TRACE_COMPUTE, tag, t->span_begin_us, trace_now_us());
 }

@@ -21,6 +21,7 @@ typedef struct {
     double opt_wait_seconds;
     double sumsq_announced;              // squared gradient norm of the groups announced so far
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
+    double span_begin_us;                // CPU backend: start of the open compute span
 } transfer;
 
 // What the copy engines and the compute stream did since the last call (CUDA backend; on the
@@ -74,5 +75,16 @@ void offload_reuse(grad_buffer *buf);
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step);
 // Tells the optimizers about every offload that has finished; with wait, waits for all.
 void offload_announce(grad_buffer *bufs, int n, int wait);
+
+// ---- the trace (runtime/trace.h) ----
+
+// At the start of every step, after trace_set_step: on CUDA, a traced step first ties the
+// GPU's clock to the host's, so its GPU spans can be placed on the host timeline.
+void transfer_trace_step(transfer *t);
+// A compute span around work the host issues: host clock on the CPU backend; on CUDA, events
+// on the compute stream, read (as GPU times) when transfer_take_stats has synchronized.
+// Spans do not nest; both do nothing when the step is not traced.
+void transfer_span_begin(transfer *t);
+void transfer_span_end(transfer *t, trace_tag tag);
 
 #endif

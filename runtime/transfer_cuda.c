@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/transfer_cuda.h"
+#include "runtime/trace.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@
 typedef struct {
     cudaEvent_t begin[TIMING_PAIRS], end[TIMING_PAIRS];
     double bytes[TIMING_PAIRS];
-    int used;
+    trace_tag tag[TIMING_PAIRS]; // a pair that is also a trace span (name != NULL)
+    int used, track;             // track: where its spans go in the trace
     double seconds, total_bytes; // folded from pairs already read
 } timing_pool;
 
@@ -24,11 +26,18 @@ struct transfer_cuda {
     cudaStream_t compute, h2d, d2h;
     void *reduce_scratch;
     timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
-    int segment_open;
+    timing_pool span_t;               // the trace's compute spans (traced steps only)
+    int segment_open, span_open;
+    // A reference event and the host time it ran at: a GPU event's host time is ref_host_us
+    // plus the GPU time elapsed from ref to it. Set at the start of each traced step.
+    cudaEvent_t ref;
+    double ref_host_us;
+    int ref_valid;
 };
 
-static void pool_init(timing_pool *p) {
+static void pool_init(timing_pool *p, int track) {
     memset(p, 0, sizeof *p);
+    p->track = track;
     for (int i = 0; i < TIMING_PAIRS; i++) {
         CUDA_CHECK(cudaEventCreate(&p->begin[i]));
         CUDA_CHECK(cudaEventCreate(&p->end[i]));
@@ -42,22 +51,32 @@ static void pool_destroy(timing_pool *p) {
     }
 }
 
-// Reads every recorded pair; the caller has synchronized the device.
-static void pool_fold(timing_pool *p) {
+static double host_us(const transfer_cuda *x, cudaEvent_t ev) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, x->ref, ev));
+    return x->ref_host_us + ms * 1e3;
+}
+
+// Reads every recorded pair, and hands those that are trace spans to the trace in host time;
+// the caller has synchronized the device.
+static void pool_fold(const transfer_cuda *x, timing_pool *p) {
     for (int i = 0; i < p->used; i++) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, p->begin[i], p->end[i]));
         p->seconds += ms * 1e-3;
         p->total_bytes += p->bytes[i];
+        if (p->tag[i].name && x->ref_valid)
+            trace_record(p->track, p->tag[i], host_us(x, p->begin[i]), host_us(x, p->end[i]));
     }
     p->used = 0;
 }
 
-// The pool is full only in long non-training phases (sampling text): fold it early.
-static int pool_slot(timing_pool *p) {
+// The pool is full only in long non-training phases (sampling text), or in a step of a model
+// with hundreds of layers: fold it early.
+static int pool_slot(const transfer_cuda *x, timing_pool *p) {
     if (p->used == TIMING_PAIRS) {
         CUDA_CHECK(cudaDeviceSynchronize());
-        pool_fold(p);
+        pool_fold(x, p);
     }
     return p->used;
 }
@@ -66,7 +85,8 @@ static void segment_end(transfer_cuda *x);
 
 static void segment_begin(transfer_cuda *x) {
     segment_end(x);
-    int i = pool_slot(&x->busy_t);
+    int i = pool_slot(x, &x->busy_t);
+    x->busy_t.tag[i].name = NULL;
     CUDA_CHECK(cudaEventRecord(x->busy_t.begin[i], x->compute));
     x->segment_open = 1;
 }
@@ -97,8 +117,8 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
             cudaEventElapsedTime(&ms, x->busy_t.begin[0], x->busy_t.end[x->busy_t.used - 1]));
         st.compute_span_seconds = ms * 1e-3;
     }
-    timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t};
-    for (int i = 0; i < 3; i++) pool_fold(pools[i]);
+    timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t, &x->span_t};
+    for (int i = 0; i < 4; i++) pool_fold(x, pools[i]);
     st.h2d_seconds = x->h2d_t.seconds, st.h2d_bytes = x->h2d_t.total_bytes;
     st.d2h_seconds = x->d2h_t.seconds, st.d2h_bytes = x->d2h_t.total_bytes;
     st.compute_busy_seconds = x->busy_t.seconds;
@@ -114,9 +134,11 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->h2d, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
-    pool_init(&x->h2d_t);
-    pool_init(&x->d2h_t);
-    pool_init(&x->busy_t);
+    pool_init(&x->h2d_t, TRACE_H2D);
+    pool_init(&x->d2h_t, TRACE_D2H);
+    pool_init(&x->busy_t, 0);
+    pool_init(&x->span_t, TRACE_COMPUTE);
+    CUDA_CHECK(cudaEventCreate(&x->ref));
     segment_begin(x);
     for (int k = 0; k < job->n_shards; k++)
         CUDA_CHECK(
@@ -131,6 +153,8 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
+    pool_destroy(&x->span_t);
+    CUDA_CHECK(cudaEventDestroy(x->ref));
     CUDA_CHECK(cudaStreamDestroy(x->h2d));
     CUDA_CHECK(cudaStreamDestroy(x->d2h));
     free(x);
@@ -170,9 +194,10 @@ void xfer_cuda_fetch(transfer *t, weight_buffer *buf) {
     transfer_cuda *x = t->cuda;
     mt_job *job = t->job;
     CUDA_CHECK(cudaStreamWaitEvent(x->h2d, (cudaEvent_t)buf->free, 0));
-    int slot = pool_slot(&x->h2d_t);
+    int slot = pool_slot(x, &x->h2d_t);
     CUDA_CHECK(cudaEventRecord(x->h2d_t.begin[slot], x->h2d));
     x->h2d_t.bytes[slot] = (double)job->group_numel[buf->group] * sizeof(bf16);
+    x->h2d_t.tag[slot] = trace_tag_of("h2d", TRACE_ARG_GROUP, buf->group);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
@@ -203,9 +228,10 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
     cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
-    int slot = pool_slot(&x->d2h_t);
+    int slot = pool_slot(x, &x->d2h_t);
     CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
     x->d2h_t.bytes[slot] = (double)numel * sizeof(float);
+    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, buf->group);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
@@ -232,4 +258,34 @@ int xfer_cuda_offload_landed(grad_buffer *buf, int wait) {
     }
     buf->sumsq = *buf->sumsq_host;
     return 1;
+}
+
+// The device is idle first, so the reference event runs as soon as it is recorded: its GPU
+// time lies between the two host readings, and their midpoint is off by at most half the
+// (microseconds-long) round trip. Only traced steps pay for this, between steps.
+void xfer_cuda_trace_calibrate(transfer_cuda *x) {
+    xfer_cuda_host_blocks(x, 1); // the idle wait is not compute-stream busy time
+    CUDA_CHECK(cudaDeviceSynchronize());
+    double before = trace_now_us();
+    CUDA_CHECK(cudaEventRecord(x->ref, x->compute));
+    CUDA_CHECK(cudaEventSynchronize(x->ref));
+    x->ref_host_us = 0.5 * (before + trace_now_us());
+    x->ref_valid = 1;
+    xfer_cuda_host_blocks(x, 0);
+}
+
+// Spans never nest and take_stats (the only other fold of span_t) runs between them, so the
+// open span's begin stays in slot `used` until its end is recorded there.
+void xfer_cuda_span_begin(transfer_cuda *x) {
+    int i = pool_slot(x, &x->span_t);
+    CUDA_CHECK(cudaEventRecord(x->span_t.begin[i], x->compute));
+    x->span_open = 1;
+}
+
+void xfer_cuda_span_end(transfer_cuda *x, trace_tag tag) {
+    if (!x->span_open) return;
+    int i = x->span_t.used++;
+    CUDA_CHECK(cudaEventRecord(x->span_t.end[i], x->compute));
+    x->span_t.tag[i] = tag, x->span_t.bytes[i] = 0;
+    x->span_open = 0;
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# --resume refuses a damaged or mismatched checkpoint: exit 2, one line naming the file and
+# what failed, and the run folder left exactly as it was. An intact one resumes bitwise, also
+# with another -np (another split of the checksum blocks over the ranks).
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+CFG=$SRC/configs/test-small.cfg
+# 64 KiB checksum blocks (instead of 64 MiB) give test-small's 1.3 MB state.bin 20 blocks.
+export MT_CHECKPOINT_BLOCK_BYTES=65536
+run_job full 3 "$CFG" || show_log full
+run_job base 3 "$CFG" --stop-at 10 || show_log base
+M=step_000010/manifest.json
+expect "the manifest lists 20 block checksums" \
+    python3 -c "import json,sys; sys.exit(len(json.load(open('$WORK/base/$M'))['checksum']['blocks']) != 20)"
+expect "the manifest records model shape, data position and seed" python3 -c "
+import json, sys; m = json.load(open('$WORK/base/$M'))
+sys.exit(not (m['version'] == 2 and m['model']['dim'] == 64 and m['model']['kv_heads'] == 2
+              and m['model']['tied_embeddings'] is True and m['data']['position'] == 10
+              and m['data']['seed'] == '1337' and 'rng' in m['data']))"
+
+# Every file's path, size, mtime and bytes: any change to the folder shows.
+snap() { (cd "$1" && find . -printf '%p %s %T@\n' | sort && find . -type f -exec sha256sum {} + | sort); }
+
+# refused NAME TEXT: resuming $WORK/NAME exits 2 with one mt-rank line containing TEXT and
+# changes nothing in the folder.
+refused() {
+    local before after rc
+    before=$(snap "$WORK/$1")
+    "$MTRUN" -np 3 "$CFG" --out "$WORK/$1" --resume "$WORK/$1" >"$WORK/$1.log" 2>&1
+    rc=$?
+    after=$(snap "$WORK/$1")
+    if [ $rc -eq 2 ] && [ "$(grep -c 'mt-rank:' "$WORK/$1.log")" -eq 1 ] &&
+        grep 'mt-rank:' "$WORK/$1.log" | grep -qF -- "$2" && [ "$before" = "$after" ]; then
+        return 0
+    fi
+    echo "exit $rc"
+    show_log "$1"
+    return 1
+}
+
+# damage NAME PYTHON: a copy of base, with PYTHON run on it (m: the manifest as a dict,
+# written back afterwards; st: state.bin opened r+b).
+damage() {
+    cp -a "$WORK/base" "$WORK/$1"
+    (cd "$WORK/$1/step_000010" && python3 -c "
+import json; m = json.load(open('manifest.json')); st = open('state.bin', 'r+b')
+$2
+json.dump(m, open('manifest.json', 'w'), indent=1)")
+}
+
+damage flip "st.seek(7 * 65536 + 100); b = st.read(1)[0]; st.seek(-1, 1); st.write(bytes([b ^ 1]))"
+expect "one flipped bit in state.bin block 7 is refused, naming state.bin and the block" \
+    refused flip "step_000010/state.bin: block 7 (bytes 458752-524287) checksum mismatch"
+damage last "st.seek(-1, 2); b = st.read(1)[0]; st.seek(-1, 2); st.write(bytes([b ^ 128]))"
+expect "a flipped bit in the last (short) block is refused" refused last "state.bin: block 19 "
+damage short "st.truncate(1000000)"
+expect "a truncated state.bin is refused" refused short "state.bin: truncated or oversized"
+damage sum "m['checksum']['blocks'][3] = '0123456789abcdef'"
+expect "a wrong checksum in the manifest is refused" refused sum "state.bin: block 3 "
+
+damage dim "m['model']['dim'] = 128"
+expect "another model.dim is refused" refused dim "step_000010/manifest.json: model.dim 128 != config 64"
+damage tied "m['model']['tied_embeddings'] = False"
+expect "another tied_embeddings is refused" refused tied "manifest.json: model.tied_embeddings false != config true"
+damage nokv "del m['model']['kv_heads']"
+expect "a missing model.kv_heads is refused" refused nokv "manifest.json: model.kv_heads missing"
+damage nomodel "del m['model']"
+expect "a missing model object is refused" refused nomodel "manifest.json: no \"model\" object"
+damage nosum "del m['checksum']"
+expect "a missing checksum object is refused" refused nosum "manifest.json: no \"checksum\" object"
+damage fewer "m['checksum']['blocks'].pop()"
+expect "a short checksum list is refused" refused fewer "manifest.json: checksum.blocks should list 20"
+damage v1 "m['version'] = 1"
+expect "manifest version 1 is refused" refused v1 "manifest.json: version 1, this build reads version 2"
+damage nostep "del m['step']"
+expect "a missing step is refused" refused nostep "manifest.json: step missing"
+damage json "pass"
+echo '{"step": 10,' >"$WORK/json/$M"
+expect "a manifest that is not JSON is refused" refused json "manifest.json: not valid JSON"
+
+"$MTRUN" -np 4 "$CFG" --out "$WORK/base" --resume "$WORK/base" >"$WORK/resume.log" 2>&1 ||
+    show_log resume
+expect "the intact checkpoint resumes with -np 4, bitwise" diff <(losses "$WORK/full") <(losses "$WORK/base")
+finish
