@@ -13,12 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int passed, failed;
-static void check(int ok, const char *what) {
-    printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-    ok ? passed++ : failed++;
-}
+#include "tests/check.h"
 
 static double uniform(unsigned *s) {
     return (rand_r(s) + 0.5) / ((double)RAND_MAX + 1.0);
@@ -107,16 +102,13 @@ static void adamw_case(double grad_scale, double max_norm, const char *what) {
     reference_steps_double(pd, md, vd, grads, N, STEPS, hp.lr, hp.beta1, hp.beta2, hp.eps,
                            hp.weight_decay, max_norm);
     our_steps(po, mo, vo, grads, N, STEPS, 3, &hp, max_norm);
-    char msg[200];
     double e_float = max_relative_error(po, pf, 0, N), e_double = max_relative_error(po, pd, 1, N);
-    snprintf(msg, sizeof msg, "%s: p after %d steps vs the fp32 transcription: %.2e < 1e-6", what,
-             STEPS, e_float);
-    check(e_float < 1e-6, msg);
-    snprintf(msg, sizeof msg, "%s: m, v vs the fp32 transcription: %.2e, %.2e < 1e-6", what,
-             max_relative_error(mo, mf, 0, N), max_relative_error(vo, vf, 0, N));
-    check(max_relative_error(mo, mf, 0, N) < 1e-6 && max_relative_error(vo, vf, 0, N) < 1e-6, msg);
-    snprintf(msg, sizeof msg, "%s: p vs the same algorithm in double: %.2e < 1e-5", what, e_double);
-    check(e_double < 1e-5, msg);
+    double e_m = max_relative_error(mo, mf, 0, N), e_v = max_relative_error(vo, vf, 0, N);
+    check(e_float < 1e-6, "%s: p after %d steps vs the fp32 transcription: %.2e < 1e-6", what,
+          STEPS, e_float);
+    check(e_m < 1e-6 && e_v < 1e-6, "%s: m, v vs the fp32 transcription: %.2e, %.2e < 1e-6", what,
+          e_m, e_v);
+    check(e_double < 1e-5, "%s: p vs the same algorithm in double: %.2e < 1e-5", what, e_double);
     for (int t = 0; t < STEPS; t++) free(grads[t]);
 }
 
@@ -147,6 +139,5 @@ int main(void) {
     adamw_case(10.0, 1.0, "clipping (norm above max_norm)");
     adamw_case(1.0, 1e9, "clip disabled by a huge max_norm");
     bf16_cases();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return tests_summary();
 }

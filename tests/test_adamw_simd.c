@@ -20,19 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int passed, failed;
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#include <stdarg.h>
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    ok ? passed++ : failed++;
-}
+#include "tests/check.h"
 
 static uint64_t rng_next(uint64_t *s) { // xorshift64*
     *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
@@ -490,6 +478,5 @@ int main(void) {
     bf16_conversions();
     no_stray_writes();
     chunking();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return tests_summary();
 }

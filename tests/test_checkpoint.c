@@ -14,18 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            putchar('\n');                                                                         \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "tests/check.h"
 
 // Values from xxHash's own test suite and python-xxhash's documentation; the inputs cover the
 // < 32-byte path, the 32-byte stripes and every tail length (8, 4, 1).
@@ -139,7 +128,7 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "bench") == 0) return bench(argv[2], atol(argv[3]));
     test_xxh64();
     test_prune();
-    if (failures) return printf("%d failures\n", failures), 1;
+    if (failed) return tests_summary();
     printf("test_checkpoint: all passed\n");
     return 0;
 }

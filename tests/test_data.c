@@ -18,19 +18,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/check.h"
 
-static int failures;
 static char tmp[256];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            putchar('\n');                                                                         \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 // ---- writers ----
 
@@ -392,6 +382,5 @@ int main(int argc, char **argv) {
     test_config_errors();
     test_load_errors();
     remove_tree(tmp);
-    printf("%s\n", failures ? "FAILED" : "all data tests passed");
-    return failures != 0;
+    return tests_summary();
 }
