@@ -45,6 +45,7 @@ backend *backend_cpu_new(const mt_config *c);
 #ifdef MT_HAVE_CUDA
 const backend_ops *backend_cuda_ops(void);
 backend *backend_cuda_new(const mt_config *c); // NULL when no usable GPU
+void *backend_cuda_compute_stream(backend *b); // the cudaStream_t transfers order against
 #endif
 
 #endif

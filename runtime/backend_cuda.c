@@ -2,6 +2,7 @@
 // fused kernels, weight pointers bound per call to whichever streaming buffer holds the layer.
 // Everything runs on one compute stream; the only allocations are made here, at start.
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/backend.h"
 #include "runtime/model.h"
@@ -306,11 +307,12 @@ void *backend_cuda_compute_stream(backend *b) {
     return b->s;
 }
 
+// The same float frequencies as the CPU reference (and transformers), computed once on the host.
 static void upload_inv_freq(backend *b) {
     int half = mt_head_dim(b->c) / 2;
     float *host = malloc(sizeof(float) * half);
-    for (int i = 0; i < half; i++) // as transformers: 1 / theta^(2i/hd) in float
-        host[i] = 1.0f / powf((float)b->c->rope_theta, (float)(2 * i) / mt_head_dim(b->c));
+    if (!host) mt_die("out of memory");
+    rope_inv_freq(host, mt_head_dim(b->c), (float)b->c->rope_theta);
     b->inv_freq = dev(b, half, 4);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);

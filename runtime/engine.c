@@ -59,8 +59,6 @@ static void pick_backend(engine *e) {
     e->be = backend_cpu_new(e->c);
 }
 
-void *backend_cuda_compute_stream(backend *b);
-
 static void engine_init(engine *e, mt_job *job) {
     memset(e, 0, sizeof *e);
     const mt_config *c = e->c = &job->cfg;
