@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# mt-tokenize's command line: a tiny hand-written tokenizer.json encodes, and every error is
+# one line that names the file (and the JSONL line), with no shard or temporary file left.
+# usage: tokenize_errors.sh MT_TOKENIZE
+set -uo pipefail
+mt=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+good='"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "<eot>": 4},
+                "merges": ["a b"]},
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "added_tokens": [{"id": 4, "content": "<eot>", "special": true}]'
+echo "{$good}" >"$dir/tok.json"
+echo '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$dir/wordpiece.json"
+echo '{"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": null}' >"$dir/nomerges.json"
+echo "{$good, \"normalizer\": {\"type\": \"Lowercase\"}}" >"$dir/lower.json"
+printf 'ab ab<eot>b' >"$dir/doc.txt"
+printf '{"text": "ab"}\n{"text": "b"}\n{"text": \n' >"$dir/badline.jsonl"
+printf '{"text": "ab"}\n{"body": "b"}\n' >"$dir/nofield.jsonl"
+printf 'ab\n' >"$dir/newline.txt"
+printf 'a\xff' >"$dir/utf8.txt"
+
+# expect_error WANT ARGS...: exit status 1, stderr exactly one line containing WANT.
+expect_error() {
+    local want=$1
+    shift
+    "$mt" -q -o "$dir/out" "$@" 2>"$dir/err"
+    local rc=$? lines
+    lines=$(wc -l <"$dir/err")
+    if [ $rc -ne 1 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$dir/err"; then
+        echo "FAIL: mt-tokenize $*: exit $rc, $lines line(s), want \"$want\":"
+        cat "$dir/err"
+        fail=1
+    fi
+    if ls "$dir"/out_* >/dev/null 2>&1; then
+        echo "FAIL: mt-tokenize $*: left $(ls "$dir"/out_*)"
+        fail=1
+        rm -f "$dir"/out_*
+    fi
+}
+
+expect_error "$dir/absent.json: cannot open" -t "$dir/absent.json" "$dir/doc.txt"
+expect_error "$dir/wordpiece.json: model type \"WordPiece\" is not supported" \
+    -t "$dir/wordpiece.json" "$dir/doc.txt"
+expect_error "$dir/nomerges.json: model has no \"merges\" array" -t "$dir/nomerges.json" "$dir/doc.txt"
+expect_error "$dir/lower.json: normalizer \"Lowercase\" is not supported" -t "$dir/lower.json" "$dir/doc.txt"
+expect_error "$dir/missing.txt: cannot open" -t "$dir/tok.json" "$dir/missing.txt"
+expect_error "$dir/badline.jsonl:3: not valid JSON" -t "$dir/tok.json" --jsonl "$dir/badline.jsonl"
+expect_error "$dir/nofield.jsonl:2: no string field \"text\"" -t "$dir/tok.json" --jsonl "$dir/nofield.jsonl"
+expect_error "$dir/newline.txt: byte 0x0a has no token in the vocab" -t "$dir/tok.json" "$dir/newline.txt"
+expect_error "$dir/utf8.txt: invalid UTF-8 at byte 1" -t "$dir/tok.json" "$dir/utf8.txt"
+expect_error "$dir/tok.json: --eot <nope>: no such token" -t "$dir/tok.json" --eot "<nope>" "$dir/doc.txt"
+expect_error "$dir/tok.json: --append-eos: no end-of-text token" -t "$dir/tok.json" --append-eos "$dir/doc.txt"
+expect_error "--shard-tokens: not a positive integer: 0" -t "$dir/tok.json" --shard-tokens 0 "$dir/doc.txt"
+
+"$mt" --help | grep -q "usage: mt-tokenize" || { echo "FAIL: --help"; fail=1; }
+
+# The good tokenizer: "ab ab<eot>b" + eot -> ab, Ġ, ab, <eot>, b, <eot> = 2 3 2 4 1 4 (uint16).
+"$mt" -q -t "$dir/tok.json" -o "$dir/good" --eot "<eot>" "$dir/doc.txt" || fail=1
+want=$(printf 'MTCTOKS1' | od -An -tx1 | tr -d ' \n')01000000020000000600000000000000
+got=$(head -c 24 "$dir/good_000000.bin" | od -An -tx1 | tr -d ' \n')
+[ "$got" = "$want" ] || { echo "FAIL: header $got, want $want"; fail=1; }
+got=$(tail -c +257 "$dir/good_000000.bin" | od -An -tu2 | xargs)
+[ "$got" = "2 3 2 4 1 4" ] || { echo "FAIL: tokens \"$got\", want \"2 3 2 4 1 4\""; fail=1; }
+[ "$(stat -c %s "$dir/good_000000.bin" 2>/dev/null)" = 268 ] || { echo "FAIL: shard size"; fail=1; }
+exit $fail

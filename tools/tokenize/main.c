@@ -1,0 +1,326 @@
+// mt-tokenize: text or JSONL -> MTCTOKS1 token shards (docs/tokenize.md).
+#include "tools/tokenize/bpe.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (1u << 20) // text is encoded in pieces of about this many bytes
+
+typedef struct {
+    const char *tokenizer, *out, *field, *eot;
+    int jsonl, quiet, append_eos, assume_nfc;
+    uint64_t shard_tokens;
+} options;
+
+// The shard being written, and progress over all inputs.
+typedef struct {
+    const char *prefix;
+    int width; // bytes per token
+    uint64_t max_tokens, count, total;
+    int index;
+    FILE *f;
+    char tmp[4096], path[4096];
+    double t0, last;
+    uint64_t in_done, in_total;
+    int quiet, tty;
+} writer;
+
+static writer *current; // its unfinished shard is removed on an error
+
+static void die(const char *fmt, ...) {
+    if (current && current->f) unlink(current->tmp);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mt-tokenize: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fputs("usage: mt-tokenize -t tokenizer.json -o PREFIX [options] INPUT...\n"
+          "Tokenizes text with a Hugging Face byte-level BPE tokenizer.json and writes MTCTOKS1\n"
+          "shards PREFIX_000000.bin, PREFIX_000001.bin, ... (docs/data-format.md).\n"
+          "Each INPUT is one document (a text file), or with --jsonl one document per line.\n"
+          "  -t, --tokenizer FILE   tokenizer.json (model BPE, ByteLevel pre-tokenizer)\n"
+          "  -o, --out PREFIX       output path prefix; its folder must exist\n"
+          "      --jsonl            inputs are JSON Lines\n"
+          "      --field NAME       JSONL field holding the text (default: text)\n"
+          "      --eot TOKEN        append TOKEN (content such as \"<|endoftext|>\", or an id)\n"
+          "                         after every document\n"
+          "      --append-eos       --eot with the first of <|endoftext|>, <|end_of_text|>,\n"
+          "                         </s>, <eos> that the tokenizer has\n"
+          "      --shard-tokens N   at most N tokens per shard (default 100000000)\n"
+          "      --assume-nfc       the text is already in Unicode NFC: accept a tokenizer\n"
+          "                         whose normalizer is NFC (Qwen2) without normalizing\n"
+          "  -q, --quiet            no progress line on stderr\n"
+          "  -h, --help             this text\n"
+          "Tokens are uint16 when every id fits in 16 bits, else uint32.\n",
+          f);
+}
+
+static void put_header(writer *w) {
+    unsigned char h[256] = {0};
+    uint32_t version = 1, width = (uint32_t)w->width;
+    memcpy(h, "MTCTOKS1", 8);
+    memcpy(h + 8, &version, 4); // little-endian hosts only (x86-64, aarch64)
+    memcpy(h + 12, &width, 4);
+    memcpy(h + 16, &w->count, 8);
+    if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(h, 1, 256, w->f) != 256)
+        die("%s: write failed: %s", w->tmp, strerror(errno));
+}
+
+static void shard_open(writer *w) {
+    snprintf(w->path, sizeof w->path, "%s_%06d.bin", w->prefix, w->index);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
+    if (!(w->f = fopen(w->tmp, "wb"))) die("%s: cannot create: %s", w->tmp, strerror(errno));
+    w->count = 0;
+    put_header(w);
+}
+
+// The header is rewritten with the count, then fsync and rename: a shard is whole or absent.
+static void shard_close(writer *w) {
+    put_header(w);
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0 || fclose(w->f) != 0)
+        die("%s: write failed: %s", w->tmp, strerror(errno));
+    if (rename(w->tmp, w->path) != 0) die("%s: rename failed: %s", w->path, strerror(errno));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", w->path);
+    int fd = open(dirname(dir), O_RDONLY);
+    if (fd >= 0) fsync(fd), close(fd); // the rename itself survives a crash
+    w->f = NULL;
+    w->index++;
+}
+
+static void progress(writer *w, int final) {
+    double t = now();
+    if (w->quiet || (!final && t - w->last < 1.0)) return;
+    w->last = t;
+    double dt = t - w->t0 > 1e-9 ? t - w->t0 : 1e-9, mbs = w->in_done / dt / 1e6;
+    double eta = w->in_done ? (double)(w->in_total - w->in_done) * dt / w->in_done : 0;
+    fprintf(stderr,
+            "%smt-tokenize: %.1f/%.1f MB, %llu tokens, %.0f tokens/s, %.2f MB/s, ETA %.0fs%s",
+            w->tty ? "\r" : "", w->in_done / 1e6, w->in_total / 1e6, (unsigned long long)w->total,
+            w->total / dt, mbs, final ? 0.0 : eta, w->tty && !final ? "" : "\n");
+}
+
+static void emit(writer *w, const uint32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!w->f) shard_open(w);
+        if (w->width == 2) {
+            uint16_t v = (uint16_t)ids[i];
+            fwrite(&v, 2, 1, w->f);
+        } else {
+            fwrite(&ids[i], 4, 1, w->f);
+        }
+        w->total++;
+        if (++w->count == w->max_tokens) shard_close(w);
+    }
+    if (w->f && ferror(w->f)) die("%s: write failed: %s", w->tmp, strerror(errno));
+}
+
+// A cut point in the text that no pre-tokenizer piece crosses: between an ASCII letter and
+// '\n' (GPT-2 and Llama-3 patterns end a letter run there and start a new piece at '\n').
+static size_t cut_point(const bpe *t, const char *p, size_t n) {
+    if (n <= CHUNK || !bpe_can_cut(t)) return n;
+    for (size_t i = CHUNK; i < n; i++)
+        if (p[i] == '\n' && ((p[i - 1] | 0x20) >= 'a' && (p[i - 1] | 0x20) <= 'z')) return i;
+    return n;
+}
+
+static void encode_doc(bpe *t, writer *w, const char *text, size_t n, int64_t eot,
+                       const char *where) {
+    bpe_ids ids = {0};
+    char err[512];
+    size_t off = 0;
+    do {
+        size_t k = cut_point(t, text + off, n - off);
+        ids.n = 0;
+        if (bpe_encode(t, text + off, k, off > 0, &ids, err, sizeof err) != 0)
+            die("%s: %s", where, err);
+        emit(w, ids.ids, ids.n);
+        off += k;
+        w->in_done += k;
+        progress(w, 0);
+    } while (off < n);
+    if (eot >= 0) {
+        uint32_t e = (uint32_t)eot;
+        emit(w, &e, 1);
+    }
+    free(ids.ids);
+}
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 20, r;
+    char *buf = malloc(cap);
+    *n = 0;
+    while (buf && (r = fread(buf + *n, 1, cap - *n, f)) > 0)
+        if ((*n += r) == cap) buf = realloc(buf, cap *= 2);
+    if (!buf) die("%s: out of memory", path);
+    if (ferror(f)) die("%s: read failed: %s", path, strerror(errno));
+    fclose(f);
+    return buf;
+}
+
+static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, int64_t eot) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL, where[4200];
+    size_t cap = 0;
+    ssize_t n;
+    for (long lineno = 1; (n = getline(&line, &cap, f)) > 0; lineno++) {
+        snprintf(where, sizeof where, "%s:%ld", path, lineno);
+        size_t k = (size_t)n;
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) k--;
+        if (k == 0) { // blank lines are not documents
+            w->in_done += (size_t)n;
+            continue;
+        }
+        cJSON *j = cJSON_ParseWithLength(line, k);
+        if (!j) die("%s: not valid JSON", where);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, field);
+        if (!cJSON_IsString(s)) die("%s: no string field \"%s\"", where, field);
+        w->in_done += (size_t)n - k; // encode_doc counts the text's bytes, this the rest
+        size_t before = w->in_done;
+        encode_doc(t, w, s->valuestring, strlen(s->valuestring), eot, where);
+        w->in_done = before + k; // JSON bytes, not decoded text bytes, measure the input
+        cJSON_Delete(j);
+    }
+    if (ferror(f)) die("%s: read failed: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+}
+
+static uint64_t parse_count(const char *s, const char *opt) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || *s == '-') die("%s: not a positive integer: %s", opt, s);
+    return v;
+}
+
+static int64_t eot_id(const bpe *t, const options *o) {
+    static const char *eos[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+    if (o->eot) {
+        int64_t id = bpe_token_id(t, o->eot);
+        char *end;
+        if (id < 0) id = strtoll(o->eot, &end, 10), id = *end || id < 0 ? -1 : id;
+        if (id < 0 || (uint64_t)id >= bpe_vocab_size(t))
+            die("%s: --eot %s: no such token", o->tokenizer, o->eot);
+        return id;
+    }
+    for (int i = 0; o->append_eos && i < 4; i++)
+        if (bpe_token_id(t, eos[i]) >= 0) return bpe_token_id(t, eos[i]);
+    if (o->append_eos) die("%s: --append-eos: no end-of-text token; use --eot", o->tokenizer);
+    return -1;
+}
+
+static void parse_args(int argc, char **argv, options *o) {
+    static const struct option longs[] = {
+        {"tokenizer", 1, 0, 't'},    {"out", 1, 0, 'o'},   {"jsonl", 0, 0, 'j'},
+        {"field", 1, 0, 'f'},        {"eot", 1, 0, 'e'},   {"append-eos", 0, 0, 'E'},
+        {"shard-tokens", 1, 0, 's'}, {"quiet", 0, 0, 'q'}, {"assume-nfc", 0, 0, 'N'},
+        {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
+    *o = (options){.field = "text", .shard_tokens = 100000000};
+    int c;
+    while ((c = getopt_long(argc, argv, "t:o:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            o->tokenizer = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'j':
+            o->jsonl = 1;
+            break;
+        case 'f':
+            o->field = optarg;
+            break;
+        case 'e':
+            o->eot = optarg;
+            break;
+        case 'E':
+            o->append_eos = 1;
+            break;
+        case 's':
+            o->shard_tokens = parse_count(optarg, "--shard-tokens");
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case 'N':
+            o->assume_nfc = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            exit(2);
+        }
+    }
+    if (!o->tokenizer || !o->out || optind >= argc) {
+        fprintf(stderr, "mt-tokenize: need --tokenizer, --out and at least one INPUT\n");
+        usage(stderr);
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    options o;
+    parse_args(argc, argv, &o);
+    char err[1024];
+    bpe *t = bpe_load(o.tokenizer, o.assume_nfc ? BPE_ASSUME_NFC : 0, err, sizeof err);
+    if (!t) die("%s", err);
+    int64_t eot = eot_id(t, &o);
+    writer w = {.prefix = o.out,
+                .width = bpe_vocab_size(t) <= 65536 ? 2 : 4,
+                .max_tokens = o.shard_tokens,
+                .quiet = o.quiet,
+                .tty = isatty(2)};
+    for (int i = optind; i < argc; i++) { // check every input before writing anything
+        struct stat st;
+        if (stat(argv[i], &st) != 0 || access(argv[i], R_OK) != 0)
+            die("%s: cannot open: %s", argv[i], strerror(errno ? errno : EACCES));
+        w.in_total += (uint64_t)st.st_size;
+    }
+    w.t0 = w.last = now();
+    current = &w;
+    for (int i = optind; i < argc; i++) {
+        if (o.jsonl) {
+            do_jsonl(t, &w, argv[i], o.field, eot);
+            continue;
+        }
+        size_t n;
+        char *text = read_file(argv[i], &n);
+        encode_doc(t, &w, text, n, eot, argv[i]);
+        free(text);
+    }
+    if (w.f) shard_close(&w);
+    progress(&w, 1);
+    if (!o.quiet)
+        fprintf(stderr, "mt-tokenize: wrote %d shard(s) %s_*.bin, %d-bit tokens\n", w.index, o.out,
+                w.width * 8);
+    bpe_free(t);
+    return 0;
+}
