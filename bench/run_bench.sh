@@ -20,7 +20,6 @@ for name in $names; do
     echo "== $name (exit $?)"
     grep -E '^compute rank|^step' "$log" | tail -n 4
     grep -E 'Maximum resident|Elapsed' "$log"
-    # steady state: the median of steps after the first two
-    grep -o '"tokens_per_s":[0-9.]*' "$OUT/run-$name/metrics.jsonl" 2>/dev/null | tail -n +3 |
-        sed 's/.*://' | sort -n | awk '{v[NR]=$1} END {if (NR) print "median tokens/s", v[int((NR+1)/2)]}'
+    grep -E 'bytes/param' "$log" | head -n 2
+    python3 "$here/summarize.py" "$OUT/run-$name"
 done

@@ -38,6 +38,8 @@ typedef struct {
     void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x, int len,
                         float *host_logits);
     void (*destroy)(backend *b);
+    // Device memory in use once everything is allocated (the steady state's peak); 0 on the CPU.
+    size_t (*device_bytes_in_use)(backend *b);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);

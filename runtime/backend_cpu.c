@@ -108,6 +108,10 @@ static void cpu_destroy(backend *b) {
     free(b);
 }
 
+static size_t cpu_device_bytes(backend *b) {
+    return 0;
+}
+
 backend *backend_cpu_new(const mt_config *c) {
     backend *b = cpu_alloc(NULL, sizeof *b);
     b->c = c;
@@ -145,6 +149,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_set_shape,
         cpu_last_logits,
         cpu_destroy,
+        cpu_device_bytes,
     };
     return &ops;
 }

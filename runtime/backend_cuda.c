@@ -303,6 +303,14 @@ static void cu_destroy(backend *b) {
     free(b);
 }
 
+// Every buffer is allocated at start and none inside a step, so what the device has in use
+// now (context and cuBLAS workspace included) is the run's peak.
+static size_t cu_device_bytes(backend *b) {
+    size_t free_bytes, total;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+}
+
 void *backend_cuda_compute_stream(backend *b) {
     return b->s;
 }
@@ -361,6 +369,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_set_shape,
         cu_last_logits,
         cu_destroy,
+        cu_device_bytes,
     };
     return &ops;
 }

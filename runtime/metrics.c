@@ -87,6 +87,7 @@ static void format_eta(char *out, size_t cap, double seconds) {
 typedef struct {
     int64_t step;
     double loss, lr, norm, tok_s, tflops, mfu, wait_frac, dt, eta;
+    double busy;                // the compute stream's busy fraction; < 0: unknown (CPU)
     double mem_used, mem_total; // < 0: unknown
 } step_info;
 
@@ -118,6 +119,7 @@ static int live_fields(const metrics *mx, const step_info *s, field *f) {
     add_field(f, &n, 2, "%.0f tok/s", s->tok_s);
     add_field(f, &n, 5, "%.3g TFLOP/s", s->tflops); // MFU says it too
     add_field(f, &n, 3, "MFU %.1f%%", 100 * s->mfu);
+    if (s->busy >= 0) add_field(f, &n, 4, "busy %.0f%%", 100 * s->busy);
     add_field(f, &n, 4, "opt wait %.0f%%", 100 * s->wait_frac);
     if (s->mem_total > 0)
         add_field(f, &n, 6, "mem %.1f/%.0f GiB", s->mem_used / 1073741824.0,
@@ -148,16 +150,18 @@ static void build_live(metrics *mx, const step_info *s) {
 static void print_plain(metrics *mx, const step_info *s) {
     char eta[32];
     format_eta(eta, sizeof eta, s->eta);
+    char busy[32] = "";
+    if (s->busy >= 0) snprintf(busy, sizeof busy, "busy %.1f%% | ", 100 * s->busy);
     printf("step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.3f TFLOP/s | "
-           "opt wait %4.1f%% | %.0f ms | ETA %s\n",
+           "%sopt wait %4.1f%% | %.0f ms | ETA %s\n",
            (long long)s->step + 1, mx->job->cfg.steps, s->loss, s->lr, s->norm, s->tok_s, s->tflops,
-           100.0 * s->wait_frac, s->dt * 1e3, eta);
+           busy, 100.0 * s->wait_frac, s->dt * 1e3, eta);
     fflush(stdout);
 }
 
 // ---- the record ----
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend) {
+void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_bytes) {
     memset(mx, 0, sizeof *mx);
     mx->job = job;
     detect_tty(mx);
@@ -175,14 +179,17 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend) {
     fprintf(mx->jsonl,
             "{\"event\":\"start\",\"start_step\":%d,\"end_step\":%d,\"params\":%llu,"
             "\"optimizer_ranks\":%d,\"backend\":\"%s\",\"tokens_per_step\":%ld,"
-            "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
+            "\"flops_per_token\":%.6g,\"peak_flops\":%.6g,\"device_bytes\":%zu}\n",
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
-            backend, mt_tokens_per_step(c), mx->flops_per_token, mx->peak_flops);
+            backend, mt_tokens_per_step(c), mx->flops_per_token, mx->peak_flops, device_bytes);
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
            model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c),
            job->start_step + 1, job->end_step, backend, job->threads);
+    if (device_bytes)
+        printf("compute rank: %.2f GiB of GPU memory in use (all of it allocated at start)\n",
+               device_bytes / 1073741824.0);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
     else if (cuda)
@@ -204,14 +211,15 @@ void metrics_step_begin(metrics *mx, transfer *t) {
 }
 
 // The copy engines' and compute stream's share of the step, when the transfer layer knows.
-static void write_transfer_stats(metrics *mx, transfer *t, double dt) {
-    transfer_stats st = transfer_take_stats(t);
+static void write_transfer_stats(metrics *mx, const transfer_stats st, double dt) {
     if (st.h2d_seconds > 0)
         fprintf(mx->jsonl, ",\"h2d_GBps\":%.3f", st.h2d_bytes / st.h2d_seconds / 1e9);
     if (st.d2h_seconds > 0)
         fprintf(mx->jsonl, ",\"d2h_GBps\":%.3f", st.d2h_bytes / st.d2h_seconds / 1e9);
     if (st.compute_busy_seconds >= 0 && dt > 0)
         fprintf(mx->jsonl, ",\"compute_busy\":%.4f", st.compute_busy_seconds / dt);
+    if (st.opt_stall_seconds >= 0 && dt > 0)
+        fprintf(mx->jsonl, ",\"opt_stall\":%.4f", st.opt_stall_seconds / dt);
 }
 
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
@@ -220,7 +228,13 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
     step_info s = {.step = step, .loss = loss, .mem_used = -1, .mem_total = -1};
     s.dt = now - mx->step_start;
     double wait = t->opt_wait_seconds - mx->opt_wait_start;
-    s.wait_frac = s.dt > 0 ? wait / s.dt : 0;
+    transfer_stats st = transfer_take_stats(t); // waits for the device
+    // On the GPU the host runs ahead of the compute stream, so its own wait on the optimizers
+    // overstates what they cost: the compute stream's idle time during the waits is the cost.
+    s.wait_frac = s.dt <= 0                   ? 0
+                  : st.opt_stall_seconds >= 0 ? st.opt_stall_seconds / s.dt
+                                              : wait / s.dt;
+    s.busy = st.compute_busy_seconds >= 0 && s.dt > 0 ? st.compute_busy_seconds / s.dt : -1;
     s.tok_s = mt_tokens_per_step(c) / s.dt, s.norm = sqrt(t->sumsq_announced);
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
@@ -239,7 +253,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
             "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f",
             (long long)step + 1, loss, s.lr, s.norm, s.tok_s, s.dt, wait, s.tflops, s.mfu);
     if (s.mem_total > 0) fprintf(mx->jsonl, ",\"node_mem_used\":%.0f", s.mem_used);
-    write_transfer_stats(mx, t, s.dt);
+    write_transfer_stats(mx, st, s.dt);
     fputs("}\n", mx->jsonl);
     fflush(mx->jsonl);
 }

@@ -23,7 +23,7 @@ typedef struct {
     char live[512];    // its text, to redraw it after a line printed above it
 } metrics;
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend);
+void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_bytes);
 void metrics_step_begin(metrics *mx, transfer *t);
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t);
 void metrics_eval(metrics *mx, int64_t step, double loss);

@@ -16,7 +16,7 @@
 #define xfer_cuda_offload(t, b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
 #define xfer_cuda_take_stats(x) ((transfer_stats){0})
-#define xfer_cuda_host_blocks(x, b) ((void)0)
+#define xfer_cuda_optimizer_blocks(x, b) ((void)0)
 #define xfer_cuda_trace_calibrate(x) ((void)0)
 #define xfer_cuda_span_begin(x) ((void)0)
 #define xfer_cuda_span_end(x, tag) ((void)0)
@@ -73,7 +73,7 @@ static void wait_version(transfer *t, int g, int64_t v) {
     double t0 = now_seconds();
     trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
-    if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 1);
+    if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 1);
     for (int k = 0; k < t->job->n_shards; k++) {
         while (*version_of(t, k, g) < v) {
             control_msg msg;
@@ -87,7 +87,7 @@ static void wait_version(transfer *t, int g, int64_t v) {
             mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
                    (long long)v);
     }
-    if (blocks && t->cuda) xfer_cuda_host_blocks(t->cuda, 0);
+    if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 0);
     double t1 = now_seconds();
     if (blocks) trace_record(TRACE_HOST, tag, t0 * 1e6, t1 * 1e6); // a stall: show it
     t->opt_wait_seconds += t1 - t0;
@@ -190,7 +190,7 @@ transfer_stats transfer_take_stats(transfer *t) {
     st.h2d_seconds = stream_take_busy_seconds(t->h2d);
     st.d2h_seconds = stream_take_busy_seconds(t->d2h);
     st.h2d_bytes = t->cpu_h2d_bytes, st.d2h_bytes = t->cpu_d2h_bytes;
-    st.compute_busy_seconds = -1;
+    st.compute_busy_seconds = st.opt_stall_seconds = -1;
     t->cpu_h2d_bytes = t->cpu_d2h_bytes = 0;
     return st;
 }

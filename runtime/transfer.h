@@ -25,10 +25,12 @@ typedef struct {
 } transfer;
 
 // What the copy engines and the compute stream did since the last call (CUDA backend; on the
-// CPU backend only the copy times are known and compute_busy_seconds is negative).
+// CPU backend only the copy times are known; compute_busy_seconds and opt_stall_seconds are
+// negative).
 typedef struct {
     double h2d_seconds, h2d_bytes, d2h_seconds, d2h_bytes;
     double compute_busy_seconds, compute_span_seconds;
+    double opt_stall_seconds; // compute-stream idle while the host waited on the optimizers
 } transfer_stats;
 
 // Waits for the device, then returns and resets the counters.

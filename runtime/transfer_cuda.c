@@ -28,6 +28,8 @@ struct transfer_cuda {
     timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
     timing_pool span_t;               // the trace's compute spans (traced steps only)
     int segment_open, span_open;
+    int optimizer_waited; // the next busy segment begins after a wait on the optimizers
+    double opt_stall_seconds;
     // A reference event and the host time it ran at: a GPU event's host time is ref_host_us
     // plus the GPU time elapsed from ref to it. Set at the start of each traced step.
     cudaEvent_t ref;
@@ -73,9 +75,12 @@ static void pool_fold(const transfer_cuda *x, timing_pool *p) {
 
 // The pool is full only in long non-training phases (sampling text), or in a step of a model
 // with hundreds of layers: fold it early.
-static int pool_slot(const transfer_cuda *x, timing_pool *p) {
+static double opt_stall(const timing_pool *busy);
+
+static int pool_slot(transfer_cuda *x, timing_pool *p) {
     if (p->used == TIMING_PAIRS) {
         CUDA_CHECK(cudaDeviceSynchronize());
+        if (p == &x->busy_t) x->opt_stall_seconds += opt_stall(p);
         pool_fold(x, p);
     }
     return p->used;
@@ -87,6 +92,8 @@ static void segment_begin(transfer_cuda *x) {
     segment_end(x);
     int i = pool_slot(x, &x->busy_t);
     x->busy_t.tag[i].name = NULL;
+    x->busy_t.bytes[i] = x->optimizer_waited; // a mark, read by opt_stall below
+    x->optimizer_waited = 0;
     CUDA_CHECK(cudaEventRecord(x->busy_t.begin[i], x->compute));
     x->segment_open = 1;
 }
@@ -106,6 +113,25 @@ void xfer_cuda_host_blocks(transfer_cuda *x, int blocking) {
         segment_begin(x);
 }
 
+void xfer_cuda_optimizer_blocks(transfer_cuda *x, int blocking) {
+    x->optimizer_waited = !blocking;
+    xfer_cuda_host_blocks(x, blocking);
+}
+
+// The compute stream's idle time while the host waited on the optimizers: from the end of the
+// work queued before the wait to the start of the first work queued after it. When the queue
+// outlasted the wait, the second event follows the first at once and the gap is zero; this is
+// the stall the optimizers cause, which the host's own wait overstates.
+static double opt_stall(const timing_pool *busy) {
+    double seconds = 0;
+    for (int i = 1; i < busy->used; i++) {
+        if (!busy->bytes[i]) continue;
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, busy->end[i - 1], busy->begin[i]));
+        seconds += ms * 1e-3;
+    }
+    return seconds;
+}
 transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     segment_end(x);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -117,6 +143,8 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
             cudaEventElapsedTime(&ms, x->busy_t.begin[0], x->busy_t.end[x->busy_t.used - 1]));
         st.compute_span_seconds = ms * 1e-3;
     }
+    st.opt_stall_seconds = x->opt_stall_seconds + opt_stall(&x->busy_t);
+    x->opt_stall_seconds = 0;
     timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t, &x->span_t};
     for (int i = 0; i < 4; i++) pool_fold(x, pools[i]);
     st.h2d_seconds = x->h2d_t.seconds, st.h2d_bytes = x->h2d_t.total_bytes;

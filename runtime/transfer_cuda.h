@@ -18,6 +18,8 @@ int xfer_cuda_offload_landed(grad_buffer *buf, int wait);
 transfer_stats xfer_cuda_take_stats(transfer_cuda *x);
 // blocking = 1 before the host thread blocks, 0 after: brackets the compute-stream timing.
 void xfer_cuda_host_blocks(transfer_cuda *x, int blocking);
+// The same around a wait on the optimizers' weights, whose compute-stream stall is counted.
+void xfer_cuda_optimizer_blocks(transfer_cuda *x, int blocking);
 // The trace: tie the GPU clock to the host's (device idle), and compute-stream spans.
 void xfer_cuda_trace_calibrate(transfer_cuda *x);
 void xfer_cuda_span_begin(transfer_cuda *x);
