@@ -337,6 +337,15 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
+    uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
+    if (strcmp(c->recompute, "auto") == 0)
+        fprintf(f,
+                "  kept          %11s  per layer x micro-batch pass, as many of %d as the %s "
+                "left over holds (recompute = \"auto\"): each one kept is a layer forward the "
+                "backward does not redo; all of them: %s\n",
+                H(pass), c->layers * c->micro_batches,
+                p->cuda ? "GPU memory" : "eighth of free host memory",
+                H(pass * c->layers * c->micro_batches));
     if (p->cuda)
         fprintf(f, "  plus the CUDA context (about 0.5 GiB); GPU memory is not checked: mtrun "
                    "makes no CUDA calls (see nvidia-smi)\n");

@@ -24,10 +24,15 @@ typedef struct {
     void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets, int count);
     void (*embed_forward)(backend *b, float *out, const void *table, int m);
     void (*embed_backward)(backend *b, float *dtable, const float *dout, int m);
-    void (*layer_forward)(backend *b, const void *w, const float *x, float *out);
-    // Recomputes the layer's internals from x, then accumulates dw and writes dx.
+    // Kept activations: room for up to `wanted` layer internals (one layer over one
+    // micro-batch each) in memory the backend can spare; returns how many slots it reserved.
+    int (*keep_reserve)(backend *b, int wanted);
+    // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
+    void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep);
+    // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
+    // them from x. Both give the same bits.
     void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
-                           float *dx);
+                           float *dx, int keep);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
     // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
     void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,

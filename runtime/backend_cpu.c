@@ -6,11 +6,14 @@
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct backend {
     const mt_config *c;
     int B, T;
     layer_scratch *scratch;
+    layer_scratch **kept; // kept activations: one whole working set per slot
+    int n_kept;
     float *inv_freq, *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
     double loss;
@@ -48,19 +51,38 @@ static void cpu_embed_backward(backend *b, float *dtable, const float *dout, int
     embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim);
 }
 
-static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out) {
+// A slot is a whole working set, gradient scratch included: simple, and the CPU reference
+// only keeps what fits in an eighth of the free memory.
+static int cpu_keep_reserve(backend *b, int wanted) {
+    const mt_config *c = b->c;
+    size_t n = (size_t)tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+    size_t Q = c->heads * hd, KV = c->kv_heads * hd;
+    size_t slot = sizeof(float) * (n * (6 * D + 4 * Q + 4 * KV + 6 * F + 2) + n * c->heads);
+    size_t spare = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / 8;
+    size_t fit = spare / slot;
+    b->n_kept = wanted < (long)fit ? wanted : (int)fit;
+    b->kept = cpu_alloc(b, sizeof *b->kept * (b->n_kept + 1));
+    for (int i = 0; i < b->n_kept; i++) b->kept[i] = layer_scratch_new(c, b->B, b->T, b->inv_freq);
+    return b->n_kept;
+}
+
+static layer_scratch *internals(backend *b, int keep) {
+    return keep >= 0 ? b->kept[keep] : b->scratch;
+}
+
+static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out, int keep) {
     layer_params p;
     layer_params_bind(&p, b->c, (float *)w);
-    layer_forward(b->c, &p, b->scratch, x, out);
+    layer_forward(b->c, &p, internals(b, keep), x, out);
 }
 
 static void cpu_layer_backward(backend *b, const void *w, float *dw, const float *x,
-                               const float *dout, float *dx) {
+                               const float *dout, float *dx, int keep) {
     layer_params p, dp;
     layer_params_bind(&p, b->c, (float *)w);
     layer_params_bind(&dp, b->c, dw);
-    layer_forward(b->c, &p, b->scratch, x, b->tmp);
-    layer_backward(b->c, &p, &dp, b->scratch, x, dout, dx);
+    if (keep < 0) layer_forward(b->c, &p, b->scratch, x, b->tmp);
+    layer_backward(b->c, &p, &dp, internals(b, keep), x, dout, dx);
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
@@ -103,6 +125,8 @@ static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, c
 
 static void cpu_destroy(backend *b) {
     layer_scratch_free(b->scratch);
+    for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
+    free(b->kept);
     free(b->inv_freq), free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
     free(b->inputs), free(b->targets);
     free(b);
@@ -142,6 +166,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_load_tokens,
         cpu_embed_forward,
         cpu_embed_backward,
+        cpu_keep_reserve,
         cpu_layer_forward,
         cpu_layer_backward,
         cpu_head,

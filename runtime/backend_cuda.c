@@ -19,6 +19,13 @@ typedef struct { // the same layer's fp32 gradients
     float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
 } layer_g;
 
+// What a layer's backward needs from its forward beyond x and cannot cheaply redo: the
+// normalized inputs (n1, n2) and the SwiGLU product are recomputed from x, h, gate and up.
+typedef struct {
+    bf16 *q, *k, *v, *att, *gate, *up;
+    float *lse, *h;
+} layer_saved;
+
 struct backend {
     const mt_config *c;
     int B, T, max_tokens, chunk, loss_micro;
@@ -28,9 +35,13 @@ struct backend {
     float *inv_freq;
     int32_t *inputs, *targets;
     // the layer's working set
-    bf16 *n1, *q, *k, *v, *att, *n2, *gate, *up, *act;
+    layer_saved work;
+    layer_saved *kept; // kept activations, in one allocation
+    void *kept_arena, *work_arena;
+    int n_kept;
+    bf16 *n1, *n2, *act;
     bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dq, *dk, *dv;
-    float *rstd1, *lse, *h, *rstd2, *d_act, *d_n2, *d_h, *d_n1, *norm_scratch;
+    float *rstd1, *rstd2, *d_act, *d_n2, *d_h, *d_n1, *norm_scratch;
     void *attn_scratch;
     // the head
     bf16 *xf;
@@ -101,38 +112,61 @@ static layer_g bind_g(const backend *b, float *g) {
                      g + o[5], g + o[6], g + o[7], g + o[8]};
 }
 
-static void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out) {
+static layer_saved *internals(backend *b, int keep) {
+    return keep >= 0 ? &b->kept[keep] : &b->work;
+}
+
+static void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out, int keep) {
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
+    layer_saved *a = internals(b, keep);
     int n = tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
     int Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
     cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, n, D, (float)c->norm_eps, s);
-    cuda_linear_forward(b->gemm, b->q, 0, 0, b->n1, w.wq, n, D, Q, s);
-    cuda_linear_forward(b->gemm, b->k, 0, 0, b->n1, w.wk, n, D, KV, s);
-    cuda_linear_forward(b->gemm, b->v, 0, 0, b->n1, w.wv, n, D, KV, s);
-    cuda_rope_forward(b->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
-    cuda_rope_forward(b->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
-    cuda_attention_forward(b->att, b->lse, b->q, b->k, b->v, b->B, b->T, c->heads, c->kv_heads, hd,
+    cuda_linear_forward(b->gemm, a->q, 0, 0, b->n1, w.wq, n, D, Q, s);
+    cuda_linear_forward(b->gemm, a->k, 0, 0, b->n1, w.wk, n, D, KV, s);
+    cuda_linear_forward(b->gemm, a->v, 0, 0, b->n1, w.wv, n, D, KV, s);
+    cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads, hd,
                            s);
     // The residual adds ride on the GEMMs' beta: h = x + att . wo^T, out = h + act . down^T.
-    cu_copy(b, b->h, x, sizeof(float) * n * D);
-    cuda_linear_forward(b->gemm, b->h, 1, 1.0f, b->att, w.wo, n, Q, D, s);
-    cuda_rmsnorm_forward(b->n2, b->rstd2, b->h, w.ffn_norm, n, D, (float)c->norm_eps, s);
-    cuda_linear_forward(b->gemm, b->gate, 0, 0, b->n2, w.w_gate, n, D, F, s);
-    cuda_linear_forward(b->gemm, b->up, 0, 0, b->n2, w.w_up, n, D, F, s);
-    cuda_swiglu_forward(b->act, b->gate, b->up, (long)n * F, s);
-    cu_copy(b, out, b->h, sizeof(float) * n * D);
+    cu_copy(b, a->h, x, sizeof(float) * n * D);
+    cuda_linear_forward(b->gemm, a->h, 1, 1.0f, a->att, w.wo, n, Q, D, s);
+    cuda_rmsnorm_forward(b->n2, b->rstd2, a->h, w.ffn_norm, n, D, (float)c->norm_eps, s);
+    cuda_linear_forward(b->gemm, a->gate, 0, 0, b->n2, w.w_gate, n, D, F, s);
+    cuda_linear_forward(b->gemm, a->up, 0, 0, b->n2, w.w_up, n, D, F, s);
+    cuda_swiglu_forward(b->act, a->gate, a->up, (long)n * F, s);
+    cu_copy(b, out, a->h, sizeof(float) * n * D);
     cuda_linear_forward(b->gemm, out, 1, 1.0f, b->act, w.w_down, n, F, D, s);
+}
+
+// The internals the backward reads: all of them recomputed from x, or the cheap ones redone
+// from a kept slot (the same kernels on the same inputs: the same bits).
+static layer_saved *forward_internals(backend *b, const void *wbuf, const float *x, float *scratch,
+                                      int keep) {
+    const mt_config *c = b->c;
+    if (keep < 0) {
+        cu_layer_forward(b, wbuf, x, scratch, -1);
+        return &b->work;
+    }
+    layer_w w = bind_w(b, wbuf);
+    layer_saved *a = &b->kept[keep];
+    int n = tokens(b), D = c->dim;
+    cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, n, D, (float)c->norm_eps, b->s);
+    cuda_rmsnorm_forward(b->n2, b->rstd2, a->h, w.ffn_norm, n, D, (float)c->norm_eps, b->s);
+    cuda_swiglu_forward(b->act, a->gate, a->up, (long)n * c->ffn_dim, b->s);
+    return a;
 }
 
 // dx = dout + d(attention block) + d(MLP block); weight gradients accumulate in fp32.
 static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *x,
-                              const float *dout, float *dx) {
+                              const float *dout, float *dx, int keep) {
     const mt_config *c = b->c;
-    cu_layer_forward(b, wbuf, x, dx); // recompute the internals; dx is scratch until the end
     layer_w w = bind_w(b, wbuf);
     layer_g g = bind_g(b, dwbuf);
+    layer_saved *a = forward_internals(b, wbuf, x, dx, keep); // dx is scratch until the end
     int n = tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
     int Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
@@ -141,19 +175,19 @@ static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const 
     cuda_float_to_bf16(b->dout_b, dout, (long)n * D, s);
     cuda_linear_backward_input(gm, b->d_act, 1, 0, b->dout_b, w.w_down, n, F, D, s);
     cuda_linear_backward_weight(gm, g.w_down, b->dout_b, b->act, n, F, D, s);
-    cuda_swiglu_backward(b->d_gate, b->d_up, b->d_act, b->gate, b->up, (long)n * F, s);
+    cuda_swiglu_backward(b->d_gate, b->d_up, b->d_act, a->gate, a->up, (long)n * F, s);
     cuda_linear_backward_input(gm, b->d_n2, 1, 0, b->d_gate, w.w_gate, n, D, F, s);
     cuda_linear_backward_input(gm, b->d_n2, 1, 1.0f, b->d_up, w.w_up, n, D, F, s);
     cuda_linear_backward_weight(gm, g.w_gate, b->d_gate, b->n2, n, D, F, s);
     cuda_linear_backward_weight(gm, g.w_up, b->d_up, b->n2, n, D, F, s);
     cu_copy(b, b->d_h, dout, sizeof(float) * n * D);
-    cuda_rmsnorm_backward(b->d_h, g.ffn_norm, b->d_n2, b->h, w.ffn_norm, b->rstd2, n, D,
+    cuda_rmsnorm_backward(b->d_h, g.ffn_norm, b->d_n2, a->h, w.ffn_norm, b->rstd2, n, D,
                           b->norm_scratch, s);
     // attention block
     cuda_float_to_bf16(b->dh_b, b->d_h, (long)n * D, s);
     cuda_linear_backward_input(gm, b->d_att, 0, 0, b->dh_b, w.wo, n, Q, D, s);
-    cuda_linear_backward_weight(gm, g.wo, b->dh_b, b->att, n, Q, D, s);
-    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, b->att, b->lse, b->q, b->k, b->v, b->B,
+    cuda_linear_backward_weight(gm, g.wo, b->dh_b, a->att, n, Q, D, s);
+    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
                             b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
     cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
@@ -220,23 +254,61 @@ static void *dev(backend *b, size_t elems, size_t elem_bytes) {
     return cu_alloc(b, elems * elem_bytes);
 }
 
+// Lays out one layer_saved from base (NULL: only measures); returns its bytes.
+static size_t carve_saved(const backend *b, char *base, layer_saved *a) {
+    const mt_config *c = b->c;
+    size_t n = b->max_tokens, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+    size_t Q = c->heads * hd, KV = c->kv_heads * hd;
+    struct {
+        void **p;
+        size_t bytes;
+    } parts[] = {{(void **)&a->q, n * Q * 2},          {(void **)&a->k, n * KV * 2},
+                 {(void **)&a->v, n * KV * 2},         {(void **)&a->att, n * Q * 2},
+                 {(void **)&a->gate, n * F * 2},       {(void **)&a->up, n * F * 2},
+                 {(void **)&a->lse, n * c->heads * 4}, {(void **)&a->h, n * D * 4}};
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        *parts[i].p = base ? base + used : NULL;
+        used += (parts[i].bytes + 255) & ~(size_t)255; // keep every tensor 256-byte aligned
+    }
+    return used;
+}
+
+// Kept slots fill the free device memory but for a margin, in one allocation.
+static int cu_keep_reserve(backend *b, int wanted) {
+    size_t bytes = carve_saved(b, NULL, &b->work), free_bytes, total;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    size_t margin = (size_t)1 << 30;
+    long fit = free_bytes > margin ? (long)((free_bytes - margin) / bytes) : 0;
+    int n = wanted < fit ? wanted : (int)fit;
+    while (n > 0 && cudaMalloc(&b->kept_arena, bytes * n) != cudaSuccess) {
+        cudaGetLastError(); // not sticky: try a little less
+        n = n * 9 / 10;
+    }
+    b->kept = calloc(n + 1, sizeof *b->kept);
+    if (!b->kept) mt_die("out of memory");
+    for (int i = 0; i < n; i++) carve_saved(b, (char *)b->kept_arena + bytes * i, &b->kept[i]);
+    return b->n_kept = n;
+}
+
 static void alloc_layer_set(backend *b) {
     const mt_config *c = b->c;
     size_t n = b->max_tokens, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
     size_t Q = c->heads * hd, KV = c->kv_heads * hd;
+    b->work_arena = dev(b, carve_saved(b, NULL, &b->work), 1);
+    carve_saved(b, b->work_arena, &b->work);
     bf16 **nd[] = {&b->n1, &b->n2, &b->dout_b, &b->dh_b};
     for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = dev(b, n * D, 2);
-    bf16 **nq[] = {&b->q, &b->att, &b->d_att, &b->dq};
+    bf16 **nq[] = {&b->d_att, &b->dq};
     for (size_t i = 0; i < sizeof nq / sizeof *nq; i++) *nq[i] = dev(b, n * Q, 2);
-    bf16 **nkv[] = {&b->k, &b->v, &b->dk, &b->dv};
+    bf16 **nkv[] = {&b->dk, &b->dv};
     for (size_t i = 0; i < sizeof nkv / sizeof *nkv; i++) *nkv[i] = dev(b, n * KV, 2);
-    bf16 **nf[] = {&b->gate, &b->up, &b->act, &b->d_gate, &b->d_up};
+    bf16 **nf[] = {&b->act, &b->d_gate, &b->d_up};
     for (size_t i = 0; i < sizeof nf / sizeof *nf; i++) *nf[i] = dev(b, n * F, 2);
-    float **fd[] = {&b->h, &b->d_n2, &b->d_h, &b->d_n1, &b->dxf};
+    float **fd[] = {&b->d_n2, &b->d_h, &b->d_n1, &b->dxf};
     for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) *fd[i] = dev(b, n * D, 4);
     b->d_act = dev(b, n * F, 4);
     b->rstd1 = dev(b, n, 4), b->rstd2 = dev(b, n, 4), b->rstd_f = dev(b, n, 4);
-    b->lse = dev(b, n * c->heads, 4);
     b->norm_scratch = dev(b, cuda_rmsnorm_scratch_floats((int)n, c->dim), 4);
     b->attn_scratch = dev(
         b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads, c->kv_heads, (int)hd),
@@ -260,44 +332,15 @@ static void alloc_head_set(backend *b) {
 
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
-    void *all[] = {b->n1,
-                   b->q,
-                   b->k,
-                   b->v,
-                   b->att,
-                   b->n2,
-                   b->gate,
-                   b->up,
-                   b->act,
-                   b->dout_b,
-                   b->d_gate,
-                   b->d_up,
-                   b->dh_b,
-                   b->d_att,
-                   b->dq,
-                   b->dk,
-                   b->dv,
-                   b->rstd1,
-                   b->lse,
-                   b->h,
-                   b->rstd2,
-                   b->d_act,
-                   b->d_n2,
-                   b->d_h,
-                   b->d_n1,
-                   b->norm_scratch,
-                   b->attn_scratch,
-                   b->xf,
-                   b->rstd_f,
-                   b->dxf,
-                   b->losses,
-                   b->logits,
-                   b->cls_scratch,
-                   b->inputs,
-                   b->targets,
-                   b->inv_freq};
+    void *all[] = {b->work_arena,   b->kept_arena,  b->n1,     b->n2,      b->act,
+                   b->dout_b,       b->d_gate,      b->d_up,   b->dh_b,    b->d_att,
+                   b->dq,           b->dk,          b->dv,     b->rstd1,   b->rstd2,
+                   b->d_act,        b->d_n2,        b->d_h,    b->d_n1,    b->norm_scratch,
+                   b->attn_scratch, b->xf,          b->rstd_f, b->dxf,     b->losses,
+                   b->logits,       b->cls_scratch, b->inputs, b->targets, b->inv_freq};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
+    free(b->kept);
     cuda_gemm_free(b->gemm);
     CUDA_CHECK(cudaStreamDestroy(b->s));
     free(b);
@@ -362,6 +405,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_load_tokens,
         cu_embed_forward,
         cu_embed_backward,
+        cu_keep_reserve,
         cu_layer_forward,
         cu_layer_backward,
         cu_head,

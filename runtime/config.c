@@ -82,6 +82,7 @@ static const field_t schema[] = {
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
     STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
+    STR("recompute", recompute, 0, "auto", "auto|always"),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),

@@ -28,6 +28,7 @@ typedef struct {
     float *dres; // [M * n * D]: gradient flowing back through the residual stream
     float *tmp;
     int32_t *inputs, *targets; // host, [M * n]
+    int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
 } engine;
 
 static float *act(engine *e, int l, int m) {
@@ -35,6 +36,24 @@ static float *act(engine *e, int l, int m) {
 }
 static float *dres(engine *e, int m) {
     return e->dres + (size_t)m * e->n * e->c->dim;
+}
+
+// The last layers' internals are kept first (any choice saves the same recompute); pairs
+// past the reserved slots are recomputed in the backward.
+static int keep_slot(const engine *e, int l, int m) {
+    int slot = (e->c->layers - 1 - l) * e->c->micro_batches + m;
+    return slot < e->kept ? slot : -1;
+}
+
+// After every other allocation: the slots take what memory is left.
+static void reserve_kept(engine *e) {
+    const mt_config *c = e->c;
+    int pairs = c->layers * c->micro_batches;
+    e->kept = strcmp(c->recompute, "always") == 0 ? 0 : e->ops->keep_reserve(e->be, pairs);
+    if (e->job->rank == 0)
+        printf("compute rank: keeping the internals of %d of %d layer x micro-batch passes, "
+               "recomputing %d in the backward (recompute = \"%s\")\n",
+               e->kept, pairs, pairs - e->kept, c->recompute);
 }
 
 static void *device_alloc(engine *e, size_t elems, size_t elem_bytes) {
@@ -85,6 +104,7 @@ static void engine_init(engine *e, mt_job *job) {
     e->acts = device_alloc(e, (c->layers + 1) * M * nD, 4);
     e->dres = device_alloc(e, M * nD, 4);
     e->tmp = device_alloc(e, nD, 4);
+    reserve_kept(e);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
     if (!e->inputs || !e->targets) mt_die("out of memory");
@@ -159,7 +179,8 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
-            e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m));
+            e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m),
+                                  keep ? keep_slot(e, l, m) : -1);
         span_end(e, "fwd", l);
         buffer_done(w);
     }
@@ -186,7 +207,8 @@ static void backward_layers(engine *e, int64_t step) {
         zero_grads(e, gb, layer_numel);
         span_begin(e, "bwd", l);
         for (int m = 0; m < c->micro_batches; m++) {
-            e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp);
+            e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp,
+                                   keep_slot(e, l, m));
             e->ops->copy(e->be, dres(e, m), e->tmp, sizeof(float) * e->n * c->dim);
         }
         span_end(e, "bwd", l);
@@ -260,7 +282,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
         weight_buffer *w = &e->ring[l % 2];
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
-        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0));
+        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1);
         buffer_done(w);
     }
     fetch_async(&e->xfer, &e->head, model_head_group(c), version);

@@ -35,24 +35,43 @@ static uint64_t resident_numel(const mt_config *c) {
            2 * model_group_numel(c, model_layer_group(0));
 }
 
-// layer.c's layer_scratch_new plus backend_cpu.c's head scratch and token copies, and the
+// layer.c's layer_scratch_new: fp32.
+static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
+    return 4 * (6 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 6 * s.n * s.F + 2 * s.n +
+                (uint64_t)c->micro_batch * c->heads * c->seq_len);
+}
+
+// The layer's working set plus backend_cpu.c's head scratch and token copies, and the
 // engine's tmp and token ids: all fp32 / int32.
 static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
-    uint64_t layer = 6 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 6 * s.n * s.F + 2 * s.n +
-                     (uint64_t)c->micro_batch * c->heads * c->seq_len;
+    uint64_t layer = cpu_layer_bytes(c, s) / 4;
     uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2; // tmp, xf, dxf, rstd_f, inv_freq
     uint64_t tokens = 2 * 2 * s.M * s.n;            // inputs + targets, engine and backend
     uint64_t engine_tmp = s.n * s.D;
     return 4 * (layer + head + tokens + engine_tmp);
 }
 
+// backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds.
+static uint64_t cuda_saved_bytes(const mt_config *c, shape s) {
+    uint64_t parts[] = {2 * s.n * s.Q, 2 * s.n * s.KV, 2 * s.n * s.KV,     2 * s.n * s.Q,
+                        2 * s.n * s.F, 2 * s.n * s.F,  4 * s.n * c->heads, 4 * s.n * s.D};
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) bytes += align_up(parts[i], 256);
+    return bytes;
+}
+
+uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
+    shape s = shape_of(c);
+    return cuda ? cuda_saved_bytes(c, s) : cpu_layer_bytes(c, s);
+}
+
 // backend_cuda.c's alloc_layer_set, byte for byte.
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
-    uint64_t bf16s = 4 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 5 * s.n * s.F;
-    uint64_t floats = 5 * s.n * s.D + s.n * s.F + 3 * s.n + s.n * c->heads;
+    uint64_t bf16s = 4 * s.n * s.D + 2 * s.n * s.Q + 2 * s.n * s.KV + 3 * s.n * s.F;
+    uint64_t floats = 4 * s.n * s.D + s.n * s.F + 3 * s.n;
     uint64_t norm_scratch = (s.n + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
     uint64_t attn = (uint64_t)c->micro_batch * c->heads * c->seq_len; // attention scratch / 4
-    return 2 * bf16s + 4 * (floats + norm_scratch + attn);
+    return cuda_saved_bytes(c, s) + 2 * bf16s + 4 * (floats + norm_scratch + attn);
 }
 
 // backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits

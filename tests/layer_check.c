@@ -61,12 +61,25 @@ int main(int argc, char **argv) {
     ops->upload(b, dxin, x, nD * 4);
     ops->upload(b, dres, dout, nD * 4);
     ops->zero(b, dg, numel * 4);
-    ops->layer_forward(b, dw_, dxin, dout_);
-    ops->layer_backward(b, dw_, dg, dxin, dres, dx_);
+    ops->layer_forward(b, dw_, dxin, dout_, -1);
+    ops->layer_backward(b, dw_, dg, dxin, dres, dx_, -1);
     float *out = malloc(nD * 4), *dx = malloc(nD * 4), *g = malloc(numel * 4);
     ops->download(b, out, dout_, nD * 4);
     ops->download(b, dx, dx_, nD * 4);
     ops->download(b, g, dg, numel * 4);
+    // The backward from kept internals must give the very bits of the recomputing one.
+    if (ops->keep_reserve(b, 1) != 1) return fprintf(stderr, "layer_check: no kept slot\n"), 1;
+    ops->zero(b, dg, numel * 4);
+    ops->layer_forward(b, dw_, dxin, dout_, 0);
+    ops->layer_backward(b, dw_, dg, dxin, dres, dx_, 0);
+    float *out2 = malloc(nD * 4), *dx2 = malloc(nD * 4), *g2 = malloc(numel * 4);
+    ops->download(b, out2, dout_, nD * 4);
+    ops->download(b, dx2, dx_, nD * 4);
+    ops->download(b, g2, dg, numel * 4);
+    if (memcmp(out, out2, nD * 4) || memcmp(dx, dx2, nD * 4) || memcmp(g, g2, numel * 4))
+        return fprintf(stderr, "FAIL: %s: kept internals differ from recomputed ones\n", argv[1]),
+               1;
+    printf("PASS: %s: backward from kept internals is bitwise the recomputing one\n", argv[1]);
     FILE *o = fopen(argv[3], "wb");
     if (!o || fwrite(out, 4, nD, o) != nD || fwrite(dx, 4, nD, o) != nD ||
         fwrite(g, 4, numel, o) != numel || fclose(o) != 0)

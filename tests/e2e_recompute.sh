@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Kept activations change only speed: with recompute = "auto" (internals kept in spare memory)
+# and "always" (every layer recomputed in the backward), the per-step losses are bitwise equal.
+# On the CPU backend always; on the CUDA backend too when a GPU is present.
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+backends=cpu
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then backends="cpu cuda"; fi
+for be in $backends; do
+    for mode in auto always; do
+        sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
+            "$SRC/configs/test-small.cfg" >"$WORK/$be-$mode.cfg"
+        echo "recompute = \"$mode\";" >>"$WORK/$be-$mode.cfg"
+        run_job "$be-$mode" 3 "$WORK/$be-$mode.cfg" --stop-at 8 || show_log "$be-$mode"
+    done
+    kept=$(grep -o 'keeping the internals of [0-9]* of [0-9]*' "$WORK/$be-auto.log")
+    echo "$be: $kept"
+    expect "$be auto keeps every layer's internals" \
+        awk -v s="$kept" 'BEGIN { split(s, w, " "); exit !(w[5] > 0 && w[5] == w[7]) }'
+    expect "$be always keeps none" grep -q 'keeping the internals of 0 of' "$WORK/$be-always.log"
+    expect "$be ran 8 steps" test "$(losses "$WORK/$be-auto" | wc -l)" -eq 8
+    expect "$be losses are bitwise equal with and without kept internals" \
+        cmp -s <(losses "$WORK/$be-auto") <(losses "$WORK/$be-always")
+done
+finish
