@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
 # suite (GPU tests included) and the benchmarks. Output under $OUT.
-#   usage: bench/device_run.sh [tests] [bench NAMES...]
+#   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [torch-NAME...]
+#   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
+#   (3b with activation checkpointing, as the anchors were measured).
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -15,8 +17,17 @@ cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/b
 echo "build: $(( $(date +%s) - t0 )) s"
 for what in "$@"; do
     case $what in
-    tests) (cd build && ctest --output-on-failure -V -E 'demo' --timeout 300 >"$OUT/ctest.log" 2>&1)
-           grep -E "tests passed|tests failed|FAIL|\(Failed\)|Skipped|TFLOP|relative error|loss agrees" "$OUT/ctest.log" | tail -70 ;;
+    tests | tests=*)
+        filter=(-E demo)
+        [ "$what" != tests ] && filter=(-R "${what#tests=}")
+        (cd build && ctest --output-on-failure -V "${filter[@]}" --timeout 300 >>"$OUT/ctest.log" 2>&1)
+        grep -E "tests passed|tests failed|FAIL|\(Failed\)|Skipped|TFLOP|relative error|loss agrees|PASS: .*(kept|bitwise)" \
+            "$OUT/ctest.log" | tail -70 ;;
     bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
+    torch-*)
+        ckpt=()
+        [ "${what#torch-}" != 1b ] && ckpt=(--checkpointing)
+        python3 bench/torch_baseline.py "${what#torch-}" "${ckpt[@]}" >"$OUT/$what.log" 2>&1
+        tail -n 3 "$OUT/$what.log" ;;
     esac
 done

@@ -14,6 +14,7 @@ typedef struct backend backend;
 typedef struct {
     const char *name;
     int weight_bytes; // bytes per weight element in a fetched buffer: 4 (fp32) or 2 (bf16)
+    int async;        // 1: compute calls only queue the work (CUDA); 0: they do it (CPU)
     void *(*alloc)(backend *b, size_t bytes);
     void (*release)(backend *b, void *p);
     void (*zero)(backend *b, void *p, size_t bytes);

@@ -157,6 +157,7 @@ const backend_ops *backend_cpu_ops(void) {
     static const backend_ops ops = {
         "cpu",
         4,
+        0,
         cpu_alloc,
         cpu_release,
         cpu_zero,

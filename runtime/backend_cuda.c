@@ -396,6 +396,7 @@ const backend_ops *backend_cuda_ops(void) {
     static const backend_ops ops = {
         "cuda",
         2,
+        1,
         cu_alloc,
         cu_release,
         cu_zero,

@@ -45,15 +45,14 @@ static int keep_slot(const engine *e, int l, int m) {
     return slot < e->kept ? slot : -1;
 }
 
-// After every other allocation: the slots take what memory is left.
-static void reserve_kept(engine *e) {
+// After the first step: the slots take what memory is left once every allocation is made,
+// the CUDA runtime's and cuBLAS's lazy ones (kernels load on first use) included. Until then
+// every layer recomputes, which gives the same bits.
+static void reserve_kept(engine *e, metrics *mx) {
     const mt_config *c = e->c;
     int pairs = c->layers * c->micro_batches;
     e->kept = strcmp(c->recompute, "always") == 0 ? 0 : e->ops->keep_reserve(e->be, pairs);
-    if (e->job->rank == 0)
-        printf("compute rank: keeping the internals of %d of %d layer x micro-batch passes, "
-               "recomputing %d in the backward (recompute = \"%s\")\n",
-               e->kept, pairs, pairs - e->kept, c->recompute);
+    metrics_memory(mx, e->ops->device_bytes_in_use(e->be), e->kept, pairs);
 }
 
 static void *device_alloc(engine *e, size_t elems, size_t elem_bytes) {
@@ -104,7 +103,6 @@ static void engine_init(engine *e, mt_job *job) {
     e->acts = device_alloc(e, (c->layers + 1) * M * nD, 4);
     e->dres = device_alloc(e, M * nD, 4);
     e->tmp = device_alloc(e, nD, 4);
-    reserve_kept(e);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
     if (!e->inputs || !e->targets) mt_die("out of memory");
@@ -158,24 +156,33 @@ static float *classifier_grads(engine *e) {
     return e->c->tied_embeddings ? e->emb_g.src : e->head_g.src + e->c->dim;
 }
 
+// In the forward, after layer l: layer l + 1, or the head.
+static void fetch_next(engine *e, int l, int64_t version) {
+    if (l + 1 < e->c->layers)
+        fetch_async(&e->xfer, &e->ring[(l + 1) % 2], model_layer_group(l + 1), version);
+    else
+        fetch_async(&e->xfer, &e->head, model_head_group(e->c), version);
+}
+
 // Forward through every layer for M micro-batches. Training keeps every boundary activation
 // for the backward; evaluation only needs two, so it ping-pongs between them.
 static void forward_layers(engine *e, int64_t version, int M, int keep) {
     const mt_config *c = e->c;
     fetch_async(&e->xfer, &e->emb, 0, version);
-    fetch_async(&e->xfer, &e->ring[0], model_layer_group(0), version);
+    if (!e->ops->async) fetch_next(e, -1, version); // as in the loop below
     e->ops->load_tokens(e->be, e->inputs, e->targets, M);
     fetch_wait(&e->emb);
     span_begin(e, "embed", -1);
     for (int m = 0; m < M; m++) e->ops->embed_forward(e->be, act(e, 0, m), e->emb.dst, m);
     span_end(e, "embed", -1);
+    if (e->ops->async) fetch_next(e, -1, version);
     for (int l = 0; l < c->layers; l++) {
         weight_buffer *w = &e->ring[l % 2];
         fetch_wait(w);
-        if (l + 1 < c->layers)
-            fetch_async(&e->xfer, &e->ring[(l + 1) % 2], model_layer_group(l + 1), version);
-        else
-            fetch_async(&e->xfer, &e->head, model_head_group(c), version);
+        // The next fetch may wait for an optimizer. A backend that computes in the call fetches
+        // first, so the copy runs during the compute; one that only queues it queues the layer
+        // first, so the device has it to run while the host waits.
+        if (!e->ops->async) fetch_next(e, l, version);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
@@ -183,6 +190,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
                                   keep ? keep_slot(e, l, m) : -1);
         span_end(e, "fwd", l);
         buffer_done(w);
+        if (e->ops->async) fetch_next(e, l, version);
     }
     fetch_wait(&e->head);
 }
@@ -349,11 +357,12 @@ void engine_run(mt_job *job) {
     const mt_config *c = &job->cfg;
     trace_open(c, job->rank, job->world, job->start_step, job->end_step);
     metrics mx;
-    metrics_open(&mx, job, e.ops->name, e.ops->device_bytes_in_use(e.be));
+    metrics_open(&mx, job, e.ops->name);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));
         run_step(&e, &mx, step);
+        if (step == job->start_step) reserve_kept(&e, &mx);
     }
     if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(&e, job->end_step));
     if (c->sample_tokens > 0) sample_text(&e, &mx, job->end_step);

@@ -85,16 +85,30 @@ static void make_layouts(mt_job *job) {
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards);
 }
 
-// Optimizer ranks sharing a node split its cores; the compute rank takes all of its own.
+// Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank
+// takes all of its own.
 static void place_threads(mt_job *job) {
     int cpu = sched_getcpu();
     job->numa_node = (numa_available() >= 0 && cpu >= 0) ? numa_node_of_cpu(cpu) : 0;
     if (job->numa_node < 0) job->numa_node = 0;
-    int *nodes = malloc(sizeof(int) * job->world);
-    MPI_CHECK(MPI_Allgather(&job->numa_node, 1, MPI_INT, nodes, 1, MPI_INT, MPI_COMM_WORLD));
+    MPI_Comm host;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+    int hsize, hrank;
+    MPI_CHECK(MPI_Comm_size(host, &hsize));
+    MPI_CHECK(MPI_Comm_rank(host, &hrank));
+    int mine[2] = {job->numa_node, job_is_compute(job)}, *all = malloc(sizeof(int) * 2 * hsize);
+    if (!all) mt_die("out of memory");
+    MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, host));
+    MPI_CHECK(MPI_Comm_free(&host));
     int peers = 0;
-    for (int r = 1; r < job->world; r++) peers += nodes[r] == job->numa_node;
-    free(nodes);
+    job->node_index = 0;
+    for (int r = 0; r < hsize; r++) {
+        if (all[2 * r] != job->numa_node || all[2 * r + 1]) continue;
+        if (r < hrank) job->node_index++;
+        peers++;
+    }
+    free(all);
+    job->node_peers = peers;
     cpu_set_t set;
     SYS_CHECK(sched_getaffinity(0, sizeof set, &set));
     int cpus = CPU_COUNT(&set);

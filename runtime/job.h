@@ -21,6 +21,8 @@ typedef struct {
     int rank, world, n_shards; // n_shards = world - 1
     MPI_Comm opt_comm;         // the optimizer ranks; MPI_COMM_NULL on the compute rank
     int numa_node, threads;
+    int node_peers,
+        node_index; // optimizer ranks on this host's NUMA node, and our place among them
     int n_groups;
     uint64_t group_numel[SHM_MAX_GROUPS];
     shard_layout *layouts; // [n_shards]

@@ -161,7 +161,7 @@ static void print_plain(metrics *mx, const step_info *s) {
 
 // ---- the record ----
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_bytes) {
+void metrics_open(metrics *mx, mt_job *job, const char *backend) {
     memset(mx, 0, sizeof *mx);
     mx->job = job;
     detect_tty(mx);
@@ -179,17 +179,14 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_b
     fprintf(mx->jsonl,
             "{\"event\":\"start\",\"start_step\":%d,\"end_step\":%d,\"params\":%llu,"
             "\"optimizer_ranks\":%d,\"backend\":\"%s\",\"tokens_per_step\":%ld,"
-            "\"flops_per_token\":%.6g,\"peak_flops\":%.6g,\"device_bytes\":%zu}\n",
+            "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
-            backend, mt_tokens_per_step(c), mx->flops_per_token, mx->peak_flops, device_bytes);
+            backend, mt_tokens_per_step(c), mx->flops_per_token, mx->peak_flops);
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
            model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c),
            job->start_step + 1, job->end_step, backend, job->threads);
-    if (device_bytes)
-        printf("compute rank: %.2f GiB of GPU memory in use (all of it allocated at start)\n",
-               device_bytes / 1073741824.0);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
     else if (cuda)
@@ -202,6 +199,20 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_b
                mx->peak_flops / 1e9, PLAN_CPU_FLOPS_PER_CORE / 1e9, job->threads);
     fflush(stdout);
     mx->run_start = now_seconds();
+}
+
+void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
+    fprintf(mx->jsonl, "{\"event\":\"memory\",\"device_bytes\":%zu,\"kept\":%d,\"passes\":%d}\n",
+            device_bytes, kept, passes);
+    fflush(mx->jsonl);
+    char gpu[64] = "";
+    if (device_bytes)
+        snprintf(gpu, sizeof gpu, "; %.2f GiB of GPU memory in use, from now on",
+                 device_bytes / 1073741824.0);
+    print_above(mx,
+                "compute rank: keeping the internals of %d of %d layer x micro-batch passes, "
+                "recomputing %d in the backward%s\n",
+                kept, passes, passes - kept, gpu);
 }
 
 void metrics_step_begin(metrics *mx, transfer *t) {

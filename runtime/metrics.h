@@ -23,7 +23,10 @@ typedef struct {
     char live[512];    // its text, to redraw it after a line printed above it
 } metrics;
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend, size_t device_bytes);
+void metrics_open(metrics *mx, mt_job *job, const char *backend);
+// Once the compute rank's memory is all allocated: GPU bytes in use (0 on the CPU) and how many
+// of the layer x micro-batch passes keep their internals.
+void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes);
 void metrics_step_begin(metrics *mx, transfer *t);
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t);
 void metrics_eval(metrics *mx, int64_t step, double loss);

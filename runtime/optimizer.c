@@ -71,11 +71,11 @@ static void free_local(float *p, size_t n) {
 //  - OMP_PLACES / OMP_PROC_BIND set: the OpenMP runtime binds, as the user asked;
 //  - a mask over more than one node: mpirun did not bind (e.g. --bind-to none when ranks are
 //    oversubscribed, as in CI where 5 ranks share 2 cores); the scheduler places threads;
-//  - fewer threads than CPUs: other optimizer ranks share this node's mask, and without
-//    knowing our index among them we would pin onto the same cores as they do;
 //  - more threads than CPUs: nothing sensible to pin to.
+// Optimizer ranks sharing the node's mask (several per node) split its CPUs in rank order:
+// rank `index` of `peers` takes CPUs [index * threads, (index + 1) * threads).
 // MT_NO_PIN=1 turns it off; MT_OPTIMIZER_INFO=1 prints what was decided.
-static void pin_threads(int shard) {
+static void pin_threads(int shard, int index, int peers) {
     const char *why = NULL;
     cpu_set_t mask;
     int cpus[CPU_SETSIZE], ncpus = 0, threads = omp_get_max_threads(), node = -1;
@@ -93,16 +93,16 @@ static void pin_threads(int shard) {
             if (nc != node) why = "the process mask spans NUMA nodes (not bound by mpirun)";
             cpus[ncpus++] = c;
         }
-        if (!why && threads != ncpus)
-            why = threads < ncpus ? "other ranks share this node's CPUs" : "more threads than CPUs";
+        if (!why && threads * (peers > 0 ? peers : 1) > ncpus) why = "more threads than CPUs";
     }
+    int first = peers > 1 ? index * threads : 0;
     int pinned = 0;
     if (!why) {
 #pragma omp parallel num_threads(threads) reduction(+ : pinned)
         {
             cpu_set_t one;
             CPU_ZERO(&one);
-            CPU_SET(cpus[omp_get_thread_num()], &one);
+            CPU_SET(cpus[first + omp_get_thread_num()], &one);
             pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
         }
         if (pinned != threads) why = "pthread_setaffinity_np failed";
@@ -112,7 +112,7 @@ static void pin_threads(int shard) {
             fprintf(stderr,
                     "optimizer %d: %d OpenMP threads pinned one per CPU of NUMA node %d "
                     "(cpus %d..%d), adamw %s, streaming stores %s\n",
-                    shard, threads, node, cpus[0], cpus[ncpus - 1],
+                    shard, threads, node, cpus[first], cpus[first + threads - 1],
                     adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
         else
             fprintf(stderr,
@@ -239,7 +239,7 @@ void optimizer_run(mt_job *job) {
     o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
-    pin_threads(o.shard); // before the state is first touched
+    pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
     for (int g = 0; g < job->n_groups; g++) publish_weights(&o, g, job->start_step);
     trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
