@@ -8,6 +8,7 @@ set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} # cuBLASLt says why, should a matmul fail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi -L; nproc; free -g | head -2

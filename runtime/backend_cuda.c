@@ -274,11 +274,15 @@ static size_t carve_saved(const backend *b, char *base, layer_saved *a) {
     return used;
 }
 
-// Kept slots fill the free device memory but for a margin, in one allocation.
+// Kept slots fill the free device memory but for a margin, in one allocation: 1 GiB for the
+// allocations the CUDA runtime and libraries may still make (MT_GPU_MARGIN_GIB sets another).
 static int cu_keep_reserve(backend *b, int wanted) {
-    size_t bytes = carve_saved(b, NULL, &b->work), free_bytes, total;
+    layer_saved measured;
+    size_t bytes = carve_saved(b, NULL, &measured), free_bytes, total;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    size_t margin = (size_t)1 << 30;
+    const char *env = getenv("MT_GPU_MARGIN_GIB");
+    double gib = env && atof(env) > 0 ? atof(env) : 1.0;
+    size_t margin = (size_t)(gib * 1073741824.0);
     long fit = free_bytes > margin ? (long)((free_bytes - margin) / bytes) : 0;
     int n = wanted < fit ? wanted : (int)fit;
     while (n > 0 && cudaMalloc(&b->kept_arena, bytes * n) != cudaSuccess) {

@@ -6,11 +6,14 @@ source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then backends="cpu cuda"; fi
 for be in $backends; do
-    for mode in auto always; do
+    for mode in auto always partial; do
         sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
             "$SRC/configs/test-small.cfg" >"$WORK/$be-$mode.cfg"
-        echo "recompute = \"$mode\";" >>"$WORK/$be-$mode.cfg"
+        [ $mode = always ] && echo 'recompute = "always";' >>"$WORK/$be-$mode.cfg"
+        # partial: some passes kept, the others recomputed, within one layer too
+        [ $mode = partial ] && export MT_KEEP_MAX=3
         run_job "$be-$mode" 3 "$WORK/$be-$mode.cfg" --stop-at 8 || show_log "$be-$mode"
+        unset MT_KEEP_MAX
     done
     kept=$(grep -o 'keeping the internals of [0-9]* of [0-9]*' "$WORK/$be-auto.log")
     echo "$be: $kept"
@@ -18,7 +21,10 @@ for be in $backends; do
         awk -v s="$kept" 'BEGIN { split(s, w, " "); exit !(w[5] > 0 && w[5] == w[7]) }'
     expect "$be always keeps none" grep -q 'keeping the internals of 0 of' "$WORK/$be-always.log"
     expect "$be ran 8 steps" test "$(losses "$WORK/$be-auto" | wc -l)" -eq 8
+    expect "$be partial keeps 3" grep -q 'keeping the internals of 3 of' "$WORK/$be-partial.log"
     expect "$be losses are bitwise equal with and without kept internals" \
         cmp -s <(losses "$WORK/$be-auto") <(losses "$WORK/$be-always")
+    expect "$be losses are bitwise equal with some kept" \
+        cmp -s <(losses "$WORK/$be-partial") <(losses "$WORK/$be-always")
 done
 finish
