@@ -319,6 +319,38 @@ static void test_swiglu(long n, int off) {
     release_all();
 }
 
+// ---- bias ----------------------------------------------------------------------------------
+
+// Against a plain double sum; the backward accumulates onto a prior and runs twice with the
+// same bits (its order of summation is fixed).
+static void test_bias(long rows, int cols) {
+    long n = rows * cols;
+    float *x = rand_bf16_vec(n, 2.0f), *b = rand_bf16_vec(cols, 1.0f),
+          *ref = hmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) ref[i] = x[i] + b[i % cols];
+    bf16 *d_x = dev_bf16(x, n), *d_b = dev_bf16(b, cols);
+    cuda_bias_forward(d_x, d_b, rows, cols, 0);
+    check_close(label("bias fwd rows=%ld cols=%d", rows, cols), host_bf16(d_x, n), ref, n,
+                TOL_BF16);
+
+    float *prior = rand_vec(cols, 1.0f), *dref = hmalloc(sizeof(float) * cols);
+    for (int c = 0; c < cols; c++) {
+        double sum = 0;
+        for (long r = 0; r < rows; r++) sum += x[r * cols + c];
+        dref[c] = (float)(prior[c] + sum);
+    }
+    bf16 *d_dx = dev_bf16(x, n);
+    float *scratch = dmalloc(sizeof(float) * cuda_bias_scratch_floats(cols));
+    float *d_db = dev_f32(prior, cols), *d_db2 = dev_f32(prior, cols);
+    cuda_bias_backward(d_db, d_dx, rows, cols, scratch, 0);
+    cuda_bias_backward(d_db2, d_dx, rows, cols, scratch, 0);
+    float *db = host_f32(d_db, cols);
+    check_delta(label("bias bwd rows=%ld cols=%d", rows, cols), db, dref, prior, cols, TOL_F32);
+    check_bitwise(label("bias bwd deterministic rows=%ld cols=%d", rows, cols), db,
+                  host_f32(d_db2, cols), cols);
+    release_all();
+}
+
 // ---- linear (cuBLASLt) --------------------------------------------------------------------
 
 // One output of a linear product on the GPU: from poison (beta = 0) or from prior (beta = 1),
@@ -506,6 +538,8 @@ int main(int argc, char **argv) {
     test_rope(2, 37, 4, 24);
     test_rope(2, 37, 2, 32);
     test_rope(1, 3000, 2, 64); // large angles
+    test_bias(300, 96);
+    test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);
     test_swiglu(74L * 160 + 3, 1);
     test_linear(74, 96, 160);

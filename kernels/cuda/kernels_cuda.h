@@ -44,6 +44,13 @@ void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, 
 void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
                         cudaStream_t stream);
 
+// bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
+// deterministic; scratch holds cuda_bias_scratch_floats(cols) floats).
+void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
+void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols, float *scratch,
+                        cudaStream_t stream);
+size_t cuda_bias_scratch_floats(int cols);
+
 // swiglu.cu: out = silu(gate) * up. Backward writes dgate and dup (bf16, GEMM operands).
 void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
 void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
