@@ -330,13 +330,20 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers, %s\n", "weights",
             H(b->weights), p->cuda ? "bf16" : "fp32");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
-    fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B\n",
-            "activations", H(b->activations), c->layers + 1, c->micro_batches, n, c->dim);
+    int offloaded = p->cuda && strcmp(c->offload_activations, "always") == 0;
+    fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
+            "activations", H(b->activations), offloaded ? 2 : c->layers + 1, c->micro_batches, n,
+            c->dim, offloaded ? " (the other boundaries offloaded to pinned host memory)" : "");
     fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
+    if (p->cuda && strcmp(c->offload_activations, "auto") == 0)
+        fprintf(f,
+                "  offload       offload_activations = \"auto\": the boundaries go to pinned host "
+                "memory (all but two layers' worth) if they would take over 3/4 of the free GPU "
+                "memory\n");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
     if (strcmp(c->recompute, "auto") == 0)
         fprintf(f,

@@ -46,6 +46,16 @@ typedef struct {
     void (*destroy)(backend *b);
     // Device memory in use once everything is allocated (the steady state's peak); 0 on the CPU.
     size_t (*device_bytes_in_use)(backend *b);
+    size_t (*device_bytes_free)(backend *b); // SIZE_MAX on the CPU
+    // Activation offload: host memory the copies below can use at full speed (pinned), and
+    // copies on two numbered slots. A copy starts once the compute queued so far is done (and,
+    // into the device, once the slot's previous copy is); slot_wait makes the compute that
+    // follows wait for the slot's last copy.
+    void *(*host_alloc)(backend *b, size_t bytes);
+    void (*host_release)(backend *b, void *p);
+    void (*to_host)(backend *b, void *host_dst, const void *src, size_t bytes, int slot);
+    void (*from_host)(backend *b, void *dst, const void *host_src, size_t bytes, int slot);
+    void (*slot_wait)(backend *b, int slot);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);

@@ -5,6 +5,7 @@
 #include "runtime/layer.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -135,6 +136,14 @@ static void cpu_destroy(backend *b) {
 static size_t cpu_device_bytes(backend *b) {
     return 0;
 }
+static size_t cpu_device_free(backend *b) {
+    return SIZE_MAX;
+}
+// On the CPU the copies are done when the call returns: nothing to wait for.
+static void cpu_to_host(backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    memcpy(dst, src, bytes);
+}
+static void cpu_slot_wait(backend *b, int slot) {}
 
 backend *backend_cpu_new(const mt_config *c) {
     backend *b = cpu_alloc(NULL, sizeof *b);
@@ -176,6 +185,12 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_last_logits,
         cpu_destroy,
         cpu_device_bytes,
+        cpu_device_free,
+        cpu_alloc,
+        cpu_release,
+        cpu_to_host,
+        cpu_to_host,
+        cpu_slot_wait,
     };
     return &ops;
 }

@@ -43,6 +43,10 @@ struct backend {
     bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dq, *dk, *dv;
     float *rstd1, *rstd2, *d_act, *d_n2, *d_h, *d_n1, *norm_scratch;
     void *attn_scratch;
+    float *bias_scratch;
+    // activation offload: its own copy streams, and per slot the event of its last copy
+    cudaStream_t to_host_s, from_host_s;
+    cudaEvent_t slot_done[2], queued;
     // the head
     bf16 *xf;
     float *rstd_f, *dxf, *losses, *losses_host, *logits;
@@ -334,6 +338,61 @@ static void alloc_head_set(backend *b) {
     b->targets = dev(b, n * M, 4);
 }
 
+static size_t cu_device_free(backend *b) {
+    size_t free_bytes, total;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+}
+
+static void *cu_host_alloc(backend *b, size_t bytes) {
+    void *p = NULL;
+    cudaError_t rc = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (rc != cudaSuccess)
+        mt_die("out of pinned host memory allocating %zu MiB for offloaded activations (%s)",
+               bytes >> 20, cudaGetErrorString(rc));
+    return p;
+}
+static void cu_host_release(backend *b, void *p) {
+    CUDA_CHECK(cudaFreeHost(p));
+}
+
+// The copy stream s waits for the compute queued so far.
+static void after_compute(backend *b, cudaStream_t s) {
+    CUDA_CHECK(cudaEventRecord(b->queued, b->s));
+    CUDA_CHECK(cudaStreamWaitEvent(s, b->queued, 0));
+}
+static void cu_to_host(backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    after_compute(b, b->to_host_s);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, b->to_host_s));
+    CUDA_CHECK(cudaEventRecord(b->slot_done[slot], b->to_host_s));
+}
+static void cu_from_host(backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    after_compute(b, b->from_host_s);
+    CUDA_CHECK(cudaStreamWaitEvent(b->from_host_s, b->slot_done[slot], 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, b->from_host_s));
+    CUDA_CHECK(cudaEventRecord(b->slot_done[slot], b->from_host_s));
+}
+static void cu_slot_wait(backend *b, int slot) {
+    CUDA_CHECK(cudaStreamWaitEvent(b->s, b->slot_done[slot], 0));
+}
+
+static void offload_streams_new(backend *b) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b->to_host_s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b->from_host_s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&b->queued, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&b->slot_done[i], cudaEventDisableTiming));
+}
+
+static void offload_streams_free(backend *b) {
+    CUDA_CHECK(cudaStreamSynchronize(b->to_host_s));
+    CUDA_CHECK(cudaStreamSynchronize(b->from_host_s));
+    CUDA_CHECK(cudaStreamDestroy(b->to_host_s));
+    CUDA_CHECK(cudaStreamDestroy(b->from_host_s));
+    CUDA_CHECK(cudaEventDestroy(b->queued));
+    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventDestroy(b->slot_done[i]));
+}
+
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
     void *all[] = {b->work_arena,   b->kept_arena,  b->n1,     b->n2,      b->act,
@@ -346,6 +405,7 @@ static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     free(b->kept);
     cuda_gemm_free(b->gemm);
+    offload_streams_free(b);
     CUDA_CHECK(cudaStreamDestroy(b->s));
     free(b);
 }
@@ -389,6 +449,7 @@ backend *backend_cuda_new(const mt_config *c) {
     int nt = model_group_tensors(c, model_layer_group(0), t, &numel);
     for (int i = 0; i < nt; i++) b->offsets[i] = t[i].offset;
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    offload_streams_new(b);
     b->gemm = cuda_gemm_new(32u << 20);
     upload_inv_freq(b);
     alloc_layer_set(b);
@@ -419,6 +480,12 @@ const backend_ops *backend_cuda_ops(void) {
         cu_last_logits,
         cu_destroy,
         cu_device_bytes,
+        cu_device_free,
+        cu_host_alloc,
+        cu_host_release,
+        cu_to_host,
+        cu_from_host,
+        cu_slot_wait,
     };
     return &ops;
 }

@@ -83,6 +83,7 @@ static const field_t schema[] = {
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
     STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
     STR("recompute", recompute, 0, "auto", "auto|always"),
+    STR("offload_activations", offload_activations, 0, "auto", "auto|never|always"),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),

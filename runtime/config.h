@@ -29,9 +29,10 @@ typedef struct {
     int checkpoint_interval;
     int checkpoint_keep; // keep the newest K step_NNNNNN folders; 0: all
     int eval_interval, eval_batches;
-    int sample_tokens;  // tokens of text generated at the end (0: none)
-    char backend[16];   // "auto", "cpu" or "cuda"
-    char recompute[16]; // "auto": keep layer internals where memory allows; "always"
+    int sample_tokens;            // tokens of text generated at the end (0: none)
+    char backend[16];             // "auto", "cpu" or "cuda"
+    char recompute[16];           // "auto": keep layer internals where memory allows; "always"
+    char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
     int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).

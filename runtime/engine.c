@@ -24,7 +24,11 @@ typedef struct {
     int n;                            // tokens per micro-batch
     weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
     grad_buffer emb_g, head_g, ring_g[2];
-    float *acts; // [(L + 1) * M * n * D]: layer-boundary activations of the step
+    // Layer-boundary activations of the step: [(L + 1) * M * n * D] in device memory, or when
+    // offloaded two sets [2 * M * n * D] (boundary l in set l % 2) with boundaries 0..L-1 in
+    // acts_host: each goes out after the forward makes it and comes back before its backward.
+    float *acts, *acts_host;
+    int offload;
     float *dres; // [M * n * D]: gradient flowing back through the residual stream
     float *tmp;
     int32_t *inputs, *targets; // host, [M * n]
@@ -32,7 +36,29 @@ typedef struct {
 } engine;
 
 static float *act(engine *e, int l, int m) {
-    return e->acts + ((size_t)l * e->c->micro_batches + m) * e->n * e->c->dim;
+    size_t set = e->offload ? (size_t)(l % 2) : (size_t)l;
+    return e->acts + (set * e->c->micro_batches + m) * e->n * e->c->dim;
+}
+static float *act_host(engine *e, int l) {
+    return e->acts_host + (size_t)l * e->c->micro_batches * e->n * e->c->dim;
+}
+static size_t layer_act_bytes(const engine *e) {
+    return sizeof(float) * e->c->micro_batches * e->n * e->c->dim;
+}
+
+// Forward: boundary l (all micro-batches) goes out once the compute that makes it is done.
+static void act_out(engine *e, int l) {
+    if (e->offload && l < e->c->layers)
+        e->ops->to_host(e->be, act_host(e, l), act(e, l, 0), layer_act_bytes(e), l % 2);
+}
+// Forward: the compute about to overwrite boundary l's set waits for its way out.
+static void act_reuse(engine *e, int l) {
+    if (e->offload) e->ops->slot_wait(e->be, l % 2);
+}
+// Backward: boundary l comes back into its set (once what used the set is done).
+static void act_in(engine *e, int l) {
+    if (e->offload && l >= 0 && l < e->c->layers - 1)
+        e->ops->from_host(e->be, act(e, l, 0), act_host(e, l), layer_act_bytes(e), l % 2);
 }
 static float *dres(engine *e, int m) {
     return e->dres + (size_t)m * e->n * e->c->dim;
@@ -79,6 +105,21 @@ static void pick_backend(engine *e) {
     e->be = backend_cpu_new(e->c);
 }
 
+// "auto" offloads when the boundaries would take more than 3/4 of the free device memory,
+// which leaves the rest for the two streaming layers, the working set and kept internals.
+static void choose_offload(engine *e) {
+    const mt_config *c = e->c;
+    size_t all = layer_act_bytes(e) * (c->layers + 1);
+    if (strcmp(c->offload_activations, "auto") == 0)
+        e->offload = all > e->ops->device_bytes_free(e->be) / 4 * 3;
+    else
+        e->offload = strcmp(c->offload_activations, "always") == 0;
+    if (e->offload)
+        printf("compute rank: offloading the boundary activations (%.2f GiB) to pinned host "
+               "memory, two layers' worth on the %s\n",
+               layer_act_bytes(e) * c->layers / 1073741824.0, e->ops->async ? "GPU" : "backend");
+}
+
 static void engine_init(engine *e, mt_job *job) {
     memset(e, 0, sizeof *e);
     const mt_config *c = e->c = &job->cfg;
@@ -102,7 +143,9 @@ static void engine_init(engine *e, mt_job *job) {
         weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
-    e->acts = device_alloc(e, (c->layers + 1) * M * nD, 4);
+    choose_offload(e);
+    e->acts = device_alloc(e, (e->offload ? 2 : c->layers + 1) * M * nD, 4);
+    if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * c->layers);
     e->dres = device_alloc(e, M * nD, 4);
     e->tmp = device_alloc(e, nD, 4);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
@@ -116,6 +159,7 @@ static void engine_free(engine *e) {
     buffers_free(&e->xfer, w, 4, g, 4);
     for (int i = 0; i < 4; i++) e->ops->release(e->be, w[i].dst), e->ops->release(e->be, g[i].src);
     e->ops->release(e->be, e->acts);
+    if (e->acts_host) e->ops->host_release(e->be, e->acts_host);
     e->ops->release(e->be, e->dres);
     e->ops->release(e->be, e->tmp);
     transfer_free(&e->xfer);
@@ -177,6 +221,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     span_begin(e, "embed", -1);
     for (int m = 0; m < M; m++) e->ops->embed_forward(e->be, act(e, 0, m), e->emb.dst, m);
     span_end(e, "embed", -1);
+    if (keep) act_out(e, 0);
     if (e->ops->async) fetch_next(e, -1, version);
     for (int l = 0; l < c->layers; l++) {
         weight_buffer *w = &e->ring[l % 2];
@@ -186,11 +231,13 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         // first, so the device has it to run while the host waits.
         if (!e->ops->async) fetch_next(e, l, version);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
+        if (keep) act_reuse(e, l + 1);
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
             e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m),
                                   keep ? keep_slot(e, l, m) : -1);
         span_end(e, "fwd", l);
+        if (keep) act_out(e, l + 1);
         buffer_done(w);
         if (e->ops->async) fetch_next(e, l, version);
     }
@@ -215,6 +262,8 @@ static void backward_layers(engine *e, int64_t step) {
         if (l > 0) fetch_async(&e->xfer, &e->ring[(l - 1) % 2], model_layer_group(l - 1), step);
         grad_buffer *gb = &e->ring_g[l % 2];
         zero_grads(e, gb, layer_numel);
+        act_in(e, l - 1); // into the set layer l + 1 (or the head) has finished with
+        if (e->offload) e->ops->slot_wait(e->be, l % 2);
         span_begin(e, "bwd", l);
         for (int m = 0; m < c->micro_batches; m++) {
             e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp,

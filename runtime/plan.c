@@ -91,7 +91,9 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     memset(b, 0, sizeof *b);
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
-    b->activations = 4 * (s.L + 1) * s.M * s.n * s.D;
+    // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
+    int offload = cuda && strcmp(c->offload_activations, "always") == 0;
+    b->activations = 4 * (offload ? 2 : s.L + 1) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
         uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
@@ -104,10 +106,12 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     b->total = b->weights + b->grads + b->activations + b->residual + b->working;
 }
 
-// On the CUDA backend the compute rank's host memory is the token ids and the pinned losses.
+// On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,
+// plus the offloaded boundary activations.
 uint64_t plan_cuda_host_bytes(const mt_config *c) {
     shape s = shape_of(c);
-    return 4 * (2 * s.M * s.n + s.M * s.n);
+    uint64_t offloaded = strcmp(c->offload_activations, "always") == 0 ? s.L * s.M * s.n * s.D : 0;
+    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded);
 }
 
 // ---- the ranks ----

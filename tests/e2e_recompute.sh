@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Kept activations change only speed: with recompute = "auto" (internals kept in spare memory)
-# and "always" (every layer recomputed in the backward), the per-step losses are bitwise equal.
-# On the CPU backend always; on the CUDA backend too when a GPU is present.
+# Memory modes change only speed and memory: with recompute = "auto" (internals kept in spare
+# memory), "always" (every layer recomputed in the backward), some kept and some recomputed,
+# and with the boundary activations offloaded to host memory, the per-step losses are bitwise
+# equal. On the CPU backend always; on the CUDA backend too when a GPU is present.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then backends="cpu cuda"; fi
 for be in $backends; do
-    for mode in auto always partial; do
+    for mode in auto always partial offload; do
         sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
             "$SRC/configs/test-small.cfg" >"$WORK/$be-$mode.cfg"
         [ $mode = always ] && echo 'recompute = "always";' >>"$WORK/$be-$mode.cfg"
         # partial: some passes kept, the others recomputed, within one layer too
         [ $mode = partial ] && export MT_KEEP_MAX=3
+        [ $mode = offload ] && export MT_KEEP_MAX=1 &&
+            echo 'offload_activations = "always";' >>"$WORK/$be-$mode.cfg"
         run_job "$be-$mode" 3 "$WORK/$be-$mode.cfg" --stop-at 8 || show_log "$be-$mode"
         unset MT_KEEP_MAX
     done
@@ -26,5 +29,9 @@ for be in $backends; do
         cmp -s <(losses "$WORK/$be-auto") <(losses "$WORK/$be-always")
     expect "$be losses are bitwise equal with some kept" \
         cmp -s <(losses "$WORK/$be-partial") <(losses "$WORK/$be-always")
+    expect "$be offload run offloaded" grep -q 'offloading the boundary activations' \
+        "$WORK/$be-offload.log"
+    expect "$be losses are bitwise equal with the activations offloaded" \
+        cmp -s <(losses "$WORK/$be-offload") <(losses "$WORK/$be-always")
 done
 finish
