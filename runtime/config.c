@@ -64,6 +64,15 @@ static const field_t schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
+    BOOL("model.qkv_bias", qkv_bias, 0), // Qwen2: biases on q, k, v
+    // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
+    // (the defaults here are Llama 3.1's, kept only so that every field is in range)
+    STR("model.rope_scaling.rope_type", rope_type, 0, "none", "none|llama3"),
+    FLT("model.rope_scaling.factor", rope_factor, 1, 1e6, 0, 8),
+    FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
+    FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
+    INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
+        8192),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
     STR("data.path", data_path, 0, "", NULL),
     STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
@@ -425,7 +434,7 @@ static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const c
         int t = config_setting_type(s);
         if (f) {
             if (store(x, cfg, f, s) < 0) return -1;
-        } else if (!prefix && is_group(key)) {
+        } else if (is_group(key)) { // model = { rope_scaling = { ... } } nests one deeper
             if (t != CONFIG_TYPE_GROUP)
                 return fail(x, line, key, "expected a group { ... }, got %s", type_name(t));
             if (walk(x, cfg, s, key) < 0) return -1;
@@ -554,6 +563,7 @@ static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
             return fail(x, LINE(f->key), f->key,
                         "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
         memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
+        if (f->kind == K_STRING) continue; // hf.c writes only names it knows
         double v =
             f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
         if (!in_range(f, v))
@@ -644,6 +654,54 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
+static const char *const rope_keys[] = {
+    "model.rope_scaling.factor", "model.rope_scaling.low_freq_factor",
+    "model.rope_scaling.high_freq_factor", "model.rope_scaling.original_max_position_embeddings"};
+
+// The four numbers go with rope_type "llama3", all of them (transformers demands them too: a
+// silent default would change the frequencies), and the blend between the two wavelengths
+// divides by high_freq_factor - low_freq_factor.
+static int check_rope_scaling(ctx_t *x, const mt_config *c) {
+    int llama3 = strcmp(c->rope_type, "llama3") == 0;
+    for (int i = 0; i < 4; i++) {
+        if (!llama3 && SEEN(rope_keys[i]))
+            return fail(x, LINE(rope_keys[i]), rope_keys[i],
+                        "only used with model.rope_scaling.rope_type = \"llama3\"");
+        if (llama3 && !c->model_dir[0] && !SEEN(rope_keys[i]))
+            return fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
+                        "missing (rope_type \"llama3\" needs it)");
+    }
+    if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return fail(x, LINE("model.rope_scaling.high_freq_factor"),
+                    "model.rope_scaling.high_freq_factor",
+                    "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
+                    c->rope_low_freq_factor);
+    return 0;
+}
+
+int mt_backend_is_cuda(const mt_config *c) {
+    if (strcmp(c->backend, "cuda") == 0) return 1;
+#ifdef MT_HAVE_CUDA
+    if (strcmp(c->backend, "auto") == 0)
+        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+#endif
+    return 0;
+}
+
+// Model features the CUDA backend does not implement yet: refused here rather than silently
+// computed without them on the GPU. (Remove each line as backend_cuda.c learns the feature.)
+static int check_backend_support(ctx_t *x, const mt_config *c) {
+    const char *why = NULL;
+    if (!mt_backend_is_cuda(c)) return 0;
+    if (c->qkv_bias)
+        why = "qkv bias is not supported on the cuda backend yet";
+    else if (strcmp(c->rope_type, "llama3") == 0)
+        why = "model.rope_scaling is not supported on the cuda backend yet";
+    if (!why) return 0;
+    return fail(x, LINE("backend"), "backend", "%s%s; backend = \"cpu\" runs it", why,
+                c->model_dir[0] ? " (model_dir's config.json asks for it)" : "");
+}
+
 // ---- entry point ----
 
 static void set_defaults(mt_config *cfg) {
@@ -712,7 +770,9 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
             return fail(x, 0, schema[i].key, "missing (required)");
     apply_derived(x, cfg);
     if (apply_hf_dirs(x, cfg) < 0) return -1;
-    if (cross_check(x, cfg) < 0) return -1;
+    if (cross_check(x, cfg) < 0 || check_rope_scaling(x, cfg) < 0 ||
+        check_backend_support(x, cfg) < 0)
+        return -1;
     if (check_hf_weights(x, cfg) < 0) return -1;
     if (resolve_paths(x, cfg) < 0) return -1;
     return check_data_file(x, cfg);
