@@ -77,6 +77,8 @@ static const field_t schema[] = {
     STR("data.path", data_path, 0, "", NULL),
     STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
+    // evaluation reads this file (glob, folder) in data.format instead of data.path's tail
+    STR("data.val_path", val_path, 0, "", NULL),
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
     INT("batch.seq_len", seq_len, 1, 1 << 22, REQUIRED, 0),
@@ -512,6 +514,9 @@ static int resolve_paths(ctx_t *x, mt_config *cfg) {
     if (cfg->data_path[0] && join_path(out, sizeof out, dir, cfg->data_path) < 0)
         return fail(x, LINE("data.path"), "data.path", "path too long");
     snprintf(cfg->data_path, sizeof cfg->data_path, "%s", out);
+    if (cfg->val_path[0] && join_path(out, sizeof out, dir, cfg->val_path) < 0)
+        return fail(x, LINE("data.val_path"), "data.val_path", "path too long");
+    if (cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", out);
 
     if (SEEN("checkpoint.dir")) {
         if (join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
@@ -536,6 +541,7 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
     if (!SEEN("optimizer.min_lr")) cfg->min_lr = cfg->lr / 10;
     if (!SEEN("optimizer.warmup_steps")) cfg->warmup_steps = cfg->steps / 10;
     if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
+    if (cfg->val_path[0]) cfg->val_fraction = 0; // all of data.path trains
 }
 
 // model_dir's config.json supplies every model.* field. A model.* key that the file also sets
@@ -584,45 +590,60 @@ static int check_hf_weights(ctx_t *x, const mt_config *cfg) {
     return rc < 0 ? fail(x, LINE("model_dir"), "model_dir", "%s", err) : 0;
 }
 
-// Enough tokens for one window in the training head (and in the validation tail when
-// evaluating): the sizes are known before any token is read.
-static int check_data_size(ctx_t *x, const mt_config *cfg, int line, long n) {
+// Enough tokens for one window in the training head and, when evaluating, in the validation
+// tail; with data.val_path, one in each file.
+static int check_data_size(ctx_t *x, const mt_config *cfg, long n, long n_val) {
     long need = cfg->seq_len + 1L;
-    long val = (long)((double)n * cfg->val_fraction);
+    long val = (long)((double)n * cfg->val_fraction); // 0 with val_path
     long train = n - val;
     if (train < need)
-        return fail(x, line, "data.path",
+        return fail(x, LINE("data.path"), "data.path",
                     "%s: %ld training tokens, fewer than batch.seq_len + 1 = %ld", cfg->data_path,
                     train, need);
-    if (cfg->eval_interval > 0 && val < need)
-        return fail(x, line, "data.path",
+    if (cfg->val_path[0] && n_val < need)
+        return fail(x, LINE("data.val_path"), "data.val_path",
+                    "%s: %ld tokens, fewer than batch.seq_len + 1 = %ld", cfg->val_path, n_val,
+                    need);
+    if (!cfg->val_path[0] && cfg->eval_interval > 0 && val < need)
+        return fail(x, LINE("data.path"), "data.path",
                     "%s: %ld validation tokens (data.val_fraction %g), fewer than "
                     "batch.seq_len + 1 = %ld",
                     cfg->data_path, val, cfg->val_fraction, need);
     return 0;
 }
 
-static int check_data_file(ctx_t *x, const mt_config *cfg) {
-    int line = LINE("data.path");
-    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
-    if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
-    if (strcmp(cfg->data_format, "tokens") == 0) { // headers only: the token scan is at load
+// The token count of key's path (data.path or data.val_path) in data.format, known before any
+// token is read: shards' headers only (the token scan is at load), a text file's size.
+static int count_tokens(ctx_t *x, const mt_config *cfg, const char *key, const char *path,
+                        long *n) {
+    int line = LINE(key);
+    if (strcmp(cfg->data_format, "tokens") == 0) {
         char msg[MT_PATH_MAX + 256];
-        size_t n;
-        if (dataset_check_shards(cfg->data_path, &n, msg, sizeof msg) < 0)
-            return fail(x, line, "data.path", "%s", msg);
-        return check_data_size(x, cfg, line, (long)n);
+        size_t count;
+        if (dataset_check_shards(path, &count, msg, sizeof msg) < 0)
+            return fail(x, line, key, "%s", msg);
+        *n = (long)count;
+        return 0;
     }
-    int fd = open(cfg->data_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(x, line, "data.path", "cannot open %s: %s", cfg->data_path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(x, line, key, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     int rc = fstat(fd, &st);
     close(fd);
-    if (rc < 0) return fail(x, line, "data.path", "%s: %s", cfg->data_path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fail(x, line, "data.path", "%s: not a regular file", cfg->data_path);
-    return check_data_size(x, cfg, line, (long)st.st_size); // bytes: one token per byte
+    if (rc < 0) return fail(x, line, key, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fail(x, line, key, "%s: not a regular file", path);
+    *n = (long)st.st_size; // bytes: one token per byte
+    return 0;
+}
+
+static int check_data_file(ctx_t *x, const mt_config *cfg) {
+    long n, n_val = 0;
+    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
+    if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
+    if (count_tokens(x, cfg, "data.path", cfg->data_path, &n) < 0) return -1;
+    if (cfg->val_path[0] && count_tokens(x, cfg, "data.val_path", cfg->val_path, &n_val) < 0)
+        return -1;
+    return check_data_size(x, cfg, n, n_val);
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
@@ -645,9 +666,15 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (c->warmup_steps > c->steps)
         return fail(x, LINE("optimizer.warmup_steps"), "optimizer.warmup_steps",
                     "%d is more than steps = %d", c->warmup_steps, c->steps);
-    if (c->eval_interval > 0 && c->val_fraction == 0)
+    if (c->val_path[0] && SEEN("data.val_fraction"))
+        return fail(x, LINE("data.val_fraction"), "data.val_fraction",
+                    "not used with data.val_path (evaluation reads that; all of data.path trains)");
+    if (c->val_path[0] && strcmp(c->data_format, "synthetic") == 0)
+        return fail(x, LINE("data.val_path"), "data.val_path",
+                    "not used with data.format \"synthetic\"");
+    if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
         return fail(x, LINE("eval.interval"), "eval.interval",
-                    "evaluation needs data.val_fraction > 0");
+                    "evaluation needs data.val_fraction > 0 or data.val_path");
     if (c->trace_steps[1] > c->steps)
         return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
                     c->trace_steps[0], c->trace_steps[1], c->steps);

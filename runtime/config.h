@@ -20,8 +20,9 @@ typedef struct {
     int rope_original_max_pos; // original_max_position_embeddings
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
-    char data_format[16]; // "bytes": raw text, one token per byte (vocab 256)
-    double val_fraction;  // tail of the data held out for eval
+    char data_format[16];       // "bytes": raw text, one token per byte (vocab 256)
+    double val_fraction;        // tail of the data held out for eval (0 with val_path)
+    char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
     // batch
     int micro_batch, micro_batches, seq_len;
     // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
