@@ -182,6 +182,12 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
                         cJSON_IsTrue(tied) ? "true" : "false",
                         c->tied_embeddings ? "true" : "false"),
                -1;
+    // Absent in checkpoints from before Qwen2's biases: those models have none.
+    int qkv_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "qkv_bias"));
+    if (qkv_bias != !!c->qkv_bias)
+        return snprintf(err, errlen, "%s: model.qkv_bias %s != config %s", path,
+                        qkv_bias ? "true" : "false", c->qkv_bias ? "true" : "false"),
+               -1;
     return 0;
 }
 
@@ -447,6 +453,7 @@ static cJSON *manifest_model(const mt_config *c) {
     cJSON_AddNumberToObject(m, "ffn_dim", c->ffn_dim);
     cJSON_AddNumberToObject(m, "vocab", c->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
+    cJSON_AddBoolToObject(m, "qkv_bias", c->qkv_bias);
     return m;
 }
 

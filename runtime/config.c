@@ -64,10 +64,21 @@ static const field_t schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
+    BOOL("model.qkv_bias", qkv_bias, 0), // Qwen2: biases on q, k, v
+    // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
+    // (the defaults here are Llama 3.1's, kept only so that every field is in range)
+    STR("model.rope_scaling.rope_type", rope_type, 0, "none", "none|llama3"),
+    FLT("model.rope_scaling.factor", rope_factor, 1, 1e6, 0, 8),
+    FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
+    FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
+    INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
+        8192),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
     STR("data.path", data_path, 0, "", NULL),
     STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
+    // evaluation reads this file (glob, folder) in data.format instead of data.path's tail
+    STR("data.val_path", val_path, 0, "", NULL),
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
     INT("batch.seq_len", seq_len, 1, 1 << 22, REQUIRED, 0),
@@ -427,7 +438,7 @@ static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const c
         int t = config_setting_type(s);
         if (f) {
             if (store(x, cfg, f, s) < 0) return -1;
-        } else if (!prefix && is_group(key)) {
+        } else if (is_group(key)) { // model = { rope_scaling = { ... } } nests one deeper
             if (t != CONFIG_TYPE_GROUP)
                 return fail(x, line, key, "expected a group { ... }, got %s", type_name(t));
             if (walk(x, cfg, s, key) < 0) return -1;
@@ -505,6 +516,9 @@ static int resolve_paths(ctx_t *x, mt_config *cfg) {
     if (cfg->data_path[0] && join_path(out, sizeof out, dir, cfg->data_path) < 0)
         return fail(x, LINE("data.path"), "data.path", "path too long");
     snprintf(cfg->data_path, sizeof cfg->data_path, "%s", out);
+    if (cfg->val_path[0] && join_path(out, sizeof out, dir, cfg->val_path) < 0)
+        return fail(x, LINE("data.val_path"), "data.val_path", "path too long");
+    if (cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", out);
 
     if (SEEN("checkpoint.dir")) {
         if (join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
@@ -529,6 +543,7 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
     if (!SEEN("optimizer.min_lr")) cfg->min_lr = cfg->lr / 10;
     if (!SEEN("optimizer.warmup_steps")) cfg->warmup_steps = cfg->steps / 10;
     if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
+    if (cfg->val_path[0]) cfg->val_fraction = 0; // all of data.path trains
 }
 
 // model_dir's config.json supplies every model.* field. A model.* key that the file also sets
@@ -556,6 +571,7 @@ static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
             return fail(x, LINE(f->key), f->key,
                         "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
         memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
+        if (f->kind == K_STRING) continue; // hf.c writes only names it knows
         double v =
             f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
         if (!in_range(f, v))
@@ -576,45 +592,60 @@ static int check_hf_weights(ctx_t *x, const mt_config *cfg) {
     return rc < 0 ? fail(x, LINE("model_dir"), "model_dir", "%s", err) : 0;
 }
 
-// Enough tokens for one window in the training head (and in the validation tail when
-// evaluating): the sizes are known before any token is read.
-static int check_data_size(ctx_t *x, const mt_config *cfg, int line, long n) {
+// Enough tokens for one window in the training head and, when evaluating, in the validation
+// tail; with data.val_path, one in each file.
+static int check_data_size(ctx_t *x, const mt_config *cfg, long n, long n_val) {
     long need = cfg->seq_len + 1L;
-    long val = (long)((double)n * cfg->val_fraction);
+    long val = (long)((double)n * cfg->val_fraction); // 0 with val_path
     long train = n - val;
     if (train < need)
-        return fail(x, line, "data.path",
+        return fail(x, LINE("data.path"), "data.path",
                     "%s: %ld training tokens, fewer than batch.seq_len + 1 = %ld", cfg->data_path,
                     train, need);
-    if (cfg->eval_interval > 0 && val < need)
-        return fail(x, line, "data.path",
+    if (cfg->val_path[0] && n_val < need)
+        return fail(x, LINE("data.val_path"), "data.val_path",
+                    "%s: %ld tokens, fewer than batch.seq_len + 1 = %ld", cfg->val_path, n_val,
+                    need);
+    if (!cfg->val_path[0] && cfg->eval_interval > 0 && val < need)
+        return fail(x, LINE("data.path"), "data.path",
                     "%s: %ld validation tokens (data.val_fraction %g), fewer than "
                     "batch.seq_len + 1 = %ld",
                     cfg->data_path, val, cfg->val_fraction, need);
     return 0;
 }
 
-static int check_data_file(ctx_t *x, const mt_config *cfg) {
-    int line = LINE("data.path");
-    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
-    if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
-    if (strcmp(cfg->data_format, "tokens") == 0) { // headers only: the token scan is at load
+// The token count of key's path (data.path or data.val_path) in data.format, known before any
+// token is read: shards' headers only (the token scan is at load), a text file's size.
+static int count_tokens(ctx_t *x, const mt_config *cfg, const char *key, const char *path,
+                        long *n) {
+    int line = LINE(key);
+    if (strcmp(cfg->data_format, "tokens") == 0) {
         char msg[MT_PATH_MAX + 256];
-        size_t n;
-        if (dataset_check_shards(cfg->data_path, &n, msg, sizeof msg) < 0)
-            return fail(x, line, "data.path", "%s", msg);
-        return check_data_size(x, cfg, line, (long)n);
+        size_t count;
+        if (dataset_check_shards(path, &count, msg, sizeof msg) < 0)
+            return fail(x, line, key, "%s", msg);
+        *n = (long)count;
+        return 0;
     }
-    int fd = open(cfg->data_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(x, line, "data.path", "cannot open %s: %s", cfg->data_path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(x, line, key, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     int rc = fstat(fd, &st);
     close(fd);
-    if (rc < 0) return fail(x, line, "data.path", "%s: %s", cfg->data_path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return fail(x, line, "data.path", "%s: not a regular file", cfg->data_path);
-    return check_data_size(x, cfg, line, (long)st.st_size); // bytes: one token per byte
+    if (rc < 0) return fail(x, line, key, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fail(x, line, key, "%s: not a regular file", path);
+    *n = (long)st.st_size; // bytes: one token per byte
+    return 0;
+}
+
+static int check_data_file(ctx_t *x, const mt_config *cfg) {
+    long n, n_val = 0;
+    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
+    if (!cfg->data_path[0]) return fail(x, 0, "data.path", "missing (required)");
+    if (count_tokens(x, cfg, "data.path", cfg->data_path, &n) < 0) return -1;
+    if (cfg->val_path[0] && count_tokens(x, cfg, "data.val_path", cfg->val_path, &n_val) < 0)
+        return -1;
+    return check_data_size(x, cfg, n, n_val);
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
@@ -637,13 +668,67 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (c->warmup_steps > c->steps)
         return fail(x, LINE("optimizer.warmup_steps"), "optimizer.warmup_steps",
                     "%d is more than steps = %d", c->warmup_steps, c->steps);
-    if (c->eval_interval > 0 && c->val_fraction == 0)
+    if (c->val_path[0] && SEEN("data.val_fraction"))
+        return fail(x, LINE("data.val_fraction"), "data.val_fraction",
+                    "not used with data.val_path (evaluation reads that; all of data.path trains)");
+    if (c->val_path[0] && strcmp(c->data_format, "synthetic") == 0)
+        return fail(x, LINE("data.val_path"), "data.val_path",
+                    "not used with data.format \"synthetic\"");
+    if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
         return fail(x, LINE("eval.interval"), "eval.interval",
-                    "evaluation needs data.val_fraction > 0");
+                    "evaluation needs data.val_fraction > 0 or data.val_path");
     if (c->trace_steps[1] > c->steps)
         return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
                     c->trace_steps[0], c->trace_steps[1], c->steps);
     return 0;
+}
+
+static const char *const rope_keys[] = {
+    "model.rope_scaling.factor", "model.rope_scaling.low_freq_factor",
+    "model.rope_scaling.high_freq_factor", "model.rope_scaling.original_max_position_embeddings"};
+
+// The four numbers go with rope_type "llama3", all of them (transformers demands them too: a
+// silent default would change the frequencies), and the blend between the two wavelengths
+// divides by high_freq_factor - low_freq_factor.
+static int check_rope_scaling(ctx_t *x, const mt_config *c) {
+    int llama3 = strcmp(c->rope_type, "llama3") == 0;
+    for (int i = 0; i < 4; i++) {
+        if (!llama3 && SEEN(rope_keys[i]))
+            return fail(x, LINE(rope_keys[i]), rope_keys[i],
+                        "only used with model.rope_scaling.rope_type = \"llama3\"");
+        if (llama3 && !c->model_dir[0] && !SEEN(rope_keys[i]))
+            return fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
+                        "missing (rope_type \"llama3\" needs it)");
+    }
+    if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return fail(x, LINE("model.rope_scaling.high_freq_factor"),
+                    "model.rope_scaling.high_freq_factor",
+                    "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
+                    c->rope_low_freq_factor);
+    return 0;
+}
+
+int mt_backend_is_cuda(const mt_config *c) {
+    if (strcmp(c->backend, "cuda") == 0) return 1;
+#ifdef MT_HAVE_CUDA
+    if (strcmp(c->backend, "auto") == 0)
+        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+#endif
+    return 0;
+}
+
+// Model features the CUDA backend does not implement yet: refused here rather than silently
+// computed without them on the GPU. (Remove each line as backend_cuda.c learns the feature.)
+static int check_backend_support(ctx_t *x, const mt_config *c) {
+    const char *why = NULL;
+    if (!mt_backend_is_cuda(c)) return 0;
+    if (c->qkv_bias)
+        why = "qkv bias is not supported on the cuda backend yet";
+    else if (strcmp(c->rope_type, "llama3") == 0)
+        why = "model.rope_scaling is not supported on the cuda backend yet";
+    if (!why) return 0;
+    return fail(x, LINE("backend"), "backend", "%s%s; backend = \"cpu\" runs it", why,
+                c->model_dir[0] ? " (model_dir's config.json asks for it)" : "");
 }
 
 // ---- entry point ----
@@ -714,7 +799,9 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
             return fail(x, 0, schema[i].key, "missing (required)");
     apply_derived(x, cfg);
     if (apply_hf_dirs(x, cfg) < 0) return -1;
-    if (cross_check(x, cfg) < 0) return -1;
+    if (cross_check(x, cfg) < 0 || check_rope_scaling(x, cfg) < 0 ||
+        check_backend_support(x, cfg) < 0)
+        return -1;
     if (check_hf_weights(x, cfg) < 0) return -1;
     if (resolve_paths(x, cfg) < 0) return -1;
     return check_data_file(x, cfg);

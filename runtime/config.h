@@ -13,10 +13,16 @@ typedef struct {
     int dim, layers, heads, kv_heads, ffn_dim, vocab;
     double rope_theta, norm_eps;
     int tied_embeddings;
+    int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
+    // model.rope_scaling: rope_type "none", or "llama3" (Llama 3.1) with its four parameters
+    char rope_type[16];
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos; // original_max_position_embeddings
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
-    char data_format[16]; // "bytes": raw text, one token per byte (vocab 256)
-    double val_fraction;  // tail of the data held out for eval
+    char data_format[16];       // "bytes": raw text, one token per byte (vocab 256)
+    double val_fraction;        // tail of the data held out for eval (0 with val_path)
+    char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
     // batch
     int micro_batch, micro_batches, seq_len;
     // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
@@ -46,6 +52,10 @@ typedef struct {
 // Loads and validates path. Returns 0, or -1 with a one-line message in err:
 // "<file>:<line>: <key>: <problem>" (or "<file>: <problem>" when no line applies).
 int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen);
+
+// Whether the compute rank will run on the GPU: backend "cuda", or "auto" in a CUDA build on
+// a host with the NVIDIA driver's device files (what the engine then picks, without a CUDA call).
+int mt_backend_is_cuda(const mt_config *c);
 
 // Derived quantities.
 static inline int mt_head_dim(const mt_config *c) {

@@ -229,11 +229,10 @@ static void check_range(const data_shard *s, int vocab) {
 }
 
 // data.format "bytes": the text file is one shard with no header, one token per byte.
-static void open_bytes(dataset *ds, const char *path) {
-    ds->shards = calloc(1, sizeof *ds->shards);
-    if (!ds->shards) mt_die("out of memory");
-    data_shard *s = &ds->shards[0];
-    ds->nshards = 1;
+static void open_bytes(data_shard **out, int *nout, const char *path) {
+    data_shard *s = *out = calloc(1, sizeof *s);
+    if (!s) mt_die("out of memory");
+    *nout = 1;
     s->path = strdup(path);
     if (!s->path) mt_die("out of memory");
     int fd = open(path, O_RDONLY);
@@ -243,18 +242,37 @@ static void open_bytes(dataset *ds, const char *path) {
     SYS_CHECK(close(fd));
     s->n = s->map_len = (size_t)st.st_size;
     s->width = 1;
+    if (s->n) map_shard(s);
 }
 
-static void open_tokens(dataset *ds, const mt_config *c) {
+static void open_tokens(data_shard **out, int *nout, const char *pattern, int vocab) {
     char err[MT_PATH_MAX + 256];
     size_t total;
-    if (find_shards(c->data_path, &ds->shards, &ds->nshards, &total, err, sizeof err) < 0)
-        mt_die("%s", err);
-    for (int i = 0; i < ds->nshards; i++) {
-        if (ds->shards[i].n == 0) continue; // nothing to map; never chosen by a window
-        map_shard(&ds->shards[i]);
-        check_range(&ds->shards[i], c->vocab);
+    if (find_shards(pattern, out, nout, &total, err, sizeof err) < 0) mt_die("%s", err);
+    for (int i = 0; i < *nout; i++) {
+        if ((*out)[i].n == 0) continue; // nothing to map; never chosen by a window
+        map_shard(&(*out)[i]);
+        check_range(&(*out)[i], vocab);
     }
+}
+
+// The stream of path in c's format, mapped; returns its token count. Windows land anywhere,
+// so the kernel's read-ahead would only waste page cache.
+static size_t open_stream(const mt_config *c, const char *path, data_shard **out, int *nout) {
+    if (strcmp(c->data_format, "tokens") == 0)
+        open_tokens(out, nout, path, c->vocab);
+    else
+        open_bytes(out, nout, path);
+    size_t n = 0;
+    for (int i = 0; i < *nout; i++) {
+        n += (*out)[i].n;
+        if ((*out)[i].map) (void)madvise((void *)(*out)[i].map, (*out)[i].map_len, MADV_RANDOM);
+    }
+    return n;
+}
+
+static void too_short(const char *path, size_t n, int seq_len, size_t need) {
+    mt_die("%s: %zu tokens, too few for seq_len %d (need at least %zu)", path, n, seq_len, need);
 }
 
 void dataset_open(dataset *ds, const mt_config *c) {
@@ -265,42 +283,43 @@ void dataset_open(dataset *ds, const mt_config *c) {
         ds->n_train = ds->n - (ds->n >> 4);
         return;
     }
-    if (strcmp(c->data_format, "tokens") == 0)
-        open_tokens(ds, c);
-    else
-        open_bytes(ds, c->data_path);
-    for (int i = 0; i < ds->nshards; i++) ds->n += ds->shards[i].n;
-    size_t need = 2 * ((size_t)c->seq_len + 1);
-    if (ds->n < need)
-        mt_die("%s: %zu tokens, too few for seq_len %d (need at least %zu)", c->data_path, ds->n,
-               c->seq_len, need);
-    if (ds->nshards == 1 && !ds->shards[0].map) map_shard(&ds->shards[0]); // bytes
-    // Windows land anywhere: the kernel's read-ahead would only waste page cache.
-    for (int i = 0; i < ds->nshards; i++)
-        if (ds->shards[i].map)
-            (void)madvise((void *)ds->shards[i].map, ds->shards[i].map_len, MADV_RANDOM);
+    size_t window = (size_t)c->seq_len + 1;
+    ds->n = open_stream(c, c->data_path, &ds->shards, &ds->nshards);
+    if (c->val_path[0]) { // all of data.path trains; evaluation reads val_path
+        ds->val_n = open_stream(c, c->val_path, &ds->val_shards, &ds->val_nshards);
+        if (ds->n < window) too_short(c->data_path, ds->n, c->seq_len, window);
+        if (ds->val_n < window) too_short(c->val_path, ds->val_n, c->seq_len, window);
+        ds->n_train = ds->n;
+        return;
+    }
+    if (ds->n < 2 * window) too_short(c->data_path, ds->n, c->seq_len, 2 * window);
     ds->n_train = (size_t)(ds->n * (1.0 - c->val_fraction));
     if (ds->n_train < (size_t)c->seq_len + 1) ds->n_train = c->seq_len + 1;
     if (ds->n - ds->n_train < (size_t)c->seq_len + 1) ds->n_train = ds->n - c->seq_len - 1;
 }
 
+static void close_stream(data_shard **shards, int *ns) {
+    for (int i = 0; i < *ns; i++)
+        if ((*shards)[i].map) SYS_CHECK(munmap((void *)(*shards)[i].map, (*shards)[i].map_len));
+    free_shards(*shards, *ns);
+    *shards = NULL;
+    *ns = 0;
+}
+
 void dataset_close(dataset *ds) {
-    for (int i = 0; i < ds->nshards; i++)
-        if (ds->shards[i].map) SYS_CHECK(munmap((void *)ds->shards[i].map, ds->shards[i].map_len));
-    free_shards(ds->shards, ds->nshards);
-    ds->shards = NULL;
-    ds->nshards = 0;
+    close_stream(&ds->shards, &ds->nshards);
+    close_stream(&ds->val_shards, &ds->val_nshards);
 }
 
 // ---- reading windows ----
 
 // The shard holding stream index i: the last one that starts at or before it. Empty shards
 // share their start with the next one, which comes later and so wins.
-static int shard_of(const dataset *ds, size_t i) {
-    int lo = 0, hi = ds->nshards - 1;
+static int shard_of(const data_shard *shards, int nshards, size_t i) {
+    int lo = 0, hi = nshards - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (ds->shards[mid].start <= i)
+        if (shards[mid].start <= i)
             lo = mid;
         else
             hi = mid - 1;
@@ -308,16 +327,17 @@ static int shard_of(const dataset *ds, size_t i) {
     return lo;
 }
 
-// count tokens of the stream from index o; a window that crosses into the next shard simply
+// count tokens of a stream from index o; a window that crosses into the next shard simply
 // continues there, so the stream reads exactly like the concatenated files.
-static void copy_tokens(const dataset *ds, size_t o, int count, int32_t *out) {
-    if (ds->nshards == 0) { // synthetic
-        for (int t = 0; t < count; t++) out[t] = (int32_t)(splitmix64(o + t) % (uint64_t)ds->vocab);
+static void copy_tokens(const data_shard *shards, int nshards, int vocab, size_t o, int count,
+                        int32_t *out) {
+    if (nshards == 0) { // synthetic
+        for (int t = 0; t < count; t++) out[t] = (int32_t)(splitmix64(o + t) % (uint64_t)vocab);
         return;
     }
     size_t done = 0;
-    for (int s = shard_of(ds, o); done < (size_t)count; s++) {
-        const data_shard *sh = &ds->shards[s];
+    for (int s = shard_of(shards, nshards, o); done < (size_t)count; s++) {
+        const data_shard *sh = &shards[s];
         size_t off = o + done - sh->start, take = sh->n - off;
         if (take > (size_t)count - done) take = (size_t)count - done;
         for (size_t t = 0; t < take; t++) out[done + t] = (int32_t)token(sh, off + t);
@@ -327,14 +347,18 @@ static void copy_tokens(const dataset *ds, size_t o, int count, int32_t *out) {
 
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets) {
+    const data_shard *shards = ds->shards;
+    int nshards = ds->nshards;
     size_t lo = split == SPLIT_TRAIN ? 0 : ds->n_train;
     size_t hi = split == SPLIT_TRAIN ? ds->n_train : ds->n;
+    if (split == SPLIT_VAL && ds->val_nshards) // data.val_path
+        shards = ds->val_shards, nshards = ds->val_nshards, lo = 0, hi = ds->val_n;
     size_t span = hi - lo - (size_t)T; // windows [o, o + T] with o + T < hi
     for (int r = 0; r < rows; r++) {
         uint64_t key = splitmix64(seed ^ splitmix64((uint64_t)split << 62 ^ (uint64_t)step << 24 ^
                                                     (uint64_t)micro << 12 ^ (uint64_t)r));
         size_t o = lo + key % span;
-        copy_tokens(ds, o, T, inputs + (size_t)r * T);
-        copy_tokens(ds, o + 1, T, targets + (size_t)r * T);
+        copy_tokens(shards, nshards, ds->vocab, o, T, inputs + (size_t)r * T);
+        copy_tokens(shards, nshards, ds->vocab, o + 1, T, targets + (size_t)r * T);
     }
 }

@@ -1,5 +1,6 @@
 // Training data: one virtual token stream over memory-mapped files, split into a training
-// head and a validation tail. The stream is raw text (one token per byte), token shards (ours,
+// head and a validation tail, or, with data.val_path, all for training and a second stream of
+// the same format for validation. The stream is raw text (one token per byte), token shards (ours,
 // "MTCTOKS1", or llm.c's .bin; docs/data-format.md) concatenated in sorted path order, or
 // synthetic tokens. Batches are drawn at offsets that are a pure function of (seed, split,
 // step, micro-batch, row), so a resumed run reads exactly what the uninterrupted one would
@@ -23,8 +24,11 @@ typedef struct {
 typedef struct {
     data_shard *shards; // in stream order; none for synthetic data
     int nshards;
-    size_t n, n_train;
-    int vocab; // synthetic data: uniform tokens in [0, vocab), a hash of the position
+    size_t n, n_train;      // validation reads [n_train, n), unless val_path's stream is there
+    int vocab;              // synthetic data: uniform tokens in [0, vocab), a hash of the position
+    data_shard *val_shards; // data.val_path's stream (n_train is then n); none without it
+    int val_nshards;
+    size_t val_n;
 } dataset;
 
 enum { SPLIT_TRAIN, SPLIT_VAL };
@@ -38,7 +42,8 @@ int dataset_check_shards(const char *pattern, size_t *ntokens, char *err, size_t
 // short, or (for shards) holds a token >= vocab, with that token's index in the file.
 void dataset_open(dataset *ds, const mt_config *c);
 void dataset_close(dataset *ds);
-// rows x (seq+1) window: inputs[r*T + t] = tokens[o + t], targets = tokens[o + t + 1].
+// rows x (seq+1) window: inputs[r*T + t] = tokens[o + t], targets = tokens[o + t + 1]. The
+// offset o is drawn the same way whichever stream holds the split.
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets);
 

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,48 +107,70 @@ static int get_bool(const json_ctx *j, const char *key, int def, int *out) {
     return 0;
 }
 
-// LlamaForCausalLM; MistralForCausalLM is the same math while its window covers the sequence.
-static int check_architecture(const json_ctx *j, int seq_len) {
+// The architectures we train, and the defaults transformers' config classes give to what a
+// config.json leaves out (num_key_value_heads differs between them).
+enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2 };
+static const char *const arch_names[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                         "Qwen2ForCausalLM"};
+
+// The window as transformers reads it: Mistral's default is 4096 (null means none), Qwen2's
+// counts only with use_sliding_window, Llama has none. Returns 0 when there is no window.
+static int sliding_window(const json_ctx *j, int arch, double *window) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j->root, "sliding_window");
+    int use = 1;
+    *window = 0;
+    if (arch == ARCH_LLAMA) return 0;
+    if (arch == ARCH_QWEN2 && get_bool(j, "use_sliding_window", 0, &use) < 0) return -1;
+    if (!use) return 0;
+    if (!w && arch == ARCH_MISTRAL) return *window = 4096, 0;
+    if (!w || cJSON_IsNull(w)) return 0;
+    if (!cJSON_IsNumber(w) || !(w->valuedouble > 0))
+        return failf(j->err, j->errlen, "%s: sliding_window must be a positive integer or null",
+                     j->path);
+    *window = w->valuedouble;
+    return 0;
+}
+
+// Llama; Mistral and Qwen2 are the same math (Qwen2 with q/k/v biases) while a window covers
+// the whole sequence. Sets *arch.
+static int check_architecture(const json_ctx *j, int seq_len, int *arch) {
     const cJSON *a = item(j, "architectures"), *first = cJSON_GetArrayItem(a, 0);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 1 || !cJSON_IsString(first))
         return failf(j->err, j->errlen, "%s: architectures must list exactly one class", j->path);
-    const char *arch = first->valuestring;
-    if (strcmp(arch, "Qwen2ForCausalLM") == 0)
-        return failf(
-            j->err, j->errlen,
-            "%s: architecture Qwen2ForCausalLM not supported yet (q/k/v projection biases)",
-            j->path);
-    if (strcmp(arch, "LlamaForCausalLM") && strcmp(arch, "MistralForCausalLM"))
+    const char *name = first->valuestring;
+    *arch = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, arch_names[i]) == 0) *arch = i;
+    if (*arch < 0)
         return failf(j->err, j->errlen,
-                     "%s: architecture %s not supported (LlamaForCausalLM, MistralForCausalLM)",
-                     j->path, arch);
-    const cJSON *w = item(j, "sliding_window");
-    if (w && (!cJSON_IsNumber(w) || w->valuedouble < seq_len))
+                     "%s: architecture %s not supported (LlamaForCausalLM, MistralForCausalLM, "
+                     "Qwen2ForCausalLM)",
+                     j->path, name);
+    double w;
+    if (sliding_window(j, *arch, &w) < 0) return -1;
+    if (w > 0 && w < seq_len)
         return failf(j->err, j->errlen,
                      "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet",
-                     j->path, cJSON_IsNumber(w) ? w->valuedouble : -1.0, seq_len);
+                     j->path, w, seq_len);
     return 0;
 }
 
 // Fields that would change the math and that we do not implement are errors, not ignored.
-static int check_unsupported(const json_ctx *j) {
-    const cJSON *rs = item(j, "rope_scaling"), *act = item(j, "hidden_act");
-    if (rs) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        return failf(j->err, j->errlen, "%s: rope_scaling type %s not supported yet", j->path,
-                     cJSON_IsString(t) ? t->valuestring : "(unknown)");
-    }
+static int check_unsupported(const json_ctx *j, int arch) {
+    const cJSON *act = item(j, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
         return failf(j->err, j->errlen, "%s: hidden_act %s not supported (only silu)", j->path,
                      cJSON_IsString(act) ? act->valuestring : "(not a string)");
-    const char *biases[] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++) {
-        int b = 0;
-        if (get_bool(j, biases[i], 0, &b) < 0) return -1;
-        if (b)
-            return failf(j->err, j->errlen, "%s: %s = true not supported yet", j->path, biases[i]);
-    }
+    int b = 0;
+    // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
+    if (arch != ARCH_QWEN2 && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
+    if (b)
+        return failf(j->err, j->errlen,
+                     "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
+                     "only Qwen2's q/k/v biases are",
+                     j->path);
+    if (arch != ARCH_QWEN2 && get_bool(j, "mlp_bias", 0, &b) < 0) return -1;
+    if (b) return failf(j->err, j->errlen, "%s: mlp_bias = true not supported yet", j->path);
     const cJSON *drop = item(j, "attention_dropout");
     if (drop && (!cJSON_IsNumber(drop) || drop->valuedouble != 0))
         return failf(j->err, j->errlen, "%s: attention_dropout must be 0 (dropout not supported)",
@@ -155,25 +178,83 @@ static int check_unsupported(const json_ctx *j) {
     return 0;
 }
 
-static int read_shape(const json_ctx *j, mt_config *m) {
+// One of llama3's four numbers: positive, and an integer where transformers wants one.
+static int rope_num(const json_ctx *j, const cJSON *rs, const char *obj, const char *key,
+                    int integer, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
+        (integer && (v->valuedouble > INT_MAX || v->valuedouble != (double)(int)v->valuedouble)))
+        return failf(j->err, j->errlen, "%s: %s.%s must be a positive %s (rope_type llama3)",
+                     j->path, obj, key, integer ? "integer" : "number");
+    *out = v->valuedouble;
+    return 0;
+}
+
+// rope_scaling, or transformers 5's rope_parameters (which also carries rope_theta): absent,
+// null, rope_type "default", or "llama3" with its four numbers. Any other type is an error.
+static int read_rope(const json_ctx *j, mt_config *m) {
+    const char *obj = "rope_scaling";
+    const cJSON *rs = item(j, obj);
+    if (!rs) rs = item(j, obj = "rope_parameters");
+    memset(m->rope_type, 0, sizeof m->rope_type);
+    snprintf(m->rope_type, sizeof m->rope_type, "none");
+    if (!rs) return 0;
+    if (!cJSON_IsObject(rs))
+        return failf(j->err, j->errlen, "%s: %s must be an object or null", j->path, obj);
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(rs, "rope_theta");
+    if (theta && (!cJSON_IsNumber(theta) || !(theta->valuedouble > 0)))
+        return failf(j->err, j->errlen, "%s: %s.rope_theta must be a positive number", j->path,
+                     obj);
+    if (theta && item(j, "rope_theta") && theta->valuedouble != m->rope_theta)
+        return failf(j->err, j->errlen, "%s: rope_theta %g disagrees with %s.rope_theta %g",
+                     j->path, m->rope_theta, obj, theta->valuedouble);
+    if (theta) m->rope_theta = theta->valuedouble;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type"); // its name before transformers 4.43
+    if (!cJSON_IsString(t))
+        return failf(j->err, j->errlen, "%s: %s has no rope_type", j->path, obj);
+    if (strcmp(t->valuestring, "default") == 0) return 0;
+    if (strcmp(t->valuestring, "llama3") != 0)
+        return failf(j->err, j->errlen, "%s: rope_scaling type %s not supported (only llama3)",
+                     j->path, t->valuestring);
+    double orig = 0;
+    if (rope_num(j, rs, obj, "factor", 0, &m->rope_factor) < 0 ||
+        rope_num(j, rs, obj, "low_freq_factor", 0, &m->rope_low_freq_factor) < 0 ||
+        rope_num(j, rs, obj, "high_freq_factor", 0, &m->rope_high_freq_factor) < 0 ||
+        rope_num(j, rs, obj, "original_max_position_embeddings", 1, &orig) < 0)
+        return -1;
+    if (!(m->rope_high_freq_factor > m->rope_low_freq_factor))
+        return failf(j->err, j->errlen,
+                     "%s: %s.high_freq_factor %g must be greater than low_freq_factor %g", j->path,
+                     obj, m->rope_high_freq_factor, m->rope_low_freq_factor);
+    m->rope_original_max_pos = (int)orig;
+    snprintf(m->rope_type, sizeof m->rope_type, "llama3");
+    return 0;
+}
+
+static int read_shape(const json_ctx *j, int arch, mt_config *m) {
     int head_dim = 0;
+    // transformers: Llama's num_key_value_heads defaults to the heads, Mistral's to 8, Qwen2's 32
+    const int kv_default[] = {0, 8, 32};
     if (get_int(j, "hidden_size", -1, &m->dim) < 0 ||
         get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0 ||
         get_int(j, "num_hidden_layers", -1, &m->layers) < 0 ||
         get_int(j, "num_attention_heads", -1, &m->heads) < 0 ||
         get_int(j, "vocab_size", -1, &m->vocab) < 0 ||
-        get_int(j, "num_key_value_heads", m->heads, &m->kv_heads) < 0 ||
+        get_int(j, "num_key_value_heads", kv_default[arch] ? kv_default[arch] : m->heads,
+                &m->kv_heads) < 0 ||
         get_int(j, "head_dim", 0, &head_dim) < 0)
         return -1;
     if (head_dim && head_dim * m->heads != m->dim)
         return failf(j->err, j->errlen,
                      "%s: head_dim %d != hidden_size / num_attention_heads = %d: not supported",
                      j->path, head_dim, m->dim / m->heads);
-    // transformers' LlamaConfig defaults: rope_theta 10000, rms_norm_eps 1e-6, untied.
+    // The three config classes agree: rope_theta 10000, rms_norm_eps 1e-6, untied.
     if (get_num(j, "rope_theta", 10000, &m->rope_theta) < 0 ||
         get_num(j, "rms_norm_eps", 1e-6, &m->norm_eps) < 0 ||
         get_bool(j, "tie_word_embeddings", 0, &m->tied_embeddings) < 0)
         return -1;
+    m->qkv_bias = arch == ARCH_QWEN2;
     return 0;
 }
 
@@ -185,11 +266,12 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
     cJSON *root = cJSON_Parse(text);
     free(text);
     json_ctx j = {path, root, err, errlen};
-    int rc = -1;
+    int rc = -1, arch = ARCH_LLAMA;
     if (!cJSON_IsObject(root))
         failf(err, errlen, "%s: not a JSON object", path);
-    else if (check_architecture(&j, seq_len) == 0 && check_unsupported(&j) == 0)
-        rc = read_shape(&j, model);
+    else if (check_architecture(&j, seq_len, &arch) == 0 && check_unsupported(&j, arch) == 0 &&
+             read_shape(&j, arch, model) == 0)
+        rc = read_rope(&j, model); // after rope_theta: rope_parameters may carry it
     cJSON_Delete(root);
     return rc;
 }
@@ -467,7 +549,7 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
     for (int i = 0; i < ix->n && rc == 0; i++)
         if (!used[i] && !ignorable(ix->t[i].name, cfg))
             rc = failf(err, errlen, "%s: unexpected tensor %s (not part of a %s model)",
-                       ix->files[ix->t[i].file], ix->t[i].name, "Llama");
+                       ix->files[ix->t[i].file], ix->t[i].name, cfg->qkv_bias ? "Qwen2" : "Llama");
     free(used);
     return rc;
 }
@@ -682,10 +764,37 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
     cJSON_Delete(root);
 }
 
+// A double that JSON readers take back as a float, never an int ("8.0", not "8"): transformers
+// warns about an int factor. Shortest text that reads back to the same bits.
+static void add_float(cJSON *obj, const char *key, double v) {
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".e")) strcat(text, ".0");
+    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
+}
+
+// rope_scaling as transformers reads it back: null, or llama3's object.
+static void add_rope_scaling(cJSON *r, const mt_config *c) {
+    if (strcmp(c->rope_type, "llama3") != 0) {
+        cJSON_AddNullToObject(r, "rope_scaling");
+        return;
+    }
+    cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    add_float(rs, "factor", c->rope_factor);
+    add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
+    add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
+}
+
+// Llama, or Qwen2 for q/k/v biases (a Llama with attention_bias would also bias o_proj). A
+// Mistral input comes out as Llama: the same math within its window.
 static void write_config(const mt_config *c, const char *dir) {
     cJSON *r = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(r, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(r, "model_type", "llama");
+    cJSON_AddItemToArray(arch,
+                         cJSON_CreateString(c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(r, "model_type", c->qkv_bias ? "qwen2" : "llama");
     cJSON_AddNumberToObject(r, "hidden_size", c->dim);
     cJSON_AddNumberToObject(r, "intermediate_size", c->ffn_dim);
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
@@ -694,14 +803,24 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
     cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // cJSON prints doubles round-trip
-    cJSON_AddNullToObject(r, "rope_scaling");
+    add_rope_scaling(r, c);
     cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
-    cJSON_AddBoolToObject(r, "attention_bias", 0);
-    cJSON_AddBoolToObject(r, "mlp_bias", 0);
+    if (c->qkv_bias) { // Qwen2's config class has no bias keys; its window must stay off
+        cJSON_AddBoolToObject(r, "use_sliding_window", 0);
+        cJSON_AddNullToObject(r, "sliding_window");
+        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+    } else {
+        cJSON_AddBoolToObject(r, "attention_bias", 0);
+        cJSON_AddBoolToObject(r, "mlp_bias", 0);
+    }
     cJSON_AddNumberToObject(r, "attention_dropout", 0);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
-    cJSON_AddNumberToObject(r, "max_position_embeddings", c->seq_len);
+    // llama3 scaling exists to reach past its original context: transformers expects more
+    int ctx = c->seq_len;
+    if (strcmp(c->rope_type, "llama3") == 0 && c->rope_factor * c->rope_original_max_pos > ctx)
+        ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
     cJSON_AddNumberToObject(r, "initializer_range", 0.02);
     cJSON_AddNumberToObject(r, "pretraining_tp", 1);
     cJSON_AddBoolToObject(r, "use_cache", 1);

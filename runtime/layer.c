@@ -15,7 +15,10 @@ layer_scratch *layer_scratch_new(const mt_config *c, int B, int T, const float *
     if (!s) mt_die("out of memory");
     size_t n = (size_t)B * T, D = c->dim, hd = mt_head_dim(c);
     size_t Q = c->heads * hd, KV = c->kv_heads * hd, F = c->ffn_dim;
-    s->B = B, s->T = T, s->inv_freq = inv_freq;
+    s->B = B, s->T = T;
+    s->rope = alloc_floats(hd / 2);
+    model_rope_inv_freq(c, s->rope);
+    s->inv_freq = s->rope;
     float **nd[] = {&s->n1, &s->h, &s->n2, &s->d_n2, &s->d_h, &s->d_n1};
     for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = alloc_floats(n * D);
     float **nq[] = {&s->q, &s->att, &s->d_att, &s->d_q};
@@ -34,7 +37,7 @@ void layer_scratch_free(layer_scratch *s) {
     if (!s) return;
     float *all[] = {s->n1,   s->rstd1, s->q,     s->k,   s->v,   s->att,   s->lse,    s->h,
                     s->n2,   s->rstd2, s->gate,  s->up,  s->act, s->d_act, s->d_gate, s->d_up,
-                    s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k, s->d_v,   s->d_n1};
+                    s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k, s->d_v,   s->d_n1,   s->rope};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(s);
 }
@@ -51,9 +54,9 @@ void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, 
     float eps = (float)c->norm_eps;
     // attention block
     rmsnorm_forward(s->n1, s->rstd1, x, w->attn_norm, n, D, eps);
-    linear_forward(s->q, s->n1, w->wq, NULL, n, D, Q);
-    linear_forward(s->k, s->n1, w->wk, NULL, n, D, KV);
-    linear_forward(s->v, s->n1, w->wv, NULL, n, D, KV);
+    linear_forward(s->q, s->n1, w->wq, w->bq, n, D, Q); // biases (Qwen2) before RoPE, or NULL
+    linear_forward(s->k, s->n1, w->wk, w->bk, n, D, KV);
+    linear_forward(s->v, s->n1, w->wv, w->bv, n, D, KV);
     rope_forward(s->q, s->inv_freq, B, T, c->heads, hd);
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd);
     attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd);
@@ -95,9 +98,11 @@ void layer_backward(const mt_config *c, const layer_params *w, const layer_param
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd);
     memset(s->d_n1, 0, sizeof(float) * nD);
-    linear_backward(s->d_n1, dw->wq, NULL, s->d_q, s->n1, w->wq, n, D, Q);
-    linear_backward(s->d_n1, dw->wk, NULL, s->d_k, s->n1, w->wk, n, D, KV);
-    linear_backward(s->d_n1, dw->wv, NULL, s->d_v, s->n1, w->wv, n, D, KV);
+    // d_q, d_k (RoPE undone) and d_v are the gradients of the projections' outputs; the bias
+    // gradients are their column sums, in token order (the same bits for any thread count)
+    linear_backward(s->d_n1, dw->wq, dw->bq, s->d_q, s->n1, w->wq, n, D, Q);
+    linear_backward(s->d_n1, dw->wk, dw->bk, s->d_k, s->n1, w->wk, n, D, KV);
+    linear_backward(s->d_n1, dw->wv, dw->bv, s->d_v, s->n1, w->wv, n, D, KV);
     memcpy(dx, s->d_h, sizeof(float) * nD);
     rmsnorm_backward(dx, dw->attn_norm, s->d_n1, x, w->attn_norm, s->rstd1, n, D);
 }

@@ -1,4 +1,5 @@
 #include "runtime/model.h"
+#include "kernels/cpu/kernels_cpu.h"
 #include "runtime/hash.h"
 #include <math.h>
 #include <string.h>
@@ -26,6 +27,11 @@ static int layer_tensors(const mt_config *c, tensor_info *t, uint64_t *off) {
                    TENSOR_NORMAL);
     n = add_tensor(t, n, "model.layers.%d.mlp.down_proj.weight", off, c->dim, c->ffn_dim,
                    TENSOR_NORMAL);
+    if (!c->qkv_bias) return n;
+    // Appended, not interleaved: the nine weights keep their indices and offsets.
+    n = add_tensor(t, n, "model.layers.%d.self_attn.q_proj.bias", off, q, 0, TENSOR_ZEROS);
+    n = add_tensor(t, n, "model.layers.%d.self_attn.k_proj.bias", off, kv, 0, TENSOR_ZEROS);
+    n = add_tensor(t, n, "model.layers.%d.self_attn.v_proj.bias", off, kv, 0, TENSOR_ZEROS);
     return n;
 }
 
@@ -74,7 +80,9 @@ void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, floa
         uint64_t a = t[k].offset > lo ? t[k].offset : lo;
         uint64_t b = t[k].offset + t[k].numel < lo + len ? t[k].offset + t[k].numel : lo + len;
         for (uint64_t i = a; i < b; i++)
-            out[i - lo] = t[k].init == TENSOR_ONES ? 1.0f : 0.02f * normal_at(c->seed, g, i);
+            out[i - lo] = t[k].init == TENSOR_ONES    ? 1.0f
+                          : t[k].init == TENSOR_ZEROS ? 0.0f
+                                                      : 0.02f * normal_at(c->seed, g, i);
     }
 }
 
@@ -82,12 +90,21 @@ void layer_params_bind(layer_params *p, const mt_config *c, float *flat) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
     model_group_tensors(c, model_layer_group(0), t, &numel);
-    float **slots[] = {&p->attn_norm, &p->wq,     &p->wk,   &p->wv,    &p->wo,
-                       &p->ffn_norm,  &p->w_gate, &p->w_up, &p->w_down};
-    for (int k = 0; k < 9; k++) *slots[k] = flat + t[k].offset;
+    float **slots[] = {&p->attn_norm, &p->wq,   &p->wk,     &p->wv, &p->wo, &p->ffn_norm,
+                       &p->w_gate,    &p->w_up, &p->w_down, &p->bq, &p->bk, &p->bv};
+    int n = LAYER_WEIGHTS + (c->qkv_bias ? 3 : 0);
+    for (int k = 0; k < (int)(sizeof slots / sizeof *slots); k++)
+        *slots[k] = k < n ? flat + t[k].offset : NULL;
 }
 
 void head_params_bind(head_params *p, const mt_config *c, float *flat) {
     p->final_norm = flat;
     p->lm_head = c->tied_embeddings ? NULL : flat + c->dim;
+}
+
+void model_rope_inv_freq(const mt_config *c, float *inv_freq) {
+    rope_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta);
+    if (strcmp(c->rope_type, "llama3") == 0)
+        rope_llama3_scale(inv_freq, mt_head_dim(c), c->rope_factor, c->rope_low_freq_factor,
+                          c->rope_high_freq_factor, c->rope_original_max_pos);
 }

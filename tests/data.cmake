@@ -1,6 +1,8 @@
 # Token-shard data (runtime/data.c): formats read back, windows across shards, "bytes"
-# unchanged, bad input refused with one line naming the file (test_data.c); and a job on
-# shards of the demo text that trains exactly like the same job on the text (data_e2e.sh).
+# unchanged, data.val_path's own validation stream, bad input refused with one line naming the
+# file (test_data.c); and a job on shards of the demo text that trains exactly like the same job
+# on the text, and a job with data.val_path that trains and evaluates exactly like the
+# val_fraction split it replaces (data_e2e.sh).
 add_executable(test_data ${MT_TEST_DIR}/test_data.c)
 target_link_libraries(test_data PRIVATE mt_runtime)
 add_test(NAME data_shards COMMAND test_data)

@@ -2,7 +2,9 @@
 """Checks an exported Hugging Face folder with the standard library only.
 
 usage: hf_check.py EXPORT [--against FIXTURE] [--min-shards N] [--bf16]
-  - config.json is a LlamaForCausalLM config, torch_dtype float32 (bfloat16 with --bf16);
+  - config.json is a LlamaForCausalLM (or Qwen2ForCausalLM) config, torch_dtype float32
+    (bfloat16 with --bf16); with --against, the fixture's class (Mistral comes out as Llama)
+    and rope_scaling, exactly;
   - model.safetensors.index.json maps every tensor to the shard that holds it, total_size right;
   - each shard passes the checks of the safetensors library: header length a multiple of 8,
     tensors F32, contiguous from offset 0 and covering the data exactly;
@@ -68,8 +70,9 @@ def to_bf16(x):
 def check_structure(d, min_shards, bf16):
     dtype, torch_dtype, size = ("BF16", "bfloat16", 2) if bf16 else ("F32", "float32", 4)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    if cfg["architectures"] != ["LlamaForCausalLM"] or cfg["torch_dtype"] != torch_dtype:
-        fail(f"config.json: not a {torch_dtype} LlamaForCausalLM")
+    if cfg["architectures"][0] not in ("LlamaForCausalLM", "Qwen2ForCausalLM") or \
+            len(cfg["architectures"]) != 1 or cfg["torch_dtype"] != torch_dtype:
+        fail(f"config.json: not a {torch_dtype} LlamaForCausalLM or Qwen2ForCausalLM")
     index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
     wm, total = index["weight_map"], 0
     shards = sorted(set(wm.values()))
@@ -113,6 +116,12 @@ def main():
     args = ap.parse_args()
     n_shards, n_tensors = check_structure(args.export, args.min_shards, args.bf16)
     if args.against:
+        cw = json.load(open(os.path.join(args.against, "config.json")))
+        cg = json.load(open(os.path.join(args.export, "config.json")))
+        arch = cw["architectures"][0].replace("Mistral", "Llama")
+        if cg["architectures"] != [arch] or cg.get("rope_scaling") != cw.get("rope_scaling"):
+            fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')}, "
+                 f"the fixture's {arch} {cw.get('rope_scaling')}")
         want, got = load_folder(args.against), load_folder(args.export)
         want.pop("lm_head.weight", None) if "lm_head.weight" not in got else None
         if set(want) != set(got):

@@ -5,6 +5,8 @@
 #    invariant), over all 3 steps;
 #  - export_dir receives a valid, loadable Hugging Face folder (fp32: bitwise the final master
 #    weights; bfloat16: those rounded), refused when it is not empty;
+#  - the same for a Qwen2 folder (q/k/v biases) with Llama 3.1's rope_scaling, exported as a Qwen2
+#    with its rope_scaling;
 #  - bad weights and a model.* key that disagrees with config.json exit with code 2 and one line.
 # usage: hf_e2e.sh MTRUN SRC TEST_HF
 source "$(dirname "$0")/e2e_lib.sh" "$@"
@@ -34,8 +36,9 @@ expect "export_dir loads back" "$TEST_HF" check "$WORK/exported"
 # The shards, in order, hold every group's flat fp32 master weights back to back: the same
 # bytes as the master arrays of the final checkpoint (state.bin: 64 KiB header, then master,
 # m, v of each group).
-export_is_master() {
-    python3 - "$WORK/exported" "$WORK/np3/$(cat "$WORK/np3/LATEST")/state.bin" <<'PY'
+export_is_master() { # [EXPORT RUN]
+    local out=${1:-$WORK/exported} run=${2:-$WORK/np3}
+    python3 - "$out" "$run/$(cat "$run/LATEST")/state.bin" <<'PY'
 import glob, struct, sys
 data = b""
 for f in sorted(glob.glob(sys.argv[1] + "/model-*.safetensors")):
@@ -56,6 +59,25 @@ expect "exported weights are bitwise the final checkpoint's fp32 master weights"
 expect "the -np 2 bfloat16 export is the -np 3 fp32 export rounded to bf16" \
     python3 "$T/hf_check.py" "$WORK/exported-bf16" --bf16 --against "$WORK/exported"
 expect "no temporary export folder is left" test ! -e "$WORK/exported.export-tmp"
+
+# Qwen2 with llama3 rope_scaling: the biases stream, shard and train like any weight.
+python3 "$T/hf_fixture.py" "$WORK/qwen2" --qwen2 --llama3 --shards 2
+sed 's/"llama"/"qwen2"/' "$WORK/hf.cfg" >"$WORK/qwen2.cfg"
+{ cat "$WORK/qwen2.cfg"; echo 'export_dir = "qwen2-out";'; } >"$WORK/qwen2-export.cfg"
+run_job qwen2_np2 2 "$WORK/qwen2.cfg" || show_log qwen2_np2
+run_job qwen2_np3 3 "$WORK/qwen2-export.cfg" || show_log qwen2_np3
+expect "Qwen2 run at -np 2 ran 3 steps" test "$(losses "$WORK/qwen2_np2" | wc -l)" -eq 3
+expect "Qwen2: -np 3 losses are bitwise those of -np 2" \
+    diff <(losses "$WORK/qwen2_np2") <(losses "$WORK/qwen2_np3")
+expect "Qwen2 export is a valid folder" python3 "$T/hf_check.py" "$WORK/qwen2-out"
+expect "Qwen2 export holds the final master weights, biases included" \
+    export_is_master "$WORK/qwen2-out" "$WORK/qwen2_np3"
+expect "Qwen2 export's config.json: Qwen2ForCausalLM with the fixture's rope_scaling" python3 -c "
+import json, sys
+a, b = (json.load(open(sys.argv[i] + '/config.json')) for i in (1, 2))
+sys.exit(not (b['architectures'] == ['Qwen2ForCausalLM'] and a['rope_scaling'] == b['rope_scaling']))
+" "$WORK/qwen2" "$WORK/qwen2-out"
+expect "Qwen2 export loads back" "$TEST_HF" check "$WORK/qwen2-out"
 
 # expect_error NAME REGEX CFG NP: exit code 2 and one line on stderr that matches
 expect_error() {

@@ -31,6 +31,16 @@ python3 "$T/hf_fixture.py" "$WORK/good" --dtypes mixed --shards 2
 "$TEST_HF" check "$WORK/good" >/dev/null || { echo "FAIL the good fixture is refused"; FAILED=1; }
 python3 "$T/hf_fixture.py" "$WORK/mistral" --corrupt mistral_ok
 "$TEST_HF" check "$WORK/mistral" >/dev/null || { echo "FAIL Mistral with a long window is refused"; FAILED=1; }
+# good: Qwen2 with its biases (also with a short window that use_sliding_window turns off), and
+# Llama 3.1's rope_scaling
+for good in "qwen2 --qwen2 --shards 2" "qwen2_window_off --qwen2 --corrupt qwen2_window_off" \
+    "llama3 --llama3" "qwen2_llama3 --qwen2 --llama3 --dtypes mixed"; do
+    set -- $good
+    name=$1
+    shift
+    python3 "$T/hf_fixture.py" "$WORK/$name" "$@"
+    "$TEST_HF" check "$WORK/$name" >"$WORK/out" 2>&1 || { echo "FAIL $name is refused: $(cat "$WORK/out")"; FAILED=1; }
+done
 expect truncated model.safetensors "outside the file.*truncated" --corrupt truncated
 expect truncated_shard model-00002-of-00002 "truncated" --shards 2 --corrupt truncated
 expect overlap model.safetensors "overlap" --corrupt overlap
@@ -42,8 +52,12 @@ expect dtype model.safetensors "dtype I(16|32) not supported" --dtypes mixed --c
 expect shape model.safetensors "up_proj.weight has shape \[159, 64\], config.json needs \[160, 64\]" --corrupt shape
 expect missing_shard model-00003-of-00003.safetensors "missing shard" --shards 3 --corrupt missing_shard
 expect arch config.json "architecture GPT2LMHeadModel not supported" --corrupt arch
-expect qwen2 config.json "Qwen2ForCausalLM not supported yet" --corrupt qwen2
-expect rope config.json "rope_scaling type llama3 not supported yet" --corrupt rope
+expect rope config.json "rope_scaling type yarn not supported \(only llama3\)" --corrupt rope
+expect rope_key config.json "rope_scaling.factor must be a positive number \(rope_type llama3\)" --corrupt rope_key
+expect rope_band config.json "high_freq_factor 1 must be greater than low_freq_factor 1" --corrupt rope_band
+expect attention_bias config.json "attention_bias = true \(biases on q, k, v and o_proj\) not supported yet" --corrupt attention_bias
+expect missing_bias model.safetensors "no tensor model.layers.1.self_attn.v_proj.bias \(config.json needs it\)" --qwen2 --corrupt missing_bias
+expect bias_shape model.safetensors "k_proj.bias has shape \[64\], config.json needs \[32\]" --qwen2 --corrupt bias_shape
 expect head_dim config.json "head_dim 32" --corrupt head_dim
 expect bias_tensor model.safetensors "unexpected tensor model.layers.0.self_attn.q_proj.bias" --corrupt bias_tensor
 # a missing tensor: drop one from a single-file fixture by untying the config only

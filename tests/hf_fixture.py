@@ -3,12 +3,17 @@
 standard library only (struct + json): dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 256.
 
 usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
-                         [--corrupt MODE] [--seed S]
+                         [--qwen2] [--llama3] [--corrupt MODE] [--seed S]
   --dtypes mixed  embedding BF16, layer 0 F16, the rest F32 (every converter is exercised)
   --specials      F16 subnormals, infinities and NaN in layer 0's q_proj (round trip only)
+  --qwen2         Qwen2ForCausalLM: q/k/v projection biases (random values, not zeros)
+  --llama3        rope_scaling llama3 (factor 8, low 1, high 4, original context 64)
   --corrupt MODE  one broken thing: truncated, overlap, out_of_range, big_header, dtype, shape,
-                  missing_shard, arch, qwen2, rope, bias_tensor, head_dim, short_header,
-                  mistral_window (and mistral_ok: a valid Mistral folder, window 4096)
+                  missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
+                  rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
+                  bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
+                  head_dim, short_header, mistral_window (and mistral_ok: a valid Mistral
+                  folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off)
 """
 import argparse
 import json
@@ -20,8 +25,8 @@ import struct
 DIM, LAYERS, HEADS, KV, FFN, VOCAB = 64, 2, 4, 2, 160, 256
 
 
-def tensors(tied):
-    """(name, shape) in model.c's order."""
+def tensors(tied, qwen2=False):
+    """(name, shape) in model.c's order: the biases after each layer's nine weights."""
     hd = DIM // HEADS
     out = [("model.embed_tokens.weight", [VOCAB, DIM])]
     for i in range(LAYERS):
@@ -35,6 +40,10 @@ def tensors(tied):
                 (p + "mlp.gate_proj.weight", [FFN, DIM]),
                 (p + "mlp.up_proj.weight", [FFN, DIM]),
                 (p + "mlp.down_proj.weight", [DIM, FFN])]
+        if qwen2:
+            out += [(p + "self_attn.q_proj.bias", [HEADS * hd]),
+                    (p + "self_attn.k_proj.bias", [KV * hd]),
+                    (p + "self_attn.v_proj.bias", [KV * hd])]
     out.append(("model.norm.weight", [DIM]))
     if not tied:
         out.append(("lm_head.weight", [VOCAB, DIM]))
@@ -109,10 +118,24 @@ def config(args):
          "hidden_act": "silu", "max_position_embeddings": 256, "torch_dtype": "float32"}
     if args.corrupt == "arch":
         c["architectures"] = ["GPT2LMHeadModel"]
-    if args.corrupt == "qwen2":
-        c["architectures"] = ["Qwen2ForCausalLM"]
+    if args.qwen2:
+        c["architectures"], c["model_type"] = ["Qwen2ForCausalLM"], "qwen2"
+        for k in ("attention_bias", "mlp_bias", "head_dim"):  # not Qwen2 config keys
+            del c[k]
+        c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=LAYERS)
+    if args.corrupt == "qwen2_window_off":
+        c["sliding_window"] = 16
+    if args.llama3 or args.corrupt in ("rope_key", "rope_band"):
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
     if args.corrupt == "rope":
-        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}
+        c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    if args.corrupt == "rope_key":
+        del c["rope_scaling"]["factor"]
+    if args.corrupt == "rope_band":
+        c["rope_scaling"]["high_freq_factor"] = 1.0
+    if args.corrupt == "attention_bias":
+        c["attention_bias"] = True
     if args.corrupt in ("mistral_window", "mistral_ok"):
         c["architectures"], c["model_type"] = ["MistralForCausalLM"], "mistral"
         c["sliding_window"] = 16 if args.corrupt == "mistral_window" else 4096
@@ -128,16 +151,22 @@ def main():
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--specials", action="store_true")
+    ap.add_argument("--qwen2", action="store_true")
+    ap.add_argument("--llama3", action="store_true")
     ap.add_argument("--corrupt")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     rng = random.Random(args.seed)
     entries = []
-    for name, shape in tensors(args.tied):
+    for name, shape in tensors(args.tied, args.qwen2):
         dt = dtype_of(name, args.dtypes)
         if args.corrupt == "shape" and name == "model.layers.1.mlp.up_proj.weight":
             shape = [shape[0] - 1, shape[1]]
+        if args.corrupt == "bias_shape" and name == "model.layers.1.self_attn.k_proj.bias":
+            shape = [shape[0] * 2]
+        if args.corrupt == "missing_bias" and name == "model.layers.1.self_attn.v_proj.bias":
+            continue
         entries.append((name, dt, shape, encode(values_for(name, shape, rng, args.specials), dt)))
     if args.corrupt == "bias_tensor":
         entries.append(("model.layers.0.self_attn.q_proj.bias", "F32", [DIM],

@@ -31,6 +31,8 @@ run mixed_sharded 5000000000 float32 --dtypes mixed --shards 3
 run specials_small_shards 60000 float32 --dtypes mixed --specials
 run tied_sharded 60000 float32 --tied --shards 2
 run bf16_export 60000 bfloat16 --dtypes mixed --specials --shards 2
+run qwen2_llama3 60000 float32 --qwen2 --llama3 --dtypes mixed --shards 2
+run llama3_bf16 5000000000 bfloat16 --llama3 --tied
 # An export into an existing, non-empty folder is refused.
 mkdir -p "$WORK/full" && touch "$WORK/full/x"
 if "$TEST_HF" roundtrip "$WORK/f32_single" "$WORK/full" 5000000000 2>"$WORK/err"; then

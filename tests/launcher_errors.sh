@@ -98,6 +98,30 @@ n=$(line_of 'path =')
 bad "${n}s|= .*|= \"no-such-file.txt\";|"
 expect "missing data file" "^mtrun: bad\.cfg:$n: data\.path: cannot open $TMP/no-such-file\.txt: No such file or directory$" -np 2 bad.cfg
 
+# model.rope_scaling (a group inside model) and model.qkv_bias
+n=$(line_of 'ffn_dim')
+RS='rope_type = "llama3"; factor = 8.0; low_freq_factor = 1.0; high_freq_factor = 4.0; original_max_position_embeddings = 64;'
+bad "${n}a\\  rope_scaling = { factor = 8.0; };"
+expect "rope factor without llama3" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.factor: only used with model\.rope_scaling\.rope_type = \"llama3\"$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { rope_type = \"llama3\"; factor = 8.0; };"
+expect "llama3 without its other numbers" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.low_freq_factor: missing \(rope_type \"llama3\" needs it\)$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { $(echo "$RS" | sed 's/high_freq_factor = 4.0/high_freq_factor = 0.5/') };"
+expect "llama3 with high <= low" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.high_freq_factor: 0\.5 must be greater than low_freq_factor = 1$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { rope_type = \"yarn\"; };"
+expect "unsupported rope type" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.rope_type: \"yarn\" is not one of \"none\", \"llama3\"$" -np 2 bad.cfg
+b2=$(line_of '^backend')
+bad "${n}a\\  qkv_bias = true;
+${b2}s/\"cpu\"/\"cuda\"/"
+expect "qkv bias on cuda" "^mtrun: bad\.cfg:$((b2 + 1)): backend: qkv bias is not supported on the cuda backend yet; backend = \"cpu\" runs it$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { $RS };
+${b2}s/\"cpu\"/\"cuda\"/"
+expect "rope scaling on cuda" "^mtrun: bad\.cfg:$((b2 + 1)): backend: model\.rope_scaling is not supported on the cuda backend yet; backend = \"cpu\" runs it$" -np 2 bad.cfg
+bad "${n}a\\  qkv_bias = true; rope_scaling = { $RS };"
+if ! "$MTRUN" --dry-run -np 2 bad.cfg > out.txt 2> err.txt; then
+    echo "FAIL qkv_bias and llama3 rope_scaling on the cpu backend rejected: $(cat err.txt)"
+    failures=$((failures + 1))
+fi
+
 expect "missing config file" "^mtrun: no-such\.cfg: cannot open: No such file or directory$" -np 2 no-such.cfg
 expect "missing config argument" "^mtrun: missing CONFIG" -np 2
 expect "-np 1" "^mtrun: -np 1: need at least 2 processes \(1 compute \+ 1 optimizer\)$" -np 1 good.cfg

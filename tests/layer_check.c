@@ -2,8 +2,9 @@
 // on a backend, on inputs from a file, and writes the results; tests/layer_parity.py compares
 // them with transformers' LlamaDecoderLayer in fp32.
 //   layer_check cpu|cuda IN OUT
-// IN:  int32 dim, heads, kv_heads, ffn, B, T; float32 theta, eps; weights (our flat layer
-//      layout, fp32); x [B*T, dim]; dout [B*T, dim]
+// IN:  int32 dim, heads, kv_heads, ffn, B, T, qkv_bias; float32 theta, eps; weights (our flat
+//      layer layout, fp32: with qkv_bias the q, k, v biases after the nine weights);
+//      x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
 #include "runtime/backend.h"
@@ -25,14 +26,14 @@ int main(int argc, char **argv) {
     if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) return perror(argv[2]), 2;
-    int32_t h[6];
+    int32_t h[7];
     float hf[2];
-    if (fread(h, 4, 6, in) != 6 || fread(hf, 4, 2, in) != 2)
+    if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
     c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
-    c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1;
+    c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1, c.qkv_bias = h[6];
     size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;
     float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");
     float *dout = read_exact(in, nD * 4, "dout");
@@ -40,6 +41,9 @@ int main(int argc, char **argv) {
     const backend_ops *ops = backend_cpu_ops();
     backend *b = NULL;
 #ifdef MT_HAVE_CUDA
+    // Until backend_cuda.c adds the biases (it would skip them): skipped, not failed.
+    if (strcmp(argv[1], "cuda") == 0 && c.qkv_bias)
+        return fprintf(stderr, "qkv bias: not on the cuda backend yet\n"), 77;
     if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c);
     if (strcmp(argv[1], "cuda") == 0 && !b) return fprintf(stderr, "no CUDA device\n"), 77;
 #endif

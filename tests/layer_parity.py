@@ -1,30 +1,37 @@
 #!/usr/bin/env python3
 """One Llama decoder layer of ours (cpu or cuda backend) against transformers'
 LlamaDecoderLayer in fp32 on the same inputs: outputs, input gradients and every weight
-gradient. Exit 77 (skipped) when torch or transformers is missing.
-usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda"""
+gradient; with "qwen2", a Qwen2DecoderLayer (q/k/v biases, and their gradients). Exit 77
+(skipped) when torch or transformers is missing, or the backend lacks the feature.
+usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2]"""
 import os, struct, subprocess, sys, tempfile
 
 try:
     import torch
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig, Qwen2Config
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
 binary, backend = sys.argv[1], sys.argv[2]
+qwen2 = sys.argv[3:] == ["qwen2"]
 dim, heads, kv, ffn, B, T = 256, 4, 2, 688, 2, 96  # head_dim 64
 theta, eps = 10000.0, 1e-5
 torch.manual_seed(0)
-cfg = LlamaConfig(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads,
-                  num_key_value_heads=kv, rms_norm_eps=eps, rope_theta=theta,
-                  max_position_embeddings=4096, attention_bias=False, mlp_bias=False)
+common = dict(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads,
+              num_key_value_heads=kv, rms_norm_eps=eps, rope_theta=theta,
+              max_position_embeddings=4096)
+if qwen2:
+    cfg = Qwen2Config(**common, use_sliding_window=False)
+else:
+    cfg = LlamaConfig(**common, attention_bias=False, mlp_bias=False)
 cfg._attn_implementation = "eager"
-layer = LlamaDecoderLayer(cfg, layer_idx=0).float()
+layer = (Qwen2DecoderLayer if qwen2 else LlamaDecoderLayer)(cfg, layer_idx=0).float()
 with torch.no_grad():
-    for p in layer.parameters():  # norm weights near 1, matrices small
-        p.copy_(1.0 + 0.1 * torch.randn_like(p) if p.dim() == 1 else 0.05 * torch.randn_like(p))
+    for n, p in layer.named_parameters():  # norm weights near 1, matrices and biases small
+        p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in n else 0.05 * torch.randn_like(p))
     # bf16-representable weights and inputs: the GPU backend streams bf16 weights
     for p in layer.parameters():
         p.copy_(p.bfloat16().float())
@@ -33,6 +40,8 @@ order = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v
          "mlp.down_proj"]
 params = dict(layer.named_parameters())
 names = [n + ".weight" for n in order]
+if qwen2:  # our layout: the biases after the nine weights
+    names += [f"self_attn.{x}_proj.bias" for x in "qkv"]
 x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
 rope = LlamaRotaryEmbedding(cfg)
@@ -46,14 +55,14 @@ out.backward(dout)
 with tempfile.TemporaryDirectory() as tmp:
     fin, fout = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
     with open(fin, "wb") as f:
-        f.write(struct.pack("6i2f", dim, heads, kv, ffn, B, T, theta, eps))
+        f.write(struct.pack("7i2f", dim, heads, kv, ffn, B, T, int(qwen2), theta, eps))
         for n in names:
             f.write(params[n].detach().contiguous().numpy().tobytes())
         f.write(x.detach().numpy().tobytes())
         f.write(dout.numpy().tobytes())
     rc = subprocess.run([binary, backend, fin, fout]).returncode
     if rc == 77:
-        print(f"SKIPPED: backend {backend} unavailable")
+        print(f"SKIPPED: backend {backend} unavailable{' for qwen2' if qwen2 else ''}")
         sys.exit(77)
     assert rc == 0, f"layer_check exited {rc}"
     ours = torch.frombuffer(bytearray(open(fout, "rb").read()), dtype=torch.float32)

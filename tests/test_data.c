@@ -1,6 +1,6 @@
 // Token-shard data (runtime/data.c): shards written here, in every supported format, read
-// back through dataset_batch; windows across shard boundaries; "bytes" unchanged; and each
-// bad input refused with one line that names the file.
+// back through dataset_batch; windows across shard boundaries; "bytes" unchanged; data.val_path
+// (evaluation's own stream); and each bad input refused with one line that names the file.
 //
 //   test_data                 run the tests (in a fresh temporary folder)
 //   test_data split IN DIR    write IN's bytes as three shards in DIR, one per format
@@ -216,28 +216,85 @@ static void test_bytes_unchanged(void) {
     dataset_close(&ds);
 }
 
+// data.val_path: evaluation reads its own stream (two shards here, windows crossing them), and
+// training all of data.path; the two never mix.
+static void test_val_path(void) {
+    enum { N = 3000, M = 2000, CUT = 700, T = 64, ROWS = 8, VBASE = 500000 };
+    uint32_t *tok = malloc(N * sizeof *tok), *val = malloc(M * sizeof *val);
+    for (size_t i = 0; i < N; i++) tok[i] = tok_at(i);
+    for (size_t i = 0; i < M; i++) val[i] = VBASE + 3 * (uint32_t)i;
+    mkdir(path_of("vp"), 0700);
+    mkdir(path_of("vp/val"), 0700);
+    write_shard(path_of("vp/train.tok"), OURS, 2, tok, N);
+    write_shard(path_of("vp/val/a.bin"), LLMC, 4, val, CUT);
+    write_shard(path_of("vp/val/b.tok"), OURS, 4, val + CUT, M - CUT);
+    mt_config c;
+    config_for(&c, "tokens", path_of("vp/train.tok"), 1 << 22, T);
+    snprintf(c.val_path, sizeof c.val_path, "%s", path_of("vp/val"));
+    c.val_fraction = 0; // as the config loader sets it with val_path
+    dataset ds;
+    dataset_open(&ds, &c);
+    CHECK(ds.n == N && ds.n_train == N && ds.val_n == M, "val_path: n %zu, n_train %zu, val %zu",
+          ds.n, ds.n_train, ds.val_n);
+    int32_t in[ROWS * T], tg[ROWS * T];
+    int bad = 0, crossings = 0;
+    size_t top = 0;
+    for (int64_t step = 0; step < 200 && !bad; step++) {
+        dataset_batch(&ds, SPLIT_VAL, 42, step, 0, ROWS, T, in, tg);
+        for (int r = 0; r < ROWS && !bad; r++) {
+            size_t o = (size_t)(in[r * T] - VBASE) / 3;
+            bad |= in[r * T] < VBASE || o + T >= M;
+            for (int t = 0; t < T; t++) {
+                bad |= in[r * T + t] != (int32_t)val[o + t];
+                bad |= o + t + 1 < M && tg[r * T + t] != (int32_t)val[o + t + 1];
+            }
+            crossings += o < CUT && CUT <= o + T;
+        }
+        CHECK(!bad, "val_path: step %ld: a validation row is not a window of the val stream",
+              (long)step);
+        dataset_batch(&ds, SPLIT_TRAIN, 42, step, 0, ROWS, T, in, tg);
+        for (int r = 0; r < ROWS && !bad; r++) {
+            size_t o = (size_t)(in[r * T] - B) / K;
+            bad |=
+                in[r * T] >= VBASE || o + T >= N || in[r * T + T - 1] != (int32_t)tok_at(o + T - 1);
+            top = o + T > top ? o + T : top;
+        }
+        CHECK(!bad, "val_path: step %ld: a training row is not a window of data.path", (long)step);
+    }
+    CHECK(crossings >= 10, "val_path: only %d windows crossed the val shards' boundary", crossings);
+    CHECK(top > N * 0.95, "val_path: training windows reach only %zu of %d tokens", top, N);
+    dataset_close(&ds);
+    free(tok), free(val);
+}
+
 // ---- bad input ----
 
-// mt_config_load on a config whose data is format "tokens" at path: must fail with one line
-// that names file and says what.
-static void expect_config_error(const char *name, const char *path, const char *file,
-                                const char *what) {
-    char cfg[512], err[1024];
+// mt_config_load on a config whose data is format "tokens" at path (plus `extra` settings in
+// the data group): must fail with one line "bad.cfg:2: <key>: " that names file and says what.
+static void expect_data_error(const char *name, const char *path, const char *extra,
+                              const char *key, const char *file, const char *what) {
+    char cfg[512], err[1024], where[64];
     snprintf(cfg, sizeof cfg, "%s/bad.cfg", tmp);
     FILE *f = fopen(cfg, "w");
     fprintf(f,
             "model = { dim = 64; layers = 1; heads = 4; ffn_dim = 128; vocab = 300; };\n"
-            "data = { path = \"%s\"; format = \"tokens\"; };\n"
+            "data = { path = \"%s\"; format = \"tokens\"; %s };\n"
             "batch = { micro_batch = 1; micro_batches = 1; seq_len = 16; };\n"
             "optimizer = { lr = 1e-3; };\nsteps = 1;\nbackend = \"cpu\";\n",
-            path);
+            path, extra);
     fclose(f);
     mt_config c;
     int rc = mt_config_load(&c, cfg, err, sizeof err);
+    snprintf(where, sizeof where, "bad.cfg:2: %s: ", key);
     int ok = rc == -1 && !strchr(err, '\n') && strstr(err, file) && strstr(err, what) &&
-             strstr(err, "bad.cfg:2: data.path: ");
+             strstr(err, where);
     CHECK(ok, "%s: rc %d, message '%s' should name %s and say '%s'", name, rc, err, file, what);
     if (ok) printf("ok   %s: %s\n", name, err);
+}
+
+static void expect_config_error(const char *name, const char *path, const char *file,
+                                const char *what) {
+    expect_data_error(name, path, "", "data.path", file, what);
 }
 
 static void cut_to(const char *path, off_t size) {
@@ -276,7 +333,21 @@ static void test_config_errors(void) {
 
     write_shard(path_of("bad/few.tok"), OURS, 2, tok, 10);
     expect_config_error("too few tokens", path_of("bad"), path_of("bad"), "training tokens");
+
+    char extra[600];
+    write_shard(path_of("bad/good.tok"), OURS, 2, tok, 100);
+    snprintf(extra, sizeof extra, "val_path = \"%s\";", path_of("bad/none.bin"));
+    expect_data_error("missing val_path", path_of("bad/good.tok"), extra, "data.val_path",
+                      path_of("bad/none.bin"), "No such file");
+    snprintf(extra, sizeof extra, "val_path = \"%s\";", path_of("bad/few.tok"));
+    expect_data_error("val_path too short", path_of("bad/good.tok"), extra, "data.val_path",
+                      path_of("bad/few.tok"), "10 tokens, fewer than batch.seq_len + 1 = 17");
+    snprintf(extra, sizeof extra, "val_path = \"%s\"; val_fraction = 0.2;",
+             path_of("bad/good.tok"));
+    expect_data_error("val_path with val_fraction", path_of("bad/good.tok"), extra,
+                      "data.val_fraction", "", "not used with data.val_path");
     remove(path_of("bad/few.tok"));
+    remove(path_of("bad/good.tok"));
 }
 
 // dataset_open in a child, which must exit 1 with one line on stderr naming file and index.
@@ -379,6 +450,7 @@ int main(int argc, char **argv) {
     test_round_trip();
     test_multi_shard();
     test_bytes_unchanged();
+    test_val_path();
     test_config_errors();
     test_load_errors();
     remove_tree(tmp);

@@ -5,6 +5,9 @@
 //       would (in reverse order, shards of at most MAX bytes) into OUT; load OUT as 2 shards and
 //       check it is bitwise what SRC gave (with a 5th argument "bfloat16": the export is BF16,
 //       and what comes back is bitwise SRC rounded to bf16 as torch rounds).
+//   test_hf rope DIR             RoPE's inv_freq for DIR's config.json (rope_scaling included),
+//                                one float a line as its bits in hex (hf_family_parity.py
+//                                compares them with transformers' inv_freq buffer)
 #include "runtime/hf.h"
 #include "kernels/bf16.h"
 #include "runtime/model.h"
@@ -80,7 +83,11 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     ok &= c2.dim == c.dim && c2.layers == c.layers && c2.heads == c.heads &&
           c2.kv_heads == c.kv_heads && c2.ffn_dim == c.ffn_dim && c2.vocab == c.vocab &&
           c2.rope_theta == c.rope_theta && c2.norm_eps == c.norm_eps &&
-          c2.tied_embeddings == c.tied_embeddings;
+          c2.tied_embeddings == c.tied_embeddings && c2.qkv_bias == c.qkv_bias &&
+          strcmp(c2.rope_type, c.rope_type) == 0 && c2.rope_factor == c.rope_factor &&
+          c2.rope_low_freq_factor == c.rope_low_freq_factor &&
+          c2.rope_high_freq_factor == c.rope_high_freq_factor &&
+          c2.rope_original_max_pos == c.rope_original_max_pos;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
         float *back = load_group(ix2, &c2, g, 2);
@@ -105,10 +112,24 @@ int main(int argc, char **argv) {
         printf("ok\n");
         return 0;
     }
+    if (argc == 3 && strcmp(argv[1], "rope") == 0) {
+        mt_config c;
+        hf_index_close(open_checked(argv[2], &c));
+        int half = mt_head_dim(&c) / 2;
+        float *inv = malloc(sizeof(float) * half);
+        model_rope_inv_freq(&c, inv);
+        for (int i = 0; i < half; i++) {
+            uint32_t bits;
+            memcpy(&bits, &inv[i], 4);
+            printf("%08x\n", bits);
+        }
+        free(inv);
+        return 0;
+    }
     if ((argc == 5 || argc == 6) && strcmp(argv[1], "roundtrip") == 0)
         return roundtrip(argv[2], argv[3], strtoull(argv[4], NULL, 10),
                          argc == 6 ? argv[5] : "float32");
-    fprintf(stderr,
-            "usage: test_hf check DIR | test_hf roundtrip SRC OUT MAX_SHARD_BYTES [DTYPE]\n");
+    fprintf(stderr, "usage: test_hf check DIR | test_hf rope DIR | "
+                    "test_hf roundtrip SRC OUT MAX_SHARD_BYTES [DTYPE]\n");
     return 2;
 }

@@ -253,6 +253,38 @@ static void test_rope(void) {
     free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
 }
 
+// Llama 3.1 8B's rope_scaling on its table (head dim 128, theta 500000): against the formula in
+// double, and bitwise the plain value (short wavelengths) or the plain value / factor (long
+// ones) outside the blended band. The float rounding order itself is checked against
+// transformers by tests/hf_family_parity.py.
+static void test_rope_llama3(void) {
+    enum { HD = 128, HALF = HD / 2 };
+    const double factor = 8, low = 1, high = 4, orig = 8192;
+    float plain[HALF], scaled[HALF];
+    rope_inv_freq(plain, HD, 500000.0f);
+    memcpy(scaled, plain, sizeof plain);
+    rope_llama3_scale(scaled, HD, factor, low, high, orig);
+    double err = 0.0;
+    int bands[3] = {0}, exact = 1;
+    for (int i = 0; i < HALF; i++) {
+        double inv = plain[i], wavelen = 2 * M_PI / inv, want;
+        if (wavelen < orig / high) {
+            want = inv, bands[0]++;
+            exact &= scaled[i] == plain[i];
+        } else if (wavelen > orig / low) {
+            want = inv / factor, bands[2]++;
+            exact &= scaled[i] == plain[i] / (float)factor;
+        } else {
+            double smooth = (orig / wavelen - low) / (high - low);
+            want = (1 - smooth) * inv / factor + smooth * inv, bands[1]++;
+        }
+        err = fmax(err, fabs(scaled[i] / want - 1.0));
+    }
+    report(err < 1e-6, "forward", "rope llama3 inv_freq", err);
+    report(exact && bands[0] && bands[1] && bands[2], "forward", "rope llama3 bands exact",
+           bands[1]);
+}
+
 // ---- attention ---------------------------------------------------------------------------
 
 typedef struct {
@@ -504,6 +536,7 @@ int main(void) {
     test_embedding();
     test_rmsnorm();
     test_rope();
+    test_rope_llama3();
     test_attention();
     test_swiglu();
     test_linear(0);

@@ -12,6 +12,28 @@ void rope_inv_freq(float *inv_freq, int head_dim, float theta) {
         inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
 }
 
+// Llama 3.1's rescaling (transformers' _compute_llama3_parameters) of the table above, in place:
+// wavelengths 2 pi / inv_freq shorter than orig_ctx / high_freq_factor stay, those longer than
+// orig_ctx / low_freq_factor are divided by factor, and the band between is blended smoothly.
+// Each operation rounds in float in transformers' order, with its Python numbers rounded to
+// float first (torch's `number / tensor` is reciprocal(tensor) * number), so the table has the
+// same bits as theirs. The file is built without FMA contraction for the same reason.
+void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_freq_factor,
+                       double high_freq_factor, double orig_ctx) {
+    float low_wavelen = (float)(orig_ctx / low_freq_factor);
+    float high_wavelen = (float)(orig_ctx / high_freq_factor);
+    float f = (float)factor, two_pi = (float)(2 * M_PI), ctx = (float)orig_ctx;
+    float low = (float)low_freq_factor, band = (float)(high_freq_factor - low_freq_factor);
+    for (int i = 0; i < head_dim / 2; i++) {
+        float inv = inv_freq[i], wavelen = (1.0f / inv) * two_pi;
+        float scaled = wavelen > low_wavelen ? inv / f : inv;
+        float smooth = ((1.0f / wavelen) * ctx - low) / band;
+        float blended = (1.0f - smooth) * scaled / f + smooth * scaled;
+        int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+        inv_freq[i] = medium ? blended : scaled;
+    }
+}
+
 // cs[t * hd + i] = cos, cs[t * hd + hd/2 + i] = sin of the angle (float)t * inv_freq[i],
 // rounded in float like HF's freqs = inv_freq @ position_ids.
 static float *rope_table(const float *inv_freq, int T, int head_dim) {
