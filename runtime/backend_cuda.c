@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { // one layer's weights inside a fetched bf16 buffer
-    const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+typedef struct { // one layer's weights inside a fetched bf16 buffer (biases: NULL if none)
+    const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
 } layer_w;
 
 typedef struct { // the same layer's fp32 gradients
-    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
 } layer_g;
 
 // What a layer's backward needs from its forward beyond x and cannot cheaply redo: the
@@ -106,14 +106,43 @@ static void cu_embed_backward(backend *b, float *dtable, const float *dout, int 
 static layer_w bind_w(const backend *b, const void *w) {
     const bf16 *base = w;
     const uint64_t *o = b->offsets;
-    return (layer_w){base + o[0], base + o[1], base + o[2], base + o[3], base + o[4],
-                     base + o[5], base + o[6], base + o[7], base + o[8]};
+    int bias = b->c->qkv_bias;
+    return (layer_w){base + o[0],
+                     base + o[1],
+                     base + o[2],
+                     base + o[3],
+                     base + o[4],
+                     base + o[5],
+                     base + o[6],
+                     base + o[7],
+                     base + o[8],
+                     bias ? base + o[9] : NULL,
+                     bias ? base + o[10] : NULL,
+                     bias ? base + o[11] : NULL};
 }
 
 static layer_g bind_g(const backend *b, float *g) {
     const uint64_t *o = b->offsets;
-    return (layer_g){g + o[0], g + o[1], g + o[2], g + o[3], g + o[4],
-                     g + o[5], g + o[6], g + o[7], g + o[8]};
+    int bias = b->c->qkv_bias;
+    return (layer_g){g + o[0],
+                     g + o[1],
+                     g + o[2],
+                     g + o[3],
+                     g + o[4],
+                     g + o[5],
+                     g + o[6],
+                     g + o[7],
+                     g + o[8],
+                     bias ? g + o[9] : NULL,
+                     bias ? g + o[10] : NULL,
+                     bias ? g + o[11] : NULL};
+}
+
+// out = in . w^T (+ bias): the q, k and v projections.
+static void projection(backend *b, bf16 *out, const bf16 *in, const bf16 *w, const bf16 *bias,
+                       int ic, int oc) {
+    cuda_linear_forward(b->gemm, out, 0, 0, in, w, tokens(b), ic, oc, b->s);
+    if (bias) cuda_bias_forward(out, bias, tokens(b), oc, b->s);
 }
 
 static layer_saved *internals(backend *b, int keep) {
@@ -128,9 +157,9 @@ static void cu_layer_forward(backend *b, const void *wbuf, const float *x, float
     int Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
     cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, n, D, (float)c->norm_eps, s);
-    cuda_linear_forward(b->gemm, a->q, 0, 0, b->n1, w.wq, n, D, Q, s);
-    cuda_linear_forward(b->gemm, a->k, 0, 0, b->n1, w.wk, n, D, KV, s);
-    cuda_linear_forward(b->gemm, a->v, 0, 0, b->n1, w.wv, n, D, KV, s);
+    projection(b, a->q, b->n1, w.wq, w.bq, D, Q);
+    projection(b, a->k, b->n1, w.wk, w.bk, D, KV);
+    projection(b, a->v, b->n1, w.wv, w.bv, D, KV);
     cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
     cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads, hd,
@@ -195,6 +224,11 @@ static void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const 
                             b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
     cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    if (g.bq) {
+        cuda_bias_backward(g.bq, b->dq, n, Q, b->bias_scratch, s);
+        cuda_bias_backward(g.bk, b->dk, n, KV, b->bias_scratch, s);
+        cuda_bias_backward(g.bv, b->dv, n, KV, b->bias_scratch, s);
+    }
     cuda_linear_backward_input(gm, b->d_n1, 1, 0, b->dq, w.wq, n, D, Q, s);
     cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, b->dk, w.wk, n, D, KV, s);
     cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, b->dv, w.wv, n, D, KV, s);
@@ -318,6 +352,7 @@ static void alloc_layer_set(backend *b) {
     b->d_act = dev(b, n * F, 4);
     b->rstd1 = dev(b, n, 4), b->rstd2 = dev(b, n, 4), b->rstd_f = dev(b, n, 4);
     b->norm_scratch = dev(b, cuda_rmsnorm_scratch_floats((int)n, c->dim), 4);
+    b->bias_scratch = dev(b, cuda_bias_scratch_floats(Q > KV ? (int)Q : (int)KV), 4);
     b->attn_scratch = dev(
         b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads, c->kv_heads, (int)hd),
         1);
@@ -400,7 +435,8 @@ static void cu_destroy(backend *b) {
                    b->dq,           b->dk,          b->dv,     b->rstd1,   b->rstd2,
                    b->d_act,        b->d_n2,        b->d_h,    b->d_n1,    b->norm_scratch,
                    b->attn_scratch, b->xf,          b->rstd_f, b->dxf,     b->losses,
-                   b->logits,       b->cls_scratch, b->inputs, b->targets, b->inv_freq};
+                   b->logits,       b->cls_scratch, b->inputs, b->targets, b->inv_freq,
+                   b->bias_scratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     free(b->kept);
@@ -427,7 +463,7 @@ static void upload_inv_freq(backend *b) {
     int half = mt_head_dim(b->c) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
-    rope_inv_freq(host, mt_head_dim(b->c), (float)b->c->rope_theta);
+    model_rope_inv_freq(b->c, host);
     b->inv_freq = dev(b, half, 4);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);

@@ -708,29 +708,6 @@ static int check_rope_scaling(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
-int mt_backend_is_cuda(const mt_config *c) {
-    if (strcmp(c->backend, "cuda") == 0) return 1;
-#ifdef MT_HAVE_CUDA
-    if (strcmp(c->backend, "auto") == 0)
-        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
-#endif
-    return 0;
-}
-
-// Model features the CUDA backend does not implement yet: refused here rather than silently
-// computed without them on the GPU. (Remove each line as backend_cuda.c learns the feature.)
-static int check_backend_support(ctx_t *x, const mt_config *c) {
-    const char *why = NULL;
-    if (!mt_backend_is_cuda(c)) return 0;
-    if (c->qkv_bias)
-        why = "qkv bias is not supported on the cuda backend yet";
-    else if (strcmp(c->rope_type, "llama3") == 0)
-        why = "model.rope_scaling is not supported on the cuda backend yet";
-    if (!why) return 0;
-    return fail(x, LINE("backend"), "backend", "%s%s; backend = \"cpu\" runs it", why,
-                c->model_dir[0] ? " (model_dir's config.json asks for it)" : "");
-}
-
 // ---- entry point ----
 
 static void set_defaults(mt_config *cfg) {
@@ -799,9 +776,7 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
             return fail(x, 0, schema[i].key, "missing (required)");
     apply_derived(x, cfg);
     if (apply_hf_dirs(x, cfg) < 0) return -1;
-    if (cross_check(x, cfg) < 0 || check_rope_scaling(x, cfg) < 0 ||
-        check_backend_support(x, cfg) < 0)
-        return -1;
+    if (cross_check(x, cfg) < 0 || check_rope_scaling(x, cfg) < 0) return -1;
     if (check_hf_weights(x, cfg) < 0) return -1;
     if (resolve_paths(x, cfg) < 0) return -1;
     return check_data_file(x, cfg);

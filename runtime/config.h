@@ -53,10 +53,6 @@ typedef struct {
 // "<file>:<line>: <key>: <problem>" (or "<file>: <problem>" when no line applies).
 int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen);
 
-// Whether the compute rank will run on the GPU: backend "cuda", or "auto" in a CUDA build on
-// a host with the NVIDIA driver's device files (what the engine then picks, without a CUDA call).
-int mt_backend_is_cuda(const mt_config *c);
-
 // Derived quantities.
 static inline int mt_head_dim(const mt_config *c) {
     return c->dim / c->heads;

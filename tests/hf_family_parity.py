@@ -237,7 +237,7 @@ def run_ours(build, work, backend):
                        timeout=600)
     text = p.stdout + p.stderr
     if p.returncode != 0:
-        for why in ("not supported on the cuda backend yet", "no usable CUDA device",
+        for why in ("no usable CUDA device",
                     "has no CUDA backend"):
             if why in text:
                 return None, why

@@ -109,13 +109,6 @@ bad "${n}a\\  rope_scaling = { $(echo "$RS" | sed 's/high_freq_factor = 4.0/high
 expect "llama3 with high <= low" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.high_freq_factor: 0\.5 must be greater than low_freq_factor = 1$" -np 2 bad.cfg
 bad "${n}a\\  rope_scaling = { rope_type = \"yarn\"; };"
 expect "unsupported rope type" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.rope_type: \"yarn\" is not one of \"none\", \"llama3\"$" -np 2 bad.cfg
-b2=$(line_of '^backend')
-bad "${n}a\\  qkv_bias = true;
-${b2}s/\"cpu\"/\"cuda\"/"
-expect "qkv bias on cuda" "^mtrun: bad\.cfg:$((b2 + 1)): backend: qkv bias is not supported on the cuda backend yet; backend = \"cpu\" runs it$" -np 2 bad.cfg
-bad "${n}a\\  rope_scaling = { $RS };
-${b2}s/\"cpu\"/\"cuda\"/"
-expect "rope scaling on cuda" "^mtrun: bad\.cfg:$((b2 + 1)): backend: model\.rope_scaling is not supported on the cuda backend yet; backend = \"cpu\" runs it$" -np 2 bad.cfg
 bad "${n}a\\  qkv_bias = true; rope_scaling = { $RS };"
 if ! "$MTRUN" --dry-run -np 2 bad.cfg > out.txt 2> err.txt; then
     echo "FAIL qkv_bias and llama3 rope_scaling on the cpu backend rejected: $(cat err.txt)"

@@ -42,8 +42,6 @@ int main(int argc, char **argv) {
     backend *b = NULL;
 #ifdef MT_HAVE_CUDA
     // Until backend_cuda.c adds the biases (it would skip them): skipped, not failed.
-    if (strcmp(argv[1], "cuda") == 0 && c.qkv_bias)
-        return fprintf(stderr, "qkv bias: not on the cuda backend yet\n"), 77;
     if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c);
     if (strcmp(argv[1], "cuda") == 0 && !b) return fprintf(stderr, "no CUDA device\n"), 77;
 #endif
