@@ -24,12 +24,13 @@ The PyTorch loop reproduces our optimizer step, not a different recipe:
 Pass: max relative difference of the 50 losses below 1e-3 on cpu, 3e-2 on cuda (bf16 compute).
 Runs in well under 2 minutes on 16 cores. Exit 0 / 1 (a FAIL) / 77 (no torch, or no backend).
 """
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import mtparity  # noqa: E402
 
 try:
     import torch
@@ -49,24 +50,9 @@ TOL = {"cpu": 1e-3, "cuda": 3e-2}
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(SRC, "data", "tinyshakespeare.txt")
 
-M64 = (1 << 64) - 1
-
-
-def splitmix64(x):  # runtime/hash.h
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
-
-
 def batch(tokens, step, micro):
     """runtime/data.c's dataset_batch for the training split [0, n)."""
-    xs, ys = [], []
-    for r in range(MICRO):
-        key = splitmix64(SEED ^ splitmix64((0 << 62) ^ (step << 24) ^ (micro << 12) ^ r))
-        o = key % (len(tokens) - SEQ)
-        xs.append(tokens[o:o + SEQ])
-        ys.append(tokens[o + 1:o + SEQ + 1])
+    xs, ys = mtparity.batch(tokens, SEED, step, micro, MICRO, SEQ, len(tokens))
     return torch.tensor(xs), torch.tensor(ys)
 
 
@@ -137,34 +123,15 @@ def our_curve(build, work, backend):
                 f"clip = {CLIP!r}; }};\n"
                 f'steps = {STEPS};\nseed = {SEED};\nbackend = "{backend}";\n'
                 "checkpoint = { interval = 0; };\n")
-    out_dir = os.path.join(work, f"run-{backend}")
-    p = subprocess.run([os.path.join(build, "bin", "mtrun"), "-np", "3", cfg, "--out", out_dir],
-                       capture_output=True, text=True, env=dict(os.environ, MT_TTY="0"),
-                       timeout=600)
-    text = p.stdout + p.stderr
-    if p.returncode != 0:
-        if "no usable CUDA device" in text or "has no CUDA backend" in text:
-            return None
-        raise RuntimeError(f"mtrun exited {p.returncode}:\n{text[-3000:]}")
-    losses = {}
-    for line in open(os.path.join(out_dir, "metrics.jsonl")):
-        rec = json.loads(line)
-        if "loss" in rec and "step" in rec:
-            losses[rec["step"]] = rec["loss"]
+    records, why = mtparity.run_mtrun(build, cfg, os.path.join(work, f"run-{backend}"))
+    if records is None:
+        return None
+    losses = {r["step"]: r["loss"] for r in records if "loss" in r and "step" in r}
     return [losses[s] for s in range(1, STEPS + 1)]
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in ("cpu", "cuda", "all")):
-        sys.exit(__doc__)
-    build = os.path.abspath(sys.argv[1])
-    want = sys.argv[2] if len(sys.argv) == 3 else "all"
-    backends = ["cpu", "cuda"] if want == "all" else [want]
-    if "cuda" in backends and not torch.cuda.is_available():
-        if want == "cuda":
-            print("SKIPPED: no CUDA device for torch")
-            sys.exit(77)
-        backends.remove("cuda")
+    build, backends = mtparity.parse_args(__doc__, torch.cuda.is_available())
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     tokens = list(open(TEXT, "rb").read())
     failed = ran = 0

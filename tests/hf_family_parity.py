@@ -22,13 +22,14 @@ Prints one PASS/FAIL/SKIP line per check; writes only under a temporary folder. 
 nothing failed, 1 otherwise, 77 (skipped) without torch/transformers or without the backend.
 """
 import json
-import math
 import os
 import random
 import struct
 import subprocess
 import sys
 import tempfile
+
+import mtparity
 
 try:
     import torch
@@ -69,24 +70,9 @@ def report(status, msg):
 
 # ---- data.c's windows, mirrored ----
 
-M64 = (1 << 64) - 1
-
-
-def splitmix64(x):  # runtime/hash.h
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
-
-
 def batch(tokens, step, micro, rows, hi, split=0, lo=0):
     """dataset_batch: row r's window starts at lo + key % (hi - lo - T)."""
-    xs, ys = [], []
-    for r in range(rows):
-        key = splitmix64(SEED ^ splitmix64((split << 62) ^ (step << 24) ^ (micro << 12) ^ r))
-        o = lo + key % (hi - lo - SEQ)
-        xs.append(tokens[o:o + SEQ])
-        ys.append(tokens[o + 1:o + SEQ + 1])
+    xs, ys = mtparity.batch(tokens, SEED, step, micro, rows, SEQ, hi, split, lo)
     return torch.tensor(xs), torch.tensor(ys)
 
 
@@ -231,35 +217,17 @@ def run_ours(build, work, backend):
                 "optimizer = { lr = 1e-3; };\n"
                 f'steps = 1;\nseed = {SEED};\nbackend = "{backend}";\n'
                 "checkpoint = { interval = 0; };\n")
-    out_dir = os.path.join(work, f"run-{backend}")
-    p = subprocess.run([os.path.join(build, "bin", "mtrun"), "-np", "3", cfg, "--out", out_dir],
-                       capture_output=True, text=True, env=dict(os.environ, MT_TTY="0"),
-                       timeout=600)
-    text = p.stdout + p.stderr
-    if p.returncode != 0:
-        for why in ("no usable CUDA device",
-                    "has no CUDA backend"):
-            if why in text:
-                return None, why
-        raise RuntimeError(f"mtrun exited {p.returncode}:\n{text[-3000:]}")
-    for line in open(os.path.join(out_dir, "metrics.jsonl")):
-        rec = json.loads(line)
+    records, why = mtparity.run_mtrun(build, cfg, os.path.join(work, f"run-{backend}"))
+    if records is None:
+        return None, why
+    for rec in records:
         if rec.get("step") == 1 and "loss" in rec:
             return rec["loss"], None
     raise RuntimeError("no step-1 loss in metrics.jsonl")
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in TOL.keys() | {"all"}):
-        sys.exit(__doc__)
-    build = os.path.abspath(sys.argv[1])
-    want = sys.argv[2] if len(sys.argv) == 3 else "all"
-    backends = ["cpu", "cuda"] if want == "all" else [want]
-    if "cuda" in backends and not torch.cuda.is_available():
-        if want == "cuda":
-            print("SKIPPED: no CUDA device for torch")
-            sys.exit(77)
-        backends.remove("cuda")
+    build, backends = mtparity.parse_args(__doc__, torch.cuda.is_available())
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     rng = random.Random(5)
     tokens = [rng.randrange(VOCAB) for _ in range(NTOK)]
