@@ -64,7 +64,9 @@ static const field_t schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    BOOL("model.qkv_bias", qkv_bias, 0), // Qwen2: biases on q, k, v
+    BOOL("model.qkv_bias", qkv_bias, 0),                   // Qwen2: biases on q, k, v
+    INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
+    INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
     // (the defaults here are Llama 3.1's, kept only so that every field is in range)
     STR("model.rope_scaling.rope_type", rope_type, 0, "none", "none|llama3"),
@@ -578,6 +580,8 @@ static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
             return fail(x, LINE("model_dir"), f->key, "%s/config.json gives %g: out of range",
                         cfg->model_dir, v);
     }
+    memcpy(cfg->eos_more, hf.eos_more, sizeof cfg->eos_more); // not a key: Llama 3's eos list
+    cfg->n_eos_more = hf.n_eos_more;
     return 0;
 }
 
@@ -649,6 +653,12 @@ static int check_data_file(ctx_t *x, const mt_config *cfg) {
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
+    const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
+    int values[] = {c->bos_id, c->eos_id};
+    for (int i = 0; i < 2; i++)
+        if (values[i] >= c->vocab)
+            return fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d", values[i],
+                        c->vocab);
     if (c->dim % c->heads)
         return fail(x, LINE("model.dim"), "model.dim", "%d is not divisible by model.heads = %d",
                     c->dim, c->heads);

@@ -14,6 +14,10 @@ typedef struct {
     double rope_theta, norm_eps;
     int tied_embeddings;
     int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
+    // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
+    // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
+    int bos_id, eos_id;
+    int eos_more[7], n_eos_more;
     // model.rope_scaling: rope_type "none", or "llama3" (Llama 3.1) with its four parameters
     char rope_type[16];
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;

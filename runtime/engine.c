@@ -353,6 +353,13 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
     e->ops->set_shape(e->be, c->micro_batch, c->seq_len);
 }
 
+static int is_eos(const mt_config *c, int tok) {
+    if (tok == c->eos_id) return 1;
+    for (int i = 0; i < c->n_eos_more; i++)
+        if (tok == c->eos_more[i]) return 1;
+    return 0;
+}
+
 static int sample_token(const float *logits, int vocab, float temperature, uint64_t key) {
     float max = logits[0];
     for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
@@ -379,6 +386,7 @@ static void sample_text(engine *e, metrics *mx, int64_t version) {
         int start = len > c->seq_len ? len - c->seq_len : 0;
         last_logits(e, version, ctx + start, len - start, logits);
         int tok = sample_token(logits, c->vocab, 0.8f, c->seed ^ splitmix64((uint64_t)i));
+        if (is_eos(c, tok)) break;
         ctx[len++] = tok;
         text[i] = (tok >= 32 && tok < 127) || tok == '\n' ? (char)tok : '?';
     }

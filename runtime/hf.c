@@ -232,6 +232,39 @@ static int read_rope(const json_ctx *j, mt_config *m) {
     return 0;
 }
 
+// One special token id: absent or null is none (-1); present, it must name a token.
+static int token_id(const json_ctx *j, const char *key, const cJSON *v, int vocab, int *out) {
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (d < 0 || d != (double)(int)d)
+        return failf(j->err, j->errlen, "%s: %s must be a token id (an integer >= 0)", j->path,
+                     key);
+    if (d >= vocab)
+        return failf(j->err, j->errlen, "%s: %s %.0f is not below vocab_size %d", j->path, key, d,
+                     vocab);
+    *out = (int)d;
+    return 0;
+}
+
+// bos_token_id, and eos_token_id: one id, or a list of them (Llama 3).
+static int read_special(const json_ctx *j, mt_config *m) {
+    const cJSON *bos = item(j, "bos_token_id"), *eos = item(j, "eos_token_id");
+    int max_eos = 1 + (int)(sizeof m->eos_more / sizeof *m->eos_more);
+    m->bos_id = m->eos_id = -1, m->n_eos_more = 0;
+    if (bos && token_id(j, "bos_token_id", bos, m->vocab, &m->bos_id) < 0) return -1;
+    if (!eos) return 0;
+    if (!cJSON_IsArray(eos)) return token_id(j, "eos_token_id", eos, m->vocab, &m->eos_id);
+    int n = cJSON_GetArraySize(eos);
+    if (n < 1 || n > max_eos)
+        return failf(j->err, j->errlen, "%s: eos_token_id lists %d ids (1 to %d supported)",
+                     j->path, n, max_eos);
+    for (int i = 0; i < n; i++) {
+        int *dst = i == 0 ? &m->eos_id : &m->eos_more[i - 1];
+        if (token_id(j, "eos_token_id", cJSON_GetArrayItem(eos, i), m->vocab, dst) < 0) return -1;
+    }
+    m->n_eos_more = n - 1;
+    return 0;
+}
+
 static int read_shape(const json_ctx *j, int arch, mt_config *m) {
     int head_dim = 0;
     // transformers: Llama's num_key_value_heads defaults to the heads, Mistral's to 8, Qwen2's 32
@@ -271,7 +304,7 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
         failf(err, errlen, "%s: not a JSON object", path);
     else if (check_architecture(&j, seq_len, &arch) == 0 && check_unsupported(&j, arch) == 0 &&
              read_shape(&j, arch, model) == 0)
-        rc = read_rope(&j, model); // after rope_theta: rope_parameters may carry it
+        rc = read_rope(&j, model) == 0 ? read_special(&j, model) : -1; // rope after rope_theta
     cJSON_Delete(root);
     return rc;
 }
@@ -806,6 +839,14 @@ static void write_config(const mt_config *c, const char *dir) {
     add_rope_scaling(r, c);
     cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
+    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
+    if (c->eos_id >= 0 && c->n_eos_more == 0) cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
+    if (c->eos_id >= 0 && c->n_eos_more > 0) {
+        cJSON *eos = cJSON_AddArrayToObject(r, "eos_token_id");
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_id));
+        for (int i = 0; i < c->n_eos_more; i++)
+            cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_more[i]));
+    }
     if (c->qkv_bias) { // Qwen2's config class has no bias keys; its window must stay off
         cJSON_AddBoolToObject(r, "use_sliding_window", 0);
         cJSON_AddNullToObject(r, "sliding_window");

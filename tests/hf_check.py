@@ -122,6 +122,9 @@ def main():
         if cg["architectures"] != [arch] or cg.get("rope_scaling") != cw.get("rope_scaling"):
             fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')}, "
                  f"the fixture's {arch} {cw.get('rope_scaling')}")
+        for key in ("bos_token_id", "eos_token_id"):
+            if cg.get(key) != cw.get(key):
+                fail(f"config.json: {key} {cg.get(key)}, the fixture's {cw.get(key)}")
         want, got = load_folder(args.against), load_folder(args.export)
         want.pop("lm_head.weight", None) if "lm_head.weight" not in got else None
         if set(want) != set(got):

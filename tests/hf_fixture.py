@@ -13,7 +13,8 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
                   head_dim, short_header, mistral_window (and mistral_ok: a valid Mistral
-                  folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off)
+                  folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off),
+                  eos_range (an eos id past the vocabulary)
 """
 import argparse
 import json
@@ -115,7 +116,10 @@ def config(args):
          "num_key_value_heads": KV, "head_dim": DIM // HEADS, "vocab_size": VOCAB,
          "rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-5,
          "tie_word_embeddings": args.tied, "attention_bias": False, "mlp_bias": False,
-         "hidden_act": "silu", "max_position_embeddings": 256, "torch_dtype": "float32"}
+         "hidden_act": "silu", "max_position_embeddings": 256, "torch_dtype": "float32",
+         "bos_token_id": 1, "eos_token_id": [2, 3] if args.llama3 else 2}
+    if args.corrupt == "eos_range":
+        c["eos_token_id"] = [2, VOCAB]
     if args.corrupt == "arch":
         c["architectures"] = ["GPT2LMHeadModel"]
     if args.qwen2:
