@@ -15,7 +15,7 @@ struct backend {
     layer_scratch *scratch;
     layer_scratch **kept; // kept activations: one whole working set per slot
     int n_kept;
-    float *inv_freq, *tmp, *xf, *dxf, *rstd_f;
+    float *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
     double loss;
 };
@@ -63,7 +63,7 @@ static int cpu_keep_reserve(backend *b, int wanted) {
     size_t fit = spare / slot;
     b->n_kept = wanted < (long)fit ? wanted : (int)fit;
     b->kept = cpu_alloc(b, sizeof *b->kept * (b->n_kept + 1));
-    for (int i = 0; i < b->n_kept; i++) b->kept[i] = layer_scratch_new(c, b->B, b->T, b->inv_freq);
+    for (int i = 0; i < b->n_kept; i++) b->kept[i] = layer_scratch_new(c, b->B, b->T);
     return b->n_kept;
 }
 
@@ -128,7 +128,7 @@ static void cpu_destroy(backend *b) {
     layer_scratch_free(b->scratch);
     for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
     free(b->kept);
-    free(b->inv_freq), free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
+    free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
     free(b->inputs), free(b->targets);
     free(b);
 }
@@ -150,9 +150,7 @@ backend *backend_cpu_new(const mt_config *c) {
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len;
     size_t n = (size_t)tokens(b), nD = n * c->dim;
-    b->inv_freq = cpu_alloc(b, sizeof(float) * mt_head_dim(c) / 2);
-    rope_inv_freq(b->inv_freq, mt_head_dim(c), (float)c->rope_theta);
-    b->scratch = layer_scratch_new(c, b->B, b->T, b->inv_freq);
+    b->scratch = layer_scratch_new(c, b->B, b->T);
     b->tmp = cpu_alloc(b, sizeof(float) * nD);
     b->xf = cpu_alloc(b, sizeof(float) * nD);
     b->dxf = cpu_alloc(b, sizeof(float) * nD);

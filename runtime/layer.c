@@ -10,15 +10,14 @@ static float *alloc_floats(size_t n) {
     return p;
 }
 
-layer_scratch *layer_scratch_new(const mt_config *c, int B, int T, const float *inv_freq) {
+layer_scratch *layer_scratch_new(const mt_config *c, int B, int T) {
     layer_scratch *s = calloc(1, sizeof *s);
     if (!s) mt_die("out of memory");
     size_t n = (size_t)B * T, D = c->dim, hd = mt_head_dim(c);
     size_t Q = c->heads * hd, KV = c->kv_heads * hd, F = c->ffn_dim;
     s->B = B, s->T = T;
-    s->rope = alloc_floats(hd / 2);
-    model_rope_inv_freq(c, s->rope);
-    s->inv_freq = s->rope;
+    s->inv_freq = alloc_floats(hd / 2);
+    model_rope_inv_freq(c, s->inv_freq);
     float **nd[] = {&s->n1, &s->h, &s->n2, &s->d_n2, &s->d_h, &s->d_n1};
     for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = alloc_floats(n * D);
     float **nq[] = {&s->q, &s->att, &s->d_att, &s->d_q};
@@ -37,7 +36,7 @@ void layer_scratch_free(layer_scratch *s) {
     if (!s) return;
     float *all[] = {s->n1,   s->rstd1, s->q,     s->k,   s->v,   s->att,   s->lse,    s->h,
                     s->n2,   s->rstd2, s->gate,  s->up,  s->act, s->d_act, s->d_gate, s->d_up,
-                    s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k, s->d_v,   s->d_n1,   s->rope};
+                    s->d_n2, s->d_h,   s->d_att, s->d_q, s->d_k, s->d_v,   s->d_n1,   s->inv_freq};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(s);
 }

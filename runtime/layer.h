@@ -12,14 +12,11 @@ typedef struct {
     int B, T;
     float *n1, *rstd1, *q, *k, *v, *att, *lse, *h, *n2, *rstd2, *gate, *up, *act;
     float *d_act, *d_gate, *d_up, *d_n2, *d_h, *d_att, *d_q, *d_k, *d_v, *d_n1;
-    const float *inv_freq; // RoPE frequencies: rope, below
-    float *rope;           // model_rope_inv_freq(c): the plain table, or rope_scaling's
+    float *inv_freq; // RoPE frequencies, model_rope_inv_freq(c): plain, or rope_scaling's
 } layer_scratch;
 
-// inv_freq is ignored: the scratch computes c's frequencies itself, with model.rope_scaling,
-// so that no caller can pass an unscaled table. (The parameter goes once backend_cpu.c stops
-// passing one.)
-layer_scratch *layer_scratch_new(const mt_config *c, int B, int T, const float *inv_freq);
+// The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.
+layer_scratch *layer_scratch_new(const mt_config *c, int B, int T);
 void layer_scratch_free(layer_scratch *s);
 
 // out = layer(x); the internals stay in s for a backward that follows.

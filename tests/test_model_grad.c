@@ -146,7 +146,7 @@ static void gradcheck(int tied, int qwen2) {
     }
     for (int i = 0; i < B * T; i++)
         m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
-    m.s = layer_scratch_new(c, B, T, NULL);
+    m.s = layer_scratch_new(c, B, T);
     printf("-- %s embeddings%s, loss %.6f\n", tied ? "tied" : "untied",
            qwen2 ? ", q/k/v biases, llama3 rope" : "", run(&m, 1));
     for (int g = 0; g < model_group_count(c); g++) {
