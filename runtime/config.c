@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -550,6 +551,12 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
 
 // model_dir's config.json supplies every model.* field. A model.* key that the file also sets
 // must agree with it: a silent override would train a model that neither file describes.
+// bos/eos ids that config.json does not give (-1): train.cfg may set them.
+static int unset_special_id(const field_t *f, const mt_config *hf) {
+    int special = f->off == offsetof(mt_config, bos_id) || f->off == offsetof(mt_config, eos_id);
+    return special && *(const int *)((const char *)hf + f->off) < 0;
+}
+
 static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
     char dir[MT_PATH_MAX], out[MT_PATH_MAX], err[MT_PATH_MAX + 512];
     if (config_dir(x, dir, sizeof dir) < 0) return -1;
@@ -569,6 +576,7 @@ static int apply_hf_dirs(ctx_t *x, mt_config *cfg) {
     for (int i = 0; i < NFIELDS; i++) {
         const field_t *f = &schema[i];
         if (strncmp(f->key, "model.", 6) != 0) continue;
+        if (unset_special_id(f, &hf)) continue; // config.json has none: train.cfg's stands
         if (x->line[i] && memcmp((char *)cfg + f->off, (char *)&hf + f->off, f->size) != 0)
             return fail(x, LINE(f->key), f->key,
                         "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);

@@ -421,7 +421,7 @@ void engine_run(mt_job *job) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));
         run_step(&e, &mx, step);
-        if (step == job->start_step) reserve_kept(&e, &mx);
+        if (step == job->start_step && step + 1 < job->end_step) reserve_kept(&e, &mx);
     }
     if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(&e, job->end_step));
     if (c->sample_tokens > 0) sample_text(&e, &mx, job->end_step);

@@ -216,6 +216,7 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
 }
 
 void metrics_step_begin(metrics *mx, transfer *t) {
+    transfer_take_stats(t); // what ran since the last step (an evaluation) is not this step's
     mx->step_start = now_seconds();
     mx->opt_wait_start = t->opt_wait_seconds;
     t->sumsq_announced = 0;

@@ -29,7 +29,13 @@ struct transfer_cuda {
     timing_pool span_t;               // the trace's compute spans (traced steps only)
     int segment_open, span_open;
     int optimizer_waited; // the next busy segment begins after a wait on the optimizers
+    int open_marked;      // the open segment began right after one (no compute queued in it)
     double opt_stall_seconds;
+    // When the busy pool is folded mid-step, `carry` stands in for the last folded segment's
+    // end, carry_ms after it, so that slot 0's gap can still be measured.
+    cudaEvent_t carry;
+    float carry_ms;
+    int carry_valid;
     // A reference event and the host time it ran at: a GPU event's host time is ref_host_us
     // plus the GPU time elapsed from ref to it. Set at the start of each traced step.
     cudaEvent_t ref;
@@ -75,12 +81,18 @@ static void pool_fold(const transfer_cuda *x, timing_pool *p) {
 
 // The pool is full only in long non-training phases (sampling text), or in a step of a model
 // with hundreds of layers: fold it early.
-static double opt_stall(const timing_pool *busy);
+static double opt_stall(const transfer_cuda *x);
 
 static int pool_slot(transfer_cuda *x, timing_pool *p) {
     if (p->used == TIMING_PAIRS) {
         CUDA_CHECK(cudaDeviceSynchronize());
-        if (p == &x->busy_t) x->opt_stall_seconds += opt_stall(p);
+        if (p == &x->busy_t) {
+            x->opt_stall_seconds += opt_stall(x);
+            CUDA_CHECK(cudaEventRecord(x->carry, x->compute)); // the stream is idle: runs now
+            CUDA_CHECK(cudaEventSynchronize(x->carry));
+            CUDA_CHECK(cudaEventElapsedTime(&x->carry_ms, p->end[p->used - 1], x->carry));
+            x->carry_valid = 1;
+        }
         pool_fold(x, p);
     }
     return p->used;
@@ -92,7 +104,7 @@ static void segment_begin(transfer_cuda *x) {
     segment_end(x);
     int i = pool_slot(x, &x->busy_t);
     x->busy_t.tag[i].name = NULL;
-    x->busy_t.bytes[i] = x->optimizer_waited; // a mark, read by opt_stall below
+    x->busy_t.bytes[i] = x->open_marked = x->optimizer_waited; // a mark, read by opt_stall
     x->optimizer_waited = 0;
     CUDA_CHECK(cudaEventRecord(x->busy_t.begin[i], x->compute));
     x->segment_open = 1;
@@ -119,15 +131,22 @@ void xfer_cuda_optimizer_blocks(transfer_cuda *x, int blocking) {
 }
 
 // The compute stream's idle time while the host waited on the optimizers: from the end of the
-// work queued before the wait to the start of the first work queued after it. When the queue
-// outlasted the wait, the second event follows the first at once and the gap is zero; this is
-// the stall the optimizers cause, which the host's own wait overstates.
-static double opt_stall(const timing_pool *busy) {
+// work queued before the wait to the start of the first work queued after it (a weight copy
+// that could only start once the optimizer was done included: fetch_wait passes the mark on).
+// When the queue outlasted the wait, the second event follows the first at once and the gap
+// is zero; this is the stall the optimizers cause, which the host's own wait overstates.
+static double opt_stall(const transfer_cuda *x) {
+    const timing_pool *busy = &x->busy_t;
     double seconds = 0;
-    for (int i = 1; i < busy->used; i++) {
-        if (!busy->bytes[i]) continue;
+    for (int i = 0; i < busy->used; i++) {
+        if (!busy->bytes[i] || (i == 0 && !x->carry_valid)) continue;
         float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, busy->end[i - 1], busy->begin[i]));
+        if (i == 0) {
+            CUDA_CHECK(cudaEventElapsedTime(&ms, x->carry, busy->begin[0]));
+            ms += x->carry_ms;
+        } else {
+            CUDA_CHECK(cudaEventElapsedTime(&ms, busy->end[i - 1], busy->begin[i]));
+        }
         seconds += ms * 1e-3;
     }
     return seconds;
@@ -143,8 +162,8 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
             cudaEventElapsedTime(&ms, x->busy_t.begin[0], x->busy_t.end[x->busy_t.used - 1]));
         st.compute_span_seconds = ms * 1e-3;
     }
-    st.opt_stall_seconds = x->opt_stall_seconds + opt_stall(&x->busy_t);
-    x->opt_stall_seconds = 0;
+    st.opt_stall_seconds = x->opt_stall_seconds + opt_stall(x);
+    x->opt_stall_seconds = 0, x->carry_valid = 0;
     timing_pool *pools[] = {&x->h2d_t, &x->d2h_t, &x->busy_t, &x->span_t};
     for (int i = 0; i < 4; i++) pool_fold(x, pools[i]);
     st.h2d_seconds = x->h2d_t.seconds, st.h2d_bytes = x->h2d_t.total_bytes;
@@ -167,6 +186,7 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     pool_init(&x->busy_t, 0);
     pool_init(&x->span_t, TRACE_COMPUTE);
     CUDA_CHECK(cudaEventCreate(&x->ref));
+    CUDA_CHECK(cudaEventCreate(&x->carry));
     segment_begin(x);
     for (int k = 0; k < job->n_shards; k++)
         CUDA_CHECK(
@@ -181,6 +201,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
+    CUDA_CHECK(cudaEventDestroy(x->carry));
     pool_destroy(&x->span_t);
     CUDA_CHECK(cudaEventDestroy(x->ref));
     CUDA_CHECK(cudaStreamDestroy(x->h2d));
@@ -237,12 +258,16 @@ void xfer_cuda_fetch(transfer *t, weight_buffer *buf) {
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->ready, x->h2d));
 }
 
-// A wait is where the compute stream may stall: close the busy segment before it.
+// A wait is where the compute stream may stall: close the busy segment before it. Right after
+// a wait on the optimizers the copy waited for could not start earlier: its wait is theirs.
 void xfer_cuda_fetch_wait(weight_buffer *buf) {
     transfer_cuda *x = buf->t->cuda;
+    int theirs = x->segment_open && x->open_marked;
     segment_end(x);
     CUDA_CHECK(cudaStreamWaitEvent(x->compute, (cudaEvent_t)buf->ready, 0));
+    x->optimizer_waited = theirs;
     segment_begin(x);
+    x->open_marked = 0; // the layer's compute follows: later waits are not the optimizers'
 }
 
 void xfer_cuda_buffer_done(weight_buffer *buf) {

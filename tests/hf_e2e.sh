@@ -98,5 +98,14 @@ expect_error conflicting_model_key "model.dim: disagrees with .*llama/config.jso
 python3 "$T/hf_fixture.py" "$WORK/gpt2" --corrupt arch
 sed 's/"llama"/"gpt2"/' "$WORK/hf.cfg" >"$WORK/gpt2.cfg"
 expect_error unsupported_arch "gpt2/config.json: architecture GPT2LMHeadModel" "$WORK/gpt2.cfg" 2
+# Special token ids: train.cfg may give those config.json lacks, not contradict those it has.
+cp -r "$WORK/llama" "$WORK/nospecial"
+python3 -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c.pop('bos_token_id'); \
+c.pop('eos_token_id'); json.dump(c, open(p, 'w'))" "$WORK/nospecial/config.json"
+{ sed 's/"llama"/"nospecial"/' "$WORK/hf.cfg"; echo 'model = { eos_token_id = 10; };'; } >"$WORK/eos.cfg"
+expect "an eos id from train.cfg where config.json has none" "$MTRUN" --dry-run -np 2 "$WORK/eos.cfg"
+{ cat "$WORK/hf.cfg"; echo 'model = { eos_token_id = 10; };'; } >"$WORK/eos-conflict.cfg"
+expect_error conflicting_eos "model.eos_token_id: disagrees with .*llama/config.json" \
+    "$WORK/eos-conflict.cfg" 2
 expect "no shared memory left behind" test "$(shm_entries)" = "$before"
 finish
