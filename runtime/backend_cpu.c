@@ -3,6 +3,7 @@
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/backend.h"
 #include "runtime/layer.h"
+#include "runtime/plan.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <stdint.h>
@@ -56,9 +57,7 @@ static void cpu_embed_backward(backend *b, float *dtable, const float *dout, int
 // only keeps what fits in an eighth of the free memory.
 static int cpu_keep_reserve(backend *b, int wanted) {
     const mt_config *c = b->c;
-    size_t n = (size_t)tokens(b), D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
-    size_t Q = c->heads * hd, KV = c->kv_heads * hd;
-    size_t slot = sizeof(float) * (n * (6 * D + 4 * Q + 4 * KV + 6 * F + 2) + n * c->heads);
+    size_t slot = plan_kept_pass_bytes(c, 0); // layer_scratch_new's bytes
     size_t spare = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / 8;
     size_t fit = spare / slot;
     b->n_kept = wanted < (long)fit ? wanted : (int)fit;

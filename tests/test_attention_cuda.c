@@ -14,6 +14,7 @@
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "tests/cuda_timer.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -289,18 +290,9 @@ static void bench_call(const bench_bufs *b, int which) {
 // Milliseconds per call of the forward (which = 0) or backward (1), averaged over BENCH_ITERS.
 static float bench_ms(const bench_bufs *b, int which) {
     for (int i = 0; i < BENCH_WARMUP; i++) bench_call(b, which);
-    cudaEvent_t t0, t1;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
-    CUDA_CHECK(cudaEventRecord(t0, 0));
+    cudaEvent_t t0 = timer_start();
     for (int i = 0; i < BENCH_ITERS; i++) bench_call(b, which);
-    CUDA_CHECK(cudaEventRecord(t1, 0));
-    CUDA_CHECK(cudaEventSynchronize(t1));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    CUDA_CHECK(cudaEventDestroy(t0));
-    CUDA_CHECK(cudaEventDestroy(t1));
-    return ms / BENCH_ITERS;
+    return timer_stop_ms(t0) / BENCH_ITERS;
 }
 
 // Causal forward FLOPs: 2 GEMMs of 2*T*T*hd each per (b, h), halved by the mask; the

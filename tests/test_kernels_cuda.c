@@ -11,6 +11,7 @@
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "tests/cuda_timer.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -480,24 +481,20 @@ static void test_classifier(int n, int dim, int vocab, int chunk) {
 
 // ---- GEMM timing --------------------------------------------------------------------------
 
+// The linear product `which`: 0 forward, 1 input grad, 2 weight grad.
+static void linear_call(int which, void *out, const bf16 *a, const bf16 *b, int n, int ic, int oc) {
+    if (which == 0) cuda_linear_forward(gemm, out, 0, 0.0f, a, b, n, ic, oc, 0);
+    if (which == 1) cuda_linear_backward_input(gemm, out, 0, 0.0f, a, b, n, ic, oc, 0);
+    if (which == 2) cuda_linear_backward_weight(gemm, out, a, b, n, ic, oc, 0);
+}
+
+// Milliseconds per call, after 3 warm-up calls (plan build, clocks).
 static double time_ms(int which, void *out, const bf16 *a, const bf16 *b, int n, int ic, int oc,
                       int iters) {
-    cudaEvent_t t0, t1;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
-    for (int i = -3; i < iters; i++) { // 3 warm-up calls (plan build, clocks)
-        if (i == 0) CUDA_CHECK(cudaEventRecord(t0, 0));
-        if (which == 0) cuda_linear_forward(gemm, out, 0, 0.0f, a, b, n, ic, oc, 0);
-        if (which == 1) cuda_linear_backward_input(gemm, out, 0, 0.0f, a, b, n, ic, oc, 0);
-        if (which == 2) cuda_linear_backward_weight(gemm, out, a, b, n, ic, oc, 0);
-    }
-    CUDA_CHECK(cudaEventRecord(t1, 0));
-    CUDA_CHECK(cudaEventSynchronize(t1));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    CUDA_CHECK(cudaEventDestroy(t0));
-    CUDA_CHECK(cudaEventDestroy(t1));
-    return ms / iters;
+    for (int i = 0; i < 3; i++) linear_call(which, out, a, b, n, ic, oc);
+    cudaEvent_t t0 = timer_start();
+    for (int i = 0; i < iters; i++) linear_call(which, out, a, b, n, ic, oc);
+    return timer_stop_ms(t0) / iters;
 }
 
 static void bench_linear(int n, int ic, int oc) {
