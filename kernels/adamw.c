@@ -229,6 +229,13 @@ float clip_coefficient(double total_norm, double max_norm) {
     return (float)(coef < 1.0 ? coef : 1.0);
 }
 
+float clip_scale_of_groups(const double *group_sumsq, int n_groups, double max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    double total = 0;
+    for (int g = 0; g < n_groups; g++) total += group_sumsq[g];
+    return clip_coefficient(sqrt(total), max_norm);
+}
+
 double sum_of_squares(const float *x, size_t n) {
     double acc = 0.0;
     for (size_t i = 0; i < n; i++) acc += (double)x[i] * x[i];

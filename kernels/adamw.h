@@ -14,6 +14,10 @@
 #include "kernels/bf16.h"
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" { // kernels/cuda/kernels_cuda.h takes adamw_consts from here
+#endif
+
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     int step;         // 1-based step count t, for bias correction
@@ -28,6 +32,10 @@ void adamw_update(float *p, float *m, float *v, bf16 *wire, const float *g, size
 
 // The clip coefficient of torch.nn.utils.clip_grad_norm_(max_norm) for a total norm.
 float clip_coefficient(double total_norm, double max_norm);
+
+// The step's clip coefficient from every group's squared gradient norm (1 when max_norm <= 0).
+// Summed in group order, so every rank that computes it gets the same bits.
+float clip_scale_of_groups(const double *group_sumsq, int n_groups, double max_norm);
 
 // Sum of squares in double, in index order (deterministic).
 double sum_of_squares(const float *x, size_t n);
@@ -96,5 +104,9 @@ void adamw_kernel_avx512(adamw_nt nt, float *p, float *m, float *v, bf16 *wire, 
                          size_t n, const adamw_consts *k);
 void adamw_to_bf16_avx2(bf16 *dst, const float *src, size_t n);
 void adamw_to_bf16_avx512(bf16 *dst, const float *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -338,6 +338,13 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
+    if (b->device_groups > 0)
+        fprintf(f, "  %-13s %11s  fp32 master, m, v of the embedding%s, updated %s\n", "optimizer",
+                H(b->optimizer),
+                b->device_groups == 1   ? ""
+                : b->device_groups == 2 ? " and layer 0"
+                                        : " and layers",
+                p->cuda ? "on the GPU" : "by the compute rank");
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
     if (p->cuda && strcmp(c->offload_activations, "auto") == 0)
         fprintf(f,
@@ -451,8 +458,10 @@ static void json_rank(FILE *f, const char *key, const plan_rank *r) {
 static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
     fprintf(f,
             ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
-            ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"total\":%" PRIu64 "}",
-            key, b->weights, b->grads, b->activations, b->residual, b->working, b->total);
+            ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"optimizer\":%" PRIu64
+            ",\"device_groups\":%d,\"total\":%" PRIu64 "}",
+            key, b->weights, b->grads, b->activations, b->residual, b->working, b->optimizer,
+            b->device_groups, b->total);
 }
 
 // One JSON object, every number exact, for scripts and tests.

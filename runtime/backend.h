@@ -5,6 +5,7 @@
 #ifndef MT_BACKEND_H
 #define MT_BACKEND_H
 
+#include "kernels/adamw.h"
 #include "runtime/config.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -56,6 +57,11 @@ typedef struct {
     void (*to_host)(backend *b, void *host_dst, const void *src, size_t bytes, int slot);
     void (*from_host)(backend *b, void *dst, const void *host_src, size_t bytes, int slot);
     void (*slot_wait)(backend *b, int slot);
+    // AdamW over a group the compute rank updates itself (runtime/device_groups.h): master p,
+    // moments m and v in place from the gradients g, and its weights w as a fetch would have
+    // brought them (bf16 on CUDA; bf16-rounded fp32 on the CPU). The optimizer ranks' bits.
+    void (*adamw)(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
+                  const adamw_params *hp);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);

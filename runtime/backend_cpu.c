@@ -19,6 +19,8 @@ struct backend {
     float *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
     double loss;
+    bf16 *wire; // cpu_adamw's bf16 copy, wire_len elements
+    size_t wire_len;
 };
 
 static void *cpu_alloc(backend *b, size_t bytes) {
@@ -128,7 +130,7 @@ static void cpu_destroy(backend *b) {
     for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
     free(b->kept);
     free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
-    free(b->inputs), free(b->targets);
+    free(b->inputs), free(b->targets), free(b->wire);
     free(b);
 }
 
@@ -157,6 +159,20 @@ backend *backend_cpu_new(const mt_config *c) {
     b->inputs = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     b->targets = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     return b;
+}
+
+// The optimizer ranks' own routine, then the widening a fetch does. The scratch grows on the
+// first step's updates (the largest group's size) and is reused after.
+static void cpu_adamw(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
+                      const adamw_params *hp) {
+    if (b->wire_len < n) {
+        free(b->wire);
+        b->wire = cpu_alloc(b, n * sizeof(bf16));
+        b->wire_len = n;
+    }
+    adamw_update(p, m, v, b->wire, g, n, hp);
+    float *out = w;
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(b->wire[i]);
 }
 
 const backend_ops *backend_cpu_ops(void) {
@@ -188,6 +204,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_to_host,
         cpu_to_host,
         cpu_slot_wait,
+        cpu_adamw,
     };
     return &ops;
 }

@@ -454,6 +454,13 @@ static size_t cu_device_bytes(backend *b) {
     return total - free_bytes;
 }
 
+static void cu_adamw(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
+                     const adamw_params *hp) {
+    adamw_consts k;
+    adamw_consts_init(&k, hp);
+    cuda_adamw(p, m, v, (bf16 *)w, g, (long)n, &k, b->s);
+}
+
 void *backend_cuda_compute_stream(backend *b) {
     return b->s;
 }
@@ -522,6 +529,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_to_host,
         cu_from_host,
         cu_slot_wait,
+        cu_adamw,
     };
     return &ops;
 }

@@ -633,3 +633,12 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
 void checkpoint_load(mt_job *job, group_state *state) {
     io_slices(job, job->resume_path, state, 0);
 }
+
+int checkpoint_due(const mt_job *job, int version) {
+    int every = job->cfg.checkpoint_interval;
+    return every > 0 && (version == job->end_step || version % every == 0);
+}
+
+int checkpoint_export_due(const mt_job *job) {
+    return job->cfg.export_dir[0] && job->end_step == job->cfg.steps;
+}

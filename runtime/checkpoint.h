@@ -30,6 +30,12 @@ int checkpoint_verify_state(const char *step_dir, const mt_job *job, MPI_Comm co
 int checkpoint_prune(const char *dir, int keep, const char *latest_name);
 uint64_t checkpoint_xxh64(const void *data, size_t len); // XXH64 with seed 0
 
+// Whether the step that makes weights `version` ends with a save (checkpoint.interval, and
+// always at the job's last step), and whether the job ends with an export to export_dir (only a
+// run that reaches its last step exports; --stop-at is a pause, not the end).
+int checkpoint_due(const mt_job *job, int version);
+int checkpoint_export_due(const mt_job *job);
+
 // Collective over the optimizer ranks: state[g] holds this rank's slices of master, m and v.
 typedef struct {
     float *master, *m, *v;

@@ -92,6 +92,9 @@ static const field_t schema[] = {
     FLT("optimizer.eps", eps, 0, 1, MIN_OPEN, 1e-8),
     FLT("optimizer.weight_decay", weight_decay, 0, 10, 0, 0.1),
     FLT("optimizer.clip", clip, 0, NOLIMIT, 0, 1.0), // max global grad norm; 0: no clipping
+    // the first N parameter groups (embedding, layer 0, 1, ...) are updated by the compute rank
+    // on its device; -1: auto (the embedding and layer 0 on a GPU that has room, none on a CPU)
+    INT("optimizer.device_groups", device_groups, -1, 1 << 20, 0, -1),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
@@ -695,6 +698,10 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
         return fail(x, LINE("eval.interval"), "eval.interval",
                     "evaluation needs data.val_fraction > 0 or data.val_path");
+    if (c->device_groups > c->layers + 1)
+        return fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
+                    "%d is more than the embedding and model.layers = %d layers", c->device_groups,
+                    c->layers);
     if (c->trace_steps[1] > c->steps)
         return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
                     c->trace_steps[0], c->trace_steps[1], c->steps);

@@ -32,6 +32,7 @@ typedef struct {
     // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
     double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup_steps;
+    int device_groups; // groups 0..N-1 updated on the compute rank's device; -1: auto
     // run
     int steps;
     uint64_t seed;

@@ -1,9 +1,12 @@
 #include "runtime/engine.h"
 #include "runtime/backend.h"
 #include "runtime/data.h"
+#include "runtime/device_groups.h"
 #include "runtime/hash.h"
 #include "runtime/metrics.h"
 #include "runtime/model.h"
+#include "runtime/plan.h"
+#include "runtime/schedule.h"
 #include "runtime/trace.h"
 #include "runtime/transfer.h"
 #include "shm/syscheck.h"
@@ -24,6 +27,12 @@ typedef struct {
     int n;                            // tokens per micro-batch
     weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
     grad_buffer emb_g, head_g, ring_g[2];
+    // The groups the compute rank updates (the embedding and layers 0 .. n_own - 1): their
+    // layers have buffers of their own, which stay put.
+    device_groups dev;
+    weight_buffer *own;
+    grad_buffer *own_g;
+    int n_own;
     // Layer-boundary activations of the step: [(L + 1) * M * n * D] in device memory, or when
     // offloaded two sets [2 * M * n * D] (boundary l in set l % 2) with boundaries 0..L-1 in
     // acts_host: each goes out after the forward makes it and comes back before its backward.
@@ -62,6 +71,13 @@ static void act_in(engine *e, int l) {
 }
 static float *dres(engine *e, int m) {
     return e->dres + (size_t)m * e->n * e->c->dim;
+}
+
+static weight_buffer *layer_weights(engine *e, int l) {
+    return l < e->n_own ? &e->own[l] : &e->ring[l % 2];
+}
+static grad_buffer *layer_grads(engine *e, int l) {
+    return l < e->n_own ? &e->own_g[l] : &e->ring_g[l % 2];
 }
 
 // The last layers' internals are kept first (any choice saves the same recompute); pairs
@@ -120,6 +136,36 @@ static void choose_offload(engine *e) {
                layer_act_bytes(e) * c->layers / 1073741824.0, e->ops->async ? "GPU" : "backend");
 }
 
+// Before the activations: what the groups' state takes is then known when choosing offload and
+// kept slots. The choice is announced to the optimizer ranks, who send the state over.
+static void own_groups(engine *e) {
+    const mt_config *c = e->c;
+    int cuda = strcmp(e->ops->name, "cuda") == 0;
+    int groups = plan_device_groups(c, cuda, e->ops->device_bytes_free(e->be));
+    size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
+    e->n_own = groups > 1 ? groups - 1 : 0;
+    e->own = calloc(e->n_own ? e->n_own : 1, sizeof *e->own);
+    e->own_g = calloc(e->n_own ? e->n_own : 1, sizeof *e->own_g);
+    if (!e->own || !e->own_g) mt_die("out of memory");
+    for (int l = 0; l < e->n_own; l++) {
+        weight_buffer_init(&e->xfer, &e->own[l], device_alloc(e, layer, wb));
+        grad_buffer_init(&e->xfer, &e->own_g[l], device_alloc(e, layer, 4));
+        e->own_g[l].stays = 1;
+    }
+    e->emb_g.stays = groups > 0;
+    device_groups_init(&e->dev, e->job, e->ops, e->be, groups);
+    if (groups > 0) {
+        double bytes = 0;
+        for (int g = 0; g < groups; g++) bytes += 12.0 * e->job->group_numel[g];
+        char layers[48] = "";
+        if (groups == 2) snprintf(layers, sizeof layers, " and layer 0");
+        if (groups > 2) snprintf(layers, sizeof layers, " and layers 0-%d", groups - 2);
+        printf("compute rank: AdamW of the embedding%s runs here, on the %s (%.1f MiB of fp32 "
+               "master weights and moments)\n",
+               layers, cuda ? "GPU" : "CPU", bytes / 1048576.0);
+    }
+}
+
 static void engine_init(engine *e, mt_job *job) {
     memset(e, 0, sizeof *e);
     const mt_config *c = e->c = &job->cfg;
@@ -143,6 +189,7 @@ static void engine_init(engine *e, mt_job *job) {
         weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
+    own_groups(e);
     choose_offload(e);
     e->acts = device_alloc(e, (e->offload ? 2 : c->layers + 1) * M * nD, 4);
     if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * c->layers);
@@ -158,6 +205,11 @@ static void engine_free(engine *e) {
     grad_buffer g[] = {e->emb_g, e->head_g, e->ring_g[0], e->ring_g[1]};
     buffers_free(&e->xfer, w, 4, g, 4);
     for (int i = 0; i < 4; i++) e->ops->release(e->be, w[i].dst), e->ops->release(e->be, g[i].src);
+    buffers_free(&e->xfer, e->own, e->n_own, e->own_g, e->n_own);
+    for (int l = 0; l < e->n_own; l++)
+        e->ops->release(e->be, e->own[l].dst), e->ops->release(e->be, e->own_g[l].src);
+    free(e->own), free(e->own_g);
+    device_groups_free(&e->dev);
     e->ops->release(e->be, e->acts);
     if (e->acts_host) e->ops->host_release(e->be, e->acts_host);
     e->ops->release(e->be, e->dres);
@@ -205,7 +257,7 @@ static float *classifier_grads(engine *e) {
 // In the forward, after layer l: layer l + 1, or the head.
 static void fetch_next(engine *e, int l, int64_t version) {
     if (l + 1 < e->c->layers)
-        fetch_async(&e->xfer, &e->ring[(l + 1) % 2], model_layer_group(l + 1), version);
+        fetch_async(&e->xfer, layer_weights(e, l + 1), model_layer_group(l + 1), version);
     else
         fetch_async(&e->xfer, &e->head, model_head_group(e->c), version);
 }
@@ -224,7 +276,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     if (keep) act_out(e, 0);
     if (e->ops->async) fetch_next(e, -1, version);
     for (int l = 0; l < c->layers; l++) {
-        weight_buffer *w = &e->ring[l % 2];
+        weight_buffer *w = layer_weights(e, l);
         fetch_wait(w);
         // The next fetch may wait for an optimizer. A backend that computes in the call fetches
         // first, so the copy runs during the compute; one that only queues it queues the layer
@@ -256,11 +308,11 @@ static void backward_layers(engine *e, int64_t step) {
     const mt_config *c = e->c;
     uint64_t layer_numel = e->job->group_numel[model_layer_group(0)];
     for (int l = c->layers - 1; l >= 0; l--) {
-        weight_buffer *w = &e->ring[l % 2];
+        weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), step);
         fetch_wait(w);
-        if (l > 0) fetch_async(&e->xfer, &e->ring[(l - 1) % 2], model_layer_group(l - 1), step);
-        grad_buffer *gb = &e->ring_g[l % 2];
+        if (l > 0) fetch_async(&e->xfer, layer_weights(e, l - 1), model_layer_group(l - 1), step);
+        grad_buffer *gb = layer_grads(e, l);
         zero_grads(e, gb, layer_numel);
         act_in(e, l - 1); // into the set layer l + 1 (or the head) has finished with
         if (e->offload) e->ops->slot_wait(e->be, l % 2);
@@ -275,6 +327,23 @@ static void backward_layers(engine *e, int64_t step) {
         offload_async(&e->xfer, gb, model_layer_group(l), step);
         offload_announce(e->ring_g, 2, 0);
     }
+}
+
+// The groups the compute rank owns, once every group's norm is in: the optimizer ranks' clip
+// coefficient and hyperparameters, so the same bits as theirs. Their weights are then at
+// version step + 1 where they lie, and no fetch will bring them again.
+static void update_own_groups(engine *e, int64_t step) {
+    if (e->dev.groups == 0) return;
+    span_begin(e, "adamw", -1);
+    float scale = clip_scale_of_groups(e->xfer.group_sumsq, e->job->n_groups, e->c->clip);
+    adamw_params hp = adamw_params_at_step(e->c, (int)step, scale);
+    for (int g = 0; g < e->dev.groups; g++) {
+        weight_buffer *w = g == 0 ? &e->emb : &e->own[g - 1];
+        grad_buffer *gb = g == 0 ? &e->emb_g : &e->own_g[g - 1];
+        device_groups_update(&e->dev, g, &hp, gb->src, w->dst);
+        w->version = step + 1;
+    }
+    span_end(e, "adamw", -1);
 }
 
 static void load_batches(engine *e, int split, int64_t step, int M) {
@@ -307,6 +376,8 @@ static double train_step(engine *e, int64_t step) {
     offload_async(&e->xfer, &e->emb_g, 0, step);
     grad_buffer *all[] = {&e->head_g, &e->ring_g[0], &e->ring_g[1], &e->emb_g};
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);
+    for (int l = 0; l < e->n_own; l++) offload_reuse(&e->own_g[l]);
+    update_own_groups(e, step);
     return e->ops->take_loss(e->be) / ((double)M * e->n);
 }
 
@@ -338,7 +409,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
     fetch_wait(&e->emb);
     e->ops->embed_forward(e->be, act(e, 0, 0), e->emb.dst, 0);
     for (int l = 0; l < c->layers; l++) {
-        weight_buffer *w = &e->ring[l % 2];
+        weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
         e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1);
@@ -421,6 +492,7 @@ void engine_run(mt_job *job) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));
         run_step(&e, &mx, step);
+        if (device_groups_due(job, e.dev.groups, (int)step + 1)) device_groups_send_back(&e.dev);
         if (step == job->start_step && step + 1 < job->end_step) reserve_kept(&e, &mx);
     }
     if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(&e, job->end_step));

@@ -2,6 +2,7 @@
 #include "kernels/adamw.h"
 #include "runtime/check.h"
 #include "runtime/checkpoint.h"
+#include "runtime/device_groups.h"
 #include "runtime/hf.h"
 #include "runtime/model.h"
 #include "runtime/schedule.h"
@@ -23,6 +24,7 @@ typedef struct {
     group_state *state; // [n_groups]
     double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
     int64_t *grads_step;
+    int device_groups; // groups 0..device_groups-1 are updated by the compute rank
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -179,12 +181,10 @@ static void wait_for_gradients(optimizer *o, int step) {
 }
 
 // The norm is summed over groups in a fixed order from per-group values computed once by the
-// compute rank, so every optimizer rank, for any -np, gets the same bits.
+// compute rank, so every optimizer rank, for any -np, gets the same bits (and the compute rank,
+// for the groups it updates).
 static float clip_scale(const optimizer *o) {
-    if (o->job->cfg.clip <= 0) return 1.0f;
-    double total = 0;
-    for (int g = 0; g < o->job->n_groups; g++) total += o->sumsq[g];
-    return clip_coefficient(sqrt(total), o->job->cfg.clip);
+    return clip_scale_of_groups(o->sumsq, o->job->n_groups, o->job->cfg.clip);
 }
 
 static void fault_injection(const optimizer *o, int step) {
@@ -197,10 +197,8 @@ static void fault_injection(const optimizer *o, int step) {
 
 static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
-    const mt_config *c = &job->cfg;
-    adamw_params hp = {(float)lr_at_step(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                       (float)c->weight_decay,     step + 1,        clip_scale(o)};
-    for (int g = 0; g < job->n_groups; g++) {
+    adamw_params hp = adamw_params_at_step(&job->cfg, step, clip_scale(o));
+    for (int g = o->device_groups; g < job->n_groups; g++) {
         size_t n = job->layouts[o->shard].len[g];
         double t0 = trace_now_us();
         adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
@@ -209,11 +207,6 @@ static void update_step(optimizer *o, int step) {
                      trace_now_us());
         publish_weights(o, g, step + 1);
     }
-}
-
-static int checkpoint_due(const mt_job *job, int version) {
-    int every = job->cfg.checkpoint_interval;
-    return every > 0 && (version == job->end_step || version % every == 0);
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
@@ -234,7 +227,7 @@ static void export_hf(optimizer *o) {
 }
 
 void optimizer_run(mt_job *job) {
-    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL};
+    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0};
     o.state = calloc(job->n_groups, sizeof *o.state);
     o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
@@ -242,6 +235,7 @@ void optimizer_run(mt_job *job) {
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
     for (int g = 0; g < job->n_groups; g++) publish_weights(&o, g, job->start_step);
+    o.device_groups = optimizer_give_device_groups(job, o.state);
     trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         trace_set_step(step);
@@ -252,10 +246,11 @@ void optimizer_run(mt_job *job) {
         fault_injection(&o, step);
         update_step(&o, step);
         trace_set_step(-1);
+        if (device_groups_due(job, o.device_groups, step + 1))
+            optimizer_take_device_groups(job, o.state, o.device_groups);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
     }
-    // Only a run that reached its last step exports; --stop-at is a pause, not the end.
-    if (job->cfg.export_dir[0] && job->end_step == job->cfg.steps) export_hf(&o);
+    if (checkpoint_export_due(job)) export_hf(&o);
     trace_finish(); // collective with rank 0's
     for (int g = 0; g < job->n_groups; g++) {
         size_t n = job->layouts[o.shard].len[g];

@@ -85,10 +85,25 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
     return 2 * s.n * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
 }
 
+int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
+    if (c->device_groups >= 0) return c->device_groups;
+    if (!cuda) return 0;
+    uint64_t layer = model_group_numel(c, model_layer_group(0));
+    uint64_t bytes = 12 * (model_group_numel(c, 0) + layer) + 6 * layer;
+    return bytes <= device_free / 8 ? 2 : 0;
+}
+
 void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     shape s = shape_of(c);
-    uint64_t resident = resident_numel(c);
     memset(b, 0, sizeof *b);
+    b->device_groups = plan_device_groups(c, cuda, UINT64_MAX);
+    uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
+    for (int g = 0; g < b->device_groups; g++) {
+        uint64_t n = model_group_numel(c, g);
+        owned += n, largest = n > largest ? n : largest;
+    }
+    uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
+    b->optimizer = 12 * owned + (cuda ? 0 : 2 * largest); // the CPU's bf16 rounding scratch
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
@@ -103,7 +118,7 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     } else {
         b->working = cpu_working_bytes(c, s);
     }
-    b->total = b->weights + b->grads + b->activations + b->residual + b->working;
+    b->total = b->weights + b->grads + b->activations + b->residual + b->working + b->optimizer;
 }
 
 // On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,

@@ -26,6 +26,8 @@ typedef struct {
     uint64_t activations; // layer-boundary activations: (layers + 1) x micro-batches x tokens x dim
     uint64_t residual;    // gradient of the residual stream: micro-batches x tokens x dim
     uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
+    uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
+    int device_groups;    // how many: the embedding, then layers 0, 1, ... (own buffers each)
     uint64_t total;
 } plan_buffers;
 
@@ -65,6 +67,11 @@ void plan_free(mt_plan *p);
 // The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
 // CUDA backend, the little it keeps in host memory.
 void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b);
+// optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
+// not known): "auto" (-1) takes the embedding and layer 0 on a GPU where their state and layer
+// 0's own buffers fit in an eighth of the free memory, and none on the CPU, whose compute rank
+// has no memory faster than the optimizer ranks'.
+int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
 uint64_t plan_cuda_host_bytes(const mt_config *c);
 
 // Per step: FLOPs the GPU or CPU executes (8 N per token, as the backward recomputes the

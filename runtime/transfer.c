@@ -1,4 +1,5 @@
 #include "runtime/transfer.h"
+#include "kernels/adamw.h"
 #include "runtime/fsutil.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
@@ -32,7 +33,8 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
         t->d2h = stream_new("mt-d2h", TRACE_D2H);
     }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
-    if (!t->version) mt_die("out of memory");
+    t->group_sumsq = calloc(job->n_groups, sizeof(double));
+    if (!t->version || !t->group_sumsq) mt_die("out of memory");
     for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
 }
 
@@ -41,6 +43,7 @@ void transfer_free(transfer *t) {
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
     free(t->version);
+    free(t->group_sumsq);
 }
 
 void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
@@ -137,6 +140,10 @@ void buffer_done(weight_buffer *buf) {
 static void offload_job(void *arg) { // CPU backend
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
+    if (buf->stays) { // the same sum, in the same (index) order, as the copying loop below
+        buf->sumsq = sum_of_squares(buf->src, job->group_numel[buf->group]);
+        return;
+    }
     double acc = 0;
     for (int k = 0; k < job->n_shards; k++) {
         const float *src = buf->src + job->layouts[k].lo[buf->group];
@@ -162,6 +169,7 @@ static void announce(grad_buffer *buf) {
     for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
     buf->announced = 1;
     buf->t->sumsq_announced += buf->sumsq;
+    buf->t->group_sumsq[buf->group] = buf->sumsq;
 }
 
 void offload_reuse(grad_buffer *buf) {
@@ -180,7 +188,7 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     } else {
         trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
-        t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
+        if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
     }
 }
 

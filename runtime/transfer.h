@@ -20,6 +20,7 @@ typedef struct {
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
     double sumsq_announced;              // squared gradient norm of the groups announced so far
+    double *group_sumsq;                 // [n_groups]: each group's last announced squared norm
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
     double span_begin_us;                // CPU backend: start of the open compute span
 } transfer;
@@ -53,6 +54,7 @@ typedef struct grad_buffer {
     double sumsq;
     uint64_t ticket, order;
     int announced;
+    int stays;  // a group the compute rank updates itself: only its norm is measured and announced
     void *done; // CUDA event: the offload landed
     double *sumsq_dev, *sumsq_host;
 } grad_buffer;

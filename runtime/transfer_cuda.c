@@ -274,13 +274,8 @@ void xfer_cuda_buffer_done(weight_buffer *buf) {
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->free, buf->t->cuda->compute));
 }
 
-void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
-    transfer_cuda *x = t->cuda;
-    mt_job *job = t->job;
-    long numel = (long)job->group_numel[buf->group];
-    cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
-    CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
+// The gradients into the shards' slots, timed.
+static void copy_out(transfer_cuda *x, mt_job *job, grad_buffer *buf, long numel) {
     int slot = pool_slot(x, &x->d2h_t);
     CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
     x->d2h_t.bytes[slot] = (double)numel * sizeof(float);
@@ -293,6 +288,16 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
                                    cudaMemcpyDeviceToHost, x->d2h));
     }
     CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+}
+
+void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
+    transfer_cuda *x = t->cuda;
+    mt_job *job = t->job;
+    long numel = (long)job->group_numel[buf->group];
+    cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
+    if (!buf->stays) copy_out(x, job, buf, numel);
     CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
                                cudaMemcpyDeviceToHost, x->d2h));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));

@@ -118,6 +118,12 @@ fi
 bad "${n}a\\  eos_token_id = 256;"
 expect "eos id past the vocabulary" "^mtrun: bad\.cfg:$((n + 1)): model\.eos_token_id: 256 is not below model\.vocab = 256$" -np 2 bad.cfg
 
+n=$(line_of 'lr = ')
+bad "${n}a\\  device_groups = 4;"
+expect "device groups past the layers" "^mtrun: bad\.cfg:$((n + 1)): optimizer\.device_groups: 4 is more than the embedding and model\.layers = 2 layers$" -np 2 bad.cfg
+bad "${n}a\\  device_groups = -2;"
+expect "device groups below -1" "^mtrun: bad\.cfg:$((n + 1)): optimizer\.device_groups: " -np 2 bad.cfg
+
 expect "missing config file" "^mtrun: no-such\.cfg: cannot open: No such file or directory$" -np 2 no-such.cfg
 expect "missing config argument" "^mtrun: missing CONFIG" -np 2
 expect "-np 1" "^mtrun: -np 1: need at least 2 processes \(1 compute \+ 1 optimizer\)$" -np 1 good.cfg

@@ -7,6 +7,7 @@
 // Written outputs are poisoned with NaN bytes first, so an unwritten element fails the check;
 // accumulated outputs start from known random values. Sizes that are not multiples of 8 or 32
 // exercise the tail and unaligned paths. Exit 77 (skip) when there is no CUDA device.
+#include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
@@ -479,6 +480,68 @@ static void test_classifier(int n, int dim, int vocab, int chunk) {
     release_all();
 }
 
+// ---- adamw --------------------------------------------------------------------------------
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Bitwise against adamw_kernel_scalar, the optimizer processes' bits, NaN included: the same
+// inputs, with zero and huge gradients, v = 0, NaN and infinite parameters (quiet, signaling,
+// negative; and inf / inf inside the step), subnormals, and parameters whose result is a bf16
+// tie. No operation meets two different NaNs (the CPU's payload is then the C compiler's pick).
+static void test_adamw(long n) {
+    const adamw_params hp = {.lr = 3e-4f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.95f,
+                             .eps = 1e-8f,
+                             .weight_decay = 0.1f,
+                             .step = 7,
+                             .grad_scale = 0.37f};
+    adamw_consts k;
+    adamw_consts_init(&k, &hp);
+    float *p = rand_vec(n, 1.0f), *m = rand_vec(n, 0.1f), *v = rand_vec(n, 0.01f);
+    float *g = rand_vec(n, 1.0f);
+    for (long i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    g[0] = 0.0f, g[1] = 3.0e38f, g[2] = -3.0e38f, g[3] = INFINITY, v[4] = 0.0f;
+    g[5] = 0.0f, m[5] = 0.0f, v[5] = 0.0f; // the step is 0 / eps
+    p[6] = from_bits(0x7fc12345u), p[7] = from_bits(0x7f800001u), p[8] = from_bits(0xffc00001u);
+    g[9] = from_bits(0x7fa00001u); // signaling
+    p[10] = INFINITY, p[11] = -INFINITY;
+    p[12] = from_bits(1), p[13] = 1e-40f, m[13] = -1e-41f, v[14] = 1e-42f;
+    p[15] = 1e-40f, g[15] = 0.0f, m[15] = 0.0f, v[15] = 0.0f; // a subnormal result
+    // With g = m = v = 0 the result is p * decay exactly: pick p so that it is a bf16 tie.
+    long at = 16;
+    for (uint32_t hi = 0x3f80; hi < 0x3fa0 && at < 32; hi++) {
+        float tie = from_bits(hi << 16 | 0x8000u), q = tie / k.decay;
+        for (int s = 0; s < 8 && q * k.decay != tie; s++)
+            q = nextafterf(q, q * k.decay < tie ? 2 : 0);
+        if (q * k.decay != tie) continue;
+        p[at] = q, g[at] = 0.0f, m[at] = 0.0f, v[at] = 0.0f;
+        at++;
+    }
+
+    float *d_p = dev_f32(p, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n), *d_g = dev_f32(g, n);
+    bf16 *d_out = dev_poisoned(sizeof(bf16) * n), *out = hmalloc(sizeof(bf16) * n);
+    cuda_adamw(d_p, d_m, d_v, d_out, d_g, n, &k, 0);
+    float *gp = host_f32(d_p, n), *gm = host_f32(d_m, n), *gv = host_f32(d_v, n);
+    CUDA_CHECK(cudaMemcpy(out, d_out, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
+
+    bf16 *ref_out = hmalloc(sizeof(bf16) * n);
+    adamw_kernel_scalar(ADAMW_NT_NONE, p, m, v, ref_out, g, (size_t)n, &k);
+    long diff = 0;
+    for (long i = 0; i < n; i++)
+        diff += memcmp(&gp[i], &p[i], 4) || memcmp(&gm[i], &m[i], 4) || memcmp(&gv[i], &v[i], 4) ||
+                out[i] != ref_out[i];
+    char detail[96];
+    snprintf(detail, sizeof detail, "%ld of %ld differ (p, m, v, bf16; %ld ties)", diff, n,
+             at - 16);
+    report(diff == 0 && at > 16, label("adamw bitwise vs adamw_kernel_scalar n=%ld", n), detail);
+    release_all();
+}
+
 // ---- GEMM timing --------------------------------------------------------------------------
 
 // The linear product `which`: 0 forward, 1 input grad, 2 weight grad.
@@ -545,6 +608,7 @@ int main(int argc, char **argv) {
     test_classifier(74, 96, 103, 32); // chunks 32, 32, 10
     test_classifier(37, 72, 1000, 16);
     test_classifier(74, 96, 103, 128); // one partial chunk
+    test_adamw(100003);
 
     if (bench) {
         printf("\nGEMM timing (cudaEvent, mean of 20 calls):\n");

@@ -8,6 +8,7 @@
 #ifndef MT_KERNELS_CUDA_H
 #define MT_KERNELS_CUDA_H
 
+#include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -20,6 +21,10 @@ extern "C" {
 // reduce.cu: *out = sum of x[i]^2 in double, in a fixed order (deterministic).
 void cuda_sum_squares(double *out, const float *x, long n, void *scratch, cudaStream_t stream);
 size_t cuda_sum_squares_scratch_bytes(void);
+
+// adamw.cu: adamw_kernel_scalar (kernels/adamw.c) on the GPU, same bits; k is a host pointer.
+void cuda_adamw(float *p, float *m, float *v, bf16 *out, const float *g, long n,
+                const adamw_consts *k, cudaStream_t stream);
 
 // Conversions, for the residual stream's gradient feeding GEMMs.
 void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream);
