@@ -327,8 +327,11 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     long n = (long)c->micro_batch * c->seq_len;
     fprintf(f, "\ncompute rank buffers (%s)\n",
             p->cuda ? "cuda backend: GPU bytes" : "cpu backend: host bytes");
-    fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers, %s\n", "weights",
-            H(b->weights), p->cuda ? "bf16" : "fp32");
+    int own = b->device_groups > 1 ? b->device_groups - 1 : 0; // layers with buffers of their own
+    char owned[64] = "";
+    if (own) snprintf(owned, sizeof owned, " + %d updated here", own);
+    fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers%s, %s\n", "weights",
+            H(b->weights), owned, p->cuda ? "bf16" : "fp32");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && strcmp(c->offload_activations, "always") == 0;
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
@@ -338,13 +341,13 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
-    if (b->device_groups > 0)
+    if (b->device_groups > 0) {
+        char layers[48] = "";
+        if (own == 1) snprintf(layers, sizeof layers, " and layer 0");
+        if (own > 1) snprintf(layers, sizeof layers, " and layers 0-%d", own - 1);
         fprintf(f, "  %-13s %11s  fp32 master, m, v of the embedding%s, updated %s\n", "optimizer",
-                H(b->optimizer),
-                b->device_groups == 1   ? ""
-                : b->device_groups == 2 ? " and layer 0"
-                                        : " and layers",
-                p->cuda ? "on the GPU" : "by the compute rank");
+                H(b->optimizer), layers, p->cuda ? "on the GPU" : "by the compute rank");
+    }
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
     if (p->cuda && strcmp(c->offload_activations, "auto") == 0)
         fprintf(f,

@@ -88,9 +88,12 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     if (c->device_groups >= 0) return c->device_groups;
     if (!cuda) return 0;
-    uint64_t layer = model_group_numel(c, model_layer_group(0));
-    uint64_t bytes = 12 * (model_group_numel(c, 0) + layer) + 6 * layer;
-    return bytes <= device_free / 8 ? 2 : 0;
+    uint64_t budget = device_free / 8, emb = 12 * model_group_numel(c, 0);
+    uint64_t layer = 18 * model_group_numel(c, model_layer_group(0)); // state + own buffers
+    if (emb > budget) return 0;
+    int layers = (c->layers + 7) / 8;
+    if ((uint64_t)layers * layer > budget - emb) layers = (int)((budget - emb) / layer);
+    return 1 + layers;
 }
 
 void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {

@@ -91,12 +91,12 @@ expected() {
         pv = up(V, 8)
         headgpu = 2*n*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
         gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8
-        # optimizer.device_groups = auto: the GPU updates the embedding and layer 0 itself
-        # (fp32 master, m, v), and layer 0 has weight and gradient buffers of its own
-        own = numel[0] + layer; resg = res + layer
+        # optimizer.device_groups = auto: the GPU updates the embedding and the first
+        # ceil(L / 8) layers itself (fp32 master, m, v); those layers have buffers of their own
+        nl = int((L + 7) / 8); own = numel[0] + nl * layer; resg = res + nl * layer
         out("gpu.weights", 2 * resg); out("gpu.grads", 4 * resg); out("gpu.activations", acts)
         out("gpu.residual", dres); out("gpu.working", gpu_work)
-        out("gpu.optimizer", 12 * own); out("gpu.device_groups", 2)
+        out("gpu.optimizer", 12 * own); out("gpu.device_groups", 1 + nl)
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
         compute = CUDA ? 12 * M * n : 8 * res + acts + dres + cpu_work
