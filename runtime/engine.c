@@ -141,9 +141,16 @@ static void choose_offload(engine *e) {
 static void own_groups(engine *e) {
     const mt_config *c = e->c;
     int cuda = strcmp(e->ops->name, "cuda") == 0;
-    int groups = plan_device_groups(c, cuda, e->ops->device_bytes_free(e->be));
+    size_t free_bytes = e->ops->device_bytes_free(e->be);
+    int groups = plan_device_groups(c, cuda, free_bytes);
     size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
+    double need = (double)(wb + 4) * layer * e->n_own; // an explicit setting may not fit
+    for (int g = 0; g < groups; g++) need += 12.0 * e->job->group_numel[g];
+    if (need > (double)free_bytes)
+        mt_die("%s: optimizer.device_groups = %d needs %.1f GiB of %s memory, %.1f GiB are free",
+               c->source_path, groups, need / 1073741824.0, e->ops->name,
+               free_bytes / 1073741824.0);
     e->own = calloc(e->n_own ? e->n_own : 1, sizeof *e->own);
     e->own_g = calloc(e->n_own ? e->n_own : 1, sizeof *e->own_g);
     if (!e->own || !e->own_g) mt_die("out of memory");

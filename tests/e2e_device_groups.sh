@@ -3,7 +3,7 @@
 # from the optimizer ranks to the compute rank. Where a group is updated must change nothing:
 # the per-step losses and the saved checkpoints are bitwise those of a run where the optimizer
 # ranks update everything, across a resume (state handed back and forth at every save) and a
-# change of -np. On the CPU backend always; on the CUDA backend too when a GPU is present
+# change of -np; so are the exported Hugging Face weights (export_dir, fp32). On the CPU backend always; on the CUDA backend too when a GPU is present
 # (its kernel repeats the CPU arithmetic operation for operation).
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
@@ -14,6 +14,7 @@ for be in $backends; do
         sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
             -e "s/lr = 2e-3;/lr = 2e-3; device_groups = $n;/" \
             "$SRC/configs/test-small.cfg" >"$WORK/$be-$n.cfg"
+        echo "export_dir = \"$be-export-$n\";" >>"$WORK/$be-$n.cfg"
     done
     run_job "$be-0" 3 "$WORK/$be-0.cfg" || show_log "$be-0"
     run_job "$be-1" 2 "$WORK/$be-1.cfg" || show_log "$be-1"
@@ -36,5 +37,10 @@ for be in $backends; do
         cmp -s "$(state "$be-3" 10)" "$(state "$be-0" 10)"
     expect "$be step 20 checkpoint is bitwise the same (3 groups, resumed)" \
         cmp -s "$(state "$be-3r" 20)" "$(state "$be-0" 20)"
+    expect "$be exported weights" ls "$WORK/$be-export-0/model-00001-of-00001.safetensors"
+    for n in 1 3; do
+        expect "$be exported weights are bitwise the same ($n groups)" \
+            diff -r "$WORK/$be-export-$n" "$WORK/$be-export-0"
+    done
 done
 finish
