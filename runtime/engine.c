@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 #include "runtime/backend.h"
 #include "runtime/data.h"
+#include "runtime/fsutil.h"
 #include "runtime/device_groups.h"
 #include "runtime/hash.h"
 #include "runtime/metrics.h"
@@ -173,6 +174,42 @@ static void own_groups(engine *e) {
     }
 }
 
+static void show_state_progress(const mt_job *job, int ready, double elapsed, int tty) {
+    char eta[48] = "";
+    if (ready > 0)
+        snprintf(eta, sizeof eta, ", about %.0f s left", elapsed / ready * (job->n_groups - ready));
+    printf("%scompute rank: optimizer state: %d of %d groups ready after %.0f s%s%s",
+           tty ? "\r\033[K" : "", ready, job->n_groups, elapsed, eta, tty ? "" : "\n");
+    fflush(stdout);
+}
+
+// The optimizer ranks first allocate, first-touch and initialize (or load) the fp32 state of
+// every group, minutes on large models: once that has taken 2 s, say how far they are (on a
+// terminal as a live line, else a line every 10 s) and when they are done.
+static void wait_for_optimizer_state(engine *e) {
+    mt_job *job = e->job;
+    const char *tty_env = getenv("MT_TTY");
+    int tty = tty_env && atoi(tty_env) != 0, shown = 0, ready;
+    double t0 = now_seconds(), last = t0;
+    while ((ready = transfer_groups_ready(&e->xfer, job->start_step)) < job->n_groups) {
+        transfer_receive(&e->xfer);
+        double now = now_seconds();
+        if (now - t0 >= 2 && now - last >= (tty || !shown ? 0.5 : 10)) {
+            if (!shown)
+                printf("compute rank: waiting for the optimizer ranks to %s the fp32 state of "
+                       "%.2fB parameters\n",
+                       job->resume_path[0] ? "load" : "initialize",
+                       model_param_count(&job->cfg) / 1e9);
+            show_state_progress(job, transfer_groups_ready(&e->xfer, job->start_step), now - t0,
+                                tty);
+            shown = 1, last = now;
+        }
+    }
+    if (shown)
+        printf("%scompute rank: optimizer state ready after %.1f s\n", tty ? "\r\033[K" : "",
+               now_seconds() - t0);
+}
+
 static void engine_init(engine *e, mt_job *job) {
     memset(e, 0, sizeof *e);
     const mt_config *c = e->c = &job->cfg;
@@ -196,6 +233,7 @@ static void engine_init(engine *e, mt_job *job) {
         weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
+    wait_for_optimizer_state(e);
     own_groups(e);
     choose_offload(e);
     e->acts = device_alloc(e, (e->offload ? 2 : c->layers + 1) * M * nD, 4);

@@ -157,9 +157,13 @@ static void init_state(optimizer *o) {
         o->state[g].master = alloc_local(lay->len[g]);
         o->state[g].m = alloc_local(lay->len[g]);
         o->state[g].v = alloc_local(lay->len[g]);
-        if (!job->resume_path[0]) init_master(o, g);
+        if (job->resume_path[0]) continue;
+        init_master(o, g);
+        publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
     }
-    if (job->resume_path[0]) checkpoint_load(job, o->state);
+    if (!job->resume_path[0]) return;
+    checkpoint_load(job, o->state);
+    for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
 }
 
 // Gradients arrive in backward order; the update needs them all, for the global norm.
@@ -234,7 +238,6 @@ void optimizer_run(mt_job *job) {
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
-    for (int g = 0; g < job->n_groups; g++) publish_weights(&o, g, job->start_step);
     o.device_groups = optimizer_give_device_groups(job, o.state);
     trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {

@@ -72,20 +72,28 @@ static int version_ready(transfer *t, int g, int64_t v) {
     return 1;
 }
 
+void transfer_receive(transfer *t) {
+    control_msg msg;
+    int src = control_recv(t->job->ctl, &msg);
+    if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
+        msg.group >= t->job->n_groups)
+        mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
+    *version_of(t, src - 1, msg.group) = msg.step;
+}
+
+int transfer_groups_ready(transfer *t, int64_t v) {
+    int ready = 0;
+    for (int g = 0; g < t->job->n_groups; g++) ready += version_ready(t, g, v);
+    return ready;
+}
+
 static void wait_version(transfer *t, int g, int64_t v) {
     double t0 = now_seconds();
     trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 1);
     for (int k = 0; k < t->job->n_shards; k++) {
-        while (*version_of(t, k, g) < v) {
-            control_msg msg;
-            int src = control_recv(t->job->ctl, &msg);
-            if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
-                msg.group >= t->job->n_groups)
-                mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
-            *version_of(t, src - 1, msg.group) = msg.step;
-        }
+        while (*version_of(t, k, g) < v) transfer_receive(t);
         if (job_control_block(t->job, k)->weights_version[g] < v)
             mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
                    (long long)v);
