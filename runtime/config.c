@@ -93,7 +93,8 @@ static const field_t schema[] = {
     FLT("optimizer.weight_decay", weight_decay, 0, 10, 0, 0.1),
     FLT("optimizer.clip", clip, 0, NOLIMIT, 0, 1.0), // max global grad norm; 0: no clipping
     // the first N parameter groups (embedding, layer 0, 1, ...) are updated by the compute rank
-    // on its device; -1: auto (the embedding and layer 0 on a GPU that has room, none on a CPU)
+    // on its device; -1: auto (on a GPU the embedding and ceil(layers / 8) layers that fit in
+    // an eighth of its free memory; none on the CPU backend)
     INT("optimizer.device_groups", device_groups, -1, 1 << 20, 0, -1),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),

@@ -96,6 +96,15 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     return 1 + layers;
 }
 
+// device_groups.c's host staging copy of the largest device-updated group, there while the
+// state moves (at start and at every save).
+static uint64_t device_staging_bytes(const mt_config *c, int cuda) {
+    uint64_t largest = 0;
+    for (int g = 0; g < plan_device_groups(c, cuda, UINT64_MAX); g++)
+        largest = model_group_numel(c, g) > largest ? model_group_numel(c, g) : largest;
+    return 4 * largest;
+}
+
 void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     shape s = shape_of(c);
     memset(b, 0, sizeof *b);
@@ -106,7 +115,8 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
         owned += n, largest = n > largest ? n : largest;
     }
     uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
-    b->optimizer = 12 * owned + (cuda ? 0 : 2 * largest); // the CPU's bf16 rounding scratch
+    // on the CPU, also its bf16 rounding scratch and the staging copy, both host memory there
+    b->optimizer = 12 * owned + (cuda ? 0 : 2 * largest + device_staging_bytes(c, 0));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
@@ -129,7 +139,7 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
 uint64_t plan_cuda_host_bytes(const mt_config *c) {
     shape s = shape_of(c);
     uint64_t offloaded = strcmp(c->offload_activations, "always") == 0 ? s.L * s.M * s.n * s.D : 0;
-    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded);
+    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, 1);
 }
 
 // ---- the ranks ----

@@ -99,7 +99,9 @@ expected() {
         out("gpu.optimizer", 12 * own); out("gpu.device_groups", 1 + nl)
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
-        compute = CUDA ? 12 * M * n : 8 * res + acts + dres + cpu_work
+        # plus, on CUDA, the host staging copy of the largest GPU-updated group (fp32)
+        big = numel[0] > layer ? numel[0] : layer
+        compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work
         out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("host", state + shared + compute)
     }' "$1"
