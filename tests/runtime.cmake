@@ -25,3 +25,8 @@ foreach(b cpu cuda)
   set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} PROPERTIES SKIP_RETURN_CODE 77
                        TIMEOUT 300)
 endforeach()
+
+# optimizer.device_groups = "auto": what the plan and the engine pick.
+add_executable(test_device_groups_auto ${MT_TEST_DIR}/test_device_groups_auto.c)
+target_link_libraries(test_device_groups_auto PRIVATE mt_runtime)
+add_test(NAME device_groups_auto COMMAND test_device_groups_auto)
