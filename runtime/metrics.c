@@ -219,7 +219,6 @@ void metrics_step_begin(metrics *mx, transfer *t) {
     transfer_take_stats(t); // what ran since the last step (an evaluation) is not this step's
     mx->step_start = now_seconds();
     mx->opt_wait_start = t->opt_wait_seconds;
-    t->sumsq_announced = 0;
 }
 
 // The copy engines' and compute stream's share of the step, when the transfer layer knows.
@@ -247,7 +246,9 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
                   : st.opt_stall_seconds >= 0 ? st.opt_stall_seconds / s.dt
                                               : wait / s.dt;
     s.busy = st.compute_busy_seconds >= 0 && s.dt > 0 ? st.compute_busy_seconds / s.dt : -1;
-    s.tok_s = mt_tokens_per_step(c) / s.dt, s.norm = sqrt(t->sumsq_announced);
+    double sumsq = 0; // a step announces every group: the norm the optimizers clip with
+    for (int g = 0; g < mx->job->n_groups; g++) sumsq += t->group_sumsq[g];
+    s.tok_s = mt_tokens_per_step(c) / s.dt, s.norm = sqrt(sumsq);
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);

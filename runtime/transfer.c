@@ -176,7 +176,6 @@ static void announce(grad_buffer *buf) {
     control_msg msg = {CONTROL_GRADS_READY, buf->group, buf->step, buf->sumsq};
     for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
     buf->announced = 1;
-    buf->t->sumsq_announced += buf->sumsq;
     buf->t->group_sumsq[buf->group] = buf->sumsq;
 }
 

@@ -19,7 +19,6 @@ typedef struct {
     int64_t *version;       // [n_shards * n_groups]: wire version each shard announced
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
-    double sumsq_announced;              // squared gradient norm of the groups announced so far
     double *group_sumsq;                 // [n_groups]: each group's last announced squared norm
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
     double span_begin_us;                // CPU backend: start of the open compute span
