@@ -342,9 +342,8 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
     if (b->device_groups > 0) {
-        char layers[48] = "";
-        if (own == 1) snprintf(layers, sizeof layers, " and layer 0");
-        if (own > 1) snprintf(layers, sizeof layers, " and layers 0-%d", own - 1);
+        char layers[48];
+        plan_device_layers_text(b->device_groups, layers, sizeof layers);
         fprintf(f, "  %-13s %11s  fp32 master, m, v of the embedding%s, updated %s\n", "optimizer",
                 H(b->optimizer), layers, p->cuda ? "on the GPU" : "by the compute rank");
     }

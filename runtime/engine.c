@@ -146,8 +146,9 @@ static void own_groups(engine *e) {
     int groups = plan_device_groups(c, cuda, free_bytes);
     size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
-    double need = (double)(wb + 4) * layer * e->n_own; // an explicit setting may not fit
-    for (int g = 0; g < groups; g++) need += 12.0 * e->job->group_numel[g];
+    double state = 0; // fp32 master, m, v
+    for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
+    double need = state + (double)(wb + 4) * layer * e->n_own; // an explicit setting may not fit
     if (need > (double)free_bytes)
         mt_die("%s: optimizer.device_groups = %d needs %.1f GiB of %s memory, %.1f GiB are free",
                c->source_path, groups, need / 1073741824.0, e->ops->name,
@@ -163,14 +164,11 @@ static void own_groups(engine *e) {
     e->emb_g.stays = groups > 0;
     device_groups_init(&e->dev, e->job, e->ops, e->be, groups);
     if (groups > 0) {
-        double bytes = 0;
-        for (int g = 0; g < groups; g++) bytes += 12.0 * e->job->group_numel[g];
-        char layers[48] = "";
-        if (groups == 2) snprintf(layers, sizeof layers, " and layer 0");
-        if (groups > 2) snprintf(layers, sizeof layers, " and layers 0-%d", groups - 2);
+        char layers[48];
+        plan_device_layers_text(groups, layers, sizeof layers);
         printf("compute rank: AdamW of the embedding%s runs here, on the %s (%.1f MiB of fp32 "
                "master weights and moments)\n",
-               layers, cuda ? "GPU" : "CPU", bytes / 1048576.0);
+               layers, cuda ? "GPU" : "CPU", state / 1048576.0);
     }
 }
 

@@ -96,6 +96,13 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     return 1 + layers;
 }
 
+void plan_device_layers_text(int groups, char *out, size_t cap) {
+    int layers = groups > 1 ? groups - 1 : 0;
+    if (layers == 0) snprintf(out, cap, "%s", "");
+    if (layers == 1) snprintf(out, cap, " and layer 0");
+    if (layers > 1) snprintf(out, cap, " and layers 0-%d", layers - 1);
+}
+
 // device_groups.c's host staging copy of the largest device-updated group, there while the
 // state moves (at start and at every save).
 static uint64_t device_staging_bytes(const mt_config *c, int cuda) {

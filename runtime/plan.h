@@ -75,6 +75,9 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b);
 // kept activations. None on the CPU, whose compute rank has no memory faster than the
 // optimizer ranks'.
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
+// The layers among `groups` device-updated groups, for messages: "", " and layer 0",
+// " and layers 0-3".
+void plan_device_layers_text(int groups, char *out, size_t cap);
 uint64_t plan_cuda_host_bytes(const mt_config *c);
 
 // Per step: FLOPs the GPU or CPU executes (8 N per token, as the backward recomputes the
