@@ -11,7 +11,9 @@
 #define xfer_cuda_weight_init(b) ((void)0)
 #define xfer_cuda_grad_init(b) ((void)0)
 #define xfer_cuda_buffers_free(w, nw, g, ng) ((void)0)
-#define xfer_cuda_fetch(t, b) ((void)0)
+#define xfer_cuda_fetch_begin(t, b) ((void)0)
+#define xfer_cuda_fetch_shard(t, b, k) ((void)0)
+#define xfer_cuda_fetch_end(b) ((void)0)
 #define xfer_cuda_fetch_wait(b) ((void)0)
 #define xfer_cuda_buffer_done(b) ((void)0)
 #define xfer_cuda_offload(t, b) ((void)0)
@@ -87,7 +89,9 @@ int transfer_groups_ready(transfer *t, int64_t v) {
     return ready;
 }
 
-static void wait_version(transfer *t, int g, int64_t v) {
+// Waits until every shard has announced version v of group g. On CUDA, with buf, each shard's
+// slice of the buffer is copied as soon as that shard is ready.
+static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf) {
     double t0 = now_seconds();
     trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
@@ -97,6 +101,7 @@ static void wait_version(transfer *t, int g, int64_t v) {
         if (job_control_block(t->job, k)->weights_version[g] < v)
             mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
                    (long long)v);
+        if (buf && t->cuda) xfer_cuda_fetch_shard(t, buf, k);
     }
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 0);
     double t1 = now_seconds();
@@ -122,12 +127,14 @@ static void fetch_job(void *arg) { // CPU backend: gather and widen bf16 -> fp32
 void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
     if (buf->group == g && buf->version == v && buf->ticket) return; // still resident
     if (!t->cuda) stream_wait(t->h2d, buf->ticket); // never refill under a running fetch
-    wait_version(t, g, v);
     buf->group = g, buf->version = v;
     if (t->cuda) {
-        xfer_cuda_fetch(t, buf);
+        xfer_cuda_fetch_begin(t, buf);
+        wait_version(t, g, v, buf);
+        xfer_cuda_fetch_end(buf);
         buf->ticket = 1;
     } else {
+        wait_version(t, g, v, NULL);
         trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
         t->cpu_h2d_bytes += group_bytes(t, g, sizeof(bf16));

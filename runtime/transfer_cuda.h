@@ -9,7 +9,10 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job);
 void xfer_cuda_weight_init(weight_buffer *buf);
 void xfer_cuda_grad_init(grad_buffer *buf);
 void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng);
-void xfer_cuda_fetch(transfer *t, weight_buffer *buf);
+// A fetch: begin (after the buffer's last reader), one copy per shard as it becomes ready, end.
+void xfer_cuda_fetch_begin(transfer *t, weight_buffer *buf);
+void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k);
+void xfer_cuda_fetch_end(weight_buffer *buf);
 void xfer_cuda_fetch_wait(weight_buffer *buf);
 void xfer_cuda_buffer_done(weight_buffer *buf);
 void xfer_cuda_offload(transfer *t, grad_buffer *buf);
