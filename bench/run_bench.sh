@@ -22,4 +22,8 @@ for name in $names; do
     grep -E 'Maximum resident|Elapsed' "$log"
     grep -E 'bytes/param' "$log" | head -n 2
     python3 "$here/summarize.py" "$OUT/run-$name"
+    if [ -f "$OUT/run-$name/trace.json" ]; then # where the forward waited on the optimizers
+        python3 "$here/trace_summary.py" "$OUT/run-$name/trace.json" >"$OUT/trace-$name.txt"
+        grep -vE '^ +L[0-9]' "$OUT/trace-$name.txt"
+    fi
 done

@@ -3,6 +3,7 @@
 #include "runtime/fsutil.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
+#include <string.h>
 #ifdef MT_HAVE_CUDA
 #include "runtime/transfer_cuda.h"
 #else // without CUDA these are never reached: t->cuda is always NULL
@@ -36,7 +37,8 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     t->group_sumsq = calloc(job->n_groups, sizeof(double));
-    if (!t->version || !t->group_sumsq) mt_die("out of memory");
+    t->taken = calloc(job->n_shards, 1);
+    if (!t->version || !t->group_sumsq || !t->taken) mt_die("out of memory");
     for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
 }
 
@@ -46,6 +48,7 @@ void transfer_free(transfer *t) {
     if (t->d2h) stream_free(t->d2h);
     free(t->version);
     free(t->group_sumsq);
+    free(t->taken);
 }
 
 void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
@@ -89,19 +92,32 @@ int transfer_groups_ready(transfer *t, int64_t v) {
     return ready;
 }
 
+// Shard k has announced version v of group g; the memory must say so too.
+static int shard_ready(transfer *t, int k, int g, int64_t v) {
+    if (*version_of(t, k, g) < v) return 0;
+    if (job_control_block(t->job, k)->weights_version[g] < v)
+        mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
+               (long long)v);
+    return 1;
+}
+
 // Waits until every shard has announced version v of group g. On CUDA, with buf, each shard's
-// slice of the buffer is copied as soon as that shard is ready.
+// slice of the buffer is copied as soon as that shard is ready, in the order the shards
+// finish, so that only the slowest shard's slice is copied after the wait.
 static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf) {
     double t0 = now_seconds();
     trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 1);
-    for (int k = 0; k < t->job->n_shards; k++) {
-        while (*version_of(t, k, g) < v) transfer_receive(t);
-        if (job_control_block(t->job, k)->weights_version[g] < v)
-            mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
-                   (long long)v);
-        if (buf && t->cuda) xfer_cuda_fetch_shard(t, buf, k);
+    memset(t->taken, 0, (size_t)t->job->n_shards);
+    for (int left = t->job->n_shards;;) {
+        for (int k = 0; k < t->job->n_shards; k++) {
+            if (t->taken[k] || !shard_ready(t, k, g, v)) continue;
+            t->taken[k] = 1, left--;
+            if (buf && t->cuda) xfer_cuda_fetch_shard(t, buf, k);
+        }
+        if (left == 0) break;
+        transfer_receive(t);
     }
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 0);
     double t1 = now_seconds();
