@@ -46,10 +46,12 @@ void trace_open(const mt_config *c, int rank, int world, int start_step, int end
     if (T.last > end_step - 1) T.last = end_step - 1;
     T.on = c->trace_steps[0] > 0 && T.first <= T.last;
     if (!T.on) return;
-    // Per step, rank 0 records per layer a fwd, a bwd, an offload, two waits and two fetches
-    // of a copy per shard (fewer than world), and a few spans for the embedding, the head and
-    // the step; an optimizer fewer.
-    size_t per_step = (8 + 2 * (size_t)world) * ((size_t)c->layers + 2) + 32;
+    // Per step, rank 0 records per layer a fwd, a bwd, a gradient offload, two waits, two
+    // fetches of a copy per shard (fewer than world) and up to two activation copies per
+    // micro-batch, and a few spans for the embedding, the head and the step; an optimizer
+    // fewer.
+    size_t per_layer = 8 + 2 * (size_t)world + 2 * (size_t)c->micro_batches;
+    size_t per_step = per_layer * ((size_t)c->layers + 2) + 32;
     size_t steps = (size_t)(T.last - T.first + 1);
     T.cap = steps > TRACE_MAX_SPANS / per_step ? TRACE_MAX_SPANS : steps * per_step;
     T.spans = malloc(T.cap * sizeof *T.spans);
