@@ -30,41 +30,57 @@ def latest_before(spans, name, t):
     return max(ends) if ends else None
 
 
-def main(path):
-    spans = load(path)
+def last_step(spans):
+    """(begin, end, name) of the last traced step of rank 0."""
     steps = sorted((b, e, n) for n, b, e, _ in spans["host"] if n.startswith("step "))
-    if not steps:
-        sys.exit(f"{path}: no step span")
-    t0, t1, step_name = steps[-1]
-    print(f"{path}: {step_name}, {(t1 - t0) / 1e3:.1f} ms")
+    return steps[-1] if steps else None
+
+
+def layer_rows(spans, t0, t1):
+    """Per layer of the forward in [t0, t1): its start, when the last optimizer rank had
+    finished the update it uses (None: the GPU updates it), the slack between the two, and
+    how long the host blocked on its weights. Times in microseconds."""
     optimizers = sorted(k for k in spans if k.startswith("optimizer"))
-    for o in optimizers:
-        d = [(e - b) / 1e3 for n, b, e, _ in spans[o] if n.startswith("adamw L")]
-        if d:
-            print(f"  {o}: adamw per layer median {statistics.median(d):.1f} ms, "
-                  f"max {max(d):.1f} ms over {len(d)} spans")
     in_step = lambda s: [x for x in s if t0 <= x[1] < t1]
-    fwd = sorted((b, n) for n, b, _, _ in in_step(spans["compute"]) if n.startswith("fwd L"))
     waits = collections.Counter()
     for n, b, e, _ in in_step(spans["host"]):
         if n.startswith("wait weights"):
             waits[n.removeprefix("wait weights ")] += e - b
-    print("  layer  fwd start  opt ready   slack   host wait   (ms from the step's start)")
-    worst = None
-    for b, n in fwd:
+    rows = []
+    for b, n in sorted((b, n) for n, b, _, _ in in_step(spans["compute"]) if n.startswith("fwd L")):
         layer = n.removeprefix("fwd ")
         ready = [latest_before(spans[o], f"adamw {layer}", b) for o in optimizers]
-        ready = [r for r in ready if r is not None]
-        r = max(ready) if len(ready) == len(optimizers) and ready else None
-        slack = (b - r) / 1e3 if r is not None else None
-        if slack is not None and (worst is None or slack < worst[0]):
-            worst = (slack, layer)
-        rs = f"{(r - t0) / 1e3:9.1f}" if r is not None else "   (gpu)"
-        ss = f"{slack:7.1f}" if slack is not None else "      -"
-        print(f"  {layer:>5} {(b - t0) / 1e3:10.1f} {rs} {ss} {waits[layer] / 1e3:10.1f}")
-    total = sum(waits.values()) / 1e3
-    print(f"  host waited for weights {total:.1f} ms in this step ({100 * total * 1e3 / (t1 - t0):.1f}%)"
-          + (f"; least slack {worst[0]:.1f} ms at {worst[1]}" if worst else ""))
+        r = max(ready) if optimizers and None not in ready else None
+        rows.append({"layer": layer, "fwd": b, "ready": r, "slack": None if r is None else b - r,
+                     "blocked": waits[layer]})
+    return rows
+
+
+def main(path):
+    spans = load(path)
+    step = last_step(spans)
+    if not step:
+        sys.exit(f"{path}: no step span")
+    t0, t1, step_name = step
+    print(f"{path}: {step_name}, {(t1 - t0) / 1e3:.1f} ms")
+    for o in sorted(k for k in spans if k.startswith("optimizer")):
+        d = [(e - b) / 1e3 for n, b, e, _ in spans[o] if n.startswith("adamw L")]
+        if d:
+            print(f"  {o}: adamw per layer median {statistics.median(d):.1f} ms, "
+                  f"max {max(d):.1f} ms over {len(d)} spans")
+    # The host runs ahead of the GPU, so "host blocked" is not GPU idle time: the GPU stalls
+    # only where the slack is gone (opt_stall in metrics.jsonl measures it).
+    print("  layer  fwd start  opt ready   slack   host blocked   (ms from the step's start)")
+    rows = layer_rows(spans, t0, t1)
+    for r in rows:
+        ready = f"{(r['ready'] - t0) / 1e3:9.1f}" if r["ready"] is not None else "    (gpu)"
+        slack = f"{r['slack'] / 1e3:7.1f}" if r["slack"] is not None else "      -"
+        print(f"  {r['layer']:>5} {(r['fwd'] - t0) / 1e3:10.1f} {ready} {slack} {r['blocked'] / 1e3:12.1f}")
+    with_slack = [r for r in rows if r["slack"] is not None]
+    worst = min(with_slack, key=lambda r: r["slack"]) if with_slack else None
+    blocked = sum(r["blocked"] for r in rows) / 1e3
+    print(f"  host blocked on weights {blocked:.1f} ms in this step"
+          + (f"; least slack {worst['slack'] / 1e3:.1f} ms at {worst['layer']}" if worst else ""))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # trace_steps = [2, 3] on test-small (2 layers) with -np 3: <run>/trace.json is a valid
 # Chrome/Perfetto trace of exactly those steps, with the compute, h2d, d2h and host tracks of
 # rank 0 and one track per optimizer rank, a span for every layer's forward, backward, fetch,
-# offload and update in both steps, and no part files left behind.
+# offload and update in both steps, and no part files left behind; bench/trace_summary.py
+# finds every layer's update finished before the forward that uses it.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 sed "s|\"\.\./data/|\"$SRC/data/|" "$SRC/configs/test-small.cfg" >"$WORK/trace.cfg"
 echo 'trace_steps = [2, 3];' >>"$WORK/trace.cfg"
@@ -11,9 +12,9 @@ expect "the job says where the trace is" grep -q "trace of steps 2..3: .*/trace.
     "$WORK/traced.log"
 expect "no part or temporary files remain" \
     test -z "$(ls "$WORK/traced" | grep -E '\.part|\.tmp')"
-expect "trace.json passes the checks below" python3 - "$WORK/traced/trace.json" 2 3 2 3 <<'PY'
+expect "trace.json passes the checks below" python3 - "$WORK/traced/trace.json" 2 3 2 3 "$SRC/bench" <<'PY'
 import json, sys
-path, layers, world, first, last = sys.argv[1], *map(int, sys.argv[2:])
+path, layers, world, first, last = sys.argv[1], *map(int, sys.argv[2:6])
 steps = range(first, last + 1)
 events = json.load(open(path))["traceEvents"]  # parses, and is the traceEvents format
 bad = []
@@ -73,6 +74,18 @@ for e in spans:
         key = (e["name"][6:], e["args"]["step"])
         check(key in d2h_end and e["ts"] >= d2h_end[key] - EPS,
               f"rank {e['pid']}: {e['name']} of step {key[1]} starts before its d2h ends")
+# bench/trace_summary.py reads this trace: in the last step every layer's forward started
+# after every optimizer rank had finished the update it uses (the compute rank waits for
+# their announcements), and no layer is missing.
+sys.path.insert(0, sys.argv[6])
+import trace_summary
+tracks = trace_summary.load(path)
+t0, t1, _ = trace_summary.last_step(tracks)
+rows = trace_summary.layer_rows(tracks, t0, t1)
+check([r["layer"] for r in rows] == [f"L{l}" for l in range(layers)], f"summary rows {rows}")
+for r in rows:
+    check(r["ready"] is not None and r["slack"] >= -EPS,
+          f"{r['layer']} forward began before its update was published: {r}")
 for b in bad[:20]: print("  ", b)
 print(f"   {len(spans)} spans, {len(bad)} problems")
 sys.exit(1 if bad else 0)
