@@ -530,7 +530,7 @@ void engine_run(mt_job *job) {
     const mt_config *c = &job->cfg;
     trace_open(c, job->rank, job->world, job->start_step, job->end_step);
     metrics mx;
-    metrics_open(&mx, job, e.ops->name);
+    metrics_open(&mx, job, e.ops->name, e.dev.groups);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(&e, step));

@@ -161,9 +161,10 @@ static void print_plain(metrics *mx, const step_info *s) {
 
 // ---- the record ----
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend) {
+void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_groups) {
     memset(mx, 0, sizeof *mx);
     mx->job = job;
+    mx->device_groups = device_groups;
     detect_tty(mx);
     const mt_config *c = &job->cfg;
     make_dirs(c->checkpoint_dir);
@@ -233,6 +234,30 @@ static void write_transfer_stats(metrics *mx, const transfer_stats st, double dt
         fprintf(mx->jsonl, ",\"opt_stall\":%.4f", st.opt_stall_seconds / dt);
 }
 
+// Once per run, when the GPU keeps idling on the optimizer ranks, say what would shorten it: the
+// per-step "opt wait" figure alone does not tell a user which knob to turn. Only the first two
+// steps of a run are left out (warm-up), and only a wait that costs real time (>= 5% and
+// >= 50 ms a step over three steps) is worth a line.
+static void advise_on_stall(metrics *mx, const transfer_stats *st, double dt) {
+    enum { WARMUP = 2, SPAN = 3 };
+    if (mx->advised || st->opt_stall_seconds < 0 || mx->steps_done <= WARMUP) return;
+    mx->stall_seconds += st->opt_stall_seconds, mx->stall_step_seconds += dt;
+    if (++mx->stall_steps < SPAN) return;
+    double frac = mx->stall_seconds / mx->stall_step_seconds;
+    double per_step = mx->stall_seconds / mx->stall_steps;
+    mx->stall_seconds = mx->stall_step_seconds = 0, mx->stall_steps = 0;
+    if (frac < 0.05 || per_step < 0.05) return;
+    mx->advised = 1;
+    const mt_job *job = mx->job;
+    double layer_gib = job->n_groups > 1 ? 18.0 * (double)job->group_numel[1] / 1073741824.0 : 0;
+    print_above(mx,
+                "note: the GPU idles %.0f%% of each step (%.0f ms) waiting for the optimizer "
+                "ranks' updates. More GPU-updated layers give them a longer head start: "
+                "optimizer.device_groups is %d now, and each further layer costs %.2f GiB of GPU "
+                "memory. More cores or memory bandwidth for the optimizer ranks also help.\n",
+                100 * frac, 1e3 * per_step, mx->device_groups, layer_gib);
+}
+
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
     const mt_config *c = &mx->job->cfg;
     double now = now_seconds();
@@ -269,6 +294,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {
     write_transfer_stats(mx, st, s.dt);
     fputs("}\n", mx->jsonl);
     fflush(mx->jsonl);
+    advise_on_stall(mx, &st, s.dt);
 }
 
 void metrics_eval(metrics *mx, int64_t step, double loss) {

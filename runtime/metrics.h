@@ -21,9 +21,13 @@ typedef struct {
     int tty, columns;  // draw a live line no wider than columns - 1
     int live_shown;    // the live line is on the screen (and the cursor at its end)
     char live[512];    // its text, to redraw it after a line printed above it
+    int device_groups;                // groups the compute rank updates itself (for the advice)
+    double stall_seconds, stall_step_seconds; // GPU idle on the optimizers, over steady steps
+    int stall_steps, advised;
 } metrics;
 
-void metrics_open(metrics *mx, mt_job *job, const char *backend);
+// device_groups: how many groups the compute rank updates itself (optimizer.device_groups).
+void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_groups);
 // Once the compute rank's memory is all allocated: GPU bytes in use (0 on the CPU) and how many
 // of the layer x micro-batch passes keep their internals.
 void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes);

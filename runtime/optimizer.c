@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     mt_job *job;
@@ -25,6 +26,7 @@ typedef struct {
     double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
     int64_t *grads_step;
     int device_groups; // groups 0..device_groups-1 are updated by the compute rank
+    int slow_ms;       // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -207,6 +209,7 @@ static void update_step(optimizer *o, int step) {
         double t0 = trace_now_us();
         adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
                      job_grad_slot(job, o->shard, g), n, &hp);
+        if (o->slow_ms > 0) SYS_CHECK(usleep((useconds_t)o->slow_ms * 1000));
         trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
                      trace_now_us());
         publish_weights(o, g, step + 1);
@@ -231,7 +234,9 @@ static void export_hf(optimizer *o) {
 }
 
 void optimizer_run(mt_job *job) {
-    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0};
+    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0, 0};
+    const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
+    if (slow) o.slow_ms = atoi(slow);
     o.state = calloc(job->n_groups, sizeof *o.state);
     o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
