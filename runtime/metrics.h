@@ -21,7 +21,7 @@ typedef struct {
     int tty, columns;  // draw a live line no wider than columns - 1
     int live_shown;    // the live line is on the screen (and the cursor at its end)
     char live[512];    // its text, to redraw it after a line printed above it
-    int device_groups;                // groups the compute rank updates itself (for the advice)
+    int device_groups; // groups the compute rank updates itself (for the advice)
     double stall_seconds, stall_step_seconds; // GPU idle on the optimizers, over steady steps
     int stall_steps, advised;
 } metrics;
