@@ -17,18 +17,7 @@
 
 // ---- formatting ----
 
-// "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB".
-static const char *human(char *buf, size_t n, double b) {
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) b /= 1024, u++;
-    if (u == 0)
-        snprintf(buf, n, "%.0f B", b);
-    else
-        snprintf(buf, n, b >= 100 || u < 3 ? "%.1f %s" : "%.2f %s", b, unit[u]);
-    return buf;
-}
-#define H(x) human((char[24]){0}, 24, (double)(x))
+#define H(x) plan_bytes_text((char[24]){0}, 24, (double)(x))
 
 // 121366437888 -> "121,366,437,888".
 static const char *grouped(char *buf, size_t n, uint64_t v) {

@@ -248,14 +248,14 @@ static void advise_on_stall(metrics *mx, const transfer_stats *st, double dt) {
     mx->stall_seconds = mx->stall_step_seconds = 0, mx->stall_steps = 0;
     if (frac < 0.05 || per_step < 0.05) return;
     mx->advised = 1;
-    const mt_job *job = mx->job;
-    double layer_gib = job->n_groups > 1 ? 18.0 * (double)job->group_numel[1] / 1073741824.0 : 0;
+    char layer[24];
+    plan_bytes_text(layer, sizeof layer, (double)plan_device_layer_bytes(&mx->job->cfg));
     print_above(mx,
                 "note: the GPU idles %.0f%% of each step (%.0f ms) waiting for the optimizer "
                 "ranks' updates. More GPU-updated layers give them a longer head start: "
-                "optimizer.device_groups is %d now, and each further layer costs %.2f GiB of GPU "
+                "optimizer.device_groups is %d now, and each further layer costs %s of GPU "
                 "memory. More cores or memory bandwidth for the optimizer ranks also help.\n",
-                100 * frac, 1e3 * per_step, mx->device_groups, layer_gib);
+                100 * frac, 1e3 * per_step, mx->device_groups, layer);
 }
 
 void metrics_step_end(metrics *mx, int64_t step, double loss, transfer *t) {

@@ -85,15 +85,30 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
     return 2 * s.n * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
 }
 
+uint64_t plan_device_layer_bytes(const mt_config *c) {
+    return 18 * model_group_numel(c, model_layer_group(0)); // state + own buffers
+}
+
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     if (c->device_groups >= 0) return c->device_groups;
     if (!cuda) return 0;
     uint64_t budget = device_free / 8, emb = 12 * model_group_numel(c, 0);
-    uint64_t layer = 18 * model_group_numel(c, model_layer_group(0)); // state + own buffers
+    uint64_t layer = plan_device_layer_bytes(c);
     if (emb > budget) return 0;
     int layers = (c->layers + 7) / 8;
     if ((uint64_t)layers * layer > budget - emb) layers = (int)((budget - emb) / layer);
     return 1 + layers;
+}
+
+const char *plan_bytes_text(char *buf, size_t n, double b) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", b);
+    else
+        snprintf(buf, n, b >= 100 || u < 3 ? "%.1f %s" : "%.2f %s", b, unit[u]);
+    return buf;
 }
 
 void plan_device_layers_text(int groups, char *out, size_t cap) {

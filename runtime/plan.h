@@ -70,11 +70,15 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b);
 // optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
 // not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
 // as many as fit in an eighth of the free memory (12 B/param of state, 6 more of own buffers).
-// Measured on an H200, that lead is what lets the optimizer ranks (about 1.1x slower per layer
-// than the forward at 65k tokens a step) stay ahead through the forward; every extra layer costs
+// Measured on an H200, that lead is what lets the optimizer ranks (0.7-1.1x as long per layer
+// as the forward at 65k tokens a step) stay ahead through the forward; every extra layer costs
 // kept activations. None on the CPU, whose compute rank has no memory faster than the
 // optimizer ranks'.
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
+// GPU memory one more device-updated decoder layer takes: its fp32 state and own buffers.
+uint64_t plan_device_layer_bytes(const mt_config *c);
+// "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB" into buf; returns buf.
+const char *plan_bytes_text(char *buf, size_t n, double bytes);
 // The layers among `groups` device-updated groups, for messages: "", " and layer 0",
 // " and layers 0-3".
 void plan_device_layers_text(int groups, char *out, size_t cap);
