@@ -2,12 +2,8 @@
 # The same config and seed on backend cuda vs cpu: per-step losses of a tiny model agree
 # within bf16 tolerance over 20 steps. Skipped (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIPPED: no CUDA device"
-    exit 77
-fi
-sed 's/^backend = .*/backend = "cuda";/' "$SRC/configs/test-small.cfg" >"$WORK/cuda.cfg"
-sed -i "s|\"\.\./data/|\"$SRC/data/|" "$WORK/cuda.cfg"
+require_gpu
+small_config cuda "$WORK/cuda.cfg"
 run_job cpu 3 "$SRC/configs/test-small.cfg" || show_log cpu
 run_job cuda 3 "$WORK/cuda.cfg" || show_log cuda
 expect "the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/cuda.log"

@@ -7,13 +7,12 @@
 # (its kernel repeats the CPU arithmetic operation for operation).
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
-if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then backends="cpu cuda"; fi
+if have_gpu; then backends="cpu cuda"; fi
 state() { echo "$WORK/$1/step_$(printf %06d "$2")/state.bin"; }
 for be in $backends; do
     for n in 0 1 3; do
-        sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
-            -e "s/lr = 2e-3;/lr = 2e-3; device_groups = $n;/" \
-            "$SRC/configs/test-small.cfg" >"$WORK/$be-$n.cfg"
+        small_config "$be" "$WORK/$be-$n.cfg"
+        sed -i "s/lr = 2e-3;/lr = 2e-3; device_groups = $n;/" "$WORK/$be-$n.cfg"
         echo "export_dir = \"$be-export-$n\";" >>"$WORK/$be-$n.cfg"
     done
     run_job "$be-0" 3 "$WORK/$be-0.cfg" || show_log "$be-0"

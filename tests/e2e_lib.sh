@@ -8,6 +8,23 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 PASSED=0
 
+# A usable CUDA device is present (tests of the CUDA backend skip or narrow without one).
+have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }
+
+# Exits the test as skipped (77) without a GPU.
+require_gpu() {
+    if ! have_gpu; then
+        echo "SKIPPED: no CUDA device"
+        exit 77
+    fi
+}
+
+# small_config BACKEND OUT: configs/test-small.cfg on BACKEND, runnable from $WORK.
+small_config() {
+    sed -e "s/^backend = .*/backend = \"$1\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
+        "$SRC/configs/test-small.cfg" >"$2"
+}
+
 # run_job NAME NP CONFIG [mtrun args...]: output in $WORK/NAME.log, run dir $WORK/NAME
 run_job() {
     local name=$1 np=$2 cfg=$3

@@ -5,11 +5,10 @@
 # equal. On the CPU backend always; on the CUDA backend too when a GPU is present.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
-if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then backends="cpu cuda"; fi
+if have_gpu; then backends="cpu cuda"; fi
 for be in $backends; do
     for mode in auto always partial offload; do
-        sed -e "s/^backend = .*/backend = \"$be\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \
-            "$SRC/configs/test-small.cfg" >"$WORK/$be-$mode.cfg"
+        small_config "$be" "$WORK/$be-$mode.cfg"
         [ $mode = always ] && echo 'recompute = "always";' >>"$WORK/$be-$mode.cfg"
         # partial: some passes kept, the others recomputed, within one layer too
         [ $mode = partial ] && export MT_KEEP_MAX=3

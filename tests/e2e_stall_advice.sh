@@ -4,12 +4,8 @@
 # MT_FAULT_SLOW_ADAMW_MS makes every optimizer rank sleep that long per group update.
 # Skipped (exit 77) without a usable GPU: only the CUDA backend measures the GPU's idle time.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIPPED: no CUDA device"
-    exit 77
-fi
-sed 's/^backend = .*/backend = "cuda";/' "$SRC/configs/test-small.cfg" >"$WORK/cuda.cfg"
-sed -i "s|\"\.\./data/|\"$SRC/data/|" "$WORK/cuda.cfg"
+require_gpu
+small_config cuda "$WORK/cuda.cfg"
 MT_FAULT_SLOW_ADAMW_MS=60 run_job slow 3 "$WORK/cuda.cfg" || show_log slow
 run_job fast 3 "$WORK/cuda.cfg" || show_log fast
 grep -E '^note:' "$WORK/slow.log"
