@@ -26,7 +26,7 @@ typedef struct {
     float *staging; // host, the largest group's elements while state moves
 } device_groups;
 
-// Compute rank, collective with optimizer_device_groups: announces `groups` and receives their
+// Compute rank, collective with optimizer_give_device_groups: announces `groups` and receives their
 // state from the optimizer ranks.
 void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, backend *be,
                         int groups);

@@ -54,12 +54,12 @@ typedef struct {
     plan_buffers gpu;             // GPU bytes when cuda (also filled, for reference, otherwise)
 } mt_plan;
 
-// Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
-// (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
-// one-line message in err (a model whose groups do not fit the shard layout).
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
 
+// Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
+// (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
+// one-line message in err (a model whose groups do not fit the shard layout).
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
               char *err, size_t errlen);
 void plan_free(mt_plan *p);
