@@ -137,7 +137,7 @@ static void pin_team(int threads, int first) {
     }
 }
 
-// As runtime/optimizer.c allocates master, m and v.
+// As runtime/optimizer/optimizer.c allocates master, m and v.
 static void *alloc_huge(size_t bytes) {
     bytes = (bytes + 4095) & ~(size_t)4095;
     char *raw =

@@ -18,8 +18,8 @@ The PyTorch loop reproduces our optimizer step, not a different recipe:
     accumulated over the micro-batches;
   - torch.nn.utils.clip_grad_norm_(max_norm = optimizer.clip) over all parameters, then
     torch.optim.AdamW (one parameter group: weight decay on every tensor, norms and embedding
-    included, as runtime/optimizer.c applies it), betas, eps, weight_decay as configured;
-  - the learning rate of step s (0-based) is runtime/schedule.c's lr_at_step: linear warm-up
+    included, as runtime/optimizer/optimizer.c applies it), betas, eps, weight_decay as configured;
+  - the learning rate of step s (0-based) is runtime/model/schedule.c's lr_at_step: linear warm-up
     lr * (s + 1) / warmup_steps, then cosine from lr to min_lr over steps - warmup_steps.
 Pass: max relative difference of the 50 losses below 1e-3 on cpu, 3e-2 on cuda (bf16 compute).
 Runs in well under 2 minutes on 16 cores. Exit 0 / 1 (a FAIL) / 77 (no torch, or no backend).
@@ -51,12 +51,12 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(SRC, "data", "tinyshakespeare.txt")
 
 def batch(tokens, step, micro):
-    """runtime/data.c's dataset_batch for the training split [0, n)."""
+    """runtime/io/data.c's dataset_batch for the training split [0, n)."""
     xs, ys = mtparity.batch(tokens, SEED, step, micro, MICRO, SEQ, len(tokens))
     return torch.tensor(xs), torch.tensor(ys)
 
 
-def lr_at_step(s):  # runtime/schedule.c
+def lr_at_step(s):  # runtime/model/schedule.c
     if s < WARMUP:
         return LR * (s + 1) / WARMUP
     decay = STEPS - WARMUP

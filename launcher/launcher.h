@@ -3,7 +3,7 @@
 #ifndef MT_LAUNCHER_H
 #define MT_LAUNCHER_H
 
-#include "runtime/plan.h"
+#include "runtime/plan/plan.h"
 
 #include <stddef.h>
 #include <stdint.h>

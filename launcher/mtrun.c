@@ -8,7 +8,7 @@
 // SIGTERM to it, and when it ends removes whatever shared memory the job left behind in
 // /dev/shm, so that even a crashed job leaks nothing.
 #include "launcher/launcher.h"
-#include "runtime/config.h"
+#include "runtime/io/io.h"
 #include "shm/syscheck.h"
 
 #include <dirent.h>

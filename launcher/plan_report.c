@@ -1,9 +1,9 @@
 // The plan as the operator sees it: the host's memory, /dev/shm and lock limit read here, the
-// per-rank table, the GPU and step-time estimates, and the verdict. runtime/plan.c computes the
-// numbers; this file only probes the machine and prints. It makes no CUDA call: mtrun must
+// per-rank table, the GPU and step-time estimates, and the verdict. runtime/plan/plan.c computes
+// the numbers; this file only probes the machine and prints. It makes no CUDA call: mtrun must
 // start on a login node or in a container without the driver, so GPU memory is not checked.
 #include "launcher/launcher.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-# Checkpoints (runtime/checkpoint.c): the hash and checkpoint.keep's pruning without MPI, then
+# Checkpoints (runtime/io/checkpoint.c): the hash and checkpoint.keep's pruning without MPI, then
 # end to end through mtrun: corrupted or mismatched checkpoints refused, keep-last-K.
 add_executable(test_checkpoint ${MT_TEST_DIR}/test_checkpoint.c)
 target_link_libraries(test_checkpoint PRIVATE mt_runtime)

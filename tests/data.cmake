@@ -1,4 +1,4 @@
-# Token-shard data (runtime/data.c): formats read back, windows across shards, "bytes"
+# Token-shard data (runtime/io/data.c): formats read back, windows across shards, "bytes"
 # unchanged, data.val_path's own validation stream, bad input refused with one line naming the
 # file (test_data.c); and a job on shards of the demo text that trains exactly like the same job
 # on the text, and a job with data.val_path that trains and evaluates exactly like the

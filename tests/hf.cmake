@@ -1,4 +1,4 @@
-# Hugging Face folders in and out (runtime/hf.c): fixtures are written at test time by
+# Hugging Face folders in and out (runtime/model/hf_config.c, runtime/io/safetensors.c, export.c): fixtures are written at test time by
 # hf_fixture.py (standard library only).
 add_executable(test_hf ${MT_TEST_DIR}/test_hf.c)
 target_link_libraries(test_hf PRIVATE mt_runtime)

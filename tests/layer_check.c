@@ -7,8 +7,8 @@
 //      x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
-#include "runtime/backend.h"
-#include "runtime/model.h"
+#include "runtime/engine/backend.h"
+#include "runtime/model/model.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

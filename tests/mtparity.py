@@ -1,5 +1,5 @@
 """What the transformers parity scripts (tests/hf_family_parity.py, bench/hf_train_parity.py)
-share: runtime/data.c's batch windows mirrored in Python, a job through the real mtrun, and
+share: runtime/io/data.c's batch windows mirrored in Python, a job through the real mtrun, and
 the command line. Standard library only; the callers bring torch."""
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 M64 = (1 << 64) - 1
 
 
-def splitmix64(x):  # runtime/hash.h
+def splitmix64(x):  # runtime/base/base.h
     x = (x + 0x9E3779B97F4A7C15) & M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64

@@ -1,7 +1,7 @@
 #!/bin/sh
 # mtrun --plan: every byte count of the plan against an expectation computed here, in awk, from
-# the config values and the layout rules (shm/layout.c, runtime/optimizer.c, runtime/engine.c,
-# runtime/backend_cpu.c + layer.c, runtime/backend_cuda.c), not by calling the code.
+# the config values and the layout rules (shm/layout.c, runtime/optimizer/optimizer.c, runtime/engine/engine.c,
+# runtime/engine/backend_cpu.c + layer.c, runtime/engine/backend_cuda.c), not by calling the code.
 #   configs/test-small.cfg -np 3: cpu backend, host bytes of every rank by kind
 #   configs/7b.cfg -np 5:         cuda backend, host bytes by kind and GPU bytes by kind
 # usage: plan_numbers.sh MTRUN REPO_ROOT

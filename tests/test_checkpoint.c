@@ -1,11 +1,12 @@
-// Checkpoint pieces that need no MPI job (runtime/checkpoint.c): XXH64 against the reference
+// Checkpoint pieces that need no MPI job (runtime/io/checkpoint.c): the block hash (libxxhash's
+// XXH64, seed 0, what `xxhsum -H1` prints) against the reference
 // implementation's published values, and checkpoint.keep's pruning on a scratch folder.
 //
 //   test_checkpoint                 run the tests
 //   test_checkpoint bench DIR MIB   write a MIB MiB file in DIR, then time hashing it back
 //                                   in memory, through mmap as a save does (page cache), and cold
-#include "runtime/checkpoint.h"
-#include "runtime/fsutil.h"
+#include "runtime/io/io.h"
+#include "runtime/base/base.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "tests/check.h"
+#include <xxhash.h>
 
 // Values from xxHash's own test suite and python-xxhash's documentation; the inputs cover the
 // < 32-byte path, the 32-byte stripes and every tail length (8, 4, 1).
@@ -29,7 +31,7 @@ static void test_xxh64(void) {
         {"Nobody inspects the spammish repetition", 0xFBCEA83C8A378BF1ull},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        uint64_t got = checkpoint_xxh64(cases[i].in, strlen(cases[i].in));
+        uint64_t got = XXH64(cases[i].in, strlen(cases[i].in), 0);
         CHECK(got == cases[i].want, "xxh64(\"%s\") = %016llx, want %016llx", cases[i].in,
               (unsigned long long)got, (unsigned long long)cases[i].want);
     }
@@ -100,18 +102,18 @@ static int bench(const char *dir, long mib) {
     }
     if (fsync(fd) != 0) return perror(path), 1;
     double t0 = now_seconds();
-    uint64_t h1 = checkpoint_xxh64(buf, len);
+    uint64_t h1 = XXH64(buf, len, 0);
     double t1 = now_seconds();
     void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
     madvise(p, len, MADV_SEQUENTIAL);
-    uint64_t h2 = checkpoint_xxh64(p, len);
+    uint64_t h2 = XXH64(p, len, 0);
     double t2 = now_seconds();
     munmap(p, len);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); // clean pages leave the cache: a cold read
     double t3 = now_seconds();
     p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
     madvise(p, len, MADV_SEQUENTIAL);
-    uint64_t h3 = checkpoint_xxh64(p, len);
+    uint64_t h3 = XXH64(p, len, 0);
     double t4 = now_seconds();
     munmap(p, len);
     close(fd);

@@ -1,7 +1,7 @@
 // The control plane under load, on 5 ranks: rank 0 plays the compute process, ranks 1..n-1 the
 // optimizers. Checks order and bit-exact content of ping-pong and burst traffic, that a blocked
 // receiver wakes promptly and burns no CPU, and reports the round-trip latency.
-#include "runtime/control.h"
+#include "runtime/job/job.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

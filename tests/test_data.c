@@ -1,13 +1,13 @@
-// Token-shard data (runtime/data.c): shards written here, in every supported format, read
+// Token-shard data (runtime/io/data.c): shards written here, in every supported format, read
 // back through dataset_batch; windows across shard boundaries; "bytes" unchanged; data.val_path
 // (evaluation's own stream); and each bad input refused with one line that names the file.
 //
 //   test_data                 run the tests (in a fresh temporary folder)
 //   test_data split IN DIR    write IN's bytes as three shards in DIR, one per format
 //                             (used by data_e2e.sh to train on shards of a text file)
-#include "runtime/config.h"
-#include "runtime/data.h"
-#include "runtime/hash.h"
+#include "runtime/model/model.h"
+#include "runtime/io/io.h"
+#include "runtime/base/base.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 // optimizer.device_groups = auto (plan_device_groups): the embedding and ceil(layers / 8)
 // layers on a GPU, fewer when an eighth of the free GPU memory does not hold their state, none
 // on the CPU backend; an explicit setting is taken as it is. engine.c and the plan both ask it.
-#include "runtime/model.h"
-#include "runtime/plan.h"
+#include "runtime/model/model.h"
+#include "runtime/plan/plan.h"
 #include "tests/check.h"
 #include <stdint.h>
 #include <string.h>

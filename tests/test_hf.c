@@ -1,4 +1,5 @@
-// Drives runtime/hf.c without MPI.
+// Drives the Hugging Face reader and writer (model/hf_config.c, io/safetensors.c, io/export.c)
+// without MPI.
 //   test_hf check DIR            validate config.json + weights; the error line and exit 2, or "ok"
 //   test_hf roundtrip SRC OUT MAX
 //       load SRC as 3 shards would (and whole), check both agree bitwise; export it as 4 writers
@@ -8,9 +9,9 @@
 //   test_hf rope DIR             RoPE's inv_freq for DIR's config.json (rope_scaling included),
 //                                one float a line as its bits in hex (hf_family_parity.py
 //                                compares them with transformers' inv_freq buffer)
-#include "runtime/hf.h"
+#include "runtime/io/io.h"
 #include "kernels/bf16.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
 // against central finite differences of the summed cross-entropy loss. Also as a Qwen2 (q/k/v
 // biases) with Llama 3.1's rope_scaling, and the bias gradients' bits for 1 and 3 threads.
 #include "kernels/cpu/kernels_cpu.h"
-#include "runtime/layer.h"
-#include "runtime/model.h"
+#include "runtime/engine/layer.h"
+#include "runtime/model/model.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
 # Installs the Debian packages MegaTrain-C builds and runs with, when any is missing.
 # Run by `make demo` and `make test`, so a fresh machine needs nothing else.
 set -euo pipefail
-packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev gnuplot-nox)
+packages=(build-essential cmake pkg-config python3 libopenmpi-dev openmpi-bin libucx-dev ucx-utils
+          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

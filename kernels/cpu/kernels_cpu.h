@@ -24,7 +24,7 @@ void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float 
 // rope.c: rotary embedding, Hugging Face "rotate_half" convention (pairs i and i + hd/2),
 // applied in place to x[B, T, heads, head_dim]; the position of row (b, t) is t.
 // inv_freq[head_dim/2] comes from rope_inv_freq(), rescaled in place by rope_llama3_scale() for
-// Llama 3.1's rope_scaling (runtime/model.c's model_rope_inv_freq() picks).
+// Llama 3.1's rope_scaling (runtime/model/model.c's model_rope_inv_freq() picks).
 void rope_inv_freq(float *inv_freq, int head_dim, float theta);
 void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_freq_factor,
                        double high_freq_factor, double orig_ctx);

@@ -1,0 +1,50 @@
+// The floor every subsystem stands on: one error macro per library (SYS_CHECK and mt_die come
+// from shm/syscheck.h, MPI_CHECK and UCS_CHECK are here), a few file and clock helpers, and the
+// counter-based hash that draws data and initial weights.
+#ifndef MT_BASE_H
+#define MT_BASE_H
+
+#include "shm/syscheck.h"
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucs/type/status.h>
+
+#define MPI_CHECK(call)                                                                            \
+    do {                                                                                           \
+        int mpi_rc_ = (call);                                                                      \
+        if (mpi_rc_ != MPI_SUCCESS) {                                                              \
+            char mpi_msg_[MPI_MAX_ERROR_STRING];                                                   \
+            int mpi_len_ = 0;                                                                      \
+            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                        \
+            mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, mpi_msg_);                          \
+        }                                                                                          \
+    } while (0)
+
+#define UCS_CHECK(call)                                                                            \
+    do {                                                                                           \
+        ucs_status_t ucs_rc_ = (call);                                                             \
+        if (ucs_rc_ != UCS_OK)                                                                     \
+            mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, ucs_status_string(ucs_rc_));        \
+    } while (0)
+
+// mkdir -p; exits with a message naming the folder on failure.
+void make_dirs(const char *dir);
+double now_seconds(void); // CLOCK_MONOTONIC
+
+// Formats a one-line message into err and returns -1, so that a check can `return failf(...)`.
+int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// A whole small (JSON) file as a NUL-terminated string to free(); NULL with err set when it
+// does not open, is larger than max or reads short.
+char *read_text(const char *path, size_t max, char *err, size_t errlen);
+
+// A counter-based generator: a pure function of its input, so random draws need no state to
+// carry through checkpoints or to split across shards.
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+#endif

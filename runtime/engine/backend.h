@@ -1,0 +1,75 @@
+// A compute backend: where the engine's buffers live and how a layer, the head and the
+// embedding run. The engine's schedule (what streams when, layer-major order, recompute) is
+// the same for every backend; only these operations differ. Buffers are backend memory that
+// the engine passes around but never dereferences.
+#ifndef MT_BACKEND_H
+#define MT_BACKEND_H
+
+#include "kernels/adamw.h"
+#include "runtime/model/model.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend;
+
+typedef struct {
+    const char *name;
+    int weight_bytes; // bytes per weight element in a fetched buffer: 4 (fp32) or 2 (bf16)
+    int async;        // 1: compute calls only queue the work (CUDA); 0: they do it (CPU)
+    void *(*alloc)(backend *b, size_t bytes);
+    void (*release)(backend *b, void *p);
+    void (*zero)(backend *b, void *p, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*upload)(backend *b, void *dst, const void *host_src, size_t bytes);
+    void (*download)(backend *b, void *host_dst, const void *src, size_t bytes); // waits
+    // The step's tokens for `count` micro-batches, each [B * T], from host memory.
+    void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets, int count);
+    void (*embed_forward)(backend *b, float *out, const void *table, int m);
+    void (*embed_backward)(backend *b, float *dtable, const float *dout, int m);
+    // Kept activations: room for up to `wanted` layer internals (one layer over one
+    // micro-batch each) in memory the backend can spare; returns how many slots it reserved.
+    int (*keep_reserve)(backend *b, int wanted);
+    // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
+    void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep);
+    // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
+    // them from x. Both give the same bits.
+    void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
+                           float *dx, int keep);
+    // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
+    // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
+    void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+                 const float *x, float *dx, int m, float dloss);
+    double (*take_loss)(backend *b); // the sum since the last call; waits for the device
+    // For sampling: run one sequence of `len` tokens (tokens loaded as micro-batch 0).
+    void (*set_shape)(backend *b, int B, int T);
+    void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x, int len,
+                        float *host_logits);
+    void (*destroy)(backend *b);
+    // Device memory in use once everything is allocated (the steady state's peak); 0 on the CPU.
+    size_t (*device_bytes_in_use)(backend *b);
+    size_t (*device_bytes_free)(backend *b); // SIZE_MAX on the CPU
+    // Activation offload: host memory the copies below can use at full speed (pinned), and
+    // copies on two numbered slots. A copy starts once the compute queued so far is done (and,
+    // into the device, once the slot's previous copy is); slot_wait makes the compute that
+    // follows wait for the slot's last copy.
+    void *(*host_alloc)(backend *b, size_t bytes);
+    void (*host_release)(backend *b, void *p);
+    void (*to_host)(backend *b, void *host_dst, const void *src, size_t bytes, int slot);
+    void (*from_host)(backend *b, void *dst, const void *host_src, size_t bytes, int slot);
+    void (*slot_wait)(backend *b, int slot);
+    // AdamW over a group the compute rank updates itself (runtime/engine/device_groups.h): master
+    // p, moments m and v in place from the gradients g, and its weights w as a fetch would have
+    // brought them (bf16 on CUDA; bf16-rounded fp32 on the CPU). The optimizer ranks' bits.
+    void (*adamw)(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
+                  const adamw_params *hp);
+} backend_ops;
+
+const backend_ops *backend_cpu_ops(void);
+backend *backend_cpu_new(const mt_config *c);
+#ifdef MT_HAVE_CUDA
+const backend_ops *backend_cuda_ops(void);
+backend *backend_cuda_new(const mt_config *c); // NULL when no usable GPU
+void *backend_cuda_compute_stream(backend *b); // the cudaStream_t transfers order against
+#endif
+
+#endif

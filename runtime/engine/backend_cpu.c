@@ -1,0 +1,210 @@
+// The CPU backend: the fp32 OpenMP reference. Fetched weights are fp32 (converted from the
+// bf16 wire copy), so it computes exactly what the CUDA backend approximates.
+#include "kernels/cpu/kernels_cpu.h"
+#include "runtime/engine/backend.h"
+#include "runtime/engine/layer.h"
+#include "runtime/plan/plan.h"
+#include "shm/syscheck.h"
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+struct backend {
+    const mt_config *c;
+    int B, T;
+    layer_scratch *scratch;
+    layer_scratch **kept; // kept activations: one whole working set per slot
+    int n_kept;
+    float *tmp, *xf, *dxf, *rstd_f;
+    int32_t *inputs, *targets;
+    double loss;
+    bf16 *wire; // cpu_adamw's bf16 copy, wire_len elements
+    size_t wire_len;
+};
+
+static void *cpu_alloc(backend *b, size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) mt_die("out of memory: %zu MiB for the compute rank's buffers", bytes >> 20);
+    return p;
+}
+static void cpu_release(backend *b, void *p) {
+    free(p);
+}
+static void cpu_zero(backend *b, void *p, size_t bytes) {
+    memset(p, 0, bytes);
+}
+static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+
+static int tokens(const backend *b) {
+    return b->B * b->T;
+}
+
+static void cpu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
+    memcpy(b->inputs, inputs, sizeof(int32_t) * count * tokens(b));
+    memcpy(b->targets, targets, sizeof(int32_t) * count * tokens(b));
+}
+
+static void cpu_embed_forward(backend *b, float *out, const void *table, int m) {
+    embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->dim);
+}
+
+static void cpu_embed_backward(backend *b, float *dtable, const float *dout, int m) {
+    embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim);
+}
+
+// A slot is a whole working set, gradient scratch included: simple, and the CPU reference
+// only keeps what fits in an eighth of the free memory.
+static int cpu_keep_reserve(backend *b, int wanted) {
+    const mt_config *c = b->c;
+    size_t slot = plan_kept_pass_bytes(c, 0); // layer_scratch_new's bytes
+    size_t spare = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / 8;
+    size_t fit = spare / slot;
+    b->n_kept = wanted < (long)fit ? wanted : (int)fit;
+    b->kept = cpu_alloc(b, sizeof *b->kept * (b->n_kept + 1));
+    for (int i = 0; i < b->n_kept; i++) b->kept[i] = layer_scratch_new(c, b->B, b->T);
+    return b->n_kept;
+}
+
+static layer_scratch *internals(backend *b, int keep) {
+    return keep >= 0 ? b->kept[keep] : b->scratch;
+}
+
+static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out, int keep) {
+    layer_params p;
+    layer_params_bind(&p, b->c, (float *)w);
+    layer_forward(b->c, &p, internals(b, keep), x, out);
+}
+
+static void cpu_layer_backward(backend *b, const void *w, float *dw, const float *x,
+                               const float *dout, float *dx, int keep) {
+    layer_params p, dp;
+    layer_params_bind(&p, b->c, (float *)w);
+    layer_params_bind(&dp, b->c, dw);
+    if (keep < 0) layer_forward(b->c, &p, b->scratch, x, b->tmp);
+    layer_backward(b->c, &p, &dp, internals(b, keep), x, dout, dx);
+}
+
+static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+                     const float *x, float *dx, int m, float dloss) {
+    const mt_config *c = b->c;
+    int n = tokens(b);
+    head_params hp, gp;
+    head_params_bind(&hp, c, (float *)head_w);
+    const int32_t *targets = b->targets + (size_t)m * n;
+    rmsnorm_forward(b->xf, b->rstd_f, x, hp.final_norm, n, c->dim, (float)c->norm_eps);
+    b->loss += classifier_forward(b->xf, cls_w, targets, n, c->dim, c->vocab);
+    if (dloss == 0) return;
+    head_params_bind(&gp, c, head_g);
+    memset(b->dxf, 0, sizeof(float) * n * c->dim);
+    classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, c->dim, c->vocab, dloss);
+    memset(dx, 0, sizeof(float) * n * c->dim);
+    rmsnorm_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, b->rstd_f, n, c->dim);
+}
+
+static double cpu_take_loss(backend *b) {
+    double l = b->loss;
+    b->loss = 0;
+    return l;
+}
+
+static void cpu_set_shape(backend *b, int B, int T) {
+    b->B = b->scratch->B = B;
+    b->T = b->scratch->T = T;
+}
+
+static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
+                            int len, float *logits) {
+    const mt_config *c = b->c;
+    head_params hp;
+    head_params_bind(&hp, c, (float *)head_w);
+    const float *last = x + (size_t)(len - 1) * c->dim;
+    rmsnorm_forward(b->xf, b->rstd_f, last, hp.final_norm, 1, c->dim, (float)c->norm_eps);
+    linear_forward(logits, b->xf, cls_w, NULL, 1, c->dim, c->vocab);
+}
+
+static void cpu_destroy(backend *b) {
+    layer_scratch_free(b->scratch);
+    for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
+    free(b->kept);
+    free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
+    free(b->inputs), free(b->targets), free(b->wire);
+    free(b);
+}
+
+static size_t cpu_device_bytes(backend *b) {
+    return 0;
+}
+static size_t cpu_device_free(backend *b) {
+    return SIZE_MAX;
+}
+// On the CPU the copies are done when the call returns: nothing to wait for.
+static void cpu_to_host(backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    memcpy(dst, src, bytes);
+}
+static void cpu_slot_wait(backend *b, int slot) {}
+
+backend *backend_cpu_new(const mt_config *c) {
+    backend *b = cpu_alloc(NULL, sizeof *b);
+    b->c = c;
+    b->B = c->micro_batch, b->T = c->seq_len;
+    size_t n = (size_t)tokens(b), nD = n * c->dim;
+    b->scratch = layer_scratch_new(c, b->B, b->T);
+    b->tmp = cpu_alloc(b, sizeof(float) * nD);
+    b->xf = cpu_alloc(b, sizeof(float) * nD);
+    b->dxf = cpu_alloc(b, sizeof(float) * nD);
+    b->rstd_f = cpu_alloc(b, sizeof(float) * n);
+    b->inputs = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
+    b->targets = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
+    return b;
+}
+
+// The optimizer ranks' own routine, then the widening a fetch does. The scratch grows on the
+// first step's updates (the largest group's size) and is reused after.
+static void cpu_adamw(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
+                      const adamw_params *hp) {
+    if (b->wire_len < n) {
+        free(b->wire);
+        b->wire = cpu_alloc(b, n * sizeof(bf16));
+        b->wire_len = n;
+    }
+    adamw_update(p, m, v, b->wire, g, n, hp);
+    float *out = w;
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(b->wire[i]);
+}
+
+const backend_ops *backend_cpu_ops(void) {
+    static const backend_ops ops = {
+        "cpu",
+        4,
+        0,
+        cpu_alloc,
+        cpu_release,
+        cpu_zero,
+        cpu_copy,
+        cpu_copy,
+        cpu_copy,
+        cpu_load_tokens,
+        cpu_embed_forward,
+        cpu_embed_backward,
+        cpu_keep_reserve,
+        cpu_layer_forward,
+        cpu_layer_backward,
+        cpu_head,
+        cpu_take_loss,
+        cpu_set_shape,
+        cpu_last_logits,
+        cpu_destroy,
+        cpu_device_bytes,
+        cpu_device_free,
+        cpu_alloc,
+        cpu_release,
+        cpu_to_host,
+        cpu_to_host,
+        cpu_slot_wait,
+        cpu_adamw,
+    };
+    return &ops;
+}

@@ -1,0 +1,48 @@
+// The state that transfer.c and its CUDA half, transfer_cuda.c, share: the transfer itself and
+// the streaming buffers, which remember what they hold. Types only, so that the two halves
+// depend on this and not on each other.
+#ifndef MT_BUFFERS_H
+#define MT_BUFFERS_H
+
+#include "runtime/engine/stream.h"
+#include "runtime/job/job.h"
+#include "runtime/observe/observe.h"
+
+typedef struct transfer_cuda transfer_cuda;
+
+typedef struct {
+    mt_job *job;
+    copy_stream *h2d, *d2h; // CPU backend
+    transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
+    int64_t *version;       // [n_shards * n_groups]: wire version each shard announced
+    unsigned char *taken;   // [n_shards]: scratch of wait_version, shards already copied
+    uint64_t tickets;       // offloads issued, for announcing them in order
+    double opt_wait_seconds;
+    double *group_sumsq;                 // [n_groups]: each group's last announced squared norm
+    double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
+    double span_begin_us;                // CPU backend: start of the open compute span
+} transfer;
+
+typedef struct weight_buffer { // a buffer remembers which group and version it holds
+    transfer *t;
+    void *dst;
+    int group;
+    int64_t version;
+    uint64_t ticket;    // CPU: copy-stream ticket; CUDA: nonzero once filled
+    void *ready, *free; // CUDA events: fetch landed / compute done with the buffer
+} weight_buffer;
+
+typedef struct grad_buffer {
+    transfer *t;
+    float *src;
+    int group;
+    int64_t step;
+    double sumsq;
+    uint64_t ticket, order;
+    int announced;
+    int stays;  // a group the compute rank updates itself: only its norm is measured and announced
+    void *done; // CUDA event: the offload landed
+    double *sumsq_dev, *sumsq_host;
+} grad_buffer;
+
+#endif

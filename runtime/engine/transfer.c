@@ -1,0 +1,266 @@
+#include "runtime/engine/transfer.h"
+#include "kernels/adamw.h"
+#include "runtime/base/base.h"
+#include "shm/syscheck.h"
+#include <stdlib.h>
+#include <string.h>
+#ifdef MT_HAVE_CUDA
+#include "runtime/engine/transfer_cuda.h"
+#else // without CUDA these are never reached: t->cuda is always NULL
+#define xfer_cuda_new(job, s) NULL
+#define xfer_cuda_free(x, job) ((void)0)
+#define xfer_cuda_weight_init(b) ((void)0)
+#define xfer_cuda_grad_init(b) ((void)0)
+#define xfer_cuda_buffers_free(w, nw, g, ng) ((void)0)
+#define xfer_cuda_fetch_begin(t, b) ((void)0)
+#define xfer_cuda_fetch_shard(t, b, k) ((void)0)
+#define xfer_cuda_fetch_end(b) ((void)0)
+#define xfer_cuda_fetch_wait(b) ((void)0)
+#define xfer_cuda_buffer_done(b) ((void)0)
+#define xfer_cuda_offload(t, b) ((void)0)
+#define xfer_cuda_offload_landed(b, w) 1
+#define xfer_cuda_take_stats(x) ((transfer_stats){0})
+#define xfer_cuda_optimizer_blocks(x, b) ((void)0)
+#define xfer_cuda_trace_calibrate(x) ((void)0)
+#define xfer_cuda_span_begin(x) ((void)0)
+#define xfer_cuda_span_end(x, tag) ((void)0)
+#endif
+
+void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
+    memset(t, 0, sizeof *t);
+    t->job = job;
+    if (compute_stream) {
+        t->cuda = xfer_cuda_new(job, compute_stream);
+    } else {
+        t->h2d = stream_new("mt-h2d", TRACE_H2D);
+        t->d2h = stream_new("mt-d2h", TRACE_D2H);
+    }
+    t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
+    t->group_sumsq = calloc(job->n_groups, sizeof(double));
+    t->taken = calloc(job->n_shards, 1);
+    if (!t->version || !t->group_sumsq || !t->taken) mt_die("out of memory");
+    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
+}
+
+void transfer_free(transfer *t) {
+    if (t->cuda) xfer_cuda_free(t->cuda, t->job);
+    if (t->h2d) stream_free(t->h2d);
+    if (t->d2h) stream_free(t->d2h);
+    free(t->version);
+    free(t->group_sumsq);
+    free(t->taken);
+}
+
+void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
+    memset(buf, 0, sizeof *buf);
+    buf->t = t, buf->dst = dst, buf->group = -1;
+    if (t->cuda) xfer_cuda_weight_init(buf);
+}
+
+void grad_buffer_init(transfer *t, grad_buffer *buf, float *src) {
+    memset(buf, 0, sizeof *buf);
+    buf->t = t, buf->src = src, buf->group = -1;
+    if (t->cuda) xfer_cuda_grad_init(buf);
+}
+
+void buffers_free(transfer *t, weight_buffer *w, int nw, grad_buffer *g, int ng) {
+    if (t->cuda) xfer_cuda_buffers_free(w, nw, g, ng);
+}
+
+static int64_t *version_of(transfer *t, int shard, int g) {
+    return &t->version[shard * t->job->n_groups + g];
+}
+
+static int version_ready(transfer *t, int g, int64_t v) {
+    for (int k = 0; k < t->job->n_shards; k++)
+        if (*version_of(t, k, g) < v) return 0;
+    return 1;
+}
+
+void transfer_receive(transfer *t) {
+    control_msg msg;
+    int src = control_recv(t->job->ctl, &msg);
+    if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
+        msg.group >= t->job->n_groups)
+        mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
+    *version_of(t, src - 1, msg.group) = msg.step;
+}
+
+int transfer_groups_ready(transfer *t, int64_t v) {
+    int ready = 0;
+    for (int g = 0; g < t->job->n_groups; g++) ready += version_ready(t, g, v);
+    return ready;
+}
+
+// Shard k has announced version v of group g; the memory must say so too.
+static int shard_ready(transfer *t, int k, int g, int64_t v) {
+    if (*version_of(t, k, g) < v) return 0;
+    if (job_control_block(t->job, k)->weights_version[g] < v)
+        mt_die("compute: shard %d announced group %d at version %lld, memory disagrees", k, g,
+               (long long)v);
+    return 1;
+}
+
+// Waits until every shard has announced version v of group g. On CUDA, with buf, each shard's
+// slice of the buffer is copied as soon as that shard is ready, in the order the shards
+// finish, so that only the slowest shard's slice is copied after the wait.
+static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf) {
+    double t0 = now_seconds();
+    trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
+    int blocks = !version_ready(t, g, v);
+    if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 1);
+    memset(t->taken, 0, (size_t)t->job->n_shards);
+    for (int left = t->job->n_shards;;) {
+        for (int k = 0; k < t->job->n_shards; k++) {
+            if (t->taken[k] || !shard_ready(t, k, g, v)) continue;
+            t->taken[k] = 1, left--;
+            if (buf && t->cuda) xfer_cuda_fetch_shard(t, buf, k);
+        }
+        if (left == 0) break;
+        transfer_receive(t);
+    }
+    if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 0);
+    double t1 = now_seconds();
+    if (blocks) trace_record(TRACE_HOST, tag, t0 * 1e6, t1 * 1e6); // a stall: show it
+    t->opt_wait_seconds += t1 - t0;
+}
+
+static double group_bytes(const transfer *t, int g, size_t elem) {
+    return (double)t->job->group_numel[g] * elem;
+}
+
+static void fetch_job(void *arg) { // CPU backend: gather and widen bf16 -> fp32
+    weight_buffer *buf = arg;
+    mt_job *job = buf->t->job;
+    for (int k = 0; k < job->n_shards; k++) {
+        const bf16 *src = job_wire(job, k, buf->group);
+        float *dst = (float *)buf->dst + job->layouts[k].lo[buf->group];
+        size_t n = job->layouts[k].len[buf->group];
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
+    }
+}
+
+void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
+    if (buf->group == g && buf->version == v && buf->ticket) return; // still resident
+    if (!t->cuda) stream_wait(t->h2d, buf->ticket); // never refill under a running fetch
+    buf->group = g, buf->version = v;
+    if (t->cuda) {
+        xfer_cuda_fetch_begin(t, buf);
+        wait_version(t, g, v, buf);
+        xfer_cuda_fetch_end(buf);
+        buf->ticket = 1;
+    } else {
+        wait_version(t, g, v, NULL);
+        trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
+        buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
+        t->cpu_h2d_bytes += group_bytes(t, g, sizeof(bf16));
+    }
+}
+
+void fetch_wait(weight_buffer *buf) {
+    if (buf->t->cuda)
+        xfer_cuda_fetch_wait(buf);
+    else
+        stream_wait(buf->t->h2d, buf->ticket);
+}
+
+void buffer_done(weight_buffer *buf) {
+    if (buf->t->cuda) xfer_cuda_buffer_done(buf);
+}
+
+static void offload_job(void *arg) { // CPU backend
+    grad_buffer *buf = arg;
+    mt_job *job = buf->t->job;
+    if (buf->stays) { // the same sum, in the same (index) order, as the copying loop below
+        buf->sumsq = sum_of_squares(buf->src, job->group_numel[buf->group]);
+        return;
+    }
+    double acc = 0;
+    for (int k = 0; k < job->n_shards; k++) {
+        const float *src = buf->src + job->layouts[k].lo[buf->group];
+        size_t n = job->layouts[k].len[buf->group];
+        memcpy(job_grad_slot(job, k, buf->group), src, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) acc += (double)src[i] * src[i];
+    }
+    buf->sumsq = acc;
+}
+
+static int landed(grad_buffer *buf, int wait) {
+    transfer *t = buf->t;
+    if (t->cuda) return xfer_cuda_offload_landed(buf, wait);
+    if (wait) stream_wait(t->d2h, buf->ticket);
+    return stream_done(t->d2h, buf->ticket);
+}
+
+static void announce(grad_buffer *buf) {
+    mt_job *job = buf->t->job;
+    for (int k = 0; k < job->n_shards; k++)
+        job_control_block(job, k)->grads_step[buf->group] = buf->step;
+    control_msg msg = {CONTROL_GRADS_READY, buf->group, buf->step, buf->sumsq};
+    for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
+    buf->announced = 1;
+    buf->t->group_sumsq[buf->group] = buf->sumsq;
+}
+
+void offload_reuse(grad_buffer *buf) {
+    if (!buf->ticket || buf->announced) return;
+    landed(buf, 1);
+    announce(buf);
+}
+
+void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
+    offload_reuse(buf);
+    buf->group = g, buf->step = step, buf->announced = 0;
+    buf->order = ++t->tickets;
+    if (t->cuda) {
+        xfer_cuda_offload(t, buf);
+        buf->ticket = buf->order;
+    } else {
+        trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
+        buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
+        if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
+    }
+}
+
+transfer_stats transfer_take_stats(transfer *t) {
+    if (t->cuda) return xfer_cuda_take_stats(t->cuda);
+    transfer_stats st = {0};
+    st.h2d_seconds = stream_take_busy_seconds(t->h2d);
+    st.d2h_seconds = stream_take_busy_seconds(t->d2h);
+    st.h2d_bytes = t->cpu_h2d_bytes, st.d2h_bytes = t->cpu_d2h_bytes;
+    st.compute_busy_seconds = st.opt_stall_seconds = -1;
+    t->cpu_h2d_bytes = t->cpu_d2h_bytes = 0;
+    return st;
+}
+
+// Announced in issue order, so the optimizers hear about groups in backward order.
+void offload_announce(grad_buffer *bufs, int n, int wait) {
+    for (;;) {
+        grad_buffer *next = NULL;
+        for (int i = 0; i < n; i++)
+            if (bufs[i].ticket && !bufs[i].announced && (!next || bufs[i].order < next->order))
+                next = &bufs[i];
+        if (!next || !landed(next, wait)) return;
+        announce(next);
+    }
+}
+
+void transfer_trace_step(transfer *t) {
+    if (t->cuda && trace_active()) xfer_cuda_trace_calibrate(t->cuda);
+}
+
+void transfer_span_begin(transfer *t) {
+    if (!trace_active()) return;
+    if (t->cuda)
+        xfer_cuda_span_begin(t->cuda);
+    else
+        t->span_begin_us = trace_now_us();
+}
+
+void transfer_span_end(transfer *t, trace_tag tag) {
+    if (!tag.name) return;
+    if (t->cuda)
+        xfer_cuda_span_end(t->cuda, tag);
+    else
+        trace_record(TRACE_COMPUTE, tag, t->span_begin_us, trace_now_us());
+}

@@ -1,0 +1,99 @@
+// train.cfg with every file it names checked: the model and training fields (model/), then
+// model_dir's weights, the data and export_dir (ours to read), in the order that makes the
+// first message the most useful one.
+#include "runtime/io/io.h"
+#include "runtime/base/base.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// An export never writes over a folder that holds anything.
+static int check_export_dir(config_source *src, mt_config *cfg) {
+    char err[MT_PATH_MAX + 512];
+    if (!cfg->export_dir[0]) return 0;
+    if (config_resolve(src, "export_dir", cfg->export_dir, sizeof cfg->export_dir) < 0) return -1;
+    if (hf_export_dir_check(cfg->export_dir, err, sizeof err) < 0)
+        return config_fail(src, "export_dir", "%s", err);
+    return 0;
+}
+
+// The weights' headers, once the shape is known to be sane: mtrun reports bad files before
+// anything starts (the ranks check them again before any shared memory exists).
+static int check_hf_weights(config_source *src, const mt_config *cfg) {
+    char err[MT_PATH_MAX + 512];
+    if (!cfg->model_dir[0]) return 0;
+    hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
+    int rc = ix ? hf_index_check(ix, cfg, err, sizeof err) : -1;
+    hf_index_close(ix);
+    return rc < 0 ? config_fail(src, "model_dir", "%s", err) : 0;
+}
+
+// Enough tokens for one window in the training head and, when evaluating, in the validation
+// tail; with data.val_path, one in each file.
+static int check_data_size(config_source *src, const mt_config *cfg, long n, long n_val) {
+    long need = cfg->seq_len + 1L;
+    long val = (long)((double)n * cfg->val_fraction); // 0 with val_path
+    long train = n - val;
+    if (train < need)
+        return config_fail(src, "data.path",
+                           "%s: %ld training tokens, fewer than batch.seq_len + 1 = %ld",
+                           cfg->data_path, train, need);
+    if (cfg->val_path[0] && n_val < need)
+        return config_fail(src, "data.val_path",
+                           "%s: %ld tokens, fewer than batch.seq_len + 1 = %ld", cfg->val_path,
+                           n_val, need);
+    if (!cfg->val_path[0] && cfg->eval_interval > 0 && val < need)
+        return config_fail(src, "data.path",
+                           "%s: %ld validation tokens (data.val_fraction %g), fewer than "
+                           "batch.seq_len + 1 = %ld",
+                           cfg->data_path, val, cfg->val_fraction, need);
+    return 0;
+}
+
+// The token count of key's path (data.path or data.val_path) in data.format, known before any
+// token is read: shards' headers only (the token scan is at load), a text file's size.
+static int count_tokens(config_source *src, const mt_config *cfg, const char *key, const char *path,
+                        long *n) {
+    if (strcmp(cfg->data_format, "tokens") == 0) {
+        char msg[MT_PATH_MAX + 256];
+        size_t count;
+        if (dataset_check_shards(path, &count, msg, sizeof msg) < 0)
+            return config_fail(src, key, "%s", msg);
+        *n = (long)count;
+        return 0;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return config_fail(src, key, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st);
+    close(fd);
+    if (rc < 0) return config_fail(src, key, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return config_fail(src, key, "%s: not a regular file", path);
+    *n = (long)st.st_size; // bytes: one token per byte
+    return 0;
+}
+
+static int check_data_file(config_source *src, const mt_config *cfg) {
+    long n, n_val = 0;
+    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
+    if (!cfg->data_path[0]) return config_fail(src, "data.path", "missing (required)");
+    if (count_tokens(src, cfg, "data.path", cfg->data_path, &n) < 0) return -1;
+    if (cfg->val_path[0] && count_tokens(src, cfg, "data.val_path", cfg->val_path, &n_val) < 0)
+        return -1;
+    return check_data_size(src, cfg, n, n_val);
+}
+
+int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen) {
+    config_source *src = NULL;
+    int rc = config_parse(cfg, path, &src, err, errlen);
+    if (rc == 0) rc = check_export_dir(src, cfg);
+    if (rc == 0) rc = config_apply_model_dir(src, cfg);
+    if (rc == 0) rc = config_check(src, cfg);
+    if (rc == 0) rc = check_hf_weights(src, cfg);
+    if (rc == 0) rc = config_resolve_paths(src, cfg);
+    if (rc == 0) rc = check_data_file(src, cfg);
+    config_source_free(src);
+    return rc;
+}

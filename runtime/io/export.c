@@ -1,0 +1,356 @@
+// Hugging Face weights out: config.json, safetensors shards and their index, written by the
+// optimizer ranks in parallel into a temporary folder that is renamed into place at the end.
+#include "runtime/io/io.h"
+#include "runtime/base/base.h"
+#include "kernels/bf16.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    int g, k, shard;
+    uint64_t rel; // byte offset in its shard's data
+} plan_entry;
+
+typedef struct {
+    int n, n_shards;
+    plan_entry *e;
+    uint64_t *data_start, *data_bytes; // per shard
+} export_plan;
+
+// export_dtype "bfloat16" halves the files; the default keeps the fp32 master bits.
+static int export_bf16(const mt_config *cfg) {
+    return strcmp(cfg->export_dtype, "bfloat16") == 0;
+}
+static uint64_t export_size(const mt_config *cfg) {
+    return export_bf16(cfg) ? 2 : 4;
+}
+
+static void shard_file(char *out, size_t cap, int s, int n) {
+    snprintf(out, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
+}
+
+// Groups in order, tensors in order; a shard closes when the next tensor would overflow it.
+static void plan_tensors(const mt_config *cfg, uint64_t max, export_plan *p) {
+    int cap = 0;
+    uint64_t used = 0;
+    memset(p, 0, sizeof *p);
+    for (int g = 0; g < model_group_count(cfg); g++) {
+        tensor_info ti[MODEL_MAX_TENSORS];
+        uint64_t numel;
+        int n = model_group_tensors(cfg, g, ti, &numel);
+        for (int k = 0; k < n; k++) {
+            uint64_t bytes = ti[k].numel * export_size(cfg);
+            if (p->n == 0 || (used > 0 && used + bytes > max)) p->n_shards++, used = 0;
+            if (p->n == cap && !(p->e = realloc(p->e, (cap = cap ? 2 * cap : 64) * sizeof *p->e)))
+                mt_die("out of memory");
+            p->e[p->n++] = (plan_entry){g, k, p->n_shards - 1, used};
+            used += bytes;
+        }
+    }
+}
+
+static const tensor_info *entry_info(const mt_config *cfg, const plan_entry *e, tensor_info *ti,
+                                     char *name, size_t cap) {
+    uint64_t numel;
+    model_group_tensors(cfg, e->g, ti, &numel);
+    model_tensor_name(name, cap, ti[e->k].name, e->g - 1);
+    return &ti[e->k];
+}
+
+// The JSON header of shard s, padded with spaces to a multiple of 8 (aligned data).
+static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uint64_t *len) {
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    for (int i = 0; i < p->n; i++) {
+        if (p->e[i].shard != s) continue;
+        tensor_info ti[MODEL_MAX_TENSORS];
+        char name[256];
+        const tensor_info *t = entry_info(cfg, &p->e[i], ti, name, sizeof name);
+        cJSON *o = cJSON_AddObjectToObject(root, name);
+        cJSON_AddStringToObject(o, "dtype", export_bf16(cfg) ? "BF16" : "F32");
+        cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->rows));
+        if (t->cols) cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->cols));
+        offs = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)p->e[i].rel));
+        uint64_t end = p->e[i].rel + t->numel * export_size(cfg);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    size_t n = strlen(json), padded = (n + 7) & ~(size_t)7;
+    char *out = malloc(padded + 1);
+    if (!json || !out) mt_die("out of memory");
+    memcpy(out, json, n);
+    memset(out + n, ' ', padded - n);
+    out[padded] = 0;
+    free(json);
+    *len = padded;
+    return out;
+}
+
+static void make_plan(const mt_config *cfg, uint64_t max, export_plan *p) {
+    plan_tensors(cfg, max, p);
+    p->data_start = calloc(p->n_shards, sizeof *p->data_start);
+    p->data_bytes = calloc(p->n_shards, sizeof *p->data_bytes);
+    if (!p->data_start || !p->data_bytes) mt_die("out of memory");
+    for (int s = 0; s < p->n_shards; s++) {
+        uint64_t hlen;
+        free(shard_header(cfg, p, s, &hlen));
+        p->data_start[s] = 8 + hlen;
+    }
+    for (int i = 0; i < p->n; i++) {
+        tensor_info ti[MODEL_MAX_TENSORS];
+        char name[256];
+        uint64_t numel = entry_info(cfg, &p->e[i], ti, name, sizeof name)->numel;
+        uint64_t end = p->e[i].rel + numel * export_size(cfg);
+        p->data_bytes[p->e[i].shard] = end;
+    }
+}
+
+static void free_plan(export_plan *p) {
+    free(p->e);
+    free(p->data_start);
+    free(p->data_bytes);
+}
+
+static void write_all(int fd, const void *buf, size_t n, off_t at, const char *path) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, (const char *)buf + done, n - done, at + (off_t)done);
+        if (w < 0) mt_die("%s: write failed: %s", path, strerror(errno));
+        done += (size_t)w;
+    }
+}
+
+static void write_json(const char *dir, const char *file, cJSON *root) {
+    char path[PATH_MAX], *text = cJSON_Print(root);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 || !text) mt_die("%s: %s", path, fd < 0 ? strerror(errno) : "out of memory");
+    write_all(fd, text, strlen(text), 0, path);
+    write_all(fd, "\n", 1, (off_t)strlen(text), path);
+    SYS_CHECK(fsync(fd));
+    SYS_CHECK(close(fd));
+    free(text);
+    cJSON_Delete(root);
+}
+
+// A double that JSON readers take back as a float, never an int ("8.0", not "8"): transformers
+// warns about an int factor. Shortest text that reads back to the same bits.
+static void add_float(cJSON *obj, const char *key, double v) {
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".e")) strcat(text, ".0");
+    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
+}
+
+// rope_scaling as transformers reads it back: null, or llama3's object.
+static void add_rope_scaling(cJSON *r, const mt_config *c) {
+    if (strcmp(c->rope_type, "llama3") != 0) {
+        cJSON_AddNullToObject(r, "rope_scaling");
+        return;
+    }
+    cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    add_float(rs, "factor", c->rope_factor);
+    add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
+    add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
+}
+
+// Llama, or Qwen2 for q/k/v biases (a Llama with attention_bias would also bias o_proj). A
+// Mistral input comes out as Llama: the same math within its window.
+static void write_config(const mt_config *c, const char *dir) {
+    cJSON *r = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(r, "architectures");
+    cJSON_AddItemToArray(arch,
+                         cJSON_CreateString(c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(r, "model_type", c->qkv_bias ? "qwen2" : "llama");
+    cJSON_AddNumberToObject(r, "hidden_size", c->dim);
+    cJSON_AddNumberToObject(r, "intermediate_size", c->ffn_dim);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
+    cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
+    cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // cJSON prints doubles round-trip
+    add_rope_scaling(r, c);
+    cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
+    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
+    if (c->eos_id >= 0 && c->n_eos_more == 0) cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
+    if (c->eos_id >= 0 && c->n_eos_more > 0) {
+        cJSON *eos = cJSON_AddArrayToObject(r, "eos_token_id");
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_id));
+        for (int i = 0; i < c->n_eos_more; i++)
+            cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_more[i]));
+    }
+    if (c->qkv_bias) { // Qwen2's config class has no bias keys; its window must stay off
+        cJSON_AddBoolToObject(r, "use_sliding_window", 0);
+        cJSON_AddNullToObject(r, "sliding_window");
+        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+    } else {
+        cJSON_AddBoolToObject(r, "attention_bias", 0);
+        cJSON_AddBoolToObject(r, "mlp_bias", 0);
+    }
+    cJSON_AddNumberToObject(r, "attention_dropout", 0);
+    cJSON_AddStringToObject(r, "hidden_act", "silu");
+    // llama3 scaling exists to reach past its original context: transformers expects more
+    int ctx = c->seq_len;
+    if (strcmp(c->rope_type, "llama3") == 0 && c->rope_factor * c->rope_original_max_pos > ctx)
+        ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
+    cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
+    cJSON_AddNumberToObject(r, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(r, "pretraining_tp", 1);
+    cJSON_AddBoolToObject(r, "use_cache", 1);
+    cJSON_AddStringToObject(r, "torch_dtype", export_bf16(c) ? "bfloat16" : "float32");
+    write_json(dir, "config.json", r);
+}
+
+static void write_index(const mt_config *cfg, const export_plan *p, const char *dir) {
+    cJSON *r = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(r, "metadata");
+    cJSON *map = cJSON_AddObjectToObject(r, "weight_map");
+    double total = 0;
+    for (int s = 0; s < p->n_shards; s++) total += (double)p->data_bytes[s];
+    cJSON_AddNumberToObject(meta, "total_size", total);
+    for (int i = 0; i < p->n; i++) {
+        tensor_info ti[MODEL_MAX_TENSORS];
+        char name[256], file[64];
+        entry_info(cfg, &p->e[i], ti, name, sizeof name);
+        shard_file(file, sizeof file, p->e[i].shard, p->n_shards);
+        cJSON_AddStringToObject(map, name, file);
+    }
+    write_json(dir, "model.safetensors.index.json", r);
+}
+
+// A crashed earlier export leaves its temporary folder behind: it holds only our flat files.
+static void remove_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[PATH_MAX];
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            SYS_CHECK(unlink(path));
+        }
+    SYS_CHECK(closedir(d));
+    SYS_CHECK(rmdir(dir));
+}
+
+void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max) {
+    export_plan p;
+    make_plan(cfg, max, &p);
+    remove_stale(tmp_dir);
+    make_dirs(tmp_dir);
+    write_config(cfg, tmp_dir);
+    write_index(cfg, &p, tmp_dir);
+    for (int s = 0; s < p.n_shards; s++) {
+        char file[64], path[PATH_MAX];
+        shard_file(file, sizeof file, s, p.n_shards);
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+        uint64_t hlen;
+        char *h = shard_header(cfg, &p, s, &hlen);
+        unsigned char len8[8];
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+        write_all(fd, len8, 8, 0, path);
+        write_all(fd, h, hlen, 8, path);
+        free(h);
+        SYS_CHECK(ftruncate(fd, (off_t)(p.data_start[s] + p.data_bytes[s])));
+        SYS_CHECK(fsync(fd));
+        SYS_CHECK(close(fd));
+    }
+    free_plan(&p);
+}
+
+// fp32 as is, or rounded to bf16 (nearest even, as torch) a bounded chunk at a time.
+static void write_values(const mt_config *cfg, int fd, const float *v, uint64_t n, off_t at,
+                         const char *path) {
+    if (!export_bf16(cfg)) {
+        write_all(fd, v, n * 4, at, path);
+        return;
+    }
+    enum { CHUNK = 1 << 16 };
+    static __thread bf16 buf[CHUNK];
+    for (uint64_t done = 0; done < n;) {
+        size_t m = n - done < CHUNK ? (size_t)(n - done) : CHUNK;
+        for (size_t i = 0; i < m; i++) buf[i] = bf16_from_float(v[done + i]);
+        write_all(fd, buf, m * 2, at + (off_t)(done * 2), path);
+        done += m;
+    }
+}
+
+void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t max, int g,
+                           uint64_t lo, uint64_t len, const float *data) {
+    export_plan p;
+    make_plan(cfg, max, &p);
+    for (int i = 0; i < p.n; i++) {
+        if (p.e[i].g != g) continue;
+        tensor_info ti[MODEL_MAX_TENSORS];
+        char name[256], file[64], path[PATH_MAX];
+        const tensor_info *t = entry_info(cfg, &p.e[i], ti, name, sizeof name);
+        uint64_t a = t->offset > lo ? t->offset : lo;
+        uint64_t b = t->offset + t->numel < lo + len ? t->offset + t->numel : lo + len;
+        if (a >= b) continue;
+        shard_file(file, sizeof file, p.e[i].shard, p.n_shards);
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+        uint64_t es = export_size(cfg);
+        off_t at = (off_t)(p.data_start[p.e[i].shard] + p.e[i].rel + (a - t->offset) * es);
+        write_values(cfg, fd, data + (a - lo), b - a, at, path);
+        SYS_CHECK(fsync(fd));
+        SYS_CHECK(close(fd));
+    }
+    free_plan(&p);
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) mt_die("%s: %s", dir, strerror(errno));
+    SYS_CHECK(fsync(fd));
+    SYS_CHECK(close(fd));
+}
+
+void hf_export_publish(const char *tmp_dir, const char *dir) {
+    fsync_dir(tmp_dir);
+    // rename() replaces an empty folder atomically; hf_export_dir_check refused a full one.
+    if (rename(tmp_dir, dir) != 0) mt_die("rename %s -> %s: %s", tmp_dir, dir, strerror(errno));
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = 0;
+    fsync_dir(slash ? parent : ".");
+}
+
+int hf_export_dir_check(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d && errno == ENOENT) return 0;
+    if (!d) return failf(err, errlen, "%s: %s", dir, strerror(errno));
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    SYS_CHECK(closedir(d));
+    if (n)
+        return failf(err, errlen, "%s already exists and is not empty: refusing to overwrite it",
+                     dir);
+    return 0;
+}
+
+void hf_export_tmp_path(const char *dir, char *out, size_t cap) {
+    snprintf(out, cap, "%s.export-tmp", dir);
+}
+
+uint64_t hf_export_max_shard_bytes(void) {
+    const char *s = getenv("MT_HF_MAX_SHARD_BYTES");
+    unsigned long long v = s ? strtoull(s, NULL, 10) : 0;
+    return v > 0 ? (uint64_t)v : HF_MAX_SHARD_BYTES;
+}

@@ -1,0 +1,377 @@
+// Hugging Face weights in: safetensors headers, checked against the model, and slices read.
+//
+// A safetensors file is: 8 bytes little-endian header length N, N bytes of JSON
+// {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the
+// data; offsets are relative to the data. Every header is validated before anything is
+// allocated, and weights are read with pread() over exactly the bytes a caller asks for, so
+// each optimizer rank reads only its own slice and nothing holds a second full copy.
+// Hosts are little-endian (x86-64, aarch64), as the files are.
+#include "runtime/io/io.h"
+#include "runtime/base/base.h"
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEADER_MAX (100u << 20) // safetensors' own limit on the JSON header
+#define INDEX_MAX (16u << 20)   // model.safetensors.index.json
+
+enum { DT_BF16, DT_F16, DT_F32 };
+static const char *const dtype_names[] = {"BF16", "F16", "F32"};
+static const int dtype_bytes[] = {2, 2, 4};
+
+static int dtype_of(const char *name) {
+    for (int d = 0; d < 3; d++)
+        if (strcmp(name, dtype_names[d]) == 0) return d;
+    return -1;
+}
+
+typedef struct {
+    char *name;
+    int dtype, ndim, file;
+    int64_t shape[8];
+    uint64_t numel;
+    uint64_t begin, end; // absolute byte offsets in the file
+} hf_tensor;
+
+struct hf_index {
+    char index_path[PATH_MAX]; // the file that names the tensors (for "missing" messages)
+    int n_files, n, cap;
+    char **files;
+    int *fds;
+    hf_tensor *t;
+};
+
+static hf_tensor *find_tensor(const hf_index *ix, const char *name) {
+    for (int i = 0; i < ix->n; i++)
+        if (strcmp(ix->t[i].name, name) == 0) return &ix->t[i];
+    return NULL;
+}
+
+static int parse_u64(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 0x1p53 ||
+        v->valuedouble != (double)(uint64_t)v->valuedouble)
+        return -1;
+    *out = (uint64_t)v->valuedouble;
+    return 0;
+}
+
+// One header entry; base is where the data starts, data the bytes after it.
+static int parse_entry(hf_index *ix, int f, const cJSON *e, uint64_t base, uint64_t data, char *err,
+                       size_t errlen) {
+    const char *path = ix->files[f], *name = e->string;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    hf_tensor t = {.file = f, .numel = 1};
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > 8 ||
+        !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return failf(err, errlen, "%s: tensor %s: malformed header entry", path, name);
+    if ((t.dtype = dtype_of(dt->valuestring)) < 0)
+        return failf(err, errlen, "%s: tensor %s: dtype %s not supported (BF16, F16, F32)", path,
+                     name, dt->valuestring);
+    const cJSON *d;
+    cJSON_ArrayForEach(d, shape) {
+        uint64_t dim;
+        if (parse_u64(d, &dim) < 0)
+            return failf(err, errlen, "%s: tensor %s: bad shape", path, name);
+        t.shape[t.ndim++] = (int64_t)dim;
+        t.numel *= dim;
+    }
+    uint64_t b, en;
+    if (parse_u64(cJSON_GetArrayItem(offs, 0), &b) < 0 ||
+        parse_u64(cJSON_GetArrayItem(offs, 1), &en) < 0 || b > en || en > data)
+        return failf(err, errlen,
+                     "%s: tensor %s: data_offsets outside the file's %llu data bytes (truncated?)",
+                     path, name, (unsigned long long)data);
+    if (en - b != t.numel * (uint64_t)dtype_bytes[t.dtype])
+        return failf(err, errlen, "%s: tensor %s: %llu bytes, but %llu elements of %s need %llu",
+                     path, name, (unsigned long long)(en - b), (unsigned long long)t.numel,
+                     dtype_names[t.dtype], (unsigned long long)(t.numel * dtype_bytes[t.dtype]));
+    if (find_tensor(ix, name)) return failf(err, errlen, "%s: tensor %s appears twice", path, name);
+    t.begin = base + b, t.end = base + en;
+    if (!(t.name = strdup(name))) mt_die("out of memory");
+    if (ix->n == ix->cap) {
+        ix->cap = ix->cap ? 2 * ix->cap : 64;
+        if (!(ix->t = realloc(ix->t, ix->cap * sizeof *ix->t))) mt_die("out of memory");
+    }
+    ix->t[ix->n++] = t;
+    return 0;
+}
+
+static int by_begin(const void *a, const void *b) {
+    const hf_tensor *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+// Two tensors sharing bytes is a corrupt file (the format forbids it; we would train on both).
+static int check_overlaps(const hf_index *ix, int first, char *err, size_t errlen) {
+    int n = ix->n - first;
+    hf_tensor *s = malloc((n ? n : 1) * sizeof *s);
+    if (!s) mt_die("out of memory");
+    memcpy(s, ix->t + first, n * sizeof *s);
+    qsort(s, n, sizeof *s, by_begin);
+    int rc = 0;
+    for (int i = 1; i < n && rc == 0; i++)
+        if (s[i].begin < s[i - 1].end)
+            rc = failf(err, errlen, "%s: tensors %s and %s overlap", ix->files[s[i].file],
+                       s[i - 1].name, s[i].name);
+    free(s);
+    return rc;
+}
+
+static int parse_header_json(hf_index *ix, int f, const char *json, uint64_t hlen, uint64_t size,
+                             char *err, size_t errlen) {
+    cJSON *root = cJSON_ParseWithLength(json, hlen);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return failf(err, errlen, "%s: header is not a JSON object", ix->files[f]);
+    }
+    int first = ix->n, rc = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") == 0) continue;
+        if ((rc = parse_entry(ix, f, e, 8 + hlen, size - 8 - hlen, err, errlen)) < 0) break;
+    }
+    cJSON_Delete(root);
+    return rc < 0 ? rc : check_overlaps(ix, first, err, errlen);
+}
+
+static int read_header(hf_index *ix, int f, int sharded, char *err, size_t errlen) {
+    const char *path = ix->files[f];
+    int fd = ix->fds[f] = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && sharded)
+        return failf(err, errlen, "%s: missing shard (listed in %s)", path, ix->index_path);
+    if (fd < 0) return failf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    SYS_CHECK(fstat(fd, &st));
+    uint64_t size = (uint64_t)st.st_size, hlen = 0;
+    unsigned char len8[8];
+    if (size < 8 || pread(fd, len8, 8, 0) != 8)
+        return failf(err, errlen, "%s: truncated (no 8-byte header length)", path);
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    if (hlen > HEADER_MAX)
+        return failf(err, errlen, "%s: header length %llu is over the 100 MB limit", path,
+                     (unsigned long long)hlen);
+    if (hlen > size - 8)
+        return failf(err, errlen, "%s: truncated (header of %llu bytes, file of %llu)", path,
+                     (unsigned long long)hlen, (unsigned long long)size);
+    char *json = malloc(hlen + 1);
+    if (!json) mt_die("out of memory");
+    int rc = pread(fd, json, hlen, 8) == (ssize_t)hlen
+                 ? parse_header_json(ix, f, json, hlen, size, err, errlen)
+                 : failf(err, errlen, "%s: short read of the header", path);
+    free(json);
+    return rc;
+}
+
+static int add_file(hf_index *ix, const char *dir, const char *name) {
+    for (int i = 0; i < ix->n_files; i++)
+        if (strcmp(strrchr(ix->files[i], '/') + 1, name) == 0) return i;
+    ix->files = realloc(ix->files, (ix->n_files + 1) * sizeof *ix->files);
+    ix->fds = realloc(ix->fds, (ix->n_files + 1) * sizeof *ix->fds);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (!ix->files || !ix->fds || !(ix->files[ix->n_files] = strdup(path))) mt_die("out of memory");
+    ix->fds[ix->n_files] = -1;
+    return ix->n_files++;
+}
+
+// The index's weight_map names the shards; each name must then be in the shard it names.
+static int open_sharded(hf_index *ix, const char *dir, char *err, size_t errlen) {
+    char *text = read_text(ix->index_path, INDEX_MAX, err, errlen);
+    if (!text) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *e;
+    int rc = cJSON_IsObject(map) ? 0 : failf(err, errlen, "%s: no weight_map", ix->index_path);
+    if (rc < 0) map = NULL; // the loops below then do nothing
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
+            rc = failf(err, errlen, "%s: %s: not a file name", ix->index_path, e->string);
+            break;
+        }
+        add_file(ix, dir, e->valuestring);
+    }
+    for (int f = 0; f < ix->n_files && rc == 0; f++) rc = read_header(ix, f, 1, err, errlen);
+    cJSON_ArrayForEach(e, map) {
+        if (rc < 0) break;
+        const hf_tensor *t = find_tensor(ix, e->string);
+        if (!t || strcmp(strrchr(ix->files[t->file], '/') + 1, e->valuestring)) {
+            rc = failf(err, errlen,
+                       "%s/%s: no tensor %s (model.safetensors.index.json maps it there)", dir,
+                       e->valuestring, e->string);
+            break;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+hf_index *hf_index_open(const char *dir, char *err, size_t errlen) {
+    hf_index *ix = calloc(1, sizeof *ix);
+    if (!ix) mt_die("out of memory");
+    snprintf(ix->index_path, sizeof ix->index_path, "%s/model.safetensors.index.json", dir);
+    int rc;
+    if (access(ix->index_path, F_OK) == 0) {
+        rc = open_sharded(ix, dir, err, errlen);
+    } else {
+        snprintf(ix->index_path, sizeof ix->index_path, "%s/model.safetensors", dir);
+        rc = read_header(ix, add_file(ix, dir, "model.safetensors"), 0, err, errlen);
+        if (rc < 0 && access(ix->index_path, F_OK) != 0)
+            rc =
+                failf(err, errlen, "%s: no model.safetensors or model.safetensors.index.json", dir);
+    }
+    if (rc == 0) return ix;
+    hf_index_close(ix);
+    return NULL;
+}
+
+void hf_index_close(hf_index *ix) {
+    if (!ix) return;
+    for (int f = 0; f < ix->n_files; f++) {
+        if (ix->fds[f] >= 0) SYS_CHECK(close(ix->fds[f]));
+        free(ix->files[f]);
+    }
+    for (int i = 0; i < ix->n; i++) free(ix->t[i].name);
+    free(ix->files);
+    free(ix->fds);
+    free(ix->t);
+    free(ix);
+}
+
+// ---- matching the model ----
+
+static int check_one(const hf_index *ix, const tensor_info *ti, const char *name, char *used,
+                     char *err, size_t errlen) {
+    const hf_tensor *t = find_tensor(ix, name);
+    if (!t)
+        return failf(err, errlen, "%s: no tensor %s (config.json needs it)", ix->index_path, name);
+    used[t - ix->t] = 1;
+    int ndim = ti->cols ? 2 : 1;
+    if (t->ndim != ndim || t->shape[0] != ti->rows || (ndim == 2 && t->shape[1] != ti->cols)) {
+        char got[64] = "[", want[32];
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                     (long long)t->shape[d]);
+        if (ti->cols)
+            snprintf(want, sizeof want, "[%d, %d]", ti->rows, ti->cols);
+        else
+            snprintf(want, sizeof want, "[%d]", ti->rows);
+        return failf(err, errlen, "%s: tensor %s has shape %s], config.json needs %s",
+                     ix->files[t->file], name, got, want);
+    }
+    return 0;
+}
+
+// Leftovers that do not change the math: old checkpoints' RoPE tables, and lm_head.weight
+// saved beside tied embeddings (transformers ties it to the embedding on load, too).
+static int ignorable(const char *name, const mt_config *cfg) {
+    size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
+    if (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0) return 1;
+    return cfg->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
+}
+
+int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen) {
+    char *used = calloc(ix->n ? ix->n : 1, 1), name[256];
+    if (!used) mt_die("out of memory");
+    int rc = 0;
+    for (int g = 0; g < model_group_count(cfg) && rc == 0; g++) {
+        tensor_info ti[MODEL_MAX_TENSORS];
+        uint64_t numel;
+        int n = model_group_tensors(cfg, g, ti, &numel);
+        for (int k = 0; k < n && rc == 0; k++) {
+            model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+            rc = check_one(ix, &ti[k], name, used, err, errlen);
+        }
+    }
+    for (int i = 0; i < ix->n && rc == 0; i++)
+        if (!used[i] && !ignorable(ix->t[i].name, cfg))
+            rc = failf(err, errlen, "%s: unexpected tensor %s (not part of a %s model)",
+                       ix->files[ix->t[i].file], ix->t[i].name, cfg->qkv_bias ? "Qwen2" : "Llama");
+    free(used);
+    return rc;
+}
+
+// ---- reading ----
+
+// Exact half -> float, subnormals, infinities and NaN payloads included.
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | man << 13;
+    } else if (exp) {
+        bits = sign | (exp + 112) << 23 | man << 13;
+    } else if (!man) {
+        bits = sign;
+    } else { // subnormal: man x 2^-24, renormalized
+        uint32_t e = 113;
+        while (!(man & 0x400u)) man <<= 1, e--;
+        bits = sign | e << 23 | (man & 0x3ffu) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void convert(int dtype, const unsigned char *src, size_t n, float *out) {
+    if (dtype == DT_F32) {
+        memcpy(out, src, n * 4);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+        if (dtype == DT_F16) {
+            out[i] = f16_to_f32(h);
+        } else {
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(&out[i], &bits, 4);
+        }
+    }
+}
+
+int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t count, float *out,
+                  char *err, size_t errlen) {
+    const hf_tensor *t = find_tensor(ix, name);
+    if (!t) return failf(err, errlen, "%s: no tensor %s", ix->index_path, name);
+    if (off > t->numel || count > t->numel - off)
+        return failf(err, errlen, "%s: tensor %s: elements past its end", ix->index_path, name);
+    enum { CHUNK = 1 << 16 }; // elements per pread: bounded memory, whatever the slice
+    static __thread unsigned char buf[CHUNK * 4];
+    size_t es = (size_t)dtype_bytes[t->dtype];
+    while (count > 0) {
+        size_t n = count < CHUNK ? (size_t)count : CHUNK, want = n * es, got = 0;
+        off_t at = (off_t)(t->begin + off * es);
+        while (got < want) {
+            ssize_t r = pread(ix->fds[t->file], buf + got, want - got, at + (off_t)got);
+            if (r <= 0)
+                return failf(err, errlen, "%s: tensor %s: read failed: %s", ix->files[t->file],
+                             name, r < 0 ? strerror(errno) : "unexpected end of file");
+            got += (size_t)r;
+        }
+        convert(t->dtype, buf, n, out);
+        out += n, off += n, count -= n;
+    }
+    return 0;
+}
+
+int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
+                        float *out, char *err, size_t errlen) {
+    tensor_info ti[MODEL_MAX_TENSORS];
+    uint64_t numel;
+    char name[256];
+    int n = model_group_tensors(cfg, g, ti, &numel);
+    for (int k = 0; k < n; k++) {
+        uint64_t a = ti[k].offset > lo ? ti[k].offset : lo;
+        uint64_t b = ti[k].offset + ti[k].numel < lo + len ? ti[k].offset + ti[k].numel : lo + len;
+        if (a >= b) continue;
+        model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+        if (hf_read_range(ix, name, a - ti[k].offset, b - a, out + (a - lo), err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}

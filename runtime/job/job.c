@@ -1,0 +1,145 @@
+#include "runtime/job/job.h"
+#include "runtime/base/base.h"
+#include <numa.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define STATE_TAG 0x4d54
+#define CHUNK ((size_t)1 << 28) // MPI counts are ints
+
+void job_send_floats(const float *x, size_t n, int dest) {
+    for (size_t i = 0; i < n; i += CHUNK) {
+        int count = (int)(n - i < CHUNK ? n - i : CHUNK);
+        MPI_CHECK(MPI_Send(x + i, count, MPI_FLOAT, dest, STATE_TAG, MPI_COMM_WORLD));
+    }
+}
+
+void job_recv_floats(float *x, size_t n, int src) {
+    for (size_t i = 0; i < n; i += CHUNK) {
+        int count = (int)(n - i < CHUNK ? n - i : CHUNK);
+        MPI_CHECK(
+            MPI_Recv(x + i, count, MPI_FLOAT, src, STATE_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+}
+
+void job_fail_input(const mt_job *job, const char *msg) {
+    if (job->rank == 0) fprintf(stderr, "mt-rank: %s\n", msg);
+    MPI_Finalize();
+    exit(2);
+}
+
+void job_make_layouts(mt_job *job) {
+    job->n_groups = model_group_count(&job->cfg);
+    if (job->n_groups > SHM_MAX_GROUPS) job_fail_input(job, "model.layers: too many layers");
+    for (int g = 0; g < job->n_groups; g++) job->group_numel[g] = model_group_numel(&job->cfg, g);
+    job->layouts = calloc(job->n_shards, sizeof *job->layouts);
+    job->regions = calloc(job->n_shards, sizeof *job->regions);
+    if (!job->layouts || !job->regions) mt_die("out of memory");
+    for (int k = 0; k < job->n_shards; k++)
+        shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards);
+}
+
+// Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank
+// takes all of its own.
+static void place_threads(mt_job *job) {
+    int cpu = sched_getcpu();
+    job->numa_node = (numa_available() >= 0 && cpu >= 0) ? numa_node_of_cpu(cpu) : 0;
+    if (job->numa_node < 0) job->numa_node = 0;
+    MPI_Comm host;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+    int hsize, hrank;
+    MPI_CHECK(MPI_Comm_size(host, &hsize));
+    MPI_CHECK(MPI_Comm_rank(host, &hrank));
+    int mine[2] = {job->numa_node, job_is_compute(job)}, *all = malloc(sizeof(int) * 2 * hsize);
+    if (!all) mt_die("out of memory");
+    MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, host));
+    MPI_CHECK(MPI_Comm_free(&host));
+    int peers = 0;
+    job->node_index = 0;
+    for (int r = 0; r < hsize; r++) {
+        if (all[2 * r] != job->numa_node || all[2 * r + 1]) continue;
+        if (r < hrank) job->node_index++;
+        peers++;
+    }
+    free(all);
+    job->node_peers = peers;
+    cpu_set_t set;
+    SYS_CHECK(sched_getaffinity(0, sizeof set, &set));
+    int cpus = CPU_COUNT(&set);
+    job->threads = job_is_compute(job) ? cpus : (cpus / peers > 0 ? cpus / peers : 1);
+    omp_set_num_threads(job->threads);
+}
+
+static void job_id_from_env(mt_job *job) {
+    const char *id = getenv("MT_JOB_ID");
+    if (!id || !*id) { // started by plain mpirun: rank 0 makes one and tells the others
+        unsigned char raw[16];
+        if (job->rank == 0 && getrandom(raw, sizeof raw, 0) != sizeof raw)
+            mt_die("getrandom: %s", strerror(errno));
+        MPI_CHECK(MPI_Bcast(raw, sizeof raw, MPI_BYTE, 0, MPI_COMM_WORLD));
+        for (int i = 0; i < 16; i++) sprintf(job->job_id + 2 * i, "%02x", raw[i]);
+        return;
+    }
+    snprintf(job->job_id, sizeof job->job_id, "%s", id);
+}
+
+// Owners create their regions; names go to rank 0 over MPI; once rank 0 has mapped them all,
+// the names are unlinked, so a crash from here on can leak nothing.
+static void map_regions(mt_job *job) {
+    char name[96] = {0}, *names = NULL;
+    int k = job_shard_of_rank(job->rank);
+    if (!job_is_compute(job)) {
+        shm_region_name(name, sizeof name, job->job_id, k);
+        shm_region_create(&job->regions[k], name, job->layouts[k].total_bytes, job->numa_node);
+        shm_control_block *cb = job_control_block(job, k);
+        cb->magic = SHM_MAGIC;
+        cb->total_bytes = job->layouts[k].total_bytes;
+        cb->n_groups = job->n_groups, cb->shard = k, cb->n_shards = job->n_shards;
+        for (int g = 0; g < job->n_groups; g++) cb->weights_version[g] = cb->grads_step[g] = -1;
+    } else {
+        names = calloc(job->world, sizeof name);
+    }
+    MPI_CHECK(
+        MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (job_is_compute(job)) {
+        for (int s = 0; s < job->n_shards; s++)
+            shm_region_open(&job->regions[s], names + (s + 1) * sizeof name,
+                            job->layouts[s].total_bytes);
+        free(names);
+    }
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (!job_is_compute(job)) shm_region_unlink(&job->regions[k]);
+}
+
+void job_init(mt_job *job, const job_args *args) {
+    memset(job, 0, sizeof *job);
+    job->args = *args;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &job->rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &job->world));
+    job->n_shards = job->world - 1;
+}
+
+void job_start(mt_job *job) {
+    place_threads(job);
+    job_id_from_env(job);
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,
+                             &job->opt_comm));
+    job->end_step = job->cfg.steps;
+    if (job->args.stop_at > 0 && job->args.stop_at < job->end_step)
+        job->end_step = job->args.stop_at;
+    if (job->start_step >= job->end_step)
+        job_fail_input(job, "the checkpoint to resume is already at or past the last step");
+    map_regions(job);
+    job->ctl = control_init(MPI_COMM_WORLD);
+}
+
+void job_teardown(mt_job *job) {
+    control_finalize(job->ctl);
+    for (int k = 0; k < job->n_shards; k++) shm_region_close(&job->regions[k]);
+    if (job->opt_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_comm));
+    free(job->layouts);
+    free(job->regions);
+}

@@ -1,0 +1,78 @@
+// What every rank of a job shares: the config, its role, the shard layouts, the shared
+// regions and the control plane. Rank 0 is the compute process; rank k >= 1 the optimizer
+// process that owns shard k-1 of every parameter group.
+#ifndef MT_JOB_H
+#define MT_JOB_H
+
+#include "kernels/bf16.h"
+#include "runtime/job/control.h"
+#include "runtime/model/model.h"
+#include "shm/shm.h"
+#include <mpi.h>
+#include <stdint.h>
+
+// ---- the job ----
+
+typedef struct {
+    const char *config_path, *resume_dir, *out_dir;
+    int stop_at; // end the job (with a checkpoint) after this many steps; 0: run them all
+} job_args;
+
+typedef struct {
+    mt_config cfg;
+    job_args args;
+    int rank, world, n_shards; // n_shards = world - 1
+    MPI_Comm opt_comm;         // the optimizer ranks; MPI_COMM_NULL on the compute rank
+    int numa_node, threads;
+    int node_peers,
+        node_index; // optimizer ranks on this host's NUMA node, and our place among them
+    int n_groups;
+    uint64_t group_numel[SHM_MAX_GROUPS];
+    shard_layout *layouts; // [n_shards]
+    shm_region *regions;   // [n_shards]; an optimizer rank maps only its own
+    mt_control *ctl;
+    int start_step;                // 0, or the step a resumed checkpoint holds
+    int end_step;                  // steps, or --stop-at
+    char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
+    char job_id[80];
+    struct hf_index *hf; // model_dir's weights, checked at setup (optimizer ranks; else NULL)
+} mt_job;
+
+// Setting a job up is collective over MPI_COMM_WORLD, in three steps, so that what reads files
+// (the config, a checkpoint to resume, model_dir's weights: io/) can run between them, from
+// the rank program, before any shared memory exists:
+//  1. job_init: the rank and world size;
+//  2. job_make_layouts, once cfg is loaded: the parameter groups and their shard layouts;
+//  3. job_start: threads, the job id, the optimizers' communicator, the shared regions and the
+//     control plane.
+void job_init(mt_job *job, const job_args *args);
+void job_make_layouts(mt_job *job);
+void job_start(mt_job *job);
+void job_teardown(mt_job *job);
+// Bad input: every rank sees the same and reaches the same verdict; rank 0 alone says msg,
+// and every rank exits with 2.
+void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn));
+
+// Point-to-point float arrays of any length on MPI_COMM_WORLD, on one tag, so that messages
+// between two ranks keep their order (the state of the groups the compute rank updates).
+void job_send_floats(const float *x, size_t n, int dest);
+void job_recv_floats(float *x, size_t n, int src);
+
+static inline int job_is_compute(const mt_job *j) {
+    return j->rank == 0;
+}
+static inline int job_shard_of_rank(int rank) {
+    return rank - 1;
+}
+
+static inline shm_control_block *job_control_block(mt_job *j, int k) {
+    return (shm_control_block *)j->regions[k].base;
+}
+static inline bf16 *job_wire(mt_job *j, int k, int g) {
+    return (bf16 *)((char *)j->regions[k].base + j->layouts[k].wire_offset[g]);
+}
+static inline float *job_grad_slot(mt_job *j, int k, int g) {
+    return (float *)((char *)j->regions[k].base + j->layouts[k].grad_offset[g]);
+}
+
+#endif

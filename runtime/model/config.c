@@ -1,0 +1,575 @@
+// train.cfg: parsed with libconfig, then checked against one schema table.
+//
+// Order of checks, so that the first message is the most useful one:
+//   1. the file opens and parses (libconfig syntax errors carry a line);
+//   2. every setting in the file, in file order, is a known key of the right type and in
+//      range (unknown keys get a "did you mean" when a known key is close);
+//   3. required keys are present;
+//   4. defaults that depend on other keys (kv_heads, min_lr, warmup, checkpoint.*);
+//   5. cross-field rules (dim % heads, ...) and the data file itself.
+// Every message is one line: "<file>:<line>: <key>: <problem>", or "<file>: ..." when no
+// line applies (a missing key, a file that does not open).
+#include "runtime/model/config_schema.h"
+#include "runtime/model/model.h"
+#include "runtime/base/base.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { NFIELDS = CONFIG_FIELDS };
+#define schema config_schema
+
+// libconfig 1.5 silently wraps integer literals that do not fit an int (3000000000 reads
+// as -1294967296). A light pre-scan of the text remembers such literals by line, so that
+// they are read as 64-bit values (seed) or reported as out of range, never wrapped.
+enum { MAX_BIG = 16 };
+typedef struct {
+    int line;
+    char name[64]; // the setting name just before it
+    char text[64];
+} big_literal;
+
+// Where each key was set, kept from parsing to the last check so that every message can name
+// the file and line: the public config_source.
+typedef struct config_source {
+    config_t lc;      // owns the file names that file_of points to
+    const char *path; // as the user gave it
+    const char *file; // file of the setting at hand when it came from an @include, or NULL
+    char *err;
+    size_t errlen;
+    int line[NFIELDS]; // source line of each key found in the file, 0 if absent
+    const char *file_of[NFIELDS];
+    big_literal big[MAX_BIG];
+    int nbig;
+} ctx_t;
+
+static int fail(ctx_t *x, int line, const char *key, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char where[MT_PATH_MAX + 32];
+    if (line > 0)
+        snprintf(where, sizeof where, "%s:%d", x->file ? x->file : x->path, line);
+    else
+        snprintf(where, sizeof where, "%s", x->file ? x->file : x->path);
+    if (key)
+        snprintf(x->err, x->errlen, "%s: %s: %s", where, key, msg);
+    else
+        snprintf(x->err, x->errlen, "%s: %s", where, msg);
+    return -1;
+}
+
+// ---- the pre-scan for wide integer literals ----
+
+static void scan_big_literals(ctx_t *x, FILE *f) {
+    int line = 1, c;
+    char name[64] = "";
+    while ((c = getc(f)) != EOF) {
+        if (c == '\n') {
+            line++;
+        } else if (c == '/' || c == '#') { // comments: # ..., // ..., /* ... */
+            int next = (c == '/') ? getc(f) : '/';
+            if (next == '/') {
+                while ((c = getc(f)) != EOF && c != '\n') {
+                }
+                line++;
+            } else if (next == '*') {
+                for (int prev = 0; (c = getc(f)) != EOF && !(prev == '*' && c == '/'); prev = c)
+                    if (c == '\n') line++;
+            } else if (next != EOF) {
+                ungetc(next, f);
+            }
+        } else if (c == '"') { // a string, with escapes
+            while ((c = getc(f)) != EOF && c != '"') {
+                if (c == '\\') c = getc(f);
+                if (c == '\n') line++;
+            }
+        } else if (isalpha(c) || c == '_' || c == '*') { // a name: may hold digits
+            size_t n = 0;
+            name[n++] = (char)c;
+            while ((c = getc(f)) != EOF && (isalnum(c) || strchr("_-*", c)))
+                if (n < sizeof name - 1) name[n++] = (char)c;
+            name[n] = 0;
+            if (c != EOF) ungetc(c, f);
+        } else if (isdigit(c) || c == '-' || c == '+') {
+            char tok[64];
+            size_t n = 0;
+            tok[n++] = (char)c;
+            while ((c = getc(f)) != EOF && (isalnum(c) || strchr(".+-", c)) && n < sizeof tok - 1)
+                tok[n++] = (char)c;
+            tok[n] = 0;
+            if (c != EOF) ungetc(c, f);
+            int hex = strstr(tok, "0x") || strstr(tok, "0X");
+            if (!hex && strpbrk(tok, ".eE")) continue; // a float
+            if (strchr(tok, 'L')) continue;            // already a 64-bit literal
+            errno = 0;
+            long long v = strtoll(tok, NULL, hex ? 16 : 10);
+            if ((errno == ERANGE || v > INT_MAX || v < INT_MIN) && x->nbig < MAX_BIG) {
+                x->big[x->nbig].line = line;
+                snprintf(x->big[x->nbig].name, sizeof x->big[0].name, "%s", name);
+                snprintf(x->big[x->nbig].text, sizeof x->big[0].text, "%s", tok);
+                x->nbig++;
+            }
+        }
+    }
+}
+
+static const big_literal *big_literal_of(const ctx_t *x, const config_setting_t *s) {
+    for (int i = 0; i < x->nbig; i++)
+        if (x->big[i].line == (int)config_setting_source_line(s) &&
+            strcmp(x->big[i].name, config_setting_name(s)) == 0)
+            return &x->big[i];
+    return NULL;
+}
+
+// ---- storing one setting ----
+
+static int out_of_range(ctx_t *x, int line, const field_t *f, const char *value) {
+    char r[128];
+    range_text(f, r, sizeof r);
+    return fail(x, line, f->key, "%s is out of range: %s", value, r);
+}
+
+// choices is "a|b|c".
+static int choice_ok(const char *choices, const char *s) {
+    for (const char *p = choices; *p;) {
+        size_t len = strcspn(p, "|");
+        if (len == strlen(s) && strncmp(p, s, len) == 0) return 1;
+        p += len + (p[len] == '|');
+    }
+    return 0;
+}
+
+// [a, b]: two integers in the field's range, a <= b (b <= steps is a cross-field rule).
+static int store_range(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
+    int line = (int)config_setting_source_line(s);
+    int t = config_setting_type(s), *dst = (int *)((char *)cfg + f->off);
+    if (t != CONFIG_TYPE_ARRAY)
+        return fail(x, line, f->key, "expected an array of two steps [first, last], got %s",
+                    type_name(t));
+    if (config_setting_length(s) != 2)
+        return fail(x, line, f->key, "expected two steps [first, last], got %d",
+                    config_setting_length(s));
+    for (int i = 0; i < 2; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        int et = config_setting_type(e);
+        if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64)
+            return fail(x, line, f->key, "expected integers, got %s", type_name(et));
+        long long v = config_setting_get_int64(e);
+        if (!in_range(f, (double)v))
+            return fail(x, line, f->key, "%lld is out of range: steps count from 1", v);
+        dst[i] = (int)v;
+    }
+    if (dst[0] > dst[1])
+        return fail(x, line, f->key, "[%d, %d]: the first step is after the last", dst[0], dst[1]);
+    return 0;
+}
+
+static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
+    int line = (int)config_setting_source_line(s);
+    int t = config_setting_type(s);
+    char *dst = (char *)cfg + f->off;
+    char buf[64];
+    x->line[f - schema] = line;
+    x->file_of[f - schema] = x->file;
+    if (f->kind == K_RANGE) return store_range(x, cfg, f, s);
+
+    if (f->kind == K_INT || f->kind == K_INT64) {
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+            return fail(x, line, f->key, "expected an integer, got %s", type_name(t));
+        long long v = config_setting_get_int64(s);
+        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file) ? big_literal_of(x, s) : NULL;
+        if (big) { // libconfig wrapped it: read the literal ourselves
+            errno = 0;
+            int hex = strstr(big->text, "0x") || strstr(big->text, "0X");
+            v = strtoll(big->text, NULL, hex ? 16 : 10);
+            if (errno == ERANGE) return out_of_range(x, line, f, big->text);
+        }
+        snprintf(buf, sizeof buf, "%lld", v);
+        if (!in_range(f, (double)v)) return out_of_range(x, line, f, buf);
+        if (f->kind == K_INT)
+            *(int *)dst = (int)v;
+        else
+            *(uint64_t *)dst = (uint64_t)v;
+    } else if (f->kind == K_FLOAT) {
+        // libconfig types 1e-3 as a float but 1 as an int: both are numbers here.
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64 && t != CONFIG_TYPE_FLOAT)
+            return fail(x, line, f->key, "expected a number, got %s", type_name(t));
+        double v = (t == CONFIG_TYPE_FLOAT) ? config_setting_get_float(s)
+                                            : (double)config_setting_get_int64(s);
+        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file) ? big_literal_of(x, s) : NULL;
+        if (big) v = strtod(big->text, NULL);
+        snprintf(buf, sizeof buf, "%.10g", v);
+        if (!in_range(f, v)) return out_of_range(x, line, f, buf);
+        *(double *)dst = v;
+    } else if (f->kind == K_BOOL) {
+        if (t != CONFIG_TYPE_BOOL)
+            return fail(x, line, f->key, "expected true or false, got %s", type_name(t));
+        *(int *)dst = config_setting_get_bool(s);
+    } else {
+        if (t != CONFIG_TYPE_STRING)
+            return fail(x, line, f->key, "expected a string, got %s", type_name(t));
+        const char *v = config_setting_get_string(s);
+        if (f->choices && !choice_ok(f->choices, v)) {
+            char list[160] = ""; // "auto|cpu|cuda" -> "auto", "cpu", "cuda"
+            for (const char *p = f->choices; *p;) {
+                size_t len = strcspn(p, "|"), used = strlen(list);
+                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len,
+                         p);
+                p += len + (p[len] == '|');
+            }
+            return fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
+        }
+        if (v[0] == 0) return fail(x, line, f->key, "must not be empty");
+        if (strlen(v) >= f->size)
+            return fail(x, line, f->key, "too long (at most %zu bytes)", f->size - 1);
+        memcpy(dst, v, strlen(v) + 1);
+    }
+    return 0;
+}
+
+// Walks one group of the file (the root, or a known group) in file order.
+static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const char *prefix) {
+    for (int i = 0; i < config_setting_length(group); i++) {
+        const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
+        int line = (int)config_setting_source_line(s);
+        x->file = config_setting_source_file(s);
+        char key[128];
+        snprintf(key, sizeof key, "%s%s%s", prefix ? prefix : "", prefix ? "." : "",
+                 config_setting_name(s));
+        const field_t *f = find_field(key);
+        int t = config_setting_type(s);
+        if (f) {
+            if (store(x, cfg, f, s) < 0) return -1;
+        } else if (is_group(key)) { // model = { rope_scaling = { ... } } nests one deeper
+            if (t != CONFIG_TYPE_GROUP)
+                return fail(x, line, key, "expected a group { ... }, got %s", type_name(t));
+            if (walk(x, cfg, s, key) < 0) return -1;
+        } else {
+            const char *hint = suggest(key);
+            if (hint) return fail(x, line, key, "unknown key (did you mean %s?)", hint);
+            return fail(x, line, key, "unknown key");
+        }
+    }
+    return 0;
+}
+
+// ---- paths ----
+
+// Joins base and rel (rel may be absolute) and removes ".", ".." and repeated slashes,
+// lexically. Returns -1 when the result does not fit.
+static int join_path(char *out, size_t n, const char *base, const char *rel) {
+    char tmp[2 * MT_PATH_MAX + 2];
+    snprintf(tmp, sizeof tmp, "%s/%s", rel[0] == '/' ? "" : base, rel);
+    const char *part[MT_PATH_MAX / 2];
+    int np = 0;
+    for (char *save = NULL, *p = strtok_r(tmp, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
+        if (strcmp(p, ".") == 0) continue;
+        if (strcmp(p, "..") == 0) {
+            if (np > 0) np--;
+            continue;
+        }
+        if (np == (int)(sizeof part / sizeof part[0])) return -1;
+        part[np++] = p;
+    }
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < np; i++) {
+        int w = snprintf(out + len, n - len, "/%s", part[i]);
+        if (w < 0 || (size_t)w >= n - len) return -1;
+        len += (size_t)w;
+    }
+    if (np == 0) snprintf(out, n, "/");
+    return 0;
+}
+
+// The absolute folder that holds the config file.
+static int config_dir(ctx_t *x, char *out, size_t n) {
+    char dir[MT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", x->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    char real[PATH_MAX];
+    if (!realpath(dir, real))
+        return fail(x, 0, NULL, "cannot resolve its folder: %s", strerror(errno));
+    snprintf(out, n, "%s", real);
+    return 0;
+}
+
+// ---- derived defaults and cross-field rules ----
+
+// The line of key k, 0 if it was not set; also points messages at the file that set it.
+static int line_of(ctx_t *x, const char *k) {
+    int i = (int)(find_field(k) - schema);
+    x->file = x->file_of[i];
+    return x->line[i];
+}
+#define LINE(k) line_of(x, k)
+#define SEEN(k) (x->line[find_field(k) - schema] > 0)
+
+int config_resolve_paths(config_source *x, mt_config *cfg) {
+    char dir[MT_PATH_MAX], out[MT_PATH_MAX];
+    if (config_dir(x, dir, sizeof dir) < 0) return -1;
+
+    if (cfg->data_path[0] && join_path(out, sizeof out, dir, cfg->data_path) < 0)
+        return fail(x, LINE("data.path"), "data.path", "path too long");
+    snprintf(cfg->data_path, sizeof cfg->data_path, "%s", out);
+    if (cfg->val_path[0] && join_path(out, sizeof out, dir, cfg->val_path) < 0)
+        return fail(x, LINE("data.val_path"), "data.val_path", "path too long");
+    if (cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", out);
+
+    if (SEEN("checkpoint.dir")) {
+        if (join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
+            return fail(x, LINE("checkpoint.dir"), "checkpoint.dir", "path too long");
+    } else { // runs/<config name>, under the folder mtrun is started from (like --out)
+        char cwd[MT_PATH_MAX], name[256];
+        if (!getcwd(cwd, sizeof cwd))
+            return fail(x, 0, "checkpoint.dir", "getcwd: %s", strerror(errno));
+        const char *base = strrchr(x->path, '/') ? strrchr(x->path, '/') + 1 : x->path;
+        snprintf(name, sizeof name, "runs/%s", base);
+        size_t len = strlen(name);
+        if (len > 4 && strcmp(name + len - 4, ".cfg") == 0) name[len - 4] = 0;
+        if (join_path(out, sizeof out, cwd, name) < 0)
+            return fail(x, 0, "checkpoint.dir", "path too long");
+    }
+    snprintf(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, "%s", out);
+    return 0;
+}
+
+static void apply_derived(ctx_t *x, mt_config *cfg) {
+    if (!SEEN("model.kv_heads")) cfg->kv_heads = cfg->heads;
+    if (!SEEN("optimizer.min_lr")) cfg->min_lr = cfg->lr / 10;
+    if (!SEEN("optimizer.warmup_steps")) cfg->warmup_steps = cfg->steps / 10;
+    if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
+    if (cfg->val_path[0]) cfg->val_fraction = 0; // all of data.path trains
+}
+
+// model_dir's config.json supplies every model.* field. A model.* key that the file also sets
+// must agree with it: a silent override would train a model that neither file describes.
+// bos/eos ids that config.json does not give (-1): train.cfg may set them.
+static int unset_special_id(const field_t *f, const mt_config *hf) {
+    int special = f->off == offsetof(mt_config, bos_id) || f->off == offsetof(mt_config, eos_id);
+    return special && *(const int *)((const char *)hf + f->off) < 0;
+}
+
+int config_resolve(config_source *x, const char *key, char *path, size_t cap) {
+    char dir[MT_PATH_MAX], out[MT_PATH_MAX];
+    if (config_dir(x, dir, sizeof dir) < 0) return -1;
+    if (join_path(out, sizeof out, dir, path) < 0) return fail(x, LINE(key), key, "path too long");
+    snprintf(path, cap, "%s", out);
+    return 0;
+}
+
+int config_apply_model_dir(config_source *x, mt_config *cfg) {
+    char err[MT_PATH_MAX + 512];
+    if (!cfg->model_dir[0]) return 0;
+    if (config_resolve(x, "model_dir", cfg->model_dir, sizeof cfg->model_dir) < 0) return -1;
+    static mt_config hf; // large (paths): not on the stack
+    hf = *cfg;
+    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf, err, sizeof err) < 0)
+        return fail(x, LINE("model_dir"), "model_dir", "%s", err);
+    for (int i = 0; i < NFIELDS; i++) {
+        const field_t *f = &schema[i];
+        if (strncmp(f->key, "model.", 6) != 0) continue;
+        if (unset_special_id(f, &hf)) continue; // config.json has none: train.cfg's stands
+        if (x->line[i] && memcmp((char *)cfg + f->off, (char *)&hf + f->off, f->size) != 0)
+            return fail(x, LINE(f->key), f->key,
+                        "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
+        memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
+        if (f->kind == K_STRING) continue; // hf_config.c writes only names it knows
+        double v =
+            f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
+        if (!in_range(f, v))
+            return fail(x, LINE("model_dir"), f->key, "%s/config.json gives %g: out of range",
+                        cfg->model_dir, v);
+    }
+    memcpy(cfg->eos_more, hf.eos_more, sizeof cfg->eos_more); // not a key: Llama 3's eos list
+    cfg->n_eos_more = hf.n_eos_more;
+    return 0;
+}
+
+static int cross_check(ctx_t *x, const mt_config *c) {
+    const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
+    int values[] = {c->bos_id, c->eos_id};
+    for (int i = 0; i < 2; i++)
+        if (values[i] >= c->vocab)
+            return fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d", values[i],
+                        c->vocab);
+    if (c->dim % c->heads)
+        return fail(x, LINE("model.dim"), "model.dim", "%d is not divisible by model.heads = %d",
+                    c->dim, c->heads);
+    if (c->heads % c->kv_heads)
+        return fail(x, LINE("model.kv_heads"), "model.kv_heads",
+                    "%d does not divide model.heads = %d", c->kv_heads, c->heads);
+    if (mt_head_dim(c) % 2)
+        return fail(x, LINE("model.dim"), "model.dim",
+                    "head dim = dim / heads = %d must be even (RoPE rotates pairs)",
+                    mt_head_dim(c));
+    if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
+        return fail(x, LINE("model.vocab"), "model.vocab",
+                    "%d, but data.format \"bytes\" needs 256", c->vocab);
+    if (c->min_lr > c->lr)
+        return fail(x, LINE("optimizer.min_lr"), "optimizer.min_lr",
+                    "%g is above optimizer.lr = %g", c->min_lr, c->lr);
+    if (c->warmup_steps > c->steps)
+        return fail(x, LINE("optimizer.warmup_steps"), "optimizer.warmup_steps",
+                    "%d is more than steps = %d", c->warmup_steps, c->steps);
+    if (c->val_path[0] && SEEN("data.val_fraction"))
+        return fail(x, LINE("data.val_fraction"), "data.val_fraction",
+                    "not used with data.val_path (evaluation reads that; all of data.path trains)");
+    if (c->val_path[0] && strcmp(c->data_format, "synthetic") == 0)
+        return fail(x, LINE("data.val_path"), "data.val_path",
+                    "not used with data.format \"synthetic\"");
+    if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
+        return fail(x, LINE("eval.interval"), "eval.interval",
+                    "evaluation needs data.val_fraction > 0 or data.val_path");
+    if (c->device_groups > c->layers + 1)
+        return fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
+                    "%d is more than the embedding and model.layers = %d layers", c->device_groups,
+                    c->layers);
+    if (c->trace_steps[1] > c->steps)
+        return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
+                    c->trace_steps[0], c->trace_steps[1], c->steps);
+    return 0;
+}
+
+static const char *const rope_keys[] = {
+    "model.rope_scaling.factor", "model.rope_scaling.low_freq_factor",
+    "model.rope_scaling.high_freq_factor", "model.rope_scaling.original_max_position_embeddings"};
+
+// The four numbers go with rope_type "llama3", all of them (transformers demands them too: a
+// silent default would change the frequencies), and the blend between the two wavelengths
+// divides by high_freq_factor - low_freq_factor.
+static int check_rope_scaling(ctx_t *x, const mt_config *c) {
+    int llama3 = strcmp(c->rope_type, "llama3") == 0;
+    for (int i = 0; i < 4; i++) {
+        if (!llama3 && SEEN(rope_keys[i]))
+            return fail(x, LINE(rope_keys[i]), rope_keys[i],
+                        "only used with model.rope_scaling.rope_type = \"llama3\"");
+        if (llama3 && !c->model_dir[0] && !SEEN(rope_keys[i]))
+            return fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
+                        "missing (rope_type \"llama3\" needs it)");
+    }
+    if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return fail(x, LINE("model.rope_scaling.high_freq_factor"),
+                    "model.rope_scaling.high_freq_factor",
+                    "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
+                    c->rope_low_freq_factor);
+    return 0;
+}
+
+// ---- entry point ----
+
+static void set_defaults(mt_config *cfg) {
+    for (int i = 0; i < NFIELDS; i++) {
+        const field_t *f = &schema[i];
+        char *dst = (char *)cfg + f->off;
+        switch (f->kind) {
+        case K_INT:
+        case K_BOOL:
+            *(int *)dst = (int)f->def;
+            break;
+        case K_INT64:
+            *(uint64_t *)dst = (uint64_t)f->def;
+            break;
+        case K_FLOAT:
+            *(double *)dst = f->def;
+            break;
+        case K_STRING:
+            snprintf(dst, f->size, "%s", f->sdef ? f->sdef : "");
+            break;
+        case K_RANGE: // none
+            memset(dst, 0, f->size);
+            break;
+        }
+    }
+}
+
+int config_check(config_source *x, const mt_config *cfg) {
+    return cross_check(x, cfg) < 0 || check_rope_scaling(x, cfg) < 0 ? -1 : 0;
+}
+
+int config_fail(config_source *x, const char *key, const char *fmt, ...) {
+    char msg[MT_PATH_MAX + 512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fail(x, LINE(key), key, "%s", msg);
+}
+
+static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
+    struct stat st;
+    if (stat(x->path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
+    FILE *f = fopen(x->path, "r");
+    if (!f) return fail(x, 0, NULL, "cannot open: %s", strerror(errno));
+    scan_big_literals(x, f);
+    rewind(f);
+    char dir[MT_PATH_MAX];
+    if (config_dir(x, dir, sizeof dir) < 0) {
+        fclose(f);
+        return -1;
+    }
+    config_set_include_dir(lc, dir); // @include "x.cfg" is relative to this file too
+    int ok = config_read(lc, f);
+    fclose(f);
+    if (!ok) {
+        const char *file = config_error_file(lc);
+        if (file) { // inside an @include: name that file
+            snprintf(x->err, x->errlen, "%s:%d: %s", file, config_error_line(lc),
+                     config_error_text(lc));
+            return -1;
+        }
+        const char *text = config_error_text(lc);
+        const char *hint = strcmp(text, "syntax error") == 0
+                               ? " (settings look like: name = value; strings need \"quotes\")"
+                               : "";
+        return fail(x, config_error_line(lc), NULL, "%s%s", text, hint);
+    }
+
+    memset(cfg, 0, sizeof *cfg);
+    set_defaults(cfg);
+    snprintf(cfg->source_path, sizeof cfg->source_path, "%s", x->path);
+    if (walk(x, cfg, config_root_setting(lc), NULL) < 0) return -1;
+    x->file = NULL;
+    for (int i = 0; i < NFIELDS; i++)
+        if ((schema[i].flags & REQUIRED) && !x->line[i] &&
+            !(cfg->model_dir[0] && strncmp(schema[i].key, "model.", 6) == 0)) // model_dir sets them
+            return fail(x, 0, schema[i].key, "missing (required)");
+    apply_derived(x, cfg);
+    return 0;
+}
+
+int config_parse(mt_config *cfg, const char *path, config_source **src, char *err, size_t errlen) {
+    ctx_t *x = calloc(1, sizeof *x);
+    if (!x) mt_die("out of memory");
+    x->path = path, x->err = err, x->errlen = errlen;
+    if (errlen) err[0] = 0;
+    config_init(&x->lc);
+    *src = x;
+    return load(x, cfg, &x->lc);
+}
+
+void config_source_free(config_source *x) {
+    if (!x) return;
+    config_destroy(&x->lc);
+    free(x);
+}

@@ -1,0 +1,188 @@
+// The schema of train.cfg, and the lookups that turn a user's key into its field (or into a
+// "did you mean" when it is misspelled).
+#include "runtime/model/config_schema.h"
+#include <float.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NOLIMIT DBL_MAX
+#define F_(k, kind, fld, lo, hi, fl, d, sd, ch)                                                    \
+    { k, kind, lo, hi, fl, d, sd, ch, offsetof(mt_config, fld), sizeof(((mt_config *)0)->fld) }
+#define INT(k, fld, lo, hi, fl, d) F_(k, K_INT, fld, lo, hi, fl, d, NULL, NULL)
+#define FLT(k, fld, lo, hi, fl, d) F_(k, K_FLOAT, fld, lo, hi, fl, d, NULL, NULL)
+#define BOOL(k, fld, d) F_(k, K_BOOL, fld, 0, 1, 0, d, NULL, NULL)
+#define STR(k, fld, fl, sd, ch) F_(k, K_STRING, fld, 0, 0, fl, 0, sd, ch)
+
+const field_t config_schema[] = {
+    INT("model.dim", dim, 1, 65536, REQUIRED, 0),
+    INT("model.layers", layers, 1, 4096, REQUIRED, 0),
+    INT("model.heads", heads, 1, 1024, REQUIRED, 0),
+    INT("model.kv_heads", kv_heads, 1, 1024, DERIVED, 0), // default: heads (no GQA)
+    INT("model.ffn_dim", ffn_dim, 1, 1 << 20, REQUIRED, 0),
+    INT("model.vocab", vocab, 2, 1 << 24, 0, 256),
+    FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
+    FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
+    BOOL("model.tied_embeddings", tied_embeddings, 1),
+    BOOL("model.qkv_bias", qkv_bias, 0),                   // Qwen2: biases on q, k, v
+    INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
+    INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
+    // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
+    // (the defaults here are Llama 3.1's, kept only so that every field is in range)
+    STR("model.rope_scaling.rope_type", rope_type, 0, "none", "none|llama3"),
+    FLT("model.rope_scaling.factor", rope_factor, 1, 1e6, 0, 8),
+    FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
+    FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
+    INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
+        8192),
+    // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
+    STR("data.path", data_path, 0, "", NULL),
+    STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
+    FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
+    // evaluation reads this file (glob, folder) in data.format instead of data.path's tail
+    STR("data.val_path", val_path, 0, "", NULL),
+    INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
+    INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
+    INT("batch.seq_len", seq_len, 1, 1 << 22, REQUIRED, 0),
+    FLT("optimizer.lr", lr, 0, 10, REQUIRED | MIN_OPEN, 0),
+    FLT("optimizer.min_lr", min_lr, 0, 10, DERIVED, 0), // default: lr / 10
+    FLT("optimizer.beta1", beta1, 0, 1, MAX_OPEN, 0.9),
+    FLT("optimizer.beta2", beta2, 0, 1, MAX_OPEN, 0.95),
+    FLT("optimizer.eps", eps, 0, 1, MIN_OPEN, 1e-8),
+    FLT("optimizer.weight_decay", weight_decay, 0, 10, 0, 0.1),
+    FLT("optimizer.clip", clip, 0, NOLIMIT, 0, 1.0), // max global grad norm; 0: no clipping
+    // the first N parameter groups (embedding, layer 0, 1, ...) are updated by the compute rank
+    // on its device; -1: auto (on a GPU the embedding and ceil(layers / 8) layers that fit in
+    // an eighth of its free memory; none on the CPU backend)
+    INT("optimizer.device_groups", device_groups, -1, 1 << 20, 0, -1),
+    INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
+    INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
+    F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
+    STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
+    STR("recompute", recompute, 0, "auto", "auto|always"),
+    STR("offload_activations", offload_activations, 0, "auto", "auto|never|always"),
+    STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
+    // default: steps (one checkpoint, at the end); 0: never (benchmarks)
+    INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),
+    INT("checkpoint.keep", checkpoint_keep, 0, INT_MAX, 0, 0), // newest K step folders; 0: all
+    INT("eval.interval", eval_interval, 0, INT_MAX, 0, 0),     // 0: no evaluation
+    INT("eval.batches", eval_batches, 1, 1 << 20, 0, 4),
+    INT("sample_tokens", sample_tokens, 0, 1 << 20, 0, 0),
+    F_("trace_steps", K_RANGE, trace_steps, 1, INT_MAX, 0, 0, NULL, NULL), // [a, b]; none
+    STR("model_dir", model_dir, 0, "", NULL),   // a Hugging Face folder: sets model.*
+    STR("export_dir", export_dir, 0, "", NULL), // write a Hugging Face folder at the end
+    STR("export_dtype", export_dtype, 0, "float32", "float32|bfloat16"),
+};
+_Static_assert(sizeof config_schema / sizeof config_schema[0] == CONFIG_FIELDS,
+               "CONFIG_FIELDS must count config_schema's entries");
+enum { NFIELDS = CONFIG_FIELDS };
+#define schema config_schema
+
+// ---- schema lookups and suggestions ----
+
+const field_t *find_field(const char *key) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(schema[i].key, key) == 0) return &schema[i];
+    return NULL;
+}
+
+int is_group(const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < NFIELDS; i++)
+        if (strncmp(schema[i].key, name, n) == 0 && schema[i].key[n] == '.') return 1;
+    return 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64];
+    for (size_t j = 0; j <= lb; j++) d[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = d[0];
+        d[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = d[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (d[j - 1] + 1 < best) best = d[j - 1] + 1;
+            d[j] = best;
+            diag = up;
+        }
+    }
+    return d[lb];
+}
+
+static const char *leaf(const char *key) {
+    const char *dot = strrchr(key, '.');
+    return dot ? dot + 1 : key;
+}
+
+// The closest known key or group, or NULL. A known name in the wrong group ("lr" at the
+// top level) is the likeliest slip, so an exact leaf match wins.
+const char *suggest(const char *key) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(leaf(schema[i].key), leaf(key)) == 0) return schema[i].key;
+    size_t n = strlen(leaf(key)); // "warmup" -> "optimizer.warmup_steps"
+    for (int i = 0; i < NFIELDS && n >= 4; i++)
+        if (strncmp(leaf(schema[i].key), leaf(key), n) == 0) return schema[i].key;
+    const char *best = NULL;
+    int bestd = 3;
+    for (int i = 0; i < NFIELDS; i++) {
+        int d = edit_distance(key, schema[i].key);
+        if (d < bestd) bestd = d, best = schema[i].key;
+    }
+    static char group[32];
+    for (int i = 0; i < NFIELDS; i++) { // group names: "optimiser" -> "optimizer"
+        const char *dot = strchr(schema[i].key, '.');
+        if (!dot || (size_t)(dot - schema[i].key) >= sizeof group) continue;
+        snprintf(group, sizeof group, "%.*s", (int)(dot - schema[i].key), schema[i].key);
+        int d = edit_distance(key, group);
+        if (d < bestd) return group;
+    }
+    return best;
+}
+
+const char *type_name(int t) {
+    switch (t) {
+    case CONFIG_TYPE_GROUP:
+        return "a group { ... }";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return "an integer";
+    case CONFIG_TYPE_FLOAT:
+        return "a number";
+    case CONFIG_TYPE_STRING:
+        return "a string";
+    case CONFIG_TYPE_BOOL:
+        return "a boolean";
+    case CONFIG_TYPE_ARRAY:
+        return "an array [ ... ]";
+    case CONFIG_TYPE_LIST:
+        return "a list ( ... )";
+    default:
+        return "nothing";
+    }
+}
+
+// "[1, 65536]", "(0, 1]", ">= 0".
+void range_text(const field_t *f, char *out, size_t n) {
+    const char *fmt = (f->kind == K_FLOAT) ? "%.10g" : "%.0f";
+    char lo[48], hi[48];
+    snprintf(lo, sizeof lo, fmt, f->min);
+    snprintf(hi, sizeof hi, fmt, f->max);
+    int unbounded = f->max == NOLIMIT || (f->kind == K_INT && f->max >= INT_MAX) ||
+                    (f->kind == K_INT64 && f->max >= (double)INT64_MAX);
+    if (unbounded)
+        snprintf(out, n, "must be %s %s", (f->flags & MIN_OPEN) ? ">" : ">=", lo);
+    else
+        snprintf(out, n, "must be in %c%s, %s%c", (f->flags & MIN_OPEN) ? '(' : '[', lo, hi,
+                 (f->flags & MAX_OPEN) ? ')' : ']');
+}
+
+int in_range(const field_t *f, double v) {
+    if (v < f->min || ((f->flags & MIN_OPEN) && v == f->min)) return 0;
+    if (v > f->max || ((f->flags & MAX_OPEN) && v == f->max)) return 0;
+    return 1;
+}

@@ -1,0 +1,166 @@
+// The model and its training description: train.cfg (mt_config), the parameter groups that
+// stream and shard as units, the tensors inside them, Hugging Face's config.json, and the
+// learning-rate schedule. Group 0 is the token embedding, groups 1..L the decoder layers, group
+// L+1 the head (final norm, plus lm_head when untied).
+#ifndef MT_MODEL_H
+#define MT_MODEL_H
+
+#include "kernels/adamw.h"
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- train.cfg: the job description, parsed with libconfig and checked against a schema ----
+
+#define MT_PATH_MAX 4096
+
+typedef struct {
+    // model
+    int dim, layers, heads, kv_heads, ffn_dim, vocab;
+    double rope_theta, norm_eps;
+    int tied_embeddings;
+    int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
+    // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
+    // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
+    int bos_id, eos_id;
+    int eos_more[7], n_eos_more;
+    // model.rope_scaling: rope_type "none", or "llama3" (Llama 3.1) with its four parameters
+    char rope_type[16];
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos; // original_max_position_embeddings
+    // data: path is resolved relative to the config file's folder
+    char data_path[MT_PATH_MAX];
+    char data_format[16];       // "bytes": raw text, one token per byte (vocab 256)
+    double val_fraction;        // tail of the data held out for eval (0 with val_path)
+    char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
+    // batch
+    int micro_batch, micro_batches, seq_len;
+    // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
+    double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
+    int warmup_steps;
+    int device_groups; // groups 0..N-1 updated on the compute rank's device; -1: auto
+    // run
+    int steps;
+    uint64_t seed;
+    char checkpoint_dir[MT_PATH_MAX]; // resolved relative to the config file's folder
+    int checkpoint_interval;
+    int checkpoint_keep; // keep the newest K step_NNNNNN folders; 0: all
+    int eval_interval, eval_batches;
+    int sample_tokens;            // tokens of text generated at the end (0: none)
+    char backend[16];             // "auto", "cpu" or "cuda"
+    char recompute[16];           // "auto": keep layer internals where memory allows; "always"
+    char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
+    // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
+    int trace_steps[2];
+    // Hugging Face folders, resolved relative to the config file's folder ("": none).
+    // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
+    char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
+    char export_dtype[16]; // "float32" (the master weights, bitwise) or "bfloat16"
+    // where it came from
+    char source_path[MT_PATH_MAX];
+} mt_config;
+
+// Loading train.cfg, in the order of its checks, so that the first message is the most useful
+// one. io/'s mt_config_load runs them all, with the checks of the files the config names in
+// between (model_dir's weights, data, export_dir): those are io/'s to read. Each returns 0, or -1
+// with one line in the err that config_parse was given: "<file>:<line>: <key>: <problem>" (or
+// "<file>: <problem>" when no line applies).
+typedef struct config_source config_source; // where each key was set, for those messages
+
+// Parses path (syntax, known keys, types and ranges, required keys, derived defaults). *src is
+// set even on failure: free it with config_source_free.
+int config_parse(mt_config *cfg, const char *path, config_source **src, char *err, size_t errlen);
+// path (key's value) made absolute, relative to the config file's folder.
+int config_resolve(config_source *src, const char *key, char *path, size_t cap);
+// model_dir's config.json supplies the model.* fields; a key train.cfg also sets must agree.
+int config_apply_model_dir(config_source *src, mt_config *cfg);
+int config_check(config_source *src, const mt_config *cfg); // the rules between fields
+// data.path, data.val_path and checkpoint.dir (default runs/<config name>) made absolute.
+int config_resolve_paths(config_source *src, mt_config *cfg);
+// The one-line message for key, at the line that set it; returns -1.
+int config_fail(config_source *src, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void config_source_free(config_source *src);
+
+// Reads dir/config.json into the model fields of *model (dim, layers, heads, kv_heads, ffn_dim,
+// vocab, rope_theta, norm_eps, tied_embeddings); seq_len is checked against a sliding window.
+// Returns 0, or -1 with one line in err naming the file and the problem.
+int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen);
+
+// Derived quantities.
+static inline int mt_head_dim(const mt_config *c) {
+    return c->dim / c->heads;
+}
+static inline long mt_tokens_per_step(const mt_config *c) {
+    return (long)c->micro_batch * c->micro_batches * c->seq_len;
+}
+
+// ---- parameter groups and tensors ----
+
+enum { TENSOR_NORMAL, TENSOR_ONES, TENSOR_ZEROS }; // how a tensor is initialized
+
+typedef struct {
+    const char *name; // Hugging Face name pattern, "%d" for the layer index
+    uint64_t offset, numel;
+    int rows, cols; // cols == 0 for vectors
+    int init;
+} tensor_info;
+
+#define MODEL_MAX_TENSORS 12
+
+static inline int model_group_count(const mt_config *c) {
+    return c->layers + 2;
+}
+static inline int model_head_group(const mt_config *c) {
+    return c->layers + 1;
+}
+static inline int model_layer_group(int layer) {
+    return layer + 1;
+}
+
+// Fills tensors[] for group g and returns how many; *numel gets the group's total size.
+int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);
+uint64_t model_group_numel(const mt_config *c, int g);
+uint64_t model_param_count(const mt_config *c);
+// A tensor's Hugging Face name: its pattern with "%d" replaced by the layer.
+void model_tensor_name(char *out, size_t cap, const char *pattern, int layer);
+
+// Initial value of element i of group g: N(0, 0.02) for matrices, ones for norm weights and
+// zeros for biases, as transformers initializes Llama and Qwen2. It is a pure function of
+// (seed, g, i), so every optimizer rank initializes its own slice and any sharding gives the
+// same model.
+void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, float *out);
+
+// Pointers into one decoder layer's flat weights (or gradients): the binding of a template.
+// A layer group holds its tensors in this order, at the offsets model_group_tensors() gives:
+// tensors 0..8 always; with model.qkv_bias (Qwen2) the q, k and v biases follow as tensors
+// 9, 10, 11, so that adding them moves no other tensor. bq, bk, bv are NULL without them.
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    float *bq, *bk, *bv;
+} layer_params;
+
+enum { LAYER_WEIGHTS = 9 }; // tensors 0..8; the biases, when there, are 9..11
+
+void layer_params_bind(layer_params *p, const mt_config *c, float *flat);
+
+// The head group: final norm and, when untied, the classifier.
+typedef struct {
+    float *final_norm, *lm_head;
+} head_params;
+
+void head_params_bind(head_params *p, const mt_config *c, float *flat);
+
+// RoPE's inv_freq[head_dim / 2] for c: rope_theta's plain table, rescaled when
+// model.rope_scaling asks for it. Both backends take their table from here.
+void model_rope_inv_freq(const mt_config *c, float *inv_freq);
+
+// ---- the schedule ----
+
+// Learning rate for 0-based step s: linear warmup to lr, then cosine decay to min_lr.
+double lr_at_step(const mt_config *c, int s);
+
+// AdamW's hyperparameters for 0-based step s, with the step's clip coefficient: the optimizer
+// ranks and the compute rank (for the groups it updates itself) use the very same values.
+adamw_params adamw_params_at_step(const mt_config *c, int s, float grad_scale);
+
+#endif

@@ -1,0 +1,99 @@
+// What a run shows its user: progress on stdout, metrics.jsonl, and a Chrome/Perfetto trace.
+#ifndef MT_OBSERVE_H
+#define MT_OBSERVE_H
+
+#include "runtime/job/job.h"
+#include <stdint.h>
+#include <stdio.h>
+
+// ---- the trace ----
+
+// A Chrome/Perfetto trace of chosen steps (trace_steps in train.cfg). Every rank records spans
+// into an array allocated at the start (no I/O and no allocation while training); at the end
+// the optimizer ranks write part files and rank 0 merges them, with its own spans, into
+// <checkpoint dir>/trace.json. All times are CLOCK_MONOTONIC microseconds: one clock for
+// every process of a node, so the tracks of different ranks line up.
+
+// Tracks (thread ids in the trace). Rank 0: the compute stream, the copy streams and the host
+// thread (its waits and the step spans); an optimizer rank has one track.
+enum { TRACE_COMPUTE = 1, TRACE_H2D, TRACE_D2H, TRACE_HOST, TRACE_OPTIMIZER };
+
+// How a span's number is written after its name.
+enum { TRACE_ARG_NONE, TRACE_ARG_LAYER, TRACE_ARG_GROUP, TRACE_ARG_STEP };
+
+// What a span is called and the step it belongs to, fixed when the work is issued (a copy
+// may run, and a GPU span is converted, later). name == NULL: nothing to record.
+typedef struct {
+    const char *name; // a string literal: "fwd", "h2d", "adamw", ...
+    int32_t arg;      // layer (" L3"), group (" embed", " L3", " head") or 1-based step
+    int32_t arg_kind;
+    int64_t step; // 0-based
+} trace_tag;
+
+// Every rank, before its first step. Tracing is on when the job's steps meet trace_steps.
+void trace_open(const mt_config *c, int rank, int world, int start_step, int end_step);
+// The step now running (0-based); spans are recorded only while it is a traced one.
+void trace_set_step(int64_t step);
+int trace_active(void);
+// The tag of a span of the current step, or an empty one when the step is not traced.
+trace_tag trace_tag_of(const char *name, int arg_kind, int arg);
+double trace_now_us(void);
+// Thread-safe; spans past the array's capacity are counted and dropped.
+void trace_record(int track, trace_tag tag, double begin_us, double end_us);
+// Collective over MPI_COMM_WORLD when the job traces (every rank calls it, or none).
+void trace_finish(void);
+
+// ---- metrics ----
+
+// What a run tells its user: progress on stdout and a JSONL record per step (and per eval) in
+// <checkpoint dir>/metrics.jsonl.
+//
+// On a terminal the progress is one live line, redrawn in place every step; eval results and
+// the sample print on their own lines above it. Otherwise (a log file, a pipe) every step is
+// one plain "step ..." line. Under mpirun rank 0's stdout is always a pipe, so mtrun says
+// whether its own stdout is a terminal: MT_TTY=1 (or 0) and MT_TTY_COLUMNS.
+
+// What the copy engines and the compute stream did since the last call (CUDA backend; on the
+// CPU backend only the copy times are known; compute_busy_seconds and opt_stall_seconds are
+// negative).
+typedef struct {
+    double h2d_seconds, h2d_bytes, d2h_seconds, d2h_bytes;
+    double compute_busy_seconds, compute_span_seconds;
+    double opt_stall_seconds; // compute-stream idle while the host waited on the optimizers
+} transfer_stats;
+
+// What a step cost besides its time, as the engine measured it.
+typedef struct {
+    transfer_stats transfers;
+    double opt_wait_seconds; // the host's wait on the optimizer ranks' weights
+    double grad_sumsq;       // every group's squared gradient norm, summed: the clip's norm
+} step_costs;
+
+typedef struct {
+    mt_job *job;
+    FILE *jsonl;
+    double run_start, step_start, step_stop, flops_per_token;
+    int64_t steps_done;
+    double peak_flops; // MFU is measured against this (see metrics_open)
+    int tty, columns;  // draw a live line no wider than columns - 1
+    int live_shown;    // the live line is on the screen (and the cursor at its end)
+    char live[512];    // its text, to redraw it after a line printed above it
+    int device_groups; // groups the compute rank updates itself (for the advice)
+    double stall_seconds, stall_step_seconds; // GPU idle on the optimizers, over steady steps
+    int stall_steps, advised;
+} metrics;
+
+// device_groups: how many groups the compute rank updates itself (optimizer.device_groups).
+void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_groups);
+// Once the compute rank's memory is all allocated: GPU bytes in use (0 on the CPU) and how many
+// of the layer x micro-batch passes keep their internals.
+void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes);
+// A step's wall time runs from begin to stop; end reports it with what else it cost.
+void metrics_step_begin(metrics *mx);
+void metrics_step_stop(metrics *mx);
+void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *costs);
+void metrics_eval(metrics *mx, int64_t step, double loss);
+void metrics_sample(metrics *mx, const char *text);
+void metrics_close(metrics *mx);
+
+#endif

@@ -1,0 +1,294 @@
+#include "runtime/optimizer/optimizer.h"
+#include "kernels/adamw.h"
+#include "runtime/base/base.h"
+#include "runtime/io/io.h"
+#include "runtime/model/model.h"
+#include "runtime/observe/observe.h"
+#include "shm/syscheck.h"
+#include <math.h>
+#include <numa.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct {
+    mt_job *job;
+    int shard;
+    group_state *state; // [n_groups]
+    double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
+    int64_t *grads_step;
+    int device_groups; // groups 0..device_groups-1 are updated by the compute rank
+    int slow_ms;       // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
+} optimizer;
+
+// ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t state_bytes(size_t n) {
+    return ((n ? n : 1) * sizeof(float) + 4095) & ~(size_t)4095;
+}
+
+// An anonymous mapping on 2 MiB boundaries (when it is that large), marked for transparent huge
+// pages: the update streams master, m and v linearly, and 4 KiB pages would cost a TLB miss every
+// 1024 floats of each. The NUMA policy is "local": each page goes to the node of the thread that
+// first touches it, and adamw_first_touch touches it with the threads, the chunks and (after
+// pin_threads) the cores that will update it.
+static float *alloc_local(size_t n) {
+    size_t bytes = state_bytes(n), slack = bytes >= HUGE_PAGE ? HUGE_PAGE : 0;
+    char *raw =
+        mmap(NULL, bytes + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) mt_die("out of memory: optimizer state of %zu MiB", bytes >> 20);
+    char *p = raw;
+    if (slack) { // trim to a 2 MiB-aligned start; the tail past p + bytes goes back too
+        p = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (p > raw) SYS_CHECK(munmap(raw, (size_t)(p - raw)));
+        if ((size_t)(p - raw) < slack) SYS_CHECK(munmap(p + bytes, slack - (size_t)(p - raw)));
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE); // best effort: THP may be off ("never") on this host
+#endif
+    if (numa_available() >= 0) numa_setlocal_memory(p, bytes);
+    adamw_first_touch((float *)p, n);
+    return (float *)p;
+}
+
+static void free_local(float *p, size_t n) {
+    SYS_CHECK(munmap(p, state_bytes(n)));
+}
+
+// ---- Thread pinning ----
+
+// Pins OpenMP thread t of this process to the t-th CPU of its mask that lies on its NUMA node,
+// so that a thread and the pages it first-touched stay together and threads do not migrate
+// mid-stream. Only where this process has those CPUs to itself: with mtrun's default placement
+// (one optimizer rank per NUMA node, bound to it by mpirun --bind-to numa) its mask is the node
+// and job.c gave it one thread per CPU. Otherwise nothing is pinned:
+//  - OMP_PLACES / OMP_PROC_BIND set: the OpenMP runtime binds, as the user asked;
+//  - a mask over more than one node: mpirun did not bind (e.g. --bind-to none when ranks are
+//    oversubscribed, as in CI where 5 ranks share 2 cores); the scheduler places threads;
+//  - more threads than CPUs: nothing sensible to pin to.
+// Optimizer ranks sharing the node's mask (several per node) split its CPUs in rank order:
+// rank `index` of `peers` takes CPUs [index * threads, (index + 1) * threads).
+// MT_NO_PIN=1 turns it off; MT_OPTIMIZER_INFO=1 prints what was decided.
+static void pin_threads(int shard, int index, int peers) {
+    const char *why = NULL;
+    cpu_set_t mask;
+    int cpus[CPU_SETSIZE], ncpus = 0, threads = omp_get_max_threads(), node = -1;
+    if (getenv("MT_NO_PIN") && atoi(getenv("MT_NO_PIN")) != 0)
+        why = "MT_NO_PIN is set";
+    else if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND"))
+        why = "OMP_PLACES/OMP_PROC_BIND is set";
+    else if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+        why = "sched_getaffinity failed";
+    if (!why) {
+        for (int c = 0; c < CPU_SETSIZE && !why; c++) {
+            if (!CPU_ISSET(c, &mask)) continue;
+            int nc = numa_available() >= 0 ? numa_node_of_cpu(c) : 0;
+            if (node < 0) node = nc;
+            if (nc != node) why = "the process mask spans NUMA nodes (not bound by mpirun)";
+            cpus[ncpus++] = c;
+        }
+        if (!why && threads * (peers > 0 ? peers : 1) > ncpus) why = "more threads than CPUs";
+    }
+    int first = peers > 1 ? index * threads : 0;
+    int pinned = 0;
+    if (!why) {
+#pragma omp parallel num_threads(threads) reduction(+ : pinned)
+        {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[first + omp_get_thread_num()], &one);
+            pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+        }
+        if (pinned != threads) why = "pthread_setaffinity_np failed";
+    }
+    if (getenv("MT_OPTIMIZER_INFO")) {
+        if (!why)
+            fprintf(stderr,
+                    "optimizer %d: %d OpenMP threads pinned one per CPU of NUMA node %d "
+                    "(cpus %d..%d), adamw %s, streaming stores %s\n",
+                    shard, threads, node, cpus[first], cpus[first + threads - 1],
+                    adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
+        else
+            fprintf(stderr,
+                    "optimizer %d: %d OpenMP thread%s not pinned (%s), adamw %s, "
+                    "streaming stores %s\n",
+                    shard, threads, threads == 1 ? "" : "s", why,
+                    adamw_isa_name(adamw_isa_default()), adamw_nt_name(adamw_nt_default()));
+    }
+}
+
+static void publish_weights(optimizer *o, int g, int version) {
+    mt_job *job = o->job;
+    float *master = o->state[g].master;
+    bf16 *wire = job_wire(job, o->shard, g);
+    size_t n = job->layouts[o->shard].len[g];
+    if (version == job->start_step) // at start: the wire copy is derived from master
+        for (size_t i = 0; i < n; i++) wire[i] = bf16_from_float(master[i]);
+    job_control_block(job, o->shard)->weights_version[g] = version;
+    control_msg msg = {CONTROL_WEIGHTS_READY, g, version, 0};
+    control_send(job->ctl, 0, &msg);
+}
+
+// From model_dir (each rank pread()s only its slice; mt-rank's set-up validated the files) or
+// fresh.
+// ---- the groups the compute rank updates itself (engine/device_groups.c is the other side) ----
+
+// Learns how many groups the compute rank updates and sends it this rank's slices of them.
+static float *state_array(group_state *s, int which) {
+    return which == 0 ? s->master : which == 1 ? s->m : s->v;
+}
+
+static int give_device_groups(mt_job *job, group_state *state) {
+    int groups = 0, shard = job_shard_of_rank(job->rank);
+    MPI_CHECK(MPI_Bcast(&groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    for (int g = 0; g < groups; g++)
+        for (int which = 0; which < 3; which++)
+            job_send_floats(state_array(&state[g], which), job->layouts[shard].len[g], 0);
+    return groups;
+}
+
+// Gets them back, before a save or an export.
+static void take_device_groups(mt_job *job, group_state *state, int groups) {
+    int shard = job_shard_of_rank(job->rank);
+    for (int g = 0; g < groups; g++)
+        for (int which = 0; which < 3; which++)
+            job_recv_floats(state_array(&state[g], which), job->layouts[shard].len[g], 0);
+}
+
+static void init_master(optimizer *o, int g) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    char err[MT_PATH_MAX + 512];
+    if (!job->hf) {
+        model_init_slice(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master);
+    } else if (hf_read_group_slice(job->hf, &job->cfg, g, lay->lo[g], lay->len[g],
+                                   o->state[g].master, err, sizeof err) < 0) {
+        mt_die("optimizer %d: %s", o->shard, err);
+    }
+}
+
+static void init_state(optimizer *o) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    for (int g = 0; g < job->n_groups; g++) {
+        o->state[g].master = alloc_local(lay->len[g]);
+        o->state[g].m = alloc_local(lay->len[g]);
+        o->state[g].v = alloc_local(lay->len[g]);
+        if (job->resume_path[0]) continue;
+        init_master(o, g);
+        publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
+    }
+    if (!job->resume_path[0]) return;
+    checkpoint_load(job, o->state);
+    for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
+}
+
+// Gradients arrive in backward order; the update needs them all, for the global norm.
+static void wait_for_gradients(optimizer *o, int step) {
+    mt_job *job = o->job;
+    int missing = 0;
+    for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
+    while (missing > 0) {
+        control_msg msg;
+        control_recv(job->ctl, &msg);
+        if (msg.kind != CONTROL_GRADS_READY || msg.step != step || msg.group < 0 ||
+            msg.group >= job->n_groups || o->grads_step[msg.group] == step)
+            mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,
+                   msg.kind, msg.group, (long long)msg.step);
+        o->grads_step[msg.group] = step;
+        o->sumsq[msg.group] = msg.value;
+        missing--;
+    }
+}
+
+// The norm is summed over groups in a fixed order from per-group values computed once by the
+// compute rank, so every optimizer rank, for any -np, gets the same bits (and the compute rank,
+// for the groups it updates).
+static float clip_scale(const optimizer *o) {
+    return clip_scale_of_groups(o->sumsq, o->job->n_groups, o->job->cfg.clip);
+}
+
+static void fault_injection(const optimizer *o, int step) {
+    const char *f = getenv("MT_FAULT_ABORT_AT_STEP"); // for tests: die like a crashed process
+    if (f && o->shard == 0 && atoi(f) == step) {
+        fprintf(stderr, "optimizer 0: MT_FAULT_ABORT_AT_STEP=%d: aborting\n", step);
+        abort();
+    }
+}
+
+static void update_step(optimizer *o, int step) {
+    mt_job *job = o->job;
+    adamw_params hp = adamw_params_at_step(&job->cfg, step, clip_scale(o));
+    for (int g = o->device_groups; g < job->n_groups; g++) {
+        size_t n = job->layouts[o->shard].len[g];
+        double t0 = trace_now_us();
+        adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
+                     job_grad_slot(job, o->shard, g), n, &hp);
+        if (o->slow_ms > 0) SYS_CHECK(usleep((useconds_t)o->slow_ms * 1000));
+        trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
+                     trace_now_us());
+        publish_weights(o, g, step + 1);
+    }
+}
+
+// export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
+// its fp32 master slices, the leader renames the finished folder into place.
+static void export_hf(optimizer *o) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    char tmp[MT_PATH_MAX + 32];
+    uint64_t max = hf_export_max_shard_bytes();
+    hf_export_tmp_path(job->cfg.export_dir, tmp, sizeof tmp);
+    if (job->rank == 1) hf_export_prepare(&job->cfg, tmp, max);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    for (int g = 0; g < job->n_groups; g++)
+        hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g], lay->len[g], o->state[g].master);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    if (job->rank == 1) hf_export_publish(tmp, job->cfg.export_dir);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+}
+
+void optimizer_run(mt_job *job) {
+    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0, 0};
+    const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
+    if (slow) o.slow_ms = atoi(slow);
+    o.state = calloc(job->n_groups, sizeof *o.state);
+    o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
+    o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
+    for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
+    pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
+    init_state(&o);
+    o.device_groups = give_device_groups(job, o.state);
+    trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
+    for (int step = job->start_step; step < job->end_step; step++) {
+        trace_set_step(step);
+        double t0 = trace_now_us();
+        wait_for_gradients(&o, step);
+        trace_record(TRACE_OPTIMIZER, trace_tag_of("wait grads", TRACE_ARG_NONE, 0), t0,
+                     trace_now_us());
+        fault_injection(&o, step);
+        update_step(&o, step);
+        trace_set_step(-1);
+        if (o.device_groups > 0 && checkpoint_state_due(job, step + 1))
+            take_device_groups(job, o.state, o.device_groups);
+        if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
+    }
+    if (checkpoint_export_due(job)) export_hf(&o);
+    trace_finish(); // collective with rank 0's
+    for (int g = 0; g < job->n_groups; g++) {
+        size_t n = job->layouts[o.shard].len[g];
+        free_local(o.state[g].master, n);
+        free_local(o.state[g].m, n);
+        free_local(o.state[g].v, n);
+    }
+    free(o.state);
+    free(o.sumsq);
+    free(o.grads_step);
+}

@@ -1,0 +1,262 @@
+#include "runtime/plan/plan.h"
+#include "runtime/model/model.h"
+#include "shm/shm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
+
+// One of master, m or v for n elements: optimizer.c's state_bytes (a whole page at least).
+static uint64_t state_bytes(uint64_t n) {
+    return align_up((n ? n : 1) * 4, 4096);
+}
+
+// ---- the compute rank ----
+
+typedef struct {
+    uint64_t n, D, hd, Q, KV, F, M, L;
+} shape;
+
+static shape shape_of(const mt_config *c) {
+    shape s;
+    s.n = (uint64_t)c->micro_batch * c->seq_len; // tokens per micro-batch
+    s.D = c->dim, s.hd = mt_head_dim(c), s.F = c->ffn_dim;
+    s.Q = c->heads * s.hd, s.KV = c->kv_heads * s.hd;
+    s.M = c->micro_batches, s.L = c->layers;
+    return s;
+}
+
+// Elements of the groups that stay resident: embedding, head and the two-layer ring.
+static uint64_t resident_numel(const mt_config *c) {
+    return model_group_numel(c, 0) + model_group_numel(c, model_head_group(c)) +
+           2 * model_group_numel(c, model_layer_group(0));
+}
+
+// layer.c's layer_scratch_new: fp32.
+static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
+    return 4 * (6 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 6 * s.n * s.F + 2 * s.n +
+                (uint64_t)c->micro_batch * c->heads * c->seq_len);
+}
+
+// The layer's working set plus backend_cpu.c's head scratch and token copies, and the
+// engine's tmp and token ids: all fp32 / int32.
+static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
+    uint64_t layer = cpu_layer_bytes(c, s) / 4;
+    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2; // tmp, xf, dxf, rstd_f, inv_freq
+    uint64_t tokens = 2 * 2 * s.M * s.n;            // inputs + targets, engine and backend
+    uint64_t engine_tmp = s.n * s.D;
+    return 4 * (layer + head + tokens + engine_tmp);
+}
+
+// backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds.
+static uint64_t cuda_saved_bytes(const mt_config *c, shape s) {
+    uint64_t parts[] = {2 * s.n * s.Q, 2 * s.n * s.KV, 2 * s.n * s.KV,     2 * s.n * s.Q,
+                        2 * s.n * s.F, 2 * s.n * s.F,  4 * s.n * c->heads, 4 * s.n * s.D};
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) bytes += align_up(parts[i], 256);
+    return bytes;
+}
+
+uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
+    shape s = shape_of(c);
+    return cuda ? cuda_saved_bytes(c, s) : cpu_layer_bytes(c, s);
+}
+
+// backend_cuda.c's alloc_layer_set, byte for byte.
+static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
+    uint64_t bf16s = 4 * s.n * s.D + 2 * s.n * s.Q + 2 * s.n * s.KV + 3 * s.n * s.F;
+    uint64_t floats = 4 * s.n * s.D + s.n * s.F + 3 * s.n;
+    uint64_t norm_scratch = (s.n + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
+    uint64_t attn = (uint64_t)c->micro_batch * c->heads * c->seq_len; // attention scratch / 4
+    return cuda_saved_bytes(c, s) + 2 * bf16s + 4 * (floats + norm_scratch + attn);
+}
+
+// backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits
+// and bf16 dlogits (rows padded to 8, blocks aligned to 256 B) stay near 256 MiB.
+static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
+    int64_t chunk = (256ll << 20) / ((int64_t)c->vocab * 6);
+    chunk = chunk < 1 ? 1 : chunk > (int64_t)s.n ? (int64_t)s.n : chunk;
+    uint64_t padded = ((uint64_t)c->vocab + 7) / 8 * 8;
+    uint64_t cls =
+        align_up((uint64_t)chunk * padded * 4, 256) + align_up((uint64_t)chunk * padded * 2, 256);
+    return 2 * s.n * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
+}
+
+uint64_t plan_device_layer_bytes(const mt_config *c) {
+    return 18 * model_group_numel(c, model_layer_group(0)); // state + own buffers
+}
+
+int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
+    if (c->device_groups >= 0) return c->device_groups;
+    if (!cuda) return 0;
+    uint64_t budget = device_free / 8, emb = 12 * model_group_numel(c, 0);
+    uint64_t layer = plan_device_layer_bytes(c);
+    if (emb > budget) return 0;
+    int layers = (c->layers + 7) / 8;
+    if ((uint64_t)layers * layer > budget - emb) layers = (int)((budget - emb) / layer);
+    return 1 + layers;
+}
+
+const char *plan_bytes_text(char *buf, size_t n, double b) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", b);
+    else
+        snprintf(buf, n, b >= 100 || u < 3 ? "%.1f %s" : "%.2f %s", b, unit[u]);
+    return buf;
+}
+
+void plan_device_layers_text(int groups, char *out, size_t cap) {
+    int layers = groups > 1 ? groups - 1 : 0;
+    if (layers == 0) snprintf(out, cap, "%s", "");
+    if (layers == 1) snprintf(out, cap, " and layer 0");
+    if (layers > 1) snprintf(out, cap, " and layers 0-%d", layers - 1);
+}
+
+// device_groups.c's host staging copy of the largest device-updated group, there while the
+// state moves (at start and at every save).
+static uint64_t device_staging_bytes(const mt_config *c, int cuda) {
+    uint64_t largest = 0;
+    for (int g = 0; g < plan_device_groups(c, cuda, UINT64_MAX); g++)
+        largest = model_group_numel(c, g) > largest ? model_group_numel(c, g) : largest;
+    return 4 * largest;
+}
+
+void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
+    shape s = shape_of(c);
+    memset(b, 0, sizeof *b);
+    b->device_groups = plan_device_groups(c, cuda, UINT64_MAX);
+    uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
+    for (int g = 0; g < b->device_groups; g++) {
+        uint64_t n = model_group_numel(c, g);
+        owned += n, largest = n > largest ? n : largest;
+    }
+    uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
+    // on the CPU, also its bf16 rounding scratch and the staging copy, both host memory there
+    b->optimizer = 12 * owned + (cuda ? 0 : 2 * largest + device_staging_bytes(c, 0));
+    b->weights = resident * (cuda ? 2 : 4);
+    b->grads = resident * 4;
+    // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
+    int offload = cuda && strcmp(c->offload_activations, "always") == 0;
+    b->activations = 4 * (offload ? 2 : s.L + 1) * s.M * s.n * s.D;
+    b->residual = 4 * s.M * s.n * s.D;
+    if (cuda) {
+        uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
+        uint64_t transfer = 1024 * 8 + 4 * 8; // reduce scratch, one sumsq per gradient buffer
+        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + 4 * s.n * s.D +
+                     gemm_workspace + inv_freq + transfer;
+    } else {
+        b->working = cpu_working_bytes(c, s);
+    }
+    b->total = b->weights + b->grads + b->activations + b->residual + b->working + b->optimizer;
+}
+
+// On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,
+// plus the offloaded boundary activations.
+uint64_t plan_cuda_host_bytes(const mt_config *c) {
+    shape s = shape_of(c);
+    uint64_t offloaded = strcmp(c->offload_activations, "always") == 0 ? s.L * s.M * s.n * s.D : 0;
+    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, 1);
+}
+
+// ---- the ranks ----
+
+static void add_rank(plan_rank *sum, const plan_rank *r) {
+    sum->master += r->master, sum->adam_m += r->adam_m, sum->adam_v += r->adam_v;
+    sum->wire += r->wire, sum->grads += r->grads, sum->control += r->control;
+    sum->compute += r->compute, sum->total += r->total;
+}
+
+// Shard k's private state and its shared region, split by kind. The region's wire part runs
+// from the control block to the first gradient slot (alignment padding included), so the three
+// parts add up to the region's size exactly.
+static void optimizer_rank(plan_rank *r, const shard_layout *lay) {
+    for (int g = 0; g < lay->n_groups; g++) r->master += state_bytes(lay->len[g]);
+    r->adam_m = r->adam_v = r->master;
+    r->control = SHM_HEADER_BYTES;
+    r->wire = lay->grad_offset[0] - SHM_HEADER_BYTES;
+    r->grads = lay->total_bytes - lay->grad_offset[0];
+}
+
+int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
+              char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda;
+    p->n_groups = model_group_count(c);
+    if (p->n_groups > SHM_MAX_GROUPS) {
+        snprintf(err, errlen,
+                 "%s: model.layers: %d layers make %d parameter groups, at most %d fit",
+                 c->source_path, c->layers, p->n_groups, SHM_MAX_GROUPS);
+        return -1;
+    }
+    uint64_t numel[SHM_MAX_GROUPS];
+    for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
+    p->params = model_param_count(c);
+    p->rank = calloc((size_t)np, sizeof *p->rank);
+    shard_layout *lay = malloc(sizeof *lay);
+    if (!p->rank || !lay) {
+        snprintf(err, errlen, "out of memory");
+        free(lay);
+        return -1;
+    }
+    plan_compute_buffers(c, 0, &p->host_buffers);
+    plan_compute_buffers(c, 1, &p->gpu);
+    if (numa_nodes < 1) numa_nodes = 1;
+    for (int r = 0; r < np; r++) {
+        plan_rank *pr = &p->rank[r];
+        if (r == 0) {
+            pr->compute = cuda ? plan_cuda_host_bytes(c) : p->host_buffers.total;
+        } else {
+            shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards);
+            optimizer_rank(pr, lay);
+        }
+        pr->total =
+            pr->master + pr->adam_m + pr->adam_v + pr->wire + pr->grads + pr->control + pr->compute;
+        pr->numa_node = bound ? r % numa_nodes : -1;
+        add_rank(&p->sum, pr);
+    }
+    free(lay);
+    p->state = p->sum.master + p->sum.adam_m + p->sum.adam_v;
+    p->shared = p->sum.wire + p->sum.grads + p->sum.control;
+    p->host = p->sum.total;
+    return 0;
+}
+
+void plan_free(mt_plan *p) {
+    free(p->rank);
+    p->rank = NULL;
+}
+
+// ---- estimates ----
+
+double plan_model_flops_per_token(const mt_config *c) {
+    return 6.0 * (double)model_param_count(c) + 12.0 * c->layers * (double)c->dim * c->seq_len;
+}
+
+double plan_peak_flops(int cuda, int cores) {
+    return cuda ? PLAN_GPU_PEAK_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
+}
+
+// The three parts are summed as if they ran one after the other: in a real step prefetch,
+// offload and the optimizer overlap the compute, so this is the pessimistic end.
+void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
+    const mt_config *c = p->c;
+    double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
+    memset(e, 0, sizeof *e);
+    e->flops = tokens * (8.0 * N + 12.0 * c->layers * (double)c->dim * c->seq_len);
+    e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
+    e->compute_s = e->flops / e->flops_rate;
+    if (p->cuda) { // weights in twice (forward, backward) as bf16, gradients out once as fp32
+        e->pcie_bytes = (2.0 * 2.0 + 4.0) * N;
+        e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
+    }
+    e->opt_bytes = PLAN_OPT_BYTES_PER_PARAM * N;
+    e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
+    e->step_s = e->compute_s + e->pcie_s + e->opt_s;
+    e->tokens_per_s = tokens / e->step_s;
+}

@@ -1,0 +1,105 @@
+// The memory plan of a job: what every rank will allocate, in bytes, computed from the config
+// and the rank count alone, before anything starts. mtrun prints it (--plan, and compactly at
+// the start of every job) and refuses a job that cannot fit. The numbers mirror the allocations
+// of shm/layout.c (shared regions), runtime/optimizer/optimizer.c (fp32 master, Adam m and v),
+// runtime/engine/engine.c with runtime/engine/backend_cpu.c / runtime/engine/layer.c (the compute
+// rank on the CPU) and runtime/engine/backend_cuda.c / runtime/engine/transfer_cuda.c (GPU bytes):
+// a change to one of those allocations must be mirrored here, and tests/plan_numbers.sh recomputes
+// them by hand.
+#ifndef MT_PLAN_H
+#define MT_PLAN_H
+
+#include "runtime/model/model.h"
+#include <stdint.h>
+
+// Assumed rates for the estimates: nothing here is measured.
+#define PLAN_GPU_FLOPS 600e12         // sustained bf16 training rate of one H100/H200-class GPU
+#define PLAN_GPU_PEAK_FLOPS 989e12    // H100/H200 dense bf16 peak, for MFU
+#define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
+#define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
+#define PLAN_OPT_BYTES_PER_S 100e9    // host memory bandwidth the optimizer ranks share
+#define PLAN_OPT_BYTES_PER_PARAM 30.0 // AdamW: p, m, v read + written, g read, bf16 wire written
+
+// The compute rank's buffers, by kind: host bytes on the CPU backend, GPU bytes on CUDA.
+typedef struct {
+    uint64_t weights;     // fetched weights: embedding + head + 2 layers (fp32 cpu, bf16 cuda)
+    uint64_t grads;       // fp32 gradient buffers of the same groups
+    uint64_t activations; // layer-boundary activations: (layers + 1) x micro-batches x tokens x dim
+    uint64_t residual;    // gradient of the residual stream: micro-batches x tokens x dim
+    uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
+    uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
+    int device_groups;    // how many: the embedding, then layers 0, 1, ... (own buffers each)
+    uint64_t total;
+} plan_buffers;
+
+// One rank's host bytes, by kind. An optimizer rank creates its shard's shared region (on its
+// NUMA node) and holds its private state; the compute rank maps every region and adds its own
+// buffers.
+typedef struct {
+    uint64_t master, adam_m, adam_v; // fp32, page-rounded per group (optimizer ranks)
+    uint64_t wire, grads, control;   // the shard region: bf16 wire, fp32 slots, control block
+    uint64_t compute;                // the compute rank's own host buffers
+    uint64_t total;
+    int numa_node; // where mpirun binds it; -1 when ranks are left unbound
+} plan_rank;
+
+typedef struct {
+    const mt_config *c;
+    int np, n_shards, n_groups;
+    int cuda; // the compute rank runs on the GPU
+    uint64_t params;
+    plan_rank *rank;              // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
+    plan_rank sum;                // over all ranks; sum.numa_node unused
+    uint64_t state, shared, host; // totals: optimizer state, shared regions, all host bytes
+    plan_buffers host_buffers;    // the compute rank's host buffers (in rank[0].compute)
+    plan_buffers gpu;             // GPU bytes when cuda (also filled, for reference, otherwise)
+} mt_plan;
+
+// One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
+uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
+
+// Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
+// (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
+// one-line message in err (a model whose groups do not fit the shard layout).
+int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
+              char *err, size_t errlen);
+void plan_free(mt_plan *p);
+
+// The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
+// CUDA backend, the little it keeps in host memory.
+void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b);
+// optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
+// not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
+// as many as fit in an eighth of the free memory (12 B/param of state, 6 more of own buffers).
+// Measured on an H200, that lead is what lets the optimizer ranks (0.7-1.1x as long per layer
+// as the forward at 65k tokens a step) stay ahead through the forward; every extra layer costs
+// kept activations. None on the CPU, whose compute rank has no memory faster than the
+// optimizer ranks'.
+int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
+// GPU memory one more device-updated decoder layer takes: its fp32 state and own buffers.
+uint64_t plan_device_layer_bytes(const mt_config *c);
+// "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB" into buf; returns buf.
+const char *plan_bytes_text(char *buf, size_t n, double bytes);
+// The layers among `groups` device-updated groups, for messages: "", " and layer 0",
+// " and layers 0-3".
+void plan_device_layers_text(int groups, char *out, size_t cap);
+uint64_t plan_cuda_host_bytes(const mt_config *c);
+
+// Per step: FLOPs the GPU or CPU executes (8 N per token, as the backward recomputes the
+// forward, plus attention's 12 layers dim seq) and bytes moved.
+typedef struct {
+    double flops, flops_rate, compute_s;
+    double pcie_bytes, pcie_s;
+    double opt_bytes, opt_s;
+    double step_s, tokens_per_s;
+} plan_estimate;
+
+// cores: the compute rank's cores (used on the CPU backend).
+void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e);
+
+// Model FLOPs per token as throughput is reported (6 N + 12 layers dim seq: the recompute is
+// not counted), and the peak MFU is measured against.
+double plan_model_flops_per_token(const mt_config *c);
+double plan_peak_flops(int cuda, int cores);
+
+#endif

@@ -1,0 +1,122 @@
+// mt-rank: the program mtrun starts on every rank. Rank 0 becomes the compute process, the
+// others optimizer processes; everything else follows from the config. The set-up that reads
+// files (the config, the checkpoint to resume, model_dir's weights) lives here, above both the
+// job (ranks, regions, control plane) and io/, between the job's set-up steps.
+#include "runtime/base/base.h"
+#include "runtime/io/io.h"
+#include "runtime/engine/engine.h"
+#include "runtime/job/job.h"
+#include "runtime/optimizer/optimizer.h"
+#include <stdlib.h>
+
+static void load_config(mt_job *job) {
+    char err[1024];
+    if (mt_config_load(&job->cfg, job->args.config_path, err, sizeof err) != 0)
+        job_fail_input(job, err);
+    if (job->args.out_dir)
+        snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->args.out_dir);
+    if (job->world < 2) job_fail_input(job, "need at least 2 ranks: 1 compute + 1 optimizer");
+}
+
+// A fresh run never writes over checkpoints a user already has; resuming finds its folder.
+static void resolve_checkpoints(mt_job *job) {
+    char err[1024];
+    if (!job->args.resume_dir) {
+        if (checkpoint_find_latest(job->cfg.checkpoint_dir, job->resume_path,
+                                   sizeof job->resume_path) == 0) {
+            snprintf(err, sizeof err,
+                     "%s already holds checkpoints (%s): resume with --resume %s, or write "
+                     "elsewhere with --out DIR",
+                     job->cfg.checkpoint_dir, job->resume_path, job->cfg.checkpoint_dir);
+            job_fail_input(job, err);
+        }
+        job->resume_path[0] = 0;
+        return;
+    }
+    if (checkpoint_resolve(job->args.resume_dir, job->resume_path, sizeof job->resume_path, err,
+                           sizeof err) != 0 ||
+        checkpoint_read_step(job->resume_path, &job->start_step, err, sizeof err) != 0 ||
+        checkpoint_check_state(job->resume_path, job, err, sizeof err) != 0)
+        job_fail_input(job, err);
+    // Every rank reads only its share of state.bin's blocks; all learn the verdict.
+    if (checkpoint_verify_state(job->resume_path, job, MPI_COMM_WORLD, err, sizeof err) != 0)
+        job_fail_input(job, err);
+}
+
+// Every rank checks the Hugging Face folders before any shared memory exists, so that bad
+// files end the job with one line and exit code 2 rather than a crash mid-load. A resumed run
+// takes its weights from the checkpoint, so it does not read model_dir's weights.
+static void check_hf_dirs(mt_job *job) {
+    char err[MT_PATH_MAX + 512], msg[MT_PATH_MAX + 600];
+    const mt_config *c = &job->cfg;
+    if (c->export_dir[0] && hf_export_dir_check(c->export_dir, err, sizeof err) < 0) {
+        snprintf(msg, sizeof msg, "export_dir: %s", err);
+        job_fail_input(job, msg);
+    }
+    if (!c->model_dir[0] || job->resume_path[0]) return;
+    hf_index *ix = hf_index_open(c->model_dir, err, sizeof err);
+    if (!ix || hf_index_check(ix, c, err, sizeof err) < 0) {
+        hf_index_close(ix);
+        job_fail_input(job, err);
+    }
+    if (!job_is_compute(job)) {
+        job->hf = ix;
+        return;
+    }
+    hf_index_close(ix); // only optimizer ranks read weights
+}
+
+static void setup(mt_job *job, const job_args *args) {
+    job_init(job, args);
+    load_config(job);
+    job_make_layouts(job);
+    resolve_checkpoints(job);
+    check_hf_dirs(job);
+    job_start(job);
+}
+
+static void teardown(mt_job *job) {
+    job_teardown(job);
+    hf_index_close(job->hf);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: mt-rank CONFIG [--resume DIR] [--out DIR] [--stop-at STEP]\n"
+               "Started by mtrun on every rank of a job; run mtrun --help instead.\n");
+}
+
+static job_args parse_args(int argc, char **argv) {
+    job_args a = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(s, "--help") == 0)
+            usage(stdout), exit(0);
+        else if (strcmp(s, "--resume") == 0 && has_value)
+            a.resume_dir = argv[++i];
+        else if (strcmp(s, "--out") == 0 && has_value)
+            a.out_dir = argv[++i];
+        else if (strcmp(s, "--stop-at") == 0 && has_value)
+            a.stop_at = atoi(argv[++i]);
+        else if (s[0] != '-' && !a.config_path)
+            a.config_path = s;
+        else
+            usage(stderr), exit(2);
+    }
+    if (!a.config_path) usage(stderr), exit(2);
+    return a;
+}
+
+int main(int argc, char **argv) {
+    job_args args = parse_args(argc, argv);
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    mt_job job;
+    setup(&job, &args);
+    if (job_is_compute(&job))
+        engine_run(&job);
+    else
+        optimizer_run(&job);
+    teardown(&job);
+    MPI_CHECK(MPI_Finalize());
+    return 0;
+}
