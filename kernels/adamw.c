@@ -59,7 +59,7 @@ void adamw_kernel_scalar(adamw_nt nt, float *p, float *m, float *v, bf16 *wire, 
         p[i] = param;
         m[i] = mi;
         v[i] = vi;
-        wire[i] = bf16_from_float(param);
+        if (wire) wire[i] = bf16_from_float(param);
     }
 }
 
@@ -215,7 +215,39 @@ void adamw_update_ex(float *p, float *m, float *v, bf16 *wire, const float *g, s
     {
         size_t lo, hi;
         adamw_chunk(p, n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-        if (hi > lo) adamw_kernel(isa, nt, p + lo, m + lo, v + lo, wire + lo, g + lo, hi - lo, &k);
+        if (hi > lo)
+            adamw_kernel(isa, nt, p + lo, m + lo, v + lo, wire ? wire + lo : NULL, g + lo, hi - lo,
+                         &k);
+    }
+}
+
+// A thread's chunk with bf16 gradients: widened a block at a time into a buffer that stays in
+// L1, so the update reads 2 bytes of gradient a parameter and runs the fp32 kernels unchanged.
+static void kernel_bf16_grads(adamw_isa isa, adamw_nt nt, float *p, float *m, float *v, bf16 *wire,
+                              const bf16 *g, size_t n, const adamw_consts *k) {
+    enum { BLOCK = 2048 };
+    float wide[BLOCK] __attribute__((aligned(64)));
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t len = n - i < BLOCK ? n - i : BLOCK;
+        for (size_t j = 0; j < len; j++) wide[j] = bf16_to_float(g[i + j]);
+        adamw_kernel(isa, nt, p + i, m + i, v + i, wire ? wire + i : NULL, wide, len, k);
+    }
+}
+
+void adamw_update_bf16_grads(float *p, float *m, float *v, bf16 *wire, const bf16 *g, size_t n,
+                             const adamw_params *hp) {
+    adamw_consts k;
+    adamw_consts_init(&k, hp);
+    adamw_isa isa = adamw_isa_default();
+    adamw_nt nt = adamw_nt_default();
+    int threads = adamw_threads_for(n, omp_get_max_threads());
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        size_t lo, hi;
+        adamw_chunk(p, n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        if (hi > lo)
+            kernel_bf16_grads(isa, nt, p + lo, m + lo, v + lo, wire ? wire + lo : NULL, g + lo,
+                              hi - lo, &k);
     }
 }
 

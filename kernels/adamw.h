@@ -24,11 +24,15 @@ typedef struct {
     float grad_scale; // clip coefficient (1 when not clipping)
 } adamw_params;
 
-// One fused pass: reads p, m, v, g; writes p, m, v and the bf16 wire copy of p
+// One fused pass: reads p, m, v, g; writes p, m, v and, when wire is not NULL, a bf16 copy of p
 // (round-to-nearest-even). OpenMP threads, each on its own contiguous chunk (adamw_chunk),
-// the best ISA of this machine (adamw_isa_default) and the default store policy.
+// the best ISA of this machine (adamw_isa_default) and the default store policy. Everywhere
+// below, a NULL wire means no bf16 copy.
 void adamw_update(float *p, float *m, float *v, bf16 *wire, const float *g, size_t n,
                   const adamw_params *hp);
+// The same from bf16 gradients (widened exactly: the bits are adamw_update's on the widened g).
+void adamw_update_bf16_grads(float *p, float *m, float *v, bf16 *wire, const bf16 *g, size_t n,
+                             const adamw_params *hp);
 
 // The clip coefficient of torch.nn.utils.clip_grad_norm_(max_norm) for a total norm.
 float clip_coefficient(double total_norm, double max_norm);

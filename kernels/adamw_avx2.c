@@ -60,7 +60,8 @@ INLINE void partial8(const consts8 *k, size_t r, float *p, float *m, float *v, b
     _mm256_storeu_ps(P, Pv), _mm256_storeu_ps(M, Mv), _mm256_storeu_ps(V, Vv);
     _mm_storeu_si128((__m128i *)W, bf16x8(Pv));
     memcpy(p, P, r * sizeof(float)), memcpy(m, M, r * sizeof(float));
-    memcpy(v, V, r * sizeof(float)), memcpy(wire, W, r * sizeof(bf16));
+    memcpy(v, V, r * sizeof(float));
+    if (wire) memcpy(wire, W, r * sizeof(bf16));
 }
 
 static int aligned(const void *x, uintptr_t a) {
@@ -79,12 +80,11 @@ TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *w
     int nt_p = nt == ADAMW_NT_ALL && aligned(p + i, 32);
     int nt_m = nt == ADAMW_NT_ALL && aligned(m + i, 32);
     int nt_v = nt == ADAMW_NT_ALL && aligned(v + i, 32);
-    int nt_w = nt != ADAMW_NT_NONE && aligned(wire + i, 16);
+    int nt_w = wire && nt != ADAMW_NT_NONE && aligned(wire + i, 16);
     for (; i + 8 <= n; i += 8) {
         __m256 P = _mm256_load_ps(p + i), M = _mm256_loadu_ps(m + i);
         __m256 V = _mm256_loadu_ps(v + i), G = _mm256_loadu_ps(g + i);
         step8(&k, &P, &M, &V, G);
-        __m128i W = bf16x8(P);
         if (nt_p)
             _mm256_stream_ps(p + i, P);
         else
@@ -97,12 +97,14 @@ TARGET void adamw_kernel_avx2(adamw_nt nt, float *p, float *m, float *v, bf16 *w
             _mm256_stream_ps(v + i, V);
         else
             _mm256_storeu_ps(v + i, V);
+        if (!wire) continue; // no bf16 copy wanted (the GPU rounds the streamed master)
+        __m128i W = bf16x8(P);
         if (nt_w)
             _mm_stream_si128((__m128i *)(wire + i), W);
         else
             _mm_storeu_si128((__m128i *)(wire + i), W);
     }
-    if (i < n) partial8(&k, n - i, p + i, m + i, v + i, wire + i, g + i);
+    if (i < n) partial8(&k, n - i, p + i, m + i, v + i, wire ? wire + i : NULL, g + i);
     if (nt_p || nt_m || nt_v || nt_w) _mm_sfence(); // see adamw_avx512.c
 }
 

@@ -56,7 +56,7 @@ INLINE void masked16(const consts16 *k, __mmask16 lanes, float *p, float *m, flo
     _mm512_mask_storeu_ps(p, lanes, P);
     _mm512_mask_storeu_ps(m, lanes, M);
     _mm512_mask_storeu_ps(v, lanes, V);
-    _mm512_mask_cvtepi32_storeu_epi16(wire, lanes, bf16_bits(P));
+    if (wire) _mm512_mask_cvtepi32_storeu_epi16(wire, lanes, bf16_bits(P));
 }
 
 static int aligned(const void *x, uintptr_t a) {
@@ -78,12 +78,11 @@ TARGET void adamw_kernel_avx512(adamw_nt nt, float *p, float *m, float *v, bf16 
     int nt_p = nt == ADAMW_NT_ALL && aligned(p + i, 64);
     int nt_m = nt == ADAMW_NT_ALL && aligned(m + i, 64);
     int nt_v = nt == ADAMW_NT_ALL && aligned(v + i, 64);
-    int nt_w = nt != ADAMW_NT_NONE && aligned(wire + i, 32);
+    int nt_w = wire && nt != ADAMW_NT_NONE && aligned(wire + i, 32);
     for (; i + 16 <= n; i += 16) {
         __m512 P = _mm512_load_ps(p + i), M = _mm512_loadu_ps(m + i);
         __m512 V = _mm512_loadu_ps(v + i), G = _mm512_loadu_ps(g + i);
         step16(&k, &P, &M, &V, G);
-        __m256i W = _mm512_cvtepi32_epi16(bf16_bits(P));
         if (nt_p)
             _mm512_stream_ps(p + i, P);
         else
@@ -96,12 +95,16 @@ TARGET void adamw_kernel_avx512(adamw_nt nt, float *p, float *m, float *v, bf16 
             _mm512_stream_ps(v + i, V);
         else
             _mm512_storeu_ps(v + i, V);
+        if (!wire) continue; // no bf16 copy wanted (the GPU rounds the streamed master)
+        __m256i W = _mm512_cvtepi32_epi16(bf16_bits(P));
         if (nt_w)
             _mm256_stream_si256((__m256i *)(wire + i), W);
         else
             _mm256_storeu_si256((__m256i *)(wire + i), W);
     }
-    if (i < n) masked16(&k, (__mmask16)((1u << (n - i)) - 1), p + i, m + i, v + i, wire + i, g + i);
+    if (i < n)
+        masked16(&k, (__mmask16)((1u << (n - i)) - 1), p + i, m + i, v + i, wire ? wire + i : NULL,
+                 g + i);
     // Streamed lines sit in write-combining buffers: fence them before anyone is told the
     // weights are ready (publish_weights runs right after on this process's main thread).
     if (nt_p || nt_m || nt_v || nt_w) _mm_sfence();

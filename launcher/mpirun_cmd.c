@@ -139,6 +139,7 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     if (o->resume) add(c, "--resume"), add(c, o->resume);
     if (o->out) add(c, "--out"), add(c, o->out);
     if (o->stop_at) add(c, "--stop-at"), add(c, o->stop_at);
+    if (o->grad_dtype) add(c, "--grad-dtype"), add(c, o->grad_dtype);
 }
 
 static void print_word(FILE *f, const char *w) {

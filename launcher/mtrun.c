@@ -273,16 +273,30 @@ static int run(const cmdline *c, const char *job) {
 
 // The memory plan: with --plan it is the whole output; before a job, one line, and a job that
 // cannot fit is refused before anything is allocated. Returns the exit code for --plan.
-static int plan_job(const mtrun_opts *o, const mt_config *cfg, const placement *p, int hosts,
+// optimizer.grad_dtype = "auto": fp32 gradient slots when the job fits with them, else bf16.
+// The ranks are told the outcome (--grad-dtype), so they lay out exactly what was planned.
+static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const placement *p,
+                     const host_probe *host, char *err, size_t n) {
+    int want = plan_grad_bytes(cfg), cuda = plan_backend_cuda(cfg);
+    for (int bytes = want ? want : 4;; bytes = 2) {
+        if (plan_make(plan, cfg, o->np, cuda, p->numa_nodes, !p->oversubscribe, bytes, UINT64_MAX,
+                      err, n) < 0)
+            die_usage("%s", err);
+        int fits = plan_check(plan, host, err, n) == 0;
+        o->grad_dtype = bytes == 2 ? "bf16" : "fp32";
+        if (fits || want || bytes == 2) return fits;
+        plan_free(plan);
+    }
+}
+
+static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, int hosts,
                     const mode *m) {
     char err[MT_PATH_MAX + 1024];
     mt_plan plan;
-    if (plan_make(&plan, cfg, o->np, plan_backend_cuda(cfg), p->numa_nodes, !p->oversubscribe, err,
-                  sizeof err) < 0)
-        die_usage("%s", err);
     host_probe host;
     host_probe_read(&host);
-    int cores = plan_compute_cores(p), fits = plan_check(&plan, &host, err, sizeof err) == 0;
+    int fits = make_plan(&plan, o, cfg, p, &host, err, sizeof err);
+    int cores = plan_compute_cores(p);
     if (m->plan) {
         if (m->json)
             plan_print_json(stdout, &plan, &host, cores, fits);

@@ -146,7 +146,7 @@ int plan_compute_cores(const placement *pl) {
 // The compute rank's host bytes for a variant of the config; the rest does not depend on it.
 static uint64_t host_with(const mt_plan *p, const mt_config *c) {
     plan_buffers b;
-    plan_compute_buffers(c, 0, &b);
+    plan_compute_buffers(c, 0, p->grad_bytes, &b);
     uint64_t compute = p->cuda ? plan_cuda_host_bytes(c) : b.total;
     return p->host - p->rank[0].compute + compute;
 }
@@ -197,7 +197,7 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
     const mt_config *c = p->c;
     int used = snprintf(err, n,
                         "%s with -np %d does not fit in host memory: it needs %s (%s bytes: "
-                        "optimizer state %s, shared regions %s, compute rank %s), %s (%s bytes) "
+                        "optimizer state %s, gradient slots %s, compute rank %s), %s (%s bytes) "
                         "is available (%s)",
                         c->source_path, p->np, H(p->host), G(p->host), H(p->state), H(p->shared),
                         H(p->rank[0].compute), H(h->mem_available), G(h->mem_available),
@@ -208,7 +208,7 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
     uint64_t fixed = host_with(p, &least);
     if (fixed > h->mem_available)
         snprintf(err + used, n - used,
-                 "; even a batch of one token needs %s (optimizer state, shared regions%s), so "
+                 "; even a batch of one token needs %s (optimizer state, gradient slots%s), so "
                  "no batch setting helps: use a smaller model or a host with more memory (each "
                  "data-parallel host holds a whole copy)",
                  H(fixed), p->cuda ? "" : ", the compute rank's weight and gradient buffers");
@@ -225,12 +225,12 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
 
 int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n) {
     if (h->mem_known && p->host > h->mem_available) return refuse_host(p, h, err, n);
-    if (h->shm_known && p->shared > h->shm_free) {
-        uint64_t gib = (p->shared + (h->shm_size - h->shm_free) + (1ull << 30) - 1) >> 30;
+    if (h->shm_known && p->regions > h->shm_free) {
+        uint64_t gib = (p->regions + (h->shm_size - h->shm_free) + (1ull << 30) - 1) >> 30;
         snprintf(err, n,
                  "%s with -np %d does not fit in /dev/shm: the shared regions need %s (%s bytes), "
                  "%s (%s bytes) is free (%s); grow it: mount -o remount,size=%" PRIu64 "G /dev/shm",
-                 p->c->source_path, p->np, H(p->shared), G(p->shared), H(h->shm_free),
+                 p->c->source_path, p->np, H(p->regions), G(p->regions), H(h->shm_free),
                  G(h->shm_free), h->shm_forced ? "MT_PLAN_SHM_LIMIT" : "statvfs", gib);
         return -1;
     }
@@ -239,7 +239,7 @@ int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n) {
 
 // The pinning of the shared regions for DMA may count against the lock limit.
 static int memlock_short(const mt_plan *p, const host_probe *h) {
-    return p->cuda && !h->memlock_unlimited && !h->root && h->memlock < p->shared;
+    return p->cuda && !h->memlock_unlimited && !h->root && h->memlock < p->regions;
 }
 
 void plan_warnings(FILE *f, const mt_plan *p, const host_probe *h) {
@@ -248,7 +248,7 @@ void plan_warnings(FILE *f, const mt_plan *p, const host_probe *h) {
                 "mtrun: warning: ulimit -l is %s, below the %s of shared regions the GPU "
                 "pins for DMA; if registering them fails, raise it (ulimit -l unlimited, or "
                 "memlock in /etc/security/limits.conf)\n",
-                H(h->memlock), H(p->shared));
+                H(h->memlock), H(p->regions));
 }
 
 // ---- printing ----
@@ -259,35 +259,40 @@ static void kind_cell(FILE *f, uint64_t v) {
 
 static void print_rank_table(FILE *f, const mt_plan *p) {
     fprintf(f, "\nhost memory by rank (1 KiB = 1024 bytes; regions and state rounded to pages)\n");
-    fprintf(f, "rank  role       node fp32 master     Adam m     Adam v  bf16 wire fp32 grads"
-               "    compute      total\n");
+    fprintf(f,
+            "rank  role       node fp32 master     Adam m     Adam v %s grads     moving"
+            "    compute      total\n",
+            p->grad_bytes == 2 ? "bf16" : "fp32");
     for (int r = 0; r < p->np; r++) {
         const plan_rank *pr = &p->rank[r];
         char node[8] = "any";
         if (pr->numa_node >= 0) snprintf(node, sizeof node, "%d", pr->numa_node);
         fprintf(f, "%4d  %-9s  %4s  ", r, r ? "optimizer" : "compute", node);
         kind_cell(f, pr->master), kind_cell(f, pr->adam_m), kind_cell(f, pr->adam_v);
-        kind_cell(f, pr->wire), kind_cell(f, pr->grads), kind_cell(f, pr->compute);
+        kind_cell(f, pr->grads), kind_cell(f, pr->moving), kind_cell(f, pr->compute);
         kind_cell(f, pr->total);
         fputc('\n', f);
     }
     const plan_rank *s = &p->sum;
     fprintf(f, "total                 ");
     kind_cell(f, s->master), kind_cell(f, s->adam_m), kind_cell(f, s->adam_v);
-    kind_cell(f, s->wire), kind_cell(f, s->grads), kind_cell(f, s->compute), kind_cell(f, s->total);
+    kind_cell(f, s->grads), kind_cell(f, s->moving), kind_cell(f, s->compute);
+    kind_cell(f, s->total);
     fputc('\n', f);
     double N = (double)p->params;
     fprintf(f, "host total %s (%s bytes) = %.2f bytes/param:\n", H(p->host), G(p->host),
             p->host / N);
     fprintf(f,
-            "  optimizer state %s (%.2f B/param), shared regions %s (%.2f), compute rank %s "
+            "  optimizer state %s (%.2f B/param), gradient slots %s (%.2f), compute rank %s "
             "(%.2f)\n",
             H(p->state), p->state / N, H(p->shared), p->shared / N, H(p->rank[0].compute),
             p->rank[0].compute / N);
     fprintf(f,
-            "  each shared region also holds a %s control block (in the totals); process\n"
-            "  overhead (MPI, UCX, libraries: tens of MiB per rank) is not counted\n",
-            H(p->n_shards ? p->rank[1].control : 0));
+            "  fp32 master and gradient slots are in the shared regions (%s in /dev/shm, a %s\n"
+            "  control block each); m and v are private. \"moving\": the GPU-updated groups'\n"
+            "  state, held only while it moves (at start, saves and exports). Process overhead\n"
+            "  (MPI, UCX, libraries: tens of MiB per rank) is not counted\n",
+            H(p->regions), H(p->n_shards ? p->rank[1].control : 0));
 }
 
 static void print_numa(FILE *f, const mt_plan *p, const placement *pl) {
@@ -387,9 +392,9 @@ static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
     if (h->elastic)
         fprintf(f, "               (a VM with a memory balloon: its memory may grow on demand)\n");
     if (h->shm_known)
-        fprintf(f, "  /dev/shm     needs %s, %s free%s: %s\n", H(p->shared), H(h->shm_free),
+        fprintf(f, "  /dev/shm     needs %s, %s free%s: %s\n", H(p->regions), H(h->shm_free),
                 h->shm_forced ? " (MT_PLAN_SHM_LIMIT)" : "",
-                p->shared <= h->shm_free ? "ok" : "DOES NOT FIT");
+                p->regions <= h->shm_free ? "ok" : "DOES NOT FIT");
     else
         fprintf(f, "  /dev/shm     not checked (statvfs failed)\n");
     if (!p->cuda)
@@ -397,7 +402,7 @@ static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
     else if (h->memlock_unlimited || h->root)
         fprintf(f, "  ulimit -l    %s: ok\n", h->memlock_unlimited ? "unlimited" : "root, exempt");
     else
-        fprintf(f, "  ulimit -l    %s for %s of regions to pin: %s\n", H(h->memlock), H(p->shared),
+        fprintf(f, "  ulimit -l    %s for %s of regions to pin: %s\n", H(h->memlock), H(p->regions),
                 memlock_short(p, h) ? "LOW (see the warning)" : "ok");
     if (p->cuda) fprintf(f, "  GPU memory   not checked (mtrun makes no CUDA calls)\n");
 }
@@ -428,10 +433,10 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
     plan_estimate_step(p, cores, &e);
     double N = (double)p->params;
     fprintf(f,
-            "mtrun: plan: %.2f%s params, host %s = %.1f B/param (optimizer state %s, shared "
-            "%s, compute rank %s)",
+            "mtrun: plan: %.2f%s params, host %s = %.1f B/param (optimizer state %s, %s gradient "
+            "slots %s, compute rank %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
-            H(p->state), H(p->shared), H(p->rank[0].compute));
+            H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared), H(p->rank[0].compute));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
@@ -439,11 +444,12 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
 }
 
 static void json_rank(FILE *f, const char *key, const plan_rank *r) {
-    fprintf(
-        f,
-        "%s{\"master\":%" PRIu64 ",\"adam_m\":%" PRIu64 ",\"adam_v\":%" PRIu64 ",\"wire\":%" PRIu64
-        ",\"grads\":%" PRIu64 ",\"control\":%" PRIu64 ",\"compute\":%" PRIu64 ",\"total\":%" PRIu64,
-        key, r->master, r->adam_m, r->adam_v, r->wire, r->grads, r->control, r->compute, r->total);
+    fprintf(f,
+            "%s{\"master\":%" PRIu64 ",\"adam_m\":%" PRIu64 ",\"adam_v\":%" PRIu64
+            ",\"grads\":%" PRIu64 ",\"control\":%" PRIu64 ",\"moving\":%" PRIu64
+            ",\"compute\":%" PRIu64 ",\"total\":%" PRIu64,
+            key, r->master, r->adam_m, r->adam_v, r->grads, r->control, r->moving, r->compute,
+            r->total);
 }
 
 static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
@@ -466,8 +472,11 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
         fprintf(f, ",\"rank\":%d,\"numa_node\":%d}", r, p->rank[r].numa_node);
     }
     json_rank(f, "],\"total\":", &p->sum);
-    fprintf(f, "},\"optimizer_state\":%" PRIu64 ",\"shared\":%" PRIu64 ",\"host\":%" PRIu64,
-            p->state, p->shared, p->host);
+    fprintf(f,
+            "},\"grad_dtype\":\"%s\",\"device_groups\":%d,\"optimizer_state\":%" PRIu64
+            ",\"shared\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"host\":%" PRIu64,
+            p->grad_bytes == 2 ? "bf16" : "fp32", p->device_groups, p->state, p->shared, p->regions,
+            p->host);
     json_buffers(f, "compute_host", &p->host_buffers);
     json_buffers(f, "gpu", &p->gpu);
     fprintf(f,

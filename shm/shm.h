@@ -1,7 +1,8 @@
-// Shared host memory: one region per optimizer shard, holding that shard's bf16 wire weights,
-// its gradient slots and a control block. The owner (an optimizer rank) creates it on its
-// NUMA node; the compute rank maps every region. Nothing here knows about models: a "group"
-// is just a flat array of parameters (one decoder layer, the embedding, ...).
+// Shared host memory: one region per optimizer shard, holding that shard's fp32 master weights
+// (the GPU streams them and rounds to bf16 itself), its gradient slots and a control block. The
+// owner (an optimizer rank) creates it on its NUMA node; the compute rank maps every region.
+// Nothing here knows about models: a "group" is just a flat array of parameters (one decoder layer,
+// the embedding, ...).
 #ifndef MT_SHM_H
 #define MT_SHM_H
 
@@ -15,17 +16,19 @@
 // every shard's slice starts on a cache line and a vector boundary, whatever K is.
 void shard_range(uint64_t n, int k, int K, uint64_t *lo, uint64_t *hi);
 
-// Where each group's slice lives inside shard k's region.
+// Where each group's slice lives inside shard k's region. Groups below first_shared are
+// updated elsewhere (on the compute rank's device) and have no slots: their offsets are 0.
 typedef struct {
-    int n_groups, shard, n_shards;
+    int n_groups, shard, n_shards, first_shared, grad_bytes;
     uint64_t lo[SHM_MAX_GROUPS], len[SHM_MAX_GROUPS];
-    uint64_t wire_offset[SHM_MAX_GROUPS]; // bf16 [len]
-    uint64_t grad_offset[SHM_MAX_GROUPS]; // fp32 [len]
+    uint64_t master_offset[SHM_MAX_GROUPS]; // fp32 [len]
+    uint64_t grad_offset[SHM_MAX_GROUPS];   // grad_bytes (4: fp32, 2: bf16) x [len]
+    uint64_t masters_bytes, grads_bytes;    // the two areas, page-rounded
     uint64_t total_bytes;
 } shard_layout;
 
 void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_groups, int shard,
-                       int n_shards);
+                       int n_shards, int first_shared, int grad_bytes);
 
 // The control block at the start of every region. The sequence numbers mirror the control
 // messages, so either side can assert what it was told against what is in memory.
@@ -33,7 +36,7 @@ typedef struct {
     uint64_t magic;
     uint64_t total_bytes;
     int32_t n_groups, shard, n_shards, pad;
-    volatile int64_t weights_version[SHM_MAX_GROUPS]; // step whose update is in the wire copy
+    volatile int64_t weights_version[SHM_MAX_GROUPS]; // step whose update is in the master
     volatile int64_t grads_step[SHM_MAX_GROUPS];      // step whose gradients are in the slot
 } shm_control_block;
 

@@ -1,9 +1,11 @@
 #!/bin/sh
 # mtrun --plan: every byte count of the plan against an expectation computed here, in awk, from
-# the config values and the layout rules (shm/layout.c, runtime/optimizer/optimizer.c, runtime/engine/engine.c,
-# runtime/engine/backend_cpu.c + layer.c, runtime/engine/backend_cuda.c), not by calling the code.
+# the config values and the layout rules (shm/layout.c, runtime/optimizer/optimizer.c,
+# runtime/engine/engine.c, backend_cpu.c + layer.c, backend_cuda.c, transfer_cuda.c), not by
+# calling the code.
 #   configs/test-small.cfg -np 3: cpu backend, host bytes of every rank by kind
-#   configs/7b.cfg -np 5:         cuda backend, host bytes by kind and GPU bytes by kind
+#   configs/7b.cfg -np 5:         cuda backend, host bytes by kind and GPU bytes by kind, with
+#                                 fp32 gradient slots and again with bf16 ones
 # usage: plan_numbers.sh MTRUN REPO_ROOT
 set -u
 MTRUN=$1
@@ -33,7 +35,7 @@ walk([], json.load(sys.stdin))'
 # The config is read with a plain "key = value;" scan: the two configs set every model and
 # batch key explicitly or use the schema defaults written below.
 expected() {
-    awk -v NP="$2" -v CUDA="$3" '
+    awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" '
     function up(x, a) { return int((x + a - 1) / a) * a }
     function min(a, b) { return a < b ? a : b }
     function out(k, v) { printf "%s %.0f\n", k, v }
@@ -57,23 +59,28 @@ expected() {
         # control block: magic, size, 4 int32, then 2 x 1024 int64 sequence numbers; one page-rounded header
         header = up(8 + 8 + 16 + 2 * 1024 * 8, 4096)
         K = NP - 1
+        # optimizer.device_groups = auto: none on the cpu; on cuda the embedding and the first
+        # ceil(L / 8) layers, whose state lives on the GPU (no slots, no private m and v)
+        nl = int((L + 7) / 8); DG = CUDA ? 1 + nl : 0
         for (k = 0; k < K; k++) {
-            off = header; master = 0
+            off = header; mv = 0; moving = 0
             for (g = 0; g < G; g++) {
                 lo = min(up(int(numel[g] * k / K), 64), numel[g])
                 hi = min(up(int(numel[g] * (k + 1) / K), 64), numel[g])
                 len[g] = hi - lo
-                off = up(off + 2 * len[g], 64)
-                master += up((len[g] ? len[g] : 1) * 4, 4096) # master, m, v: each page-rounded
+                if (g < DG) { moving += 12 * len[g]; continue }
+                off = up(off + 4 * len[g], 64)                 # the fp32 master, in the region
+                mv += up((len[g] ? len[g] : 1) * 4, 4096)      # m and v: each page-rounded
             }
             grad0 = up(off, 4096); off = grad0
-            for (g = 0; g < G; g++) off = up(off + 4 * len[g], 64)
+            for (g = DG; g < G; g++) off = up(off + GB * len[g], 64)
             total = up(off, 4096)
             r = "ranks." (k + 1) "."
-            out(r "master", master); out(r "adam_m", master); out(r "adam_v", master)
-            out(r "wire", grad0 - header); out(r "grads", total - grad0); out(r "control", header)
-            out(r "compute", 0); out(r "total", 3 * master + total)
-            state += 3 * master; shared += total
+            out(r "master", grad0 - header); out(r "adam_m", mv); out(r "adam_v", mv)
+            out(r "grads", total - grad0); out(r "control", header); out(r "moving", moving)
+            out(r "compute", 0); out(r "total", 2 * mv + total + moving)
+            state += grad0 - header + 2 * mv + moving; shared += total - grad0 + header
+            regions += total
         }
         # the compute rank: weight/gradient buffers for embedding + head + the 2-layer ring
         res = numel[0] + numel[G - 1] + 2 * layer
@@ -90,10 +97,13 @@ expected() {
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > n) chunk = n
         pv = up(V, 8)
         headgpu = 2*n*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
-        gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8
-        # optimizer.device_groups = auto: the GPU updates the embedding and the first
-        # ceil(L / 8) layers itself (fp32 master, m, v); those layers have buffers of their own
-        nl = int((L + 7) / 8); own = numel[0] + nl * layer; resg = res + nl * layer
+        # + the 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
+        # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
+        gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8 \
+                   + 64 * 1048576 + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0)
+        # the GPU updates the embedding and the first ceil(L / 8) layers itself (fp32 master,
+        # m, v); those layers have buffers of their own
+        own = numel[0] + nl * layer; resg = res + nl * layer
         out("gpu.weights", 2 * resg); out("gpu.grads", 4 * resg); out("gpu.activations", acts)
         out("gpu.residual", dres); out("gpu.working", gpu_work)
         out("gpu.optimizer", 12 * own); out("gpu.device_groups", 1 + nl)
@@ -103,19 +113,21 @@ expected() {
         big = numel[0] > layer ? numel[0] : layer
         compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work
         out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
-        out("optimizer_state", state); out("shared", shared); out("host", state + shared + compute)
+        out("optimizer_state", state); out("shared", shared); out("regions", regions)
+        out("host", state + shared + compute)
     }' "$1"
 }
 
-# check NAME CFG NP CUDA: the JSON plan holds exactly the expected value at every expected path.
+# check NAME CFG NP CUDA [GRAD_BYTES]: the JSON plan holds exactly the expected value at every
+# expected path.
 check() {
-    name=$1 cfg=$2 np=$3 cuda=$4
+    name=$1 cfg=$2 np=$3 cuda=$4 gb=${5:-4}
     # Pretend the host is big enough, so that --plan exits 0 wherever this runs.
     MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
         "$MTRUN" --plan --json -np "$np" "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
         { fail "$name: --plan --json exited with $?: $(cat "$TMP/$name.err")"; return; }
     flatten <"$TMP/$name.json" >"$TMP/$name.got" || { fail "$name: the JSON does not parse"; return; }
-    expected "$cfg" "$np" "$cuda" >"$TMP/$name.want"
+    expected "$cfg" "$np" "$cuda" "$gb" >"$TMP/$name.want"
     bad=$(awk 'NR == FNR { got[$1] = $2; next }
                !($1 in got) { print "  " $1 ": missing, expected " $2; next }
                got[$1] != $2 { print "  " $1 ": " got[$1] ", expected " $2 }' \
@@ -132,6 +144,8 @@ check() {
 
 check test-small configs/test-small.cfg 3 0
 check 7b configs/7b.cfg 5 1
+sed 's/^optimizer = {/optimizer = { grad_dtype = "bf16";/' configs/7b.cfg >"$TMP/7b-bf16.cfg"
+check 7b-bf16 "$TMP/7b-bf16.cfg" 5 1 2
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

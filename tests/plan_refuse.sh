@@ -13,7 +13,11 @@ trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT" || exit 1
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-CFG=configs/test-small.cfg
+# fp32 gradient slots: with "auto" a job that does not fit with them is planned with bf16 ones
+# (checked at the end).
+CFG=$TMP/test-small.cfg
+sed "s|\"\.\./data/|\"$ROOT/data/|; s/^optimizer = {/optimizer = {\n  grad_dtype = \"fp32\";/" \
+    configs/test-small.cfg >"$CFG"
 group() { echo "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
 
 need=$(MT_PLAN_MEM_LIMIT=10000000000000 "$MTRUN" --plan --json -np 3 $CFG |
@@ -37,7 +41,7 @@ refused tiny-limit 1000000 -np 3 $CFG --out "$TMP/run1"
 msg=$(cat "$TMP/tiny-limit.err")
 for want in "^mtrun: .*test-small.cfg with -np 3 does not fit in host memory" \
     "needs [0-9.]* [KM]iB ($(group "$need") bytes" "optimizer state [0-9.]* [KM]iB" \
-    "shared regions [0-9.]* KiB" "compute rank [0-9.]* [KM]iB" \
+    "gradient slots [0-9.]* KiB" "compute rank [0-9.]* [KM]iB" \
     "976.6 KiB (1,000,000 bytes) is available (MT_PLAN_MEM_LIMIT)" \
     "no batch setting helps" "smaller model or a host with more memory"; do
     printf '%s\n' "$msg" | grep -q -- "$want" || fail "tiny-limit: no '$want' in the message"
@@ -54,7 +58,7 @@ printf '%s\n' "$msg" | grep -q "it fits with batch.micro_batches = 1" ||
 printf '%s\n' "$msg" | grep -q "($(group $((need - 1))) bytes) is available" ||
     fail "one-short: the available bytes are not named"
 # The suggestion must really fit: the same limit with micro_batches = 1 passes.
-sed "s|\"\.\./data/|\"$ROOT/data/|; s/micro_batches = 2;/micro_batches = 1;/" $CFG >"$TMP/fewer.cfg"
+sed "s/micro_batches = 2;/micro_batches = 1;/" $CFG >"$TMP/fewer.cfg"
 MT_PLAN_MEM_LIMIT=$((need - 1)) "$MTRUN" --plan -np 3 "$TMP/fewer.cfg" >/dev/null 2>"$TMP/fewer.err" ||
     fail "the suggested micro_batches = 1 does not fit either: $(cat "$TMP/fewer.err")"
 echo "ok   one byte short: suggests batch.micro_batches = 1, which fits"
@@ -84,5 +88,18 @@ head -n 1 "$TMP/fits.log" | grep -q '^mtrun: plan: 0.10M params, host .* B/param
     fail "a job does not start with its plan line: $(head -n 1 "$TMP/fits.log")"
 head -n 1 "$TMP/fits.log" | grep -q 'estimated .*/step' || fail "the plan line has no step estimate"
 echo "ok   --force runs it; a job that fits starts with: $(head -n 1 "$TMP/fits.log")"
+
+# grad_dtype = "auto": a job one byte short with fp32 slots starts with bf16 ones, and says so;
+# mt-rank is told which (--grad-dtype).
+sed 's/grad_dtype = "fp32"/grad_dtype = "auto"/' $CFG >"$TMP/auto.cfg"
+MT_PLAN_MEM_LIMIT=$((need - 1)) "$MTRUN" -np 3 "$TMP/auto.cfg" --out "$TMP/auto" --stop-at 1 \
+    >"$TMP/auto.log" 2>&1 || fail "auto, one byte short of fp32 slots: $(tail -n 3 "$TMP/auto.log")"
+head -n 1 "$TMP/auto.log" | grep -q 'bf16 gradient slots' ||
+    fail "auto did not take bf16 slots: $(head -n 1 "$TMP/auto.log")"
+MT_PLAN_MEM_LIMIT=$((need - 1)) "$MTRUN" --dry-run -np 3 "$TMP/auto.cfg" | grep -q -- '--grad-dtype bf16' ||
+    fail "mt-rank is not told --grad-dtype bf16"
+"$MTRUN" --dry-run -np 3 "$TMP/auto.cfg" | grep -q -- '--grad-dtype fp32' ||
+    fail "with room, auto does not keep fp32 slots"
+echo "ok   grad_dtype auto: fp32 slots when they fit, bf16 when only those fit"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

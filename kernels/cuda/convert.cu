@@ -28,6 +28,14 @@ __global__ void float_to_bf16_kernel(__nv_bfloat16 *out, const float *in, long n
     for (long i = 4 * n4 + id; i < n; i += stride) out[i] = __float2bfloat16(in[i]);
 }
 
+// x = bf16(x), widened back: gradients rounded where they stay, as the host's slots would hold
+// them (the same round to nearest even as float_to_bf16_kernel).
+__global__ void round_bf16_kernel(float *x, long n) {
+    long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] = __bfloat162float(__float2bfloat16(x[i]));
+}
+
 long blocks_for(long work) {
     long b = (work + THREADS - 1) / THREADS;
     return b < 1 ? 1 : (b > MAX_BLOCKS ? MAX_BLOCKS : b);
@@ -41,5 +49,11 @@ extern "C" void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStrea
     long work = vec ? n / 4 + 4 : n;
     float_to_bf16_kernel<<<(unsigned)blocks_for(work), THREADS, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(out), in, n, vec);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_round_bf16(float *x, long n, cudaStream_t stream) {
+    if (n <= 0) return;
+    round_bf16_kernel<<<(unsigned)blocks_for(n), THREADS, 0, stream>>>(x, n);
     CUDA_CHECK_LAUNCH();
 }

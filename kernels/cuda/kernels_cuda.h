@@ -26,8 +26,10 @@ size_t cuda_sum_squares_scratch_bytes(void);
 void cuda_adamw(float *p, float *m, float *v, bf16 *out, const float *g, long n,
                 const adamw_consts *k, cudaStream_t stream);
 
-// Conversions, for the residual stream's gradient feeding GEMMs.
+// Conversions, round to nearest even: the residual stream's gradient feeding GEMMs, streamed
+// fp32 master weights, gradients leaving for bf16 slots; cuda_round_bf16 rounds in place.
 void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream);
+void cuda_round_bf16(float *x, long n, cudaStream_t stream);
 
 // embedding.cu: out[t] = table[tokens[t]] (fp32 out); backward: dtable[tokens[t]] += dout[t].
 void cuda_embedding_forward(float *out, const int32_t *tokens, const bf16 *table, int n, int dim,

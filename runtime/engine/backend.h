@@ -62,6 +62,8 @@ typedef struct {
     // brought them (bf16 on CUDA; bf16-rounded fp32 on the CPU). The optimizer ranks' bits.
     void (*adamw)(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
                   const adamw_params *hp);
+    // The weights w a fetch would bring for fp32 master p (such a group's first weights).
+    void (*weights_of)(backend *b, void *w, const float *p, size_t n);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);

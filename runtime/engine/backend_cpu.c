@@ -19,8 +19,6 @@ struct backend {
     float *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
     double loss;
-    bf16 *wire; // cpu_adamw's bf16 copy, wire_len elements
-    size_t wire_len;
 };
 
 static void *cpu_alloc(backend *b, size_t bytes) {
@@ -130,7 +128,7 @@ static void cpu_destroy(backend *b) {
     for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
     free(b->kept);
     free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
-    free(b->inputs), free(b->targets), free(b->wire);
+    free(b->inputs), free(b->targets);
     free(b);
 }
 
@@ -161,18 +159,17 @@ backend *backend_cpu_new(const mt_config *c) {
     return b;
 }
 
-// The optimizer ranks' own routine, then the widening a fetch does. The scratch grows on the
-// first step's updates (the largest group's size) and is reused after.
+// What a fetch brings for master p: rounded to bf16, kept in fp32.
+static void cpu_weights_of(backend *b, void *w, const float *p, size_t n) {
+    float *out = w;
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(bf16_from_float(p[i]));
+}
+
+// The optimizer ranks' own routine, then the rounding a fetch does.
 static void cpu_adamw(backend *b, float *p, float *m, float *v, void *w, const float *g, size_t n,
                       const adamw_params *hp) {
-    if (b->wire_len < n) {
-        free(b->wire);
-        b->wire = cpu_alloc(b, n * sizeof(bf16));
-        b->wire_len = n;
-    }
-    adamw_update(p, m, v, b->wire, g, n, hp);
-    float *out = w;
-    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(b->wire[i]);
+    adamw_update(p, m, v, NULL, g, n, hp);
+    cpu_weights_of(b, w, p, n);
 }
 
 const backend_ops *backend_cpu_ops(void) {
@@ -205,6 +202,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_to_host,
         cpu_slot_wait,
         cpu_adamw,
+        cpu_weights_of,
     };
     return &ops;
 }

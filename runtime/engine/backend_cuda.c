@@ -461,6 +461,10 @@ static void cu_adamw(backend *b, float *p, float *m, float *v, void *w, const fl
     cuda_adamw(p, m, v, (bf16 *)w, g, (long)n, &k, b->s);
 }
 
+static void cu_weights_of(backend *b, void *w, const float *p, size_t n) {
+    cuda_float_to_bf16((bf16 *)w, p, (long)n, b->s);
+}
+
 void *backend_cuda_compute_stream(backend *b) {
     return b->s;
 }
@@ -530,6 +534,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_from_host,
         cu_slot_wait,
         cu_adamw,
+        cu_weights_of,
     };
     return &ops;
 }

@@ -26,7 +26,6 @@ void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, b
                         int groups) {
     memset(d, 0, sizeof *d);
     d->job = job, d->ops = ops, d->be = be;
-    MPI_CHECK(MPI_Bcast(&groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
     d->groups = groups;
     if (!groups) return;
     d->state = calloc((size_t)groups * 3, sizeof *d->state);
@@ -46,6 +45,10 @@ void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, b
 void device_groups_free(device_groups *d) {
     for (int i = 0; i < d->groups * 3; i++) d->ops->release(d->be, d->state[i]);
     free(d->state);
+}
+
+void device_groups_weights(device_groups *d, int g, void *w) {
+    d->ops->weights_of(d->be, w, *slot(d, g, 0), d->job->group_numel[g]);
 }
 
 void device_groups_update(device_groups *d, int g, const adamw_params *hp, const float *grads,

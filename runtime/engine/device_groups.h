@@ -31,6 +31,9 @@ typedef struct {
 void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, backend *be,
                         int groups);
 void device_groups_free(device_groups *d);
+// Group g's weights w, in the backend's format, from its master (there is no other copy of it
+// to fetch).
+void device_groups_weights(device_groups *d, int g, void *w);
 // One group's AdamW step: master, m and v in place, the weights w in the backend's format.
 void device_groups_update(device_groups *d, int g, const adamw_params *hp, const float *grads,
                           void *w);

@@ -15,7 +15,7 @@
 #include <nvtx3/nvToolsExt.h> // header-only: a no-op call unless a profiler is attached
 #endif
 
-typedef struct {
+struct engine {
     mt_job *job;
     const mt_config *c;
     const backend_ops *ops;
@@ -40,7 +40,7 @@ typedef struct {
     float *tmp;
     int32_t *inputs, *targets; // host, [M * n]
     int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
-} engine;
+};
 
 static float *act(engine *e, int l, int m) {
     size_t set = e->offload ? (size_t)(l % 2) : (size_t)l;
@@ -140,7 +140,7 @@ static void own_groups(engine *e) {
     const mt_config *c = e->c;
     int cuda = strcmp(e->ops->name, "cuda") == 0;
     size_t free_bytes = e->ops->device_bytes_free(e->be);
-    int groups = plan_device_groups(c, cuda, free_bytes);
+    int groups = e->job->device_groups;
     size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
@@ -160,6 +160,11 @@ static void own_groups(engine *e) {
     }
     e->emb_g.stays = groups > 0;
     device_groups_init(&e->dev, e->job, e->ops, e->be, groups);
+    for (int g = 0; g < groups; g++) { // resident from now on: update_own_groups keeps them so
+        weight_buffer *w = g == 0 ? &e->emb : &e->own[g - 1];
+        device_groups_weights(&e->dev, g, w->dst);
+        w->group = g, w->version = e->job->start_step, w->ticket = 0; // no copy to wait for
+    }
     if (groups > 0) {
         char layers[48];
         plan_device_layers_text(groups, layers, sizeof layers);
@@ -205,11 +210,19 @@ static void wait_for_optimizer_state(engine *e) {
                now_seconds() - t0);
 }
 
-static void engine_init(engine *e, mt_job *job) {
-    memset(e, 0, sizeof *e);
-    const mt_config *c = e->c = &job->cfg;
-    e->job = job;
+engine *engine_new(mt_job *job) {
+    engine *e = calloc(1, sizeof *e);
+    if (!e) mt_die("out of memory");
+    e->c = &job->cfg, e->job = job;
     pick_backend(e);
+    int cuda = strcmp(e->ops->name, "cuda") == 0;
+    job->device_groups = plan_device_groups(e->c, cuda, e->ops->device_bytes_free(e->be));
+    return e;
+}
+
+static void engine_init(engine *e) {
+    mt_job *job = e->job;
+    const mt_config *c = e->c;
     void *stream = NULL;
 #ifdef MT_HAVE_CUDA
     if (e->ops == backend_cuda_ops()) stream = backend_cuda_compute_stream(e->be);
@@ -536,24 +549,25 @@ static void run_step(engine *e, metrics *mx, int64_t step) {
     trace_set_step(-1); // evaluation and sampling are never traced
 }
 
-void engine_run(mt_job *job) {
-    engine e;
-    engine_init(&e, job);
+void engine_run(engine *e) {
+    engine_init(e);
+    mt_job *job = e->job;
     const mt_config *c = &job->cfg;
     trace_open(c, job->rank, job->world, job->start_step, job->end_step);
     metrics mx;
-    metrics_open(&mx, job, e.ops->name, e.dev.groups);
+    metrics_open(&mx, job, e->ops->name, e->dev.groups);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
-            metrics_eval(&mx, step, eval_loss(&e, step));
-        run_step(&e, &mx, step);
-        if (e.dev.groups > 0 && checkpoint_state_due(job, (int)step + 1))
-            device_groups_send_back(&e.dev);
-        if (step == job->start_step && step + 1 < job->end_step) reserve_kept(&e, &mx);
+            metrics_eval(&mx, step, eval_loss(e, step));
+        run_step(e, &mx, step);
+        if (e->dev.groups > 0 && checkpoint_state_due(job, (int)step + 1))
+            device_groups_send_back(&e->dev);
+        if (step == job->start_step && step + 1 < job->end_step) reserve_kept(e, &mx);
     }
-    if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(&e, job->end_step));
-    if (c->sample_tokens > 0) sample_text(&e, &mx, job->end_step);
+    if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));
+    if (c->sample_tokens > 0) sample_text(e, &mx, job->end_step);
     metrics_close(&mx);
-    engine_free(&e); // joins the copy streams: their spans are all in
+    engine_free(e); // joins the copy streams: their spans are all in
+    free(e);
     trace_finish();
 }

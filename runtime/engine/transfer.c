@@ -129,20 +129,22 @@ static double group_bytes(const transfer *t, int g, size_t elem) {
     return (double)t->job->group_numel[g] * elem;
 }
 
-static void fetch_job(void *arg) { // CPU backend: gather and widen bf16 -> fp32
+// CPU backend: gather the fp32 master and round it to bf16, as the GPU computes with it (kept in
+// fp32 here, the reference's precision).
+static void fetch_job(void *arg) {
     weight_buffer *buf = arg;
     mt_job *job = buf->t->job;
     for (int k = 0; k < job->n_shards; k++) {
-        const bf16 *src = job_wire(job, k, buf->group);
+        const float *src = job_master(job, k, buf->group);
         float *dst = (float *)buf->dst + job->layouts[k].lo[buf->group];
         size_t n = job->layouts[k].len[buf->group];
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(bf16_from_float(src[i]));
     }
 }
 
 void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
-    if (buf->group == g && buf->version == v && buf->ticket) return; // still resident
-    if (!t->cuda) stream_wait(t->h2d, buf->ticket); // never refill under a running fetch
+    if (buf->group == g && buf->version == v) return; // still resident
+    if (!t->cuda) stream_wait(t->h2d, buf->ticket);   // never refill under a running fetch
     buf->group = g, buf->version = v;
     if (t->cuda) {
         xfer_cuda_fetch_begin(t, buf);
@@ -153,7 +155,7 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
         wait_version(t, g, v, NULL);
         trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
-        t->cpu_h2d_bytes += group_bytes(t, g, sizeof(bf16));
+        t->cpu_h2d_bytes += group_bytes(t, g, sizeof(float));
     }
 }
 
@@ -168,18 +170,30 @@ void buffer_done(weight_buffer *buf) {
     if (buf->t->cuda) xfer_cuda_buffer_done(buf);
 }
 
-static void offload_job(void *arg) { // CPU backend
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+}
+
+// CPU backend. The norm is always the fp32 gradients'; bf16 slots get them rounded once, and a
+// group that stays (updated here) is rounded in place, so that it sees what a slot would hold.
+static void offload_job(void *arg) {
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
+    size_t numel = job->group_numel[buf->group];
     if (buf->stays) { // the same sum, in the same (index) order, as the copying loop below
-        buf->sumsq = sum_of_squares(buf->src, job->group_numel[buf->group]);
+        buf->sumsq = sum_of_squares(buf->src, numel);
+        if (job->grad_bytes == 2) round_bf16(buf->src, numel);
         return;
     }
     double acc = 0;
     for (int k = 0; k < job->n_shards; k++) {
         const float *src = buf->src + job->layouts[k].lo[buf->group];
         size_t n = job->layouts[k].len[buf->group];
-        memcpy(job_grad_slot(job, k, buf->group), src, n * sizeof(float));
+        void *slot = job_grad_slot(job, k, buf->group);
+        if (job->grad_bytes == 2)
+            for (size_t i = 0; i < n; i++) ((bf16 *)slot)[i] = bf16_from_float(src[i]);
+        else
+            memcpy(slot, src, n * sizeof(float));
         for (size_t i = 0; i < n; i++) acc += (double)src[i] * src[i];
     }
     buf->sumsq = acc;
@@ -218,7 +232,7 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     } else {
         trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
-        if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, sizeof(float));
+        if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, (size_t)t->job->grad_bytes);
     }
 }
 

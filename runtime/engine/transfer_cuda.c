@@ -1,5 +1,7 @@
-// CUDA transfers: the shared regions are registered with CUDA so DMA reads the bf16 wire
-// weights and writes the gradient slots in place, with no staging copy. The host thread only
+// CUDA transfers: the shared regions are registered with CUDA so DMA reads the fp32 master
+// weights and writes the gradient slots in place. The master lands in a small staging area
+// and is rounded to bf16 on the GPU; bf16 gradient slots are filled from a bf16 copy made on
+// the GPU, so each direction moves what the host keeps and nothing more. The host thread only
 // issues copies and records events; it blocks on the GPU only when a gradient buffer is
 // reused or an offload must be announced.
 #include "kernels/cuda/cuda_check.h"
@@ -22,9 +24,14 @@ typedef struct {
     double seconds, total_bytes; // folded from pairs already read
 } timing_pool;
 
+// fp32 master elements staged at a time on the way to a bf16 buffer: a few milliseconds of PCIe,
+// so the conversion between chunks costs about 1% of the copy.
+#define STAGE_ELEMS ((size_t)16 << 20)
+
 struct transfer_cuda {
     cudaStream_t compute, h2d, d2h;
     void *reduce_scratch;
+    float *stage;                     // [STAGE_ELEMS], used in stream order on h2d
     timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
     timing_pool span_t;               // the trace's compute spans (traced steps only)
     int segment_open, span_open;
@@ -181,6 +188,7 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->h2d, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
+    CUDA_CHECK(cudaMalloc((void **)&x->stage, STAGE_ELEMS * sizeof(float)));
     pool_init(&x->h2d_t, TRACE_H2D);
     pool_init(&x->d2h_t, TRACE_D2H);
     pool_init(&x->busy_t, 0);
@@ -198,6 +206,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int k = 0; k < job->n_shards; k++) CUDA_CHECK(cudaHostUnregister(job->regions[k].base));
     CUDA_CHECK(cudaFree(x->reduce_scratch));
+    CUDA_CHECK(cudaFree(x->stage));
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
@@ -234,6 +243,7 @@ void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng) {
     for (int i = 0; i < ng; i++) {
         CUDA_CHECK(cudaEventDestroy((cudaEvent_t)g[i].done));
         CUDA_CHECK(cudaFree(g[i].sumsq_dev));
+        if (g[i].bf16_copy) CUDA_CHECK(cudaFree(g[i].bf16_copy));
         CUDA_CHECK(cudaFreeHost(g[i].sumsq_host));
     }
 }
@@ -254,11 +264,16 @@ void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k) {
     if (n == 0) return;
     int slot = pool_slot(x, &x->h2d_t);
     CUDA_CHECK(cudaEventRecord(x->h2d_t.begin[slot], x->h2d));
-    x->h2d_t.bytes[slot] = (double)n * sizeof(bf16);
+    x->h2d_t.bytes[slot] = (double)n * sizeof(float);
     x->h2d_t.tag[slot] = trace_tag_of("h2d", TRACE_ARG_GROUP, buf->group);
     bf16 *dst = (bf16 *)buf->dst + job->layouts[k].lo[buf->group];
-    CUDA_CHECK(cudaMemcpyAsync(dst, job_wire(job, k, buf->group), n * sizeof(bf16),
-                               cudaMemcpyHostToDevice, x->h2d));
+    const float *src = job_master(job, k, buf->group);
+    for (size_t i = 0; i < n; i += STAGE_ELEMS) {
+        size_t len = n - i < STAGE_ELEMS ? n - i : STAGE_ELEMS;
+        CUDA_CHECK(cudaMemcpyAsync(x->stage, src + i, len * sizeof(float), cudaMemcpyHostToDevice,
+                                   x->h2d));
+        cuda_float_to_bf16(dst + i, x->stage, (long)len, x->h2d);
+    }
     CUDA_CHECK(cudaEventRecord(x->h2d_t.end[x->h2d_t.used++], x->h2d));
 }
 
@@ -282,20 +297,34 @@ void xfer_cuda_buffer_done(weight_buffer *buf) {
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->free, buf->t->cuda->compute));
 }
 
-// The gradients into the shards' slots, timed.
+// The gradients into the shards' slots (fp32, or the bf16 copy), timed.
 static void copy_out(transfer_cuda *x, mt_job *job, grad_buffer *buf, long numel) {
+    size_t es = (size_t)job->grad_bytes;
+    const char *from = es == 2 ? (const char *)buf->bf16_copy : (const char *)buf->src;
     int slot = pool_slot(x, &x->d2h_t);
     CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
-    x->d2h_t.bytes[slot] = (double)numel * sizeof(float);
+    x->d2h_t.bytes[slot] = (double)numel * (double)es;
     x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, buf->group);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
         CUDA_CHECK(cudaMemcpyAsync(job_grad_slot(job, k, buf->group),
-                                   buf->src + job->layouts[k].lo[buf->group], n * sizeof(float),
+                                   from + job->layouts[k].lo[buf->group] * es, n * es,
                                    cudaMemcpyDeviceToHost, x->d2h));
     }
     CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+}
+
+// bf16 slots: the norm is taken from the fp32 sums first, then they are rounded once, into a
+// copy that leaves (allocated at the buffer's first offload, in the first step, before the
+// kept activations take what memory is left) or, for a group that stays, in place.
+static void round_for_slots(grad_buffer *buf, long numel, cudaStream_t s) {
+    if (buf->stays) {
+        cuda_round_bf16(buf->src, numel, s);
+        return;
+    }
+    if (!buf->bf16_copy) CUDA_CHECK(cudaMalloc((void **)&buf->bf16_copy, numel * sizeof(bf16)));
+    cuda_float_to_bf16(buf->bf16_copy, buf->src, numel, s);
 }
 
 void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
@@ -303,6 +332,7 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
     mt_job *job = t->job;
     long numel = (long)job->group_numel[buf->group];
     cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
+    if (job->grad_bytes == 2) round_for_slots(buf, numel, x->compute);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
     if (!buf->stays) copy_out(x, job, buf, numel);

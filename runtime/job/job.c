@@ -39,7 +39,8 @@ void job_make_layouts(mt_job *job) {
     job->regions = calloc(job->n_shards, sizeof *job->regions);
     if (!job->layouts || !job->regions) mt_die("out of memory");
     for (int k = 0; k < job->n_shards; k++)
-        shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards);
+        shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,
+                          job->device_groups, job->grad_bytes);
 }
 
 // Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank

@@ -16,6 +16,7 @@
 typedef struct {
     const char *config_path, *resume_dir, *out_dir;
     int stop_at; // end the job (with a checkpoint) after this many steps; 0: run them all
+    const char *grad_dtype; // "fp32" or "bf16": mtrun's resolution of grad_dtype "auto", or NULL
 } job_args;
 
 typedef struct {
@@ -28,6 +29,10 @@ typedef struct {
         node_index; // optimizer ranks on this host's NUMA node, and our place among them
     int n_groups;
     uint64_t group_numel[SHM_MAX_GROUPS];
+    // Groups 0 .. device_groups - 1 are updated on the compute rank's device; the others by
+    // the optimizer ranks, from gradient slots of grad_bytes a parameter (4: fp32, 2: bf16).
+    // Both are known before the layouts are made (job_make_layouts).
+    int device_groups, grad_bytes;
     shard_layout *layouts; // [n_shards]
     shm_region *regions;   // [n_shards]; an optimizer rank maps only its own
     mt_control *ctl;
@@ -42,7 +47,8 @@ typedef struct {
 // (the config, a checkpoint to resume, model_dir's weights: io/) can run between them, from
 // the rank program, before any shared memory exists:
 //  1. job_init: the rank and world size;
-//  2. job_make_layouts, once cfg is loaded: the parameter groups and their shard layouts;
+//  2. job_make_layouts, once cfg, device_groups and grad_bytes are set: the parameter groups
+//     and their shard layouts;
 //  3. job_start: threads, the job id, the optimizers' communicator, the shared regions and the
 //     control plane.
 void job_init(mt_job *job, const job_args *args);
@@ -68,11 +74,13 @@ static inline int job_shard_of_rank(int rank) {
 static inline shm_control_block *job_control_block(mt_job *j, int k) {
     return (shm_control_block *)j->regions[k].base;
 }
-static inline bf16 *job_wire(mt_job *j, int k, int g) {
-    return (bf16 *)((char *)j->regions[k].base + j->layouts[k].wire_offset[g]);
+// Shard k's slice of group g's fp32 master weights, and of its gradient slot (bf16 or fp32 by
+// grad_bytes); only groups g >= device_groups have them.
+static inline float *job_master(mt_job *j, int k, int g) {
+    return (float *)((char *)j->regions[k].base + j->layouts[k].master_offset[g]);
 }
-static inline float *job_grad_slot(mt_job *j, int k, int g) {
-    return (float *)((char *)j->regions[k].base + j->layouts[k].grad_offset[g]);
+static inline void *job_grad_slot(mt_job *j, int k, int g) {
+    return (char *)j->regions[k].base + j->layouts[k].grad_offset[g];
 }
 
 #endif

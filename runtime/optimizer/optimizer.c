@@ -22,8 +22,7 @@ typedef struct {
     group_state *state; // [n_groups]
     double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
     int64_t *grads_step;
-    int device_groups; // groups 0..device_groups-1 are updated by the compute rank
-    int slow_ms;       // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
+    int slow_ms; // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -124,13 +123,10 @@ static void pin_threads(int shard, int index, int peers) {
     }
 }
 
+// The master in the shard's region is at `version`: the compute rank may stream it (a group it
+// updates itself has no master there, only the version, for the start's progress count).
 static void publish_weights(optimizer *o, int g, int version) {
     mt_job *job = o->job;
-    float *master = o->state[g].master;
-    bf16 *wire = job_wire(job, o->shard, g);
-    size_t n = job->layouts[o->shard].len[g];
-    if (version == job->start_step) // at start: the wire copy is derived from master
-        for (size_t i = 0; i < n; i++) wire[i] = bf16_from_float(master[i]);
     job_control_block(job, o->shard)->weights_version[g] = version;
     control_msg msg = {CONTROL_WEIGHTS_READY, g, version, 0};
     control_send(job->ctl, 0, &msg);
@@ -140,26 +136,49 @@ static void publish_weights(optimizer *o, int g, int version) {
 // fresh.
 // ---- the groups the compute rank updates itself (engine/device_groups.c is the other side) ----
 
-// Learns how many groups the compute rank updates and sends it this rank's slices of them.
+// Their state lives on the compute rank's device. This rank holds its slices only while they
+// move: at start (initialized or loaded here) and at saves and exports (taken back).
+static void device_state_alloc(optimizer *o) {
+    const shard_layout *lay = &o->job->layouts[o->shard];
+    for (int g = 0; g < o->job->device_groups; g++) {
+        group_state *s = &o->state[g];
+        if (s->master) continue;
+        size_t n = lay->len[g] ? lay->len[g] : 1;
+        s->master = calloc(n, sizeof(float)), s->m = calloc(n, sizeof(float));
+        s->v = calloc(n, sizeof(float));
+        if (!s->master || !s->m || !s->v)
+            mt_die("optimizer %d: out of memory moving the device-updated groups", o->shard);
+    }
+}
+
+static void device_state_free(optimizer *o) {
+    for (int g = 0; g < o->job->device_groups; g++) {
+        group_state *s = &o->state[g];
+        free(s->master), free(s->m), free(s->v);
+        *s = (group_state){0};
+    }
+}
+
 static float *state_array(group_state *s, int which) {
     return which == 0 ? s->master : which == 1 ? s->m : s->v;
 }
 
-static int give_device_groups(mt_job *job, group_state *state) {
-    int groups = 0, shard = job_shard_of_rank(job->rank);
-    MPI_CHECK(MPI_Bcast(&groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    for (int g = 0; g < groups; g++)
+// Sends the compute rank this rank's slices of them, then drops them.
+static void give_device_groups(optimizer *o) {
+    mt_job *job = o->job;
+    for (int g = 0; g < job->device_groups; g++)
         for (int which = 0; which < 3; which++)
-            job_send_floats(state_array(&state[g], which), job->layouts[shard].len[g], 0);
-    return groups;
+            job_send_floats(state_array(&o->state[g], which), job->layouts[o->shard].len[g], 0);
+    device_state_free(o);
 }
 
 // Gets them back, before a save or an export.
-static void take_device_groups(mt_job *job, group_state *state, int groups) {
-    int shard = job_shard_of_rank(job->rank);
-    for (int g = 0; g < groups; g++)
+static void take_device_groups(optimizer *o) {
+    mt_job *job = o->job;
+    device_state_alloc(o);
+    for (int g = 0; g < job->device_groups; g++)
         for (int which = 0; which < 3; which++)
-            job_recv_floats(state_array(&state[g], which), job->layouts[shard].len[g], 0);
+            job_recv_floats(state_array(&o->state[g], which), job->layouts[o->shard].len[g], 0);
 }
 
 static void init_master(optimizer *o, int g) {
@@ -177,10 +196,13 @@ static void init_master(optimizer *o, int g) {
 static void init_state(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
+    device_state_alloc(o);
     for (int g = 0; g < job->n_groups; g++) {
-        o->state[g].master = alloc_local(lay->len[g]);
-        o->state[g].m = alloc_local(lay->len[g]);
-        o->state[g].v = alloc_local(lay->len[g]);
+        if (g >= job->device_groups) { // the master is in the region, which the GPU streams
+            o->state[g].master = job_master(job, o->shard, g);
+            o->state[g].m = alloc_local(lay->len[g]);
+            o->state[g].v = alloc_local(lay->len[g]);
+        }
         if (job->resume_path[0]) continue;
         init_master(o, g);
         publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
@@ -226,11 +248,15 @@ static void fault_injection(const optimizer *o, int step) {
 static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
     adamw_params hp = adamw_params_at_step(&job->cfg, step, clip_scale(o));
-    for (int g = o->device_groups; g < job->n_groups; g++) {
+    for (int g = job->device_groups; g < job->n_groups; g++) {
         size_t n = job->layouts[o->shard].len[g];
+        group_state *s = &o->state[g];
+        void *grads = job_grad_slot(job, o->shard, g);
         double t0 = trace_now_us();
-        adamw_update(o->state[g].master, o->state[g].m, o->state[g].v, job_wire(job, o->shard, g),
-                     job_grad_slot(job, o->shard, g), n, &hp);
+        if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
+            adamw_update_bf16_grads(s->master, s->m, s->v, NULL, grads, n, &hp);
+        else
+            adamw_update(s->master, s->m, s->v, NULL, grads, n, &hp);
         if (o->slow_ms > 0) SYS_CHECK(usleep((useconds_t)o->slow_ms * 1000));
         trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
                      trace_now_us());
@@ -256,7 +282,7 @@ static void export_hf(optimizer *o) {
 }
 
 void optimizer_run(mt_job *job) {
-    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0, 0};
+    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
     if (slow) o.slow_ms = atoi(slow);
     o.state = calloc(job->n_groups, sizeof *o.state);
@@ -265,7 +291,7 @@ void optimizer_run(mt_job *job) {
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
-    o.device_groups = give_device_groups(job, o.state);
+    give_device_groups(&o);
     trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         trace_set_step(step);
@@ -276,15 +302,15 @@ void optimizer_run(mt_job *job) {
         fault_injection(&o, step);
         update_step(&o, step);
         trace_set_step(-1);
-        if (o.device_groups > 0 && checkpoint_state_due(job, step + 1))
-            take_device_groups(job, o.state, o.device_groups);
+        if (job->device_groups > 0 && checkpoint_state_due(job, step + 1)) take_device_groups(&o);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
+        if (step + 1 < job->end_step) device_state_free(&o); // the export still needs them
     }
     if (checkpoint_export_due(job)) export_hf(&o);
     trace_finish(); // collective with rank 0's
-    for (int g = 0; g < job->n_groups; g++) {
+    device_state_free(&o);
+    for (int g = job->device_groups; g < job->n_groups; g++) {
         size_t n = job->layouts[o.shard].len[g];
-        free_local(o.state[g].master, n);
         free_local(o.state[g].m, n);
         free_local(o.state[g].v, n);
     }

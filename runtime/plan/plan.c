@@ -127,7 +127,14 @@ static uint64_t device_staging_bytes(const mt_config *c, int cuda) {
     return 4 * largest;
 }
 
-void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
+int plan_grad_bytes(const mt_config *c) {
+    return strcmp(c->grad_dtype, "fp32") == 0 ? 4 : strcmp(c->grad_dtype, "bf16") == 0 ? 2 : 0;
+}
+
+// transfer_cuda.c's STAGE_ELEMS: the fp32 master's way to the GPU.
+#define FETCH_STAGE_BYTES (4ull * (16 << 20))
+
+void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buffers *b) {
     shape s = shape_of(c);
     memset(b, 0, sizeof *b);
     b->device_groups = plan_device_groups(c, cuda, UINT64_MAX);
@@ -137,8 +144,8 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
         owned += n, largest = n > largest ? n : largest;
     }
     uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
-    // on the CPU, also its bf16 rounding scratch and the staging copy, both host memory there
-    b->optimizer = 12 * owned + (cuda ? 0 : 2 * largest + device_staging_bytes(c, 0));
+    // on the CPU, also the staging copy, host memory there
+    b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(c, 0));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
@@ -147,7 +154,12 @@ void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b) {
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
         uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
-        uint64_t transfer = 1024 * 8 + 4 * 8; // reduce scratch, one sumsq per gradient buffer
+        uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
+        if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
+            uint64_t leave = model_group_numel(c, model_head_group(c)) +
+                             2 * model_group_numel(c, model_layer_group(0));
+            transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
+        }
         b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + 4 * s.n * s.D +
                      gemm_workspace + inv_freq + transfer;
     } else {
@@ -168,25 +180,26 @@ uint64_t plan_cuda_host_bytes(const mt_config *c) {
 
 static void add_rank(plan_rank *sum, const plan_rank *r) {
     sum->master += r->master, sum->adam_m += r->adam_m, sum->adam_v += r->adam_v;
-    sum->wire += r->wire, sum->grads += r->grads, sum->control += r->control;
+    sum->grads += r->grads, sum->control += r->control, sum->moving += r->moving;
     sum->compute += r->compute, sum->total += r->total;
 }
 
-// Shard k's private state and its shared region, split by kind. The region's wire part runs
-// from the control block to the first gradient slot (alignment padding included), so the three
-// parts add up to the region's size exactly.
+// Shard k's private state and its shared region, split by kind: the region's master and
+// gradient areas (alignment padding included) and its control block add up to its size.
 static void optimizer_rank(plan_rank *r, const shard_layout *lay) {
-    for (int g = 0; g < lay->n_groups; g++) r->master += state_bytes(lay->len[g]);
-    r->adam_m = r->adam_v = r->master;
+    for (int g = lay->first_shared; g < lay->n_groups; g++) r->adam_m += state_bytes(lay->len[g]);
+    for (int g = 0; g < lay->first_shared; g++) r->moving += 3 * 4 * lay->len[g]; // calloc'd
+    r->adam_v = r->adam_m;
+    r->master = lay->masters_bytes;
+    r->grads = lay->grads_bytes;
     r->control = SHM_HEADER_BYTES;
-    r->wire = lay->grad_offset[0] - SHM_HEADER_BYTES;
-    r->grads = lay->total_bytes - lay->grad_offset[0];
 }
 
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
-              char *err, size_t errlen) {
+              int grad_bytes, uint64_t device_free, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda;
+    p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda, p->grad_bytes = grad_bytes;
+    p->device_groups = plan_device_groups(c, cuda, device_free);
     p->n_groups = model_group_count(c);
     if (p->n_groups > SHM_MAX_GROUPS) {
         snprintf(err, errlen,
@@ -204,25 +217,27 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         free(lay);
         return -1;
     }
-    plan_compute_buffers(c, 0, &p->host_buffers);
-    plan_compute_buffers(c, 1, &p->gpu);
+    plan_compute_buffers(c, 0, grad_bytes, &p->host_buffers);
+    plan_compute_buffers(c, 1, grad_bytes, &p->gpu);
     if (numa_nodes < 1) numa_nodes = 1;
     for (int r = 0; r < np; r++) {
         plan_rank *pr = &p->rank[r];
         if (r == 0) {
             pr->compute = cuda ? plan_cuda_host_bytes(c) : p->host_buffers.total;
         } else {
-            shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards);
+            shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
+                              grad_bytes);
             optimizer_rank(pr, lay);
         }
-        pr->total =
-            pr->master + pr->adam_m + pr->adam_v + pr->wire + pr->grads + pr->control + pr->compute;
+        pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
+                    pr->compute;
         pr->numa_node = bound ? r % numa_nodes : -1;
         add_rank(&p->sum, pr);
     }
     free(lay);
-    p->state = p->sum.master + p->sum.adam_m + p->sum.adam_v;
-    p->shared = p->sum.wire + p->sum.grads + p->sum.control;
+    p->state = p->sum.master + p->sum.adam_m + p->sum.adam_v + p->sum.moving;
+    p->shared = p->sum.grads + p->sum.control;
+    p->regions = p->sum.master + p->sum.grads + p->sum.control;
     p->host = p->sum.total;
     return 0;
 }
@@ -251,11 +266,11 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->flops = tokens * (8.0 * N + 12.0 * c->layers * (double)c->dim * c->seq_len);
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->compute_s = e->flops / e->flops_rate;
-    if (p->cuda) { // weights in twice (forward, backward) as bf16, gradients out once as fp32
-        e->pcie_bytes = (2.0 * 2.0 + 4.0) * N;
+    if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
+        e->pcie_bytes = (2.0 * 4.0 + p->grad_bytes) * N;
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
-    e->opt_bytes = PLAN_OPT_BYTES_PER_PARAM * N;
+    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * N;
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s;
     e->tokens_per_s = tokens / e->step_s;

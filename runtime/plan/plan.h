@@ -18,7 +18,7 @@
 #define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
 #define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
 #define PLAN_OPT_BYTES_PER_S 100e9    // host memory bandwidth the optimizer ranks share
-#define PLAN_OPT_BYTES_PER_PARAM 30.0 // AdamW: p, m, v read + written, g read, bf16 wire written
+#define PLAN_OPT_BYTES_PER_PARAM 28.0 // AdamW: p, m, v read + written, fp32 g read (26 with bf16)
 
 // The compute rank's buffers, by kind: host bytes on the CPU backend, GPU bytes on CUDA.
 typedef struct {
@@ -33,12 +33,16 @@ typedef struct {
 } plan_buffers;
 
 // One rank's host bytes, by kind. An optimizer rank creates its shard's shared region (on its
-// NUMA node) and holds its private state; the compute rank maps every region and adds its own
-// buffers.
+// NUMA node: fp32 master, gradient slots, control block) and holds Adam m and v privately; the
+// compute rank maps every region and adds its own buffers. The groups the compute rank updates
+// itself have none of these: their slices pass through an optimizer rank only while they move
+// (at start, at saves and exports), counted in `moving` since that is a peak the host must hold.
 typedef struct {
-    uint64_t master, adam_m, adam_v; // fp32, page-rounded per group (optimizer ranks)
-    uint64_t wire, grads, control;   // the shard region: bf16 wire, fp32 slots, control block
-    uint64_t compute;                // the compute rank's own host buffers
+    uint64_t master;         // fp32, in the region (the GPU streams it)
+    uint64_t adam_m, adam_v; // fp32, page-rounded per group, private
+    uint64_t grads, control; // the region's gradient slots (bf16 or fp32) and control block
+    uint64_t moving;         // device-updated groups' master, m, v while they move
+    uint64_t compute;        // the compute rank's own host buffers
     uint64_t total;
     int numa_node; // where mpirun binds it; -1 when ranks are left unbound
 } plan_rank;
@@ -48,11 +52,16 @@ typedef struct {
     int np, n_shards, n_groups;
     int cuda; // the compute rank runs on the GPU
     uint64_t params;
-    plan_rank *rank;              // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
-    plan_rank sum;                // over all ranks; sum.numa_node unused
-    uint64_t state, shared, host; // totals: optimizer state, shared regions, all host bytes
-    plan_buffers host_buffers;    // the compute rank's host buffers (in rank[0].compute)
-    plan_buffers gpu;             // GPU bytes when cuda (also filled, for reference, otherwise)
+    plan_rank *rank;           // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
+    plan_rank sum;             // over all ranks; sum.numa_node unused
+    int grad_bytes;            // gradient slots: 4 (fp32) or 2 (bf16)
+    int device_groups;         // groups the compute rank updates itself
+    uint64_t state;            // fp32 master, m and v on the host (moving included)
+    uint64_t shared;           // gradient slots and control blocks
+    uint64_t regions;          // the shared regions (master, slots, control): /dev/shm
+    uint64_t host;             // all host bytes: state + shared + the compute rank's
+    plan_buffers host_buffers; // the compute rank's host buffers (in rank[0].compute)
+    plan_buffers gpu;          // GPU bytes when cuda (also filled, for reference, otherwise)
 } mt_plan;
 
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
@@ -61,13 +70,19 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
 // Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
 // (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
 // one-line message in err (a model whose groups do not fit the shard layout).
+// grad_bytes: the gradient slots' 4 or 2 (plan_grad_bytes). device_free: the GPU's free bytes
+// for optimizer.device_groups = "auto" (UINT64_MAX when not known).
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
-              char *err, size_t errlen);
+              int grad_bytes, uint64_t device_free, char *err, size_t errlen);
+// optimizer.grad_dtype as slot bytes: 4 for "fp32", 2 for "bf16", 0 for "auto" (the caller
+// plans with 4 and takes 2 when that does not fit).
+int plan_grad_bytes(const mt_config *c);
 void plan_free(mt_plan *p);
 
 // The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
 // CUDA backend, the little it keeps in host memory.
-void plan_compute_buffers(const mt_config *c, int cuda, plan_buffers *b);
+// grad_bytes 2: on CUDA the gradients that leave also get a bf16 copy to leave from.
+void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buffers *b);
 // optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
 // not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
 // as many as fit in an eighth of the free memory (12 B/param of state, 6 more of own buffers).

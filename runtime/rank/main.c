@@ -66,9 +66,22 @@ static void check_hf_dirs(mt_job *job) {
     hf_index_close(ix); // only optimizer ranks read weights
 }
 
-static void setup(mt_job *job, const job_args *args) {
+// optimizer.grad_dtype: "auto" is mtrun's to resolve (its memory plan knows what fits) and
+// arrives as --grad-dtype; started without it, auto keeps fp32.
+static int grad_bytes_of(const mt_job *job) {
+    const char *want = job->cfg.grad_dtype;
+    if (strcmp(want, "auto") == 0 && job->args.grad_dtype) want = job->args.grad_dtype;
+    return strcmp(want, "bf16") == 0 ? 2 : 4;
+}
+
+// The layouts need to know which groups the compute rank updates itself: it decides (with its
+// device's free memory, engine_new), and tells the others.
+static void setup(mt_job *job, const job_args *args, engine **eng) {
     job_init(job, args);
     load_config(job);
+    job->grad_bytes = grad_bytes_of(job);
+    if (job_is_compute(job)) *eng = engine_new(job);
+    MPI_CHECK(MPI_Bcast(&job->device_groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
     job_make_layouts(job);
     resolve_checkpoints(job);
     check_hf_dirs(job);
@@ -81,7 +94,8 @@ static void teardown(mt_job *job) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: mt-rank CONFIG [--resume DIR] [--out DIR] [--stop-at STEP]\n"
+    fprintf(f, "usage: mt-rank CONFIG [--resume DIR] [--out DIR] [--stop-at STEP] "
+               "[--grad-dtype fp32|bf16]\n"
                "Started by mtrun on every rank of a job; run mtrun --help instead.\n");
 }
 
@@ -98,6 +112,8 @@ static job_args parse_args(int argc, char **argv) {
             a.out_dir = argv[++i];
         else if (strcmp(s, "--stop-at") == 0 && has_value)
             a.stop_at = atoi(argv[++i]);
+        else if (strcmp(s, "--grad-dtype") == 0 && has_value)
+            a.grad_dtype = argv[++i];
         else if (s[0] != '-' && !a.config_path)
             a.config_path = s;
         else
@@ -111,9 +127,10 @@ int main(int argc, char **argv) {
     job_args args = parse_args(argc, argv);
     MPI_CHECK(MPI_Init(&argc, &argv));
     mt_job job;
-    setup(&job, &args);
+    engine *eng = NULL;
+    setup(&job, &args, &eng);
     if (job_is_compute(&job))
-        engine_run(&job);
+        engine_run(eng);
     else
         optimizer_run(&job);
     teardown(&job);
