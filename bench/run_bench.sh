@@ -14,11 +14,12 @@ for name in $names; do
     rm -rf "$OUT/run-$name"
     stop=()
     [ -n "${MT_BENCH_STOP:-}" ] && stop=(--stop-at "$MT_BENCH_STOP")
-    # The host bytes the job holds: peak of used + shared (tmpfs: the regions) over the run, less
-    # what they were before it, sampled every second.
-    base=$(free -b | awk '/^Mem:/ {print $3 + $5}')
+    # The host bytes the job holds: peak of MemTotal - MemAvailable (shared regions included:
+    # tmpfs pages are not available) over the run, less what it was before, sampled every second.
+    used() { awk '/^MemTotal:/ {t = $2} /^MemAvailable:/ {a = $2} END {print (t - a) * 1024}' /proc/meminfo; }
+    base=$(used)
     (peak=0; while :; do
-        now=$(free -b | awk '/^Mem:/ {print $3 + $5}'); [ "$now" -gt "$peak" ] && peak=$now
+        now=$(used); [ "$now" -gt "$peak" ] && peak=$now
         echo "$peak" >"$OUT/peak-$name"; sleep 1; done) &
     sampler=$!
     # --force: the GPU machines grow their RAM on demand, so MemAvailable at start undercounts.
@@ -27,7 +28,7 @@ for name in $names; do
     rc=$?
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
     echo "== $name (exit $rc)"
-    awk -v b="$base" '{printf "host peak (used + shared, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/peak-$name"
+    awk -v b="$base" '{printf "host peak (MemTotal - MemAvailable, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/peak-$name"
     grep -E '^compute rank|^step' "$log" | tail -n 4
     grep -E 'Maximum resident|Elapsed' "$log"
     grep -E 'bytes/param' "$log" | head -n 2
