@@ -13,7 +13,7 @@ it trains (data.c's n_train = n), and the windows of every step are data.c's, mi
 
 The PyTorch loop reproduces our optimizer step, not a different recipe:
   - the forward and backward run on the fp32 master weights rounded to bf16 (what our ranks
-    stream: the bf16 wire copy, widened to fp32 on the CPU backend), the update on the masters;
+    stream: the master rounded to bf16, kept in fp32 on the CPU backend), the update on the masters;
   - the loss is the mean over micro_batches x micro_batch x seq_len tokens, gradients of it
     accumulated over the micro-batches;
   - torch.nn.utils.clip_grad_norm_(max_norm = optimizer.clip) over all parameters, then

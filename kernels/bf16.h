@@ -1,4 +1,5 @@
-// bfloat16: the wire format of weights streamed to the compute engine.
+// bfloat16: what the GPU computes with (rounded from the streamed fp32 master) and, optionally,
+// the host's gradient slots.
 #ifndef MT_BF16_H
 #define MT_BF16_H
 

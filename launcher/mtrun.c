@@ -11,6 +11,7 @@
 #include "runtime/io/io.h"
 #include "shm/syscheck.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -49,6 +50,8 @@ static void usage(FILE *f) {
           "                   0 when the job fits, 2 when it does not\n"
           "  --json           with --plan: the plan as one JSON object, every number exact\n"
           "  --force          start the job even when the plan says it does not fit\n"
+          "  --gpu-mem BYTES  the GPU's free memory for the plan (K/M/G/T suffixes; default:\n"
+          "                   what nvidia-smi reports for GPU 0, when there is one)\n"
           "  --help           this text\n"
           "  --version        the version\n"
           "Arguments after -- go to mpirun, before the rank program.\n"
@@ -90,6 +93,32 @@ static long parse_count(const char *s) {
     char *end;
     long v = strtol(s, &end, 10);
     return (*end || errno || v > INT_MAX) ? -1 : v;
+}
+
+// "141G", "80000M", "150000000000": bytes (K, M, G, T are powers of 1024); 0 when malformed.
+static uint64_t parse_bytes(const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (u && *end) v *= (double)(1ull << (10 * (u - units + 1))), end++;
+    if (errno || *end || !(v >= 1) || v > 1e18) return 0;
+    return (uint64_t)v;
+}
+
+// The GPU's free bytes for the plan: --gpu-mem, or nvidia-smi's figure for GPU 0 (the compute
+// rank's), or UINT64_MAX when neither says (no GPU, no nvidia-smi: the plan checks nothing).
+static uint64_t gpu_free_bytes(const mtrun_opts *o, const char **where) {
+    if (o->gpu_mem) return *where = "--gpu-mem", parse_bytes(o->gpu_mem);
+    *where = "nvidia-smi";
+    FILE *f = popen("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 "
+                    "2>/dev/null",
+                    "r");
+    if (!f) return UINT64_MAX;
+    unsigned long long mib = 0;
+    int got = fscanf(f, "%llu", &mib);
+    int rc = pclose(f);
+    return got == 1 && rc == 0 && mib > 0 ? (uint64_t)mib << 20 : UINT64_MAX;
 }
 
 // The value of an option: "--opt VALUE" or "--opt=VALUE".
@@ -144,6 +173,10 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             o->hostfile = value_of(argc, argv, &i, a[1] == '-' ? "--hostfile" : "-hostfile");
         } else if (is_opt(a, "--resume")) {
             o->resume = value_of(argc, argv, &i, "--resume");
+        } else if (is_opt(a, "--gpu-mem")) {
+            o->gpu_mem = value_of(argc, argv, &i, "--gpu-mem");
+            if (parse_bytes(o->gpu_mem) == 0)
+                die_usage("--gpu-mem %s: not a byte count (like 141G or 150000000000)", o->gpu_mem);
         } else if (is_opt(a, "--out")) {
             o->out = value_of(argc, argv, &i, "--out");
         } else if (is_opt(a, "--stop-at")) {
@@ -278,10 +311,13 @@ static int run(const cmdline *c, const char *job) {
 static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const placement *p,
                      const host_probe *host, char *err, size_t n) {
     int want = plan_grad_bytes(cfg), cuda = plan_backend_cuda(cfg);
+    const char *where = "";
+    uint64_t gpu = cuda ? gpu_free_bytes(o, &where) : UINT64_MAX;
     for (int bytes = want ? want : 4;; bytes = 2) {
-        if (plan_make(plan, cfg, o->np, cuda, p->numa_nodes, !p->oversubscribe, bytes, UINT64_MAX,
-                      err, n) < 0)
+        if (plan_make(plan, cfg, o->np, cuda, p->numa_nodes, !p->oversubscribe, bytes, gpu, err,
+                      n) < 0)
             die_usage("%s", err);
+        plan->gpu_source = where;
         int fits = plan_check(plan, host, err, n) == 0;
         o->grad_dtype = bytes == 2 ? "bf16" : "fp32";
         if (fits || want || bytes == 2) return fits;

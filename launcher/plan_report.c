@@ -1,7 +1,8 @@
 // The plan as the operator sees it: the host's memory, /dev/shm and lock limit read here, the
 // per-rank table, the GPU and step-time estimates, and the verdict. runtime/plan/plan.c computes
 // the numbers; this file only probes the machine and prints. It makes no CUDA call: mtrun must
-// start on a login node or in a container without the driver, so GPU memory is not checked.
+// start on a login node or in a container without the driver; the GPU's free memory comes
+// from nvidia-smi or --gpu-mem (mtrun.c), and the compute rank checks it again with CUDA.
 #include "launcher/launcher.h"
 #include "runtime/model/model.h"
 
@@ -146,8 +147,16 @@ int plan_compute_cores(const placement *pl) {
 // The compute rank's host bytes for a variant of the config; the rest does not depend on it.
 static uint64_t host_with(const mt_plan *p, const mt_config *c) {
     plan_buffers b;
-    plan_compute_buffers(c, 0, p->grad_bytes, &b);
-    uint64_t compute = p->cuda ? plan_cuda_host_bytes(c) : b.total;
+    plan_choices ch = p->choices;
+    if (p->cuda) { // the same choices for the variant, from the same free figure
+        uint64_t fixed = plan_backend_fixed_bytes(c, 1) + PLAN_CUDA_CONTEXT_BYTES;
+        uint64_t room = p->gpu_free == UINT64_MAX ? UINT64_MAX
+                        : p->gpu_free > fixed     ? p->gpu_free - fixed
+                                                  : 0;
+        plan_choose(&ch, c, 1, p->grad_bytes, room);
+    }
+    plan_compute_buffers(c, &ch, &b);
+    uint64_t compute = p->cuda ? plan_cuda_host_bytes(c, &ch) : b.total;
     return p->host - p->rank[0].compute + compute;
 }
 
@@ -223,7 +232,19 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
     return -1;
 }
 
+// The GPU check: the compute rank's GPU buffers against the free figure less the CUDA context
+// (the compute rank checks the same with cudaMemGetInfo before it allocates).
+static uint64_t gpu_room(const mt_plan *p) {
+    uint64_t context = PLAN_CUDA_CONTEXT_BYTES + plan_backend_fixed_bytes(p->c, 1);
+    if (p->gpu_free == UINT64_MAX) return UINT64_MAX;
+    return p->gpu_free > context ? p->gpu_free - context : 0;
+}
+
 int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n) {
+    char where[96];
+    snprintf(where, sizeof where, "%s, less %s for the CUDA context", p->gpu_source,
+             H(PLAN_CUDA_CONTEXT_BYTES));
+    if (p->cuda && plan_check_device(p->c, &p->choices, gpu_room(p), where, err, n) < 0) return -1;
     if (h->mem_known && p->host > h->mem_available) return refuse_host(p, h, err, n);
     if (h->shm_known && p->regions > h->shm_free) {
         uint64_t gib = (p->regions + (h->shm_size - h->shm_free) + (1ull << 30) - 1) >> 30;
@@ -327,7 +348,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers%s, %s\n", "weights",
             H(b->weights), owned, p->cuda ? "bf16" : "fp32");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
-    int offloaded = p->cuda && strcmp(c->offload_activations, "always") == 0;
+    int offloaded = p->cuda && p->choices.offload;
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
             "activations", H(b->activations), offloaded ? 2 : c->layers + 1, c->micro_batches, n,
             c->dim, offloaded ? " (the other boundaries offloaded to pinned host memory)" : "");
@@ -343,10 +364,12 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     }
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
     if (p->cuda && strcmp(c->offload_activations, "auto") == 0)
-        fprintf(f,
-                "  offload       offload_activations = \"auto\": the boundaries go to pinned host "
-                "memory (all but two layers' worth) if they would take over 3/4 of the free GPU "
-                "memory\n");
+        fprintf(
+            f,
+            "  offload       offload_activations = \"auto\": %s (they go to pinned host memory, "
+            "all but two layers' worth, when they would take over 3/4 of the GPU memory free "
+            "once the buffers before them are there)\n",
+            p->choices.offload ? "offloaded" : "kept on the GPU");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
     if (strcmp(c->recompute, "auto") == 0)
         fprintf(f,
@@ -357,8 +380,10 @@ static void print_buffers(FILE *f, const mt_plan *p) {
                 p->cuda ? "GPU memory" : "eighth of free host memory",
                 H(pass * c->layers * c->micro_batches));
     if (p->cuda)
-        fprintf(f, "  plus the CUDA context (about 0.5 GiB); GPU memory is not checked: mtrun "
-                   "makes no CUDA calls (see nvidia-smi)\n");
+        fprintf(f,
+                "  plus the CUDA context (about 0.5 GiB); the offload and device_groups "
+                "\"auto\" choices above are the compute rank's for %s of free GPU memory\n",
+                p->gpu_free == UINT64_MAX ? "unlimited (not known)" : H(p->gpu_free));
     else if (strcmp(c->backend, "auto") == 0)
         fprintf(f, "  on a GPU (backend \"auto\" with CUDA) these would be %s of GPU memory\n",
                 H(p->gpu.total));
@@ -404,7 +429,13 @@ static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
     else
         fprintf(f, "  ulimit -l    %s for %s of regions to pin: %s\n", H(h->memlock), H(p->regions),
                 memlock_short(p, h) ? "LOW (see the warning)" : "ok");
-    if (p->cuda) fprintf(f, "  GPU memory   not checked (mtrun makes no CUDA calls)\n");
+    if (p->cuda && p->gpu_free == UINT64_MAX)
+        fprintf(f, "  GPU memory   not checked (no nvidia-smi answer; --gpu-mem BYTES gives it)\n");
+    else if (p->cuda)
+        fprintf(f, "  GPU memory   needs %s with a %s CUDA context, %s free (%s): %s\n",
+                H(p->gpu.total + PLAN_CUDA_CONTEXT_BYTES), H(PLAN_CUDA_CONTEXT_BYTES),
+                H(p->gpu_free), p->gpu_source,
+                p->gpu.total + PLAN_CUDA_CONTEXT_BYTES <= p->gpu_free ? "ok" : "DOES NOT FIT");
 }
 
 void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores) {

@@ -35,7 +35,7 @@ walk([], json.load(sys.stdin))'
 # The config is read with a plain "key = value;" scan: the two configs set every model and
 # batch key explicitly or use the schema defaults written below.
 expected() {
-    awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" '
+    awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" -v DGSET="${5:-}" '
     function up(x, a) { return int((x + a - 1) / a) * a }
     function min(a, b) { return a < b ? a : b }
     function out(k, v) { printf "%s %.0f\n", k, v }
@@ -61,7 +61,10 @@ expected() {
         K = NP - 1
         # optimizer.device_groups = auto: none on the cpu; on cuda the embedding and the first
         # ceil(L / 8) layers, whose state lives on the GPU (no slots, no private m and v)
-        nl = int((L + 7) / 8); DG = CUDA ? 1 + nl : 0
+        # (the GPU plan is there for a cpu job too, for reference: the unlimited auto choice)
+        nl = int((L + 7) / 8); DGGPU = 1 + nl
+        if (DGSET != "") { DGGPU = DGSET; nl = DGGPU > 1 ? DGGPU - 1 : 0 } # what the GPU has room for
+        DG = CUDA ? DGGPU : 0
         for (k = 0; k < K; k++) {
             off = header; mv = 0; moving = 0
             for (g = 0; g < G; g++) {
@@ -106,11 +109,11 @@ expected() {
         own = numel[0] + nl * layer; resg = res + nl * layer
         out("gpu.weights", 2 * resg); out("gpu.grads", 4 * resg); out("gpu.activations", acts)
         out("gpu.residual", dres); out("gpu.working", gpu_work)
-        out("gpu.optimizer", 12 * own); out("gpu.device_groups", 1 + nl)
+        out("gpu.optimizer", 12 * own); out("gpu.device_groups", DGGPU)
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
         # plus, on CUDA, the host staging copy of the largest GPU-updated group (fp32)
-        big = numel[0] > layer ? numel[0] : layer
+        big = DG == 0 ? 0 : (DG > 1 && layer > numel[0]) ? layer : numel[0]
         compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work
         out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
@@ -118,16 +121,16 @@ expected() {
     }' "$1"
 }
 
-# check NAME CFG NP CUDA [GRAD_BYTES]: the JSON plan holds exactly the expected value at every
-# expected path.
+# check NAME CFG NP CUDA [GRAD_BYTES [DEVICE_GROUPS]]: the JSON plan holds exactly the expected
+# value at every expected path. MEM_LIMIT and GPU_MEM, when set, are the host and GPU given.
 check() {
-    name=$1 cfg=$2 np=$3 cuda=$4 gb=${5:-4}
+    name=$1 cfg=$2 np=$3 cuda=$4 gb=${5:-4} dg=${6:-}
     # Pretend the host is big enough, so that --plan exits 0 wherever this runs.
-    MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
-        "$MTRUN" --plan --json -np "$np" "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
+    MT_PLAN_MEM_LIMIT=${MEM_LIMIT:-10000000000000} MT_PLAN_SHM_LIMIT=10000000000000 \
+        "$MTRUN" --plan --json -np "$np" ${GPU_MEM:-} "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
         { fail "$name: --plan --json exited with $?: $(cat "$TMP/$name.err")"; return; }
     flatten <"$TMP/$name.json" >"$TMP/$name.got" || { fail "$name: the JSON does not parse"; return; }
-    expected "$cfg" "$np" "$cuda" "$gb" >"$TMP/$name.want"
+    expected "$cfg" "$np" "$cuda" "$gb" "$dg" >"$TMP/$name.want"
     bad=$(awk 'NR == FNR { got[$1] = $2; next }
                !($1 in got) { print "  " $1 ": missing, expected " $2; next }
                got[$1] != $2 { print "  " $1 ": " got[$1] ", expected " $2 }' \
@@ -143,9 +146,19 @@ check() {
 }
 
 check test-small configs/test-small.cfg 3 0
+GPU_MEM=--gpu-mem=1T # room: the auto choices are the unlimited ones computed below
 check 7b configs/7b.cfg 5 1
 sed 's/^optimizer = {/optimizer = { grad_dtype = "bf16";/' configs/7b.cfg >"$TMP/7b-bf16.cfg"
 check 7b-bf16 "$TMP/7b-bf16.cfg" 5 1 2
+# The 100B and 120B configs on a 1.5 TB host and a 141 GB GPU: 100B fits with bf16 slots (auto
+# takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only; 120B
+# does not fit (--plan exits 2), its numbers are checked all the same.
+GPU_MEM=--gpu-mem=141G MEM_LIMIT=1500000000000 check 100b configs/100b.cfg 5 1 2 1
+MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+    "$MTRUN" --plan -np 5 --gpu-mem 141G configs/120b.cfg >"$TMP/120b.txt" 2>"$TMP/120b.err"
+[ $? -eq 2 ] || fail "120b on 1.5 TB: --plan did not exit 2"
+grep -q "does not fit in host memory" "$TMP/120b.err" || fail "120b: $(cat "$TMP/120b.err")"
+GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b configs/120b.cfg 5 1 2 1
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)
@@ -157,10 +170,11 @@ for want in '^rank  role' '^   0  compute' '^   2  optimizer' '^total ' 'bytes/p
     grep -q "$want" "$TMP/plan.txt" || fail "--plan output has no line matching '$want'"
 done
 MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
-    "$MTRUN" --plan -np 5 configs/7b.cfg >"$TMP/plan7b.txt" 2>&1
+    "$MTRUN" --plan -np 5 --gpu-mem 141G configs/7b.cfg >"$TMP/plan7b.txt" 2>&1
 grep -q '^compute rank buffers (cuda backend: GPU bytes)' "$TMP/plan7b.txt" || fail "7b: no GPU section"
 grep -q 'PCIe .* at 55 GB/s' "$TMP/plan7b.txt" || fail "7b: no PCIe estimate"
-grep -q 'GPU memory   not checked' "$TMP/plan7b.txt" || fail "7b: does not say GPU memory is unchecked"
+grep -q 'GPU memory   needs .* free (--gpu-mem): ok' "$TMP/plan7b.txt" ||
+    fail "7b: the GPU check is not shown: $(grep 'GPU memory' "$TMP/plan7b.txt")"
 echo "ok   the human plan shows the totals, the table, the estimate and the checks"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

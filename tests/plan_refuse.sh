@@ -89,6 +89,28 @@ head -n 1 "$TMP/fits.log" | grep -q '^mtrun: plan: 0.10M params, host .* B/param
 head -n 1 "$TMP/fits.log" | grep -q 'estimated .*/step' || fail "the plan line has no step estimate"
 echo "ok   --force runs it; a job that fits starts with: $(head -n 1 "$TMP/fits.log")"
 
+# GPU memory: mtrun plans with --gpu-mem (or nvidia-smi) and refuses what does not fit; the
+# compute rank checks again before it allocates (MT_DEVICE_FREE_BYTES stands in for its free
+# memory, also on the cpu backend) and ends the job with the same kind of line, exit 2, and
+# nothing left in /dev/shm.
+MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+    "$MTRUN" --plan -np 5 --gpu-mem 8G configs/7b.cfg >"$TMP/gpu.out" 2>"$TMP/gpu.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "7b with --gpu-mem 8G: exit code $rc, expected 2"
+grep -q "7b.cfg: the compute rank's buffers need .* of GPU memory (activations .*), 7.50 GiB is free (--gpu-mem, less 512.0 MiB for the CUDA context); fewer batch.micro_batches" \
+    "$TMP/gpu.err" || fail "7b with --gpu-mem 8G: message was '$(cat "$TMP/gpu.err")'"
+grep -q "GPU memory   needs .* 8.00 GiB free (--gpu-mem): DOES NOT FIT" "$TMP/gpu.out" ||
+    fail "7b with --gpu-mem 8G: --plan does not mark the GPU check"
+echo "ok   --gpu-mem 8G: 7b refused by the plan: $(cat "$TMP/gpu.err")"
+before=$(ls /dev/shm 2>/dev/null | grep -c '^mtc-')
+MT_DEVICE_FREE_BYTES=1000000 "$MTRUN" -np 3 $CFG --out "$TMP/small-device" >"$TMP/dev.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "compute rank with 1 MB of device memory: exit code $rc, expected 2"
+grep -q "^mt-rank: .*test-small.cfg: the compute rank's buffers need .* of device memory (activations .*), 976.6 KiB is free (MT_DEVICE_FREE_BYTES)" \
+    "$TMP/dev.log" || fail "compute rank refusal: $(grep mt-rank "$TMP/dev.log")"
+[ "$(ls /dev/shm 2>/dev/null | grep -c '^mtc-')" -le "$before" ] || fail "the refused job left /dev/shm entries"
+echo "ok   the compute rank refuses buffers that do not fit its device: $(grep '^mt-rank' "$TMP/dev.log")"
+
 # grad_dtype = "auto": a job one byte short with fp32 slots starts with bf16 ones, and says so;
 # mt-rank is told which (--grad-dtype).
 sed 's/grad_dtype = "fp32"/grad_dtype = "auto"/' $CFG >"$TMP/auto.cfg"

@@ -1,5 +1,5 @@
-// The CPU backend: the fp32 OpenMP reference. Fetched weights are fp32 (converted from the
-// bf16 wire copy), so it computes exactly what the CUDA backend approximates.
+// The CPU backend: the fp32 OpenMP reference. Fetched weights are fp32 (the master rounded to
+// bf16, as the GPU gets it), so it computes exactly what the CUDA backend approximates.
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/engine/backend.h"
 #include "runtime/engine/layer.h"

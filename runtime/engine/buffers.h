@@ -14,7 +14,7 @@ typedef struct {
     mt_job *job;
     copy_stream *h2d, *d2h; // CPU backend
     transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
-    int64_t *version;       // [n_shards * n_groups]: wire version each shard announced
+    int64_t *version;       // [n_shards * n_groups]: weights version each shard announced
     unsigned char *taken;   // [n_shards]: scratch of wait_version, shards already copied
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;

@@ -119,15 +119,10 @@ static void pick_backend(engine *e) {
     e->be = backend_cpu_new(e->c);
 }
 
-// "auto" offloads when the boundaries would take more than 3/4 of the free device memory,
-// which leaves the rest for the two streaming layers, the working set and kept internals.
+// Decided in engine_new, with the plan's rule (plan_choose), so that mtrun --plan and the
+// compute rank agree; said here.
 static void choose_offload(engine *e) {
     const mt_config *c = e->c;
-    size_t all = layer_act_bytes(e) * (c->layers + 1);
-    if (strcmp(c->offload_activations, "auto") == 0)
-        e->offload = all > e->ops->device_bytes_free(e->be) / 4 * 3;
-    else
-        e->offload = strcmp(c->offload_activations, "always") == 0;
     if (e->offload)
         printf("compute rank: offloading the boundary activations (%.2f GiB) to pinned host "
                "memory, two layers' worth on the %s\n",
@@ -210,13 +205,32 @@ static void wait_for_optimizer_state(engine *e) {
                now_seconds() - t0);
 }
 
-engine *engine_new(mt_job *job) {
+// The device's free memory once the backend's fixed buffers are there; MT_DEVICE_FREE_BYTES
+// stands in for it (tests: a small GPU, or a device-memory limit on the CPU backend).
+static uint64_t device_free(engine *e, const char **where) {
+    const char *knob = getenv("MT_DEVICE_FREE_BYTES");
+    *where = knob ? "MT_DEVICE_FREE_BYTES" : "cudaMemGetInfo, less the fixed buffers";
+    if (knob && *knob) return strtoull(knob, NULL, 10);
+    size_t room = e->ops->device_bytes_free(e->be);
+    return room == SIZE_MAX ? UINT64_MAX : (uint64_t)room;
+}
+
+engine *engine_new(mt_job *job, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof *e);
     if (!e) mt_die("out of memory");
     e->c = &job->cfg, e->job = job;
     pick_backend(e);
-    int cuda = strcmp(e->ops->name, "cuda") == 0;
-    job->device_groups = plan_device_groups(e->c, cuda, e->ops->device_bytes_free(e->be));
+    const char *where;
+    uint64_t room = device_free(e, &where);
+    plan_choices ch;
+    plan_choose(&ch, e->c, strcmp(e->ops->name, "cuda") == 0, job->grad_bytes, room);
+    if (plan_check_device(e->c, &ch, room, where, err, errlen) < 0) {
+        e->ops->destroy(e->be);
+        free(e);
+        return NULL;
+    }
+    job->device_groups = ch.device_groups;
+    e->offload = ch.offload;
     return e;
 }
 

@@ -1,9 +1,9 @@
-// Moving weights in and gradients out for the compute rank. A fetch gathers a group's bf16
-// wire slices from every shard region into one buffer of the backend; an offload scatters a
-// group's fp32 gradients into the shards' slots, with the group's squared norm measured on
-// the way. Both overlap compute: on the CPU backend they run on copy-stream threads (with the
-// bf16 -> fp32 conversion), on the CUDA backend as DMA on the H2D and D2H streams, ordered
-// against the compute stream with events.
+// Moving weights in and gradients out for the compute rank. A fetch gathers a group's fp32
+// master slices from every shard region into one buffer of the backend, rounded to bf16; an
+// offload scatters a group's gradients into the shards' slots (fp32, or rounded once to bf16),
+// with the group's squared norm measured (in fp32) on the way. Both overlap compute: on the CPU
+// backend they run on copy-stream threads (with the roundings), on the CUDA backend as DMA on
+// the H2D and D2H streams, ordered against the compute stream with events.
 #ifndef MT_TRANSFER_H
 #define MT_TRANSFER_H
 

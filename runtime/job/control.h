@@ -11,7 +11,7 @@
 
 enum {
     CONTROL_GRADS_READY = 1, // compute -> optimizer: gradients of `group` for `step` are in shm
-    CONTROL_WEIGHTS_READY,   // optimizer -> compute: wire weights of `group` are at `step`
+    CONTROL_WEIGHTS_READY,   // optimizer -> compute: master weights of `group` are at `step`
     CONTROL_STOP,            // compute -> optimizer: the job is over
 };
 

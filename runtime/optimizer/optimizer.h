@@ -1,6 +1,6 @@
-// The optimizer process: owns one shard of every parameter group (fp32 master, Adam m and v in
-// its NUMA-local memory), waits for each step's gradients in shared memory, and writes the
-// updated bf16 wire weights back, group by group in forward order.
+// The optimizer process: owns one shard of every parameter group (fp32 master in its shared
+// region, Adam m and v private, all NUMA-local), waits for each step's gradients in shared
+// memory, updates the master in place and announces it, group by group in forward order.
 #ifndef MT_OPTIMIZER_H
 #define MT_OPTIMIZER_H
 

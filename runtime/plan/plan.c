@@ -120,9 +120,9 @@ void plan_device_layers_text(int groups, char *out, size_t cap) {
 
 // device_groups.c's host staging copy of the largest device-updated group, there while the
 // state moves (at start and at every save).
-static uint64_t device_staging_bytes(const mt_config *c, int cuda) {
+static uint64_t device_staging_bytes(const mt_config *c, int groups) {
     uint64_t largest = 0;
-    for (int g = 0; g < plan_device_groups(c, cuda, UINT64_MAX); g++)
+    for (int g = 0; g < groups; g++)
         largest = model_group_numel(c, g) > largest ? model_group_numel(c, g) : largest;
     return 4 * largest;
 }
@@ -134,10 +134,11 @@ int plan_grad_bytes(const mt_config *c) {
 // transfer_cuda.c's STAGE_ELEMS: the fp32 master's way to the GPU.
 #define FETCH_STAGE_BYTES (4ull * (16 << 20))
 
-void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buffers *b) {
+void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffers *b) {
     shape s = shape_of(c);
+    int cuda = ch->cuda, grad_bytes = ch->grad_bytes;
     memset(b, 0, sizeof *b);
-    b->device_groups = plan_device_groups(c, cuda, UINT64_MAX);
+    b->device_groups = ch->device_groups;
     uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
     for (int g = 0; g < b->device_groups; g++) {
         uint64_t n = model_group_numel(c, g);
@@ -145,11 +146,11 @@ void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buf
     }
     uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
     // on the CPU, also the staging copy, host memory there
-    b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(c, 0));
+    b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(c, b->device_groups));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
-    // Offloaded (CUDA, offload_activations = "always"): two sets on the GPU, the rest pinned.
-    int offload = cuda && strcmp(c->offload_activations, "always") == 0;
+    // Offloaded (CUDA): two sets on the GPU, the rest pinned.
+    int offload = cuda && ch->offload;
     b->activations = 4 * (offload ? 2 : s.L + 1) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
@@ -170,10 +171,62 @@ void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buf
 
 // On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,
 // plus the offloaded boundary activations.
-uint64_t plan_cuda_host_bytes(const mt_config *c) {
+uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
-    uint64_t offloaded = strcmp(c->offload_activations, "always") == 0 ? s.L * s.M * s.n * s.D : 0;
-    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, 1);
+    uint64_t offloaded = ch->offload ? s.L * s.M * s.n * s.D : 0;
+    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, ch->device_groups);
+}
+
+uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
+    if (!cuda) return 0;
+    shape s = shape_of(c);
+    return cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + (32u << 20) + 4 * (s.hd / 2);
+}
+
+// The buffers engine_init allocates before it chooses the offload (transfer state, weight and
+// gradient buffers, the GPU-updated groups): engine.c's order.
+static uint64_t before_offload_bytes(const mt_config *c, const plan_choices *ch) {
+    plan_buffers b;
+    plan_compute_buffers(c, ch, &b);
+    uint64_t transfer = ch->cuda ? 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES : 0;
+    return b.weights + b.grads + b.optimizer + transfer;
+}
+
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t free) {
+    ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
+    ch->device_groups = plan_device_groups(c, cuda, free);
+    if (strcmp(c->offload_activations, "always") == 0) ch->offload = 1;
+    if (strcmp(c->offload_activations, "auto") != 0 || free == UINT64_MAX) return;
+    // "auto" offloads when the boundaries would take more than 3/4 of what is free once the
+    // buffers before them are there, which leaves the rest for the working set and kept layers.
+    shape s = shape_of(c);
+    uint64_t all = 4 * (s.L + 1) * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
+    uint64_t left = free > before ? free - before : 0;
+    ch->offload = all > left / 4 * 3;
+}
+
+int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t free, const char *where,
+                      char *err, size_t n) {
+    plan_buffers b;
+    plan_compute_buffers(c, ch, &b);
+    uint64_t fixed = plan_backend_fixed_bytes(c, ch->cuda), rest = b.total - fixed;
+    if (free == UINT64_MAX || rest <= free) return 0;
+    char need[24], have[24], acts[24], opt[24], bufs[24];
+    plan_bytes_text(need, sizeof need, (double)b.total);
+    plan_bytes_text(have, sizeof have, (double)(free + fixed));
+    plan_bytes_text(acts, sizeof acts, (double)(b.activations + b.residual));
+    plan_bytes_text(opt, sizeof opt, (double)b.optimizer);
+    plan_bytes_text(bufs, sizeof bufs, (double)(b.weights + b.grads + b.working));
+    int cuda = ch->cuda, own = ch->device_groups > 0;
+    snprintf(err, n,
+             "%s: the compute rank's buffers need %s of %s memory (activations %s, weights, "
+             "gradients and working set %s%s%s), %s is free (%s); fewer batch.micro_batches or "
+             "batch.micro_batch%s%s would shrink them",
+             c->source_path, need, cuda ? "GPU" : "device", acts, bufs,
+             own ? ", state of the groups it updates " : "", own ? opt : "", have, where,
+             cuda && !ch->offload ? ", offload_activations = \"always\"" : "",
+             own ? ", a smaller optimizer.device_groups" : "");
+    return -1;
 }
 
 // ---- the ranks ----
@@ -199,7 +252,13 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
               int grad_bytes, uint64_t device_free, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda, p->grad_bytes = grad_bytes;
-    p->device_groups = plan_device_groups(c, cuda, device_free);
+    p->gpu_free = device_free;
+    uint64_t fixed = plan_backend_fixed_bytes(c, cuda) + (cuda ? PLAN_CUDA_CONTEXT_BYTES : 0);
+    uint64_t room = device_free == UINT64_MAX ? UINT64_MAX
+                    : device_free > fixed     ? device_free - fixed
+                                              : 0;
+    plan_choose(&p->choices, c, cuda, grad_bytes, room);
+    p->device_groups = p->choices.device_groups;
     p->n_groups = model_group_count(c);
     if (p->n_groups > SHM_MAX_GROUPS) {
         snprintf(err, errlen,
@@ -217,13 +276,19 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         free(lay);
         return -1;
     }
-    plan_compute_buffers(c, 0, grad_bytes, &p->host_buffers);
-    plan_compute_buffers(c, 1, grad_bytes, &p->gpu);
+    plan_choices cpu_choices, gpu_choices;
+    plan_choose(&cpu_choices, c, 0, grad_bytes, UINT64_MAX);
+    if (cuda)
+        gpu_choices = p->choices;
+    else
+        plan_choose(&gpu_choices, c, 1, grad_bytes, UINT64_MAX);
+    plan_compute_buffers(c, &cpu_choices, &p->host_buffers);
+    plan_compute_buffers(c, &gpu_choices, &p->gpu);
     if (numa_nodes < 1) numa_nodes = 1;
     for (int r = 0; r < np; r++) {
         plan_rank *pr = &p->rank[r];
         if (r == 0) {
-            pr->compute = cuda ? plan_cuda_host_bytes(c) : p->host_buffers.total;
+            pr->compute = cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total;
         } else {
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
                               grad_bytes);

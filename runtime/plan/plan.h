@@ -47,6 +47,18 @@ typedef struct {
     int numa_node; // where mpirun binds it; -1 when ranks are left unbound
 } plan_rank;
 
+// What the compute rank decides from its device's free memory, the plan and the compute rank
+// alike (engine_new), with the same function and the same free figure: the free bytes once
+// the backend's fixed buffers are there (plan_backend_fixed_bytes; for the plan, the GPU's free
+// memory less those and PLAN_CUDA_CONTEXT_BYTES). UINT64_MAX: not known (no limit).
+typedef struct {
+    int cuda, grad_bytes;
+    int device_groups; // optimizer.device_groups, "auto" resolved
+    int offload;       // offload_activations, "auto" resolved
+} plan_choices;
+
+#define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
+
 typedef struct {
     const mt_config *c;
     int np, n_shards, n_groups;
@@ -62,6 +74,9 @@ typedef struct {
     uint64_t host;             // all host bytes: state + shared + the compute rank's
     plan_buffers host_buffers; // the compute rank's host buffers (in rank[0].compute)
     plan_buffers gpu;          // GPU bytes when cuda (also filled, for reference, otherwise)
+    plan_choices choices;      // for the backend the job runs on
+    uint64_t gpu_free;         // the GPU's free bytes as given (UINT64_MAX: not known)
+    const char *gpu_source;    // where that figure came from, for messages
 } mt_plan;
 
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
@@ -71,7 +86,7 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
 // (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
 // one-line message in err (a model whose groups do not fit the shard layout).
 // grad_bytes: the gradient slots' 4 or 2 (plan_grad_bytes). device_free: the GPU's free bytes
-// for optimizer.device_groups = "auto" (UINT64_MAX when not known).
+// before the job (UINT64_MAX when not known), for the "auto" settings and the GPU check.
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
               int grad_bytes, uint64_t device_free, char *err, size_t errlen);
 // optimizer.grad_dtype as slot bytes: 4 for "fp32", 2 for "bf16", 0 for "auto" (the caller
@@ -79,10 +94,18 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
 int plan_grad_bytes(const mt_config *c);
 void plan_free(mt_plan *p);
 
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t free);
+// What backend_cuda_new allocates before anything is decided (0 on the CPU).
+uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda);
+// 0 when the compute rank's buffers (plan_compute_buffers, less the fixed ones) fit in free;
+// else -1 with one line naming the bytes by kind, what is free and the change that would fit.
+int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t free, const char *where,
+                      char *err, size_t n);
+
 // The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
-// CUDA backend, the little it keeps in host memory.
+// CUDA backend, the little it keeps in host memory (pinned, offloaded activations included).
 // grad_bytes 2: on CUDA the gradients that leave also get a bf16 copy to leave from.
-void plan_compute_buffers(const mt_config *c, int cuda, int grad_bytes, plan_buffers *b);
+void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffers *b);
 // optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
 // not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
 // as many as fit in an eighth of the free memory (12 B/param of state, 6 more of own buffers).
@@ -98,7 +121,7 @@ const char *plan_bytes_text(char *buf, size_t n, double bytes);
 // The layers among `groups` device-updated groups, for messages: "", " and layer 0",
 // " and layers 0-3".
 void plan_device_layers_text(int groups, char *out, size_t cap);
-uint64_t plan_cuda_host_bytes(const mt_config *c);
+uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch);
 
 // Per step: FLOPs the GPU or CPU executes (8 N per token, as the backward recomputes the
 // forward, plus attention's 12 layers dim seq) and bytes moved.

@@ -77,11 +77,14 @@ static int grad_bytes_of(const mt_job *job) {
 // The layouts need to know which groups the compute rank updates itself: it decides (with its
 // device's free memory, engine_new), and tells the others.
 static void setup(mt_job *job, const job_args *args, engine **eng) {
+    char err[1024] = "";
     job_init(job, args);
     load_config(job);
     job->grad_bytes = grad_bytes_of(job);
-    if (job_is_compute(job)) *eng = engine_new(job);
+    if (job_is_compute(job) && !(*eng = engine_new(job, err, sizeof err)))
+        job->device_groups = -1; // its buffers do not fit: every rank ends, rank 0 says why
     MPI_CHECK(MPI_Bcast(&job->device_groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (job->device_groups < 0) job_fail_input(job, err);
     job_make_layouts(job);
     resolve_checkpoints(job);
     check_hf_dirs(job);
