@@ -52,6 +52,20 @@ expect "bf16 checkpoint resumed with fp32 slots: step 11 is the bf16 run's" \
 expect "bf16 checkpoint resumed with fp32 slots: step 20 follows fp32 (not the bf16 run's)" \
     bash -c "[ -n '$(step_loss bstop2 20)' ] && [ '$(step_loss bstop2 20)' != '$(step_loss b2 20)' ]"
 
+# On a GPU: the bf16 copies that leave and the in-place rounding of the groups that stay give
+# the same bits (device_groups 0 and 3), and -np changes nothing.
+if have_gpu; then
+    small_config cuda "$WORK/cuda.cfg"
+    sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "bf16";/' "$WORK/cuda.cfg"
+    sed 's/^optimizer = {/optimizer = {\n  device_groups = 3;/' "$WORK/cuda.cfg" >"$WORK/cuda-dev3.cfg"
+    sed -i 's/^optimizer = {/optimizer = {\n  device_groups = 0;/' "$WORK/cuda.cfg"
+    run_job c0 3 "$WORK/cuda.cfg" || show_log c0
+    run_job c3 2 "$WORK/cuda-dev3.cfg" || show_log c3
+    expect "cuda, bf16 slots: device_groups 3 (-np 2) = device_groups 0 (-np 3), bitwise" \
+        same_losses c0 c3
+    expect "cuda, bf16 slots: the same checkpoint" same_state c0 c3
+fi
+
 # The plan: bf16 slots hold half the gradient bytes; the run's plan line names its slots.
 plan_grads() {
     MT_PLAN_MEM_LIMIT=10000000000000 "$MTRUN" --plan --json -np 3 "$1" |
