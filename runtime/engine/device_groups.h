@@ -8,8 +8,9 @@
 // head start on the groups they still update. The arithmetic is the optimizer ranks' own
 // (kernels/adamw.h), so where a group is updated never changes a bit.
 //
-// The optimizer ranks keep their copy of these groups' state for checkpoints and exports: they
-// send it to the compute rank at start and get it back before every save.
+// The state lives here only: the optimizer ranks initialize (or load) their slices of it at
+// start and send them over, and get them back, into memory held for the purpose, before every
+// save and export.
 #ifndef MT_DEVICE_GROUPS_H
 #define MT_DEVICE_GROUPS_H
 

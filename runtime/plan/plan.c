@@ -192,28 +192,28 @@ static uint64_t before_offload_bytes(const mt_config *c, const plan_choices *ch)
     return b.weights + b.grads + b.optimizer + transfer;
 }
 
-void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t free) {
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
-    ch->device_groups = plan_device_groups(c, cuda, free);
+    ch->device_groups = plan_device_groups(c, cuda, room);
     if (strcmp(c->offload_activations, "always") == 0) ch->offload = 1;
-    if (strcmp(c->offload_activations, "auto") != 0 || free == UINT64_MAX) return;
+    if (strcmp(c->offload_activations, "auto") != 0 || room == UINT64_MAX) return;
     // "auto" offloads when the boundaries would take more than 3/4 of what is free once the
     // buffers before them are there, which leaves the rest for the working set and kept layers.
     shape s = shape_of(c);
     uint64_t all = 4 * (s.L + 1) * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
-    uint64_t left = free > before ? free - before : 0;
+    uint64_t left = room > before ? room - before : 0;
     ch->offload = all > left / 4 * 3;
 }
 
-int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t free, const char *where,
+int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
                       char *err, size_t n) {
     plan_buffers b;
     plan_compute_buffers(c, ch, &b);
     uint64_t fixed = plan_backend_fixed_bytes(c, ch->cuda), rest = b.total - fixed;
-    if (free == UINT64_MAX || rest <= free) return 0;
+    if (room == UINT64_MAX || rest <= room) return 0;
     char need[24], have[24], acts[24], opt[24], bufs[24];
     plan_bytes_text(need, sizeof need, (double)b.total);
-    plan_bytes_text(have, sizeof have, (double)(free + fixed));
+    plan_bytes_text(have, sizeof have, (double)(room + fixed));
     plan_bytes_text(acts, sizeof acts, (double)(b.activations + b.residual));
     plan_bytes_text(opt, sizeof opt, (double)b.optimizer);
     plan_bytes_text(bufs, sizeof bufs, (double)(b.weights + b.grads + b.working));

@@ -94,12 +94,12 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
 int plan_grad_bytes(const mt_config *c);
 void plan_free(mt_plan *p);
 
-void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t free);
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room);
 // What backend_cuda_new allocates before anything is decided (0 on the CPU).
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda);
-// 0 when the compute rank's buffers (plan_compute_buffers, less the fixed ones) fit in free;
+// 0 when the compute rank's buffers (plan_compute_buffers, less the fixed ones) fit in room;
 // else -1 with one line naming the bytes by kind, what is free and the change that would fit.
-int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t free, const char *where,
+int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
                       char *err, size_t n);
 
 // The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
