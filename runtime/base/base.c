@@ -1,4 +1,5 @@
 #include "runtime/base/base.h"
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -56,4 +57,55 @@ char *read_text(const char *path, size_t max, char *err, size_t errlen) {
     if (buf) buf[st.st_size] = 0;
     SYS_CHECK(close(fd));
     return buf;
+}
+
+int open_nofollow(const char *path, const char *how) {
+    int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+    flags |= how[0] == 'a' ? O_APPEND : how[0] == 'x' ? O_EXCL : O_TRUNC;
+    return open(path, flags, 0644);
+}
+
+FILE *fopen_nofollow(const char *path, const char *how) {
+    int fd = open_nofollow(path, how);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, how[0] == 'a' ? "a" : "w");
+    if (!f) close(fd);
+    return f;
+}
+
+// The plain files of the folder open as dirfd; -1 (errno set) at anything else in it.
+static int remove_plain_files(int dirfd) {
+    DIR *d = fdopendir(dirfd);
+    if (!d) return -1;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        struct stat st;
+        if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            rc = -1, errno = ENOTEMPTY;
+        else
+            rc = unlinkat(dirfd, e->d_name, 0);
+    }
+    closedir(d); // closes dirfd
+    return rc;
+}
+
+int remove_stale_temp(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : failf(err, errlen, "%s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode))
+        return unlink(path) == 0 ? 0 : failf(err, errlen, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return failf(err, errlen,
+                     "%s is a %s, not a temporary folder of ours: not following or removing it "
+                     "(remove it yourself if it is safe to)",
+                     path, S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || remove_plain_files(fd) != 0 || rmdir(path) != 0)
+        return failf(err, errlen,
+                     "%s: a stale temporary folder that cannot be cleared (%s): "
+                     "remove it yourself if it is safe to",
+                     path, strerror(errno));
+    return 0;
 }

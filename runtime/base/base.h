@@ -32,6 +32,18 @@
 void make_dirs(const char *dir);
 double now_seconds(void); // CLOCK_MONOTONIC
 
+// Files and folders the job names inside folders that others may write to (checkpoint, export
+// and run folders): never opened, written or deleted through a symbolic link planted there.
+// open_nofollow's how: "w" creates or truncates, "a" appends, "x" creates a file that must not
+// exist; O_NOFOLLOW and O_CLOEXEC always, mode 0644. -1 with errno (ELOOP for a link).
+int open_nofollow(const char *path, const char *how);
+FILE *fopen_nofollow(const char *path, const char *how); // "w" or "a" as above
+// A temporary folder or file a crashed earlier run of ours may have left at path: removed when
+// it is a plain file, or a real folder holding only plain files (removed through the folder's
+// own descriptor, never a link). Absent: 0. Anything else (a symbolic link, a folder with more
+// in it): -1 with a one-line message in err, and nothing touched.
+int remove_stale_temp(const char *path, char *err, size_t errlen);
+
 // Formats a one-line message into err and returns -1, so that a check can `return failf(...)`.
 int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // A whole small (JSON) file as a NUL-terminated string to free(); NULL with err set when it

@@ -331,8 +331,9 @@ static void fsync_path(const char *path) {
     SYS_CHECK(close(fd));
 }
 
+// A new file in a folder others may write to: created, never opened through a planted link.
 static void write_file_synced(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open_nofollow(path, "x");
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     size_t n = strlen(text);
     if (write(fd, text, n) != (ssize_t)n) mt_die("%s: write failed: %s", path, strerror(errno));
@@ -340,18 +341,10 @@ static void write_file_synced(const char *path, const char *text) {
     SYS_CHECK(close(fd));
 }
 
-static void remove_tree(const char *dir) { // only ever our own hidden temporary folder
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[PATH_MAX];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            SYS_CHECK(unlink(path));
-        }
-    closedir(d);
-    SYS_CHECK(rmdir(dir));
+// The leftovers of a crashed earlier save of ours, never what a link points to.
+static void clear_stale(const char *path) {
+    char err[PATH_MAX + 256];
+    if (remove_stale_temp(path, err, sizeof err) < 0) mt_die("checkpoint: %s", err);
 }
 
 static void create_state_file(const mt_job *job, const char *tmp) {
@@ -362,7 +355,7 @@ static void create_state_file(const mt_job *job, const char *tmp) {
     h.magic = STATE_MAGIC;
     h.n_groups = job->n_groups;
     for (int g = 0; g < job->n_groups; g++) h.numel[g] = job->group_numel[g];
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = open_nofollow(path, "x");
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) mt_die("%s: %s", path, strerror(errno));
     SYS_CHECK(ftruncate(fd, (off_t)state_bytes(job)));
@@ -372,7 +365,7 @@ static void create_state_file(const mt_job *job, const char *tmp) {
 static void io_slices(mt_job *job, const char *step_dir, group_state *state, int writing) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", step_dir);
-    int fd = open(path, writing ? O_WRONLY : O_RDONLY);
+    int fd = open(path, (writing ? O_WRONLY : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     int k = job_shard_of_rank(job->rank);
     const shard_layout *lay = &job->layouts[k];
@@ -465,6 +458,7 @@ static void publish(const mt_job *job, const char *tmp, const char *name) {
     SYS_CHECK(rename(tmp, final));
     snprintf(latest_tmp, sizeof latest_tmp, "%s/.LATEST.tmp", dir);
     snprintf(latest, sizeof latest, "%s/LATEST", dir);
+    clear_stale(latest_tmp);
     char text[300];
     snprintf(text, sizeof text, "%s\n", name);
     write_file_synced(latest_tmp, text);
@@ -493,8 +487,8 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
     int leader = job->rank == 1;
     if (leader) {
         make_dirs(job->cfg.checkpoint_dir);
-        remove_tree(tmp); // a crashed earlier save of ours
-        SYS_CHECK(mkdir(tmp, 0755));
+        clear_stale(tmp);
+        if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", tmp, strerror(errno));
         create_state_file(job, tmp);
     }
     MPI_CHECK(MPI_Barrier(job->opt_comm));

@@ -132,7 +132,7 @@ static void write_all(int fd, const void *buf, size_t n, off_t at, const char *p
 static void write_json(const char *dir, const char *file, cJSON *root) {
     char path[PATH_MAX], *text = cJSON_Print(root);
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = open_nofollow(path, "x");
     if (fd < 0 || !text) mt_die("%s: %s", path, fd < 0 ? strerror(errno) : "out of memory");
     write_all(fd, text, strlen(text), 0, path);
     write_all(fd, "\n", 1, (off_t)strlen(text), path);
@@ -230,32 +230,23 @@ static void write_index(const mt_config *cfg, const export_plan *p, const char *
     write_json(dir, "model.safetensors.index.json", r);
 }
 
-// A crashed earlier export leaves its temporary folder behind: it holds only our flat files.
-static void remove_stale(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    char path[PATH_MAX];
-    for (struct dirent *e; (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            SYS_CHECK(unlink(path));
-        }
-    SYS_CHECK(closedir(d));
-    SYS_CHECK(rmdir(dir));
-}
-
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max) {
     export_plan p;
     make_plan(cfg, max, &p);
-    remove_stale(tmp_dir);
-    make_dirs(tmp_dir);
+    char err[PATH_MAX + 256]; // a crashed earlier export's folder: ours to clear, a link is not
+    if (remove_stale_temp(tmp_dir, err, sizeof err) < 0) mt_die("export: %s", err);
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", tmp_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) *slash = 0, make_dirs(parent);
+    if (mkdir(tmp_dir, 0755) != 0) mt_die("export: mkdir %s: %s", tmp_dir, strerror(errno));
     write_config(cfg, tmp_dir);
     write_index(cfg, &p, tmp_dir);
     for (int s = 0; s < p.n_shards; s++) {
         char file[64], path[PATH_MAX];
         shard_file(file, sizeof file, s, p.n_shards);
         snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = open_nofollow(path, "x");
         if (fd < 0) mt_die("%s: %s", path, strerror(errno));
         uint64_t hlen;
         char *h = shard_header(cfg, &p, s, &hlen);
@@ -302,7 +293,7 @@ void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t m
         if (a >= b) continue;
         shard_file(file, sizeof file, p.e[i].shard, p.n_shards);
         snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) mt_die("%s: %s", path, strerror(errno));
         uint64_t es = export_size(cfg);
         off_t at = (off_t)(p.data_start[p.e[i].shard] + p.e[i].rel + (a - t->offset) * es);

@@ -169,8 +169,10 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
     make_dirs(c->checkpoint_dir);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->checkpoint_dir);
-    mx->jsonl = fopen(path, "a"); // appending: a resumed run continues the same record
-    if (!mx->jsonl) mt_die("%s: %s", path, strerror(errno));
+    mx->jsonl = fopen_nofollow(path, "a"); // appending: a resumed run continues the record
+    if (!mx->jsonl)
+        mt_die("%s: %s", path,
+               errno == ELOOP ? "a symbolic link: not writing through it" : strerror(errno));
     // The formula: 6 N per token plus attention's 12 * layers * dim * seq.
     mx->flops_per_token = plan_model_flops_per_token(c);
     int cuda = strcmp(backend, "cuda") == 0;

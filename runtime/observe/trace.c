@@ -167,7 +167,12 @@ static void merge(void) {
     char path[MT_PATH_MAX + 64], tmp[MT_PATH_MAX + 64], part[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/trace.json", T.dir);
     snprintf(tmp, sizeof tmp, "%s/trace.json.tmp", T.dir);
-    FILE *f = fopen(tmp, "w");
+    char err[MT_PATH_MAX + 256] = "";
+    FILE *f = remove_stale_temp(tmp, err, sizeof err) == 0 ? fopen_nofollow(tmp, "x") : NULL;
+    if (!f && err[0]) {
+        fprintf(stderr, "trace: %s\n", err);
+        return;
+    }
     if (!f) {
         fprintf(stderr, "trace: cannot write %s: %s\n", tmp, strerror(errno));
         return;
@@ -201,7 +206,7 @@ static void merge(void) {
 static void write_part(void) {
     char path[MT_PATH_MAX + 64];
     part_path(path, sizeof path, T.rank);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen_nofollow(path, "w");
     if (!f) {
         fprintf(stderr, "trace: cannot write %s: %s\n", path, strerror(errno));
         return;
