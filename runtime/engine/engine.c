@@ -399,18 +399,34 @@ static void backward_layers(engine *e, int64_t step) {
 // The groups the compute rank owns, once every group's norm is in: the optimizer ranks' clip
 // coefficient and hyperparameters, so the same bits as theirs. Their weights are then at
 // version step + 1 where they lie, and no fetch will bring them again.
+// A step whose norm is not finite updates nothing, here as on the optimizer ranks (the same
+// verdict from the same numbers), and is counted.
 static void update_own_groups(engine *e, int64_t step) {
+    int skipped = e->job->skipped_steps;
+    int bad = job_note_step(e->job, (int)step, step_is_bad(e->xfer.group_sumsq, e->job->n_groups));
     if (e->dev.groups == 0) return;
     span_begin(e, "adamw", -1);
     float scale = clip_scale_of_groups(e->xfer.group_sumsq, e->job->n_groups, e->c->clip);
-    adamw_params hp = adamw_params_at_step(e->c, (int)step, scale);
+    adamw_params hp = adamw_params_at_step(e->c, (int)step, skipped, scale);
     for (int g = 0; g < e->dev.groups; g++) {
         weight_buffer *w = g == 0 ? &e->emb : &e->own[g - 1];
         grad_buffer *gb = g == 0 ? &e->emb_g : &e->own_g[g - 1];
-        device_groups_update(&e->dev, g, &hp, gb->src, w->dst);
+        if (!bad) device_groups_update(&e->dev, g, &hp, gb->src, w->dst);
         w->version = step + 1;
     }
     span_end(e, "adamw", -1);
+}
+
+// Tests (MT_FAULT_NAN_GRAD_STEPS=a or a-b, 1-based): a NaN in the head's gradients at those
+// steps, as a diverging run would make.
+static void inject_nan(engine *e, int64_t step) {
+    const char *f = getenv("MT_FAULT_NAN_GRAD_STEPS");
+    if (!f) return;
+    int a = 0, b = 0, n = sscanf(f, "%d-%d", &a, &b);
+    if (n == 1) b = a;
+    if (n < 1 || step + 1 < a || step + 1 > b) return;
+    float nan = NAN;
+    e->ops->upload(e->be, e->head_g.src, &nan, sizeof nan);
 }
 
 static void load_batches(engine *e, int split, int64_t step, int M) {
@@ -434,6 +450,7 @@ static double train_step(engine *e, int64_t step) {
                      act(e, c->layers, m), dres(e, m), m, dloss);
     span_end(e, "head", -1);
     buffer_done(&e->head);
+    inject_nan(e, step);
     offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
     backward_layers(e, step);
     span_begin(e, "embed bwd", -1);

@@ -240,17 +240,25 @@ int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t
     return -1;
 }
 
-int checkpoint_read_step(const char *step_dir, int *step, char *err, size_t errlen) {
+int checkpoint_read_step(const char *step_dir, int *step, int *skipped, char *err, size_t errlen) {
     char path[PATH_MAX];
     cJSON *root = load_manifest(step_dir, path, sizeof path, err, errlen);
     if (!root) return -1;
-    double s;
+    double s, k = 0;
     int rc = get_uint(root, "step", path, "", &s, err, errlen);
     if (rc == 0 && s > INT_MAX) {
         snprintf(err, errlen, "%s: step out of range", path);
         rc = -1;
     }
-    if (rc == 0) *step = (int)s;
+    // skipped_steps came with non-finite-norm skipping; a manifest without it skipped none
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(data, "skipped_steps"))
+        rc = get_uint(data, "skipped_steps", path, "data.", &k, err, errlen);
+    if (rc == 0 && k > s) {
+        snprintf(err, errlen, "%s: data.skipped_steps %.0f is more than step %.0f", path, k, s);
+        rc = -1;
+    }
+    if (rc == 0) *step = (int)s, *skipped = (int)k;
     cJSON_Delete(root);
     return rc;
 }
@@ -398,11 +406,12 @@ static cJSON *manifest_model(const mt_config *c) {
 }
 
 // Batches are a pure function of (seed, step), so the step is the whole data position.
-static cJSON *manifest_data(const mt_config *c, int step) {
+static cJSON *manifest_data(const mt_config *c, int step, int skipped) {
     cJSON *d = cJSON_CreateObject();
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, c->seed); // a string: exact beyond 2^53
     cJSON_AddNumberToObject(d, "position", step);
+    cJSON_AddNumberToObject(d, "skipped_steps", skipped); // non-finite norms: no update made
     cJSON_AddStringToObject(d, "seed", seed);
     cJSON_AddStringToObject(d, "rng",
                             "none: initialization and batches are pure functions of "
@@ -434,7 +443,7 @@ static void write_manifest(const mt_job *job, const char *tmp, int step, const b
     double params = 0;
     for (int g = 0; g < job->n_groups; g++) params += (double)job->group_numel[g];
     cJSON_AddNumberToObject(root, "params", params);
-    cJSON_AddItemToObject(root, "data", manifest_data(&job->cfg, step));
+    cJSON_AddItemToObject(root, "data", manifest_data(&job->cfg, step, job->skipped_steps));
     cJSON_AddStringToObject(root, "state", "state.bin");
     cJSON_AddItemToObject(root, "checksum", manifest_checksum(bl));
     cJSON_AddStringToObject(root, "config", job->cfg.source_path);

@@ -78,6 +78,10 @@ int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t c
 int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
                         float *out, char *err, size_t errlen);
 void hf_index_close(hf_index *ix);
+// 0 when every element of a slice read from the files is finite; else -1 naming the tensor and
+// the element: a model that starts from NaN or Inf trains nothing but NaN.
+int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, const float *data,
+                    char *err, size_t errlen);
 
 // Export, in three phases so that writers can run in parallel (one per optimizer rank):
 //  1. hf_export_prepare (one writer): creates tmp_dir with config.json, the index and every
@@ -111,7 +115,8 @@ uint64_t hf_export_max_shard_bytes(void);
 int checkpoint_find_latest(const char *dir, char *out, size_t cap);
 // dir is a checkpoint folder (with manifest.json) or a checkpoint dir (with LATEST).
 int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t errlen);
-int checkpoint_read_step(const char *step_dir, int *step, char *err, size_t errlen);
+// The step a checkpoint holds, and how many steps before it were skipped (non-finite norms).
+int checkpoint_read_step(const char *step_dir, int *step, int *skipped, char *err, size_t errlen);
 // Checks that manifest.json (version, model shape, checksum list) and state.bin's header and
 // size match the job's config. Local: every rank reaches the same verdict.
 int checkpoint_check_state(const char *step_dir, const mt_job *job, char *err, size_t errlen);

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -374,4 +375,20 @@ int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_
             return -1;
     }
     return 0;
+}
+
+int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, const float *data,
+                    char *err, size_t errlen) {
+    uint64_t i = 0;
+    while (i < len && isfinite(data[i])) i++;
+    if (i == len) return 0;
+    tensor_info ti[MODEL_MAX_TENSORS];
+    uint64_t numel, at = lo + i;
+    char name[256] = "?";
+    int n = model_group_tensors(cfg, g, ti, &numel), k = 0;
+    while (k < n - 1 && at >= ti[k].offset + ti[k].numel) k++;
+    model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+    return failf(err, errlen, "%s: tensor %s: element %llu is %s: non-finite weights are refused",
+                 cfg->model_dir, name, (unsigned long long)(at - ti[k].offset),
+                 isnan(data[i]) ? "NaN" : "infinite");
 }

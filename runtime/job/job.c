@@ -144,3 +144,14 @@ void job_teardown(mt_job *job) {
     free(job->layouts);
     free(job->regions);
 }
+
+int job_note_step(mt_job *job, int step, int bad) {
+    job->bad_in_a_row = bad ? job->bad_in_a_row + 1 : 0;
+    job->skipped_steps += bad;
+    if (job->bad_in_a_row >= job->cfg.max_bad_steps && step + 1 < job->end_step) {
+        job->end_step = step + 1;
+        job->stopped_bad = 1;
+    }
+    if (job->bad_in_a_row >= job->cfg.max_bad_steps) job->stopped_bad = 1;
+    return bad;
+}

@@ -36,7 +36,10 @@ typedef struct {
     shard_layout *layouts; // [n_shards]
     shm_region *regions;   // [n_shards]; an optimizer rank maps only its own
     mt_control *ctl;
-    int start_step;                // 0, or the step a resumed checkpoint holds
+    int start_step; // 0, or the step a resumed checkpoint holds
+    // Steps skipped for a non-finite gradient norm: in all (checkpointed, for Adam's bias
+    // correction) and in a row; every rank counts the same (step_is_bad).
+    int skipped_steps, bad_in_a_row, stopped_bad;
     int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
     char job_id[80];
@@ -63,6 +66,11 @@ void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn)
 // between two ranks keep their order (the state of the groups the compute rank updates).
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
+
+// After step `step`'s norms are known: counts a bad step, and when optimizer.max_bad_steps
+// have come in a row ends the job after this step (end_step, so that it saves: the last good
+// state, as bad steps change nothing). Returns whether the step is bad.
+int job_note_step(mt_job *job, int step, int bad);
 
 static inline int job_is_compute(const mt_job *j) {
     return j->rank == 0;

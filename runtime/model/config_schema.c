@@ -59,6 +59,9 @@ const field_t config_schema[] = {
     // the host's gradient slots: "fp32" (4 B/param), "bf16" (2 B/param, rounded once from the
     // GPU's fp32 sums; the norm is still the fp32 one), "auto": fp32 when the job fits with it
     STR("optimizer.grad_dtype", grad_dtype, 0, "auto", "auto|fp32|bf16"),
+    // a step whose gradient norm is not finite changes nothing; this many in a row end the job
+    // with a checkpoint of the last good state
+    INT("optimizer.max_bad_steps", max_bad_steps, 1, INT_MAX, 0, 5),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),

@@ -39,6 +39,7 @@ typedef struct {
     int warmup_steps;
     int device_groups;  // groups 0..N-1 updated on the compute rank's device; -1: auto
     char grad_dtype[8]; // host gradient slots: "auto", "fp32" or "bf16"
+    int max_bad_steps;  // non-finite gradient norms in a row that end the job
     // run
     int steps;
     uint64_t seed;
@@ -162,6 +163,13 @@ double lr_at_step(const mt_config *c, int s);
 
 // AdamW's hyperparameters for 0-based step s, with the step's clip coefficient: the optimizer
 // ranks and the compute rank (for the groups it updates itself) use the very same values.
-adamw_params adamw_params_at_step(const mt_config *c, int s, float grad_scale);
+// skipped: the steps before s that were skipped (a non-finite norm); like torch's, the bias
+// correction counts the updates made, while the learning rate follows the step.
+adamw_params adamw_params_at_step(const mt_config *c, int s, int skipped, float grad_scale);
+
+// Whether a step's gradients are unusable: their total squared norm (the sum of every group's,
+// in group order, as the clip takes it) is not finite. Every rank sees the same per-group
+// values, so every rank reaches the same verdict.
+int step_is_bad(const double *group_sumsq, int n_groups);
 
 #endif

@@ -10,8 +10,14 @@ double lr_at_step(const mt_config *c, int s) {
     return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * progress));
 }
 
-adamw_params adamw_params_at_step(const mt_config *c, int s, float grad_scale) {
+adamw_params adamw_params_at_step(const mt_config *c, int s, int skipped, float grad_scale) {
     adamw_params hp = {(float)lr_at_step(c, s), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                       (float)c->weight_decay,  s + 1,           grad_scale};
+                       (float)c->weight_decay,  s + 1 - skipped, grad_scale};
     return hp;
+}
+
+int step_is_bad(const double *group_sumsq, int n_groups) {
+    double total = 0;
+    for (int g = 0; g < n_groups; g++) total += group_sumsq[g];
+    return !isfinite(total);
 }

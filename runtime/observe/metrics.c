@@ -261,6 +261,13 @@ static void advise_on_stall(metrics *mx, const transfer_stats *st, double dt) {
                 100 * frac, 1e3 * per_step, mx->device_groups, layer);
 }
 
+static void json_number(char *out, size_t n, const char *fmt, double v) {
+    if (isfinite(v))
+        snprintf(out, n, fmt, v);
+    else
+        snprintf(out, n, "null");
+}
+
 void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *costs) {
     const mt_config *c = &mx->job->cfg;
     double now = mx->step_stop;
@@ -287,10 +294,15 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     } else {
         print_plain(mx, &s);
     }
+    char loss_text[32], norm_text[32]; // JSON has no NaN or Infinity: null stands for them
+    json_number(loss_text, sizeof loss_text, "%.17g", loss);
+    json_number(norm_text, sizeof norm_text, "%.9g", s.norm);
     fprintf(mx->jsonl,
-            "{\"step\":%lld,\"loss\":%.17g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,"
+            "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
             "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f",
-            (long long)step + 1, loss, s.lr, s.norm, s.tok_s, s.dt, wait, s.tflops, s.mfu);
+            (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu);
+    if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)
+        fprintf(mx->jsonl, ",\"skipped\":true,\"skipped_steps\":%d", mx->job->skipped_steps);
     if (s.mem_total > 0) fprintf(mx->jsonl, ",\"node_mem_used\":%.0f", s.mem_used);
     write_transfer_stats(mx, st, s.dt);
     fputs("}\n", mx->jsonl);
@@ -300,7 +312,9 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
 
 void metrics_eval(metrics *mx, int64_t step, double loss) {
     print_above(mx, "eval at step %lld | val loss %.4f\n", (long long)step, loss);
-    fprintf(mx->jsonl, "{\"step\":%lld,\"eval_loss\":%.17g}\n", (long long)step, loss);
+    char loss_text[32];
+    json_number(loss_text, sizeof loss_text, "%.17g", loss);
+    fprintf(mx->jsonl, "{\"step\":%lld,\"eval_loss\":%s}\n", (long long)step, loss_text);
     fflush(mx->jsonl);
 }
 

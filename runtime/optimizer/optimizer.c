@@ -188,7 +188,9 @@ static void init_master(optimizer *o, int g) {
     if (!job->hf) {
         model_init_slice(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master);
     } else if (hf_read_group_slice(job->hf, &job->cfg, g, lay->lo[g], lay->len[g],
-                                   o->state[g].master, err, sizeof err) < 0) {
+                                   o->state[g].master, err, sizeof err) < 0 ||
+               hf_check_finite(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master, err,
+                               sizeof err) < 0) {
         mt_die("optimizer %d: %s", o->shard, err);
     }
 }
@@ -245,9 +247,15 @@ static void fault_injection(const optimizer *o, int step) {
     }
 }
 
+// A step whose gradient norm is not finite changes no weight and no moment: the groups are
+// published again at the next version as they are (step_is_bad, job_note_step).
 static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
-    adamw_params hp = adamw_params_at_step(&job->cfg, step, clip_scale(o));
+    adamw_params hp = adamw_params_at_step(&job->cfg, step, job->skipped_steps, clip_scale(o));
+    if (job_note_step(job, step, step_is_bad(o->sumsq, job->n_groups))) {
+        for (int g = job->device_groups; g < job->n_groups; g++) publish_weights(o, g, step + 1);
+        return;
+    }
     for (int g = job->device_groups; g < job->n_groups; g++) {
         size_t n = job->layouts[o->shard].len[g];
         group_state *s = &o->state[g];

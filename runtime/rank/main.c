@@ -35,7 +35,8 @@ static void resolve_checkpoints(mt_job *job) {
     }
     if (checkpoint_resolve(job->args.resume_dir, job->resume_path, sizeof job->resume_path, err,
                            sizeof err) != 0 ||
-        checkpoint_read_step(job->resume_path, &job->start_step, err, sizeof err) != 0 ||
+        checkpoint_read_step(job->resume_path, &job->start_step, &job->skipped_steps, err,
+                             sizeof err) != 0 ||
         checkpoint_check_state(job->resume_path, job, err, sizeof err) != 0)
         job_fail_input(job, err);
     // Every rank reads only its share of state.bin's blocks; all learn the verdict.
@@ -91,9 +92,23 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
     job_start(job);
 }
 
+// optimizer.max_bad_steps non-finite norms in a row ended the job early, with a checkpoint of
+// the last good state: every rank exits with 3, rank 0 says why.
 static void teardown(mt_job *job) {
+    int stopped = job->stopped_bad, rank = job->rank, at = job->end_step;
     job_teardown(job);
     hf_index_close(job->hf);
+    if (!stopped) return;
+    char saved[64] = "checkpoint.interval = 0: nothing was saved";
+    if (job->cfg.checkpoint_interval > 0)
+        snprintf(saved, sizeof saved, "the checkpoint of step %d holds the last good state", at);
+    if (rank == 0)
+        fprintf(stderr,
+                "mt-rank: stopped after step %d: %d steps in a row had a non-finite gradient norm "
+                "(optimizer.max_bad_steps) and changed nothing; %s\n",
+                at, job->cfg.max_bad_steps, saved);
+    MPI_CHECK(MPI_Finalize());
+    exit(3);
 }
 
 static void usage(FILE *f) {
