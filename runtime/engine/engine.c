@@ -3,6 +3,7 @@
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
 #include "runtime/engine/device_groups.h"
+#include "runtime/engine/sample.h"
 #include "runtime/observe/observe.h"
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
@@ -397,10 +398,9 @@ static void backward_layers(engine *e, int64_t step) {
 }
 
 // The groups the compute rank owns, once every group's norm is in: the optimizer ranks' clip
-// coefficient and hyperparameters, so the same bits as theirs. Their weights are then at
-// version step + 1 where they lie, and no fetch will bring them again.
-// A step whose norm is not finite updates nothing, here as on the optimizer ranks (the same
-// verdict from the same numbers), and is counted.
+// coefficient and hyperparameters, so the same bits as theirs; a step whose norm is not finite
+// updates nothing, here as there, and is counted. Their weights are then at version step + 1
+// where they lie, and no fetch will bring them again.
 static void update_own_groups(engine *e, int64_t step) {
     int skipped = e->job->skipped_steps;
     int bad = job_note_step(e->job, (int)step, step_is_bad(e->xfer.group_sumsq, e->job->n_groups));
@@ -508,26 +508,6 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
     e->ops->set_shape(e->be, c->micro_batch, c->seq_len);
 }
 
-static int is_eos(const mt_config *c, int tok) {
-    if (tok == c->eos_id) return 1;
-    for (int i = 0; i < c->n_eos_more; i++)
-        if (tok == c->eos_more[i]) return 1;
-    return 0;
-}
-
-static int sample_token(const float *logits, int vocab, float temperature, uint64_t key) {
-    float max = logits[0];
-    for (int i = 1; i < vocab; i++) max = logits[i] > max ? logits[i] : max;
-    double total = 0;
-    for (int i = 0; i < vocab; i++) total += exp((logits[i] - max) / temperature);
-    double u = (splitmix64(key) >> 11) * 0x1.0p-53 * total, acc = 0;
-    for (int i = 0; i < vocab; i++) {
-        acc += exp((logits[i] - max) / temperature);
-        if (acc >= u) return i;
-    }
-    return vocab - 1;
-}
-
 // Byte-level text from the trained weights: each token reruns the (short) context.
 static void sample_text(engine *e, metrics *mx, int64_t version) {
     const mt_config *c = e->c;
@@ -541,7 +521,7 @@ static void sample_text(engine *e, metrics *mx, int64_t version) {
         int start = len > c->seq_len ? len - c->seq_len : 0;
         last_logits(e, version, ctx + start, len - start, logits);
         int tok = sample_token(logits, c->vocab, 0.8f, c->seed ^ splitmix64((uint64_t)i));
-        if (is_eos(c, tok)) break;
+        if (sample_is_eos(c, tok)) break;
         ctx[len++] = tok;
         text[i] = (tok >= 32 && tok < 127) || tok == '\n' ? (char)tok : '?';
     }
