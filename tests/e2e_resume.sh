@@ -20,4 +20,13 @@ echo step_000010 >"$WORK/other/LATEST"
 expect "resuming with -np 5 a checkpoint written with -np 3 continues bitwise" \
     diff <(losses "$WORK/full" | tail -10) <(losses "$WORK/other")
 expect "the final checkpoint is step_000020" grep -qx step_000020 "$WORK/split/LATEST"
+# --resume DIR without --out continues in DIR (issue 14), not in the config's checkpoint.dir.
+run_job alone 3 "$CFG" --stop-at 10 || show_log alone
+(cd "$WORK" && "$MTRUN" -np 3 "$CFG" --resume "$WORK/alone" >"$WORK/alone-resume.log" 2>&1) ||
+    show_log alone-resume
+expect "--resume without --out writes the new checkpoints into the resumed folder" \
+    test -f "$WORK/alone/step_000020/state.bin"
+expect "--resume without --out continues the resumed folder's metrics" \
+    diff <(losses "$WORK/full") <(losses "$WORK/alone")
+expect "--resume without --out leaves checkpoint.dir alone" test ! -e "$WORK/runs"
 finish

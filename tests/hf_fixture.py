@@ -12,7 +12,7 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
-                  head_dim, short_header, mistral_window (and mistral_ok: a valid Mistral
+                  head_dim, head_dim_huge, short_header, mistral_window (and mistral_ok: a valid Mistral
                   folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off),
                   eos_range (an eos id past the vocabulary)
 """
@@ -145,6 +145,8 @@ def config(args):
         c["sliding_window"] = 16 if args.corrupt == "mistral_window" else 4096
     if args.corrupt == "head_dim":
         c["head_dim"] = 32
+    if args.corrupt == "head_dim_huge":  # head_dim x heads overflows an int (issue 14)
+        c["head_dim"] = 575806099
     return c
 
 

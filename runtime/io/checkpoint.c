@@ -355,6 +355,27 @@ static void clear_stale(const char *path) {
     if (remove_stale_temp(path, err, sizeof err) < 0) mt_die("checkpoint: %s", err);
 }
 
+// pread/pwrite move at most about 2 GiB a call, and a write may end early: loop. A write that
+// fails (a full disk, most often) removes the partial save, which is ours alone, and says so.
+static void move_bytes(int fd, const char *path, const char *step_dir, void *buf, size_t bytes,
+                       off_t off, int writing) {
+    for (size_t done = 0; done < bytes;) {
+        ssize_t n = writing ? pwrite(fd, (char *)buf + done, bytes - done, off + (off_t)done)
+                            : pread(fd, (char *)buf + done, bytes - done, off + (off_t)done);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        const char *why = n == 0 ? "unexpected end of file" : strerror(errno);
+        if (!writing) mt_die("%s: read failed at byte %lld: %s", path, (long long)off, why);
+        int full = n < 0 && (errno == ENOSPC || errno == EDQUOT);
+        unlink(path), rmdir(step_dir);
+        mt_die("checkpoint: %s: %s%s; the partial save %s was removed", path, why,
+               full ? " (the device holding the checkpoint folder is full)" : "", step_dir);
+    }
+}
+
 static void create_state_file(const mt_job *job, const char *tmp) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tmp);
@@ -365,7 +386,7 @@ static void create_state_file(const mt_job *job, const char *tmp) {
     for (int g = 0; g < job->n_groups; g++) h.numel[g] = job->group_numel[g];
     int fd = open_nofollow(path, "x");
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
-    if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) mt_die("%s: %s", path, strerror(errno));
+    move_bytes(fd, path, tmp, &h, sizeof h, 0, 1);
     SYS_CHECK(ftruncate(fd, (off_t)state_bytes(job)));
     SYS_CHECK(close(fd));
 }
@@ -382,13 +403,16 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
         size_t bytes = lay->len[g] * sizeof(float);
         for (int w = 0; w < 3; w++) {
             off_t off = (off_t)(state_offset(job, g, w) + lay->lo[g] * sizeof(float));
-            ssize_t n =
-                writing ? pwrite(fd, arrays[w], bytes, off) : pread(fd, arrays[w], bytes, off);
-            if (n != (ssize_t)bytes)
-                mt_die("%s: short %s at %lld", path, writing ? "write" : "read", (long long)off);
+            move_bytes(fd, path, step_dir, arrays[w], bytes, off, writing);
         }
     }
-    if (writing) SYS_CHECK(fsync(fd));
+    if (writing && fsync(fd) != 0) {
+        int full = errno == ENOSPC || errno == EDQUOT;
+        const char *why = strerror(errno);
+        unlink(path), rmdir(step_dir);
+        mt_die("checkpoint: %s: fsync: %s%s; the partial save %s was removed", path, why,
+               full ? " (the device holding the checkpoint folder is full)" : "", step_dir);
+    }
     SYS_CHECK(close(fd));
 }
 

@@ -223,7 +223,7 @@ static int read_shape(const json_ctx *j, int arch, mt_config *m) {
                 &m->kv_heads) < 0 ||
         get_int(j, "head_dim", 0, &head_dim) < 0)
         return -1;
-    if (head_dim && head_dim * m->heads != m->dim)
+    if (head_dim && (int64_t)head_dim * m->heads != m->dim) // both up to INT_MAX: no overflow
         return failf(j->err, j->errlen,
                      "%s: head_dim %d != hidden_size / num_attention_heads = %d: not supported",
                      j->path, head_dim, m->dim / m->heads);

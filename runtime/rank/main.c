@@ -9,6 +9,21 @@
 #include "runtime/optimizer/optimizer.h"
 #include <stdlib.h>
 
+// The longest name a run writes inside its folders ("/.step_000000.tmp/manifest.json", an
+// export's shard index, "/trace.part-NNN.jsonl"), with room to spare: a longer folder path would
+// be cut short by the first save, after hours of training, so it is refused now.
+#define LONGEST_NAME 64
+
+static void check_path_room(const mt_job *job, const char *what, const char *path) {
+    size_t n = strlen(path);
+    if (n + LONGEST_NAME < MT_PATH_MAX) return;
+    char err[160];
+    snprintf(err, sizeof err,
+             "%s: a path of %zu bytes, too long for the files a run writes inside it (at most %d)",
+             what, n, MT_PATH_MAX - LONGEST_NAME - 1);
+    job_fail_input(job, err);
+}
+
 static void load_config(mt_job *job) {
     char err[1024];
     if (mt_config_load(&job->cfg, job->args.config_path, err, sizeof err) != 0)
@@ -16,6 +31,8 @@ static void load_config(mt_job *job) {
     if (job->args.out_dir)
         snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->args.out_dir);
     if (job->world < 2) job_fail_input(job, "need at least 2 ranks: 1 compute + 1 optimizer");
+    check_path_room(job, job->args.out_dir ? "--out" : "checkpoint.dir", job->cfg.checkpoint_dir);
+    check_path_room(job, "export_dir", job->cfg.export_dir);
 }
 
 // A fresh run never writes over checkpoints a user already has; resuming finds its folder.
@@ -42,6 +59,12 @@ static void resolve_checkpoints(mt_job *job) {
     // Every rank reads only its share of state.bin's blocks; all learn the verdict.
     if (checkpoint_verify_state(job->resume_path, job, MPI_COMM_WORLD, err, sizeof err) != 0)
         job_fail_input(job, err);
+    // --resume without --out continues in the run folder it resumes, not in checkpoint.dir.
+    if (!job->args.out_dir) {
+        snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->resume_path);
+        char *slash = strrchr(job->cfg.checkpoint_dir, '/');
+        if (slash && slash != job->cfg.checkpoint_dir) *slash = 0;
+    }
 }
 
 // Every rank checks the Hugging Face folders before any shared memory exists, so that bad
