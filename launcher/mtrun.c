@@ -78,12 +78,12 @@ static void usage(FILE *f) {
 
 // A user error: one line on stderr, exit code 2.
 static void die_usage(const char *fmt, ...) {
+    char msg[8192];
     va_list ap;
     va_start(ap, fmt);
-    fputs("mtrun: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    mt_put_line(stderr, "mtrun: ", msg);
     exit(2);
 }
 

@@ -9,10 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+// prefix and msg as one line: control bytes in msg (a newline, an ANSI escape from a file a
+// stranger wrote) are shown as \xNN, so that no message can forge or recolor other lines.
+static inline void mt_put_line(FILE *f, const char *prefix, const char *msg) {
+    fputs(prefix, f);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    fputc('\n', f);
+}
+
 #define mt_die(...)                                                                                \
     do {                                                                                           \
-        fprintf(stderr, "megatrain: " __VA_ARGS__);                                                \
-        fputc('\n', stderr);                                                                       \
+        char mt_die_msg_[2048];                                                                    \
+        snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
+        mt_put_line(stderr, "megatrain: ", mt_die_msg_);                                           \
         exit(1);                                                                                   \
     } while (0)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14, item 1: symbolic links planted where a job writes its own files are never followed
+# Issue 14, items 1 and 8: symbolic links planted where a job writes its own files are never followed
 # and nothing is deleted or written through them. Each case plants a link to a victim folder or
 # file, runs a job, and checks that the victim is byte for byte what it was; the job either
 # works around the link or stops with a line that names it.
@@ -74,6 +74,18 @@ sed 's/^  interval = .*/  interval = 1;\n  keep = 1;/' "$WORK/base.cfg" >"$WORK/
 run_job r6 3 "$WORK/keep.cfg" || show_log r6
 expect "a link named step_000001 is not pruned through: the victim folder is untouched" intact
 expect "the job with keep = 1 still ran to the end" test -f "$WORK/r6/step_000004/state.bin"
+
+# Issue 14, item 8: strings from files echo as one line, control bytes escaped.
+python3 "$SRC/tests/hf_fixture.py" "$WORK/evil" --corrupt arch_escape
+sed -e "s|\"\.\./data/|\"$SRC/data/|" "$SRC/configs/test-small.cfg" |
+    awk '/^model = {/{skip=1} !skip{print} skip&&/^};/{skip=0}' >"$WORK/evil.cfg"
+echo "model_dir = \"$WORK/evil\";" >>"$WORK/evil.cfg"
+"$MTRUN" -np 3 "$WORK/evil.cfg" >"$WORK/evil.out" 2>"$WORK/evil.err"
+expect "a newline and an ANSI escape in config.json: one line on stderr" \
+    test "$(wc -l <"$WORK/evil.err")" -eq 1
+expect "the control bytes are shown escaped, not sent" bash -c \
+    "grep -qF 'architecture Evil\\x0amtrun: all good\\x1b[31m not supported' '$WORK/evil.err' &&
+     ! grep -q \$'\\x1b' '$WORK/evil.err'"
 
 # A real stale temporary folder of ours (a crashed save) is still cleared and the save works.
 mkdir -p "$WORK/r7/.step_000002.tmp"

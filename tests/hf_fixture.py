@@ -12,7 +12,7 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
-                  head_dim, head_dim_huge, short_header, mistral_window (and mistral_ok: a valid Mistral
+                  head_dim, head_dim_huge, arch_escape, short_header, mistral_window (and mistral_ok: a valid Mistral
                   folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off),
                   eos_range (an eos id past the vocabulary)
 """
@@ -122,6 +122,8 @@ def config(args):
         c["eos_token_id"] = [2, VOCAB]
     if args.corrupt == "arch":
         c["architectures"] = ["GPT2LMHeadModel"]
+    if args.corrupt == "arch_escape":  # a forged second line, in red (issue 14)
+        c["architectures"] = ["Evil\nmtrun: all good\u001b[31m"]
     if args.qwen2:
         c["architectures"], c["model_type"] = ["Qwen2ForCausalLM"], "qwen2"
         for k in ("attention_bias", "mlp_bias", "head_dim"):  # not Qwen2 config keys

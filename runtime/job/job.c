@@ -26,7 +26,7 @@ void job_recv_floats(float *x, size_t n, int src) {
 }
 
 void job_fail_input(const mt_job *job, const char *msg) {
-    if (job->rank == 0) fprintf(stderr, "mt-rank: %s\n", msg);
+    if (job->rank == 0) mt_put_line(stderr, "mt-rank: ", msg);
     MPI_Finalize();
     exit(2);
 }
