@@ -108,6 +108,9 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     c->argc = 0;
     add(c, mpirun);
     if (geteuid() == 0) add(c, "--allow-run-as-root");
+    // No Open MPI banner after a rank's own one-line refusal: the rank says what went wrong
+    // (and a crashing rank's stack still shows); mtrun adds a line for an abnormal end.
+    add(c, "--quiet");
     add(c, "-np"), add(c, np);
     if (o->hostfile) add(c, "--hostfile"), add(c, o->hostfile);
     if (p->oversubscribe)

@@ -425,5 +425,12 @@ int main(int argc, char **argv) {
         printf(", bound over %d NUMA node%s", p.numa_nodes, p.numa_nodes == 1 ? "" : "s");
     printf(", config %s, job %s\n", o.config, job);
     fflush(stdout);
-    return run(&c, job);
+    rc = run(&c, job);
+    // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
+    if (rc != 0 && rc != 2 && rc != 3 && !forwarded)
+        fprintf(stderr,
+                "mtrun: the job ended abnormally (exit code %d%s); the failing rank's "
+                "messages are above\n",
+                rc, rc > 128 ? ", a rank was killed by a signal" : "");
+    return rc;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --resume refuses a damaged or mismatched checkpoint: exit 2, one line naming the file and
-# what failed, and the run folder left exactly as it was. An intact one resumes bitwise, also
+# what failed (and no Open MPI banner), and the run folder left exactly as it was. An intact one resumes bitwise, also
 # with another -np (another split of the checksum blocks over the ranks).
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 CFG=$SRC/configs/test-small.cfg
@@ -28,7 +28,9 @@ refused() {
     "$MTRUN" -np 3 "$CFG" --out "$WORK/$1" --resume "$WORK/$1" >"$WORK/$1.log" 2>&1
     rc=$?
     after=$(snap "$WORK/$1")
+    # one line from the rank and no Open MPI banner (its lines of dashes) around it
     if [ $rc -eq 2 ] && [ "$(grep -c 'mt-rank:' "$WORK/$1.log")" -eq 1 ] &&
+        ! grep -q -- '^-----' "$WORK/$1.log" &&
         grep 'mt-rank:' "$WORK/$1.log" | grep -qF -- "$2" && [ "$before" = "$after" ]; then
         return 0
     fi
