@@ -13,7 +13,7 @@ expect "the manifest lists 20 block checksums" \
     python3 -c "import json,sys; sys.exit(len(json.load(open('$WORK/base/$M'))['checksum']['blocks']) != 20)"
 expect "the manifest records model shape, data position and seed" python3 -c "
 import json, sys; m = json.load(open('$WORK/base/$M'))
-sys.exit(not (m['version'] == 2 and m['model']['dim'] == 64 and m['model']['kv_heads'] == 2
+sys.exit(not (m['version'] == 3 and m['model']['dim'] == 64 and m['model']['kv_heads'] == 2
               and m['model']['tied_embeddings'] is True and m['data']['position'] == 10
               and m['data']['seed'] == '1337' and 'rng' in m['data']))"
 
@@ -40,13 +40,25 @@ refused() {
 }
 
 # damage NAME PYTHON: a copy of base, with PYTHON run on it (m: the manifest as a dict,
-# written back afterwards; st: state.bin opened r+b).
+# written back afterwards; st: state.bin opened r+b). The manifest's "self" checksum is then
+# recomputed with xxhsum, as a careful forger would, so that the field checks behind it are
+# what is tested; forge=0 in PYTHON leaves it stale.
 damage() {
     cp -a "$WORK/base" "$WORK/$1"
     (cd "$WORK/$1/step_000010" && python3 -c "
-import json; m = json.load(open('manifest.json')); st = open('state.bin', 'r+b')
+import json, subprocess; m = json.load(open('manifest.json')); st = open('state.bin', 'r+b')
+forge = 1
+old_self = m.get('self')
 $2
-json.dump(m, open('manifest.json', 'w'), indent=1)")
+if 'self' in m and forge: m['self'] = '0' * 16
+json.dump(m, open('manifest.json', 'w'), indent=1)
+if 'self' in m and forge:
+    h = subprocess.run(['xxhsum', '-H1', 'manifest.json'], capture_output=True, text=True).stdout.split()[0]
+    text = open('manifest.json').read().replace('\"self\": \"' + '0' * 16, '\"self\": \"' + h)
+    open('manifest.json', 'w').write(text)
+elif 'self' in m: # stale: the old checksum over an edited text
+    text = open('manifest.json').read()
+    open('manifest.json', 'w').write(text.replace('\"self\": \"' + m['self'], '\"self\": \"' + old_self))")
 }
 
 damage flip "st.seek(7 * 65536 + 100); b = st.read(1)[0]; st.seek(-1, 1); st.write(bytes([b ^ 1]))"
@@ -72,7 +84,20 @@ expect "a missing checksum object is refused" refused nosum "manifest.json: no \
 damage fewer "m['checksum']['blocks'].pop()"
 expect "a short checksum list is refused" refused fewer "manifest.json: checksum.blocks should list 20"
 damage v1 "m['version'] = 1"
-expect "manifest version 1 is refused" refused v1 "manifest.json: version 1, this build reads version 2"
+expect "manifest version 1 is refused" refused v1 "manifest.json: version 1, this build reads versions 2 and 3"
+# Issue 14, item 3: the manifest is not trusted.
+damage bit "forge = 0; m['step'] = 11"
+expect "step 10 -> 11 without a new self checksum is refused" \
+    refused bit "manifest.json: its \"self\" checksum does not match its contents"
+damage step0 "m['step'] = 0; m['data']['position'] = 0"
+expect "a forged step 0 (self checksum recomputed) is refused by state.bin's header" \
+    refused step0 "state.bin: holds step 10 (0 skipped, seed 1337), the manifest says step 0"
+damage seed "m['data']['seed'] = '42'"
+expect "another seed is refused" refused seed "manifest.json: data.seed 42 != the config's seed 1337"
+damage groups "m['groups'] = 5"
+expect "another group count is refused" refused groups "manifest.json: groups 5 != 4"
+damage noself "del m['self']"
+expect "a version 3 manifest without its self checksum is refused" refused noself "no \"self\" checksum"
 damage nostep "del m['step']"
 expect "a missing step is refused" refused nostep "manifest.json: step missing"
 damage json "pass"

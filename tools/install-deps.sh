@@ -3,7 +3,7 @@
 # Run by `make demo` and `make test`, so a fresh machine needs nothing else.
 set -euo pipefail
 packages=(build-essential cmake pkg-config python3 libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev gnuplot-nox)
+          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev xxhash gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
