@@ -13,9 +13,10 @@ typedef struct {
     int np;                                       // processes: 1 compute + np-1 optimizers
     const char *config, *hostfile, *resume, *out; // NULL when not given
     const char *stop_at;                          // passed through to mt-rank
-    const char *grad_dtype; // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype
-    const char *gpu_mem;    // --gpu-mem, or NULL
-    char **extra;           // the mpirun arguments after "--"
+    const char *grad_dtype;  // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype
+    const char *gpu_mem;     // --gpu-mem, or NULL
+    const char *mpi_shm_dir; // Open MPI's shared-memory segments go here (one host), or NULL
+    char **extra;            // the mpirun arguments after "--"
     int nextra;
     int tty, tty_columns; // stdout is a terminal, this wide
 } mtrun_opts;

@@ -123,6 +123,10 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // openib is Open MPI 4's old InfiniBand transport: UCX drives InfiniBand now, and openib
     // only prints warnings where it finds a device it cannot use.
     if (!extra_sets_mca(o, "btl")) add(c, "--mca"), add(c, "btl"), add(c, "^openib");
+    // Open MPI's own shared-memory segments (vader) in a folder of the job's, which mtrun
+    // removes whatever happened to mpirun: a killed mpirun cannot clean them up itself.
+    if (o->mpi_shm_dir && !extra_sets_mca(o, "btl_vader_backing_directory"))
+        add(c, "--mca"), add(c, "btl_vader_backing_directory"), add(c, o->mpi_shm_dir);
     // Ranks can share cores (oversubscribed, or OpenMP threads beside a spinning peer):
     // idle OpenMP threads must sleep, not spin. A value the user exported wins.
     add(c, "-x"), add(c, getenv("OMP_WAIT_POLICY") ? "OMP_WAIT_POLICY" : "OMP_WAIT_POLICY=PASSIVE");

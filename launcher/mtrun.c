@@ -8,6 +8,7 @@
 // SIGTERM to it, and when it ends removes whatever shared memory the job left behind in
 // /dev/shm, so that even a crashed job leaks nothing.
 #include "launcher/launcher.h"
+#include "runtime/base/base.h"
 #include "runtime/io/io.h"
 #include "shm/syscheck.h"
 
@@ -245,10 +246,13 @@ static void forward(int sig) {
     if (child_pid > 0) kill((pid_t)child_pid, sig);
 }
 
-// Removes /dev/shm/mtc-<job>-* and says how many there were.
-static void remove_leftovers(const char *job) {
-    char prefix[64];
+// Removes /dev/shm/mtc-<job>-* (the job's regions, and the folder of Open MPI's segments with
+// what it holds) and says how many regions there were.
+static void remove_leftovers(const char *job, const char *mpi_dir) {
+    char prefix[64], err[PATH_MAX + 256];
     snprintf(prefix, sizeof prefix, "mtc-%s-", job);
+    if (mpi_dir && remove_stale_temp(mpi_dir, err, sizeof err) < 0)
+        fprintf(stderr, "mtrun: %s\n", err);
     DIR *d = opendir("/dev/shm");
     if (!d) return;
     int removed = 0;
@@ -263,7 +267,7 @@ static void remove_leftovers(const char *job) {
                 removed, removed == 1 ? "" : "s", job);
 }
 
-static int run(const cmdline *c, const char *job) {
+static int run(const cmdline *c, const char *job, const char *mpi_dir) {
     // Block the signals until the handlers are in place, so none is lost around fork.
     sigset_t block, old;
     sigemptyset(&block);
@@ -297,7 +301,7 @@ static int run(const cmdline *c, const char *job) {
     while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     SYS_CHECK(got);
-    remove_leftovers(job);
+    remove_leftovers(job, mpi_dir);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     int code = WEXITSTATUS(status);
     // mpirun ends with 1 when a signal stopped the job: report the signal, like a shell.
@@ -407,6 +411,12 @@ int main(int argc, char **argv) {
     o.tty = tty && *tty ? atoi(tty) != 0 : isatty(STDOUT_FILENO);
     o.tty_columns = o.tty ? terminal_columns() : 0;
 
+    // One host: Open MPI's segments go to a folder of ours (a hostfile's other hosts have none).
+    static char mpi_dir[96];
+    snprintf(mpi_dir, sizeof mpi_dir, "/dev/shm/mtc-%s-mpi", job);
+    if (!o.hostfile && access("/dev/shm", W_OK) == 0) o.mpi_shm_dir = mpi_dir;
+    if (o.mpi_shm_dir && !m.dry_run && mkdir(mpi_dir, 0700) != 0)
+        die_usage("mkdir %s: %s", mpi_dir, strerror(errno));
     cmdline c;
     mpirun_cmd_build(&c, &o, &p, mpirun, rank_prog);
     if (m.dry_run) {
@@ -425,7 +435,7 @@ int main(int argc, char **argv) {
         printf(", bound over %d NUMA node%s", p.numa_nodes, p.numa_nodes == 1 ? "" : "s");
     printf(", config %s, job %s\n", o.config, job);
     fflush(stdout);
-    rc = run(&c, job);
+    rc = run(&c, job, o.mpi_shm_dir);
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
     if (rc != 0 && rc != 2 && rc != 3 && !forwarded)
         fprintf(stderr,
