@@ -111,6 +111,9 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // No Open MPI banner after a rank's own one-line refusal: the rank says what went wrong
     // (and a crashing rank's stack still shows); mtrun adds a line for an abnormal end.
     add(c, "--quiet");
+    // Nothing reads standard input, and mpirun runs in its own process group (mtrun.c): were
+    // it to read the terminal, the terminal would stop it.
+    add(c, "--stdin"), add(c, "none");
     add(c, "-np"), add(c, np);
     if (o->hostfile) add(c, "--hostfile"), add(c, o->hostfile);
     if (p->oversubscribe)

@@ -241,9 +241,20 @@ static int terminal_columns(void) {
 
 static volatile sig_atomic_t child_pid, forwarded;
 
+// A first SIGINT or SIGTERM asks the job to stop after the step under way, with a checkpoint
+// (SIGUSR1, which mpirun passes on to every rank); a second one ends it at once.
 static void forward(int sig) {
+    static const char note[] = "\nmtrun: stopping after this step, with a checkpoint (again to "
+                               "abort at once)\n";
+    int first = !forwarded;
     forwarded = sig;
-    if (child_pid > 0) kill((pid_t)child_pid, sig);
+    if (child_pid <= 0) return;
+    if (first) {
+        (void)!write(STDERR_FILENO, note, sizeof note - 1);
+        kill((pid_t)child_pid, SIGUSR1);
+    } else {
+        kill((pid_t)child_pid, SIGTERM);
+    }
 }
 
 // Removes /dev/shm/mtc-<job>-* (the job's regions, and the folder of Open MPI's segments with
@@ -282,14 +293,15 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir) {
         // as an orphan: it gets SIGTERM and takes the ranks down.
         SYS_CHECK(prctl(PR_SET_PDEATHSIG, SIGTERM));
         if (getppid() != parent) _exit(128 + SIGTERM);
+        // Its own process group: a Ctrl-C on the terminal reaches mtrun alone, which turns
+        // the first one into a stop with a checkpoint (forward).
+        SYS_CHECK(setpgid(0, 0));
         sigprocmask(SIG_SETMASK, &old, NULL);
         execv(c->argv[0], c->argv);
         fprintf(stderr, "mtrun: cannot run %s: %s\n", c->argv[0], strerror(errno));
         _exit(127);
     }
     child_pid = pid;
-    // mpirun shares our process group, so a Ctrl-C on the terminal reaches it directly as
-    // well; a second SIGINT is harmless to mpirun (it is already ending the job).
     struct sigaction sa = {.sa_handler = forward};
     sigemptyset(&sa.sa_mask);
     SYS_CHECK(sigaction(SIGINT, &sa, NULL));
@@ -304,8 +316,8 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir) {
     remove_leftovers(job, mpi_dir);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     int code = WEXITSTATUS(status);
-    // mpirun ends with 1 when a signal stopped the job: report the signal, like a shell.
-    if (code != 0 && forwarded) return 128 + forwarded;
+    // After a signal report it, like a shell: 130 or 143, also when the job stopped cleanly.
+    if (forwarded) return 128 + forwarded;
     return code;
 }
 

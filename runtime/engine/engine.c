@@ -429,6 +429,17 @@ static void inject_nan(engine *e, int64_t step) {
     e->ops->upload(e->be, e->head_g.src, &nan, sizeof nan);
 }
 
+// A stop request (job_stop_requested) ends the job after this step, with its checkpoint. The
+// optimizer ranks are told before the step's last gradients (the embedding's) are announced,
+// so they learn it while they still wait for this step: every rank ends after the same one.
+static void stop_if_requested(engine *e, int64_t step) {
+    mt_job *job = e->job;
+    if (!job_stop_requested() || job->stopped_on_request >= 0) return;
+    job_stop_after(job, (int)step);
+    control_msg msg = {CONTROL_STOP, -1, step, 0};
+    for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
+}
+
 static void load_batches(engine *e, int split, int64_t step, int M) {
     const mt_config *c = e->c;
     for (int m = 0; m < M; m++)
@@ -457,6 +468,7 @@ static double train_step(engine *e, int64_t step) {
     for (int m = 0; m < M; m++) e->ops->embed_backward(e->be, e->emb_g.src, dres(e, m), m);
     span_end(e, "embed bwd", -1);
     buffer_done(&e->emb);
+    stop_if_requested(e, step);
     offload_async(&e->xfer, &e->emb_g, 0, step);
     grad_buffer *all[] = {&e->head_g, &e->ring_g[0], &e->ring_g[1], &e->emb_g};
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);

@@ -3,6 +3,7 @@
 #include <numa.h>
 #include <omp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -123,7 +124,27 @@ void job_init(mt_job *job, const job_args *args) {
     job->n_shards = job->world - 1;
 }
 
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_request(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+int job_stop_requested(void) {
+    return stop_requested;
+}
+
+void job_stop_after(mt_job *job, int step) {
+    if (step + 1 < job->end_step) job->end_step = step + 1;
+    job->stopped_on_request = step;
+}
+
 void job_start(mt_job *job) {
+    job->stopped_on_request = -1;
+    struct sigaction sa = {.sa_handler = on_stop_request};
+    sigemptyset(&sa.sa_mask);
+    SYS_CHECK(sigaction(SIGUSR1, &sa, NULL));
     place_threads(job);
     job_id_from_env(job);
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,

@@ -40,6 +40,7 @@ typedef struct {
     // Steps skipped for a non-finite gradient norm: in all (checkpointed, for Adam's bias
     // correction) and in a row; every rank counts the same (step_is_bad).
     int skipped_steps, bad_in_a_row, stopped_bad;
+    int stopped_on_request;        // the step a stop request ended the job after (-1: none)
     int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
     char job_id[80];
@@ -66,6 +67,13 @@ void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn)
 // between two ranks keep their order (the state of the groups the compute rank updates).
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
+
+// SIGUSR1 (mtrun sends it on a first Ctrl-C or SIGTERM; mpirun passes it on to every rank)
+// asks the job to stop after the step under way, with a checkpoint. job_start installs the
+// handler; the compute rank polls, decides the step and tells the others (CONTROL_STOP).
+int job_stop_requested(void);
+// The job ends after `step` (it saves there): the compute rank's decision, or what it told.
+void job_stop_after(mt_job *job, int step);
 
 // After step `step`'s norms are known: counts a bad step, and when optimizer.max_bad_steps
 // have come in a row ends the job after this step (end_step, so that it saves: the last good

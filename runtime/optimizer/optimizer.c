@@ -222,6 +222,10 @@ static void wait_for_gradients(optimizer *o, int step) {
     while (missing > 0) {
         control_msg msg;
         control_recv(job->ctl, &msg);
+        if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
+            job_stop_after(job, step);
+            continue;
+        }
         if (msg.kind != CONTROL_GRADS_READY || msg.step != step || msg.group < 0 ||
             msg.group >= job->n_groups || o->grads_step[msg.group] == step)
             mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,

@@ -119,6 +119,13 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
 // the last good state: every rank exits with 3, rank 0 says why.
 static void teardown(mt_job *job) {
     int stopped = job->stopped_bad, rank = job->rank, at = job->end_step;
+    if (job->stopped_on_request >= 0 && rank == 0) {
+        char saved[MT_PATH_MAX + 64] = "checkpoint.interval = 0: nothing was saved";
+        if (job->cfg.checkpoint_interval > 0)
+            snprintf(saved, sizeof saved, "continue with --resume %s", job->cfg.checkpoint_dir);
+        printf("compute rank: stopped on request after step %d, with its checkpoint; %s\n",
+               job->stopped_on_request + 1, saved);
+    }
     job_teardown(job);
     hf_index_close(job->hf);
     if (!stopped) return;
