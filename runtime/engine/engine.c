@@ -188,7 +188,7 @@ static void wait_for_optimizer_state(engine *e) {
     int tty = tty_env && atoi(tty_env) != 0, shown = 0, ready;
     double t0 = now_seconds(), last = t0;
     while ((ready = transfer_groups_ready(&e->xfer, job->start_step)) < job->n_groups) {
-        transfer_receive(&e->xfer);
+        transfer_receive(&e->xfer, NULL, -1); // not watched: loading shows no progress
         double now = now_seconds();
         if (now - t0 >= 2 && now - last >= (tty || !shown ? 0.5 : 10)) {
             if (!shown)
@@ -559,9 +559,8 @@ static void run_step(engine *e, metrics *mx, int64_t step) {
     trace_set_step(step);
     transfer_trace_step(&e->xfer);
     trace_tag tag = trace_tag_of("step", TRACE_ARG_STEP, (int)step + 1);
-    double t0 = trace_now_us();
-    transfer_take_stats(
-        &e->xfer); // what ran since the last step (an evaluation) is not this step's
+    double t0 = trace_now_us(), start = now_seconds();
+    transfer_take_stats(&e->xfer); // what ran since the last step (an evaluation) is not its
     metrics_step_begin(mx);
     double opt_wait_at_start = e->xfer.opt_wait_seconds;
     double loss = train_step(e, step);
@@ -569,7 +568,9 @@ static void run_step(engine *e, metrics *mx, int64_t step) {
     step_costs costs = take_step_costs(e, opt_wait_at_start);
     metrics_step_end(mx, step, loss, &costs);
     trace_record(TRACE_HOST, tag, t0, trace_now_us());
-    trace_set_step(-1); // evaluation and sampling are never traced
+    trace_set_step(-1);                  // evaluation and sampling are never traced
+    double took = now_seconds() - start; // the watchdog allows 3 of the longest step
+    if (took > e->job->longest_step) e->job->longest_step = took;
 }
 
 void engine_run(engine *e) {

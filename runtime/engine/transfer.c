@@ -77,9 +77,9 @@ static int version_ready(transfer *t, int g, int64_t v) {
     return 1;
 }
 
-void transfer_receive(transfer *t) {
+void transfer_receive(transfer *t, const char *what, int from) {
     control_msg msg;
-    int src = control_recv(t->job->ctl, &msg);
+    int src = job_recv(t->job, &msg, what, from);
     if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
         msg.group >= t->job->n_groups)
         mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
@@ -117,7 +117,11 @@ static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf) {
             if (buf && t->cuda) xfer_cuda_fetch_shard(t, buf, k);
         }
         if (left == 0) break;
-        transfer_receive(t);
+        char what[64];
+        int late = 0;
+        while (late < t->job->n_shards && t->taken[late]) late++;
+        snprintf(what, sizeof what, "group %d's weights at version %lld", g, (long long)v);
+        transfer_receive(t, what, late + 1);
     }
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 0);
     double t1 = now_seconds();

@@ -22,9 +22,10 @@ void buffers_free(transfer *t, weight_buffer *w, int nw, grad_buffer *g, int ng)
 // Ensures buf holds group g at version v, queueing a fetch if it does not. Waits (counted as
 // optimizer wait) until every shard has announced that version.
 void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v);
-// Blocks for the optimizers' next announcement and records it; how many groups every shard
-// has announced at version v (for the progress of the optimizers' start).
-void transfer_receive(transfer *t);
+// Blocks for the optimizers' next announcement and records it (the watchdog names `what` and
+// rank `from`, -1 for any, should none come); how many groups every shard has announced at
+// version v (for the progress of the optimizers' start).
+void transfer_receive(transfer *t, const char *what, int from);
 int transfer_groups_ready(transfer *t, int64_t v);
 // Compute may use the buffer from here on (CPU: waits; CUDA: orders the compute stream).
 void fetch_wait(weight_buffer *buf);

@@ -322,6 +322,18 @@ int control_recv(mt_control *ctl, control_msg *msg) {
     return fifo_pop(ctl, msg);
 }
 
+int control_recv_within(mt_control *ctl, control_msg *msg, double seconds) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (ctl->count == 0) {
+        wait_step(ctl); // sleeps at most CONTROL_POLL_MS
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (ctl->count == 0 && (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > seconds)
+            return -1;
+    }
+    return fifo_pop(ctl, msg);
+}
+
 int control_try_recv(mt_control *ctl, control_msg *msg) {
     if (ctl->count == 0) ucp_worker_progress(ctl->worker);
     return ctl->count ? fifo_pop(ctl, msg) : -1;

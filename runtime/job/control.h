@@ -33,6 +33,8 @@ void control_send(mt_control *ctl, int dest, const control_msg *msg);
 // Blocks until a message arrives, sleeping in the kernel rather than spinning, so that idle
 // ranks leave the cores to busy ones. Returns the sender's rank.
 int control_recv(mt_control *ctl, control_msg *msg);
+// Like control_recv, but -1 when nothing has arrived within `seconds` (the watchdog's wait).
+int control_recv_within(mt_control *ctl, control_msg *msg, double seconds);
 // Like control_recv but returns -1 at once when nothing has arrived.
 int control_try_recv(mt_control *ctl, control_msg *msg);
 // Collective: waits for outstanding sends, closes endpoints and frees everything.

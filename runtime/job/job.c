@@ -140,8 +140,37 @@ void job_stop_after(mt_job *job, int step) {
     job->stopped_on_request = step;
 }
 
+static void gather_hosts(mt_job *job) {
+    char mine[64] = "?";
+    gethostname(mine, sizeof mine - 1);
+    job->hosts = calloc((size_t)job->world, sizeof *job->hosts);
+    if (!job->hosts) mt_die("out of memory");
+    MPI_CHECK(MPI_Allgather(mine, 64, MPI_CHAR, job->hosts, 64, MPI_CHAR, MPI_COMM_WORLD));
+}
+
+int job_recv(mt_job *job, control_msg *msg, const char *what, int from) {
+    if (!what) return control_recv(job->ctl, msg);
+    double limit = job->cfg.watchdog_s, scaled = 3 * job->longest_step;
+    if (scaled > limit) limit = scaled;
+    // The optimizer ranks wait twice as long: when one of them is stuck, the compute rank, the
+    // one that knows which rank is late, is the first to speak.
+    if (job->rank != 0) limit *= 2;
+    int src = control_recv_within(job->ctl, msg, limit);
+    if (src >= 0) return src;
+    char who[160];
+    if (from >= 0)
+        snprintf(who, sizeof who, "rank %d (%s, on %s)", from,
+                 from == 0 ? "the compute rank" : "an optimizer rank", job->hosts[from]);
+    else
+        snprintf(who, sizeof who, "%s", job->rank == 0 ? "the optimizer ranks" : "rank 0");
+    mt_die("watchdog: rank %d (on %s) heard nothing for %.0f s while waiting for %s from %s: "
+           "it is stopped, hung or far too slow (watchdog_s = %d); ending the job",
+           job->rank, job->hosts[job->rank], limit, what, who, job->cfg.watchdog_s);
+}
+
 void job_start(mt_job *job) {
     job->stopped_on_request = -1;
+    gather_hosts(job);
     struct sigaction sa = {.sa_handler = on_stop_request};
     sigemptyset(&sa.sa_mask);
     SYS_CHECK(sigaction(SIGUSR1, &sa, NULL));
@@ -164,6 +193,7 @@ void job_teardown(mt_job *job) {
     if (job->opt_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_comm));
     free(job->layouts);
     free(job->regions);
+    free(job->hosts);
 }
 
 int job_note_step(mt_job *job, int step, int bad) {

@@ -41,6 +41,8 @@ typedef struct {
     // correction) and in a row; every rank counts the same (step_is_bad).
     int skipped_steps, bad_in_a_row, stopped_bad;
     int stopped_on_request;        // the step a stop request ended the job after (-1: none)
+    char (*hosts)[64];             // [world]: each rank's host name, for the watchdog
+    double longest_step;           // seconds; the watchdog waits 3 of these when longer
     int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
     char job_id[80];
@@ -74,6 +76,13 @@ void job_recv_floats(float *x, size_t n, int src);
 int job_stop_requested(void);
 // The job ends after `step` (it saves there): the compute rank's decision, or what it told.
 void job_stop_after(mt_job *job, int step);
+
+// The watchdog: the next control message, or, when none comes within watchdog_s (or 3 times
+// the longest step so far), the job ends with a message naming what this rank waited for
+// (`what`, e.g. "gradients of step 12") and the rank(s) it waited on (`from`: -1 for any).
+// what = NULL waits without a limit: the start, where loading a large model's state or a
+// checkpoint shows no progress for minutes, is not watched.
+int job_recv(mt_job *job, control_msg *msg, const char *what, int from);
 
 // After step `step`'s norms are known: counts a bad step, and when optimizer.max_bad_steps
 // have come in a row ends the job after this step (end_step, so that it saves: the last good

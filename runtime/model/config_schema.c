@@ -66,6 +66,9 @@ const field_t config_schema[] = {
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
     STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
+    // a rank that hears nothing from the ranks it waits on for this long (or 3 steps' time,
+    // when longer) ends the job, naming the rank it waited for
+    INT("watchdog_s", watchdog_s, 1, INT_MAX, 0, 600),
     STR("recompute", recompute, 0, "auto", "auto|always"),
     STR("offload_activations", offload_activations, 0, "auto", "auto|never|always"),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>

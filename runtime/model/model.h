@@ -49,6 +49,7 @@ typedef struct {
     int eval_interval, eval_batches;
     int sample_tokens;            // tokens of text generated at the end (0: none)
     char backend[16];             // "auto", "cpu" or "cuda"
+    int watchdog_s;               // seconds without a word from the ranks waited on
     char recompute[16];           // "auto": keep layer internals where memory allows; "always"
     char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none

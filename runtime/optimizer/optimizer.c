@@ -221,7 +221,9 @@ static void wait_for_gradients(optimizer *o, int step) {
     for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
     while (missing > 0) {
         control_msg msg;
-        control_recv(job->ctl, &msg);
+        char what[48];
+        snprintf(what, sizeof what, "the gradients of step %d", step + 1);
+        job_recv(job, &msg, step == job->start_step ? NULL : what, 0); // the start: unwatched
         if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
             job_stop_after(job, step);
             continue;
@@ -306,6 +308,7 @@ void optimizer_run(mt_job *job) {
     give_device_groups(&o);
     trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
+        double began = now_seconds(); // the watchdog allows 3 of the longest step
         trace_set_step(step);
         double t0 = trace_now_us();
         wait_for_gradients(&o, step);
@@ -317,6 +320,8 @@ void optimizer_run(mt_job *job) {
         if (job->device_groups > 0 && checkpoint_state_due(job, step + 1)) take_device_groups(&o);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
         if (step + 1 < job->end_step) device_state_free(&o); // the export still needs them
+        double took = now_seconds() - began;
+        if (took > job->longest_step) job->longest_step = took;
     }
     if (checkpoint_export_due(job)) export_hf(&o);
     trace_finish(); // collective with rank 0's
