@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 DEMO_OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: all deps build demo test clean
+.PHONY: all deps build demo test test-asan clean
 
 all: build
 
@@ -20,5 +20,13 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j1
 
+# The CPU test suite under ASan and UBSan (no CUDA: the sanitizers do not see into kernels).
+# Leaks are not checked: MPI and UCX keep allocations until exit by design.
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON -DMT_CUDA=OFF >/dev/null
+	@cmake --build build-asan -j$(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j1
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan
