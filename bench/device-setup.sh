@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine (Ubuntu 24.04, nothing downloadable): unpack the carried Debian packages
-# (.deb/: libucx-dev, libconfig, cJSON, PCRE2, xxHash headers) into a private prefix and point pkg-config at it.
+# (.deb/: libucx-dev, libconfig, cJSON, PCRE2, xxHash headers and xxhsum) into a private prefix
+# and point pkg-config at it.
 # Fetch them on the Debian dev machine first (the folder is carried to the device machine):
 #   mkdir -p .deb && cd .deb && apt-get download libucx-dev libconfig-dev libconfig9 libcjson-dev libcjson1 libpcre2-dev \
-#       libxxhash-dev libxxhash0
+#       libxxhash-dev libxxhash0 xxhash
 # Source it: `source bench/device-setup.sh`.
 set -e
 DEPS=${DEPS:-/tmp/mt-deps}
@@ -28,5 +29,5 @@ for link in "$libdir"/*.so; do
 done
 export PKG_CONFIG_PATH=$libdir/pkgconfig:$DEPS/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
 export LD_LIBRARY_PATH=$libdir:${LD_LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH
+export PATH=/usr/local/cuda/bin:$DEPS/usr/bin:$PATH # xxhsum for e2e_ckpt_verify
 set +e
