@@ -1,6 +1,6 @@
-// The CUDA flash attention (kernels/cuda/attention.cu) against the fp32 CPU reference
-// (kernels/cpu/attention.c), on both of its paths: tensor cores (default) and the simple
-// fp32 one (MT_ATTENTION_SIMPLE=1).
+// The CUDA flash attention (kernels/cuda/attention_forward.cu, attention_backward.cu) against the
+// fp32 CPU reference (kernels/cpu/attention.c), on both of its paths: tensor cores (default) and
+// the simple fp32 one (MT_ATTENTION_SIMPLE=1).
 //
 // q, k, v and dout are rounded to bf16 first, so both sides see the same inputs; the backward
 // of both sides gets the same bf16-rounded out and the reference lse, so that it is checked
@@ -334,7 +334,7 @@ int main(int argc, char **argv) {
         host_case c;
         host_case_init(&c, &SHAPES[i]);
         for (int simple = 0; simple <= 1; simple++) {
-            // attention.cu reads the variable on every call.
+            // use_simple (attention.cuh) reads the variable on every call.
             if (simple)
                 setenv("MT_ATTENTION_SIMPLE", "1", 1);
             else

@@ -1,0 +1,375 @@
+// Causal grouped-query flash attention (FlashAttention-2 scheme) for bf16 q, k, v.
+//
+// The math is exactly kernels/cpu/attention.c: scale 1/sqrt(hd), query head h reads kv head
+// h / (H / KV), lse = natural-log log-sum-exp of each row's scaled scores. Memory is O(T): a
+// CTA holds one tile of 64 or 128 query (or key) rows and streams the other side through
+// shared memory; the T x T probabilities are recomputed from lse in the backward, never stored.
+//
+// Two paths, each checked against the CPU reference by tests/test_attention_cuda.c:
+// - tensor cores (default): mma.sync m16n8k16 bf16 with fp32 accumulation, ldmatrix from
+//   padded shared memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128
+//   with zeros in shared memory, so every even hd <= 128 that is a multiple of 8 runs on it.
+// - simple (MT_ATTENTION_SIMPLE=1, or an hd / pointer alignment the tensor path cannot take):
+//   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
+//
+// Backward, both paths: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
+// by key tile in two separate kernels. Every output element has one owner and every sum runs
+// in a fixed order, so results are bitwise reproducible (no atomics).
+//
+// Files: attention.cuh (this family's shared pieces: PTX and warp-GEMM helpers, tile copies, the
+// simple path's helpers, shapes and launch configuration), attention_forward.cu and
+// attention_backward.cu. Private to kernels/cuda/; kernels_cuda.h is the interface.
+#ifndef MT_ATTENTION_CUH
+#define MT_ATTENTION_CUH
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+namespace {
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+constexpr int WARPS = 4, THREADS = 32 * WARPS; // each warp owns 16*MT rows of a CTA's tile
+
+struct Dims {
+    int B, T, H, KV, hd, group;
+    float scale;      // 1/sqrt(hd)
+    float scale_log2; // scale * log2(e): the kernels use exp2
+};
+
+// ---- bf16 and PTX helpers ------------------------------------------------------------------
+
+__device__ __forceinline__ float bf2f(bf16 x) {
+    return __uint_as_float((uint32_t)x << 16);
+}
+__device__ __forceinline__ bf16 f2bf(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// Two floats as one bf16x2 register: lo in the low half (the lower column of an MMA fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    return (uint32_t)f2bf(lo) | ((uint32_t)f2bf(hi) << 16);
+}
+
+// 2^x in one MUFU op; flushing denormal results to zero costs nothing that matters here
+// (probabilities below 2^-126) and saves exp2f's rescaling. exp2(-inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+// Waits until at most N of the most recently committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
+// Fragments, with g = lane / 4 and t = lane % 4: a = {(g, 2t..), (g+8, 2t..), (g, 2t+8..),
+// (g+8, 2t+8..)}; b = {(k 2t.., n g), (k 2t+8.., n g)}; c = {(g, 2t), (g, 2t+1), (g+8, 2t),
+// (g+8, 2t+1)}.
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- warp-level GEMM pieces --------------------------------------------------------------
+// Shared-memory tiles are row-major with LD = HDP + 8 elements per row: the 16-byte pad puts
+// the 8 rows of each ldmatrix 8x8 block in distinct banks. A warp owns MT 16-row m-tiles, so
+// that every B fragment read from shared memory feeds MT MMAs: with one m-tile a warp is
+// limited by shared-memory bandwidth rather than by the tensor cores.
+
+// A fragment for k-step ks of a 16-row block at sA (row-major [16][k]).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16 *sA, int ld, int ks, int lane) {
+    ldsm_x4(a, sA + (lane & 15) * ld + (lane >> 4) * 8 + ks * 16);
+}
+
+// acc[mt] (16 x 8*NT) += A[mt] . B^T at k-step ks, for B stored row-major as [n][k] (the K
+// tile of Q K^T). One x4 ldmatrix gives b0, b1 of two adjacent n-tiles.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_nt_step(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
+                                            const bf16 *sB, int ld, int ks, int lane) {
+    const bf16 *p = sB + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8 + ks * 16;
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+        uint32_t b[4];
+        ldsm_x4(b, p + np * 16 * ld);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+    }
+}
+
+// A (MT m-tiles, KS k-steps) already in registers.
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void mma_rs_nt(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KS][4],
+                                          const bf16 *sB, int ld, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t ak[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) ak[mt][i] = a[mt][ks][i];
+        mma_nt_step<MT, NT>(acc, ak, sB, ld, ks, lane);
+    }
+}
+
+// A read from shared memory (MT m-tiles of 16 rows from sA) one k-step at a time, to save
+// registers.
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void mma_ss_nt(float (&acc)[MT][NT][4], const bf16 *sA, const bf16 *sB,
+                                          int ld, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) load_a(a[mt], sA + mt * 16 * ld, ld, ks, lane);
+        mma_nt_step<MT, NT>(acc, a, sB, ld, ks, lane);
+    }
+}
+
+// acc[mt] (16 x 8*NT) += A[mt] . B for B stored row-major as [k][n] (the V tile of P V): the
+// transposing ldmatrix turns rows of B into "col" fragments.
+template <int MT, int KS, int NT>
+__device__ __forceinline__ void mma_rs_t(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KS][4],
+                                         const bf16 *sB, int ld, int lane) {
+    const bf16 *p = sB + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, p + ks * 16 * ld + np * 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
+                mma16816(acc[mt][2 * np + 1], a[mt][ks], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// 16 x 16*KS accumulator blocks (2*KS n-tiles each) as bf16 A fragments: an accumulator's
+// (row, column) layout is exactly an A fragment's, two n-tiles per k-step.
+template <int MT, int KS>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
+                                         const float (&acc)[MT][2 * KS][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            a[mt][ks][0] = pack_bf16(acc[mt][2 * ks][0], acc[mt][2 * ks][1]);
+            a[mt][ks][1] = pack_bf16(acc[mt][2 * ks][2], acc[mt][2 * ks][3]);
+            a[mt][ks][2] = pack_bf16(acc[mt][2 * ks + 1][0], acc[mt][2 * ks + 1][1]);
+            a[mt][ks][3] = pack_bf16(acc[mt][2 * ks + 1][2], acc[mt][2 * ks + 1][3]);
+        }
+    }
+}
+
+// ---- tiles: global <-> shared ------------------------------------------------------------
+
+// Rows [row0, row0 + ROWS) of a [T, stride] matrix (first hd columns) into shared [ROWS][LD]
+// through cp.async. Rows >= T and columns in [hd, HDP) are zeroed, so that the MMAs need no
+// tail cases: zero rows of q/k/v/dout give finite scores that the masks then drop, and zero
+// columns add nothing to dot products. hd is a multiple of the chunk, so none straddles hd.
+// A chunk is 16 bytes (uint4) when hd % 8 == 0; for hd % 8 == 4 (e.g. 100 for dim 3200 / 32
+// heads) every other head starts only 8-byte aligned, so rows move in 8-byte chunks (uint2).
+template <typename V> __device__ __forceinline__ void cp_async_chunk(void *dst, const void *src);
+template <> __device__ __forceinline__ void cp_async_chunk<uint4>(void *dst, const void *src) {
+    cp_async16(dst, src);
+}
+template <> __device__ __forceinline__ void cp_async_chunk<uint2>(void *dst, const void *src) {
+    cp_async8(dst, src);
+}
+
+template <int HDP, int ROWS, typename V>
+__device__ __forceinline__ void load_tile_chunks(bf16 *dst, const bf16 *src, int row0, int T,
+                                                 long stride, int hd) {
+    constexpr int LD = HDP + 8, E = sizeof(V) / sizeof(bf16), CPR = HDP / E;
+    for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
+        int r = c / CPR, col = (c % CPR) * E;
+        bf16 *d = dst + r * LD + col;
+        if (row0 + r < T && col < hd)
+            cp_async_chunk<V>(d, src + (long)(row0 + r) * stride + col);
+        else
+            *(V *)d = V{};
+    }
+}
+
+template <int HDP, int ROWS>
+__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int row0, int T, long stride,
+                                          int hd) {
+    if ((hd & 7) == 0)
+        load_tile_chunks<HDP, ROWS, uint4>(dst, src, row0, T, stride, hd);
+    else
+        load_tile_chunks<HDP, ROWS, uint2>(dst, src, row0, T, stride, hd);
+}
+
+// The staged rows of store_rows out to global memory, in chunks as load_tile reads them.
+template <int HDP, int ROWS, typename V>
+__device__ __forceinline__ void store_chunks(bf16 *dst, long stride, int row0, int T, int hd,
+                                             const bf16 *stage, int lane) {
+    constexpr int LD = HDP + 8, E = sizeof(V) / sizeof(bf16), CPR = HDP / E;
+    for (int c = lane; c < ROWS * CPR; c += 32) {
+        int r = c / CPR, col = (c % CPR) * E;
+        if (row0 + r < T && col < hd)
+            *(V *)(dst + (long)(row0 + r) * stride + col) = *(const V *)(stage + r * LD + col);
+    }
+}
+
+// Writes a warp's MT x 16 x HDP fp32 accumulators (row r times mul[mt][r / 8]) as bf16 rows
+// [row0, row0 + 16*MT) of a [T, stride] matrix, staged through the warp's own 16*MT rows of
+// shared memory (stage) so that the global stores are 16-byte and coalesced.
+template <int HDP, int MT>
+__device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int T, int hd,
+                                           const float (&acc)[MT][HDP / 8][4],
+                                           const float (&mul)[MT][2], bf16 *stage, int lane) {
+    constexpr int LD = HDP + 8;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int nt = 0; nt < HDP / 8; nt++) {
+            bf16 *s = stage + (mt * 16 + g) * LD + nt * 8 + 2 * t;
+            *(uint32_t *)s = pack_bf16(acc[mt][nt][0] * mul[mt][0], acc[mt][nt][1] * mul[mt][0]);
+            *(uint32_t *)(s + 8 * LD) =
+                pack_bf16(acc[mt][nt][2] * mul[mt][1], acc[mt][nt][3] * mul[mt][1]);
+        }
+    }
+    __syncwarp();
+    if ((hd & 7) == 0)
+        store_chunks<HDP, 16 * MT, uint4>(dst, stride, row0, T, hd, stage, lane);
+    else
+        store_chunks<HDP, 16 * MT, uint2>(dst, stride, row0, T, hd, stage, lane);
+}
+
+// Key tiles of bc keys [0, nkt) that the query rows [q0, q0 + rows) attend to.
+__device__ __forceinline__ int key_tiles(int q0, int rows, int T, int bc) {
+    return (min(q0 + rows, T) - 1) / bc + 1;
+}
+
+// ---- simple path: one warp per output row, fp32 on CUDA cores -----------------------------
+// Lane l scores key (or query) j0 + l of each chunk of 32; the chunk's weights are then
+// broadcast by shuffles and each lane accumulates dims lane, lane + 32, ... of the row.
+
+constexpr int SIMPLE_WARPS = 4, MAXC = 4; // 4 warps per block; hd <= 32 * MAXC
+
+// dot(row vector in shared memory (fp32), bf16 global row)
+__device__ __forceinline__ float dot_sg(const float *a, const bf16 *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * bf2f(b[i]);
+    return s;
+}
+
+__device__ __forceinline__ void load_row_f32(float *dst, const bf16 *src, int n, int lane) {
+    for (int i = lane; i < n; i += 32) dst[i] = bf2f(src[i]);
+    __syncwarp();
+}
+
+// ---- host side -----------------------------------------------------------------------------
+
+inline Dims make_dims(int B, int T, int H, int KV, int hd) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd > 32 * MAXC) {
+        fprintf(stderr, "megatrain: attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d\n", B,
+                T, H, KV, hd);
+        exit(1);
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
+}
+
+inline bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+// The tensor-core path needs 16-byte rows (hd % 8 == 0) and 16-byte aligned bases for
+// cp.async and the vector stores; anything else, or MT_ATTENTION_SIMPLE=1, takes the simple
+// path. getenv on every call, so that a test can switch paths at run time.
+inline bool use_simple(int hd, const void *const *ptrs, int n) {
+    const char *e = getenv("MT_ATTENTION_SIMPLE");
+    if (e && e[0] == '1') return true;
+    if (hd % 4 != 0) return true; // hd % 8 == 4 takes the tensor path with 8-byte chunks
+    for (int i = 0; i < n; i++)
+        if (!aligned16(ptrs[i])) return true;
+    return false;
+}
+
+inline int padded_hd(int hd) {
+    return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+}
+
+// Raise the kernel's dynamic shared-memory limit (above 48 KB needs it). Cheap, and setting it
+// on every launch keeps the code free of static state.
+template <typename K> void set_smem_limit(K kernel, size_t smem) {
+    CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+// Per padded head size, chosen by timing on an H200 (B=8, T=2048): m-tiles per warp (MT; two
+// where the registers allow), key tile BC of fwd and dq (32 at hd 128 keeps MT = 2 within 255
+// registers), and the dk/dv kernel's query tile BQ. Shared memory: fwd and dq hold 64*MT query
+// rows (q, and dout for dq) plus two K/V stages; dk/dv holds 64*MT K and V rows plus two stages
+// of BQ q and dout rows with their lse and D.
+template <int HDP> struct Cfg {
+    static constexpr int LD = HDP + 8, FWD_MT = 2, FWD_BC = HDP <= 64 ? 64 : 32;
+    static constexpr int DQ_MT = 2, DQ_BC = FWD_BC;
+    static constexpr int KV_MT = HDP <= 64 ? 2 : 1, KV_BQ = 32;
+    static constexpr size_t fwd_smem =
+        (size_t)(16 * WARPS * FWD_MT + 4 * FWD_BC) * LD * sizeof(bf16);
+    static constexpr size_t dq_smem =
+        (size_t)(2 * 16 * WARPS * DQ_MT + 4 * DQ_BC) * LD * sizeof(bf16);
+    static constexpr size_t kv_smem =
+        (size_t)(2 * 16 * WARPS * KV_MT + 4 * KV_BQ) * LD * sizeof(bf16) +
+        4 * KV_BQ * sizeof(float);
+};
+
+inline int cdiv(int a, int b) {
+    return (a + b - 1) / b;
+}
+
+inline unsigned simple_blocks(long rows) {
+    return (unsigned)((rows + SIMPLE_WARPS - 1) / SIMPLE_WARPS);
+}
+
+} // namespace
+
+#endif

@@ -1,0 +1,227 @@
+// Flash attention, forward: the tensor-core kernel and the simple path, and their launch
+// (attention.cuh says how the family works).
+#include "kernels/cuda/attention.cuh"
+
+namespace {
+
+// ---- tensor-core forward -----------------------------------------------------------------
+
+// One online-softmax step over a 16 x 8*NS score block (two rows per thread: row_lo and
+// row_lo + 8). s holds raw scores on entry and unnormalized probabilities on exit; o and l are
+// rescaled to the new running max m (scaled, base-2 units). With mask set, keys after the row
+// drop.
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
+                                             float (&l)[2], float scale_log2, bool mask, int row_lo,
+                                             int key0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY; // of the raw scores: scale_log2 > 0 keeps the order
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = key0 + nt * 8 + 2 * (lane & 3) + e;
+                if (mask && key > row_lo + 8 * r) s[nt][2 * r + e] = -INFINITY;
+                mx = fmaxf(mx, s[nt][2 * r + e]);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Every row meets key 0 in the first tile, so mx is finite from then on (a later tile
+        // may mask a whole row: mx stays m) and exp2(-inf - mx) = 0 on the first tile.
+        mx = fmaxf(m[r], mx * scale_log2);
+        float alpha = fast_exp2(m[r] - mx);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int nt = 0; nt < NO; nt++) {
+            o[nt][2 * r] *= alpha;
+            o[nt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -mx));
+                s[nt][2 * r + e] = p;
+                l[r] += p; // this thread's partial row sum; the quad reduces it at the end
+            }
+        }
+    }
+}
+
+// One CTA per (b, h, 64*MT-query tile); each warp owns 16*MT query rows and streams the
+// BC-key K/V tiles up to its diagonal through a two-stage cp.async pipeline.
+template <int HDP, int MT, int BC>
+__global__ void __launch_bounds__(THREADS)
+    attn_fwd_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
+    constexpr int LD = HDP + 8, KS = HDP / 16, NO = HDP / 8, NS = BC / 8, BR = 16 * WARPS * MT;
+    constexpr bool QREG = HDP <= 64; // q's A fragments stay in registers when they fit
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sQ = (bf16 *)smem;
+    bf16 *sKV = sQ + BR * LD; // stage s: K at sKV + 2*s*BC*LD, V right after it
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR; // the longest rows first: load balance
+    const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1; // this warp's rows
+    const int nkt = key_tiles(q0, BR, d.T, BC);
+    const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
+    const bf16 *qb = q + (long)b * d.T * qs + (long)h * d.hd;
+    const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
+    const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
+    bf16 *sQw = sQ + warp * 16 * MT * LD;
+
+    load_tile<HDP, BR>(sQ, qb, q0, d.T, qs, d.hd);
+    load_tile<HDP, BC>(sKV, kb, 0, d.T, kvs, d.hd);
+    load_tile<HDP, BC>(sKV + BC * LD, vb, 0, d.T, kvs, d.hd);
+    cp_async_commit();
+
+    uint32_t qf[MT][KS][4];
+    float o[MT][NO][4] = {}, m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    for (int kt = 0; kt < nkt; kt++) {
+        const bf16 *sK = sKV + (kt & 1) * 2 * BC * LD, *sV = sK + BC * LD;
+        if (kt + 1 < nkt) { // prefetch into the other stage, freed by the last barrier
+            bf16 *nK = sKV + ((kt + 1) & 1) * 2 * BC * LD;
+            load_tile<HDP, BC>(nK, kb, (kt + 1) * BC, d.T, kvs, d.hd);
+            load_tile<HDP, BC>(nK + BC * LD, vb, (kt + 1) * BC, d.T, kvs, d.hd);
+        }
+        cp_async_commit(); // possibly empty: keeps the wait count uniform
+        cp_async_wait<1>();
+        __syncthreads();
+        if constexpr (QREG) {
+            if (kt == 0)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int ks = 0; ks < KS; ks++)
+                        load_a(qf[mt][ks], sQw + mt * 16 * LD, LD, ks, lane);
+        }
+        const int key0 = kt * BC;
+        if (key0 <= wr1) { // else every key of the tile comes after every row of this warp
+            float s[MT][NS][4] = {};
+            if constexpr (QREG)
+                mma_rs_nt<MT, KS, NS>(s, qf, sK, LD, lane);
+            else
+                mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
+            const bool mask = key0 + BC - 1 > wr0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                softmax_step<NS, NO>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask,
+                                     wr0 + mt * 16 + (lane >> 2), key0, lane);
+            uint32_t pf[MT][BC / 16][4];
+            acc_to_a<MT, BC / 16>(pf, s);
+            mma_rs_t<MT, BC / 16, NO>(o, pf, sV, LD, lane);
+        }
+        __syncthreads(); // this stage is refilled two iterations on
+    }
+
+    float inv[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float sum = l[mt][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            inv[mt][r] = 1.0f / sum;
+            int row = wr0 + mt * 16 + (lane >> 2) + 8 * r;
+            if ((lane & 3) == 0 && row < d.T)
+                lse[((long)b * d.H + h) * d.T + row] = (m[mt][r] + log2f(sum)) * LN2;
+        }
+    }
+    // Each warp only ever read its own rows of sQ, so it can reuse them as staging.
+    store_rows<HDP, MT>(out + (long)b * d.T * qs + (long)h * d.hd, qs, wr0, d.T, d.hd, o, inv, sQw,
+                        lane);
+}
+
+// ---- simple path (helpers in attention.cuh) ------------------------------------------------
+
+__global__ void attn_fwd_simple(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                                Dims d) {
+    __shared__ float sq[SIMPLE_WARPS][32 * MAXC];
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    long row = (long)blockIdx.x * SIMPLE_WARPS + w; // (b, h, i) with i fastest
+    if (row >= (long)d.B * d.H * d.T) return;
+    const int i = (int)(row % d.T), h = (int)(row / d.T % d.H), b = (int)(row / d.T / d.H);
+    const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
+    const bf16 *kb = k + (long)b * d.T * kvs + (long)(h / d.group) * d.hd;
+    const bf16 *vb = v + (long)b * d.T * kvs + (long)(h / d.group) * d.hd;
+    load_row_f32(sq[w], q + ((long)b * d.T + i) * qs + (long)h * d.hd, d.hd, lane);
+
+    float m = -INFINITY, l = 0.0f, acc[MAXC] = {};
+    for (int j0 = 0; j0 <= i; j0 += 32) {
+        int j = j0 + lane;
+        float s = j <= i ? dot_sg(sq[w], kb + (long)j * kvs, d.hd) * d.scale : -INFINITY;
+        float mx = s;
+        for (int off = 16; off > 0; off >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        mx = fmaxf(mx, m); // chunk j0 always holds key j0 <= i, so mx is finite
+        float alpha = expf(m - mx), p = j <= i ? expf(s - mx) : 0.0f, ps = p;
+        for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+        l = l * alpha + ps;
+        m = mx;
+        int n = min(32, i + 1 - j0);
+#pragma unroll
+        for (int c = 0; c < MAXC; c++) acc[c] *= alpha;
+        for (int jj = 0; jj < n; jj++) {
+            float pj = __shfl_sync(0xffffffffu, p, jj);
+            const bf16 *vj = vb + (long)(j0 + jj) * kvs;
+#pragma unroll
+            for (int c = 0; c < MAXC; c++)
+                if (lane + 32 * c < d.hd) acc[c] += pj * bf2f(vj[lane + 32 * c]);
+        }
+    }
+    bf16 *o = out + ((long)b * d.T + i) * qs + (long)h * d.hd;
+#pragma unroll
+    for (int c = 0; c < MAXC; c++)
+        if (lane + 32 * c < d.hd) o[lane + 32 * c] = f2bf(acc[c] / l);
+    if (lane == 0) lse[((long)b * d.H + h) * d.T + i] = m + logf(l);
+}
+
+// ---- host side -----------------------------------------------------------------------------
+
+template <int HDP>
+void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
+                cudaStream_t stream) {
+    using C = Cfg<HDP>;
+    auto kernel = attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC>;
+    dim3 grid(d.B * d.H, cdiv(d.T, 16 * WARPS * C::FWD_MT));
+    set_smem_limit(kernel, C::fwd_smem);
+    kernel<<<grid, THREADS, C::fwd_smem, stream>>>(out, lse, q, k, v, d);
+    CUDA_CHECK_LAUNCH();
+}
+
+} // namespace
+
+extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd) {
+    return (size_t)B * H * T * sizeof(float); // D = rowsum(dout * out), [B, H, T]
+}
+
+extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                                       const bf16 *v, int B, int T, int H, int KV, int hd,
+                                       cudaStream_t stream) {
+    Dims d = make_dims(B, T, H, KV, hd);
+    if (B == 0 || T == 0) return;
+    const void *ptrs[] = {out, q, k, v};
+    if (use_simple(hd, ptrs, 4)) {
+        attn_fwd_simple<<<simple_blocks((long)B * H * T), 32 * SIMPLE_WARPS, 0, stream>>>(
+            out, lse, q, k, v, d);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    switch (padded_hd(hd)) {
+    case 32:
+        forward_tc<32>(out, lse, q, k, v, d, stream);
+        break;
+    case 64:
+        forward_tc<64>(out, lse, q, k, v, d, stream);
+        break;
+    default:
+        forward_tc<128>(out, lse, q, k, v, d, stream);
+        break;
+    }
+}
