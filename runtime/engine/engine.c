@@ -130,22 +130,15 @@ static void choose_offload(engine *e) {
                layer_act_bytes(e) * c->layers / 1073741824.0, e->ops->async ? "GPU" : "backend");
 }
 
-// Before the activations: what the groups' state takes is then known when choosing offload and
-// kept slots. The choice is announced to the optimizer ranks, who send the state over.
+// Before the activations: the own layers' buffers, and the groups' state, which the optimizer
+// ranks send over.
 static void own_groups(engine *e) {
-    const mt_config *c = e->c;
     int cuda = strcmp(e->ops->name, "cuda") == 0;
-    size_t free_bytes = e->ops->device_bytes_free(e->be);
-    int groups = e->job->device_groups;
+    int groups = e->job->device_groups; // engine_new checked that they fit (plan_check_device)
     size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
     for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
-    double need = state + (double)(wb + 4) * layer * e->n_own; // an explicit setting may not fit
-    if (need > (double)free_bytes)
-        mt_die("%s: optimizer.device_groups = %d needs %.1f GiB of %s memory, %.1f GiB are free",
-               c->source_path, groups, need / 1073741824.0, e->ops->name,
-               free_bytes / 1073741824.0);
     e->own = calloc(e->n_own ? e->n_own : 1, sizeof *e->own);
     e->own_g = calloc(e->n_own ? e->n_own : 1, sizeof *e->own_g);
     if (!e->own || !e->own_g) mt_die("out of memory");

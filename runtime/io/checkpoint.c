@@ -78,7 +78,8 @@ static uint64_t block_bytes(void) {
 int checkpoint_find_latest(const char *dir, char *out, size_t cap) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/LATEST", dir);
-    char *name = manifest_read_text(path);
+    char err[PATH_MAX + 64];
+    char *name = read_text(path, 4096, err, sizeof err); // LATEST names one folder
     if (!name) return -1;
     name[strcspn(name, "\n")] = 0;
     snprintf(out, cap, "%s/%s", dir, name);

@@ -13,17 +13,8 @@
 
 #define MANIFEST_VERSION 3 // 3: "self" checksum, step/seed in state.bin's header; 2 still read
 
-char *manifest_read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-        buf[fread(buf, 1, (size_t)n, f)] = 0;
-    }
-    fclose(f);
-    return buf;
-}
+// A manifest lists a checksum per 64 MiB of state: 16 MiB of JSON is over 100 TB of state.
+#define MANIFEST_MAX (16u << 20)
 
 // The manifest's own checksum: XXH64 of the file with the 16 hex digits of its "self" field
 // (the last one) read as zeros. Returns where those digits are, or NULL without one.
@@ -61,8 +52,8 @@ static int check_self(char *text, const cJSON *root, const char *path, char *err
 
 cJSON *manifest_load(const char *step_dir, char *path, size_t cap, char *err, size_t errlen) {
     snprintf(path, cap, "%s/manifest.json", step_dir);
-    char *text = manifest_read_text(path);
-    if (!text) return snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno)), NULL;
+    char *text = read_text(path, MANIFEST_MAX, err, errlen);
+    if (!text) return NULL;
     cJSON *root = cJSON_Parse(text);
     if (!root) snprintf(err, errlen, "%s: not valid JSON", path);
     if (root && check_self(text, root, path, err, errlen) < 0) cJSON_Delete(root), root = NULL;

@@ -18,8 +18,6 @@ typedef struct {
     uint64_t seed;
 } manifest_facts;
 
-// A whole small file as a string to free(); NULL (errno set) when it cannot be read.
-char *manifest_read_text(const char *path);
 // step_dir/manifest.json parsed, its "self" checksum checked (version 3); NULL with err.
 cJSON *manifest_load(const char *step_dir, char *path, size_t cap, char *err, size_t errlen);
 // A whole number field of obj (prefix names its parent in messages), in [0, 2^53].
