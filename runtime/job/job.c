@@ -135,8 +135,13 @@ int job_stop_requested(void) {
     return stop_requested;
 }
 
-void job_stop_after(mt_job *job, int step) {
+// The job's last step becomes `step`, unless it ends earlier anyway.
+static void end_after(mt_job *job, int step) {
     if (step + 1 < job->end_step) job->end_step = step + 1;
+}
+
+void job_stop_after(mt_job *job, int step) {
+    end_after(job, step);
     job->stopped_on_request = step;
 }
 
@@ -199,10 +204,9 @@ void job_teardown(mt_job *job) {
 int job_note_step(mt_job *job, int step, int bad) {
     job->bad_in_a_row = bad ? job->bad_in_a_row + 1 : 0;
     job->skipped_steps += bad;
-    if (job->bad_in_a_row >= job->cfg.max_bad_steps && step + 1 < job->end_step) {
-        job->end_step = step + 1;
+    if (job->bad_in_a_row >= job->cfg.max_bad_steps) {
+        end_after(job, step);
         job->stopped_bad = 1;
     }
-    if (job->bad_in_a_row >= job->cfg.max_bad_steps) job->stopped_bad = 1;
     return bad;
 }
