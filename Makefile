@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 DEMO_OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: all deps build demo test test-asan clean
+.PHONY: all deps build demo test test-asan fuzz clean
 
 all: build
 
@@ -28,5 +28,11 @@ test-asan: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j1
 
+# libFuzzer on the six parsers that read files from strangers (tests/fuzz/README.md), with clang.
+# FUZZ_SECONDS=600 make fuzz runs each for ten minutes.
+fuzz:
+	@tools/install-deps.sh fuzz
+	@tests/fuzz/run.sh
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

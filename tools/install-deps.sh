@@ -4,6 +4,8 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config python3 libopenmpi-dev openmpi-bin libucx-dev ucx-utils
           libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev xxhash gnuplot-nox)
+# `make fuzz` builds with clang's libFuzzer (and OpenMP for clang); nothing else needs them.
+[ "${1:-}" = fuzz ] && packages+=(clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -112,7 +112,8 @@ static int by_begin(const void *a, const void *b) {
 // Two tensors sharing bytes is a corrupt file (the format forbids it; we would train on both).
 static int check_overlaps(const hf_index *ix, int first, char *err, size_t errlen) {
     int n = ix->n - first;
-    hf_tensor *s = malloc((n ? n : 1) * sizeof *s);
+    if (n == 0) return 0; // a header of no tensors: ix->t may still be NULL
+    hf_tensor *s = malloc(n * sizeof *s);
     if (!s) mt_die("out of memory");
     memcpy(s, ix->t + first, n * sizeof *s);
     qsort(s, n, sizeof *s, by_begin);

@@ -1,0 +1,26 @@
+// A checkpoint's manifest.json as a resume reads it: checkpoint_read_step (the step and skip
+// count mtrun shows), then checkpoint_check_state against a small model's job (the "self"
+// checksum, version, shape, seed, groups and the block list; state.bin is absent, so the
+// check ends at its header).
+#include "runtime/io/io.h"
+#include "tests/fuzz/fuzz.h"
+
+static mt_job *small_job(void) {
+    static mt_job job;
+    if (job.n_groups) return &job;
+    mt_config *c = &job.cfg;
+    c->dim = 64, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 160, c->vocab = 256;
+    c->tied_embeddings = 1, c->seed = 1337;
+    job.n_groups = model_group_count(c);
+    for (int g = 0; g < job.n_groups; g++) job.group_numel[g] = model_group_numel(c, g);
+    return &job;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char err[4096];
+    int step, skipped;
+    fuzz_write("manifest.json", data, size);
+    checkpoint_read_step(fuzz_dir(), &step, &skipped, err, sizeof err);
+    checkpoint_check_state(fuzz_dir(), small_job(), err, sizeof err);
+    return 0;
+}
