@@ -348,10 +348,18 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers%s, %s\n", "weights",
             H(b->weights), owned, p->cuda ? "bf16" : "fp32");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
-    int offloaded = p->cuda && p->choices.offload;
+    int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
-            "activations", H(b->activations), offloaded ? 2 : c->layers + 1, c->micro_batches, n,
-            c->dim, offloaded ? " (the other boundaries offloaded to pinned host memory)" : "");
+            "activations", H(b->activations), plan_boundary_slots(c, &p->choices), c->micro_batches,
+            n, c->dim, offloaded ? " (the other boundaries offloaded to pinned host memory)" : "");
+    if (every > 1)
+        fprintf(f,
+                "  segments      boundary_every = %d%s: boundaries 0, %d, %d, ... stay, and the "
+                "backward recomputes the forward of the %d layers between them (%.0f%% more "
+                "layer forwards)\n",
+                every, c->boundary_every ? "" : " (auto: all would not fit)", every, 2 * every,
+                plan_recomputed_layers(c->layers, every),
+                100.0 * plan_recomputed_layers(c->layers, every) / c->layers);
     fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",

@@ -71,6 +71,9 @@ const field_t config_schema[] = {
     INT("watchdog_s", watchdog_s, 1, INT_MAX, 0, 600),
     STR("recompute", recompute, 0, "auto", "auto|always"),
     STR("offload_activations", offload_activations, 0, "auto", "auto|never|always"),
+    // keep every k-th layer boundary activation on the device and recompute the others,
+    // segment by segment, in the backward (1: keep them all); 0: auto, the plan's choice
+    INT("boundary_every", boundary_every, 0, 1 << 20, 0, 0),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),

@@ -52,6 +52,7 @@ typedef struct {
     int watchdog_s;               // seconds without a word from the ranks waited on
     char recompute[16];           // "auto": keep layer internals where memory allows; "always"
     char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
+    int boundary_every;           // keep boundaries 0, k, 2k, ... (and recompute the rest); 0: auto
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
     int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).

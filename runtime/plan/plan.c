@@ -150,8 +150,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA): two sets on the GPU, the rest pinned.
-    int offload = cuda && ch->offload;
-    b->activations = 4 * (offload ? 2 : s.L + 1) * s.M * s.n * s.D;
+    b->activations = 4 * (uint64_t)plan_boundary_slots(c, ch) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
         uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
@@ -192,17 +191,49 @@ static uint64_t before_offload_bytes(const mt_config *c, const plan_choices *ch)
     return b.weights + b.grads + b.optimizer + transfer;
 }
 
+static int segment_slots(int layers, int k) {
+    return layers / k + k;
+}
+
+int plan_recomputed_layers(int layers, int k) {
+    int last = (layers - 1) / k * k; // where the last segment starts
+    return last / k * (k - 1);
+}
+
+int plan_boundary_slots(const mt_config *c, const plan_choices *ch) {
+    return ch->offload ? 2 : segment_slots(c->layers, ch->boundary_every);
+}
+
+// The k whose slots fit in `fit` boundaries' worth, fewest recomputed layers first (the
+// smallest k); the k of fewest slots when none fits.
+static int fitting_every(int layers, uint64_t fit) {
+    int best = 1;
+    for (int k = 1; k <= layers; k++) {
+        if ((uint64_t)segment_slots(layers, k) <= fit) return k;
+        if (segment_slots(layers, k) < segment_slots(layers, best)) best = k;
+    }
+    return best;
+}
+
+// Boundaries may take 3/4 of what is free once the buffers before them are there, which
+// leaves the rest for the working set and kept layers. When all of them do not fit, "auto"
+// keeps every k-th and recomputes the segments between (no host memory needed, unlike an
+// offload, and at long context the host has none to spare); offload_activations "auto"
+// offloads only when even that does not fit.
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
     ch->device_groups = plan_device_groups(c, cuda, room);
+    ch->boundary_every = c->boundary_every > 0 ? c->boundary_every : 1;
+    if (ch->boundary_every > c->layers) ch->boundary_every = c->layers;
     if (strcmp(c->offload_activations, "always") == 0) ch->offload = 1;
-    if (strcmp(c->offload_activations, "auto") != 0 || room == UINT64_MAX) return;
-    // "auto" offloads when the boundaries would take more than 3/4 of what is free once the
-    // buffers before them are there, which leaves the rest for the working set and kept layers.
+    if (ch->offload || room == UINT64_MAX) return;
     shape s = shape_of(c);
-    uint64_t all = 4 * (s.L + 1) * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
-    uint64_t left = room > before ? room - before : 0;
-    ch->offload = all > left / 4 * 3;
+    uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
+    uint64_t fit = (room > before ? room - before : 0) / 4 * 3 / one;
+    if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
+    if (strcmp(c->offload_activations, "auto") == 0 &&
+        (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
+        ch->offload = 1, ch->boundary_every = 1;
 }
 
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
@@ -328,7 +359,12 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
     memset(e, 0, sizeof *e);
-    e->flops = tokens * (8.0 * N + 12.0 * c->layers * (double)c->dim * c->seq_len);
+    // a recomputed segment layer is one more forward: 2 of the layer's 6 N, 4 of attention's 12
+    double layer_n = (double)model_group_numel(c, model_layer_group(0));
+    double attention = 4.0 * (double)c->dim * c->seq_len;
+    e->flops = tokens * (8.0 * N + 12.0 * c->layers * (double)c->dim * c->seq_len +
+                         plan_recomputed_layers(c->layers, p->choices.boundary_every) *
+                             (2.0 * layer_n + attention));
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->compute_s = e->flops / e->flops_rate;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once

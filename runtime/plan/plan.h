@@ -53,8 +53,9 @@ typedef struct {
 // memory less those and PLAN_CUDA_CONTEXT_BYTES). UINT64_MAX: not known (no limit).
 typedef struct {
     int cuda, grad_bytes;
-    int device_groups; // optimizer.device_groups, "auto" resolved
-    int offload;       // offload_activations, "auto" resolved
+    int device_groups;  // optimizer.device_groups, "auto" resolved
+    int offload;        // offload_activations, "auto" resolved
+    int boundary_every; // boundary_every, "auto" (0) resolved: 1 keeps every boundary
 } plan_choices;
 
 #define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
@@ -78,6 +79,13 @@ typedef struct {
     uint64_t gpu_free;         // the GPU's free bytes as given (UINT64_MAX: not known)
     const char *gpu_source;    // where that figure came from, for messages
 } mt_plan;
+
+// Boundary activations the compute rank holds on its device for boundary_every k: boundaries
+// 0, k, 2k, ... and the k - 1 of the segment being recomputed (two sets when offloaded).
+int plan_boundary_slots(const mt_config *c, const plan_choices *ch);
+// Layers whose forward the backward runs once more to remake a segment's boundaries: k - 1
+// in every segment but the last, whose boundaries are still there from the forward.
+int plan_recomputed_layers(int layers, int boundary_every);
 
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);

@@ -1,0 +1,67 @@
+// The engine's state, private to runtime/engine/: engine.c sets it up and runs the loop,
+// step.c schedules one step's passes over it (forward, head, backward, evaluation, sampling).
+#ifndef MT_STEP_H
+#define MT_STEP_H
+
+#include "runtime/engine/backend.h"
+#include "runtime/engine/device_groups.h"
+#include "runtime/engine/transfer.h"
+#include "runtime/io/io.h"
+#include "runtime/observe/observe.h"
+
+// One layer's pass in the backward: its backward, or (redo) its forward once more, to remake
+// the boundary above it that a segment did not keep.
+typedef struct {
+    int layer, redo;
+} layer_pass;
+
+typedef struct engine engine; // as in engine.h (C11 allows the repeat)
+
+struct engine {
+    mt_job *job;
+    const mt_config *c;
+    const backend_ops *ops;
+    backend *be;
+    transfer xfer;
+    dataset data;
+    int n;                            // tokens per micro-batch
+    weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
+    grad_buffer emb_g, head_g, ring_g[2];
+    // The groups the compute rank updates (the embedding and layers 0 .. n_own - 1): their
+    // layers have buffers of their own, which stay put.
+    device_groups dev;
+    weight_buffer *own;
+    grad_buffer *own_g;
+    int n_own;
+    // Layer-boundary activations of the step, [slots * M * n * D] in device memory (act_slot):
+    // all L + 1; or with segments (boundary_every k > 1) boundaries 0, k, 2k, ... and the k - 1
+    // of one segment; or when offloaded two sets (boundary l in set l % 2) with boundaries
+    // 0..L-1 in acts_host: each goes out after the forward makes it and comes back before its
+    // backward.
+    float *acts, *acts_host;
+    int offload, every, slots;
+    layer_pass *passes; // the backward's order of layer passes (backward_passes)
+    int n_passes;
+    float *dres; // [M * n * D]: gradient flowing back through the residual stream
+    float *tmp;
+    int32_t *inputs, *targets; // host, [M * n]
+    int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
+};
+
+// One boundary activation's bytes over all micro-batches.
+static inline size_t layer_act_bytes(const engine *e) {
+    return sizeof(float) * e->c->micro_batches * e->n * e->c->dim;
+}
+
+// The backward's passes for `layers` layers that keep every k-th boundary; returns how many
+// (at most 2 * layers).
+int backward_passes(int layers, int k, layer_pass *out);
+// One training step at `step` (the weights' version): forward, head, backward, and the update
+// of the groups the compute rank owns; returns the mean loss.
+double train_step(engine *e, int64_t step);
+// Mean loss on eval.batches validation micro-batches, with the weights at `version`.
+double eval_loss(engine *e, int64_t version);
+// Byte-level text from the weights at `version`, into the metrics.
+void sample_text(engine *e, metrics *mx, int64_t version);
+
+#endif

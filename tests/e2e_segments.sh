@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Segment checkpointing (boundary_every = k): only boundaries 0, k, 2k, ... stay through the
+# step and the backward redoes each segment's forward, which gives the same bits. So the
+# losses, the evaluation losses and the checkpoint are bitwise those of k = 1, with every
+# layer recomputed or with some internals kept; and "auto" picks k > 1 from the device memory
+# (MT_DEVICE_FREE_BYTES stands in for it) when all boundaries would not fit.
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+backends=cpu
+if have_gpu; then backends="cpu cuda"; fi
+five_layers() { # five_layers BACKEND OUT K [more settings]
+    small_config "$1" "$2"
+    sed -i -e 's/layers   = 2;/layers   = 5;/' "$2"
+    printf 'boundary_every = %s;\neval = { interval = 4; batches = 2; };\n' "$3" >>"$2"
+}
+for be in $backends; do
+    for k in 1 2 3 5; do
+        five_layers "$be" "$WORK/$be-$k.cfg" $k
+        echo 'recompute = "always";' >>"$WORK/$be-$k.cfg"
+        run_job "$be-$k" 3 "$WORK/$be-$k.cfg" --stop-at 8 || show_log "$be-$k"
+    done
+    # some layer x micro-batch passes kept (the last layers'), the rest recomputed
+    five_layers "$be" "$WORK/$be-kept.cfg" 2
+    MT_KEEP_MAX=3 run_job "$be-kept" 3 "$WORK/$be-kept.cfg" --stop-at 8 || show_log "$be-kept"
+    expect "$be k=2 says what it keeps" grep -q 'keeping every 2nd layer boundary' \
+        "$WORK/$be-2.log"
+    expect "$be ran 8 steps" test "$(losses "$WORK/$be-1" | wc -l)" -eq 8
+    for run in 2 3 5 kept; do
+        expect "$be $run: losses bitwise those of k=1" \
+            cmp -s <(losses "$WORK/$be-1") <(losses "$WORK/$be-$run")
+        expect "$be $run: eval losses bitwise those of k=1" \
+            cmp -s <(grep -o '"eval_loss":[^,}]*' "$WORK/$be-1/metrics.jsonl") \
+            <(grep -o '"eval_loss":[^,}]*' "$WORK/$be-$run/metrics.jsonl")
+        expect "$be $run: checkpoint bitwise that of k=1" \
+            cmp -s "$WORK/$be-1/step_000008/state.bin" "$WORK/$be-$run/step_000008/state.bin"
+    done
+done
+
+# auto: 48 layers, and room on the "device" for 54 boundaries besides the streamed weights and
+# gradients, of which the boundaries may take 3/4 (40): not all 49, so every 2nd is kept
+# (24 + 2 slots). The figures come from the plan.
+five_layers cpu "$WORK/auto.cfg" 0
+sed -i -e 's/layers   = 5;/layers   = 48;/' "$WORK/auto.cfg"
+read -r streamed one < <("$MTRUN" --plan --json -np 3 "$WORK/auto.cfg" | python3 -c '
+import json, sys
+b = json.load(sys.stdin)["compute_host"]
+print(b["weights"] + b["grads"], b["activations"] // 49)')
+export MT_DEVICE_FREE_BYTES=$((streamed + 54 * one))
+run_job auto 3 "$WORK/auto.cfg" --stop-at 3 || show_log auto
+expect "auto keeps every 2nd boundary when all do not fit" \
+    grep -q 'keeping every 2nd layer boundary on the backend (25 of 49)' "$WORK/auto.log"
+sed -i -e 's/boundary_every = 0;/boundary_every = 1;/' "$WORK/auto.cfg"
+run_job auto-1 3 "$WORK/auto.cfg" --stop-at 3
+expect "boundary_every = 1 does not fit there: offload_activations \"auto\" offloads" \
+    grep -q "offloading the boundary activations" "$WORK/auto-1.log"
+unset MT_DEVICE_FREE_BYTES
+run_job all-1 3 "$WORK/auto.cfg" --stop-at 3 || show_log all-1
+expect "auto: losses bitwise those of k=1" cmp -s <(losses "$WORK/all-1") <(losses "$WORK/auto")
+unset MT_DEVICE_FREE_BYTES
+finish
