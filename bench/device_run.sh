@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
 # suite (GPU tests included) and the benchmarks. Output under $OUT.
-#   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [torch-NAME...]
+#   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
+#          [torch-NAME...]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured).
 set -u
@@ -25,6 +26,7 @@ for what in "$@"; do
         grep -E "tests passed|tests failed|FAIL|\(Failed\)|Skipped|TFLOP|relative error|loss agrees|PASS: .*(kept|bitwise)" \
             "$OUT/ctest.log" | tail -70 ;;
     bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
+    long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
     torch-*)
         ckpt=()
         [ "${what#torch-}" != 1b ] && ckpt=(--checkpointing)

@@ -364,6 +364,11 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
+    if (p->cuda)
+        fprintf(f,
+                "  chunk         %11s  tokens at a time (batch.seq_chunk%s) of %ld: a layer's "
+                "norms, projections and MLP and the head run by chunk, attention over them all\n",
+                G(mt_seq_chunk(c)), c->seq_chunk ? "" : " auto", n);
     if (b->device_groups > 0) {
         char layers[48];
         plan_device_layers_text(b->device_groups, layers, sizeof layers);
@@ -399,10 +404,12 @@ static void print_buffers(FILE *f, const mt_plan *p) {
 
 static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, int cores) {
     fprintf(f, "\nstep time estimate (assumed rates, nothing measured)\n");
-    fprintf(f, "  compute    %sFLOP (8 N + 12 layers dim seq per token) at %sFLOP/s", SI(e->flops),
-            SI(e->flops_rate));
-    if (!p->cuda) fprintf(f, " (%sFLOP/s per core x %d)", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
-    fprintf(f, ": %s\n", T(e->compute_s));
+    fprintf(f,
+            "  compute    %sFLOP (GEMMs 8 N per token at %sFLOP/s, causal attention 8 layers dim "
+            "seq at %sFLOP/s",
+            SI(e->flops), SI(e->flops_rate), SI(e->attention_rate));
+    if (!p->cuda) fprintf(f, "; %sFLOP/s per core x %d", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
+    fprintf(f, "): %s\n", T(e->compute_s));
     if (p->cuda)
         fprintf(f, "  PCIe       %sB (bf16 weights in twice, fp32 gradients out) at %sB/s: %s\n",
                 SI(e->pcie_bytes), SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
@@ -446,6 +453,45 @@ static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
                 p->gpu.total + PLAN_CUDA_CONTEXT_BYTES <= p->gpu_free ? "ok" : "DOES NOT FIT");
 }
 
+// Whether a variant of the config fits the GPU, with the choices the compute rank would make
+// for it, and the host.
+static int variant_fits(const mt_plan *p, const host_probe *h, const mt_config *c) {
+    if (p->cuda && p->gpu_free != UINT64_MAX) {
+        uint64_t fixed = plan_backend_fixed_bytes(c, 1) + PLAN_CUDA_CONTEXT_BYTES;
+        if (p->gpu_free <= fixed) return 0;
+        plan_choices ch;
+        plan_choose(&ch, c, 1, p->grad_bytes, p->gpu_free - fixed);
+        char err[8];
+        if (plan_check_device(c, &ch, p->gpu_free - fixed, "", err, sizeof err) < 0) return 0;
+    }
+    return !h->mem_known || host_with(p, c) <= h->mem_available;
+}
+
+// The longest batch.seq_len that fits with the other settings as they are (0: none); memory
+// grows with it, whatever the auto choices make of it, so a binary search finds it.
+static int longest_seq_len(const mt_plan *p, const host_probe *h) {
+    mt_config v = *p->c;
+    int lo = 0, hi = MT_MAX_MICRO_BATCH_TOKENS / v.micro_batch;
+    if (hi > 1 << 21) hi = 1 << 21; // batch.seq_len's own bound
+    while (lo < hi) {
+        v.seq_len = lo + (hi - lo + 1) / 2;
+        if (variant_fits(p, h, &v))
+            lo = v.seq_len;
+        else
+            hi = v.seq_len - 1;
+    }
+    return lo;
+}
+
+static void print_longest(FILE *f, const mt_plan *p, const host_probe *h) {
+    if (p->cuda && p->gpu_free == UINT64_MAX) return; // nothing to hold it to
+    int longest = longest_seq_len(p, h);
+    fprintf(f,
+            "  seq_len      the longest that fits: %s tokens (batch.micro_batch %d, the rest as "
+            "it is)\n",
+            G(longest), p->c->micro_batch);
+}
+
 void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores) {
     const mt_config *c = p->c;
     const char *resolved = strcmp(c->backend, "auto") ? "" : p->cuda ? " -> cuda" : " -> cpu";
@@ -465,6 +511,7 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
     plan_estimate_step(p, cores, &e);
     print_estimate(f, p, &e, cores);
     print_checks(f, p, h);
+    print_longest(f, p, h);
 }
 
 void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int cores, int steps) {

@@ -95,11 +95,16 @@ expected() {
         out("compute_host.working", cpu_work)
         out("compute_host.total", 8 * res + acts + dres + cpu_work)
         # the same on the GPU: bf16 weights; alloc_layer_set + alloc_head_set + workspace
-        laygpu = 2 * (4*n*D + 4*n*Q + 4*n*KV + 5*n*F) + 4 * (5*n*D + n*F + 3*n + n*H) \
-                 + 4 * int((n + 255) / 256) * D + 4 * B * H * T
-        chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > n) chunk = n
+        # the attention buffers span the micro-batch (n), the rest a chunk (r: batch.seq_chunk,
+        # auto 16384 at most): the working set holds h, gate and up for a chunk
+        r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
+        laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
+                 + up(4*n*H, 256) + up(4*r*D, 256) \
+                 + 2 * (4*r*D + 2*n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
+                 + 4 * int((r + 255) / 256) * D + 4 * B * H * T
+        chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
-        headgpu = 2*n*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
+        headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
         # + the 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
         # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
         gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8 \

@@ -17,12 +17,14 @@
 // After the first step: the slots take what memory is left once every allocation is made,
 // the CUDA runtime's and cuBLAS's lazy ones (kernels load on first use) included. Until then
 // every layer recomputes, which gives the same bits.
-static void reserve_kept(engine *e, metrics *mx) {
+// A run of one step reserves none, but still reports its device memory.
+static void reserve_kept(engine *e, metrics *mx, int more_steps) {
     const mt_config *c = e->c;
-    int pairs = c->layers * c->micro_batches, wanted = pairs;
+    int pairs = c->layers * c->micro_batches, wanted = more_steps ? pairs : 0;
     const char *cap = getenv("MT_KEEP_MAX"); // at most this many (tests; leaving memory free)
-    if (cap && atoi(cap) >= 0 && atoi(cap) < pairs) wanted = atoi(cap);
-    e->kept = strcmp(c->recompute, "always") == 0 ? 0 : e->ops->keep_reserve(e->be, wanted);
+    if (cap && atoi(cap) >= 0 && atoi(cap) < wanted) wanted = atoi(cap);
+    e->kept =
+        strcmp(c->recompute, "always") == 0 || !wanted ? 0 : e->ops->keep_reserve(e->be, wanted);
     metrics_memory(mx, e->ops->device_bytes_in_use(e->be), e->kept, pairs);
 }
 
@@ -268,7 +270,7 @@ void engine_run(engine *e) {
         run_step(e, &mx, step);
         if (e->dev.groups > 0 && checkpoint_state_due(job, (int)step + 1))
             device_groups_send_back(&e->dev);
-        if (step == job->start_step && step + 1 < job->end_step) reserve_kept(e, &mx);
+        if (step == job->start_step) reserve_kept(e, &mx, step + 1 < job->end_step);
     }
     if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));
     if (c->sample_tokens > 0) sample_text(e, &mx, job->end_step);

@@ -440,6 +440,18 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
         return fail(x, LINE("eval.interval"), "eval.interval",
                     "evaluation needs data.val_fraction > 0 or data.val_path");
+    // Token indices are int in places, and a micro-batch's tokens times heads (attention's
+    // rows) stays far from 2^31 at this bound; at it, every element index is 64-bit.
+    if ((long)c->micro_batch * c->seq_len > MT_MAX_MICRO_BATCH_TOKENS)
+        return fail(x, LINE("batch.micro_batch"), "batch.micro_batch",
+                    "%d x batch.seq_len %d = %ld tokens per micro-batch, more than %d",
+                    c->micro_batch, c->seq_len, (long)c->micro_batch * c->seq_len,
+                    MT_MAX_MICRO_BATCH_TOKENS);
+    if (c->boundary_every > 1 && strcmp(c->offload_activations, "always") == 0)
+        return fail(x, LINE("boundary_every"), "boundary_every",
+                    "%d keeps every %d-th boundary on the device, offload_activations "
+                    "\"always\" sends them all to the host: choose one",
+                    c->boundary_every, c->boundary_every);
     if (c->device_groups > c->layers + 1)
         return fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
                     "%d is more than the embedding and model.layers = %d layers", c->device_groups,

@@ -44,7 +44,10 @@ const field_t config_schema[] = {
     STR("data.val_path", val_path, 0, "", NULL),
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
-    INT("batch.seq_len", seq_len, 1, 1 << 22, REQUIRED, 0),
+    INT("batch.seq_len", seq_len, 1, 1 << 21, REQUIRED, 0), // the kernels' grids allow 4M
+    // tokens per chunk of a layer's token-wise work (norms, projections, MLP, head) on the GPU,
+    // so its working set is a chunk's, not a micro-batch's; 0: auto (at most 16384)
+    INT("batch.seq_chunk", seq_chunk, 0, 1 << 22, 0, 0),
     FLT("optimizer.lr", lr, 0, 10, REQUIRED | MIN_OPEN, 0),
     FLT("optimizer.min_lr", min_lr, 0, 10, DERIVED, 0), // default: lr / 10
     FLT("optimizer.beta1", beta1, 0, 1, MAX_OPEN, 0.9),

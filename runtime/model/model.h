@@ -34,6 +34,7 @@ typedef struct {
     char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
     // batch
     int micro_batch, micro_batches, seq_len;
+    int seq_chunk; // tokens per chunk of a layer's token-wise work on the GPU; 0: auto
     // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
     double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup_steps;
@@ -94,6 +95,18 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
 static inline int mt_head_dim(const mt_config *c) {
     return c->dim / c->heads;
 }
+// At most this many tokens in one micro-batch (micro_batch x seq_len): 4M, 8x the longest
+// context we train, and under every kernel's grid and 32-bit limits.
+#define MT_MAX_MICRO_BATCH_TOKENS (1 << 22)
+
+// Tokens per chunk of a layer's token-wise work on the GPU (batch.seq_chunk): a whole
+// micro-batch up to 16384 tokens, where chunks would only add launches, else 16384.
+static inline int mt_seq_chunk(const mt_config *c) {
+    long n = (long)c->micro_batch * c->seq_len;
+    long chunk = c->seq_chunk > 0 ? c->seq_chunk : 16384;
+    return (int)(chunk < n ? chunk : n);
+}
+
 static inline long mt_tokens_per_step(const mt_config *c) {
     return (long)c->micro_batch * c->micro_batches * c->seq_len;
 }

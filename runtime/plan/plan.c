@@ -17,12 +17,13 @@ static uint64_t state_bytes(uint64_t n) {
 // ---- the compute rank ----
 
 typedef struct {
-    uint64_t n, D, hd, Q, KV, F, M, L;
+    uint64_t n, r, D, hd, Q, KV, F, M, L; // r: tokens per chunk on the GPU (mt_seq_chunk)
 } shape;
 
 static shape shape_of(const mt_config *c) {
     shape s;
     s.n = (uint64_t)c->micro_batch * c->seq_len; // tokens per micro-batch
+    s.r = (uint64_t)mt_seq_chunk(c);
     s.D = c->dim, s.hd = mt_head_dim(c), s.F = c->ffn_dim;
     s.Q = c->heads * s.hd, s.KV = c->kv_heads * s.hd;
     s.M = c->micro_batches, s.L = c->layers;
@@ -51,10 +52,12 @@ static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
     return 4 * (layer + head + tokens + engine_tmp);
 }
 
-// backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds.
-static uint64_t cuda_saved_bytes(const mt_config *c, shape s) {
+// backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds (whole), or the
+// working set's part of it (h, gate and up for a chunk).
+static uint64_t cuda_saved_bytes(const mt_config *c, shape s, int whole) {
+    uint64_t r = whole ? s.n : s.r;
     uint64_t parts[] = {2 * s.n * s.Q, 2 * s.n * s.KV, 2 * s.n * s.KV,     2 * s.n * s.Q,
-                        2 * s.n * s.F, 2 * s.n * s.F,  4 * s.n * c->heads, 4 * s.n * s.D};
+                        2 * r * s.F,   2 * r * s.F,    4 * s.n * c->heads, 4 * r * s.D};
     uint64_t bytes = 0;
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) bytes += align_up(parts[i], 256);
     return bytes;
@@ -62,27 +65,28 @@ static uint64_t cuda_saved_bytes(const mt_config *c, shape s) {
 
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
     shape s = shape_of(c);
-    return cuda ? cuda_saved_bytes(c, s) : cpu_layer_bytes(c, s);
+    return cuda ? cuda_saved_bytes(c, s, 1) : cpu_layer_bytes(c, s);
 }
 
-// backend_cuda.c's alloc_layer_set, byte for byte.
+// backend_cuda.c's alloc_layer_set, byte for byte: attention's buffers for the micro-batch,
+// the others for a chunk.
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
-    uint64_t bf16s = 4 * s.n * s.D + 2 * s.n * s.Q + 2 * s.n * s.KV + 3 * s.n * s.F;
-    uint64_t floats = 4 * s.n * s.D + s.n * s.F + 3 * s.n;
-    uint64_t norm_scratch = (s.n + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
+    uint64_t bf16s = 4 * s.r * s.D + 2 * s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F;
+    uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
+    uint64_t norm_scratch = (s.r + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
     uint64_t attn = (uint64_t)c->micro_batch * c->heads * c->seq_len; // attention scratch / 4
-    return cuda_saved_bytes(c, s) + 2 * bf16s + 4 * (floats + norm_scratch + attn);
+    return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch + attn);
 }
 
 // backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits
 // and bf16 dlogits (rows padded to 8, blocks aligned to 256 B) stay near 256 MiB.
 static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
     int64_t chunk = (256ll << 20) / ((int64_t)c->vocab * 6);
-    chunk = chunk < 1 ? 1 : chunk > (int64_t)s.n ? (int64_t)s.n : chunk;
+    chunk = chunk < 1 ? 1 : chunk > (int64_t)s.r ? (int64_t)s.r : chunk;
     uint64_t padded = ((uint64_t)c->vocab + 7) / 8 * 8;
     uint64_t cls =
         align_up((uint64_t)chunk * padded * 4, 256) + align_up((uint64_t)chunk * padded * 2, 256);
-    return 2 * s.n * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
+    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
 }
 
 uint64_t plan_device_layer_bytes(const mt_config *c) {
@@ -358,17 +362,21 @@ double plan_peak_flops(int cuda, int cores) {
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
-    memset(e, 0, sizeof *e);
-    // a recomputed segment layer is one more forward: 2 of the layer's 6 N, 4 of attention's 12
     double layer_n = (double)model_group_numel(c, model_layer_group(0));
-    double attention = 4.0 * (double)c->dim * c->seq_len;
-    e->flops = tokens * (8.0 * N + 12.0 * c->layers * (double)c->dim * c->seq_len +
-                         plan_recomputed_layers(c->layers, p->choices.boundary_every) *
-                             (2.0 * layer_n + attention));
+    double redo = plan_recomputed_layers(c->layers, p->choices.boundary_every);
+    memset(e, 0, sizeof *e);
+    // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
+    // layer 2 more of its own. Attention as it runs, causal: forward 2 dim seq, backward 4 and
+    // the backward's recompute 2 per layer, a redone layer 2 more.
+    double gemm = tokens * (8.0 * N + 2.0 * layer_n * redo);
+    double attention = tokens * (8.0 * c->layers + 2.0 * redo) * c->dim * (double)c->seq_len;
+    e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->compute_s = e->flops / e->flops_rate;
+    e->attention_rate = p->cuda ? PLAN_GPU_ATTENTION_FLOPS : e->flops_rate;
+    e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
-        e->pcie_bytes = (2.0 * 4.0 + p->grad_bytes) * N;
+        double passes = 2.0 + redo / c->layers;
+        e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * N;

@@ -15,6 +15,9 @@
 // Assumed rates for the estimates: nothing here is measured.
 #define PLAN_GPU_FLOPS 600e12         // sustained bf16 training rate of one H100/H200-class GPU
 #define PLAN_GPU_PEAK_FLOPS 989e12    // H100/H200 dense bf16 peak, for MFU
+// causal attention as it runs (forward, backward and its recompute), measured on the H200:
+// 7B at 131,072 tokens, 2026-12-01 (bench/RESULTS.md)
+#define PLAN_GPU_ATTENTION_FLOPS 188e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
 #define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
 #define PLAN_OPT_BYTES_PER_S 100e9    // host memory bandwidth the optimizer ranks share
@@ -131,10 +134,10 @@ const char *plan_bytes_text(char *buf, size_t n, double bytes);
 void plan_device_layers_text(int groups, char *out, size_t cap);
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch);
 
-// Per step: FLOPs the GPU or CPU executes (8 N per token, as the backward recomputes the
-// forward, plus attention's 12 layers dim seq) and bytes moved.
+// Per step: FLOPs the GPU or CPU executes (GEMMs 8 N per token, as the backward recomputes
+// the forward, plus redone segment layers; causal attention as it runs) and bytes moved.
 typedef struct {
-    double flops, flops_rate, compute_s;
+    double flops, flops_rate, attention_rate, compute_s;
     double pcie_bytes, pcie_s;
     double opt_bytes, opt_s;
     double step_s, tokens_per_s;

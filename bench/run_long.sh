@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Long-context runs at micro-batch 1 on the GPU machine (bench/configs/long-NAME.cfg), one
+# summary block each: tokens/s; TFLOP/s by our formula (6 N + 12 layers dim seq per token) and
+# counting causal attention (6 N + 6 layers dim seq), neither counting recompute; peak GPU
+# memory (nvidia-smi, sampled every second) and host memory; and the plan's prediction of the
+# GPU bytes with the ratio measured / predicted.
+# Usage: bench/run_long.sh BUILD_DIR OUT_DIR NAME[:STEPS]...   (STEPS: --stop-at)
+set -u
+BUILD=$1
+OUT=$2
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+np=${MT_BENCH_NP:-5}
+used() { awk '/^MemTotal:/ {t = $2} /^MemAvailable:/ {a = $2} END {print (t - a) * 1024}' /proc/meminfo; }
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -n 1; }
+for spec in "$@"; do
+    name=${spec%%:*} stop=()
+    [ "$spec" != "$name" ] && stop=(--stop-at "${spec#*:}")
+    cfg=$here/configs/long-$name.cfg
+    log=$OUT/long-$name.log
+    rm -rf "$OUT/run-long-$name"
+    "$BUILD/bin/mtrun" --force --plan --json -np "$np" "$cfg" >"$OUT/plan-$name.json" 2>/dev/null
+    "$BUILD/bin/mtrun" --force --plan -np "$np" "$cfg" >"$OUT/plan-$name.txt" 2>&1
+    base=$(used) gbase=$(gpu_used)
+    (peak=0 gpeak=0; while :; do
+        now=$(used) g=$(gpu_used); [ "$now" -gt "$peak" ] && peak=$now
+        [ "$g" -gt "$gpeak" ] && gpeak=$g
+        echo "$peak $gpeak" >"$OUT/peak-long-$name"; sleep 1; done) &
+    sampler=$!
+    /usr/bin/time -v "$BUILD/bin/mtrun" --force -np "$np" "$cfg" --out "$OUT/run-long-$name" \
+        "${stop[@]}" >"$log" 2>&1
+    rc=$?
+    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    echo "== long-$name (exit $rc)"
+    grep -E '^compute rank: (keeping every|offloading)|^step|Elapsed' "$log" | tail -n 4
+    python3 - "$OUT/run-long-$name" "$OUT/plan-$name.json" "$OUT/peak-long-$name" "$base" "$gbase" \
+        "$cfg" <<'PY'
+import json, re, sys
+run, plan_path, peak_path, base, gbase, cfg_path = sys.argv[1:7]
+text = open(cfg_path).read()
+L, D, S = (int(re.search(r"\b%s\s*=\s*(\d+)" % k, text).group(1)) for k in ("layers", "dim", "seq_len"))
+steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
+plan = json.load(open(plan_path))
+host_peak, gpu_peak = map(float, open(peak_path).read().split())
+N = plan["params"]
+last = steps[-1]
+tps = last["tokens_per_s"]
+ours = tps * (6 * N + 12 * L * D * S) / 1e12
+causal = tps * (6 * N + 6 * L * D * S) / 1e12
+predicted = (plan["gpu"]["total"] + 512 * 2**20) / 2**30  # + the CUDA context the plan assumes
+measured = (gpu_peak - float(gbase)) / 1024
+print(f"steps {len(steps)} step_s {last['step_s']:.1f} tokens/s {tps:.0f} TFLOP/s ours {ours:.1f} "
+      f"causal {causal:.1f} loss {last['loss']:.4f}")
+print(f"GPU peak {measured:.2f} GiB (nvidia-smi), plan {predicted:.2f} GiB: measured/plan "
+      f"{measured / predicted:.3f}; host peak {(host_peak - float(base)) / 2**30:.2f} GiB, "
+      f"plan {plan['host'] / 2**30:.2f} GiB")
+PY
+done

@@ -1,0 +1,68 @@
+// The CUDA backend's state, private to runtime/engine/: backend_cuda.c allocates it and
+// implements the backend's operations; layer_cuda.c runs a decoder layer and the head on it.
+#ifndef MT_CUDA_STATE_H
+#define MT_CUDA_STATE_H
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "runtime/engine/backend.h"
+#include "runtime/model/model.h"
+
+typedef struct { // one layer's weights inside a fetched bf16 buffer (biases: NULL if none)
+    const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
+} layer_w;
+
+typedef struct { // the same layer's fp32 gradients
+    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
+} layer_g;
+
+// What a layer's backward needs from its forward beyond x and cannot cheaply redo: the
+// normalized inputs (n1, n2) and the SwiGLU product are recomputed from x, h, gate and up.
+// Attention's part (q, k, v, att, lse) spans the micro-batch; the rest (h, gate, up) spans
+// a chunk of it, except in a kept slot (kept only when the chunk is the whole micro-batch).
+typedef struct {
+    bf16 *q, *k, *v, *att, *gate, *up;
+    float *lse, *h;
+} layer_saved;
+
+struct backend {
+    const mt_config *c;
+    // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
+    // buffers are a chunk's; attention and RoPE see the whole micro-batch.
+    int B, T, max_tokens, seq_chunk, chunk, loss_micro;
+    uint64_t offsets[MODEL_MAX_TENSORS];
+    cudaStream_t s;
+    cuda_gemm *gemm;
+    float *inv_freq;
+    int32_t *inputs, *targets;
+    // the layer's working set
+    layer_saved work;
+    layer_saved *kept; // kept activations, in one allocation
+    void *kept_arena, *work_arena;
+    int n_kept;
+    bf16 *n1, *n2, *act;
+    bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dq, *dk, *dv;
+    float *rstd1, *rstd2, *d_act, *d_n2, *d_n1, *norm_scratch;
+    void *attn_scratch;
+    float *bias_scratch;
+    // activation offload: its own copy streams, and per slot the event of its last copy
+    cudaStream_t to_host_s, from_host_s;
+    cudaEvent_t slot_done[2], queued;
+    // the head
+    bf16 *xf;
+    float *rstd_f, *dxf, *losses, *losses_host, *logits;
+    void *cls_scratch;
+};
+
+static inline void cu_zero(backend *b, void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->s));
+}
+static inline void cu_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->s));
+}
+
+static inline int tokens(const backend *b) {
+    return b->B * b->T;
+}
+
+#endif

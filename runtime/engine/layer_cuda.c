@@ -1,0 +1,223 @@
+// A decoder layer and the head on the GPU: stateless templates of bf16 tensor-core GEMMs and
+// fused kernels, their weight pointers bound per call to whichever streaming buffer holds the
+// layer. A layer's token-wise work runs a chunk of the micro-batch at a time (batch.seq_chunk),
+// attention and RoPE over all of it.
+#include "runtime/engine/layer_cuda.h"
+#include "shm/syscheck.h"
+
+static layer_w bind_w(const backend *b, const void *w) {
+    const bf16 *base = w;
+    const uint64_t *o = b->offsets;
+    int bias = b->c->qkv_bias;
+    return (layer_w){base + o[0],
+                     base + o[1],
+                     base + o[2],
+                     base + o[3],
+                     base + o[4],
+                     base + o[5],
+                     base + o[6],
+                     base + o[7],
+                     base + o[8],
+                     bias ? base + o[9] : NULL,
+                     bias ? base + o[10] : NULL,
+                     bias ? base + o[11] : NULL};
+}
+
+static layer_g bind_g(const backend *b, float *g) {
+    const uint64_t *o = b->offsets;
+    int bias = b->c->qkv_bias;
+    return (layer_g){g + o[0],
+                     g + o[1],
+                     g + o[2],
+                     g + o[3],
+                     g + o[4],
+                     g + o[5],
+                     g + o[6],
+                     g + o[7],
+                     g + o[8],
+                     bias ? g + o[9] : NULL,
+                     bias ? g + o[10] : NULL,
+                     bias ? g + o[11] : NULL};
+}
+
+// out = in . w^T (+ bias) over `rows` tokens: the q, k and v projections.
+static void projection(backend *b, bf16 *out, const bf16 *in, const bf16 *w, const bf16 *bias,
+                       int rows, int ic, int oc) {
+    cuda_linear_forward(b->gemm, out, 0, 0, in, w, rows, ic, oc, b->s);
+    if (bias) cuda_bias_forward(out, bias, rows, oc, b->s);
+}
+
+// The chunks of a micro-batch: [t0, t0 + rows) for t0 = 0, seq_chunk, ...
+#define FOR_CHUNKS(b, t0, rows)                                                                    \
+    for (int t0 = 0, rows = chunk_rows(b, 0); t0 < tokens(b);                                      \
+         t0 += (b)->seq_chunk, rows = chunk_rows(b, t0))
+static int chunk_rows(const backend *b, int t0) {
+    int left = tokens(b) - t0;
+    return left < b->seq_chunk ? left : b->seq_chunk;
+}
+
+static layer_saved *internals(backend *b, int keep) {
+    return keep >= 0 ? &b->kept[keep] : &b->work;
+}
+
+// Attention's inputs and output for the whole micro-batch: q, k, v from the first norm chunk by
+// chunk, then RoPE and attention over every token.
+static void attention_part(backend *b, const layer_w *w, const float *x, layer_saved *a) {
+    const mt_config *c = b->c;
+    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    cudaStream_t s = b->s;
+    FOR_CHUNKS(b, t0, rows) {
+        cuda_rmsnorm_forward(b->n1, b->rstd1, x + (size_t)t0 * D, w->attn_norm, rows, D,
+                             (float)c->norm_eps, s);
+        projection(b, a->q + (size_t)t0 * Q, b->n1, w->wq, w->bq, rows, D, Q);
+        projection(b, a->k + (size_t)t0 * KV, b->n1, w->wk, w->bk, rows, D, KV);
+        projection(b, a->v + (size_t)t0 * KV, b->n1, w->wv, w->bv, rows, D, KV);
+    }
+    cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads, hd,
+                           s);
+}
+
+// One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta), the second norm
+// and the MLP's gate, up and act; h, gate and up go to a's chunk-sized (or kept) buffers.
+static void mlp_inputs(backend *b, const layer_w *w, const float *x, const layer_saved *a, float *h,
+                       bf16 *gate, bf16 *up, int t0, int rows) {
+    const mt_config *c = b->c;
+    int D = c->dim, Q = c->heads * mt_head_dim(c), F = c->ffn_dim;
+    cu_copy(b, h, x + (size_t)t0 * D, sizeof(float) * rows * D);
+    cuda_linear_forward(b->gemm, h, 1, 1.0f, a->att + (size_t)t0 * Q, w->wo, rows, Q, D, b->s);
+    cuda_rmsnorm_forward(b->n2, b->rstd2, h, w->ffn_norm, rows, D, (float)c->norm_eps, b->s);
+    cuda_linear_forward(b->gemm, gate, 0, 0, b->n2, w->w_gate, rows, D, F, b->s);
+    cuda_linear_forward(b->gemm, up, 0, 0, b->n2, w->w_up, rows, D, F, b->s);
+    cuda_swiglu_forward(b->act, gate, up, (long)rows * F, b->s);
+}
+
+void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out, int keep) {
+    const mt_config *c = b->c;
+    layer_w w = bind_w(b, wbuf);
+    layer_saved *a = internals(b, keep);
+    int D = c->dim, F = c->ffn_dim;
+    attention_part(b, &w, x, a);
+    FOR_CHUNKS(b, t0, rows) { // a kept slot is whole: then the only chunk is the micro-batch
+        mlp_inputs(b, &w, x, a, a->h, a->gate, a->up, t0, rows);
+        float *o = out + (size_t)t0 * D;
+        cu_copy(b, o, a->h, sizeof(float) * rows * D);
+        cuda_linear_forward(b->gemm, o, 1, 1.0f, b->act, w.w_down, rows, F, D, b->s);
+    }
+}
+
+// The MLP block's backward for one chunk and the attention output projection's: dh (the
+// residual stream's gradient below the MLP) goes to dx's chunk, d_att to the whole-micro-batch
+// buffer the attention backward reads.
+static void mlp_backward(backend *b, const layer_w *w, const layer_g *g, const float *x,
+                         const float *dout, float *dx, layer_saved *a, int kept, int t0, int rows) {
+    const mt_config *c = b->c;
+    int D = c->dim, Q = c->heads * mt_head_dim(c), F = c->ffn_dim;
+    cudaStream_t s = b->s;
+    cuda_gemm *gm = b->gemm;
+    if (kept) { // h, gate and up are kept: only the norm and SwiGLU product are redone
+        cuda_rmsnorm_forward(b->n2, b->rstd2, a->h, w->ffn_norm, rows, D, (float)c->norm_eps, s);
+        cuda_swiglu_forward(b->act, a->gate, a->up, (long)rows * F, s);
+    } else {
+        mlp_inputs(b, w, x, a, a->h, a->gate, a->up, t0, rows);
+    }
+    const float *dy = dout + (size_t)t0 * D;
+    float *dh = dx + (size_t)t0 * D;
+    cuda_float_to_bf16(b->dout_b, dy, (long)rows * D, s);
+    cuda_linear_backward_input(gm, b->d_act, 1, 0, b->dout_b, w->w_down, rows, F, D, s);
+    cuda_linear_backward_weight(gm, g->w_down, b->dout_b, b->act, rows, F, D, s);
+    cuda_swiglu_backward(b->d_gate, b->d_up, b->d_act, a->gate, a->up, (long)rows * F, s);
+    cuda_linear_backward_input(gm, b->d_n2, 1, 0, b->d_gate, w->w_gate, rows, D, F, s);
+    cuda_linear_backward_input(gm, b->d_n2, 1, 1.0f, b->d_up, w->w_up, rows, D, F, s);
+    cuda_linear_backward_weight(gm, g->w_gate, b->d_gate, b->n2, rows, D, F, s);
+    cuda_linear_backward_weight(gm, g->w_up, b->d_up, b->n2, rows, D, F, s);
+    cu_copy(b, dh, dy, sizeof(float) * rows * D);
+    cuda_rmsnorm_backward(dh, g->ffn_norm, b->d_n2, a->h, w->ffn_norm, b->rstd2, rows, D,
+                          b->norm_scratch, s);
+    cuda_float_to_bf16(b->dh_b, dh, (long)rows * D, s);
+    cuda_linear_backward_input(gm, b->d_att + (size_t)t0 * Q, 0, 0, b->dh_b, w->wo, rows, Q, D, s);
+    cuda_linear_backward_weight(gm, g->wo, b->dh_b, a->att + (size_t)t0 * Q, rows, Q, D, s);
+}
+
+// q, k and v's projections backward for one chunk, and the first norm's: dx (holding dh)
+// gains the attention block's gradient.
+static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const float *x, float *dx,
+                         int t0, int rows) {
+    const mt_config *c = b->c;
+    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    cudaStream_t s = b->s;
+    cuda_gemm *gm = b->gemm;
+    const bf16 *dq = b->dq + (size_t)t0 * Q, *dk = b->dk + (size_t)t0 * KV,
+               *dv = b->dv + (size_t)t0 * KV;
+    const float *xc = x + (size_t)t0 * D;
+    if (rows != tokens(b)) // the first norm of this chunk again (one chunk: still in n1)
+        cuda_rmsnorm_forward(b->n1, b->rstd1, xc, w->attn_norm, rows, D, (float)c->norm_eps, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 0, dq, w->wq, rows, D, Q, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, dk, w->wk, rows, D, KV, s);
+    cuda_linear_backward_input(gm, b->d_n1, 1, 1.0f, dv, w->wv, rows, D, KV, s);
+    cuda_linear_backward_weight(gm, g->wq, dq, b->n1, rows, D, Q, s);
+    cuda_linear_backward_weight(gm, g->wk, dk, b->n1, rows, D, KV, s);
+    cuda_linear_backward_weight(gm, g->wv, dv, b->n1, rows, D, KV, s);
+    cuda_rmsnorm_backward(dx + (size_t)t0 * D, g->attn_norm, b->d_n1, xc, w->attn_norm, b->rstd1,
+                          rows, D, b->norm_scratch, s);
+}
+
+// dx = dout + d(attention block) + d(MLP block); weight gradients accumulate in fp32. The
+// internals come from slot `keep`, or are recomputed from x: attention's for the whole
+// micro-batch, the rest chunk by chunk as the backward reaches it (the same kernels on the
+// same inputs: the same bits as the forward's).
+void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *x,
+                       const float *dout, float *dx, int keep) {
+    const mt_config *c = b->c;
+    layer_w w = bind_w(b, wbuf);
+    layer_g g = bind_g(b, dwbuf);
+    layer_saved *a = internals(b, keep);
+    int hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    cudaStream_t s = b->s;
+    if (keep < 0)
+        attention_part(b, &w, x, a);
+    else // n1 is not kept: the projections' weight gradients need it
+        cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, tokens(b), c->dim, (float)c->norm_eps,
+                             s);
+    FOR_CHUNKS(b, t0, rows) mlp_backward(b, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
+    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
+                            b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
+    cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    if (g.bq) {
+        cuda_bias_backward(g.bq, b->dq, tokens(b), Q, b->bias_scratch, s);
+        cuda_bias_backward(g.bk, b->dk, tokens(b), KV, b->bias_scratch, s);
+        cuda_bias_backward(g.bv, b->dv, tokens(b), KV, b->bias_scratch, s);
+    }
+    FOR_CHUNKS(b, t0, rows) qkv_backward(b, &w, &g, x, dx, t0, rows);
+}
+
+// Final norm, classifier and loss chunk by chunk; with dloss != 0 also their backward, into
+// dx's chunk (the head's share of the residual stream's gradient).
+void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
+             const float *x, float *dx, int m, float dloss) {
+    const mt_config *c = b->c;
+    int n = tokens(b), D = c->dim;
+    const bf16 *final_norm = head_w;
+    float *losses = b->losses + (size_t)m * n;
+    const int32_t *targets = b->targets + (size_t)m * n;
+    if (m + 1 > b->loss_micro) b->loss_micro = m + 1;
+    FOR_CHUNKS(b, t0, rows) {
+        const float *xc = x + (size_t)t0 * D;
+        int logit_rows = b->chunk < rows ? b->chunk : rows;
+        cuda_rmsnorm_forward(b->xf, b->rstd_f, xc, final_norm, rows, D, (float)c->norm_eps, b->s);
+        if (dloss == 0) {
+            cuda_classifier(b->gemm, losses + t0, NULL, NULL, b->xf, cls_w, targets + t0, rows, D,
+                            c->vocab, 0, b->cls_scratch, logit_rows, b->s);
+            continue;
+        }
+        float *dxc = dx + (size_t)t0 * D;
+        cu_zero(b, b->dxf, sizeof(float) * rows * D);
+        cuda_classifier(b->gemm, losses + t0, b->dxf, cls_g, b->xf, cls_w, targets + t0, rows, D,
+                        c->vocab, dloss, b->cls_scratch, logit_rows, b->s);
+        cu_zero(b, dxc, sizeof(float) * rows * D);
+        cuda_rmsnorm_backward(dxc, head_g, b->dxf, xc, final_norm, b->rstd_f, rows, D,
+                              b->norm_scratch, b->s);
+    }
+}
