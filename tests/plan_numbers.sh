@@ -87,7 +87,10 @@ expected() {
         }
         # the compute rank: weight/gradient buffers for embedding + head + the 2-layer ring
         res = numel[0] + numel[G - 1] + 2 * layer
-        acts = 4 * (L + 1) * M * n * D; dres = 4 * M * n * D
+        # boundary_every k: boundaries 0, k, 2k, ... and the k - 1 of one segment
+        BE = ("boundary_every" in cfg && cfg["boundary_every"] > 0) ? cfg["boundary_every"] : 1
+        if (BE > L) BE = L
+        acts = 4 * (int(L / BE) + BE) * M * n * D; dres = 4 * M * n * D
         lay = 6*n*D + 4*n*Q + 4*n*KV + 6*n*F + 2*n + B*H*T      # layer.c scratch, floats
         cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n + n*D)   # + head scratch, tokens, engine tmp
         out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
@@ -155,6 +158,13 @@ GPU_MEM=--gpu-mem=1T # room: the auto choices are the unlimited ones computed be
 check 7b configs/7b.cfg 5 1
 sed 's/^optimizer = {/optimizer = { grad_dtype = "bf16";/' configs/7b.cfg >"$TMP/7b-bf16.cfg"
 check 7b-bf16 "$TMP/7b-bf16.cfg" 5 1 2
+# Long context: the 7B at 131,072 tokens, micro-batch 1, every 4th boundary kept (8 + 4 slots)
+# and chunks of 4096 tokens: attention's buffers for the whole sequence, the rest for a chunk.
+sed -e 's/micro_batch *= *[0-9]*;/micro_batch = 1;/' -e 's/micro_batches *= *[0-9]*;/micro_batches = 1;/' \
+    -e 's/seq_len *= *[0-9]*;/seq_len = 131072;\n  seq_chunk = 4096;/' configs/7b.cfg >"$TMP/7b-long.cfg"
+echo 'boundary_every = 4;' >>"$TMP/7b-long.cfg"
+grep -q 'seq_chunk = 4096' "$TMP/7b-long.cfg" || fail "7b-long: the config edit did not take"
+check 7b-long "$TMP/7b-long.cfg" 5 1
 # The 100B and 120B configs on a 1.5 TB host and a 141 GB GPU: 100B fits with bf16 slots (auto
 # takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only; 120B
 # does not fit (--plan exits 2), its numbers are checked all the same.
