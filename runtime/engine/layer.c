@@ -46,49 +46,101 @@ static void add_into(float *dst, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
 }
 
-void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
-                   float *out) {
-    int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
+// Tokens per chunk of the token-wise work (batch.seq_chunk, as on the GPU): the same
+// arithmetic as the CUDA backend's chunks, on full-size buffers. One chunk, the default at
+// the tests' sizes, is the unchunked sequence of calls.
+static int chunk_of(const mt_config *c, int n) {
+    int chunk = mt_seq_chunk(c);
+    return chunk < n ? chunk : n;
+}
+
+// q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
+// attention over all of it.
+static void attention_part(const mt_config *c, const layer_params *w, layer_scratch *s,
+                           const float *x, int chunk) {
+    int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c);
     int Q = c->heads * hd, KV = c->kv_heads * hd;
-    float eps = (float)c->norm_eps;
-    // attention block
-    rmsnorm_forward(s->n1, s->rstd1, x, w->attn_norm, n, D, eps);
-    linear_forward(s->q, s->n1, w->wq, w->bq, n, D, Q); // biases (Qwen2) before RoPE, or NULL
-    linear_forward(s->k, s->n1, w->wk, w->bk, n, D, KV);
-    linear_forward(s->v, s->n1, w->wv, w->bv, n, D, KV);
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        int rows = n - t0 < chunk ? n - t0 : chunk;
+        size_t d = (size_t)t0 * D;
+        rmsnorm_forward(s->n1 + d, s->rstd1 + t0, x + d, w->attn_norm, rows, D, (float)c->norm_eps);
+        // biases (Qwen2) before RoPE, or NULL
+        linear_forward(s->q + (size_t)t0 * Q, s->n1 + d, w->wq, w->bq, rows, D, Q);
+        linear_forward(s->k + (size_t)t0 * KV, s->n1 + d, w->wk, w->bk, rows, D, KV);
+        linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
+    }
     rope_forward(s->q, s->inv_freq, B, T, c->heads, hd);
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd);
     attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd);
-    linear_forward(out, s->att, w->wo, NULL, n, Q, D);
-    add_into(s->h, x, out, (size_t)n * D);
-    // MLP block
-    rmsnorm_forward(s->n2, s->rstd2, s->h, w->ffn_norm, n, D, eps);
-    linear_forward(s->gate, s->n2, w->w_gate, NULL, n, D, F);
-    linear_forward(s->up, s->n2, w->w_up, NULL, n, D, F);
-    swiglu_forward(s->act, s->gate, s->up, (long)n * F);
-    linear_forward(out, s->act, w->w_down, NULL, n, F, D);
-    add_into(out, s->h, out, (size_t)n * D);
+}
+
+// One chunk of h = x + o(att) and out = h + down(swiglu(gate(n2), up(n2))).
+static void mlp_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
+                        float *out, int t0, int rows) {
+    int D = c->dim, Q = c->heads * mt_head_dim(c), F = c->ffn_dim;
+    size_t d = (size_t)t0 * D, f = (size_t)t0 * F;
+    linear_forward(out + d, s->att + (size_t)t0 * Q, w->wo, NULL, rows, Q, D);
+    add_into(s->h + d, x + d, out + d, (size_t)rows * D);
+    rmsnorm_forward(s->n2 + d, s->rstd2 + t0, s->h + d, w->ffn_norm, rows, D, (float)c->norm_eps);
+    linear_forward(s->gate + f, s->n2 + d, w->w_gate, NULL, rows, D, F);
+    linear_forward(s->up + f, s->n2 + d, w->w_up, NULL, rows, D, F);
+    swiglu_forward(s->act + f, s->gate + f, s->up + f, (long)rows * F);
+    linear_forward(out + d, s->act + f, w->w_down, NULL, rows, F, D);
+    add_into(out + d, s->h + d, out + d, (size_t)rows * D);
+}
+
+void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
+                   float *out) {
+    int n = s->B * s->T, chunk = chunk_of(c, n);
+    attention_part(c, w, s, x, chunk);
+    for (int t0 = 0; t0 < n; t0 += chunk)
+        mlp_forward(c, w, s, x, out, t0, n - t0 < chunk ? n - t0 : chunk);
+}
+
+// One chunk of the MLP block's backward and the output projection's: d_h, the residual
+// stream's gradient below the MLP, and d_att for the attention backward.
+static void mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                         layer_scratch *s, const float *dout, int t0, int rows) {
+    int D = c->dim, Q = c->heads * mt_head_dim(c), F = c->ffn_dim;
+    size_t d = (size_t)t0 * D, f = (size_t)t0 * F, rD = (size_t)rows * D, rF = (size_t)rows * F;
+    memset(s->d_act + f, 0, sizeof(float) * rF);
+    linear_backward(s->d_act + f, dw->w_down, NULL, dout + d, s->act + f, w->w_down, rows, F, D);
+    memset(s->d_gate + f, 0, sizeof(float) * rF);
+    memset(s->d_up + f, 0, sizeof(float) * rF);
+    swiglu_backward(s->d_gate + f, s->d_up + f, s->d_act + f, s->gate + f, s->up + f, (long)rF);
+    memset(s->d_n2 + d, 0, sizeof(float) * rD);
+    linear_backward(s->d_n2 + d, dw->w_gate, NULL, s->d_gate + f, s->n2 + d, w->w_gate, rows, D, F);
+    linear_backward(s->d_n2 + d, dw->w_up, NULL, s->d_up + f, s->n2 + d, w->w_up, rows, D, F);
+    memcpy(s->d_h + d, dout + d, sizeof(float) * rD); // the residual path
+    rmsnorm_backward(s->d_h + d, dw->ffn_norm, s->d_n2 + d, s->h + d, w->ffn_norm, s->rstd2 + t0,
+                     rows, D);
+    memset(s->d_att + (size_t)t0 * Q, 0, sizeof(float) * rows * Q);
+    linear_backward(s->d_att + (size_t)t0 * Q, dw->wo, NULL, s->d_h + d, s->att + (size_t)t0 * Q,
+                    w->wo, rows, Q, D);
+}
+
+// One chunk of the q, k, v projections' backward (d_q, d_k with RoPE undone, and d_v are their
+// outputs' gradients; the bias gradients their column sums, in token order) and the first
+// norm's: dx = d_h + the attention block's gradient.
+static void qkv_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                         layer_scratch *s, const float *x, float *dx, int t0, int rows) {
+    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    size_t d = (size_t)t0 * D, q = (size_t)t0 * Q, kv = (size_t)t0 * KV;
+    memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
+    linear_backward(s->d_n1 + d, dw->wq, dw->bq, s->d_q + q, s->n1 + d, w->wq, rows, D, Q);
+    linear_backward(s->d_n1 + d, dw->wk, dw->bk, s->d_k + kv, s->n1 + d, w->wk, rows, D, KV);
+    linear_backward(s->d_n1 + d, dw->wv, dw->bv, s->d_v + kv, s->n1 + d, w->wv, rows, D, KV);
+    memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
+    rmsnorm_backward(dx + d, dw->attn_norm, s->d_n1 + d, x + d, w->attn_norm, s->rstd1 + t0, rows,
+                     D);
 }
 
 void layer_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                     layer_scratch *s, const float *x, const float *dout, float *dx) {
-    int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
-    int Q = c->heads * hd, KV = c->kv_heads * hd;
-    size_t nD = (size_t)n * D;
-    // MLP block: out = h + down(swiglu(gate(n2), up(n2)))
-    memset(s->d_act, 0, sizeof(float) * n * F);
-    linear_backward(s->d_act, dw->w_down, NULL, dout, s->act, w->w_down, n, F, D);
-    memset(s->d_gate, 0, sizeof(float) * n * F);
-    memset(s->d_up, 0, sizeof(float) * n * F);
-    swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, (long)n * F);
-    memset(s->d_n2, 0, sizeof(float) * nD);
-    linear_backward(s->d_n2, dw->w_gate, NULL, s->d_gate, s->n2, w->w_gate, n, D, F);
-    linear_backward(s->d_n2, dw->w_up, NULL, s->d_up, s->n2, w->w_up, n, D, F);
-    memcpy(s->d_h, dout, sizeof(float) * nD); // the residual path
-    rmsnorm_backward(s->d_h, dw->ffn_norm, s->d_n2, s->h, w->ffn_norm, s->rstd2, n, D);
-    // attention block: h = x + o(attention(rope(q(n1)), rope(k(n1)), v(n1)))
-    memset(s->d_att, 0, sizeof(float) * n * Q);
-    linear_backward(s->d_att, dw->wo, NULL, s->d_h, s->att, w->wo, n, Q, D);
+    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(c);
+    int Q = c->heads * hd, KV = c->kv_heads * hd, chunk = chunk_of(c, n);
+    for (int t0 = 0; t0 < n; t0 += chunk)
+        mlp_backward(c, w, dw, s, dout, t0, n - t0 < chunk ? n - t0 : chunk);
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
@@ -96,12 +148,6 @@ void layer_backward(const mt_config *c, const layer_params *w, const layer_param
                        c->heads, c->kv_heads, hd);
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd);
-    memset(s->d_n1, 0, sizeof(float) * nD);
-    // d_q, d_k (RoPE undone) and d_v are the gradients of the projections' outputs; the bias
-    // gradients are their column sums, in token order (the same bits for any thread count)
-    linear_backward(s->d_n1, dw->wq, dw->bq, s->d_q, s->n1, w->wq, n, D, Q);
-    linear_backward(s->d_n1, dw->wk, dw->bk, s->d_k, s->n1, w->wk, n, D, KV);
-    linear_backward(s->d_n1, dw->wv, dw->bv, s->d_v, s->n1, w->wv, n, D, KV);
-    memcpy(dx, s->d_h, sizeof(float) * nD);
-    rmsnorm_backward(dx, dw->attn_norm, s->d_n1, x, w->attn_norm, s->rstd1, n, D);
+    for (int t0 = 0; t0 < n; t0 += chunk)
+        qkv_backward(c, w, dw, s, x, dx, t0, n - t0 < chunk ? n - t0 : chunk);
 }
