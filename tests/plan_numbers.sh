@@ -92,7 +92,7 @@ expected() {
         if (BE > L) BE = L
         acts = 4 * (int(L / BE) + BE) * M * n * D; dres = 4 * M * n * D
         lay = 6*n*D + 4*n*Q + 4*n*KV + 6*n*F + 2*n + B*H*T      # layer.c scratch, floats
-        cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n + n*D)   # + head scratch, tokens, engine tmp
+        cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n)   # + head scratch, token ids
         out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
         out("compute_host.activations", acts); out("compute_host.residual", dres)
         out("compute_host.working", cpu_work)
@@ -103,14 +103,14 @@ expected() {
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
-                 + 2 * (4*r*D + 2*n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
+                 + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
                  + 4 * int((r + 255) / 256) * D + 4 * B * H * T
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
         # + the 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
         # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
-        gpu_work = laygpu + headgpu + 4*n*D + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8 \
+        gpu_work = laygpu + headgpu + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8 \
                    + 64 * 1048576 + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0)
         # the GPU updates the embedding and the first ceil(L / 8) layers itself (fp32 master,
         # m, v); those layers have buffers of their own

@@ -326,16 +326,18 @@ template <int HDP>
 void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
                  const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d, cudaStream_t stream) {
     using C = Cfg<HDP>;
-    auto dq_kernel = attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC>;
-    dim3 gq(d.B * d.H, cdiv(d.T, 16 * WARPS * C::DQ_MT));
-    set_smem_limit(dq_kernel, C::dq_smem);
-    dq_kernel<<<gq, THREADS, C::dq_smem, stream>>>(dq, dout, lse, D, q, k, v, d);
-    CUDA_CHECK_LAUNCH();
-
+    // dk and dv first: they read every row of q, which dq may overwrite (dq == q is allowed:
+    // the dq kernel reads only the q rows it writes, all before it writes them).
     auto kv_kernel = attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ>;
     dim3 gk(d.B * d.KV, cdiv(d.T, 16 * WARPS * C::KV_MT));
     set_smem_limit(kv_kernel, C::kv_smem);
     kv_kernel<<<gk, THREADS, C::kv_smem, stream>>>(dk, dv, dout, lse, D, q, k, v, d);
+    CUDA_CHECK_LAUNCH();
+
+    auto dq_kernel = attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC>;
+    dim3 gq(d.B * d.H, cdiv(d.T, 16 * WARPS * C::DQ_MT));
+    set_smem_limit(dq_kernel, C::dq_smem);
+    dq_kernel<<<gq, THREADS, C::dq_smem, stream>>>(dq, dout, lse, D, q, k, v, d);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -353,11 +355,11 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     if (use_simple(hd, ptrs, 8)) {
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
         CUDA_CHECK_LAUNCH();
+        attn_bwd_dkdv_simple<<<simple_blocks((long)B * KV * T), 32 * SIMPLE_WARPS, 0, stream>>>(
+            dk, dv, dout, lse, D, q, k, v, d); // before dq, which may overwrite q
+        CUDA_CHECK_LAUNCH();
         attn_bwd_dq_simple<<<simple_blocks(qrows), 32 * SIMPLE_WARPS, 0, stream>>>(dq, dout, lse, D,
                                                                                    q, k, v, d);
-        CUDA_CHECK_LAUNCH();
-        attn_bwd_dkdv_simple<<<simple_blocks((long)B * KV * T), 32 * SIMPLE_WARPS, 0, stream>>>(
-            dk, dv, dout, lse, D, q, k, v, d);
         CUDA_CHECK_LAUNCH();
         return;
     }

@@ -32,7 +32,8 @@ typedef struct {
     // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
     void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep);
     // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
-    // them from x. Both give the same bits.
+    // them from x. Both give the same bits. dx may be dout: a token's dx depends on its own
+    // dout only, read before it is written.
     void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
                            float *dx, int keep);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running

@@ -134,8 +134,7 @@ static void alloc_layer_set(backend *b) {
     carve_saved(b, b->work_arena, &b->work, 0);
     bf16 **nd[] = {&b->n1, &b->n2, &b->dout_b, &b->dh_b};
     for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = dev(b, r * D, 2);
-    bf16 **nq[] = {&b->d_att, &b->dq};
-    for (size_t i = 0; i < sizeof nq / sizeof *nq; i++) *nq[i] = dev(b, n * Q, 2);
+    b->d_att = dev(b, n * Q, 2);
     bf16 **nkv[] = {&b->dk, &b->dv};
     for (size_t i = 0; i < sizeof nkv / sizeof *nkv; i++) *nkv[i] = dev(b, n * KV, 2);
     bf16 **nf[] = {&b->act, &b->d_gate, &b->d_up};
@@ -223,12 +222,12 @@ static void offload_streams_free(backend *b) {
 
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
-    void *all[] = {b->work_arena,  b->kept_arena, b->n1,      b->n2,           b->act,
-                   b->dout_b,      b->d_gate,     b->d_up,    b->dh_b,         b->d_att,
-                   b->dq,          b->dk,         b->dv,      b->rstd1,        b->rstd2,
-                   b->d_act,       b->d_n2,       b->d_n1,    b->norm_scratch, b->attn_scratch,
-                   b->xf,          b->rstd_f,     b->dxf,     b->losses,       b->logits,
-                   b->cls_scratch, b->inputs,     b->targets, b->inv_freq,     b->bias_scratch};
+    void *all[] = {b->work_arena, b->kept_arena, b->n1,           b->n2,           b->act,
+                   b->dout_b,     b->d_gate,     b->d_up,         b->dh_b,         b->d_att,
+                   b->dk,         b->dv,         b->rstd1,        b->rstd2,        b->d_act,
+                   b->d_n2,       b->d_n1,       b->norm_scratch, b->attn_scratch, b->xf,
+                   b->rstd_f,     b->dxf,        b->losses,       b->logits,       b->cls_scratch,
+                   b->inputs,     b->targets,    b->inv_freq,     b->bias_scratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     free(b->kept);

@@ -41,7 +41,7 @@ struct backend {
     void *kept_arena, *work_arena;
     int n_kept;
     bf16 *n1, *n2, *act;
-    bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dq, *dk, *dv;
+    bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dk, *dv; // dq goes to q's buffer
     float *rstd1, *rstd2, *d_act, *d_n2, *d_n1, *norm_scratch;
     void *attn_scratch;
     float *bias_scratch;

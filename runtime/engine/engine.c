@@ -199,7 +199,6 @@ static void engine_init(engine *e) {
     e->n_passes = backward_passes(c->layers, e->every, e->passes);
     if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * c->layers);
     e->dres = device_alloc(e, M * nD, 4);
-    e->tmp = device_alloc(e, nD, 4);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
     if (!e->inputs || !e->targets) mt_die("out of memory");
@@ -218,7 +217,6 @@ static void engine_free(engine *e) {
     e->ops->release(e->be, e->acts);
     if (e->acts_host) e->ops->host_release(e->be, e->acts_host);
     e->ops->release(e->be, e->dres);
-    e->ops->release(e->be, e->tmp);
     transfer_free(&e->xfer);
     e->ops->destroy(e->be);
     dataset_close(&e->data);

@@ -132,7 +132,7 @@ static void mlp_backward(backend *b, const layer_w *w, const layer_g *g, const f
     cuda_linear_backward_input(gm, b->d_n2, 1, 1.0f, b->d_up, w->w_up, rows, D, F, s);
     cuda_linear_backward_weight(gm, g->w_gate, b->d_gate, b->n2, rows, D, F, s);
     cuda_linear_backward_weight(gm, g->w_up, b->d_up, b->n2, rows, D, F, s);
-    cu_copy(b, dh, dy, sizeof(float) * rows * D);
+    if (dh != dy) cu_copy(b, dh, dy, sizeof(float) * rows * D); // the engine passes dx = dout
     cuda_rmsnorm_backward(dh, g->ffn_norm, b->d_n2, a->h, w->ffn_norm, b->rstd2, rows, D,
                           b->norm_scratch, s);
     cuda_float_to_bf16(b->dh_b, dh, (long)rows * D, s);
@@ -141,14 +141,14 @@ static void mlp_backward(backend *b, const layer_w *w, const layer_g *g, const f
 }
 
 // q, k and v's projections backward for one chunk, and the first norm's: dx (holding dh)
-// gains the attention block's gradient.
-static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const float *x, float *dx,
-                         int t0, int rows) {
+// gains the attention block's gradient. dq_all: the whole micro-batch's dq (q's buffer).
+static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const bf16 *dq_all,
+                         const float *x, float *dx, int t0, int rows) {
     const mt_config *c = b->c;
     int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
-    const bf16 *dq = b->dq + (size_t)t0 * Q, *dk = b->dk + (size_t)t0 * KV,
+    const bf16 *dq = dq_all + (size_t)t0 * Q, *dk = b->dk + (size_t)t0 * KV,
                *dv = b->dv + (size_t)t0 * KV;
     const float *xc = x + (size_t)t0 * D;
     if (rows != tokens(b)) // the first norm of this chunk again (one chunk: still in n1)
@@ -181,16 +181,17 @@ void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *
         cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, tokens(b), c->dim, (float)c->norm_eps,
                              s);
     FOR_CHUNKS(b, t0, rows) mlp_backward(b, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
-    cuda_attention_backward(b->dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
+    bf16 *dq = a->q; // in place: q is not read again (at 512k tokens, 4 GiB on a 7B)
+    cuda_attention_backward(dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
                             b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
-    cuda_rope_backward(b->dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
+    cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
     if (g.bq) {
-        cuda_bias_backward(g.bq, b->dq, tokens(b), Q, b->bias_scratch, s);
+        cuda_bias_backward(g.bq, dq, tokens(b), Q, b->bias_scratch, s);
         cuda_bias_backward(g.bk, b->dk, tokens(b), KV, b->bias_scratch, s);
         cuda_bias_backward(g.bv, b->dv, tokens(b), KV, b->bias_scratch, s);
     }
-    FOR_CHUNKS(b, t0, rows) qkv_backward(b, &w, &g, x, dx, t0, rows);
+    FOR_CHUNKS(b, t0, rows) qkv_backward(b, &w, &g, dq, x, dx, t0, rows);
 }
 
 // Final norm, classifier and loss chunk by chunk; with dloss != 0 also their backward, into

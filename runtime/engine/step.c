@@ -180,9 +180,8 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     if (e->offload) e->ops->slot_wait(e->be, l % 2);
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
-        e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), e->tmp,
-                               keep_slot(e, l, m));
-        e->ops->copy(e->be, dres(e, m), e->tmp, sizeof(float) * e->n * c->dim);
+        e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), dres(e, m),
+                               keep_slot(e, l, m)); // in place: no second residual buffer
     }
     span_end(e, "bwd", l);
 }

@@ -42,8 +42,7 @@ struct engine {
     int offload, every, slots;
     layer_pass *passes; // the backward's order of layer passes (backward_passes)
     int n_passes;
-    float *dres; // [M * n * D]: gradient flowing back through the residual stream
-    float *tmp;
+    float *dres;               // [M * n * D]: gradient flowing back through the residual stream
     int32_t *inputs, *targets; // host, [M * n]
     int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
 };

@@ -43,13 +43,12 @@ static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
 }
 
 // The layer's working set plus backend_cpu.c's head scratch and token copies, and the
-// engine's tmp and token ids: all fp32 / int32.
+// token ids: all fp32 / int32 (the engine's backward writes the residual gradient in place).
 static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
     uint64_t layer = cpu_layer_bytes(c, s) / 4;
     uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2; // tmp, xf, dxf, rstd_f, inv_freq
     uint64_t tokens = 2 * 2 * s.M * s.n;            // inputs + targets, engine and backend
-    uint64_t engine_tmp = s.n * s.D;
-    return 4 * (layer + head + tokens + engine_tmp);
+    return 4 * (layer + head + tokens);
 }
 
 // backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds (whole), or the
@@ -71,7 +70,7 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
 // backend_cuda.c's alloc_layer_set, byte for byte: attention's buffers for the micro-batch,
 // the others for a chunk.
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
-    uint64_t bf16s = 4 * s.r * s.D + 2 * s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F;
+    uint64_t bf16s = 4 * s.r * s.D + s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F; // dq: in q
     uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
     uint64_t norm_scratch = (s.r + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
     uint64_t attn = (uint64_t)c->micro_batch * c->heads * c->seq_len; // attention scratch / 4
@@ -99,6 +98,11 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     uint64_t budget = device_free / 8, emb = 12 * model_group_numel(c, 0);
     uint64_t layer = plan_device_layer_bytes(c);
     if (emb > budget) return 0;
+    // At long context the boundaries need the memory more than an optimizer lead does (a step
+    // takes minutes there, the optimizers are never behind): when all of them would take over
+    // half of it, the embedding alone.
+    shape s = shape_of(c);
+    if (4 * (s.L + 1) * s.M * s.n * s.D > device_free / 2) return 1;
     int layers = (c->layers + 7) / 8;
     if ((uint64_t)layers * layer > budget - emb) layers = (int)((budget - emb) / layer);
     return 1 + layers;
@@ -164,7 +168,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
                              2 * model_group_numel(c, model_layer_group(0));
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
-        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + 4 * s.n * s.D +
+        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) +
                      gemm_workspace + inv_freq + transfer;
     } else {
         b->working = cpu_working_bytes(c, s);
@@ -220,7 +224,9 @@ static int fitting_every(int layers, uint64_t fit) {
 }
 
 // Boundaries may take 3/4 of what is free once the buffers before them are there, which
-// leaves the rest for the working set and kept layers. When all of them do not fit, "auto"
+// leaves the rest for kept layers; when none will be kept (recompute "always", or layers run
+// by chunks, which recompute by chunk), all of it but the residual gradient and a 1 GiB margin
+// for the CUDA runtime's and libraries' own allocations. When all of them do not fit, "auto"
 // keeps every k-th and recomputes the segments between (no host memory needed, unlike an
 // offload, and at long context the host has none to spare); offload_activations "auto"
 // offloads only when even that does not fit.
@@ -233,7 +239,9 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     if (ch->offload || room == UINT64_MAX) return;
     shape s = shape_of(c);
     uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
-    uint64_t fit = (room > before ? room - before : 0) / 4 * 3 / one;
+    uint64_t left = room > before ? room - before : 0, reserve = one + (1ull << 30);
+    int keeps = strcmp(c->recompute, "always") != 0 && s.r == s.n;
+    uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
     if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
     if (strcmp(c->offload_activations, "auto") == 0 &&
         (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)

@@ -123,7 +123,8 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 // Measured on an H200, that lead is what lets the optimizer ranks (0.7-1.1x as long per layer
 // as the forward at 65k tokens a step) stay ahead through the forward; every extra layer costs
 // kept activations. None on the CPU, whose compute rank has no memory faster than the
-// optimizer ranks'.
+// optimizer ranks'. The embedding alone at long context, where all boundaries would take over
+// half the free memory.
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
 // GPU memory one more device-updated decoder layer takes: its fp32 state and own buffers.
 uint64_t plan_device_layer_bytes(const mt_config *c);
