@@ -50,8 +50,8 @@ static void add_into(float *dst, const float *a, const float *b, size_t n) {
 // arithmetic as the CUDA backend's chunks, on full-size buffers. One chunk, the default at
 // the tests' sizes, is the unchunked sequence of calls.
 static int chunk_of(const mt_config *c, int n) {
-    int chunk = mt_seq_chunk(c);
-    return chunk < n ? chunk : n;
+    int chunk = mt_seq_chunk(c); // 0 for a config without a batch (tests of one layer)
+    return chunk > 0 && chunk < n ? chunk : n;
 }
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
