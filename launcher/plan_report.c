@@ -411,8 +411,16 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
     if (!p->cuda) fprintf(f, "; %sFLOP/s per core x %d", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
     fprintf(f, "): %s\n", T(e->compute_s));
     if (p->cuda)
-        fprintf(f, "  PCIe       %sB (bf16 weights in twice, fp32 gradients out) at %sB/s: %s\n",
-                SI(e->pcie_bytes), SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
+        fprintf(f, "  recompute  %s of it (%.0f%%): the backward's forward of every layer%s%s\n",
+                T(e->recompute_s), 100.0 * e->recompute_s / e->compute_s,
+                e->redo_s > 0 ? ", and the segments' redo " : "",
+                e->redo_s > 0 ? T(e->redo_s) : "");
+    if (p->cuda)
+        fprintf(f, "  PCIe       %sB (the weights in %.2f times, gradients out) at %sB/s: %s\n",
+                SI(e->pcie_bytes),
+                2.0 + (double)plan_recomputed_layers(p->c->layers, p->choices.boundary_every) /
+                          p->c->layers,
+                SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
     fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
             PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
     fprintf(f, "  step       %s if nothing overlapped: %s tokens/s, %d steps in %s\n", T(e->step_s),

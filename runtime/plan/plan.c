@@ -168,8 +168,8 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
                              2 * model_group_numel(c, model_layer_group(0));
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
-        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) +
-                     gemm_workspace + inv_freq + transfer;
+        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + gemm_workspace +
+                     inv_freq + transfer;
     } else {
         b->working = cpu_working_bytes(c, s);
     }
@@ -382,6 +382,14 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? PLAN_GPU_ATTENTION_FLOPS : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
+    // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
+    // attention's 8), and the redone segment layers' forward once more
+    double redo_per_token = 2.0 * layer_n * redo / e->flops_rate +
+                            2.0 * redo * c->dim * (double)c->seq_len / e->attention_rate;
+    double again_per_token = 2.0 * (N - model_group_numel(c, 0)) / e->flops_rate +
+                             2.0 * c->layers * c->dim * (double)c->seq_len / e->attention_rate;
+    e->redo_s = tokens * redo_per_token;
+    e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
         double passes = 2.0 + redo / c->layers;
         e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;

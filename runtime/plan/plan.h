@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 // Assumed rates for the estimates: nothing here is measured.
-#define PLAN_GPU_FLOPS 600e12         // sustained bf16 training rate of one H100/H200-class GPU
-#define PLAN_GPU_PEAK_FLOPS 989e12    // H100/H200 dense bf16 peak, for MFU
+#define PLAN_GPU_FLOPS 600e12      // sustained bf16 training rate of one H100/H200-class GPU
+#define PLAN_GPU_PEAK_FLOPS 989e12 // H100/H200 dense bf16 peak, for MFU
 // causal attention as it runs (forward, backward and its recompute), measured on the H200:
 // 7B at 131,072 tokens, 2026-12-01 (bench/RESULTS.md)
 #define PLAN_GPU_ATTENTION_FLOPS 188e12
@@ -139,6 +139,7 @@ uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch);
 // the forward, plus redone segment layers; causal attention as it runs) and bytes moved.
 typedef struct {
     double flops, flops_rate, attention_rate, compute_s;
+    double recompute_s, redo_s; // of compute_s: forwards run again (all), segments' redo
     double pcie_bytes, pcie_s;
     double opt_bytes, opt_s;
     double step_s, tokens_per_s;
