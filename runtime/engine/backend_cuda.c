@@ -282,7 +282,7 @@ backend *backend_cuda_new(const mt_config *c) {
     if (!b) mt_die("out of memory");
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
-    b->seq_chunk = mt_seq_chunk(c) > 0 ? mt_seq_chunk(c) : b->max_tokens; // 0: no batch (tests)
+    b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
     int nt = model_group_tensors(c, model_layer_group(0), t, &numel);

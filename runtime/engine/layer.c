@@ -46,13 +46,9 @@ static void add_into(float *dst, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
 }
 
-// Tokens per chunk of the token-wise work (batch.seq_chunk, as on the GPU): the same
-// arithmetic as the CUDA backend's chunks, on full-size buffers. One chunk, the default at
-// the tests' sizes, is the unchunked sequence of calls.
-static int chunk_of(const mt_config *c, int n) {
-    int chunk = mt_seq_chunk(c); // 0 for a config without a batch (tests of one layer)
-    return chunk > 0 && chunk < n ? chunk : n;
-}
+// The token-wise work runs by chunks (mt_chunk_of, as on the GPU): the same arithmetic as the
+// CUDA backend's chunks, on full-size buffers. One chunk, the default at the tests' sizes, is
+// the unchunked sequence of calls.
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it.
@@ -61,7 +57,7 @@ static void attention_part(const mt_config *c, const layer_params *w, layer_scra
     int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c);
     int Q = c->heads * hd, KV = c->kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += chunk) {
-        int rows = n - t0 < chunk ? n - t0 : chunk;
+        int rows = mt_chunk_rows(n, t0, chunk);
         size_t d = (size_t)t0 * D;
         rmsnorm_forward(s->n1 + d, s->rstd1 + t0, x + d, w->attn_norm, rows, D, (float)c->norm_eps);
         // biases (Qwen2) before RoPE, or NULL
@@ -91,10 +87,10 @@ static void mlp_forward(const mt_config *c, const layer_params *w, layer_scratch
 
 void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
                    float *out) {
-    int n = s->B * s->T, chunk = chunk_of(c, n);
+    int n = s->B * s->T, chunk = mt_chunk_of(c, n);
     attention_part(c, w, s, x, chunk);
     for (int t0 = 0; t0 < n; t0 += chunk)
-        mlp_forward(c, w, s, x, out, t0, n - t0 < chunk ? n - t0 : chunk);
+        mlp_forward(c, w, s, x, out, t0, mt_chunk_rows(n, t0, chunk));
 }
 
 // One chunk of the MLP block's backward and the output projection's: d_h, the residual
@@ -138,9 +134,9 @@ static void qkv_backward(const mt_config *c, const layer_params *w, const layer_
 void layer_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                     layer_scratch *s, const float *x, const float *dout, float *dx) {
     int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(c);
-    int Q = c->heads * hd, KV = c->kv_heads * hd, chunk = chunk_of(c, n);
+    int Q = c->heads * hd, KV = c->kv_heads * hd, chunk = mt_chunk_of(c, n);
     for (int t0 = 0; t0 < n; t0 += chunk)
-        mlp_backward(c, w, dw, s, dout, t0, n - t0 < chunk ? n - t0 : chunk);
+        mlp_backward(c, w, dw, s, dout, t0, mt_chunk_rows(n, t0, chunk));
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
@@ -149,5 +145,5 @@ void layer_backward(const mt_config *c, const layer_params *w, const layer_param
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd);
     for (int t0 = 0; t0 < n; t0 += chunk)
-        qkv_backward(c, w, dw, s, x, dx, t0, n - t0 < chunk ? n - t0 : chunk);
+        qkv_backward(c, w, dw, s, x, dx, t0, mt_chunk_rows(n, t0, chunk));
 }

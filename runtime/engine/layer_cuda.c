@@ -49,12 +49,8 @@ static void projection(backend *b, bf16 *out, const bf16 *in, const bf16 *w, con
 
 // The chunks of a micro-batch: [t0, t0 + rows) for t0 = 0, seq_chunk, ...
 #define FOR_CHUNKS(b, t0, rows)                                                                    \
-    for (int t0 = 0, rows = chunk_rows(b, 0); t0 < tokens(b);                                      \
-         t0 += (b)->seq_chunk, rows = chunk_rows(b, t0))
-static int chunk_rows(const backend *b, int t0) {
-    int left = tokens(b) - t0;
-    return left < b->seq_chunk ? left : b->seq_chunk;
-}
+    for (int t0 = 0, rows = mt_chunk_rows(tokens(b), 0, (b)->seq_chunk); t0 < tokens(b);           \
+         t0 += (b)->seq_chunk, rows = mt_chunk_rows(tokens(b), t0, (b)->seq_chunk))
 
 static layer_saved *internals(backend *b, int keep) {
     return keep >= 0 ? &b->kept[keep] : &b->work;

@@ -107,6 +107,18 @@ static inline int mt_seq_chunk(const mt_config *c) {
     return (int)(chunk < n ? chunk : n);
 }
 
+// The chunk for n tokens, the micro-batch as it runs (a sampled sequence may be shorter):
+// mt_seq_chunk, or n itself when that is larger or 0 (a config without a batch: tests of one
+// layer). Both backends chunk with it.
+static inline int mt_chunk_of(const mt_config *c, int n) {
+    int chunk = mt_seq_chunk(c);
+    return chunk > 0 && chunk < n ? chunk : n;
+}
+// The rows of the chunk that starts at token t0 of n (the last one may be short).
+static inline int mt_chunk_rows(int n, int t0, int chunk) {
+    return n - t0 < chunk ? n - t0 : chunk;
+}
+
 static inline long mt_tokens_per_step(const mt_config *c) {
     return (long)c->micro_batch * c->micro_batches * c->seq_len;
 }
