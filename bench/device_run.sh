@@ -2,9 +2,10 @@
 # One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
 # suite (GPU tests included) and the benchmarks. Output under $OUT.
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
-#          [torch-NAME...]
+#          [torch-NAME...] [attn[=T_LIST[/HD_LIST]]]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
-#   (3b with activation checkpointing, as the anchors were measured).
+#   (3b with activation checkpointing, as the anchors were measured). attn runs
+#   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128).
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -27,6 +28,12 @@ for what in "$@"; do
             "$OUT/ctest.log" | tail -70 ;;
     bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
     long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
+    attn | attn=*)
+        spec=${what#attn}; spec=${spec#=}; args=()
+        [ -n "$spec" ] && args=(--T "${spec%%/*}")
+        [[ $spec == */* ]] && args+=(--hd "${spec#*/}")
+        build/bin/attention_bench "${args[@]}" 2>&1 | tee -a "$OUT/attention.log"
+        python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
     torch-*)
         ckpt=()
         [ "${what#torch-}" != 1b ] && ckpt=(--checkpointing)

@@ -1,20 +1,18 @@
-// The CUDA flash attention (kernels/cuda/attention_forward.cu, attention_backward.cu) against the
-// fp32 CPU reference (kernels/cpu/attention.c), on both of its paths: tensor cores (default) and
-// the simple fp32 one (MT_ATTENTION_SIMPLE=1).
+// The CUDA flash attention (kernels/cuda/attention_*.cu) against the fp32 CPU reference
+// (kernels/cpu/attention.c), on each of its paths (MT_ATTENTION=simple, mma, and wgmma where the
+// device and the build have it).
 //
 // q, k, v and dout are rounded to bf16 first, so both sides see the same inputs; the backward
 // of both sides gets the same bf16-rounded out and the reference lse, so that it is checked
 // on its own. Every GPU output is poisoned (0xFF bytes: NaN) before each call, so an element
 // that a kernel fails to write shows up as a failure. Then the backward is rerun and must
-// give the same bits (no atomics), and the tensor-core path is timed at the benchmark models'
-// shapes (skip that with --no-bench).
+// give the same bits (no atomics). Timings are bench/attention_bench's.
 //
 // Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
-#include "tests/cuda_timer.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -30,12 +28,23 @@ typedef struct {
     int B, T, H, KV, hd;
 } shape;
 
-// Tails (T not a multiple of 64), T = 1, GQA groups of 1..4, and hd padded inside the
+// Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
 // tensor-core path (16, 24 -> 32; 40 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
-    {2, 37, 4, 2, 16},  {1, 130, 8, 8, 64},  {2, 257, 8, 2, 128}, {1, 1, 4, 1, 64},
-    {1, 1, 8, 2, 128},  {1, 64, 2, 1, 32},   {1, 70, 6, 3, 24},   {1, 200, 4, 4, 40},
-    {1, 100, 4, 2, 96}, {2, 130, 4, 2, 100}, {1, 77, 3, 3, 100},
+    {2, 37, 4, 2, 16},
+    {1, 130, 8, 8, 64},
+    {2, 257, 8, 2, 128},
+    {1, 1, 4, 1, 64},
+    {1, 1, 8, 2, 128},
+    {1, 64, 2, 1, 32},
+    {1, 70, 6, 3, 24},
+    {1, 200, 4, 4, 40},
+    {1, 100, 4, 2, 96},
+    {2, 130, 4, 2, 100},
+    {1, 77, 3, 3, 100},
+    // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128 and 100.
+    {1, 32805, 2, 1, 128},
+    {1, 32777, 1, 1, 100},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -255,102 +264,29 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
     }
 }
 
-// ---- timing --------------------------------------------------------------------------------
-
-enum { BENCH_WARMUP = 2, BENCH_ITERS = 10 };
-
-// Random bf16 values in [-amp, amp) straight into device memory, in chunks.
-static void dev_fill_random(bf16 *dst, long n, float amp) {
-    const long chunk = 1l << 22;
-    bf16 *tmp = xmalloc(sizeof(bf16) * chunk);
-    for (long i = 0; i < n; i += chunk) {
-        long m = n - i < chunk ? n - i : chunk;
-        for (long j = 0; j < m; j++) tmp[j] = bf16_from_float(rng_uniform() * amp);
-        CUDA_CHECK(cudaMemcpy(dst + i, tmp, sizeof(bf16) * m, cudaMemcpyHostToDevice));
-    }
-    free(tmp);
-}
-
-typedef struct {
-    const shape *s;
-    bf16 *q, *k, *v, *out, *dout, *dq, *dk, *dv;
-    float *lse;
-    void *scratch;
-} bench_bufs;
-
-static void bench_call(const bench_bufs *b, int which) {
-    const shape *s = b->s;
-    if (which == 0)
-        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd, 0);
-    else
-        cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                s->B, s->T, s->H, s->KV, s->hd, b->scratch, 0);
-}
-
-// Milliseconds per call of the forward (which = 0) or backward (1), averaged over BENCH_ITERS.
-static float bench_ms(const bench_bufs *b, int which) {
-    for (int i = 0; i < BENCH_WARMUP; i++) bench_call(b, which);
-    cudaEvent_t t0 = timer_start();
-    for (int i = 0; i < BENCH_ITERS; i++) bench_call(b, which);
-    return timer_stop_ms(t0) / BENCH_ITERS;
-}
-
-// Causal forward FLOPs: 2 GEMMs of 2*T*T*hd each per (b, h), halved by the mask; the
-// backward counts as 2.5 forwards (5 GEMMs), whatever the kernels actually recompute.
-static void bench_shape(const shape *s) {
-    long nq = (long)s->B * s->T * s->H * s->hd, nkv = (long)s->B * s->T * s->KV * s->hd;
-    bench_bufs b = {.s = s};
-    bf16 **qbuf[] = {&b.q, &b.out, &b.dout, &b.dq};
-    for (int i = 0; i < 4; i++) *qbuf[i] = dev_alloc(sizeof(bf16) * nq);
-    bf16 **kvbuf[] = {&b.k, &b.v, &b.dk, &b.dv};
-    for (int i = 0; i < 4; i++) *kvbuf[i] = dev_alloc(sizeof(bf16) * nkv);
-    b.lse = dev_alloc(sizeof(float) * s->B * s->H * s->T);
-    b.scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
-    dev_fill_random(b.q, nq, 1.0f);
-    dev_fill_random(b.k, nkv, 1.0f);
-    dev_fill_random(b.v, nkv, 1.0f);
-    dev_fill_random(b.dout, nq, 1.0f);
-
-    double fwd_flops = 4.0 * s->B * s->H * (double)s->T * s->T * s->hd / 2.0;
-    float fwd = bench_ms(&b, 0), bwd = bench_ms(&b, 1); // the forward leaves out and lse
-    printf("PERF B=%d T=%d H=%d KV=%d hd=%d  forward %.3f ms %.1f TFLOP/s  backward %.3f ms "
-           "%.1f TFLOP/s\n",
-           s->B, s->T, s->H, s->KV, s->hd, fwd, fwd_flops / (fwd * 1e-3) / 1e12, bwd,
-           2.5 * fwd_flops / (bwd * 1e-3) / 1e12);
-    void *p[] = {b.q, b.out, b.dout, b.dq, b.k, b.v, b.dk, b.dv, b.lse, b.scratch};
-    for (int i = 0; i < 10; i++) CUDA_CHECK(cudaFree(p[i]));
-}
-
-int main(int argc, char **argv) {
+int main(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
     }
-    int bench = !(argc > 1 && strcmp(argv[1], "--no-bench") == 0);
-
     const int nshapes = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
+    const char *paths[] = {"simple", "mma", "wgmma"};
+    const int npaths = cuda_attention_has_wgmma() ? 3 : 2;
+    printf("paths: simple, mma%s\n", npaths == 3 ? ", wgmma" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
         host_case c;
         host_case_init(&c, &SHAPES[i]);
-        for (int simple = 0; simple <= 1; simple++) {
-            // use_simple (attention.cuh) reads the variable on every call.
-            if (simple)
-                setenv("MT_ATTENTION_SIMPLE", "1", 1);
-            else
-                unsetenv("MT_ATTENTION_SIMPLE");
-            const char *path = simple ? "simple" : "tc";
-            check_forward(path, &SHAPES[i], &c);
-            check_backward(path, &SHAPES[i], &c);
+        for (int p = 0; p < npaths; p++) {
+            // attention_path (attention.cuh) reads the variable on every call.
+            setenv("MT_ATTENTION", paths[p], 1);
+            check_forward(paths[p], &SHAPES[i], &c);
+            check_backward(paths[p], &SHAPES[i], &c);
         }
         host_case_free(&c);
     }
-    unsetenv("MT_ATTENTION_SIMPLE");
+    unsetenv("MT_ATTENTION");
 
-    if (bench) {
-        static const shape PERF[] = {{8, 2048, 32, 4, 64}, {8, 2048, 32, 32, 128}};
-        for (int i = 0; i < 2; i++) bench_shape(&PERF[i]);
-    }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -5,11 +5,13 @@
 // CTA holds one tile of 64 or 128 query (or key) rows and streams the other side through
 // shared memory; the T x T probabilities are recomputed from lse in the backward, never stored.
 //
-// Two paths, each checked against the CPU reference by tests/test_attention_cuda.c:
+// Three paths, each checked against the CPU reference by tests/test_attention_cuda.c:
 // - tensor cores (default): mma.sync m16n8k16 bf16 with fp32 accumulation, ldmatrix from
 //   padded shared memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128
 //   with zeros in shared memory, so every even hd <= 128 that is a multiple of 8 runs on it.
-// - simple (MT_ATTENTION_SIMPLE=1, or an hd / pointer alignment the tensor path cannot take):
+// - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
+//   reading 128-byte-swizzled shared memory. The default where it runs.
+// - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
 // Backward, both paths: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
@@ -30,6 +32,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+// attention_wgmma.cu: the Hopper path, for the other files of the family.
+bool attention_wgmma_available(void);
+void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                             int B, int T, int H, int KV, int hd, cudaStream_t stream);
 
 namespace {
 
@@ -205,6 +213,51 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
     }
 }
 
+// One online-softmax step (the forwards of both tensor-core paths) over a 16 x 8*NS score block
+// (two rows per thread: row_lo and row_lo + 8). s holds raw scores on entry and unnormalized
+// probabilities on exit; o and l are rescaled to the new running max m (scaled, base-2 units). With
+// mask set, keys after the row drop.
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
+                                             float (&l)[2], float scale_log2, bool mask, int row_lo,
+                                             int key0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY; // of the raw scores: scale_log2 > 0 keeps the order
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = key0 + nt * 8 + 2 * (lane & 3) + e;
+                if (mask && key > row_lo + 8 * r) s[nt][2 * r + e] = -INFINITY;
+                mx = fmaxf(mx, s[nt][2 * r + e]);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Every row meets key 0 in the first tile, so mx is finite from then on (a later tile
+        // may mask a whole row: mx stays m) and exp2(-inf - mx) = 0 on the first tile.
+        mx = fmaxf(m[r], mx * scale_log2);
+        float alpha = fast_exp2(m[r] - mx);
+        m[r] = mx;
+        l[r] *= alpha;
+#pragma unroll
+        for (int nt = 0; nt < NO; nt++) {
+            o[nt][2 * r] *= alpha;
+            o[nt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -mx));
+                s[nt][2 * r + e] = p;
+                l[r] += p; // this thread's partial row sum; the quad reduces it at the end
+            }
+        }
+    }
+}
+
 // ---- tiles: global <-> shared ------------------------------------------------------------
 
 // Rows [row0, row0 + ROWS) of a [T, stride] matrix (first hd columns) into shared [ROWS][LD]
@@ -321,16 +374,22 @@ inline bool aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
 
-// The tensor-core path needs 16-byte rows (hd % 8 == 0) and 16-byte aligned bases for
-// cp.async and the vector stores; anything else, or MT_ATTENTION_SIMPLE=1, takes the simple
-// path. getenv on every call, so that a test can switch paths at run time.
-inline bool use_simple(int hd, const void *const *ptrs, int n) {
-    const char *e = getenv("MT_ATTENTION_SIMPLE");
-    if (e && e[0] == '1') return true;
-    if (hd % 4 != 0) return true; // hd % 8 == 4 takes the tensor path with 8-byte chunks
+enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
+
+// The tensor-core paths need rows of whole 8-byte chunks (hd % 4 == 0) and 16-byte aligned
+// bases for cp.async and the vector stores; anything else takes the simple path. Otherwise
+// wgmma where the chip and the build have it (and the operation has a wgmma kernel), else
+// mma.sync. MT_ATTENTION=simple, mma or wgmma asks for a path (tests, comparisons); one that
+// cannot take the call falls back as above. getenv on every call, so that a test can switch
+// paths at run time.
+inline AttnPath attention_path(int hd, const void *const *ptrs, int n, bool has_wgmma_kernel) {
+    const char *e = getenv("MT_ATTENTION");
+    if (e && strcmp(e, "simple") == 0) return PATH_SIMPLE;
+    if (hd % 4 != 0) return PATH_SIMPLE;
     for (int i = 0; i < n; i++)
-        if (!aligned16(ptrs[i])) return true;
-    return false;
+        if (!aligned16(ptrs[i])) return PATH_SIMPLE;
+    if (e && strcmp(e, "mma") == 0) return PATH_MMA;
+    return has_wgmma_kernel && attention_wgmma_available() ? PATH_WGMMA : PATH_MMA;
 }
 
 inline int padded_hd(int hd) {

@@ -6,51 +6,6 @@ namespace {
 
 // ---- tensor-core forward -----------------------------------------------------------------
 
-// One online-softmax step over a 16 x 8*NS score block (two rows per thread: row_lo and
-// row_lo + 8). s holds raw scores on entry and unnormalized probabilities on exit; o and l are
-// rescaled to the new running max m (scaled, base-2 units). With mask set, keys after the row
-// drop.
-template <int NS, int NO>
-__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
-                                             float (&l)[2], float scale_log2, bool mask, int row_lo,
-                                             int key0, int lane) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY; // of the raw scores: scale_log2 > 0 keeps the order
-#pragma unroll
-        for (int nt = 0; nt < NS; nt++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int key = key0 + nt * 8 + 2 * (lane & 3) + e;
-                if (mask && key > row_lo + 8 * r) s[nt][2 * r + e] = -INFINITY;
-                mx = fmaxf(mx, s[nt][2 * r + e]);
-            }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Every row meets key 0 in the first tile, so mx is finite from then on (a later tile
-        // may mask a whole row: mx stays m) and exp2(-inf - mx) = 0 on the first tile.
-        mx = fmaxf(m[r], mx * scale_log2);
-        float alpha = fast_exp2(m[r] - mx);
-        m[r] = mx;
-        l[r] *= alpha;
-#pragma unroll
-        for (int nt = 0; nt < NO; nt++) {
-            o[nt][2 * r] *= alpha;
-            o[nt][2 * r + 1] *= alpha;
-        }
-#pragma unroll
-        for (int nt = 0; nt < NS; nt++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -mx));
-                s[nt][2 * r + e] = p;
-                l[r] += p; // this thread's partial row sum; the quad reduces it at the end
-            }
-        }
-    }
-}
-
 // One CTA per (b, h, 64*MT-query tile); each warp owns 16*MT query rows and streams the
 // BC-key K/V tiles up to its diagonal through a two-stage cp.async pipeline.
 template <int HDP, int MT, int BC>
@@ -207,11 +162,17 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
     const void *ptrs[] = {out, q, k, v};
-    if (use_simple(hd, ptrs, 4)) {
+    switch (attention_path(hd, ptrs, 4, true)) {
+    case PATH_SIMPLE:
         attn_fwd_simple<<<simple_blocks((long)B * H * T), 32 * SIMPLE_WARPS, 0, stream>>>(
             out, lse, q, k, v, d);
         CUDA_CHECK_LAUNCH();
         return;
+    case PATH_WGMMA:
+        attention_forward_wgmma(out, lse, q, k, v, B, T, H, KV, hd, stream);
+        return;
+    case PATH_MMA:
+        break;
     }
     switch (padded_hd(hd)) {
     case 32:
@@ -224,4 +185,8 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
         forward_tc<128>(out, lse, q, k, v, d, stream);
         break;
     }
+}
+
+extern "C" int cuda_attention_has_wgmma(void) {
+    return attention_wgmma_available();
 }

@@ -63,17 +63,19 @@ void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cu
 void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                           const bf16 *up, long n, cudaStream_t stream);
 
-// attention_forward.cu, attention_backward.cu (attention.cuh): causal GQA flash attention, head_dim
-// 64 or 128 (and any even hd <= 128 for tests), scale 1/sqrt(hd). q, out: [B, T, H, hd]; k, v: [B,
-// T, KV, hd]; lse: [B, H, T]. No T x T matrix is ever stored. Backward writes dq, dk, dv; scratch
-// is cuda_attention_scratch_bytes() (fp32 accumulators, D = rowsum(dout * out)). dq may be q
-// (in place: at long context a whole-sequence buffer less).
+// attention_forward.cu, attention_backward.cu, attention_wgmma.cu (attention.cuh): causal GQA flash
+// attention, head_dim 64 or 128 (and any even hd <= 128 for tests), scale 1/sqrt(hd). q, out: [B,
+// T, H, hd]; k, v: [B, T, KV, hd]; lse: [B, H, T]. No T x T matrix is ever stored. Backward writes
+// dq, dk, dv; scratch is cuda_attention_scratch_bytes() (fp32 accumulators, D = rowsum(dout *
+// out)). dq may be q (in place: at long context a whole-sequence buffer less).
 void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                             int B, int T, int H, int KV, int hd, cudaStream_t stream);
 void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                              const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                              int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
 size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
+// 1 where the Hopper (wgmma) attention path runs: an sm_90a build on a compute 9.0 device.
+int cuda_attention_has_wgmma(void);
 
 // gemm.cu: cuBLASLt, bf16 operands, fp32 accumulation. out is fp32 (out_f32 = 1) or bf16.
 // A cuda_gemm owns one cuBLASLt workspace (32 MiB is a good size on Hopper) and a cache of

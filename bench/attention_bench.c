@@ -1,0 +1,161 @@
+// Causal flash attention, forward and backward, in TFLOP/s on the GPU: each kernel path
+// (MT_ATTENTION=mma, wgmma) at the head dims of the bench models and sequence lengths from
+// 2k to 512k. bench/attention_torch.py times PyTorch's scaled_dot_product_attention on the
+// same shapes; bench/device_run.sh `attn` runs both in one call.
+//
+// FLOPs are causal-counted: a forward is 2 GEMMs of 2*T*T*hd per (b, h), halved by the mask,
+// and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes.
+//
+//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--paths mma,wgmma]
+#include "kernels/bf16.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int B, T, H, KV, hd;
+} shape;
+
+typedef struct {
+    bf16 *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+    float *lse;
+    void *scratch;
+} buffers;
+
+// The bench models' heads: 1.1B (32 heads of 64, 4 kv heads), 3.4B (32 of 100), 7B (32 of
+// 128). 16k tokens a call up to T = 16k (8 x 2048 at 2k, as the training bench); past 32k one
+// sequence, with 8 heads from 128k on so that a 512k backward stays within seconds.
+static shape shape_for(int T, int hd) {
+    shape s = {.B = T >= 16384 ? 1 : 16384 / T, .T = T, .H = T >= 131072 ? 8 : 32, .hd = hd};
+    s.KV = hd == 64 ? s.H / 8 : s.H;
+    return s;
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+// Uniform bf16 in [-1, 1) from a fixed xorshift stream: the same inputs on every run.
+static void fill_random(bf16 *dst, long n) {
+    const long chunk = 1l << 22;
+    bf16 *tmp = malloc(sizeof(bf16) * chunk);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (long i = 0; i < n; i += chunk) {
+        long m = n - i < chunk ? n - i : chunk;
+        for (long j = 0; j < m; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            tmp[j] = bf16_from_float((float)((x >> 40) * 0x1.0p-24) * 2.0f - 1.0f);
+        }
+        CUDA_CHECK(cudaMemcpy(dst + i, tmp, sizeof(bf16) * m, cudaMemcpyHostToDevice));
+    }
+    free(tmp);
+}
+
+static void buffers_init(buffers *b, const shape *s) {
+    long nq = (long)s->B * s->T * s->H * s->hd, nkv = (long)s->B * s->T * s->KV * s->hd;
+    bf16 **qs[] = {&b->q, &b->out, &b->dout, &b->dq}, **kvs[] = {&b->k, &b->v, &b->dk, &b->dv};
+    for (int i = 0; i < 4; i++) *qs[i] = dev_alloc(sizeof(bf16) * nq);
+    for (int i = 0; i < 4; i++) *kvs[i] = dev_alloc(sizeof(bf16) * nkv);
+    b->lse = dev_alloc(sizeof(float) * s->B * s->H * s->T);
+    b->scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
+    fill_random(b->q, nq);
+    fill_random(b->k, nkv);
+    fill_random(b->v, nkv);
+    fill_random(b->dout, nq);
+}
+
+static void buffers_free(buffers *b) {
+    void *p[] = {b->q, b->out, b->dout, b->dq, b->k, b->v, b->dk, b->dv, b->lse, b->scratch};
+    for (int i = 0; i < 10; i++) CUDA_CHECK(cudaFree(p[i]));
+}
+
+static void call(const buffers *b, const shape *s, int backward) {
+    if (!backward)
+        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd, 0);
+    else
+        cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
+                                s->B, s->T, s->H, s->KV, s->hd, b->scratch, 0);
+}
+
+// Milliseconds per call: one warm-up, then repeats until 0.3 s have run (at least 2).
+static double time_ms(const buffers *b, const shape *s, int backward) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    call(b, s, backward);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    double total = 0.0;
+    int n = 0;
+    while (n < 2 || total < 300.0) {
+        CUDA_CHECK(cudaEventRecord(e0, 0));
+        call(b, s, backward);
+        CUDA_CHECK(cudaEventRecord(e1, 0));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        total += ms, n++;
+    }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return total / n;
+}
+
+static int parse_list(const char *arg, int *out, int max) {
+    int n = 0;
+    for (const char *p = arg; *p && n < max;) {
+        out[n++] = atoi(p);
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    int Ts[16] = {2048, 8192, 32768, 131072, 524288}, nT = 5;
+    int hds[8] = {64, 100, 128}, nhd = 3;
+    const char *paths = "mma,wgmma";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--T") == 0)
+            nT = parse_list(argv[i + 1], Ts, 16);
+        else if (strcmp(argv[i], "--hd") == 0)
+            nhd = parse_list(argv[i + 1], hds, 8);
+        else if (strcmp(argv[i], "--paths") == 0)
+            paths = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    int has_wgmma = cuda_attention_has_wgmma();
+    printf("# causal attention, TFLOP/s causal-counted; wgmma %s\n",
+           has_wgmma ? "available" : "not available (mma runs instead)");
+    for (int h = 0; h < nhd; h++) {
+        for (int t = 0; t < nT; t++) {
+            shape s = shape_for(Ts[t], hds[h]);
+            buffers b;
+            buffers_init(&b, &s);
+            double fwd_flops = 4.0 * s.B * s.H * (double)s.T * s.T * s.hd / 2.0;
+            char list[64];
+            snprintf(list, sizeof list, "%s", paths);
+            for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
+                setenv("MT_ATTENTION", path, 1);
+                double f = time_ms(&b, &s, 0), g = time_ms(&b, &s, 1);
+                printf("ATTN path=%-5s hd=%3d T=%6d B=%2d H=%2d KV=%2d  forward %9.3f ms %6.1f "
+                       "TFLOP/s  backward %9.3f ms %6.1f TFLOP/s\n",
+                       path, s.hd, s.T, s.B, s.H, s.KV, f, fwd_flops / (f * 1e-3) / 1e12, g,
+                       2.5 * fwd_flops / (g * 1e-3) / 1e12);
+                fflush(stdout);
+            }
+            buffers_free(&b);
+        }
+    }
+    return 0;
+}
