@@ -33,7 +33,7 @@ for what in "$@"; do
         [ -n "$spec" ] && args=(--T "${spec%%/*}")
         [[ $spec == */* ]] && args+=(--hd "${spec#*/}")
         build/bin/attention_bench "${args[@]}" 2>&1 | tee -a "$OUT/attention.log"
-        python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
+        [ "${ATTN_TORCH:-1}" = 1 ] && python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
     torch-*)
         ckpt=()
         [ "${what#torch-}" != 1b ] && ckpt=(--checkpointing)

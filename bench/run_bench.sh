@@ -30,7 +30,7 @@ for name in $names; do
     echo "== $name (exit $rc)"
     awk -v b="$base" '{printf "host peak (MemTotal - MemAvailable, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/peak-$name"
     grep -E '^compute rank|^step' "$log" | tail -n 4
-    grep -E 'Maximum resident|Elapsed' "$log"
+    grep -E "Maximum resident|Elapsed|KTIME|kernel times" "$log"
     grep -E 'bytes/param' "$log" | head -n 2
     python3 "$here/summarize.py" "$OUT/run-$name"
     if [ -f "$OUT/run-$name/trace.json" ]; then # where the forward waited on the optimizers

@@ -2,6 +2,7 @@
 // tile, on tensor cores or the simple path, and their launch (attention.cuh says how the
 // family works).
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/ktime.cuh"
 
 namespace {
 
@@ -347,12 +348,14 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
                                         const bf16 *out, const float *lse, const bf16 *q,
                                         const bf16 *k, const bf16 *v, int B, int T, int H, int KV,
                                         int hd, void *scratch, cudaStream_t stream) {
+    KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
     float *D = (float *)scratch;
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
-    if (attention_path(hd, ptrs, 8, false) == PATH_SIMPLE) {
+    const AttnPath path = attention_path(hd, ptrs, 8, true);
+    if (path == PATH_SIMPLE) {
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
         CUDA_CHECK_LAUNCH();
         attn_bwd_dkdv_simple<<<simple_blocks((long)B * KV * T), 32 * SIMPLE_WARPS, 0, stream>>>(
@@ -368,6 +371,10 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     else
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
     CUDA_CHECK_LAUNCH();
+    if (path == PATH_WGMMA) {
+        attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
+        return;
+    }
     switch (padded_hd(hd)) {
     case 32:
         backward_tc<32>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);

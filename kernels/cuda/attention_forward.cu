@@ -1,6 +1,7 @@
 // Flash attention, forward: the tensor-core kernel and the simple path, and their launch
 // (attention.cuh says how the family works).
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/ktime.cuh"
 
 namespace {
 
@@ -159,6 +160,7 @@ extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int 
 extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                        const bf16 *v, int B, int T, int H, int KV, int hd,
                                        cudaStream_t stream) {
+    KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
     const void *ptrs[] = {out, q, k, v};

@@ -1,5 +1,6 @@
-// Flash attention on Hopper's warpgroup MMA (wgmma): the forward, and its launch. The math
-// and the outputs are those of the mma.sync path (attention.cuh); what changes is who multiplies.
+// Flash attention on Hopper's warpgroup MMA (wgmma): forward and backward, and their launch. The
+// math and the outputs are those of the mma.sync path (attention.cuh); what changes is who
+// multiplies.
 //
 // A CTA holds 128 query rows, 64 per warpgroup, and streams 128-key K/V tiles through two
 // cp.async stages in 128-byte-swizzled shared memory (wgmma.cuh). Per key tile each warpgroup
@@ -150,6 +151,261 @@ void forward_wg(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
     CUDA_CHECK_LAUNCH();
 }
 
+// ---- backward ------------------------------------------------------------------------------
+// Two kernels, as on the mma.sync path, so that every output has one owner and no atomics are
+// needed: dk, dv by key tile (two warpgroups of 64 keys, 64-query tiles streamed over every
+// query head of the kv head's group), then dq by query tile (two warpgroups of 64 queries,
+// 64-key tiles streamed). Both recompute P from lse. Every operand is read in place from a
+// swizzled tile: K, V, Q and dout K-major for the score-like products (S^T, dP^T, S, dP), and
+// dout, Q and K MN-major for the gradient products (dV += P^T dO, dK += dS^T Q, dQ += dS K).
+
+constexpr int KV_BK = WG_ROWS * WG_PER_CTA, KV_BQ = 64, DQ_BC = 64;
+
+template <int HDP> struct WgBwdCfg {
+    static constexpr int KV_BYTES = KV_BK * HDP * 2, QT_BYTES = KV_BQ * HDP * 2;
+    // K, V, two stages of (q, dout) tiles with their lse and D, alignment.
+    static constexpr size_t kv_smem = 2 * KV_BYTES + 4 * QT_BYTES + 4 * KV_BQ * 4 + 1024;
+    static constexpr int DQ_Q_BYTES = WG_BR * HDP * 2, DQ_KV_BYTES = DQ_BC * HDP * 2;
+    // q and dout of the CTA's rows, two stages of K and V, alignment.
+    static constexpr size_t dq_smem = 2 * DQ_Q_BYTES + 4 * DQ_KV_BYTES + 1024;
+};
+
+#ifdef WGMMA_DEVICE
+// S^T or S (64 x N) = A B^T over the head dim: the warpgroup's 64 rows of A (a rows_a-row
+// tile) against the N rows of B (an N-row tile), both K-major.
+template <int HDP, int N>
+__device__ __forceinline__ void scores_wg(float (&acc)[N / 8][4], const void *a, int rows_a,
+                                          int row0, const void *b) {
+    float(&d)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(&acc[0][0]);
+#pragma unroll
+    for (int ks = 0; ks < HDP / 16; ks++)
+        wgmma_ss<N>(d, kmajor_desc(a, rows_a, row0, ks), kmajor_desc(b, N, 0, ks), ks > 0);
+}
+
+// acc (64 x HDP) += A B: A as register fragments of KQ k-steps, B a KQ*16-row tile read
+// MN-major.
+template <int HDP, int KQ>
+__device__ __forceinline__ void grad_wg(float (&acc)[HDP / 8][4], const uint32_t (&a)[1][KQ][4],
+                                        const void *b) {
+    float(&d)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&acc[0][0]);
+#pragma unroll
+    for (int ks = 0; ks < KQ; ks++) wgmma_rs_t<HDP>(d, a[0][ks], mnmajor_desc(b, KQ * 16, ks), 1);
+}
+
+#endif
+
+template <int HDP>
+__global__ void __launch_bounds__(WG_CTA_THREADS, 1)
+    attn_bwd_dkdv_wg(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
+                     const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
+#ifdef WGMMA_DEVICE
+    using C = WgBwdCfg<HDP>;
+    constexpr int NQ = KV_BQ / 8, NO = HDP / 8, KQ = KV_BQ / 16;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw);
+    unsigned char *sK = smem, *sV = smem + C::KV_BYTES, *sQdO = smem + 2 * C::KV_BYTES;
+    float *sL = (float *)(sQdO + 4 * C::QT_BYTES), *sD = sL + 2 * KV_BQ;
+
+    const int wg = threadIdx.x / WG_THREADS, warp = (threadIdx.x % WG_THREADS) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int b = blockIdx.x / d.KV, kvh = blockIdx.x % d.KV;
+    const int k0 = blockIdx.y * KV_BK; // low key tiles have the most queries: they go first
+    const int wk0 = k0 + wg * WG_ROWS, wk1 = wk0 + WG_ROWS - 1; // this warpgroup's keys
+    const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
+    const long kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
+    const int qt0 = k0 / KV_BQ, nqt = cdiv(d.T, KV_BQ) - qt0, items = d.group * nqt;
+
+    // Work item it: query head kvh * group + it / nqt, query tile qt0 + it % nqt.
+    auto load_item = [&](int it, int st) {
+        const int h = kvh * d.group + it / nqt, qbase = (qt0 + it % nqt) * KV_BQ;
+        const long qoff = (long)b * d.T * qs + (long)h * d.hd;
+        unsigned char *dst = sQdO + st * 2 * C::QT_BYTES;
+        load_swizzled<HDP, KV_BQ, WG_CTA_THREADS>((bf16 *)dst, q + qoff, qbase, d.T, qs, d.hd);
+        load_swizzled<HDP, KV_BQ, WG_CTA_THREADS>((bf16 *)(dst + C::QT_BYTES), dout + qoff, qbase,
+                                                  d.T, qs, d.hd);
+        for (int i = threadIdx.x; i < KV_BQ; i += WG_CTA_THREADS) {
+            const int row = qbase + i;
+            const long li = ((long)b * d.H + h) * d.T + row;
+            float *l = sL + st * KV_BQ + i, *dd = sD + st * KV_BQ + i;
+            if (row < d.T) {
+                cp_async4(l, lse + li);
+                cp_async4(dd, D + li);
+            } else {
+                *l = *dd = 0.0f;
+            }
+        }
+    };
+
+    load_swizzled<HDP, KV_BK, WG_CTA_THREADS>((bf16 *)sK, k + kvoff, k0, d.T, kvs, d.hd);
+    load_swizzled<HDP, KV_BK, WG_CTA_THREADS>((bf16 *)sV, v + kvoff, k0, d.T, kvs, d.hd);
+    load_item(0, 0);
+    cp_async_commit();
+
+    float dka[NO][4] = {}, dva[NO][4] = {};
+    for (int it = 0; it < items; it++) {
+        const int st = it & 1;
+        if (it + 1 < items) load_item(it + 1, st ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        const int qbase = (qt0 + it % nqt) * KV_BQ;
+        const unsigned char *sQ = sQdO + st * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
+        const float *L = sL + st * KV_BQ, *Dq = sD + st * KV_BQ;
+        if (qbase + KV_BQ - 1 >= wk0) { // else every query of the tile precedes these keys
+            float s[NQ][4], dp[NQ][4];
+            wgmma_fence();
+            scores_wg<HDP, KV_BQ>(s, sK, KV_BK, wg * WG_ROWS, sQ);
+            scores_wg<HDP, KV_BQ>(dp, sV, KV_BK, wg * WG_ROWS, sdO);
+            wgmma_commit();
+            wgmma_wait<0>();
+            const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
+#pragma unroll
+            for (int nt = 0; nt < NQ; nt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
+                    const int key = wk0 + warp * 16 + (lane >> 2) + 8 * (i >> 1);
+                    float p = fast_exp2(fmaf(s[nt][i], d.scale_log2, -L[col] * LOG2E));
+                    if (mask && (row >= d.T || key > row)) p = 0.0f;
+                    s[nt][i] = p;
+                    dp[nt][i] = p * (dp[nt][i] - Dq[col]);
+                }
+            }
+            uint32_t pf[1][KQ][4], dsf[1][KQ][4];
+            acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&s[0][0]));
+            acc_to_a<1, KQ>(dsf, *reinterpret_cast<float(*)[1][NQ][4]>(&dp[0][0]));
+            wgmma_fence();
+            grad_wg<HDP, KQ>(dva, pf, sdO);
+            grad_wg<HDP, KQ>(dka, dsf, sQ);
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        __syncthreads(); // this stage is refilled two iterations on
+    }
+    // The q/dout stages are free after the loop's last barrier: each warp stages its rows there.
+    bf16 *stage = (bf16 *)sQdO + (threadIdx.x >> 5) * 16 * (HDP + 8);
+    const float kmul[1][2] = {{d.scale, d.scale}}, vmul[1][2] = {{1.0f, 1.0f}};
+    const int row0 = wk0 + warp * 16;
+    store_rows<HDP, 1>(dk + kvoff, kvs, row0, d.T, d.hd,
+                       *reinterpret_cast<float(*)[1][NO][4]>(&dka[0][0]), kmul, stage, lane);
+    __syncwarp(); // the stage is rewritten next
+    store_rows<HDP, 1>(dv + kvoff, kvs, row0, d.T, d.hd,
+                       *reinterpret_cast<float(*)[1][NO][4]>(&dva[0][0]), vmul, stage, lane);
+#else
+    __trap();
+#endif
+}
+
+template <int HDP>
+__global__ void __launch_bounds__(WG_CTA_THREADS, 1)
+    attn_bwd_dq_wg(bf16 *dq, const bf16 *dout, const float *lse, const float *D, const bf16 *q,
+                   const bf16 *k, const bf16 *v, Dims d) {
+#ifdef WGMMA_DEVICE
+    using C = WgBwdCfg<HDP>;
+    constexpr int NS = DQ_BC / 8, NO = HDP / 8, KC = DQ_BC / 16;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw);
+    unsigned char *sQ = smem, *sdO = smem + C::DQ_Q_BYTES, *sKV = smem + 2 * C::DQ_Q_BYTES;
+
+    const int wg = threadIdx.x / WG_THREADS, warp = (threadIdx.x % WG_THREADS) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BR;
+    const int wr0 = q0 + wg * WG_ROWS, wr1 = wr0 + WG_ROWS - 1;
+    const int nkt = key_tiles(q0, WG_BR, d.T, DQ_BC);
+    const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
+    const long qoff = (long)b * d.T * qs + (long)h * d.hd;
+    const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
+    const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
+
+    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>((bf16 *)sQ, q + qoff, q0, d.T, qs, d.hd);
+    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>((bf16 *)sdO, dout + qoff, q0, d.T, qs, d.hd);
+    load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)sKV, kb, 0, d.T, kvs, d.hd);
+    load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)(sKV + C::DQ_KV_BYTES), vb, 0, d.T, kvs,
+                                              d.hd);
+    cp_async_commit();
+
+    // Rows past T: zero q and dout make dS = 1 * (0 - 0) = 0, and they are never stored.
+    const int row_lo = wr0 + warp * 16 + (lane >> 2);
+    float lse2[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row_lo + 8 * r;
+        const long li = ((long)b * d.H + h) * d.T + row;
+        lse2[r] = row < d.T ? lse[li] * LOG2E : 0.0f;
+        Dr[r] = row < d.T ? D[li] : 0.0f;
+    }
+
+    float dqa[NO][4] = {};
+    for (int kt = 0; kt < nkt; kt++) {
+        const unsigned char *sK = sKV + (kt & 1) * 2 * C::DQ_KV_BYTES, *sV = sK + C::DQ_KV_BYTES;
+        if (kt + 1 < nkt) {
+            unsigned char *nK = sKV + ((kt + 1) & 1) * 2 * C::DQ_KV_BYTES;
+            load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)nK, kb, (kt + 1) * DQ_BC, d.T, kvs,
+                                                      d.hd);
+            load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)(nK + C::DQ_KV_BYTES), vb,
+                                                      (kt + 1) * DQ_BC, d.T, kvs, d.hd);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        const int key0 = kt * DQ_BC;
+        if (key0 <= wr1) {
+            float s[NS][4], dp[NS][4];
+            wgmma_fence();
+            scores_wg<HDP, DQ_BC>(s, sQ, WG_BR, wg * WG_ROWS, sK);
+            scores_wg<HDP, DQ_BC>(dp, sdO, WG_BR, wg * WG_ROWS, sV);
+            wgmma_commit();
+            wgmma_wait<0>();
+            const bool mask = key0 + DQ_BC - 1 > wr0;
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = key0 + nt * 8 + 2 * (lane & 3) + (i & 1);
+                    const int row = row_lo + 8 * (i >> 1);
+                    float p = fast_exp2(fmaf(s[nt][i], d.scale_log2, -lse2[i >> 1]));
+                    if (mask && key > row) p = 0.0f;
+                    dp[nt][i] = p * (dp[nt][i] - Dr[i >> 1]);
+                }
+            }
+            uint32_t dsf[1][KC][4];
+            acc_to_a<1, KC>(dsf, *reinterpret_cast<float(*)[1][NS][4]>(&dp[0][0]));
+            wgmma_fence();
+            grad_wg<HDP, KC>(dqa, dsf, sK);
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        __syncthreads();
+    }
+    bf16 *stage = (bf16 *)sKV + (threadIdx.x >> 5) * 16 * (HDP + 8);
+    const float qmul[1][2] = {{d.scale, d.scale}};
+    store_rows<HDP, 1>(dq + qoff, qs, wr0 + warp * 16, d.T, d.hd,
+                       *reinterpret_cast<float(*)[1][NO][4]>(&dqa[0][0]), qmul, stage, lane);
+#else
+    __trap();
+#endif
+}
+
+template <int HDP>
+void backward_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
+                 const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d, cudaStream_t stream) {
+    using C = WgBwdCfg<HDP>;
+    // dk and dv first: they read every row of q, which dq may overwrite.
+    auto kv_kernel = attn_bwd_dkdv_wg<HDP>;
+    set_smem_limit(kv_kernel, C::kv_smem);
+    kv_kernel<<<dim3(d.B * d.KV, cdiv(d.T, KV_BK)), WG_CTA_THREADS, C::kv_smem, stream>>>(
+        dk, dv, dout, lse, D, q, k, v, d);
+    CUDA_CHECK_LAUNCH();
+    auto dq_kernel = attn_bwd_dq_wg<HDP>;
+    set_smem_limit(dq_kernel, C::dq_smem);
+    dq_kernel<<<dim3(d.B * d.H, cdiv(d.T, WG_BR)), WG_CTA_THREADS, C::dq_smem, stream>>>(
+        dq, dout, lse, D, q, k, v, d);
+    CUDA_CHECK_LAUNCH();
+}
+
 } // namespace
 
 bool attention_wgmma_available(void) {
@@ -171,4 +427,14 @@ void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k
         forward_wg<64>(out, lse, q, k, v, d, stream);
     else
         forward_wg<128>(out, lse, q, k, v, d, stream);
+}
+
+void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
+                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                              int T, int H, int KV, int hd, cudaStream_t stream) {
+    Dims d = make_dims(B, T, H, KV, hd);
+    if (hd <= 64)
+        backward_wg<64>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
+    else
+        backward_wg<128>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
 }

@@ -4,6 +4,7 @@
 // The backward sums in a fixed order whatever the launch (a partial sum per slab of rows,
 // then the partials in slab order), so the gradient is deterministic without atomics.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -46,6 +47,7 @@ extern "C" size_t cuda_bias_scratch_floats(int cols) {
 
 extern "C" void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols,
                                   cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
     long n = rows * cols, blocks = (n + THREADS - 1) / THREADS;
     int grid = (int)(blocks < 4096 ? blocks : 4096);
     bias_forward_kernel<<<grid, THREADS, 0, stream>>>((__nv_bfloat16 *)x,
@@ -55,6 +57,7 @@ extern "C" void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols
 
 extern "C" void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols,
                                    float *scratch, cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
     dim3 grid((cols + THREADS - 1) / THREADS, SLABS);
     bias_partial_kernel<<<grid, THREADS, 0, stream>>>(scratch, (const __nv_bfloat16 *)dx, rows,
                                                       cols);

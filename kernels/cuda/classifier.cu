@@ -11,6 +11,7 @@
 // starts 16-byte aligned, which keeps cuBLASLt on its fast kernels whatever the vocab size.
 // Chunks run in token order and every kernel is deterministic, so dw is summed in a fixed order.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -94,6 +95,7 @@ extern "C" size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab) {
 extern "C" void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *dw, const bf16 *x,
                                 const bf16 *w, const int32_t *targets, int n, int dim, int vocab,
                                 float dloss, void *scratch, int chunk, cudaStream_t stream) {
+    KtScope kt(stream, KT_CLASSIFIER);
     if (n <= 0) return;
     if (chunk <= 0 || dim <= 0 || vocab <= 0) {
         fprintf(stderr, "megatrain: cuda_classifier: bad sizes chunk=%d dim=%d vocab=%d\n", chunk,

@@ -1,6 +1,7 @@
 // fp32 -> bf16 conversion, round to nearest even like bf16_from_float() in kernels/bf16.h
 // (NaN stays NaN, though CUDA's canonical NaN payload differs from the CPU's).
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -44,6 +45,7 @@ long blocks_for(long work) {
 } // namespace
 
 extern "C" void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
     if (n <= 0) return;
     bool vec = ((uintptr_t)in % 16 == 0) && ((uintptr_t)out % 8 == 0);
     long work = vec ? n / 4 + 4 : n;
@@ -53,6 +55,7 @@ extern "C" void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStrea
 }
 
 extern "C" void cuda_round_bf16(float *x, long n, cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
     if (n <= 0) return;
     round_bf16_kernel<<<(unsigned)blocks_for(n), THREADS, 0, stream>>>(x, n);
     CUDA_CHECK_LAUNCH();

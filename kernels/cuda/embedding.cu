@@ -3,6 +3,7 @@
 //
 // Token ids are not range-checked here (the API has no vocab size); the data loader owns that.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -83,6 +84,7 @@ __global__ void embedding_backward_kernel(float *dtable, const float *dout, cons
 
 extern "C" void cuda_embedding_forward(float *out, const int32_t *tokens, const bf16 *table, int n,
                                        int dim, cudaStream_t stream) {
+    KtScope kt(stream, KT_EMBEDDING);
     if (n <= 0 || dim <= 0) return;
     const __nv_bfloat16 *tab = reinterpret_cast<const __nv_bfloat16 *>(table);
     bool vec = dim % 8 == 0 && (uintptr_t)table % 16 == 0 && (uintptr_t)out % 16 == 0;
@@ -95,6 +97,7 @@ extern "C" void cuda_embedding_forward(float *out, const int32_t *tokens, const 
 
 extern "C" void cuda_embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
                                         int n, int dim, cudaStream_t stream) {
+    KtScope kt(stream, KT_EMBEDDING);
     if (n <= 0 || dim <= 0) return;
     embedding_backward_kernel<<<n, BWD_THREADS, 0, stream>>>(dtable, dout, tokens, n, dim);
     CUDA_CHECK_LAUNCH();

@@ -17,6 +17,7 @@
 // may need aligned operands (the heuristic assumes 256 bytes unless told otherwise), and
 // chunked callers (the classifier) pass offset pointers.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <stdio.h>
@@ -191,6 +192,7 @@ extern "C" void cuda_gemm_free(cuda_gemm *g) {
 extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, float beta,
                                    const bf16 *a, long lda, int trans_a, const bf16 *b, long ldb,
                                    int trans_b, int M, int N, int K, cudaStream_t stream) {
+    KtScope kt(stream, KT_GEMM);
     if (M <= 0 || N <= 0) return;
     if (K <= 0) return empty_product(c, c_f32, ldc, beta, M, N, stream);
     // Column-major view: C^T[N, M] = op(B)^T . op(A)^T (see the top of the file).
@@ -211,6 +213,7 @@ extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, f
 extern "C" void cuda_linear_forward(cuda_gemm *g, void *out, int out_f32, float beta,
                                     const bf16 *in, const bf16 *w, int n, int ic, int oc,
                                     cudaStream_t stream) {
+    KtScope kt(stream, KT_GEMM);
     // out[n, oc] = in[n, ic] . (w[oc, ic])^T
     cuda_gemm_rowmajor(g, out, out_f32, oc, beta, in, ic, 0, w, ic, 1, n, oc, ic, stream);
 }
@@ -218,6 +221,7 @@ extern "C" void cuda_linear_forward(cuda_gemm *g, void *out, int out_f32, float 
 extern "C" void cuda_linear_backward_input(cuda_gemm *g, void *din, int din_f32, float beta,
                                            const bf16 *dout, const bf16 *w, int n, int ic, int oc,
                                            cudaStream_t stream) {
+    KtScope kt(stream, KT_GEMM);
     // din[n, ic] = dout[n, oc] . w[oc, ic]
     cuda_gemm_rowmajor(g, din, din_f32, ic, beta, dout, oc, 0, w, ic, 0, n, ic, oc, stream);
 }
@@ -225,6 +229,7 @@ extern "C" void cuda_linear_backward_input(cuda_gemm *g, void *din, int din_f32,
 extern "C" void cuda_linear_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout,
                                             const bf16 *in, int n, int ic, int oc,
                                             cudaStream_t stream) {
+    KtScope kt(stream, KT_GEMM);
     // dw[oc, ic] += (dout[n, oc])^T . in[n, ic]
     cuda_gemm_rowmajor(g, dw, 1, ic, 1.0f, dout, oc, 1, in, ic, 0, oc, ic, n, stream);
 }

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,6 +109,27 @@ void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *dw, const bf
                      const bf16 *w, const int32_t *targets, int n, int dim, int vocab, float dloss,
                      void *scratch, int chunk, cudaStream_t stream);
 size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab);
+
+// ktime.cu: where the compute stream's time goes (MT_KERNEL_TIMES=1). cuda_ktime_enable names
+// the stream (a no-op unless the variable is set); each kernel entry point brackets its work
+// with enter/leave; the report sums the time per class, gaps included. One host thread.
+enum {
+    KT_GAP,
+    KT_GEMM,
+    KT_ATTENTION,
+    KT_NORM,
+    KT_ROPE,
+    KT_SWIGLU,
+    KT_ELEMENTWISE,
+    KT_CLASSIFIER,
+    KT_EMBEDDING,
+    KT_COPY,
+    KT_CLASSES
+};
+void cuda_ktime_enable(cudaStream_t stream);
+void cuda_ktime_enter(cudaStream_t stream, int cls);
+void cuda_ktime_leave(cudaStream_t stream);
+void cuda_ktime_report(FILE *f);
 
 #ifdef __cplusplus
 }

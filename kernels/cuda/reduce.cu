@@ -1,6 +1,7 @@
 // Deterministic reductions: the squared norm of a gradient group, summed in a fixed tree so
 // the same gradients always give the same bits (the optimizers' clip coefficient depends on it).
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/kernels_cuda.h"
 
 #define REDUCE_THREADS 256
@@ -40,6 +41,7 @@ extern "C" size_t cuda_sum_squares_scratch_bytes(void) {
 
 extern "C" void cuda_sum_squares(double *out, const float *x, long n, void *scratch,
                                  cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
     sumsq_partials<<<REDUCE_BLOCKS, REDUCE_THREADS, 0, stream>>>((double *)scratch, x, n);
     CUDA_CHECK_LAUNCH();
     sum_partials<<<1, REDUCE_THREADS, 0, stream>>>(out, (const double *)scratch);

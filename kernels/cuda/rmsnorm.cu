@@ -5,6 +5,7 @@
 // The dw reduction is deterministic: per-slab partial sums into scratch, then a fixed-order
 // column sum, so no atomics anywhere.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -147,6 +148,7 @@ extern "C" size_t cuda_rmsnorm_scratch_floats(int n, int dim) {
 
 extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, int n,
                                      int dim, float eps, cudaStream_t stream) {
+    KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
     __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(out);
     const __nv_bfloat16 *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
@@ -164,6 +166,7 @@ extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, con
 extern "C" void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
                                       const bf16 *w, const float *rstd, int n, int dim,
                                       float *scratch, cudaStream_t stream) {
+    KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
     const __nv_bfloat16 *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
     bool vec = vec_ok(dim, x, dout, w) && (uintptr_t)dx % 16 == 0;

@@ -3,6 +3,7 @@
 // is rotated by the angle (float)t * inv_freq[i]. The backward rotates by -angle (the rotation
 // is orthogonal). Math in fp32, one rounding to bf16 per element.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -48,10 +49,12 @@ void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd
 
 extern "C" void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
                                   cudaStream_t stream) {
+    KtScope kt(stream, KT_ROPE);
     rope_launch(x, inv_freq, B, T, heads, hd, 1.0f, stream);
 }
 
 extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
                                    cudaStream_t stream) {
+    KtScope kt(stream, KT_ROPE);
     rope_launch(dx, inv_freq, B, T, heads, hd, -1.0f, stream);
 }

@@ -4,6 +4,7 @@
 // Unlike the CPU reference, the backward WRITES dgate and dup (bf16 GEMM operands).
 // expf, not __expf: these kernels are memory-bound, so the accurate version is free.
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #include <cuda_bf16.h>
@@ -79,6 +80,7 @@ unsigned blocks_for(long n, bool vec) {
 
 extern "C" void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n,
                                     cudaStream_t stream) {
+    KtScope kt(stream, KT_SWIGLU);
     if (n <= 0) return;
     bool vec = aligned16(out) && aligned16(gate) && aligned16(up);
     swiglu_forward_kernel<<<blocks_for(n, vec), THREADS, 0, stream>>>(
@@ -89,6 +91,7 @@ extern "C" void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up,
 
 extern "C" void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                                      const bf16 *up, long n, cudaStream_t stream) {
+    KtScope kt(stream, KT_SWIGLU);
     if (n <= 0) return;
     bool vec =
         aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);

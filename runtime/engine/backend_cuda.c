@@ -222,6 +222,7 @@ static void offload_streams_free(backend *b) {
 
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
+    cuda_ktime_report(stdout);
     void *all[] = {b->work_arena, b->kept_arena, b->n1,           b->n2,           b->act,
                    b->dout_b,     b->d_gate,     b->d_up,         b->dh_b,         b->d_att,
                    b->dk,         b->dv,         b->rstd1,        b->rstd2,        b->d_act,
@@ -288,6 +289,7 @@ backend *backend_cuda_new(const mt_config *c) {
     int nt = model_group_tensors(c, model_layer_group(0), t, &numel);
     for (int i = 0; i < nt; i++) b->offsets[i] = t[i].offset;
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    cuda_ktime_enable(b->s);
     offload_streams_new(b);
     b->gemm = cuda_gemm_new(32u << 20);
     upload_inv_freq(b);

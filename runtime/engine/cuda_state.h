@@ -55,10 +55,14 @@ struct backend {
 };
 
 static inline void cu_zero(backend *b, void *p, size_t bytes) {
+    cuda_ktime_enter(b->s, KT_COPY);
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->s));
+    cuda_ktime_leave(b->s);
 }
 static inline void cu_copy(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_ktime_enter(b->s, KT_COPY);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->s));
+    cuda_ktime_leave(b->s);
 }
 
 static inline int tokens(const backend *b) {
