@@ -598,6 +598,9 @@ int main(int argc, char **argv) {
     test_rope(2, 37, 4, 24);
     test_rope(2, 37, 2, 32);
     test_rope(1, 3000, 2, 64); // large angles
+    test_rope(2, 17, 4, 100);  // the 3.4B's heads: word pairs across an odd half (50)
+    test_rope(1, 9, 3, 128);
+    test_rope(1, 5, 3, 6); // hd % 4 == 2: the one-pair-per-thread kernel
     test_bias(300, 96);
     test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);

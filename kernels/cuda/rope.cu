@@ -10,14 +10,38 @@
 
 namespace {
 
-const int THREADS = 256;
-const long MAX_BLOCKS = 65535;
+const int THREADS = 256, MAX_HALF = 64; // hd <= 128
 
-// One thread per (row, head, i < hd/2) pair, grid-stride. Adjacent threads take adjacent i, so
-// both halves are read and written coalesced. sincosf, not __sincosf: the fast version loses
-// accuracy for the large angles of long contexts (t up to ~1e5 rad).
-__global__ void rope_kernel(__nv_bfloat16 *x, const float *inv_freq, long pairs, int T, int heads,
-                            int hd, float sign) {
+// One block per token row (b, t): the row's cos and sin, one per i < hd/2, go to shared memory
+// once and serve every head, and each thread rotates two adjacent pairs (i, i + 1) with 4-byte
+// loads of both halves. sincosf, not __sincosf: the fast version loses accuracy for the large
+// angles of long contexts (t up to ~1e5 rad). The same math per element as one pair per thread.
+__global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, int T, int heads, int hd,
+                            float sign) {
+    __shared__ float cs[MAX_HALF], sn[MAX_HALF];
+    const int half = hd / 2, t = (int)(blockIdx.x % T);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float s, c;
+        sincosf((float)t * inv_freq[i], &s, &c);
+        cs[i] = c;
+        sn[i] = s * sign;
+    }
+    __syncthreads();
+    const int pairs2 = half / 2; // bf16x2 words per half-head
+    __nv_bfloat162 *row = x + (long)blockIdx.x * heads * (hd / 2);
+    for (int w = threadIdx.x; w < heads * pairs2; w += blockDim.x) {
+        const int h = w / pairs2, i = 2 * (w % pairs2);
+        __nv_bfloat162 *x1 = row + h * (hd / 2) + i / 2, *x2 = x1 + half / 2;
+        const float2 a = __bfloat1622float2(*x1), b = __bfloat1622float2(*x2);
+        const float c0 = cs[i], c1 = cs[i + 1], s0 = sn[i], s1 = sn[i + 1];
+        *x1 = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
+        *x2 = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
+    }
+}
+
+// Odd half-heads (hd % 4 == 2) cannot pair words: one element pair per thread, as before.
+__global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, long pairs, int T,
+                                int heads, int hd, float sign) {
     int half = hd / 2;
     long stride = (long)gridDim.x * blockDim.x;
     for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += stride) {
@@ -36,12 +60,16 @@ __global__ void rope_kernel(__nv_bfloat16 *x, const float *inv_freq, long pairs,
 
 void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd, float sign,
                  cudaStream_t stream) {
-    long pairs = (long)B * T * heads * (hd / 2);
-    if (pairs <= 0) return;
-    long blocks = (pairs + THREADS - 1) / THREADS;
-    if (blocks > MAX_BLOCKS) blocks = MAX_BLOCKS;
-    rope_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(reinterpret_cast<__nv_bfloat16 *>(x),
-                                                          inv_freq, pairs, T, heads, hd, sign);
+    const long rows = (long)B * T;
+    if (rows <= 0 || hd < 2) return;
+    if (hd % 4 == 0 && hd / 2 <= MAX_HALF) {
+        rope_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(reinterpret_cast<__nv_bfloat162 *>(x),
+                                                            inv_freq, T, heads, hd, sign);
+    } else {
+        long pairs = rows * heads * (hd / 2), blocks = (pairs + THREADS - 1) / THREADS;
+        rope_kernel_odd<<<(unsigned)(blocks < 65535 ? blocks : 65535), THREADS, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat16 *>(x), inv_freq, pairs, T, heads, hd, sign);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

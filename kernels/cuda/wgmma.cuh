@@ -60,6 +60,12 @@ __device__ __forceinline__ void wgmma_commit() {
 template <int N> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Pins registers at this point of the program: wgmma writes its accumulators behind the
+// compiler's back, so reads and writes of them must not move across the wait that ends it.
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
 // Shared memory written through the generic proxy (cp.async, plain stores) becomes visible to
 // wgmma, which reads through the async proxy, only after this fence and a barrier.
 __device__ __forceinline__ void fence_proxy_async() {
