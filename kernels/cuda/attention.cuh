@@ -10,7 +10,7 @@
 //   padded shared memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128
 //   with zeros in shared memory, so every even hd <= 128 that is a multiple of 8 runs on it.
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
-//   reading 128-byte-swizzled shared memory. The default where it runs.
+//   reading 128-byte-swizzled shared memory. The default at head dims over 64 where it runs.
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
@@ -381,19 +381,21 @@ inline bool aligned16(const void *p) {
 enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 
 // The tensor-core paths need rows of whole 8-byte chunks (hd % 4 == 0) and 16-byte aligned
-// bases for cp.async and the vector stores; anything else takes the simple path. Otherwise
-// wgmma where the chip and the build have it (and the operation has a wgmma kernel), else
-// mma.sync. MT_ATTENTION=simple, mma or wgmma asks for a path (tests, comparisons); one that
-// cannot take the call falls back as above. getenv on every call, so that a test can switch
-// paths at run time.
-inline AttnPath attention_path(int hd, const void *const *ptrs, int n, bool has_wgmma_kernel) {
+// bases for cp.async and the vector stores; anything else takes the simple path. Otherwise, by
+// measurement on the H200 (bench/RESULTS.md, session 7): wgmma at head dims padded to 128,
+// where its backward is a third faster and its forward on par, and mma.sync at 64 and below,
+// where it is faster both ways. MT_ATTENTION=simple, mma or wgmma asks for a path (tests,
+// comparisons); wgmma falls back to mma where the chip or the build lacks it. getenv on every
+// call, so that a test can switch paths at run time.
+inline AttnPath attention_path(int hd, const void *const *ptrs, int n) {
     const char *e = getenv("MT_ATTENTION");
     if (e && strcmp(e, "simple") == 0) return PATH_SIMPLE;
     if (hd % 4 != 0) return PATH_SIMPLE;
     for (int i = 0; i < n; i++)
         if (!aligned16(ptrs[i])) return PATH_SIMPLE;
     if (e && strcmp(e, "mma") == 0) return PATH_MMA;
-    return has_wgmma_kernel && attention_wgmma_available() ? PATH_WGMMA : PATH_MMA;
+    const bool wanted = (e && strcmp(e, "wgmma") == 0) || hd > 64;
+    return wanted && attention_wgmma_available() ? PATH_WGMMA : PATH_MMA;
 }
 
 inline int padded_hd(int hd) {

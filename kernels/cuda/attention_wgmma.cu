@@ -151,136 +151,6 @@ void forward_wg(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
     CUDA_CHECK_LAUNCH();
 }
 
-// The pipelined forward: three K/V stages, and each warpgroup issues the next tile's Q K^T
-// before it runs the softmax of the current one, so that the tensor cores work through the
-// softmax (FlashAttention-3's intra-warpgroup overlap). Two score tiles live in registers,
-// hence BC = 64 at head dim 128.
-template <int HDP, int BC> struct PipeCfg {
-    static constexpr int Q_BYTES = WG_BR * HDP * 2, KV_BYTES = BC * HDP * 2, STAGES = 3;
-    static constexpr size_t smem = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;
-};
-
-#ifdef WGMMA_DEVICE
-template <int HDP, int BC>
-__device__ __forceinline__ void issue_scores(float (&s)[BC / 8][4], const void *sQ, int row0,
-                                             const void *sK) {
-    float(&d)[BC / 2] = *reinterpret_cast<float(*)[BC / 2]>(&s[0][0]);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < HDP / 16; ks++)
-        wgmma_ss<BC>(d, kmajor_desc(sQ, WG_BR, row0, ks), kmajor_desc(sK, BC, 0, ks), ks > 0);
-    wgmma_commit();
-}
-#endif
-
-template <int HDP, int BC>
-__global__ void __launch_bounds__(WG_CTA_THREADS, 1)
-    attn_fwd_wg_pipe(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
-#ifdef WGMMA_DEVICE
-    using C = PipeCfg<HDP, BC>;
-    constexpr int NS = BC / 8, NO = HDP / 8, PS = BC / 16, ST = C::STAGES;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem = align1024(smem_raw);
-    bf16 *sQ = (bf16 *)smem;
-    unsigned char *sKV = smem + C::Q_BYTES; // stage s: K at + 2 s KV_BYTES, V right after
-
-    const int wg = threadIdx.x / WG_THREADS, wl = threadIdx.x % WG_THREADS;
-    const int warp = wl >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BR;
-    const int wr0 = q0 + wg * WG_ROWS, wr1 = wr0 + WG_ROWS - 1;
-    const int nkt = key_tiles(q0, WG_BR, d.T, BC);
-    const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
-    const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
-    const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
-    auto stage = [&](int t) { return sKV + (t % ST) * 2 * C::KV_BYTES; };
-    auto load_kv = [&](int t) { // one commit group per call, empty past the last tile
-        if (t < nkt) {
-            load_swizzled<HDP, BC, WG_CTA_THREADS>((bf16 *)stage(t), kb, t * BC, d.T, kvs, d.hd);
-            load_swizzled<HDP, BC, WG_CTA_THREADS>((bf16 *)(stage(t) + C::KV_BYTES), vb, t * BC,
-                                                   d.T, kvs, d.hd);
-        }
-        cp_async_commit();
-    };
-
-    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>(sQ, q + (long)b * d.T * qs + (long)h * d.hd, q0, d.T,
-                                              qs, d.hd);
-    load_kv(0); // with Q
-    load_kv(1);
-    load_kv(2);
-    cp_async_wait<2>();
-    fence_proxy_async();
-    __syncthreads();
-
-    float o[NO][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float s[NS][4], sn[NS][4];
-    issue_scores<HDP, BC>(s, sQ, wg * WG_ROWS, stage(0));
-    wgmma_wait<0>();
-    fence_regs(*reinterpret_cast<float(*)[BC / 2]>(&s[0][0]));
-    for (int kt = 0; kt < nkt; kt++) {
-        const int key0 = kt * BC;
-        if (kt + 1 < nkt) { // the next tile, loaded two iterations ago
-            cp_async_wait<1>();
-            fence_proxy_async();
-            __syncthreads();
-        }
-        const bool next = kt + 1 < nkt && key0 + BC <= wr1;
-        if (next) issue_scores<HDP, BC>(sn, sQ, wg * WG_ROWS, stage(kt + 1));
-        if (key0 <= wr1) {
-            softmax_step<NS, NO>(s, o, m, l, d.scale_log2, key0 + BC - 1 > wr0,
-                                 wr0 + warp * 16 + (lane >> 2), key0, lane);
-            uint32_t pf[1][PS][4];
-            acc_to_a<1, PS>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&s[0][0]));
-            float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < PS; ks++)
-                wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(stage(kt) + C::KV_BYTES, BC, ks), 1);
-            wgmma_commit();
-        }
-        wgmma_wait<0>();
-        fence_regs(*reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]));
-        fence_regs(*reinterpret_cast<float(*)[BC / 2]>(&sn[0][0]));
-#pragma unroll
-        for (int nt = 0; nt < NS; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = sn[nt][i];
-        __syncthreads(); // every warpgroup is done with tile kt's stage: refill it
-        load_kv(kt + ST);
-    }
-
-    float inv[1][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[0][r] = 1.0f / sum;
-        int row = wr0 + warp * 16 + (lane >> 2) + 8 * r;
-        if ((lane & 3) == 0 && row < d.T)
-            lse[((long)b * d.H + h) * d.T + row] = (m[r] + log2f(sum)) * LN2;
-    }
-    cp_async_wait<0>(); // the empty groups; then the stages are free for staging the output
-    __syncthreads();
-    bf16 *stage_out = (bf16 *)sKV + (threadIdx.x >> 5) * 16 * (HDP + 8);
-    store_rows<HDP, 1>(out + (long)b * d.T * qs + (long)h * d.hd, qs, wr0 + warp * 16, d.T, d.hd,
-                       *reinterpret_cast<float(*)[1][NO][4]>(&o[0][0]), inv, stage_out, lane);
-#else
-    __trap();
-#endif
-}
-
-template <int HDP, int BC>
-void forward_wg_pipe(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                     const Dims &d, cudaStream_t stream) {
-    auto kernel = attn_fwd_wg_pipe<HDP, BC>;
-    constexpr size_t smem = PipeCfg<HDP, BC>::smem;
-    dim3 grid(d.B * d.H, cdiv(d.T, WG_BR));
-    set_smem_limit(kernel, smem);
-    kernel<<<grid, WG_CTA_THREADS, smem, stream>>>(out, lse, q, k, v, d);
-    CUDA_CHECK_LAUNCH();
-}
-
 // ---- backward ------------------------------------------------------------------------------
 // Two kernels, as on the mma.sync path, so that every output has one owner and no atomics are
 // needed: dk, dv by key tile (two warpgroups of 64 keys, 64-query tiles streamed over every
@@ -553,25 +423,10 @@ bool attention_wgmma_available(void) {
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     Dims d = make_dims(B, T, H, KV, hd);
-    // MT_WG_FWD picks the kernel while the two are compared: 0 the plain one, 64 or 128 the
-    // pipelined one with that key tile.
-    const char *e = getenv("MT_WG_FWD");
-    const int variant = e ? atoi(e) : 0;
-    if (variant == 64) {
-        if (hd <= 64)
-            forward_wg_pipe<64, 64>(out, lse, q, k, v, d, stream);
-        else
-            forward_wg_pipe<128, 64>(out, lse, q, k, v, d, stream);
-    } else if (variant == 128) {
-        if (hd <= 64)
-            forward_wg_pipe<64, 128>(out, lse, q, k, v, d, stream);
-        else
-            forward_wg_pipe<128, 128>(out, lse, q, k, v, d, stream);
-    } else if (hd <= 64) {
+    if (hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);
-    } else {
+    else
         forward_wg<128>(out, lse, q, k, v, d, stream);
-    }
 }
 
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
