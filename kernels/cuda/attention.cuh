@@ -38,6 +38,9 @@
 bool attention_wgmma_available(void);
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              int B, int T, int H, int KV, int hd, cudaStream_t stream);
+// attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
+bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                           int B, int T, int H, int KV, int hd, cudaStream_t stream);
 // D = rowsum(dout * out) already in scratch.
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                               const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,

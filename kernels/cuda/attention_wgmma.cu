@@ -49,10 +49,6 @@ template <int HDP> struct WgCfg {
     static constexpr size_t fwd_smem = Q_BYTES + 4 * KV_BYTES + 1024;
 };
 
-__device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
-    return (unsigned char *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
-}
-
 // One CTA per (b, h, 128-query tile), the longest rows first for load balance.
 template <int HDP>
 __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
@@ -422,6 +418,7 @@ bool attention_wgmma_available(void) {
 
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+    if (attention_forward_tma(out, lse, q, k, v, B, T, H, KV, hd, stream)) return;
     Dims d = make_dims(B, T, H, KV, hd);
     if (hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);

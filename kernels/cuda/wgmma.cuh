@@ -28,6 +28,11 @@ namespace {
 
 constexpr int WG_THREADS = 128;
 
+// Swizzled tiles start 1024-byte aligned: dynamic shared memory is allocated 1 KB over.
+__device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
+    return (unsigned char *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+}
+
 // Byte offset of (row, 16-byte chunk) in a swizzled tile of `rows` rows.
 __device__ __forceinline__ int swizzled_offset(int rows, int row, int chunk) {
     return (chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);

@@ -1,0 +1,111 @@
+// Hopper's bulk tensor copies (TMA) and the shared-memory barriers (mbarrier) that count their
+// bytes: the pieces of a producer/consumer pipeline. A tensor map (made on the host with the
+// driver's cuTensorMapEncodeTiled, passed to the kernel as a __grid_constant__ parameter)
+// describes a global tensor and a box; one thread copies a box into shared memory, in the
+// 128-byte swizzle wgmma.cuh's descriptors read, and the copy's completion lands on an mbarrier.
+//
+// Private to kernels/cuda/; the device functions are only valid in an sm_90a pass (WGMMA_DEVICE).
+#ifndef MT_TMA_CUH
+#define MT_TMA_CUH
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/wgmma.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+namespace {
+
+#ifdef WGMMA_DEVICE
+__device__ __forceinline__ uint32_t shared_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(count));
+}
+// Makes the initialized barriers visible to the copy engine (then a CTA barrier).
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` of copies to come before the phase can complete.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
+}
+// Waits until the barrier's phase of this parity (0, 1, 0, ...: the n-th completion has parity
+// n & 1) has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred P1;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra DONE_%=;\nbra WAIT_%=;\nDONE_%=:\n}\n" ::"r"(shared_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+// Box (c0, c1, c2, c3) of a 4-D tensor map into shared memory; completes on bar.
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(shared_addr(dst)),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_addr(bar))
+                 : "memory");
+}
+
+// Hands registers between warpgroups (the whole warpgroup executes it): a producer that needs
+// few gives them to the consumers. Needs a register cap at entry (__launch_bounds__(n, 1)).
+template <int N> __device__ __forceinline__ void regs_release() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_claim() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Named barriers 1..15 (0 is __syncthreads'): `threads` of the CTA meet; arrive does not wait.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+#endif
+
+// A [B, T, heads, hd] bf16 tensor as a 4-D map (hd, heads, T, B) whose box is 64 columns of one
+// head for `rows` tokens, 128-byte swizzled; columns past hd and tokens past T read as zeros.
+// Needs hd % 8 == 0 (16-byte row strides) and a 16-byte aligned base.
+inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode,
+                                                    12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !encode) {
+            fprintf(stderr, "megatrain: the CUDA driver has no cuTensorMapEncodeTiled\n");
+            exit(1);
+        }
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {(cuuint64_t)hd * 2, (cuuint64_t)heads * hd * 2,
+                                   (cuuint64_t)T * heads * hd * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, unit[4] = {1, 1, 1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims, strides, box,
+                        unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr,
+                "megatrain: cuTensorMapEncodeTiled failed (%d) for B=%d T=%d heads=%d hd=%d\n",
+                (int)r, B, T, heads, hd);
+        exit(1);
+    }
+    return map;
+}
+
+} // namespace
+
+#endif
