@@ -10,7 +10,9 @@
 //   padded shared memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128
 //   with zeros in shared memory, so every even hd <= 128 that is a multiple of 8 runs on it.
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
-//   reading 128-byte-swizzled shared memory. The default at head dims over 64 where it runs.
+//   reading 128-byte-swizzled shared memory; its forward, where TMA can take the rows (hd % 8
+//   == 0, hd >= 64), is warp-specialized (attention_tma.cu). The default from head dim 64 up
+//   (forward) and above 64 (backward) where it runs (see attention_path).
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
@@ -19,8 +21,10 @@
 // in a fixed order, so results are bitwise reproducible (no atomics).
 //
 // Files: attention.cuh (this family's shared pieces: PTX and warp-GEMM helpers, tile copies, the
-// simple path's helpers, shapes and launch configuration), attention_forward.cu and
-// attention_backward.cu. Private to kernels/cuda/; kernels_cuda.h is the interface.
+// simple path's helpers, shapes and launch configuration), attention_forward.cu,
+// attention_backward.cu, attention_wgmma.cu (Hopper forward and backward), attention_tma.cu
+// (Hopper's warp-specialized forward) with wgmma.cuh and tma.cuh. Private to kernels/cuda/;
+// kernels_cuda.h is the interface.
 #ifndef MT_ATTENTION_CUH
 #define MT_ATTENTION_CUH
 
@@ -385,19 +389,20 @@ enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 
 // The tensor-core paths need rows of whole 8-byte chunks (hd % 4 == 0) and 16-byte aligned
 // bases for cp.async and the vector stores; anything else takes the simple path. Otherwise, by
-// measurement on the H200 (bench/RESULTS.md, session 7): wgmma at head dims padded to 128,
-// where its backward is a third faster and its forward on par, and mma.sync at 64 and below,
-// where it is faster both ways. MT_ATTENTION=simple, mma or wgmma asks for a path (tests,
-// comparisons); wgmma falls back to mma where the chip or the build lacks it. getenv on every
-// call, so that a test can switch paths at run time.
-inline AttnPath attention_path(int hd, const void *const *ptrs, int n) {
+// measurement on the H200 (bench/RESULTS.md, session 7), wgmma from head dim `wgmma_from` up
+// and mma.sync below: the forward passes 64 (its warp-specialized TMA kernel beats mma.sync
+// there by 1.29x), the backward 65 (its wgmma kernels are a third faster at 128 but slower at
+// 64). MT_ATTENTION=simple, mma or wgmma asks for a path (tests, comparisons); wgmma falls back
+// to mma where the chip or the build lacks it. getenv on every call, so that a test can switch
+// paths at run time.
+inline AttnPath attention_path(int hd, const void *const *ptrs, int n, int wgmma_from) {
     const char *e = getenv("MT_ATTENTION");
     if (e && strcmp(e, "simple") == 0) return PATH_SIMPLE;
     if (hd % 4 != 0) return PATH_SIMPLE;
     for (int i = 0; i < n; i++)
         if (!aligned16(ptrs[i])) return PATH_SIMPLE;
     if (e && strcmp(e, "mma") == 0) return PATH_MMA;
-    const bool wanted = (e && strcmp(e, "wgmma") == 0) || hd > 64;
+    const bool wanted = (e && strcmp(e, "wgmma") == 0) || hd >= wgmma_from;
     return wanted && attention_wgmma_available() ? PATH_WGMMA : PATH_MMA;
 }
 

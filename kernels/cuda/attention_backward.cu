@@ -354,7 +354,7 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     float *D = (float *)scratch;
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
-    const AttnPath path = attention_path(hd, ptrs, 8);
+    const AttnPath path = attention_path(hd, ptrs, 8, 65);
     if (path == PATH_SIMPLE) {
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
         CUDA_CHECK_LAUNCH();

@@ -164,7 +164,7 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
     const void *ptrs[] = {out, q, k, v};
-    switch (attention_path(hd, ptrs, 4)) {
+    switch (attention_path(hd, ptrs, 4, 64)) {
     case PATH_SIMPLE:
         attn_fwd_simple<<<simple_blocks((long)B * H * T), 32 * SIMPLE_WARPS, 0, stream>>>(
             out, lse, q, k, v, d);
