@@ -346,6 +346,32 @@ __device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int
         store_chunks<HDP, 16 * MT, uint2>(dst, stride, row0, T, hd, stage, lane);
 }
 
+// The end of a forward for one warp's 16 rows of an m64 tile (rows row_lo and row_lo + 8 of
+// each thread, the warp's first row row0): each row's lse, and out = o / l, staged through the
+// warp's own `stage` (16 x (HDP + 8) bf16) for coalesced stores. l holds this thread's partial
+// row sums; the quad (4 lanes of a row) reduces them here.
+template <int HDP>
+__device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d, int b, int h,
+                                            int row0, int row_lo, const float (&o)[HDP / 8][4],
+                                            const float (&m)[2], const float (&l)[2], bf16 *stage,
+                                            int lane) {
+    float inv[1][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[0][r] = 1.0f / sum;
+        const int row = row_lo + 8 * r;
+        if ((lane & 3) == 0 && row < d.T)
+            lse[((long)b * d.H + h) * d.T + row] = (m[r] + log2f(sum)) * LN2;
+    }
+    const long qs = (long)d.H * d.hd;
+    store_rows<HDP, 1>(out + (long)b * d.T * qs + (long)h * d.hd, qs, row0, d.T, d.hd,
+                       *reinterpret_cast<const float(*)[1][HDP / 8][4]>(&o[0][0]), inv, stage,
+                       lane);
+}
+
 // Key tiles of bc keys [0, nkt) that the query rows [q0, q0 + rows) attend to.
 __device__ __forceinline__ int key_tiles(int q0, int rows, int T, int bc) {
     return (min(q0 + rows, T) - 1) / bc + 1;

@@ -118,21 +118,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (wl == 0) mbar_arrive(&empty[s]); // this warpgroup's reads of the stage are done
     }
 
-    float inv[1][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[0][r] = 1.0f / sum;
-        const int row = row_lo + 8 * r;
-        if ((lane & 3) == 0 && row < d.T)
-            lse[((long)b * d.H + h) * d.T + row] = (m[r] + log2f(sum)) * LN2;
-    }
-    const long qs = (long)d.H * d.hd;
-    bf16 *stage = (bf16 *)(smem + C::OUT_OFF + warp * C::STAGE_OUT);
-    store_rows<HDP, 1>(out + (long)b * d.T * qs + (long)h * d.hd, qs, wr0 + wwarp * 16, d.T, d.hd,
-                       *reinterpret_cast<float(*)[1][NO][4]>(&o[0][0]), inv, stage, lane);
+    finish_rows<HDP>(out, lse, d, b, h, wr0 + wwarp * 16, row_lo, o, m, l,
+                     (bf16 *)(smem + C::OUT_OFF + warp * C::STAGE_OUT), lane);
 #else
     __trap(); // built without sm_90a: the host never launches this
 #endif

@@ -119,21 +119,9 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         __syncthreads(); // this stage is refilled two iterations on
     }
 
-    float inv[1][2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[0][r] = 1.0f / sum;
-        int row = wr0 + warp * 16 + (lane >> 2) + 8 * r;
-        if ((lane & 3) == 0 && row < d.T)
-            lse[((long)b * d.H + h) * d.T + row] = (m[r] + log2f(sum)) * LN2;
-    }
     // The K/V stages are free after the loop's last barrier: each warp stages its 16 rows there.
-    bf16 *stage = (bf16 *)sKV + (threadIdx.x >> 5) * 16 * (HDP + 8);
-    store_rows<HDP, 1>(out + (long)b * d.T * qs + (long)h * d.hd, qs, wr0 + warp * 16, d.T, d.hd,
-                       *reinterpret_cast<float(*)[1][NO][4]>(&o[0][0]), inv, stage, lane);
+    finish_rows<HDP>(out, lse, d, b, h, wr0 + warp * 16, wr0 + warp * 16 + (lane >> 2), o, m, l,
+                     (bf16 *)sKV + (threadIdx.x >> 5) * 16 * (HDP + 8), lane);
 #else
     __trap(); // built without sm_90a: the host never launches this
 #endif
