@@ -30,6 +30,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -371,6 +372,28 @@ __device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d
                        *reinterpret_cast<const float(*)[1][HDP / 8][4]>(&o[0][0]), inv, stage,
                        lane);
 }
+
+#ifdef WGMMA_DEVICE
+// A Hopper forward's work on one key tile once the warpgroup's scores s (64 x BC, raw) are in
+// registers: the online softmax, then O += P V with P from registers and V, a swizzled BC-row
+// tile, read MN-major. Returns when the MMAs are done.
+template <int HDP, int BC>
+__device__ __forceinline__ void
+softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4], float (&m)[2], float (&l)[2],
+           float scale_log2, bool mask, int row_lo, int key0, int lane, const void *sV) {
+    softmax_step<BC / 8, HDP / 8>(s, o, m, l, scale_log2, mask, row_lo, key0, lane);
+    uint32_t pf[1][BC / 16][4];
+    acc_to_a<1, BC / 16>(pf, *reinterpret_cast<float(*)[1][BC / 8][4]>(&s[0][0]));
+    float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BC / 16; ks++)
+        wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, BC, ks), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(od);
+}
+#endif
 
 // Key tiles of bc keys [0, nkt) that the query rows [q0, q0 + rows) attend to.
 __device__ __forceinline__ int key_tiles(int q0, int rows, int T, int bc) {

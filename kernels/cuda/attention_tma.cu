@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
                  Dims d) {
 #ifdef WGMMA_DEVICE
     using C = TmaCfg<HDP>;
-    constexpr int NS = TMA_BC / 8, NO = HDP / 8, KS = HDP / 16, PS = TMA_BC / 16;
+    constexpr int NS = TMA_BC / 8, NO = HDP / 8, KS = HDP / 16;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sQ = smem, *sKV = smem + C::Q_BYTES; // stage s: K, then V
@@ -102,18 +102,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (active) {
             wgmma_wait<0>();
             fence_regs(sd);
-            softmax_step<NS, NO>(sc, o, m, l, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo, key0,
-                                 lane);
-            uint32_t pf[1][PS][4];
-            acc_to_a<1, PS>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
-            float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < PS; ks++)
-                wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, TMA_BC, ks), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(od);
+            softmax_pv<HDP, TMA_BC>(sc, o, m, l, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo,
+                                    key0, lane, sV);
         }
         if (wl == 0) mbar_arrive(&empty[s]); // this warpgroup's reads of the stage are done
     }

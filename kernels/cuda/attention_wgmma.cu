@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     attn_fwd_wg(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = WgCfg<HDP>;
-    constexpr int NS = WG_BC / 8, NO = HDP / 8, KS = HDP / 16, PS = WG_BC / 16;
+    constexpr int NS = WG_BC / 8, NO = HDP / 8, KS = HDP / 16;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     bf16 *sQ = (bf16 *)smem;
@@ -103,18 +103,9 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
                                 kmajor_desc(sK, WG_BC, 0, ks), ks > 0);
             wgmma_commit();
             wgmma_wait<0>();
-            const bool mask = key0 + WG_BC - 1 > wr0;
-            softmax_step<NS, NO>(s, o, m, l, d.scale_log2, mask, wr0 + warp * 16 + (lane >> 2),
-                                 key0, lane);
-            uint32_t pf[1][PS][4];
-            acc_to_a<1, PS>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&s[0][0]));
-            float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < PS; ks++)
-                wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, WG_BC, ks), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
+            fence_regs(*reinterpret_cast<float(*)[WG_BC / 2]>(&s[0][0]));
+            softmax_pv<HDP, WG_BC>(s, o, m, l, d.scale_log2, key0 + WG_BC - 1 > wr0,
+                                   wr0 + warp * 16 + (lane >> 2), key0, lane, sV);
         }
         __syncthreads(); // this stage is refilled two iterations on
     }
