@@ -11,19 +11,26 @@
 #define STATE_TAG 0x4d54
 #define CHUNK ((size_t)1 << 28) // MPI counts are ints
 
-void job_send_floats(const float *x, size_t n, int dest) {
+void job_send_floats_on(const float *x, size_t n, int dest, int tag, MPI_Comm comm) {
     for (size_t i = 0; i < n; i += CHUNK) {
         int count = (int)(n - i < CHUNK ? n - i : CHUNK);
-        MPI_CHECK(MPI_Send(x + i, count, MPI_FLOAT, dest, STATE_TAG, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Send(x + i, count, MPI_FLOAT, dest, tag, comm));
     }
 }
 
-void job_recv_floats(float *x, size_t n, int src) {
+void job_recv_floats_on(float *x, size_t n, int src, int tag, MPI_Comm comm) {
     for (size_t i = 0; i < n; i += CHUNK) {
         int count = (int)(n - i < CHUNK ? n - i : CHUNK);
-        MPI_CHECK(
-            MPI_Recv(x + i, count, MPI_FLOAT, src, STATE_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        MPI_CHECK(MPI_Recv(x + i, count, MPI_FLOAT, src, tag, comm, MPI_STATUS_IGNORE));
     }
+}
+
+void job_send_floats(const float *x, size_t n, int dest) {
+    job_send_floats_on(x, n, dest, STATE_TAG, MPI_COMM_WORLD);
+}
+
+void job_recv_floats(float *x, size_t n, int src) {
+    job_recv_floats_on(x, n, src, STATE_TAG, MPI_COMM_WORLD);
 }
 
 void job_fail_input(const mt_job *job, const char *msg) {

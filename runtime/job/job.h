@@ -69,6 +69,17 @@ void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn)
 // between two ranks keep their order (the state of the groups the compute rank updates).
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
+// The same on any communicator and tag.
+void job_send_floats_on(const float *x, size_t n, int dest, int tag, MPI_Comm comm);
+void job_recv_floats_on(float *x, size_t n, int src, int tag, MPI_Comm comm);
+
+// tree_sum.c: x becomes the sum of every rank's x over comm, the same bits on every rank, summed
+// in one binary tree fixed by the ranks alone: level by level, rank r (a multiple of 2s) adds
+// rank r + s's partial (s = 1, 2, 4, ...; a partial without a partner moves up unchanged).
+// MPI_Allreduce promises no order, and may change it with the rank count or message size;
+// this one is what data-parallel gradients need to be bitwise reproducible across transports.
+// scratch: n floats.
+void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm);
 
 // SIGUSR1 (mtrun sends it on a first Ctrl-C or SIGTERM; mpirun passes it on to every rank)
 // asks the job to stop after the step under way, with a checkpoint. job_start installs the

@@ -1,0 +1,32 @@
+// The fixed-order allreduce of job.h (job_allreduce_tree): a binomial tree up to rank 0, one
+// partner per level, then a broadcast of the bits.
+#include "runtime/base/base.h"
+#include "runtime/job/job.h"
+
+#define TREE_TAG 0x5452
+#define CHUNK ((size_t)1 << 28) // MPI counts are ints
+
+static void add_into(float *x, const float *y, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] += y[i]; // one rounding per element: any thread count
+}
+
+void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm) {
+    int rank, size;
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    MPI_CHECK(MPI_Comm_size(comm, &size));
+    for (int s = 1; s < size; s *= 2) {
+        if (rank % (2 * s) == s) { // this subtree is complete: hand it to the left partner
+            job_send_floats_on(x, n, rank - s, TREE_TAG, comm);
+            break;
+        }
+        if (rank + s < size) {
+            job_recv_floats_on(scratch, n, rank + s, TREE_TAG, comm);
+            add_into(x, scratch, n);
+        }
+    }
+    for (size_t i = 0; i < n; i += CHUNK) {
+        int count = (int)(n - i < CHUNK ? n - i : CHUNK);
+        MPI_CHECK(MPI_Bcast(x + i, count, MPI_FLOAT, 0, comm));
+    }
+}
