@@ -41,11 +41,16 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-// Uniform bf16 in [-1, 1) from a fixed xorshift stream: the same inputs on every run.
-static void fill_random(bf16 *dst, long n) {
+// Uniform bf16 in [-1, 1) from an xorshift stream started at `seed`: the same inputs on every
+// run, and another stream for each buffer.
+static void fill_random(bf16 *dst, long n, uint64_t seed) {
     const long chunk = 1l << 22;
     bf16 *tmp = malloc(sizeof(bf16) * chunk);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
+    if (!tmp) {
+        fprintf(stderr, "attention_bench: out of memory\n");
+        exit(1);
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
     for (long i = 0; i < n; i += chunk) {
         long m = n - i < chunk ? n - i : chunk;
         for (long j = 0; j < m; j++) {
@@ -64,10 +69,10 @@ static void buffers_init(buffers *b, const shape *s) {
     for (int i = 0; i < 4; i++) *kvs[i] = dev_alloc(sizeof(bf16) * nkv);
     b->lse = dev_alloc(sizeof(float) * s->B * s->H * s->T);
     b->scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
-    fill_random(b->q, nq);
-    fill_random(b->k, nkv);
-    fill_random(b->v, nkv);
-    fill_random(b->dout, nq);
+    fill_random(b->q, nq, 1);
+    fill_random(b->k, nkv, 2);
+    fill_random(b->v, nkv, 3);
+    fill_random(b->dout, nq, 4);
 }
 
 static void buffers_free(buffers *b) {

@@ -271,21 +271,25 @@ int main(void) {
         return 77;
     }
     const int nshapes = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
-    const char *paths[] = {"simple", "mma", "wgmma"};
-    const int npaths = cuda_attention_has_wgmma() ? 3 : 2;
-    printf("paths: simple, mma%s\n", npaths == 3 ? ", wgmma" : " (no wgmma on this device/build)");
+    const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain"};
+    const int npaths = cuda_attention_has_wgmma() ? 4 : 2;
+    printf("paths: simple, mma%s\n",
+           npaths == 4 ? ", wgmma, wgmma-plain" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
         host_case c;
         host_case_init(&c, &SHAPES[i]);
         for (int p = 0; p < npaths; p++) {
-            // attention_path (attention.cuh) reads the variable on every call.
-            setenv("MT_ATTENTION", paths[p], 1);
+            // attention_path (attention.cuh) reads the variables on every call. "wgmma-plain":
+            // the wgmma forward without TMA, which serves the head dims TMA cannot take.
+            setenv("MT_ATTENTION", strncmp(paths[p], "wgmma", 5) == 0 ? "wgmma" : paths[p], 1);
+            setenv("MT_ATTENTION_TMA", strcmp(paths[p], "wgmma-plain") == 0 ? "0" : "1", 1);
             check_forward(paths[p], &SHAPES[i], &c);
             check_backward(paths[p], &SHAPES[i], &c);
         }
         host_case_free(&c);
     }
     unsetenv("MT_ATTENTION");
+    unsetenv("MT_ATTENTION_TMA");
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

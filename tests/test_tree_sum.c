@@ -23,6 +23,15 @@ static float value(int rank, size_t i) {
     return ldexpf(u, (int)(z % 40) - 20);                   // magnitudes 2^-20 .. 2^20
 }
 
+static float *xmalloc_floats(size_t n) {
+    float *p = malloc(sizeof(float) * n);
+    if (!p) {
+        fprintf(stderr, "test_tree_sum: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
 static void fill(float *x, int rank) {
     for (size_t i = 0; i < N; i++) x[i] = value(rank, i);
 }
@@ -30,8 +39,9 @@ static void fill(float *x, int rank) {
 // The tree of job.h, level by level in one process: vals[r] += vals[r + s] for r = 0, 2s, ...
 static void tree_reference(float *out, int size) {
     float **vals = calloc((size_t)size, sizeof(float *));
+    if (!vals) exit(1);
     for (int r = 0; r < size; r++) {
-        vals[r] = malloc(sizeof(float) * N);
+        vals[r] = xmalloc_floats(N);
         fill(vals[r], r);
     }
     for (int s = 1; s < size; s *= 2)
@@ -43,7 +53,7 @@ static void tree_reference(float *out, int size) {
 }
 
 static long left_fold_differences(const float *tree, int size) {
-    float *acc = malloc(sizeof(float) * N), *x = malloc(sizeof(float) * N);
+    float *acc = xmalloc_floats(N), *x = xmalloc_floats(N);
     fill(acc, 0);
     for (int r = 1; r < size; r++) {
         fill(x, r);
@@ -60,15 +70,14 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    float *x = malloc(sizeof(float) * N), *scratch = malloc(sizeof(float) * N);
-    float *want = malloc(sizeof(float) * N);
+    float *x = xmalloc_floats(N), *scratch = xmalloc_floats(N), *want = xmalloc_floats(N);
     fill(x, rank);
     job_allreduce_tree(x, N, scratch, MPI_COMM_WORLD);
     tree_reference(want, size);
     long wrong = 0;
     for (size_t i = 0; i < N; i++) wrong += memcmp(&x[i], &want[i], sizeof(float)) != 0;
     // Every rank's bits against rank 0's (the broadcast), independently of the reference.
-    float *first = malloc(sizeof(float) * N);
+    float *first = xmalloc_floats(N);
     memcpy(first, x, sizeof(float) * N);
     MPI_CHECK(MPI_Bcast(first, N, MPI_FLOAT, 0, MPI_COMM_WORLD));
     long unlike = 0;

@@ -6,9 +6,10 @@
 // shared memory; the T x T probabilities are recomputed from lse in the backward, never stored.
 //
 // Three paths, each checked against the CPU reference by tests/test_attention_cuda.c:
-// - tensor cores (default): mma.sync m16n8k16 bf16 with fp32 accumulation, ldmatrix from
-//   padded shared memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128
-//   with zeros in shared memory, so every even hd <= 128 that is a multiple of 8 runs on it.
+// - mma.sync (any GPU): m16n8k16 bf16 with fp32 accumulation, ldmatrix from padded shared
+//   memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128 with zeros in
+//   shared memory, so every hd <= 128 that is a multiple of 4 runs on it (rows of hd % 8 == 4,
+//   e.g. 100, move in 8-byte chunks).
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
 //   reading 128-byte-swizzled shared memory; its forward, where TMA can take the rows (hd % 8
 //   == 0, hd >= 64), is warp-specialized (attention_tma.cu). The default from head dim 64 up
@@ -16,7 +17,7 @@
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
-// Backward, both paths: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
+// Backward, every path: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
 // by key tile in two separate kernels. Every output element has one owner and every sum runs
 // in a fixed order, so results are bitwise reproducible (no atomics).
 //
@@ -385,6 +386,7 @@ softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4], float (&m)[2], float (
     uint32_t pf[1][BC / 16][4];
     acc_to_a<1, BC / 16>(pf, *reinterpret_cast<float(*)[1][BC / 8][4]>(&s[0][0]));
     float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
+    fence_regs(od); // the softmax's rescaling of o is done before the MMA takes it
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BC / 16; ks++)

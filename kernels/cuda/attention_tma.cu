@@ -14,7 +14,10 @@ namespace {
 
 constexpr int TMA_BR = 128, TMA_BC = 128, TMA_STAGES = 2;
 // Two consumer warpgroups and a producer warpgroup, of which one thread works: the producer
-// gives its registers to the consumers (40 + 2 x 232 per thread of each, within the 64K file).
+// gives its registers to the consumers. __launch_bounds__(384, 1) gives each thread 168 at
+// entry (384 x 168 = 64,512 of the SM's 65,536); 128 x 40 + 256 x 232 is the same 64,512, so
+// the consumers' setmaxnreg.inc finds the registers the producer's .dec freed (ptxas -v shows
+// the 168; should it ever show fewer, these two numbers must shrink with it, or .inc waits).
 constexpr int TMA_CONSUMERS = 2, TMA_THREADS = (TMA_CONSUMERS + 1) * WG_THREADS;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 
@@ -89,7 +92,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         named_sync(my_turn, turn_threads);
         float sc[NS][4];
         float(&sd)[TMA_BC / 2] = *reinterpret_cast<float(*)[TMA_BC / 2]>(&sc[0][0]);
-        const bool active = key0 <= wr1; // else every key comes after every row here
+        // Always true while BR = BC (the last tile starts at q0 <= wr1); kept for other shapes.
+        const bool active = key0 <= wr1;
         if (active) {
             wgmma_fence();
 #pragma unroll

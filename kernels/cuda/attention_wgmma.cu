@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
                                 kmajor_desc(sK, WG_BC, 0, ks), ks > 0);
             wgmma_commit();
             wgmma_wait<0>();
-            fence_regs(*reinterpret_cast<float(*)[WG_BC / 2]>(&s[0][0]));
+            fence_acc(s);
             softmax_pv<HDP, WG_BC>(s, o, m, l, d.scale_log2, key0 + WG_BC - 1 > wr0,
                                    wr0 + warp * 16 + (lane >> 2), key0, lane, sV);
         }
@@ -236,6 +236,8 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             scores_wg<HDP, KV_BQ>(dp, sV, KV_BK, wg * WG_ROWS, sdO);
             wgmma_commit();
             wgmma_wait<0>();
+            fence_acc(s);
+            fence_acc(dp);
             const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
 #pragma unroll
             for (int nt = 0; nt < NQ; nt++) {
@@ -252,11 +254,15 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             uint32_t pf[1][KQ][4], dsf[1][KQ][4];
             acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&s[0][0]));
             acc_to_a<1, KQ>(dsf, *reinterpret_cast<float(*)[1][NQ][4]>(&dp[0][0]));
+            fence_acc(dva);
+            fence_acc(dka);
             wgmma_fence();
             grad_wg<HDP, KQ>(dva, pf, sdO);
             grad_wg<HDP, KQ>(dka, dsf, sQ);
             wgmma_commit();
             wgmma_wait<0>();
+            fence_acc(dva);
+            fence_acc(dka);
         }
         __syncthreads(); // this stage is refilled two iterations on
     }
@@ -336,6 +342,8 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             scores_wg<HDP, DQ_BC>(dp, sdO, WG_BR, wg * WG_ROWS, sV);
             wgmma_commit();
             wgmma_wait<0>();
+            fence_acc(s);
+            fence_acc(dp);
             const bool mask = key0 + DQ_BC - 1 > wr0;
 #pragma unroll
             for (int nt = 0; nt < NS; nt++) {
@@ -350,10 +358,12 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             }
             uint32_t dsf[1][KC][4];
             acc_to_a<1, KC>(dsf, *reinterpret_cast<float(*)[1][NS][4]>(&dp[0][0]));
+            fence_acc(dqa);
             wgmma_fence();
             grad_wg<HDP, KC>(dqa, dsf, sK);
             wgmma_commit();
             wgmma_wait<0>();
+            fence_acc(dqa);
         }
         __syncthreads();
     }

@@ -130,6 +130,7 @@ void cuda_ktime_enable(cudaStream_t stream);
 void cuda_ktime_enter(cudaStream_t stream, int cls);
 void cuda_ktime_leave(cudaStream_t stream);
 void cuda_ktime_report(FILE *f);
+void cuda_ktime_disable(void);
 
 #ifdef __cplusplus
 }

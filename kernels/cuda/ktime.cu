@@ -57,6 +57,13 @@ extern "C" void cuda_ktime_enable(cudaStream_t stream) {
     kt.on = true;
 }
 
+// Ends the profile (after the report): events freed, the state reset for another stream.
+extern "C" void cuda_ktime_disable(void) {
+    if (!kt.on) return;
+    for (int i = 0; i < BATCH; i++) CUDA_CHECK(cudaEventDestroy(kt.ev[i]));
+    kt = KtState{};
+}
+
 extern "C" void cuda_ktime_enter(cudaStream_t stream, int cls) {
     if (!kt.on || stream != kt.stream) return;
     if (kt.depth++ == 0) ktime_record(cls);

@@ -39,7 +39,8 @@ __global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, int T, int
     }
 }
 
-// Odd half-heads (hd % 4 == 2) cannot pair words: one element pair per thread, as before.
+// Odd half-heads (hd % 4 == 2), or x not 4-byte aligned: no word pairs, one element pair per
+// thread, as before.
 __global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, long pairs, int T,
                                 int heads, int hd, float sign) {
     int half = hd / 2;
@@ -62,7 +63,7 @@ void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd
                  cudaStream_t stream) {
     const long rows = (long)B * T;
     if (rows <= 0 || hd < 2) return;
-    if (hd % 4 == 0 && hd / 2 <= MAX_HALF) {
+    if (hd % 4 == 0 && hd / 2 <= MAX_HALF && ((uintptr_t)x & 3) == 0) {
         rope_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(reinterpret_cast<__nv_bfloat162 *>(x),
                                                             inv_freq, T, heads, hd, sign);
     } else {

@@ -15,6 +15,17 @@
 #include <cudaTypedefs.h>
 #include <stdint.h>
 
+// The driver API's check: CUresult, reported with the call and the place.
+#define CU_CHECK(call)                                                                             \
+    do {                                                                                           \
+        CUresult cu_rc_ = (call);                                                                  \
+        if (cu_rc_ != CUDA_SUCCESS) {                                                              \
+            fprintf(stderr, "megatrain: %s:%d: %s: CUDA driver error %d\n", __FILE__, __LINE__,    \
+                    #call, (int)cu_rc_);                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
 namespace {
 
 #ifdef WGMMA_DEVICE
@@ -75,10 +86,8 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 }
 #endif
 
-// A [B, T, heads, hd] bf16 tensor as a 4-D map (hd, heads, T, B) whose box is 64 columns of one
-// head for `rows` tokens, 128-byte swizzled; columns past hd and tokens past T read as zeros.
-// Needs hd % 8 == 0 (16-byte row strides) and a 16-byte aligned base.
-inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
+// The driver's encoder, looked up once: a process-wide constant (the runtime links no libcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
@@ -89,20 +98,22 @@ inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int 
             exit(1);
         }
     }
+    return encode;
+}
+
+// A [B, T, heads, hd] bf16 tensor as a 4-D map (hd, heads, T, B) whose box is 64 columns of one
+// head for `rows` tokens, 128-byte swizzled; columns past hd and tokens past T read as zeros.
+// Needs hd % 8 == 0 (16-byte row strides) and a 16-byte aligned base.
+inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
     CUtensorMap map;
     const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[3] = {(cuuint64_t)hd * 2, (cuuint64_t)heads * hd * 2,
                                    (cuuint64_t)T * heads * hd * 2};
     const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, unit[4] = {1, 1, 1, 1};
-    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims, strides, box,
-                        unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr,
-                "megatrain: cuTensorMapEncodeTiled failed (%d) for B=%d T=%d heads=%d hd=%d\n",
-                (int)r, B, T, heads, hd);
-        exit(1);
-    }
+    CU_CHECK(tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
+                                  strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
 }
 

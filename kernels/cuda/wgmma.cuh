@@ -71,6 +71,9 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int R, int C> __device__ __forceinline__ void fence_acc(float (&a)[R][C]) {
+    fence_regs(*reinterpret_cast<float(*)[R * C]>(&a[0][0]));
+}
 // Shared memory written through the generic proxy (cp.async, plain stores) becomes visible to
 // wgmma, which reads through the async proxy, only after this fence and a barrier.
 __device__ __forceinline__ void fence_proxy_async() {

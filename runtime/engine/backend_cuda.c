@@ -223,6 +223,7 @@ static void offload_streams_free(backend *b) {
 static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
     cuda_ktime_report(stdout);
+    cuda_ktime_disable();
     void *all[] = {b->work_arena, b->kept_arena, b->n1,           b->n2,           b->act,
                    b->dout_b,     b->d_gate,     b->d_up,         b->dh_b,         b->d_att,
                    b->dk,         b->dv,         b->rstd1,        b->rstd2,        b->d_act,

@@ -25,6 +25,13 @@ void job_recv_floats_on(float *x, size_t n, int src, int tag, MPI_Comm comm) {
     }
 }
 
+void job_bcast_floats_on(float *x, size_t n, int root, MPI_Comm comm) {
+    for (size_t i = 0; i < n; i += CHUNK) {
+        int count = (int)(n - i < CHUNK ? n - i : CHUNK);
+        MPI_CHECK(MPI_Bcast(x + i, count, MPI_FLOAT, root, comm));
+    }
+}
+
 void job_send_floats(const float *x, size_t n, int dest) {
     job_send_floats_on(x, n, dest, STATE_TAG, MPI_COMM_WORLD);
 }

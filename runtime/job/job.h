@@ -72,6 +72,7 @@ void job_recv_floats(float *x, size_t n, int src);
 // The same on any communicator and tag.
 void job_send_floats_on(const float *x, size_t n, int dest, int tag, MPI_Comm comm);
 void job_recv_floats_on(float *x, size_t n, int src, int tag, MPI_Comm comm);
+void job_bcast_floats_on(float *x, size_t n, int root, MPI_Comm comm);
 
 // tree_sum.c: x becomes the sum of every rank's x over comm, the same bits on every rank, summed
 // in one binary tree fixed by the ranks alone: level by level, rank r (a multiple of 2s) adds

@@ -4,7 +4,6 @@
 #include "runtime/job/job.h"
 
 #define TREE_TAG 0x5452
-#define CHUNK ((size_t)1 << 28) // MPI counts are ints
 
 static void add_into(float *x, const float *y, size_t n) {
 #pragma omp parallel for schedule(static)
@@ -25,8 +24,5 @@ void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm) {
             add_into(x, scratch, n);
         }
     }
-    for (size_t i = 0; i < n; i += CHUNK) {
-        int count = (int)(n - i < CHUNK ? n - i : CHUNK);
-        MPI_CHECK(MPI_Bcast(x + i, count, MPI_FLOAT, 0, comm));
-    }
+    job_bcast_floats_on(x, n, 0, comm);
 }
