@@ -159,6 +159,22 @@ __device__ __forceinline__ void scores_wg(float (&acc)[N / 8][4], const void *a,
         wgmma_ss<N>(d, kmajor_desc(a, rows_a, row0, ks), kmajor_desc(b, N, 0, ks), ks > 0);
 }
 
+// A backward tile's S-like products, both K-major from shared memory: s = A1 B1^T and
+// dp = A2 B2^T (the A tiles rows_a rows, this warpgroup's 64 from row0; the B tiles N rows).
+// Returns with both done.
+template <int HDP, int N>
+__device__ __forceinline__ void scores_and_dp(float (&s)[N / 8][4], float (&dp)[N / 8][4],
+                                              const void *a1, const void *b1, const void *a2,
+                                              const void *b2, int rows_a, int row0) {
+    wgmma_fence();
+    scores_wg<HDP, N>(s, a1, rows_a, row0, b1);
+    scores_wg<HDP, N>(dp, a2, rows_a, row0, b2);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    fence_acc(dp);
+}
+
 // acc (64 x HDP) += A B: A as register fragments of KQ k-steps, B a KQ*16-row tile read
 // MN-major.
 template <int HDP, int KQ>
@@ -231,13 +247,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const float *L = sL + st * KV_BQ, *Dq = sD + st * KV_BQ;
         if (qbase + KV_BQ - 1 >= wk0) { // else every query of the tile precedes these keys
             float s[NQ][4], dp[NQ][4];
-            wgmma_fence();
-            scores_wg<HDP, KV_BQ>(s, sK, KV_BK, wg * WG_ROWS, sQ);
-            scores_wg<HDP, KV_BQ>(dp, sV, KV_BK, wg * WG_ROWS, sdO);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_acc(s);
-            fence_acc(dp);
+            scores_and_dp<HDP, KV_BQ>(s, dp, sK, sQ, sV, sdO, KV_BK, wg * WG_ROWS);
             const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
 #pragma unroll
             for (int nt = 0; nt < NQ; nt++) {
@@ -337,13 +347,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const int key0 = kt * DQ_BC;
         if (key0 <= wr1) {
             float s[NS][4], dp[NS][4];
-            wgmma_fence();
-            scores_wg<HDP, DQ_BC>(s, sQ, WG_BR, wg * WG_ROWS, sK);
-            scores_wg<HDP, DQ_BC>(dp, sdO, WG_BR, wg * WG_ROWS, sV);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_acc(s);
-            fence_acc(dp);
+            scores_and_dp<HDP, DQ_BC>(s, dp, sQ, sK, sdO, sV, WG_BR, wg * WG_ROWS);
             const bool mask = key0 + DQ_BC - 1 > wr0;
 #pragma unroll
             for (int nt = 0; nt < NS; nt++) {
