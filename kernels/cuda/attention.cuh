@@ -40,8 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-// attention_wgmma.cu: the Hopper path, for the other files of the family.
-bool attention_wgmma_available(void);
+// attention_wgmma.cu: the Hopper path, for the other files of the family (whether it runs:
+// cuda_attention_has_wgmma, kernels_cuda.h).
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              int B, int T, int H, int KV, int hd, cudaStream_t stream);
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
@@ -375,6 +375,17 @@ __device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d
 }
 
 #ifdef WGMMA_DEVICE
+// S^T or S (64 x N) = A B^T over the head dim: the warpgroup's 64 rows of A (a rows_a-row
+// tile) against the N rows of B (an N-row tile), both K-major.
+template <int HDP, int N>
+__device__ __forceinline__ void scores_wg(float (&acc)[N / 8][4], const void *a, int rows_a,
+                                          int row0, const void *b) {
+    float(&d)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(&acc[0][0]);
+#pragma unroll
+    for (int ks = 0; ks < HDP / 16; ks++)
+        wgmma_ss<N>(d, kmajor_desc(a, rows_a, row0, ks), kmajor_desc(b, N, 0, ks), ks > 0);
+}
+
 // A Hopper forward's work on one key tile once the warpgroup's scores s (64 x BC, raw) are in
 // registers: the online softmax, then O += P V with P from registers and V, a swizzled BC-row
 // tile, read MN-major. Returns when the MMAs are done.
@@ -454,7 +465,7 @@ inline AttnPath attention_path(int hd, const void *const *ptrs, int n, int wgmma
         if (!aligned16(ptrs[i])) return PATH_SIMPLE;
     if (e && strcmp(e, "mma") == 0) return PATH_MMA;
     const bool wanted = (e && strcmp(e, "wgmma") == 0) || hd >= wgmma_from;
-    return wanted && attention_wgmma_available() ? PATH_WGMMA : PATH_MMA;
+    return wanted && cuda_attention_has_wgmma() ? PATH_WGMMA : PATH_MMA;
 }
 
 inline int padded_hd(int hd) {

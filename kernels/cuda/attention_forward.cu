@@ -188,7 +188,3 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
         break;
     }
 }
-
-extern "C" int cuda_attention_has_wgmma(void) {
-    return attention_wgmma_available();
-}

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
                  Dims d) {
 #ifdef WGMMA_DEVICE
     using C = TmaCfg<HDP>;
-    constexpr int NS = TMA_BC / 8, NO = HDP / 8, KS = HDP / 16;
+    constexpr int NS = TMA_BC / 8, NO = HDP / 8;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sQ = smem, *sKV = smem + C::Q_BYTES; // stage s: K, then V
@@ -91,21 +91,17 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         mbar_wait(&full[s], (kt / TMA_STAGES) & 1);
         named_sync(my_turn, turn_threads);
         float sc[NS][4];
-        float(&sd)[TMA_BC / 2] = *reinterpret_cast<float(*)[TMA_BC / 2]>(&sc[0][0]);
         // Always true while BR = BC (the last tile starts at q0 <= wr1); kept for other shapes.
         const bool active = key0 <= wr1;
         if (active) {
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<TMA_BC>(sd, kmajor_desc(sQ, TMA_BR, wg * 64, ks),
-                                 kmajor_desc(sK, TMA_BC, 0, ks), ks > 0);
+            scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, sK);
             wgmma_commit();
         }
         if (wg == 0 || kt + 1 < nkt) named_arrive(other_turn, turn_threads); // balanced turns
         if (active) {
             wgmma_wait<0>();
-            fence_regs(sd);
+            fence_acc(sc);
             softmax_pv<HDP, TMA_BC>(sc, o, m, l, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo,
                                     key0, lane, sV);
         }

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     attn_fwd_wg(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = WgCfg<HDP>;
-    constexpr int NS = WG_BC / 8, NO = HDP / 8, KS = HDP / 16;
+    constexpr int NS = WG_BC / 8, NO = HDP / 8;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     bf16 *sQ = (bf16 *)smem;
@@ -95,12 +95,8 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const int key0 = kt * WG_BC;
         if (key0 <= wr1) { // else every key of the tile comes after every row of the warpgroup
             float s[NS][4];
-            float(&sd)[WG_BC / 2] = *reinterpret_cast<float(*)[WG_BC / 2]>(&s[0][0]);
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<WG_BC>(sd, kmajor_desc(sQ, WG_BR, wg * WG_ROWS, ks),
-                                kmajor_desc(sK, WG_BC, 0, ks), ks > 0);
+            scores_wg<HDP, WG_BC>(s, sQ, WG_BR, wg * WG_ROWS, sK);
             wgmma_commit();
             wgmma_wait<0>();
             fence_acc(s);
@@ -148,17 +144,6 @@ template <int HDP> struct WgBwdCfg {
 };
 
 #ifdef WGMMA_DEVICE
-// S^T or S (64 x N) = A B^T over the head dim: the warpgroup's 64 rows of A (a rows_a-row
-// tile) against the N rows of B (an N-row tile), both K-major.
-template <int HDP, int N>
-__device__ __forceinline__ void scores_wg(float (&acc)[N / 8][4], const void *a, int rows_a,
-                                          int row0, const void *b) {
-    float(&d)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(&acc[0][0]);
-#pragma unroll
-    for (int ks = 0; ks < HDP / 16; ks++)
-        wgmma_ss<N>(d, kmajor_desc(a, rows_a, row0, ks), kmajor_desc(b, N, 0, ks), ks > 0);
-}
-
 // A backward tile's S-like products, both K-major from shared memory: s = A1 B1^T and
 // dp = A2 B2^T (the A tiles rows_a rows, this warpgroup's 64 from row0; the B tiles N rows).
 // Returns with both done.
@@ -399,7 +384,7 @@ void backward_wg(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
 
 } // namespace
 
-bool attention_wgmma_available(void) {
+extern "C" int cuda_attention_has_wgmma(void) {
 #ifdef MT_CUDA_WGMMA
     int dev = 0, major = 0, minor = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -407,7 +392,7 @@ bool attention_wgmma_available(void) {
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     return major == 9 && minor == 0;
 #else
-    return false;
+    return 0;
 #endif
 }
 
