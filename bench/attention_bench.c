@@ -6,7 +6,7 @@
 // FLOPs are causal-counted: a forward is 2 GEMMs of 2*T*T*hd per (b, h), halved by the mask,
 // and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes.
 //
-//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--paths mma,wgmma]
+//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--paths") == 0)
             paths = argv[i + 1];
         else {
-            fprintf(stderr, "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma]\n",
+            fprintf(stderr, "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
             return 2;
         }
@@ -151,9 +151,12 @@ int main(int argc, char **argv) {
             char list[64];
             snprintf(list, sizeof list, "%s", paths);
             for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
-                setenv("MT_ATTENTION", path, 1);
+                // wgmma-plain: the Hopper kernels without TMA (attention_wgmma.cu alone).
+                const int plain = strcmp(path, "wgmma-plain") == 0;
+                setenv("MT_ATTENTION", plain ? "wgmma" : path, 1);
+                setenv("MT_ATTENTION_TMA", plain ? "0" : "1", 1);
                 double f = time_ms(&b, &s, 0), g = time_ms(&b, &s, 1);
-                printf("ATTN path=%-5s hd=%3d T=%6d B=%2d H=%2d KV=%2d  forward %9.3f ms %6.1f "
+                printf("ATTN path=%-11s hd=%3d T=%6d B=%2d H=%2d KV=%2d  forward %9.3f ms %6.1f "
                        "TFLOP/s  backward %9.3f ms %6.1f TFLOP/s\n",
                        path, s.hd, s.T, s.B, s.H, s.KV, f, fwd_flops / (f * 1e-3) / 1e12, g,
                        2.5 * fwd_flops / (g * 1e-3) / 1e12);

@@ -32,7 +32,7 @@ for what in "$@"; do
         spec=${what#attn}; spec=${spec#=}; args=()
         [ -n "$spec" ] && args=(--T "${spec%%/*}")
         [[ $spec == */* ]] && args+=(--hd "${spec#*/}")
-        build/bin/attention_bench "${args[@]}" 2>&1 | tee -a "$OUT/attention.log"
+        build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
         [ "${ATTN_TORCH:-1}" = 1 ] && python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
     torch-*)
         ckpt=()

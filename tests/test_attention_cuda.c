@@ -42,6 +42,10 @@ static const shape SHAPES[] = {
     {1, 100, 4, 2, 96},
     {2, 130, 4, 2, 100},
     {1, 77, 3, 3, 100},
+    // The fused backward's turn order over many key tiles (whole tiles, three batch rows, GQA),
+    // and a head dim it pads inside one tile (72 -> 128).
+    {3, 640, 6, 2, 128},
+    {1, 300, 2, 2, 72},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128 and 100.
     {1, 32805, 2, 1, 128},
     {1, 32777, 1, 1, 100},

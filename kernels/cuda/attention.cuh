@@ -47,6 +47,11 @@ void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                            int B, int T, int H, int KV, int hd, cudaStream_t stream);
+// attention_bwd_tma.cu: the warp-specialized fused backward; false where it cannot take the
+// call. D = rowsum(dout * out) already in scratch.
+bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
+                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
+                            int KV, int hd, void *scratch, cudaStream_t stream);
 // D = rowsum(dout * out) already in scratch.
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                               const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
@@ -348,6 +353,23 @@ __device__ __forceinline__ void store_rows(bf16 *dst, long stride, int row0, int
         store_chunks<HDP, 16 * MT, uint2>(dst, stride, row0, T, hd, stage, lane);
 }
 
+// The end of a key-side backward for one warp's 16 rows from row0: dk = scale * dka and
+// dv = dva as bf16 rows of [T, stride] matrices, staged through the warp's `stage`.
+template <int HDP>
+__device__ __forceinline__ void store_key_grads(bf16 *dk, bf16 *dv, long stride, int row0,
+                                                const Dims &d, const float (&dka)[HDP / 8][4],
+                                                const float (&dva)[HDP / 8][4], bf16 *stage,
+                                                int lane) {
+    const float kmul[1][2] = {{d.scale, d.scale}}, vmul[1][2] = {{1.0f, 1.0f}};
+    store_rows<HDP, 1>(dk, stride, row0, d.T, d.hd,
+                       *reinterpret_cast<const float(*)[1][HDP / 8][4]>(&dka[0][0]), kmul, stage,
+                       lane);
+    __syncwarp(); // the stage is rewritten next
+    store_rows<HDP, 1>(dv, stride, row0, d.T, d.hd,
+                       *reinterpret_cast<const float(*)[1][HDP / 8][4]>(&dva[0][0]), vmul, stage,
+                       lane);
+}
+
 // The end of a forward for one warp's 16 rows of an m64 tile (rows row_lo and row_lo + 8 of
 // each thread, the warp's first row row0): each row's lse, and out = o / l, staged through the
 // warp's own `stage` (16 x (HDP + 8) bf16) for coalesced stores. l holds this thread's partial
@@ -406,6 +428,54 @@ softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4], float (&m)[2], float (
     wgmma_wait<0>();
     fence_regs(od);
 }
+
+// A backward tile's S-like products, both K-major from shared memory: s = A1 B1^T and
+// dp = A2 B2^T (the A tiles rows_a rows, this warpgroup's 64 from row0; the B tiles N rows).
+// Returns with both done.
+template <int HDP, int N>
+__device__ __forceinline__ void scores_and_dp(float (&s)[N / 8][4], float (&dp)[N / 8][4],
+                                              const void *a1, const void *b1, const void *a2,
+                                              const void *b2, int rows_a, int row0) {
+    wgmma_fence();
+    scores_wg<HDP, N>(s, a1, rows_a, row0, b1);
+    scores_wg<HDP, N>(dp, a2, rows_a, row0, b2);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    fence_acc(dp);
+}
+
+// The key side's P^T and dS^T for 64 keys x NQ*8 queries from qbase (two rows per thread: keys
+// key_lo and key_lo + 8): s holds raw S^T and becomes P^T, dp holds dP^T and becomes
+// dS^T = P^T (dP^T - D). L and Dq: the queries' lse (natural log) and D. With mask set,
+// queries before a key and past T drop.
+template <int NQ>
+__device__ __forceinline__ void probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4],
+                                               const float *L, const float *Dq, float scale_log2,
+                                               bool mask, int qbase, int key_lo, int T, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
+            const int key = key_lo + 8 * (i >> 1);
+            float p = fast_exp2(fmaf(s[nt][i], scale_log2, -L[col] * LOG2E));
+            if (mask && (row >= T || key > row)) p = 0.0f;
+            s[nt][i] = p;
+            dp[nt][i] = p * (dp[nt][i] - Dq[col]);
+        }
+    }
+}
+
+// acc (64 x HDP) += A B: A as register fragments of KQ k-steps, B a KQ*16-row tile read
+// MN-major.
+template <int HDP, int KQ>
+__device__ __forceinline__ void grad_wg(float (&acc)[HDP / 8][4], const uint32_t (&a)[1][KQ][4],
+                                        const void *b) {
+    float(&d)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&acc[0][0]);
+#pragma unroll
+    for (int ks = 0; ks < KQ; ks++) wgmma_rs_t<HDP>(d, a[0][ks], mnmajor_desc(b, KQ * 16, ks), 1);
+}
 #endif
 
 // Key tiles of bc keys [0, nkt) that the query rows [q0, q0 + rows) attend to.
@@ -441,6 +511,29 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
     }
     float scale = 1.0f / sqrtf((float)hd);
     return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
+}
+
+// The backward's scratch (cuda_attention_scratch_bytes): D = rowsum(dout * out) [B, H, T], then
+// the fused backward's fp32 dq accumulator [B, T, H, hd] and its turn counters, two per
+// (b, h, 64-query tile); each part 256-byte aligned.
+struct AttnScratch {
+    float *D, *dq_acc;
+    unsigned *turns;
+    size_t dq_bytes, turn_bytes, total;
+};
+inline size_t align256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
+inline AttnScratch attention_scratch(void *base, int B, int T, int H, int hd) {
+    AttnScratch s;
+    const size_t d_bytes = align256((size_t)B * H * T * sizeof(float));
+    s.dq_bytes = align256((size_t)B * T * H * hd * sizeof(float));
+    s.turn_bytes = align256((size_t)B * H * ((T + 63) / 64) * 2 * sizeof(unsigned));
+    s.total = d_bytes + s.dq_bytes + s.turn_bytes;
+    s.D = (float *)base;
+    s.dq_acc = (float *)((char *)base + d_bytes);
+    s.turns = (unsigned *)((char *)base + d_bytes + s.dq_bytes);
+    return s;
 }
 
 inline bool aligned16(const void *p) {

@@ -143,35 +143,6 @@ template <int HDP> struct WgBwdCfg {
     static constexpr size_t dq_smem = 2 * DQ_Q_BYTES + 4 * DQ_KV_BYTES + 1024;
 };
 
-#ifdef WGMMA_DEVICE
-// A backward tile's S-like products, both K-major from shared memory: s = A1 B1^T and
-// dp = A2 B2^T (the A tiles rows_a rows, this warpgroup's 64 from row0; the B tiles N rows).
-// Returns with both done.
-template <int HDP, int N>
-__device__ __forceinline__ void scores_and_dp(float (&s)[N / 8][4], float (&dp)[N / 8][4],
-                                              const void *a1, const void *b1, const void *a2,
-                                              const void *b2, int rows_a, int row0) {
-    wgmma_fence();
-    scores_wg<HDP, N>(s, a1, rows_a, row0, b1);
-    scores_wg<HDP, N>(dp, a2, rows_a, row0, b2);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_acc(s);
-    fence_acc(dp);
-}
-
-// acc (64 x HDP) += A B: A as register fragments of KQ k-steps, B a KQ*16-row tile read
-// MN-major.
-template <int HDP, int KQ>
-__device__ __forceinline__ void grad_wg(float (&acc)[HDP / 8][4], const uint32_t (&a)[1][KQ][4],
-                                        const void *b) {
-    float(&d)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&acc[0][0]);
-#pragma unroll
-    for (int ks = 0; ks < KQ; ks++) wgmma_rs_t<HDP>(d, a[0][ks], mnmajor_desc(b, KQ * 16, ks), 1);
-}
-
-#endif
-
 template <int HDP>
 __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     attn_bwd_dkdv_wg(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
@@ -234,18 +205,8 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             float s[NQ][4], dp[NQ][4];
             scores_and_dp<HDP, KV_BQ>(s, dp, sK, sQ, sV, sdO, KV_BK, wg * WG_ROWS);
             const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
-#pragma unroll
-            for (int nt = 0; nt < NQ; nt++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
-                    const int key = wk0 + warp * 16 + (lane >> 2) + 8 * (i >> 1);
-                    float p = fast_exp2(fmaf(s[nt][i], d.scale_log2, -L[col] * LOG2E));
-                    if (mask && (row >= d.T || key > row)) p = 0.0f;
-                    s[nt][i] = p;
-                    dp[nt][i] = p * (dp[nt][i] - Dq[col]);
-                }
-            }
+            probs_and_ds_t<NQ>(s, dp, L, Dq, d.scale_log2, mask, qbase,
+                               wk0 + warp * 16 + (lane >> 2), d.T, lane);
             uint32_t pf[1][KQ][4], dsf[1][KQ][4];
             acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&s[0][0]));
             acc_to_a<1, KQ>(dsf, *reinterpret_cast<float(*)[1][NQ][4]>(&dp[0][0]));
@@ -263,13 +224,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     }
     // The q/dout stages are free after the loop's last barrier: each warp stages its rows there.
     bf16 *stage = (bf16 *)sQdO + (threadIdx.x >> 5) * 16 * (HDP + 8);
-    const float kmul[1][2] = {{d.scale, d.scale}}, vmul[1][2] = {{1.0f, 1.0f}};
-    const int row0 = wk0 + warp * 16;
-    store_rows<HDP, 1>(dk + kvoff, kvs, row0, d.T, d.hd,
-                       *reinterpret_cast<float(*)[1][NO][4]>(&dka[0][0]), kmul, stage, lane);
-    __syncwarp(); // the stage is rewritten next
-    store_rows<HDP, 1>(dv + kvoff, kvs, row0, d.T, d.hd,
-                       *reinterpret_cast<float(*)[1][NO][4]>(&dva[0][0]), vmul, stage, lane);
+    store_key_grads<HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + warp * 16, d, dka, dva, stage, lane);
 #else
     __trap();
 #endif

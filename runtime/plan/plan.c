@@ -67,14 +67,22 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
     return cuda ? cuda_saved_bytes(c, s, 1) : cpu_layer_bytes(c, s);
 }
 
+// cuda_attention_scratch_bytes (kernels/cuda/attention.cuh): D [B, H, T], the fused backward's
+// fp32 dq accumulator [B, T, H, hd] and its turn counters, two per 64-query tile.
+static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
+    uint64_t rows = (uint64_t)c->micro_batch * c->heads, T = c->seq_len;
+    return align_up(4 * rows * T, 256) + align_up(4 * rows * T * s.hd, 256) +
+           align_up(4 * 2 * rows * ((T + 63) / 64), 256);
+}
+
 // backend_cuda.c's alloc_layer_set, byte for byte: attention's buffers for the micro-batch,
 // the others for a chunk.
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
     uint64_t bf16s = 4 * s.r * s.D + s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F; // dq: in q
     uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
     uint64_t norm_scratch = (s.r + 255) / 256 * s.D;                  // cuda_rmsnorm_scratch_floats
-    uint64_t attn = (uint64_t)c->micro_batch * c->heads * c->seq_len; // attention scratch / 4
-    return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch + attn);
+    return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch) +
+           cuda_attention_scratch(c, s);
 }
 
 // backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits

@@ -1,0 +1,287 @@
+// Flash attention backward on Hopper, warp-specialized and fused: one kernel computes dk, dv
+// and dq, where the plain wgmma backward (attention_wgmma.cu) runs a second kernel for dq that
+// recomputes S and dP: five tile products per (query tile, key tile) instead of seven.
+//
+// A CTA owns 128 keys of one kv head (two consumer warpgroups of 64 keys, K and V loaded once)
+// and streams 64-query tiles of Q and dout, for every query head of the group, through a
+// two-stage TMA ring fed by a producer warpgroup (as attention_tma.cu's forward). Per tile each
+// consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO and
+// dK += dS^T Q take them as register operands. dS^T also goes to shared memory, where after a
+// barrier both warpgroups read it transposed for dQ = dS K, each for half of the head dim.
+//
+// dq is the one output several CTAs add to: key tile j's part of query tile i. The adds go to
+// an fp32 accumulator in global memory, in key-tile order: a per-(query tile, half) counter
+// says how many key tiles have added, and key tile j waits for it to read j before it adds
+// (acquire) and bumps it after (release). So every run sums in the same order and the result
+// is bitwise reproducible, as the rest of the attention path. The wait costs little: key tile
+// j's CTA reaches a query tile after key tile j-1's (its first tile is two further on), and
+// kv heads are the grid's fastest dimension, so the CTAs resident together hold neighbouring
+// key tiles of many heads. A CTA waits only on lower-numbered CTAs, which start first, so the
+// waits cannot deadlock. A last kernel scales the accumulator into bf16 dq.
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace {
+
+constexpr int BT_BK = 128, BT_BQ = 64, BT_STAGES = 2, BT_HDP = 128;
+constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
+// As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry;
+// 128 x 24 + 256 x 240 is the same 64,512, moved from the producer to the consumers.
+constexpr int BT_PRODUCER_REGS = 24, BT_CONSUMER_REGS = 240;
+// Named barriers: 1 for both consumers (the dS tile is whole), 2 + w for consumer w alone.
+constexpr int BAR_DS = 1, BAR_WG = 2;
+
+struct BtCfg {
+    static constexpr int PANELS = BT_HDP / 64;
+    static constexpr int KV_BYTES = BT_BK * BT_HDP * 2, QT_BYTES = BT_BQ * BT_HDP * 2;
+    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 2 * BT_BQ * 4;
+    static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
+    static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
+    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES; // stage s: lse, then D
+    static constexpr int BAR_OFF = LD_OFF + BT_STAGES * LD_BYTES;
+    static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1) + 1024;
+};
+
+#ifdef WGMMA_DEVICE
+__device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_add2(float *p, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void store2(float *p, float a, float b) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
+// per item), and one warp copies the items' lse and D (rows past T as 0) into the stage.
+__device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
+                              uint64_t *kvfull, const CUtensorMap *qmap, const CUtensorMap *dmap,
+                              const CUtensorMap *kmap, const CUtensorMap *vmap, int b, int kvh,
+                              int k0, int qt0, int nqt, int items, const Dims &d) {
+    using C = BtCfg;
+    mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
+    for (int p = 0; p < C::PANELS; p++) {
+        tma_load_4d(smem + p * BT_BK * 128, kmap, kvfull, 64 * p, kvh, k0, b);
+        tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvh, k0, b);
+    }
+    for (int it = 0; it < items; it++) {
+        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
+        const int qbase = (qt0 + it % nqt) * BT_BQ;
+        if (it >= BT_STAGES) mbar_wait(&empty[s], ((it / BT_STAGES) & 1) ^ 1);
+        unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
+        mbar_expect_tx(&full[s], 2 * C::QT_BYTES);
+        for (int p = 0; p < C::PANELS; p++) {
+            tma_load_4d(sQ + p * BT_BQ * 128, qmap, &full[s], 64 * p, h, qbase, b);
+            tma_load_4d(sdO + p * BT_BQ * 128, dmap, &full[s], 64 * p, h, qbase, b);
+        }
+    }
+}
+
+__device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *empty,
+                              const float *lse, const float *D, int b, int kvh, int qt0, int nqt,
+                              int items, const Dims &d, int lane) {
+    for (int it = 0; it < items; it++) {
+        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
+        const int qbase = (qt0 + it % nqt) * BT_BQ;
+        if (it >= BT_STAGES) mbar_wait(&empty[s], ((it / BT_STAGES) & 1) ^ 1);
+        float *L = (float *)(smem + BtCfg::LD_OFF + s * BtCfg::LD_BYTES), *Dq = L + BT_BQ;
+        for (int i = lane; i < BT_BQ; i += 32) {
+            const int row = qbase + i;
+            const long li = ((long)b * d.H + h) * d.T + row;
+            L[i] = row < d.T ? lse[li] : 0.0f;
+            Dq[i] = row < d.T ? D[li] : 0.0f;
+        }
+        mbar_arrive(&full[s]); // release: the stores above are seen by the stage's waiters
+    }
+}
+
+// dS^T's register fragments (this thread's keys key_row and key_row + 8 of the 128-key tile)
+// into the swizzled dS tile, rows = keys, 64 query columns (one 128-byte panel).
+__device__ __forceinline__ void store_ds(unsigned char *sdS, const uint32_t (&dsf)[1][4][4],
+                                         int key_row, int lane) {
+    const int t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) { // columns 16 ks + 8 half + 2t, +1
+            const int chunk = 2 * ks + half;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = key_row + 8 * r;
+                *(uint32_t *)(sdS + swizzled_offset(BT_BK, row, chunk) + 4 * t) =
+                    dsf[0][ks][2 * half + r];
+            }
+        }
+    }
+}
+
+// This warpgroup's half of dq for the item (64 queries x 64 columns, unscaled) into the fp32
+// accumulator, after the key tiles before this one (turn j) and before the ones after. Key
+// tile 0 adds first to every query tile: it stores, so the accumulator needs no clearing.
+__device__ __forceinline__ void add_dq(float *dq_acc, unsigned *turn, unsigned j,
+                                       const float (&dqa)[8][4], int qrow_lo, int col0,
+                                       long row_stride, const Dims &d, int wg, int wl, int lane) {
+    if (wl == 0)
+        while (load_acquire(turn) != j) {
+        }
+    named_sync(BAR_WG + wg, WG_THREADS);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const int col = col0 + nt * 8 + 2 * (lane & 3);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = qrow_lo + 8 * r;
+            float *p = dq_acc + (long)row * row_stride + col;
+            if (col >= d.hd || row >= d.T) continue;
+            if (j == 0)
+                store2(p, dqa[nt][2 * r], dqa[nt][2 * r + 1]);
+            else
+                red_add2(p, dqa[nt][2 * r], dqa[nt][2 * r + 1]);
+        }
+    }
+    named_sync(BAR_WG + wg, WG_THREADS);
+    if (wl == 0) add_release(turn, 1); // cumulative: the warpgroup's adds are ordered before it
+}
+#endif
+
+__global__ void __launch_bounds__(BT_THREADS, 1)
+    attn_bwd_tma(bf16 *dk, bf16 *dv, float *dq_acc, unsigned *turns, const float *lse,
+                 const float *D, const __grid_constant__ CUtensorMap qmap,
+                 const __grid_constant__ CUtensorMap dmap, const __grid_constant__ CUtensorMap kmap,
+                 const __grid_constant__ CUtensorMap vmap, Dims d) {
+#ifdef WGMMA_DEVICE
+    using C = BtCfg;
+    constexpr int NQ = BT_BQ / 8, NO = BT_HDP / 8, KQ = BT_BQ / 16;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw);
+    unsigned char *sK = smem, *sV = smem + C::KV_BYTES;
+    uint64_t *full = (uint64_t *)(smem + C::BAR_OFF), *empty = full + BT_STAGES;
+    uint64_t *kvfull = empty + BT_STAGES;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x / d.KV, kvh = blockIdx.x % d.KV, j = blockIdx.y;
+    const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt_all = cdiv(d.T, BT_BQ);
+    const int nqt = nqt_all - qt0, items = d.group * nqt;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < BT_STAGES; s++) {
+            mbar_init(&full[s], 1 + 32);           // the copy thread and the stats warp
+            mbar_init(&empty[s], 4 * BT_CONSUMERS); // every consumer warp
+        }
+        mbar_init(kvfull, 1);
+        mbar_fence_init();
+    }
+    __syncthreads(); // the last CTA-wide barrier
+
+    if (warp >= 4 * BT_CONSUMERS) {
+        regs_release<BT_PRODUCER_REGS>();
+        if (warp == 4 * BT_CONSUMERS && lane == 0)
+            produce_tiles(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh, k0, qt0,
+                          nqt, items, d);
+        else if (warp == 4 * BT_CONSUMERS + 1)
+            produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
+        return;
+    }
+    regs_claim<BT_CONSUMER_REGS>();
+
+    const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
+    const int wk0 = k0 + wg * 64, key_lo = wk0 + wwarp * 16 + (lane >> 2);
+    float dka[NO][4] = {}, dva[NO][4] = {};
+    mbar_wait(kvfull, 0);
+    for (int it = 0; it < items; it++) {
+        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt, qt = qt0 + it % nqt;
+        const int qbase = qt * BT_BQ;
+        const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
+        const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
+        unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
+        mbar_wait(&full[s], (it / BT_STAGES) & 1);
+
+        // A warpgroup whose keys all follow the tile's queries still runs: its dS rows are then
+        // zeros that the other warpgroup's dq product reads.
+        float sc[NQ][4], dp[NQ][4];
+        scores_and_dp<BT_HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
+        const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T;
+        probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
+        uint32_t pf[1][KQ][4], dsf[1][KQ][4];
+        acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
+        acc_to_a<1, KQ>(dsf, *reinterpret_cast<float(*)[1][NQ][4]>(&dp[0][0]));
+        store_ds(sdS, dsf, wg * 64 + wwarp * 16 + (lane >> 2), lane);
+        fence_proxy_async(); // the dq product reads the tile through the async proxy
+
+        fence_acc(dva);
+        fence_acc(dka);
+        wgmma_fence();
+        grad_wg<BT_HDP, KQ>(dva, pf, sdO);
+        grad_wg<BT_HDP, KQ>(dka, dsf, sQ);
+        wgmma_commit();
+
+        // dQ (64 queries x this warpgroup's 64 columns) = dS (queries x 128 keys) K: dS read
+        // transposed from the tile both warpgroups wrote, K's panel wg read MN-major.
+        named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
+        float dqa[8][4];
+        float(&dqd)[32] = *reinterpret_cast<float(*)[32]>(&dqa[0][0]);
+        const unsigned char *sKp = sK + wg * BT_BK * 128;
+#pragma unroll
+        for (int ks = 0; ks < BT_BK / 16; ks++)
+            wgmma_ss_n64<1, 1>(dqd, mnmajor_desc(sdS, BT_BK, ks), mnmajor_desc(sKp, BT_BK, ks),
+                               ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(dva);
+        fence_acc(dka);
+        fence_acc(dqa);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with the stage
+
+        const long ts = (long)d.H * d.hd; // the accumulator's row stride (a token's heads)
+        add_dq(dq_acc + (long)b * d.T * ts + (long)h * d.hd,
+               turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + wg, (unsigned)j, dqa,
+               qbase + wwarp * 16 + (lane >> 2), wg * 64, ts, d, wg, wl, lane);
+    }
+
+    // K and V are free once both warpgroups are past their last item: stage the stores there.
+    named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
+    const long kvs = (long)d.KV * d.hd, kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
+    store_key_grads<BT_HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + wwarp * 16, d, dka, dva,
+                            (bf16 *)smem + warp * 16 * (BT_HDP + 8), lane);
+#else
+    __trap(); // built without sm_90a: the host never launches this
+#endif
+}
+
+// dq = scale * the accumulator, 4 elements a thread (hd % 8 == 0).
+__global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, float scale) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    const float4 a = ((const float4 *)acc)[i];
+    ((uint2 *)dq)[i] = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
+}
+
+} // namespace
+
+bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
+                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
+                            int KV, int hd, void *scratch, cudaStream_t stream) {
+    const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
+    if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
+    const Dims d = make_dims(B, T, H, KV, hd);
+    const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
+    CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
+    const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
+    const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
+    const CUtensorMap km = make_head_map(k, B, T, KV, hd, BT_BK);
+    const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
+    set_smem_limit(attn_bwd_tma, BtCfg::smem);
+    attn_bwd_tma<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
+        dk, dv, sc.dq_acc, sc.turns, lse, sc.D, qm, dm, km, vm, d);
+    CUDA_CHECK_LAUNCH();
+    const long n4 = (long)B * T * H * hd / 4;
+    dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dq, sc.dq_acc, n4, d.scale);
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
