@@ -134,7 +134,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--paths") == 0)
             paths = argv[i + 1];
         else {
-            fprintf(stderr, "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]\n",
+            fprintf(stderr,
+                    "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
             return 2;
         }

@@ -9,15 +9,18 @@
 // dK += dS^T Q take them as register operands. dS^T also goes to shared memory, where after a
 // barrier both warpgroups read it transposed for dQ = dS K, each for half of the head dim.
 //
-// dq is the one output several CTAs add to: key tile j's part of query tile i. The adds go to
-// an fp32 accumulator in global memory, in key-tile order: a per-(query tile, half) counter
-// says how many key tiles have added, and key tile j waits for it to read j before it adds
-// (acquire) and bumps it after (release). So every run sums in the same order and the result
-// is bitwise reproducible, as the rest of the attention path. The wait costs little: key tile
-// j's CTA reaches a query tile after key tile j-1's (its first tile is two further on), and
-// kv heads are the grid's fastest dimension, so the CTAs resident together hold neighbouring
-// key tiles of many heads. A CTA waits only on lower-numbered CTAs, which start first, so the
-// waits cannot deadlock. A last kernel scales the accumulator into bf16 dq.
+// dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer
+// stages its half of the part (fp32) in shared memory, and a writer warp of the producer
+// warpgroup adds it to an fp32 accumulator in global memory with one TMA reduce-add per
+// 32 columns, in key-tile order: a per-(query tile, half) counter says how many key tiles have
+// added, and key tile j waits for it to read j before it adds (acquire) and bumps it once its
+// adds are done (release). So every run sums in the same order and dq is bitwise reproducible,
+// as the rest of the attention path. Key tile 0 stores instead of adding: the accumulator
+// needs no clearing. The waits cost little: key tile j's CTA reaches a query tile after key
+// tile j-1's (its first tile is two further on), and kv heads are the grid's fastest dimension,
+// so the CTAs resident together hold neighbouring key tiles of many heads. A CTA waits only on
+// lower-numbered CTAs, which start first, so the waits cannot deadlock. A last kernel scales the
+// accumulator into bf16 dq.
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -28,8 +31,8 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry;
 // 128 x 24 + 256 x 240 is the same 64,512, moved from the producer to the consumers.
 constexpr int BT_PRODUCER_REGS = 24, BT_CONSUMER_REGS = 240;
-// Named barriers: 1 for both consumers (the dS tile is whole), 2 + w for consumer w alone.
-constexpr int BAR_DS = 1, BAR_WG = 2;
+// Named barrier 1: both consumers (the dS tile is whole).
+constexpr int BAR_DS = 1;
 
 struct BtCfg {
     static constexpr int PANELS = BT_HDP / 64;
@@ -37,9 +40,12 @@ struct BtCfg {
     static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 2 * BT_BQ * 4;
     static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
     static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
-    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES; // stage s: lse, then D
-    static constexpr int BAR_OFF = LD_OFF + BT_STAGES * LD_BYTES;
-    static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1) + 1024;
+    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, then D
+    static constexpr int DQ_OFF = LD_OFF + BT_STAGES * LD_BYTES; // consumer w's dq part
+    static constexpr int DQ_BYTES = BT_BQ * 64 * 4;              // two 32-column panels
+    static constexpr int BAR_OFF = DQ_OFF + BT_CONSUMERS * DQ_BYTES;
+    // full and empty per stage, kvfull, dq_full and dq_empty per consumer
+    static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS) + 1024;
 };
 
 #ifdef WGMMA_DEVICE
@@ -51,13 +57,6 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
 __device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ void red_add2(float *p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-__device__ __forceinline__ void store2(float *p, float a, float b) {
-    asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
 // per item), and one warp copies the items' lse and D (rows past T as 0) into the stage.
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
@@ -101,60 +100,87 @@ __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *emp
     }
 }
 
-// dS^T's register fragments (this thread's keys key_row and key_row + 8 of the 128-key tile)
-// into the swizzled dS tile, rows = keys, 64 query columns (one 128-byte panel).
-__device__ __forceinline__ void store_ds(unsigned char *sdS, const uint32_t (&dsf)[1][4][4],
-                                         int key_row, int lane) {
+// dS^T (fp32 accumulators of this thread's keys key_row and key_row + 8 of the 128-key tile) as
+// bf16 into the swizzled dS tile: rows = keys, 64 query columns (one 128-byte panel).
+__device__ __forceinline__ void store_ds(unsigned char *sdS, const float (&ds)[8][4], int key_row,
+                                         int lane) {
     const int t = lane & 3;
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
+    for (int nt = 0; nt < 8; nt++) { // columns 8 nt + 2t, +1: chunk nt
 #pragma unroll
-        for (int half = 0; half < 2; half++) { // columns 16 ks + 8 half + 2t, +1
-            const int chunk = 2 * ks + half;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = key_row + 8 * r;
-                *(uint32_t *)(sdS + swizzled_offset(BT_BK, row, chunk) + 4 * t) =
-                    dsf[0][ks][2 * half + r];
-            }
+        for (int r = 0; r < 2; r++) {
+            const int row = key_row + 8 * r;
+            *(uint32_t *)(sdS + swizzled_offset(BT_BK, row, nt) + 4 * t) =
+                pack_bf16(ds[nt][2 * r], ds[nt][2 * r + 1]);
         }
     }
 }
 
-// This warpgroup's half of dq for the item (64 queries x 64 columns, unscaled) into the fp32
-// accumulator, after the key tiles before this one (turn j) and before the ones after. Key
-// tile 0 adds first to every query tile: it stores, so the accumulator needs no clearing.
-__device__ __forceinline__ void add_dq(float *dq_acc, unsigned *turn, unsigned j,
-                                       const float (&dqa)[8][4], int qrow_lo, int col0,
-                                       long row_stride, const Dims &d, int wg, int wl, int lane) {
-    if (wl == 0)
-        while (load_acquire(turn) != j) {
-        }
-    named_sync(BAR_WG + wg, WG_THREADS);
+// This warpgroup's half of the item's dq part (64 queries x 64 columns, unscaled) into its
+// stage for the writer: two 32-column panels of fp32, 128-byte swizzled as the map's box.
+__device__ __forceinline__ void stage_dq(unsigned char *stage, const float (&dqa)[8][4], int row,
+                                         int lane) {
+    const int t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
-        const int col = col0 + nt * 8 + 2 * (lane & 3);
+        const int c = (nt & 3) * 8 + 2 * t; // column in the panel
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int row = qrow_lo + 8 * r;
-            float *p = dq_acc + (long)row * row_stride + col;
-            if (col >= d.hd || row >= d.T) continue;
-            if (j == 0)
-                store2(p, dqa[nt][2 * r], dqa[nt][2 * r + 1]);
-            else
-                red_add2(p, dqa[nt][2 * r], dqa[nt][2 * r + 1]);
+            const int rr = row + 8 * r;
+            char *p = (char *)stage + (nt >> 2) * BT_BQ * 128 + rr * 128 +
+                      (((c >> 2) ^ (rr & 7)) << 4) + (c & 3) * 4;
+            *(float2 *)p = make_float2(dqa[nt][2 * r], dqa[nt][2 * r + 1]);
         }
     }
-    named_sync(BAR_WG + wg, WG_THREADS);
-    if (wl == 0) add_release(turn, 1); // cumulative: the warpgroup's adds are ordered before it
+}
+
+// The writer: per item and consumer half, in order, waits for the staged part and for its turn,
+// then stores (key tile 0) or adds it. The turn is released one part later, once the part's
+// adds have completed, so that the wait for completion overlaps the next part's.
+__device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
+                         const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int j, int qt0,
+                         int nqt, int items, const Dims &d) {
+    const int nqt_all = cdiv(d.T, BT_BQ);
+    unsigned *pending = nullptr;
+    for (int it = 0; it < items; it++) {
+        const int h = kvh * d.group + it / nqt, qt = qt0 + it % nqt;
+        for (int w = 0; w < BT_CONSUMERS; w++) {
+            unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + w;
+            const unsigned char *stage = smem + BtCfg::DQ_OFF + w * BtCfg::DQ_BYTES;
+            mbar_wait(&dq_full[w], it & 1);
+            while (load_acquire(turn) != (unsigned)j) {
+            }
+            fence_proxy_async_global(); // the adds below come after the acquire
+            for (int p = 0; p < 2 && 64 * w + 32 * p < d.hd; p++) {
+                const void *src = stage + p * BT_BQ * 128;
+                if (j == 0)
+                    tma_store_4d(accmap, src, 64 * w + 32 * p, h, qt * BT_BQ, b);
+                else
+                    tma_reduce_add_4d(accmap, src, 64 * w + 32 * p, h, qt * BT_BQ, b);
+            }
+            bulk_commit();
+            bulk_wait_read<0>();
+            mbar_arrive(&dq_empty[w]); // the stage may be rewritten
+            if (pending) {
+                bulk_wait<1>(); // the pending part's adds are done
+                fence_proxy_async_global();
+                add_release(pending, 1);
+            }
+            pending = turn;
+        }
+    }
+    bulk_wait<0>();
+    fence_proxy_async_global();
+    if (pending) add_release(pending, 1);
 }
 #endif
 
 __global__ void __launch_bounds__(BT_THREADS, 1)
-    attn_bwd_tma(bf16 *dk, bf16 *dv, float *dq_acc, unsigned *turns, const float *lse,
-                 const float *D, const __grid_constant__ CUtensorMap qmap,
-                 const __grid_constant__ CUtensorMap dmap, const __grid_constant__ CUtensorMap kmap,
-                 const __grid_constant__ CUtensorMap vmap, Dims d) {
+    attn_bwd_tma(bf16 *dk, bf16 *dv, unsigned *turns, const float *lse, const float *D,
+                 const __grid_constant__ CUtensorMap accmap,
+                 const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
+                 const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
+                 Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg;
     constexpr int NQ = BT_BQ / 8, NO = BT_HDP / 8, KQ = BT_BQ / 16;
@@ -162,7 +188,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sK = smem, *sV = smem + C::KV_BYTES;
     uint64_t *full = (uint64_t *)(smem + C::BAR_OFF), *empty = full + BT_STAGES;
-    uint64_t *kvfull = empty + BT_STAGES;
+    uint64_t *kvfull = empty + BT_STAGES, *dq_full = kvfull + 1;
+    uint64_t *dq_empty = dq_full + BT_CONSUMERS;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x / d.KV, kvh = blockIdx.x % d.KV, j = blockIdx.y;
@@ -170,10 +197,14 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int nqt = nqt_all - qt0, items = d.group * nqt;
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
-            mbar_init(&full[s], 1 + 32);           // the copy thread and the stats warp
+            mbar_init(&full[s], 1 + 32);            // the copy thread and the stats warp
             mbar_init(&empty[s], 4 * BT_CONSUMERS); // every consumer warp
         }
         mbar_init(kvfull, 1);
+        for (int w = 0; w < BT_CONSUMERS; w++) {
+            mbar_init(&dq_full[w], 4); // the consumer's warps
+            mbar_init(&dq_empty[w], 1);
+        }
         mbar_fence_init();
     }
     __syncthreads(); // the last CTA-wide barrier
@@ -185,6 +216,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                           nqt, items, d);
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
+        else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
+            write_dq(smem, dq_full, dq_empty, &accmap, turns, b, kvh, j, qt0, nqt, items, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -194,8 +227,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     float dka[NO][4] = {}, dva[NO][4] = {};
     mbar_wait(kvfull, 0);
     for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt, qt = qt0 + it % nqt;
-        const int qbase = qt * BT_BQ;
+        const int s = it % BT_STAGES, qbase = (qt0 + it % nqt) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
@@ -207,28 +239,31 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         scores_and_dp<BT_HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
         const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T;
         probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
-        uint32_t pf[1][KQ][4], dsf[1][KQ][4];
+        uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
-        acc_to_a<1, KQ>(dsf, *reinterpret_cast<float(*)[1][NQ][4]>(&dp[0][0]));
-        store_ds(sdS, dsf, wg * 64 + wwarp * 16 + (lane >> 2), lane);
-        fence_proxy_async(); // the dq product reads the tile through the async proxy
+        store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);
+        fence_proxy_async(); // the products below read the tile through the async proxy
 
         fence_acc(dva);
         fence_acc(dka);
         wgmma_fence();
         grad_wg<BT_HDP, KQ>(dva, pf, sdO);
-        grad_wg<BT_HDP, KQ>(dka, dsf, sQ);
-        wgmma_commit();
-
-        // dQ (64 queries x this warpgroup's 64 columns) = dS (queries x 128 keys) K: dS read
-        // transposed from the tile both warpgroups wrote, K's panel wg read MN-major.
+        // dS^T comes back from shared memory (K-major) rather than staying in registers, which
+        // keeps the consumer within its 240. Once both warpgroups' rows are in: dK += dS^T Q,
+        // and dQ (64 queries x this warpgroup's 64 columns) = dS (queries x 128 keys) K with dS
+        // read transposed and K's panel wg MN-major.
         named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
+        float(&dkd)[BT_HDP / 2] = *reinterpret_cast<float(*)[BT_HDP / 2]>(&dka[0][0]);
+#pragma unroll
+        for (int ks = 0; ks < KQ; ks++)
+            wgmma_ss<BT_HDP, 0, 1>(dkd, kmajor_desc(sdS, BT_BK, wg * 64, ks),
+                                   mnmajor_desc(sQ, BT_BQ, ks), 1);
         float dqa[8][4];
         float(&dqd)[32] = *reinterpret_cast<float(*)[32]>(&dqa[0][0]);
         const unsigned char *sKp = sK + wg * BT_BK * 128;
 #pragma unroll
         for (int ks = 0; ks < BT_BK / 16; ks++)
-            wgmma_ss_n64<1, 1>(dqd, mnmajor_desc(sdS, BT_BK, ks), mnmajor_desc(sKp, BT_BK, ks),
+            wgmma_ss<64, 1, 1>(dqd, mnmajor_desc(sdS, BT_BK, ks), mnmajor_desc(sKp, BT_BK, ks),
                                ks > 0);
         wgmma_commit();
         wgmma_wait<0>();
@@ -238,10 +273,12 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with the stage
 
-        const long ts = (long)d.H * d.hd; // the accumulator's row stride (a token's heads)
-        add_dq(dq_acc + (long)b * d.T * ts + (long)h * d.hd,
-               turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + wg, (unsigned)j, dqa,
-               qbase + wwarp * 16 + (lane >> 2), wg * 64, ts, d, wg, wl, lane);
+        unsigned char *dq_stage = smem + C::DQ_OFF + wg * C::DQ_BYTES;
+        if (it > 0) mbar_wait(&dq_empty[wg], (it - 1) & 1); // the writer has read the last one
+        stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
+        fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&dq_full[wg]);
     }
 
     // K and V are free once both warpgroups are past their last item: stage the stores there.
@@ -259,7 +296,8 @@ __global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, float scale) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
     const float4 a = ((const float4 *)acc)[i];
-    ((uint2 *)dq)[i] = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
+    ((uint2 *)dq)[i] =
+        uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
 }
 
 } // namespace
@@ -271,6 +309,8 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
     if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
+    const CUtensorMap am =
+        make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, H, hd, BT_BQ);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
     const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
     const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
@@ -278,7 +318,7 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
     const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
     set_smem_limit(attn_bwd_tma, BtCfg::smem);
     attn_bwd_tma<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
-        dk, dv, sc.dq_acc, sc.turns, lse, sc.D, qm, dm, km, vm, d);
+        dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, d);
     CUDA_CHECK_LAUNCH();
     const long n4 = (long)B * T * H * hd / 4;
     dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dq, sc.dq_acc, n4, d.scale);

@@ -68,6 +68,37 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+// Shared -> global: box (c0, c1, c2, c3) of a 4-D map stored, or added (fp32 add at L2), from
+// shared memory, as a bulk async-group of the issuing thread.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void *src, int c0,
+                                             int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], "
+                 "[%5];\n" ::"l"((uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_addr(src))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap *map, const void *src, int c0,
+                                                  int c1, int c2, int c3) {
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group "
+                 "[%0, {%1, %2, %3, %4}], [%5];\n" ::"l"((uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_addr(src))
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until at most N of this thread's bulk groups are still reading shared memory / in flight.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy global accesses with its async-proxy (TMA) ones.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // Hands registers between warpgroups (the whole warpgroup executes it): a producer that needs
 // few gives them to the consumers. Needs a register cap at entry (__launch_bounds__(n, 1)).
 template <int N> __device__ __forceinline__ void regs_release() {
@@ -101,20 +132,28 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return encode;
 }
 
-// A [B, T, heads, hd] bf16 tensor as a 4-D map (hd, heads, T, B) whose box is 64 columns of one
-// head for `rows` tokens, 128-byte swizzled; columns past hd and tokens past T read as zeros.
-// Needs hd % 8 == 0 (16-byte row strides) and a 16-byte aligned base.
-inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
+// A [B, T, heads, hd] tensor of `elem`-byte elements as a 4-D map (hd, heads, T, B) whose box is
+// 128 bytes of columns of one head for `rows` tokens, 128-byte swizzled; columns past hd and
+// tokens past T read as zeros (and are skipped by stores). Needs hd * elem % 16 == 0 (16-byte
+// row strides) and a 16-byte aligned base.
+inline CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem, int B, int T,
+                            int heads, int hd, int rows) {
     CUtensorMap map;
+    const cuuint64_t row = (cuuint64_t)hd * elem;
     const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)hd * 2, (cuuint64_t)heads * hd * 2,
-                                   (cuuint64_t)T * heads * hd * 2};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, unit[4] = {1, 1, 1, 1};
-    CU_CHECK(tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims,
-                                  strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    const cuuint64_t strides[3] = {row, heads * row, (cuuint64_t)T * heads * row};
+    const cuuint32_t box[4] = {(cuuint32_t)(128 / elem), 1, (cuuint32_t)rows, 1};
+    const cuuint32_t unit[4] = {1, 1, 1, 1};
+    CU_CHECK(tensor_map_encoder()(&map, type, 4, (void *)base, dims, strides, box, unit,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
+}
+
+// bf16 q, k, v, dout: boxes of 64 columns.
+inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
+    return make_map(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, heads, hd, rows);
 }
 
 } // namespace
