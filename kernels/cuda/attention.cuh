@@ -11,20 +11,23 @@
 //   shared memory, so every hd <= 128 that is a multiple of 4 runs on it (rows of hd % 8 == 4,
 //   e.g. 100, move in 8-byte chunks).
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
-//   reading 128-byte-swizzled shared memory; its forward, where TMA can take the rows (hd % 8
-//   == 0, hd >= 64), is warp-specialized (attention_tma.cu). The default from head dim 64 up
+//   reading 128-byte-swizzled shared memory. Where TMA can take the rows (hd >= 64 forward,
+//   > 64 backward, rows of all heads 16-byte multiples: hd 100 too), forward and backward are
+//   warp-specialized (attention_tma.cu, attention_bwd_tma.cu). The default from head dim 64 up
 //   (forward) and above 64 (backward) where it runs (see attention_path).
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
 // Backward, every path: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
-// by key tile in two separate kernels. Every output element has one owner and every sum runs
-// in a fixed order, so results are bitwise reproducible (no atomics).
+// by key tile in two separate kernels, where every output element has one owner; or, on
+// Hopper, one fused kernel whose dq adds run in key-tile order (attention_bwd_tma.cu). Every
+// sum runs in a fixed order, so results are bitwise reproducible.
 //
 // Files: attention.cuh (this family's shared pieces: PTX and warp-GEMM helpers, tile copies, the
 // simple path's helpers, shapes and launch configuration), attention_forward.cu,
 // attention_backward.cu, attention_wgmma.cu (Hopper forward and backward), attention_tma.cu
-// (Hopper's warp-specialized forward) with wgmma.cuh and tma.cuh. Private to kernels/cuda/;
+// and attention_bwd_tma.cu (Hopper's warp-specialized forward and backward) with wgmma.cuh and
+// tma.cuh. Private to kernels/cuda/;
 // kernels_cuda.h is the interface.
 #ifndef MT_ATTENTION_CUH
 #define MT_ATTENTION_CUH

@@ -372,7 +372,8 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
     CUDA_CHECK_LAUNCH();
     if (path == PATH_WGMMA) {
-        if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch, stream))
+        if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch,
+                                   stream))
             return;
         attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
         return;

@@ -9,7 +9,8 @@
 // registers and V read in place as an MN-major operand: no ldmatrix and no transposes. Every
 // tile ends at a CTA barrier (all threads load), so the warpgroups run in step and the tensor
 // cores idle through each softmax: this forward reaches ~300 TFLOP/s at hd 128, and is the
-// fallback for head dims the warp-specialized one (attention_tma.cu, ~470) cannot take.
+// fallback for shapes the warp-specialized kernels (attention_tma.cu, attention_bwd_tma.cu)
+// cannot take.
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
