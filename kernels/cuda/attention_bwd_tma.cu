@@ -313,7 +313,7 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
                             int KV, int hd, void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    if ((e && e[0] == '0') || hd <= 64 || !row_map_ok(hd, H, KV)) return false;
+    if ((e && e[0] == '0') || hd <= 64 || !row_map_ok(hd)) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
     const CUtensorMap am = make_head_map_f32(sc.dq_acc, B, T, H, hd, BT_BQ);

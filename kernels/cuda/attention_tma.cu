@@ -6,10 +6,10 @@
 // consumers never meet at a CTA barrier, and two named barriers make them take turns issuing their
 // Q K^T, so that one warpgroup's softmax runs while the other's GEMMs keep the tensor cores
 // busy. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
-// path where this one cannot run (hd < 64, or rows of all heads not a 16-byte multiple). The
-// boxes are cut from whole token rows (make_row_map), so hd 100 loads too: Q's columns past hd
-// then hold the next head's values and are zeroed once; K's and V's need not be (S sees them
-// only times Q's zeros, O's columns past hd are never stored).
+// path where this one cannot run (hd < 64, or hd % 8 != 0: see row_map_ok). The boxes are cut
+// from whole token rows (make_row_map): below hd 128 Q's columns past hd hold the next head's
+// values and are zeroed once; K's and V's need not be (S sees them only times Q's zeros, and
+// O's columns past hd are never stored).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -143,7 +143,7 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                            int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma forward (comparisons)
-    if ((e && e[0] == '0') || hd < 64 || !row_map_ok(hd, H, KV)) return false;
+    if ((e && e[0] == '0') || hd < 64 || !row_map_ok(hd)) return false;
     Dims d = make_dims(B, T, H, KV, hd);
     if (hd == 64)
         forward_tma<64>(out, lse, q, k, v, d, stream);
