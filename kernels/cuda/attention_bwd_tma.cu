@@ -148,8 +148,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + w;
             const unsigned char *stage = smem + BtCfg::DQ_OFF + w * BtCfg::DQ_BYTES;
             mbar_wait(&dq_full[w], it & 1);
-            while (load_acquire(turn) != (unsigned)j) {
-            }
+            while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && 64 * w + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
