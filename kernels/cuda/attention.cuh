@@ -12,7 +12,8 @@
 //   e.g. 100, move in 8-byte chunks).
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
 //   reading 128-byte-swizzled shared memory. Where TMA can take the rows (hd >= 64 forward,
-//   > 64 backward, hd % 8 == 0), forward and backward are
+//   > 64 backward, hd % 8 == 0: a TMA box must start on a 16-byte boundary, and hd 100's
+//   odd heads do not), forward and backward are
 //   warp-specialized (attention_tma.cu, attention_bwd_tma.cu). The default from head dim 64 up
 //   (forward) and above 64 (backward) where it runs (see attention_path).
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):

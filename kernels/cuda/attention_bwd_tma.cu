@@ -66,8 +66,8 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
     using C = BtCfg;
     mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
     for (int p = 0; p < C::PANELS; p++) {
-        tma_load_3d(smem + p * BT_BK * 128, kmap, kvfull, kvh * d.hd + 64 * p, k0, b);
-        tma_load_3d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, kvh * d.hd + 64 * p, k0, b);
+        tma_load_4d(smem + p * BT_BK * 128, kmap, kvfull, 64 * p, kvh, k0, b);
+        tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvh, k0, b);
     }
     for (int it = 0; it < items; it++) {
         const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
@@ -76,8 +76,8 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
         unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         mbar_expect_tx(&full[s], 2 * C::QT_BYTES);
         for (int p = 0; p < C::PANELS; p++) {
-            tma_load_3d(sQ + p * BT_BQ * 128, qmap, &full[s], h * d.hd + 64 * p, qbase, b);
-            tma_load_3d(sdO + p * BT_BQ * 128, dmap, &full[s], h * d.hd + 64 * p, qbase, b);
+            tma_load_4d(sQ + p * BT_BQ * 128, qmap, &full[s], 64 * p, h, qbase, b);
+            tma_load_4d(sdO + p * BT_BQ * 128, dmap, &full[s], 64 * p, h, qbase, b);
         }
     }
 }
@@ -225,13 +225,6 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int wk0 = k0 + wg * 64, key_lo = wk0 + wwarp * 16 + (lane >> 2);
     float dka[NO][4] = {}, dva[NO][4] = {};
     mbar_wait(kvfull, 0);
-    if (d.hd < BT_HDP) { // K's and V's boxes bring the next head's columns: S and dP read them
-        const int tid = wg * WG_THREADS + wl, n = BT_CONSUMERS * WG_THREADS;
-        zero_pad_columns(sK, BT_BK, 0, BT_BK, d.hd, tid, n);
-        zero_pad_columns(sV, BT_BK, 0, BT_BK, d.hd, tid, n);
-        fence_proxy_async();
-        named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
-    }
     for (int it = 0; it < items; it++) {
         const int s = it % BT_STAGES, qbase = (qt0 + it % nqt) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
@@ -312,15 +305,16 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
                             int KV, int hd, void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    if ((e && e[0] == '0') || hd <= 64 || !row_map_ok(hd)) return false;
+    if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
-    const CUtensorMap am = make_head_map_f32(sc.dq_acc, B, T, H, hd, BT_BQ);
+    const CUtensorMap am =
+        make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, H, hd, BT_BQ);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
-    const CUtensorMap qm = make_row_map(q, B, T, H * hd, BT_BQ);
-    const CUtensorMap dm = make_row_map(dout, B, T, H * hd, BT_BQ);
-    const CUtensorMap km = make_row_map(k, B, T, KV * hd, BT_BK);
-    const CUtensorMap vm = make_row_map(v, B, T, KV * hd, BT_BK);
+    const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
+    const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
+    const CUtensorMap km = make_head_map(k, B, T, KV, hd, BT_BK);
+    const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
     set_smem_limit(attn_bwd_tma, BtCfg::smem);
     attn_bwd_tma<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
         dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, d);

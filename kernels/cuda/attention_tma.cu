@@ -6,10 +6,8 @@
 // consumers never meet at a CTA barrier, and two named barriers make them take turns issuing their
 // Q K^T, so that one warpgroup's softmax runs while the other's GEMMs keep the tensor cores
 // busy. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
-// path where this one cannot run (hd < 64, or hd % 8 != 0: see row_map_ok). The boxes are cut
-// from whole token rows (make_row_map): below hd 128 Q's columns past hd hold the next head's
-// values and are zeroed once; K's and V's need not be (S sees them only times Q's zeros, and
-// O's columns past hd are never stored).
+// path where this one cannot run (hd < 64; hd % 8 != 0, where heads do not all start on the
+// 16-byte boundary a TMA box needs: hd 100 tried row-cut boxes, and odd heads faulted).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -66,17 +64,15 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (threadIdx.x != 4 * TMA_CONSUMERS * 32) return;
         mbar_expect_tx(qfull, C::Q_BYTES);
         for (int p = 0; p < C::PANELS; p++)
-            tma_load_3d(sQ + p * TMA_BR * 128, &qmap, qfull, h * d.hd + 64 * p, q0, b);
+            tma_load_4d(sQ + p * TMA_BR * 128, &qmap, qfull, 64 * p, h, q0, b);
         for (int kt = 0; kt < nkt; kt++) {
             const int s = kt % TMA_STAGES;
             if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
             unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
             mbar_expect_tx(&full[s], 2 * C::KV_BYTES);
             for (int p = 0; p < C::PANELS; p++) {
-                tma_load_3d(sK + p * TMA_BC * 128, &kmap, &full[s], kvh * d.hd + 64 * p,
-                            kt * TMA_BC, b);
-                tma_load_3d(sV + p * TMA_BC * 128, &vmap, &full[s], kvh * d.hd + 64 * p,
-                            kt * TMA_BC, b);
+                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
+                tma_load_4d(sV + p * TMA_BC * 128, &vmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
             }
         }
         return;
@@ -90,11 +86,6 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     if (wg == 1) named_arrive(other_turn, turn_threads); // warpgroup 0 goes first
     float o[NO][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     mbar_wait(qfull, 0);
-    if (d.hd < HDP) { // Q's box brings the next head's columns, which S = Q K^T must not see
-        zero_pad_columns(sQ, TMA_BR, wg * 64, wg * 64 + 64, d.hd, wl, WG_THREADS);
-        fence_proxy_async();
-        named_sync(3 + wg, WG_THREADS);
-    }
     for (int kt = 0; kt < nkt; kt++) {
         const int s = kt % TMA_STAGES, key0 = kt * TMA_BC;
         const unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
@@ -128,9 +119,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 template <int HDP>
 void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
                  cudaStream_t stream) {
-    const CUtensorMap qm = make_row_map(q, d.B, d.T, d.H * d.hd, TMA_BR);
-    const CUtensorMap km = make_row_map(k, d.B, d.T, d.KV * d.hd, TMA_BC);
-    const CUtensorMap vm = make_row_map(v, d.B, d.T, d.KV * d.hd, TMA_BC);
+    const CUtensorMap qm = make_head_map(q, d.B, d.T, d.H, d.hd, TMA_BR);
+    const CUtensorMap km = make_head_map(k, d.B, d.T, d.KV, d.hd, TMA_BC);
+    const CUtensorMap vm = make_head_map(v, d.B, d.T, d.KV, d.hd, TMA_BC);
     auto kernel = attn_fwd_tma<HDP>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * d.H, cdiv(d.T, TMA_BR));
@@ -143,7 +134,7 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                            int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma forward (comparisons)
-    if ((e && e[0] == '0') || hd < 64 || !row_map_ok(hd)) return false;
+    if ((e && e[0] == '0') || hd % 8 != 0 || hd < 64) return false;
     Dims d = make_dims(B, T, H, KV, hd);
     if (hd == 64)
         forward_tma<64>(out, lse, q, k, v, d, stream);

@@ -59,25 +59,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
                  : "memory");
 }
 
-// Box (c0, c1, c2) of a 3-D tensor map into shared memory; completes on bar.
-__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, uint64_t *bar,
-                                            int c0, int c1, int c2) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared_addr(dst)),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(shared_addr(bar))
+// Box (c0, c1, c2, c3) of a 4-D tensor map into shared memory; completes on bar.
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(shared_addr(dst)),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_addr(bar))
                  : "memory");
-}
-
-// Zeroes columns [hd, 128) of rows [r0, r1) of a swizzled two-panel bf16 tile of `rows` rows (the
-// next head's values that a row-map box brings along), by threads tid of n. The caller then
-// fences (fence_proxy_async) and meets its readers at a barrier.
-__device__ __forceinline__ void zero_pad_columns(unsigned char *tile, int rows, int r0, int r1,
-                                                 int hd, int tid, int n) {
-    const int w0 = hd / 2, nw = 64 - w0; // 4-byte words (column pairs) per row; hd is even
-    for (int i = tid; i < (r1 - r0) * nw; i += n) {
-        const int r = r0 + i / nw, col = 2 * (w0 + i % nw);
-        *(uint32_t *)(tile + swizzled_offset(rows, r, col / 8) + (col % 8) * 2) = 0;
-    }
 }
 
 // Shared -> global: box (c0, c1, c2, c3) of a 4-D map stored, or added (fp32 add at L2), from
@@ -144,46 +132,28 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return encode;
 }
 
-// A tiled, 128-byte-swizzled map of `rank` dimensions (strides in bytes, of dimensions 1..);
-// boxes past the tensor's edges read as zeros and are skipped by stores.
-inline CUtensorMap encode_map(const void *base, CUtensorMapDataType type, int rank,
-                              const cuuint64_t *dims, const cuuint64_t *strides,
-                              const cuuint32_t *box) {
+// A [B, T, heads, hd] tensor of `elem`-byte elements as a 4-D map (hd, heads, T, B) whose box is
+// 128 bytes of columns of one head for `rows` tokens, 128-byte swizzled; columns past hd and
+// tokens past T read as zeros (and are skipped by stores). Needs hd * elem % 16 == 0 (16-byte
+// row strides) and a 16-byte aligned base.
+inline CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem, int B, int T,
+                            int heads, int hd, int rows) {
     CUtensorMap map;
+    const cuuint64_t row = (cuuint64_t)hd * elem;
+    const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[3] = {row, heads * row, (cuuint64_t)T * heads * row};
+    const cuuint32_t box[4] = {(cuuint32_t)(128 / elem), 1, (cuuint32_t)rows, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
-    CU_CHECK(tensor_map_encoder()(&map, type, rank, (void *)base, dims, strides, box, unit,
+    CU_CHECK(tensor_map_encoder()(&map, type, 4, (void *)base, dims, strides, box, unit,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
 }
 
-// A [B, T, width] bf16 tensor (q, k, v, dout: width = heads * hd) as 3-D (width, T, B), boxes of
-// 64 columns x `rows` tokens. A head's box starts at column h * hd; columns of a box past its
-// head's hd hold the next head's values, which the kernels zero where they matter.
-inline CUtensorMap make_row_map(const void *base, int B, int T, int width, int rows) {
-    const cuuint64_t dims[3] = {(cuuint64_t)width, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)width * 2, (cuuint64_t)T * width * 2};
-    const cuuint32_t box[3] = {64, (cuuint32_t)rows, 1};
-    return encode_map(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, dims, strides, box);
-}
-
-// A [B, T, heads, hd] fp32 tensor as 4-D (hd, heads, T, B), boxes of 32 columns x `rows` tokens
-// of one head: columns past hd are outside the tensor, so stores and adds skip them. Needs
-// hd % 4 == 0.
-inline CUtensorMap make_head_map_f32(const void *base, int B, int T, int heads, int hd, int rows) {
-    const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)hd * 4, (cuuint64_t)heads * hd * 4,
-                                   (cuuint64_t)T * heads * hd * 4};
-    const cuuint32_t box[4] = {32, 1, (cuuint32_t)rows, 1};
-    return encode_map(base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dims, strides, box);
-}
-
-// Whether make_row_map's boxes can start at every head: a box's first column must sit on a
-// 16-byte boundary (the copy engine faults otherwise), so hd % 8 == 0. (hd 100 heads start 8
-// bytes off every other head.)
-inline bool row_map_ok(int hd) {
-    return hd % 8 == 0;
+// bf16 q, k, v, dout: boxes of 64 columns.
+inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
+    return make_map(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, heads, hd, rows);
 }
 
 } // namespace
