@@ -400,33 +400,6 @@ __device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d
                        lane);
 }
 
-// Rows [row0, row0 + ROWS) of a [T, stride] bf16 matrix (first hd columns) into a swizzled
-// ROWS x HDP tile, zero-filled past T and past hd, through cp.async by threads tid of nt. Rows
-// of hd % 8 == 4 (head dim 100) are only 8-byte aligned and move as two 8-byte halves.
-template <int HDP, int ROWS>
-__device__ __forceinline__ void load_swizzled(bf16 *tile, const bf16 *src, int row0, int T,
-                                              long stride, int hd, int tid, int nt) {
-    constexpr int CPR = HDP / 8; // 16-byte chunks per row
-    char *base = (char *)tile;
-    for (int c = tid; c < ROWS * CPR; c += nt) {
-        const int r = c / CPR, ch = c % CPR, col = ch * 8;
-        char *dst = base + swizzled_offset(ROWS, r, ch);
-        const bf16 *s = src + (long)(row0 + r) * stride + col;
-        const bool row_ok = row0 + r < T;
-        if (row_ok && col + 8 <= hd && (hd & 7) == 0) {
-            cp_async16(dst, s);
-        } else if (row_ok && col < hd) { // hd % 8 == 4: 8-byte halves, the second maybe past hd
-            cp_async8(dst, s);
-            if (col + 8 <= hd)
-                cp_async8(dst + 8, s + 4);
-            else
-                *(uint2 *)(dst + 8) = uint2{0, 0};
-        } else {
-            *(uint4 *)dst = uint4{0, 0, 0, 0};
-        }
-    }
-}
-
 #ifdef WGMMA_DEVICE
 // S^T or S (64 x N) = A B^T over the head dim: the warpgroup's 64 rows of A (a rows_a-row
 // tile) against the N rows of B (an N-row tile), both K-major.

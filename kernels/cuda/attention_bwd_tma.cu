@@ -4,12 +4,10 @@
 //
 // A CTA owns 128 keys of one kv head (two consumer warpgroups of 64 keys, K and V loaded once)
 // and streams 64-query tiles of Q and dout, for every query head of the group, through a
-// two-stage TMA ring fed by a producer warpgroup (as attention_tma.cu's forward; where TMA
-// cannot take the rows, hd % 8 != 0, threads of the producer copy them by cp.async). Per tile
-// each consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO takes P^T
-// as a register operand. dS^T goes to a shared tile, from which its own rows feed
-// dK += dS^T Q and, after a barrier, all 128 rows feed dQ = dS K read transposed, each
-// warpgroup for half of the head dim.
+// two-stage TMA ring fed by a producer warpgroup (as attention_tma.cu's forward). Per tile each
+// consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO and
+// dK += dS^T Q take them as register operands. dS^T also goes to shared memory, where after a
+// barrier both warpgroups read it transposed for dQ = dS K, each for half of the head dim.
 //
 // dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer
 // stages its half of the part (fp32) in shared memory, and a writer warp of the producer
@@ -33,8 +31,6 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry;
 // 128 x 24 + 256 x 240 is the same 64,512, moved from the producer to the consumers.
 constexpr int BT_PRODUCER_REGS = 24, BT_CONSUMER_REGS = 240;
-// Without TMA the producer's threads copy tiles and need more: 128 x 40 + 256 x 232, the same.
-constexpr int BT_LOADER_REGS = 40, BT_LOADED_CONSUMER_REGS = 232;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
 
@@ -83,29 +79,6 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
             tma_load_4d(sQ + p * BT_BQ * 128, qmap, &full[s], 64 * p, h, qbase, b);
             tma_load_4d(sdO + p * BT_BQ * 128, dmap, &full[s], 64 * p, h, qbase, b);
         }
-    }
-}
-
-// The same per item without TMA (hd 100: see attention_tma.cu): warps 0 and 3 of the producer
-// warpgroup (tid 0..63) load Q and dout by cp.async, wait for their own copies, make them
-// visible to wgmma's async proxy and arrive.
-__device__ void produce_tiles_threads(unsigned char *smem, uint64_t *full, uint64_t *empty,
-                                      const bf16 *q, const bf16 *dout, int b, int kvh, int qt0,
-                                      int nqt, int items, const Dims &d, int tid) {
-    using C = BtCfg;
-    const long qs = (long)d.H * d.hd;
-    for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
-        const int qbase = (qt0 + it % nqt) * BT_BQ;
-        if (it >= BT_STAGES) mbar_wait(&empty[s], ((it / BT_STAGES) & 1) ^ 1);
-        bf16 *sQ = (bf16 *)(smem + C::QD_OFF + s * 2 * C::QT_BYTES), *sdO = sQ + C::QT_BYTES / 2;
-        const long off = (long)b * d.T * qs + (long)h * d.hd;
-        load_swizzled<BT_HDP, BT_BQ>(sQ, q + off, qbase, d.T, qs, d.hd, tid, 64);
-        load_swizzled<BT_HDP, BT_BQ>(sdO, dout + off, qbase, d.T, qs, d.hd, tid, 64);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        mbar_arrive(&full[s]);
     }
 }
 
@@ -201,12 +174,8 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
 }
 #endif
 
-// TMA: the copy engine loads the tiles (hd % 8 == 0); otherwise threads do (produce_tiles_threads,
-// and the consumers load K and V).
-template <bool TMA>
 __global__ void __launch_bounds__(BT_THREADS, 1)
     attn_bwd_tma(bf16 *dk, bf16 *dv, unsigned *turns, const float *lse, const float *D,
-                 const bf16 *q, const bf16 *dout, const bf16 *k, const bf16 *v,
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
@@ -227,8 +196,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int nqt = nqt_all - qt0, items = d.group * nqt;
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
-            mbar_init(&full[s], (TMA ? 1 : 64) + 32); // the tile loaders and the stats warp
-            mbar_init(&empty[s], 4 * BT_CONSUMERS);   // every consumer warp
+            mbar_init(&full[s], 1 + 32);            // the copy thread and the stats warp
+            mbar_init(&empty[s], 4 * BT_CONSUMERS); // every consumer warp
         }
         mbar_init(kvfull, 1);
         for (int w = 0; w < BT_CONSUMERS; w++) {
@@ -240,37 +209,22 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     __syncthreads(); // the last CTA-wide barrier
 
     if (warp >= 4 * BT_CONSUMERS) {
-        regs_release<TMA ? BT_PRODUCER_REGS : BT_LOADER_REGS>();
-        const int pw = warp - 4 * BT_CONSUMERS; // 0, 3: tiles; 1: lse and D; 2: dq writer
-        if (TMA && pw == 0 && lane == 0)
+        regs_release<BT_PRODUCER_REGS>();
+        if (warp == 4 * BT_CONSUMERS && lane == 0)
             produce_tiles(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh, k0, qt0,
                           nqt, items, d);
-        else if (!TMA && (pw == 0 || pw == 3))
-            produce_tiles_threads(smem, full, empty, q, dout, b, kvh, qt0, nqt, items, d,
-                                  (pw == 3) * 32 + lane);
-        else if (pw == 1)
+        else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
-        else if (pw == 2 && lane == 0)
+        else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
             write_dq(smem, dq_full, dq_empty, &accmap, turns, b, kvh, j, qt0, nqt, items, d);
         return;
     }
-    regs_claim<TMA ? BT_CONSUMER_REGS : BT_LOADED_CONSUMER_REGS>();
+    regs_claim<BT_CONSUMER_REGS>();
 
     const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
     const int wk0 = k0 + wg * 64, key_lo = wk0 + wwarp * 16 + (lane >> 2);
     float dka[NO][4] = {}, dva[NO][4] = {};
-    if (TMA) {
-        mbar_wait(kvfull, 0);
-    } else {
-        const long kvs = (long)d.KV * d.hd, off = (long)b * d.T * kvs + (long)kvh * d.hd;
-        const int tid = wg * WG_THREADS + wl, n = BT_CONSUMERS * WG_THREADS;
-        load_swizzled<BT_HDP, BT_BK>((bf16 *)sK, k + off, k0, d.T, kvs, d.hd, tid, n);
-        load_swizzled<BT_HDP, BT_BK>((bf16 *)sV, v + off, k0, d.T, kvs, d.hd, tid, n);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        named_sync(BAR_DS, n);
-    }
+    mbar_wait(kvfull, 0);
     for (int it = 0; it < items; it++) {
         const int s = it % BT_STAGES, qbase = (qt0 + it % nqt) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
@@ -294,7 +248,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         wgmma_fence();
         grad_wg<BT_HDP, KQ>(dva, pf, sdO);
         // dS^T comes back from shared memory (K-major) rather than staying in registers, which
-        // keeps the consumer within its registers. Once both warpgroups' rows are in: dK += dS^T Q,
+        // keeps the consumer within its 240. Once both warpgroups' rows are in: dK += dS^T Q,
         // and dQ (64 queries x this warpgroup's 64 columns) = dS (queries x 128 keys) K with dS
         // read transposed and K's panel wg MN-major.
         named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
@@ -351,25 +305,19 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
                             int KV, int hd, void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    if ((e && e[0] == '0') || hd <= 64 || hd % 4 != 0) return false;
+    if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
-    // hd % 4 == 0 makes the accumulator's rows 16-byte multiples: TMA adds whatever the loads.
     const CUtensorMap am =
         make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, H, hd, BT_BQ);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
-    CUtensorMap qm{}, dm{}, km{}, vm{};
-    const bool tma = hd % 8 == 0;
-    if (tma) {
-        qm = make_head_map(q, B, T, H, hd, BT_BQ);
-        dm = make_head_map(dout, B, T, H, hd, BT_BQ);
-        km = make_head_map(k, B, T, KV, hd, BT_BK);
-        vm = make_head_map(v, B, T, KV, hd, BT_BK);
-    }
-    auto kernel = tma ? attn_bwd_tma<true> : attn_bwd_tma<false>;
-    set_smem_limit(kernel, BtCfg::smem);
-    kernel<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
-        dk, dv, sc.turns, lse, sc.D, q, dout, k, v, am, qm, dm, km, vm, d);
+    const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
+    const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
+    const CUtensorMap km = make_head_map(k, B, T, KV, hd, BT_BK);
+    const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
+    set_smem_limit(attn_bwd_tma, BtCfg::smem);
+    attn_bwd_tma<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
+        dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, d);
     CUDA_CHECK_LAUNCH();
     const long n4 = (long)B * T * H * hd / 4;
     dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dq, sc.dq_acc, n4, d.scale);

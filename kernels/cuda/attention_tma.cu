@@ -6,9 +6,8 @@
 // consumers never meet at a CTA barrier, and two named barriers make them take turns issuing their
 // Q K^T, so that one warpgroup's softmax runs while the other's GEMMs keep the tensor cores
 // busy. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
-// path below hd 64. Where heads do not all start on the 16-byte boundary a TMA box needs (hd %
-// 8 != 0, e.g. 100: boxes cut from whole rows faulted on odd heads), the producer's threads
-// load the tiles by cp.async instead of the copy engine.
+// path where this one cannot run (hd < 64; hd % 8 != 0, where heads do not all start on the
+// 16-byte boundary a TMA box needs: hd 100 tried row-cut boxes, and odd heads faulted).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -32,60 +31,11 @@ template <int HDP> struct TmaCfg {
     static constexpr size_t smem = BAR_OFF + 8 * (2 * TMA_STAGES + 1) + 1024;
 };
 
-#ifdef WGMMA_DEVICE
-// The producer, TMA: one thread loads Q once, then K/V tiles into the ring.
 template <int HDP>
-__device__ void produce_kv_tma(unsigned char *smem, uint64_t *full, uint64_t *empty,
-                               uint64_t *qfull, const CUtensorMap *qmap, const CUtensorMap *kmap,
-                               const CUtensorMap *vmap, int b, int h, int kvh, int q0, int nkt) {
-    using C = TmaCfg<HDP>;
-    unsigned char *sQ = smem, *sKV = smem + C::Q_BYTES;
-    mbar_expect_tx(qfull, C::Q_BYTES);
-    for (int p = 0; p < C::PANELS; p++)
-        tma_load_4d(sQ + p * TMA_BR * 128, qmap, qfull, 64 * p, h, q0, b);
-    for (int kt = 0; kt < nkt; kt++) {
-        const int s = kt % TMA_STAGES;
-        if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
-        unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
-        mbar_expect_tx(&full[s], 2 * C::KV_BYTES);
-        for (int p = 0; p < C::PANELS; p++) {
-            tma_load_4d(sK + p * TMA_BC * 128, kmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
-            tma_load_4d(sV + p * TMA_BC * 128, vmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
-        }
-    }
-}
-
-// The producer, threads: all 128 load each K/V tile by cp.async, wait for their own copies,
-// make them visible to wgmma's async proxy, and arrive.
-template <int HDP>
-__device__ void produce_kv_threads(unsigned char *smem, uint64_t *full, uint64_t *empty,
-                                   const bf16 *kb, const bf16 *vb, int nkt, long kvs, const Dims &d,
-                                   int tid) {
-    using C = TmaCfg<HDP>;
-    unsigned char *sKV = smem + C::Q_BYTES;
-    for (int kt = 0; kt < nkt; kt++) {
-        const int s = kt % TMA_STAGES;
-        if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
-        bf16 *sK = (bf16 *)(sKV + s * 2 * C::KV_BYTES), *sV = sK + C::KV_BYTES / 2;
-        load_swizzled<HDP, TMA_BC>(sK, kb, kt * TMA_BC, d.T, kvs, d.hd, tid, WG_THREADS);
-        load_swizzled<HDP, TMA_BC>(sV, vb, kt * TMA_BC, d.T, kvs, d.hd, tid, WG_THREADS);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        mbar_arrive(&full[s]);
-    }
-}
-#endif
-
-// TMA: the copy engine loads the tiles (hd % 8 == 0). Otherwise (hd 100, whose odd heads start
-// off the 16-byte boundary a TMA box needs) the producer warpgroup's 128 threads load K and V
-// with cp.async, 8-byte halves where rows are only 8-byte aligned, and the consumers load Q: the
-// same pipeline, fed by threads instead of the copy engine.
-template <int HDP, bool TMA>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
+                 Dims d) {
 #ifdef WGMMA_DEVICE
     using C = TmaCfg<HDP>;
     constexpr int NS = TMA_BC / 8, NO = HDP / 8;
@@ -101,7 +51,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC);
     if (threadIdx.x == 0) {
         for (int s = 0; s < TMA_STAGES; s++) {
-            mbar_init(&full[s], TMA ? 1 : WG_THREADS); // the copy thread, or every loader
+            mbar_init(&full[s], 1);
             mbar_init(&empty[s], TMA_CONSUMERS);
         }
         mbar_init(qfull, 1);
@@ -109,17 +59,21 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     }
     __syncthreads(); // the last CTA-wide barrier: from here on the roles only meet at mbarriers
 
-    const long kvs = (long)d.KV * d.hd, qs = (long)d.H * d.hd;
-    if (warp >= 4 * TMA_CONSUMERS) { // the producer warpgroup
+    if (warp >= 4 * TMA_CONSUMERS) { // the producer warpgroup: one thread issues every copy
         regs_release<PRODUCER_REGS>();
-        if (TMA) {
-            if (threadIdx.x == 4 * TMA_CONSUMERS * 32)
-                produce_kv_tma<HDP>(smem, full, empty, qfull, &qmap, &kmap, &vmap, b, h, kvh, q0,
-                                    nkt);
-        } else {
-            const long off = (long)b * d.T * kvs + (long)kvh * d.hd;
-            produce_kv_threads<HDP>(smem, full, empty, k + off, v + off, nkt, kvs, d,
-                                    threadIdx.x - 4 * TMA_CONSUMERS * 32);
+        if (threadIdx.x != 4 * TMA_CONSUMERS * 32) return;
+        mbar_expect_tx(qfull, C::Q_BYTES);
+        for (int p = 0; p < C::PANELS; p++)
+            tma_load_4d(sQ + p * TMA_BR * 128, &qmap, qfull, 64 * p, h, q0, b);
+        for (int kt = 0; kt < nkt; kt++) {
+            const int s = kt % TMA_STAGES;
+            if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
+            unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
+            mbar_expect_tx(&full[s], 2 * C::KV_BYTES);
+            for (int p = 0; p < C::PANELS; p++) {
+                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
+                tma_load_4d(sV + p * TMA_BC * 128, &vmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
+            }
         }
         return;
     }
@@ -131,16 +85,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     const int my_turn = 1 + wg, other_turn = 2 - wg, turn_threads = TMA_CONSUMERS * WG_THREADS;
     if (wg == 1) named_arrive(other_turn, turn_threads); // warpgroup 0 goes first
     float o[NO][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    if (TMA) {
-        mbar_wait(qfull, 0);
-    } else {
-        load_swizzled<HDP, TMA_BR>((bf16 *)sQ, q + (long)b * d.T * qs + (long)h * d.hd, q0, d.T, qs,
-                                   d.hd, threadIdx.x, turn_threads);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        named_sync(3, turn_threads);
-    }
+    mbar_wait(qfull, 0);
     for (int kt = 0; kt < nkt; kt++) {
         const int s = kt % TMA_STAGES, key0 = kt * TMA_BC;
         const unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
@@ -171,19 +116,16 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 #endif
 }
 
-template <int HDP, bool TMA>
+template <int HDP>
 void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
                  cudaStream_t stream) {
-    CUtensorMap qm{}, km{}, vm{};
-    if (TMA) {
-        qm = make_head_map(q, d.B, d.T, d.H, d.hd, TMA_BR);
-        km = make_head_map(k, d.B, d.T, d.KV, d.hd, TMA_BC);
-        vm = make_head_map(v, d.B, d.T, d.KV, d.hd, TMA_BC);
-    }
-    auto kernel = attn_fwd_tma<HDP, TMA>;
+    const CUtensorMap qm = make_head_map(q, d.B, d.T, d.H, d.hd, TMA_BR);
+    const CUtensorMap km = make_head_map(k, d.B, d.T, d.KV, d.hd, TMA_BC);
+    const CUtensorMap vm = make_head_map(v, d.B, d.T, d.KV, d.hd, TMA_BC);
+    auto kernel = attn_fwd_tma<HDP>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * d.H, cdiv(d.T, TMA_BR));
-    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, q, k, v, d);
+    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, d);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -192,13 +134,11 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                            int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma forward (comparisons)
-    if ((e && e[0] == '0') || hd < 64 || hd % 4 != 0) return false;
+    if ((e && e[0] == '0') || hd % 8 != 0 || hd < 64) return false;
     Dims d = make_dims(B, T, H, KV, hd);
     if (hd == 64)
-        forward_tma<64, true>(out, lse, q, k, v, d, stream);
-    else if (hd % 8 == 0)
-        forward_tma<128, true>(out, lse, q, k, v, d, stream);
+        forward_tma<64>(out, lse, q, k, v, d, stream);
     else
-        forward_tma<128, false>(out, lse, q, k, v, d, stream);
+        forward_tma<128>(out, lse, q, k, v, d, stream);
     return true;
 }

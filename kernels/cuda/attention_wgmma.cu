@@ -19,6 +19,33 @@ namespace {
 constexpr int WG_ROWS = 64, WG_PER_CTA = 2, WG_BR = WG_ROWS * WG_PER_CTA, WG_BC = 128;
 constexpr int WG_CTA_THREADS = WG_THREADS * WG_PER_CTA;
 
+// Rows [row0, row0 + ROWS) of a [T, stride] bf16 matrix (first hd columns) into a swizzled
+// ROWS x HDP tile, zero-filled past T and past hd, through cp.async by all NT threads. Rows of
+// hd % 8 == 4 (head dim 100) are only 8-byte aligned and move as two 8-byte halves.
+template <int HDP, int ROWS, int NT>
+__device__ __forceinline__ void load_swizzled(bf16 *tile, const bf16 *src, int row0, int T,
+                                              long stride, int hd) {
+    constexpr int CPR = HDP / 8; // 16-byte chunks per row
+    char *base = (char *)tile;
+    for (int c = threadIdx.x; c < ROWS * CPR; c += NT) {
+        const int r = c / CPR, ch = c % CPR, col = ch * 8;
+        char *dst = base + swizzled_offset(ROWS, r, ch);
+        const bf16 *s = src + (long)(row0 + r) * stride + col;
+        const bool row_ok = row0 + r < T;
+        if (row_ok && col + 8 <= hd && (hd & 7) == 0) {
+            cp_async16(dst, s);
+        } else if (row_ok && col < hd) { // hd % 8 == 4: 8-byte halves, the second maybe past hd
+            cp_async8(dst, s);
+            if (col + 8 <= hd)
+                cp_async8(dst + 8, s + 4);
+            else
+                *(uint2 *)(dst + 8) = uint2{0, 0};
+        } else {
+            *(uint4 *)dst = uint4{0, 0, 0, 0};
+        }
+    }
+}
+
 template <int HDP> struct WgCfg {
     static constexpr int Q_BYTES = WG_BR * HDP * 2, KV_BYTES = WG_BC * HDP * 2;
     // Q, two stages of K and V, and 1 KB to align the swizzled tiles.
@@ -47,11 +74,10 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
     const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
 
-    load_swizzled<HDP, WG_BR>(sQ, q + (long)b * d.T * qs + (long)h * d.hd, q0, d.T, qs, d.hd,
-                              threadIdx.x, WG_CTA_THREADS);
-    load_swizzled<HDP, WG_BC>((bf16 *)sKV, kb, 0, d.T, kvs, d.hd, threadIdx.x, WG_CTA_THREADS);
-    load_swizzled<HDP, WG_BC>((bf16 *)(sKV + C::KV_BYTES), vb, 0, d.T, kvs, d.hd, threadIdx.x,
-                              WG_CTA_THREADS);
+    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>(sQ, q + (long)b * d.T * qs + (long)h * d.hd, q0, d.T,
+                                              qs, d.hd);
+    load_swizzled<HDP, WG_BC, WG_CTA_THREADS>((bf16 *)sKV, kb, 0, d.T, kvs, d.hd);
+    load_swizzled<HDP, WG_BC, WG_CTA_THREADS>((bf16 *)(sKV + C::KV_BYTES), vb, 0, d.T, kvs, d.hd);
     cp_async_commit();
 
     float o[NO][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -59,10 +85,9 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const unsigned char *sK = sKV + (kt & 1) * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
         if (kt + 1 < nkt) { // into the other stage, freed by the last iteration's barrier
             bf16 *nK = (bf16 *)(sKV + ((kt + 1) & 1) * 2 * C::KV_BYTES);
-            load_swizzled<HDP, WG_BC>(nK, kb, (kt + 1) * WG_BC, d.T, kvs, d.hd, threadIdx.x,
-                                      WG_CTA_THREADS);
-            load_swizzled<HDP, WG_BC>((bf16 *)((char *)nK + C::KV_BYTES), vb, (kt + 1) * WG_BC,
-                                      d.T, kvs, d.hd, threadIdx.x, WG_CTA_THREADS);
+            load_swizzled<HDP, WG_BC, WG_CTA_THREADS>(nK, kb, (kt + 1) * WG_BC, d.T, kvs, d.hd);
+            load_swizzled<HDP, WG_BC, WG_CTA_THREADS>((bf16 *)((char *)nK + C::KV_BYTES), vb,
+                                                      (kt + 1) * WG_BC, d.T, kvs, d.hd);
         }
         cp_async_commit(); // possibly empty: keeps the wait count uniform
         cp_async_wait<1>();
@@ -145,10 +170,9 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const int h = kvh * d.group + it / nqt, qbase = (qt0 + it % nqt) * KV_BQ;
         const long qoff = (long)b * d.T * qs + (long)h * d.hd;
         unsigned char *dst = sQdO + st * 2 * C::QT_BYTES;
-        load_swizzled<HDP, KV_BQ>((bf16 *)dst, q + qoff, qbase, d.T, qs, d.hd, threadIdx.x,
-                                  WG_CTA_THREADS);
-        load_swizzled<HDP, KV_BQ>((bf16 *)(dst + C::QT_BYTES), dout + qoff, qbase, d.T, qs, d.hd,
-                                  threadIdx.x, WG_CTA_THREADS);
+        load_swizzled<HDP, KV_BQ, WG_CTA_THREADS>((bf16 *)dst, q + qoff, qbase, d.T, qs, d.hd);
+        load_swizzled<HDP, KV_BQ, WG_CTA_THREADS>((bf16 *)(dst + C::QT_BYTES), dout + qoff, qbase,
+                                                  d.T, qs, d.hd);
         for (int i = threadIdx.x; i < KV_BQ; i += WG_CTA_THREADS) {
             const int row = qbase + i;
             const long li = ((long)b * d.H + h) * d.T + row;
@@ -162,10 +186,8 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         }
     };
 
-    load_swizzled<HDP, KV_BK>((bf16 *)sK, k + kvoff, k0, d.T, kvs, d.hd, threadIdx.x,
-                              WG_CTA_THREADS);
-    load_swizzled<HDP, KV_BK>((bf16 *)sV, v + kvoff, k0, d.T, kvs, d.hd, threadIdx.x,
-                              WG_CTA_THREADS);
+    load_swizzled<HDP, KV_BK, WG_CTA_THREADS>((bf16 *)sK, k + kvoff, k0, d.T, kvs, d.hd);
+    load_swizzled<HDP, KV_BK, WG_CTA_THREADS>((bf16 *)sV, v + kvoff, k0, d.T, kvs, d.hd);
     load_item(0, 0);
     cp_async_commit();
 
@@ -231,12 +253,11 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
     const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
 
-    load_swizzled<HDP, WG_BR>((bf16 *)sQ, q + qoff, q0, d.T, qs, d.hd, threadIdx.x, WG_CTA_THREADS);
-    load_swizzled<HDP, WG_BR>((bf16 *)sdO, dout + qoff, q0, d.T, qs, d.hd, threadIdx.x,
-                              WG_CTA_THREADS);
-    load_swizzled<HDP, DQ_BC>((bf16 *)sKV, kb, 0, d.T, kvs, d.hd, threadIdx.x, WG_CTA_THREADS);
-    load_swizzled<HDP, DQ_BC>((bf16 *)(sKV + C::DQ_KV_BYTES), vb, 0, d.T, kvs, d.hd, threadIdx.x,
-                              WG_CTA_THREADS);
+    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>((bf16 *)sQ, q + qoff, q0, d.T, qs, d.hd);
+    load_swizzled<HDP, WG_BR, WG_CTA_THREADS>((bf16 *)sdO, dout + qoff, q0, d.T, qs, d.hd);
+    load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)sKV, kb, 0, d.T, kvs, d.hd);
+    load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)(sKV + C::DQ_KV_BYTES), vb, 0, d.T, kvs,
+                                              d.hd);
     cp_async_commit();
 
     // Rows past T: zero q and dout make dS = 1 * (0 - 0) = 0, and they are never stored.
@@ -255,10 +276,10 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
         const unsigned char *sK = sKV + (kt & 1) * 2 * C::DQ_KV_BYTES, *sV = sK + C::DQ_KV_BYTES;
         if (kt + 1 < nkt) {
             unsigned char *nK = sKV + ((kt + 1) & 1) * 2 * C::DQ_KV_BYTES;
-            load_swizzled<HDP, DQ_BC>((bf16 *)nK, kb, (kt + 1) * DQ_BC, d.T, kvs, d.hd, threadIdx.x,
-                                      WG_CTA_THREADS);
-            load_swizzled<HDP, DQ_BC>((bf16 *)(nK + C::DQ_KV_BYTES), vb, (kt + 1) * DQ_BC, d.T, kvs,
-                                      d.hd, threadIdx.x, WG_CTA_THREADS);
+            load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)nK, kb, (kt + 1) * DQ_BC, d.T, kvs,
+                                                      d.hd);
+            load_swizzled<HDP, DQ_BC, WG_CTA_THREADS>((bf16 *)(nK + C::DQ_KV_BYTES), vb,
+                                                      (kt + 1) * DQ_BC, d.T, kvs, d.hd);
         }
         cp_async_commit();
         cp_async_wait<1>();
