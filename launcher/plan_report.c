@@ -349,16 +349,22 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             H(b->weights), owned, p->cuda ? "bf16" : "fp32");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
+    char off[96] = "";
+    if (offloaded)
+        snprintf(off, sizeof off, " (%d boundaries offloaded to pinned host memory, %s)",
+                 plan_offloaded_boundaries(c, &p->choices),
+                 H((double)plan_offloaded_boundaries(c, &p->choices) * c->micro_batches * n *
+                   c->dim * 4));
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
             "activations", H(b->activations), plan_boundary_slots(c, &p->choices), c->micro_batches,
-            n, c->dim, offloaded ? " (the other boundaries offloaded to pinned host memory)" : "");
+            n, c->dim, off);
     if (every > 1)
         fprintf(f,
-                "  segments      boundary_every = %d%s: boundaries 0, %d, %d, ... stay, and the "
+                "  segments      boundary_every = %d%s: boundaries 0, %d, %d, ... stay%s, and the "
                 "backward recomputes the forward of the %d layers between them (%.0f%% more "
                 "layer forwards)\n",
                 every, c->boundary_every ? "" : " (auto: all would not fit)", every, 2 * every,
-                plan_recomputed_layers(c->layers, every),
+                offloaded ? " (in host memory)" : "", plan_recomputed_layers(c->layers, every),
                 100.0 * plan_recomputed_layers(c->layers, every) / c->layers);
     fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
             H(b->residual), c->micro_batches, n, c->dim);

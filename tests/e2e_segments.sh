@@ -2,7 +2,7 @@
 # Segment checkpointing (boundary_every = k): only boundaries 0, k, 2k, ... stay through the
 # step and the backward redoes each segment's forward, which gives the same bits. So the
 # losses, the evaluation losses and the checkpoint are bitwise those of k = 1, with every
-# layer recomputed or with some internals kept; and "auto" picks k > 1 from the device memory
+# layer recomputed, with some internals kept, or with boundaries 0, k, 2k, ... offloaded; and "auto" picks k > 1 from the device memory
 # (MT_DEVICE_FREE_BYTES stands in for it) when all boundaries would not fit.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 backends=cpu
@@ -21,10 +21,19 @@ for be in $backends; do
     # some layer x micro-batch passes kept (the last layers'), the rest recomputed
     five_layers "$be" "$WORK/$be-kept.cfg" 2
     MT_KEEP_MAX=3 run_job "$be-kept" 3 "$WORK/$be-kept.cfg" --stop-at 8 || show_log "$be-kept"
+    # segments with the kept boundaries offloaded to host memory (5 layers: k = 2 leaves a
+    # segment of one, k = 3 one of two)
+    for k in 2 3; do
+        five_layers "$be" "$WORK/$be-off$k.cfg" $k
+        printf 'recompute = "always";\noffload_activations = "always";\n' >>"$WORK/$be-off$k.cfg"
+        run_job "$be-off$k" 3 "$WORK/$be-off$k.cfg" --stop-at 8 || show_log "$be-off$k"
+    done
     expect "$be k=2 says what it keeps" grep -q 'keeping every 2nd layer boundary' \
         "$WORK/$be-2.log"
+    expect "$be offloaded k=3 says what goes to the host" \
+        grep -q 'offloading every 3rd layer boundary (2 of 6,' "$WORK/$be-off3.log"
     expect "$be ran 8 steps" test "$(losses "$WORK/$be-1" | wc -l)" -eq 8
-    for run in 2 3 5 kept; do
+    for run in 2 3 5 kept off2 off3; do
         expect "$be $run: losses bitwise those of k=1" \
             cmp -s <(losses "$WORK/$be-1") <(losses "$WORK/$be-$run")
         expect "$be $run: eval losses bitwise those of k=1" \

@@ -104,7 +104,10 @@ expected() {
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
                  + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
-                 + 4 * int((r + 255) / 256) * D + 4 * B * H * T
+                 + 4 * int((r + 255) / 256) * D \
+                 + up(4 * B * H * T, 256) + up(4 * B * T * H * hd, 256) \
+                 + up(4 * 2 * B * H * int((T + 63) / 64), 256)
+        # attention scratch: D, the fused backward fp32 dq accumulator, its turn counters
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M

@@ -513,6 +513,13 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
                 T, H, KV, hd);
         exit(1);
     }
+    // Grids put a sequence's 64-row tiles on y, which stops at 65,535: 4,194,240 tokens, just
+    // under the config's limit on a micro-batch (MT_MAX_MICRO_BATCH_TOKENS, 2^22).
+    if ((long)T > 65535l * 64) {
+        fprintf(stderr, "megatrain: attention: a sequence of %d tokens is over the %ld it takes\n",
+                T, 65535l * 64);
+        exit(1);
+    }
     float scale = 1.0f / sqrtf((float)hd);
     return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
 }

@@ -52,21 +52,28 @@ static void pick_backend(engine *e) {
 
 // Decided in engine_new, with the plan's rule (plan_choose), so that mtrun --plan and the
 // compute rank agree; said here.
+static const char *ordinal_suffix(int k) {
+    return k == 2 ? "nd" : k == 3 ? "rd" : "th";
+}
+
 static void choose_offload(engine *e) {
     const mt_config *c = e->c;
-    if (e->every > 1)
-        printf("compute rank: keeping every %d%s layer boundary on the %s (%d of %d); the "
-               "backward recomputes the %d between them\n",
-               e->every,
-               e->every == 2   ? "nd"
-               : e->every == 3 ? "rd"
-                               : "th",
-               e->ops->async ? "GPU" : "backend", c->layers / e->every + 1, c->layers + 1,
-               plan_recomputed_layers(c->layers, e->every));
-    if (e->offload)
+    const char *where = e->ops->async ? "GPU" : "backend";
+    int k = e->every, redo = plan_recomputed_layers(c->layers, k);
+    double gib = layer_act_bytes(e) * e->offloaded / 1073741824.0;
+    if (e->offload && k > 1)
+        printf("compute rank: offloading every %d%s layer boundary (%d of %d, %.2f GiB) to pinned "
+               "host memory, two on the %s with a segment's %d; the backward recomputes the %d "
+               "between them\n",
+               k, ordinal_suffix(k), e->offloaded, c->layers + 1, gib, where, k - 1, redo);
+    else if (e->offload)
         printf("compute rank: offloading the boundary activations (%.2f GiB) to pinned host "
                "memory, two layers' worth on the %s\n",
-               layer_act_bytes(e) * c->layers / 1073741824.0, e->ops->async ? "GPU" : "backend");
+               gib, where);
+    else if (k > 1)
+        printf("compute rank: keeping every %d%s layer boundary on the %s (%d of %d); the "
+               "backward recomputes the %d between them\n",
+               k, ordinal_suffix(k), where, c->layers / k + 1, c->layers + 1, redo);
 }
 
 // Before the activations: the own layers' buffers, and the groups' state, which the optimizer
@@ -166,6 +173,7 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     e->offload = ch.offload;
     e->every = ch.boundary_every;
     e->slots = plan_boundary_slots(e->c, &ch);
+    e->offloaded = plan_offloaded_boundaries(e->c, &ch);
     return e;
 }
 
@@ -197,7 +205,7 @@ static void engine_init(engine *e) {
     e->passes = calloc(2 * (size_t)c->layers, sizeof *e->passes);
     if (!e->passes) mt_die("out of memory");
     e->n_passes = backward_passes(c->layers, e->every, e->passes);
-    if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * c->layers);
+    if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * e->offloaded);
     e->dres = device_alloc(e, M * nD, 4);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));

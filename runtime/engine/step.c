@@ -15,32 +15,46 @@
 #endif
 
 // Boundary l's slot. Segments keep boundaries 0, k, 2k, ... in slots of their own; the ones
-// between share the k - 1 slots after those, one segment at a time.
+// between share the k - 1 slots after those, one segment at a time. Offloaded, boundaries 0, k,
+// 2k, ... take turns in two sets (their copies to and from the host run on the set's number)
+// and the ones between share the k - 1 slots after those.
+static int kept_boundary(const engine *e, int l) {
+    return l % e->every == 0;
+}
+static int act_set(const engine *e, int l) {
+    return (l / e->every) % 2;
+}
 static size_t act_slot(const engine *e, int l) {
     int k = e->every;
-    if (e->offload) return (size_t)(l % 2);
+    if (e->offload) return kept_boundary(e, l) ? (size_t)act_set(e, l) : (size_t)(1 + l % k);
     return l % k == 0 ? (size_t)(l / k) : (size_t)(e->c->layers / k + l % k);
 }
 static float *act(engine *e, int l, int m) {
     return e->acts + (act_slot(e, l) * e->c->micro_batches + m) * e->n * e->c->dim;
 }
 static float *act_host(engine *e, int l) {
-    return e->acts_host + (size_t)l * e->c->micro_batches * e->n * e->c->dim;
+    return e->acts_host + (size_t)(l / e->every) * e->c->micro_batches * e->n * e->c->dim;
 }
 
-// Forward: boundary l (all micro-batches) goes out once the compute that makes it is done.
+// Forward: kept boundary l (all micro-batches) goes out once the compute that makes it is done.
 static void act_out(engine *e, int l) {
-    if (e->offload && l < e->c->layers)
-        e->ops->to_host(e->be, act_host(e, l), act(e, l, 0), layer_act_bytes(e), l % 2);
+    if (e->offload && l < e->c->layers && kept_boundary(e, l))
+        e->ops->to_host(e->be, act_host(e, l), act(e, l, 0), layer_act_bytes(e), act_set(e, l));
 }
-// Forward: the compute about to overwrite boundary l's set waits for its way out.
+// Forward: the compute about to overwrite kept boundary l's set waits for its way out.
 static void act_reuse(engine *e, int l) {
-    if (e->offload) e->ops->slot_wait(e->be, l % 2);
+    if (e->offload && kept_boundary(e, l)) e->ops->slot_wait(e->be, act_set(e, l));
 }
-// Backward: boundary l comes back into its set (once what used the set is done).
+// Backward: kept boundary l comes back into its set (once what used the set is done). The last
+// segment's first boundary never left the GPU's set.
 static void act_in(engine *e, int l) {
-    if (e->offload && l >= 0 && l < e->c->layers - 1)
-        e->ops->from_host(e->be, act(e, l, 0), act_host(e, l), layer_act_bytes(e), l % 2);
+    int last = (e->c->layers - 1) / e->every * e->every;
+    if (e->offload && l >= 0 && l < last)
+        e->ops->from_host(e->be, act(e, l, 0), act_host(e, l), layer_act_bytes(e), act_set(e, l));
+}
+// Backward: the compute that reads kept boundary l waits for it to be back.
+static void act_ready(engine *e, int l) {
+    if (e->offload && kept_boundary(e, l)) e->ops->slot_wait(e->be, act_set(e, l));
 }
 static float *dres(engine *e, int m) {
     return e->dres + (size_t)m * e->n * e->c->dim;
@@ -164,6 +178,7 @@ static weight_buffer *ring_for(engine *e, int l, int64_t v, const weight_buffer 
 }
 
 static void redo_forward(engine *e, const weight_buffer *w, int l) {
+    act_ready(e, l);
     span_begin(e, "redo", l);
     for (int m = 0; m < e->c->micro_batches; m++)
         e->ops->layer_forward(e->be, w->dst, act(e, l, m), act(e, l + 1, m), -1);
@@ -176,8 +191,10 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     const mt_config *c = e->c;
     grad_buffer *gb = layer_grads(e, l);
     zero_grads(e, gb, e->job->group_numel[model_layer_group(l)]);
-    act_in(e, l - 1); // into the set layer l + 1 (or the head) has finished with
-    if (e->offload) e->ops->slot_wait(e->be, l % 2);
+    // A segment's first layer brings the segment below's first boundary back, into the set the
+    // segment above (or the head) has finished with.
+    if (kept_boundary(e, l)) act_in(e, l - e->every);
+    act_ready(e, l);
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
         e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), dres(e, m),

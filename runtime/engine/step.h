@@ -35,11 +35,11 @@ struct engine {
     int n_own;
     // Layer-boundary activations of the step, [slots * M * n * D] in device memory (act_slot):
     // all L + 1; or with segments (boundary_every k > 1) boundaries 0, k, 2k, ... and the k - 1
-    // of one segment; or when offloaded two sets (boundary l in set l % 2) with boundaries
-    // 0..L-1 in acts_host: each goes out after the forward makes it and comes back before its
-    // backward.
+    // of one segment; or when offloaded two sets (boundary l = ik in set i % 2) and the k - 1,
+    // with the `offloaded` boundaries 0, k, 2k, ... below L in acts_host: each goes out after
+    // the forward makes it and comes back before its segment's backward.
     float *acts, *acts_host;
-    int offload, every, slots;
+    int offload, every, slots, offloaded;
     layer_pass *passes; // the backward's order of layer passes (backward_passes)
     int n_passes;
     float *dres;               // [M * n * D]: gradient flowing back through the residual stream

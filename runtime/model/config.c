@@ -447,11 +447,6 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                     "%d x batch.seq_len %d = %ld tokens per micro-batch, more than %d",
                     c->micro_batch, c->seq_len, (long)c->micro_batch * c->seq_len,
                     MT_MAX_MICRO_BATCH_TOKENS);
-    if (c->boundary_every > 1 && strcmp(c->offload_activations, "always") == 0)
-        return fail(x, LINE("boundary_every"), "boundary_every",
-                    "%d keeps every %d-th boundary on the device, offload_activations "
-                    "\"always\" sends them all to the host: choose one",
-                    c->boundary_every, c->boundary_every);
     if (c->device_groups > c->layers + 1)
         return fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
                     "%d is more than the embedding and model.layers = %d layers", c->device_groups,

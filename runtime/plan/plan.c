@@ -165,7 +165,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(c, b->device_groups));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
-    // Offloaded (CUDA): two sets on the GPU, the rest pinned.
+    // Offloaded (CUDA): two sets and a segment's on the GPU, the rest pinned.
     b->activations = 4 * (uint64_t)plan_boundary_slots(c, ch) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
@@ -188,7 +188,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 // plus the offloaded boundary activations.
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
-    uint64_t offloaded = ch->offload ? s.L * s.M * s.n * s.D : 0;
+    uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
     return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, ch->device_groups);
 }
 
@@ -217,7 +217,11 @@ int plan_recomputed_layers(int layers, int k) {
 }
 
 int plan_boundary_slots(const mt_config *c, const plan_choices *ch) {
-    return ch->offload ? 2 : segment_slots(c->layers, ch->boundary_every);
+    return ch->offload ? 2 + ch->boundary_every - 1 : segment_slots(c->layers, ch->boundary_every);
+}
+
+int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch) {
+    return ch->offload ? (c->layers - 1) / ch->boundary_every + 1 : 0;
 }
 
 // The k whose slots fit in `fit` boundaries' worth, fewest recomputed layers first (the
@@ -237,7 +241,9 @@ static int fitting_every(int layers, uint64_t fit) {
 // for the CUDA runtime's and libraries' own allocations. When all of them do not fit, "auto"
 // keeps every k-th and recomputes the segments between (no host memory needed, unlike an
 // offload, and at long context the host has none to spare); offload_activations "auto"
-// offloads only when even that does not fit.
+// offloads only when even that does not fit, every boundary unless boundary_every says k (then
+// boundaries 0, k, 2k, ... go to the host, a k-th of the host memory, and the segments between
+// are recomputed as without an offload).
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
     ch->device_groups = plan_device_groups(c, cuda, room);
@@ -253,7 +259,7 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
     if (strcmp(c->offload_activations, "auto") == 0 &&
         (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
-        ch->offload = 1, ch->boundary_every = 1;
+        ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
 }
 
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,

@@ -85,8 +85,10 @@ typedef struct {
 } mt_plan;
 
 // Boundary activations the compute rank holds on its device for boundary_every k: boundaries
-// 0, k, 2k, ... and the k - 1 of the segment being recomputed (two sets when offloaded).
+// 0, k, 2k, ... and the k - 1 of the segment being recomputed. Offloaded, boundaries 0, k, 2k,
+// ... go to host memory instead (plan_offloaded_boundaries of them) and take turns in two sets.
 int plan_boundary_slots(const mt_config *c, const plan_choices *ch);
+int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch);
 // Layers whose forward the backward runs once more to remake a segment's boundaries: k - 1
 // in every segment but the last, whose boundaries are still there from the forward.
 int plan_recomputed_layers(int layers, int boundary_every);
