@@ -101,13 +101,16 @@ expected() {
         # the attention buffers span the micro-batch (n), the rest a chunk (r: batch.seq_chunk,
         # auto 16384 at most): the working set holds h, gate and up for a chunk
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
+        per_kv = 4 * B * T * (H / KVH) * hd; run = int(1073741824 / per_kv)
+        if (run < 1) run = 1; if (run > KVH) run = KVH
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
                  + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
                  + 4 * int((r + 255) / 256) * D \
-                 + up(4 * B * H * T, 256) + up(4 * B * T * H * hd, 256) \
+                 + up(4 * B * H * T, 256) + up(4 * B * T * run * (H / KVH) * hd, 256) \
                  + up(4 * 2 * B * H * int((T + 63) / 64), 256)
-        # attention scratch: D, the fused backward fp32 dq accumulator, its turn counters
+        # attention scratch: D, the fused backward fp32 dq accumulator for a run of kv heads
+        # (as many as keep it within 1 GiB, at least one), its turn counters
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M

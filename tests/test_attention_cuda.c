@@ -275,18 +275,24 @@ int main(void) {
         return 77;
     }
     const int nshapes = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
-    const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain"};
-    const int npaths = cuda_attention_has_wgmma() ? 4 : 2;
+    const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain", "wgmma-runs"};
+    const int npaths = cuda_attention_has_wgmma() ? 5 : 2;
     printf("paths: simple, mma%s\n",
-           npaths == 4 ? ", wgmma, wgmma-plain" : " (no wgmma on this device/build)");
+           npaths == 5 ? ", wgmma, wgmma-plain, wgmma-runs" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
         host_case c;
         host_case_init(&c, &SHAPES[i]);
         for (int p = 0; p < npaths; p++) {
             // attention_path (attention.cuh) reads the variables on every call. "wgmma-plain":
-            // the wgmma forward without TMA, which serves the head dims TMA cannot take.
+            // the wgmma kernels without TMA, which serve the head dims TMA cannot take;
+            // "wgmma-runs": the fused backward one kv head at a time, as at long context when
+            // its dq accumulator would pass its cap.
             setenv("MT_ATTENTION", strncmp(paths[p], "wgmma", 5) == 0 ? "wgmma" : paths[p], 1);
             setenv("MT_ATTENTION_TMA", strcmp(paths[p], "wgmma-plain") == 0 ? "0" : "1", 1);
+            if (strcmp(paths[p], "wgmma-runs") == 0)
+                setenv("MT_ATTN_DQ_CAP", "1", 1);
+            else
+                unsetenv("MT_ATTN_DQ_CAP");
             check_forward(paths[p], &SHAPES[i], &c);
             check_backward(paths[p], &SHAPES[i], &c);
         }
@@ -294,6 +300,7 @@ int main(void) {
     }
     unsetenv("MT_ATTENTION");
     unsetenv("MT_ATTENTION_TMA");
+    unsetenv("MT_ATTN_DQ_CAP");
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

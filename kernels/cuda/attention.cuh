@@ -524,9 +524,23 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
     return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
 }
 
+// The fused backward's fp32 dq accumulator holds at most this many bytes (a sequence of 512k
+// tokens of a 7B would need 8 GiB): beyond, it runs over kv heads a few at a time.
+constexpr size_t DQ_ACC_CAP = 1ull << 30;
+
+// kv heads per run of the fused backward: as many as keep the accumulator within the cap.
+// MT_ATTN_DQ_CAP=BYTES sets another cap (tests: 1 makes a run of every kv head).
+inline int dq_chunk_kv_heads(int B, int T, int H, int KV, int hd) {
+    const char *e = getenv("MT_ATTN_DQ_CAP");
+    const size_t cap = e ? (size_t)strtoull(e, NULL, 10) : DQ_ACC_CAP;
+    const size_t per_kv = (size_t)B * T * (H / KV) * hd * sizeof(float);
+    const size_t n = per_kv ? cap / per_kv : (size_t)KV;
+    return n < 1 ? 1 : n > (size_t)KV ? KV : (int)n;
+}
+
 // The backward's scratch (cuda_attention_scratch_bytes): D = rowsum(dout * out) [B, H, T], then
-// the fused backward's fp32 dq accumulator [B, T, H, hd] and its turn counters, two per
-// (b, h, 64-query tile); each part 256-byte aligned.
+// the fused backward's fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters,
+// two per (b, h, 64-query tile); each part 256-byte aligned.
 struct AttnScratch {
     float *D, *dq_acc;
     unsigned *turns;
@@ -535,10 +549,11 @@ struct AttnScratch {
 inline size_t align256(size_t n) {
     return (n + 255) & ~(size_t)255;
 }
-inline AttnScratch attention_scratch(void *base, int B, int T, int H, int hd) {
+inline AttnScratch attention_scratch(void *base, int B, int T, int H, int KV, int hd) {
     AttnScratch s;
     const size_t d_bytes = align256((size_t)B * H * T * sizeof(float));
-    s.dq_bytes = align256((size_t)B * T * H * hd * sizeof(float));
+    const size_t run_heads = (size_t)dq_chunk_kv_heads(B, T, H, KV, hd) * (H / KV);
+    s.dq_bytes = align256((size_t)B * T * run_heads * hd * sizeof(float));
     s.turn_bytes = align256((size_t)B * H * ((T + 63) / 64) * 2 * sizeof(unsigned));
     s.total = d_bytes + s.dq_bytes + s.turn_bytes;
     s.D = (float *)base;

@@ -138,8 +138,8 @@ __device__ __forceinline__ void stage_dq(unsigned char *stage, const float (&dqa
 // then stores (key tile 0) or adds it. The turn is released one part later, once the part's
 // adds have completed, so that the wait for completion overlaps the next part's.
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
-                         const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int j, int qt0,
-                         int nqt, int items, const Dims &d) {
+                         const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int h0, int j,
+                         int qt0, int nqt, int items, const Dims &d) {
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     for (int it = 0; it < items; it++) {
@@ -153,9 +153,9 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             for (int p = 0; p < 2 && 64 * w + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
                 if (j == 0)
-                    tma_store_4d(accmap, src, 64 * w + 32 * p, h, qt * BT_BQ, b);
+                    tma_store_4d(accmap, src, 64 * w + 32 * p, h - h0, qt * BT_BQ, b);
                 else
-                    tma_reduce_add_4d(accmap, src, 64 * w + 32 * p, h, qt * BT_BQ, b);
+                    tma_reduce_add_4d(accmap, src, 64 * w + 32 * p, h - h0, qt * BT_BQ, b);
             }
             bulk_commit();
             bulk_wait_read<0>();
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 Dims d) {
+                 int kv0, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg;
     constexpr int NQ = BT_BQ / 8, NO = BT_HDP / 8, KQ = BT_BQ / 16;
@@ -191,7 +191,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     uint64_t *dq_empty = dq_full + BT_CONSUMERS;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x / d.KV, kvh = blockIdx.x % d.KV, j = blockIdx.y;
+    // This run's kv heads kv0 .. kv0 + kvn - 1 (attention_backward_tma), the fastest dimension.
+    const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
+    const int j = blockIdx.y;
     const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt_all = cdiv(d.T, BT_BQ);
     const int nqt = nqt_all - qt0, items = d.group * nqt;
     if (threadIdx.x == 0) {
@@ -216,7 +218,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq(smem, dq_full, dq_empty, &accmap, turns, b, kvh, j, qt0, nqt, items, d);
+            write_dq(smem, dq_full, dq_empty, &accmap, turns, b, kvh, kv0 * d.group, j, qt0, nqt,
+                     items, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -290,13 +293,18 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 #endif
 }
 
-// dq = scale * the accumulator, 4 elements a thread (hd % 8 == 0).
-__global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, float scale) {
+// dq's heads h0 .. h0 + hn - 1 = scale * the accumulator ([B, T, hn, hd]), 4 elements a thread
+// (hd % 8 == 0).
+__global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, int H, int h0, int hn, int hd,
+                            float scale) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
+    const int per_head = hd / 4;
+    const long bt = i / ((long)hn * per_head);
+    const int hl = (int)(i / per_head % hn), c4 = (int)(i % per_head);
     const float4 a = ((const float4 *)acc)[i];
-    ((uint2 *)dq)[i] =
-        uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
+    bf16 *out = dq + (bt * H + h0 + hl) * hd + 4 * c4;
+    *(uint2 *)out = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
 }
 
 } // namespace
@@ -307,20 +315,26 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
     if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
-    const AttnScratch sc = attention_scratch(scratch, B, T, H, hd);
-    const CUtensorMap am =
-        make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, H, hd, BT_BQ);
+    const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
     const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
     const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
     const CUtensorMap km = make_head_map(k, B, T, KV, hd, BT_BK);
     const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
     set_smem_limit(attn_bwd_tma, BtCfg::smem);
-    attn_bwd_tma<<<dim3(B * KV, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
-        dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, d);
-    CUDA_CHECK_LAUNCH();
-    const long n4 = (long)B * T * H * hd / 4;
-    dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dq, sc.dq_acc, n4, d.scale);
-    CUDA_CHECK_LAUNCH();
+    // Runs of kv heads whose dq accumulator fits the cap (all of them but at long context).
+    const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
+    for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
+        const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
+        const CUtensorMap am =
+            make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ);
+        attn_bwd_tma<<<dim3(B * kvn, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
+            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, d);
+        CUDA_CHECK_LAUNCH();
+        const long n4 = (long)B * T * hn * hd / 4;
+        dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
+            dq, sc.dq_acc, n4, H, kv0 * d.group, hn, hd, d.scale);
+        CUDA_CHECK_LAUNCH();
+    }
     return true;
 }

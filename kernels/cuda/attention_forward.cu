@@ -154,8 +154,7 @@ void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 } // namespace
 
 extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd) {
-    (void)KV;
-    return attention_scratch(NULL, B, T, H, hd).total;
+    return attention_scratch(NULL, B, T, H, KV, hd).total;
 }
 
 extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,

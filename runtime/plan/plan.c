@@ -68,10 +68,16 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
 }
 
 // cuda_attention_scratch_bytes (kernels/cuda/attention.cuh): D [B, H, T], the fused backward's
-// fp32 dq accumulator [B, T, H, hd] and its turn counters, two per 64-query tile.
+// fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters, two per 64-query tile.
+// A run takes as many kv heads as keep the accumulator within 1 GiB (DQ_ACC_CAP), at least one.
 static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
     uint64_t rows = (uint64_t)c->micro_batch * c->heads, T = c->seq_len;
-    return align_up(4 * rows * T, 256) + align_up(4 * rows * T * s.hd, 256) +
+    uint64_t group = (uint64_t)(c->heads / c->kv_heads), kv = (uint64_t)c->kv_heads;
+    uint64_t per_kv = 4 * (uint64_t)c->micro_batch * T * group * s.hd;
+    uint64_t run = per_kv ? (1ull << 30) / per_kv : kv;
+    run = run < 1 ? 1 : run > kv ? kv : run;
+    return align_up(4 * rows * T, 256) +
+           align_up(4 * (uint64_t)c->micro_batch * T * run * group * s.hd, 256) +
            align_up(4 * 2 * rows * ((T + 63) / 64), 256);
 }
 
