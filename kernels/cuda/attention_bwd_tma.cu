@@ -5,12 +5,13 @@
 // A CTA owns 128 keys of one kv head (two consumer warpgroups of 64 keys, K and V loaded once)
 // and streams 64-query tiles of Q and dout, for every query head of the group, through a
 // two-stage TMA ring fed by a producer warpgroup (as attention_tma.cu's forward). Per tile each
-// consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO and
-// dK += dS^T Q take them as register operands. dS^T also goes to shared memory, where after a
-// barrier both warpgroups read it transposed for dQ = dS K, each for half of the head dim.
+// consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO takes P^T as a
+// register operand. dS^T goes to a shared tile, from which its own rows feed dK += dS^T Q and,
+// after a barrier, all 128 rows feed dQ = dS K read transposed, each warpgroup for half of the
+// head dim.
 //
 // dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer
-// stages its half of the part (fp32) in shared memory, and a writer warp of the producer
+// stages its half of the part (fp32) in shared memory, and a writer thread of the producer
 // warpgroup adds it to an fp32 accumulator in global memory with one TMA reduce-add per
 // 32 columns, in key-tile order: a per-(query tile, half) counter says how many key tiles have
 // added, and key tile j waits for it to read j before it adds (acquire) and bumps it once its
@@ -19,8 +20,11 @@
 // needs no clearing. The waits cost little: key tile j's CTA reaches a query tile after key
 // tile j-1's (its first tile is two further on), and kv heads are the grid's fastest dimension,
 // so the CTAs resident together hold neighbouring key tiles of many heads. A CTA waits only on
-// lower-numbered CTAs, which start first, so the waits cannot deadlock. A last kernel scales the
-// accumulator into bf16 dq.
+// lower-numbered CTAs, which the hardware dispatches first: CUDA does not promise that order,
+// but it holds in practice (CUB's single-pass scan relies on it the same way). A last kernel
+// scales the accumulator into bf16 dq. At long context the accumulator would be large (8 GiB
+// for a 7B at 524,288 tokens), so the kernel runs over a few kv heads at a time
+// (dq_chunk_kv_heads).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -228,12 +232,14 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int wk0 = k0 + wg * 64, key_lo = wk0 + wwarp * 16 + (lane >> 2);
     float dka[NO][4] = {}, dva[NO][4] = {};
     mbar_wait(kvfull, 0);
+    __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
     for (int it = 0; it < items; it++) {
         const int s = it % BT_STAGES, qbase = (qt0 + it % nqt) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
+        __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
 
         // A warpgroup whose keys all follow the tile's queries still runs: its dS rows are then
         // zeros that the other warpgroup's dq product reads.
@@ -277,6 +283,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 
         unsigned char *dq_stage = smem + C::DQ_OFF + wg * C::DQ_BYTES;
         if (it > 0) mbar_wait(&dq_empty[wg], (it - 1) & 1); // the writer has read the last one
+        __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
         __syncwarp();
