@@ -350,11 +350,10 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
     char off[96] = "";
+    int on_host = plan_offloaded_boundaries(c, &p->choices);
     if (offloaded)
-        snprintf(off, sizeof off, " (%d boundaries offloaded to pinned host memory, %s)",
-                 plan_offloaded_boundaries(c, &p->choices),
-                 H((double)plan_offloaded_boundaries(c, &p->choices) * c->micro_batches * n *
-                   c->dim * 4));
+        snprintf(off, sizeof off, " (%d boundaries offloaded to pinned host memory, %s)", on_host,
+                 H((double)on_host * c->micro_batches * n * c->dim * 4));
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
             "activations", H(b->activations), plan_boundary_slots(c, &p->choices), c->micro_batches,
             n, c->dim, off);

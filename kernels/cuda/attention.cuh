@@ -12,10 +12,10 @@
 //   e.g. 100, move in 8-byte chunks).
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
 //   reading 128-byte-swizzled shared memory. Where TMA can take the rows (hd >= 64 forward,
-//   > 64 backward, hd % 8 == 0: a TMA box must start on a 16-byte boundary, and hd 100's
-//   odd heads do not), forward and backward are
-//   warp-specialized (attention_tma.cu, attention_bwd_tma.cu). The default from head dim 64 up
-//   (forward) and above 64 (backward) where it runs (see attention_path).
+//   > 64 backward, hd % 8 == 0: a TMA box must start on a 16-byte boundary, and hd 100's odd
+//   heads do not), forward and backward are warp-specialized (attention_tma.cu,
+//   attention_bwd_tma.cu). The default from head dim 64 up (forward) and above 64 (backward)
+//   where it runs (see attention_path).
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
@@ -28,8 +28,7 @@
 // simple path's helpers, shapes and launch configuration), attention_forward.cu,
 // attention_backward.cu, attention_wgmma.cu (Hopper forward and backward), attention_tma.cu
 // and attention_bwd_tma.cu (Hopper's warp-specialized forward and backward) with wgmma.cuh and
-// tma.cuh. Private to kernels/cuda/;
-// kernels_cuda.h is the interface.
+// tma.cuh. Private to kernels/cuda/; kernels_cuda.h is the interface.
 #ifndef MT_ATTENTION_CUH
 #define MT_ATTENTION_CUH
 

@@ -61,6 +61,19 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
 __device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+// A CTA's items, in order: query head kvh * group + it / nqt, query tile qt0 + it % nqt (every
+// query tile from the CTA's keys on, for each head of the kv head's group).
+__device__ __forceinline__ int item_head(int it, int kvh, int nqt, const Dims &d) {
+    return kvh * d.group + it / nqt;
+}
+__device__ __forceinline__ int item_tile(int it, int qt0, int nqt) {
+    return qt0 + it % nqt;
+}
+// A producer about to refill item it's stage waits until the consumers are done with it.
+__device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
+    if (it >= BT_STAGES) mbar_wait(&empty[it % BT_STAGES], ((it / BT_STAGES) & 1) ^ 1);
+}
+
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
 // per item), and one warp copies the items' lse and D (rows past T as 0) into the stage.
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
@@ -74,9 +87,9 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
         tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvh, k0, b);
     }
     for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
-        const int qbase = (qt0 + it % nqt) * BT_BQ;
-        if (it >= BT_STAGES) mbar_wait(&empty[s], ((it / BT_STAGES) & 1) ^ 1);
+        const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
+        const int qbase = item_tile(it, qt0, nqt) * BT_BQ;
+        wait_stage_free(empty, it);
         unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         mbar_expect_tx(&full[s], 2 * C::QT_BYTES);
         for (int p = 0; p < C::PANELS; p++) {
@@ -90,9 +103,9 @@ __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *emp
                               const float *lse, const float *D, int b, int kvh, int qt0, int nqt,
                               int items, const Dims &d, int lane) {
     for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = kvh * d.group + it / nqt;
-        const int qbase = (qt0 + it % nqt) * BT_BQ;
-        if (it >= BT_STAGES) mbar_wait(&empty[s], ((it / BT_STAGES) & 1) ^ 1);
+        const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
+        const int qbase = item_tile(it, qt0, nqt) * BT_BQ;
+        wait_stage_free(empty, it);
         float *L = (float *)(smem + BtCfg::LD_OFF + s * BtCfg::LD_BYTES), *Dq = L + BT_BQ;
         for (int i = lane; i < BT_BQ; i += 32) {
             const int row = qbase + i;
@@ -147,7 +160,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     for (int it = 0; it < items; it++) {
-        const int h = kvh * d.group + it / nqt, qt = qt0 + it % nqt;
+        const int h = item_head(it, kvh, nqt, d), qt = item_tile(it, qt0, nqt);
         for (int w = 0; w < BT_CONSUMERS; w++) {
             unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + w;
             const unsigned char *stage = smem + BtCfg::DQ_OFF + w * BtCfg::DQ_BYTES;
@@ -234,7 +247,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     mbar_wait(kvfull, 0);
     __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
     for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, qbase = (qt0 + it % nqt) * BT_BQ;
+        const int s = it % BT_STAGES, qbase = item_tile(it, qt0, nqt) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;

@@ -41,8 +41,10 @@ static void act_out(engine *e, int l) {
     if (e->offload && l < e->c->layers && kept_boundary(e, l))
         e->ops->to_host(e->be, act_host(e, l), act(e, l, 0), layer_act_bytes(e), act_set(e, l));
 }
-// Forward: the compute about to overwrite kept boundary l's set waits for its way out.
-static void act_reuse(engine *e, int l) {
+// The compute that touches kept boundary l's set waits for the set's last copy: in the forward,
+// before it overwrites the set, for the boundary there before to be out; in the backward,
+// before it reads boundary l, for it to be back.
+static void act_wait(engine *e, int l) {
     if (e->offload && kept_boundary(e, l)) e->ops->slot_wait(e->be, act_set(e, l));
 }
 // Backward: kept boundary l comes back into its set (once what used the set is done). The last
@@ -51,10 +53,6 @@ static void act_in(engine *e, int l) {
     int last = (e->c->layers - 1) / e->every * e->every;
     if (e->offload && l >= 0 && l < last)
         e->ops->from_host(e->be, act(e, l, 0), act_host(e, l), layer_act_bytes(e), act_set(e, l));
-}
-// Backward: the compute that reads kept boundary l waits for it to be back.
-static void act_ready(engine *e, int l) {
-    if (e->offload && kept_boundary(e, l)) e->ops->slot_wait(e->be, act_set(e, l));
 }
 static float *dres(engine *e, int m) {
     return e->dres + (size_t)m * e->n * e->c->dim;
@@ -135,7 +133,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         // first, so the device has it to run while the host waits.
         if (!e->ops->async) fetch_next(e, l, version);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
-        if (keep) act_reuse(e, l + 1);
+        if (keep) act_wait(e, l + 1);
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
             e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m),
@@ -178,7 +176,7 @@ static weight_buffer *ring_for(engine *e, int l, int64_t v, const weight_buffer 
 }
 
 static void redo_forward(engine *e, const weight_buffer *w, int l) {
-    act_ready(e, l);
+    act_wait(e, l);
     span_begin(e, "redo", l);
     for (int m = 0; m < e->c->micro_batches; m++)
         e->ops->layer_forward(e->be, w->dst, act(e, l, m), act(e, l + 1, m), -1);
@@ -194,7 +192,7 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     // A segment's first layer brings the segment below's first boundary back, into the set the
     // segment above (or the head) has finished with.
     if (kept_boundary(e, l)) act_in(e, l - e->every);
-    act_ready(e, l);
+    act_wait(e, l);
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
         e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), dres(e, m),
