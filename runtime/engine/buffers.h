@@ -21,6 +21,7 @@ typedef struct {
     double *group_sumsq;                 // [n_groups]: each group's last announced squared norm
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
     double span_begin_us;                // CPU backend: start of the open compute span
+    float *node_scratch;                 // CPU backend over nodes: the largest group, for sums
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

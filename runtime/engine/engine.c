@@ -160,6 +160,15 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     if (!e) mt_die("out of memory");
     e->c = &job->cfg, e->job = job;
     pick_backend(e);
+    if (job->nodes > 1 && e->ops->async) { // issue 18
+        snprintf(err, errlen,
+                 "data parallel over %d nodes runs on the CPU backend so far: set backend = "
+                 "\"cpu\" in %s, or run on one node",
+                 job->nodes, job->args.config_path);
+        e->ops->destroy(e->be);
+        free(e);
+        return NULL;
+    }
     const char *where;
     uint64_t room = device_free(e, &where);
     plan_choices ch;
@@ -175,6 +184,33 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     e->slots = plan_boundary_slots(e->c, &ch);
     e->offloaded = plan_offloaded_boundaries(e->c, &ch);
     return e;
+}
+
+// The CPU backend, the bitwise reference, sums micro-batch gradients in a tree (step.h), so
+// that one node and several give the same bits; the GPU accumulates them in place. Over nodes
+// each micro-batch's loss is taken on its own.
+static void micro_sums_init(engine *e, size_t layer, size_t head, size_t emb) {
+    int M = e->c->micro_batches;
+    if (e->job->nodes > 1) {
+        e->micro_loss = calloc((size_t)M, sizeof *e->micro_loss);
+        if (!e->micro_loss) mt_die("out of memory");
+    }
+    if (e->ops->async || M == 1) return;
+    size_t numel[3] = {[MICRO_LAYER] = layer, [MICRO_HEAD] = head, [MICRO_EMB] = emb};
+    for (int k = 0; k < 3; k++) {
+        e->micro[k] = calloc((size_t)M, sizeof(float *));
+        if (!e->micro[k]) mt_die("out of memory");
+        for (int m = 1; m < M; m++) e->micro[k][m] = device_alloc(e, numel[k], sizeof(float));
+    }
+}
+
+static void micro_sums_free(engine *e) {
+    for (int k = 0; k < 3; k++) {
+        for (int m = 1; e->micro[k] && m < e->c->micro_batches; m++)
+            e->ops->release(e->be, e->micro[k][m]);
+        free(e->micro[k]);
+    }
+    free(e->micro_loss);
 }
 
 static void engine_init(engine *e) {
@@ -210,6 +246,7 @@ static void engine_init(engine *e) {
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
     if (!e->inputs || !e->targets) mt_die("out of memory");
+    micro_sums_init(e, layer, head, emb);
 }
 
 static void engine_free(engine *e) {
@@ -222,6 +259,7 @@ static void engine_free(engine *e) {
         e->ops->release(e->be, e->own[l].dst), e->ops->release(e->be, e->own_g[l].src);
     free(e->own), free(e->own_g);
     device_groups_free(&e->dev);
+    micro_sums_free(e);
     e->ops->release(e->be, e->acts);
     if (e->acts_host) e->ops->host_release(e->be, e->acts_host);
     e->ops->release(e->be, e->dres);
@@ -267,19 +305,20 @@ void engine_run(engine *e) {
     engine_init(e);
     mt_job *job = e->job;
     const mt_config *c = &job->cfg;
-    trace_open(c, job->rank, job->world, job->start_step, job->end_step);
+    trace_open(c, job, job->start_step, job->end_step);
     metrics mx;
+    int lead = job_writes(job); // the other nodes neither evaluate nor sample
     metrics_open(&mx, job, e->ops->name, e->dev.groups);
     for (int64_t step = job->start_step; step < job->end_step; step++) {
-        if (c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
+        if (lead && c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(e, step));
         run_step(e, &mx, step);
         if (e->dev.groups > 0 && checkpoint_state_due(job, (int)step + 1))
             device_groups_send_back(&e->dev);
         if (step == job->start_step) reserve_kept(e, &mx, step + 1 < job->end_step);
     }
-    if (c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));
-    if (c->sample_tokens > 0) sample_text(e, &mx, job->end_step);
+    if (lead && c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));
+    if (lead && c->sample_tokens > 0) sample_text(e, &mx, job->end_step);
     metrics_close(&mx);
     engine_free(e); // joins the copy streams: their spans are all in
     free(e);

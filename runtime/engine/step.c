@@ -100,10 +100,6 @@ static const void *classifier_weights(engine *e) {
     return (const char *)e->head.dst + (size_t)e->c->dim * e->ops->weight_bytes;
 }
 
-static float *classifier_grads(engine *e) {
-    return e->c->tied_embeddings ? e->emb_g.src : e->head_g.src + e->c->dim;
-}
-
 // In the forward, after layer l: layer l + 1, or the head.
 static void fetch_next(engine *e, int l, int64_t version) {
     if (l + 1 < e->c->layers)
@@ -151,6 +147,20 @@ static void zero_grads(engine *e, grad_buffer *g, uint64_t numel) {
     e->ops->zero(e->be, g->src, numel * sizeof(float));
 }
 
+// Where micro-batch m's gradients of a group of `kind` go: the group's buffer `own`, or with
+// micro-batch sums a zeroed buffer of m's own (zeroed when `fresh`).
+static float *micro_grads(engine *e, float *own, int kind, int m, size_t numel, int fresh) {
+    if (!e->micro[kind] || m == 0) return own;
+    if (fresh) e->ops->zero(e->be, e->micro[kind][m], numel * sizeof(float));
+    return e->micro[kind][m];
+}
+
+static void sum_micro(engine *e, float *own, int kind, size_t numel) {
+    if (!e->micro[kind]) return;
+    e->micro[kind][0] = own;
+    job_sum_tree(e->micro[kind], e->c->micro_batches, numel);
+}
+
 // The backward's passes, segment by segment from the top: each segment but the last (whose
 // boundaries the forward left in place) first redoes the forward of its layers but the top
 // one, remaking its boundaries; then the backward of its layers, top down. k = 1: the
@@ -188,16 +198,19 @@ static void redo_forward(engine *e, const weight_buffer *w, int l) {
 static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t step) {
     const mt_config *c = e->c;
     grad_buffer *gb = layer_grads(e, l);
-    zero_grads(e, gb, e->job->group_numel[model_layer_group(l)]);
+    size_t numel = e->job->group_numel[model_layer_group(l)];
+    zero_grads(e, gb, numel);
     // A segment's first layer brings the segment below's first boundary back, into the set the
     // segment above (or the head) has finished with.
     if (kept_boundary(e, l)) act_in(e, l - e->every);
     act_wait(e, l);
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
-        e->ops->layer_backward(e->be, w->dst, gb->src, act(e, l, m), dres(e, m), dres(e, m),
+        float *dw = micro_grads(e, gb->src, MICRO_LAYER, m, numel, 1);
+        e->ops->layer_backward(e->be, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
                                keep_slot(e, l, m)); // in place: no second residual buffer
     }
+    sum_micro(e, gb->src, MICRO_LAYER, numel);
     span_end(e, "bwd", l);
 }
 
@@ -269,32 +282,69 @@ static void stop_if_requested(engine *e, int64_t step) {
     for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
 }
 
-static void load_batches(engine *e, int split, int64_t step, int M) {
+// Micro-batches first .. first + M - 1 counted from micro-batch 0 of `step`, in global batches
+// (every node's micro-batches): what the data hands out never depends on the node count.
+static void load_batches(engine *e, int split, int64_t step, int first, int M) {
     const mt_config *c = e->c;
-    for (int m = 0; m < M; m++)
-        dataset_batch(&e->data, split, c->seed, step, m, c->micro_batch, c->seq_len,
-                      e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
+    int global = c->micro_batches * e->job->nodes;
+    for (int m = 0; m < M; m++) {
+        int i = first + m;
+        dataset_batch(&e->data, split, c->seed, step + i / global, i % global, c->micro_batch,
+                      c->seq_len, e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
+    }
+}
+
+// The step's summed loss. Over nodes: every micro-batch's, gathered to the leader and added in
+// the global batch's order, as one node adds them.
+static double step_loss(engine *e) {
+    mt_job *job = e->job;
+    int M = e->c->micro_batches;
+    if (job->nodes == 1) return e->ops->take_loss(e->be);
+    double *all = job_writes(job) ? calloc((size_t)M * job->nodes, sizeof *all) : NULL, sum = 0;
+    if (job_writes(job) && !all) mt_die("out of memory");
+    MPI_CHECK(MPI_Gather(e->micro_loss, M, MPI_DOUBLE, all, M, MPI_DOUBLE, 0, job->dp_comm));
+    for (int i = 0; all && i < M * job->nodes; i++) sum += all[i];
+    free(all);
+    return sum;
+}
+
+// The head over micro-batch m: its gradients go where micro_grads says (the classifier's into
+// the embedding's when they are tied), and over nodes its loss is taken on its own.
+static void head_pass(engine *e, int m, float dloss) {
+    const mt_config *c = e->c;
+    size_t head = e->job->group_numel[model_head_group(c)], emb = e->job->group_numel[0];
+    float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
+    float *cls_g = c->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
+                                      : head_g + c->dim;
+    e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, c->layers, m),
+                 dres(e, m), m, dloss);
+    if (e->micro_loss) e->micro_loss[m] = e->ops->take_loss(e->be);
 }
 
 double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
-    load_batches(e, SPLIT_TRAIN, step, M);
+    size_t emb = e->job->group_numel[0];
+    load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
     forward_layers(e, step, M, 1);
     zero_grads(e, &e->head_g, e->job->group_numel[model_head_group(c)]);
-    zero_grads(e, &e->emb_g, e->job->group_numel[0]);
-    float dloss = 1.0f / ((float)M * e->n);
+    zero_grads(e, &e->emb_g, emb);
+    // Each token's share of the global batch's mean loss.
+    float dloss = 1.0f / ((float)M * e->job->nodes * e->n);
     span_begin(e, "head", -1);
-    for (int m = 0; m < M; m++)
-        e->ops->head(e->be, e->head.dst, classifier_weights(e), e->head_g.src, classifier_grads(e),
-                     act(e, c->layers, m), dres(e, m), m, dloss);
+    for (int m = 0; m < M; m++) head_pass(e, m, dloss);
+    sum_micro(e, e->head_g.src, MICRO_HEAD, e->job->group_numel[model_head_group(c)]);
     span_end(e, "head", -1);
     buffer_done(&e->head);
     inject_nan(e, step);
     offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
     backward_layers(e, step);
     span_begin(e, "embed bwd", -1);
-    for (int m = 0; m < M; m++) e->ops->embed_backward(e->be, e->emb_g.src, dres(e, m), m);
+    for (int m = 0; m < M; m++) // tied: micro-batch m's buffer holds its classifier part already
+        e->ops->embed_backward(e->be, micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb,
+                                                  !c->tied_embeddings),
+                               dres(e, m), m);
+    sum_micro(e, e->emb_g.src, MICRO_EMB, emb);
     span_end(e, "embed bwd", -1);
     buffer_done(&e->emb);
     stop_if_requested(e, step);
@@ -303,17 +353,17 @@ double train_step(engine *e, int64_t step) {
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);
     for (int l = 0; l < e->n_own; l++) offload_reuse(&e->own_g[l]);
     update_own_groups(e, step);
-    return e->ops->take_loss(e->be) / ((double)M * e->n);
+    return step_loss(e) / ((double)M * e->job->nodes * e->n);
 }
 
 // Mean loss on eval_batches validation micro-batches, with the weights at `version`.
 double eval_loss(engine *e, int64_t version) {
     const mt_config *c = e->c;
     int done = 0;
-    for (int chunk = 0; done < c->eval_batches; chunk++) {
+    while (done < c->eval_batches) {
         int M =
             c->eval_batches - done < c->micro_batches ? c->eval_batches - done : c->micro_batches;
-        load_batches(e, SPLIT_VAL, chunk, M);
+        load_batches(e, SPLIT_VAL, 0, done, M);
         forward_layers(e, version, M, 0);
         for (int m = 0; m < M; m++)
             e->ops->head(e->be, e->head.dst, classifier_weights(e), NULL, NULL,

@@ -45,7 +45,15 @@ struct engine {
     float *dres;               // [M * n * D]: gradient flowing back through the residual stream
     int32_t *inputs, *targets; // host, [M * n]
     int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
+    // Micro-batch sums (CPU backend, M > 1): each micro-batch's gradients start from zero in a
+    // buffer of their own, micro[kind][m] (m >= 1; m = 0 is the group's buffer), and are summed
+    // in job_sum_tree's order, the order nodes holding them would sum them in: a run's bits then
+    // do not depend on how many nodes share its micro-batches. NULL: accumulated in place.
+    float **micro[3]; // MICRO_LAYER, MICRO_HEAD, MICRO_EMB
+    double *micro_loss; // [M]: each micro-batch's loss, for the nodes' ordered sum
 };
+
+enum { MICRO_LAYER, MICRO_HEAD, MICRO_EMB };
 
 // One boundary activation's bytes over all micro-batches.
 static inline size_t layer_act_bytes(const engine *e) {

@@ -35,6 +35,13 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
         t->h2d = stream_new("mt-h2d", TRACE_H2D);
         t->d2h = stream_new("mt-d2h", TRACE_D2H);
     }
+    if (!compute_stream && job->nodes > 1) {
+        uint64_t most = 0;
+        for (int g = 0; g < job->n_groups; g++)
+            if (job->group_numel[g] > most) most = job->group_numel[g];
+        t->node_scratch = malloc(most * sizeof(float));
+        if (!t->node_scratch) mt_die("out of memory");
+    }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     t->group_sumsq = calloc(job->n_groups, sizeof(double));
     t->taken = calloc(job->n_shards, 1);
@@ -49,6 +56,7 @@ void transfer_free(transfer *t) {
     free(t->version);
     free(t->group_sumsq);
     free(t->taken);
+    free(t->node_scratch);
 }
 
 void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
@@ -178,12 +186,15 @@ static void round_bf16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
-// CPU backend. The norm is always the fp32 gradients'; bf16 slots get them rounded once, and a
-// group that stays (updated here) is rounded in place, so that it sees what a slot would hold.
+// CPU backend. Over nodes the compute ranks first sum the group's gradients, in a tree fixed
+// by the node indices (the offloads run in the same group order on every node, on this one
+// thread). The norm is then always the fp32 gradients'; bf16 slots get them rounded once, and
+// a group that stays (updated here) is rounded in place, so that it sees what a slot would hold.
 static void offload_job(void *arg) {
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
     size_t numel = job->group_numel[buf->group];
+    if (job->nodes > 1) job_allreduce_tree(buf->src, numel, buf->t->node_scratch, job->dp_comm);
     if (buf->stays) { // the same sum, in the same (index) order, as the copying loop below
         buf->sumsq = sum_of_squares(buf->src, numel);
         if (job->grad_bytes == 2) round_bf16(buf->src, numel);

@@ -354,13 +354,14 @@ void checkpoint_load(mt_job *job, group_state *state) {
     io_slices(job, job->resume_path, state, 0);
 }
 
+// The nodes hold the same state: the leader saves and exports it.
 int checkpoint_due(const mt_job *job, int version) {
     int every = job->cfg.checkpoint_interval;
-    return every > 0 && (version == job->end_step || version % every == 0);
+    return job_writes(job) && every > 0 && (version == job->end_step || version % every == 0);
 }
 
 int checkpoint_export_due(const mt_job *job) {
-    return job->cfg.export_dir[0] && job->end_step == job->cfg.steps;
+    return job_writes(job) && job->cfg.export_dir[0] && job->end_step == job->cfg.steps;
 }
 
 int checkpoint_state_due(const mt_job *job, int version) {

@@ -32,16 +32,19 @@ void job_bcast_floats_on(float *x, size_t n, int root, MPI_Comm comm) {
     }
 }
 
+// The node's communicator, for the two calls above that take none.
+static MPI_Comm state_comm = MPI_COMM_WORLD;
+
 void job_send_floats(const float *x, size_t n, int dest) {
-    job_send_floats_on(x, n, dest, STATE_TAG, MPI_COMM_WORLD);
+    job_send_floats_on(x, n, dest, STATE_TAG, state_comm);
 }
 
 void job_recv_floats(float *x, size_t n, int src) {
-    job_recv_floats_on(x, n, src, STATE_TAG, MPI_COMM_WORLD);
+    job_recv_floats_on(x, n, src, STATE_TAG, state_comm);
 }
 
 void job_fail_input(const mt_job *job, const char *msg) {
-    if (job->rank == 0) mt_put_line(stderr, "mt-rank: ", msg);
+    if (job->world_rank == 0) mt_put_line(stderr, "mt-rank: ", msg);
     MPI_Finalize();
     exit(2);
 }
@@ -65,7 +68,7 @@ static void place_threads(mt_job *job) {
     job->numa_node = (numa_available() >= 0 && cpu >= 0) ? numa_node_of_cpu(cpu) : 0;
     if (job->numa_node < 0) job->numa_node = 0;
     MPI_Comm host;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+    MPI_CHECK(MPI_Comm_split_type(job->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
     int hsize, hrank;
     MPI_CHECK(MPI_Comm_size(host, &hsize));
     MPI_CHECK(MPI_Comm_rank(host, &hrank));
@@ -97,9 +100,13 @@ static void job_id_from_env(mt_job *job) {
             mt_die("getrandom: %s", strerror(errno));
         MPI_CHECK(MPI_Bcast(raw, sizeof raw, MPI_BYTE, 0, MPI_COMM_WORLD));
         for (int i = 0; i < 16; i++) sprintf(job->job_id + 2 * i, "%02x", raw[i]);
-        return;
+    } else {
+        snprintf(job->job_id, sizeof job->job_id, "%s", id);
     }
-    snprintf(job->job_id, sizeof job->job_id, "%s", id);
+    // Virtual nodes share one /dev/shm: each names its regions apart (mtrun's clean-up of
+    // "mtc-<job>-*" still finds them).
+    size_t len = strlen(job->job_id);
+    if (job->nodes > 1) snprintf(job->job_id + len, sizeof job->job_id - len, "-n%d", job->node);
 }
 
 // Owners create their regions; names go to rank 0 over MPI; once rank 0 has mapped them all,
@@ -118,23 +125,57 @@ static void map_regions(mt_job *job) {
     } else {
         names = calloc(job->world, sizeof name);
     }
-    MPI_CHECK(
-        MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR, 0, job->comm));
     if (job_is_compute(job)) {
         for (int s = 0; s < job->n_shards; s++)
             shm_region_open(&job->regions[s], names + (s + 1) * sizeof name,
                             job->layouts[s].total_bytes);
         free(names);
     }
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Barrier(job->comm));
     if (!job_is_compute(job)) shm_region_unlink(&job->regions[k]);
+}
+
+// MT_TEST_NODES=N: N virtual nodes of consecutive ranks (tests on one host); else a node is
+// the ranks that share memory. Nodes must be alike, and a node's ranks consecutive, so that
+// node n holds ranks n * world .. (n + 1) * world - 1 as mtrun's plan and the hostfile say.
+static void split_nodes(mt_job *job) {
+    int size, uniform[2];
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    const char *test = getenv("MT_TEST_NODES");
+    int want = test && atoi(test) > 0 ? atoi(test) : 0;
+    if (want > 0 && size % want == 0)
+        MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job->world_rank / (size / want), job->world_rank,
+                                 &job->comm));
+    else
+        MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, job->world_rank,
+                                      MPI_INFO_NULL, &job->comm));
+    MPI_CHECK(MPI_Comm_rank(job->comm, &job->rank));
+    MPI_CHECK(MPI_Comm_size(job->comm, &job->world));
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job->rank, job->world_rank, &job->dp_comm));
+    MPI_CHECK(MPI_Comm_rank(job->dp_comm, &job->node));
+    MPI_CHECK(MPI_Comm_size(job->dp_comm, &job->nodes));
+    int mine[2] = {job->world, job->world_rank == job->node * job->world + job->rank};
+    MPI_CHECK(MPI_Allreduce(mine, uniform, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    int most;
+    MPI_CHECK(MPI_Allreduce(&job->world, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    state_comm = job->comm;
+    if (want > 0 && size % want != 0) {
+        char err[160];
+        snprintf(err, sizeof err, "MT_TEST_NODES=%d: %d ranks do not split into %d alike nodes",
+                 want, size, want);
+        job_fail_input(job, err);
+    }
+    if (uniform[0] != most || !uniform[1])
+        job_fail_input(job, "the nodes hold different numbers of ranks, or not consecutive ones: "
+                            "give every host of the hostfile the same slots");
 }
 
 void job_init(mt_job *job, const job_args *args) {
     memset(job, 0, sizeof *job);
     job->args = *args;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &job->rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &job->world));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &job->world_rank));
+    split_nodes(job);
     job->n_shards = job->world - 1;
 }
 
@@ -164,7 +205,7 @@ static void gather_hosts(mt_job *job) {
     gethostname(mine, sizeof mine - 1);
     job->hosts = calloc((size_t)job->world, sizeof *job->hosts);
     if (!job->hosts) mt_die("out of memory");
-    MPI_CHECK(MPI_Allgather(mine, 64, MPI_CHAR, job->hosts, 64, MPI_CHAR, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allgather(mine, 64, MPI_CHAR, job->hosts, 64, MPI_CHAR, job->comm));
 }
 
 int job_recv(mt_job *job, control_msg *msg, const char *what, int from) {
@@ -195,7 +236,7 @@ void job_start(mt_job *job) {
     SYS_CHECK(sigaction(SIGUSR1, &sa, NULL));
     place_threads(job);
     job_id_from_env(job);
-    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,
+    MPI_CHECK(MPI_Comm_split(job->comm, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,
                              &job->opt_comm));
     job->end_step = job->cfg.steps;
     if (job->args.stop_at > 0 && job->args.stop_at < job->end_step)
@@ -203,13 +244,15 @@ void job_start(mt_job *job) {
     if (job->start_step >= job->end_step)
         job_fail_input(job, "the checkpoint to resume is already at or past the last step");
     map_regions(job);
-    job->ctl = control_init(MPI_COMM_WORLD);
+    job->ctl = control_init(job->comm);
 }
 
 void job_teardown(mt_job *job) {
     control_finalize(job->ctl);
     for (int k = 0; k < job->n_shards; k++) shm_region_close(&job->regions[k]);
     if (job->opt_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_comm));
+    MPI_CHECK(MPI_Comm_free(&job->dp_comm));
+    MPI_CHECK(MPI_Comm_free(&job->comm));
     free(job->layouts);
     free(job->regions);
     free(job->hosts);

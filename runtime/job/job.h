@@ -1,6 +1,8 @@
 // What every rank of a job shares: the config, its role, the shard layouts, the shared
-// regions and the control plane. Rank 0 is the compute process; rank k >= 1 the optimizer
-// process that owns shard k-1 of every parameter group.
+// regions and the control plane. A job runs on one or more nodes (data parallel), each the
+// same: on its node, rank 0 is the compute process and rank k >= 1 the optimizer process that
+// owns shard k-1 of every parameter group. rank, world and comm are the node's; node, nodes and
+// dp_comm join the ranks of one role across nodes.
 #ifndef MT_JOB_H
 #define MT_JOB_H
 
@@ -22,7 +24,14 @@ typedef struct {
 typedef struct {
     mt_config cfg;
     job_args args;
-    int rank, world, n_shards; // n_shards = world - 1
+    int rank, world, n_shards; // on this node; n_shards = world - 1
+    MPI_Comm comm;             // this node's ranks: all that shares memory and the control plane
+    // Data parallel: this node's index among `nodes`, and the ranks with this rank's place on
+    // every node, in node order (the compute ranks reduce their gradients over it). The node's
+    // micro-batches are cfg.micro_batches (the config's divided by nodes), the first of them the
+    // global batch's micro-batch `first_micro`. world_rank: the rank in MPI_COMM_WORLD.
+    int node, nodes, first_micro, world_rank;
+    MPI_Comm dp_comm;
     MPI_Comm opt_comm;         // the optimizer ranks; MPI_COMM_NULL on the compute rank
     int numa_node, threads;
     int node_peers,
@@ -52,7 +61,8 @@ typedef struct {
 // Setting a job up is collective over MPI_COMM_WORLD, in three steps, so that what reads files
 // (the config, a checkpoint to resume, model_dir's weights: io/) can run between them, from
 // the rank program, before any shared memory exists:
-//  1. job_init: the rank and world size;
+//  1. job_init: the node (MT_TEST_NODES=N: N virtual nodes of consecutive ranks, for tests on
+//     one host; else one per shared-memory domain), the rank and world size on it;
 //  2. job_make_layouts, once cfg, device_groups and grad_bytes are set: the parameter groups
 //     and their shard layouts;
 //  3. job_start: threads, the job id, the optimizers' communicator, the shared regions and the
@@ -65,7 +75,7 @@ void job_teardown(mt_job *job);
 // and every rank exits with 2.
 void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn));
 
-// Point-to-point float arrays of any length on MPI_COMM_WORLD, on one tag, so that messages
+// Point-to-point float arrays of any length on the node's communicator, on one tag, so that messages
 // between two ranks keep their order (the state of the groups the compute rank updates).
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
@@ -81,6 +91,14 @@ void job_bcast_floats_on(float *x, size_t n, int root, MPI_Comm comm);
 // this one is what data-parallel gradients need to be bitwise reproducible across transports.
 // scratch: n floats.
 void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm);
+// The same tree within one process: x[0] becomes the sum of x[0 .. count-1] as if x[i] were
+// rank i's (the others are overwritten). Micro-batch gradients summed this way give the bits
+// that nodes each holding a power of two of them would get from job_allreduce_tree.
+void job_sum_tree(float *const *x, int count, size_t n);
+// The job's leader node writes what a run leaves (metrics, checkpoints, exports, traces).
+static inline int job_writes(const mt_job *j) {
+    return j->node == 0;
+}
 
 // SIGUSR1 (mtrun sends it on a first Ctrl-C or SIGTERM; mpirun passes it on to every rank)
 // asks the job to stop after the step under way, with a checkpoint. job_start installs the

@@ -1,5 +1,5 @@
-// The fixed-order allreduce of job.h (job_allreduce_tree): a binomial tree up to rank 0, one
-// partner per level, then a broadcast of the bits.
+// The fixed-order sums of job.h: job_allreduce_tree, a binomial tree up to rank 0, one partner
+// per level, then a broadcast of the bits; job_sum_tree, the same tree over buffers of one rank.
 #include "runtime/base/base.h"
 #include "runtime/job/job.h"
 
@@ -25,4 +25,9 @@ void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm) {
         }
     }
     job_bcast_floats_on(x, n, 0, comm);
+}
+
+void job_sum_tree(float *const *x, int count, size_t n) {
+    for (int s = 1; s < count; s *= 2)
+        for (int r = 0; r + s < count; r += 2 * s) add_into(x[r], x[r + s], n);
 }

@@ -164,6 +164,7 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
     memset(mx, 0, sizeof *mx);
     mx->job = job;
     mx->device_groups = device_groups;
+    if (!job_writes(job)) return; // the leader node reports the job: mx->jsonl stays NULL
     detect_tty(mx);
     const mt_config *c = &job->cfg;
     make_dirs(c->checkpoint_dir);
@@ -183,11 +184,11 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
             "\"optimizer_ranks\":%d,\"backend\":\"%s\",\"tokens_per_step\":%ld,"
             "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
-            backend, mt_tokens_per_step(c), mx->flops_per_token, mx->peak_flops);
+            backend, mt_tokens_per_step(c) * job->nodes, mx->flops_per_token, mx->peak_flops);
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
-           model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c),
+           model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c) * job->nodes,
            job->start_step + 1, job->end_step, backend, job->threads);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
@@ -204,6 +205,7 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
 }
 
 void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
+    if (!mx->jsonl) return;
     fprintf(mx->jsonl, "{\"event\":\"memory\",\"device_bytes\":%zu,\"kept\":%d,\"passes\":%d}\n",
             device_bytes, kept, passes);
     fflush(mx->jsonl);
@@ -218,10 +220,12 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
 }
 
 void metrics_step_begin(metrics *mx) {
+    if (!mx->jsonl) return;
     mx->step_start = now_seconds();
 }
 
 void metrics_step_stop(metrics *mx) {
+    if (!mx->jsonl) return;
     mx->step_stop = now_seconds();
 }
 
@@ -269,6 +273,7 @@ static void json_number(char *out, size_t n, const char *fmt, double v) {
 }
 
 void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *costs) {
+    if (!mx->jsonl) return;
     const mt_config *c = &mx->job->cfg;
     double now = mx->step_stop;
     step_info s = {.step = step, .loss = loss, .mem_used = -1, .mem_total = -1};
@@ -281,7 +286,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
                   : st.opt_stall_seconds >= 0 ? st.opt_stall_seconds / s.dt
                                               : wait / s.dt;
     s.busy = st.compute_busy_seconds >= 0 && s.dt > 0 ? st.compute_busy_seconds / s.dt : -1;
-    s.tok_s = mt_tokens_per_step(c) / s.dt, s.norm = sqrt(costs->grad_sumsq);
+    s.tok_s = mt_tokens_per_step(c) * mx->job->nodes / s.dt, s.norm = sqrt(costs->grad_sumsq);
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);
@@ -311,6 +316,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
 }
 
 void metrics_eval(metrics *mx, int64_t step, double loss) {
+    if (!mx->jsonl) return;
     print_above(mx, "eval at step %lld | val loss %.4f\n", (long long)step, loss);
     char loss_text[32];
     json_number(loss_text, sizeof loss_text, "%.17g", loss);
@@ -319,10 +325,12 @@ void metrics_eval(metrics *mx, int64_t step, double loss) {
 }
 
 void metrics_sample(metrics *mx, const char *text) {
+    if (!mx->jsonl) return;
     print_above(mx, "sample after step %d:\n----\n%s\n----\n", mx->job->end_step, text);
 }
 
 void metrics_close(metrics *mx) {
+    if (!mx->jsonl) return;
     if (mx->live_shown) fputc('\n', stdout); // leave the last live line on the screen
     mx->live_shown = 0;
     fflush(stdout);

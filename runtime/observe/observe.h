@@ -30,8 +30,9 @@ typedef struct {
     int64_t step; // 0-based
 } trace_tag;
 
-// Every rank, before its first step. Tracing is on when the job's steps meet trace_steps.
-void trace_open(const mt_config *c, int rank, int world, int start_step, int end_step);
+// Every rank, before its first step. Tracing is on when the job's steps meet trace_steps, on
+// the leader node (job_writes): the trace is one node's.
+void trace_open(const mt_config *c, const mt_job *job, int start_step, int end_step);
 // The step now running (0-based); spans are recorded only while it is a traced one.
 void trace_set_step(int64_t step);
 int trace_active(void);
@@ -40,7 +41,7 @@ trace_tag trace_tag_of(const char *name, int arg_kind, int arg);
 double trace_now_us(void);
 // Thread-safe; spans past the array's capacity are counted and dropped.
 void trace_record(int track, trace_tag tag, double begin_us, double end_us);
-// Collective over MPI_COMM_WORLD when the job traces (every rank calls it, or none).
+// Collective over the node's ranks when the job traces (every rank calls it, or none).
 void trace_finish(void);
 
 // ---- metrics ----

@@ -25,6 +25,7 @@ static struct {
     int64_t current;     // the step now running, -1: none; only the main thread uses it
                          // (the copy streams get it in the tags of their jobs)
     int rank, world, layers;
+    MPI_Comm comm;
     char dir[MT_PATH_MAX];
     span *spans;
     size_t cap;
@@ -37,19 +38,19 @@ double trace_now_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
-void trace_open(const mt_config *c, int rank, int world, int start_step, int end_step) {
-    T.rank = rank, T.world = world, T.layers = c->layers;
+void trace_open(const mt_config *c, const mt_job *job, int start_step, int end_step) {
+    T.rank = job->rank, T.world = job->world, T.layers = c->layers, T.comm = job->comm;
     snprintf(T.dir, sizeof T.dir, "%s", c->checkpoint_dir);
     T.first = c->trace_steps[0] - 1, T.last = c->trace_steps[1] - 1;
     if (T.first < start_step) T.first = start_step;
     if (T.last > end_step - 1) T.last = end_step - 1;
-    T.on = c->trace_steps[0] > 0 && T.first <= T.last;
+    T.on = c->trace_steps[0] > 0 && T.first <= T.last && job_writes(job);
     if (!T.on) return;
     // Per step, rank 0 records per layer a fwd, a bwd, a gradient offload, two waits, two
     // fetches of a copy per shard (fewer than world) and up to two activation copies per
     // micro-batch, and a few spans for the embedding, the head and the step; an optimizer
     // fewer.
-    size_t per_layer = 8 + 2 * (size_t)world + 2 * (size_t)c->micro_batches;
+    size_t per_layer = 8 + 2 * (size_t)T.world + 2 * (size_t)c->micro_batches;
     size_t per_step = per_layer * ((size_t)c->layers + 2) + 32;
     size_t steps = (size_t)(T.last - T.first + 1);
     T.cap = steps > TRACE_MAX_SPANS / per_step ? TRACE_MAX_SPANS : steps * per_step;
@@ -221,7 +222,7 @@ void trace_finish(void) {
     if (!T.on) return;
     make_dirs(T.dir);
     if (T.rank != 0) write_part();
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Barrier(T.comm));
     if (T.rank == 0) merge();
     free(T.spans);
     T.spans = NULL, T.on = 0;

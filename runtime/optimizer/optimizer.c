@@ -306,7 +306,7 @@ void optimizer_run(mt_job *job) {
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
     give_device_groups(&o);
-    trace_open(&job->cfg, job->rank, job->world, job->start_step, job->end_step);
+    trace_open(&job->cfg, job, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         double began = now_seconds(); // the watchdog allows 3 of the longest step
         trace_set_step(step);

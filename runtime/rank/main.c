@@ -24,6 +24,21 @@ static void check_path_room(const mt_job *job, const char *what, const char *pat
     job_fail_input(job, err);
 }
 
+// Data parallel: each node takes an equal run of every step's micro-batches.
+static void split_batch(mt_job *job) {
+    mt_config *c = &job->cfg;
+    if (c->micro_batches % job->nodes != 0) {
+        char err[MT_PATH_MAX + 160];
+        snprintf(err, sizeof err,
+                 "%s: batch.micro_batches = %d does not split evenly over %d nodes: make it a "
+                 "multiple of %d",
+                 job->args.config_path, c->micro_batches, job->nodes, job->nodes);
+        job_fail_input(job, err);
+    }
+    c->micro_batches /= job->nodes;
+    job->first_micro = job->node * c->micro_batches;
+}
+
 static void load_config(mt_job *job) {
     char err[1024];
     if (mt_config_load(&job->cfg, job->args.config_path, err, sizeof err) != 0)
@@ -31,6 +46,7 @@ static void load_config(mt_job *job) {
     if (job->args.out_dir)
         snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->args.out_dir);
     if (job->world < 2) job_fail_input(job, "need at least 2 ranks: 1 compute + 1 optimizer");
+    split_batch(job);
     check_path_room(job, job->args.out_dir ? "--out" : "checkpoint.dir", job->cfg.checkpoint_dir);
     check_path_room(job, "export_dir", job->cfg.export_dir);
 }
@@ -57,7 +73,7 @@ static void resolve_checkpoints(mt_job *job) {
         checkpoint_check_state(job->resume_path, job, err, sizeof err) != 0)
         job_fail_input(job, err);
     // Every rank reads only its share of state.bin's blocks; all learn the verdict.
-    if (checkpoint_verify_state(job->resume_path, job, MPI_COMM_WORLD, err, sizeof err) != 0)
+    if (checkpoint_verify_state(job->resume_path, job, job->comm, err, sizeof err) != 0)
         job_fail_input(job, err);
     // --resume without --out continues in the run folder it resumes, not in checkpoint.dir.
     if (!job->args.out_dir) {
@@ -107,8 +123,14 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
     job->grad_bytes = grad_bytes_of(job);
     if (job_is_compute(job) && !(*eng = engine_new(job, err, sizeof err)))
         job->device_groups = -1; // its buffers do not fit: every rank ends, rank 0 says why
-    MPI_CHECK(MPI_Bcast(&job->device_groups, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (job->device_groups < 0) job_fail_input(job, err);
+    // Any node's compute rank may refuse; the first one's reason is the one said.
+    int refused = job->device_groups < 0, first = refused ? job->node : job->nodes;
+    MPI_CHECK(MPI_Bcast(&job->device_groups, 1, MPI_INT, 0, job->comm));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (first < job->nodes) {
+        MPI_CHECK(MPI_Bcast(err, sizeof err, MPI_CHAR, first * job->world, MPI_COMM_WORLD));
+        job_fail_input(job, err);
+    }
     job_make_layouts(job);
     resolve_checkpoints(job);
     check_hf_dirs(job);
@@ -118,7 +140,7 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
 // optimizer.max_bad_steps non-finite norms in a row ended the job early, with a checkpoint of
 // the last good state: every rank exits with 3, rank 0 says why.
 static void teardown(mt_job *job) {
-    int stopped = job->stopped_bad, rank = job->rank, at = job->end_step;
+    int stopped = job->stopped_bad, rank = job->world_rank, at = job->end_step;
     if (job->stopped_on_request >= 0 && rank == 0) {
         char saved[MT_PATH_MAX + 64] = "checkpoint.interval = 0: nothing was saved";
         if (job->cfg.checkpoint_interval > 0)
@@ -173,7 +195,11 @@ static job_args parse_args(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     job_args args = parse_args(argc, argv);
-    MPI_CHECK(MPI_Init(&argc, &argv));
+    // The compute rank's gradient sums across nodes run on its copy thread (engine/transfer.c),
+    // never at the same time as another MPI call of the rank.
+    int provided;
+    MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided));
+    if (provided < MPI_THREAD_SERIALIZED) mt_die("MPI: this Open MPI has no MPI_THREAD_SERIALIZED");
     mt_job job;
     engine *eng = NULL;
     setup(&job, &args, &eng);
