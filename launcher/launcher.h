@@ -10,7 +10,8 @@
 #include <stdio.h>
 
 typedef struct {
-    int np;                                       // processes: 1 compute + np-1 optimizers
+    int np;    // processes in all: per node 1 compute + np / nodes - 1 optimizers
+    int nodes; // data parallel: the hostfile's hosts, or MT_TEST_NODES virtual ones (tests)
     const char *config, *hostfile, *resume, *out; // NULL when not given
     const char *stop_at;                          // passed through to mt-rank
     const char *grad_dtype;  // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype
@@ -50,6 +51,11 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
                       const char *rank_prog);
 // One line that a POSIX shell reads back as the same words.
 void cmd_print_quoted(FILE *f, const char *prefix, const cmdline *c);
+
+// relay.c: copies mpirun's standard error (read from fd until it closes) to ours, the ranks'
+// lines as they are; Open MPI's boxes that repeat a rank's own message are dropped, and the one
+// for a rank killed by a signal becomes a line naming its node and role.
+void relay_mpirun_stderr(int fd, int ranks_per_node);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.
 typedef struct {

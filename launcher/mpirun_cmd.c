@@ -108,9 +108,8 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     c->argc = 0;
     add(c, mpirun);
     if (geteuid() == 0) add(c, "--allow-run-as-root");
-    // No Open MPI banner after a rank's own one-line refusal: the rank says what went wrong
-    // (and a crashing rank's stack still shows); mtrun adds a line for an abnormal end.
-    add(c, "--quiet");
+    // Not --quiet: it would hide which rank a signal killed. mtrun's relay (relay.c) drops
+    // the banners that only repeat a rank's own one-line refusal.
     // Nothing reads standard input, and mpirun runs in its own process group (mtrun.c): were
     // it to read the terminal, the terminal would stop it.
     add(c, "--stdin"), add(c, "none");
@@ -138,6 +137,7 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // rank 0 cannot tell by itself whether a person watches: it is told.
     add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");
     if (getenv("MT_PEAK_FLOPS")) add(c, "-x"), add(c, "MT_PEAK_FLOPS"); // MFU's peak
+    if (getenv("MT_TEST_NODES")) add(c, "-x"), add(c, "MT_TEST_NODES"); // virtual nodes
     if (o->tty) {
         static char cols[32];
         snprintf(cols, sizeof cols, "MT_TTY_COLUMNS=%d", o->tty_columns);

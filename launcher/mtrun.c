@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -41,7 +42,8 @@ static void usage(FILE *f) {
           "options:\n"
           "  -np N, -n N      processes in all: 1 compute + N-1 optimizers (N >= 2;\n"
           "                   default: 1 + one optimizer per NUMA node)\n"
-          "  --hostfile F     run on the hosts in F (Open MPI syntax: host [slots=N])\n"
+          "  --hostfile F     run on the hosts in F (Open MPI syntax: host [slots=N]);\n"
+          "                   several hosts train data parallel, N / hosts ranks on each\n"
           "  --resume DIR     continue from the checkpoint in DIR (a run folder or one step),\n"
           "                   writing on into that run folder unless --out names another\n"
           "  --out DIR        write checkpoints and logs to DIR instead of checkpoint.dir\n"
@@ -61,7 +63,7 @@ static void usage(FILE *f) {
           "examples:\n"
           "  mtrun configs/tiny.cfg                      # the tiny default, on this machine\n"
           "  mtrun -np 4 train.cfg                       # 1 compute + 3 optimizer processes\n"
-          "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes (not yet)\n"
+          "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes, data parallel\n"
           "  mtrun --resume runs/tiny -np 4 configs/tiny.cfg\n"
           "  mtrun --dry-run -np 4 train.cfg -- --mca btl_tcp_if_include eth0\n"
           "  mtrun --plan -np 5 configs/7b.cfg           # will it fit? how long per step?\n"
@@ -278,7 +280,7 @@ static void remove_leftovers(const char *job, const char *mpi_dir) {
                 removed, removed == 1 ? "" : "s", job);
 }
 
-static int run(const cmdline *c, const char *job, const char *mpi_dir) {
+static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks_per_node) {
     // Block the signals until the handlers are in place, so none is lost around fork.
     sigset_t block, old;
     sigemptyset(&block);
@@ -286,9 +288,12 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir) {
     sigaddset(&block, SIGTERM);
     SYS_CHECK(sigprocmask(SIG_BLOCK, &block, &old));
     pid_t parent = getpid();
+    int err_pipe[2];
+    SYS_CHECK(pipe2(err_pipe, O_CLOEXEC));
     pid_t pid = fork();
     SYS_CHECK(pid);
     if (pid == 0) {
+        SYS_CHECK(dup2(err_pipe[1], STDERR_FILENO)); // dup2 clears close-on-exec on the copy
         // If mtrun is killed outright (SIGKILL, a test's timeout), mpirun must not run on
         // as an orphan: it gets SIGTERM and takes the ranks down.
         SYS_CHECK(prctl(PR_SET_PDEATHSIG, SIGTERM));
@@ -307,6 +312,9 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir) {
     SYS_CHECK(sigaction(SIGINT, &sa, NULL));
     SYS_CHECK(sigaction(SIGTERM, &sa, NULL));
     SYS_CHECK(sigprocmask(SIG_SETMASK, &old, NULL));
+    SYS_CHECK(close(err_pipe[1]));
+    relay_mpirun_stderr(err_pipe[0], ranks_per_node); // until mpirun and the ranks are gone
+    SYS_CHECK(close(err_pipe[0]));
 
     int status;
     pid_t got;
@@ -331,7 +339,7 @@ static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const p
     const char *where = "";
     uint64_t gpu = cuda ? gpu_free_bytes(o, &where) : UINT64_MAX;
     for (int bytes = want ? want : 4;; bytes = 2) {
-        if (plan_make(plan, cfg, o->np, cuda, p->numa_nodes, !p->oversubscribe, bytes, gpu, err,
+        if (plan_make(plan, cfg, o->np / o->nodes, cuda, p->numa_nodes, !p->oversubscribe, bytes, gpu, err,
                       n) < 0)
             die_usage("%s", err);
         plan->gpu_source = where;
@@ -342,8 +350,31 @@ static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const p
     }
 }
 
-static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, int hosts,
-                    const mode *m) {
+// Data parallel over the hostfile's hosts, or MT_TEST_NODES virtual nodes on this host (tests):
+// every node runs np / nodes ranks over micro_batches / nodes micro-batches of each step.
+// Returns one node's config, the one its plan is made for.
+static mt_config split_over_nodes(mtrun_opts *o, const mt_config *cfg, int hosts) {
+    const char *test = getenv("MT_TEST_NODES");
+    o->nodes = test && *test ? (int)parse_count(test) : hosts;
+    if (o->nodes < 1) die_usage("MT_TEST_NODES=%s: not a number of nodes", test);
+    if (o->np % o->nodes != 0 || o->np / o->nodes < 2)
+        die_usage("-np %d over %d nodes: each node needs the same number of ranks, at least 2 "
+                  "(1 compute + 1 optimizer)",
+                  o->np, o->nodes);
+    if (cfg->micro_batches % o->nodes != 0)
+        die_usage("%s: batch.micro_batches = %d does not split evenly over %d nodes: make it a "
+                  "multiple of %d",
+                  o->config, cfg->micro_batches, o->nodes, o->nodes);
+    if (o->nodes > 1 && plan_backend_cuda(cfg))
+        die_usage("%s: data parallel over %d nodes runs on the CPU backend so far: set backend "
+                  "= \"cpu\", or run on one node",
+                  o->config, o->nodes);
+    mt_config node = *cfg;
+    node.micro_batches /= o->nodes;
+    return node;
+}
+
+static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, const mode *m) {
     char err[MT_PATH_MAX + 1024];
     mt_plan plan;
     host_probe host;
@@ -355,10 +386,10 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, int
             plan_print_json(stdout, &plan, &host, cores, fits);
         else
             plan_print(stdout, &plan, &host, p, cores);
-        if (hosts > 1 && !m->json)
-            printf("hostfile %s: %d hosts; the plan is the job's on one host, checked against "
-                   "this host only\n",
-                   o->hostfile, hosts);
+        if (o->nodes > 1 && !m->json)
+            printf("%d nodes, data parallel: the plan is one node's (%d ranks, %d micro-batches "
+                   "of each step), checked against this host only\n",
+                   o->nodes, o->np / o->nodes, cfg->micro_batches);
         fflush(stdout);
         plan_warnings(stderr, &plan, &host);
         if (!fits) fprintf(stderr, "mtrun: %s\n", err);
@@ -403,7 +434,8 @@ int main(int argc, char **argv) {
         o.np = 1 + p.numa_nodes;
         placement_detect(&p, &o, p.slots);
     }
-    int rc = plan_job(&o, &cfg, &p, hosts, &m);
+    mt_config node_cfg = split_over_nodes(&o, &cfg, hosts);
+    int rc = plan_job(&o, &node_cfg, &p, &m);
     if (m.plan) return rc;
 
     char mpirun[PATH_MAX];
@@ -438,8 +470,10 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    int opt = o.np - 1;
-    printf("mtrun: 1 compute + %d optimizer process%s", opt, opt == 1 ? "" : "es");
+    int opt = o.np / o.nodes - 1;
+    if (o.nodes > 1) printf("mtrun: %d nodes x (", o.nodes);
+    printf("%s1 compute + %d optimizer process%s%s", o.nodes > 1 ? "" : "mtrun: ", opt,
+           opt == 1 ? "" : "es", o.nodes > 1 ? ")" : "");
     if (o.hostfile) printf(" on %d host%s", hosts, hosts == 1 ? "" : "s");
     if (p.oversubscribe)
         printf(", oversubscribed (%d processes, %ld slots), unbound", o.np, p.slots);
@@ -447,7 +481,7 @@ int main(int argc, char **argv) {
         printf(", bound over %d NUMA node%s", p.numa_nodes, p.numa_nodes == 1 ? "" : "s");
     printf(", config %s, job %s\n", o.config, job);
     fflush(stdout);
-    rc = run(&c, job, o.mpi_shm_dir);
+    rc = run(&c, job, o.mpi_shm_dir, o.np / o.nodes);
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
     if (rc != 0 && rc != 2 && rc != 3 && !forwarded)
         fprintf(stderr,

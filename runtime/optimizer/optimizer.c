@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,12 +246,17 @@ static float clip_scale(const optimizer *o) {
     return clip_scale_of_groups(o->sumsq, o->job->n_groups, o->job->cfg.clip);
 }
 
+// Tests: die like a crashed process (MT_FAULT_ABORT_AT_STEP) or a kill -9 (MT_FAULT_KILL_AT_STEP),
+// as optimizer 0 of node MT_FAULT_NODE (default 0).
 static void fault_injection(const optimizer *o, int step) {
-    const char *f = getenv("MT_FAULT_ABORT_AT_STEP"); // for tests: die like a crashed process
-    if (f && o->shard == 0 && atoi(f) == step) {
+    const char *node = getenv("MT_FAULT_NODE"), *f = getenv("MT_FAULT_ABORT_AT_STEP");
+    const char *kill9 = getenv("MT_FAULT_KILL_AT_STEP");
+    if (o->shard != 0 || o->job->node != (node ? atoi(node) : 0)) return;
+    if (f && atoi(f) == step) {
         fprintf(stderr, "optimizer 0: MT_FAULT_ABORT_AT_STEP=%d: aborting\n", step);
         abort();
     }
+    if (kill9 && atoi(kill9) == step) SYS_CHECK(kill(getpid(), SIGKILL));
 }
 
 // A step whose gradient norm is not finite changes no weight and no moment: the groups are

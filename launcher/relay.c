@@ -1,0 +1,99 @@
+// mpirun's standard error, relayed line by line: the ranks' own lines pass as they are; of
+// Open MPI's boxed messages (between lines of dashes), the ones that only repeat what a rank
+// already said are dropped, the one naming a rank that a signal killed becomes one line that
+// names its node and role, and any other passes whole (it says why mpirun itself failed).
+#include "launcher/launcher.h"
+#include "shm/syscheck.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BOX_MAX 8192
+
+typedef struct {
+    int ranks_per_node;
+    char line[1024];
+    size_t len;
+    int in_box;
+    char box[BOX_MAX];
+    size_t box_len;
+} relay;
+
+static int is_rule(const char *line) {
+    size_t n = strspn(line, "-");
+    return n >= 40 && (line[n] == '\n' || line[n] == 0);
+}
+
+static void say_killed(const relay *r, const char *box) {
+    int rank, sig;
+    char host[256], name[64] = "";
+    const char *at = strstr(box, "noticed that process rank");
+    if (!at || sscanf(at, "noticed that process rank %d with PID %*d on node %255s exited on "
+                          "signal %d (%63[^)])",
+                      &rank, host, &sig, name) < 3) {
+        fputs(box, stderr);
+        return;
+    }
+    int node = rank / r->ranks_per_node, local = rank % r->ranks_per_node;
+    char role[48];
+    if (local == 0)
+        snprintf(role, sizeof role, "the compute rank");
+    else
+        snprintf(role, sizeof role, "optimizer %d", local - 1);
+    fprintf(stderr, "mtrun: rank %d (node %d, %s) on %s was killed by signal %d%s%s%s; mpirun "
+                    "ended the job\n",
+            rank, node, role, host, sig, *name ? " (" : "", name, *name ? ")" : "");
+}
+
+static void end_box(relay *r) {
+    r->box[r->box_len] = 0;
+    if (strstr(r->box, "noticed that process rank") && strstr(r->box, "on signal"))
+        say_killed(r, r->box);
+    else if (!strstr(r->box, "terminated normally, but") &&
+             !strstr(r->box, "exited with non-zero status"))
+        fprintf(stderr, "--------------------------------------------------------------------------"
+                        "\n%s--------------------------------------------------------------------"
+                        "------\n",
+                r->box);
+    r->in_box = 0, r->box_len = 0;
+}
+
+static void take_line(relay *r, const char *line) {
+    if (is_rule(line)) {
+        if (r->in_box)
+            end_box(r);
+        else
+            r->in_box = 1;
+        return;
+    }
+    if (!r->in_box) {
+        fputs(line, stderr);
+        return;
+    }
+    size_t n = strlen(line);
+    if (r->box_len + n < BOX_MAX) memcpy(r->box + r->box_len, line, n), r->box_len += n;
+}
+
+void relay_mpirun_stderr(int fd, int ranks_per_node) {
+    static relay r;
+    memset(&r, 0, sizeof r);
+    r.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
+    char buf[4096];
+    for (;;) {
+        ssize_t got = read(fd, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue; // a Ctrl-C forwarded: keep relaying
+        if (got <= 0) break;
+        for (ssize_t i = 0; i < got; i++) {
+            if (r.len < sizeof r.line - 2) r.line[r.len++] = buf[i];
+            if (buf[i] != '\n' && r.len < sizeof r.line - 2) continue;
+            r.line[r.len] = 0;
+            take_line(&r, r.line);
+            r.len = 0;
+        }
+        fflush(stderr);
+    }
+    if (r.len) r.line[r.len] = 0, take_line(&r, r.line);
+    if (r.in_box && r.box_len) fputs(r.box, stderr); // a box cut short: show what came
+    fflush(stderr);
+}
