@@ -4,7 +4,8 @@ add_test(NAME model_gradcheck COMMAND test_model_grad)
 
 # End-to-end tests through the real launcher, real processes and real shared memory.
 foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning device_groups
-          stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk)
+          stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk
+          data_parallel)
   add_test(NAME e2e_${t} COMMAND bash ${MT_TEST_DIR}/e2e_${t}.sh $<TARGET_FILE:mtrun>
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_${t} PROPERTIES RUN_SERIAL TRUE TIMEOUT 1800 SKIP_RETURN_CODE 77)

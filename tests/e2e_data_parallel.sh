@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 17: data parallel over nodes, on one host through virtual nodes (MT_TEST_NODES=N groups
+# consecutive ranks into N nodes, each with its own shared memory and control plane, talking
+# to the others only through MPI). A global batch is the same whatever the node count, and the
+# sums run in one fixed tree, so N nodes give bitwise the losses, evaluation losses and
+# checkpoint of one node; a job resumes on another node count; a rank killed on the second
+# node ends the job at once, naming it.
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+
+config() { # config OUT MICRO_BATCHES
+    small_config cpu "$1"
+    sed -i -e "s/^steps = .*/steps = 10;/" -e "s/micro_batches = .*/micro_batches = $2;/" "$1"
+    echo 'eval = { interval = 5; batches = 3; };' >>"$1"
+}
+nodes_job() { # nodes_job NODES NAME NP CONFIG [mtrun args...]
+    local n=$1
+    shift
+    MT_TEST_NODES=$n run_job "$@"
+}
+evals() { grep -o '"eval_loss":[^,}]*' "$1/metrics.jsonl"; }
+same_run() { # same_run DESCRIPTION A B: losses, evaluation losses and the last checkpoint
+    expect "$1: both ran 10 steps and 2 evaluations" test "$(losses "$WORK/$2" | wc -l)" -eq 10 \
+        -a "$(losses "$WORK/$3" | wc -l)" -eq 10 -a "$(evals "$WORK/$3" | wc -l)" -eq 2
+    expect "$1: losses bitwise" cmp -s <(losses "$WORK/$2") <(losses "$WORK/$3")
+    expect "$1: evaluation losses bitwise" cmp -s <(evals "$WORK/$2") <(evals "$WORK/$3")
+    expect "$1: checkpoint bitwise" \
+        cmp -s "$WORK/$2/step_000010/state.bin" "$WORK/$3/step_000010/state.bin"
+}
+
+# 1 node x 2 micro-batches against 2 nodes x 1, each node 1 compute + 2 optimizer ranks
+config "$WORK/m2.cfg" 2
+run_job one2 3 "$WORK/m2.cfg" || show_log one2
+nodes_job 2 two1 6 "$WORK/m2.cfg" || show_log two1
+expect "2 nodes: the start line shows the placement" \
+    grep -q 'mtrun: 2 nodes x (1 compute + 2 optimizer processes)' "$WORK/two1.log"
+same_run "2 nodes x 1 micro-batch = 1 node x 2" one2 two1
+
+# 3 nodes of 1 compute + 3 optimizer ranks (other, uneven shards) against 1 node of 1 + 2
+config "$WORK/m3.cfg" 3
+run_job one3 3 "$WORK/m3.cfg" || show_log one3
+nodes_job 3 three1 12 "$WORK/m3.cfg" || show_log three1
+same_run "3 nodes x (1 + 3 ranks) = 1 node x (1 + 2)" one3 three1
+
+# 2 nodes x 2 micro-batches against 1 node x 4: the micro-batch sums within a node
+config "$WORK/m4.cfg" 4
+run_job one4 3 "$WORK/m4.cfg" || show_log one4
+nodes_job 2 two2 6 "$WORK/m4.cfg" || show_log two2
+same_run "2 nodes x 2 micro-batches = 1 node x 4" one4 two2
+
+# resume on another node count: 4 steps on one node, the rest on two
+run_job half 3 "$WORK/m4.cfg" --stop-at 4 || show_log half
+nodes_job 2 rest 6 "$WORK/m4.cfg" --resume "$WORK/half" --out "$WORK/half" || show_log rest
+expect "1 node then 2: the checkpoint of step 10 is bitwise that of 1 node throughout" \
+    cmp -s "$WORK/one4/step_000010/state.bin" "$WORK/half/step_000010/state.bin"
+expect "1 node then 2: the losses of steps 5-10 are 1 node's" \
+    cmp -s <(losses "$WORK/one4" | tail -n 6) <(losses "$WORK/half" | tail -n 6)
+
+# only the leader node writes: one metrics record per step
+expect "2 nodes: one metrics line per step" \
+    test "$(grep -c '"step":3,"loss"' "$WORK/two2/metrics.jsonl")" -eq 1
+
+# bad input: a batch that does not split
+nodes_job 2 uneven 6 "$WORK/m3.cfg"
+rc=$?
+expect "3 micro-batches over 2 nodes: refused with exit code 2" test "$rc" -eq 2
+expect "3 micro-batches over 2 nodes: the line names the field" \
+    grep -q 'batch.micro_batches = 3 does not split evenly over 2 nodes' "$WORK/uneven.log"
+nodes_job 2 odd 5 "$WORK/m2.cfg"
+expect "5 ranks over 2 nodes: refused, saying why" \
+    grep -q -- '-np 5 over 2 nodes: each node needs the same number of ranks' "$WORK/odd.log"
+
+# death: kill -9 of optimizer 0 on node 1 (world rank 4) at step 3
+start=$(date +%s)
+MT_FAULT_NODE=1 MT_FAULT_KILL_AT_STEP=3 nodes_job 2 killed 6 "$WORK/m2.cfg"
+rc=$?
+took=$(($(date +%s) - start))
+expect "a rank killed on node 1 ends the job with its signal (rc $rc)" test "$rc" -eq 137
+expect "the job ended within 60 s of its start (took $took s)" test "$took" -lt 60
+expect "the line names the rank, its node and role" \
+    grep -q 'mtrun: rank 4 (node 1, optimizer 0) on .* was killed by signal 9' "$WORK/killed.log"
+job=$(grep -o 'job [0-9a-f]*' "$WORK/killed.log" | head -n 1 | cut -d' ' -f2)
+expect "the killed job left no shared memory behind" \
+    test -n "$job" -a -z "$(ls /dev/shm | grep "^mtc-$job")"
+finish
