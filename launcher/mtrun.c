@@ -374,6 +374,24 @@ static mt_config split_over_nodes(mtrun_opts *o, const mt_config *cfg, int hosts
     return node;
 }
 
+// Data parallel: which ranks each node runs, in what role. The plan above is one node's.
+static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
+    int per = o->np / o->nodes, M = node_cfg->micro_batches;
+    printf("data parallel over %d %snodes; the plan above is one node's, checked against this "
+           "host only:\n",
+           o->nodes, o->hostfile ? "" : "virtual (MT_TEST_NODES) ");
+    for (int n = 0; n < o->nodes; n++) {
+        int first = n * per, last = first + per - 1;
+        char opt[48], micro[48];
+        snprintf(opt, sizeof opt, per == 2 ? "optimizer rank %d" : "optimizer ranks %d-%d",
+                 first + 1, last);
+        snprintf(micro, sizeof micro, M == 1 ? "micro-batch %d" : "micro-batches %d-%d", n * M,
+                 (n + 1) * M - 1);
+        printf("  node %d: ranks %d-%d: compute rank %d, %s; %s of each step%s\n", n, first, last,
+               first, opt, micro, n == 0 ? "; writes the run folder" : "");
+    }
+}
+
 static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, const mode *m) {
     char err[MT_PATH_MAX + 1024];
     mt_plan plan;
@@ -386,10 +404,7 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, con
             plan_print_json(stdout, &plan, &host, cores, fits);
         else
             plan_print(stdout, &plan, &host, p, cores);
-        if (o->nodes > 1 && !m->json)
-            printf("%d nodes, data parallel: the plan is one node's (%d ranks, %d micro-batches "
-                   "of each step), checked against this host only\n",
-                   o->nodes, o->np / o->nodes, cfg->micro_batches);
+        if (o->nodes > 1 && !m->json) print_nodes(o, cfg);
         fflush(stdout);
         plan_warnings(stderr, &plan, &host);
         if (!fits) fprintf(stderr, "mtrun: %s\n", err);

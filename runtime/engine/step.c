@@ -274,9 +274,15 @@ static void inject_nan(engine *e, int64_t step) {
 // A stop request (job_stop_requested) ends the job after this step, with its checkpoint. The
 // optimizer ranks are told before the step's last gradients (the embedding's) are announced,
 // so they learn it while they still wait for this step: every rank ends after the same one.
-static void stop_if_requested(engine *e, int64_t step) {
+// Over nodes the signal reaches each at its own moment: they agree at the step's start, while
+// no gradient sum is in flight, on the largest request (the request then ends this step).
+static void stop_if_requested(engine *e, int64_t step, int at_start) {
     mt_job *job = e->job;
-    if (!job_stop_requested() || job->stopped_on_request >= 0) return;
+    if (at_start != (job->nodes > 1) || job->stopped_on_request >= 0) return;
+    int asked = job_stop_requested();
+    if (job->nodes > 1)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &asked, 1, MPI_INT, MPI_MAX, job->dp_comm));
+    if (!asked) return;
     job_stop_after(job, (int)step);
     control_msg msg = {CONTROL_STOP, -1, step, 0};
     for (int r = 1; r < job->world; r++) control_send(job->ctl, r, &msg);
@@ -325,6 +331,7 @@ double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
     size_t emb = e->job->group_numel[0];
+    stop_if_requested(e, step, 1);
     load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
     forward_layers(e, step, M, 1);
     zero_grads(e, &e->head_g, e->job->group_numel[model_head_group(c)]);
@@ -347,7 +354,7 @@ double train_step(engine *e, int64_t step) {
     sum_micro(e, e->emb_g.src, MICRO_EMB, emb);
     span_end(e, "embed bwd", -1);
     buffer_done(&e->emb);
-    stop_if_requested(e, step);
+    stop_if_requested(e, step, 0);
     offload_async(&e->xfer, &e->emb_g, 0, step);
     grad_buffer *all[] = {&e->head_g, &e->ring_g[0], &e->ring_g[1], &e->emb_g};
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);
