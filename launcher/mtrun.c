@@ -280,6 +280,19 @@ static void remove_leftovers(const char *job, const char *mpi_dir) {
                 removed, removed == 1 ? "" : "s", job);
 }
 
+// The lines ranks left in /dev/shm/mtc-<job>-last-words as they gave up (mt_last_words): said
+// again when mpirun's forwarding lost them (`show`), and removed.
+static void repeat_last_words(const char *job, int show) {
+    char path[96], line[4096];
+    snprintf(path, sizeof path, "/dev/shm/mtc-%s-last-words", job);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) return;
+    while (show && fgets(line, sizeof line, f)) fputs(line, stderr);
+    fclose(f);
+    unlink(path);
+}
+
 static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks_per_node) {
     // Block the signals until the handlers are in place, so none is lost around fork.
     sigset_t block, old;
@@ -313,7 +326,7 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks
     SYS_CHECK(sigaction(SIGTERM, &sa, NULL));
     SYS_CHECK(sigprocmask(SIG_SETMASK, &old, NULL));
     SYS_CHECK(close(err_pipe[1]));
-    relay_mpirun_stderr(err_pipe[0], ranks_per_node); // until mpirun and the ranks are gone
+    int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node); // until mpirun and ranks end
     SYS_CHECK(close(err_pipe[0]));
 
     int status;
@@ -321,6 +334,7 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks
     while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     SYS_CHECK(got);
+    repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
     remove_leftovers(job, mpi_dir);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     int code = WEXITSTATUS(status);
@@ -339,8 +353,8 @@ static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const p
     const char *where = "";
     uint64_t gpu = cuda ? gpu_free_bytes(o, &where) : UINT64_MAX;
     for (int bytes = want ? want : 4;; bytes = 2) {
-        if (plan_make(plan, cfg, o->np / o->nodes, cuda, p->numa_nodes, !p->oversubscribe, bytes, gpu, err,
-                      n) < 0)
+        if (plan_make(plan, cfg, o->np / o->nodes, cuda, p->numa_nodes, !p->oversubscribe, bytes,
+                      gpu, err, n) < 0)
             die_usage("%s", err);
         plan->gpu_source = where;
         int fits = plan_check(plan, host, err, n) == 0;

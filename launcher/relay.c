@@ -16,6 +16,7 @@ typedef struct {
     char line[1024];
     size_t len;
     int in_box;
+    int rank_lines; // lines a rank said when it gave up ("megatrain: ...", "mt-rank: ...")
     char box[BOX_MAX];
     size_t box_len;
 } relay;
@@ -29,8 +30,9 @@ static void say_killed(const relay *r, const char *box) {
     int rank, sig;
     char host[256], name[64] = "";
     const char *at = strstr(box, "noticed that process rank");
-    if (!at || sscanf(at, "noticed that process rank %d with PID %*d on node %255s exited on "
-                          "signal %d (%63[^)])",
+    if (!at || sscanf(at,
+                      "noticed that process rank %d with PID %*d on node %255s exited on "
+                      "signal %d (%63[^)])",
                       &rank, host, &sig, name) < 3) {
         fputs(box, stderr);
         return;
@@ -41,8 +43,9 @@ static void say_killed(const relay *r, const char *box) {
         snprintf(role, sizeof role, "the compute rank");
     else
         snprintf(role, sizeof role, "optimizer %d", local - 1);
-    fprintf(stderr, "mtrun: rank %d (node %d, %s) on %s was killed by signal %d%s%s%s; mpirun "
-                    "ended the job\n",
+    fprintf(stderr,
+            "mtrun: rank %d (node %d, %s) on %s was killed by signal %d%s%s%s; mpirun "
+            "ended the job\n",
             rank, node, role, host, sig, *name ? " (" : "", name, *name ? ")" : "");
 }
 
@@ -52,9 +55,10 @@ static void end_box(relay *r) {
         say_killed(r, r->box);
     else if (!strstr(r->box, "terminated normally, but") &&
              !strstr(r->box, "exited with non-zero status"))
-        fprintf(stderr, "--------------------------------------------------------------------------"
-                        "\n%s--------------------------------------------------------------------"
-                        "------\n",
+        fprintf(stderr,
+                "--------------------------------------------------------------------------"
+                "\n%s--------------------------------------------------------------------"
+                "------\n",
                 r->box);
     r->in_box = 0, r->box_len = 0;
 }
@@ -68,6 +72,7 @@ static void take_line(relay *r, const char *line) {
         return;
     }
     if (!r->in_box) {
+        r->rank_lines += !strncmp(line, "megatrain: ", 11) || !strncmp(line, "mt-rank: ", 9);
         fputs(line, stderr);
         return;
     }
@@ -75,7 +80,7 @@ static void take_line(relay *r, const char *line) {
     if (r->box_len + n < BOX_MAX) memcpy(r->box + r->box_len, line, n), r->box_len += n;
 }
 
-void relay_mpirun_stderr(int fd, int ranks_per_node) {
+int relay_mpirun_stderr(int fd, int ranks_per_node) {
     static relay r;
     memset(&r, 0, sizeof r);
     r.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
@@ -96,4 +101,5 @@ void relay_mpirun_stderr(int fd, int ranks_per_node) {
     if (r.len) r.line[r.len] = 0, take_line(&r, r.line);
     if (r.in_box && r.box_len) fputs(r.box, stderr); // a box cut short: show what came
     fflush(stderr);
+    return r.rank_lines;
 }

@@ -5,6 +5,7 @@
 #define MT_SYSCHECK_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,26 @@ static inline void mt_put_line(FILE *f, const char *prefix, const char *msg) {
     fputc('\n', f);
 }
 
+// A rank's last line also goes to /dev/shm/mtc-<job>-last-words: a rank that exits at once can
+// lose its line in mpirun's output forwarding, and mtrun then repeats it from there.
+static inline void mt_last_words(const char *prefix, const char *msg) {
+    const char *job = getenv("MT_JOB_ID");
+    char path[128];
+    if (!job || !*job || strlen(job) > 64) return;
+    snprintf(path, sizeof path, "/dev/shm/mtc-%s-last-words", job);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!f) return;
+    mt_put_line(f, prefix, msg);
+    fclose(f);
+}
+
 #define mt_die(...)                                                                                \
     do {                                                                                           \
         char mt_die_msg_[2048];                                                                    \
         snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
         mt_put_line(stderr, "megatrain: ", mt_die_msg_);                                           \
+        mt_last_words("megatrain: ", mt_die_msg_);                                                 \
         exit(1);                                                                                   \
     } while (0)
 

@@ -16,7 +16,7 @@ victim() { # a fresh victim folder with one file; prints nothing
 }
 intact() { [ -f "$WORK/victim/file" ] && [ "$(cat "$WORK/victim/file")" = "precious" ] &&
     [ "$(ls "$WORK/victim" | wc -l)" -eq 1 ]; }
-refused_naming() { grep -q "$2" "$WORK/$1.log"; }
+refused_naming() { grep -q "$2" "$WORK/$1.log" || { show_log "$1"; false; }; }
 
 # 1. the checkpoint's temporary folder
 victim

@@ -320,8 +320,8 @@ static void head_pass(engine *e, int m, float dloss) {
     const mt_config *c = e->c;
     size_t head = e->job->group_numel[model_head_group(c)], emb = e->job->group_numel[0];
     float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
-    float *cls_g = c->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
-                                      : head_g + c->dim;
+    float *cls_g =
+        c->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1) : head_g + c->dim;
     e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, c->layers, m),
                  dres(e, m), m, dloss);
     if (e->micro_loss) e->micro_loss[m] = e->ops->take_loss(e->be);
@@ -348,8 +348,8 @@ double train_step(engine *e, int64_t step) {
     backward_layers(e, step);
     span_begin(e, "embed bwd", -1);
     for (int m = 0; m < M; m++) // tied: micro-batch m's buffer holds its classifier part already
-        e->ops->embed_backward(e->be, micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb,
-                                                  !c->tied_embeddings),
+        e->ops->embed_backward(e->be,
+                               micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, !c->tied_embeddings),
                                dres(e, m), m);
     sum_micro(e, e->emb_g.src, MICRO_EMB, emb);
     span_end(e, "embed bwd", -1);

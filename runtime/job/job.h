@@ -32,7 +32,7 @@ typedef struct {
     // global batch's micro-batch `first_micro`. world_rank: the rank in MPI_COMM_WORLD.
     int node, nodes, first_micro, world_rank;
     MPI_Comm dp_comm;
-    MPI_Comm opt_comm;         // the optimizer ranks; MPI_COMM_NULL on the compute rank
+    MPI_Comm opt_comm; // the optimizer ranks; MPI_COMM_NULL on the compute rank
     int numa_node, threads;
     int node_peers,
         node_index; // optimizer ranks on this host's NUMA node, and our place among them
@@ -75,8 +75,8 @@ void job_teardown(mt_job *job);
 // and every rank exits with 2.
 void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn));
 
-// Point-to-point float arrays of any length on the node's communicator, on one tag, so that messages
-// between two ranks keep their order (the state of the groups the compute rank updates).
+// Point-to-point float arrays of any length on the node's communicator, on one tag, so that
+// messages between two ranks keep their order (the state of the groups the compute rank updates).
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
 // The same on any communicator and tag.

@@ -188,8 +188,9 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
-           model_param_count(c) / 1e6, job->n_groups, job->n_shards, mt_tokens_per_step(c) * job->nodes,
-           job->start_step + 1, job->end_step, backend, job->threads);
+           model_param_count(c) / 1e6, job->n_groups, job->n_shards,
+           mt_tokens_per_step(c) * job->nodes, job->start_step + 1, job->end_step, backend,
+           job->threads);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
     else if (cuda)
