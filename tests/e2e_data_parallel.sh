@@ -47,6 +47,18 @@ run_job one4 3 "$WORK/m4.cfg" || show_log one4
 nodes_job 2 two2 6 "$WORK/m4.cfg" || show_log two2
 same_run "2 nodes x 2 micro-batches = 1 node x 4" one4 two2
 
+# bf16 gradient slots (the sum over nodes comes before the rounding), the first 2 groups
+# updated on the compute rank, and an export written by the leader node
+sed 's/^optimizer = {/optimizer = {\n  grad_dtype = "bf16";\n  device_groups = 2;/' \
+    "$WORK/m4.cfg" >"$WORK/bf16.cfg"
+sed "\$a export_dir = \"$WORK/export-one\";" "$WORK/bf16.cfg" >"$WORK/bf16-one.cfg"
+sed "\$a export_dir = \"$WORK/export-two\";" "$WORK/bf16.cfg" >"$WORK/bf16-two.cfg"
+run_job bf16-one 3 "$WORK/bf16-one.cfg" || show_log bf16-one
+nodes_job 2 bf16-two 6 "$WORK/bf16-two.cfg" || show_log bf16-two
+same_run "bf16 slots, device groups: 2 nodes = 1 node" bf16-one bf16-two
+expect "bf16 slots, device groups: the exports are the same files" \
+    diff -r "$WORK/export-one" "$WORK/export-two"
+
 # resume on another node count: 4 steps on one node, the rest on two
 run_job half 3 "$WORK/m4.cfg" --stop-at 4 || show_log half
 nodes_job 2 rest 6 "$WORK/m4.cfg" --resume "$WORK/half" --out "$WORK/half" || show_log rest
