@@ -67,6 +67,25 @@ expect "1 node then 2: the checkpoint of step 10 is bitwise that of 1 node throu
 expect "1 node then 2: the losses of steps 5-10 are 1 node's" \
     cmp -s <(losses "$WORK/one4" | tail -n 6) <(losses "$WORK/half" | tail -n 6)
 
+# optimizer.shard_across_nodes: each node keeps m and v of half of every shard and gathers the
+# others' updated weights; the same bits, a smaller plan, and a save that resumes anywhere
+sed 's/^optimizer = {/optimizer = {\n  shard_across_nodes = true;/' "$WORK/m4.cfg" >"$WORK/split.cfg"
+sed 's/^optimizer = {/optimizer = {\n  device_groups = 2;/' "$WORK/split.cfg" >"$WORK/split-dev.cfg"
+nodes_job 2 split 6 "$WORK/split.cfg" || show_log split
+same_run "moments split over 2 nodes = 1 node" one4 split
+nodes_job 2 split-dev 6 "$WORK/split-dev.cfg" || show_log split-dev
+same_run "moments split, 2 groups on the compute rank = 1 node" one4 split-dev
+nodes_job 2 split-half 6 "$WORK/split.cfg" --stop-at 4 || show_log split-half
+run_job split-rest 3 "$WORK/m4.cfg" --resume "$WORK/split-half" --out "$WORK/split-half" ||
+    show_log split-rest
+expect "a split save resumed on 1 node ends bitwise where 1 node ends" \
+    cmp -s "$WORK/one4/step_000010/state.bin" "$WORK/split-half/step_000010/state.bin"
+plan_host() { MT_TEST_NODES=2 "$MTRUN" --plan --json -np 6 "$1" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["host"])'; }
+whole=$(plan_host "$WORK/m4.cfg")
+split=$(plan_host "$WORK/split.cfg")
+expect "the plan of a split node is smaller ($split < $whole bytes)" test "$split" -lt "$whole"
+
 # only the leader node writes: one metrics record per step
 expect "2 nodes: one metrics line per step" \
     test "$(grep -c '"step":3,"loss"' "$WORK/two2/metrics.jsonl")" -eq 1

@@ -263,6 +263,8 @@ static void create_state_file(const mt_job *job, const char *tmp, int step) {
     SYS_CHECK(close(fd));
 }
 
+// This rank's slices of state.bin: its shard's master (saved by the leader node: every node
+// holds the same) and the part of its shard whose moments this node keeps (job_moment_part).
 static void io_slices(mt_job *job, const char *step_dir, group_state *state, int writing) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", step_dir);
@@ -271,11 +273,16 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
     int k = job_shard_of_rank(job->rank);
     const shard_layout *lay = &job->layouts[k];
     for (int g = 0; g < job->n_groups; g++) {
+        uint64_t part, n;
+        job_moment_part(job, g, lay->len[g], job->node, &part, &n);
         float *arrays[3] = {state[g].master, state[g].m, state[g].v};
-        size_t bytes = lay->len[g] * sizeof(float);
         for (int w = 0; w < 3; w++) {
-            off_t off = (off_t)(state_offset(job, g, w) + lay->lo[g] * sizeof(float));
-            move_bytes(fd, path, step_dir, arrays[w], bytes, off, writing);
+            // The leader node saves what all nodes hold whole: the master, and the groups the
+            // compute rank updates (only the leader's optimizer ranks take them back to save).
+            if (writing && !job_writes(job) && (w == 0 || g < job->device_groups)) continue;
+            uint64_t lo = lay->lo[g] + (w ? part : 0), len = w ? n : lay->len[g];
+            off_t off = (off_t)(state_offset(job, g, w) + lo * sizeof(float));
+            move_bytes(fd, path, step_dir, arrays[w], len * sizeof(float), off, writing);
         }
     }
     if (writing && fsync(fd) != 0) {
@@ -308,6 +315,12 @@ static void publish(const mt_job *job, const char *tmp, const char *name) {
     fsync_path(dir);
 }
 
+// The optimizer ranks that write a save: the leader node's, or every node's when each keeps a
+// part of the moments.
+static MPI_Comm savers(const mt_job *job) {
+    return job_moments_split(job) ? job->opt_world : job->opt_comm;
+}
+
 static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", tmp);
@@ -317,8 +330,8 @@ static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
     uint64_t *mine = calloc(bl->n, sizeof *mine);
     bl->sums = calloc(bl->n, sizeof *bl->sums);
     if (!mine || !bl->sums) mt_die("out of memory");
-    hash_my_blocks(path, bl->block, bl->file_bytes, job->opt_comm, mine);
-    MPI_CHECK(MPI_Reduce(mine, bl->sums, (int)bl->n, MPI_UINT64_T, MPI_BOR, 0, job->opt_comm));
+    hash_my_blocks(path, bl->block, bl->file_bytes, savers(job), mine);
+    MPI_CHECK(MPI_Reduce(mine, bl->sums, (int)bl->n, MPI_UINT64_T, MPI_BOR, 0, savers(job)));
     free(mine);
 }
 
@@ -326,16 +339,16 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
     char tmp[PATH_MAX], name[64];
     snprintf(name, sizeof name, "step_%06d", step);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", job->cfg.checkpoint_dir, name);
-    int leader = job->rank == 1;
+    int leader = job_writes(job) && job->rank == 1;
     if (leader) {
         make_dirs(job->cfg.checkpoint_dir);
         clear_stale(tmp);
         if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", tmp, strerror(errno));
         create_state_file(job, tmp, step);
     }
-    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    MPI_CHECK(MPI_Barrier(savers(job)));
     io_slices(job, tmp, state, 1);
-    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    MPI_CHECK(MPI_Barrier(savers(job)));
     block_list bl;
     checksum_state(job, tmp, &bl);
     if (leader) {
@@ -347,23 +360,26 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
         checkpoint_prune(job->cfg.checkpoint_dir, job->cfg.checkpoint_keep, name);
     }
     free(bl.sums);
-    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    MPI_CHECK(MPI_Barrier(savers(job)));
 }
 
 void checkpoint_load(mt_job *job, group_state *state) {
     io_slices(job, job->resume_path, state, 0);
 }
 
-// The nodes hold the same state: the leader saves and exports it.
+// The nodes hold the same state: the leader saves and exports it (with the moments split across
+// nodes, every node saves its part).
 int checkpoint_due(const mt_job *job, int version) {
     int every = job->cfg.checkpoint_interval;
-    return job_writes(job) && every > 0 && (version == job->end_step || version % every == 0);
+    return (job_writes(job) || job_moments_split(job)) && every > 0 &&
+           (version == job->end_step || version % every == 0);
 }
 
 int checkpoint_export_due(const mt_job *job) {
     return job_writes(job) && job->cfg.export_dir[0] && job->end_step == job->cfg.steps;
 }
 
-int checkpoint_state_due(const mt_job *job, int version) {
-    return checkpoint_due(job, version) || (version == job->end_step && checkpoint_export_due(job));
+int checkpoint_state_due(const mt_job *job, int version) { // the leader's: it saves them
+    return job_writes(job) && (checkpoint_due(job, version) ||
+                               (version == job->end_step && checkpoint_export_due(job)));
 }

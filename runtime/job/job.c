@@ -239,6 +239,8 @@ void job_start(mt_job *job) {
     job_id_from_env(job);
     MPI_CHECK(MPI_Comm_split(job->comm, job_is_compute(job) ? MPI_UNDEFINED : 1, job->rank,
                              &job->opt_comm));
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job_is_compute(job) ? MPI_UNDEFINED : 1,
+                             job->world_rank, &job->opt_world));
     job->end_step = job->cfg.steps;
     if (job->args.stop_at > 0 && job->args.stop_at < job->end_step)
         job->end_step = job->args.stop_at;
@@ -252,6 +254,7 @@ void job_teardown(mt_job *job) {
     control_finalize(job->ctl);
     for (int k = 0; k < job->n_shards; k++) shm_region_close(&job->regions[k]);
     if (job->opt_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_comm));
+    if (job->opt_world != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&job->opt_world));
     MPI_CHECK(MPI_Comm_free(&job->dp_comm));
     MPI_CHECK(MPI_Comm_free(&job->comm));
     free(job->layouts);

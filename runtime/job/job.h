@@ -32,7 +32,8 @@ typedef struct {
     // global batch's micro-batch `first_micro`. world_rank: the rank in MPI_COMM_WORLD.
     int node, nodes, first_micro, world_rank;
     MPI_Comm dp_comm;
-    MPI_Comm opt_comm; // the optimizer ranks; MPI_COMM_NULL on the compute rank
+    MPI_Comm opt_world; // every node's optimizer ranks (MPI_COMM_NULL on compute ranks)
+    MPI_Comm opt_comm;  // the optimizer ranks; MPI_COMM_NULL on the compute rank
     int numa_node, threads;
     int node_peers,
         node_index; // optimizer ranks on this host's NUMA node, and our place among them
@@ -95,6 +96,19 @@ void job_allreduce_tree(float *x, size_t n, float *scratch, MPI_Comm comm);
 // rank i's (the others are overwritten). Micro-batch gradients summed this way give the bits
 // that nodes each holding a power of two of them would get from job_allreduce_tree.
 void job_sum_tree(float *const *x, int count, size_t n);
+// optimizer.shard_across_nodes over several nodes: this node's part of shard-relative range
+// [0, len) of group g, whose Adam moments it keeps and updates (the groups the compute rank
+// updates are not split). Without it, the whole range.
+static inline int job_moments_split(const mt_job *j) {
+    return j->cfg.shard_across_nodes && j->nodes > 1;
+}
+static inline void job_moment_part(const mt_job *j, int g, uint64_t len, int node, uint64_t *lo,
+                                   uint64_t *n) {
+    uint64_t hi = len;
+    *lo = 0;
+    if (job_moments_split(j) && g >= j->device_groups) shard_range(len, node, j->nodes, lo, &hi);
+    *n = hi - *lo;
+}
 // The job's leader node writes what a run leaves (metrics, checkpoints, exports, traces).
 static inline int job_writes(const mt_job *j) {
     return j->node == 0;

@@ -62,6 +62,10 @@ const field_t config_schema[] = {
     // the host's gradient slots: "fp32" (4 B/param), "bf16" (2 B/param, rounded once from the
     // GPU's fp32 sums; the norm is still the fp32 one), "auto": fp32 when the job fits with it
     STR("optimizer.grad_dtype", grad_dtype, 0, "auto", "auto|fp32|bf16"),
+    // over several nodes: each node's optimizer ranks keep m and v of a 1/nodes part of their
+    // shards, update it, and gather the others' updated weights (host bytes per node: 4 + 8 /
+    // nodes per parameter for the state, instead of 12); one node: no effect
+    BOOL("optimizer.shard_across_nodes", shard_across_nodes, 0),
     // a step whose gradient norm is not finite changes nothing; this many in a row end the job
     // with a checkpoint of the last good state
     INT("optimizer.max_bad_steps", max_bad_steps, 1, INT_MAX, 0, 5),

@@ -38,9 +38,10 @@ typedef struct {
     // optimizer: AdamW + clip_grad_norm_, warmup then cosine to min_lr
     double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup_steps;
-    int device_groups;  // groups 0..N-1 updated on the compute rank's device; -1: auto
-    char grad_dtype[8]; // host gradient slots: "auto", "fp32" or "bf16"
-    int max_bad_steps;  // non-finite gradient norms in a row that end the job
+    int device_groups;      // groups 0..N-1 updated on the compute rank's device; -1: auto
+    char grad_dtype[8];     // host gradient slots: "auto", "fp32" or "bf16"
+    int max_bad_steps;      // non-finite gradient norms in a row that end the job
+    int shard_across_nodes; // data parallel: each node keeps Adam's m and v of 1/nodes
     // run
     int steps;
     uint64_t seed;

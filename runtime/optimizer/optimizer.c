@@ -5,6 +5,7 @@
 #include "runtime/model/model.h"
 #include "runtime/observe/observe.h"
 #include "shm/syscheck.h"
+#include <limits.h>
 #include <math.h>
 #include <numa.h>
 #include <omp.h>
@@ -24,6 +25,9 @@ typedef struct {
     double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
     int64_t *grads_step;
     int slow_ms; // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
+    // [n_groups]: the part of each group's shard slice whose moments this rank keeps and
+    // updates (job_moment_part: all of it unless the state is split across nodes)
+    uint64_t *part_lo, *part_n;
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -201,10 +205,11 @@ static void init_state(optimizer *o) {
     const shard_layout *lay = &job->layouts[o->shard];
     device_state_alloc(o);
     for (int g = 0; g < job->n_groups; g++) {
+        job_moment_part(job, g, lay->len[g], job->node, &o->part_lo[g], &o->part_n[g]);
         if (g >= job->device_groups) { // the master is in the region, which the GPU streams
             o->state[g].master = job_master(job, o->shard, g);
-            o->state[g].m = alloc_local(lay->len[g]);
-            o->state[g].v = alloc_local(lay->len[g]);
+            o->state[g].m = alloc_local(o->part_n[g]);
+            o->state[g].v = alloc_local(o->part_n[g]);
         }
         if (job->resume_path[0]) continue;
         init_master(o, g);
@@ -259,6 +264,22 @@ static void fault_injection(const optimizer *o, int step) {
     if (kill9 && atoi(kill9) == step) SYS_CHECK(kill(getpid(), SIGKILL));
 }
 
+// State split across nodes: every node updated its part of the shard slice; each gathers the
+// others' parts of the master (same-shard ranks of all nodes, in node order).
+static void gather_master_parts(optimizer *o, int g) {
+    mt_job *job = o->job;
+    if (!job_moments_split(job)) return;
+    int counts[job->nodes], displs[job->nodes];
+    for (int n = 0; n < job->nodes; n++) {
+        uint64_t lo, len;
+        job_moment_part(job, g, job->layouts[o->shard].len[g], n, &lo, &len);
+        if (lo + len > INT_MAX) mt_die("optimizer %d: a shard part over 2^31 floats", o->shard);
+        counts[n] = (int)len, displs[n] = (int)lo;
+    }
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->state[g].master, counts, displs,
+                             MPI_FLOAT, job->dp_comm));
+}
+
 // A step whose gradient norm is not finite changes no weight and no moment: the groups are
 // published again at the next version as they are (step_is_bad, job_note_step).
 static void update_step(optimizer *o, int step) {
@@ -269,14 +290,15 @@ static void update_step(optimizer *o, int step) {
         return;
     }
     for (int g = job->device_groups; g < job->n_groups; g++) {
-        size_t n = job->layouts[o->shard].len[g];
+        size_t n = o->part_n[g], lo = o->part_lo[g];
         group_state *s = &o->state[g];
-        void *grads = job_grad_slot(job, o->shard, g);
+        char *grads = (char *)job_grad_slot(job, o->shard, g) + lo * job->grad_bytes;
         double t0 = trace_now_us();
         if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-            adamw_update_bf16_grads(s->master, s->m, s->v, NULL, grads, n, &hp);
+            adamw_update_bf16_grads(s->master + lo, s->m, s->v, NULL, (const bf16 *)grads, n, &hp);
         else
-            adamw_update(s->master, s->m, s->v, NULL, grads, n, &hp);
+            adamw_update(s->master + lo, s->m, s->v, NULL, (const float *)grads, n, &hp);
+        gather_master_parts(o, g);
         if (o->slow_ms > 0) SYS_CHECK(usleep((useconds_t)o->slow_ms * 1000));
         trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
                      trace_now_us());
@@ -302,12 +324,15 @@ static void export_hf(optimizer *o) {
 }
 
 void optimizer_run(mt_job *job) {
-    optimizer o = {job, job_shard_of_rank(job->rank), NULL, NULL, NULL, 0};
+    optimizer o = {.job = job, .shard = job_shard_of_rank(job->rank)};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
     if (slow) o.slow_ms = atoi(slow);
     o.state = calloc(job->n_groups, sizeof *o.state);
     o.sumsq = calloc(job->n_groups, sizeof *o.sumsq);
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
+    o.part_lo = calloc(job->n_groups, sizeof *o.part_lo);
+    o.part_n = calloc(job->n_groups, sizeof *o.part_n);
+    if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
@@ -333,10 +358,10 @@ void optimizer_run(mt_job *job) {
     trace_finish(); // collective with rank 0's
     device_state_free(&o);
     for (int g = job->device_groups; g < job->n_groups; g++) {
-        size_t n = job->layouts[o.shard].len[g];
-        free_local(o.state[g].m, n);
-        free_local(o.state[g].v, n);
+        free_local(o.state[g].m, o.part_n[g]);
+        free_local(o.state[g].v, o.part_n[g]);
     }
+    free(o.part_lo), free(o.part_n);
     free(o.state);
     free(o.sumsq);
     free(o.grads_step);

@@ -302,8 +302,14 @@ static void add_rank(plan_rank *sum, const plan_rank *r) {
 
 // Shard k's private state and its shared region, split by kind: the region's master and
 // gradient areas (alignment padding included) and its control block add up to its size.
-static void optimizer_rank(plan_rank *r, const shard_layout *lay) {
-    for (int g = lay->first_shared; g < lay->n_groups; g++) r->adam_m += state_bytes(lay->len[g]);
+// moment_nodes > 1: each node keeps the moments of a part of the shard (job_moment_part); the
+// first node's part, the largest, is planned.
+static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nodes) {
+    for (int g = lay->first_shared; g < lay->n_groups; g++) {
+        uint64_t lo = 0, hi = lay->len[g];
+        if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
+        r->adam_m += state_bytes(hi - lo);
+    }
     for (int g = 0; g < lay->first_shared; g++) r->moving += 3 * 4 * lay->len[g]; // calloc'd
     r->adam_v = r->adam_m;
     r->master = lay->masters_bytes;
@@ -312,7 +318,7 @@ static void optimizer_rank(plan_rank *r, const shard_layout *lay) {
 }
 
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
-              int grad_bytes, uint64_t device_free, char *err, size_t errlen) {
+              int grad_bytes, uint64_t device_free, int moment_nodes, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda, p->grad_bytes = grad_bytes;
     p->gpu_free = device_free;
@@ -355,7 +361,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         } else {
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
                               grad_bytes);
-            optimizer_rank(pr, lay);
+            optimizer_rank(pr, lay, moment_nodes);
         }
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
                     pr->compute;
