@@ -13,7 +13,11 @@ sed -e 's|"\.\./data/|"'"$PWD"'/data/|' -e 's/^backend = .*/backend = "cpu";/' c
 build/bin/mtrun -np 3 "$out/tiny.cfg" --out "$out/one" --stop-at "$steps" >"$out/one.log" 2>&1
 MT_TEST_NODES=$nodes build/bin/mtrun -np $((3 * nodes)) "$out/tiny.cfg" --out "$out/many" \
     --stop-at "$steps" >"$out/many.log" 2>&1
-for run in one many; do
+# the same with Adam's moments split across the nodes (optimizer.shard_across_nodes)
+sed 's/^optimizer = {/optimizer = {\n  shard_across_nodes = true;/' "$out/tiny.cfg" >"$out/split.cfg"
+MT_TEST_NODES=$nodes build/bin/mtrun -np $((3 * nodes)) "$out/split.cfg" --out "$out/split" \
+    --stop-at "$steps" >"$out/split.log" 2>&1
+for run in one many split; do
     python3 - "$out/$run/metrics.jsonl" "$run" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -23,6 +27,8 @@ print(f"{sys.argv[2]}: {len(t)} steps, median {statistics.median(t):.0f} tok/s "
 PY
 done
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
-if cmp -s <(losses "$out/one") <(losses "$out/many"); then echo "losses: bitwise the same"; else
-    echo "losses: DIFFER"; fi
+for run in many split; do
+    if cmp -s <(losses "$out/one") <(losses "$out/$run"); then echo "$run losses: bitwise one's"
+    else echo "$run losses: DIFFER from one's"; fi
+done
 rm -rf "$out"

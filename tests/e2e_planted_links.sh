@@ -27,6 +27,17 @@ expect "checkpoint temp folder planted as a link: the victim folder is untouched
 expect "checkpoint temp folder planted as a link: the job says which link" \
     refused_naming r1 "r1/.step_000002.tmp is a symbolic link"
 
+# 1b. the same with the ranks' standard error lost on the way: mtrun says the line from the
+# rank's last words
+victim
+mkdir -p "$WORK/r1b"
+ln -s "$WORK/victim" "$WORK/r1b/.step_000002.tmp"
+MT_FAULT_MUTE_STDERR=1 run_job r1b 3 "$WORK/base.cfg"
+expect "a dying rank's lost line is said by mtrun" \
+    refused_naming r1b "r1b/.step_000002.tmp is a symbolic link"
+expect "and said once" test "$(grep -c 'is a symbolic link' "$WORK/r1b.log")" -eq 1
+expect "the last words do not stay in /dev/shm" test -z "$(ls /dev/shm | grep 'last-words')"
+
 # 2. LATEST's temporary file
 victim
 mkdir -p "$WORK/r2"
