@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 typedef struct {
     int np;    // processes in all: per node 1 compute + np / nodes - 1 optimizers
@@ -54,9 +55,10 @@ void cmd_print_quoted(FILE *f, const char *prefix, const cmdline *c);
 
 // relay.c: copies mpirun's standard error (read from fd until it closes) to ours, the ranks'
 // lines as they are; Open MPI's boxes that repeat a rank's own message are dropped, and the one
-// for a rank killed by a signal becomes a line naming its node and role. Returns how many lines
-// ranks said as they gave up ("megatrain: ...", "mt-rank: ...").
-int relay_mpirun_stderr(int fd, int ranks_per_node);
+// for a rank killed by a signal becomes a line naming its node and role. Also waits for mpirun
+// (its exit status into *status). Returns how many lines ranks said as they gave up
+// ("megatrain: ...", "mt-rank: ...").
+int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.
 typedef struct {

@@ -326,14 +326,9 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks
     SYS_CHECK(sigaction(SIGTERM, &sa, NULL));
     SYS_CHECK(sigprocmask(SIG_SETMASK, &old, NULL));
     SYS_CHECK(close(err_pipe[1]));
-    int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node); // until mpirun and ranks end
-    SYS_CHECK(close(err_pipe[0]));
-
     int status;
-    pid_t got;
-    while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
-    }
-    SYS_CHECK(got);
+    int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node, pid, &status);
+    SYS_CHECK(close(err_pipe[0]));
     repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
     remove_leftovers(job, mpi_dir);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

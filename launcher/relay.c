@@ -5,8 +5,10 @@
 #include "launcher/launcher.h"
 #include "shm/syscheck.h"
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BOX_MAX 8192
@@ -80,26 +82,50 @@ static void take_line(relay *r, const char *line) {
     if (r->box_len + n < BOX_MAX) memcpy(r->box + r->box_len, line, n), r->box_len += n;
 }
 
-int relay_mpirun_stderr(int fd, int ranks_per_node) {
+// Reads what is there; returns 0 at the pipe's end.
+static int relay_some(relay *r, int fd) {
+    char buf[4096];
+    ssize_t got = read(fd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) return 1; // a Ctrl-C forwarded: keep relaying
+    if (got <= 0) return 0;
+    for (ssize_t i = 0; i < got; i++) {
+        if (r->len < sizeof r->line - 2) r->line[r->len++] = buf[i];
+        if (buf[i] != '\n' && r->len < sizeof r->line - 2) continue;
+        r->line[r->len] = 0;
+        take_line(r, r->line);
+        r->len = 0;
+    }
+    fflush(stderr);
+    return 1;
+}
+
+// Until the pipe ends, or mpirun has ended (a rank it could not take down may hold the pipe
+// open) and a last second has brought nothing more.
+int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status) {
     static relay r;
     memset(&r, 0, sizeof r);
     r.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
-    char buf[4096];
+    int reaped = 0;
     for (;;) {
-        ssize_t got = read(fd, buf, sizeof buf);
-        if (got < 0 && errno == EINTR) continue; // a Ctrl-C forwarded: keep relaying
-        if (got <= 0) break;
-        for (ssize_t i = 0; i < got; i++) {
-            if (r.len < sizeof r.line - 2) r.line[r.len++] = buf[i];
-            if (buf[i] != '\n' && r.len < sizeof r.line - 2) continue;
-            r.line[r.len] = 0;
-            take_line(&r, r.line);
-            r.len = 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, reaped ? 1000 : 200);
+        if (n < 0 && errno != EINTR) SYS_CHECK(n);
+        if (n > 0 && !relay_some(&r, fd)) break;
+        if (n == 0 && reaped) break;
+        if (!reaped) {
+            pid_t got = waitpid(mpirun, status, WNOHANG);
+            if (got < 0 && errno != EINTR) SYS_CHECK(got);
+            reaped = got == mpirun;
         }
-        fflush(stderr);
     }
     if (r.len) r.line[r.len] = 0, take_line(&r, r.line);
     if (r.in_box && r.box_len) fputs(r.box, stderr); // a box cut short: show what came
     fflush(stderr);
+    if (!reaped) {
+        pid_t got;
+        while ((got = waitpid(mpirun, status, 0)) < 0 && errno == EINTR) {
+        }
+        SYS_CHECK(got);
+    }
     return r.rank_lines;
 }
