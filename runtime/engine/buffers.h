@@ -12,7 +12,7 @@ typedef struct transfer_cuda transfer_cuda;
 
 typedef struct {
     mt_job *job;
-    copy_stream *h2d, *d2h; // CPU backend
+    copy_stream *h2d, *d2h; // CPU backend; d2h also on CUDA over nodes (the sums over nodes)
     transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
     int64_t *version;       // [n_shards * n_groups]: weights version each shard announced
     unsigned char *taken;   // [n_shards]: scratch of wait_version, shards already copied
@@ -45,6 +45,7 @@ typedef struct grad_buffer {
     void *done; // CUDA event: the offload landed
     double *sumsq_dev, *sumsq_host;
     bf16 *bf16_copy; // CUDA, bf16 gradient slots: what leaves for them
+    float *staged;   // CUDA over nodes: the group's fp32 sums in pinned host memory
 } grad_buffer;
 
 #endif

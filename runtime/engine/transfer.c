@@ -18,6 +18,8 @@
 #define xfer_cuda_fetch_wait(b) ((void)0)
 #define xfer_cuda_buffer_done(b) ((void)0)
 #define xfer_cuda_offload(t, b) ((void)0)
+#define xfer_cuda_stage(t, b) ((void)0)
+#define xfer_cuda_staged_wait(b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
 #define xfer_cuda_take_stats(x) ((transfer_stats){0})
 #define xfer_cuda_optimizer_blocks(x, b) ((void)0)
@@ -31,11 +33,12 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     t->job = job;
     if (compute_stream) {
         t->cuda = xfer_cuda_new(job, compute_stream);
+        if (job->nodes > 1) t->d2h = stream_new("mt-nodes", TRACE_D2H); // the sums over nodes
     } else {
         t->h2d = stream_new("mt-h2d", TRACE_H2D);
         t->d2h = stream_new("mt-d2h", TRACE_D2H);
     }
-    if (!compute_stream && job->nodes > 1) {
+    if (job->nodes > 1) {
         uint64_t most = 0;
         for (int g = 0; g < job->n_groups; g++)
             if (job->group_numel[g] > most) most = job->group_numel[g];
@@ -190,33 +193,36 @@ static void round_bf16(float *x, size_t n) {
 // by the node indices (the offloads run in the same group order on every node, on this one
 // thread). The norm is then always the fp32 gradients'; bf16 slots get them rounded once, and
 // a group that stays (updated here) is rounded in place, so that it sees what a slot would hold.
+// On CUDA over nodes the job runs on the group's fp32 sums as they landed in pinned memory.
 static void offload_job(void *arg) {
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
     size_t numel = job->group_numel[buf->group];
-    if (job->nodes > 1) job_allreduce_tree(buf->src, numel, buf->t->node_scratch, job->dp_comm);
+    float *src = buf->t->cuda ? buf->staged : buf->src;
+    if (buf->t->cuda) xfer_cuda_staged_wait(buf);
+    if (job->nodes > 1) job_allreduce_tree(src, numel, buf->t->node_scratch, job->dp_comm);
     if (buf->stays) { // the same sum, in the same (index) order, as the copying loop below
-        buf->sumsq = sum_of_squares(buf->src, numel);
-        if (job->grad_bytes == 2) round_bf16(buf->src, numel);
+        buf->sumsq = sum_of_squares(src, numel);
+        if (job->grad_bytes == 2) round_bf16(src, numel);
         return;
     }
     double acc = 0;
     for (int k = 0; k < job->n_shards; k++) {
-        const float *src = buf->src + job->layouts[k].lo[buf->group];
+        const float *part = src + job->layouts[k].lo[buf->group];
         size_t n = job->layouts[k].len[buf->group];
         void *slot = job_grad_slot(job, k, buf->group);
         if (job->grad_bytes == 2)
-            for (size_t i = 0; i < n; i++) ((bf16 *)slot)[i] = bf16_from_float(src[i]);
+            for (size_t i = 0; i < n; i++) ((bf16 *)slot)[i] = bf16_from_float(part[i]);
         else
-            memcpy(slot, src, n * sizeof(float));
-        for (size_t i = 0; i < n; i++) acc += (double)src[i] * src[i];
+            memcpy(slot, part, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) acc += (double)part[i] * part[i];
     }
     buf->sumsq = acc;
 }
 
 static int landed(grad_buffer *buf, int wait) {
     transfer *t = buf->t;
-    if (t->cuda) return xfer_cuda_offload_landed(buf, wait);
+    if (t->cuda && !t->d2h) return xfer_cuda_offload_landed(buf, wait);
     if (wait) stream_wait(t->d2h, buf->ticket);
     return stream_done(t->d2h, buf->ticket);
 }
@@ -241,10 +247,11 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     offload_reuse(buf);
     buf->group = g, buf->step = step, buf->announced = 0;
     buf->order = ++t->tickets;
-    if (t->cuda) {
+    if (t->cuda && !t->d2h) {
         xfer_cuda_offload(t, buf);
         buf->ticket = buf->order;
     } else {
+        if (t->cuda) xfer_cuda_stage(t, buf);
         trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
         if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, (size_t)t->job->grad_bytes);

@@ -244,6 +244,7 @@ void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng) {
         CUDA_CHECK(cudaEventDestroy((cudaEvent_t)g[i].done));
         CUDA_CHECK(cudaFree(g[i].sumsq_dev));
         if (g[i].bf16_copy) CUDA_CHECK(cudaFree(g[i].bf16_copy));
+        if (g[i].staged) CUDA_CHECK(cudaFreeHost(g[i].staged));
         CUDA_CHECK(cudaFreeHost(g[i].sumsq_host));
     }
 }
@@ -339,6 +340,25 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
     CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
                                cudaMemcpyDeviceToHost, x->d2h));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
+}
+
+void xfer_cuda_stage(transfer *t, grad_buffer *buf) {
+    transfer_cuda *x = t->cuda;
+    size_t bytes = t->job->group_numel[buf->group] * sizeof(float);
+    if (!buf->staged) CUDA_CHECK(cudaMallocHost((void **)&buf->staged, bytes));
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
+    int slot = pool_slot(x, &x->d2h_t);
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
+    x->d2h_t.bytes[slot] = (double)bytes;
+    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, buf->group);
+    CUDA_CHECK(cudaMemcpyAsync(buf->staged, buf->src, bytes, cudaMemcpyDeviceToHost, x->d2h));
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
+}
+
+void xfer_cuda_staged_wait(grad_buffer *buf) {
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)buf->done));
 }
 
 int xfer_cuda_offload_landed(grad_buffer *buf, int wait) {

@@ -16,6 +16,10 @@ void xfer_cuda_fetch_end(weight_buffer *buf);
 void xfer_cuda_fetch_wait(weight_buffer *buf);
 void xfer_cuda_buffer_done(weight_buffer *buf);
 void xfer_cuda_offload(transfer *t, grad_buffer *buf);
+// Data parallel: the group's fp32 sums leave whole for buf->staged (pinned, made at the buffer's
+// first offload), where the copy thread sums them over nodes; staged_wait waits for them there.
+void xfer_cuda_stage(transfer *t, grad_buffer *buf);
+void xfer_cuda_staged_wait(grad_buffer *buf);
 // 1 when the offload has landed (with wait: after waiting for it); sumsq is then valid.
 int xfer_cuda_offload_landed(grad_buffer *buf, int wait);
 transfer_stats xfer_cuda_take_stats(transfer_cuda *x);
