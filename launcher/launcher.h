@@ -12,7 +12,8 @@
 
 typedef struct {
     int np;    // processes in all: per node 1 compute + np / nodes - 1 optimizers
-    int nodes; // data parallel: the hostfile's hosts, or MT_TEST_NODES virtual ones (tests)
+    int nodes; // data parallel: hosts (the hostfile's, or MT_TEST_NODES virtual ones) x gpus
+    int gpus;  // --gpus: compute ranks per host, one per GPU
     const char *config, *hostfile, *resume, *out; // NULL when not given
     const char *stop_at;                          // passed through to mt-rank
     const char *grad_dtype;  // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype

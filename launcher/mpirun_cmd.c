@@ -138,6 +138,11 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");
     if (getenv("MT_PEAK_FLOPS")) add(c, "-x"), add(c, "MT_PEAK_FLOPS"); // MFU's peak
     if (getenv("MT_TEST_NODES")) add(c, "-x"), add(c, "MT_TEST_NODES"); // virtual nodes
+    if (o->gpus > 1) {                                                  // nodes per host
+        static char gpus[40];
+        snprintf(gpus, sizeof gpus, "MT_GPUS_PER_NODE=%d", o->gpus);
+        add(c, "-x"), add(c, gpus);
+    }
     if (getenv("MT_CUDA_DATA_PARALLEL")) add(c, "-x"), add(c, "MT_CUDA_DATA_PARALLEL");
     if (o->tty) {
         static char cols[32];

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
           "                   default: 1 + one optimizer per NUMA node)\n"
           "  --hostfile F     run on the hosts in F (Open MPI syntax: host [slots=N]);\n"
           "                   several hosts train data parallel, N / hosts ranks on each\n"
+          "  --gpus G         G compute ranks on each host, one per GPU, data parallel: each\n"
+          "                   host's ranks split into G alike nodes (default 1)\n"
           "  --resume DIR     continue from the checkpoint in DIR (a run folder or one step),\n"
           "                   writing on into that run folder unless --out names another\n"
           "  --out DIR        write checkpoints and logs to DIR instead of checkpoint.dir\n"
@@ -64,6 +66,7 @@ static void usage(FILE *f) {
           "  mtrun configs/tiny.cfg                      # the tiny default, on this machine\n"
           "  mtrun -np 4 train.cfg                       # 1 compute + 3 optimizer processes\n"
           "  mtrun --hostfile hostfiles/two-nodes -np 8 train.cfg   # 2 nodes, data parallel\n"
+          "  mtrun --gpus 2 -np 8 train.cfg              # 2 GPUs of this host, 4 ranks each\n"
           "  mtrun --resume runs/tiny -np 4 configs/tiny.cfg\n"
           "  mtrun --dry-run -np 4 train.cfg -- --mca btl_tcp_if_include eth0\n"
           "  mtrun --plan -np 5 configs/7b.cfg           # will it fit? how long per step?\n"
@@ -175,6 +178,10 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             o->np = (int)v;
         } else if (is_opt(a, "--hostfile") || is_opt(a, "-hostfile")) {
             o->hostfile = value_of(argc, argv, &i, a[1] == '-' ? "--hostfile" : "-hostfile");
+        } else if (is_opt(a, "--gpus")) {
+            const char *g = value_of(argc, argv, &i, "--gpus");
+            o->gpus = (int)parse_count(g);
+            if (o->gpus < 1 || o->gpus > 64) die_usage("--gpus %s: not a number of GPUs (1-64)", g);
         } else if (is_opt(a, "--resume")) {
             o->resume = value_of(argc, argv, &i, "--resume");
         } else if (is_opt(a, "--gpu-mem")) {
@@ -367,6 +374,8 @@ static mt_config split_over_nodes(mtrun_opts *o, const mt_config *cfg, int hosts
     const char *test = getenv("MT_TEST_NODES");
     o->nodes = test && *test ? (int)parse_count(test) : hosts;
     if (o->nodes < 1) die_usage("MT_TEST_NODES=%s: not a number of nodes", test);
+    if (o->gpus < 1) o->gpus = 1;
+    o->nodes *= o->gpus;
     if (o->np % o->nodes != 0 || o->np / o->nodes < 2)
         die_usage("-np %d over %d nodes: each node needs the same number of ranks, at least 2 "
                   "(1 compute + 1 optimizer)",
@@ -394,10 +403,11 @@ static mt_config split_over_nodes(mtrun_opts *o, const mt_config *cfg, int hosts
 
 // Data parallel: which ranks each node runs, in what role. The plan above is one node's.
 static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
-    int per = o->np / o->nodes, M = node_cfg->micro_batches;
-    printf("data parallel over %d %snodes; the plan above is one node's, checked against this "
-           "host only:\n",
-           o->nodes, o->hostfile ? "" : "virtual (MT_TEST_NODES) ");
+    int per = o->np / o->nodes, M = node_cfg->micro_batches, hosts = o->nodes / o->gpus;
+    printf("data parallel over %d nodes (%d %shost%s x %d GPU%s); the plan above is one node's, "
+           "checked against this host only:\n",
+           o->nodes, hosts, getenv("MT_TEST_NODES") ? "virtual (MT_TEST_NODES) " : "",
+           hosts == 1 ? "" : "s", o->gpus, o->gpus == 1 ? "" : "s");
     for (int n = 0; n < o->nodes; n++) {
         int first = n * per, last = first + per - 1;
         char opt[48], micro[48];
@@ -405,8 +415,9 @@ static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
                  first + 1, last);
         snprintf(micro, sizeof micro, M == 1 ? "micro-batch %d" : "micro-batches %d-%d", n * M,
                  (n + 1) * M - 1);
-        printf("  node %d: ranks %d-%d: compute rank %d, %s; %s of each step%s\n", n, first, last,
-               first, opt, micro, n == 0 ? "; writes the run folder" : "");
+        printf("  node %d (host %d, GPU %d): ranks %d-%d: compute rank %d, %s; %s of each step%s\n",
+               n, n / o->gpus, n % o->gpus, first, last, first, opt, micro,
+               n == 0 ? "; writes the run folder" : "");
     }
 }
 

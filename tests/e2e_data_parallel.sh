@@ -59,6 +59,13 @@ same_run "bf16 slots, device groups: 2 nodes = 1 node" bf16-one bf16-two
 expect "bf16 slots, device groups: the exports are the same files" \
     diff -r "$WORK/export-one" "$WORK/export-two"
 
+# --gpus 2: the host's ranks split into 2 nodes, one per GPU (the CPU backend computes the same)
+run_job gpus2 6 "$WORK/m4.cfg" --gpus 2 || show_log gpus2
+same_run "--gpus 2 on one host = 1 node" one4 gpus2
+"$MTRUN" --plan --gpus 2 -np 6 "$WORK/m4.cfg" >"$WORK/plan-gpus.log" 2>&1
+expect "--plan --gpus 2: node 1 is GPU 1 of host 0" grep -q \
+    'node 1 (host 0, GPU 1): ranks 3-5' "$WORK/plan-gpus.log"
+
 # resume on another node count: 4 steps on one node, the rest on two
 run_job half 3 "$WORK/m4.cfg" --stop-at 4 || show_log half
 nodes_job 2 rest 6 "$WORK/m4.cfg" --resume "$WORK/half" --out "$WORK/half" || show_log rest
@@ -106,7 +113,7 @@ expect "2 nodes: after a step, with its checkpoint ($stopped)" \
 # the plan shows the placement
 MT_TEST_NODES=2 "$MTRUN" --plan -np 6 "$WORK/m4.cfg" >"$WORK/plan.log" 2>&1
 expect "--plan: node 1 runs ranks 3-5 over micro-batches 2-3" grep -q \
-    'node 1: ranks 3-5: compute rank 3, optimizer ranks 4-5; micro-batches 2-3 of each step' \
+    'node 1 (host 1, GPU 0): ranks 3-5: compute rank 3, optimizer ranks 4-5; micro-batches 2-3 of' \
     "$WORK/plan.log"
 
 # bad input: a batch that does not split

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     backend *b = NULL;
 #ifdef MT_HAVE_CUDA
     // Until backend_cuda.c adds the biases (it would skip them): skipped, not failed.
-    if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c);
+    if (strcmp(argv[1], "cuda") == 0) ops = backend_cuda_ops(), b = backend_cuda_new(&c, 0);
     if (strcmp(argv[1], "cuda") == 0 && !b) return fprintf(stderr, "no CUDA device\n"), 77;
 #endif
     if (!b && strcmp(argv[1], "cpu") != 0)

@@ -71,7 +71,9 @@ const backend_ops *backend_cpu_ops(void);
 backend *backend_cpu_new(const mt_config *c);
 #ifdef MT_HAVE_CUDA
 const backend_ops *backend_cuda_ops(void);
-backend *backend_cuda_new(const mt_config *c); // NULL when no usable GPU
+// On GPU `device` of the host's (modulo their count: virtual nodes may share one); NULL when
+// there is no usable GPU.
+backend *backend_cuda_new(const mt_config *c, int device);
 void *backend_cuda_compute_stream(backend *b); // the cudaStream_t transfers order against
 #endif
 

@@ -273,13 +273,13 @@ static void upload_inv_freq(backend *b) {
     free(host);
 }
 
-backend *backend_cuda_new(const mt_config *c) {
+backend *backend_cuda_new(const mt_config *c, int device) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaSetDevice(device % count));
     backend *b = calloc(1, sizeof *b);
     if (!b) mt_die("out of memory");
     b->c = c;

@@ -36,7 +36,7 @@ static void pick_backend(engine *e) {
     const char *want = e->c->backend;
 #ifdef MT_HAVE_CUDA
     if (strcmp(want, "cpu") != 0) {
-        e->be = backend_cuda_new(e->c);
+        e->be = backend_cuda_new(e->c, e->job->gpu);
         if (e->be) {
             e->ops = backend_cuda_ops();
             return;

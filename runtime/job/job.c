@@ -137,20 +137,35 @@ static void map_regions(mt_job *job) {
     if (!job_is_compute(job)) shm_region_unlink(&job->regions[k]);
 }
 
-// MT_TEST_NODES=N: N virtual nodes of consecutive ranks (tests on one host); else a node is
-// the ranks that share memory. Nodes must be alike, and a node's ranks consecutive, so that
-// node n holds ranks n * world .. (n + 1) * world - 1 as mtrun's plan and the hostfile say.
+// Positive integer from the environment, else 0.
+static int env_count(const char *name) {
+    const char *v = getenv(name);
+    return v && atoi(v) > 0 ? atoi(v) : 0;
+}
+
+// A node is one data-parallel replica: a compute rank (one GPU) and its optimizer ranks. The
+// ranks that share memory form a host (MT_TEST_NODES=N: N virtual hosts of consecutive ranks,
+// for tests on one host), and a host's ranks split into MT_GPUS_PER_NODE nodes (mtrun --gpus),
+// node i of its host computing on GPU i. Nodes must be alike, and a node's ranks consecutive,
+// so that node n holds ranks n * world .. (n + 1) * world - 1 as mtrun's plan says.
 static void split_nodes(mt_job *job) {
-    int size, uniform[2];
+    int size, hsize, hrank, uniform[2], most;
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    const char *test = getenv("MT_TEST_NODES");
-    int want = test && atoi(test) > 0 ? atoi(test) : 0;
-    if (want > 0 && size % want == 0)
-        MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job->world_rank / (size / want), job->world_rank,
-                                 &job->comm));
+    int hosts = env_count("MT_TEST_NODES"), gpus = env_count("MT_GPUS_PER_NODE");
+    int bad_hosts = hosts > 0 && size % hosts != 0;
+    MPI_Comm host;
+    if (hosts > 0 && !bad_hosts)
+        MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job->world_rank / (size / hosts), job->world_rank,
+                                 &host));
     else
         MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, job->world_rank,
-                                      MPI_INFO_NULL, &job->comm));
+                                      MPI_INFO_NULL, &host));
+    MPI_CHECK(MPI_Comm_size(host, &hsize));
+    MPI_CHECK(MPI_Comm_rank(host, &hrank));
+    int bad_gpus = gpus > 0 && hsize % gpus != 0;
+    job->gpu = gpus > 0 && !bad_gpus ? hrank / (hsize / gpus) : 0;
+    MPI_CHECK(MPI_Comm_split(host, job->gpu, hrank, &job->comm));
+    MPI_CHECK(MPI_Comm_free(&host));
     MPI_CHECK(MPI_Comm_rank(job->comm, &job->rank));
     MPI_CHECK(MPI_Comm_size(job->comm, &job->world));
     MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, job->rank, job->world_rank, &job->dp_comm));
@@ -158,13 +173,18 @@ static void split_nodes(mt_job *job) {
     MPI_CHECK(MPI_Comm_size(job->dp_comm, &job->nodes));
     int mine[2] = {job->world, job->world_rank == job->node * job->world + job->rank};
     MPI_CHECK(MPI_Allreduce(mine, uniform, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    int most;
     MPI_CHECK(MPI_Allreduce(&job->world, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad_gpus, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     state_comm = job->comm;
-    if (want > 0 && size % want != 0) {
-        char err[160];
+    char err[160];
+    if (bad_hosts) {
         snprintf(err, sizeof err, "MT_TEST_NODES=%d: %d ranks do not split into %d alike nodes",
-                 want, size, want);
+                 hosts, size, hosts);
+        job_fail_input(job, err);
+    }
+    if (bad_gpus) {
+        snprintf(err, sizeof err, "--gpus %d: a host's ranks do not split into %d alike nodes",
+                 gpus, gpus);
         job_fail_input(job, err);
     }
     if (uniform[0] != most || !uniform[1])

@@ -31,6 +31,7 @@ typedef struct {
     // micro-batches are cfg.micro_batches (the config's divided by nodes), the first of them the
     // global batch's micro-batch `first_micro`. world_rank: the rank in MPI_COMM_WORLD.
     int node, nodes, first_micro, world_rank;
+    int gpu; // the GPU of this node's compute rank: the node's place on its host (mtrun --gpus)
     MPI_Comm dp_comm;
     MPI_Comm opt_world; // every node's optimizer ranks (MPI_COMM_NULL on compute ranks)
     MPI_Comm opt_comm;  // the optimizer ranks; MPI_COMM_NULL on the compute rank
