@@ -355,9 +355,8 @@ static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const p
     const char *where = "";
     uint64_t gpu = cuda ? gpu_free_bytes(o, &where) : UINT64_MAX;
     for (int bytes = want ? want : 4;; bytes = 2) {
-        int moment_nodes = cfg->shard_across_nodes ? o->nodes : 1;
         if (plan_make(plan, cfg, o->np / o->nodes, cuda, p->numa_nodes, !p->oversubscribe, bytes,
-                      gpu, moment_nodes, err, n) < 0)
+                      gpu, o->nodes, err, n) < 0)
             die_usage("%s", err);
         plan->gpu_source = where;
         int fits = plan_check(plan, host, err, n) == 0;

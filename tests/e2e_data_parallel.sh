@@ -116,6 +116,16 @@ expect "--plan: node 1 runs ranks 3-5 over micro-batches 2-3" grep -q \
     'node 1 (host 1, GPU 0): ranks 3-5: compute rank 3, optimizer ranks 4-5; micro-batches 2-3 of' \
     "$WORK/plan.log"
 
+# over nodes the compute rank also holds a scratch for the sums: more host than one node with
+# the same micro-batches per node
+compute_host() { MT_TEST_NODES=$1 "$MTRUN" --plan --json -np "$2" "$3" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["ranks"][0]["compute"])'; }
+sed 's/micro_batches = .*/micro_batches = 1;/' "$WORK/m2.cfg" >"$WORK/m1.cfg"
+one_node=$(compute_host 1 3 "$WORK/m1.cfg")
+two_nodes=$(compute_host 2 6 "$WORK/m2.cfg")
+expect "the plan counts the compute rank's scratch for the sums ($two_nodes > $one_node)" \
+    test "$two_nodes" -gt "$one_node"
+
 # bad input: a batch that does not split
 nodes_job 2 uneven 6 "$WORK/m3.cfg"
 rc=$?

@@ -317,8 +317,21 @@ static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nod
     r->control = SHM_HEADER_BYTES;
 }
 
+// Data parallel: the compute rank's host bytes for the sums over nodes (engine/transfer.c): a
+// scratch of the largest group, and on CUDA each gradient buffer's pinned copy of its group's
+// fp32 sums (two layers', the embedding's and the head's).
+static uint64_t node_sum_bytes(const mt_config *c, int cuda, int nodes) {
+    if (nodes < 2) return 0;
+    uint64_t emb = model_group_numel(c, 0), head = model_group_numel(c, model_head_group(c));
+    uint64_t layer = model_group_numel(c, model_layer_group(0)), most = emb;
+    if (head > most) most = head;
+    if (layer > most) most = layer;
+    return 4 * (most + (cuda ? 2 * layer + emb + head : 0));
+}
+
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
-              int grad_bytes, uint64_t device_free, int moment_nodes, char *err, size_t errlen) {
+              int grad_bytes, uint64_t device_free, int nodes, char *err, size_t errlen) {
+    int moment_nodes = c->shard_across_nodes ? nodes : 1;
     memset(p, 0, sizeof *p);
     p->c = c, p->np = np, p->n_shards = np - 1, p->cuda = cuda, p->grad_bytes = grad_bytes;
     p->gpu_free = device_free;
@@ -357,7 +370,8 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     for (int r = 0; r < np; r++) {
         plan_rank *pr = &p->rank[r];
         if (r == 0) {
-            pr->compute = cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total;
+            pr->compute = (cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total) +
+                          node_sum_bytes(c, cuda, nodes);
         } else {
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
                               grad_bytes);

@@ -101,9 +101,10 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
 // one-line message in err (a model whose groups do not fit the shard layout).
 // grad_bytes: the gradient slots' 4 or 2 (plan_grad_bytes). device_free: the GPU's free bytes
 // before the job (UINT64_MAX when not known), for the "auto" settings and the GPU check.
-// moment_nodes: the nodes that split Adam's moments (optimizer.shard_across_nodes), else 1.
+// nodes: data-parallel nodes (1: none); c is one node's config (its share of micro_batches).
+// They split Adam's moments when c->shard_across_nodes.
 int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, int bound,
-              int grad_bytes, uint64_t device_free, int moment_nodes, char *err, size_t errlen);
+              int grad_bytes, uint64_t device_free, int nodes, char *err, size_t errlen);
 // optimizer.grad_dtype as slot bytes: 4 for "fp32", 2 for "bf16", 0 for "auto" (the caller
 // plans with 4 and takes 2 when that does not fit).
 int plan_grad_bytes(const mt_config *c);
