@@ -379,24 +379,14 @@ static mt_config split_over_nodes(mtrun_opts *o, const mt_config *cfg, int hosts
         die_usage("-np %d over %d nodes: each node needs the same number of ranks, at least 2 "
                   "(1 compute + 1 optimizer)",
                   o->np, o->nodes);
-    if (cfg->micro_batches % o->nodes != 0)
-        die_usage("%s: batch.micro_batches = %d does not split evenly over %d nodes: make it a "
-                  "multiple of %d",
-                  o->config, cfg->micro_batches, o->nodes, o->nodes);
-    const char *try_cuda = getenv("MT_CUDA_DATA_PARALLEL");
-    int cuda = o->nodes > 1 && plan_backend_cuda(cfg);
-    if (cuda && !(try_cuda && atoi(try_cuda) == 1))
-        die_usage("%s: data parallel over %d nodes on the CUDA backend has not yet run on a GPU: "
-                  "set backend = \"cpu\", run on one node, or try it with "
-                  "MT_CUDA_DATA_PARALLEL=1",
-                  o->config, o->nodes);
-    if (cuda && cfg->device_groups > 0)
-        die_usage("%s: optimizer.device_groups = %d: over nodes the CUDA backend updates no group "
-                  "itself; leave it out",
-                  o->config, cfg->device_groups);
+    char err[MT_PATH_MAX + 256];
+    int cuda = plan_backend_cuda(cfg);
+    if (mt_config_check_micro_split(cfg, o->nodes, err, sizeof err) < 0 ||
+        (cuda && mt_config_check_cuda_nodes(cfg, o->nodes, err, sizeof err) < 0))
+        die_usage("%s", err);
     mt_config node = *cfg;
     node.micro_batches /= o->nodes;
-    if (cuda) node.device_groups = 0; // as the compute rank decides (engine.c)
+    if (cuda && o->nodes > 1) node.device_groups = 0; // as the compute rank decides (engine.c)
     return node;
 }
 

@@ -36,12 +36,17 @@ static inline void mt_last_words(const char *prefix, const char *msg) {
     fclose(f);
 }
 
+// A process's last line before it exits: on stderr, and in the job's last words.
+static inline void mt_say_last(const char *prefix, const char *msg) {
+    mt_put_line(stderr, prefix, msg);
+    mt_last_words(prefix, msg);
+}
+
 #define mt_die(...)                                                                                \
     do {                                                                                           \
         char mt_die_msg_[2048];                                                                    \
         snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
-        mt_put_line(stderr, "megatrain: ", mt_die_msg_);                                           \
-        mt_last_words("megatrain: ", mt_die_msg_);                                                 \
+        mt_say_last("megatrain: ", mt_die_msg_);                                                   \
         exit(1);                                                                                   \
     } while (0)
 

@@ -157,27 +157,11 @@ static uint64_t device_free(engine *e, const char **where) {
 
 // The CUDA backend over nodes: its fp32 sums go to pinned host memory whole, where the copy
 // thread sums them over nodes, takes the norm and fills the slots (transfer.c). Written, not yet
-// run on a GPU: it waits for MT_CUDA_DATA_PARALLEL=1. The groups the compute rank would update
-// itself would need the sums back on the GPU: none over nodes.
+// run on a GPU (mt_config_check_cuda_nodes). The groups the compute rank would update itself would
+// need the sums back on the GPU: none over nodes.
 static int cuda_over_nodes(engine *e, char *err, size_t errlen) {
-    mt_job *job = e->job;
-    const char *on = getenv("MT_CUDA_DATA_PARALLEL");
-    if (!on || atoi(on) != 1) {
-        snprintf(err, errlen,
-                 "data parallel over %d nodes on the CUDA backend has not yet run on a GPU: set "
-                 "backend = \"cpu\" in %s, run on one node, or try it with "
-                 "MT_CUDA_DATA_PARALLEL=1",
-                 job->nodes, job->args.config_path);
-        return 0;
-    }
-    if (job->cfg.device_groups > 0) {
-        snprintf(err, errlen,
-                 "%s: optimizer.device_groups = %d: over nodes the CUDA backend updates no group "
-                 "itself; leave it out",
-                 job->args.config_path, job->cfg.device_groups);
-        return 0;
-    }
-    job->cfg.device_groups = 0;
+    if (mt_config_check_cuda_nodes(e->c, e->job->nodes, err, errlen) < 0) return 0;
+    e->job->cfg.device_groups = 0;
     return 1;
 }
 

@@ -330,17 +330,17 @@ static void head_pass(engine *e, int m, float dloss) {
 double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
-    size_t emb = e->job->group_numel[0];
+    size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(c)];
     stop_if_requested(e, step, 1);
     load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
     forward_layers(e, step, M, 1);
-    zero_grads(e, &e->head_g, e->job->group_numel[model_head_group(c)]);
+    zero_grads(e, &e->head_g, head);
     zero_grads(e, &e->emb_g, emb);
     // Each token's share of the global batch's mean loss.
     float dloss = 1.0f / ((float)M * e->job->nodes * e->n);
     span_begin(e, "head", -1);
     for (int m = 0; m < M; m++) head_pass(e, m, dloss);
-    sum_micro(e, e->head_g.src, MICRO_HEAD, e->job->group_numel[model_head_group(c)]);
+    sum_micro(e, e->head_g.src, MICRO_HEAD, head);
     span_end(e, "head", -1);
     buffer_done(&e->head);
     inject_nan(e, step);

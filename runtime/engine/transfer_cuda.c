@@ -299,13 +299,21 @@ void xfer_cuda_buffer_done(weight_buffer *buf) {
 }
 
 // The gradients into the shards' slots (fp32, or the bf16 copy), timed.
+// A timed stretch of the D2H stream: what it copies of `group`, `bytes` in all.
+static void d2h_timed_begin(transfer_cuda *x, int group, double bytes) {
+    int slot = pool_slot(x, &x->d2h_t);
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
+    x->d2h_t.bytes[slot] = bytes;
+    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, group);
+}
+static void d2h_timed_end(transfer_cuda *x) {
+    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+}
+
 static void copy_out(transfer_cuda *x, mt_job *job, grad_buffer *buf, long numel) {
     size_t es = (size_t)job->grad_bytes;
     const char *from = es == 2 ? (const char *)buf->bf16_copy : (const char *)buf->src;
-    int slot = pool_slot(x, &x->d2h_t);
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
-    x->d2h_t.bytes[slot] = (double)numel * (double)es;
-    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, buf->group);
+    d2h_timed_begin(x, buf->group, (double)numel * (double)es);
     for (int k = 0; k < job->n_shards; k++) {
         size_t n = job->layouts[k].len[buf->group];
         if (n == 0) continue;
@@ -313,7 +321,7 @@ static void copy_out(transfer_cuda *x, mt_job *job, grad_buffer *buf, long numel
                                    from + job->layouts[k].lo[buf->group] * es, n * es,
                                    cudaMemcpyDeviceToHost, x->d2h));
     }
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+    d2h_timed_end(x);
 }
 
 // bf16 slots: the norm is taken from the fp32 sums first, then they are rounded once, into a
@@ -348,12 +356,9 @@ void xfer_cuda_stage(transfer *t, grad_buffer *buf) {
     if (!buf->staged) CUDA_CHECK(cudaMallocHost((void **)&buf->staged, bytes));
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
-    int slot = pool_slot(x, &x->d2h_t);
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
-    x->d2h_t.bytes[slot] = (double)bytes;
-    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, buf->group);
+    d2h_timed_begin(x, buf->group, (double)bytes);
     CUDA_CHECK(cudaMemcpyAsync(buf->staged, buf->src, bytes, cudaMemcpyDeviceToHost, x->d2h));
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
+    d2h_timed_end(x);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
 }
 

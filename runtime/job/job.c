@@ -44,8 +44,7 @@ void job_recv_floats(float *x, size_t n, int src) {
 }
 
 void job_fail_input(const mt_job *job, const char *msg) {
-    if (job->world_rank == 0)
-        mt_put_line(stderr, "mt-rank: ", msg), mt_last_words("mt-rank: ", msg);
+    if (job->world_rank == 0) mt_say_last("mt-rank: ", msg);
     MPI_Finalize();
     exit(2);
 }

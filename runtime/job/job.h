@@ -63,8 +63,8 @@ typedef struct {
 // Setting a job up is collective over MPI_COMM_WORLD, in three steps, so that what reads files
 // (the config, a checkpoint to resume, model_dir's weights: io/) can run between them, from
 // the rank program, before any shared memory exists:
-//  1. job_init: the node (MT_TEST_NODES=N: N virtual nodes of consecutive ranks, for tests on
-//     one host; else one per shared-memory domain), the rank and world size on it;
+//  1. job_init: the node (split_nodes in job.c: a host, or one GPU of it with mtrun --gpus;
+//     MT_TEST_NODES makes virtual hosts for tests), the rank and world size on it;
 //  2. job_make_layouts, once cfg, device_groups and grad_bytes are set: the parameter groups
 //     and their shard layouts;
 //  3. job_start: threads, the job id, the optimizers' communicator, the shared regions and the

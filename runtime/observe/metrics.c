@@ -176,6 +176,7 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
                errno == ELOOP ? "a symbolic link: not writing through it" : strerror(errno));
     // The formula: 6 N per token plus attention's 12 * layers * dim * seq.
     mx->flops_per_token = plan_model_flops_per_token(c);
+    mx->tokens_per_step = mt_tokens_per_step(c) * job->nodes;
     int cuda = strcmp(backend, "cuda") == 0;
     const char *peak = getenv("MT_PEAK_FLOPS"); // another GPU, or a measured CPU peak
     mx->peak_flops = peak && atof(peak) > 0 ? atof(peak) : plan_peak_flops(cuda, job->threads);
@@ -184,13 +185,12 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
             "\"optimizer_ranks\":%d,\"backend\":\"%s\",\"tokens_per_step\":%ld,"
             "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
-            backend, mt_tokens_per_step(c) * job->nodes, mx->flops_per_token, mx->peak_flops);
+            backend, mx->tokens_per_step, mx->flops_per_token, mx->peak_flops);
     fflush(mx->jsonl);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
-           model_param_count(c) / 1e6, job->n_groups, job->n_shards,
-           mt_tokens_per_step(c) * job->nodes, job->start_step + 1, job->end_step, backend,
-           job->threads);
+           model_param_count(c) / 1e6, job->n_groups, job->n_shards, mx->tokens_per_step,
+           job->start_step + 1, job->end_step, backend, job->threads);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
     else if (cuda)
@@ -287,7 +287,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
                   : st.opt_stall_seconds >= 0 ? st.opt_stall_seconds / s.dt
                                               : wait / s.dt;
     s.busy = st.compute_busy_seconds >= 0 && s.dt > 0 ? st.compute_busy_seconds / s.dt : -1;
-    s.tok_s = mt_tokens_per_step(c) * mx->job->nodes / s.dt, s.norm = sqrt(costs->grad_sumsq);
+    s.tok_s = mx->tokens_per_step / s.dt, s.norm = sqrt(costs->grad_sumsq);
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);

@@ -74,6 +74,7 @@ typedef struct {
     mt_job *job;
     FILE *jsonl;
     double run_start, step_start, step_stop, flops_per_token;
+    long tokens_per_step; // every node's: the global batch
     int64_t steps_done;
     double peak_flops; // MFU is measured against this (see metrics_open)
     int tty, columns;  // draw a live line no wider than columns - 1

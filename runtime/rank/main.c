@@ -27,14 +27,8 @@ static void check_path_room(const mt_job *job, const char *what, const char *pat
 // Data parallel: each node takes an equal run of every step's micro-batches.
 static void split_batch(mt_job *job) {
     mt_config *c = &job->cfg;
-    if (c->micro_batches % job->nodes != 0) {
-        char err[MT_PATH_MAX + 160];
-        snprintf(err, sizeof err,
-                 "%s: batch.micro_batches = %d does not split evenly over %d nodes: make it a "
-                 "multiple of %d",
-                 job->args.config_path, c->micro_batches, job->nodes, job->nodes);
-        job_fail_input(job, err);
-    }
+    char err[MT_PATH_MAX + 256];
+    if (mt_config_check_micro_split(c, job->nodes, err, sizeof err) < 0) job_fail_input(job, err);
     c->micro_batches /= job->nodes;
     job->first_micro = job->node * c->micro_batches;
 }
