@@ -336,6 +336,20 @@ static void print_numa(FILE *f, const mt_plan *p, const placement *pl) {
     }
 }
 
+static void print_kept_attention(FILE *f, const mt_plan *p, const plan_buffers *b) {
+    const mt_config *c = p->c;
+    int slots = p->choices.att_slots, pairs = c->layers * c->micro_batches;
+    double saved = plan_attention_saved(c, &p->choices);
+    double redo = saved - (double)slots / c->micro_batches;
+    char also[96] = "";
+    if (redo > 0) snprintf(also, sizeof also, ", and the segments' redo of %.0f", redo);
+    fprintf(f,
+            "  %-13s %11s  %d of %d layer x micro-batch passes keep their attention output "
+            "(keep_attention%s): their backward's recompute%s skips the attention kernel\n",
+            "attention", H(b->attention), slots, pairs,
+            c->keep_attention < 0 ? " auto: what the boundaries leave" : "", also);
+}
+
 static void print_buffers(FILE *f, const mt_plan *p) {
     const mt_config *c = p->c;
     const plan_buffers *b = p->cuda ? &p->gpu : &p->host_buffers;
@@ -365,6 +379,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
                 every, c->boundary_every ? "" : " (auto: all would not fit)", every, 2 * every,
                 offloaded ? " (in host memory)" : "", plan_recomputed_layers(c->layers, every),
                 100.0 * plan_recomputed_layers(c->layers, every) / c->layers);
+    if (p->choices.att_slots > 0) print_kept_attention(f, p, b);
     fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
@@ -551,13 +566,14 @@ static void json_rank(FILE *f, const char *key, const plan_rank *r) {
             r->total);
 }
 
-static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
+static void json_buffers(FILE *f, const char *key, const plan_buffers *b, int att_slots) {
     fprintf(f,
             ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
             ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"optimizer\":%" PRIu64
-            ",\"device_groups\":%d,\"total\":%" PRIu64 "}",
+            ",\"attention\":%" PRIu64 ",\"att_slots\":%d,\"device_groups\":%d,\"total\":%" PRIu64
+            "}",
             key, b->weights, b->grads, b->activations, b->residual, b->working, b->optimizer,
-            b->device_groups, b->total);
+            b->attention, att_slots, b->device_groups, b->total);
 }
 
 // One JSON object, every number exact, for scripts and tests.
@@ -576,8 +592,9 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
             ",\"shared\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"host\":%" PRIu64,
             p->grad_bytes == 2 ? "bf16" : "fp32", p->device_groups, p->state, p->shared, p->regions,
             p->host);
-    json_buffers(f, "compute_host", &p->host_buffers);
-    json_buffers(f, "gpu", &p->gpu);
+    int att = (int)(p->gpu.attention / plan_attention_slot_bytes(p->c, 1));
+    json_buffers(f, "compute_host", &p->host_buffers, p->cuda ? 0 : p->choices.att_slots);
+    json_buffers(f, "gpu", &p->gpu, p->cuda ? p->choices.att_slots : att);
     fprintf(f,
             ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
             "\"optimizer_s\":%.6g,\"step_s\":%.6g}",

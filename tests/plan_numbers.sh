@@ -96,7 +96,14 @@ expected() {
         out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
         out("compute_host.activations", acts); out("compute_host.residual", dres)
         out("compute_host.working", cpu_work)
-        out("compute_host.total", 8 * res + acts + dres + cpu_work)
+        # keep_attention: explicit N (at most L x M); auto keeps none where layers are kept whole
+        # (recompute "auto", unchunked) or the memory is not known (the CPU), else as many as
+        # fit: all of them in these checks (1 TB of GPU, or layers kept whole)
+        KA = ("keep_attention" in cfg) ? cfg["keep_attention"] : -1
+        RC = ("recompute" in cfg) ? cfg["recompute"] : "auto"
+        att_cpu = KA >= 0 ? min(KA, L * M) : 0; cpu_att = att_cpu * (4*n*Q + 4*n*H)
+        out("compute_host.attention", cpu_att); out("compute_host.att_slots", att_cpu)
+        out("compute_host.total", 8 * res + acts + dres + cpu_work + cpu_att)
         # the same on the GPU: bf16 weights; alloc_layer_set + alloc_head_set + workspace
         # the attention buffers span the micro-batch (n), the rest a chunk (r: batch.seq_chunk,
         # auto 16384 at most): the working set holds h, gate and up for a chunk
@@ -124,11 +131,15 @@ expected() {
         out("gpu.weights", 2 * resg); out("gpu.grads", 4 * resg); out("gpu.activations", acts)
         out("gpu.residual", dres); out("gpu.working", gpu_work)
         out("gpu.optimizer", 12 * own); out("gpu.device_groups", DGGPU)
-        out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own)
+        keeps = RC != "always" && r == n
+        att = KA >= 0 ? min(KA, L * M) : keeps ? 0 : L * M
+        gpu_att = att * (up(2*n*Q, 256) + up(4*n*H, 256))
+        out("gpu.attention", gpu_att); out("gpu.att_slots", att)
+        out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own + gpu_att)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
         # plus, on CUDA, the host staging copy of the largest GPU-updated group (fp32)
         big = DG == 0 ? 0 : (DG > 1 && layer > numel[0]) ? layer : numel[0]
-        compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work
+        compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work + cpu_att
         out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
         out("host", state + shared + compute)

@@ -41,7 +41,7 @@ static double run(model *m, int want_grads) {
     for (int l = 0; l < L; l++) {
         layer_params p;
         layer_params_bind(&p, c, m->params[model_layer_group(l)]);
-        layer_forward(c, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D);
+        layer_forward(c, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D, 0);
     }
     head_params hp, hg;
     int H = model_head_group(c);
@@ -58,7 +58,7 @@ static double run(model *m, int want_grads) {
             layer_params p, dp;
             layer_params_bind(&p, c, m->params[model_layer_group(l)]);
             layer_params_bind(&dp, c, m->grads[model_layer_group(l)]);
-            layer_forward(c, &p, m->s, acts + (size_t)l * n * D, tmp); // the engine's recompute
+            layer_forward(c, &p, m->s, acts + (size_t)l * n * D, tmp, 0); // the engine's recompute
             layer_backward(c, &p, &dp, m->s, acts + (size_t)l * n * D, dres, tmp);
             memcpy(dres, tmp, sizeof(float) * n * D);
         }

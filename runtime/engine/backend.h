@@ -12,6 +12,14 @@
 
 typedef struct backend backend;
 
+// A layer pass's attention output (keep_attention): in the working set (slot < 0), or in slot
+// `slot` of attention_reserve's, which the pass fills (ready = 0) or reads instead of running
+// the attention kernel again (ready = 1: the same kernel on the same inputs gave those bits).
+typedef struct {
+    int slot, ready;
+} att_ref;
+#define ATT_NONE ((att_ref){-1, 0})
+
 typedef struct {
     const char *name;
     int weight_bytes; // bytes per weight element in a fetched buffer: 4 (fp32) or 2 (bf16)
@@ -29,13 +37,16 @@ typedef struct {
     // Kept activations: room for up to `wanted` layer internals (one layer over one
     // micro-batch each) in memory the backend can spare; returns how many slots it reserved.
     int (*keep_reserve)(backend *b, int wanted);
+    // Room for `slots` attention outputs (att_ref); returns how many it reserved.
+    int (*attention_reserve)(backend *b, int slots);
     // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
-    void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep);
+    void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep,
+                          att_ref att);
     // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
-    // them from x. Both give the same bits. dx may be dout: a token's dx depends on its own
-    // dout only, read before it is written.
+    // them from x (attention's output from att when it is ready). All give the same bits. dx
+    // may be dout: a token's dx depends on its own dout only, read before it is written.
     void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
-                           float *dx, int keep);
+                           float *dx, int keep, att_ref att);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
     // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
     void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,

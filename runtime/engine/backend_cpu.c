@@ -16,6 +16,8 @@ struct backend {
     layer_scratch *scratch;
     layer_scratch **kept; // kept activations: one whole working set per slot
     int n_kept;
+    float **att, **lse; // kept attention outputs (keep_attention)
+    int n_att;
     float *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
     double loss;
@@ -70,19 +72,53 @@ static layer_scratch *internals(backend *b, int keep) {
     return keep >= 0 ? b->kept[keep] : b->scratch;
 }
 
-static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out, int keep) {
+static int cpu_attention_reserve(backend *b, int slots) {
+    const mt_config *c = b->c;
+    size_t n = (size_t)tokens(b), q = n * c->heads * mt_head_dim(c), lse = n * c->heads;
+    b->att = cpu_alloc(b, sizeof(float *) * (slots + 1));
+    b->lse = cpu_alloc(b, sizeof(float *) * (slots + 1));
+    for (int i = 0; i < slots; i++) {
+        b->att[i] = cpu_alloc(b, sizeof(float) * q);
+        b->lse[i] = cpu_alloc(b, sizeof(float) * lse);
+    }
+    return b->n_att = slots;
+}
+
+// A pass with an attention slot runs in the working set with the slot's output in place of
+// the working set's own (put back after).
+static layer_scratch *with_attention(backend *b, layer_scratch *s, att_ref att) {
+    if (att.slot >= 0) s->att = b->att[att.slot], s->lse = b->lse[att.slot];
+    return s;
+}
+static void put_back(layer_scratch *s, float *att, float *lse) {
+    s->att = att, s->lse = lse;
+}
+
+static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out, int keep,
+                              att_ref att) {
     layer_params p;
     layer_params_bind(&p, b->c, (float *)w);
-    layer_forward(b->c, &p, internals(b, keep), x, out);
+    if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
+    layer_scratch *s = internals(b, keep);
+    float *own_att = s->att, *own_lse = s->lse;
+    layer_forward(b->c, &p, with_attention(b, s, att), x, out, att.slot >= 0 && att.ready);
+    put_back(s, own_att, own_lse);
 }
 
 static void cpu_layer_backward(backend *b, const void *w, float *dw, const float *x,
-                               const float *dout, float *dx, int keep) {
+                               const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
     layer_params_bind(&p, b->c, (float *)w);
     layer_params_bind(&dp, b->c, dw);
-    if (keep < 0) layer_forward(b->c, &p, b->scratch, x, b->tmp);
-    layer_backward(b->c, &p, &dp, internals(b, keep), x, dout, dx);
+    if (keep >= 0) {
+        layer_backward(b->c, &p, &dp, b->kept[keep], x, dout, dx);
+        return;
+    }
+    layer_scratch *s = b->scratch;
+    float *own_att = s->att, *own_lse = s->lse;
+    layer_forward(b->c, &p, with_attention(b, s, att), x, b->tmp, att.slot >= 0);
+    layer_backward(b->c, &p, &dp, s, x, dout, dx);
+    put_back(s, own_att, own_lse);
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
@@ -127,6 +163,8 @@ static void cpu_destroy(backend *b) {
     layer_scratch_free(b->scratch);
     for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
     free(b->kept);
+    for (int i = 0; i < b->n_att; i++) free(b->att[i]), free(b->lse[i]);
+    free(b->att), free(b->lse);
     free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
     free(b->inputs), free(b->targets);
     free(b);
@@ -187,6 +225,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_embed_forward,
         cpu_embed_backward,
         cpu_keep_reserve,
+        cpu_attention_reserve,
         cpu_layer_forward,
         cpu_layer_backward,
         cpu_head,

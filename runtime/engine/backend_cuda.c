@@ -125,6 +125,25 @@ static int cu_keep_reserve(backend *b, int wanted) {
     return b->n_kept = n;
 }
 
+// Slots of plan_attention_slot_bytes each: the bf16 output, then the fp32 statistics.
+static int cu_attention_reserve(backend *b, int slots) {
+    const mt_config *c = b->c;
+    size_t n = b->max_tokens, out = (n * c->heads * mt_head_dim(c) * 2 + 255) & ~(size_t)255;
+    size_t lse = (n * c->heads * 4 + 255) & ~(size_t)255;
+    if (slots > 0 && cudaMalloc(&b->att_arena, (out + lse) * slots) != cudaSuccess) {
+        cudaGetLastError(); // not sticky: the caller says how many it got
+        slots = 0;
+    }
+    b->att = calloc(slots + 1, sizeof *b->att);
+    b->lse = calloc(slots + 1, sizeof *b->lse);
+    if (!b->att || !b->lse) mt_die("out of memory");
+    for (int i = 0; i < slots; i++) {
+        char *base = (char *)b->att_arena + (out + lse) * i;
+        b->att[i] = (bf16 *)base, b->lse[i] = (float *)(base + out);
+    }
+    return b->n_att = slots;
+}
+
 // Attention's buffers span the micro-batch (n tokens), the others a chunk (r tokens).
 static void alloc_layer_set(backend *b) {
     const mt_config *c = b->c;
@@ -224,15 +243,15 @@ static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
     cuda_ktime_report(stdout);
     cuda_ktime_disable();
-    void *all[] = {b->work_arena, b->kept_arena, b->n1,           b->n2,           b->act,
-                   b->dout_b,     b->d_gate,     b->d_up,         b->dh_b,         b->d_att,
-                   b->dk,         b->dv,         b->rstd1,        b->rstd2,        b->d_act,
-                   b->d_n2,       b->d_n1,       b->norm_scratch, b->attn_scratch, b->xf,
-                   b->rstd_f,     b->dxf,        b->losses,       b->logits,       b->cls_scratch,
-                   b->inputs,     b->targets,    b->inv_freq,     b->bias_scratch};
+    void *all[] = {b->work_arena,  b->kept_arena, b->att_arena, b->n1,           b->n2,
+                   b->act,         b->dout_b,     b->d_gate,    b->d_up,         b->dh_b,
+                   b->d_att,       b->dk,         b->dv,        b->rstd1,        b->rstd2,
+                   b->d_act,       b->d_n2,       b->d_n1,      b->norm_scratch, b->attn_scratch,
+                   b->xf,          b->rstd_f,     b->dxf,       b->losses,       b->logits,
+                   b->cls_scratch, b->inputs,     b->targets,   b->inv_freq,     b->bias_scratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
-    free(b->kept);
+    free(b->kept), free(b->att), free(b->lse);
     cuda_gemm_free(b->gemm);
     offload_streams_free(b);
     CUDA_CHECK(cudaStreamDestroy(b->s));
@@ -314,6 +333,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_embed_forward,
         cu_embed_backward,
         cu_keep_reserve,
+        cu_attention_reserve,
         cu_layer_forward,
         cu_layer_backward,
         cu_head,

@@ -40,6 +40,11 @@ struct backend {
     layer_saved *kept; // kept activations, in one allocation
     void *kept_arena, *work_arena;
     int n_kept;
+    // kept attention outputs (keep_attention): output and statistics per slot, one allocation
+    bf16 **att;
+    float **lse;
+    void *att_arena;
+    int n_att;
     bf16 *n1, *n2, *act;
     bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dk, *dv; // dq goes to q's buffer
     float *rstd1, *rstd2, *d_act, *d_n2, *d_n1, *norm_scratch;

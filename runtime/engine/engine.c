@@ -76,6 +76,29 @@ static void choose_offload(engine *e) {
                k, ordinal_suffix(k), where, c->layers / k + 1, c->layers + 1, redo);
 }
 
+// After the boundaries, as the plan counts them: the slots the plan chose, for the pairs in
+// plan_attention_order's order.
+static void keep_attention(engine *e) {
+    const mt_config *c = e->c;
+    int M = c->micro_batches, pairs = c->layers * M;
+    e->att_of = malloc(sizeof(int) * (size_t)pairs);
+    int *order = malloc(sizeof(int) * (size_t)c->layers);
+    if (!e->att_of || !order) mt_die("out of memory");
+    e->n_att = e->att_planned ? e->ops->attention_reserve(e->be, e->att_planned) : 0;
+    plan_attention_order(c->layers, e->every, order);
+    for (int i = 0; i < pairs; i++) e->att_of[i] = -1;
+    for (int i = 0; i < e->n_att; i++) e->att_of[order[i / M] * M + i % M] = i;
+    free(order);
+    if (e->att_planned == 0) return;
+    char bytes[24];
+    plan_bytes_text(bytes, sizeof bytes,
+                    (double)e->n_att * plan_attention_slot_bytes(c, e->ops->async));
+    printf("compute rank: keeping the attention output of %d of %d layer passes (%s) for the "
+           "backward, which then skips their attention forward%s\n",
+           e->n_att, pairs, bytes,
+           e->n_att < e->att_planned ? " (fewer than planned: the device had less memory)" : "");
+}
+
 // Before the activations: the own layers' buffers, and the groups' state, which the optimizer
 // ranks send over.
 static void own_groups(engine *e) {
@@ -189,6 +212,7 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     e->every = ch.boundary_every;
     e->slots = plan_boundary_slots(e->c, &ch);
     e->offloaded = plan_offloaded_boundaries(e->c, &ch);
+    e->att_planned = ch.att_slots;
     return e;
 }
 
@@ -249,6 +273,7 @@ static void engine_init(engine *e) {
     e->n_passes = backward_passes(c->layers, e->every, e->passes);
     if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * e->offloaded);
     e->dres = device_alloc(e, M * nD, 4);
+    keep_attention(e);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
     if (!e->inputs || !e->targets) mt_die("out of memory");
@@ -275,6 +300,7 @@ static void engine_free(engine *e) {
     free(e->inputs);
     free(e->targets);
     free(e->passes);
+    free(e->att_of);
 }
 
 // What the step cost besides its time. The step's own time ends before this waits for the

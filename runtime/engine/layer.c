@@ -53,7 +53,7 @@ static void add_into(float *dst, const float *a, const float *b, size_t n) {
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it.
 static void attention_part(const mt_config *c, const layer_params *w, layer_scratch *s,
-                           const float *x, int chunk) {
+                           const float *x, int chunk, int have_att) {
     int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c);
     int Q = c->heads * hd, KV = c->kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += chunk) {
@@ -67,7 +67,8 @@ static void attention_part(const mt_config *c, const layer_params *w, layer_scra
     }
     rope_forward(s->q, s->inv_freq, B, T, c->heads, hd);
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd);
-    attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd);
+    if (!have_att)
+        attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd);
 }
 
 // One chunk of h = x + o(att) and out = h + down(swiglu(gate(n2), up(n2))).
@@ -86,9 +87,9 @@ static void mlp_forward(const mt_config *c, const layer_params *w, layer_scratch
 }
 
 void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
-                   float *out) {
+                   float *out, int have_att) {
     int n = s->B * s->T, chunk = mt_chunk_of(c, n);
-    attention_part(c, w, s, x, chunk);
+    attention_part(c, w, s, x, chunk, have_att);
     for (int t0 = 0; t0 < n; t0 += chunk)
         mlp_forward(c, w, s, x, out, t0, mt_chunk_rows(n, t0, chunk));
 }

@@ -19,9 +19,10 @@ typedef struct {
 layer_scratch *layer_scratch_new(const mt_config *c, int B, int T);
 void layer_scratch_free(layer_scratch *s);
 
-// out = layer(x); the internals stay in s for a backward that follows.
+// out = layer(x); the internals stay in s for a backward that follows. have_att: s->att and
+// s->lse already hold attention's output for this x and w, and the attention kernel is skipped.
 void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
-                   float *out);
+                   float *out, int have_att);
 // Given dout, accumulates the weight gradients into dw and writes dx (overwritten). Expects s
 // to hold the internals of layer_forward on the same x and w.
 void layer_backward(const mt_config *c, const layer_params *w, const layer_params *dw,

@@ -52,13 +52,23 @@ static void projection(backend *b, bf16 *out, const bf16 *in, const bf16 *w, con
     for (int t0 = 0, rows = mt_chunk_rows(tokens(b), 0, (b)->seq_chunk); t0 < tokens(b);           \
          t0 += (b)->seq_chunk, rows = mt_chunk_rows(tokens(b), t0, (b)->seq_chunk))
 
-static layer_saved *internals(backend *b, int keep) {
-    return keep >= 0 ? &b->kept[keep] : &b->work;
+// A kept pass's own internals; else the working set, whose attention output and statistics
+// are an attention slot's when the pass has one (`with` then holds the mix).
+static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *with) {
+    if (keep >= 0) return &b->kept[keep];
+    if (att.slot < 0) return &b->work;
+    *with = b->work;
+    with->att = b->att[att.slot], with->lse = b->lse[att.slot];
+    return with;
+}
+static int att_ready(int keep, att_ref att) {
+    return keep < 0 && att.slot >= 0 && att.ready;
 }
 
 // Attention's inputs and output for the whole micro-batch: q, k, v from the first norm chunk by
-// chunk, then RoPE and attention over every token.
-static void attention_part(backend *b, const layer_w *w, const float *x, layer_saved *a) {
+// chunk, then RoPE and (unless its output is at hand) attention over every token.
+static void attention_part(backend *b, const layer_w *w, const float *x, layer_saved *a,
+                           int run_attention) {
     const mt_config *c = b->c;
     int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
@@ -71,8 +81,9 @@ static void attention_part(backend *b, const layer_w *w, const float *x, layer_s
     }
     cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
     cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
-    cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads, hd,
-                           s);
+    if (run_attention)
+        cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads,
+                               hd, s);
 }
 
 // One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta), the second norm
@@ -89,12 +100,14 @@ static void mlp_inputs(backend *b, const layer_w *w, const float *x, const layer
     cuda_swiglu_forward(b->act, gate, up, (long)rows * F, b->s);
 }
 
-void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out, int keep) {
+// With its attention output at hand a pass needs no q, k or v: only the MLP block is run.
+void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out, int keep,
+                      att_ref att) {
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
-    layer_saved *a = internals(b, keep);
+    layer_saved with, *a = internals(b, keep, att, &with);
     int D = c->dim, F = c->ffn_dim;
-    attention_part(b, &w, x, a);
+    if (!att_ready(keep, att)) attention_part(b, &w, x, a, 1);
     FOR_CHUNKS(b, t0, rows) { // a kept slot is whole: then the only chunk is the micro-batch
         mlp_inputs(b, &w, x, a, a->h, a->gate, a->up, t0, rows);
         float *o = out + (size_t)t0 * D;
@@ -164,15 +177,15 @@ static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const b
 // micro-batch, the rest chunk by chunk as the backward reaches it (the same kernels on the
 // same inputs: the same bits as the forward's).
 void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *x,
-                       const float *dout, float *dx, int keep) {
+                       const float *dout, float *dx, int keep, att_ref att) {
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
     layer_g g = bind_g(b, dwbuf);
-    layer_saved *a = internals(b, keep);
+    layer_saved with, *a = internals(b, keep, att, &with);
     int hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
     if (keep < 0)
-        attention_part(b, &w, x, a);
+        attention_part(b, &w, x, a, !att_ready(keep, att));
     else // n1 is not kept: the projections' weight gradients need it
         cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, tokens(b), c->dim, (float)c->norm_eps,
                              s);

@@ -71,6 +71,11 @@ static int keep_slot(const engine *e, int l, int m) {
     int slot = (e->c->layers - 1 - l) * e->c->micro_batches + m;
     return slot < e->kept ? slot : -1;
 }
+// Pair (l, m)'s attention slot, which the training forward fills and the redo and the
+// backward read.
+static att_ref attention_of(const engine *e, int l, int m, int ready) {
+    return (att_ref){e->att_of[l * e->c->micro_batches + m], ready};
+}
 // A stretch of compute, named "fwd L3", "head", ... (layer < 0: no number): an NVTX range for
 // Nsight on CUDA builds, always, and a span of the trace's compute track in traced steps.
 static void span_begin(engine *e, const char *name, int layer) {
@@ -133,7 +138,8 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
             e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m),
-                                  keep ? keep_slot(e, l, m) : -1);
+                                  keep ? keep_slot(e, l, m) : -1,
+                                  keep ? attention_of(e, l, m, 0) : ATT_NONE);
         span_end(e, "fwd", l);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
@@ -189,7 +195,8 @@ static void redo_forward(engine *e, const weight_buffer *w, int l) {
     act_wait(e, l);
     span_begin(e, "redo", l);
     for (int m = 0; m < e->c->micro_batches; m++)
-        e->ops->layer_forward(e->be, w->dst, act(e, l, m), act(e, l + 1, m), -1);
+        e->ops->layer_forward(e->be, w->dst, act(e, l, m), act(e, l + 1, m), -1,
+                              attention_of(e, l, m, 1));
     span_end(e, "redo", l);
 }
 
@@ -208,7 +215,8 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     for (int m = 0; m < c->micro_batches; m++) {
         float *dw = micro_grads(e, gb->src, MICRO_LAYER, m, numel, 1);
         e->ops->layer_backward(e->be, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
-                               keep_slot(e, l, m)); // in place: no second residual buffer
+                               keep_slot(e, l, m), // in place: no second residual buffer
+                               attention_of(e, l, m, 1));
     }
     sum_micro(e, gb->src, MICRO_LAYER, numel);
     span_end(e, "bwd", l);
@@ -394,7 +402,8 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
         weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
-        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1);
+        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1,
+                              ATT_NONE);
         buffer_done(w);
     }
     fetch_async(&e->xfer, &e->head, model_head_group(c), version);

@@ -45,6 +45,9 @@ struct engine {
     float *dres;               // [M * n * D]: gradient flowing back through the residual stream
     int32_t *inputs, *targets; // host, [M * n]
     int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
+    // Attention outputs kept from the forward (keep_attention): att_of[l * M + m] is pair (l, m)'s
+    // slot of the backend's, or -1; plan_attention_order says which pairs have one.
+    int att_planned, n_att, *att_of;
     // Micro-batch sums (CPU backend, M > 1): each micro-batch's gradients start from zero in a
     // buffer of their own, micro[kind][m] (m >= 1; m = 0 is the group's buffer), and are summed
     // in job_sum_tree's order, the order nodes holding them would sum them in: a run's bits then

@@ -81,6 +81,11 @@ const field_t config_schema[] = {
     // keep every k-th layer boundary activation on the device and recompute the others,
     // segment by segment, in the backward (1: keep them all); 0: auto, the plan's choice
     INT("boundary_every", boundary_every, 0, 1 << 20, 0, 0),
+    // the attention outputs (and softmax statistics) of this many recomputed layer x
+    // micro-batch passes stay on the device from the forward, so the backward's recompute (and a
+    // segment's redo) skips the attention kernel; -1: auto, as many as the device memory left
+    // holds when no layer's internals are kept whole; 0: none
+    INT("keep_attention", keep_attention, -1, 1 << 20, 0, -1),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),

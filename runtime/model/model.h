@@ -55,6 +55,7 @@ typedef struct {
     char recompute[16];           // "auto": keep layer internals where memory allows; "always"
     char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
     int boundary_every;           // keep boundaries 0, k, 2k, ... (and recompute the rest); 0: auto
+    int keep_attention; // recomputed passes whose attention output stays on the device; -1: auto
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
     int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).

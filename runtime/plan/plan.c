@@ -187,7 +187,9 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     } else {
         b->working = cpu_working_bytes(c, s);
     }
-    b->total = b->weights + b->grads + b->activations + b->residual + b->working + b->optimizer;
+    b->attention = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
+    b->total = b->weights + b->grads + b->activations + b->residual + b->working + b->optimizer +
+               b->attention;
 }
 
 // On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,
@@ -222,6 +224,37 @@ int plan_recomputed_layers(int layers, int k) {
     return last / k * (k - 1);
 }
 
+int plan_redone_layer(int layers, int k, int l) {
+    int last = (layers - 1) / k * k; // the last segment's layers are not redone
+    return k > 1 && l < last && l % k < k - 1;
+}
+
+void plan_attention_order(int layers, int k, int *order) {
+    int n = 0;
+    for (int redone = 1; redone >= 0; redone--)
+        for (int l = 0; l < layers; l++)
+            if (plan_redone_layer(layers, k, l) == redone) order[n++] = l;
+}
+
+// backend_cuda.c's attention slot: the bf16 output [n, heads x hd] and the fp32 statistics
+// [B, heads, T], each 256-byte aligned; layer.c's fp32 buffers on the CPU.
+uint64_t plan_attention_slot_bytes(const mt_config *c, int cuda) {
+    shape s = shape_of(c);
+    uint64_t lse = 4 * s.n * c->heads;
+    return cuda ? align_up(2 * s.n * s.Q, 256) + align_up(lse, 256) : 4 * s.n * s.Q + lse;
+}
+
+double plan_attention_saved(const mt_config *c, const plan_choices *ch) {
+    int *order = malloc(sizeof(int) * (size_t)c->layers), M = c->micro_batches;
+    if (!order) return 0;
+    plan_attention_order(c->layers, ch->boundary_every, order);
+    double saved = 0;
+    for (int i = 0; i < ch->att_slots; i++)
+        saved += (1.0 + plan_redone_layer(c->layers, ch->boundary_every, order[i / M])) / M;
+    free(order);
+    return saved;
+}
+
 int plan_boundary_slots(const mt_config *c, const plan_choices *ch) {
     return ch->offload ? 2 + ch->boundary_every - 1 : segment_slots(c->layers, ch->boundary_every);
 }
@@ -249,23 +282,35 @@ static int fitting_every(int layers, uint64_t fit) {
 // offload, and at long context the host has none to spare); offload_activations "auto"
 // offloads only when even that does not fit, every boundary unless boundary_every says k (then
 // boundaries 0, k, 2k, ... go to the host, a k-th of the host memory, and the segments between
-// are recomputed as without an offload).
+// are recomputed as without an offload). What the boundaries leave then holds attention
+// outputs (keep_attention "auto"), where no layer is kept whole.
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
     ch->device_groups = plan_device_groups(c, cuda, room);
     ch->boundary_every = c->boundary_every > 0 ? c->boundary_every : 1;
     if (ch->boundary_every > c->layers) ch->boundary_every = c->layers;
+    int pairs = c->layers * c->micro_batches;
+    ch->att_slots = c->keep_attention < 0       ? 0
+                    : c->keep_attention < pairs ? c->keep_attention
+                                                : pairs;
     if (strcmp(c->offload_activations, "always") == 0) ch->offload = 1;
-    if (ch->offload || room == UINT64_MAX) return;
+    if (room == UINT64_MAX) return;
     shape s = shape_of(c);
     uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
     uint64_t left = room > before ? room - before : 0, reserve = one + (1ull << 30);
     int keeps = strcmp(c->recompute, "always") != 0 && s.r == s.n;
     uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
-    if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
-    if (strcmp(c->offload_activations, "auto") == 0 &&
-        (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
-        ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
+    if (!ch->offload) {
+        if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
+        if (strcmp(c->offload_activations, "auto") == 0 &&
+            (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
+            ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
+    }
+    if (c->keep_attention >= 0 || keeps) return;
+    uint64_t acts = one * (uint64_t)plan_boundary_slots(c, ch),
+             slot = plan_attention_slot_bytes(c, cuda);
+    uint64_t spare = left > reserve + acts ? left - reserve - acts : 0;
+    ch->att_slots = spare / slot < (uint64_t)pairs ? (int)(spare / slot) : pairs;
 }
 
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
@@ -416,18 +461,24 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
     // layer 2 more of its own. Attention as it runs, causal: forward 2 dim seq, backward 4 and
     // the backward's recompute 2 per layer, a redone layer 2 more.
+    // Kept attention outputs spare their layers' attention forward in the recompute.
+    double kept_att = plan_attention_saved(c, &p->choices);
+    double kept_bwd = (double)p->choices.att_slots / c->micro_batches; // the rest: in the redo
     double gemm = tokens * (8.0 * N + 2.0 * layer_n * redo);
-    double attention = tokens * (8.0 * c->layers + 2.0 * redo) * c->dim * (double)c->seq_len;
+    double attention =
+        tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * c->dim * (double)c->seq_len;
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? PLAN_GPU_ATTENTION_FLOPS : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
-    double redo_per_token = 2.0 * layer_n * redo / e->flops_rate +
-                            2.0 * redo * c->dim * (double)c->seq_len / e->attention_rate;
-    double again_per_token = 2.0 * (N - model_group_numel(c, 0)) / e->flops_rate +
-                             2.0 * c->layers * c->dim * (double)c->seq_len / e->attention_rate;
+    double redo_per_token =
+        2.0 * layer_n * redo / e->flops_rate +
+        2.0 * (redo - (kept_att - kept_bwd)) * c->dim * (double)c->seq_len / e->attention_rate;
+    double again_per_token =
+        2.0 * (N - model_group_numel(c, 0)) / e->flops_rate +
+        2.0 * (c->layers - kept_bwd) * c->dim * (double)c->seq_len / e->attention_rate;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once

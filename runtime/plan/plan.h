@@ -32,6 +32,7 @@ typedef struct {
     uint64_t residual;    // gradient of the residual stream: micro-batches x tokens x dim
     uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
     uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
+    uint64_t attention;   // the kept attention outputs (keep_attention): att_slots of them
     int device_groups;    // how many: the embedding, then layers 0, 1, ... (own buffers each)
     uint64_t total;
 } plan_buffers;
@@ -60,6 +61,7 @@ typedef struct {
     int device_groups;  // optimizer.device_groups, "auto" resolved
     int offload;        // offload_activations, "auto" resolved
     int boundary_every; // boundary_every, "auto" (0) resolved: 1 keeps every boundary
+    int att_slots;      // keep_attention, "auto" (-1) resolved: passes whose attention output stays
 } plan_choices;
 
 #define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
@@ -92,6 +94,17 @@ int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch);
 // Layers whose forward the backward runs once more to remake a segment's boundaries: k - 1
 // in every segment but the last, whose boundaries are still there from the forward.
 int plan_recomputed_layers(int layers, int boundary_every);
+
+// Kept attention outputs (keep_attention): slot i holds the output and softmax statistics of
+// layer order[i / micro_batches]'s pass of micro-batch i % micro_batches, where order lists the
+// layers whose forward a segment redoes first (a slot saves them two attention forwards, the
+// redo's and the backward's), then the others, each by layer. plan_attention_order fills
+// order[layers]; plan_attention_slot_bytes is one slot's bytes.
+void plan_attention_order(int layers, int boundary_every, int *order);
+int plan_redone_layer(int layers, int boundary_every, int l);
+uint64_t plan_attention_slot_bytes(const mt_config *c, int cuda);
+// Layer forwards' worth of attention (over all micro-batches) that att_slots slots save.
+double plan_attention_saved(const mt_config *c, const plan_choices *ch);
 
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
