@@ -104,6 +104,9 @@ MT_TEST_NODES=2 "$MTRUN" -np 6 "$WORK/long.cfg" --out "$WORK/int" >"$WORK/int.lo
 pid=$!
 for i in $(seq 1 300); do grep -q '^step *3/' "$WORK/int.log" && break; sleep 0.05; done
 kill -INT "$pid"
+# A job that does not stop on request would run for ever: after 60 s a second signal ends it
+for i in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { echo "the job did not stop within 60 s: aborting it"; kill -INT "$pid"; }
 wait "$pid"
 rc=$?
 stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/int.log")
