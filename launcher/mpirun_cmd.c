@@ -143,7 +143,6 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
         snprintf(gpus, sizeof gpus, "MT_GPUS_PER_NODE=%d", o->gpus);
         add(c, "-x"), add(c, gpus);
     }
-    if (getenv("MT_CUDA_DATA_PARALLEL")) add(c, "-x"), add(c, "MT_CUDA_DATA_PARALLEL");
     if (o->tty) {
         static char cols[32];
         snprintf(cols, sizeof cols, "MT_TTY_COLUMNS=%d", o->tty_columns);

@@ -140,12 +140,12 @@ nodes_job 2 odd 5 "$WORK/m2.cfg"
 expect "5 ranks over 2 nodes: refused, saying why" \
     grep -q -- '-np 5 over 2 nodes: each node needs the same number of ranks' "$WORK/odd.log"
 
-# The CUDA backend over 2 virtual nodes sharing this host's GPU (MT_CUDA_DATA_PARALLEL=1: not
-# yet a default): the sums over nodes run on the host, so losses match one node's to rounding.
+# The CUDA backend over 2 virtual nodes sharing this host's GPU: the sums over nodes run on
+# the host, the micro-batches' on the GPU, so losses match one node's to rounding.
 if have_gpu; then
     sed 's/^backend = .*/backend = "cuda";/' "$WORK/m2.cfg" >"$WORK/cuda.cfg"
     run_job cuda-one 3 "$WORK/cuda.cfg" || show_log cuda-one
-    MT_CUDA_DATA_PARALLEL=1 nodes_job 2 cuda-two 6 "$WORK/cuda.cfg" || show_log cuda-two
+    nodes_job 2 cuda-two 6 "$WORK/cuda.cfg" || show_log cuda-two
     expect "cuda, 2 nodes: 10 steps" test "$(losses "$WORK/cuda-two" | wc -l)" -eq 10
     expect "cuda, 2 nodes: losses within 1e-4 of one node's" python3 - "$WORK" <<'PY'
 import json, sys

@@ -179,9 +179,8 @@ static uint64_t device_free(engine *e, const char **where) {
 }
 
 // The CUDA backend over nodes: its fp32 sums go to pinned host memory whole, where the copy
-// thread sums them over nodes, takes the norm and fills the slots (transfer.c). Written, not yet
-// run on a GPU (mt_config_check_cuda_nodes). The groups the compute rank would update itself would
-// need the sums back on the GPU: none over nodes.
+// thread sums them over nodes, takes the norm and fills the slots (transfer.c). The groups the
+// compute rank would update itself would need the sums back on the GPU: none over nodes.
 static int cuda_over_nodes(engine *e, char *err, size_t errlen) {
     if (mt_config_check_cuda_nodes(e->c, e->job->nodes, err, errlen) < 0) return 0;
     e->job->cfg.device_groups = 0;

@@ -88,9 +88,8 @@ int config_fail(config_source *src, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void config_source_free(config_source *src);
 // Data parallel over `nodes`: 0, or -1 with one line in err naming the file and field. The
-// config's micro-batches must split evenly; the CUDA backend (not yet run on a GPU over nodes:
-// MT_CUDA_DATA_PARALLEL=1 asks for it) updates no group on the compute rank. mtrun and the
-// ranks (started by plain mpirun too) check the same.
+// config's micro-batches must split evenly; the CUDA backend updates no group on the compute
+// rank. mtrun and the ranks (started by plain mpirun too) check the same.
 int mt_config_check_micro_split(const mt_config *c, int nodes, char *err, size_t n);
 int mt_config_check_cuda_nodes(const mt_config *c, int nodes, char *err, size_t n);
 
