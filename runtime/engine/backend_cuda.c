@@ -7,7 +7,9 @@
 #include "runtime/engine/layer_cuda.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"
+#include <ctype.h>
 #include <math.h>
+#include <numa.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,6 +294,31 @@ static void upload_inv_freq(backend *b) {
     free(host);
 }
 
+// The NUMA node the kernel reports for GPU dev's PCI device; -1 when it does not say.
+static int gpu_numa_node(int dev) {
+    char bus[32], path[96];
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
+    for (char *p = bus; *p; p++) *p = (char)tolower((unsigned char)*p);
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus);
+    FILE *f = fopen(path, "r");
+    int node = -1;
+    if (f && fscanf(f, "%d", &node) != 1) node = -1;
+    if (f) fclose(f);
+    return node;
+}
+
+// The compute rank runs, and takes its pinned host memory, on the NUMA node nearest its GPU
+// (with several GPUs per host each compute rank's own): its copies then cross no socket link.
+// mpirun bound it to a node by rank order, which knows nothing of GPUs.
+static void run_near_gpu(int dev) {
+    if (numa_available() < 0 || numa_num_configured_nodes() < 2) return;
+    int node = gpu_numa_node(dev);
+    if (node < 0) return;
+    if (numa_run_on_node(node) < 0) mt_die("numa_run_on_node(%d): %s", node, strerror(errno));
+    numa_set_preferred(node);
+    printf("compute rank: GPU %d is on NUMA node %d: running and allocating there\n", dev, node);
+}
+
 backend *backend_cuda_new(const mt_config *c, int device) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -299,6 +326,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         return NULL;
     }
     CUDA_CHECK(cudaSetDevice(device % count));
+    run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);
     if (!b) mt_die("out of memory");
     b->c = c;
