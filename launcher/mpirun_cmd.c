@@ -138,7 +138,10 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");
     if (getenv("MT_PEAK_FLOPS")) add(c, "-x"), add(c, "MT_PEAK_FLOPS"); // MFU's peak
     if (getenv("MT_TEST_NODES")) add(c, "-x"), add(c, "MT_TEST_NODES"); // virtual nodes
-    if (o->gpus > 1) {                                                  // nodes per host
+    // GPU i is nvidia-smi's GPU i (--plan's placement, --gpus), not CUDA's fastest-first order
+    add(c, "-x"),
+        add(c, getenv("CUDA_DEVICE_ORDER") ? "CUDA_DEVICE_ORDER" : "CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    if (o->gpus > 1) { // nodes per host
         static char gpus[40];
         snprintf(gpus, sizeof gpus, "MT_GPUS_PER_NODE=%d", o->gpus);
         add(c, "-x"), add(c, gpus);

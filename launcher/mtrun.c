@@ -128,6 +128,29 @@ static uint64_t gpu_free_bytes(const mtrun_opts *o, const char **where) {
     return got == 1 && rc == 0 && mib > 0 ? (uint64_t)mib << 20 : UINT64_MAX;
 }
 
+// ", NUMA node N" for GPU `gpu` of this host (nvidia-smi's PCI address, the kernel's node for
+// it), or "" when neither says. The ranks number GPUs as nvidia-smi does: mtrun passes them
+// CUDA_DEVICE_ORDER=PCI_BUS_ID (mpirun_cmd.c).
+static void gpu_numa_text(int gpu, char *out, size_t n) {
+    char cmd[128], bus[64] = "", path[160];
+    *out = 0;
+    snprintf(cmd, sizeof cmd,
+             "nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i %d 2>/dev/null", gpu);
+    FILE *f = popen(cmd, "r");
+    if (!f) return;
+    int got = fscanf(f, "%63s", bus) == 1;
+    if (pclose(f) != 0 || !got) return;
+    // nvidia-smi writes 00000000:19:00.0, sysfs names it 0000:19:00.0
+    const char *b = strlen(bus) > 12 ? bus + strlen(bus) - 12 : bus;
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", b);
+    for (char *c = path; *c; c++) *c = (char)tolower((unsigned char)*c);
+    int node = -1;
+    if (!(f = fopen(path, "r"))) return;
+    if (fscanf(f, "%d", &node) != 1) node = -1;
+    fclose(f);
+    if (node >= 0) snprintf(out, n, ", NUMA node %d", node);
+}
+
 // The value of an option: "--opt VALUE" or "--opt=VALUE".
 static const char *value_of(int argc, char **argv, int *i, const char *opt) {
     const char *a = argv[*i];
@@ -404,8 +427,11 @@ static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
                  first + 1, last);
         snprintf(micro, sizeof micro, M == 1 ? "micro-batch %d" : "micro-batches %d-%d", n * M,
                  (n + 1) * M - 1);
-        printf("  node %d (host %d, GPU %d): ranks %d-%d: compute rank %d, %s; %s of each step%s\n",
-               n, n / o->gpus, n % o->gpus, first, last, first, opt, micro,
+        char numa[32];
+        gpu_numa_text(n % o->gpus, numa, sizeof numa);
+        printf("  node %d (host %d, GPU %d%s): ranks %d-%d: compute rank %d, %s; %s of each "
+               "step%s\n",
+               n, n / o->gpus, n % o->gpus, numa, first, last, first, opt, micro,
                n == 0 ? "; writes the run folder" : "");
     }
 }
