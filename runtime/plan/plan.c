@@ -298,6 +298,9 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     shape s = shape_of(c);
     uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
     uint64_t left = room > before ? room - before : 0, reserve = one + (1ull << 30);
+    // asked-for attention slots come first: the boundaries take what they leave
+    uint64_t asked = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
+    left = left > asked ? left - asked : 0;
     int keeps = strcmp(c->recompute, "always") != 0 && s.r == s.n;
     uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
     if (!ch->offload) {
@@ -319,8 +322,13 @@ int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room,
     plan_compute_buffers(c, ch, &b);
     uint64_t fixed = plan_backend_fixed_bytes(c, ch->cuda), rest = b.total - fixed;
     if (room == UINT64_MAX || rest <= room) return 0;
-    char need[24], have[24], acts[24], opt[24], bufs[24];
+    char need[24], have[24], acts[24], opt[24], bufs[24], att[64] = "";
     plan_bytes_text(need, sizeof need, (double)b.total);
+    if (b.attention) {
+        char bytes[24];
+        plan_bytes_text(bytes, sizeof bytes, (double)b.attention);
+        snprintf(att, sizeof att, ", kept attention outputs %s", bytes);
+    }
     plan_bytes_text(have, sizeof have, (double)(room + fixed));
     plan_bytes_text(acts, sizeof acts, (double)(b.activations + b.residual));
     plan_bytes_text(opt, sizeof opt, (double)b.optimizer);
@@ -328,12 +336,13 @@ int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room,
     int cuda = ch->cuda, own = ch->device_groups > 0;
     snprintf(err, n,
              "%s: the compute rank's buffers need %s of %s memory (activations %s, weights, "
-             "gradients and working set %s%s%s), %s is free (%s); fewer batch.micro_batches or "
-             "batch.micro_batch%s%s would shrink them",
+             "gradients and working set %s%s%s%s), %s is free (%s); fewer batch.micro_batches or "
+             "batch.micro_batch%s%s%s would shrink them",
              c->source_path, need, cuda ? "GPU" : "device", acts, bufs,
-             own ? ", state of the groups it updates " : "", own ? opt : "", have, where,
+             own ? ", state of the groups it updates " : "", own ? opt : "", att, have, where,
              cuda && !ch->offload ? ", offload_activations = \"always\"" : "",
-             own ? ", a smaller optimizer.device_groups" : "");
+             own ? ", a smaller optimizer.device_groups" : "",
+             b.attention ? ", a smaller keep_attention" : "");
     return -1;
 }
 
