@@ -130,10 +130,12 @@ static uint64_t gpu_free_bytes(const mtrun_opts *o, const char **where) {
 
 // ", NUMA node N" for GPU `gpu` of this host (nvidia-smi's PCI address, the kernel's node for
 // it), or "" when neither says. The ranks number GPUs as nvidia-smi does: mtrun passes them
-// CUDA_DEVICE_ORDER=PCI_BUS_ID (mpirun_cmd.c).
+// CUDA_DEVICE_ORDER=PCI_BUS_ID (mpirun_cmd.c), unless the user chose another order or a subset.
 static void gpu_numa_text(int gpu, char *out, size_t n) {
     char cmd[128], bus[64] = "", path[160];
+    const char *order = getenv("CUDA_DEVICE_ORDER");
     *out = 0;
+    if (getenv("CUDA_VISIBLE_DEVICES") || (order && strcmp(order, "PCI_BUS_ID") != 0)) return;
     snprintf(cmd, sizeof cmd,
              "nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i %d 2>/dev/null", gpu);
     FILE *f = popen(cmd, "r");
@@ -141,9 +143,10 @@ static void gpu_numa_text(int gpu, char *out, size_t n) {
     int got = fscanf(f, "%63s", bus) == 1;
     if (pclose(f) != 0 || !got) return;
     // nvidia-smi writes 00000000:19:00.0, sysfs names it 0000:19:00.0
-    const char *b = strlen(bus) > 12 ? bus + strlen(bus) - 12 : bus;
-    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", b);
-    for (char *c = path; *c; c++) *c = (char)tolower((unsigned char)*c);
+    unsigned dom, bu, dev, fn;
+    if (sscanf(bus, "%x:%x:%x.%x", &dom, &bu, &dev, &fn) != 4) return;
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node", dom, bu, dev,
+             fn);
     int node = -1;
     if (!(f = fopen(path, "r"))) return;
     if (fscanf(f, "%d", &node) != 1) node = -1;
@@ -427,8 +430,9 @@ static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
                  first + 1, last);
         snprintf(micro, sizeof micro, M == 1 ? "micro-batch %d" : "micro-batches %d-%d", n * M,
                  (n + 1) * M - 1);
-        char numa[32];
-        gpu_numa_text(n % o->gpus, numa, sizeof numa);
+        char numa[32] = ""; // this host's GPUs: other hosts' are theirs to say
+        if (n / o->gpus == 0 || getenv("MT_TEST_NODES"))
+            gpu_numa_text(n % o->gpus, numa, sizeof numa);
         printf("  node %d (host %d, GPU %d%s): ranks %d-%d: compute rank %d, %s; %s of each "
                "step%s\n",
                n, n / o->gpus, n % o->gpus, numa, first, last, first, opt, micro,

@@ -39,6 +39,13 @@ for be in $backends; do
         [ "$name" = attoff3 ] && echo 'offload_activations = "always";' >>"$WORK/$be-$name.cfg"
         run_job "$be-$name" 3 "$WORK/$be-$name.cfg" --stop-at 8 || show_log "$be-$name"
     done
+    # attention slots beside passes kept whole (recompute "auto": from the second step on layers
+    # 4, 3 and 2 are kept, and k = 2 redoes layer 2): a kept pass fills no slot, so its redo
+    # must not read one (it would read the first step's output)
+    five_layers "$be" "$WORK/$be-attkept.cfg" 2
+    echo 'keep_attention = 100;' >>"$WORK/$be-attkept.cfg"
+    MT_KEEP_MAX=6 run_job "$be-attkept" 3 "$WORK/$be-attkept.cfg" --stop-at 8 ||
+        show_log "$be-attkept"
     expect "$be keep_attention = 3 says what it keeps" \
         grep -q 'keeping the attention output of 3 of 10 layer passes' "$WORK/$be-att2.log"
     expect "$be keep_attention = 100 keeps all 10 (5 layers x 2 micro-batches)" \
@@ -48,7 +55,7 @@ for be in $backends; do
     expect "$be offloaded k=3 says what goes to the host" \
         grep -q 'offloading every 3rd layer boundary (2 of 6,' "$WORK/$be-off3.log"
     expect "$be ran 8 steps" test "$(losses "$WORK/$be-1" | wc -l)" -eq 8
-    for run in 2 3 5 kept off2 off3 att2 att1 attoff3; do
+    for run in 2 3 5 kept off2 off3 att2 att1 attoff3 attkept; do
         expect "$be $run: losses bitwise those of k=1" \
             cmp -s <(losses "$WORK/$be-1") <(losses "$WORK/$be-$run")
         expect "$be $run: eval losses bitwise those of k=1" \

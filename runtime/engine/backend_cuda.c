@@ -132,9 +132,9 @@ static int cu_attention_reserve(backend *b, int slots) {
     const mt_config *c = b->c;
     size_t n = b->max_tokens, out = (n * c->heads * mt_head_dim(c) * 2 + 255) & ~(size_t)255;
     size_t lse = (n * c->heads * 4 + 255) & ~(size_t)255;
-    if (slots > 0 && cudaMalloc(&b->att_arena, (out + lse) * slots) != cudaSuccess) {
-        cudaGetLastError(); // not sticky: the caller says how many it got
-        slots = 0;
+    while (slots > 0 && cudaMalloc(&b->att_arena, (out + lse) * slots) != cudaSuccess) {
+        cudaGetLastError(); // not sticky: try fewer (the caller says how many it got)
+        slots--;
     }
     b->att = calloc(slots + 1, sizeof *b->att);
     b->lse = calloc(slots + 1, sizeof *b->lse);
@@ -314,7 +314,12 @@ static void run_near_gpu(int dev) {
     if (numa_available() < 0 || numa_num_configured_nodes() < 2) return;
     int node = gpu_numa_node(dev);
     if (node < 0) return;
-    if (numa_run_on_node(node) < 0) mt_die("numa_run_on_node(%d): %s", node, strerror(errno));
+    if (numa_run_on_node(node) < 0) { // e.g. a cpuset (Slurm, a container) without its cores
+        printf("compute rank: GPU %d is on NUMA node %d, whose cores this process may not use "
+               "(%s): running where mpirun placed it\n",
+               dev, node, strerror(errno));
+        return;
+    }
     numa_set_preferred(node);
     printf("compute rank: GPU %d is on NUMA node %d: running and allocating there\n", dev, node);
 }

@@ -72,8 +72,10 @@ static int keep_slot(const engine *e, int l, int m) {
     return slot < e->kept ? slot : -1;
 }
 // Pair (l, m)'s attention slot, which the training forward fills and the redo and the
-// backward read.
+// backward read. A pair kept whole (from the second step on) fills none: its redo must not
+// read one either, which would hold an older step's output.
 static att_ref attention_of(const engine *e, int l, int m, int ready) {
+    if (keep_slot(e, l, m) >= 0) return ATT_NONE;
     return (att_ref){e->att_of[l * e->c->micro_batches + m], ready};
 }
 // A stretch of compute, named "fwd L3", "head", ... (layer < 0: no number): an NVTX range for
