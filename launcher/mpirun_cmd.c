@@ -137,6 +137,7 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // rank 0 cannot tell by itself whether a person watches: it is told.
     add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");
     if (getenv("MT_PEAK_FLOPS")) add(c, "-x"), add(c, "MT_PEAK_FLOPS"); // MFU's peak
+    if (getenv("MT_PROGRESS_S")) add(c, "-x"), add(c, "MT_PROGRESS_S"); // in-step progress
     if (getenv("MT_TEST_NODES")) add(c, "-x"), add(c, "MT_TEST_NODES"); // virtual nodes
     // GPU i is nvidia-smi's GPU i (--plan's placement, --gpus), not CUDA's fastest-first order
     add(c, "-x"),

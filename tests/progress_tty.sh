@@ -58,6 +58,15 @@ steps=$(grep -c "^step  *[0-9]*/20 | loss [0-9.]* | .* | ETA [0-9]*m[0-9][0-9]s\
 for n in 1 2 3 4; do
     grep -q "^step  *$n/20 |" "$TMP/plain.out" || fail "plain: no line for step $n"
 done
+grep -q "^step [0-9]*/20: " "$TMP/plain.out" && fail "plain: in-step progress in a step of milliseconds"
+# a long step says how far it is (MT_PROGRESS_S: after that many seconds, every as many)
+MT_PROGRESS_S=0 "$MTRUN" -np 2 "$TMP/run.cfg" --out "$TMP/prog" --stop-at 2 >"$TMP/prog.out" 2>&1 ||
+    fail "the job with MT_PROGRESS_S=0 failed: $(tail -n 5 "$TMP/prog.out")"
+grep -q "^step 1/20: forward, 2 of 2 layer passes, [0-9]*m[0-9][0-9]s in\$" "$TMP/prog.out" ||
+    fail "progress: no line for the first step's forward"
+grep -q "^step 2/20: backward, 2 of 2 layer passes, [0-9]*m[0-9][0-9]s in (the last step took [0-9]*m[0-9][0-9]s)\$" \
+    "$TMP/prog.out" || fail "progress: no line for the second step's backward with the last step's time"
+echo "ok   progress: a long step's forward and backward passes, with the last step's time"
 grep -q "^eval at step 2 | val loss" "$TMP/plain.out" || fail "plain: no eval line"
 echo "ok   plain: one newline-terminated step line per step, no escapes"
 

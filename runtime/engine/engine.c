@@ -340,6 +340,7 @@ void engine_run(engine *e) {
     metrics mx;
     int lead = job_writes(job); // the other nodes neither evaluate nor sample
     metrics_open(&mx, job, e->ops->name, e->dev.groups);
+    e->mx = &mx;
     for (int64_t step = job->start_step; step < job->end_step; step++) {
         if (lead && c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(e, step));
@@ -350,6 +351,7 @@ void engine_run(engine *e) {
     }
     if (lead && c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));
     if (lead && c->sample_tokens > 0) sample_text(e, &mx, job->end_step);
+    e->mx = NULL;
     metrics_close(&mx);
     engine_free(e); // joins the copy streams: their spans are all in
     free(e);

@@ -143,6 +143,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
                                   keep ? keep_slot(e, l, m) : -1,
                                   keep ? attention_of(e, l, m, 0) : ATT_NONE);
         span_end(e, "fwd", l);
+        if (keep) metrics_progress(e->mx, version, "forward", l + 1, c->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
         if (e->ops->async) fetch_next(e, l, version);
@@ -241,6 +242,7 @@ static void backward_layers(engine *e, int64_t step) {
             redo_forward(e, w, p.layer);
         else
             layer_backward(e, w, p.layer, step);
+        metrics_progress(e->mx, step, "backward", i + 1, e->n_passes);
         buffer_done(w);
         busy = w;
         if (p.redo) continue;

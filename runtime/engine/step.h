@@ -19,6 +19,7 @@ typedef struct engine engine; // as in engine.h (C11 allows the repeat)
 
 struct engine {
     mt_job *job;
+    metrics *mx; // while engine_run runs: a long step's progress goes there
     const mt_config *c;
     const backend_ops *ops;
     backend *be;

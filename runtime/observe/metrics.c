@@ -166,6 +166,8 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
     mx->device_groups = device_groups;
     if (!job_writes(job)) return; // the leader node reports the job: mx->jsonl stays NULL
     detect_tty(mx);
+    const char *every = getenv("MT_PROGRESS_S");
+    mx->progress_every = every && *every ? atof(every) : 30;
     const mt_config *c = &job->cfg;
     make_dirs(c->checkpoint_dir);
     char path[PATH_MAX];
@@ -222,7 +224,29 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
 
 void metrics_step_begin(metrics *mx) {
     if (!mx->jsonl) return;
-    mx->step_start = now_seconds();
+    mx->step_start = mx->progress_last = now_seconds();
+}
+
+void metrics_progress(metrics *mx, int64_t step, const char *phase, int done, int total) {
+    if (!mx || !mx->jsonl) return;
+    double now = now_seconds();
+    if (now - mx->progress_last < mx->progress_every) return;
+    mx->progress_last = now;
+    char in[32], usual[48] = "", last[32];
+    format_eta(in, sizeof in, now - mx->step_start);
+    format_eta(last, sizeof last, mx->last_step_s);
+    if (mx->last_step_s > 0) snprintf(usual, sizeof usual, " (the last step took %s)", last);
+    if (mx->tty) {
+        live_clear(mx);
+        printf("\r\033[Kstep %lld/%d | %s %d/%d | %s in%s", (long long)step + 1, mx->job->cfg.steps,
+               phase, done, total, in, usual);
+        fflush(stdout);
+        mx->live_shown = 1;
+        return;
+    }
+    printf("step %lld/%d: %s, %d of %d layer passes, %s in%s\n", (long long)step + 1,
+           mx->job->cfg.steps, phase, done, total, in, usual);
+    fflush(stdout);
 }
 
 void metrics_step_stop(metrics *mx) {
@@ -292,6 +316,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);
     mx->steps_done++;
+    mx->last_step_s = s.dt;
     s.eta = (now - mx->run_start) / mx->steps_done * (mx->job->end_step - step - 1);
     node_memory(&s.mem_used, &s.mem_total);
     if (mx->tty) {

@@ -83,6 +83,7 @@ typedef struct {
     int device_groups; // groups the compute rank updates itself (for the advice)
     double stall_seconds, stall_step_seconds; // GPU idle on the optimizers, over steady steps
     int stall_steps, advised;
+    double progress_every, progress_last, last_step_s; // metrics_progress
 } metrics;
 
 // device_groups: how many groups the compute rank updates itself (optimizer.device_groups).
@@ -94,6 +95,10 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes);
 void metrics_step_begin(metrics *mx);
 void metrics_step_stop(metrics *mx);
 void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *costs);
+// A long step (minutes at long context) says how far it is: `done` of `total` passes of
+// `phase` ("forward", "backward"), the time in and the last step's length. From
+// MT_PROGRESS_S seconds (default 30) into the step, every as many; on a terminal, the live line.
+void metrics_progress(metrics *mx, int64_t step, const char *phase, int done, int total);
 void metrics_eval(metrics *mx, int64_t step, double loss);
 void metrics_sample(metrics *mx, const char *text);
 void metrics_close(metrics *mx);
