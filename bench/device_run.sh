@@ -15,6 +15,7 @@ export CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} # cuBLASLt says why, should a
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi -L; nproc; free -g | head -2
+m=$(command -v mpirun) && echo "mpirun: $m -> $(readlink -f "$m") ($(head -c 2 "$(readlink -f "$m")" | od -An -c | tr -d ' '), $(mpirun --version 2>&1 | head -n 1))"
 t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
