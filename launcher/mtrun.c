@@ -275,9 +275,11 @@ static int terminal_columns(void) {
 // ---- running mpirun ----
 
 static volatile sig_atomic_t child_pid, forwarded;
+static char stop_path[128]; // /dev/shm/mtc-<job>-stop, which the compute ranks look for
 
 // A first SIGINT or SIGTERM asks the job to stop after the step under way, with a checkpoint
-// (SIGUSR1, which mpirun passes on to every rank); a second one ends it at once.
+// (SIGUSR1, which mpirun passes on to every rank, and the stop file, for a launcher that does
+// not pass it on); a second one ends it at once.
 static void forward(int sig) {
     static const char note[] = "\nmtrun: stopping after this step, with a checkpoint (again to "
                                "abort at once)\n";
@@ -286,6 +288,8 @@ static void forward(int sig) {
     if (child_pid <= 0) return;
     if (first) {
         (void)!write(STDERR_FILENO, note, sizeof note - 1);
+        int fd = open(stop_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) close(fd);
         kill((pid_t)child_pid, SIGUSR1);
     } else {
         kill((pid_t)child_pid, SIGTERM);
@@ -327,6 +331,7 @@ static void repeat_last_words(const char *job, int show) {
 }
 
 static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks_per_node) {
+    snprintf(stop_path, sizeof stop_path, "/dev/shm/mtc-%s-stop", job);
     // Block the signals until the handlers are in place, so none is lost around fork.
     sigset_t block, old;
     sigemptyset(&block);
@@ -363,6 +368,7 @@ static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks
     int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node, pid, &status);
     SYS_CHECK(close(err_pipe[0]));
     repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    if (forwarded) unlink(stop_path); // ours, not a leftover of the job's
     remove_leftovers(job, mpi_dir);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     int code = WEXITSTATUS(status);

@@ -42,6 +42,21 @@ rc=$?
 expect "a SIGTERM stops the same way, exit code 143 (was $rc)" test "$rc" -eq 143
 expect "with a checkpoint" test -n "$(ls -d "$WORK"/term/step_* 2>/dev/null)"
 
+# A launcher that keeps the signal to itself (here a wrapper script in mpirun's place, which
+# ignores SIGUSR1): the stop file mtrun leaves in /dev/shm still stops the job after a step.
+printf '#!/bin/sh\ntrap "" USR1\n"%s" "$@"\n' "$(command -v mpirun)" >"$WORK/mpirun-wrapper"
+chmod +x "$WORK/mpirun-wrapper"
+MT_MPIRUN="$WORK/mpirun-wrapper" start wrapped
+kill -INT "$pid"
+for i in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { show_log wrapped; kill -TERM "$pid"; }
+wait "$pid"
+rc=$?
+stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/wrapped.log")
+expect "through a launcher that keeps SIGUSR1: stopped after step ${stopped:-?}, exit $rc" \
+    test -n "$stopped" -a "$rc" -eq 130
+expect "and saved that step" grep -qx "$(printf 'step_%06d' "${stopped:-0}")" "$WORK/wrapped/LATEST"
+
 before=$(shm_entries)
 start twice
 kill -INT "$pid"

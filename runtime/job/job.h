@@ -115,9 +115,10 @@ static inline int job_writes(const mt_job *j) {
     return j->node == 0;
 }
 
-// SIGUSR1 (mtrun sends it on a first Ctrl-C or SIGTERM; mpirun passes it on to every rank)
-// asks the job to stop after the step under way, with a checkpoint. job_start installs the
-// handler; the compute rank polls, decides the step and tells the others (CONTROL_STOP).
+// SIGUSR1 (mtrun sends it on a first Ctrl-C or SIGTERM; mpirun passes it on to every rank), or
+// the file /dev/shm/mtc-<job>-stop that mtrun makes at the same time, asks the job to stop after
+// the step under way, with a checkpoint. job_start installs the handler; the compute rank
+// polls, decides the step and tells the others (CONTROL_STOP).
 int job_stop_requested(void);
 // The job ends after `step` (it saves there): the compute rank's decision, or what it told.
 void job_stop_after(mt_job *job, int step);
