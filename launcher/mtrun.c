@@ -132,7 +132,7 @@ static uint64_t gpu_free_bytes(const mtrun_opts *o, const char **where) {
 // it), or "" when neither says. The ranks number GPUs as nvidia-smi does: mtrun passes them
 // CUDA_DEVICE_ORDER=PCI_BUS_ID (mpirun_cmd.c), unless the user chose another order or a subset.
 static void gpu_numa_text(int gpu, char *out, size_t n) {
-    char cmd[128], bus[64] = "", path[160];
+    char cmd[128], bus[64] = "";
     const char *order = getenv("CUDA_DEVICE_ORDER");
     *out = 0;
     if (getenv("CUDA_VISIBLE_DEVICES") || (order && strcmp(order, "PCI_BUS_ID") != 0)) return;
@@ -142,15 +142,7 @@ static void gpu_numa_text(int gpu, char *out, size_t n) {
     if (!f) return;
     int got = fscanf(f, "%63s", bus) == 1;
     if (pclose(f) != 0 || !got) return;
-    // nvidia-smi writes 00000000:19:00.0, sysfs names it 0000:19:00.0
-    unsigned dom, bu, dev, fn;
-    if (sscanf(bus, "%x:%x:%x.%x", &dom, &bu, &dev, &fn) != 4) return;
-    snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node", dom, bu, dev,
-             fn);
-    int node = -1;
-    if (!(f = fopen(path, "r"))) return;
-    if (fscanf(f, "%d", &node) != 1) node = -1;
-    fclose(f);
+    int node = mt_pci_numa_node(bus);
     if (node >= 0) snprintf(out, n, ", NUMA node %d", node);
 }
 
@@ -321,7 +313,7 @@ static void remove_leftovers(const char *job, const char *mpi_dir) {
 // again when mpirun's forwarding lost them (`show`), and removed.
 static void repeat_last_words(const char *job, int show) {
     char path[96], line[4096];
-    snprintf(path, sizeof path, "/dev/shm/mtc-%s-last-words", job);
+    mt_job_file(path, sizeof path, job, "last-words");
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) return;
@@ -331,7 +323,7 @@ static void repeat_last_words(const char *job, int show) {
 }
 
 static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks_per_node) {
-    snprintf(stop_path, sizeof stop_path, "/dev/shm/mtc-%s-stop", job);
+    mt_job_file(stop_path, sizeof stop_path, job, "stop");
     // Block the signals until the handlers are in place, so none is lost around fork.
     sigset_t block, old;
     sigemptyset(&block);

@@ -566,14 +566,14 @@ static void json_rank(FILE *f, const char *key, const plan_rank *r) {
             r->total);
 }
 
-static void json_buffers(FILE *f, const char *key, const plan_buffers *b, int att_slots) {
+static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
     fprintf(f,
             ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
             ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"optimizer\":%" PRIu64
             ",\"attention\":%" PRIu64 ",\"att_slots\":%d,\"device_groups\":%d,\"total\":%" PRIu64
             "}",
             key, b->weights, b->grads, b->activations, b->residual, b->working, b->optimizer,
-            b->attention, att_slots, b->device_groups, b->total);
+            b->attention, b->att_slots, b->device_groups, b->total);
 }
 
 // One JSON object, every number exact, for scripts and tests.
@@ -592,9 +592,8 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
             ",\"shared\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"host\":%" PRIu64,
             p->grad_bytes == 2 ? "bf16" : "fp32", p->device_groups, p->state, p->shared, p->regions,
             p->host);
-    int att = (int)(p->gpu.attention / plan_attention_slot_bytes(p->c, 1));
-    json_buffers(f, "compute_host", &p->host_buffers, p->cuda ? 0 : p->choices.att_slots);
-    json_buffers(f, "gpu", &p->gpu, p->cuda ? p->choices.att_slots : att);
+    json_buffers(f, "compute_host", &p->host_buffers);
+    json_buffers(f, "gpu", &p->gpu);
     fprintf(f,
             ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
             "\"optimizer_s\":%.6g,\"step_s\":%.6g}",

@@ -22,13 +22,37 @@ static inline void mt_put_line(FILE *f, const char *prefix, const char *msg) {
     fputc('\n', f);
 }
 
+// /dev/shm/mtc-<job>-<what>: the files mtrun and the ranks leave each other (last words, a stop
+// request); mtrun's clean-up of "mtc-<job>-*" finds them. job NULL: MT_JOB_ID, the launcher's
+// (not a virtual node's). Returns -1 when there is no job id.
+static inline int mt_job_file(char *out, size_t n, const char *job, const char *what) {
+    if (!job) job = getenv("MT_JOB_ID");
+    if (!job || !*job || strlen(job) > 64) return -1;
+    snprintf(out, n, "/dev/shm/mtc-%s-%s", job, what);
+    return 0;
+}
+
+// The NUMA node the kernel gives PCI device bus_id ("0000:19:00.0", or nvidia-smi's
+// "00000000:19:00.0", any case); -1 when it does not say.
+static inline int mt_pci_numa_node(const char *bus_id) {
+    unsigned dom, bus, dev, fn;
+    char path[96];
+    int node = -1;
+    if (sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) return -1;
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node", dom, bus, dev,
+             fn);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (fscanf(f, "%d", &node) != 1) node = -1;
+    fclose(f);
+    return node;
+}
+
 // A rank's last line also goes to /dev/shm/mtc-<job>-last-words: a rank that exits at once can
 // lose its line in mpirun's output forwarding, and mtrun then repeats it from there.
 static inline void mt_last_words(const char *prefix, const char *msg) {
-    const char *job = getenv("MT_JOB_ID");
     char path[128];
-    if (!job || !*job || strlen(job) > 64) return;
-    snprintf(path, sizeof path, "/dev/shm/mtc-%s-last-words", job);
+    if (mt_job_file(path, sizeof path, NULL, "last-words") < 0) return;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
     if (!f) return;

@@ -7,7 +7,6 @@
 #include "runtime/engine/layer_cuda.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"
-#include <ctype.h>
 #include <math.h>
 #include <numa.h>
 #include <stdlib.h>
@@ -296,15 +295,9 @@ static void upload_inv_freq(backend *b) {
 
 // The NUMA node the kernel reports for GPU dev's PCI device; -1 when it does not say.
 static int gpu_numa_node(int dev) {
-    char bus[32], path[96];
+    char bus[32];
     CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
-    for (char *p = bus; *p; p++) *p = (char)tolower((unsigned char)*p);
-    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", bus);
-    FILE *f = fopen(path, "r");
-    int node = -1;
-    if (f && fscanf(f, "%d", &node) != 1) node = -1;
-    if (f) fclose(f);
-    return node;
+    return mt_pci_numa_node(bus);
 }
 
 // The compute rank runs, and takes its pinned host memory, on the NUMA node nearest its GPU

@@ -209,12 +209,9 @@ static void on_stop_request(int sig) {
 // mtrun also leaves /dev/shm/mtc-<job>-stop: a request whose signal mpirun did not pass on (a
 // wrapper script in mpirun's place, a launcher that keeps SIGUSR1) still stops the job.
 int job_stop_requested(void) {
-    if (stop_requested) return 1;
-    const char *id = getenv("MT_JOB_ID");
     char path[128];
-    if (!id || !*id || strlen(id) > 64) return 0;
-    snprintf(path, sizeof path, "/dev/shm/mtc-%s-stop", id);
-    return access(path, F_OK) == 0;
+    if (stop_requested) return 1;
+    return mt_job_file(path, sizeof path, NULL, "stop") == 0 && access(path, F_OK) == 0;
 }
 
 // The job's last step becomes `step`, unless it ends earlier anyway.

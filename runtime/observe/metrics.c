@@ -234,8 +234,10 @@ void metrics_progress(metrics *mx, int64_t step, const char *phase, int done, in
     mx->progress_last = now;
     char in[32], usual[48] = "", last[32];
     format_eta(in, sizeof in, now - mx->step_start);
-    format_eta(last, sizeof last, mx->last_step_s);
-    if (mx->last_step_s > 0) snprintf(usual, sizeof usual, " (the last step took %s)", last);
+    if (mx->last_step_s > 0) {
+        format_eta(last, sizeof last, mx->last_step_s);
+        snprintf(usual, sizeof usual, " (the last step took %s)", last);
+    }
     if (mx->tty) {
         live_clear(mx);
         printf("\r\033[Kstep %lld/%d | %s %d/%d | %s in%s", (long long)step + 1, mx->job->cfg.steps,

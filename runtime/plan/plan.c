@@ -187,6 +187,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     } else {
         b->working = cpu_working_bytes(c, s);
     }
+    b->att_slots = ch->att_slots;
     b->attention = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
     b->total = b->weights + b->grads + b->activations + b->residual + b->working + b->optimizer +
                b->attention;

@@ -34,7 +34,8 @@ typedef struct {
     uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
     uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
     uint64_t attention;   // the kept attention outputs (keep_attention): att_slots of them
-    int device_groups;    // how many: the embedding, then layers 0, 1, ... (own buffers each)
+    int att_slots;
+    int device_groups; // how many: the embedding, then layers 0, 1, ... (own buffers each)
     uint64_t total;
 } plan_buffers;
 
