@@ -462,6 +462,13 @@ double plan_peak_flops(int cuda, int cores) {
 
 // The three parts are summed as if they ran one after the other: in a real step prefetch,
 // offload and the optimizer overlap the compute, so this is the pessimistic end.
+// The Hopper kernels run head dims other than 64 on 128-column tiles (zeros past the head), so
+// they take head dim 128's time for fewer counted FLOPs.
+static double gpu_attention_rate(int head_dim) {
+    if (head_dim <= 64) return PLAN_GPU_ATTENTION_FLOPS_HD64;
+    return PLAN_GPU_ATTENTION_FLOPS * (head_dim < 128 ? head_dim / 128.0 : 1.0);
+}
+
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
@@ -479,7 +486,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
         tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * c->dim * (double)c->seq_len;
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->attention_rate = p->cuda ? PLAN_GPU_ATTENTION_FLOPS : e->flops_rate;
+    e->attention_rate = p->cuda ? gpu_attention_rate(c->dim / c->heads) : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
