@@ -82,7 +82,8 @@ static void buffers_free(buffers *b) {
 
 static void call(const buffers *b, const shape *s, int backward) {
     if (!backward)
-        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd, 0);
+        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd,
+                               b->scratch, 0);
     else
         cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
                                 s->B, s->T, s->H, s->KV, s->hd, b->scratch, 0);

@@ -110,14 +110,17 @@ expected() {
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
         per_kv = 4 * B * T * (H / KVH) * hd; run = int(1073741824 / per_kv)
         if (run < 1) run = 1; if (run > KVH) run = KVH
+        pld = (hd % 8 == 4 && hd > 64) ? hd + 4 : 0
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
                  + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
                  + 4 * int((r + 255) / 256) * D \
                  + up(4 * B * H * T, 256) + up(4 * B * T * run * (H / KVH) * hd, 256) \
-                 + up(4 * 2 * B * H * int((T + 63) / 64), 256)
+                 + up(4 * 2 * B * H * int((T + 63) / 64), 256) \
+                 + 2 * up(2 * B * T * run * (H / KVH) * pld, 256) + 2 * up(2 * B * T * run * pld, 256)
         # attention scratch: D, the fused backward fp32 dq accumulator for a run of kv heads
-        # (as many as keep it within 1 GiB, at least one), its turn counters
+        # (as many as keep it within 1 GiB, at least one), its turn counters, and where the
+        # head dim is 8k + 4 over 64 the q, dout, k, v of the run copied with hd + 4 a head
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
@@ -182,6 +185,12 @@ sed -e 's/micro_batch *= *[0-9]*;/micro_batch = 1;/' -e 's/micro_batches *= *[0-
 echo 'boundary_every = 4;' >>"$TMP/7b-long.cfg"
 grep -q 'seq_chunk = 4096' "$TMP/7b-long.cfg" || fail "7b-long: the config edit did not take"
 check 7b-long "$TMP/7b-long.cfg" 5 1
+# Head dim 100 (the 3.4B's 3200 / 32): the attention scratch holds padded copies of q, k, v and
+# dout.
+sed -e 's/dim *= *4096;/dim = 3200;/' -e 's/ffn_dim *= *11008;/ffn_dim = 8640;/' configs/7b.cfg \
+    >"$TMP/3b-hd100.cfg"
+grep -q 'ffn_dim = 8640' "$TMP/3b-hd100.cfg" || fail "3b-hd100: the config edit did not take"
+check 3b-hd100 "$TMP/3b-hd100.cfg" 5 1
 # The 100B and 120B configs on a 1.5 TB host and a 141 GB GPU: 100B fits with bf16 slots (auto
 # takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only; 120B
 # does not fit (--plan exits 2), its numbers are checked all the same.

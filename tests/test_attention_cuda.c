@@ -191,8 +191,10 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
     float *lse = dev_alloc(sizeof(float) * c->nl);
     poison(out, sizeof(bf16) * c->nq);
     poison(lse, sizeof(float) * c->nl);
-    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, 0);
+    void *scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
+    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaFree(scratch));
 
     float *got = xmalloc(sizeof(float) * c->nq);
     download_bf16(got, out, c->nq);

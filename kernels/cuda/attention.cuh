@@ -46,10 +46,14 @@
 // attention_wgmma.cu: the Hopper path, for the other files of the family (whether it runs:
 // cuda_attention_has_wgmma, kernels_cuda.h).
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int B, int T, int H, int KV, int hd, cudaStream_t stream);
+                             int B, int T, int H, int KV, int hd, void *scratch,
+                             cudaStream_t stream);
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                           int B, int T, int H, int KV, int hd, cudaStream_t stream);
+                           int B, int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
+// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld] (hd % 4 == 0, ld >= hd).
+void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn, int hd,
+                       int ld, cudaStream_t stream);
 // attention_bwd_tma.cu: the warp-specialized fused backward; false where it cannot take the
 // call. D = rowsum(dout * out) already in scratch.
 bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
@@ -236,12 +240,13 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 
 // One online-softmax step (the forwards of both tensor-core paths) over a 16 x 8*NS score block
 // (two rows per thread: row_lo and row_lo + 8). s holds raw scores on entry and unnormalized
-// probabilities on exit; o and l are rescaled to the new running max m (scaled, base-2 units). With
-// mask set, keys after the row drop.
-template <int NS, int NO>
-__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
-                                             float (&l)[2], float scale_log2, bool mask, int row_lo,
-                                             int key0, int lane) {
+// probabilities on exit; l is rescaled to the new running max m (scaled, base-2 units), and
+// alpha is the factor for o, which the caller applies (the Hopper forward, once the last tile's
+// P V is done). With mask set, keys after the row drop.
+template <int NS>
+__device__ __forceinline__ void online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float scale_log2, bool mask,
+                                               int row_lo, int key0, int lane) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY; // of the raw scores: scale_log2 > 0 keeps the order
@@ -259,14 +264,9 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4
         // Every row meets key 0 in the first tile, so mx is finite from then on (a later tile
         // may mask a whole row: mx stays m) and exp2(-inf - mx) = 0 on the first tile.
         mx = fmaxf(m[r], mx * scale_log2);
-        float alpha = fast_exp2(m[r] - mx);
+        alpha[r] = fast_exp2(m[r] - mx);
         m[r] = mx;
-        l[r] *= alpha;
-#pragma unroll
-        for (int nt = 0; nt < NO; nt++) {
-            o[nt][2 * r] *= alpha;
-            o[nt][2 * r + 1] *= alpha;
-        }
+        l[r] *= alpha[r];
 #pragma unroll
         for (int nt = 0; nt < NS; nt++) {
 #pragma unroll
@@ -277,6 +277,26 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4
             }
         }
     }
+}
+
+template <int NO>
+__device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int nt = 0; nt < NO; nt++) {
+        o[nt][0] *= alpha[0];
+        o[nt][1] *= alpha[0];
+        o[nt][2] *= alpha[1];
+        o[nt][3] *= alpha[1];
+    }
+}
+
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
+                                             float (&l)[2], float scale_log2, bool mask, int row_lo,
+                                             int key0, int lane) {
+    float alpha[2];
+    online_softmax<NS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, lane);
+    rescale_rows<NO>(o, alpha);
 }
 
 // ---- tiles: global <-> shared ------------------------------------------------------------
@@ -537,12 +557,23 @@ inline int dq_chunk_kv_heads(int B, int T, int H, int KV, int hd) {
     return n < 1 ? 1 : n > (size_t)KV ? KV : (int)n;
 }
 
-// The backward's scratch (cuda_attention_scratch_bytes): D = rowsum(dout * out) [B, H, T], then
+// The Hopper TMA kernels read heads that start on 16-byte boundaries. Head dims of 8k + 4 (100:
+// the 3.4B's 3200 / 32) do not: they run on copies of a run of heads with ld = hd + 4 elements
+// per head, which the kernels read as hd columns (the box's columns past hd read as zeros).
+// 0 where no copy is needed.
+inline int tma_padded_ld(int hd) {
+    return hd % 8 == 4 && hd > 64 ? hd + 4 : 0;
+}
+
+// The attention scratch (cuda_attention_scratch_bytes): D = rowsum(dout * out) [B, H, T], then
 // the fused backward's fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters,
-// two per (b, h, 64-query tile); each part 256-byte aligned.
+// two per (b, h, 64-query tile), then where tma_padded_ld asks for them the padded copies of a
+// run's q and dout [B, T, heads of the run, ld] and k and v [B, T, kv heads of the run, ld];
+// each part 256-byte aligned. The forward uses only the copies of q, k and v.
 struct AttnScratch {
     float *D, *dq_acc;
     unsigned *turns;
+    bf16 *pq, *pdout, *pk, *pv;
     size_t dq_bytes, turn_bytes, total;
 };
 inline size_t align256(size_t n) {
@@ -554,10 +585,18 @@ inline AttnScratch attention_scratch(void *base, int B, int T, int H, int KV, in
     const size_t run_heads = (size_t)dq_chunk_kv_heads(B, T, H, KV, hd) * (H / KV);
     s.dq_bytes = align256((size_t)B * T * run_heads * hd * sizeof(float));
     s.turn_bytes = align256((size_t)B * H * ((T + 63) / 64) * 2 * sizeof(unsigned));
-    s.total = d_bytes + s.dq_bytes + s.turn_bytes;
-    s.D = (float *)base;
-    s.dq_acc = (float *)((char *)base + d_bytes);
-    s.turns = (unsigned *)((char *)base + d_bytes + s.dq_bytes);
+    const size_t ld = (size_t)tma_padded_ld(hd), run_kv = run_heads / (H / KV);
+    const size_t q_bytes = align256((size_t)B * T * run_heads * ld * 2);
+    const size_t kv_bytes = align256((size_t)B * T * run_kv * ld * 2);
+    s.total = d_bytes + s.dq_bytes + s.turn_bytes + 2 * q_bytes + 2 * kv_bytes;
+    char *p = (char *)base;
+    s.D = (float *)p;
+    s.dq_acc = (float *)(p += d_bytes);
+    s.turns = (unsigned *)(p += s.dq_bytes);
+    s.pq = (bf16 *)(p += s.turn_bytes);
+    s.pdout = (bf16 *)(p += q_bytes);
+    s.pk = (bf16 *)(p += q_bytes);
+    s.pv = (bf16 *)(p += kv_bytes);
     return s;
 }
 

@@ -75,16 +75,18 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 }
 
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
-// per item), and one warp copies the items' lse and D (rows past T as 0) into the stage.
+// per item), and one warp copies the items' lse and D (rows past T as 0) into the stage. The
+// maps' first kv head is map_kv0 (the run's first where they hold padded copies of the run).
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
                               uint64_t *kvfull, const CUtensorMap *qmap, const CUtensorMap *dmap,
                               const CUtensorMap *kmap, const CUtensorMap *vmap, int b, int kvh,
-                              int k0, int qt0, int nqt, int items, const Dims &d) {
+                              int map_kv0, int k0, int qt0, int nqt, int items, const Dims &d) {
     using C = BtCfg;
+    const int kvm = kvh - map_kv0, hm0 = map_kv0 * d.group;
     mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
     for (int p = 0; p < C::PANELS; p++) {
-        tma_load_4d(smem + p * BT_BK * 128, kmap, kvfull, 64 * p, kvh, k0, b);
-        tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvh, k0, b);
+        tma_load_4d(smem + p * BT_BK * 128, kmap, kvfull, 64 * p, kvm, k0, b);
+        tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvm, k0, b);
     }
     for (int it = 0; it < items; it++) {
         const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
@@ -93,8 +95,8 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
         unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         mbar_expect_tx(&full[s], 2 * C::QT_BYTES);
         for (int p = 0; p < C::PANELS; p++) {
-            tma_load_4d(sQ + p * BT_BQ * 128, qmap, &full[s], 64 * p, h, qbase, b);
-            tma_load_4d(sdO + p * BT_BQ * 128, dmap, &full[s], 64 * p, h, qbase, b);
+            tma_load_4d(sQ + p * BT_BQ * 128, qmap, &full[s], 64 * p, h - hm0, qbase, b);
+            tma_load_4d(sdO + p * BT_BQ * 128, dmap, &full[s], 64 * p, h - hm0, qbase, b);
         }
     }
 }
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 int kv0, Dims d) {
+                 int kv0, int map_kv0, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg;
     constexpr int NQ = BT_BQ / 8, NO = BT_HDP / 8, KQ = BT_BQ / 16;
@@ -230,8 +232,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     if (warp >= 4 * BT_CONSUMERS) {
         regs_release<BT_PRODUCER_REGS>();
         if (warp == 4 * BT_CONSUMERS && lane == 0)
-            produce_tiles(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh, k0, qt0,
-                          nqt, items, d);
+            produce_tiles(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh, map_kv0,
+                          k0, qt0, nqt, items, d);
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 }
 
 // dq's heads h0 .. h0 + hn - 1 = scale * the accumulator ([B, T, hn, hd]), 4 elements a thread
-// (hd % 8 == 0).
+// (hd % 4 == 0).
 __global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, int H, int h0, int hn, int hd,
                             float scale) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -333,23 +335,38 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
                             int KV, int hd, void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    if ((e && e[0] == '0') || hd % 8 != 0 || hd <= 64) return false;
+    const int ld = tma_padded_ld(hd);
+    if ((e && e[0] == '0') || hd <= 64 || (hd % 8 != 0 && !ld)) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
-    const CUtensorMap qm = make_head_map(q, B, T, H, hd, BT_BQ);
-    const CUtensorMap dm = make_head_map(dout, B, T, H, hd, BT_BQ);
-    const CUtensorMap km = make_head_map(k, B, T, KV, hd, BT_BK);
-    const CUtensorMap vm = make_head_map(v, B, T, KV, hd, BT_BK);
+    // Maps of the whole tensors, or of each run's padded copies (tma_padded_ld).
+    CUtensorMap qm, dm, km, vm;
+    if (!ld) {
+        qm = make_head_map(q, B, T, H, hd, BT_BQ, hd);
+        dm = make_head_map(dout, B, T, H, hd, BT_BQ, hd);
+        km = make_head_map(k, B, T, KV, hd, BT_BK, hd);
+        vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
+    }
     set_smem_limit(attn_bwd_tma, BtCfg::smem);
     // Runs of kv heads whose dq accumulator fits the cap (all of them but at long context).
     const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
+        if (ld) {
+            copy_heads_padded(sc.pq, q, B, T, H, kv0 * d.group, hn, hd, ld, stream);
+            copy_heads_padded(sc.pdout, dout, B, T, H, kv0 * d.group, hn, hd, ld, stream);
+            copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
+            copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
+            qm = make_head_map(sc.pq, B, T, hn, hd, BT_BQ, ld);
+            dm = make_head_map(sc.pdout, B, T, hn, hd, BT_BQ, ld);
+            km = make_head_map(sc.pk, B, T, kvn, hd, BT_BK, ld);
+            vm = make_head_map(sc.pv, B, T, kvn, hd, BT_BK, ld);
+        }
         const CUtensorMap am =
-            make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ);
+            make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
         attn_bwd_tma<<<dim3(B * kvn, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
-            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, d);
+            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, d);
         CUDA_CHECK_LAUNCH();
         const long n4 = (long)B * T * hn * hd / 4;
         dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(

@@ -159,7 +159,7 @@ extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int 
 
 extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                        const bf16 *v, int B, int T, int H, int KV, int hd,
-                                       cudaStream_t stream) {
+                                       void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
@@ -171,7 +171,7 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
         CUDA_CHECK_LAUNCH();
         return;
     case PATH_WGMMA:
-        attention_forward_wgmma(out, lse, q, k, v, B, T, H, KV, hd, stream);
+        attention_forward_wgmma(out, lse, q, k, v, B, T, H, KV, hd, scratch, stream);
         return;
     case PATH_MMA:
         break;

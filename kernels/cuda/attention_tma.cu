@@ -6,8 +6,8 @@
 // consumers never meet at a CTA barrier, and two named barriers make them take turns issuing their
 // Q K^T, so that one warpgroup's softmax runs while the other's GEMMs keep the tensor cores
 // busy. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
-// path where this one cannot run (hd < 64; hd % 8 != 0, where heads do not all start on the
-// 16-byte boundary a TMA box needs: hd 100 tried row-cut boxes, and odd heads faulted).
+// path where this one cannot run (hd < 64, or no scratch for the padded copies that head dims
+// of 8k + 4 need: tma_padded_ld).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -35,7 +35,7 @@ template <int HDP>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 Dims d) {
+                 int h0, int hn, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = TmaCfg<HDP>;
     constexpr int NS = TMA_BC / 8, NO = HDP / 8;
@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     uint64_t *qfull = empty + TMA_STAGES;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
+    // The run's heads h0 .. h0 + hn - 1; the maps hold just those (their kv heads' from 0).
+    const int b = blockIdx.x / hn, hl = blockIdx.x % hn, h = h0 + hl, kvl = hl / d.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * TMA_BR; // the longest rows first
     const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC);
     if (threadIdx.x == 0) {
@@ -64,15 +65,15 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (threadIdx.x != 4 * TMA_CONSUMERS * 32) return;
         mbar_expect_tx(qfull, C::Q_BYTES);
         for (int p = 0; p < C::PANELS; p++)
-            tma_load_4d(sQ + p * TMA_BR * 128, &qmap, qfull, 64 * p, h, q0, b);
+            tma_load_4d(sQ + p * TMA_BR * 128, &qmap, qfull, 64 * p, hl, q0, b);
         for (int kt = 0; kt < nkt; kt++) {
             const int s = kt % TMA_STAGES;
             if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
             unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
             mbar_expect_tx(&full[s], 2 * C::KV_BYTES);
             for (int p = 0; p < C::PANELS; p++) {
-                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
-                tma_load_4d(sV + p * TMA_BC * 128, &vmap, &full[s], 64 * p, kvh, kt * TMA_BC, b);
+                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &full[s], 64 * p, kvl, kt * TMA_BC, b);
+                tma_load_4d(sV + p * TMA_BC * 128, &vmap, &full[s], 64 * p, kvl, kt * TMA_BC, b);
             }
         }
         return;
@@ -80,33 +81,70 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     regs_claim<CONSUMER_REGS>();
 
     const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
-    const int wr0 = q0 + wg * 64, wr1 = wr0 + 63, row_lo = wr0 + wwarp * 16 + (lane >> 2);
+    const int wr0 = q0 + wg * 64, row_lo = wr0 + wwarp * 16 + (lane >> 2);
     // Turns: warpgroup w issues its Q K^T after named barrier 1 + w, which the other opens.
     const int my_turn = 1 + wg, other_turn = 2 - wg, turn_threads = TMA_CONSUMERS * WG_THREADS;
     if (wg == 1) named_arrive(other_turn, turn_threads); // warpgroup 0 goes first
     float o[NO][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
+    uint32_t pf[1][TMA_BC / 16][4]; // the last tile's probabilities, bf16: P V's A operand
+    uint32_t(&pflat)[TMA_BC / 4] = *reinterpret_cast<uint32_t(*)[TMA_BC / 4]>(&pf[0][0][0]);
     mbar_wait(qfull, 0);
-    for (int kt = 0; kt < nkt; kt++) {
-        const int s = kt % TMA_STAGES, key0 = kt * TMA_BC;
-        const unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
-        mbar_wait(&full[s], (kt / TMA_STAGES) & 1);
+    // Within a warpgroup too, the softmax overlaps the tensor cores: tile kt's Q K^T and tile
+    // kt - 1's P V go out together, the softmax of kt runs once its scores are in, while P V still
+    // runs, and o takes kt's rescaling after P V is done (the same operations on o, in the same
+    // order, as one tile at a time). Tile 0 is peeled off so that the loop has no branch between
+    // an MMA's issue and its wait, which would make ptxas serialize them.
+    auto issue_scores = [&](float(&sc)[NS][4], int kt) {
+        mbar_wait(&full[kt % TMA_STAGES], (kt / TMA_STAGES) & 1);
         named_sync(my_turn, turn_threads);
-        float sc[NS][4];
-        // Always true while BR = BC (the last tile starts at q0 <= wr1); kept for other shapes.
-        const bool active = key0 <= wr1;
-        if (active) {
-            wgmma_fence();
-            scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, sK);
-            wgmma_commit();
-        }
-        if (wg == 0 || kt + 1 < nkt) named_arrive(other_turn, turn_threads); // balanced turns
-        if (active) {
-            wgmma_wait<0>();
-            fence_acc(sc);
-            softmax_pv<HDP, TMA_BC>(sc, o, m, l, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo,
-                                    key0, lane, sV);
-        }
-        if (wl == 0) mbar_arrive(&empty[s]); // this warpgroup's reads of the stage are done
+        wgmma_fence();
+        scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, sKV + (kt % TMA_STAGES) * 2 * C::KV_BYTES);
+        wgmma_commit();
+    };
+    // key0 <= wr1 holds for every tile while BR = BC (the last one starts at q0 <= wr1)
+    const bool diagonal_first = TMA_BC - 1 > wr0; // tile 0 is the diagonal one (q0 = 0)
+    {
+        float sc[NS][4], alpha[2];
+        issue_scores(sc, 0);
+        if (wg == 0 || 1 < nkt) named_arrive(other_turn, turn_threads); // balanced turns
+        wgmma_wait<0>();
+        fence_acc(sc);
+        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, diagonal_first, row_lo, 0, lane);
+        acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
+    }
+    for (int kt = 1; kt < nkt; kt++) {
+        const int key0 = kt * TMA_BC, last = (kt - 1) % TMA_STAGES;
+        const unsigned char *sVlast = sKV + last * 2 * C::KV_BYTES + C::KV_BYTES;
+        float sc[NS][4], alpha[2];
+        issue_scores(sc, kt);
+#pragma unroll
+        for (int ks = 0; ks < TMA_BC / 16; ks++)
+            wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sVlast, TMA_BC, ks), 1);
+        wgmma_commit();
+        if (wg == 0 || kt + 1 < nkt) named_arrive(other_turn, turn_threads);
+        wgmma_wait<1>(); // the scores; P V may still run
+        fence_acc(sc);
+        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo, key0,
+                           lane);
+        wgmma_wait<0>();
+        fence_regs(od);
+        fence_regs(pflat);
+        if (wl == 0) mbar_arrive(&empty[last]); // this warpgroup is done with tile kt - 1
+        rescale_rows<NO>(o, alpha);
+        acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
+    }
+    { // the last tile's P V
+        const unsigned char *sV = sKV + ((nkt - 1) % TMA_STAGES) * 2 * C::KV_BYTES + C::KV_BYTES;
+        fence_regs(od);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < TMA_BC / 16; ks++)
+            wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, TMA_BC, ks), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(od);
+        fence_regs(pflat);
     }
 
     finish_rows<HDP>(out, lse, d, b, h, wr0 + wwarp * 16, row_lo, o, m, l,
@@ -116,29 +154,67 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 #endif
 }
 
+// Heads h0 .. h0 + hn - 1 (whole kv-head groups) of q, k, v whose heads lie ld apart.
 template <int HDP>
-void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
-                 cudaStream_t stream) {
-    const CUtensorMap qm = make_head_map(q, d.B, d.T, d.H, d.hd, TMA_BR);
-    const CUtensorMap km = make_head_map(k, d.B, d.T, d.KV, d.hd, TMA_BC);
-    const CUtensorMap vm = make_head_map(v, d.B, d.T, d.KV, d.hd, TMA_BC);
+void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int h0, int hn,
+                 int ld, const Dims &d, cudaStream_t stream) {
+    const int kvn = hn / d.group;
+    const CUtensorMap qm = make_head_map(q, d.B, d.T, hn, d.hd, TMA_BR, ld);
+    const CUtensorMap km = make_head_map(k, d.B, d.T, kvn, d.hd, TMA_BC, ld);
+    const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, d.hd, TMA_BC, ld);
     auto kernel = attn_fwd_tma<HDP>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
-    dim3 grid(d.B * d.H, cdiv(d.T, TMA_BR));
-    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, d);
+    dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
+    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn, d);
     CUDA_CHECK_LAUNCH();
+}
+
+// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld], 4 elements (8 bytes) a thread.
+__global__ void pad_heads(bf16 *dst, const bf16 *src, long n4, int heads, int h0, int hn, int hd,
+                          int ld) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    const int per_head = hd / 4;
+    const long bt = i / ((long)hn * per_head);
+    const int hl = (int)(i / per_head % hn), c = 4 * (int)(i % per_head);
+    *(uint2 *)(dst + (bt * hn + hl) * ld + c) =
+        *(const uint2 *)(src + (bt * heads + h0 + hl) * hd + c);
 }
 
 } // namespace
 
+void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn, int hd,
+                       int ld, cudaStream_t stream) {
+    const long n4 = (long)B * T * hn * (hd / 4);
+    pad_heads<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dst, src, n4, heads, h0, hn, hd,
+                                                                ld);
+    CUDA_CHECK_LAUNCH();
+}
+
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                           int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+                           int B, int T, int H, int KV, int hd, void *scratch,
+                           cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma forward (comparisons)
-    if ((e && e[0] == '0') || hd % 8 != 0 || hd < 64) return false;
-    Dims d = make_dims(B, T, H, KV, hd);
-    if (hd == 64)
-        forward_tma<64>(out, lse, q, k, v, d, stream);
-    else
-        forward_tma<128>(out, lse, q, k, v, d, stream);
+    const int ld = tma_padded_ld(hd);
+    if ((e && e[0] == '0') || hd < 64 || (hd % 8 != 0 && (!ld || !scratch))) return false;
+    const Dims d = make_dims(B, T, H, KV, hd);
+    if (hd == 64) {
+        forward_tma<64>(out, lse, q, k, v, 0, H, hd, d, stream);
+        return true;
+    }
+    if (!ld) {
+        forward_tma<128>(out, lse, q, k, v, 0, H, hd, d, stream);
+        return true;
+    }
+    // Runs of kv heads as the backward's, so that the copies fit the scratch.
+    const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
+    const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
+    for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
+        const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
+        copy_heads_padded(sc.pq, q, B, T, H, kv0 * d.group, hn, hd, ld, stream);
+        copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
+        copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
+        forward_tma<128>(out, lse, sc.pq, sc.pk, sc.pv, kv0 * d.group, hn, ld, d, stream);
+    }
     return true;
 }

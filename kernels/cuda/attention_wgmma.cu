@@ -353,8 +353,9 @@ extern "C" int cuda_attention_has_wgmma(void) {
 }
 
 void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    if (attention_forward_tma(out, lse, q, k, v, B, T, H, KV, hd, stream)) return;
+                             int B, int T, int H, int KV, int hd, void *scratch,
+                             cudaStream_t stream) {
+    if (attention_forward_tma(out, lse, q, k, v, B, T, H, KV, hd, scratch, stream)) return;
     Dims d = make_dims(B, T, H, KV, hd);
     if (hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);

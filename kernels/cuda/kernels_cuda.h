@@ -67,12 +67,14 @@ void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 
 // attention_forward.cu, attention_backward.cu, attention_wgmma.cu, attention_tma.cu,
 // attention_bwd_tma.cu (attention.cuh): causal GQA flash attention, head_dim 64 or 128 (and any
 // even hd <= 128 for tests), scale 1/sqrt(hd). q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse:
-// [B, H, T]. No T x T matrix is ever stored. Backward writes dq, dk, dv; scratch is
+// [B, H, T]. No T x T matrix is ever stored. Backward writes dq, dk, dv; scratch, for both, is
 // cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused Hopper backward's fp32 dq
-// accumulator, B T H hd floats, and its turn counters). dq may be q (in place: at long context
-// a whole-sequence buffer less).
+// accumulator and its turn counters, and for head dims of 8k + 4 padded copies of q, k, v and
+// dout, for a run of heads each). dq may be q (in place: at long context a whole-sequence
+// buffer less).
 void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                            int B, int T, int H, int KV, int hd, cudaStream_t stream);
+                            int B, int T, int H, int KV, int hd, void *scratch,
+                            cudaStream_t stream);
 void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                              const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                              int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);

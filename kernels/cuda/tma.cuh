@@ -134,12 +134,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // A [B, T, heads, hd] tensor of `elem`-byte elements as a 4-D map (hd, heads, T, B) whose box is
 // 128 bytes of columns of one head for `rows` tokens, 128-byte swizzled; columns past hd and
-// tokens past T read as zeros (and are skipped by stores). Needs hd * elem % 16 == 0 (16-byte
-// row strides) and a 16-byte aligned base.
+// tokens past T read as zeros (and are skipped by stores). Heads lie ld >= hd elements apart;
+// ld * elem % 16 == 0 (16-byte strides) and a 16-byte aligned base are needed.
 inline CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem, int B, int T,
-                            int heads, int hd, int rows) {
+                            int heads, int hd, int rows, int ld) {
     CUtensorMap map;
-    const cuuint64_t row = (cuuint64_t)hd * elem;
+    const cuuint64_t row = (cuuint64_t)ld * elem;
     const cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)heads, (cuuint64_t)T, (cuuint64_t)B};
     const cuuint64_t strides[3] = {row, heads * row, (cuuint64_t)T * heads * row};
     const cuuint32_t box[4] = {(cuuint32_t)(128 / elem), 1, (cuuint32_t)rows, 1};
@@ -151,9 +151,10 @@ inline CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem
     return map;
 }
 
-// bf16 q, k, v, dout: boxes of 64 columns.
-inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows) {
-    return make_map(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, heads, hd, rows);
+// bf16 q, k, v, dout, heads ld elements apart: boxes of 64 columns.
+inline CUtensorMap make_head_map(const void *base, int B, int T, int heads, int hd, int rows,
+                                 int ld) {
+    return make_map(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, T, heads, hd, rows, ld);
 }
 
 } // namespace

@@ -71,6 +71,11 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+// A register operand of an MMA in flight: live, and untouched, until the wait that follows.
+template <int N> __device__ __forceinline__ void fence_regs(uint32_t (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
 template <int R, int C> __device__ __forceinline__ void fence_acc(float (&a)[R][C]) {
     fence_regs(*reinterpret_cast<float(*)[R * C]>(&a[0][0]));
 }

@@ -83,7 +83,7 @@ static void attention_part(backend *b, const layer_w *w, const float *x, layer_s
     cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
     if (run_attention)
         cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads,
-                               hd, s);
+                               hd, b->attn_scratch, s);
 }
 
 // One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta), the second norm
