@@ -110,7 +110,7 @@ expected() {
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
         per_kv = 4 * B * T * (H / KVH) * hd; run = int(1073741824 / per_kv)
         if (run < 1) run = 1; if (run > KVH) run = KVH
-        pld = (hd % 8 == 4 && hd > 64) ? hd + 4 : 0
+        pld = (hd % 8 == 4 && hd > 64) ? 128 : 0
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
                  + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
@@ -120,7 +120,7 @@ expected() {
                  + 2 * up(2 * B * T * run * (H / KVH) * pld, 256) + 2 * up(2 * B * T * run * pld, 256)
         # attention scratch: D, the fused backward fp32 dq accumulator for a run of kv heads
         # (as many as keep it within 1 GiB, at least one), its turn counters, and where the
-        # head dim is 8k + 4 over 64 the q, dout, k, v of the run copied with hd + 4 a head
+        # head dim is 8k + 4 over 64 the q, dout, k, v of the run zero-padded to 128 a head
         chunk = int(256 * 1048576 / (V * 6)); if (chunk < 1) chunk = 1; if (chunk > r) chunk = r
         pv = up(V, 8)
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M

@@ -358,10 +358,10 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
             copy_heads_padded(sc.pdout, dout, B, T, H, kv0 * d.group, hn, hd, ld, stream);
             copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
             copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
-            qm = make_head_map(sc.pq, B, T, hn, hd, BT_BQ, ld);
-            dm = make_head_map(sc.pdout, B, T, hn, hd, BT_BQ, ld);
-            km = make_head_map(sc.pk, B, T, kvn, hd, BT_BK, ld);
-            vm = make_head_map(sc.pv, B, T, kvn, hd, BT_BK, ld);
+            qm = make_head_map(sc.pq, B, T, hn, ld, BT_BQ, ld);
+            dm = make_head_map(sc.pdout, B, T, hn, ld, BT_BQ, ld);
+            km = make_head_map(sc.pk, B, T, kvn, ld, BT_BK, ld);
+            vm = make_head_map(sc.pv, B, T, kvn, ld, BT_BK, ld);
         }
         const CUtensorMap am =
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);

@@ -154,14 +154,15 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 #endif
 }
 
-// Heads h0 .. h0 + hn - 1 (whole kv-head groups) of q, k, v whose heads lie ld apart.
+// Heads h0 .. h0 + hn - 1 (whole kv-head groups) of q, k, v, whose heads have cols columns
+// (hd, or ld on padded copies) and lie ld apart.
 template <int HDP>
 void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int h0, int hn,
-                 int ld, const Dims &d, cudaStream_t stream) {
+                 int cols, int ld, const Dims &d, cudaStream_t stream) {
     const int kvn = hn / d.group;
-    const CUtensorMap qm = make_head_map(q, d.B, d.T, hn, d.hd, TMA_BR, ld);
-    const CUtensorMap km = make_head_map(k, d.B, d.T, kvn, d.hd, TMA_BC, ld);
-    const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, d.hd, TMA_BC, ld);
+    const CUtensorMap qm = make_head_map(q, d.B, d.T, hn, cols, TMA_BR, ld);
+    const CUtensorMap km = make_head_map(k, d.B, d.T, kvn, cols, TMA_BC, ld);
+    const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, cols, TMA_BC, ld);
     auto kernel = attn_fwd_tma<HDP>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
@@ -169,23 +170,24 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
     CUDA_CHECK_LAUNCH();
 }
 
-// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld], 4 elements (8 bytes) a thread.
+// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld], columns past hd zero, 4
+// elements (8 bytes) a thread.
 __global__ void pad_heads(bf16 *dst, const bf16 *src, long n4, int heads, int h0, int hn, int hd,
                           int ld) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    const int per_head = hd / 4;
-    const long bt = i / ((long)hn * per_head);
-    const int hl = (int)(i / per_head % hn), c = 4 * (int)(i % per_head);
+    const int per_row = ld / 4;
+    const long bt = i / ((long)hn * per_row);
+    const int hl = (int)(i / per_row % hn), c = 4 * (int)(i % per_row);
     *(uint2 *)(dst + (bt * hn + hl) * ld + c) =
-        *(const uint2 *)(src + (bt * heads + h0 + hl) * hd + c);
+        c < hd ? *(const uint2 *)(src + (bt * heads + h0 + hl) * hd + c) : uint2{0, 0};
 }
 
 } // namespace
 
 void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn, int hd,
                        int ld, cudaStream_t stream) {
-    const long n4 = (long)B * T * hn * (hd / 4);
+    const long n4 = (long)B * T * hn * (ld / 4);
     pad_heads<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dst, src, n4, heads, h0, hn, hd,
                                                                 ld);
     CUDA_CHECK_LAUNCH();
@@ -199,11 +201,11 @@ bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     if ((e && e[0] == '0') || hd < 64 || (hd % 8 != 0 && (!ld || !scratch))) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
     if (hd == 64) {
-        forward_tma<64>(out, lse, q, k, v, 0, H, hd, d, stream);
+        forward_tma<64>(out, lse, q, k, v, 0, H, hd, hd, d, stream);
         return true;
     }
     if (!ld) {
-        forward_tma<128>(out, lse, q, k, v, 0, H, hd, d, stream);
+        forward_tma<128>(out, lse, q, k, v, 0, H, hd, hd, d, stream);
         return true;
     }
     // Runs of kv heads as the backward's, so that the copies fit the scratch.
@@ -214,7 +216,7 @@ bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
         copy_heads_padded(sc.pq, q, B, T, H, kv0 * d.group, hn, hd, ld, stream);
         copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
         copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
-        forward_tma<128>(out, lse, sc.pq, sc.pk, sc.pv, kv0 * d.group, hn, ld, d, stream);
+        forward_tma<128>(out, lse, sc.pq, sc.pk, sc.pv, kv0 * d.group, hn, ld, ld, d, stream);
     }
     return true;
 }

@@ -69,7 +69,7 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
 
 // cuda_attention_scratch_bytes (kernels/cuda/attention.cuh): D [B, H, T], the fused backward's
 // fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters, two per 64-query tile,
-// and for head dims of 8k + 4 over 64 a run's q, dout, k and v with hd + 4 elements a head.
+// and for head dims of 8k + 4 over 64 a run's q, dout, k and v with 128 elements a head.
 // A run takes as many kv heads as keep the accumulator within 1 GiB (DQ_ACC_CAP), at least one.
 static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
     uint64_t rows = (uint64_t)c->micro_batch * c->heads, T = c->seq_len;
@@ -77,7 +77,7 @@ static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
     uint64_t per_kv = 4 * (uint64_t)c->micro_batch * T * group * s.hd;
     uint64_t run = per_kv ? (1ull << 30) / per_kv : kv;
     run = run < 1 ? 1 : run > kv ? kv : run;
-    uint64_t ld = s.hd % 8 == 4 && s.hd > 64 ? s.hd + 4 : 0, BT = (uint64_t)c->micro_batch * T;
+    uint64_t ld = s.hd % 8 == 4 && s.hd > 64 ? 128 : 0, BT = (uint64_t)c->micro_batch * T;
     return align_up(4 * rows * T, 256) + align_up(4 * BT * run * group * s.hd, 256) +
            align_up(4 * 2 * rows * ((T + 63) / 64), 256) +
            2 * align_up(2 * BT * run * group * ld, 256) + 2 * align_up(2 * BT * run * ld, 256);
