@@ -526,6 +526,16 @@ __device__ __forceinline__ void load_row_f32(float *dst, const bf16 *src, int n,
 
 // ---- host side -----------------------------------------------------------------------------
 
+// Element i of a run of hn heads of `per_head` elements each, [B, T, hn, per_head] in order: its
+// token row bt (b * T + t), head in the run hl and element e.
+struct RunElement {
+    long bt;
+    int hl, e;
+};
+__device__ __forceinline__ RunElement run_element(long i, int hn, int per_head) {
+    return RunElement{i / ((long)hn * per_head), (int)(i / per_head % hn), (int)(i % per_head)};
+}
+
 inline Dims make_dims(int B, int T, int H, int KV, int hd) {
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd > 32 * MAXC) {
         fprintf(stderr, "megatrain: attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d\n", B,

@@ -321,11 +321,9 @@ __global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, int H, int h0, 
                             float scale) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    const int per_head = hd / 4;
-    const long bt = i / ((long)hn * per_head);
-    const int hl = (int)(i / per_head % hn), c4 = (int)(i % per_head);
+    const RunElement r = run_element(i, hn, hd / 4);
     const float4 a = ((const float4 *)acc)[i];
-    bf16 *out = dq + (bt * H + h0 + hl) * hd + 4 * c4;
+    bf16 *out = dq + (r.bt * H + h0 + r.hl) * hd + 4 * r.e;
     *(uint2 *)out = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
 }
 

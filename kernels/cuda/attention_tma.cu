@@ -176,11 +176,10 @@ __global__ void pad_heads(bf16 *dst, const bf16 *src, long n4, int heads, int h0
                           int ld) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    const int per_row = ld / 4;
-    const long bt = i / ((long)hn * per_row);
-    const int hl = (int)(i / per_row % hn), c = 4 * (int)(i % per_row);
-    *(uint2 *)(dst + (bt * hn + hl) * ld + c) =
-        c < hd ? *(const uint2 *)(src + (bt * heads + h0 + hl) * hd + c) : uint2{0, 0};
+    const RunElement r = run_element(i, hn, ld / 4);
+    const int c = 4 * r.e;
+    *(uint2 *)(dst + (r.bt * hn + r.hl) * ld + c) =
+        c < hd ? *(const uint2 *)(src + (r.bt * heads + h0 + r.hl) * hd + c) : uint2{0, 0};
 }
 
 } // namespace
