@@ -28,10 +28,13 @@ template <int HDP> struct TmaCfg {
     static constexpr int STAGE_OUT = 16 * (HDP + 8) * 2; // one warp's rows, staged for storing
     static constexpr int OUT_OFF = Q_BYTES + 2 * TMA_STAGES * KV_BYTES;
     static constexpr int BAR_OFF = OUT_OFF + 8 * STAGE_OUT;
-    static constexpr size_t smem = BAR_OFF + 8 * (2 * TMA_STAGES + 1) + 1024;
+    // per stage: K full, V full, K empty, V empty; and Q full
+    static constexpr size_t smem = BAR_OFF + 8 * (4 * TMA_STAGES + 1) + 1024;
 };
 
-template <int HDP>
+// SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
+// soon as both warpgroups' scores are in, without waiting for the P V that reads its V.
+template <int HDP, bool SPLIT_KV>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
@@ -42,8 +45,10 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sQ = smem, *sKV = smem + C::Q_BYTES; // stage s: K, then V
-    uint64_t *full = (uint64_t *)(smem + C::BAR_OFF), *empty = full + TMA_STAGES;
-    uint64_t *qfull = empty + TMA_STAGES;
+    // Without SPLIT_KV, kfull and kempty guard both K and V of a stage.
+    uint64_t *kfull = (uint64_t *)(smem + C::BAR_OFF), *vfull = kfull + TMA_STAGES;
+    uint64_t *kempty = vfull + TMA_STAGES, *vempty = kempty + TMA_STAGES;
+    uint64_t *qfull = vempty + TMA_STAGES;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // The run's heads h0 .. h0 + hn - 1; the maps hold just those (their kv heads' from 0).
@@ -52,8 +57,10 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC);
     if (threadIdx.x == 0) {
         for (int s = 0; s < TMA_STAGES; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], TMA_CONSUMERS);
+            mbar_init(&kfull[s], 1);
+            mbar_init(&vfull[s], 1);
+            mbar_init(&kempty[s], TMA_CONSUMERS);
+            mbar_init(&vempty[s], TMA_CONSUMERS);
         }
         mbar_init(qfull, 1);
         mbar_fence_init();
@@ -67,14 +74,19 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         for (int p = 0; p < C::PANELS; p++)
             tma_load_4d(sQ + p * TMA_BR * 128, &qmap, qfull, 64 * p, hl, q0, b);
         for (int kt = 0; kt < nkt; kt++) {
-            const int s = kt % TMA_STAGES;
-            if (kt >= TMA_STAGES) mbar_wait(&empty[s], ((kt / TMA_STAGES) & 1) ^ 1);
+            const int s = kt % TMA_STAGES, free_parity = ((kt / TMA_STAGES) & 1) ^ 1;
             unsigned char *sK = sKV + s * 2 * C::KV_BYTES, *sV = sK + C::KV_BYTES;
-            mbar_expect_tx(&full[s], 2 * C::KV_BYTES);
-            for (int p = 0; p < C::PANELS; p++) {
-                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &full[s], 64 * p, kvl, kt * TMA_BC, b);
-                tma_load_4d(sV + p * TMA_BC * 128, &vmap, &full[s], 64 * p, kvl, kt * TMA_BC, b);
+            uint64_t *vbar = SPLIT_KV ? &vfull[s] : &kfull[s];
+            if (kt >= TMA_STAGES) mbar_wait(&kempty[s], free_parity);
+            mbar_expect_tx(&kfull[s], SPLIT_KV ? C::KV_BYTES : 2 * C::KV_BYTES);
+            for (int p = 0; p < C::PANELS; p++)
+                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &kfull[s], 64 * p, kvl, kt * TMA_BC, b);
+            if (SPLIT_KV) {
+                if (kt >= TMA_STAGES) mbar_wait(&vempty[s], free_parity);
+                mbar_expect_tx(vbar, C::KV_BYTES);
             }
+            for (int p = 0; p < C::PANELS; p++)
+                tma_load_4d(sV + p * TMA_BC * 128, &vmap, vbar, 64 * p, kvl, kt * TMA_BC, b);
         }
         return;
     }
@@ -95,8 +107,12 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     // runs, and o takes kt's rescaling after P V is done (the same operations on o, in the same
     // order, as one tile at a time). Tile 0 is peeled off so that the loop has no branch between
     // an MMA's issue and its wait, which would make ptxas serialize them.
+    // The waits come before the turn, none between an MMA's issue and its wait: tile kt's K
+    // and (SPLIT_KV) tile kt - 1's V, which the P V issued with these scores reads.
     auto issue_scores = [&](float(&sc)[NS][4], int kt) {
-        mbar_wait(&full[kt % TMA_STAGES], (kt / TMA_STAGES) & 1);
+        mbar_wait(&kfull[kt % TMA_STAGES], (kt / TMA_STAGES) & 1);
+        if (SPLIT_KV && kt > 0)
+            mbar_wait(&vfull[(kt - 1) % TMA_STAGES], ((kt - 1) / TMA_STAGES) & 1);
         named_sync(my_turn, turn_threads);
         wgmma_fence();
         scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, sKV + (kt % TMA_STAGES) * 2 * C::KV_BYTES);
@@ -110,6 +126,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (wg == 0 || 1 < nkt) named_arrive(other_turn, turn_threads); // balanced turns
         wgmma_wait<0>();
         fence_acc(sc);
+        if (SPLIT_KV) mbar_arrive_if(&kempty[0], wl == 0);
         online_softmax<NS>(sc, m, l, alpha, d.scale_log2, diagonal_first, row_lo, 0, lane);
         acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
     }
@@ -125,17 +142,20 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         if (wg == 0 || kt + 1 < nkt) named_arrive(other_turn, turn_threads);
         wgmma_wait<1>(); // the scores; P V may still run
         fence_acc(sc);
+        if (SPLIT_KV) mbar_arrive_if(&kempty[kt % TMA_STAGES], wl == 0);
         online_softmax<NS>(sc, m, l, alpha, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo, key0,
                            lane);
         wgmma_wait<0>();
         fence_regs(od);
         fence_regs(pflat);
-        if (wl == 0) mbar_arrive(&empty[last]); // this warpgroup is done with tile kt - 1
+        // this warpgroup is done with tile kt - 1 (with its V: SPLIT_KV)
+        mbar_arrive_if(SPLIT_KV ? &vempty[last] : &kempty[last], wl == 0);
         rescale_rows<NO>(o, alpha);
         acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
     }
     { // the last tile's P V
         const unsigned char *sV = sKV + ((nkt - 1) % TMA_STAGES) * 2 * C::KV_BYTES + C::KV_BYTES;
+        if (SPLIT_KV) mbar_wait(&vfull[(nkt - 1) % TMA_STAGES], ((nkt - 1) / TMA_STAGES) & 1);
         fence_regs(od);
         wgmma_fence();
 #pragma unroll
@@ -163,7 +183,9 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
     const CUtensorMap qm = make_head_map(q, d.B, d.T, hn, cols, TMA_BR, ld);
     const CUtensorMap km = make_head_map(k, d.B, d.T, kvn, cols, TMA_BC, ld);
     const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, cols, TMA_BC, ld);
-    auto kernel = attn_fwd_tma<HDP>;
+    // MT_ATTN_SPLIT_KV=1: K and V refilled apart (comparisons)
+    const char *e = getenv("MT_ATTN_SPLIT_KV");
+    auto kernel = e && e[0] == '1' ? attn_fwd_tma<HDP, true> : attn_fwd_tma<HDP, false>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
     kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn, d);

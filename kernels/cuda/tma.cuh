@@ -49,6 +49,14 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
 }
+// Arrives where pred holds, without a branch (one between a wgmma's issue and its wait makes
+// ptxas serialize the wgmmas).
+__device__ __forceinline__ void mbar_arrive_if(uint64_t *bar, bool pred) {
+    asm volatile("{\n.reg .pred P;\nsetp.ne.u32 P, %1, 0;\n"
+                 "@P mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(shared_addr(bar)),
+                 "r"((uint32_t)pred)
+                 : "memory");
+}
 // Waits until the barrier's phase of this parity (0, 1, 0, ...: the n-th completion has parity
 // n & 1) has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
