@@ -1,11 +1,12 @@
 // Flash attention forward on Hopper, warp-specialized (FlashAttention-3's structure): a
 // producer warpgroup (one thread of it) feeds K/V tiles through the copy engine (TMA) into a
-// two-stage ring of 128-byte-swizzled shared memory, each stage guarded by a "full" mbarrier (the
-// copies' bytes have landed) and an "empty" one (both consumers are done with it); two consumer
-// warpgroups of 64 query rows each run S = Q K^T, the online softmax and O += P V on wgmma. The
-// consumers never meet at a CTA barrier, and two named barriers make them take turns issuing their
-// Q K^T, so that one warpgroup's softmax runs while the other's GEMMs keep the tensor cores
-// busy. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
+// two-stage ring of 128-byte-swizzled shared memory, K and V of each stage guarded by "full"
+// mbarriers (the copies' bytes have landed) and "empty" ones (both consumers are done with it);
+// two consumer warpgroups of 64 query rows each run S = Q K^T, the online softmax and O += P V
+// on wgmma. The consumers never meet at a CTA barrier, and two named barriers make them take
+// turns issuing their GEMMs, so that one warpgroup's softmax runs while the other's GEMMs keep
+// the tensor cores busy; within a warpgroup the softmax of one tile overlaps the P V of the one
+// before. Same math, tiles and outputs as attention_wgmma.cu's plain forward, which stays the
 // path where this one cannot run (hd < 64, or no scratch for the padded copies that head dims
 // of 8k + 4 need: tma_padded_ld).
 #include "kernels/cuda/attention.cuh"
@@ -33,7 +34,9 @@ template <int HDP> struct TmaCfg {
 };
 
 // SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
-// soon as both warpgroups' scores are in, without waiting for the P V that reads its V.
+// soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
+// K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
+// call (bench/RESULTS.md, session 11); the shipped variant.
 template <int HDP, bool SPLIT_KV>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
@@ -183,9 +186,9 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
     const CUtensorMap qm = make_head_map(q, d.B, d.T, hn, cols, TMA_BR, ld);
     const CUtensorMap km = make_head_map(k, d.B, d.T, kvn, cols, TMA_BC, ld);
     const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, cols, TMA_BC, ld);
-    // MT_ATTN_SPLIT_KV=1: K and V refilled apart (comparisons)
+    // MT_ATTN_SPLIT_KV=0: one barrier for a stage's K and V, 1.24-1.27x slower (comparisons)
     const char *e = getenv("MT_ATTN_SPLIT_KV");
-    auto kernel = e && e[0] == '1' ? attn_fwd_tma<HDP, true> : attn_fwd_tma<HDP, false>;
+    auto kernel = e && e[0] == '0' ? attn_fwd_tma<HDP, false> : attn_fwd_tma<HDP, true>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
     kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn, d);
