@@ -137,6 +137,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         const int key0 = kt * TMA_BC, last = (kt - 1) % TMA_STAGES;
         const unsigned char *sVlast = sKV + last * 2 * C::KV_BYTES + C::KV_BYTES;
         float sc[NS][4], alpha[2];
+        fence_regs(od); // the rescaled o and the new P are written before the MMAs take them
+        fence_regs(pflat);
         issue_scores(sc, kt);
 #pragma unroll
         for (int ks = 0; ks < TMA_BC / 16; ks++)
@@ -159,7 +161,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     { // the last tile's P V
         const unsigned char *sV = sKV + ((nkt - 1) % TMA_STAGES) * 2 * C::KV_BYTES + C::KV_BYTES;
         if (SPLIT_KV) mbar_wait(&vfull[(nkt - 1) % TMA_STAGES], ((nkt - 1) / TMA_STAGES) & 1);
+        __syncwarp(); // lanes leave the wait apart; .aligned wgmma follows
         fence_regs(od);
+        fence_regs(pflat);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < TMA_BC / 16; ks++)
