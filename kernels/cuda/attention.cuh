@@ -51,9 +51,10 @@ void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                            int B, int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
-// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld] (hd % 4 == 0, ld >= hd).
-void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn, int hd,
-                       int ld, cudaStream_t stream);
+// Into the scratch (attention_scratch), the padded copies (tma_padded_ld) of kv heads kv0 ..
+// kv0 + kvn - 1 and their query heads: q, k, v, and dout unless it is NULL (the forward).
+void copy_run_padded(void *scratch, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+                     int B, int T, int H, int KV, int hd, int kv0, int kvn, cudaStream_t stream);
 // attention_bwd_tma.cu: the warp-specialized fused backward; false where it cannot take the
 // call. D = rowsum(dout * out) already in scratch.
 bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
@@ -431,6 +432,16 @@ __device__ __forceinline__ void scores_wg(float (&acc)[N / 8][4], const void *a,
         wgmma_ss<N>(d, kmajor_desc(a, rows_a, row0, ks), kmajor_desc(b, N, 0, ks), ks > 0);
 }
 
+// O += P V, issued and committed, not waited for: P (bf16, this warpgroup's 64 rows x BC keys)
+// from registers, V a swizzled BC-row tile read MN-major. The caller fences the registers.
+template <int HDP, int BC>
+__device__ __forceinline__ void issue_pv(float (&od)[HDP / 2], const uint32_t (&pf)[BC / 16][4],
+                                         const void *sV) {
+#pragma unroll
+    for (int ks = 0; ks < BC / 16; ks++) wgmma_rs_t<HDP>(od, pf[ks], mnmajor_desc(sV, BC, ks), 1);
+    wgmma_commit();
+}
+
 // A Hopper forward's work on one key tile once the warpgroup's scores s (64 x BC, raw) are in
 // registers: the online softmax, then O += P V with P from registers and V, a swizzled BC-row
 // tile, read MN-major. Returns when the MMAs are done.
@@ -444,10 +455,7 @@ softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4], float (&m)[2], float (
     float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
     fence_regs(od); // the softmax's rescaling of o is done before the MMA takes it
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < BC / 16; ks++)
-        wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, BC, ks), 1);
-    wgmma_commit();
+    issue_pv<HDP, BC>(od, pf[0], sV);
     wgmma_wait<0>();
     fence_regs(od);
 }

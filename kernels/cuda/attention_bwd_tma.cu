@@ -352,10 +352,7 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
         if (ld) {
-            copy_heads_padded(sc.pq, q, B, T, H, kv0 * d.group, hn, hd, ld, stream);
-            copy_heads_padded(sc.pdout, dout, B, T, H, kv0 * d.group, hn, hd, ld, stream);
-            copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
-            copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
+            copy_run_padded(scratch, q, k, v, dout, B, T, H, KV, hd, kv0, kvn, stream);
             qm = make_head_map(sc.pq, B, T, hn, ld, BT_BQ, ld);
             dm = make_head_map(sc.pdout, B, T, hn, ld, BT_BQ, ld);
             km = make_head_map(sc.pk, B, T, kvn, ld, BT_BK, ld);

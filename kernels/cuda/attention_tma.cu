@@ -112,13 +112,15 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     // an MMA's issue and its wait, which would make ptxas serialize them.
     // The waits come before the turn, none between an MMA's issue and its wait: tile kt's K
     // and (SPLIT_KV) tile kt - 1's V, which the P V issued with these scores reads.
+    auto k_tile = [&](int t) { return sKV + (t % TMA_STAGES) * 2 * C::KV_BYTES; };
+    auto v_tile = [&](int t) { return k_tile(t) + C::KV_BYTES; };
     auto issue_scores = [&](float(&sc)[NS][4], int kt) {
         mbar_wait(&kfull[kt % TMA_STAGES], (kt / TMA_STAGES) & 1);
         if (SPLIT_KV && kt > 0)
             mbar_wait(&vfull[(kt - 1) % TMA_STAGES], ((kt - 1) / TMA_STAGES) & 1);
         named_sync(my_turn, turn_threads);
         wgmma_fence();
-        scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, sKV + (kt % TMA_STAGES) * 2 * C::KV_BYTES);
+        scores_wg<HDP, TMA_BC>(sc, sQ, TMA_BR, wg * 64, k_tile(kt));
         wgmma_commit();
     };
     // key0 <= wr1 holds for every tile while BR = BC (the last one starts at q0 <= wr1)
@@ -135,15 +137,11 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     }
     for (int kt = 1; kt < nkt; kt++) {
         const int key0 = kt * TMA_BC, last = (kt - 1) % TMA_STAGES;
-        const unsigned char *sVlast = sKV + last * 2 * C::KV_BYTES + C::KV_BYTES;
         float sc[NS][4], alpha[2];
         fence_regs(od); // the rescaled o and the new P are written before the MMAs take them
         fence_regs(pflat);
         issue_scores(sc, kt);
-#pragma unroll
-        for (int ks = 0; ks < TMA_BC / 16; ks++)
-            wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sVlast, TMA_BC, ks), 1);
-        wgmma_commit();
+        issue_pv<HDP, TMA_BC>(od, pf[0], v_tile(kt - 1));
         if (wg == 0 || kt + 1 < nkt) named_arrive(other_turn, turn_threads);
         wgmma_wait<1>(); // the scores; P V may still run
         fence_acc(sc);
@@ -159,16 +157,12 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
     }
     { // the last tile's P V
-        const unsigned char *sV = sKV + ((nkt - 1) % TMA_STAGES) * 2 * C::KV_BYTES + C::KV_BYTES;
         if (SPLIT_KV) mbar_wait(&vfull[(nkt - 1) % TMA_STAGES], ((nkt - 1) / TMA_STAGES) & 1);
         __syncwarp(); // lanes leave the wait apart; .aligned wgmma follows
         fence_regs(od);
         fence_regs(pflat);
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < TMA_BC / 16; ks++)
-            wgmma_rs_t<HDP>(od, pf[0][ks], mnmajor_desc(sV, TMA_BC, ks), 1);
-        wgmma_commit();
+        issue_pv<HDP, TMA_BC>(od, pf[0], v_tile(nkt - 1));
         wgmma_wait<0>();
         fence_regs(od);
         fence_regs(pflat);
@@ -213,12 +207,23 @@ __global__ void pad_heads(bf16 *dst, const bf16 *src, long n4, int heads, int h0
 
 } // namespace
 
-void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn, int hd,
-                       int ld, cudaStream_t stream) {
+// [B, T, heads, hd] heads h0 .. h0 + hn - 1 into [B, T, hn, ld].
+static void copy_heads_padded(bf16 *dst, const bf16 *src, int B, int T, int heads, int h0, int hn,
+                              int hd, int ld, cudaStream_t stream) {
     const long n4 = (long)B * T * hn * (ld / 4);
     pad_heads<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(dst, src, n4, heads, h0, hn, hd,
                                                                 ld);
     CUDA_CHECK_LAUNCH();
+}
+
+void copy_run_padded(void *scratch, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+                     int B, int T, int H, int KV, int hd, int kv0, int kvn, cudaStream_t stream) {
+    const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
+    const int ld = tma_padded_ld(hd), group = H / KV;
+    copy_heads_padded(sc.pq, q, B, T, H, kv0 * group, kvn * group, hd, ld, stream);
+    if (dout) copy_heads_padded(sc.pdout, dout, B, T, H, kv0 * group, kvn * group, hd, ld, stream);
+    copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
+    copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
 }
 
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
@@ -228,12 +233,8 @@ bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     const int ld = tma_padded_ld(hd);
     if ((e && e[0] == '0') || hd < 64 || (hd % 8 != 0 && (!ld || !scratch))) return false;
     const Dims d = make_dims(B, T, H, KV, hd);
-    if (hd == 64) {
-        forward_tma<64>(out, lse, q, k, v, 0, H, hd, hd, d, stream);
-        return true;
-    }
     if (!ld) {
-        forward_tma<128>(out, lse, q, k, v, 0, H, hd, hd, d, stream);
+        (hd == 64 ? forward_tma<64> : forward_tma<128>)(out, lse, q, k, v, 0, H, hd, hd, d, stream);
         return true;
     }
     // Runs of kv heads as the backward's, so that the copies fit the scratch.
@@ -241,9 +242,7 @@ bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, 
     const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
-        copy_heads_padded(sc.pq, q, B, T, H, kv0 * d.group, hn, hd, ld, stream);
-        copy_heads_padded(sc.pk, k, B, T, KV, kv0, kvn, hd, ld, stream);
-        copy_heads_padded(sc.pv, v, B, T, KV, kv0, kvn, hd, ld, stream);
+        copy_run_padded(scratch, q, k, v, NULL, B, T, H, KV, hd, kv0, kvn, stream);
         forward_tma<128>(out, lse, sc.pq, sc.pk, sc.pv, kv0 * d.group, hn, ld, ld, d, stream);
     }
     return true;
