@@ -561,6 +561,12 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
     return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
 }
 
+// A causal forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V, halved by the
+// mask (a backward counts as 2.5 forwards).
+inline double causal_flops(int B, int T, int H, int hd) {
+    return 4.0 * B * H * (double)T * T * hd / 2.0;
+}
+
 // The fused backward's fp32 dq accumulator holds at most this many bytes (a sequence of 512k
 // tokens of a 7B would need 8 GiB): beyond, it runs over kv heads a few at a time.
 constexpr size_t DQ_ACC_CAP = 1ull << 30;

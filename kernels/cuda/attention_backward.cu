@@ -351,6 +351,8 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
+    kt_work(stream, KT_ATTENTION, 2.5 * causal_flops(B, T, H, hd), 0,
+            "attention backward hd %d T %d", hd, T);
     float *D = (float *)scratch;
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};

@@ -163,6 +163,8 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
     KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
     if (B == 0 || T == 0) return;
+    kt_work(stream, KT_ATTENTION, causal_flops(B, T, H, hd), 0, "attention forward hd %d T %d", hd,
+            T);
     const void *ptrs[] = {out, q, k, v};
     switch (attention_path(hd, ptrs, 4, 64)) {
     case PATH_SIMPLE:

@@ -205,6 +205,9 @@ extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, f
     if (lda < (trans_a ? M : K) || ldb < (trans_b ? K : N) || ldc < N)
         gemm_die("leading dimension smaller than a row", k);
     const gemm_plan *p = plan_get(g, k);
+    kt_work(stream, KT_GEMM, 2.0 * M * N * K, 0, "gemm %c%c M %d N %d K %d -> %s%s",
+            trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, c_f32 ? "fp32" : "bf16",
+            beta != 0.0f ? " +=" : "");
     float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(g->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, c,
                                 p->lc, &p->algo, g->workspace, g->workspace_bytes, stream));

@@ -116,7 +116,8 @@ size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab);
 
 // ktime.cu: where the compute stream's time goes (MT_KERNEL_TIMES=1). cuda_ktime_enable names
 // the stream (a no-op unless the variable is set); each kernel entry point brackets its work
-// with enter/leave; the report sums the time per class, gaps included. One host thread.
+// with enter/leave; the report sums the time per class, gaps included, and per shape where an
+// entry point names one. One host thread.
 enum {
     KT_GAP,
     KT_GEMM,
@@ -133,6 +134,11 @@ enum {
 void cuda_ktime_enable(cudaStream_t stream);
 void cuda_ktime_enter(cudaStream_t stream, int cls);
 void cuda_ktime_leave(cudaStream_t stream);
+// The work of the current call, for the report's rates (TFLOP/s where flops > 0, else TB/s of
+// the bytes it must move): counted under the outermost scope's class, and under `what` (a
+// shape, NULL for none) where that class is cls.
+void cuda_ktime_work(cudaStream_t stream, int cls, const char *what, double flops, double bytes);
+int cuda_ktime_on(void);
 void cuda_ktime_report(FILE *f);
 void cuda_ktime_disable(void);
 

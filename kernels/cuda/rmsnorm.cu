@@ -150,6 +150,8 @@ extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, con
                                      int dim, float eps, cudaStream_t stream) {
     KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
+    // x in (fp32), out (bf16); w and rstd are small.
+    kt_work(stream, KT_NORM, 0, 6.0 * n * dim, "rmsnorm forward dim %d", dim);
     __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(out);
     const __nv_bfloat16 *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
     // out is bf16, so its rows need 8-byte alignment like w's.
@@ -168,6 +170,8 @@ extern "C" void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, c
                                       float *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
+    // dx: dout, x and dx in, dx out; dw: dout and x again (fp32 all).
+    kt_work(stream, KT_NORM, 0, 24.0 * n * dim, "rmsnorm backward dim %d", dim);
     const __nv_bfloat16 *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
     bool vec = vec_ok(dim, x, dout, w) && (uintptr_t)dx % 16 == 0;
     if (vec)

@@ -79,11 +79,13 @@ void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd
 extern "C" void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
                                   cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
+    kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
     rope_launch(x, inv_freq, B, T, heads, hd, 1.0f, stream);
 }
 
 extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
                                    cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
+    kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
     rope_launch(dx, inv_freq, B, T, heads, hd, -1.0f, stream);
 }

@@ -82,6 +82,7 @@ extern "C" void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up,
                                     cudaStream_t stream) {
     KtScope kt(stream, KT_SWIGLU);
     if (n <= 0) return;
+    kt_work(stream, KT_SWIGLU, 0, 6.0 * n, "swiglu forward"); // gate, up in; out (bf16)
     bool vec = aligned16(out) && aligned16(gate) && aligned16(up);
     swiglu_forward_kernel<<<blocks_for(n, vec), THREADS, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(gate),
@@ -93,6 +94,8 @@ extern "C" void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, 
                                      const bf16 *up, long n, cudaStream_t stream) {
     KtScope kt(stream, KT_SWIGLU);
     if (n <= 0) return;
+    // dout (fp32), gate, up in; dgate, dup out (bf16)
+    kt_work(stream, KT_SWIGLU, 0, 12.0 * n, "swiglu backward");
     bool vec =
         aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);
     swiglu_backward_kernel<<<blocks_for(n, vec), THREADS, 0, stream>>>(
