@@ -2,11 +2,12 @@
 # One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
 # suite (GPU tests included) and the benchmarks. Output under $OUT.
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
-#          [torch-NAME...] [attn[=T_LIST[/HD_LIST]]] [dp=GPUS:NAME,NAME...]
+#          [torch-NAME...] [attn[=T_LIST[/HD_LIST]]] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
 #   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128). dp runs
-#   bench/run_dp_gpu.sh: the bench configs on one GPU and over GPUS (e.g. dp=2:1b,3b).
+#   bench/run_dp_gpu.sh: the bench configs on one GPU and over GPUS (e.g. dp=2:1b,3b). gemm runs
+#   gemm_bench: the bench models' GEMM shapes with each algorithm cuBLASLt's heuristic offers.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -36,6 +37,9 @@ for what in "$@"; do
         [[ $spec == */* ]] && args+=(--hd "${spec#*/}")
         build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
         [ "${ATTN_TORCH:-1}" = 1 ] && python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
+    gemm | gemm=*)
+        spec=${what#gemm}; spec=${spec#=}
+        build/bin/gemm_bench --shapes "${spec:-all}" 2>&1 | tee -a "$OUT/gemm.log" | grep best ;;
     dp=*)
         spec=${what#dp=}
         bench/run_dp_gpu.sh build "$OUT" "${spec%%:*}" $(echo "${spec#*:}" | tr , " ") ;;

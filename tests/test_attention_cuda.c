@@ -29,7 +29,7 @@ typedef struct {
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
-// tensor-core path (16, 24 -> 32; 40 -> 64; 96 -> 128) besides the real 64 and 128.
+// tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
     {2, 37, 4, 2, 16},
     {1, 130, 8, 8, 64},
@@ -46,9 +46,14 @@ static const shape SHAPES[] = {
     // and a head dim it pads inside one tile (72 -> 128).
     {3, 640, 6, 2, 128},
     {1, 300, 2, 2, 72},
-    // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128 and 100.
+    // The fused backward at hd 64 (the warpgroups take turns at dq): GQA, three batch rows,
+    // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
+    {3, 1000, 8, 2, 64},
+    {1, 333, 4, 4, 48},
+    // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
     {1, 32805, 2, 1, 128},
     {1, 32777, 2, 2, 100},
+    {1, 32790, 4, 1, 64},
 };
 
 // ---- helpers -----------------------------------------------------------------------------

@@ -356,7 +356,9 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     float *D = (float *)scratch;
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
-    const AttnPath path = attention_path(hd, ptrs, 8, 65);
+    // From hd 33 the fused TMA backward (attention_bwd_tma.cu) where it runs; without it, hd 64
+    // and under run faster on mma.sync than on the plain wgmma kernels (session 7).
+    const AttnPath path = attention_path(hd, ptrs, 8, 33);
     if (path == PATH_SIMPLE) {
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
         CUDA_CHECK_LAUNCH();
@@ -377,8 +379,11 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch,
                                    stream))
             return;
-        attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
-        return;
+        const char *e = getenv("MT_ATTENTION");
+        if (hd > 64 || (e && strcmp(e, "wgmma") == 0)) {
+            attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
+            return;
+        }
     }
     switch (padded_hd(hd)) {
     case 32:

@@ -7,8 +7,11 @@
 // two-stage TMA ring fed by a producer warpgroup (as attention_tma.cu's forward). Per tile each
 // consumer computes S^T and dP^T, then P^T and dS^T in registers; dV += P^T dO takes P^T as a
 // register operand. dS^T goes to a shared tile, from which its own rows feed dK += dS^T Q and,
-// after a barrier, all 128 rows feed dQ = dS K read transposed, each warpgroup for half of the
-// head dim.
+// after a barrier, all 128 rows feed dQ = dS K read transposed. The head dim's tiles are HDP =
+// 128 or 64 columns (hd 33-64 pad to 64 in the TMA boxes, as 65-128 to 128). At 128 each
+// warpgroup computes dQ for half of the columns; at 64 a half would be a 32-column slice of a
+// swizzled panel, so instead the warpgroups take turns, each computing the whole dQ of every
+// other item.
 //
 // dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer
 // stages its half of the part (fp32) in shared memory, and a writer thread of the producer
@@ -30,7 +33,7 @@
 
 namespace {
 
-constexpr int BT_BK = 128, BT_BQ = 64, BT_STAGES = 2, BT_HDP = 128;
+constexpr int BT_BK = 128, BT_BQ = 64, BT_STAGES = 2;
 constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry;
 // 128 x 24 + 256 x 240 is the same 64,512, moved from the producer to the consumers.
@@ -38,15 +41,18 @@ constexpr int BT_PRODUCER_REGS = 24, BT_CONSUMER_REGS = 240;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
 
-struct BtCfg {
-    static constexpr int PANELS = BT_HDP / 64;
-    static constexpr int KV_BYTES = BT_BK * BT_HDP * 2, QT_BYTES = BT_BQ * BT_HDP * 2;
+template <int HDP> struct BtCfg {
+    static constexpr int PANELS = HDP / 64;
+    static constexpr int KV_BYTES = BT_BK * HDP * 2, QT_BYTES = BT_BQ * HDP * 2;
     static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 2 * BT_BQ * 4;
     static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
     static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
     static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, then D
     static constexpr int DQ_OFF = LD_OFF + BT_STAGES * LD_BYTES; // consumer w's dq part
     static constexpr int DQ_BYTES = BT_BQ * 64 * 4;              // two 32-column panels
+    // dq parts an item makes: one per warpgroup (a half of the columns each), or at HDP 64 one
+    // from the warpgroup whose turn it is.
+    static constexpr int PARTS = HDP == 128 ? 2 : 1;
     static constexpr int BAR_OFF = DQ_OFF + BT_CONSUMERS * DQ_BYTES;
     // full and empty per stage, kvfull, dq_full and dq_empty per consumer
     static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS) + 1024;
@@ -77,11 +83,12 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
 // per item), and one warp copies the items' lse and D (rows past T as 0) into the stage. The
 // maps' first kv head is map_kv0 (the run's first where they hold padded copies of the run).
+template <int HDP>
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
                               uint64_t *kvfull, const CUtensorMap *qmap, const CUtensorMap *dmap,
                               const CUtensorMap *kmap, const CUtensorMap *vmap, int b, int kvh,
                               int map_kv0, int k0, int qt0, int nqt, int items, const Dims &d) {
-    using C = BtCfg;
+    using C = BtCfg<HDP>;
     const int kvm = kvh - map_kv0, hm0 = map_kv0 * d.group;
     mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
     for (int p = 0; p < C::PANELS; p++) {
@@ -101,6 +108,7 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
     }
 }
 
+template <int HDP>
 __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *empty,
                               const float *lse, const float *D, int b, int kvh, int qt0, int nqt,
                               int items, const Dims &d, int lane) {
@@ -108,7 +116,7 @@ __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *emp
         const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
         const int qbase = item_tile(it, qt0, nqt) * BT_BQ;
         wait_stage_free(empty, it);
-        float *L = (float *)(smem + BtCfg::LD_OFF + s * BtCfg::LD_BYTES), *Dq = L + BT_BQ;
+        float *L = (float *)(smem + BtCfg<HDP>::LD_OFF + s * BtCfg<HDP>::LD_BYTES), *Dq = L + BT_BQ;
         for (int i = lane; i < BT_BQ; i += 32) {
             const int row = qbase + i;
             const long li = ((long)b * d.H + h) * d.T + row;
@@ -153,9 +161,20 @@ __device__ __forceinline__ void stage_dq(unsigned char *stage, const float (&dqa
     }
 }
 
-// The writer: per item and consumer half, in order, waits for the staged part and for its turn,
-// then stores (key tile 0) or adds it. The turn is released one part later, once the part's
-// adds have completed, so that the wait for completion overlaps the next part's.
+// dQ (64 queries x 64 columns, unscaled) = dS (64 queries x 128 keys) K: dS read transposed from
+// the key-major tile, and sKp's 64 columns (a K panel) MN-major. Issued, not committed.
+__device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char *sdS,
+                                         const unsigned char *sKp) {
+    float(&dqd)[32] = *reinterpret_cast<float(*)[32]>(&dqa[0][0]);
+#pragma unroll
+    for (int ks = 0; ks < BT_BK / 16; ks++)
+        wgmma_ss<64, 1, 1>(dqd, mnmajor_desc(sdS, BT_BK, ks), mnmajor_desc(sKp, BT_BK, ks), ks > 0);
+}
+
+// The writer: per item and part (BtCfg::PARTS), in order, waits for the staged part and for its
+// turn, then stores (key tile 0) or adds it. The turn is released one part later, once the
+// part's adds have completed, so that the wait for completion overlaps the next part's.
+template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int h0, int j,
                          int qt0, int nqt, int items, const Dims &d) {
@@ -163,18 +182,21 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     unsigned *pending = nullptr;
     for (int it = 0; it < items; it++) {
         const int h = item_head(it, kvh, nqt, d), qt = item_tile(it, qt0, nqt);
-        for (int w = 0; w < BT_CONSUMERS; w++) {
-            unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + w;
-            const unsigned char *stage = smem + BtCfg::DQ_OFF + w * BtCfg::DQ_BYTES;
-            mbar_wait(&dq_full[w], it & 1);
+        for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
+            // The staging warpgroup, its how-many-th part this is, and the part's first column.
+            const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
+            const int col0 = HDP == 128 ? 64 * w : 0;
+            unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + part;
+            const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
+            mbar_wait(&dq_full[w], nth & 1);
             while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
             fence_proxy_async_global(); // the adds below come after the acquire
-            for (int p = 0; p < 2 && 64 * w + 32 * p < d.hd; p++) {
+            for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
                 if (j == 0)
-                    tma_store_4d(accmap, src, 64 * w + 32 * p, h - h0, qt * BT_BQ, b);
+                    tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
-                    tma_reduce_add_4d(accmap, src, 64 * w + 32 * p, h - h0, qt * BT_BQ, b);
+                    tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
             }
             bulk_commit();
             bulk_wait_read<0>();
@@ -193,6 +215,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
 }
 #endif
 
+template <int HDP>
 __global__ void __launch_bounds__(BT_THREADS, 1)
     attn_bwd_tma(bf16 *dk, bf16 *dv, unsigned *turns, const float *lse, const float *D,
                  const __grid_constant__ CUtensorMap accmap,
@@ -200,8 +223,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
                  int kv0, int map_kv0, Dims d) {
 #ifdef WGMMA_DEVICE
-    using C = BtCfg;
-    constexpr int NQ = BT_BQ / 8, NO = BT_HDP / 8, KQ = BT_BQ / 16;
+    using C = BtCfg<HDP>;
+    constexpr int NQ = BT_BQ / 8, NO = HDP / 8, KQ = BT_BQ / 16;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sK = smem, *sV = smem + C::KV_BYTES;
@@ -232,13 +255,13 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     if (warp >= 4 * BT_CONSUMERS) {
         regs_release<BT_PRODUCER_REGS>();
         if (warp == 4 * BT_CONSUMERS && lane == 0)
-            produce_tiles(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh, map_kv0,
-                          k0, qt0, nqt, items, d);
+            produce_tiles<HDP>(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh,
+                               map_kv0, k0, qt0, nqt, items, d);
         else if (warp == 4 * BT_CONSUMERS + 1)
-            produce_stats(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
+            produce_stats<HDP>(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq(smem, dq_full, dq_empty, &accmap, turns, b, kvh, kv0 * d.group, j, qt0, nqt,
-                     items, d);
+            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kvh, kv0 * d.group, j, qt0,
+                          nqt, items, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -259,7 +282,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // A warpgroup whose keys all follow the tile's queries still runs: its dS rows are then
         // zeros that the other warpgroup's dq product reads.
         float sc[NQ][4], dp[NQ][4];
-        scores_and_dp<BT_HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
+        scores_and_dp<HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
         const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T;
         probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
         uint32_t pf[1][KQ][4];
@@ -270,34 +293,41 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         fence_acc(dva);
         fence_acc(dka);
         wgmma_fence();
-        grad_wg<BT_HDP, KQ>(dva, pf, sdO);
+        grad_wg<HDP, KQ>(dva, pf, sdO);
         // dS^T comes back from shared memory (K-major) rather than staying in registers, which
         // keeps the consumer within its 240. Once both warpgroups' rows are in: dK += dS^T Q,
-        // and dQ (64 queries x this warpgroup's 64 columns) = dS (queries x 128 keys) K with dS
-        // read transposed and K's panel wg MN-major.
+        // and dQ (64 queries x 64 columns) = dS (queries x 128 keys) K with dS read transposed
+        // and K's panel (HDP 128: panel wg, this warpgroup's half) MN-major.
         named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
-        float(&dkd)[BT_HDP / 2] = *reinterpret_cast<float(*)[BT_HDP / 2]>(&dka[0][0]);
+        float(&dkd)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&dka[0][0]);
 #pragma unroll
         for (int ks = 0; ks < KQ; ks++)
-            wgmma_ss<BT_HDP, 0, 1>(dkd, kmajor_desc(sdS, BT_BK, wg * 64, ks),
-                                   mnmajor_desc(sQ, BT_BQ, ks), 1);
+            wgmma_ss<HDP, 0, 1>(dkd, kmajor_desc(sdS, BT_BK, wg * 64, ks),
+                                mnmajor_desc(sQ, BT_BQ, ks), 1);
         float dqa[8][4];
-        float(&dqd)[32] = *reinterpret_cast<float(*)[32]>(&dqa[0][0]);
-        const unsigned char *sKp = sK + wg * BT_BK * 128;
-#pragma unroll
-        for (int ks = 0; ks < BT_BK / 16; ks++)
-            wgmma_ss<64, 1, 1>(dqd, mnmajor_desc(sdS, BT_BK, ks), mnmajor_desc(sKp, BT_BK, ks),
-                               ks > 0);
+        if (HDP == 128) issue_dq(dqa, sdS, sK + wg * BT_BK * 128);
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(dva);
         fence_acc(dka);
+        // At HDP 64 the warpgroups take turns at dQ: its own commit and wait keep every wgmma
+        // pipeline out of the branch.
+        const bool my_dq = HDP == 128 || (it & 1) == wg;
+        if (HDP == 64 && my_dq) {
+            wgmma_fence();
+            issue_dq(dqa, sdS, sK);
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
         fence_acc(dqa);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with the stage
+        if (!my_dq) continue;
 
+        // This warpgroup's how-many-th dq part, whose stage the writer must have read before.
+        const int nth = HDP == 128 ? it : it >> 1;
         unsigned char *dq_stage = smem + C::DQ_OFF + wg * C::DQ_BYTES;
-        if (it > 0) mbar_wait(&dq_empty[wg], (it - 1) & 1); // the writer has read the last one
+        if (nth > 0) mbar_wait(&dq_empty[wg], (nth - 1) & 1);
         __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
@@ -308,8 +338,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     // K and V are free once both warpgroups are past their last item: stage the stores there.
     named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
     const long kvs = (long)d.KV * d.hd, kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
-    store_key_grads<BT_HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + wwarp * 16, d, dka, dva,
-                            (bf16 *)smem + warp * 16 * (BT_HDP + 8), lane);
+    store_key_grads<HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + wwarp * 16, d, dka, dva,
+                         (bf16 *)smem + warp * 16 * (HDP + 8), lane);
 #else
     __trap(); // built without sm_90a: the host never launches this
 #endif
@@ -327,18 +357,15 @@ __global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, int H, int h0, 
     *(uint2 *)out = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
 }
 
-} // namespace
-
-bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
-                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
-                            int KV, int hd, void *scratch, cudaStream_t stream) {
-    const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    const int ld = tma_padded_ld(hd);
-    if ((e && e[0] == '0') || hd <= 64 || (hd % 8 != 0 && !ld)) return false;
+// The fused backward over runs of kv heads whose dq accumulator fits its cap (all of them but at
+// long context), on the tensors or on each run's copies padded to ld columns (ld != 0).
+template <int HDP>
+void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout, const bf16 *q,
+                 const bf16 *k, const bf16 *v, int B, int T, int H, int KV, int hd, void *scratch,
+                 int ld, cudaStream_t stream) {
     const Dims d = make_dims(B, T, H, KV, hd);
     const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
-    // Maps of the whole tensors, or of each run's padded copies (tma_padded_ld).
     CUtensorMap qm, dm, km, vm;
     if (!ld) {
         qm = make_head_map(q, B, T, H, hd, BT_BQ, hd);
@@ -346,8 +373,7 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
         km = make_head_map(k, B, T, KV, hd, BT_BK, hd);
         vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
     }
-    set_smem_limit(attn_bwd_tma, BtCfg::smem);
-    // Runs of kv heads whose dq accumulator fits the cap (all of them but at long context).
+    set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
     const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
@@ -360,7 +386,7 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
         }
         const CUtensorMap am =
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
-        attn_bwd_tma<<<dim3(B * kvn, cdiv(T, BT_BK)), BT_THREADS, BtCfg::smem, stream>>>(
+        attn_bwd_tma<HDP><<<dim3(B * kvn, cdiv(T, BT_BK)), BT_THREADS, BtCfg<HDP>::smem, stream>>>(
             dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, d);
         CUDA_CHECK_LAUNCH();
         const long n4 = (long)B * T * hn * hd / 4;
@@ -368,5 +394,19 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
             dq, sc.dq_acc, n4, H, kv0 * d.group, hn, hd, d.scale);
         CUDA_CHECK_LAUNCH();
     }
+}
+
+} // namespace
+
+bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
+                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
+                            int KV, int hd, void *scratch, cudaStream_t stream) {
+    const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
+    const int ld = tma_padded_ld(hd);
+    if ((e && e[0] == '0') || hd <= 32 || (hd % 8 != 0 && !ld)) return false;
+    if (hd <= 64)
+        launch_runs<64>(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch, 0, stream);
+    else
+        launch_runs<128>(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch, ld, stream);
     return true;
 }

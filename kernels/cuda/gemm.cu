@@ -26,7 +26,8 @@
 
 namespace {
 
-const int PLANS = 64; // the engine uses ~10 shapes; a full table evicts round-robin
+const int PLANS = 64;      // the engine uses ~10 shapes; a full table evicts round-robin
+const int CANDIDATES = 16; // the heuristic's algorithms asked for: its best, and (benchmarks) more
 
 // One matmul, in cuBLAS (column-major) terms.
 struct gemm_key {
@@ -41,6 +42,7 @@ struct gemm_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    int candidates; // how many algorithms the heuristic offered
 };
 
 bool key_equal(const gemm_key &a, const gemm_key &b) {
@@ -88,11 +90,13 @@ struct cuda_gemm {
     size_t workspace_bytes;
     gemm_plan plans[PLANS];
     int next_victim;
+    int rank;              // which of the heuristic's algorithms to use: 0, its best
+    const gemm_plan *last; // the plan of the last matmul
 };
 
 namespace {
 
-// Fill p for key k: descriptors, layouts and the heuristic's best algorithm.
+// Fill p for key k: descriptors, layouts and the heuristic's best algorithm (g->rank-th).
 void plan_build(cuda_gemm *g, gemm_plan *p, const gemm_key &k) {
     cublasOperation_t opa = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       opb = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -115,15 +119,17 @@ void plan_build(cuda_gemm *g, gemm_plan *p, const gemm_key &k) {
     set_pref_u32(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_c);
     set_pref_u32(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_c);
 
-    cublasLtMatmulHeuristicResult_t result;
-    memset(&result, 0, sizeof result);
+    cublasLtMatmulHeuristicResult_t results[CANDIDATES];
+    memset(results, 0, sizeof results);
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
-                                                &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref,
+                                                g->rank ? CANDIDATES : 1, results, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS)
+    const int r = g->rank < found ? g->rank : 0;
+    if (found < 1 || results[r].state != CUBLAS_STATUS_SUCCESS)
         gemm_die("cuBLASLt has no algorithm for this matmul", k);
-    p->algo = result.algo;
+    p->algo = results[r].algo;
+    p->candidates = found;
     p->key = k;
     p->valid = 1;
 }
@@ -180,6 +186,31 @@ extern "C" cuda_gemm *cuda_gemm_new(size_t workspace_bytes) {
     return g;
 }
 
+extern "C" void cuda_gemm_use_rank(cuda_gemm *g, int rank) {
+    for (int i = 0; i < PLANS; i++) plan_release(&g->plans[i]);
+    g->rank = rank < 0 ? 0 : rank >= CANDIDATES ? CANDIDATES - 1 : rank;
+    g->last = NULL;
+}
+
+// The algorithm's tile, stages, split-K and reduction scheme (cublasLtAlgoConfigAttributes_t).
+static uint32_t algo_attr(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at) {
+    uint32_t v = 0;
+    size_t got = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(a, at, &v, sizeof v, &got));
+    return v;
+}
+
+extern "C" int cuda_gemm_last_algo(const cuda_gemm *g, char *desc, size_t n) {
+    if (!g->last) return 0;
+    const cublasLtMatmulAlgo_t *a = &g->last->algo;
+    snprintf(desc, n, "algo %u tile %u stages %u split-k %u reduction %u",
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_ID), algo_attr(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+             algo_attr(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+    return g->last->candidates;
+}
+
 extern "C" void cuda_gemm_free(cuda_gemm *g) {
     if (!g) return;
     for (int i = 0; i < PLANS; i++) plan_release(&g->plans[i]);
@@ -204,7 +235,7 @@ extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, f
     // Stored rows must hold what op() reads, or cuBLASLt would read past them.
     if (lda < (trans_a ? M : K) || ldb < (trans_b ? K : N) || ldc < N)
         gemm_die("leading dimension smaller than a row", k);
-    const gemm_plan *p = plan_get(g, k);
+    const gemm_plan *p = g->last = plan_get(g, k);
     kt_work(stream, KT_GEMM, 2.0 * M * N * K, 0, "gemm %c%c M %d N %d K %d -> %s%s",
             trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, c_f32 ? "fp32" : "bf16",
             beta != 0.0f ? " +=" : "");

@@ -89,6 +89,11 @@ int cuda_attention_has_wgmma(void);
 typedef struct cuda_gemm cuda_gemm;
 cuda_gemm *cuda_gemm_new(size_t workspace_bytes);
 void cuda_gemm_free(cuda_gemm *g);
+// Benchmarks (bench/gemm_bench.c): later matmuls use the heuristic's rank-th algorithm (0, the
+// default, is its best); and the last matmul's algorithm, described into desc, with the number
+// of algorithms the heuristic offered for it.
+void cuda_gemm_use_rank(cuda_gemm *g, int rank);
+int cuda_gemm_last_algo(const cuda_gemm *g, char *desc, size_t n);
 // The general row-major product behind the linear calls, for callers with padded rows:
 // c[M, N] (row stride ldc) = op(a)[M, K] . op(b)[K, N] + beta * c, with op(x) = x^T when
 // trans_x is set; lda and ldb are the row strides of a and b as stored (before op).
