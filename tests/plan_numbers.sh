@@ -114,7 +114,7 @@ expected() {
         laygpu = up(2*n*Q, 256) + 2 * up(2*n*KV, 256) + up(2*n*Q, 256) + 2 * up(2*r*F, 256) \
                  + up(4*n*H, 256) + up(4*r*D, 256) \
                  + 2 * (4*r*D + n*Q + 2*n*KV + 3*r*F) + 4 * (3*r*D + r*F + 3*r) \
-                 + 4 * int((r + 255) / 256) * D \
+                 + 4 * int((r + 127) / 128) * D \
                  + up(4 * B * H * T, 256) + up(4 * B * T * run * (H / KVH) * hd, 256) \
                  + up(4 * 2 * B * H * int((T + 63) / 64), 256) \
                  + 2 * up(2 * B * T * run * (H / KVH) * pld, 256) + 2 * up(2 * B * T * run * pld, 256)

@@ -595,6 +595,14 @@ int main(int argc, char **argv) {
     test_rmsnorm(74, 96);
     test_rmsnorm(600, 77); // three dw slabs, the last partial; scalar path
     test_rmsnorm(37, 4096);
+    // Register kernels: rows filling their layout in part (3200: 800 chunks of 1024 held; 520:
+    // 130 of 256), one row, a last slab of 4 rows, and the widest of each direction.
+    test_rmsnorm(600, 3200);
+    test_rmsnorm(1, 3200);
+    test_rmsnorm(300, 520);
+    test_rmsnorm(260, 8192); // backward's widest register layout
+    test_rmsnorm(3, 16384);  // forward's widest; backward two-pass
+    test_rmsnorm(5, 16400);  // both two-pass (vector)
     test_rope(2, 37, 4, 24);
     test_rope(2, 37, 2, 32);
     test_rope(1, 3000, 2, 64); // large angles

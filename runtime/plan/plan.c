@@ -88,7 +88,7 @@ static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
     uint64_t bf16s = 4 * s.r * s.D + s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F; // dq: in q
     uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
-    uint64_t norm_scratch = (s.r + 255) / 256 * s.D; // cuda_rmsnorm_scratch_floats
+    uint64_t norm_scratch = (s.r + 127) / 128 * s.D; // cuda_rmsnorm_scratch_floats
     return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch) +
            cuda_attention_scratch(c, s);
 }
