@@ -7,6 +7,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "tests/cuda_timer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,18 +71,10 @@ static void run(cuda_gemm *g, const shape *s, void *a, void *b, void *c) {
 
 // TFLOP/s of the shape with the current algorithm: two warm-up calls, then ten timed.
 static double tflops(cuda_gemm *g, const shape *s, void *a, void *b, void *c) {
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
     for (int i = 0; i < 2; i++) run(g, s, a, b, c);
-    CUDA_CHECK(cudaEventRecord(e0, 0));
+    cudaEvent_t t0 = timer_start();
     for (int i = 0; i < 10; i++) run(g, s, a, b, c);
-    CUDA_CHECK(cudaEventRecord(e1, 0));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
+    const float ms = timer_stop_ms(t0);
     return 10 * 2.0 * s->M * s->N * (double)s->K / (ms * 1e-3) / 1e12;
 }
 
