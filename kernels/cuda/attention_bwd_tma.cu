@@ -13,21 +13,21 @@
 // swizzled panel, so instead the warpgroups take turns, each computing the whole dQ of every
 // other item.
 //
-// dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer
-// stages its half of the part (fp32) in shared memory, and a writer thread of the producer
-// warpgroup adds it to an fp32 accumulator in global memory with one TMA reduce-add per
-// 32 columns, in key-tile order: a per-(query tile, half) counter says how many key tiles have
-// added, and key tile j waits for it to read j before it adds (acquire) and bumps it once its
-// adds are done (release). So every run sums in the same order and dq is bitwise reproducible,
-// as the rest of the attention path. Key tile 0 stores instead of adding: the accumulator
-// needs no clearing. The waits cost little: key tile j's CTA reaches a query tile after key
-// tile j-1's (its first tile is two further on), and kv heads are the grid's fastest dimension,
-// so the CTAs resident together hold neighbouring key tiles of many heads. A CTA waits only on
-// lower-numbered CTAs, which the hardware dispatches first: CUDA does not promise that order,
-// but it holds in practice (CUB's single-pass scan relies on it the same way). A last kernel
-// scales the accumulator into bf16 dq. At long context the accumulator would be large (8 GiB
-// for a 7B at 524,288 tokens), so the kernel runs over a few kv heads at a time
-// (dq_chunk_kv_heads).
+// dq is the one output several CTAs add to: key tile j's part of query tile i. Each consumer stages
+// its half of the part (at HDP 64: the whole part, on its turn) as fp32 in shared memory, and a
+// writer thread of the producer warpgroup adds it to an fp32 accumulator in global memory with one
+// TMA reduce-add per 32 columns, in key-tile order: a per-(query tile, half) counter says how many
+// key tiles have added, and key tile j waits for it to read j before it adds (acquire) and bumps it
+// once its adds are done (release). So every run sums in the same order and dq is bitwise
+// reproducible, as the rest of the attention path. Key tile 0 stores instead of adding: the
+// accumulator needs no clearing. The waits cost little: key tile j's CTA reaches a query tile after
+// key tile j-1's (its first tile is two further on), and kv heads are the grid's fastest dimension,
+// so the CTAs resident together hold neighbouring key tiles of many heads (key tiles fastest chains
+// a whole head's tiles in one wave: 1.5x slower at 2k-16k, session 12). A CTA waits only on
+// lower-numbered CTAs, which the hardware dispatches first: CUDA does not promise that order, but
+// it holds in practice (CUB's single-pass scan relies on it the same way). A last kernel scales the
+// accumulator into bf16 dq. At long context the accumulator would be large (8 GiB for a 7B at
+// 524,288 tokens), so the kernel runs over a few kv heads at a time (dq_chunk_kv_heads).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
