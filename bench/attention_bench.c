@@ -6,7 +6,8 @@
 // FLOPs are causal-counted: a forward is 2 GEMMs of 2*T*T*hd per (b, h), halved by the mask,
 // and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes.
 //
-//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]
+//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads]
+//                          [--paths mma,wgmma,wgmma-plain]
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -28,9 +29,11 @@ typedef struct {
 
 // The bench models' heads: 1.1B (32 heads of 64, 4 kv heads), 3.4B (32 of 100), 7B (32 of
 // 128). 16k tokens a call up to T = 16k (8 x 2048 at 2k, as the training bench); past 32k one
-// sequence, with 8 heads from 128k on so that a 512k backward stays within seconds.
-static shape shape_for(int T, int hd) {
+// sequence, with 8 heads from 128k on so that a 512k backward stays within seconds. heads > 0
+// overrides the head count (--H: how the kernels fare with fewer or more heads at one length).
+static shape shape_for(int T, int hd, int heads) {
     shape s = {.B = T >= 16384 ? 1 : 16384 / T, .T = T, .H = T >= 131072 ? 8 : 32, .hd = hd};
+    if (heads > 0) s.H = heads;
     s.KV = hd == 64 ? s.H / 8 : s.H;
     return s;
 }
@@ -127,16 +130,20 @@ int main(int argc, char **argv) {
     int Ts[16] = {2048, 8192, 32768, 131072, 524288}, nT = 5;
     int hds[8] = {64, 100, 128}, nhd = 3;
     const char *paths = "mma,wgmma";
+    int heads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--T") == 0)
             nT = parse_list(argv[i + 1], Ts, 16);
         else if (strcmp(argv[i], "--hd") == 0)
             nhd = parse_list(argv[i + 1], hds, 8);
+        else if (strcmp(argv[i], "--H") == 0 && atoi(argv[i + 1]) % 8 == 0)
+            heads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--paths") == 0)
             paths = argv[i + 1];
         else {
             fprintf(stderr,
-                    "usage: %s [--T 2048,...] [--hd 64,100,128] [--paths mma,wgmma,wgmma-plain]\n",
+                    "usage: %s [--T 2048,...] [--hd 64,100,128] [--H heads, a multiple of 8]\n"
+                    "       [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
             return 2;
         }
@@ -146,7 +153,7 @@ int main(int argc, char **argv) {
            has_wgmma ? "available" : "not available (mma runs instead)");
     for (int h = 0; h < nhd; h++) {
         for (int t = 0; t < nT; t++) {
-            shape s = shape_for(Ts[t], hds[h]);
+            shape s = shape_for(Ts[t], hds[h], heads);
             buffers b;
             buffers_init(&b, &s);
             double fwd_flops = 4.0 * s.B * s.H * (double)s.T * s.T * s.hd / 2.0;

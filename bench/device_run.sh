@@ -2,10 +2,13 @@
 # One call on the GPU machine: unpack the carried packages, build with CUDA, run the test
 # suite (GPU tests included) and the benchmarks. Output under $OUT.
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
-#          [torch-NAME...] [attn[=T_LIST[/HD_LIST]]] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...]
+#          [torch-NAME...] [attn[=T_LIST[/HD_LIST[/HEADS]]]] [bwdprof=T_LIST/HD_LIST/HEADS]
+#          [ncu=T/HD/HEADS] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
-#   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128). dp runs
+#   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128; HEADS
+#   overrides the bench's head count). bwdprof runs attention_bench_prof: where the fused
+#   backward's CTAs spend their time. ncu profiles one fused backward with Nsight Compute. dp runs
 #   bench/run_dp_gpu.sh: the bench configs on one GPU and over GPUS (e.g. dp=2:1b,3b). gemm runs
 #   gemm_bench: the bench models' GEMM shapes with each algorithm cuBLASLt's heuristic offers.
 set -u
@@ -21,6 +24,15 @@ t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
 cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
+# attn=T_LIST/HD_LIST/HEADS as attention_bench's arguments (args) and the heads alone (heads).
+attn_args() {
+    local spec=${1#=}
+    args=() heads=""
+    [ -n "$spec" ] && args=(--T "${spec%%/*}")
+    [[ $spec == */* ]] && { spec=${spec#*/}; args+=(--hd "${spec%%/*}"); }
+    [[ $spec == */* ]] && { heads=${spec#*/}; args+=(--H "$heads"); }
+    return 0
+}
 for what in "$@"; do
     case $what in
     tests | tests=*)
@@ -32,11 +44,22 @@ for what in "$@"; do
     bench-*) bench/run_bench.sh build "$OUT" "${what#bench-}" ;;
     long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
     attn | attn=*)
-        spec=${what#attn}; spec=${spec#=}; args=()
-        [ -n "$spec" ] && args=(--T "${spec%%/*}")
-        [[ $spec == */* ]] && args+=(--hd "${spec#*/}")
+        attn_args "${what#attn}"
         build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
-        [ "${ATTN_TORCH:-1}" = 1 ] && python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
+        [ "${ATTN_TORCH:-1}" = 1 ] && [ -z "$heads" ] &&
+            python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
+    bwdprof=*)
+        attn_args "${what#bwdprof}"
+        build/bin/attention_bench_prof "${args[@]}" --paths wgmma 2>&1 | tee -a "$OUT/bwdprof.log" |
+            grep -E "^ATTN|BWDPROF" | awk '!seen[$0]++' | head -40 ;;
+    ncu=*)
+        attn_args "${what#ncu}"
+        log="$OUT/ncu-$(echo "${what#ncu=}" | tr / -).log"
+        timeout 150 ncu --clock-control none --kernel-name regex:attn_bwd_tma --launch-skip 1 --launch-count 1 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section WarpStateStats --section SchedulerStats \
+            build/bin/attention_bench "${args[@]}" --paths wgmma >"$log" 2>&1
+        grep -E "Duration|Throughput|Hit Rate|Issue Slots Busy|Warp Cycles Per Issued|Stall" "$log" | head -30 ;;
     gemm | gemm=*)
         spec=${what#gemm}; spec=${spec#=}
         build/bin/gemm_bench --shapes "${spec:-all}" 2>&1 | tee -a "$OUT/gemm.log" | grep best ;;

@@ -31,6 +31,10 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/tma.cuh"
 
+#ifdef MT_ATTN_PROFILE
+#include <vector>
+#endif
+
 namespace {
 
 constexpr int BT_BK = 128, BT_BQ = 64, BT_STAGES = 2;
@@ -57,6 +61,27 @@ template <int HDP> struct BtCfg {
     // full and empty per stage, kvfull, dq_full and dq_empty per consumer
     static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS) + 1024;
 };
+
+#ifdef MT_ATTN_PROFILE
+// Profile builds only (-DMT_ATTN_PROFILE; bench/device_run.sh `bwdprof`): per CTA its SM, start
+// and end (globaltimer ns), and the dq writer's cycles in all, waiting for staged parts and
+// waiting for its turns: where a CTA's time goes when the kernel runs below its rate.
+struct BwdProfile {
+    unsigned long long sm, start, end, writer, full_wait, turn_wait, items, unused;
+};
+__device__ BwdProfile *g_bwd_profile;
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ BwdProfile *cta_profile() {
+    return g_bwd_profile ? g_bwd_profile + blockIdx.y * gridDim.x + blockIdx.x : nullptr;
+}
+#define PROF(...) __VA_ARGS__
+#else
+#define PROF(...)
+#endif
 
 #ifdef WGMMA_DEVICE
 __device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
@@ -180,6 +205,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
                          int qt0, int nqt, int items, const Dims &d) {
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
+    PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
     for (int it = 0; it < items; it++) {
         const int h = item_head(it, kvh, nqt, d), qt = item_tile(it, qt0, nqt);
         for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
@@ -188,8 +214,11 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             const int col0 = HDP == 128 ? 64 * w : 0;
             unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + part;
             const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
+            PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
+            PROF(full_wait += clock64() - c; c = clock64());
             while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
+            PROF(turn_wait += clock64() - c);
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
@@ -212,6 +241,10 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     bulk_wait<0>();
     fence_proxy_async_global();
     if (pending) add_release(pending, 1);
+    PROF(if (BwdProfile *r = cta_profile()) {
+        r->writer = clock64() - w0, r->full_wait = full_wait, r->turn_wait = turn_wait;
+        r->items = items;
+    });
 }
 #endif
 
@@ -251,6 +284,11 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         mbar_fence_init();
     }
     __syncthreads(); // the last CTA-wide barrier
+    PROF(if (BwdProfile *r = cta_profile(); r && threadIdx.x == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        r->sm = sm, r->start = global_ns();
+    });
 
     if (warp >= 4 * BT_CONSUMERS) {
         regs_release<BT_PRODUCER_REGS>();
@@ -340,6 +378,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const long kvs = (long)d.KV * d.hd, kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
     store_key_grads<HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + wwarp * 16, d, dka, dva,
                          (bf16 *)smem + warp * 16 * (HDP + 8), lane);
+    PROF(if (BwdProfile *r = cta_profile(); r && threadIdx.x == 0) r->end = global_ns());
 #else
     __trap(); // built without sm_90a: the host never launches this
 #endif
@@ -356,6 +395,54 @@ __global__ void dq_from_acc(bf16 *dq, const float *acc, long n4, int H, int h0, 
     bf16 *out = dq + (r.bt * H + h0 + r.hl) * hd + 4 * r.e;
     *(uint2 *)out = uint2{pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale)};
 }
+
+#ifdef MT_ATTN_PROFILE
+BwdProfile *profile_begin(int ctas) {
+    BwdProfile *p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, sizeof(BwdProfile) * ctas));
+    CUDA_CHECK(cudaMemset(p, 0, sizeof(BwdProfile) * ctas));
+    CUDA_CHECK(cudaMemcpyToSymbol(g_bwd_profile, &p, sizeof p));
+    return p;
+}
+
+// One line a run: the span, the SMs' busy share, their idle share after their last CTA (the
+// tail) and the writers' shares waiting for staged parts and for turns (all CTAs, and the CTAs
+// that started within 2 us of the first: the first wave, whose chains start together).
+void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
+    std::vector<BwdProfile> r(ctas);
+    CUDA_CHECK(cudaMemcpy(r.data(), dev, sizeof(BwdProfile) * ctas, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(dev));
+    BwdProfile *none = nullptr;
+    CUDA_CHECK(cudaMemcpyToSymbol(g_bwd_profile, &none, sizeof none));
+    unsigned long long t0 = ~0ull, t1 = 0;
+    int nsm = 0;
+    for (const BwdProfile &p : r) {
+        t0 = p.start < t0 ? p.start : t0, t1 = p.end > t1 ? p.end : t1;
+        nsm = (int)p.sm + 1 > nsm ? (int)p.sm + 1 : nsm;
+    }
+    std::vector<unsigned long long> last(nsm, t0);
+    double busy = 0, wr[2] = {0, 0}, full[2] = {0, 0}, turn[2] = {0, 0};
+    for (const BwdProfile &p : r) {
+        busy += (double)(p.end - p.start);
+        last[p.sm] = p.end > last[p.sm] ? p.end : last[p.sm];
+        for (int first = 0; first < 2; first++) {
+            if (first && p.start > t0 + 2000) continue;
+            wr[first] += (double)p.writer, full[first] += (double)p.full_wait;
+            turn[first] += (double)p.turn_wait;
+        }
+    }
+    double tail = 0;
+    for (unsigned long long l : last) tail += (double)(t1 - l);
+    const double span = (double)(t1 - t0), area = span * nsm;
+    fprintf(stderr,
+            "BWDPROF hd=%d T=%d H=%d kv_heads_in_run=%d ctas=%d sms=%d span %.3f ms: busy %.1f%% "
+            "tail idle %.1f%%; writer waits for parts %.1f%%, for turns %.1f%% (first wave: "
+            "%.1f%%, %.1f%%)\n",
+            d.hd, d.T, d.H, kvn, ctas, nsm, span * 1e-6, 100 * busy / area, 100 * tail / area,
+            100 * full[0] / wr[0], 100 * turn[0] / wr[0], 100 * full[1] / wr[1],
+            100 * turn[1] / wr[1]);
+}
+#endif
 
 // The fused backward over runs of kv heads whose dq accumulator fits its cap (all of them but at
 // long context), on the tensors or on each run's copies padded to ld columns (ld != 0).
@@ -386,9 +473,12 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         }
         const CUtensorMap am =
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
-        attn_bwd_tma<HDP><<<dim3(B * kvn, cdiv(T, BT_BK)), BT_THREADS, BtCfg<HDP>::smem, stream>>>(
+        const dim3 grid(B * kvn, cdiv(T, BT_BK));
+        PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
+        attn_bwd_tma<HDP><<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
             dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, d);
         CUDA_CHECK_LAUNCH();
+        PROF(profile_report(prof, grid.x * grid.y, d, kvn));
         const long n4 = (long)B * T * hn * hd / 4;
         dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
             dq, sc.dq_acc, n4, H, kv0 * d.group, hn, hd, d.scale);
