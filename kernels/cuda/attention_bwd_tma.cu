@@ -64,10 +64,13 @@ template <int HDP> struct BtCfg {
 
 #ifdef MT_ATTN_PROFILE
 // Profile builds only (-DMT_ATTN_PROFILE; bench/device_run.sh `bwdprof`): per CTA its SM, start
-// and end (globaltimer ns), and the dq writer's cycles in all, waiting for staged parts and
-// waiting for its turns: where a CTA's time goes when the kernel runs below its rate.
+// and end (globaltimer ns); the dq writer's cycles in all, waiting for staged parts and waiting
+// for its turns; the first consumer warp's cycles in its loop, waiting for the stage's tiles and
+// waiting for its dq stage to be free: where a CTA's time goes when the kernel runs below its
+// rate.
 struct BwdProfile {
-    unsigned long long sm, start, end, writer, full_wait, turn_wait, items, unused;
+    unsigned long long sm, start, end, writer, full_wait, turn_wait, items, cons, cons_full,
+        cons_empty;
 };
 __device__ BwdProfile *g_bwd_profile;
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -202,7 +205,7 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int h0, int j,
-                         int qt0, int nqt, int items, const Dims &d) {
+                         int qt0, int nqt, int items, bool desc, const Dims &d) {
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
@@ -213,16 +216,19 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
             const int col0 = HDP == 128 ? 64 * w : 0;
             unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + part;
+            // How many key tiles add to this part before this one: in descending order the last
+            // key tile over the query tile (qt * BT_BQ / BT_BK) is first.
+            const unsigned mine = desc ? (unsigned)(qt * BT_BQ / BT_BK - j) : (unsigned)j;
             const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
             PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
             PROF(full_wait += clock64() - c; c = clock64());
-            while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
+            while (load_acquire(turn) != mine) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
-                if (j == 0)
+                if (mine == 0)
                     tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
                     tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
@@ -254,7 +260,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 int kv0, int map_kv0, Dims d) {
+                 int kv0, int map_kv0, int desc, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg<HDP>;
     constexpr int NQ = BT_BQ / 8, NO = HDP / 8, KQ = BT_BQ / 16;
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // This run's kv heads kv0 .. kv0 + kvn - 1 (attention_backward_tma), the fastest dimension.
     const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
-    const int j = blockIdx.y;
+    const int j = desc ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
     const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt_all = cdiv(d.T, BT_BQ);
     const int nqt = nqt_all - qt0, items = d.group * nqt;
     if (threadIdx.x == 0) {
@@ -299,7 +305,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
             produce_stats<HDP>(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
             write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kvh, kv0 * d.group, j, qt0,
-                          nqt, items, d);
+                          nqt, items, desc, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -307,6 +313,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
     const int wk0 = k0 + wg * 64, key_lo = wk0 + wwarp * 16 + (lane >> 2);
     float dka[NO][4] = {}, dva[NO][4] = {};
+    PROF(long long cw0 = clock64(), cfull = 0, cempty = 0, cc = 0);
     mbar_wait(kvfull, 0);
     __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
     for (int it = 0; it < items; it++) {
@@ -314,7 +321,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
+        PROF(cc = clock64());
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
+        PROF(cfull += clock64() - cc);
         __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
 
         // A warpgroup whose keys all follow the tile's queries still runs: its dS rows are then
@@ -365,7 +374,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // This warpgroup's how-many-th dq part, whose stage the writer must have read before.
         const int nth = HDP == 128 ? it : it >> 1;
         unsigned char *dq_stage = smem + C::DQ_OFF + wg * C::DQ_BYTES;
+        PROF(cc = clock64());
         if (nth > 0) mbar_wait(&dq_empty[wg], (nth - 1) & 1);
+        PROF(cempty += clock64() - cc);
         __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
@@ -374,6 +385,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     }
 
     // K and V are free once both warpgroups are past their last item: stage the stores there.
+    PROF(if (BwdProfile *r = cta_profile(); r && threadIdx.x == 0) {
+        r->cons = clock64() - cw0, r->cons_full = cfull, r->cons_empty = cempty;
+    });
     named_sync(BAR_DS, BT_CONSUMERS * WG_THREADS);
     const long kvs = (long)d.KV * d.hd, kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
     store_key_grads<HDP>(dk + kvoff, dv + kvoff, kvs, wk0 + wwarp * 16, d, dka, dva,
@@ -421,7 +435,8 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
         nsm = (int)p.sm + 1 > nsm ? (int)p.sm + 1 : nsm;
     }
     std::vector<unsigned long long> last(nsm, t0);
-    double busy = 0, wr[2] = {0, 0}, full[2] = {0, 0}, turn[2] = {0, 0};
+    double busy = 0, wr[2] = {0, 0}, full[2] = {0, 0}, turn[2] = {0, 0}, cons = 0, cfull = 0,
+           cempty = 0;
     for (const BwdProfile &p : r) {
         busy += (double)(p.end - p.start);
         last[p.sm] = p.end > last[p.sm] ? p.end : last[p.sm];
@@ -430,6 +445,7 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
             wr[first] += (double)p.writer, full[first] += (double)p.full_wait;
             turn[first] += (double)p.turn_wait;
         }
+        cons += (double)p.cons, cfull += (double)p.cons_full, cempty += (double)p.cons_empty;
     }
     double tail = 0;
     for (unsigned long long l : last) tail += (double)(t1 - l);
@@ -437,12 +453,25 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
     fprintf(stderr,
             "BWDPROF hd=%d T=%d H=%d kv_heads_in_run=%d ctas=%d sms=%d span %.3f ms: busy %.1f%% "
             "tail idle %.1f%%; writer waits for parts %.1f%%, for turns %.1f%% (first wave: "
-            "%.1f%%, %.1f%%)\n",
+            "%.1f%%, %.1f%%); consumer waits for tiles %.1f%%, for its dq stage %.1f%%\n",
             d.hd, d.T, d.H, kvn, ctas, nsm, span * 1e-6, 100 * busy / area, 100 * tail / area,
             100 * full[0] / wr[0], 100 * turn[0] / wr[0], 100 * full[1] / wr[1],
-            100 * turn[1] / wr[1]);
+            100 * turn[1] / wr[1], 100 * cfull / cons, 100 * cempty / cons);
 }
 #endif
+
+// Kv heads a run takes so that each chain (one batch row's and kv head's key tiles, which add to
+// dq in turn) has about `want` of its CTAs resident at once (MT_ATTN_CHAIN_RESIDENT; 0: no limit).
+int chain_run_kv_heads(int B, int KV) {
+    const char *e = getenv("MT_ATTN_CHAIN_RESIDENT");
+    const int want = e ? atoi(e) : 0;
+    if (want <= 0) return KV;
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int n = sms / (B * want);
+    return n < 1 ? 1 : n > KV ? KV : n;
+}
 
 // The fused backward over runs of kv heads whose dq accumulator fits its cap (all of them but at
 // long context), on the tensors or on each run's copies padded to ld columns (ld != 0).
@@ -461,7 +490,10 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
     }
     set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
-    const int kvc = dq_chunk_kv_heads(B, T, H, KV, hd);
+    const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, KV);
+    const int kvc = kvr < kvm ? kvr : kvm;
+    const char *order = getenv("MT_ATTN_BWD_ORDER");
+    const int desc = order && strcmp(order, "desc") == 0;
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
         if (ld) {
@@ -476,7 +508,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
         PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
         attn_bwd_tma<HDP><<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
-            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, d);
+            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, desc, d);
         CUDA_CHECK_LAUNCH();
         PROF(profile_report(prof, grid.x * grid.y, d, kvn));
         const long n4 = (long)B * T * hn * hd / 4;
