@@ -44,6 +44,8 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 constexpr int BT_PRODUCER_REGS = 24, BT_CONSUMER_REGS = 240;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
+// The order of a chain's adds to dq and of its items (order_from_env).
+enum { ORDER_ASC, ORDER_DESC, ORDER_REV };
 
 template <int HDP> struct BtCfg {
     static constexpr int PANELS = HDP / 64;
@@ -95,14 +97,20 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
 __device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-// A CTA's items, in order: query head kvh * group + it / nqt, query tile qt0 + it % nqt (every
-// query tile from the CTA's keys on, for each head of the kv head's group).
-__device__ __forceinline__ int item_head(int it, int kvh, int nqt, const Dims &d) {
-    return kvh * d.group + it / nqt;
-}
-__device__ __forceinline__ int item_tile(int it, int qt0, int nqt) {
-    return qt0 + it % nqt;
-}
+// A CTA's n items: every query tile from its keys on (qt0 .. qt0 + nqt - 1), for each query head
+// of its kv head's group. In order (rev false): head by head, tiles ascending. Reversed: tile by
+// tile from the last, the group's heads innermost, so that every key tile of a chain reaches a
+// query tile at the same position in its sequence (order_from_env says why that matters).
+struct Items {
+    int kvh, qt0, nqt, n;
+    bool rev;
+    __device__ int head(int it, const Dims &d) const {
+        return kvh * d.group + (rev ? it % d.group : it / nqt);
+    }
+    __device__ int tile(int it, const Dims &d) const {
+        return rev ? qt0 + nqt - 1 - it / d.group : qt0 + it % nqt;
+    }
+};
 // A producer about to refill item it's stage waits until the consumers are done with it.
 __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
     if (it >= BT_STAGES) mbar_wait(&empty[it % BT_STAGES], ((it / BT_STAGES) & 1) ^ 1);
@@ -114,18 +122,17 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 template <int HDP>
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
                               uint64_t *kvfull, const CUtensorMap *qmap, const CUtensorMap *dmap,
-                              const CUtensorMap *kmap, const CUtensorMap *vmap, int b, int kvh,
-                              int map_kv0, int k0, int qt0, int nqt, int items, const Dims &d) {
+                              const CUtensorMap *kmap, const CUtensorMap *vmap, int b,
+                              int map_kv0, int k0, const Items &I, const Dims &d) {
     using C = BtCfg<HDP>;
-    const int kvm = kvh - map_kv0, hm0 = map_kv0 * d.group;
+    const int kvm = I.kvh - map_kv0, hm0 = map_kv0 * d.group;
     mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
     for (int p = 0; p < C::PANELS; p++) {
         tma_load_4d(smem + p * BT_BK * 128, kmap, kvfull, 64 * p, kvm, k0, b);
         tma_load_4d(smem + C::KV_BYTES + p * BT_BK * 128, vmap, kvfull, 64 * p, kvm, k0, b);
     }
-    for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
-        const int qbase = item_tile(it, qt0, nqt) * BT_BQ;
+    for (int it = 0; it < I.n; it++) {
+        const int s = it % BT_STAGES, h = I.head(it, d), qbase = I.tile(it, d) * BT_BQ;
         wait_stage_free(empty, it);
         unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         mbar_expect_tx(&full[s], 2 * C::QT_BYTES);
@@ -138,11 +145,10 @@ __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *emp
 
 template <int HDP>
 __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *empty,
-                              const float *lse, const float *D, int b, int kvh, int qt0, int nqt,
-                              int items, const Dims &d, int lane) {
-    for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, h = item_head(it, kvh, nqt, d);
-        const int qbase = item_tile(it, qt0, nqt) * BT_BQ;
+                              const float *lse, const float *D, int b, const Items &I,
+                              const Dims &d, int lane) {
+    for (int it = 0; it < I.n; it++) {
+        const int s = it % BT_STAGES, h = I.head(it, d), qbase = I.tile(it, d) * BT_BQ;
         wait_stage_free(empty, it);
         float *L = (float *)(smem + BtCfg<HDP>::LD_OFF + s * BtCfg<HDP>::LD_BYTES), *Dq = L + BT_BQ;
         for (int i = lane; i < BT_BQ; i += 32) {
@@ -204,13 +210,13 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 // part's adds have completed, so that the wait for completion overlaps the next part's.
 template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
-                         const CUtensorMap *accmap, unsigned *turns, int b, int kvh, int h0, int j,
-                         int qt0, int nqt, int items, bool desc, const Dims &d) {
+                         const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
+                         const Items &I, bool desc, const Dims &d) {
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
-    for (int it = 0; it < items; it++) {
-        const int h = item_head(it, kvh, nqt, d), qt = item_tile(it, qt0, nqt);
+    for (int it = 0; it < I.n; it++) {
+        const int h = I.head(it, d), qt = I.tile(it, d);
         for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
             // The staging warpgroup, its how-many-th part this is, and the part's first column.
             const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
@@ -249,7 +255,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     if (pending) add_release(pending, 1);
     PROF(if (BwdProfile *r = cta_profile()) {
         r->writer = clock64() - w0, r->full_wait = full_wait, r->turn_wait = turn_wait;
-        r->items = items;
+        r->items = I.n;
     });
 }
 #endif
@@ -260,7 +266,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 int kv0, int map_kv0, int desc, Dims d) {
+                 int kv0, int map_kv0, int order, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg<HDP>;
     constexpr int NQ = BT_BQ / 8, NO = HDP / 8, KQ = BT_BQ / 16;
@@ -274,9 +280,10 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // This run's kv heads kv0 .. kv0 + kvn - 1 (attention_backward_tma), the fastest dimension.
     const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
+    const bool desc = order == ORDER_DESC;
     const int j = desc ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
-    const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt_all = cdiv(d.T, BT_BQ);
-    const int nqt = nqt_all - qt0, items = d.group * nqt;
+    const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt = cdiv(d.T, BT_BQ) - qt0;
+    const Items I = {kvh, qt0, nqt, d.group * nqt, order == ORDER_REV};
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
             mbar_init(&full[s], 1 + 32);            // the copy thread and the stats warp
@@ -299,13 +306,13 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     if (warp >= 4 * BT_CONSUMERS) {
         regs_release<BT_PRODUCER_REGS>();
         if (warp == 4 * BT_CONSUMERS && lane == 0)
-            produce_tiles<HDP>(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, kvh,
-                               map_kv0, k0, qt0, nqt, items, d);
+            produce_tiles<HDP>(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, map_kv0,
+                               k0, I, d);
         else if (warp == 4 * BT_CONSUMERS + 1)
-            produce_stats<HDP>(smem, full, empty, lse, D, b, kvh, qt0, nqt, items, d, lane);
+            produce_stats<HDP>(smem, full, empty, lse, D, b, I, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kvh, kv0 * d.group, j, qt0,
-                          nqt, items, desc, d);
+            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, desc,
+                          d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -316,8 +323,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     PROF(long long cw0 = clock64(), cfull = 0, cempty = 0, cc = 0);
     mbar_wait(kvfull, 0);
     __syncwarp(); // lanes leave the wait apart; .aligned instructions follow
-    for (int it = 0; it < items; it++) {
-        const int s = it % BT_STAGES, qbase = item_tile(it, qt0, nqt) * BT_BQ;
+    for (int it = 0; it < I.n; it++) {
+        const int s = it % BT_STAGES, qbase = I.tile(it, d) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
@@ -460,6 +467,17 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 }
 #endif
 
+// MT_ATTN_BWD_ORDER: asc (key tile 0 adds to dq first, items head by head with tiles ascending),
+// desc (the last key tile over a query tile adds first, and the grid dispatches key tiles
+// last-first so that a CTA still waits only on CTAs dispatched before it) or rev (asc's adds,
+// items tile by tile from the last: Items).
+int order_from_env() {
+    const char *e = getenv("MT_ATTN_BWD_ORDER");
+    if (e && strcmp(e, "desc") == 0) return ORDER_DESC;
+    if (e && strcmp(e, "rev") == 0) return ORDER_REV;
+    return ORDER_ASC;
+}
+
 // Kv heads a run takes so that each chain (one batch row's and kv head's key tiles, which add to
 // dq in turn) has about `want` of its CTAs resident at once (MT_ATTN_CHAIN_RESIDENT; 0: no limit).
 int chain_run_kv_heads(int B, int KV) {
@@ -492,8 +510,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
     set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
     const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, KV);
     const int kvc = kvr < kvm ? kvr : kvm;
-    const char *order = getenv("MT_ATTN_BWD_ORDER");
-    const int desc = order && strcmp(order, "desc") == 0;
+    const int order = order_from_env();
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
         if (ld) {
@@ -508,7 +525,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
         PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
         attn_bwd_tma<HDP><<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
-            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, desc, d);
+            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, order, d);
         CUDA_CHECK_LAUNCH();
         PROF(profile_report(prof, grid.x * grid.y, d, kvn));
         const long n4 = (long)B * T * hn * hd / 4;
