@@ -20,10 +20,10 @@
 // key tiles have added, and key tile j waits for it to read j before it adds (acquire) and bumps it
 // once its adds are done (release). So every run sums in the same order and dq is bitwise
 // reproducible, as the rest of the attention path. Key tile 0 stores instead of adding: the
-// accumulator needs no clearing. The waits cost little: key tile j's CTA reaches a query tile after
-// key tile j-1's (its first tile is two further on), and kv heads are the grid's fastest dimension,
-// so the CTAs resident together hold neighbouring key tiles of many heads (key tiles fastest chains
-// a whole head's tiles in one wave: 1.5x slower at 2k-16k, session 12). A CTA waits only on
+// accumulator needs no clearing. kv heads are the grid's fastest dimension, so the CTAs resident
+// together hold neighbouring key tiles of several heads (key tiles fastest chains a whole head's
+// tiles in one wave: 1.5x slower at 2k-16k, session 12); how many of a head's key tiles, and the
+// order of each CTA's items, chain_run_kv_heads and items_reversed say. A CTA waits only on
 // lower-numbered CTAs, which the hardware dispatches first: CUDA does not promise that order, but
 // it holds in practice (CUB's single-pass scan relies on it the same way). A last kernel scales the
 // accumulator into bf16 dq. At long context the accumulator would be large (8 GiB for a 7B at
@@ -45,8 +45,6 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 constexpr int BT_PRODUCER_REGS = 32, BT_CONSUMER_REGS = 232;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
-// The order of a chain's adds to dq and of its items (order_from_env).
-enum { ORDER_ASC, ORDER_DESC, ORDER_REV };
 
 template <int HDP> struct BtCfg {
     static constexpr int PANELS = HDP / 64;
@@ -99,9 +97,9 @@ __device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 // A CTA's n items: every query tile from its keys on (qt0 .. qt0 + nqt - 1), for each query head
-// of its kv head's group. In order (rev false): head by head, tiles ascending. Reversed: tile by
-// tile from the last, the group's heads innermost, so that every key tile of a chain reaches a
-// query tile at the same position in its sequence (order_from_env says why that matters).
+// of its kv head's group. Reversed (the default, items_reversed): tile by tile from the last, the
+// group's heads innermost, so that every key tile of a chain reaches a query tile at the same
+// position in its sequence. Else head by head, tiles ascending.
 struct Items {
     int kvh, qt0, nqt, n;
     bool rev;
@@ -212,7 +210,7 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
-                         const Items &I, bool desc, const Dims &d) {
+                         const Items &I, const Dims &d) {
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
@@ -223,19 +221,16 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
             const int col0 = HDP == 128 ? 64 * w : 0;
             unsigned *turn = turns + (((long)b * d.H + h) * nqt_all + qt) * 2 + part;
-            // How many key tiles add to this part before this one: in descending order the last
-            // key tile over the query tile (qt * BT_BQ / BT_BK) is first.
-            const unsigned mine = desc ? (unsigned)(qt * BT_BQ / BT_BK - j) : (unsigned)j;
             const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
             PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
             PROF(full_wait += clock64() - c; c = clock64());
-            while (load_acquire(turn) != mine) __nanosleep(64); // spare L2 the polls
+            while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
-                if (mine == 0)
+                if (j == 0)
                     tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
                     tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
@@ -267,7 +262,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
                  const __grid_constant__ CUtensorMap accmap,
                  const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap dmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 int kv0, int map_kv0, int order, Dims d) {
+                 int kv0, int map_kv0, int rev, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = BtCfg<HDP>;
     constexpr int NQ = BT_BQ / 8, NO = HDP / 8, KQ = BT_BQ / 16;
@@ -281,10 +276,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // This run's kv heads kv0 .. kv0 + kvn - 1 (attention_backward_tma), the fastest dimension.
     const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
-    const bool desc = order == ORDER_DESC;
-    const int j = desc ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+    const int j = blockIdx.y;
     const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt = cdiv(d.T, BT_BQ) - qt0;
-    const Items I = {kvh, qt0, nqt, d.group * nqt, order == ORDER_REV};
+    const Items I = {kvh, qt0, nqt, d.group * nqt, rev != 0};
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
             mbar_init(&full[s], 1 + 32);            // the copy thread and the stats warp
@@ -312,8 +306,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats<HDP>(smem, full, empty, lse, D, b, I, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, desc,
-                          d);
+            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -468,22 +461,26 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 }
 #endif
 
-// MT_ATTN_BWD_ORDER: asc (key tile 0 adds to dq first, items head by head with tiles ascending),
-// desc (the last key tile over a query tile adds first, and the grid dispatches key tiles
-// last-first so that a CTA still waits only on CTAs dispatched before it) or rev (asc's adds,
-// items tile by tile from the last: Items).
-int order_from_env() {
+// Why items run reversed, and why a run takes fewer kv heads at long context. The key tiles of
+// one batch row and kv head form a chain: each adds to a query tile's dq after the one before
+// it. In order, key tile j + 1 reaches each query tile two items before key tile j (it starts
+// two tiles further on), so tiles that start together wait for their predecessors; reversed,
+// every key tile reaches a query tile at the same position, and a tile waits at most for the
+// one add before it. The larger cost was L2 (session 13, bench/RESULTS.md): a chain's CTAs share
+// its Q, dout and dq accumulator tiles only while they run close together. With 32 kv heads in a
+// run, a chain has 4 CTAs of 132 resident and at 32k-131k tokens the backward ran at 300-310
+// TFLOP/s; runs of 8 kv heads, 16 CTAs a chain, ran at 410-418. Below 16k tokens (128 key
+// tiles) a chain is too short for 16 of its CTAs to start together without waiting on each other
+// (2k: 2x slower), so there a run takes every kv head. MT_ATTN_BWD_ORDER=asc and
+// MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override both, for comparisons.
+int items_reversed() {
     const char *e = getenv("MT_ATTN_BWD_ORDER");
-    if (e && strcmp(e, "desc") == 0) return ORDER_DESC;
-    if (e && strcmp(e, "rev") == 0) return ORDER_REV;
-    return ORDER_ASC;
+    return !(e && strcmp(e, "asc") == 0);
 }
 
-// Kv heads a run takes so that each chain (one batch row's and kv head's key tiles, which add to
-// dq in turn) has about `want` of its CTAs resident at once (MT_ATTN_CHAIN_RESIDENT; 0: no limit).
-int chain_run_kv_heads(int B, int KV) {
+int chain_run_kv_heads(int B, int T, int KV) {
     const char *e = getenv("MT_ATTN_CHAIN_RESIDENT");
-    const int want = e ? atoi(e) : 0;
+    const int want = e ? atoi(e) : cdiv(T, BT_BK) >= 128 ? 16 : 0;
     if (want <= 0) return KV;
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -509,9 +506,9 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
     }
     set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
-    const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, KV);
+    const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, T, KV);
     const int kvc = kvr < kvm ? kvr : kvm;
-    const int order = order_from_env();
+    const int rev = items_reversed();
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
         if (ld) {
@@ -526,7 +523,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
         PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
         attn_bwd_tma<HDP><<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
-            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, order, d);
+            dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, rev, d);
         CUDA_CHECK_LAUNCH();
         PROF(profile_report(prof, grid.x * grid.y, d, kvn));
         const long n4 = (long)B * T * hn * hd / 4;
