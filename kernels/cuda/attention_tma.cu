@@ -37,11 +37,25 @@ template <int HDP> struct TmaCfg {
 // soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
 // K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
 // call (bench/RESULTS.md, session 11); the shipped variant.
+// A CTA's (batch row, head) pair and first query row. The grid is pairs x query tiles, dispatched
+// pairs fastest; `group` pairs at a time take every query tile, longest rows first, before the
+// next group starts (fwd_group says why).
+struct FwdTile {
+    int pair, q0;
+};
+__device__ __forceinline__ FwdTile fwd_tile(int group) {
+    const int pairs = gridDim.x, ntile = gridDim.y;
+    const long lin = (long)blockIdx.y * pairs + blockIdx.x, per_group = (long)group * ntile;
+    const int g = (int)(lin / per_group), rem = (int)(lin - g * per_group);
+    const int gp = pairs - g * group < group ? pairs - g * group : group;
+    return {g * group + rem % gp, (ntile - 1 - rem / gp) * TMA_BR};
+}
+
 template <int HDP, bool SPLIT_KV>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
-                 int h0, int hn, Dims d) {
+                 int h0, int hn, int group, Dims d) {
 #ifdef WGMMA_DEVICE
     using C = TmaCfg<HDP>;
     constexpr int NS = TMA_BC / 8, NO = HDP / 8;
@@ -55,8 +69,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // The run's heads h0 .. h0 + hn - 1; the maps hold just those (their kv heads' from 0).
-    const int b = blockIdx.x / hn, hl = blockIdx.x % hn, h = h0 + hl, kvl = hl / d.group;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * TMA_BR; // the longest rows first
+    const FwdTile tile = fwd_tile(group);
+    const int b = tile.pair / hn, hl = tile.pair % hn, h = h0 + hl, kvl = hl / d.group;
+    const int q0 = tile.q0;
     const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC);
     if (threadIdx.x == 0) {
         for (int s = 0; s < TMA_STAGES; s++) {
@@ -175,6 +190,23 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 #endif
 }
 
+// (batch row, head) pairs that take all their query tiles before the next ones start. A head's
+// CTAs read the same K and V tiles; they share them in L2 only while they run close together.
+// With 32 heads at a time, 4 of a head's CTAs are resident (of 132), and at 65k-131k tokens the
+// forward ran at 481-508 TFLOP/s (hd 128, session 13); from 16k tokens pairs go 8 at a time, so
+// that about 16 CTAs of each are resident. MT_ATTN_FWD_GROUP=N overrides it (0: all at once).
+static int fwd_group(int pairs, int T) {
+    const char *e = getenv("MT_ATTN_FWD_GROUP");
+    int group = e ? atoi(e) : 0;
+    if (!e && cdiv(T, TMA_BR) >= 128) {
+        int dev = 0, sms = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        group = sms / 16;
+    }
+    return group <= 0 || group > pairs ? pairs : group;
+}
+
 // Heads h0 .. h0 + hn - 1 (whole kv-head groups) of q, k, v, whose heads have cols columns
 // (hd, or ld on padded copies) and lie ld apart.
 template <int HDP>
@@ -189,7 +221,8 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
     auto kernel = e && e[0] == '0' ? attn_fwd_tma<HDP, false> : attn_fwd_tma<HDP, true>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
-    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn, d);
+    kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn,
+                                                             fwd_group(grid.x, d.T), d);
     CUDA_CHECK_LAUNCH();
 }
 
