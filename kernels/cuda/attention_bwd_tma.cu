@@ -121,8 +121,8 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 template <int HDP>
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
                               uint64_t *kvfull, const CUtensorMap *qmap, const CUtensorMap *dmap,
-                              const CUtensorMap *kmap, const CUtensorMap *vmap, int b,
-                              int map_kv0, int k0, const Items &I, const Dims &d) {
+                              const CUtensorMap *kmap, const CUtensorMap *vmap, int b, int map_kv0,
+                              int k0, const Items &I, const Dims &d) {
     using C = BtCfg<HDP>;
     const int kvm = I.kvh - map_kv0, hm0 = map_kv0 * d.group;
     mbar_expect_tx(kvfull, 2 * C::KV_BYTES);
@@ -474,8 +474,8 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // (2k: 2x slower), so there a run takes every kv head. Heads padded to ld columns (hd 100) keep
 // their items in order: reversed, their backward fell from 341 to 256-260 TFLOP/s at 131k, for
 // reasons not established (their dq rows of 400 bytes are the one difference the kernel sees).
-// Reversed gained hd 128 up to 3% at 16k-32k. MT_ATTN_BWD_ORDER=asc|rev and MT_ATTN_CHAIN_RESIDENT=N (0:
-// no limit) override both, for comparisons.
+// Reversed gained hd 128 up to 3% at 16k-32k. MT_ATTN_BWD_ORDER=asc|rev and
+// MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override both, for comparisons.
 int items_reversed(int ld) {
     const char *e = getenv("MT_ATTN_BWD_ORDER");
     if (e && strcmp(e, "asc") == 0) return 0;
