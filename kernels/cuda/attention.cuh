@@ -650,6 +650,14 @@ inline AttnPath attention_path(int hd, const void *const *ptrs, int n, int wgmma
     return wanted && cuda_attention_has_wgmma() ? PATH_WGMMA : PATH_MMA;
 }
 
+// The current device's SMs: how many CTAs of one-CTA-an-SM kernels are resident at once.
+inline int sm_count() {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
 inline int padded_hd(int hd) {
     return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
 }

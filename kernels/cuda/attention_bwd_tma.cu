@@ -487,10 +487,7 @@ int chain_run_kv_heads(int B, int T, int KV) {
     const char *e = getenv("MT_ATTN_CHAIN_RESIDENT");
     const int want = e ? atoi(e) : cdiv(T, BT_BK) >= 128 ? 16 : 0;
     if (want <= 0) return KV;
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int n = sms / (B * want);
+    const int n = sm_count() / (B * want);
     return n < 1 ? 1 : n > KV ? KV : n;
 }
 

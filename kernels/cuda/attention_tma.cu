@@ -198,12 +198,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 static int fwd_group(int pairs, int T) {
     const char *e = getenv("MT_ATTN_FWD_GROUP");
     int group = e ? atoi(e) : 0;
-    if (!e && cdiv(T, TMA_BR) >= 128) {
-        int dev = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        group = sms / 16;
-    }
+    if (!e && cdiv(T, TMA_BR) >= 128) group = sm_count() / 16;
     return group <= 0 || group > pairs ? pairs : group;
 }
 
