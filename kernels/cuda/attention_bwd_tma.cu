@@ -471,16 +471,11 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // run, a chain has 4 CTAs of 132 resident and at 32k-131k tokens the backward ran at 300-310
 // TFLOP/s; runs of 8 kv heads, 16 CTAs a chain, ran at 410-418. Below 16k tokens (128 key
 // tiles) a chain is too short for 16 of its CTAs to start together without waiting on each other
-// (2k: 2x slower), so there a run takes every kv head. Heads padded to ld columns (hd 100) keep
-// their items in order: reversed, their backward fell from 341 to 256-260 TFLOP/s at 131k, for
-// reasons not established (their dq rows of 400 bytes are the one difference the kernel sees).
-// Reversed gained hd 128 up to 3% at 16k-32k. MT_ATTN_BWD_ORDER=asc|rev and
+// (2k: 2x slower), so there a run takes every kv head. MT_ATTN_BWD_ORDER=asc (items in order) and
 // MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override both, for comparisons.
-int items_reversed(int ld) {
+int items_reversed() {
     const char *e = getenv("MT_ATTN_BWD_ORDER");
-    if (e && strcmp(e, "asc") == 0) return 0;
-    if (e && strcmp(e, "rev") == 0) return 1;
-    return ld == 0;
+    return !(e && strcmp(e, "asc") == 0);
 }
 
 int chain_run_kv_heads(int B, int T, int KV) {
@@ -510,7 +505,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
     set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
     const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, T, KV);
     const int kvc = kvr < kvm ? kvr : kvm;
-    const int rev = items_reversed(ld);
+    const int rev = items_reversed();
     for (int kv0 = 0; kv0 < KV; kv0 += kvc) {
         const int kvn = KV - kv0 < kvc ? KV - kv0 : kvc, hn = kvn * d.group;
         if (ld) {
