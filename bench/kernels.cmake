@@ -3,13 +3,19 @@
 if(MT_HAVE_CUDA AND TARGET mt_kernels_cuda)
   add_executable(attention_bench ${CMAKE_CURRENT_SOURCE_DIR}/attention_bench.c)
   target_link_libraries(attention_bench PRIVATE mt_kernels mt_kernels_cuda CUDA::cudart)
-  # The same bench with the fused backward's per-CTA profile (MT_ATTN_PROFILE in
-  # attention_bwd_tma.cu): its own copy of that file, linked ahead of the library's.
-  add_executable(attention_bench_prof ${CMAKE_CURRENT_SOURCE_DIR}/attention_bench.c
-                                      ${PROJECT_SOURCE_DIR}/kernels/cuda/attention_bwd_tma.cu)
-  target_compile_definitions(attention_bench_prof PRIVATE MT_ATTN_PROFILE)
-  target_compile_options(attention_bench_prof PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo>)
-  target_link_libraries(attention_bench_prof PRIVATE mt_kernels mt_kernels_cuda CUDA::cudart)
+  # The same bench built with its own copy of attention_bwd_tma.cu, linked ahead of the
+  # library's: attention_bench_prof with the per-CTA profile (MT_ATTN_PROFILE), and
+  # attention_bench_r24 with session 12's register split (producer 24, consumers 240), after
+  # which hd 100's backward at 131k fell (bench/RESULTS.md, session 13).
+  foreach(variant "prof;MT_ATTN_PROFILE" "r24;MT_ATTN_BWD_PRODUCER_REGS=24")
+    list(GET variant 0 suffix)
+    list(GET variant 1 define)
+    add_executable(attention_bench_${suffix} ${CMAKE_CURRENT_SOURCE_DIR}/attention_bench.c
+                   ${PROJECT_SOURCE_DIR}/kernels/cuda/attention_bwd_tma.cu)
+    target_compile_definitions(attention_bench_${suffix} PRIVATE ${define})
+    target_compile_options(attention_bench_${suffix} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo>)
+    target_link_libraries(attention_bench_${suffix} PRIVATE mt_kernels mt_kernels_cuda CUDA::cudart)
+  endforeach()
 endif()
 
 # cuBLASLt's algorithms for the bench models' GEMM shapes, against the heuristic's first choice.
