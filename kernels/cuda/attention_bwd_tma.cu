@@ -486,9 +486,10 @@ int items_reversed() {
 
 int chain_run_kv_heads(int B, int T, int KV) {
     const char *e = getenv("MT_ATTN_CHAIN_RESIDENT");
-    const int want = e ? atoi(e) : cdiv(T, BT_BK) >= 128 ? 16 : 0;
-    if (want <= 0) return KV;
-    const int n = sm_count() / (B * want);
+    const int want = e ? atoi(e) : 0;
+    const int chains = e ? (want > 0 ? sm_count() / want : 0) : pairs_in_flight(cdiv(T, BT_BK));
+    if (chains <= 0) return KV;
+    const int n = chains / B;
     return n < 1 ? 1 : n > KV ? KV : n;
 }
 

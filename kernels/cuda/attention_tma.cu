@@ -33,10 +33,6 @@ template <int HDP> struct TmaCfg {
     static constexpr size_t smem = BAR_OFF + 8 * (4 * TMA_STAGES + 1) + 1024;
 };
 
-// SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
-// soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
-// K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
-// call (bench/RESULTS.md, session 11); the shipped variant.
 // A CTA's (batch row, head) pair and first query row. The grid is pairs x query tiles, dispatched
 // pairs fastest; `group` pairs at a time take every query tile, longest rows first, before the
 // next group starts (fwd_group says why).
@@ -51,6 +47,10 @@ __device__ __forceinline__ FwdTile fwd_tile(int group) {
     return {g * group + rem % gp, (ntile - 1 - rem / gp) * TMA_BR};
 }
 
+// SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
+// soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
+// K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
+// call (bench/RESULTS.md, session 11); the shipped variant.
 template <int HDP, bool SPLIT_KV>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
@@ -193,12 +193,11 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 // (batch row, head) pairs that take all their query tiles before the next ones start. A head's
 // CTAs read the same K and V tiles; they share them in L2 only while they run close together.
 // With 32 heads at a time, 4 of a head's CTAs are resident (of 132), and at 65k-131k tokens the
-// forward ran at 481-508 TFLOP/s (hd 128, session 13); from 16k tokens pairs go 8 at a time, so
-// that about 16 CTAs of each are resident. MT_ATTN_FWD_GROUP=N overrides it (0: all at once).
+// forward ran at 481-508 TFLOP/s (hd 128, session 13); from 16k tokens pairs go
+// pairs_in_flight at a time (8 on an H200). MT_ATTN_FWD_GROUP=N overrides it (0: all at once).
 static int fwd_group(int pairs, int T) {
     const char *e = getenv("MT_ATTN_FWD_GROUP");
-    int group = e ? atoi(e) : 0;
-    if (!e && cdiv(T, TMA_BR) >= 128) group = sm_count() / 16;
+    const int group = e ? atoi(e) : pairs_in_flight(cdiv(T, TMA_BR));
     return group <= 0 || group > pairs ? pairs : group;
 }
 
