@@ -658,11 +658,10 @@ inline int sm_count() {
     return sms;
 }
 
-// The (batch row, head) pairs the TMA kernels work on at once, so that about 16 CTAs of each are
-// resident and share their tiles in L2 (the forward's K and V; the backward's Q, dout and dq
-// accumulator): sm_count() / 16 from 128 tiles of 128 rows (16k tokens) on, 0 (no limit) below,
-// where 16 of a pair's CTAs starting together would wait on each other in the backward (session
-// 13, bench/RESULTS.md and docs/attention.md).
+// The (batch row, head) pairs the TMA forward works on at once, so that about 16 CTAs of each are
+// resident and share their K and V tiles in L2: sm_count() / 16 from 128 tiles of 128 rows (16k
+// tokens) on, 0 (no limit) below (session 13, bench/RESULTS.md and docs/attention.md). The fused
+// backward's chains want more as they grow (chain_resident, attention_bwd_tma.cu).
 inline int pairs_in_flight(int tiles) {
     return tiles >= 128 ? sm_count() / 16 : 0;
 }

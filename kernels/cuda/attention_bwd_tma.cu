@@ -477,19 +477,28 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // run, a chain has 4 CTAs of 132 resident and at 32k-131k tokens the backward ran at 300-310
 // TFLOP/s; runs of 8 kv heads, 16 CTAs a chain, ran at 410-418. Below 16k tokens (128 key
 // tiles) a chain is too short for 16 of its CTAs to start together without waiting on each other
-// (2k: 2x slower), so there a run takes every kv head. MT_ATTN_BWD_ORDER=asc (items in order) and
+// (2k: 2x slower), so there a run takes every kv head. Longer chains want more of their CTAs
+// resident: a chain runs in waves of its resident CTAs, and beyond about 16 waves its CTAs drift
+// apart and stop sharing. At hd 100 with 16 resident the backward fell to 255 TFLOP/s at 131k
+// (1024 key tiles, 64 waves) and 239 at 262k, with the L2 hit rate at 49% against hd 128's 94%
+// (Nsight Compute); a sixteenth of the chain resident gives 330-342 from 65k to 262k, and hd 128
+// gains 1-2% (session 14, bench/RESULTS.md). MT_ATTN_BWD_ORDER=asc (items in order) and
 // MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override both, for comparisons.
 int items_reversed() {
     const char *e = getenv("MT_ATTN_BWD_ORDER");
     return !(e && strcmp(e, "asc") == 0);
 }
 
+// The CTAs of a chain of `tiles` key tiles wanted resident at once (0: no limit).
+int chain_resident(int tiles) {
+    return tiles < 128 ? 0 : tiles / 16 > 16 ? tiles / 16 : 16;
+}
+
 int chain_run_kv_heads(int B, int T, int KV) {
     const char *e = getenv("MT_ATTN_CHAIN_RESIDENT");
-    const int want = e ? atoi(e) : 0;
-    const int chains = e ? (want > 0 ? sm_count() / want : 0) : pairs_in_flight(cdiv(T, BT_BK));
-    if (chains <= 0) return KV;
-    const int n = chains / B;
+    const int want = e ? atoi(e) : chain_resident(cdiv(T, BT_BK));
+    if (want <= 0) return KV;
+    const int n = sm_count() / want / B;
     return n < 1 ? 1 : n > KV ? KV : n;
 }
 
