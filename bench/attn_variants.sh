@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Attention kernel variants compared in one call on the GPU (issue 16). Each VARIANT is a bench
 # build and optional settings, BIN[:VAR=VALUE,VAR=VALUE...]: BIN `bench` is attention_bench,
-# another word attention_bench_BIN (bench/kernels.cmake: r24, prof); the settings are the
+# another word attention_bench_BIN (bench/kernels.cmake: prof); the settings are the
 # kernels' MT_ATTN_* variables (MT_ATTN_BWD_ORDER=asc, MT_ATTN_CHAIN_RESIDENT=16,
 # MT_ATTN_FWD_GROUP=0, ...). Variants alternate per shape, so that the machine's drift between
 # calls falls on all of them alike. Each line ends with the GPU's mean SM clock (MHz) and power
@@ -9,7 +9,7 @@
 # power, so that the host's set-up stays out): a variant slower at the same clock lost the time
 # in its instructions, not to the card.
 #   usage: bench/attn_variants.sh BUILD T_LIST HD_LIST HEADS VARIANT...
-#   e.g.   bench/attn_variants.sh build 131072 100,128 8 bench r24 bench:MT_ATTN_FWD_GROUP=0
+#   e.g.   bench/attn_variants.sh build 131072 100,128 8 bench bench:MT_ATTN_CHAIN_RESIDENT=33
 set -eu
 build=$1 Ts=$2 hds=$3 heads=$4
 shift 4

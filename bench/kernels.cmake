@@ -4,10 +4,9 @@ if(MT_HAVE_CUDA AND TARGET mt_kernels_cuda)
   add_executable(attention_bench ${CMAKE_CURRENT_SOURCE_DIR}/attention_bench.c)
   target_link_libraries(attention_bench PRIVATE mt_kernels mt_kernels_cuda CUDA::cudart)
   # The same bench built with its own copy of attention_bwd_tma.cu, linked ahead of the
-  # library's: attention_bench_prof with the per-CTA profile (MT_ATTN_PROFILE), and
-  # attention_bench_r24 with session 12's register split (producer 24, consumers 240), after
-  # which hd 100's backward at 131k fell (bench/RESULTS.md, session 13).
-  foreach(variant "prof;MT_ATTN_PROFILE" "r24;MT_ATTN_BWD_PRODUCER_REGS=24")
+  # library's: attention_bench_prof with the per-CTA profile (MT_ATTN_PROFILE). Further variants
+  # are one more "suffix;DEFINE" here (bench/attn_variants.sh runs them by suffix).
+  foreach(variant "prof;MT_ATTN_PROFILE")
     list(GET variant 0 suffix)
     list(GET variant 1 define)
     add_executable(attention_bench_${suffix} ${CMAKE_CURRENT_SOURCE_DIR}/attention_bench.c

@@ -41,13 +41,9 @@ constexpr int BT_BK = 128, BT_BQ = 64, BT_STAGES = 2;
 constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry,
 // 64,512 in all, moved from the producer to the consumers: 128 x 32 + 256 x 232 stays within
-// it. The consumers need no more than 232; the producer's index arithmetic spilled at 24.
-// MT_ATTN_BWD_PRODUCER_REGS=24 builds session 12's split (attention_bench_r24: hd 100's backward
-// at 131k ran at 341 TFLOP/s before the change and 257-263 after, cause not established).
-#ifndef MT_ATTN_BWD_PRODUCER_REGS
-#define MT_ATTN_BWD_PRODUCER_REGS 32
-#endif
-constexpr int BT_PRODUCER_REGS = MT_ATTN_BWD_PRODUCER_REGS;
+// it. The consumers need no more than 232; the producer's index arithmetic spilled at 24 (at hd
+// 64). Session 12's 24/240 ran no faster (session 14: hd 100's slow 131k backward was L2).
+constexpr int BT_PRODUCER_REGS = 32;
 constexpr int BT_CONSUMER_REGS = (168 * BT_THREADS - WG_THREADS * BT_PRODUCER_REGS) / 256 / 8 * 8;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;

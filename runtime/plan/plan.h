@@ -16,12 +16,12 @@
 #define PLAN_GPU_FLOPS 600e12      // sustained bf16 training rate of one H100/H200-class GPU
 #define PLAN_GPU_PEAK_FLOPS 989e12 // H100/H200 dense bf16 peak, for MFU
 // causal attention as it runs (forward, backward and its recompute), measured on the H200 at head
-// dim 128: the 7B at 131,072 and 262,144 tokens, 51.2 and 197.6 s a step less the GEMMs' share
-// at PLAN_GPU_FLOPS: 343e12 and 360e12 (session 10, attention outputs kept; 310e12 in session 8,
-// 240e12 in session 7, 188e12 with mma.sync; bench/RESULTS.md). Head dim 64: the 1.1B at
-// 524,288 tokens, 288.0 s a step: 297e12 with the fused TMA backward at hd 64 (session 12;
-// 209e12 and 405.8 s with mma.sync's backward in session 11).
-#define PLAN_GPU_ATTENTION_FLOPS 350e12
+// dim 128: the 7B at 131,072 tokens, 46.2 s a step less the GEMMs' share at PLAN_GPU_FLOPS:
+// 392e12 (session 14, the backward's chains resident; 343e12 and 51.2 s in session 10, 360e12 at
+// 262,144; 310e12 in session 8, 240e12 in session 7, 188e12 with mma.sync; bench/RESULTS.md). Head
+// dim 64: the 1.1B at 524,288 tokens, 288.0 s a step: 297e12 with the fused TMA backward at hd 64
+// (session 12; 209e12 and 405.8 s with mma.sync's backward in session 11).
+#define PLAN_GPU_ATTENTION_FLOPS 390e12
 #define PLAN_GPU_ATTENTION_FLOPS_HD64 297e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
 #define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
