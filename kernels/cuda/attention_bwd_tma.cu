@@ -474,12 +474,13 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // TFLOP/s; runs of 8 kv heads, 16 CTAs a chain, ran at 410-418. Below 16k tokens (128 key
 // tiles) a chain is too short for 16 of its CTAs to start together without waiting on each other
 // (2k: 2x slower), so there a run takes every kv head. Longer chains want more of their CTAs
-// resident: a chain runs in waves of its resident CTAs, and beyond about 16 waves its CTAs drift
-// apart and stop sharing. At hd 100 with 16 resident the backward fell to 255 TFLOP/s at 131k
-// (1024 key tiles, 64 waves) and 239 at 262k, with the L2 hit rate at 49% against hd 128's 94%
-// (Nsight Compute); a sixteenth of the chain resident gives 330-342 from 65k to 262k, and hd 128
-// gains 1-2% (session 14, bench/RESULTS.md). MT_ATTN_BWD_ORDER=asc (items in order) and
-// MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override both, for comparisons.
+// resident, by measurement: at hd 100 with 16 resident (runs of 8 kv heads) the backward fell to
+// 301 TFLOP/s at 65k, 255 at 131k and 239 at 262k, the CTAs of a chain no longer sharing (L2 hit
+// rate 49% against hd 128's 94% on the same grid, Nsight Compute); why hd 100's drift apart and
+// hd 128's do not is not established. A sixteenth of the chain from 256 key tiles gives 328-343
+// from 32k to 512k, and hd 128 within 1% or 1-2% faster (session 14, bench/RESULTS.md).
+// MT_ATTN_BWD_ORDER=asc (items in order) and MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override
+// both, for comparisons.
 int items_reversed() {
     const char *e = getenv("MT_ATTN_BWD_ORDER");
     return !(e && strcmp(e, "asc") == 0);
