@@ -379,8 +379,8 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch,
                                    stream))
             return;
-        const char *e = getenv("MT_ATTENTION");
-        if (hd > 64 || (e && strcmp(e, "wgmma") == 0)) {
+        // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for.
+        if (attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
             attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
             return;
         }
