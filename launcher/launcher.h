@@ -58,8 +58,27 @@ void cmd_print_quoted(FILE *f, const char *prefix, const cmdline *c);
 // lines as they are; Open MPI's boxes that repeat a rank's own message are dropped, and the one
 // for a rank killed by a signal becomes a line naming its node and role. Also waits for mpirun
 // (its exit status into *status). Returns how many lines ranks said as they gave up
-// ("megatrain: ...", "mt-rank: ...").
-int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status);
+// ("megatrain: ...", "mt-rank: ..."). tick, when not NULL, runs at least every 200 ms and after
+// every signal until mpirun has ended.
+int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status, void (*tick)(void));
+
+// supervise.c: runs mpirun for job `job` and returns its exit code (128+N when signal N ended
+// it, or when N asked it to stop) once no process of the job is left, its files in /dev/shm
+// removed. The first SIGINT, SIGTERM or SIGHUP stops the job after a step, with a checkpoint;
+// a second aborts it.
+int supervise_run(const cmdline *c, const char *job, int ranks_per_node);
+int supervise_signal(void); // the signal that asked the job to stop, or 0
+// Makes the job's private folder /dev/shm/mtc-<job> (mode 0700: Open MPI's segments, the stop
+// request, the ranks' last words) and the janitor that removes it should mtrun be killed.
+// Returns its path, or NULL when /dev/shm is not writable or the name is taken.
+const char *job_dir_make(const char *job);
+// Removes the /dev/shm folders of this user's jobs whose mtrun and mpirun are gone.
+void job_dirs_reap(void);
+
+// run_lock.c: one job per run folder. Takes the lock of folder `dir` (made when missing) for as
+// long as this process and mpirun live; 0, or -1 with one line in err naming the folder and the
+// pid of the job that holds it.
+int run_lock_take(const char *dir, const char *what, char *err, size_t n);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.
 typedef struct {

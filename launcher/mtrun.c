@@ -264,111 +264,6 @@ static int terminal_columns(void) {
     return env && atoi(env) > 0 ? atoi(env) : 80;
 }
 
-// ---- running mpirun ----
-
-static volatile sig_atomic_t child_pid, forwarded;
-static char stop_path[128]; // /dev/shm/mtc-<job>-stop, which the compute ranks look for
-
-// A first SIGINT or SIGTERM asks the job to stop after the step under way, with a checkpoint
-// (SIGUSR1, which mpirun passes on to every rank, and the stop file, for a launcher that does
-// not pass it on); a second one ends it at once.
-static void forward(int sig) {
-    static const char note[] = "\nmtrun: stopping after this step, with a checkpoint (again to "
-                               "abort at once)\n";
-    int first = !forwarded;
-    forwarded = sig;
-    if (child_pid <= 0) return;
-    if (first) {
-        (void)!write(STDERR_FILENO, note, sizeof note - 1);
-        int fd = open(stop_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0) close(fd);
-        kill((pid_t)child_pid, SIGUSR1);
-    } else {
-        kill((pid_t)child_pid, SIGTERM);
-    }
-}
-
-// Removes /dev/shm/mtc-<job>-* (the job's regions, and the folder of Open MPI's segments with
-// what it holds) and says how many regions there were.
-static void remove_leftovers(const char *job, const char *mpi_dir) {
-    char prefix[64], err[PATH_MAX + 256];
-    snprintf(prefix, sizeof prefix, "mtc-%s-", job);
-    if (mpi_dir && remove_stale_temp(mpi_dir, err, sizeof err) < 0)
-        fprintf(stderr, "mtrun: %s\n", err);
-    DIR *d = opendir("/dev/shm");
-    if (!d) return;
-    int removed = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            removed++;
-    closedir(d);
-    if (removed)
-        fprintf(stderr, "mtrun: removed %d shared-memory region%s that job %s left in /dev/shm\n",
-                removed, removed == 1 ? "" : "s", job);
-}
-
-// The lines ranks left in /dev/shm/mtc-<job>-last-words as they gave up (mt_last_words): said
-// again when mpirun's forwarding lost them (`show`), and removed.
-static void repeat_last_words(const char *job, int show) {
-    char path[96], line[4096];
-    mt_job_file(path, sizeof path, job, "last-words");
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    if (!f) return;
-    while (show && fgets(line, sizeof line, f)) fputs(line, stderr);
-    fclose(f);
-    unlink(path);
-}
-
-static int run(const cmdline *c, const char *job, const char *mpi_dir, int ranks_per_node) {
-    mt_job_file(stop_path, sizeof stop_path, job, "stop");
-    // Block the signals until the handlers are in place, so none is lost around fork.
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    SYS_CHECK(sigprocmask(SIG_BLOCK, &block, &old));
-    pid_t parent = getpid();
-    int err_pipe[2];
-    SYS_CHECK(pipe2(err_pipe, O_CLOEXEC));
-    pid_t pid = fork();
-    SYS_CHECK(pid);
-    if (pid == 0) {
-        SYS_CHECK(dup2(err_pipe[1], STDERR_FILENO)); // dup2 clears close-on-exec on the copy
-        // If mtrun is killed outright (SIGKILL, a test's timeout), mpirun must not run on
-        // as an orphan: it gets SIGTERM and takes the ranks down.
-        SYS_CHECK(prctl(PR_SET_PDEATHSIG, SIGTERM));
-        if (getppid() != parent) _exit(128 + SIGTERM);
-        // Its own process group: a Ctrl-C on the terminal reaches mtrun alone, which turns
-        // the first one into a stop with a checkpoint (forward).
-        SYS_CHECK(setpgid(0, 0));
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        execv(c->argv[0], c->argv);
-        fprintf(stderr, "mtrun: cannot run %s: %s\n", c->argv[0], strerror(errno));
-        _exit(127);
-    }
-    child_pid = pid;
-    struct sigaction sa = {.sa_handler = forward};
-    sigemptyset(&sa.sa_mask);
-    SYS_CHECK(sigaction(SIGINT, &sa, NULL));
-    SYS_CHECK(sigaction(SIGTERM, &sa, NULL));
-    SYS_CHECK(sigprocmask(SIG_SETMASK, &old, NULL));
-    SYS_CHECK(close(err_pipe[1]));
-    int status;
-    int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node, pid, &status);
-    SYS_CHECK(close(err_pipe[0]));
-    repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
-    if (forwarded) unlink(stop_path); // ours, not a leftover of the job's
-    remove_leftovers(job, mpi_dir);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    int code = WEXITSTATUS(status);
-    // After a signal report it, like a shell: 130 or 143, also when the job stopped cleanly.
-    if (forwarded) return 128 + forwarded;
-    return code;
-}
-
 // The memory plan: with --plan it is the whole output; before a job, one line, and a job that
 // cannot fit is refused before anything is allocated. Returns the exit code for --plan.
 // optimizer.grad_dtype = "auto": fp32 gradient slots when the job fits with them, else bf16.
@@ -468,6 +363,38 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, con
     return 0;
 }
 
+// More ranks on a host than it has cores only share those cores, and each one costs its process
+// overhead (the plan counts it): a thousand would bury a small machine before the plan's memory
+// check could help, as each is small. At most 2 per core, and 8 on any host (tests oversubscribe
+// small machines).
+static void check_ranks_per_host(const mtrun_opts *o, const placement *p) {
+    int hosts = getenv("MT_TEST_NODES") ? 1 : o->nodes / o->gpus;
+    long per_host = o->np / (hosts > 0 ? hosts : 1), most = 2L * p->cores;
+    if (most < 8) most = 8;
+    if (per_host > most)
+        die_usage("-np %d: %ld ranks on a host of %d core%s, at most %ld (2 per core, or 8); the "
+                  "default, 1 compute + 1 optimizer per NUMA node, is what fits best",
+                  o->np, per_host, p->cores, p->cores == 1 ? "" : "s", most);
+}
+
+// One job per run folder (run_lock.c): the folder the ranks will write to, decided as they
+// decide it (mt-rank's load_config and resolve_checkpoints): --out, else the run folder of the
+// checkpoint --resume names, else checkpoint.dir.
+static void lock_run_folder(const mtrun_opts *o, const mt_config *cfg) {
+    char dir[MT_PATH_MAX], err[MT_PATH_MAX + 256];
+    const char *what = o->out ? "--out" : o->resume ? "--resume" : "checkpoint.dir";
+    if (o->out) {
+        snprintf(dir, sizeof dir, "%s", o->out);
+    } else if (o->resume) {
+        if (checkpoint_resolve(o->resume, dir, sizeof dir, err, sizeof err) != 0) return;
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) *slash = 0;
+    } else {
+        snprintf(dir, sizeof dir, "%s", cfg->checkpoint_dir);
+    }
+    if (run_lock_take(dir, what, err, sizeof err) < 0) die_usage("%s", err);
+}
+
 int main(int argc, char **argv) {
     mtrun_opts o = {0};
     mode m = {0};
@@ -496,6 +423,8 @@ int main(int argc, char **argv) {
         placement_detect(&p, &o, p.slots);
     }
     mt_config node_cfg = split_over_nodes(&o, &cfg, hosts);
+    check_ranks_per_host(&o, &p);
+    if (!m.dry_run && !m.plan) lock_run_folder(&o, &cfg);
     int rc = plan_job(&o, &node_cfg, &p, &m);
     if (m.plan) return rc;
 
@@ -507,6 +436,7 @@ int main(int argc, char **argv) {
     char rank_prog[PATH_MAX + 16];
     find_rank_program(rank_prog, sizeof rank_prog, !m.dry_run);
 
+    if (!m.dry_run) job_dirs_reap();
     char job[33];
     make_job_id(job);
     SYS_CHECK(setenv("MT_JOB_ID", job, 1)); // mpirun passes it on: -x MT_JOB_ID
@@ -516,12 +446,11 @@ int main(int argc, char **argv) {
     o.tty = tty && *tty ? atoi(tty) != 0 : isatty(STDOUT_FILENO);
     o.tty_columns = o.tty ? terminal_columns() : 0;
 
-    // One host: Open MPI's segments go to a folder of ours (a hostfile's other hosts have none).
-    static char mpi_dir[96];
-    snprintf(mpi_dir, sizeof mpi_dir, "/dev/shm/mtc-%s-mpi", job);
-    if (!o.hostfile && access("/dev/shm", W_OK) == 0) o.mpi_shm_dir = mpi_dir;
-    if (o.mpi_shm_dir && !m.dry_run && mkdir(mpi_dir, 0700) != 0)
-        die_usage("mkdir %s: %s", mpi_dir, strerror(errno));
+    // One host: Open MPI's segments go to the job's folder (a hostfile's other hosts have none).
+    static char dry_dir[96];
+    snprintf(dry_dir, sizeof dry_dir, "/dev/shm/mtc-%s", job);
+    const char *job_dir = m.dry_run ? dry_dir : job_dir_make(job);
+    if (!o.hostfile) o.mpi_shm_dir = job_dir;
     cmdline c;
     mpirun_cmd_build(&c, &o, &p, mpirun, rank_prog);
     if (m.dry_run) {
@@ -540,11 +469,11 @@ int main(int argc, char **argv) {
         printf(", oversubscribed (%d processes, %ld slots), unbound", o.np, p.slots);
     else
         printf(", bound over %d NUMA node%s", p.numa_nodes, p.numa_nodes == 1 ? "" : "s");
-    printf(", config %s, job %s\n", o.config, job);
+    printf(", config %s, job %s\n", mt_shown(o.config), job);
     fflush(stdout);
-    rc = run(&c, job, o.mpi_shm_dir, o.np / o.nodes);
+    rc = supervise_run(&c, job, o.np / o.nodes);
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
-    if (rc != 0 && rc != 2 && rc != 3 && !forwarded)
+    if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal())
         fprintf(stderr,
                 "mtrun: the job ended abnormally (exit code %d%s); the failing rank's "
                 "messages are above\n",

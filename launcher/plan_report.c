@@ -4,6 +4,9 @@
 // start on a login node or in a container without the driver; the GPU's free memory comes
 // from nvidia-smi or --gpu-mem (mtrun.c), and the compute rank checks it again with CUDA.
 #include "launcher/launcher.h"
+#include "shm/syscheck.h"
+#include <ctype.h>
+#include <errno.h>
 #include "runtime/model/model.h"
 
 #include <dirent.h>
@@ -60,15 +63,19 @@ static const char *si(char *buf, size_t n, double v) {
 
 // ---- the machine ----
 
-// A test's override: a plain number of bytes, or a warning and nothing.
+// A test's override: a plain number of bytes. Anything else is refused like a bad argument: a
+// limit silently ignored would plan against the real machine.
 static int env_bytes(const char *name, uint64_t *v) {
     const char *s = getenv(name);
     if (!s || !*s) return 0;
     char *end;
+    errno = 0;
     unsigned long long x = strtoull(s, &end, 10);
-    if (*end || *s == '-') {
-        fprintf(stderr, "mtrun: warning: %s=%s is not a number of bytes, ignored\n", name, s);
-        return 0;
+    if (*end || !isdigit((unsigned char)*s) || errno) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s=%s: not a number of bytes (a plain integer)", name, s);
+        mt_put_line(stderr, "mtrun: ", msg);
+        exit(2);
     }
     *v = x;
     return 1;
@@ -206,10 +213,11 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
     const mt_config *c = p->c;
     int used = snprintf(err, n,
                         "%s with -np %d does not fit in host memory: it needs %s (%s bytes: "
-                        "optimizer state %s, gradient slots %s, compute rank %s), %s (%s bytes) "
-                        "is available (%s)",
+                        "optimizer state %s, gradient slots %s, compute rank %s, %d rank "
+                        "processes %s), %s (%s bytes) is available (%s)",
                         c->source_path, p->np, H(p->host), G(p->host), H(p->state), H(p->shared),
-                        H(p->rank[0].compute), H(h->mem_available), G(h->mem_available),
+                        H(p->rank[0].compute), p->np, H(p->sum.process), H(h->mem_available),
+                        G(h->mem_available),
                         h->mem_forced ? "MT_PLAN_MEM_LIMIT" : "MemAvailable in /proc/meminfo");
     if (used < 0 || (size_t)used >= n) return -1;
     mt_config least = *c; // the smallest batch: what no batch setting can shrink
@@ -282,7 +290,7 @@ static void print_rank_table(FILE *f, const mt_plan *p) {
     fprintf(f, "\nhost memory by rank (1 KiB = 1024 bytes; regions and state rounded to pages)\n");
     fprintf(f,
             "rank  role       node fp32 master     Adam m     Adam v %s grads     moving"
-            "    compute      total\n",
+            "    compute    process      total\n",
             p->grad_bytes == 2 ? "bf16" : "fp32");
     for (int r = 0; r < p->np; r++) {
         const plan_rank *pr = &p->rank[r];
@@ -291,28 +299,28 @@ static void print_rank_table(FILE *f, const mt_plan *p) {
         fprintf(f, "%4d  %-9s  %4s  ", r, r ? "optimizer" : "compute", node);
         kind_cell(f, pr->master), kind_cell(f, pr->adam_m), kind_cell(f, pr->adam_v);
         kind_cell(f, pr->grads), kind_cell(f, pr->moving), kind_cell(f, pr->compute);
-        kind_cell(f, pr->total);
+        kind_cell(f, pr->process), kind_cell(f, pr->total);
         fputc('\n', f);
     }
     const plan_rank *s = &p->sum;
     fprintf(f, "total                 ");
     kind_cell(f, s->master), kind_cell(f, s->adam_m), kind_cell(f, s->adam_v);
     kind_cell(f, s->grads), kind_cell(f, s->moving), kind_cell(f, s->compute);
-    kind_cell(f, s->total);
+    kind_cell(f, s->process), kind_cell(f, s->total);
     fputc('\n', f);
     double N = (double)p->params;
     fprintf(f, "host total %s (%s bytes) = %.2f bytes/param:\n", H(p->host), G(p->host),
             p->host / N);
     fprintf(f,
             "  optimizer state %s (%.2f B/param), gradient slots %s (%.2f), compute rank %s "
-            "(%.2f)\n",
+            "(%.2f), rank processes %s\n",
             H(p->state), p->state / N, H(p->shared), p->shared / N, H(p->rank[0].compute),
-            p->rank[0].compute / N);
+            p->rank[0].compute / N, H(p->sum.process));
     fprintf(f,
             "  fp32 master and gradient slots are in the shared regions (%s in /dev/shm, a %s\n"
             "  control block each); m and v are private. \"moving\": the GPU-updated groups'\n"
-            "  state, held only while it moves (at start, saves and exports). Process overhead\n"
-            "  (MPI, UCX, libraries: tens of MiB per rank) is not counted\n",
+            "  state, held only while it moves (at start, saves and exports). \"process\": the\n"
+            "  rank process itself (MPI, UCX, libraries, the CUDA context), as measured\n",
             H(p->regions), H(p->n_shards ? p->rank[1].control : 0));
 }
 
@@ -524,7 +532,7 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
     const mt_config *c = p->c;
     const char *resolved = strcmp(c->backend, "auto") ? "" : p->cuda ? " -> cuda" : " -> cpu";
     fprintf(f, "plan for %s: -np %d = 1 compute + %d optimizer rank%s, backend %s%s\n",
-            c->source_path, p->np, p->n_shards, p->n_shards == 1 ? "" : "s", c->backend, resolved);
+            mt_shown(c->source_path), p->np, p->n_shards, p->n_shards == 1 ? "" : "s", c->backend, resolved);
     fprintf(f,
             "model: %s parameters in %d groups (dim %d, %d layers, %d heads, %d kv heads, ffn "
             "%d, vocab %d, %s embeddings)\n",
@@ -548,9 +556,10 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
     double N = (double)p->params;
     fprintf(f,
             "mtrun: plan: %.2f%s params, host %s = %.1f B/param (optimizer state %s, %s gradient "
-            "slots %s, compute rank %s)",
+            "slots %s, compute rank %s, %d processes %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
-            H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared), H(p->rank[0].compute));
+            H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared), H(p->rank[0].compute),
+            p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
@@ -561,9 +570,9 @@ static void json_rank(FILE *f, const char *key, const plan_rank *r) {
     fprintf(f,
             "%s{\"master\":%" PRIu64 ",\"adam_m\":%" PRIu64 ",\"adam_v\":%" PRIu64
             ",\"grads\":%" PRIu64 ",\"control\":%" PRIu64 ",\"moving\":%" PRIu64
-            ",\"compute\":%" PRIu64 ",\"total\":%" PRIu64,
+            ",\"compute\":%" PRIu64 ",\"process\":%" PRIu64 ",\"total\":%" PRIu64,
             key, r->master, r->adam_m, r->adam_v, r->grads, r->control, r->moving, r->compute,
-            r->total);
+            r->process, r->total);
 }
 
 static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {

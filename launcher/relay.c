@@ -6,6 +6,7 @@
 #include "shm/syscheck.h"
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -19,6 +20,8 @@ typedef struct {
     size_t len;
     int in_box;
     int rank_lines; // lines a rank said when it gave up ("megatrain: ...", "mt-rank: ...")
+    uint64_t said[32];  // hashes of those lines: several ranks that fail alike say one line
+    int nsaid;
     char box[BOX_MAX];
     size_t box_len;
 } relay;
@@ -65,6 +68,18 @@ static void end_box(relay *r) {
     r->in_box = 0, r->box_len = 0;
 }
 
+// Whether a rank's last line was said already, by another rank (every optimizer rank finds the
+// disk full at the same save).
+static int said_before(relay *r, const char *line) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a
+    for (const unsigned char *p = (const unsigned char *)line; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    for (int i = 0; i < r->nsaid && i < 32; i++)
+        if (r->said[i] == h) return 1;
+    r->said[r->nsaid++ % 32] = h;
+    return 0;
+}
+
 static void take_line(relay *r, const char *line) {
     if (is_rule(line)) {
         if (r->in_box)
@@ -74,7 +89,9 @@ static void take_line(relay *r, const char *line) {
         return;
     }
     if (!r->in_box) {
-        r->rank_lines += !strncmp(line, "megatrain: ", 11) || !strncmp(line, "mt-rank: ", 9);
+        int last = !strncmp(line, "megatrain: ", 11) || !strncmp(line, "mt-rank: ", 9);
+        if (last && said_before(r, line)) return;
+        r->rank_lines += last;
         fputs(line, stderr);
         return;
     }
@@ -101,7 +118,7 @@ static int relay_some(relay *r, int fd) {
 
 // Until the pipe ends, or mpirun has ended (a rank it could not take down may hold the pipe
 // open) and a last second has brought nothing more.
-int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status) {
+int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status, void (*tick)(void)) {
     static relay r;
     memset(&r, 0, sizeof r);
     r.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1;
@@ -110,6 +127,7 @@ int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, reaped ? 1000 : 200);
         if (n < 0 && errno != EINTR) SYS_CHECK(n);
+        if (tick && !reaped) tick();
         if (n > 0 && !relay_some(&r, fd)) break;
         if (n == 0 && reaped) break;
         if (!reaped) {

@@ -11,24 +11,48 @@
 #include <string.h>
 
 // prefix and msg as one line: control bytes in msg (a newline, an ANSI escape from a file a
-// stranger wrote) are shown as \xNN, so that no message can forge or recolor other lines.
+// stranger wrote) are shown as \xNN, so that no message can forge or recolor other lines. The
+// line goes out in one write: stderr is unbuffered, and several ranks giving up at once would
+// otherwise interleave their lines byte by byte in mpirun's output.
 static inline void mt_put_line(FILE *f, const char *prefix, const char *msg) {
-    fputs(prefix, f);
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    char line[16384];
+    size_t n = (size_t)snprintf(line, sizeof line - 2, "%s", prefix);
+    if (n > sizeof line - 2) n = sizeof line - 2;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && n + 6 < sizeof line; p++)
         if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\x%02x", *p);
+            n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02x", *p);
         else
-            fputc(*p, f);
-    fputc('\n', f);
+            line[n++] = (char)*p;
+    line[n++] = '\n';
+    fwrite(line, 1, n, f);
+    fflush(f);
 }
 
-// /dev/shm/mtc-<job>-<what>: the files mtrun and the ranks leave each other (last words, a stop
-// request); mtrun's clean-up of "mtc-<job>-*" finds them. job NULL: MT_JOB_ID, the launcher's
-// (not a virtual node's). Returns -1 when there is no job id.
+// A name from the command line or a config (a path, a config file) inside a longer line, with
+// control bytes shown as \xNN as mt_put_line shows them. The text lives in one of 4 buffers in
+// turn: at most 4 of these in one printf.
+static inline const char *mt_shown(const char *s) {
+    static char buf[4][1024];
+    static int next;
+    char *out = buf[next++ & 3];
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && n + 5 < sizeof buf[0]; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            n += (size_t)snprintf(out + n, sizeof buf[0] - n, "\\x%02x", *p);
+        else
+            out[n++] = (char)*p;
+    out[n] = 0;
+    return out;
+}
+
+// /dev/shm/mtc-<job>/<what>: the files mtrun and the ranks leave each other (last words, a stop
+// request), in the job's folder, which mtrun makes with mode 0700 so that no other user can
+// create them. job NULL: MT_JOB_ID, the launcher's (not a virtual node's). Returns -1 when there
+// is no job id.
 static inline int mt_job_file(char *out, size_t n, const char *job, const char *what) {
     if (!job) job = getenv("MT_JOB_ID");
     if (!job || !*job || strlen(job) > 64) return -1;
-    snprintf(out, n, "/dev/shm/mtc-%s-%s", job, what);
+    snprintf(out, n, "/dev/shm/mtc-%s/%s", job, what);
     return 0;
 }
 

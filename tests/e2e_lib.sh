@@ -54,4 +54,17 @@ finish() {
     [ "$FAILED" -eq 0 ]
 }
 
-shm_entries() { ls /dev/shm 2>/dev/null | grep '^mtc-' | sort; }
+# Tests share the machine with other jobs (another test, a user's training run): they check only
+# what their own job made, found by its job id (mtrun prints it) or its run folder in $WORK.
+# job_id NAME: the id of the job whose output is $WORK/NAME.log.
+job_id() { grep -o 'job [0-9a-f]\{32\}' "$WORK/$1.log" | head -n 1 | cut -d' ' -f2; }
+# job_leftovers ID: what job ID left in /dev/shm (its folder and its regions), one per line.
+job_leftovers() { [ -n "$1" ] && ls /dev/shm 2>/dev/null | grep "^mtc-$1"; }
+# no_leftovers NAME: the job of $WORK/NAME.log is known and left nothing in /dev/shm.
+no_leftovers() {
+    local id
+    id=$(job_id "$1")
+    [ -n "$id" ] && [ -z "$(job_leftovers "$id")" ]
+}
+# ranks_of CONFIG: pids of live ranks started on CONFIG (a path in $WORK: this test's own).
+ranks_of() { pgrep -f "[m]t-rank $1"; }

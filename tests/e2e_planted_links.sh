@@ -76,6 +76,7 @@ run_job r5 3 "$WORK/trace.cfg"
 expect "trace temp file planted as a link: the victim file is untouched" intact
 expect "trace temp file planted as a link: the trace says which link" \
     refused_naming r5 "trace.json.tmp is a symbolic link"
+expect "and no part of the trace is left behind" bash -c "! ls '$WORK/r5' | grep -q '^trace\.rank'"
 
 # 6. checkpoint.keep's pruning: a link named like an old step folder is not a checkpoint
 victim

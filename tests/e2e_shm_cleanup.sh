@@ -1,40 +1,74 @@
 #!/usr/bin/env bash
-# No /dev/shm leftovers after a run that succeeded, nor after one whose optimizer crashed, nor
-# after kill -9 of mpirun (Open MPI's own segments included),
-# whether mtrun cleans up after the job or the ranks run under plain mpirun.
+# Nothing of a job outlives it: no /dev/shm leftovers after a run that succeeded, nor after one
+# whose optimizer crashed, nor after kill -9 of mpirun or of mtrun itself (Open MPI's own
+# segments included), whether mtrun cleans up after the job or the ranks run under plain mpirun;
+# and mtrun returns only when no rank of its job runs any more.
+# Only this test's own jobs are checked (their job ids, their configs in $WORK): other jobs may
+# be running on the machine.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 CFG=$SRC/configs/test-small.cfg
-before=$(shm_entries)
-run_job ok 3 "$CFG" --stop-at 3 || show_log ok
-expect "a successful run leaves nothing in /dev/shm" test "$(shm_entries)" = "$before"
-MT_FAULT_ABORT_AT_STEP=2 run_job crash 3 "$CFG"
+sed "s|\"\.\./data/|\"$SRC/data/|" "$CFG" >"$WORK/base.cfg"
+run_job ok 3 "$WORK/base.cfg" --stop-at 3 || show_log ok
+expect "a successful run leaves nothing in /dev/shm" no_leftovers ok
+MT_FAULT_ABORT_AT_STEP=2 run_job crash 3 "$WORK/base.cfg"
 status=$?
 expect "a run whose optimizer aborts exits non-zero (got $status)" test $status -ne 0
-expect "the crashed run leaves nothing in /dev/shm" test "$(shm_entries)" = "$before"
-# kill -9 of mpirun (issue 14, item 6): its own shared-memory segments are in mtrun's folder,
-# which mtrun removes; the ranks end once their daemon is gone.
-sed 's/^steps = .*/steps = 100000;/' "$CFG" >"$WORK/long.cfg"
-vaders() { ls /dev/shm 2>/dev/null | grep '^vader_segment' | sort; }
-vader_before=$(vaders)
-"$MTRUN" -np 3 "$WORK/long.cfg" --out "$WORK/killed" >"$WORK/killed.log" 2>&1 &
-mtrun_pid=$!
-for i in $(seq 1 100); do grep -q '^step' "$WORK/killed.log" && break; sleep 0.1; done
-pkill -9 -P "$mtrun_pid" -x mpirun
-wait "$mtrun_pid"
-ranks() { pgrep -f "[m]t-rank $WORK/long.cfg"; }
-for i in $(seq 1 50); do ranks >/dev/null || break; sleep 0.1; done
-expect "after kill -9 of mpirun no rank is left" test -z "$(ranks)"
-expect "after kill -9 of mpirun nothing of the job is left in /dev/shm" \
-    test "$(shm_entries)" = "$before" -a -z "$(comm -13 <(echo "$vader_before") <(vaders))"
-expect "after kill -9 of mpirun Open MPI's segment folder is gone" \
-    bash -c "! ls -d /dev/shm/mtc-*-mpi 2>/dev/null | grep -q ."
+expect "the crashed run leaves nothing in /dev/shm" no_leftovers crash
+
+# start NAME: a long job in the background ($pid: mtrun's), once it has logged a step.
+sed 's/^steps = .*/steps = 100000;/; s/^  interval = .*/  interval = 1;/' "$WORK/base.cfg" \
+    >"$WORK/long.cfg"
+start() {
+    "$MTRUN" -np 3 "$WORK/long.cfg" --out "$WORK/$1" >"$WORK/$1.log" 2>&1 &
+    pid=$!
+    for i in $(seq 1 300); do grep -q '^step' "$WORK/$1.log" && return; sleep 0.05; done
+}
+
+# kill -9 of mpirun: mtrun ends the ranks mpirun left and returns only when none is left, so
+# that a --resume right after cannot race them in the run folder.
+start killed
+pkill -9 -P "$pid" -x mpirun
+wait "$pid"
+rc=$?
+left=$(ranks_of "$WORK/long.cfg")
+latest=$(cat "$WORK/killed/LATEST" 2>/dev/null)
+expect "after kill -9 of mpirun, mtrun exits non-zero (rc $rc)" test "$rc" -ne 0
+expect "when mtrun returns, no rank of its job is left (${left:-none})" test -z "$left"
+expect "nothing of the job is left in /dev/shm, Open MPI's segments included" no_leftovers killed
+"$MTRUN" -np 3 "$WORK/long.cfg" --resume "$WORK/killed" --stop-at $((${latest#step_} + 2)) \
+    >"$WORK/killed-resume.log" 2>&1
+rc=$?
+expect "a --resume right after it runs alone in the folder (rc $rc)" test "$rc" -eq 0
+show_log killed-resume | grep -q 'another job' && show_log killed-resume
+
+# kill -9 of mtrun: mpirun gets SIGTERM, the ranks die with mpirun, and mtrun's janitor removes
+# the job's folder once mpirun has let go of it.
+start orphaned
+job=$(job_id orphaned)
+kill -9 "$pid"
+t0=$(date +%s%N)
+for i in $(seq 1 100); do
+    [ -z "$(ranks_of "$WORK/long.cfg")" ] && [ -z "$(job_leftovers "$job")" ] && break
+    sleep 0.05
+done
+ms=$((($(date +%s%N) - t0) / 1000000))
+wait "$pid" 2>/dev/null
+expect "after kill -9 of mtrun no rank is left (after $ms ms)" test -z "$(ranks_of "$WORK/long.cfg")"
+expect "after kill -9 of mtrun its job left nothing in /dev/shm (after $ms ms)" \
+    test -n "$job" -a -z "$(job_leftovers "$job")"
+expect "nor any Open MPI daemon of it" bash -c "! pgrep -f '[m]pirun.*$WORK/long.cfg'"
+
 # Under plain mpirun nobody cleans up after the ranks: they must have unlinked the regions
-# themselves as soon as every rank had mapped them.
+# themselves as soon as every rank had mapped them. The job id is chosen here so that the check
+# looks at this job's names only.
 bindir=$(dirname "$MTRUN")
 root=""
 [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
-MT_FAULT_ABORT_AT_STEP=2 mpirun $root --oversubscribe -np 3 -x MT_FAULT_ABORT_AT_STEP \
-    "$bindir/mt-rank" "$CFG" --out "$WORK/raw" >"$WORK/raw.log" 2>&1
-expect "ranks under plain mpirun that crash leave nothing in /dev/shm" test "$(shm_entries)" = "$before"
+raw_job=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+MT_JOB_ID=$raw_job MT_FAULT_ABORT_AT_STEP=2 mpirun $root --oversubscribe -np 3 \
+    -x MT_FAULT_ABORT_AT_STEP -x MT_JOB_ID "$bindir/mt-rank" "$WORK/base.cfg" --out "$WORK/raw" \
+    >"$WORK/raw.log" 2>&1
+expect "ranks under plain mpirun that crash leave nothing in /dev/shm" \
+    test -z "$(job_leftovers "$raw_job")"
 expect "the crash happened after the regions were made (step 1 logged)" grep -q '"step":1,' "$WORK/raw/metrics.jsonl"
 finish

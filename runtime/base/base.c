@@ -8,20 +8,27 @@
 #include <time.h>
 #include <unistd.h>
 
-static void make_one(const char *path) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) mt_die("mkdir %s: %s", path, strerror(errno));
+static int make_one(const char *path, char *err, size_t n) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return failf(err, n, "mkdir %s: %s", path, strerror(errno));
+    return 0;
 }
 
-void make_dirs(const char *dir) {
+int make_dirs_or_say(const char *dir, char *err, size_t n) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", dir);
     for (char *p = path + 1; *p; p++)
         if (*p == '/') {
             *p = 0;
-            make_one(path);
+            if (make_one(path, err, n) < 0) return -1;
             *p = '/';
         }
-    make_one(path);
+    return make_one(path, err, n);
+}
+
+void make_dirs(const char *dir) {
+    char err[PATH_MAX + 128];
+    if (make_dirs_or_say(dir, err, sizeof err) < 0) mt_die("%s", err);
 }
 
 double now_seconds(void) {

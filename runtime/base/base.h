@@ -28,8 +28,10 @@
             mt_die("%s:%d: %s: %s", __FILE__, __LINE__, #call, ucs_status_string(ucs_rc_));        \
     } while (0)
 
-// mkdir -p; exits with a message naming the folder on failure.
+// mkdir -p; exits with a message naming the folder on failure (make_dirs_or_say: -1 and the
+// message in err).
 void make_dirs(const char *dir);
+int make_dirs_or_say(const char *dir, char *err, size_t n);
 double now_seconds(void); // CLOCK_MONOTONIC
 
 // Files and folders the job names inside folders that others may write to (checkpoint, export

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define STATE_TAG 0x4d54
@@ -206,12 +207,16 @@ static void on_stop_request(int sig) {
     stop_requested = 1;
 }
 
-// mtrun also leaves /dev/shm/mtc-<job>-stop: a request whose signal mpirun did not pass on (a
-// wrapper script in mpirun's place, a launcher that keeps SIGUSR1) still stops the job.
+// mtrun also leaves /dev/shm/mtc-<job>/stop: a request whose signal mpirun did not pass on (a
+// wrapper script in mpirun's place, a launcher that keeps SIGUSR1) still stops the job. Only a
+// plain file of the job's own user counts: the folder is mtrun's, mode 0700, and a file anyone
+// else managed to put there steers nothing.
 int job_stop_requested(void) {
     char path[128];
+    struct stat st;
     if (stop_requested) return 1;
-    return mt_job_file(path, sizeof path, NULL, "stop") == 0 && access(path, F_OK) == 0;
+    return mt_job_file(path, sizeof path, NULL, "stop") == 0 && lstat(path, &st) == 0 &&
+           S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
 // The job's last step becomes `step`, unless it ends earlier anyway.
@@ -228,8 +233,37 @@ static void gather_hosts(mt_job *job) {
     char mine[64] = "?";
     gethostname(mine, sizeof mine - 1);
     job->hosts = calloc((size_t)job->world, sizeof *job->hosts);
-    if (!job->hosts) mt_die("out of memory");
+    job->pids = calloc((size_t)job->world, sizeof *job->pids);
+    if (!job->hosts || !job->pids) mt_die("out of memory");
     MPI_CHECK(MPI_Allgather(mine, 64, MPI_CHAR, job->hosts, 64, MPI_CHAR, job->comm));
+    int pid = (int)getpid();
+    MPI_CHECK(MPI_Allgather(&pid, 1, MPI_INT, job->pids, 1, MPI_INT, job->comm));
+}
+
+// The state letter /proc gives process pid (R, S, T for stopped, ...), or 0.
+static char process_state(int pid) {
+    char path[64], buf[512], state = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, ')'); // the name may hold spaces and parentheses
+    if (end) sscanf(end + 1, " %c", &state);
+    return state;
+}
+
+// A rank of this host that the kernel holds stopped (kill -STOP, a debugger), or -1. The rank a
+// waiter waits on may itself only wait on the stopped one (in the optimizers' collectives), so
+// naming it would send the user after the wrong process.
+static int stopped_rank(const mt_job *job) {
+    for (int r = 0; r < job->world; r++) {
+        if (r == job->rank || strcmp(job->hosts[r], job->hosts[job->rank]) != 0) continue;
+        char s = process_state(job->pids[r]);
+        if (s == 'T' || s == 't') return r;
+    }
+    return -1;
 }
 
 int job_recv(mt_job *job, control_msg *msg, const char *what, int from) {
@@ -241,8 +275,13 @@ int job_recv(mt_job *job, control_msg *msg, const char *what, int from) {
     if (job->rank != 0) limit *= 2;
     int src = control_recv_within(job->ctl, msg, limit);
     if (src >= 0) return src;
-    char who[160];
-    if (from >= 0)
+    char who[200];
+    int stopped = stopped_rank(job);
+    if (stopped >= 0)
+        snprintf(who, sizeof who, "rank %d (%s, on %s, pid %d), whose process is stopped", stopped,
+                 stopped == 0 ? "the compute rank" : "an optimizer rank", job->hosts[stopped],
+                 job->pids[stopped]);
+    else if (from >= 0)
         snprintf(who, sizeof who, "rank %d (%s, on %s)", from,
                  from == 0 ? "the compute rank" : "an optimizer rank", job->hosts[from]);
     else
@@ -255,7 +294,8 @@ int job_recv(mt_job *job, control_msg *msg, const char *what, int from) {
 void job_start(mt_job *job) {
     job->stopped_on_request = -1;
     gather_hosts(job);
-    struct sigaction sa = {.sa_handler = on_stop_request};
+    // SA_RESTART: a stop request must not fail the system calls it lands in.
+    struct sigaction sa = {.sa_handler = on_stop_request, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     SYS_CHECK(sigaction(SIGUSR1, &sa, NULL));
     place_threads(job);
@@ -283,6 +323,7 @@ void job_teardown(mt_job *job) {
     free(job->layouts);
     free(job->regions);
     free(job->hosts);
+    free(job->pids);
 }
 
 int job_note_step(mt_job *job, int step, int bad) {

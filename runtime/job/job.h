@@ -53,6 +53,7 @@ typedef struct {
     int skipped_steps, bad_in_a_row, stopped_bad;
     int stopped_on_request;        // the step a stop request ended the job after (-1: none)
     char (*hosts)[64];             // [world]: each rank's host name, for the watchdog
+    int *pids;                     // [world]: each rank's process id on its host
     double longest_step;           // seconds; the watchdog waits 3 of these when longer
     int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)

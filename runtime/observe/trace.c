@@ -162,6 +162,16 @@ static int append_part(FILE *out, const char *path) {
     return 0;
 }
 
+// The optimizers' parts, once merged or when no trace.json can be written: nothing of a trace
+// stays behind in pieces.
+static void remove_parts(void) {
+    char part[MT_PATH_MAX + 64];
+    for (int r = 1; r < T.world; r++) {
+        part_path(part, sizeof part, r);
+        unlink(part);
+    }
+}
+
 // Rank 0: its own spans, then every optimizer's part, into trace.json (via a temporary name,
 // so a reader never sees half a file); the parts are removed.
 static void merge(void) {
@@ -170,12 +180,12 @@ static void merge(void) {
     snprintf(tmp, sizeof tmp, "%s/trace.json.tmp", T.dir);
     char err[MT_PATH_MAX + 256] = "";
     FILE *f = remove_stale_temp(tmp, err, sizeof err) == 0 ? fopen_nofollow(tmp, "x") : NULL;
-    if (!f && err[0]) {
-        fprintf(stderr, "trace: %s\n", err);
-        return;
-    }
     if (!f) {
-        fprintf(stderr, "trace: cannot write %s: %s\n", tmp, strerror(errno));
+        if (err[0])
+            mt_put_line(stderr, "trace: ", err);
+        else
+            fprintf(stderr, "trace: cannot write %s: %s\n", mt_shown(tmp), strerror(errno));
+        remove_parts();
         return;
     }
     char *mine = NULL;
@@ -193,15 +203,15 @@ static void merge(void) {
     free(mine);
     for (int r = 1; r < T.world; r++) {
         part_path(part, sizeof part, r);
-        if (append_part(f, part) < 0) fprintf(stderr, "trace: %s is missing\n", part);
-        unlink(part);
+        if (append_part(f, part) < 0) fprintf(stderr, "trace: %s is missing\n", mt_shown(part));
     }
+    remove_parts();
     fputs("\n]}\n", f);
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         fprintf(stderr, "trace: cannot write %s: %s\n", path, strerror(errno));
     else
         printf("trace of steps %lld..%lld: %s\n", (long long)T.first + 1, (long long)T.last + 1,
-               path);
+               mt_shown(path));
 }
 
 static void write_part(void) {

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -280,6 +281,14 @@ static void gather_master_parts(optimizer *o, int g) {
                              MPI_FLOAT, job->dp_comm));
 }
 
+// MT_FAULT_SLOW_ADAMW_MS's pause: a stop request (SIGUSR1) that lands in it cuts it short, and
+// the rest is slept.
+static void sleep_through_signals(int ms) {
+    struct timespec left = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0)
+        if (errno != EINTR) SYS_CHECK(-1);
+}
+
 // A step whose gradient norm is not finite changes no weight and no moment: the groups are
 // published again at the next version as they are (step_is_bad, job_note_step).
 static void update_step(optimizer *o, int step) {
@@ -299,7 +308,7 @@ static void update_step(optimizer *o, int step) {
         else
             adamw_update(s->master + lo, s->m, s->v, NULL, (const float *)grads, n, &hp);
         gather_master_parts(o, g);
-        if (o->slow_ms > 0) SYS_CHECK(usleep((useconds_t)o->slow_ms * 1000));
+        if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
         trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
                      trace_now_us());
         publish_weights(o, g, step + 1);

@@ -354,7 +354,12 @@ int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room,
 static void add_rank(plan_rank *sum, const plan_rank *r) {
     sum->master += r->master, sum->adam_m += r->adam_m, sum->adam_v += r->adam_v;
     sum->grads += r->grads, sum->control += r->control, sum->moving += r->moving;
-    sum->compute += r->compute, sum->total += r->total;
+    sum->compute += r->compute, sum->process += r->process, sum->total += r->total;
+}
+
+uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
+    return PLAN_RANK_PROCESS_BYTES + (in_cuda_build ? PLAN_RANK_CUDA_LIBS_BYTES : 0) +
+           (compute_cuda ? PLAN_CUDA_HOST_CONTEXT_BYTES : 0);
 }
 
 // Shard k's private state and its shared region, split by kind: the region's master and
@@ -434,8 +439,13 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                               grad_bytes);
             optimizer_rank(pr, lay, moment_nodes);
         }
+#ifdef MT_HAVE_CUDA
+        pr->process = plan_process_bytes(r == 0 && cuda, 1);
+#else
+        pr->process = plan_process_bytes(0, 0);
+#endif
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
-                    pr->compute;
+                    pr->compute + pr->process;
         pr->numa_node = bound ? r % numa_nodes : -1;
         add_rank(&p->sum, pr);
     }

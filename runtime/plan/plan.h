@@ -53,6 +53,7 @@ typedef struct {
     uint64_t grads, control; // the region's gradient slots (bf16 or fp32) and control block
     uint64_t moving;         // device-updated groups' master, m, v while they move
     uint64_t compute;        // the compute rank's own host buffers
+    uint64_t process;        // the process itself: MPI, UCX, libraries, the CUDA context
     uint64_t total;
     int numa_node; // where mpirun binds it; -1 when ranks are left unbound
 } plan_rank;
@@ -70,6 +71,20 @@ typedef struct {
 } plan_choices;
 
 #define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
+
+// What a rank takes in host memory before it allocates anything of the model: the private pages
+// (anonymous and shared-memory, not the libraries' shared code) of an mt-rank process with MPI,
+// UCX and OpenMP up, measured on a 12-parameter-group model and rounded up: 12 MB in a build
+// without CUDA. A CUDA build links cuBLASLt into every rank, whose loaded data adds 84 MB to each,
+// GPU or not; the compute rank's CUDA context and cuBLAS handles add PLAN_CUDA_HOST_CONTEXT_BYTES
+// (bench/RELIABILITY.md has the measurements). They matter when -np is large: 1000 ranks of a
+// CUDA build are 100 GB before the first parameter.
+#define PLAN_RANK_PROCESS_BYTES (16ull << 20)
+#define PLAN_RANK_CUDA_LIBS_BYTES (96ull << 20)
+#define PLAN_CUDA_HOST_CONTEXT_BYTES (1ull << 30)
+// The host bytes of rank process itself (not its buffers): compute_cuda for the compute rank of
+// a job on the GPU, in_cuda_build for any rank of a build with the CUDA backend.
+uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build);
 
 typedef struct {
     const mt_config *c;

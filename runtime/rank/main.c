@@ -7,7 +7,9 @@
 #include "runtime/engine/engine.h"
 #include "runtime/job/job.h"
 #include "runtime/optimizer/optimizer.h"
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 // The longest name a run writes inside its folders ("/.step_000000.tmp/manifest.json", an
 // export's shard index, "/trace.part-NNN.jsonl"), with room to spare: a longer folder path would
@@ -138,7 +140,7 @@ static void teardown(mt_job *job) {
     if (job->stopped_on_request >= 0 && rank == 0) {
         char saved[MT_PATH_MAX + 64] = "checkpoint.interval = 0: nothing was saved";
         if (job->cfg.checkpoint_interval > 0)
-            snprintf(saved, sizeof saved, "continue with --resume %s", job->cfg.checkpoint_dir);
+            snprintf(saved, sizeof saved, "continue with --resume %s", mt_shown(job->cfg.checkpoint_dir));
         printf("compute rank: stopped on request after step %d, with its checkpoint; %s\n",
                job->stopped_on_request + 1, saved);
     }
@@ -187,8 +189,19 @@ static job_args parse_args(int argc, char **argv) {
     return a;
 }
 
+// A rank must not outlive the mpirun (or Open MPI daemon) that started it: killed with kill -9,
+// mpirun cannot take its ranks down, and they would train on, into a folder that a resume may
+// be writing to already. Nothing of a rank's state needs a goodbye: checkpoints are renamed into
+// place whole. A parent gone before this ran (the rank was handed to mtrun or init) ends it too.
+static void die_with_parent(void) {
+    pid_t parent = getppid();
+    SYS_CHECK(prctl(PR_SET_PDEATHSIG, SIGKILL));
+    if (getppid() != parent || parent == 1) exit(1);
+}
+
 int main(int argc, char **argv) {
     job_args args = parse_args(argc, argv);
+    die_with_parent();
     // The compute rank's gradient sums across nodes run on its copy thread (engine/transfer.c),
     // never at the same time as another MPI call of the rank.
     int provided;
