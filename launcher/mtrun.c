@@ -333,7 +333,10 @@ static void print_nodes(const mtrun_opts *o, const mt_config *node_cfg) {
     }
 }
 
-static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, const mode *m) {
+// Before a job, the compact plan goes to *line (to print once the run folder is locked: a job
+// refused for its folder or its memory says one line and nothing else).
+static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, const mode *m,
+                    char **line) {
     char err[MT_PATH_MAX + 1024];
     mt_plan plan;
     host_probe host;
@@ -356,7 +359,11 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, con
         die_usage("%s (mtrun --plan shows the details; --force starts it anyway)", err);
     if (!m->dry_run) {
         int steps = o->stop_at ? (int)parse_count(o->stop_at) : cfg->steps;
-        plan_print_compact(stdout, &plan, &host, cores, steps);
+        size_t len;
+        FILE *f = open_memstream(line, &len);
+        if (!f) mt_die("out of memory");
+        plan_print_compact(f, &plan, &host, cores, steps);
+        fclose(f);
         plan_warnings(stderr, &plan, &host);
     }
     plan_free(&plan);
@@ -386,9 +393,12 @@ static void lock_run_folder(const mtrun_opts *o, const mt_config *cfg) {
     if (o->out) {
         snprintf(dir, sizeof dir, "%s", o->out);
     } else if (o->resume) {
-        if (checkpoint_resolve(o->resume, dir, sizeof dir, err, sizeof err) != 0) return;
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir) *slash = 0;
+        if (checkpoint_resolve(o->resume, dir, sizeof dir, err, sizeof err) == 0) {
+            char *slash = strrchr(dir, '/');
+            if (slash && slash != dir) *slash = 0;
+        } else { // no checkpoint there (yet): the ranks say so, unless a job is writing one
+            snprintf(dir, sizeof dir, "%s", o->resume);
+        }
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->checkpoint_dir);
     }
@@ -424,9 +434,14 @@ int main(int argc, char **argv) {
     }
     mt_config node_cfg = split_over_nodes(&o, &cfg, hosts);
     check_ranks_per_host(&o, &p);
-    if (!m.dry_run && !m.plan) lock_run_folder(&o, &cfg);
-    int rc = plan_job(&o, &node_cfg, &p, &m);
+    char *plan_line = NULL;
+    int rc = plan_job(&o, &node_cfg, &p, &m, &plan_line);
     if (m.plan) return rc;
+    if (!m.dry_run) {
+        lock_run_folder(&o, &cfg);
+        fputs(plan_line, stdout);
+    }
+    free(plan_line);
 
     char mpirun[PATH_MAX];
     const char *want = getenv("MT_MPIRUN") ? getenv("MT_MPIRUN") : "mpirun";

@@ -209,18 +209,16 @@ static int children(pid_t parent, pid_t *out, int max, pid_t except) {
 }
 
 // The job's processes that outlived mpirun (ranks whose parent-death signal had not ended them
-// yet, or came too early to be set) are ours now: killed and reaped, until none is left.
-// Returns how many there were.
-static int end_orphans(pid_t janitor_pid) {
-    int total = 0;
+// yet, or came too early to be set, or a dying rank mpirun did not wait for) are ours now:
+// killed and reaped, until none is left.
+static void end_orphans(pid_t janitor_pid) {
     pid_t pids[256];
-    for (int n; (n = children(getpid(), pids, 256, janitor_pid)) > 0; total += n)
+    for (int n; (n = children(getpid(), pids, 256, janitor_pid)) > 0;)
         for (int i = 0; i < n; i++) {
             kill(pids[i], SIGKILL);
             while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR) {
             }
         }
-    return total;
 }
 
 // A second signal: mpirun's ranks are killed, so that mpirun itself sees them die, ends the job
@@ -278,10 +276,7 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
     int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node, pid, &status, abort_tick);
     SYS_CHECK(close(err_pipe[0]));
     child_pid = 0;
-    int orphans = end_orphans(janitor_pid);
-    if (orphans)
-        fprintf(stderr, "mtrun: %d process%s of the job outlived mpirun: ended\n", orphans,
-                orphans == 1 ? "" : "es");
+    end_orphans(janitor_pid);
     repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
     if (to_janitor >= 0) {
         int removed = remove_job_files(job);

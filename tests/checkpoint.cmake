@@ -7,5 +7,5 @@ add_test(NAME checkpoint_unit COMMAND test_checkpoint)
 foreach(t verify keep)
   add_test(NAME e2e_ckpt_${t} COMMAND bash ${MT_TEST_DIR}/e2e_ckpt_${t}.sh $<TARGET_FILE:mtrun>
            ${CMAKE_SOURCE_DIR})
-  set_tests_properties(e2e_ckpt_${t} PROPERTIES RUN_SERIAL TRUE TIMEOUT 600)
+  set_tests_properties(e2e_ckpt_${t} PROPERTIES TIMEOUT 600 LABELS e2e)
 endforeach()

@@ -9,4 +9,4 @@ add_test(NAME data_shards COMMAND test_data)
 set_tests_properties(data_shards PROPERTIES TIMEOUT 60 LABELS data)
 add_test(NAME data_e2e COMMAND bash ${MT_TEST_DIR}/data_e2e.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR} $<TARGET_FILE:test_data>)
-set_tests_properties(data_e2e PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 LABELS data)
+set_tests_properties(data_e2e PROPERTIES TIMEOUT 600 LABELS "data;e2e")

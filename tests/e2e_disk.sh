@@ -20,6 +20,8 @@ if mount -t tmpfs -o size=256k tmpfs "$WORK/small" 2>/dev/null; then
     expect "it says the device is full and that the partial save was removed" grep -q \
         "state.bin: No space left on device (the device holding the checkpoint folder is full); the partial save .*step_000002.tmp was removed" \
         "$WORK/full.log"
+    expect "and says it once, though every optimizer rank found the disk full" \
+        test "$(grep -c 'No space left on device' "$WORK/full.log")" -eq 1
     expect "no temporary folder is left behind" \
         bash -c "! ls -a '$WORK/small/run' | grep -q '^\.step_'"
     umount "$WORK/small"

@@ -8,7 +8,7 @@ add_test(NAME hf_errors COMMAND bash ${MT_TEST_DIR}/hf_errors.sh $<TARGET_FILE:t
          ${MT_TEST_DIR})
 add_test(NAME e2e_hf COMMAND bash ${MT_TEST_DIR}/hf_e2e.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:test_hf>)
-set_tests_properties(e2e_hf PROPERTIES RUN_SERIAL TRUE TIMEOUT 900)
+set_tests_properties(e2e_hf PROPERTIES TIMEOUT 900 LABELS e2e)
 # Parity with transformers (skipped, exit 77, without torch/transformers or without the backend):
 # the first-step loss of a Llama with llama3 rope_scaling, a Mistral and a Qwen2 (q/k/v biases)
 # against transformers' on the same batch, and our RoPE table bitwise (hf_family_parity.py); a

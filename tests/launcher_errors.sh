@@ -128,6 +128,15 @@ expect "missing config file" "^mtrun: no-such\.cfg: cannot open: No such file or
 expect "missing config argument" "^mtrun: missing CONFIG" -np 2
 expect "-np 1" "^mtrun: -np 1: need at least 2 processes \(1 compute \+ 1 optimizer\)$" -np 1 good.cfg
 expect "-np not a number" "^mtrun: -np four: not a number" -np four good.cfg
+# Far more ranks than a host has cores only bury it: refused before the plan, with the limit.
+cores=$(nproc)
+most=$((2 * cores > 8 ? 2 * cores : 8))
+expect "-np 1000" "^mtrun: -np 1000: 1000 ranks on a host of [0-9]+ cores?, at most $most \(2 per core, or 8\)" -np 1000 good.cfg
+expect "-np INT_MAX" "^mtrun: -np 2147483647: 2147483647 ranks on a host of [0-9]+ cores?, at most $most" -np 2147483647 good.cfg
+expect "-np past INT_MAX" "^mtrun: -np 2147483648: not a number of processes" -np 2147483648 good.cfg
+# A test's memory limit that is not a number is refused, not ignored.
+MT_PLAN_MEM_LIMIT=garbage expect "MT_PLAN_MEM_LIMIT garbage" "^mtrun: MT_PLAN_MEM_LIMIT=garbage: not a number of bytes" -np 2 good.cfg
+MT_PLAN_SHM_LIMIT=-5 expect "MT_PLAN_SHM_LIMIT negative" "^mtrun: MT_PLAN_SHM_LIMIT=-5: not a number of bytes" -np 2 good.cfg
 expect "unknown option" "^mtrun: --frobnicate: unknown option" --frobnicate good.cfg
 expect "missing hostfile" "^mtrun: no-such-hosts: cannot open: No such file or directory$" --hostfile no-such-hosts good.cfg
 
