@@ -77,7 +77,7 @@ void job_dirs_reap(void);
 
 // run_lock.c: one job per run folder. Takes the lock of folder `dir` (made when missing) for as
 // long as this process and mpirun live; 0, or -1 with one line in err naming the folder and the
-// pid of the job that holds it.
+// pid of the job that holds it. `what` names the option the folder came from.
 int run_lock_take(const char *dir, const char *what, char *err, size_t n);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.

@@ -176,7 +176,11 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             usage(stdout);
             exit(0);
         } else if (!strcmp(a, "--version")) {
-            printf("mtrun (MegaTrain-C) %s\n", MT_VERSION);
+#ifdef MT_HAVE_CUDA
+            printf("mtrun (MegaTrain-C) %s, backends: cpu, cuda\n", MT_VERSION);
+#else
+            printf("mtrun (MegaTrain-C) %s, backends: cpu\n", MT_VERSION);
+#endif
             exit(0);
         } else if (!strcmp(a, "--dry-run")) {
             m->dry_run = 1;
@@ -374,8 +378,9 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, con
 // overhead (the plan counts it): a thousand would bury a small machine before the plan's memory
 // check could help, as each is small. At most 2 per core, and 8 on any host (tests oversubscribe
 // small machines).
+// MT_TEST_NODES's virtual hosts count as hosts: tests run several on one machine.
 static void check_ranks_per_host(const mtrun_opts *o, const placement *p) {
-    int hosts = getenv("MT_TEST_NODES") ? 1 : o->nodes / o->gpus;
+    int hosts = o->nodes / o->gpus;
     long per_host = o->np / (hosts > 0 ? hosts : 1), most = 2L * p->cores;
     if (most < 8) most = 8;
     if (per_host > most)

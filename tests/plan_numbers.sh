@@ -15,6 +15,9 @@ TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT
 cd "$ROOT" || exit 1
 failures=0
+# A build with the CUDA backend says so in --version; its ranks load cuBLASLt.
+CUDA_BUILD=0
+"$MTRUN" --version | grep -q 'backends: cpu, cuda' && CUDA_BUILD=1
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 # Flattens the --plan --json object into "path value" lines: ranks.1.master 217088.
@@ -35,7 +38,7 @@ walk([], json.load(sys.stdin))'
 # The config is read with a plain "key = value;" scan: the two configs set every model and
 # batch key explicitly or use the schema defaults written below.
 expected() {
-    awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" -v DGSET="${5:-}" '
+    awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" -v DGSET="${5:-}" -v CUDABUILD="$CUDA_BUILD" '
     function up(x, a) { return int((x + a - 1) / a) * a }
     function min(a, b) { return a < b ? a : b }
     function out(k, v) { printf "%s %.0f\n", k, v }
@@ -59,6 +62,9 @@ expected() {
         # control block: magic, size, 4 int32, then 2 x 1024 int64 sequence numbers; one page-rounded header
         header = up(8 + 8 + 16 + 2 * 1024 * 8, 4096)
         K = NP - 1
+        # every rank process: 16 MiB (MPI, UCX, OpenMP), 96 MiB more in a CUDA build (cuBLASLt),
+        # and the compute rank of a GPU job 1 GiB more (its CUDA context): plan.h, measured
+        proc = 16 * 1048576 + (CUDABUILD ? 96 * 1048576 : 0); proc0 = proc + (CUDA ? 1073741824 : 0)
         # optimizer.device_groups = auto: none on the cpu; on cuda the embedding and the first
         # ceil(L / 8) layers, whose state lives on the GPU (no slots, no private m and v)
         # (the GPU plan is there for a cpu job too, for reference: the unlimited auto choice)
@@ -81,7 +87,7 @@ expected() {
             r = "ranks." (k + 1) "."
             out(r "master", grad0 - header); out(r "adam_m", mv); out(r "adam_v", mv)
             out(r "grads", total - grad0); out(r "control", header); out(r "moving", moving)
-            out(r "compute", 0); out(r "total", 2 * mv + total + moving)
+            out(r "compute", 0); out(r "process", proc); out(r "total", 2 * mv + total + moving + proc)
             state += grad0 - header + 2 * mv + moving; shared += total - grad0 + header
             regions += total
         }
@@ -143,9 +149,10 @@ expected() {
         # plus, on CUDA, the host staging copy of the largest GPU-updated group (fp32)
         big = DG == 0 ? 0 : (DG > 1 && layer > numel[0]) ? layer : numel[0]
         compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work + cpu_att
-        out("ranks.0.compute", compute); out("ranks.0.total", compute); out("ranks.0.master", 0)
+        out("ranks.0.compute", compute); out("ranks.0.process", proc0)
+        out("ranks.0.total", compute + proc0); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
-        out("host", state + shared + compute)
+        out("host", state + shared + compute + proc0 + K * proc)
     }' "$1"
 }
 
