@@ -19,6 +19,10 @@ require_gpu() {
     fi
 }
 
+# The backend of the tests of the job's life (stop, kill, watchdog): cpu, or MT_E2E_BACKEND=cuda
+# to run the same checks on the GPU.
+E2E_BACKEND=${MT_E2E_BACKEND:-cpu}
+
 # small_config BACKEND OUT: configs/test-small.cfg on BACKEND, runnable from $WORK.
 small_config() {
     sed -e "s/^backend = .*/backend = \"$1\";/" -e "s|\"\.\./data/|\"$SRC/data/|" \

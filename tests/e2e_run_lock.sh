@@ -4,7 +4,7 @@
 # the first trains on to the end as if alone. Once it has ended, the folder is free again.
 # usage: e2e_run_lock.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
-small_config cpu "$WORK/base.cfg"
+small_config "$E2E_BACKEND" "$WORK/base.cfg"
 sed -i 's/^steps = .*/steps = 40;/; s/^  interval = .*/  interval = 20;/' "$WORK/base.cfg"
 run_job alone 3 "$WORK/base.cfg" || show_log alone
 

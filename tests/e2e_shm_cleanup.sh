@@ -6,8 +6,7 @@
 # Only this test's own jobs are checked (their job ids, their configs in $WORK): other jobs may
 # be running on the machine.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
-CFG=$SRC/configs/test-small.cfg
-sed "s|\"\.\./data/|\"$SRC/data/|" "$CFG" >"$WORK/base.cfg"
+small_config "$E2E_BACKEND" "$WORK/base.cfg"
 run_job ok 3 "$WORK/base.cfg" --stop-at 3 || show_log ok
 expect "a successful run leaves nothing in /dev/shm" no_leftovers ok
 MT_FAULT_ABORT_AT_STEP=2 run_job crash 3 "$WORK/base.cfg"

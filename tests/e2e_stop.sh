@@ -6,7 +6,7 @@
 # - SIGHUP (a closed terminal) is a SIGTERM; a stop file of another user steers nothing.
 # usage: e2e_stop.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
-small_config cpu "$WORK/base.cfg"
+small_config "$E2E_BACKEND" "$WORK/base.cfg"
 sed -i 's/^steps = .*/steps = 60;/; s/^  interval = .*/  interval = 1000;/' "$WORK/base.cfg"
 
 # start NAME [mtrun args]: mtrun in the background on $WORK/base.cfg; waits for its 3rd step.

@@ -7,7 +7,7 @@
 # on the most).
 # usage: e2e_watchdog.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
-small_config cpu "$WORK/base.cfg"
+small_config "$E2E_BACKEND" "$WORK/base.cfg"
 sed -i 's/^steps = .*/steps = 100000;/; s/^  interval = .*/  interval = 0;/' "$WORK/base.cfg"
 echo "watchdog_s = 3;" >>"$WORK/base.cfg"
 
