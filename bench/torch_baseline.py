@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The PyTorch peer, measured in the same session as our bench: transformers' LlamaForCausalLM
-with everything on the GPU (fp32 master weights, bf16 autocast, SDPA attention, fused AdamW),
-on the bench configs' shapes (micro-batch 8 x seq 2048, 4 micro-batches per step, synthetic
-tokens). TFLOP/s by the same formula as ours: tokens/s x (6 N + 12 layers dim seq).
+"""The PyTorch peer, to run on the same machine as our bench (bench/device_run.sh torch-NAME,
+which adds --checkpointing but for 1b): transformers' LlamaForCausalLM with everything on the
+GPU (fp32 master weights, bf16 autocast, SDPA attention, fused AdamW), on the bench configs'
+shapes (micro-batch 8 x seq 2048, 4 micro-batches per step, synthetic tokens). TFLOP/s by the
+same formula as ours: tokens/s x (6 N + 12 layers dim seq).
 
 usage: bench/torch_baseline.py NAME [--steps 6] [--checkpointing]     NAME: 1b | 3b | 7b
 """

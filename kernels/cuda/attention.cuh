@@ -584,7 +584,8 @@ inline int dq_chunk_kv_heads(int B, int T, int H, int KV, int hd) {
 // The Hopper TMA kernels read heads that start on 16-byte boundaries. Head dims of 8k + 4 (100:
 // the 3.4B's 3200 / 32) do not: they run on copies of a run of heads zero-padded to ld = 128
 // elements, the hd 128 kernels' tiles. (ld = hd + 4 would do for TMA, but boxes over rows that
-// are not 128-byte aligned, and past the end of the head, ran at half the speed: session 11.)
+// are not 128-byte aligned, and past the end of the head, ran at half the speed: 2026-12-02,
+// commit f516f4f, bench/RESULTS.md.)
 // 0 where no copy is needed.
 inline int tma_padded_ld(int hd) {
     return hd % 8 == 4 && hd > 64 ? 128 : 0;
@@ -633,7 +634,7 @@ enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 
 // The tensor-core paths need rows of whole 8-byte chunks (hd % 4 == 0) and 16-byte aligned
 // bases for cp.async and the vector stores; anything else takes the simple path. Otherwise, by
-// measurement on the H200 (bench/RESULTS.md, session 7), wgmma from head dim `wgmma_from` up
+// measurement on the H200 (bench/RESULTS.md, 2026-12-01), wgmma from head dim `wgmma_from` up
 // and mma.sync below: the forward passes 64 (its warp-specialized TMA kernel beats mma.sync
 // there by 1.29x), the backward 65 (its wgmma kernels are a third faster at 128 but slower at
 // 64). MT_ATTENTION=simple, mma or wgmma asks for a path (tests, comparisons); wgmma falls back
@@ -660,7 +661,7 @@ inline int sm_count() {
 
 // The (batch row, head) pairs the TMA forward works on at once, so that about 16 CTAs of each are
 // resident and share their K and V tiles in L2: sm_count() / 16 from 128 tiles of 128 rows (16k
-// tokens) on, 0 (no limit) below (session 13, bench/RESULTS.md and docs/attention.md). The fused
+// tokens) on, 0 (no limit) below (2026-12-02, bench/RESULTS.md and docs/attention.md). The fused
 // backward's chains want more as they grow (chain_resident, attention_bwd_tma.cu).
 inline int pairs_in_flight(int tiles) {
     return tiles >= 128 ? sm_count() / 16 : 0;

@@ -357,7 +357,7 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
     // From hd 33 the fused TMA backward (attention_bwd_tma.cu) where it runs; without it, hd 64
-    // and under run faster on mma.sync than on the plain wgmma kernels (session 7).
+    // and under run faster on mma.sync than on the plain wgmma kernels (2026-12-01).
     const AttnPath path = attention_path(hd, ptrs, 8, 33);
     if (path == PATH_SIMPLE) {
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);

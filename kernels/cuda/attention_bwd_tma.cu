@@ -22,7 +22,7 @@
 // reproducible, as the rest of the attention path. Key tile 0 stores instead of adding: the
 // accumulator needs no clearing. kv heads are the grid's fastest dimension, so the CTAs resident
 // together hold neighbouring key tiles of several heads (key tiles fastest chains a whole head's
-// tiles in one wave: 1.5x slower at 2k-16k, session 12); how many of a head's key tiles, and the
+// tiles in one wave: 1.5x slower at 2k-16k, 2026-12-02); how many of a head's key tiles, and the
 // order of each CTA's items, chain_run_kv_heads and items_reversed say. A CTA waits only on
 // lower-numbered CTAs, which the hardware dispatches first: CUDA does not promise that order, but
 // it holds in practice (CUB's single-pass scan relies on it the same way). A last kernel scales the
@@ -42,7 +42,7 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // As in attention_tma.cu: __launch_bounds__(384, 1) gives 168 registers a thread at entry,
 // 64,512 in all, moved from the producer to the consumers: 128 x 32 + 256 x 232 stays within
 // it. The consumers need no more than 232; the producer's index arithmetic spilled at 24 (at hd
-// 64). Session 12's 24/240 ran no faster (session 14: hd 100's slow 131k backward was L2).
+// 64). The earlier 24/240 ran no faster (2026-12-03: hd 100's slow 131k backward was L2).
 constexpr int BT_PRODUCER_REGS = 32;
 constexpr int BT_CONSUMER_REGS = (168 * BT_THREADS - WG_THREADS * BT_PRODUCER_REGS) / 256 / 8 * 8;
 // Named barrier 1: both consumers (the dS tile is whole).
@@ -468,7 +468,7 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // it. In order, key tile j + 1 reaches each query tile two items before key tile j (it starts
 // two tiles further on), so tiles that start together wait for their predecessors; reversed,
 // every key tile reaches a query tile at the same position, and a tile waits at most for the
-// one add before it. The larger cost was L2 (session 13, bench/RESULTS.md): a chain's CTAs share
+// one add before it. The larger cost was L2 (2026-12-02, bench/RESULTS.md): a chain's CTAs share
 // its Q, dout and dq accumulator tiles only while they run close together. With 32 kv heads in a
 // run, a chain has 4 CTAs of 132 resident and at 32k-131k tokens the backward ran at 300-310
 // TFLOP/s; runs of 8 kv heads, 16 CTAs a chain, ran at 410-418. Below 16k tokens (128 key
@@ -478,7 +478,7 @@ void profile_report(BwdProfile *dev, int ctas, const Dims &d, int kvn) {
 // 301 TFLOP/s at 65k, 255 at 131k and 239 at 262k, the CTAs of a chain no longer sharing (L2 hit
 // rate 49% against hd 128's 94% on the same grid, Nsight Compute); why hd 100's drift apart and
 // hd 128's do not is not established. A sixteenth of the chain from 256 key tiles gives 328-343
-// from 32k to 512k, and hd 128 within 1% or 1-2% faster (session 14, bench/RESULTS.md).
+// from 32k to 512k, and hd 128 within 1% or 1-2% faster (2026-12-03, bench/RESULTS.md).
 // MT_ATTN_BWD_ORDER=asc (items in order) and MT_ATTN_CHAIN_RESIDENT=N (0: no limit) override
 // both, for comparisons.
 int items_reversed() {

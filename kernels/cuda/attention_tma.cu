@@ -50,7 +50,7 @@ __device__ __forceinline__ FwdTile fwd_tile(int group) {
 // SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
 // soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
 // K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
-// call (bench/RESULTS.md, session 11); the shipped variant.
+// run (bench/RESULTS.md, 2026-12-02, commit 7e102fb); the shipped variant.
 template <int HDP, bool SPLIT_KV>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 // (batch row, head) pairs that take all their query tiles before the next ones start. A head's
 // CTAs read the same K and V tiles; they share them in L2 only while they run close together.
 // With 32 heads at a time, 4 of a head's CTAs are resident (of 132), and at 65k-131k tokens the
-// forward ran at 481-508 TFLOP/s (hd 128, session 13); from 16k tokens pairs go
+// forward ran at 481-508 TFLOP/s (hd 128, 2026-12-02); from 16k tokens pairs go
 // pairs_in_flight at a time (8 on an H200). MT_ATTN_FWD_GROUP=N overrides it (0: all at once).
 static int fwd_group(int pairs, int T) {
     const char *e = getenv("MT_ATTN_FWD_GROUP");

@@ -17,10 +17,11 @@
 #define PLAN_GPU_PEAK_FLOPS 989e12 // H100/H200 dense bf16 peak, for MFU
 // causal attention as it runs (forward, backward and its recompute), measured on the H200 at head
 // dim 128: the 7B at 131,072 tokens, 46.2 s a step less the GEMMs' share at PLAN_GPU_FLOPS:
-// 392e12 (session 14, the backward's chains resident; 343e12 and 51.2 s in session 10, 360e12 at
-// 262,144; 310e12 in session 8, 240e12 in session 7, 188e12 with mma.sync; bench/RESULTS.md). Head
-// dim 64: the 1.1B at 524,288 tokens, 288.0 s a step: 297e12 with the fused TMA backward at hd 64
-// (session 12; 209e12 and 405.8 s with mma.sync's backward in session 11).
+// 392e12 (2026-12-03, commit 4ab13dc, the backward's chains resident). The kernels before gave
+// 343e12 and 51.2 s, 360e12 at 262,144 (2026-12-02), 310e12 and 240e12 (2026-12-01), 188e12 with
+// mma.sync; bench/RESULTS.md. Head dim 64: the 1.1B at 524,288 tokens, 288.0 s a step: 297e12
+// with the fused TMA backward at hd 64 (2026-12-02; 209e12 and 405.8 s with mma.sync's backward
+// earlier that day).
 #define PLAN_GPU_ATTENTION_FLOPS 390e12
 #define PLAN_GPU_ATTENTION_FLOPS_HD64 297e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
