@@ -19,6 +19,9 @@ typedef struct {
     const char *grad_dtype;  // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype
     const char *gpu_mem;     // --gpu-mem, or NULL
     const char *mpi_shm_dir; // Open MPI's shared-memory segments go here (one host), or NULL
+    // key=value settings over the config: a resumed checkpoint's first, then the command line's
+    const char *overrides[MT_MAX_OVERRIDES + 1];
+    int n_overrides;
     char **extra;            // the mpirun arguments after "--"
     int nextra;
     int tty, tty_columns; // stdout is a terminal, this wide

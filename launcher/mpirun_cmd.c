@@ -155,6 +155,7 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     for (int i = 0; i < o->nextra; i++) add(c, o->extra[i]);
     add(c, rank_prog);
     add(c, o->config);
+    for (int i = 0; i < o->n_overrides; i++) add(c, o->overrides[i]);
     if (o->resume) add(c, "--resume"), add(c, o->resume);
     if (o->out) add(c, "--out"), add(c, o->out);
     if (o->stop_at) add(c, "--stop-at"), add(c, o->stop_at);

@@ -33,7 +33,7 @@
 #endif
 
 static void usage(FILE *f) {
-    fputs("usage: mtrun [options] CONFIG [-- extra mpirun arguments]\n"
+    fputs("usage: mtrun [options] CONFIG [key=value...] [-- extra mpirun arguments]\n"
           "\n"
           "Trains the model that CONFIG (a train.cfg file) describes, on Open MPI: rank 0 is\n"
           "the compute process (it owns the GPU), ranks 1..N-1 are optimizer processes that\n"
@@ -60,7 +60,10 @@ static void usage(FILE *f) {
           "                   what nvidia-smi reports for GPU 0, when there is one)\n"
           "  --help           this text\n"
           "  --version        the version\n"
-          "Arguments after -- go to mpirun, before the rank program.\n"
+          "key=value settings override CONFIG's, with the same checks (dotted keys as in\n"
+          "docs/configuration.md: optimizer.lr=1e-4 batch.seq_len=4096 backend=cpu); the plan\n"
+          "line shows them, checkpoints record them, and --resume applies them again (settings\n"
+          "given with --resume win). Arguments after -- go to mpirun, before the rank program.\n"
           "\n"
           "examples:\n"
           "  mtrun configs/tiny.cfg                      # the tiny default, on this machine\n"
@@ -70,6 +73,7 @@ static void usage(FILE *f) {
           "  mtrun --resume runs/tiny -np 4 configs/tiny.cfg\n"
           "  mtrun --dry-run -np 4 train.cfg -- --mca btl_tcp_if_include eth0\n"
           "  mtrun --plan -np 5 configs/7b.cfg           # will it fit? how long per step?\n"
+          "  mtrun -np 5 configs/7b.cfg optimizer.lr=1e-4 batch.seq_len=4096\n"
           "\n"
           "Before it starts a job mtrun prints the plan in one line and refuses (exit 2) a job\n"
           "whose host memory or /dev/shm needs exceed what this host has, naming the smallest\n"
@@ -218,8 +222,14 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
                 die_usage("--stop-at %s: not a step number (>= 1)", o->stop_at);
         } else if (a[0] == '-' && a[1]) {
             die_usage("%s: unknown option (see mtrun --help; mpirun options go after --)", a);
+        } else if (strchr(a, '=') && (o->config || access(a, F_OK) != 0)) {
+            if (o->n_overrides == MT_MAX_OVERRIDES)
+                die_usage("%s: more than %d key=value settings", a, MT_MAX_OVERRIDES);
+            o->overrides[o->n_overrides++] = a;
         } else if (o->config) {
-            die_usage("%s: a second config file? (one CONFIG; mpirun arguments go after --)", a);
+            die_usage("%s: a second config file? (one CONFIG, then key=value settings; mpirun "
+                      "arguments go after --)",
+                      a);
         } else {
             o->config = a;
         }
@@ -389,6 +399,37 @@ static void check_ranks_per_host(const mtrun_opts *o, const placement *p) {
                   o->np, per_host, p->cores, p->cores == 1 ? "" : "s", most);
 }
 
+// --resume: the overrides the checkpoint's run was given apply again, under the command line's:
+// a resumed run trains on with the settings it had, unless told otherwise.
+static void add_resumed_overrides(mtrun_opts *o) {
+    static char saved[MT_MAX_OVERRIDES][MT_OVERRIDE_MAX];
+    char step[MT_PATH_MAX], err[MT_PATH_MAX + 256];
+    int n = 0;
+    if (!o->resume || checkpoint_resolve(o->resume, step, sizeof step, err, sizeof err) != 0)
+        return; // no checkpoint: the ranks say so
+    if (checkpoint_read_overrides(step, saved, MT_MAX_OVERRIDES, &n, err, sizeof err) != 0)
+        die_usage("%s", err);
+    const char *merged[MT_MAX_OVERRIDES + 1];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        size_t key = strcspn(saved[i], "=") + 1;
+        int replaced = 0;
+        for (int j = 0; j < o->n_overrides && !replaced; j++)
+            replaced = strncmp(o->overrides[j], saved[i], key) == 0;
+        if (!replaced) merged[m++] = saved[i];
+    }
+    if (m == 0) return;
+    if (m + o->n_overrides > MT_MAX_OVERRIDES)
+        die_usage("--resume %s: its %d settings and the command line's %d make more than %d", o->resume,
+                  m, o->n_overrides, MT_MAX_OVERRIDES);
+    printf("mtrun: --resume: the checkpoint's settings apply again:");
+    for (int i = 0; i < m; i++) printf(" %s", mt_shown(merged[i]));
+    printf("\n");
+    for (int j = 0; j < o->n_overrides; j++) merged[m + j] = o->overrides[j];
+    o->n_overrides += m;
+    memcpy(o->overrides, merged, sizeof(char *) * (size_t)o->n_overrides);
+}
+
 // One job per run folder (run_lock.c): the folder the ranks will write to, decided as they
 // decide it (mt-rank's load_config and resolve_checkpoints): --out, else the run folder of the
 // checkpoint --resume names, else checkpoint.dir.
@@ -416,9 +457,11 @@ int main(int argc, char **argv) {
     parse_args(argc, argv, &o, &m);
 
     char err[MT_PATH_MAX + 512];
-    mt_config cfg;
-    if (mt_config_load(&cfg, o.config, err, sizeof err) < 0) die_usage("%s", err);
+    static mt_config cfg; // large: overrides and paths
     if (o.resume) check_dir("--resume", o.resume);
+    add_resumed_overrides(&o);
+    if (mt_config_load_with(&cfg, o.config, o.overrides, o.n_overrides, err, sizeof err) < 0)
+        die_usage("%s", err);
     if (o.out && !*o.out) die_usage("--out: needs a folder");
     if (o.stop_at && parse_count(o.stop_at) > cfg.steps)
         die_usage("--stop-at %s: past the last step (steps = %d in %s)", o.stop_at, cfg.steps,

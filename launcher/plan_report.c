@@ -528,11 +528,20 @@ static void print_longest(FILE *f, const mt_plan *p, const host_probe *h) {
             G(longest), p->c->micro_batch);
 }
 
+// The command line's key=value settings the plan was made with, after `lead`.
+static void print_overrides(FILE *f, const mt_config *c, const char *lead) {
+    if (!c->n_overrides) return;
+    fputs(lead, f);
+    for (int i = 0; i < c->n_overrides; i++) fprintf(f, " %s", mt_shown(c->overrides[i]));
+}
+
 void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores) {
     const mt_config *c = p->c;
     const char *resolved = strcmp(c->backend, "auto") ? "" : p->cuda ? " -> cuda" : " -> cpu";
-    fprintf(f, "plan for %s: -np %d = 1 compute + %d optimizer rank%s, backend %s%s\n",
-            mt_shown(c->source_path), p->np, p->n_shards, p->n_shards == 1 ? "" : "s", c->backend, resolved);
+    fprintf(f, "plan for %s", mt_shown(c->source_path));
+    print_overrides(f, c, " with");
+    fprintf(f, ": -np %d = 1 compute + %d optimizer rank%s, backend %s%s\n", p->np, p->n_shards,
+            p->n_shards == 1 ? "" : "s", c->backend, resolved);
     fprintf(f,
             "model: %s parameters in %d groups (dim %d, %d layers, %d heads, %d kv heads, ffn "
             "%d, vocab %d, %s embeddings)\n",
@@ -562,6 +571,7 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
             p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
+    print_overrides(f, p->c, "; with");
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
             T(e.step_s), T(e.step_s * steps), steps, steps == 1 ? "" : "s");
 }

@@ -100,6 +100,11 @@ int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t
     return -1;
 }
 
+int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
+                              char *err, size_t errlen) {
+    return manifest_overrides(step_dir, out, max, n, err, errlen);
+}
+
 int checkpoint_read_step(const char *step_dir, int *step, int *skipped, char *err, size_t errlen) {
     char path[PATH_MAX];
     cJSON *root = manifest_load(step_dir, path, sizeof path, err, errlen);

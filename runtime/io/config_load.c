@@ -85,9 +85,10 @@ static int check_data_file(config_source *src, const mt_config *cfg) {
     return check_data_size(src, cfg, n, n_val);
 }
 
-int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen) {
+int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,
+                        char *err, size_t errlen) {
     config_source *src = NULL;
-    int rc = config_parse(cfg, path, &src, err, errlen);
+    int rc = config_parse(cfg, path, overrides, n, &src, err, errlen);
     if (rc == 0) rc = check_export_dir(src, cfg);
     if (rc == 0) rc = config_apply_model_dir(src, cfg);
     if (rc == 0) rc = config_check(src, cfg);
@@ -96,4 +97,8 @@ int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen) {
     if (rc == 0) rc = check_data_file(src, cfg);
     config_source_free(src);
     return rc;
+}
+
+int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen) {
+    return mt_config_load_with(cfg, path, NULL, 0, err, errlen);
 }

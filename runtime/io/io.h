@@ -12,6 +12,9 @@
 // Loads and validates path and the files it names. Returns 0, or -1 with a one-line message in
 // err: "<file>:<line>: <key>: <problem>" (or "<file>: <problem>" when no line applies).
 int mt_config_load(mt_config *cfg, const char *path, char *err, size_t errlen);
+// The same with key=value overrides applied over the file (config_parse, model.h).
+int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,
+                        char *err, size_t errlen);
 
 // ---- data ----
 
@@ -115,6 +118,10 @@ uint64_t hf_export_max_shard_bytes(void);
 int checkpoint_find_latest(const char *dir, char *out, size_t cap);
 // dir is a checkpoint folder (with manifest.json) or a checkpoint dir (with LATEST).
 int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t errlen);
+// The key=value overrides the run that saved a checkpoint was given (none in older ones), at most
+// max: mtrun applies them again on --resume, before the command line's own.
+int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
+                              char *err, size_t errlen);
 // The step a checkpoint holds, and how many steps before it were skipped (non-finite norms).
 int checkpoint_read_step(const char *step_dir, int *step, int *skipped, char *err, size_t errlen);
 // Checks that manifest.json (version, model shape, checksum list) and state.bin's header and

@@ -268,6 +268,12 @@ char *manifest_text(const mt_job *job, int step, const block_list *bl) {
     cJSON_AddStringToObject(root, "state", "state.bin");
     cJSON_AddItemToObject(root, "checksum", manifest_checksum(bl));
     cJSON_AddStringToObject(root, "config", job->cfg.source_path);
+    if (job->cfg.n_overrides) { // the command line's key=value settings, for the resume
+        cJSON *o = cJSON_CreateArray();
+        for (int i = 0; i < job->cfg.n_overrides; i++)
+            cJSON_AddItemToArray(o, cJSON_CreateString(job->cfg.overrides[i]));
+        cJSON_AddItemToObject(root, "overrides", o);
+    }
     cJSON_AddStringToObject(root, "self", "0000000000000000"); // last: see check_self
     char *text = cJSON_Print(root), *digits = text ? self_digits(text) : NULL;
     if (!digits) mt_die("checkpoint: cannot lay out manifest.json");
@@ -276,4 +282,27 @@ char *manifest_text(const mt_job *job, int step, const block_list *bl) {
     memcpy(digits, hex, 16);
     cJSON_Delete(root);
     return text;
+}
+
+int manifest_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
+                       char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 32];
+    *n = 0;
+    cJSON *root = manifest_load(step_dir, path, sizeof path, err, errlen);
+    if (!root) return -1;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "overrides"), *e;
+    int rc = 0;
+    if (o && !cJSON_IsArray(o)) rc = failf(err, errlen, "%s: overrides: not an array", path);
+    const cJSON *list = rc == 0 ? o : NULL;
+    cJSON_ArrayForEach(e, list) {
+        if (!cJSON_IsString(e) || strlen(e->valuestring) >= MT_OVERRIDE_MAX || *n == max ||
+            !strchr(e->valuestring, '=')) {
+            rc = failf(err, errlen, "%s: overrides: entry %d is not a key=value of at most %d bytes",
+                       path, *n + 1, MT_OVERRIDE_MAX - 1);
+            break;
+        }
+        snprintf(out[(*n)++], MT_OVERRIDE_MAX, "%s", e->valuestring);
+    }
+    cJSON_Delete(root);
+    return rc;
 }

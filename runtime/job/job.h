@@ -19,6 +19,8 @@ typedef struct {
     const char *config_path, *resume_dir, *out_dir;
     int stop_at; // end the job (with a checkpoint) after this many steps; 0: run them all
     const char *grad_dtype; // "fp32" or "bf16": mtrun's resolution of grad_dtype "auto", or NULL
+    const char *const *overrides; // key=value settings over the config file, in order
+    int n_overrides;
 } job_args;
 
 typedef struct {

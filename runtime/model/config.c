@@ -51,6 +51,9 @@ typedef struct config_source {
     const char *file_of[NFIELDS];
     big_literal big[MAX_BIG];
     int nbig;
+    // Overrides: key i set by override k has line[i] = -(k + 1); `now` is the one being stored.
+    const char *const *overrides;
+    const char *now;
 } ctx_t;
 
 static int fail(ctx_t *x, int line, const char *key, const char *fmt, ...) {
@@ -59,8 +62,11 @@ static int fail(ctx_t *x, int line, const char *key, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    char where[MT_PATH_MAX + 32];
-    if (line > 0)
+    char where[MT_PATH_MAX + MT_OVERRIDE_MAX + 32];
+    const char *override = line < 0 ? x->overrides[-line - 1] : x->now;
+    if (override)
+        snprintf(where, sizeof where, "%s: override %s", x->path, override);
+    else if (line > 0)
         snprintf(where, sizeof where, "%s:%d", x->file ? x->file : x->path, line);
     else
         snprintf(where, sizeof where, "%s", x->file ? x->file : x->path);
@@ -190,7 +196,7 @@ static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
             return fail(x, line, f->key, "expected an integer, got %s", type_name(t));
         long long v = config_setting_get_int64(s);
-        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file) ? big_literal_of(x, s) : NULL;
+        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file && !x->now) ? big_literal_of(x, s) : NULL;
         if (big) { // libconfig wrapped it: read the literal ourselves
             errno = 0;
             int hex = strstr(big->text, "0x") || strstr(big->text, "0X");
@@ -209,7 +215,7 @@ static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
             return fail(x, line, f->key, "expected a number, got %s", type_name(t));
         double v = (t == CONFIG_TYPE_FLOAT) ? config_setting_get_float(s)
                                             : (double)config_setting_get_int64(s);
-        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file) ? big_literal_of(x, s) : NULL;
+        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file && !x->now) ? big_literal_of(x, s) : NULL;
         if (big) v = strtod(big->text, NULL);
         snprintf(buf, sizeof buf, "%.10g", v);
         if (!in_range(f, v)) return out_of_range(x, line, f, buf);
@@ -263,6 +269,106 @@ static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const c
             return fail(x, line, key, "unknown key");
         }
     }
+    return 0;
+}
+
+// ---- overrides from the command line ----
+
+static int join_path(char *out, size_t n, const char *base, const char *rel);
+
+// The value text of an override as libconfig reads it: a string field's value may come without
+// quotes (backend=cpu), and an integer too wide for an int gets libconfig's L, so that it is
+// never wrapped (the file's pre-scan does that job there).
+static void value_text(const field_t *f, const char *v, char *out, size_t n) {
+    if (f->kind == K_STRING && v[0] != '"') {
+        size_t used = (size_t)snprintf(out, n, "v = \"");
+        for (const char *p = v; *p && used + 3 < n; p++) {
+            if (*p == '"' || *p == '\\') out[used++] = '\\';
+            out[used++] = *p;
+        }
+        snprintf(out + used, n - used, "\";");
+        return;
+    }
+    char *end;
+    errno = 0;
+    long long i = strtoll(v, &end, 0);
+    int wide = *v && !*end && !strpbrk(v, ".eE") && (errno == ERANGE || i > INT_MAX || i < INT_MIN);
+    snprintf(out, n, "v = %s%s;", v, wide && errno != ERANGE ? "L" : "");
+}
+
+// The settings that name files and folders: from the command line, a relative one is relative
+// to the folder mtrun runs in, as a shell user means it (in the file, to the file's folder).
+static int is_path_field(const field_t *f) {
+    size_t o = f->off;
+    return o == offsetof(mt_config, data_path) || o == offsetof(mt_config, val_path) ||
+           o == offsetof(mt_config, checkpoint_dir) || o == offsetof(mt_config, model_dir) ||
+           o == offsetof(mt_config, export_dir);
+}
+
+static const char *kind_text(const field_t *f) {
+    switch (f->kind) {
+    case K_INT:
+    case K_INT64:
+        return "an integer";
+    case K_FLOAT:
+        return "a number";
+    case K_BOOL:
+        return "true or false";
+    case K_RANGE:
+        return "two steps [first, last]";
+    default:
+        return "a string";
+    }
+}
+
+// Override k, "group.key=value": the schema's key, type and range checks, as for the file.
+static int apply_override(ctx_t *x, mt_config *cfg, int k) {
+    const char *arg = x->overrides[k], *eq = strchr(arg, '=');
+    char key[128];
+    x->now = arg, x->file = NULL;
+    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof key)
+        return fail(x, 0, NULL, "expected group.key=value");
+    snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
+    const field_t *f = find_field(key);
+    if (!f && is_group(key))
+        return fail(x, 0, key, "a group of settings: give one of them, as %s.name=value", key);
+    if (!f) {
+        const char *hint = suggest(key);
+        if (hint) return fail(x, 0, key, "unknown key (did you mean %s?)", hint);
+        return fail(x, 0, key, "unknown key");
+    }
+    char text[2 * MT_PATH_MAX + 16], value[MT_PATH_MAX], cwd[MT_PATH_MAX];
+    snprintf(value, sizeof value, "%s", eq + 1);
+    if (is_path_field(f) && value[0] && value[0] != '/' && value[0] != '"' &&
+        getcwd(cwd, sizeof cwd) && join_path(value, sizeof value, cwd, eq + 1) < 0)
+        return fail(x, 0, key, "path too long");
+    value_text(f, value, text, sizeof text);
+    config_t one;
+    config_init(&one);
+    int rc;
+    if (!config_read_string(&one, text))
+        rc = fail(x, 0, key, "expected %s, got '%s'", kind_text(f), eq + 1);
+    else
+        rc = store(x, cfg, f, config_lookup(&one, "v"));
+    config_destroy(&one);
+    if (rc < 0) return -1;
+    x->line[f - schema] = -(k + 1), x->file_of[f - schema] = NULL;
+    snprintf(cfg->overrides[cfg->n_overrides++], MT_OVERRIDE_MAX, "%s", arg);
+    return 0;
+}
+
+static int apply_overrides(ctx_t *x, mt_config *cfg, int n) {
+    if (n > MT_MAX_OVERRIDES)
+        return fail(x, 0, NULL, "%d overrides on the command line, at most %d", n,
+                    MT_MAX_OVERRIDES);
+    for (int k = 0; k < n; k++) {
+        if (strlen(x->overrides[k]) >= MT_OVERRIDE_MAX) {
+            x->now = x->overrides[k];
+            return fail(x, 0, NULL, "longer than %d bytes", MT_OVERRIDE_MAX - 1);
+        }
+        if (apply_override(x, cfg, k) < 0) return -1;
+    }
+    x->now = NULL;
     return 0;
 }
 
@@ -322,7 +428,7 @@ static int line_of(ctx_t *x, const char *k) {
     return x->line[i];
 }
 #define LINE(k) line_of(x, k)
-#define SEEN(k) (x->line[find_field(k) - schema] > 0)
+#define SEEN(k) (x->line[find_field(k) - schema] != 0)
 
 int config_resolve_paths(config_source *x, mt_config *cfg) {
     char dir[MT_PATH_MAX], out[MT_PATH_MAX];
@@ -522,7 +628,7 @@ int config_fail(config_source *x, const char *key, const char *fmt, ...) {
     return fail(x, LINE(key), key, "%s", msg);
 }
 
-static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
+static int load(ctx_t *x, mt_config *cfg, config_t *lc, int n_overrides) {
     struct stat st;
     if (stat(x->path, &st) == 0 && S_ISDIR(st.st_mode))
         return fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
@@ -557,6 +663,7 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
     snprintf(cfg->source_path, sizeof cfg->source_path, "%s", x->path);
     if (walk(x, cfg, config_root_setting(lc), NULL) < 0) return -1;
     x->file = NULL;
+    if (apply_overrides(x, cfg, n_overrides) < 0) return -1;
     for (int i = 0; i < NFIELDS; i++)
         if ((schema[i].flags & REQUIRED) && !x->line[i] &&
             !(cfg->model_dir[0] && strncmp(schema[i].key, "model.", 6) == 0)) // model_dir sets them
@@ -565,14 +672,15 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc) {
     return 0;
 }
 
-int config_parse(mt_config *cfg, const char *path, config_source **src, char *err, size_t errlen) {
+int config_parse(mt_config *cfg, const char *path, const char *const *overrides, int n,
+                 config_source **src, char *err, size_t errlen) {
     ctx_t *x = calloc(1, sizeof *x);
     if (!x) mt_die("out of memory");
-    x->path = path, x->err = err, x->errlen = errlen;
+    x->path = path, x->err = err, x->errlen = errlen, x->overrides = overrides;
     if (errlen) err[0] = 0;
     config_init(&x->lc);
     *src = x;
-    return load(x, cfg, &x->lc);
+    return load(x, cfg, &x->lc, n);
 }
 
 void config_source_free(config_source *x) {

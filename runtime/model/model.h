@@ -12,6 +12,8 @@
 // ---- train.cfg: the job description, parsed with libconfig and checked against a schema ----
 
 #define MT_PATH_MAX 4096
+#define MT_MAX_OVERRIDES 32
+#define MT_OVERRIDE_MAX 256 // one key=value, its terminator included
 
 typedef struct {
     // model
@@ -62,8 +64,12 @@ typedef struct {
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
     char export_dtype[16]; // "float32" (the master weights, bitwise) or "bfloat16"
-    // where it came from
+    // where it came from: the file, and the key=value settings given after it on the command
+    // line (mtrun ... CONFIG optimizer.lr=1e-4), applied over the file in order; a checkpoint
+    // records them, so that its resume trains on with them
     char source_path[MT_PATH_MAX];
+    char overrides[MT_MAX_OVERRIDES][MT_OVERRIDE_MAX];
+    int n_overrides;
 } mt_config;
 
 // Loading train.cfg, in the order of its checks, so that the first message is the most useful
@@ -73,9 +79,13 @@ typedef struct {
 // "<file>: <problem>" when no line applies).
 typedef struct config_source config_source; // where each key was set, for those messages
 
-// Parses path (syntax, known keys, types and ranges, required keys, derived defaults). *src is
-// set even on failure: free it with config_source_free.
-int config_parse(mt_config *cfg, const char *path, config_source **src, char *err, size_t errlen);
+// Parses path (syntax, known keys, types and ranges, required keys, derived defaults), then
+// applies the n overrides ("group.key=value", value in the file's syntax; a string may go
+// unquoted) with the same checks, as if the file ended with them. *src is set even on failure:
+// free it with config_source_free. A message about an override names it: "<file>: override
+// <key=value>: <key>: <problem>".
+int config_parse(mt_config *cfg, const char *path, const char *const *overrides, int n,
+                 config_source **src, char *err, size_t errlen);
 // path (key's value) made absolute, relative to the config file's folder.
 int config_resolve(config_source *src, const char *key, char *path, size_t cap);
 // model_dir's config.json supplies the model.* fields; a key train.cfg also sets must agree.

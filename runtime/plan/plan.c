@@ -357,6 +357,13 @@ static void add_rank(plan_rank *sum, const plan_rank *r) {
     sum->compute += r->compute, sum->process += r->process, sum->total += r->total;
 }
 
+// A job on the GPU runs a CUDA build, whichever build plans it.
+#ifdef MT_HAVE_CUDA
+#define PLAN_CUDA_BUILD 1
+#else
+#define PLAN_CUDA_BUILD 0
+#endif
+
 uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
     return PLAN_RANK_PROCESS_BYTES + (in_cuda_build ? PLAN_RANK_CUDA_LIBS_BYTES : 0) +
            (compute_cuda ? PLAN_CUDA_HOST_CONTEXT_BYTES : 0);
@@ -439,11 +446,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                               grad_bytes);
             optimizer_rank(pr, lay, moment_nodes);
         }
-#ifdef MT_HAVE_CUDA
-        pr->process = plan_process_bytes(r == 0 && cuda, 1);
-#else
-        pr->process = plan_process_bytes(0, 0);
-#endif
+        pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
                     pr->compute + pr->process;
         pr->numa_node = bound ? r % numa_nodes : -1;

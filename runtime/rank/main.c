@@ -37,7 +37,8 @@ static void split_batch(mt_job *job) {
 
 static void load_config(mt_job *job) {
     char err[1024];
-    if (mt_config_load(&job->cfg, job->args.config_path, err, sizeof err) != 0)
+    if (mt_config_load_with(&job->cfg, job->args.config_path, job->args.overrides,
+                            job->args.n_overrides, err, sizeof err) != 0)
         job_fail_input(job, err);
     if (job->args.out_dir)
         snprintf(job->cfg.checkpoint_dir, sizeof job->cfg.checkpoint_dir, "%s", job->args.out_dir);
@@ -160,13 +161,15 @@ static void teardown(mt_job *job) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: mt-rank CONFIG [--resume DIR] [--out DIR] [--stop-at STEP] "
+    fprintf(f, "usage: mt-rank CONFIG [key=value...] [--resume DIR] [--out DIR] [--stop-at STEP] "
                "[--grad-dtype fp32|bf16]\n"
                "Started by mtrun on every rank of a job; run mtrun --help instead.\n");
 }
 
 static job_args parse_args(int argc, char **argv) {
     job_args a = {0};
+    static const char *overrides[MT_MAX_OVERRIDES + 1];
+    a.overrides = overrides;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int has_value = i + 1 < argc;
@@ -182,6 +185,8 @@ static job_args parse_args(int argc, char **argv) {
             a.grad_dtype = argv[++i];
         else if (s[0] != '-' && !a.config_path)
             a.config_path = s;
+        else if (s[0] != '-' && strchr(s, '=') && a.n_overrides <= MT_MAX_OVERRIDES)
+            overrides[a.n_overrides++] = s; // more than the most: the config loader says so
         else
             usage(stderr), exit(2);
     }
