@@ -22,7 +22,7 @@ typedef struct {
     // key=value settings over the config: a resumed checkpoint's first, then the command line's
     const char *overrides[MT_MAX_OVERRIDES + 1];
     int n_overrides;
-    char **extra;            // the mpirun arguments after "--"
+    char **extra; // the mpirun arguments after "--"
     int nextra;
     int tty, tty_columns; // stdout is a terminal, this wide
 } mtrun_opts;

@@ -405,8 +405,11 @@ static void add_resumed_overrides(mtrun_opts *o) {
     static char saved[MT_MAX_OVERRIDES][MT_OVERRIDE_MAX];
     char step[MT_PATH_MAX], err[MT_PATH_MAX + 256];
     int n = 0;
-    if (!o->resume || checkpoint_resolve(o->resume, step, sizeof step, err, sizeof err) != 0)
-        return; // no checkpoint: the ranks say so
+    int at, skipped;
+    // No checkpoint, or a damaged manifest: the ranks check it whole and say what is wrong.
+    if (!o->resume || checkpoint_resolve(o->resume, step, sizeof step, err, sizeof err) != 0 ||
+        checkpoint_read_step(step, &at, &skipped, err, sizeof err) != 0)
+        return;
     if (checkpoint_read_overrides(step, saved, MT_MAX_OVERRIDES, &n, err, sizeof err) != 0)
         die_usage("%s", err);
     const char *merged[MT_MAX_OVERRIDES + 1];
@@ -420,8 +423,8 @@ static void add_resumed_overrides(mtrun_opts *o) {
     }
     if (m == 0) return;
     if (m + o->n_overrides > MT_MAX_OVERRIDES)
-        die_usage("--resume %s: its %d settings and the command line's %d make more than %d", o->resume,
-                  m, o->n_overrides, MT_MAX_OVERRIDES);
+        die_usage("--resume %s: its %d settings and the command line's %d make more than %d",
+                  o->resume, m, o->n_overrides, MT_MAX_OVERRIDES);
     printf("mtrun: --resume: the checkpoint's settings apply again:");
     for (int i = 0; i < m; i++) printf(" %s", mt_shown(merged[i]));
     printf("\n");

@@ -19,8 +19,8 @@ typedef struct {
     char line[1024];
     size_t len;
     int in_box;
-    int rank_lines; // lines a rank said when it gave up ("megatrain: ...", "mt-rank: ...")
-    uint64_t said[32];  // hashes of those lines: several ranks that fail alike say one line
+    int rank_lines;    // lines a rank said when it gave up ("megatrain: ...", "mt-rank: ...")
+    uint64_t said[32]; // hashes of those lines: several ranks that fail alike say one line
     int nsaid;
     char box[BOX_MAX];
     size_t box_len;

@@ -116,8 +116,10 @@ void job_dirs_reap(void) {
         snprintf(alive, sizeof alive, "/dev/shm/mtc-%s/alive", job);
         if (access(alive, F_OK) != 0) continue; // not made by this mtrun, or still being made
         int n = remove_job_files(job);
-        fprintf(stderr, "mtrun: removed what job %s left in /dev/shm (%d region%s) when it was "
-                        "killed\n", job, n, n == 1 ? "" : "s");
+        fprintf(stderr,
+                "mtrun: removed what job %s left in /dev/shm (%d region%s) when it was "
+                "killed\n",
+                job, n, n == 1 ? "" : "s");
     }
     closedir(d);
 }
@@ -281,8 +283,10 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
     if (to_janitor >= 0) {
         int removed = remove_job_files(job);
         if (removed)
-            fprintf(stderr, "mtrun: removed %d shared-memory region%s that job %s left in "
-                            "/dev/shm\n", removed, removed == 1 ? "" : "s", job);
+            fprintf(stderr,
+                    "mtrun: removed %d shared-memory region%s that job %s left in "
+                    "/dev/shm\n",
+                    removed, removed == 1 ? "" : "s", job);
         (void)!write(to_janitor, "", 1);
         close(to_janitor);
         while (waitpid(janitor_pid, NULL, 0) < 0 && errno == EINTR) {

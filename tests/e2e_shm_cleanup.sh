@@ -34,7 +34,7 @@ latest=$(cat "$WORK/killed/LATEST" 2>/dev/null)
 expect "after kill -9 of mpirun, mtrun exits non-zero (rc $rc)" test "$rc" -ne 0
 expect "when mtrun returns, no rank of its job is left (${left:-none})" test -z "$left"
 expect "nothing of the job is left in /dev/shm, Open MPI's segments included" no_leftovers killed
-"$MTRUN" -np 3 "$WORK/long.cfg" --resume "$WORK/killed" --stop-at $((${latest#step_} + 2)) \
+"$MTRUN" -np 3 "$WORK/long.cfg" --resume "$WORK/killed" --stop-at $((10#${latest#step_} + 2)) \
     >"$WORK/killed-resume.log" 2>&1
 rc=$?
 expect "a --resume right after it runs alone in the folder (rc $rc)" test "$rc" -eq 0

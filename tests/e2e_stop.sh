@@ -94,8 +94,12 @@ done
 
 # Only the job's own user can ask it to stop: the stop file lives in the job's folder, mode 0700,
 # and a file there that another user owns is ignored; one at the old place of /dev/shm, where
-# anyone may write, steers nothing either.
-start stranger
+# anyone may write, steers nothing either. (A job long enough not to end on its own meanwhile:
+# on a GPU 60 steps take a second.)
+sed 's/^steps = .*/steps = 100000;/' "$WORK/base.cfg" >"$WORK/long.cfg"
+"$MTRUN" -np 3 "$WORK/long.cfg" --out "$WORK/stranger" >"$WORK/stranger.log" 2>&1 &
+pid=$!
+for i in $(seq 1 300); do grep -q '^step *3/' "$WORK/stranger.log" && break; sleep 0.05; done
 job=$(job_id stranger)
 folder_mode=$(stat -c %a "/dev/shm/mtc-$job" 2>/dev/null)
 expect "the job's folder is private (mode ${folder_mode:-missing})" test "$folder_mode" = 700

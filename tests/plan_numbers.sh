@@ -64,8 +64,8 @@ expected() {
         K = NP - 1
         # every rank process: 16 MiB (MPI, UCX, OpenMP), 96 MiB more in a CUDA build (cuBLASLt;
         # a job on the GPU runs one, whatever build plans it),
-        # and the compute rank of a GPU job 1 GiB more (its CUDA context): plan.h, measured
-        proc = 16 * 1048576 + (CUDABUILD || CUDA ? 96 * 1048576 : 0); proc0 = proc + (CUDA ? 1073741824 : 0)
+        # and the compute rank of a GPU job 256 MiB more (its CUDA context): plan.h, measured
+        proc = 16 * 1048576 + (CUDABUILD || CUDA ? 96 * 1048576 : 0); proc0 = proc + (CUDA ? 268435456 : 0)
         # optimizer.device_groups = auto: none on the cpu; on cuda the embedding and the first
         # ceil(L / 8) layers, whose state lives on the GPU (no slots, no private m and v)
         # (the GPU plan is there for a cpu job too, for reference: the unlimited auto choice)

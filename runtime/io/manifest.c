@@ -297,8 +297,9 @@ int manifest_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int ma
     cJSON_ArrayForEach(e, list) {
         if (!cJSON_IsString(e) || strlen(e->valuestring) >= MT_OVERRIDE_MAX || *n == max ||
             !strchr(e->valuestring, '=')) {
-            rc = failf(err, errlen, "%s: overrides: entry %d is not a key=value of at most %d bytes",
-                       path, *n + 1, MT_OVERRIDE_MAX - 1);
+            rc =
+                failf(err, errlen, "%s: overrides: entry %d is not a key=value of at most %d bytes",
+                      path, *n + 1, MT_OVERRIDE_MAX - 1);
             break;
         }
         snprintf(out[(*n)++], MT_OVERRIDE_MAX, "%s", e->valuestring);

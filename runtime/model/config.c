@@ -10,6 +10,7 @@
 // Every message is one line: "<file>:<line>: <key>: <problem>", or "<file>: ..." when no
 // line applies (a missing key, a file that does not open).
 #include "runtime/model/config_schema.h"
+#include "runtime/model/config_source.h"
 #include "runtime/model/model.h"
 #include "runtime/base/base.h"
 
@@ -26,56 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { NFIELDS = CONFIG_FIELDS };
 #define schema config_schema
-
-// libconfig 1.5 silently wraps integer literals that do not fit an int (3000000000 reads
-// as -1294967296). A light pre-scan of the text remembers such literals by line, so that
-// they are read as 64-bit values (seed) or reported as out of range, never wrapped.
-enum { MAX_BIG = 16 };
-typedef struct {
-    int line;
-    char name[64]; // the setting name just before it
-    char text[64];
-} big_literal;
-
-// Where each key was set, kept from parsing to the last check so that every message can name
-// the file and line: the public config_source.
-typedef struct config_source {
-    config_t lc;      // owns the file names that file_of points to
-    const char *path; // as the user gave it
-    const char *file; // file of the setting at hand when it came from an @include, or NULL
-    char *err;
-    size_t errlen;
-    int line[NFIELDS]; // source line of each key found in the file, 0 if absent
-    const char *file_of[NFIELDS];
-    big_literal big[MAX_BIG];
-    int nbig;
-    // Overrides: key i set by override k has line[i] = -(k + 1); `now` is the one being stored.
-    const char *const *overrides;
-    const char *now;
-} ctx_t;
-
-static int fail(ctx_t *x, int line, const char *key, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    char where[MT_PATH_MAX + MT_OVERRIDE_MAX + 32];
-    const char *override = line < 0 ? x->overrides[-line - 1] : x->now;
-    if (override)
-        snprintf(where, sizeof where, "%s: override %s", x->path, override);
-    else if (line > 0)
-        snprintf(where, sizeof where, "%s:%d", x->file ? x->file : x->path, line);
-    else
-        snprintf(where, sizeof where, "%s", x->file ? x->file : x->path);
-    if (key)
-        snprintf(x->err, x->errlen, "%s: %s: %s", where, key, msg);
-    else
-        snprintf(x->err, x->errlen, "%s: %s", where, msg);
-    return -1;
-}
 
 // ---- the pre-scan for wide integer literals ----
 
@@ -132,119 +84,7 @@ static void scan_big_literals(ctx_t *x, FILE *f) {
     }
 }
 
-static const big_literal *big_literal_of(const ctx_t *x, const config_setting_t *s) {
-    for (int i = 0; i < x->nbig; i++)
-        if (x->big[i].line == (int)config_setting_source_line(s) &&
-            strcmp(x->big[i].name, config_setting_name(s)) == 0)
-            return &x->big[i];
-    return NULL;
-}
-
 // ---- storing one setting ----
-
-static int out_of_range(ctx_t *x, int line, const field_t *f, const char *value) {
-    char r[128];
-    range_text(f, r, sizeof r);
-    return fail(x, line, f->key, "%s is out of range: %s", value, r);
-}
-
-// choices is "a|b|c".
-static int choice_ok(const char *choices, const char *s) {
-    for (const char *p = choices; *p;) {
-        size_t len = strcspn(p, "|");
-        if (len == strlen(s) && strncmp(p, s, len) == 0) return 1;
-        p += len + (p[len] == '|');
-    }
-    return 0;
-}
-
-// [a, b]: two integers in the field's range, a <= b (b <= steps is a cross-field rule).
-static int store_range(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
-    int line = (int)config_setting_source_line(s);
-    int t = config_setting_type(s), *dst = (int *)((char *)cfg + f->off);
-    if (t != CONFIG_TYPE_ARRAY)
-        return fail(x, line, f->key, "expected an array of two steps [first, last], got %s",
-                    type_name(t));
-    if (config_setting_length(s) != 2)
-        return fail(x, line, f->key, "expected two steps [first, last], got %d",
-                    config_setting_length(s));
-    for (int i = 0; i < 2; i++) {
-        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-        int et = config_setting_type(e);
-        if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64)
-            return fail(x, line, f->key, "expected integers, got %s", type_name(et));
-        long long v = config_setting_get_int64(e);
-        if (!in_range(f, (double)v))
-            return fail(x, line, f->key, "%lld is out of range: steps count from 1", v);
-        dst[i] = (int)v;
-    }
-    if (dst[0] > dst[1])
-        return fail(x, line, f->key, "[%d, %d]: the first step is after the last", dst[0], dst[1]);
-    return 0;
-}
-
-static int store(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
-    int line = (int)config_setting_source_line(s);
-    int t = config_setting_type(s);
-    char *dst = (char *)cfg + f->off;
-    char buf[64];
-    x->line[f - schema] = line;
-    x->file_of[f - schema] = x->file;
-    if (f->kind == K_RANGE) return store_range(x, cfg, f, s);
-
-    if (f->kind == K_INT || f->kind == K_INT64) {
-        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
-            return fail(x, line, f->key, "expected an integer, got %s", type_name(t));
-        long long v = config_setting_get_int64(s);
-        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file && !x->now) ? big_literal_of(x, s) : NULL;
-        if (big) { // libconfig wrapped it: read the literal ourselves
-            errno = 0;
-            int hex = strstr(big->text, "0x") || strstr(big->text, "0X");
-            v = strtoll(big->text, NULL, hex ? 16 : 10);
-            if (errno == ERANGE) return out_of_range(x, line, f, big->text);
-        }
-        snprintf(buf, sizeof buf, "%lld", v);
-        if (!in_range(f, (double)v)) return out_of_range(x, line, f, buf);
-        if (f->kind == K_INT)
-            *(int *)dst = (int)v;
-        else
-            *(uint64_t *)dst = (uint64_t)v;
-    } else if (f->kind == K_FLOAT) {
-        // libconfig types 1e-3 as a float but 1 as an int: both are numbers here.
-        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64 && t != CONFIG_TYPE_FLOAT)
-            return fail(x, line, f->key, "expected a number, got %s", type_name(t));
-        double v = (t == CONFIG_TYPE_FLOAT) ? config_setting_get_float(s)
-                                            : (double)config_setting_get_int64(s);
-        const big_literal *big = (t == CONFIG_TYPE_INT && !x->file && !x->now) ? big_literal_of(x, s) : NULL;
-        if (big) v = strtod(big->text, NULL);
-        snprintf(buf, sizeof buf, "%.10g", v);
-        if (!in_range(f, v)) return out_of_range(x, line, f, buf);
-        *(double *)dst = v;
-    } else if (f->kind == K_BOOL) {
-        if (t != CONFIG_TYPE_BOOL)
-            return fail(x, line, f->key, "expected true or false, got %s", type_name(t));
-        *(int *)dst = config_setting_get_bool(s);
-    } else {
-        if (t != CONFIG_TYPE_STRING)
-            return fail(x, line, f->key, "expected a string, got %s", type_name(t));
-        const char *v = config_setting_get_string(s);
-        if (f->choices && !choice_ok(f->choices, v)) {
-            char list[160] = ""; // "auto|cpu|cuda" -> "auto", "cpu", "cuda"
-            for (const char *p = f->choices; *p;) {
-                size_t len = strcspn(p, "|"), used = strlen(list);
-                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len,
-                         p);
-                p += len + (p[len] == '|');
-            }
-            return fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
-        }
-        if (v[0] == 0) return fail(x, line, f->key, "must not be empty");
-        if (strlen(v) >= f->size)
-            return fail(x, line, f->key, "too long (at most %zu bytes)", f->size - 1);
-        memcpy(dst, v, strlen(v) + 1);
-    }
-    return 0;
-}
 
 // Walks one group of the file (the root, or a known group) in file order.
 static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const char *prefix) {
@@ -258,148 +98,21 @@ static int walk(ctx_t *x, mt_config *cfg, const config_setting_t *group, const c
         const field_t *f = find_field(key);
         int t = config_setting_type(s);
         if (f) {
-            if (store(x, cfg, f, s) < 0) return -1;
+            if (source_store(x, cfg, f, s) < 0) return -1;
         } else if (is_group(key)) { // model = { rope_scaling = { ... } } nests one deeper
             if (t != CONFIG_TYPE_GROUP)
-                return fail(x, line, key, "expected a group { ... }, got %s", type_name(t));
+                return source_fail(x, line, key, "expected a group { ... }, got %s", type_name(t));
             if (walk(x, cfg, s, key) < 0) return -1;
         } else {
             const char *hint = suggest(key);
-            if (hint) return fail(x, line, key, "unknown key (did you mean %s?)", hint);
-            return fail(x, line, key, "unknown key");
+            if (hint) return source_fail(x, line, key, "unknown key (did you mean %s?)", hint);
+            return source_fail(x, line, key, "unknown key");
         }
     }
-    return 0;
-}
-
-// ---- overrides from the command line ----
-
-static int join_path(char *out, size_t n, const char *base, const char *rel);
-
-// The value text of an override as libconfig reads it: a string field's value may come without
-// quotes (backend=cpu), and an integer too wide for an int gets libconfig's L, so that it is
-// never wrapped (the file's pre-scan does that job there).
-static void value_text(const field_t *f, const char *v, char *out, size_t n) {
-    if (f->kind == K_STRING && v[0] != '"') {
-        size_t used = (size_t)snprintf(out, n, "v = \"");
-        for (const char *p = v; *p && used + 3 < n; p++) {
-            if (*p == '"' || *p == '\\') out[used++] = '\\';
-            out[used++] = *p;
-        }
-        snprintf(out + used, n - used, "\";");
-        return;
-    }
-    char *end;
-    errno = 0;
-    long long i = strtoll(v, &end, 0);
-    int wide = *v && !*end && !strpbrk(v, ".eE") && (errno == ERANGE || i > INT_MAX || i < INT_MIN);
-    snprintf(out, n, "v = %s%s;", v, wide && errno != ERANGE ? "L" : "");
-}
-
-// The settings that name files and folders: from the command line, a relative one is relative
-// to the folder mtrun runs in, as a shell user means it (in the file, to the file's folder).
-static int is_path_field(const field_t *f) {
-    size_t o = f->off;
-    return o == offsetof(mt_config, data_path) || o == offsetof(mt_config, val_path) ||
-           o == offsetof(mt_config, checkpoint_dir) || o == offsetof(mt_config, model_dir) ||
-           o == offsetof(mt_config, export_dir);
-}
-
-static const char *kind_text(const field_t *f) {
-    switch (f->kind) {
-    case K_INT:
-    case K_INT64:
-        return "an integer";
-    case K_FLOAT:
-        return "a number";
-    case K_BOOL:
-        return "true or false";
-    case K_RANGE:
-        return "two steps [first, last]";
-    default:
-        return "a string";
-    }
-}
-
-// Override k, "group.key=value": the schema's key, type and range checks, as for the file.
-static int apply_override(ctx_t *x, mt_config *cfg, int k) {
-    const char *arg = x->overrides[k], *eq = strchr(arg, '=');
-    char key[128];
-    x->now = arg, x->file = NULL;
-    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof key)
-        return fail(x, 0, NULL, "expected group.key=value");
-    snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
-    const field_t *f = find_field(key);
-    if (!f && is_group(key))
-        return fail(x, 0, key, "a group of settings: give one of them, as %s.name=value", key);
-    if (!f) {
-        const char *hint = suggest(key);
-        if (hint) return fail(x, 0, key, "unknown key (did you mean %s?)", hint);
-        return fail(x, 0, key, "unknown key");
-    }
-    char text[2 * MT_PATH_MAX + 16], value[MT_PATH_MAX], cwd[MT_PATH_MAX];
-    snprintf(value, sizeof value, "%s", eq + 1);
-    if (is_path_field(f) && value[0] && value[0] != '/' && value[0] != '"' &&
-        getcwd(cwd, sizeof cwd) && join_path(value, sizeof value, cwd, eq + 1) < 0)
-        return fail(x, 0, key, "path too long");
-    value_text(f, value, text, sizeof text);
-    config_t one;
-    config_init(&one);
-    int rc;
-    if (!config_read_string(&one, text))
-        rc = fail(x, 0, key, "expected %s, got '%s'", kind_text(f), eq + 1);
-    else
-        rc = store(x, cfg, f, config_lookup(&one, "v"));
-    config_destroy(&one);
-    if (rc < 0) return -1;
-    x->line[f - schema] = -(k + 1), x->file_of[f - schema] = NULL;
-    snprintf(cfg->overrides[cfg->n_overrides++], MT_OVERRIDE_MAX, "%s", arg);
-    return 0;
-}
-
-static int apply_overrides(ctx_t *x, mt_config *cfg, int n) {
-    if (n > MT_MAX_OVERRIDES)
-        return fail(x, 0, NULL, "%d overrides on the command line, at most %d", n,
-                    MT_MAX_OVERRIDES);
-    for (int k = 0; k < n; k++) {
-        if (strlen(x->overrides[k]) >= MT_OVERRIDE_MAX) {
-            x->now = x->overrides[k];
-            return fail(x, 0, NULL, "longer than %d bytes", MT_OVERRIDE_MAX - 1);
-        }
-        if (apply_override(x, cfg, k) < 0) return -1;
-    }
-    x->now = NULL;
     return 0;
 }
 
 // ---- paths ----
-
-// Joins base and rel (rel may be absolute) and removes ".", ".." and repeated slashes,
-// lexically. Returns -1 when the result does not fit.
-static int join_path(char *out, size_t n, const char *base, const char *rel) {
-    char tmp[2 * MT_PATH_MAX + 2];
-    snprintf(tmp, sizeof tmp, "%s/%s", rel[0] == '/' ? "" : base, rel);
-    const char *part[MT_PATH_MAX / 2];
-    int np = 0;
-    for (char *save = NULL, *p = strtok_r(tmp, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
-        if (strcmp(p, ".") == 0) continue;
-        if (strcmp(p, "..") == 0) {
-            if (np > 0) np--;
-            continue;
-        }
-        if (np == (int)(sizeof part / sizeof part[0])) return -1;
-        part[np++] = p;
-    }
-    size_t len = 0;
-    out[0] = 0;
-    for (int i = 0; i < np; i++) {
-        int w = snprintf(out + len, n - len, "/%s", part[i]);
-        if (w < 0 || (size_t)w >= n - len) return -1;
-        len += (size_t)w;
-    }
-    if (np == 0) snprintf(out, n, "/");
-    return 0;
-}
 
 // The absolute folder that holds the config file.
 static int config_dir(ctx_t *x, char *out, size_t n) {
@@ -414,7 +127,7 @@ static int config_dir(ctx_t *x, char *out, size_t n) {
         *slash = 0;
     char real[PATH_MAX];
     if (!realpath(dir, real))
-        return fail(x, 0, NULL, "cannot resolve its folder: %s", strerror(errno));
+        return source_fail(x, 0, NULL, "cannot resolve its folder: %s", strerror(errno));
     snprintf(out, n, "%s", real);
     return 0;
 }
@@ -434,26 +147,26 @@ int config_resolve_paths(config_source *x, mt_config *cfg) {
     char dir[MT_PATH_MAX], out[MT_PATH_MAX];
     if (config_dir(x, dir, sizeof dir) < 0) return -1;
 
-    if (cfg->data_path[0] && join_path(out, sizeof out, dir, cfg->data_path) < 0)
-        return fail(x, LINE("data.path"), "data.path", "path too long");
+    if (cfg->data_path[0] && config_join_path(out, sizeof out, dir, cfg->data_path) < 0)
+        return source_fail(x, LINE("data.path"), "data.path", "path too long");
     snprintf(cfg->data_path, sizeof cfg->data_path, "%s", out);
-    if (cfg->val_path[0] && join_path(out, sizeof out, dir, cfg->val_path) < 0)
-        return fail(x, LINE("data.val_path"), "data.val_path", "path too long");
+    if (cfg->val_path[0] && config_join_path(out, sizeof out, dir, cfg->val_path) < 0)
+        return source_fail(x, LINE("data.val_path"), "data.val_path", "path too long");
     if (cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", out);
 
     if (SEEN("checkpoint.dir")) {
-        if (join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
-            return fail(x, LINE("checkpoint.dir"), "checkpoint.dir", "path too long");
+        if (config_join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
+            return source_fail(x, LINE("checkpoint.dir"), "checkpoint.dir", "path too long");
     } else { // runs/<config name>, under the folder mtrun is started from (like --out)
         char cwd[MT_PATH_MAX], name[256];
         if (!getcwd(cwd, sizeof cwd))
-            return fail(x, 0, "checkpoint.dir", "getcwd: %s", strerror(errno));
+            return source_fail(x, 0, "checkpoint.dir", "getcwd: %s", strerror(errno));
         const char *base = strrchr(x->path, '/') ? strrchr(x->path, '/') + 1 : x->path;
         snprintf(name, sizeof name, "runs/%s", base);
         size_t len = strlen(name);
         if (len > 4 && strcmp(name + len - 4, ".cfg") == 0) name[len - 4] = 0;
-        if (join_path(out, sizeof out, cwd, name) < 0)
-            return fail(x, 0, "checkpoint.dir", "path too long");
+        if (config_join_path(out, sizeof out, cwd, name) < 0)
+            return source_fail(x, 0, "checkpoint.dir", "path too long");
     }
     snprintf(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, "%s", out);
     return 0;
@@ -478,7 +191,8 @@ static int unset_special_id(const field_t *f, const mt_config *hf) {
 int config_resolve(config_source *x, const char *key, char *path, size_t cap) {
     char dir[MT_PATH_MAX], out[MT_PATH_MAX];
     if (config_dir(x, dir, sizeof dir) < 0) return -1;
-    if (join_path(out, sizeof out, dir, path) < 0) return fail(x, LINE(key), key, "path too long");
+    if (config_join_path(out, sizeof out, dir, path) < 0)
+        return source_fail(x, LINE(key), key, "path too long");
     snprintf(path, cap, "%s", out);
     return 0;
 }
@@ -490,21 +204,21 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     static mt_config hf; // large (paths): not on the stack
     hf = *cfg;
     if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf, err, sizeof err) < 0)
-        return fail(x, LINE("model_dir"), "model_dir", "%s", err);
+        return source_fail(x, LINE("model_dir"), "model_dir", "%s", err);
     for (int i = 0; i < NFIELDS; i++) {
         const field_t *f = &schema[i];
         if (strncmp(f->key, "model.", 6) != 0) continue;
         if (unset_special_id(f, &hf)) continue; // config.json has none: train.cfg's stands
         if (x->line[i] && memcmp((char *)cfg + f->off, (char *)&hf + f->off, f->size) != 0)
-            return fail(x, LINE(f->key), f->key,
-                        "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
+            return source_fail(x, LINE(f->key), f->key,
+                               "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
         memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
         if (f->kind == K_STRING) continue; // hf_config.c writes only names it knows
         double v =
             f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
         if (!in_range(f, v))
-            return fail(x, LINE("model_dir"), f->key, "%s/config.json gives %g: out of range",
-                        cfg->model_dir, v);
+            return source_fail(x, LINE("model_dir"), f->key,
+                               "%s/config.json gives %g: out of range", cfg->model_dir, v);
     }
     memcpy(cfg->eos_more, hf.eos_more, sizeof cfg->eos_more); // not a key: Llama 3's eos list
     cfg->n_eos_more = hf.n_eos_more;
@@ -516,50 +230,51 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     int values[] = {c->bos_id, c->eos_id};
     for (int i = 0; i < 2; i++)
         if (values[i] >= c->vocab)
-            return fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d", values[i],
-                        c->vocab);
+            return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
+                               values[i], c->vocab);
     if (c->dim % c->heads)
-        return fail(x, LINE("model.dim"), "model.dim", "%d is not divisible by model.heads = %d",
-                    c->dim, c->heads);
+        return source_fail(x, LINE("model.dim"), "model.dim",
+                           "%d is not divisible by model.heads = %d", c->dim, c->heads);
     if (c->heads % c->kv_heads)
-        return fail(x, LINE("model.kv_heads"), "model.kv_heads",
-                    "%d does not divide model.heads = %d", c->kv_heads, c->heads);
+        return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
+                           "%d does not divide model.heads = %d", c->kv_heads, c->heads);
     if (mt_head_dim(c) % 2)
-        return fail(x, LINE("model.dim"), "model.dim",
-                    "head dim = dim / heads = %d must be even (RoPE rotates pairs)",
-                    mt_head_dim(c));
+        return source_fail(x, LINE("model.dim"), "model.dim",
+                           "head dim = dim / heads = %d must be even (RoPE rotates pairs)",
+                           mt_head_dim(c));
     if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
-        return fail(x, LINE("model.vocab"), "model.vocab",
-                    "%d, but data.format \"bytes\" needs 256", c->vocab);
+        return source_fail(x, LINE("model.vocab"), "model.vocab",
+                           "%d, but data.format \"bytes\" needs 256", c->vocab);
     if (c->min_lr > c->lr)
-        return fail(x, LINE("optimizer.min_lr"), "optimizer.min_lr",
-                    "%g is above optimizer.lr = %g", c->min_lr, c->lr);
+        return source_fail(x, LINE("optimizer.min_lr"), "optimizer.min_lr",
+                           "%g is above optimizer.lr = %g", c->min_lr, c->lr);
     if (c->warmup_steps > c->steps)
-        return fail(x, LINE("optimizer.warmup_steps"), "optimizer.warmup_steps",
-                    "%d is more than steps = %d", c->warmup_steps, c->steps);
+        return source_fail(x, LINE("optimizer.warmup_steps"), "optimizer.warmup_steps",
+                           "%d is more than steps = %d", c->warmup_steps, c->steps);
     if (c->val_path[0] && SEEN("data.val_fraction"))
-        return fail(x, LINE("data.val_fraction"), "data.val_fraction",
-                    "not used with data.val_path (evaluation reads that; all of data.path trains)");
+        return source_fail(
+            x, LINE("data.val_fraction"), "data.val_fraction",
+            "not used with data.val_path (evaluation reads that; all of data.path trains)");
     if (c->val_path[0] && strcmp(c->data_format, "synthetic") == 0)
-        return fail(x, LINE("data.val_path"), "data.val_path",
-                    "not used with data.format \"synthetic\"");
+        return source_fail(x, LINE("data.val_path"), "data.val_path",
+                           "not used with data.format \"synthetic\"");
     if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
-        return fail(x, LINE("eval.interval"), "eval.interval",
-                    "evaluation needs data.val_fraction > 0 or data.val_path");
+        return source_fail(x, LINE("eval.interval"), "eval.interval",
+                           "evaluation needs data.val_fraction > 0 or data.val_path");
     // Token indices are int in places, and a micro-batch's tokens times heads (attention's
     // rows) stays far from 2^31 at this bound; at it, every element index is 64-bit.
     if ((long)c->micro_batch * c->seq_len > MT_MAX_MICRO_BATCH_TOKENS)
-        return fail(x, LINE("batch.micro_batch"), "batch.micro_batch",
-                    "%d x batch.seq_len %d = %ld tokens per micro-batch, more than %d",
-                    c->micro_batch, c->seq_len, (long)c->micro_batch * c->seq_len,
-                    MT_MAX_MICRO_BATCH_TOKENS);
+        return source_fail(x, LINE("batch.micro_batch"), "batch.micro_batch",
+                           "%d x batch.seq_len %d = %ld tokens per micro-batch, more than %d",
+                           c->micro_batch, c->seq_len, (long)c->micro_batch * c->seq_len,
+                           MT_MAX_MICRO_BATCH_TOKENS);
     if (c->device_groups > c->layers + 1)
-        return fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
-                    "%d is more than the embedding and model.layers = %d layers", c->device_groups,
-                    c->layers);
+        return source_fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
+                           "%d is more than the embedding and model.layers = %d layers",
+                           c->device_groups, c->layers);
     if (c->trace_steps[1] > c->steps)
-        return fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
-                    c->trace_steps[0], c->trace_steps[1], c->steps);
+        return source_fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
+                           c->trace_steps[0], c->trace_steps[1], c->steps);
     return 0;
 }
 
@@ -574,17 +289,17 @@ static int check_rope_scaling(ctx_t *x, const mt_config *c) {
     int llama3 = strcmp(c->rope_type, "llama3") == 0;
     for (int i = 0; i < 4; i++) {
         if (!llama3 && SEEN(rope_keys[i]))
-            return fail(x, LINE(rope_keys[i]), rope_keys[i],
-                        "only used with model.rope_scaling.rope_type = \"llama3\"");
+            return source_fail(x, LINE(rope_keys[i]), rope_keys[i],
+                               "only used with model.rope_scaling.rope_type = \"llama3\"");
         if (llama3 && !c->model_dir[0] && !SEEN(rope_keys[i]))
-            return fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
-                        "missing (rope_type \"llama3\" needs it)");
+            return source_fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
+                               "missing (rope_type \"llama3\" needs it)");
     }
     if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
-        return fail(x, LINE("model.rope_scaling.high_freq_factor"),
-                    "model.rope_scaling.high_freq_factor",
-                    "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
-                    c->rope_low_freq_factor);
+        return source_fail(x, LINE("model.rope_scaling.high_freq_factor"),
+                           "model.rope_scaling.high_freq_factor",
+                           "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
+                           c->rope_low_freq_factor);
     return 0;
 }
 
@@ -625,15 +340,15 @@ int config_fail(config_source *x, const char *key, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return fail(x, LINE(key), key, "%s", msg);
+    return source_fail(x, LINE(key), key, "%s", msg);
 }
 
 static int load(ctx_t *x, mt_config *cfg, config_t *lc, int n_overrides) {
     struct stat st;
     if (stat(x->path, &st) == 0 && S_ISDIR(st.st_mode))
-        return fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
+        return source_fail(x, 0, NULL, "cannot open: %s", strerror(EISDIR));
     FILE *f = fopen(x->path, "r");
-    if (!f) return fail(x, 0, NULL, "cannot open: %s", strerror(errno));
+    if (!f) return source_fail(x, 0, NULL, "cannot open: %s", strerror(errno));
     scan_big_literals(x, f);
     rewind(f);
     char dir[MT_PATH_MAX];
@@ -655,7 +370,7 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc, int n_overrides) {
         const char *hint = strcmp(text, "syntax error") == 0
                                ? " (settings look like: name = value; strings need \"quotes\")"
                                : "";
-        return fail(x, config_error_line(lc), NULL, "%s%s", text, hint);
+        return source_fail(x, config_error_line(lc), NULL, "%s%s", text, hint);
     }
 
     memset(cfg, 0, sizeof *cfg);
@@ -663,11 +378,11 @@ static int load(ctx_t *x, mt_config *cfg, config_t *lc, int n_overrides) {
     snprintf(cfg->source_path, sizeof cfg->source_path, "%s", x->path);
     if (walk(x, cfg, config_root_setting(lc), NULL) < 0) return -1;
     x->file = NULL;
-    if (apply_overrides(x, cfg, n_overrides) < 0) return -1;
+    if (config_apply_overrides(x, cfg, n_overrides) < 0) return -1;
     for (int i = 0; i < NFIELDS; i++)
         if ((schema[i].flags & REQUIRED) && !x->line[i] &&
             !(cfg->model_dir[0] && strncmp(schema[i].key, "model.", 6) == 0)) // model_dir sets them
-            return fail(x, 0, schema[i].key, "missing (required)");
+            return source_fail(x, 0, schema[i].key, "missing (required)");
     apply_derived(x, cfg);
     return 0;
 }

@@ -75,14 +75,15 @@ typedef struct {
 
 // What a rank takes in host memory before it allocates anything of the model: the private pages
 // (anonymous and shared-memory, not the libraries' shared code) of an mt-rank process with MPI,
-// UCX and OpenMP up, measured on a 12-parameter-group model and rounded up: 12 MB in a build
-// without CUDA. A CUDA build links cuBLASLt into every rank, whose loaded data adds 84 MB to each,
-// GPU or not; the compute rank's CUDA context and cuBLAS handles add PLAN_CUDA_HOST_CONTEXT_BYTES
-// (bench/RELIABILITY.md has the measurements). They matter when -np is large: 1000 ranks of a
-// CUDA build are 100 GB before the first parameter.
+// UCX and OpenMP up, measured with bench/rank_rss.sh on configs/test-small.cfg and rounded up
+// (bench/RELIABILITY.md, 2026-12-03): 11 MiB in a build without CUDA. A CUDA build links
+// cuBLASLt into every rank, whose loaded data adds 92 MiB to each, GPU or not (107 MiB a rank
+// on the H200). The compute rank of a GPU job adds its CUDA context and cuBLAS handles: 276 MiB
+// in all there, 169 more. They matter when -np is large: 1000 ranks of a CUDA build would take
+// 110 GB before the first parameter.
 #define PLAN_RANK_PROCESS_BYTES (16ull << 20)
 #define PLAN_RANK_CUDA_LIBS_BYTES (96ull << 20)
-#define PLAN_CUDA_HOST_CONTEXT_BYTES (1ull << 30)
+#define PLAN_CUDA_HOST_CONTEXT_BYTES (256ull << 20)
 // The host bytes of rank process itself (not its buffers): compute_cuda for the compute rank of
 // a job on the GPU, in_cuda_build for any rank of a build with the CUDA backend.
 uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build);

@@ -141,7 +141,8 @@ static void teardown(mt_job *job) {
     if (job->stopped_on_request >= 0 && rank == 0) {
         char saved[MT_PATH_MAX + 64] = "checkpoint.interval = 0: nothing was saved";
         if (job->cfg.checkpoint_interval > 0)
-            snprintf(saved, sizeof saved, "continue with --resume %s", mt_shown(job->cfg.checkpoint_dir));
+            snprintf(saved, sizeof saved, "continue with --resume %s",
+                     mt_shown(job->cfg.checkpoint_dir));
         printf("compute rank: stopped on request after step %d, with its checkpoint; %s\n",
                job->stopped_on_request + 1, saved);
     }
