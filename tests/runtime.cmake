@@ -4,8 +4,8 @@ add_test(NAME model_gradcheck COMMAND test_model_grad)
 
 # End-to-end tests through the real launcher, real processes and real shared memory. Each checks
 # only what its own jobs made (tests/e2e_lib.sh), so they may run side by side (ctest -j) and
-# beside a user's job (e2e_beside). Those that time signals and the watchdog in seconds, and the
-# heaviest, run alone, so that a loaded 2-core machine does not stretch what they time.
+# beside a user's job (e2e_beside). Those that time signals and the watchdog in seconds run
+# alone, so that a loaded 2-core machine does not stretch what they time.
 foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning device_groups
           stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk
           data_parallel run_lock beside overrides)
@@ -13,8 +13,8 @@ foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning dev
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_${t} PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS e2e)
 endforeach()
-set_tests_properties(e2e_shm_cleanup e2e_demo_loss e2e_stop e2e_watchdog e2e_run_lock e2e_beside
-                     e2e_data_parallel PROPERTIES RUN_SERIAL TRUE)
+set_tests_properties(e2e_shm_cleanup e2e_stop e2e_watchdog e2e_run_lock e2e_beside PROPERTIES
+                     RUN_SERIAL TRUE)
 # The tests above, again beside a running job: once is enough (make test), not under sanitizers.
 set_tests_properties(e2e_beside PROPERTIES LABELS "e2e;beside")
 
