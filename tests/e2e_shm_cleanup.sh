@@ -27,12 +27,14 @@ start() {
 # that a --resume right after cannot race them in the run folder.
 start killed
 pkill -9 -P "$pid" -x mpirun
+t0=$(date +%s%N)
 wait "$pid"
 rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
 left=$(ranks_of "$WORK/long.cfg")
 latest=$(cat "$WORK/killed/LATEST" 2>/dev/null)
 expect "after kill -9 of mpirun, mtrun exits non-zero (rc $rc)" test "$rc" -ne 0
-expect "when mtrun returns, no rank of its job is left (${left:-none})" test -z "$left"
+expect "when mtrun returns ($ms ms after), no rank of its job is left (${left:-none})" test -z "$left"
 expect "nothing of the job is left in /dev/shm, Open MPI's segments included" no_leftovers killed
 "$MTRUN" -np 3 "$WORK/long.cfg" --resume "$WORK/killed" --stop-at $((10#${latest#step_} + 2)) \
     >"$WORK/killed-resume.log" 2>&1
