@@ -39,5 +39,5 @@ expect "once it has ended, the folder takes a job again (rc $?)" \
 
 # The lock is the folder's own: nothing is written into the folder for it.
 expect "no lock file is left in the run folder" \
-    test "$(ls -A "$WORK/run" | grep -v '^step_\|^LATEST$\|^metrics.jsonl$')" = ""
+    test "$(ls -A "$WORK/run" | grep -v '^step_\|^LATEST$\|^metrics.jsonl$\|^events.out.tfevents')" = ""
 finish

@@ -189,6 +189,7 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
             backend, mx->tokens_per_step, mx->flops_per_token, mx->peak_flops);
     fflush(mx->jsonl);
+    mx->tb = tb_open(c->checkpoint_dir);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
            model_param_count(c) / 1e6, job->n_groups, job->n_shards, mx->tokens_per_step,
@@ -212,6 +213,11 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
     fprintf(mx->jsonl, "{\"event\":\"memory\",\"device_bytes\":%zu,\"kept\":%d,\"passes\":%d}\n",
             device_bytes, kept, passes);
     fflush(mx->jsonl);
+    if (device_bytes) {
+        tb_begin(mx->tb, mx->job->start_step);
+        tb_scalar(mx->tb, "memory/gpu_gib", device_bytes / 1073741824.0);
+        tb_end(mx->tb);
+    }
     char gpu[64] = "";
     if (device_bytes)
         snprintf(gpu, sizeof gpu, "; %.2f GiB of GPU memory in use, from now on",
@@ -299,6 +305,26 @@ static void json_number(char *out, size_t n, const char *fmt, double v) {
         snprintf(out, n, "null");
 }
 
+// The step's scalars as TensorBoard shows them, in three sections: train, perf, memory.
+static void write_tensorboard(metrics *mx, const step_info *s, const transfer_stats *st) {
+    tb_begin(mx->tb, s->step + 1);
+    tb_scalar(mx->tb, "train/loss", s->loss);
+    tb_scalar(mx->tb, "train/lr", s->lr);
+    tb_scalar(mx->tb, "train/grad_norm", s->norm);
+    tb_scalar(mx->tb, "perf/tokens_per_s", s->tok_s);
+    tb_scalar(mx->tb, "perf/tflops", s->tflops);
+    tb_scalar(mx->tb, "perf/mfu", s->mfu);
+    tb_scalar(mx->tb, "perf/step_s", s->dt);
+    tb_scalar(mx->tb, "perf/optimizer_wait", s->wait_frac);
+    if (s->busy >= 0) tb_scalar(mx->tb, "perf/busy", s->busy);
+    if (st->h2d_seconds > 0)
+        tb_scalar(mx->tb, "perf/h2d_GBps", st->h2d_bytes / st->h2d_seconds / 1e9);
+    if (st->d2h_seconds > 0)
+        tb_scalar(mx->tb, "perf/d2h_GBps", st->d2h_bytes / st->d2h_seconds / 1e9);
+    if (s->mem_total > 0) tb_scalar(mx->tb, "memory/host_used_gib", s->mem_used / 1073741824.0);
+    tb_end(mx->tb);
+}
+
 void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *costs) {
     if (!mx->jsonl) return;
     const mt_config *c = &mx->job->cfg;
@@ -340,6 +366,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     write_transfer_stats(mx, st, s.dt);
     fputs("}\n", mx->jsonl);
     fflush(mx->jsonl);
+    write_tensorboard(mx, &s, &st);
     advise_on_stall(mx, &st, s.dt);
 }
 
@@ -350,6 +377,9 @@ void metrics_eval(metrics *mx, int64_t step, double loss) {
     json_number(loss_text, sizeof loss_text, "%.17g", loss);
     fprintf(mx->jsonl, "{\"step\":%lld,\"eval_loss\":%s}\n", (long long)step, loss_text);
     fflush(mx->jsonl);
+    tb_begin(mx->tb, step);
+    tb_scalar(mx->tb, "eval/loss", loss);
+    tb_end(mx->tb);
 }
 
 void metrics_sample(metrics *mx, const char *text) {
@@ -364,4 +394,6 @@ void metrics_close(metrics *mx) {
     fflush(stdout);
     if (mx->jsonl) fclose(mx->jsonl);
     mx->jsonl = NULL;
+    tb_close(mx->tb);
+    mx->tb = NULL;
 }

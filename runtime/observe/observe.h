@@ -44,10 +44,23 @@ void trace_record(int track, trace_tag tag, double begin_us, double end_us);
 // Collective over the node's ranks when the job traces (every rank calls it, or none).
 void trace_finish(void);
 
+// ---- TensorBoard ----
+
+// Event files of scalars in the run folder, for `tensorboard --logdir runs/` (tensorboard.c has
+// the format). NULL when the file cannot be made (said on stderr); every call takes NULL.
+typedef struct tb_writer tb_writer;
+tb_writer *tb_open(const char *dir);
+// One event per step: tb_begin, any number of tb_scalar (non-finite values are left out; tags
+// under 128 bytes), then tb_end writes and flushes it.
+void tb_begin(tb_writer *w, int64_t step);
+void tb_scalar(tb_writer *w, const char *tag, double value);
+void tb_end(tb_writer *w);
+void tb_close(tb_writer *w);
+
 // ---- metrics ----
 
 // What a run tells its user: progress on stdout and a JSONL record per step (and per eval) in
-// <checkpoint dir>/metrics.jsonl.
+// <checkpoint dir>/metrics.jsonl, and the same scalars in TensorBoard event files beside it.
 //
 // On a terminal the progress is one live line, redrawn in place every step; eval results and
 // the sample print on their own lines above it. Otherwise (a log file, a pipe) every step is
@@ -73,6 +86,7 @@ typedef struct {
 typedef struct {
     mt_job *job;
     FILE *jsonl;
+    tb_writer *tb; // the same scalars for TensorBoard
     double run_start, step_start, step_stop, flops_per_token;
     long tokens_per_step; // every node's: the global batch
     int64_t steps_done;
