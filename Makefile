@@ -25,8 +25,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(CTEST_JOBS)
 
 # The CPU test suite under ASan and UBSan (no CUDA: the sanitizers do not see into kernels).
-# Leaks are not checked: MPI and UCX keep allocations until exit by design. A step is about 20x
-# slower here, so the demo trains 15 steps (MT_E2E_QUICK; make test checks the whole run's
+# Leaks are not checked: MPI and UCX keep allocations until exit by design. A step is about 50x
+# slower here, so the demo trains 10 steps (MT_E2E_QUICK; make test checks the whole run's
 # loss), and e2e_beside, which reruns four e2e tests beside a job, runs in make test only.
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON -DMT_CUDA=OFF >/dev/null
