@@ -85,7 +85,7 @@ for gap in 0.2 0.005; do
     rc=$?
     ms=$((($(date +%s%N) - t0) / 1000000))
     expect "Ctrl-C twice ($gap s apart, to the group) aborts at once: exit $rc after $ms ms" \
-        test "$rc" -eq 130 -a "$ms" -le 1500
+        test "$rc" -eq 130 -a "$ms" -le 3000
     expect "it did not finish the step to save it" \
         bash -c "! ls -d '$WORK/twice-$gap'/step_* 2>/dev/null | grep -q ."
     expect "no rank is left after the abort" test -z "$(ranks_of "$WORK/base.cfg")"
