@@ -36,12 +36,18 @@ expect "--resume continues to the uninterrupted run's final state, bitwise" \
     cmp -s "$WORK/full/step_000060/state.bin" "$WORK/int/step_000060/state.bin"
 expect "and its losses, bitwise" diff <(losses "$WORK/full") <(losses "$WORK/int")
 
-start term
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-expect "a SIGTERM stops the same way, exit code 143 (was $rc)" test "$rc" -eq 143
-expect "with a checkpoint" test -n "$(ls -d "$WORK"/term/step_* 2>/dev/null)"
+# SIGTERM, and SIGHUP (the terminal closed), stop the job the same way: after a step, with a
+# checkpoint, exit code 128 + the signal.
+for sig in TERM:143 HUP:129; do
+    name=${sig%:*}
+    start "$name"
+    kill "-$name" "$pid"
+    wait "$pid"
+    rc=$?
+    expect "a SIG$name stops the same way, exit code ${sig#*:} (was $rc)" test "$rc" -eq "${sig#*:}"
+    expect "with a checkpoint" test -n "$(ls -d "$WORK/$name"/step_* 2>/dev/null)"
+    expect "and leaves nothing in /dev/shm" no_leftovers "$name"
+done
 
 # A launcher that keeps the signal to itself (here a wrapper script in mpirun's place, which
 # ignores SIGUSR1): the stop file mtrun leaves in /dev/shm still stops the job after a step.
@@ -57,15 +63,6 @@ stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/w
 expect "through a launcher that keeps SIGUSR1: stopped after step ${stopped:-?}, exit $rc" \
     test -n "$stopped" -a "$rc" -eq 130
 expect "and saved that step" grep -qx "$(printf 'step_%06d' "${stopped:-0}")" "$WORK/wrapped/LATEST"
-
-# SIGHUP (the terminal closed) stops the job like SIGTERM: after a step, with a checkpoint.
-start hup
-kill -HUP "$pid"
-wait "$pid"
-rc=$?
-expect "a SIGHUP stops the job like SIGTERM, exit code 129 (was $rc)" test "$rc" -eq 129
-expect "with a checkpoint" test -n "$(ls -d "$WORK"/hup/step_* 2>/dev/null)"
-expect "and leaves nothing in /dev/shm" no_leftovers hup
 
 # Ctrl-C twice, as a terminal sends it: to the process group, here mtrun's own (setsid). The
 # optimizer ranks take 1.5 s per group update, so a step takes seconds: finishing it would show.
