@@ -159,11 +159,15 @@ const char *job_dir_make(const char *job) {
     }
     close(p[0]);
     janitor_pid = pid, to_janitor = p[1];
-    char alive[160];
+    // Locked before it takes its name, so that another mtrun's job_dirs_reap never finds it
+    // unlocked. No O_CLOEXEC: mpirun inherits the lock.
+    char alive[160], fresh[160];
     snprintf(alive, sizeof alive, "%s/alive", dir);
-    int fd = open(alive, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600); // no O_CLOEXEC: mpirun's
+    snprintf(fresh, sizeof fresh, "%s/alive.new", dir);
+    int fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
     SYS_CHECK(fd);
     SYS_CHECK(flock(fd, LOCK_EX));
+    SYS_CHECK(rename(fresh, alive));
     return dir;
 }
 
