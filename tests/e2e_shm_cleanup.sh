@@ -59,6 +59,26 @@ expect "after kill -9 of mtrun its job left nothing in /dev/shm (after $ms ms)" 
     test -n "$job" -a -z "$(job_leftovers "$job")"
 expect "nor any Open MPI daemon of it" bash -c "! pgrep -f '[m]pirun.*$WORK/long.cfg'"
 
+# A folder whose mtrun and janitor were both killed (kill -9 of the whole process tree): the next
+# mtrun of the same user reaps it, and only it: a folder whose `alive` lock is held stays.
+dead=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+live=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+for j in "$dead" "$live"; do
+    mkdir -m 700 "/dev/shm/mtc-$j" && touch "/dev/shm/mtc-$j/alive" "/dev/shm/mtc-$j-0"
+done
+flock "/dev/shm/mtc-$live/alive" sleep 30 &
+holder=$!
+ino=$(stat -c %i "/dev/shm/mtc-$live/alive")
+for i in $(seq 1 100); do grep -q ":$ino " /proc/locks && break; sleep 0.05; done
+run_job reaper 3 "$WORK/base.cfg" --stop-at 1 || show_log reaper
+# (Any mtrun of this user may be the one that reaps it: other jobs may start meanwhile.)
+expect "the next mtrun reaps a dead job's folder and its regions" \
+    test -z "$(ls /dev/shm | grep "^mtc-$dead")"
+expect "and leaves a live job's alone" test -d "/dev/shm/mtc-$live" -a -e "/dev/shm/mtc-$live-0"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+rm -rf "/dev/shm/mtc-$live" "/dev/shm/mtc-$live-0" "/dev/shm/mtc-$dead" "/dev/shm/mtc-$dead-0"
+
 # Under plain mpirun nobody cleans up after the ranks: they must have unlinked the regions
 # themselves as soon as every rank had mapped them. The job id is chosen here so that the check
 # looks at this job's names only.
