@@ -491,6 +491,7 @@ int main(int argc, char **argv) {
     if (!m.dry_run) {
         lock_run_folder(&o, &cfg);
         fputs(plan_line, stdout);
+        fflush(stdout); // before any line on stderr: the plan line comes first
     }
     free(plan_line);
 
