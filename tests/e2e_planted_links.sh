@@ -36,7 +36,7 @@ MT_FAULT_MUTE_STDERR=1 run_job r1b 3 "$WORK/base.cfg"
 expect "a dying rank's lost line is said by mtrun" \
     refused_naming r1b "r1b/.step_000002.tmp is a symbolic link"
 expect "and said once" test "$(grep -c 'is a symbolic link' "$WORK/r1b.log")" -eq 1
-expect "the last words do not stay in /dev/shm" test -z "$(ls /dev/shm | grep 'last-words')"
+expect "the last words do not stay in /dev/shm (nothing of the job does)" no_leftovers r1b
 
 # 2. LATEST's temporary file
 victim
