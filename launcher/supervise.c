@@ -10,8 +10,8 @@
 // `alive` lock. No other user can create anything in it, so nothing a stranger writes can steer
 // the job. When mtrun is killed outright, a janitor forked before mpirun (setsid: away from the
 // terminal and deaf to its signals) sees mtrun's pipe close, waits for mpirun to let go of
-// `alive`, and removes the folder and the regions. A janitor killed too leaves a folder whose `alive` nobody
-// holds: the next mtrun of the same user reaps it (job_dirs_reap).
+// `alive`, and removes the folder and the regions. A janitor killed too leaves a folder whose
+// `alive` nobody holds: the next mtrun of the same user reaps it (job_dirs_reap).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
