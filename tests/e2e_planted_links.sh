@@ -99,6 +99,24 @@ expect "the control bytes are shown escaped, not sent" bash -c \
     "grep -qF 'architecture Evil\\x0amtrun: all good\\x1b[31m not supported' '$WORK/evil.err' &&
      ! grep -q \$'\\x1b' '$WORK/evil.err'"
 
+# The same for names from the command line: a config file whose name holds an ANSI escape, an
+# --out folder whose name holds a newline. mtrun's and the ranks' lines show them escaped.
+esc=$(printf 'con\033[31mfig.cfg')
+out=$(printf 'run\nfake line')
+cp "$WORK/base.cfg" "$WORK/$esc"
+sed -i 's/^steps = .*/steps = 100000;/' "$WORK/$esc"
+cd "$WORK"
+"$MTRUN" -np 3 "$esc" --out "$out" >"$WORK/names.log" 2>&1 &
+pid=$!
+cd - >/dev/null
+for i in $(seq 1 300); do grep -q '^step *1/' "$WORK/names.log" && break; sleep 0.05; done
+kill -TERM "$pid"
+wait "$pid"
+expect "control bytes in the config's and --out's names are shown as \\xNN, never sent" bash -c \
+    "grep -qF 'config con\x1b[31mfig.cfg' '$WORK/names.log' &&
+     grep -qF -- '--resume run\x0afake line' '$WORK/names.log' &&
+     ! grep -q \$'\x1b' '$WORK/names.log' && ! grep -q '^fake line' '$WORK/names.log'"
+
 # A real stale temporary folder of ours (a crashed save) is still cleared and the save works.
 mkdir -p "$WORK/r7/.step_000002.tmp"
 echo "half a save" >"$WORK/r7/.step_000002.tmp/state.bin"
