@@ -13,7 +13,7 @@ sed -i 's/^steps = .*/steps = 1000000;/; s/^  interval = .*/  interval = 1000000
 MT_FAULT_SLOW_ADAMW_MS=100 "$MTRUN" -np 2 "$WORK/beside.cfg" --out "$WORK/beside" \
     >"$WORK/beside.log" 2>&1 &
 pid=$!
-for i in $(seq 1 300); do grep -q '^step *1/' "$WORK/beside.log" && break; sleep 0.05; done
+for i in $(seq 1 1200); do grep -q '^step *1/' "$WORK/beside.log" && break; sleep 0.05; done
 job=$(job_id beside)
 expect "the job beside is training (job ${job:-?})" test -n "$job" -a -n "$(job_leftovers "$job")"
 
@@ -21,8 +21,8 @@ here=$(dirname "$0")
 for t in e2e_shm_cleanup e2e_stop e2e_watchdog e2e_run_lock; do
     bash "$here/$t.sh" "$MTRUN" "$SRC" >"$WORK/$t.out" 2>&1
     rc=$?
-    expect "$t passes beside it ($(tail -n 1 "$WORK/$t.out"))" test "$rc" -eq 0 ||
-        grep FAIL "$WORK/$t.out"
+    expect "$t passes beside it ($(tail -n 1 "$WORK/$t.out"))" test "$rc" -eq 0
+    [ "$rc" -eq 0 ] || grep -E "FAIL|^----" -A3 "$WORK/$t.out" | head -40
 done
 
 steps=$(grep -c '^step' "$WORK/beside.log")

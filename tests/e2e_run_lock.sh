@@ -12,7 +12,7 @@ run_job alone 3 "$WORK/base.cfg" || show_log alone
 # one starts.
 MT_FAULT_SLOW_ADAMW_MS=50 "$MTRUN" -np 3 "$WORK/base.cfg" --out "$WORK/run" >"$WORK/first.log" 2>&1 &
 pid=$!
-for i in $(seq 1 300); do grep -q '^step *2/' "$WORK/first.log" && break; sleep 0.05; done
+for i in $(seq 1 1200); do grep -q '^step *2/' "$WORK/first.log" && break; sleep 0.05; done
 for args in "--out $WORK/run" "--resume $WORK/run"; do
     "$MTRUN" -np 2 "$WORK/base.cfg" $args >"$WORK/second.out" 2>"$WORK/second.err"
     rc=$?

@@ -20,7 +20,7 @@ sed 's/^steps = .*/steps = 100000;/; s/^  interval = .*/  interval = 1;/' "$WORK
 start() {
     "$MTRUN" -np 3 "$WORK/long.cfg" --out "$WORK/$1" >"$WORK/$1.log" 2>&1 &
     pid=$!
-    for i in $(seq 1 300); do grep -q '^step' "$WORK/$1.log" && return; sleep 0.05; done
+    for i in $(seq 1 1200); do grep -q '^step' "$WORK/$1.log" && return; sleep 0.05; done
 }
 
 # kill -9 of mpirun: mtrun ends the ranks mpirun left and returns only when none is left, so

@@ -15,7 +15,7 @@ trial() { # trial NP VICTIM_RANK
     local np=$1 rank=$2 name="np$1-rank$2" victim="" p
     "$MTRUN" -np "$np" "$WORK/base.cfg" --out "$WORK/$name" >"$WORK/$name.log" 2>&1 &
     local pid=$!
-    for i in $(seq 1 300); do grep -q '^step *5/' "$WORK/$name.log" && break; sleep 0.05; done
+    for i in $(seq 1 1200); do grep -q '^step *5/' "$WORK/$name.log" && break; sleep 0.05; done
     for p in $(ranks_of "$WORK/base.cfg"); do
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" &&
             victim=$p
