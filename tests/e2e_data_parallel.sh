@@ -165,7 +165,5 @@ expect "a rank killed on node 1 ends the job with its signal (rc $rc)" test "$rc
 expect "the job ended within 60 s of its start (took $took s)" test "$took" -lt 60
 expect "the line names the rank, its node and role" \
     grep -q 'mtrun: rank 4 (node 1, optimizer 0) on .* was killed by signal 9' "$WORK/killed.log"
-job=$(grep -o 'job [0-9a-f]*' "$WORK/killed.log" | head -n 1 | cut -d' ' -f2)
-expect "the killed job left no shared memory behind" \
-    test -n "$job" -a -z "$(ls /dev/shm | grep "^mtc-$job")"
+expect "the killed job left no shared memory behind" no_leftovers killed
 finish

@@ -73,7 +73,7 @@ for i in $(seq 1 100); do grep -q ":$ino " /proc/locks && break; sleep 0.05; don
 run_job reaper 3 "$WORK/base.cfg" --stop-at 1 || show_log reaper
 # (Any mtrun of this user may be the one that reaps it: other jobs may start meanwhile.)
 expect "the next mtrun reaps a dead job's folder and its regions" \
-    test -z "$(ls /dev/shm | grep "^mtc-$dead")"
+    test -z "$(job_leftovers "$dead")"
 expect "and leaves a live job's alone" test -d "/dev/shm/mtc-$live" -a -e "/dev/shm/mtc-$live-0"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
