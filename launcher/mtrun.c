@@ -399,19 +399,28 @@ static void check_ranks_per_host(const mtrun_opts *o, const placement *p) {
                   o->np, per_host, p->cores, p->cores == 1 ? "" : "s", most);
 }
 
+// The checkpoint --resume names, resolved once for the two that need it; "" when there is none
+// (the ranks say why).
+static char resume_step[MT_PATH_MAX];
+
+static void resolve_resume(const mtrun_opts *o) {
+    char err[MT_PATH_MAX + 256];
+    if (o->resume &&
+        checkpoint_resolve(o->resume, resume_step, sizeof resume_step, err, sizeof err) != 0)
+        resume_step[0] = 0;
+}
+
 // --resume: the overrides the checkpoint's run was given apply again, under the command line's:
 // a resumed run trains on with the settings it had, unless told otherwise.
 static void add_resumed_overrides(mtrun_opts *o) {
     static char saved[MT_MAX_OVERRIDES][MT_OVERRIDE_MAX];
-    char step[MT_PATH_MAX], err[MT_PATH_MAX + 256];
+    char err[MT_PATH_MAX + 256];
     int n = 0;
-    int at, skipped;
-    // No checkpoint, or a damaged manifest: the ranks check it whole and say what is wrong.
-    if (!o->resume || checkpoint_resolve(o->resume, step, sizeof step, err, sizeof err) != 0 ||
-        checkpoint_read_step(step, &at, &skipped, err, sizeof err) != 0)
-        return;
-    if (checkpoint_read_overrides(step, saved, MT_MAX_OVERRIDES, &n, err, sizeof err) != 0)
-        die_usage("%s", err);
+    if (!resume_step[0]) return;
+    // -1: a damaged manifest, which the ranks check whole and name; -2: its overrides are bad.
+    int rc = checkpoint_read_overrides(resume_step, saved, MT_MAX_OVERRIDES, &n, err, sizeof err);
+    if (rc == -2) die_usage("%s", err);
+    if (rc != 0) return;
     const char *merged[MT_MAX_OVERRIDES + 1];
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -441,13 +450,12 @@ static void lock_run_folder(const mtrun_opts *o, const mt_config *cfg) {
     const char *what = o->out ? "--out" : o->resume ? "--resume" : "checkpoint.dir";
     if (o->out) {
         snprintf(dir, sizeof dir, "%s", o->out);
-    } else if (o->resume) {
-        if (checkpoint_resolve(o->resume, dir, sizeof dir, err, sizeof err) == 0) {
-            char *slash = strrchr(dir, '/');
-            if (slash && slash != dir) *slash = 0;
-        } else { // no checkpoint there (yet): the ranks say so, unless a job is writing one
-            snprintf(dir, sizeof dir, "%s", o->resume);
-        }
+    } else if (resume_step[0]) {
+        snprintf(dir, sizeof dir, "%s", resume_step);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) *slash = 0;
+    } else if (o->resume) { // no checkpoint there (yet): the ranks say so, unless a job writes one
+        snprintf(dir, sizeof dir, "%s", o->resume);
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->checkpoint_dir);
     }
@@ -462,6 +470,7 @@ int main(int argc, char **argv) {
     char err[MT_PATH_MAX + 512];
     static mt_config cfg; // large: overrides and paths
     if (o.resume) check_dir("--resume", o.resume);
+    resolve_resume(&o);
     add_resumed_overrides(&o);
     if (mt_config_load_with(&cfg, o.config, o.overrides, o.n_overrides, err, sizeof err) < 0)
         die_usage("%s", err);

@@ -4,12 +4,12 @@
 // start on a login node or in a container without the driver; the GPU's free memory comes
 // from nvidia-smi or --gpu-mem (mtrun.c), and the compute rank checks it again with CUDA.
 #include "launcher/launcher.h"
-#include "shm/syscheck.h"
-#include <ctype.h>
-#include <errno.h>
 #include "runtime/model/model.h"
+#include "shm/syscheck.h"
 
+#include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <numa.h>
 #include <stddef.h>

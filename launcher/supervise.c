@@ -30,7 +30,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t child_pid, forwarded, aborting;
@@ -90,12 +89,14 @@ static int remove_job_files(const char *job) {
     return removed;
 }
 
-// Whether a process still holds the job's `alive` lock (mtrun and mpirun, which inherits it).
-static int job_alive(const char *job) {
+// The job's `alive` lock: 1 while a process holds it (mtrun, and mpirun, which inherits it), 0
+// once nobody does, -1 when there is no such file (not a folder of this mtrun's, or still being
+// made).
+static int alive_state(const char *job) {
     char path[128];
-    snprintf(path, sizeof path, "/dev/shm/mtc-%s/alive", job);
+    if (mt_job_file(path, sizeof path, job, "alive") < 0) return -1;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return -1;
     int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     close(fd);
     return held;
@@ -110,11 +111,8 @@ void job_dirs_reap(void) {
         const char *job = e->d_name + 4;
         if (strncmp(e->d_name, "mtc-", 4) != 0 || !is_job_id(job)) continue;
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-            st.st_uid != geteuid() || job_alive(job))
+            st.st_uid != geteuid() || alive_state(job) != 0)
             continue;
-        char alive[128];
-        snprintf(alive, sizeof alive, "/dev/shm/mtc-%s/alive", job);
-        if (access(alive, F_OK) != 0) continue; // not made by this mtrun, or still being made
         int n = remove_job_files(job);
         fprintf(stderr,
                 "mtrun: removed what job %s left in /dev/shm (%d region%s) when it was "
@@ -137,7 +135,7 @@ static void janitor(int from_mtrun, const char *job) {
     while ((n = read(from_mtrun, &b, 1)) < 0 && errno == EINTR) {
     }
     if (n == 1) _exit(0);
-    for (int i = 0; i < 600 && job_alive(job); i++) usleep(50000);
+    for (int i = 0; i < 600 && alive_state(job) == 1; i++) usleep(50000);
     remove_job_files(job);
     _exit(0);
 }
@@ -162,8 +160,8 @@ const char *job_dir_make(const char *job) {
     // Locked before it takes its name, so that another mtrun's job_dirs_reap never finds it
     // unlocked. No O_CLOEXEC: mpirun inherits the lock.
     char alive[160], fresh[160];
-    snprintf(alive, sizeof alive, "%s/alive", dir);
-    snprintf(fresh, sizeof fresh, "%s/alive.new", dir);
+    mt_job_file(alive, sizeof alive, job, "alive");
+    mt_job_file(fresh, sizeof fresh, job, "alive.new");
     int fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
     SYS_CHECK(fd);
     SYS_CHECK(flock(fd, LOCK_EX));
@@ -196,19 +194,10 @@ static int children(pid_t parent, pid_t *out, int max, pid_t except) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < max) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[got] = 0;
-        char *close_paren = strrchr(buf, ')');
-        int ppid;
-        if (close_paren && sscanf(close_paren + 1, " %*c %d", &ppid) == 1 && ppid == parent &&
-            atoi(e->d_name) != except)
-            out[n++] = atoi(e->d_name);
+        int pid = atoi(e->d_name), ppid;
+        char state;
+        if (pid > 0 && pid != except && proc_stat(pid, &state, &ppid) == 0 && ppid == parent)
+            out[n++] = pid;
     }
     closedir(d);
     return n;
@@ -217,7 +206,7 @@ static int children(pid_t parent, pid_t *out, int max, pid_t except) {
 // The job's processes that outlived mpirun (ranks whose parent-death signal had not ended them
 // yet, or came too early to be set, or a dying rank mpirun did not wait for) are ours now:
 // killed and reaped, until none is left.
-static void end_orphans(pid_t janitor_pid) {
+static void end_orphans(void) {
     pid_t pids[256];
     for (int n; (n = children(getpid(), pids, 256, janitor_pid)) > 0;)
         for (int i = 0; i < n; i++) {
@@ -233,9 +222,7 @@ static void end_orphans(pid_t janitor_pid) {
 static void abort_tick(void) {
     static double since;
     if (!aborting || child_pid <= 0) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    double now = now_seconds();
     if (since == 0) since = now;
     pid_t pids[256];
     int n = children((pid_t)child_pid, pids, 256, 0);
@@ -266,7 +253,6 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
         // Its own process group: a Ctrl-C on the terminal reaches mtrun alone, which turns
         // the first one into a stop with a checkpoint (on_signal).
         SYS_CHECK(setpgid(0, 0));
-        signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old, NULL);
         execv(c->argv[0], c->argv);
         fprintf(stderr, "mtrun: cannot run %s: %s\n", c->argv[0], strerror(errno));
@@ -282,7 +268,7 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
     int said = relay_mpirun_stderr(err_pipe[0], ranks_per_node, pid, &status, abort_tick);
     SYS_CHECK(close(err_pipe[0]));
     child_pid = 0;
-    end_orphans(janitor_pid);
+    end_orphans();
     repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
     if (to_janitor >= 0) {
         int removed = remove_job_files(job);

@@ -10,38 +10,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-// prefix and msg as one line: control bytes in msg (a newline, an ANSI escape from a file a
-// stranger wrote) are shown as \xNN, so that no message can forge or recolor other lines. The
-// line goes out in one write: stderr is unbuffered, and several ranks giving up at once would
-// otherwise interleave their lines byte by byte in mpirun's output.
+// s into out (n bytes, terminated; cut short where it does not fit) with control bytes (a newline,
+// an ANSI escape from a file a stranger wrote) shown as \xNN, so that no name or message can forge
+// or recolor other lines. Returns the length written.
+static inline size_t mt_escape(char *out, size_t n, const char *s) {
+    size_t len = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && len + 5 < n; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            len += (size_t)snprintf(out + len, n - len, "\\x%02x", *p);
+        else
+            out[len++] = (char)*p;
+    out[len] = 0;
+    return len;
+}
+
+// prefix and msg (escaped) as one line. It goes out in one write: stderr is unbuffered, and
+// several ranks giving up at once would otherwise interleave their lines byte by byte in
+// mpirun's output.
 static inline void mt_put_line(FILE *f, const char *prefix, const char *msg) {
     char line[16384];
     size_t n = (size_t)snprintf(line, sizeof line - 2, "%s", prefix);
     if (n > sizeof line - 2) n = sizeof line - 2;
-    for (const unsigned char *p = (const unsigned char *)msg; *p && n + 6 < sizeof line; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02x", *p);
-        else
-            line[n++] = (char)*p;
+    n += mt_escape(line + n, sizeof line - 1 - n, msg);
     line[n++] = '\n';
     fwrite(line, 1, n, f);
     fflush(f);
 }
 
-// A name from the command line or a config (a path, a config file) inside a longer line, with
-// control bytes shown as \xNN as mt_put_line shows them. The text lives in one of 4 buffers in
-// turn: at most 4 of these in one printf.
+// A name from the command line or a config (a path, a config file) inside a longer line,
+// escaped as mt_escape does. The text lives in one of 4 buffers in turn: at most 4 of these in
+// one printf.
 static inline const char *mt_shown(const char *s) {
     static char buf[4][1024];
     static int next;
     char *out = buf[next++ & 3];
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && n + 5 < sizeof buf[0]; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            n += (size_t)snprintf(out + n, sizeof buf[0] - n, "\\x%02x", *p);
-        else
-            out[n++] = (char)*p;
-    out[n] = 0;
+    mt_escape(out, sizeof buf[0], s);
     return out;
 }
 

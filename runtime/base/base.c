@@ -37,6 +37,18 @@ double now_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int proc_stat(int pid, char *state, int *ppid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *end = strrchr(buf, ')'); // the name before it may hold spaces and parentheses
+    return end && sscanf(end + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
+}
+
 int failf(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -33,6 +33,9 @@
 void make_dirs(const char *dir);
 int make_dirs_or_say(const char *dir, char *err, size_t n);
 double now_seconds(void); // CLOCK_MONOTONIC
+// What /proc/<pid>/stat says of a process: its state letter (R, S, T for stopped, Z, ...) and
+// its parent's pid. 0, or -1 when there is no such process.
+int proc_stat(int pid, char *state, int *ppid);
 
 // Files and folders the job names inside folders that others may write to (checkpoint, export
 // and run folders): never opened, written or deleted through a symbolic link planted there.

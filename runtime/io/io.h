@@ -119,7 +119,8 @@ int checkpoint_find_latest(const char *dir, char *out, size_t cap);
 // dir is a checkpoint folder (with manifest.json) or a checkpoint dir (with LATEST).
 int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t errlen);
 // The key=value overrides the run that saved a checkpoint was given (none in older ones), at most
-// max: mtrun applies them again on --resume, before the command line's own.
+// max: mtrun applies them again on --resume, before the command line's own. 0; -1 (err set) when
+// the manifest does not load or check; -2 when its overrides are malformed.
 int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
                               char *err, size_t errlen);
 // The step a checkpoint holds, and how many steps before it were skipped (non-finite norms).

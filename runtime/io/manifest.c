@@ -292,14 +292,17 @@ int manifest_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int ma
     if (!root) return -1;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "overrides"), *e;
     int rc = 0;
-    if (o && !cJSON_IsArray(o)) rc = failf(err, errlen, "%s: overrides: not an array", path);
+    if (o && !cJSON_IsArray(o)) {
+        failf(err, errlen, "%s: overrides: not an array", path);
+        rc = -2;
+    }
     const cJSON *list = rc == 0 ? o : NULL;
     cJSON_ArrayForEach(e, list) {
         if (!cJSON_IsString(e) || strlen(e->valuestring) >= MT_OVERRIDE_MAX || *n == max ||
             !strchr(e->valuestring, '=')) {
-            rc =
-                failf(err, errlen, "%s: overrides: entry %d is not a key=value of at most %d bytes",
-                      path, *n + 1, MT_OVERRIDE_MAX - 1);
+            failf(err, errlen, "%s: overrides: entry %d is not a key=value of at most %d bytes",
+                  path, *n + 1, MT_OVERRIDE_MAX - 1);
+            rc = -2;
             break;
         }
         snprintf(out[(*n)++], MT_OVERRIDE_MAX, "%s", e->valuestring);

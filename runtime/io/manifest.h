@@ -30,7 +30,8 @@ int manifest_check(const char *step_dir, const mt_job *job, uint64_t file_bytes,
 // The manifest of a save at `step` whose state.bin has the block checksums bl, "self" filled
 // in; to free().
 // The key=value overrides a checkpoint's run was given (none when the manifest has none): at
-// most max into out. 0, or -1 with one line in err naming the file.
+// most max into out. 0; -1 with one line in err naming the file when the manifest does not load
+// or check; -2 when its overrides are malformed.
 int manifest_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
                        char *err, size_t errlen);
 char *manifest_text(const mt_job *job, int step, const block_list *bl);

@@ -240,28 +240,15 @@ static void gather_hosts(mt_job *job) {
     MPI_CHECK(MPI_Allgather(&pid, 1, MPI_INT, job->pids, 1, MPI_INT, job->comm));
 }
 
-// The state letter /proc gives process pid (R, S, T for stopped, ...), or 0.
-static char process_state(int pid) {
-    char path[64], buf[512], state = 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *end = strrchr(buf, ')'); // the name may hold spaces and parentheses
-    if (end) sscanf(end + 1, " %c", &state);
-    return state;
-}
-
 // A rank of this host that the kernel holds stopped (kill -STOP, a debugger), or -1. The rank a
 // waiter waits on may itself only wait on the stopped one (in the optimizers' collectives), so
 // naming it would send the user after the wrong process.
 static int stopped_rank(const mt_job *job) {
     for (int r = 0; r < job->world; r++) {
         if (r == job->rank || strcmp(job->hosts[r], job->hosts[job->rank]) != 0) continue;
-        char s = process_state(job->pids[r]);
-        if (s == 'T' || s == 't') return r;
+        char state;
+        int ppid;
+        if (proc_stat(job->pids[r], &state, &ppid) == 0 && (state == 'T' || state == 't')) return r;
     }
     return -1;
 }
