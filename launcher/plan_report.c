@@ -220,6 +220,15 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
                         G(h->mem_available),
                         h->mem_forced ? "MT_PLAN_MEM_LIMIT" : "MemAvailable in /proc/meminfo");
     if (used < 0 || (size_t)used >= n) return -1;
+    if (!p->ring_depth && p->host - p->sum.grads + p->other_slots_grads <= h->mem_available) {
+        snprintf(err + used, n - used,
+                 "; it fits with %s: each group is then updated as soon as its gradients land, "
+                 "and the gradient slots become a ring of %d groups' (%s instead of %s)%s",
+                 c->clip > 0 ? "optimizer.clip = 0" : "optimizer.grad_slots = \"ring\"",
+                 MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads), H(p->sum.grads),
+                 c->clip > 0 ? ", with no global-norm clipping" : "");
+        return -1;
+    }
     mt_config least = *c; // the smallest batch: what no batch setting can shrink
     least.micro_batches = least.micro_batch = least.seq_len = 1;
     uint64_t fixed = host_with(p, &least);
@@ -286,6 +295,24 @@ static void kind_cell(FILE *f, uint64_t v) {
     fprintf(f, " %10s", v ? H(v) : "-");
 }
 
+// Which gradient slots, why, and what the other kind would take.
+static void print_slots(FILE *f, const mt_plan *p) {
+    if (p->ring_depth)
+        fprintf(f,
+                "gradient slots: a ring of %d groups' (each the size of the largest slice), each\n"
+                "  group updated as its gradients land (optimizer.clip = 0); one slot per group\n"
+                "  would take %s\n",
+                p->ring_depth, H(p->other_slots_grads));
+    else
+        fprintf(f,
+                "gradient slots: one per group, %s; a ring of %d\n"
+                "  (optimizer.clip = 0: each group updated as its gradients land) would take %s\n",
+                p->c->clip > 0 ? "as global-norm clipping (optimizer.clip) needs every\n"
+                                 "  gradient before the first update"
+                               : "as optimizer.grad_slots = \"all\" asks",
+                MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads));
+}
+
 static void print_rank_table(FILE *f, const mt_plan *p) {
     fprintf(f, "\nhost memory by rank (1 KiB = 1024 bytes; regions and state rounded to pages)\n");
     fprintf(f,
@@ -318,10 +345,11 @@ static void print_rank_table(FILE *f, const mt_plan *p) {
             p->rank[0].compute / N, H(p->sum.process));
     fprintf(f,
             "  fp32 master and gradient slots are in the shared regions (%s in /dev/shm, a %s\n"
-            "  control block each); m and v are private. \"moving\": the GPU-updated groups'\n"
-            "  state, held only while it moves (at start, saves and exports). \"process\": the\n"
+            "  control block each); m and v are private. \"moving\": the piece the GPU-updated\n"
+            "  groups' state passes through (at start, saves and exports). \"process\": the\n"
             "  rank process itself (MPI, UCX, libraries, the CUDA context), as measured\n",
             H(p->regions), H(p->n_shards ? p->rank[1].control : 0));
+    print_slots(f, p);
 }
 
 static void print_numa(FILE *f, const mt_plan *p, const placement *pl) {
@@ -565,10 +593,10 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
     double N = (double)p->params;
     fprintf(f,
             "mtrun: plan: %.2f%s params, host %s = %.1f B/param (optimizer state %s, %s gradient "
-            "slots %s, compute rank %s, %d processes %s)",
+            "slots %s%s, compute rank %s, %d processes %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
-            H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared), H(p->rank[0].compute),
-            p->np, H(p->sum.process));
+            H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared),
+            p->ring_depth ? " in a ring" : "", H(p->rank[0].compute), p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
     print_overrides(f, p->c, "; with");
@@ -607,10 +635,11 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
     }
     json_rank(f, "],\"total\":", &p->sum);
     fprintf(f,
-            "},\"grad_dtype\":\"%s\",\"device_groups\":%d,\"optimizer_state\":%" PRIu64
-            ",\"shared\":%" PRIu64 ",\"regions\":%" PRIu64 ",\"host\":%" PRIu64,
-            p->grad_bytes == 2 ? "bf16" : "fp32", p->device_groups, p->state, p->shared, p->regions,
-            p->host);
+            "},\"grad_dtype\":\"%s\",\"grad_ring\":%d,\"other_slots_grads\":%" PRIu64
+            ",\"device_groups\":%d,\"optimizer_state\":%" PRIu64 ",\"shared\":%" PRIu64
+            ",\"regions\":%" PRIu64 ",\"host\":%" PRIu64,
+            p->grad_bytes == 2 ? "bf16" : "fp32", p->ring_depth, p->other_slots_grads,
+            p->device_groups, p->state, p->shared, p->regions, p->host);
     json_buffers(f, "compute_host", &p->host_buffers);
     json_buffers(f, "gpu", &p->gpu);
     fprintf(f,

@@ -11,13 +11,33 @@ void shard_range(uint64_t n, int k, int K, uint64_t *lo, uint64_t *hi) {
     *hi = b < n ? b : n;
 }
 
+// The ring: entries of the largest slice, taken in `order`.
+static uint64_t ring_slots(shard_layout *lay, const int *order, uint64_t off) {
+    uint64_t entry = 0;
+    int last[SHM_MAX_GROUPS], n = 0; // the group in each entry so far
+    for (int g = lay->first_shared; g < lay->n_groups; g++)
+        if (lay->len[g] * lay->grad_bytes > entry) entry = lay->len[g] * lay->grad_bytes;
+    entry = round_up(entry, 64);
+    for (int i = 0; i < lay->n_groups; i++) {
+        int g = order[i], e = n % lay->ring_depth;
+        if (g < lay->first_shared) continue;
+        lay->ring_prev[g] = n >= lay->ring_depth ? last[e] : -1;
+        lay->grad_offset[g] = off + (uint64_t)e * entry;
+        last[e] = g, n++;
+    }
+    int used = n < lay->ring_depth ? n : lay->ring_depth;
+    return off + (uint64_t)used * entry;
+}
+
 void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_groups, int shard,
-                       int n_shards, int first_shared, int grad_bytes) {
+                       int n_shards, int first_shared, int grad_bytes, int ring_depth,
+                       const int *order) {
     lay->n_groups = n_groups;
     lay->shard = shard;
     lay->n_shards = n_shards;
     lay->first_shared = first_shared;
     lay->grad_bytes = grad_bytes;
+    lay->ring_depth = ring_depth;
     uint64_t off = SHM_HEADER_BYTES;
     for (int g = 0; g < n_groups; g++) {
         uint64_t lo, hi;
@@ -33,8 +53,11 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
     uint64_t grads = off;
     for (int g = 0; g < n_groups; g++) {
         lay->grad_offset[g] = g < first_shared ? 0 : off;
-        if (g >= first_shared) off = round_up(off + lay->len[g] * (uint64_t)grad_bytes, 64);
+        lay->ring_prev[g] = -1;
+        if (g >= first_shared && !ring_depth)
+            off = round_up(off + lay->len[g] * (uint64_t)grad_bytes, 64);
     }
+    if (ring_depth) off = ring_slots(lay, order, off);
     lay->total_bytes = round_up(off, 4096);
     lay->grads_bytes = lay->total_bytes - grads;
 }

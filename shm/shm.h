@@ -18,17 +18,24 @@ void shard_range(uint64_t n, int k, int K, uint64_t *lo, uint64_t *hi);
 
 // Where each group's slice lives inside shard k's region. Groups below first_shared are
 // updated elsewhere (on the compute rank's device) and have no slots: their offsets are 0.
+// Gradient slots are one per group (ring_depth 0), or a ring of ring_depth entries, each the
+// size of the largest slice, that the groups take in turns in the order their gradients
+// arrive: the group `order` lists i-th among those with slots takes entry i % ring_depth,
+// after ring_prev[g], which a writer must wait to see consumed (-1: the first in its entry).
 typedef struct {
-    int n_groups, shard, n_shards, first_shared, grad_bytes;
+    int n_groups, shard, n_shards, first_shared, grad_bytes, ring_depth;
     uint64_t lo[SHM_MAX_GROUPS], len[SHM_MAX_GROUPS];
     uint64_t master_offset[SHM_MAX_GROUPS]; // fp32 [len]
     uint64_t grad_offset[SHM_MAX_GROUPS];   // grad_bytes (4: fp32, 2: bf16) x [len]
-    uint64_t masters_bytes, grads_bytes;    // the two areas, page-rounded
+    int32_t ring_prev[SHM_MAX_GROUPS];
+    uint64_t masters_bytes, grads_bytes; // the two areas, page-rounded
     uint64_t total_bytes;
 } shard_layout;
 
+// order: every group once (ring_depth > 0); NULL with ring_depth 0.
 void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_groups, int shard,
-                       int n_shards, int first_shared, int grad_bytes);
+                       int n_shards, int first_shared, int grad_bytes, int ring_depth,
+                       const int *order);
 
 // The control block at the start of every region. The sequence numbers mirror the control
 // messages, so either side can assert what it was told against what is in memory.

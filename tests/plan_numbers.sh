@@ -72,19 +72,27 @@ expected() {
         nl = int((L + 7) / 8); DGGPU = 1 + nl
         if (DGSET != "") { DGGPU = DGSET; nl = DGGPU > 1 ? DGGPU - 1 : 0 } # what the GPU has room for
         DG = CUDA ? DGGPU : 0
+        # gradient slots: one per group, or with optimizer.clip = 0 (grad_slots "auto") a ring
+        # of min(4, groups with slots) entries, each the largest slice
+        CLIP = ("clip" in cfg) ? cfg["clip"] : 1
+        RING = (CLIP == 0) ? 4 : 0
+        out("grad_ring", RING)
+        piece = 4 * 16777216 # the piece device-updated state moves through (64 MiB)
         for (k = 0; k < K; k++) {
-            off = header; mv = 0; moving = 0
+            off = header; mv = 0; moving = DG > 0 ? piece : 0
             for (g = 0; g < G; g++) {
                 lo = min(up(int(numel[g] * k / K), 64), numel[g])
                 hi = min(up(int(numel[g] * (k + 1) / K), 64), numel[g])
                 len[g] = hi - lo
-                if (g < DG) { moving += 12 * len[g]; continue }
+                if (g < DG) continue
                 off = up(off + 4 * len[g], 64)                 # the fp32 master, in the region
                 mv += up((len[g] ? len[g] : 1) * 4, 4096)      # m and v: each page-rounded
             }
-            grad0 = up(off, 4096); off = grad0
-            for (g = DG; g < G; g++) off = up(off + GB * len[g], 64)
-            total = up(off, 4096)
+            grad0 = up(off, 4096); each = grad0; big = 0
+            for (g = DG; g < G; g++) { each = up(each + GB * len[g], 64); if (GB * len[g] > big) big = GB * len[g] }
+            ring = grad0 + min(4, G - DG) * up(big, 64)
+            total = up(RING ? ring : each, 4096)
+            other += up(RING ? each : ring, 4096) - grad0
             r = "ranks." (k + 1) "."
             out(r "master", grad0 - header); out(r "adam_m", mv); out(r "adam_v", mv)
             out(r "grads", total - grad0); out(r "control", header); out(r "moving", moving)
@@ -147,9 +155,9 @@ expected() {
         out("gpu.attention", gpu_att); out("gpu.att_slots", att)
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own + gpu_att)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
-        # plus, on CUDA, the host staging copy of the largest GPU-updated group (fp32)
-        big = DG == 0 ? 0 : (DG > 1 && layer > numel[0]) ? layer : numel[0]
-        compute = CUDA ? 12 * M * n + 4 * big : 8 * res + acts + dres + cpu_work + cpu_att
+        # plus, on CUDA, the host piece that the state of the GPU-updated groups moves through
+        compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) : 8 * res + acts + dres + cpu_work + cpu_att
+        out("other_slots_grads", other)
         out("ranks.0.compute", compute); out("ranks.0.process", proc0)
         out("ranks.0.total", compute + proc0); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
@@ -207,7 +215,17 @@ MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
     "$MTRUN" --plan -np 5 --gpu-mem 141G configs/120b.cfg >"$TMP/120b.txt" 2>"$TMP/120b.err"
 [ $? -eq 2 ] || fail "120b on 1.5 TB: --plan did not exit 2"
 grep -q "does not fit in host memory" "$TMP/120b.err" || fail "120b: $(cat "$TMP/120b.err")"
+grep -q "it fits with optimizer.clip = 0" "$TMP/120b.err" ||
+    fail "120b on 1.5 TB: the refusal does not offer optimizer.clip = 0: $(cat "$TMP/120b.err")"
 GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b configs/120b.cfg 5 1 2 1
+# With optimizer.clip = 0 the gradient slots are a ring of 4 groups' and 120B fits 1.5 TB, at
+# most 12.3 bytes a parameter in all; grad_dtype "auto" then keeps fp32 slots, which fit.
+sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' configs/120b.cfg >"$TMP/120b-ring.cfg"
+GPU_MEM=--gpu-mem=141G MEM_LIMIT=1500000000000 check 120b-ring "$TMP/120b-ring.cfg" 5 1 4 1
+perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b-ring.got")
+awk -v b="$perparam" 'BEGIN { exit !(b <= 12.3) }' ||
+    fail "120b with the ring: $perparam bytes/param, more than 12.3"
+echo "ok   120b with the ring: $perparam bytes/param"
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

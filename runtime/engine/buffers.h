@@ -22,6 +22,8 @@ typedef struct {
     double cpu_h2d_bytes, cpu_d2h_bytes; // CPU backend: bytes copied since the last stats
     double span_begin_us;                // CPU backend: start of the open compute span
     float *node_scratch;                 // CPU backend over nodes: the largest group, for sums
+    struct grad_buffer **grads;          // [n_grads]: every gradient buffer, for the ring's waits
+    int n_grads;
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

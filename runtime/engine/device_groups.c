@@ -6,20 +6,31 @@ static float **slot(device_groups *d, int g, int which) {
     return &d->state[g * 3 + which];
 }
 
-// Host room for the largest group, only while state moves (at start and at saves), so that
-// the steady state holds no host copy.
+// Host room for one piece of state in motion (job_piece), only while state moves (at start,
+// saves and exports): the optimizer ranks send and take it a piece at a time.
 static void staging_new(device_groups *d) {
-    size_t most = 0;
-    for (int g = 0; g < d->groups; g++)
-        most = d->job->group_numel[g] > most ? d->job->group_numel[g] : most;
-    d->staging = malloc(most * sizeof(float));
-    if (!d->staging)
-        mt_die("out of memory: %zu MiB to move the device-updated groups' state", most >> 18);
+    d->staging = job_piece_buffer();
 }
 
 static void staging_free(device_groups *d) {
     free(d->staging);
     d->staging = NULL;
+}
+
+// Shard k's slice of array `which` of group g, a piece at a time, from (to) its optimizer rank.
+static void move_slice(device_groups *d, int g, int which, int k, int sending) {
+    const shard_layout *lay = &d->job->layouts[k];
+    float *array = *slot(d, g, which) + lay->lo[g];
+    for (uint64_t at = 0, n; at < lay->len[g]; at += n) {
+        n = job_piece_len(lay->len[g], at);
+        if (sending) {
+            d->ops->download(d->be, d->staging, array + at, n * sizeof(float));
+            job_send_floats(d->staging, n, k + 1);
+        } else {
+            job_recv_floats(d->staging, n, k + 1);
+            d->ops->upload(d->be, array + at, d->staging, n * sizeof(float));
+        }
+    }
 }
 
 void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, backend *be,
@@ -33,11 +44,8 @@ void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, b
     staging_new(d);
     for (int g = 0; g < groups; g++)
         for (int which = 0; which < 3; which++) {
-            size_t n = job->group_numel[g];
-            for (int k = 0; k < job->n_shards; k++)
-                job_recv_floats(d->staging + job->layouts[k].lo[g], job->layouts[k].len[g], k + 1);
-            *slot(d, g, which) = ops->alloc(be, n * sizeof(float));
-            ops->upload(be, *slot(d, g, which), d->staging, n * sizeof(float));
+            *slot(d, g, which) = ops->alloc(be, job->group_numel[g] * sizeof(float));
+            for (int k = 0; k < job->n_shards; k++) move_slice(d, g, which, k, 0);
         }
     staging_free(d);
 }
@@ -57,15 +65,10 @@ void device_groups_update(device_groups *d, int g, const adamw_params *hp, const
                   d->job->group_numel[g], hp);
 }
 
-void device_groups_send_back(device_groups *d) {
-    mt_job *job = d->job;
+void device_groups_send_back(device_groups *d, int arrays) {
     staging_new(d);
     for (int g = 0; g < d->groups; g++)
-        for (int which = 0; which < 3; which++) {
-            d->ops->download(d->be, d->staging, *slot(d, g, which),
-                             job->group_numel[g] * sizeof(float));
-            for (int k = 0; k < job->n_shards; k++)
-                job_send_floats(d->staging + job->layouts[k].lo[g], job->layouts[k].len[g], k + 1);
-        }
+        for (int which = 0; which < arrays; which++)
+            for (int k = 0; k < d->job->n_shards; k++) move_slice(d, g, which, k, 1);
     staging_free(d);
 }

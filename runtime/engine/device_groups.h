@@ -9,8 +9,8 @@
 // (kernels/adamw.h), so where a group is updated never changes a bit.
 //
 // The state lives here only: the optimizer ranks initialize (or load) their slices of it at
-// start and send them over, and get them back, into memory held for the purpose, before every
-// save and export.
+// start and send them over, and get them back before every save and export, a piece at a time
+// on both sides, so that no host holds it whole.
 #ifndef MT_DEVICE_GROUPS_H
 #define MT_DEVICE_GROUPS_H
 
@@ -24,7 +24,7 @@ typedef struct {
     backend *be;
     int groups;     // groups 0 .. groups - 1
     float **state;  // [groups * 3]: master, m and v of each group, in backend memory
-    float *staging; // host, the largest group's elements while state moves
+    float *staging; // host, a piece (MT_STATE_PIECE floats) while state moves
 } device_groups;
 
 // Compute rank, collective with the optimizer ranks' give_device_groups (optimizer.c): announces
@@ -38,8 +38,8 @@ void device_groups_weights(device_groups *d, int g, void *w);
 // One group's AdamW step: master, m and v in place, the weights w in the backend's format.
 void device_groups_update(device_groups *d, int g, const adamw_params *hp, const float *grads,
                           void *w);
-// Compute rank: sends the state back when checkpoint_state_due says so (the optimizer ranks'
-// take_device_groups).
-void device_groups_send_back(device_groups *d);
+// Compute rank: sends the state back to the optimizer ranks, for a save (arrays 3: master, m
+// and v, when checkpoint_saves_device_state says so) or an export (arrays 1: the master).
+void device_groups_send_back(device_groups *d, int arrays);
 
 #endif

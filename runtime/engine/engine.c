@@ -263,8 +263,8 @@ static void engine_init(engine *e) {
         weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
+    own_groups(e); // their state comes first, as the optimizer ranks make or read it
     wait_for_optimizer_state(e);
-    own_groups(e);
     choose_offload(e);
     e->acts = device_alloc(e, (size_t)e->slots * M * nD, 4);
     e->passes = calloc(2 * (size_t)c->layers, sizeof *e->passes);
@@ -345,8 +345,10 @@ void engine_run(engine *e) {
         if (lead && c->eval_interval > 0 && step > job->start_step && step % c->eval_interval == 0)
             metrics_eval(&mx, step, eval_loss(e, step));
         run_step(e, &mx, step);
-        if (e->dev.groups > 0 && checkpoint_state_due(job, (int)step + 1))
-            device_groups_send_back(&e->dev);
+        if (e->dev.groups > 0 && checkpoint_saves_device_state(job, (int)step + 1))
+            device_groups_send_back(&e->dev, 3);
+        if (e->dev.groups > 0 && step + 1 == job->end_step && checkpoint_export_due(job))
+            device_groups_send_back(&e->dev, 1);
         if (step == job->start_step) reserve_kept(e, &mx, step + 1 < job->end_step);
     }
     if (lead && c->eval_interval > 0) metrics_eval(&mx, job->end_step, eval_loss(e, job->end_step));

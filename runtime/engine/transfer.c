@@ -60,6 +60,7 @@ void transfer_free(transfer *t) {
     free(t->group_sumsq);
     free(t->taken);
     free(t->node_scratch);
+    free(t->grads);
 }
 
 void weight_buffer_init(transfer *t, weight_buffer *buf, void *dst) {
@@ -72,6 +73,10 @@ void grad_buffer_init(transfer *t, grad_buffer *buf, float *src) {
     memset(buf, 0, sizeof *buf);
     buf->t = t, buf->src = src, buf->group = -1;
     if (t->cuda) xfer_cuda_grad_init(buf);
+    grad_buffer **grown = realloc(t->grads, (size_t)(t->n_grads + 1) * sizeof *grown);
+    if (!grown) mt_die("out of memory");
+    t->grads = grown;
+    t->grads[t->n_grads++] = buf;
 }
 
 void buffers_free(transfer *t, weight_buffer *w, int nw, grad_buffer *g, int ng) {
@@ -115,9 +120,9 @@ static int shard_ready(transfer *t, int k, int g, int64_t v) {
 // Waits until every shard has announced version v of group g. On CUDA, with buf, each shard's
 // slice of the buffer is copied as soon as that shard is ready, in the order the shards
 // finish, so that only the slowest shard's slice is copied after the wait.
-static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf) {
+static void wait_version(transfer *t, int g, int64_t v, weight_buffer *buf, const char *name) {
     double t0 = now_seconds();
-    trace_tag tag = trace_tag_of("wait weights", TRACE_ARG_GROUP, g);
+    trace_tag tag = trace_tag_of(name, TRACE_ARG_GROUP, g);
     int blocks = !version_ready(t, g, v);
     if (blocks && t->cuda) xfer_cuda_optimizer_blocks(t->cuda, 1);
     memset(t->taken, 0, (size_t)t->job->n_shards);
@@ -163,11 +168,11 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
     buf->group = g, buf->version = v;
     if (t->cuda) {
         xfer_cuda_fetch_begin(t, buf);
-        wait_version(t, g, v, buf);
+        wait_version(t, g, v, buf, "wait weights");
         xfer_cuda_fetch_end(buf);
         buf->ticket = 1;
     } else {
-        wait_version(t, g, v, NULL);
+        wait_version(t, g, v, NULL, "wait weights");
         trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
         t->cpu_h2d_bytes += group_bytes(t, g, sizeof(float));
@@ -243,8 +248,31 @@ void offload_reuse(grad_buffer *buf) {
     announce(buf);
 }
 
+// The gradient ring: group g's slot held group prev's gradients before, which the optimizer
+// ranks must have consumed (their update of prev, version step + 1, says so) before g's may go
+// there. prev's were announced first (its offload and the ones before it, in order), or no
+// optimizer rank would ever start on it.
+static void wait_for_slot(transfer *t, int g, int64_t step) {
+    int prev = t->job->layouts[0].ring_prev[g];
+    if (prev < 0) return;
+    for (;;) {
+        grad_buffer *next = NULL, *target = NULL;
+        for (int i = 0; i < t->n_grads; i++) {
+            grad_buffer *b = t->grads[i];
+            if (!b->ticket || b->announced) continue;
+            if (!next || b->order < next->order) next = b;
+            if (b->group == prev && b->step == step) target = b;
+        }
+        if (!target) break;
+        landed(next, 1);
+        announce(next);
+    }
+    wait_version(t, prev, step + 1, NULL, "wait slot");
+}
+
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     offload_reuse(buf);
+    if (t->job->ring_depth && !buf->stays) wait_for_slot(t, g, step);
     buf->group = g, buf->step = step, buf->announced = 0;
     buf->order = ++t->tickets;
     if (t->cuda && !t->d2h) {

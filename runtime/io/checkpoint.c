@@ -268,6 +268,21 @@ static void create_state_file(const mt_job *job, const char *tmp, int step) {
     SYS_CHECK(close(fd));
 }
 
+// The slice [lo, lo + len) of an array whose state lives on the compute rank's device (the
+// groups it updates): it passes through a piece buffer, taken from the compute rank before it is
+// written (a save) or sent to it once read (a resume), so that it is never whole in host memory.
+static void move_piecewise(int fd, const char *path, const char *step_dir, float **piece,
+                           uint64_t len, off_t off, int writing) {
+    if (!*piece) *piece = job_piece_buffer();
+    for (uint64_t at = 0, n; at < len; at += n) {
+        n = job_piece_len(len, at);
+        off_t where = off + (off_t)(at * sizeof(float));
+        if (writing) job_recv_floats(*piece, n, 0);
+        move_bytes(fd, path, step_dir, *piece, n * sizeof(float), where, writing);
+        if (!writing) job_send_floats(*piece, n, 0);
+    }
+}
+
 // This rank's slices of state.bin: its shard's master (saved by the leader node: every node
 // holds the same) and the part of its shard whose moments this node keeps (job_moment_part).
 static void io_slices(mt_job *job, const char *step_dir, group_state *state, int writing) {
@@ -277,19 +292,24 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     int k = job_shard_of_rank(job->rank);
     const shard_layout *lay = &job->layouts[k];
+    float *piece = NULL;
     for (int g = 0; g < job->n_groups; g++) {
         uint64_t part, n;
         job_moment_part(job, g, lay->len[g], job->node, &part, &n);
         float *arrays[3] = {state[g].master, state[g].m, state[g].v};
         for (int w = 0; w < 3; w++) {
             // The leader node saves what all nodes hold whole: the master, and the groups the
-            // compute rank updates (only the leader's optimizer ranks take them back to save).
+            // compute rank updates (only the leader's compute rank sends them back to save).
             if (writing && !job_writes(job) && (w == 0 || g < job->device_groups)) continue;
             uint64_t lo = lay->lo[g] + (w ? part : 0), len = w ? n : lay->len[g];
             off_t off = (off_t)(state_offset(job, g, w) + lo * sizeof(float));
-            move_bytes(fd, path, step_dir, arrays[w], len * sizeof(float), off, writing);
+            if (arrays[w])
+                move_bytes(fd, path, step_dir, arrays[w], len * sizeof(float), off, writing);
+            else
+                move_piecewise(fd, path, step_dir, &piece, len, off, writing);
         }
     }
+    free(piece);
     if (writing && fsync(fd) != 0) {
         int full = errno == ENOSPC || errno == EDQUOT;
         const char *why = strerror(errno);
@@ -376,15 +396,16 @@ void checkpoint_load(mt_job *job, group_state *state) {
 // nodes, every node saves its part).
 int checkpoint_due(const mt_job *job, int version) {
     int every = job->cfg.checkpoint_interval;
+    if (job->stopped_bad == 2) return 0; // a ring step half applied: nothing of it is kept
     return (job_writes(job) || job_moments_split(job)) && every > 0 &&
            (version == job->end_step || version % every == 0);
 }
 
 int checkpoint_export_due(const mt_job *job) {
-    return job_writes(job) && job->cfg.export_dir[0] && job->end_step == job->cfg.steps;
+    return job->stopped_bad != 2 && job_writes(job) && job->cfg.export_dir[0] &&
+           job->end_step == job->cfg.steps;
 }
 
-int checkpoint_state_due(const mt_job *job, int version) { // the leader's: it saves them
-    return job_writes(job) && (checkpoint_due(job, version) ||
-                               (version == job->end_step && checkpoint_export_due(job)));
+int checkpoint_saves_device_state(const mt_job *job, int version) { // the leader saves it
+    return job_writes(job) && checkpoint_due(job, version);
 }

@@ -141,11 +141,14 @@ int checkpoint_prune(const char *dir, int keep, const char *latest_name);
 // run that reaches its last step exports; --stop-at is a pause, not the end).
 int checkpoint_due(const mt_job *job, int version);
 int checkpoint_export_due(const mt_job *job);
-// Either: the optimizer ranks need the full state of every group (also those the compute rank
-// updates itself) after the step that makes `version`.
-int checkpoint_state_due(const mt_job *job, int version);
+// The save after the step that makes `version` needs the state of the groups the compute rank
+// updates itself: the leader's compute rank sends it to its optimizer ranks while they write.
+int checkpoint_saves_device_state(const mt_job *job, int version);
 
 // Collective over the optimizer ranks: state[g] holds this rank's slices of master, m and v.
+// A group with none (NULL: one the compute rank updates, whose state lives on its device) moves
+// a piece at a time to or from the compute rank (job_send_floats, MT_STATE_PIECE), saved as
+// it arrives and sent as it is read.
 typedef struct {
     float *master, *m, *v;
 } group_state;

@@ -10,7 +10,23 @@
 #include <unistd.h>
 
 #define STATE_TAG 0x4d54
-#define CHUNK ((size_t)1 << 28) // MPI counts are ints
+#define CHUNK job_piece() // MPI counts are ints
+
+size_t job_piece(void) {
+    static size_t piece;
+    if (!piece) {
+        const char *s = getenv("MT_TEST_STATE_PIECE");
+        long long v = s ? atoll(s) : 0;
+        piece = v > 0 && (size_t)v < MT_STATE_PIECE ? (size_t)v : MT_STATE_PIECE;
+    }
+    return piece;
+}
+
+float *job_piece_buffer(void) {
+    float *p = malloc(job_piece() * sizeof(float));
+    if (!p) mt_die("out of memory: a %zu MiB piece of state in motion", job_piece() >> 18);
+    return p;
+}
 
 void job_send_floats_on(const float *x, size_t n, int dest, int tag, MPI_Comm comm) {
     for (size_t i = 0; i < n; i += CHUNK) {
@@ -57,9 +73,12 @@ void job_make_layouts(mt_job *job) {
     job->layouts = calloc(job->n_shards, sizeof *job->layouts);
     job->regions = calloc(job->n_shards, sizeof *job->regions);
     if (!job->layouts || !job->regions) mt_die("out of memory");
+    int order[SHM_MAX_GROUPS];
+    model_grad_order(&job->cfg, order);
+    job->ring_depth = model_grad_ring_depth(&job->cfg);
     for (int k = 0; k < job->n_shards; k++)
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,
-                          job->device_groups, job->grad_bytes);
+                          job->device_groups, job->grad_bytes, job->ring_depth, order);
 }
 
 // Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank
@@ -316,7 +335,10 @@ void job_teardown(mt_job *job) {
 int job_note_step(mt_job *job, int step, int bad) {
     job->bad_in_a_row = bad ? job->bad_in_a_row + 1 : 0;
     job->skipped_steps += bad;
-    if (job->bad_in_a_row >= job->cfg.max_bad_steps) {
+    if (bad && job->ring_depth) {
+        end_after(job, step);
+        job->stopped_bad = 2;
+    } else if (job->bad_in_a_row >= job->cfg.max_bad_steps) {
         end_after(job, step);
         job->stopped_bad = 1;
     }

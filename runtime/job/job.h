@@ -46,12 +46,17 @@ typedef struct {
     // the optimizer ranks, from gradient slots of grad_bytes a parameter (4: fp32, 2: bf16).
     // Both are known before the layouts are made (job_make_layouts).
     int device_groups, grad_bytes;
+    // The gradient slots: one per group (0), or a ring this deep (model_grad_ring_depth), whose
+    // groups are updated as their gradients land (the layouts' ring_prev says who waits on whom).
+    int ring_depth;
     shard_layout *layouts; // [n_shards]
     shm_region *regions;   // [n_shards]; an optimizer rank maps only its own
     mt_control *ctl;
     int start_step; // 0, or the step a resumed checkpoint holds
     // Steps skipped for a non-finite gradient norm: in all (checkpointed, for Adam's bias
-    // correction) and in a row; every rank counts the same (step_is_bad).
+    // correction) and in a row; every rank counts the same (step_is_bad). stopped_bad: 1 when
+    // max_bad_steps ended the job (with a save), 2 when a bad step ended a ring job, whose
+    // groups before the bad one were already updated (no save: the step cannot be undone).
     int skipped_steps, bad_in_a_row, stopped_bad;
     int stopped_on_request;        // the step a stop request ended the job after (-1: none)
     char (*hosts)[64];             // [world]: each rank's host name, for the watchdog
@@ -82,6 +87,17 @@ void job_fail_input(const mt_job *job, const char *msg) __attribute__((noreturn)
 
 // Point-to-point float arrays of any length on the node's communicator, on one tag, so that
 // messages between two ranks keep their order (the state of the groups the compute rank updates).
+// They travel in messages of job_piece() floats (the last one shorter): a receiver may take a
+// long array a piece at a time into a buffer of that size, if the sender's pieces start where
+// its own do.
+// MT_STATE_PIECE (model.h), or for tests MT_TEST_STATE_PIECE floats, so that a small model's
+// state crosses piece boundaries too; every rank of a job reads the same.
+size_t job_piece(void);
+// The piece of a len-float array at `at`: for (at = 0; at < len; at += n) n = job_piece_len(..).
+static inline size_t job_piece_len(uint64_t len, uint64_t at) {
+    return len - at < job_piece() ? (size_t)(len - at) : job_piece();
+}
+float *job_piece_buffer(void); // malloc'd; ends the rank when memory is short
 void job_send_floats(const float *x, size_t n, int dest);
 void job_recv_floats(float *x, size_t n, int src);
 // The same on any communicator and tag.
@@ -135,7 +151,8 @@ int job_recv(mt_job *job, control_msg *msg, const char *what, int from);
 
 // After step `step`'s norms are known: counts a bad step, and when optimizer.max_bad_steps
 // have come in a row ends the job after this step (end_step, so that it saves: the last good
-// state, as bad steps change nothing). Returns whether the step is bad.
+// state, as bad steps change nothing). Returns whether the step is bad. With the gradient ring,
+// a bad step ends the job at once, without a save (stopped_bad 2).
 int job_note_step(mt_job *job, int step, int bad);
 
 static inline int job_is_compute(const mt_job *j) {

@@ -272,6 +272,11 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
                            "%d is more than the embedding and model.layers = %d layers",
                            c->device_groups, c->layers);
+    if (strcmp(c->grad_slots, "ring") == 0 && c->clip > 0)
+        return source_fail(x, LINE("optimizer.grad_slots"), "optimizer.grad_slots",
+                           "\"ring\" updates each group as its gradients land, which needs "
+                           "optimizer.clip = 0 (clipping to %g needs every gradient first)",
+                           c->clip);
     if (c->trace_steps[1] > c->steps)
         return source_fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
                            c->trace_steps[0], c->trace_steps[1], c->steps);

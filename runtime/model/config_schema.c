@@ -62,6 +62,10 @@ const field_t config_schema[] = {
     // the host's gradient slots: "fp32" (4 B/param), "bf16" (2 B/param, rounded once from the
     // GPU's fp32 sums; the norm is still the fp32 one), "auto": fp32 when the job fits with it
     STR("optimizer.grad_dtype", grad_dtype, 0, "auto", "auto|fp32|bf16"),
+    // the host's gradient slots: "all" (one per group: global-norm clipping needs every gradient
+    // before the first update), "ring" (a ring of 4 groups' slots, each group updated as soon as
+    // its gradients land: optimizer.clip = 0 only), "auto": the ring when optimizer.clip = 0
+    STR("optimizer.grad_slots", grad_slots, 0, "auto", "auto|ring|all"),
     // over several nodes: each node's optimizer ranks keep m and v of a 1/nodes part of their
     // shards, update it, and gather the others' updated weights (host bytes per node: 4 + 8 /
     // nodes per parameter for the state, instead of 12); one node: no effect

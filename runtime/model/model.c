@@ -64,6 +64,19 @@ uint64_t model_param_count(const mt_config *c) {
     return total;
 }
 
+void model_grad_order(const mt_config *c, int *order) {
+    int n = 0;
+    order[n++] = model_head_group(c);
+    for (int l = c->layers - 1; l >= 0; l--) order[n++] = model_layer_group(l);
+    order[n++] = 0;
+}
+
+int model_grad_ring_depth(const mt_config *c) {
+    if (strcmp(c->grad_slots, "all") == 0) return 0;
+    if (strcmp(c->grad_slots, "ring") == 0 || c->clip <= 0) return MODEL_GRAD_RING_DEPTH;
+    return 0;
+}
+
 // Box-Muller on two uniforms drawn from a counter-based hash: no state to carry or shard.
 static float normal_at(uint64_t seed, int g, uint64_t i) {
     uint64_t key = splitmix64(seed ^ splitmix64(((uint64_t)g << 48) ^ i));

@@ -42,6 +42,7 @@ typedef struct {
     int warmup_steps;
     int device_groups;      // groups 0..N-1 updated on the compute rank's device; -1: auto
     char grad_dtype[8];     // host gradient slots: "auto", "fp32" or "bf16"
+    char grad_slots[8];     // "auto", "ring" (updates as gradients arrive) or "all"
     int max_bad_steps;      // non-finite gradient norms in a row that end the job
     int shard_across_nodes; // data parallel: each node keeps Adam's m and v of 1/nodes
     // run
@@ -162,6 +163,23 @@ static inline int model_head_group(const mt_config *c) {
 static inline int model_layer_group(int layer) {
     return layer + 1;
 }
+
+// The order in which a step's gradients leave the compute rank, the backward's: the head, layers
+// L-1 .. 0, the embedding. order[model_group_count(c)].
+void model_grad_order(const mt_config *c, int *order);
+
+// The host's gradient slots (optimizer.grad_slots): 0 for one slot per group, which global-norm
+// clipping needs (it waits for every gradient before the first update), or the depth of a ring
+// the groups take turns in, each updated as soon as its gradients land. "auto" is the ring when
+// optimizer.clip = 0. Four entries: one the compute rank fills, one in flight over PCIe, one
+// the optimizer ranks update, one spare for a late optimizer rank, so that the backward waits
+// only when the optimizer ranks fall a whole group behind.
+#define MODEL_GRAD_RING_DEPTH 4
+
+// The state of the groups the compute rank updates moves between it and the optimizer ranks (at
+// start, saves and exports) in pieces of this many floats (64 MiB), never whole in host memory.
+#define MT_STATE_PIECE ((size_t)1 << 24)
+int model_grad_ring_depth(const mt_config *c);
 
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
 int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);

@@ -360,7 +360,9 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
             "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
             "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f",
             (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu);
-    if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)
+    if (!isfinite(s.norm) && mx->job->ring_depth) // half applied: the job ends, unsaved
+        fprintf(mx->jsonl, ",\"ended_job\":true");
+    else if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)
         fprintf(mx->jsonl, ",\"skipped\":true,\"skipped_steps\":%d", mx->job->skipped_steps);
     if (s.mem_total > 0) fprintf(mx->jsonl, ",\"node_mem_used\":%.0f", s.mem_used);
     write_transfer_stats(mx, st, s.dt);

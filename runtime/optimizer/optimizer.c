@@ -25,7 +25,8 @@ typedef struct {
     group_state *state; // [n_groups]
     double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
     int64_t *grads_step;
-    int slow_ms; // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
+    int slow_ms;  // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
+    int ring_bad; // the ring: a group of this step had a non-finite norm
     // [n_groups]: the part of each group's shard slice whose moments this rank keeps and
     // updates (job_moment_part: all of it unless the state is split across nodes)
     uint64_t *part_lo, *part_n;
@@ -138,110 +139,62 @@ static void publish_weights(optimizer *o, int g, int version) {
     control_send(job->ctl, 0, &msg);
 }
 
-// From model_dir (each rank pread()s only its slice; mt-rank's set-up validated the files) or
-// fresh.
 // ---- the groups the compute rank updates itself (engine/device_groups.c is the other side) ----
 
-// Their state lives on the compute rank's device. This rank holds its slices only while they
-// move: at start (initialized or loaded here) and at saves and exports (taken back).
-static void device_state_alloc(optimizer *o) {
-    const shard_layout *lay = &o->job->layouts[o->shard];
-    for (int g = 0; g < o->job->device_groups; g++) {
-        group_state *s = &o->state[g];
-        if (s->master) continue;
-        size_t n = lay->len[g] ? lay->len[g] : 1;
-        s->master = calloc(n, sizeof(float)), s->m = calloc(n, sizeof(float));
-        s->v = calloc(n, sizeof(float));
-        if (!s->master || !s->m || !s->v)
-            mt_die("optimizer %d: out of memory moving the device-updated groups", o->shard);
-    }
-}
+// Their state lives on the compute rank's device. It passes through this rank a piece of
+// job_piece() floats at a time, never whole, so that it adds no peak to the host's memory:
+// at start, made or read here and sent over; at saves and exports, taken back and written
+// (checkpoint.c moves the saved and resumed state the same way). Their state[g] stays empty.
 
-static void device_state_free(optimizer *o) {
-    for (int g = 0; g < o->job->device_groups; g++) {
-        group_state *s = &o->state[g];
-        free(s->master), free(s->m), free(s->v);
-        *s = (group_state){0};
-    }
-}
-
-static float *state_array(group_state *s, int which) {
-    return which == 0 ? s->master : which == 1 ? s->m : s->v;
-}
-
-// Sends the compute rank this rank's slices of them, then drops them.
-static void give_device_groups(optimizer *o) {
+// Elements [lo, lo + len) of group g's initial master: model_dir's (each rank pread()s only its
+// slice; mt-rank's set-up validated the files), or fresh.
+static void init_master(optimizer *o, int g, uint64_t lo, uint64_t len, float *out) {
     mt_job *job = o->job;
-    for (int g = 0; g < job->device_groups; g++)
-        for (int which = 0; which < 3; which++)
-            job_send_floats(state_array(&o->state[g], which), job->layouts[o->shard].len[g], 0);
-    device_state_free(o);
-}
-
-// Gets them back, before a save or an export.
-static void take_device_groups(optimizer *o) {
-    mt_job *job = o->job;
-    device_state_alloc(o);
-    for (int g = 0; g < job->device_groups; g++)
-        for (int which = 0; which < 3; which++)
-            job_recv_floats(state_array(&o->state[g], which), job->layouts[o->shard].len[g], 0);
-}
-
-static void init_master(optimizer *o, int g) {
-    mt_job *job = o->job;
-    const shard_layout *lay = &job->layouts[o->shard];
     char err[MT_PATH_MAX + 512];
     if (!job->hf) {
-        model_init_slice(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master);
-    } else if (hf_read_group_slice(job->hf, &job->cfg, g, lay->lo[g], lay->len[g],
-                                   o->state[g].master, err, sizeof err) < 0 ||
-               hf_check_finite(&job->cfg, g, lay->lo[g], lay->len[g], o->state[g].master, err,
-                               sizeof err) < 0) {
+        model_init_slice(&job->cfg, g, lo, len, out);
+    } else if (hf_read_group_slice(job->hf, &job->cfg, g, lo, len, out, err, sizeof err) < 0 ||
+               hf_check_finite(&job->cfg, g, lo, len, out, err, sizeof err) < 0) {
         mt_die("optimizer %d: %s", o->shard, err);
     }
+}
+
+// A fresh start: this rank's slices of their master (initialized or read) and zero moments.
+static void give_fresh_device_groups(optimizer *o) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    float *piece = job->device_groups ? job_piece_buffer() : NULL;
+    for (int g = 0; g < job->device_groups; g++)
+        for (int which = 0; which < 3; which++)
+            for (uint64_t at = 0, n; at < lay->len[g]; at += n) {
+                n = job_piece_len(lay->len[g], at);
+                if (which == 0)
+                    init_master(o, g, lay->lo[g] + at, n, piece);
+                else
+                    memset(piece, 0, n * sizeof(float));
+                job_send_floats(piece, n, 0);
+            }
+    free(piece);
 }
 
 static void init_state(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
-    device_state_alloc(o);
-    for (int g = 0; g < job->n_groups; g++) {
+    for (int g = job->device_groups; g < job->n_groups; g++) {
         job_moment_part(job, g, lay->len[g], job->node, &o->part_lo[g], &o->part_n[g]);
-        if (g >= job->device_groups) { // the master is in the region, which the GPU streams
-            o->state[g].master = job_master(job, o->shard, g);
-            o->state[g].m = alloc_local(o->part_n[g]);
-            o->state[g].v = alloc_local(o->part_n[g]);
-        }
-        if (job->resume_path[0]) continue;
-        init_master(o, g);
-        publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
+        o->state[g].master = job_master(job, o->shard, g); // in the region, which the GPU streams
+        o->state[g].m = alloc_local(o->part_n[g]);
+        o->state[g].v = alloc_local(o->part_n[g]);
     }
-    if (!job->resume_path[0]) return;
-    checkpoint_load(job, o->state);
-    for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
-}
-
-// Gradients arrive in backward order; the update needs them all, for the global norm.
-static void wait_for_gradients(optimizer *o, int step) {
-    mt_job *job = o->job;
-    int missing = 0;
-    for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
-    while (missing > 0) {
-        control_msg msg;
-        char what[48];
-        snprintf(what, sizeof what, "the gradients of step %d", step + 1);
-        job_recv(job, &msg, step == job->start_step ? NULL : what, 0); // the start: unwatched
-        if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
-            job_stop_after(job, step);
-            continue;
-        }
-        if (msg.kind != CONTROL_GRADS_READY || msg.step != step || msg.group < 0 ||
-            msg.group >= job->n_groups || o->grads_step[msg.group] == step)
-            mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,
-                   msg.kind, msg.group, (long long)msg.step);
-        o->grads_step[msg.group] = step;
-        o->sumsq[msg.group] = msg.value;
-        missing--;
+    if (job->resume_path[0]) { // the device groups' state goes over as it is read
+        checkpoint_load(job, o->state);
+        for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
+        return;
+    }
+    give_fresh_device_groups(o);
+    for (int g = 0; g < job->n_groups; g++) {
+        if (g >= job->device_groups) init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
+        publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
     }
 }
 
@@ -289,44 +242,110 @@ static void sleep_through_signals(int ms) {
         if (errno != EINTR) SYS_CHECK(-1);
 }
 
-// A step whose gradient norm is not finite changes no weight and no moment: the groups are
-// published again at the next version as they are (step_is_bad, job_note_step).
+// Group g's AdamW step on this rank's part of its slice, from its gradient slot; then the GPU
+// may stream it.
+static void update_group(optimizer *o, int g, int step, const adamw_params *hp) {
+    mt_job *job = o->job;
+    size_t n = o->part_n[g], lo = o->part_lo[g];
+    group_state *s = &o->state[g];
+    char *grads = (char *)job_grad_slot(job, o->shard, g) + lo * job->grad_bytes;
+    double t0 = trace_now_us();
+    if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
+        adamw_update_bf16_grads(s->master + lo, s->m, s->v, NULL, (const bf16 *)grads, n, hp);
+    else
+        adamw_update(s->master + lo, s->m, s->v, NULL, (const float *)grads, n, hp);
+    gather_master_parts(o, g);
+    if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
+    trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0, trace_now_us());
+    publish_weights(o, g, step + 1);
+}
+
+// One slot per group: once every gradient is in, the groups in forward order, which the next
+// forward needs first. A step whose gradient norm is not finite changes no weight and no moment:
+// the groups are published again at the next version as they are (step_is_bad, job_note_step).
 static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
     adamw_params hp = adamw_params_at_step(&job->cfg, step, job->skipped_steps, clip_scale(o));
-    if (job_note_step(job, step, step_is_bad(o->sumsq, job->n_groups))) {
-        for (int g = job->device_groups; g < job->n_groups; g++) publish_weights(o, g, step + 1);
+    int bad = job_note_step(job, step, step_is_bad(o->sumsq, job->n_groups));
+    for (int g = job->device_groups; g < job->n_groups; g++) {
+        if (bad)
+            publish_weights(o, g, step + 1);
+        else
+            update_group(o, g, step, &hp);
+    }
+}
+
+// The ring: group g's gradients are in; it is updated now, which frees its slot for the
+// gradients the compute rank has waiting. No clipping (optimizer.clip = 0), so nothing else is
+// needed, and the bits are what update_step makes. From a group whose norm is not finite on,
+// nothing more of the step is updated (the groups before it were: the job ends unsaved, and
+// job_note_step says so); the groups are still published, for the compute rank waits on them.
+static void update_as_it_lands(optimizer *o, int g, int step) {
+    mt_job *job = o->job;
+    if (!isfinite(o->sumsq[g])) o->ring_bad = 1;
+    if (o->ring_bad) {
+        publish_weights(o, g, step + 1);
         return;
     }
-    for (int g = job->device_groups; g < job->n_groups; g++) {
-        size_t n = o->part_n[g], lo = o->part_lo[g];
-        group_state *s = &o->state[g];
-        char *grads = (char *)job_grad_slot(job, o->shard, g) + lo * job->grad_bytes;
+    adamw_params hp = adamw_params_at_step(&job->cfg, step, job->skipped_steps, 1.0f);
+    update_group(o, g, step, &hp);
+}
+
+// Gradients arrive in backward order, each group's with its squared norm.
+static void receive_step(optimizer *o, int step) {
+    mt_job *job = o->job;
+    int missing = 0;
+    o->ring_bad = 0;
+    for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
+    while (missing > 0) {
+        control_msg msg;
+        char what[48];
+        snprintf(what, sizeof what, "the gradients of step %d", step + 1);
         double t0 = trace_now_us();
-        if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-            adamw_update_bf16_grads(s->master + lo, s->m, s->v, NULL, (const bf16 *)grads, n, &hp);
-        else
-            adamw_update(s->master + lo, s->m, s->v, NULL, (const float *)grads, n, &hp);
-        gather_master_parts(o, g);
-        if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
-        trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0,
+        job_recv(job, &msg, step == job->start_step ? NULL : what, 0); // the start: unwatched
+        trace_record(TRACE_OPTIMIZER, trace_tag_of("wait grads", TRACE_ARG_NONE, 0), t0,
                      trace_now_us());
-        publish_weights(o, g, step + 1);
+        if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
+            job_stop_after(job, step);
+            continue;
+        }
+        int g = msg.group;
+        if (msg.kind != CONTROL_GRADS_READY || msg.step != step || g < 0 || g >= job->n_groups ||
+            o->grads_step[g] == step)
+            mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,
+                   msg.kind, g, (long long)msg.step);
+        o->grads_step[g] = step;
+        o->sumsq[g] = msg.value;
+        missing--;
+        if (job->ring_depth && g >= job->device_groups) update_as_it_lands(o, g, step);
     }
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
-// its fp32 master slices, the leader renames the finished folder into place.
+// its fp32 master slices (of the device-updated groups, as the compute rank sends them back),
+// the leader renames the finished folder into place.
 static void export_hf(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
     char tmp[MT_PATH_MAX + 32];
     uint64_t max = hf_export_max_shard_bytes();
+    float *piece = job->device_groups ? job_piece_buffer() : NULL;
     hf_export_tmp_path(job->cfg.export_dir, tmp, sizeof tmp);
     if (job->rank == 1) hf_export_prepare(&job->cfg, tmp, max);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
-    for (int g = 0; g < job->n_groups; g++)
-        hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g], lay->len[g], o->state[g].master);
+    for (int g = 0; g < job->n_groups; g++) {
+        if (g >= job->device_groups) {
+            hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g], lay->len[g],
+                                  o->state[g].master);
+            continue;
+        }
+        for (uint64_t at = 0, n; at < lay->len[g]; at += n) {
+            n = job_piece_len(lay->len[g], at);
+            job_recv_floats(piece, n, 0);
+            hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g] + at, n, piece);
+        }
+    }
+    free(piece);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
     if (job->rank == 1) hf_export_publish(tmp, job->cfg.export_dir);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
@@ -345,27 +364,23 @@ void optimizer_run(mt_job *job) {
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
-    give_device_groups(&o);
     trace_open(&job->cfg, job, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         double began = now_seconds(); // the watchdog allows 3 of the longest step
         trace_set_step(step);
-        double t0 = trace_now_us();
-        wait_for_gradients(&o, step);
-        trace_record(TRACE_OPTIMIZER, trace_tag_of("wait grads", TRACE_ARG_NONE, 0), t0,
-                     trace_now_us());
+        receive_step(&o, step);
         fault_injection(&o, step);
-        update_step(&o, step);
+        if (job->ring_depth)
+            job_note_step(job, step, step_is_bad(o.sumsq, job->n_groups));
+        else
+            update_step(&o, step);
         trace_set_step(-1);
-        if (job->device_groups > 0 && checkpoint_state_due(job, step + 1)) take_device_groups(&o);
         if (checkpoint_due(job, step + 1)) checkpoint_save(job, step + 1, o.state);
-        if (step + 1 < job->end_step) device_state_free(&o); // the export still needs them
         double took = now_seconds() - began;
         if (took > job->longest_step) job->longest_step = took;
     }
     if (checkpoint_export_due(job)) export_hf(&o);
     trace_finish(); // collective with rank 0's
-    device_state_free(&o);
     for (int g = job->device_groups; g < job->n_groups; g++) {
         free_local(o.state[g].m, o.part_n[g]);
         free_local(o.state[g].v, o.part_n[g]);

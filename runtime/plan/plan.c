@@ -144,11 +144,9 @@ void plan_device_layers_text(int groups, char *out, size_t cap) {
 
 // device_groups.c's host staging copy of the largest device-updated group, there while the
 // state moves (at start and at every save).
-static uint64_t device_staging_bytes(const mt_config *c, int groups) {
-    uint64_t largest = 0;
-    for (int g = 0; g < groups; g++)
-        largest = model_group_numel(c, g) > largest ? model_group_numel(c, g) : largest;
-    return 4 * largest;
+// The compute rank's host piece that the device-updated groups' state moves through.
+static uint64_t device_staging_bytes(int groups) {
+    return groups ? 4 * MT_STATE_PIECE : 0;
 }
 
 int plan_grad_bytes(const mt_config *c) {
@@ -170,7 +168,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     }
     uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
     // on the CPU, also the staging copy, host memory there
-    b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(c, b->device_groups));
+    b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(b->device_groups));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA): two sets and a segment's on the GPU, the rest pinned.
@@ -200,7 +198,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
-    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(c, ch->device_groups);
+    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
@@ -379,7 +377,7 @@ static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nod
         if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
         r->adam_m += state_bytes(hi - lo);
     }
-    for (int g = 0; g < lay->first_shared; g++) r->moving += 3 * 4 * lay->len[g]; // calloc'd
+    r->moving = lay->first_shared ? 4 * MT_STATE_PIECE : 0; // the piece that state moves through
     r->adam_v = r->adam_m;
     r->master = lay->masters_bytes;
     r->grads = lay->grads_bytes;
@@ -418,7 +416,10 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         return -1;
     }
     uint64_t numel[SHM_MAX_GROUPS];
+    int order[SHM_MAX_GROUPS];
     for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
+    model_grad_order(c, order);
+    p->ring_depth = model_grad_ring_depth(c);
     p->params = model_param_count(c);
     p->rank = calloc((size_t)np, sizeof *p->rank);
     shard_layout *lay = malloc(sizeof *lay);
@@ -442,8 +443,12 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
             pr->compute = (cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total) +
                           node_sum_bytes(c, cuda, nodes);
         } else {
+            int other = p->ring_depth ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes);
+                              grad_bytes, other, order);
+            p->other_slots_grads += lay->grads_bytes;
+            shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
+                              grad_bytes, p->ring_depth, order);
             optimizer_rank(pr, lay, moment_nodes);
         }
         pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);

@@ -46,13 +46,13 @@ typedef struct {
 // One rank's host bytes, by kind. An optimizer rank creates its shard's shared region (on its
 // NUMA node: fp32 master, gradient slots, control block) and holds Adam m and v privately; the
 // compute rank maps every region and adds its own buffers. The groups the compute rank updates
-// itself have none of these: their slices pass through an optimizer rank only while they move
-// (at start, at saves and exports), counted in `moving` since that is a peak the host must hold.
+// itself have none of these: their slices pass through an optimizer rank a piece at a time while
+// they move (at start, at saves and exports), and that piece is `moving`.
 typedef struct {
     uint64_t master;         // fp32, in the region (the GPU streams it)
     uint64_t adam_m, adam_v; // fp32, page-rounded per group, private
     uint64_t grads, control; // the region's gradient slots (bf16 or fp32) and control block
-    uint64_t moving;         // device-updated groups' master, m, v while they move
+    uint64_t moving;         // the piece (MT_STATE_PIECE floats) device-updated state moves in
     uint64_t compute;        // the compute rank's own host buffers
     uint64_t process;        // the process itself: MPI, UCX, libraries, the CUDA context
     uint64_t total;
@@ -93,19 +93,21 @@ typedef struct {
     int np, n_shards, n_groups;
     int cuda; // the compute rank runs on the GPU
     uint64_t params;
-    plan_rank *rank;           // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
-    plan_rank sum;             // over all ranks; sum.numa_node unused
-    int grad_bytes;            // gradient slots: 4 (fp32) or 2 (bf16)
-    int device_groups;         // groups the compute rank updates itself
-    uint64_t state;            // fp32 master, m and v on the host (moving included)
-    uint64_t shared;           // gradient slots and control blocks
-    uint64_t regions;          // the shared regions (master, slots, control): /dev/shm
-    uint64_t host;             // all host bytes: state + shared + the compute rank's
-    plan_buffers host_buffers; // the compute rank's host buffers (in rank[0].compute)
-    plan_buffers gpu;          // GPU bytes when cuda (also filled, for reference, otherwise)
-    plan_choices choices;      // for the backend the job runs on
-    uint64_t gpu_free;         // the GPU's free bytes as given (UINT64_MAX: not known)
-    const char *gpu_source;    // where that figure came from, for messages
+    plan_rank *rank;            // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
+    plan_rank sum;              // over all ranks; sum.numa_node unused
+    int grad_bytes;             // gradient slots: 4 (fp32) or 2 (bf16)
+    int ring_depth;             // model_grad_ring_depth: 0 (a slot per group) or the ring's
+    uint64_t other_slots_grads; // the gradient slots' bytes the other way (ring or per group)
+    int device_groups;          // groups the compute rank updates itself
+    uint64_t state;             // fp32 master, m and v on the host (moving included)
+    uint64_t shared;            // gradient slots and control blocks
+    uint64_t regions;           // the shared regions (master, slots, control): /dev/shm
+    uint64_t host;              // all host bytes: state + shared + the compute rank's
+    plan_buffers host_buffers;  // the compute rank's host buffers (in rank[0].compute)
+    plan_buffers gpu;           // GPU bytes when cuda (also filled, for reference, otherwise)
+    plan_choices choices;       // for the backend the job runs on
+    uint64_t gpu_free;          // the GPU's free bytes as given (UINT64_MAX: not known)
+    const char *gpu_source;     // where that figure came from, for messages
 } mt_plan;
 
 // Boundary activations the compute rank holds on its device for boundary_every k: boundaries

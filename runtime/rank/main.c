@@ -135,7 +135,8 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
 }
 
 // optimizer.max_bad_steps non-finite norms in a row ended the job early, with a checkpoint of
-// the last good state: every rank exits with 3, rank 0 says why.
+// the last good state, or one did with the gradient ring, without: every rank exits with 3,
+// rank 0 says why.
 static void teardown(mt_job *job) {
     int stopped = job->stopped_bad, rank = job->world_rank, at = job->end_step;
     if (job->stopped_on_request >= 0 && rank == 0) {
@@ -149,6 +150,18 @@ static void teardown(mt_job *job) {
     job_teardown(job);
     hf_index_close(job->hf);
     if (!stopped) return;
+    if (stopped == 2 && rank == 0)
+        fprintf(stderr,
+                "mt-rank: stopped at step %d: its gradient norm is not finite, and with the "
+                "gradient ring (optimizer.clip = 0) the groups before the bad one were already "
+                "updated as their gradients arrived, so the step cannot be skipped; nothing of it "
+                "was saved: resume from the last checkpoint, with a lower optimizer.lr, or set "
+                "optimizer.grad_slots = \"all\" to skip such steps\n",
+                at);
+    if (stopped == 2) {
+        MPI_CHECK(MPI_Finalize());
+        exit(3);
+    }
     char saved[64] = "checkpoint.interval = 0: nothing was saved";
     if (job->cfg.checkpoint_interval > 0)
         snprintf(saved, sizeof saved, "the checkpoint of step %d holds the last good state", at);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# optimizer.clip = 0 makes the host's gradient slots a ring of 4 groups' (optimizer.grad_slots
+# "auto"), each group updated as soon as its gradients land, through the real launcher and
+# processes, on a 10-group model (8 layers) so that the ring wraps twice a step:
+# - the losses and checkpoints are bitwise those of one slot per group (grad_slots "all"), for
+#   -np 2, 3 and 5, device_groups 3, a stop and a resume with another -np, and an optimizer rank
+#   slow enough that the backward waits for slots (its trace shows the waits);
+# - the state of the device-updated groups moves in pieces (a 1000-float piece here): saves,
+#   resumes and exports stay bitwise;
+# - a non-finite gradient ends a ring job at that step, exit 3, with one line and nothing of it
+#   saved: the previous checkpoint stays the latest;
+# - "ring" with clipping on is refused in one line naming the field; the plan says which slots
+#   and offers optimizer.clip = 0 when only the ring fits.
+# usage: e2e_grad_ring.sh MTRUN REPO_ROOT
+source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
+
+small_config cpu "$WORK/base.cfg"
+sed -i 's/layers   = 2;/layers   = 8;/' "$WORK/base.cfg"
+# fp32 slots always: "auto" would take bf16 ones where a memory limit below asks for less
+sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "fp32";/' "$WORK/base.cfg"
+sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' "$WORK/base.cfg" >"$WORK/ring.cfg"
+sed 's/^optimizer = {/optimizer = {\n  grad_slots = "all";/' "$WORK/ring.cfg" >"$WORK/all.cfg"
+sed 's/^optimizer = {/optimizer = {\n  device_groups = 3;/' "$WORK/ring.cfg" >"$WORK/ring-dev3.cfg"
+export MT_TEST_STATE_PIECE=1000
+ex() { echo "export_dir=$WORK/$1-export"; }
+
+run_job all 3 "$WORK/all.cfg" "$(ex all)" || show_log all
+run_job ring2 2 "$WORK/ring.cfg" "$(ex ring)" || show_log ring2
+run_job ring5 5 "$WORK/ring.cfg" || show_log ring5
+run_job dev3 3 "$WORK/ring-dev3.cfg" "$(ex ring-dev3)" --stop-at 10 || show_log dev3
+run_job dev3r 2 "$WORK/ring-dev3.cfg" --resume "$WORK/dev3" || show_log dev3r
+MT_FAULT_SLOW_ADAMW_MS=20 run_job slow 3 "$WORK/ring.cfg" 'trace_steps=[3,4]' || show_log slow
+
+expect "the ring run's plan line says its slots are a ring" \
+    grep -q 'fp32 gradient slots [0-9.]* [KMG]*i*B in a ring' "$WORK/ring2.log"
+expect "the all-slots run's plan line does not" sh -c "! grep -q 'in a ring' '$WORK/all.log'"
+expect "20 steps ran" test "$(losses "$WORK/all" | wc -l)" -eq 20
+same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
+    cmp -s "$WORK/$1/step_000020/state.bin" "$WORK/$2/step_000020/state.bin"; }
+expect "ring -np 2 = one slot per group -np 3: losses and checkpoint, bitwise" same ring2 all
+expect "ring -np 5 = one slot per group, bitwise" same ring5 all
+expect "ring with device_groups 3, stopped at 10 (-np 3) and resumed (-np 2) = all, bitwise" \
+    cmp -s <(losses "$WORK/dev3"; losses "$WORK/dev3r") <(losses "$WORK/all")
+expect "the resumed run's step 20 checkpoint is the all-slots one's" \
+    cmp -s "$WORK/dev3r/step_000020/state.bin" "$WORK/all/step_000020/state.bin"
+expect "its step 10 checkpoint too (device state taken back in pieces)" \
+    cmp -s "$WORK/dev3/step_000010/state.bin" "$WORK/all/step_000010/state.bin"
+expect "ring exports = all-slots exports" diff -r "$WORK/ring-export" "$WORK/all-export"
+expect "device_groups 3 exports (master sent back in pieces) = all-slots exports" \
+    diff -r "$WORK/ring-dev3-export" "$WORK/all-export"
+expect "a slow optimizer rank: still bitwise" same slow all
+expect "a slow optimizer rank: the backward waited for a slot (trace)" \
+    grep -q '"name":"wait slot' "$WORK/slow/trace.json"
+
+# A NaN in the head's gradients at step 12: the ring cannot skip the step.
+MT_FAULT_NAN_GRAD_STEPS=12 run_job nan 3 "$WORK/ring.cfg"
+rc=$?
+expect "a non-finite gradient ends the ring job with exit 3 (got $rc)" test "$rc" -eq 3
+expect "one line says why and what to do" \
+    test "$(grep -c '^mt-rank: stopped at step 12: its gradient norm is not finite.*grad_slots = "all"' "$WORK/nan.log")" -eq 1
+expect "nothing of step 12 was saved: step 10 is the latest" \
+    bash -c "[ \"\$(cat '$WORK/nan/LATEST')\" = step_000010 ] && ! ls -d '$WORK'/nan/step_0000[12][1-9] 2>/dev/null"
+expect "metrics mark step 12 as the one that ended the job" \
+    grep -q '"step":12,.*"ended_job":true' "$WORK/nan/metrics.jsonl"
+expect "nothing of the NaN job is left in /dev/shm" no_leftovers nan
+
+# Refusals and the plan.
+"$MTRUN" --plan -np 3 "$WORK/base.cfg" optimizer.grad_slots=ring >"$WORK/refuse.log" 2>&1
+expect "grad_slots = \"ring\" with clip 1 is refused, naming the field" \
+    grep -q 'optimizer.grad_slots: "ring" updates each group as its gradients land, which needs optimizer.clip = 0' "$WORK/refuse.log"
+plan_json() { "$MTRUN" --plan --json -np 3 "$@" | python3 -c 'import json, sys; p = json.load(sys.stdin); print(p["grad_ring"], p["total"]["grads"], p["other_slots_grads"], p["host"])'; }
+read -r ring_depth ring_grads all_grads ring_host <<<"$(plan_json "$WORK/ring.cfg")"
+read -r all_depth all_grads2 ring_grads2 all_host <<<"$(plan_json "$WORK/base.cfg")"
+expect "the plan: a ring of 4 with clip 0, one slot per group with clip 1" \
+    test "$ring_depth:$all_depth" = "4:0"
+expect "the plan: the ring's bytes ($ring_grads) are less than a slot per group ($all_grads)" \
+    test "$ring_grads" -lt "$all_grads" -a "$ring_grads" = "$ring_grads2" -a "$all_grads" = "$all_grads2"
+limit=$(((ring_host + all_host) / 2))
+MT_PLAN_MEM_LIMIT=$limit "$MTRUN" --plan -np 3 "$WORK/base.cfg" >"$WORK/fits.log" 2>&1
+expect "a host that holds only the ring: the refusal offers optimizer.clip = 0" \
+    grep -q 'it fits with optimizer.clip = 0: each group is then updated as soon as its gradients land' "$WORK/fits.log"
+finish
