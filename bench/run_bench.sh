@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Trains the bench configs on the GPU machine and prints one summary line per config.
 # Usage: bench/run_bench.sh BUILD_DIR OUT_DIR [config names...]   (default: 1b 3b 7b)
+# A name is bench/configs/bench-NAME.cfg, or bench/configs/NAME.cfg (the slices). The run's
+# host peak, in bytes, goes to OUT_DIR/run-NAME.host-peak.
 set -u
 BUILD=$1
 OUT=$2
@@ -10,6 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 np=${MT_BENCH_NP:-5}
 for name in $names; do
     cfg=$here/configs/bench-$name.cfg
+    [ -f "$cfg" ] || cfg=$here/configs/$name.cfg
     log=$OUT/bench-$name.log
     rm -rf "$OUT/run-$name"
     stop=()
@@ -29,6 +32,7 @@ for name in $names; do
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
     echo "== $name (exit $rc)"
     awk -v b="$base" '{printf "host peak (MemTotal - MemAvailable, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/peak-$name"
+    awk -v b="$base" '{printf "%.0f\n", $1 - b}' "$OUT/peak-$name" >"$OUT/run-$name.host-peak"
     grep -E '^compute rank|^step' "$log" | tail -n 4
     grep -E "Maximum resident|Elapsed|KTIME|kernel times" "$log"
     grep -E 'bytes/param' "$log" | head -n 2
