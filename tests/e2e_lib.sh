@@ -4,7 +4,7 @@ set -u
 MTRUN=$1
 SRC=$2
 WORK=$(mktemp -d /tmp/mt-e2e.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 FAILED=0
 PASSED=0
 

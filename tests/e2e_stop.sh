@@ -105,7 +105,9 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     as_nobody touch "/dev/shm/mtc-$job-stop" 2>/dev/null
     expect "another user cannot create the stop file in the job's folder" \
         bash -c "! setpriv --reuid=65534 --regid=65534 --clear-groups touch /dev/shm/mtc-$job/stop 2>/dev/null"
-    touch "/dev/shm/mtc-$job/stop" && chown 65534:65534 "/dev/shm/mtc-$job/stop"
+    # made aside and renamed into place: the job never sees it owned by root
+    touch "/dev/shm/mtc-$job/.stop-aside" && chown 65534:65534 "/dev/shm/mtc-$job/.stop-aside" &&
+        mv -T "/dev/shm/mtc-$job/.stop-aside" "/dev/shm/mtc-$job/stop"
     steps_now=$(grep -c '^step' "$WORK/stranger.log")
     for i in $(seq 1 1200); do
         [ "$(grep -c '^step' "$WORK/stranger.log")" -ge $((steps_now + 5)) ] && break

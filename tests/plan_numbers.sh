@@ -208,24 +208,26 @@ sed -e 's/dim *= *4096;/dim = 3200;/' -e 's/ffn_dim *= *11008;/ffn_dim = 8640;/'
 grep -q 'ffn_dim = 8640' "$TMP/3b-hd100.cfg" || fail "3b-hd100: the config edit did not take"
 check 3b-hd100 "$TMP/3b-hd100.cfg" 5 1
 # The 100B and 120B configs on a 1.5 TB host and a 141 GB GPU: 100B fits with bf16 slots (auto
-# takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only; 120B
-# does not fit (--plan exits 2), its numbers are checked all the same.
+# takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only. 120B
+# trains with optimizer.clip = 0: its gradient slots are a ring of 4 groups' and it fits, at most
+# 12.3 bytes a parameter in all (grad_dtype "auto" keeps fp32 slots, which fit). With clip 1.0
+# it does not fit (--plan exits 2), and the refusal offers clip = 0; its numbers are checked all
+# the same.
 GPU_MEM=--gpu-mem=141G MEM_LIMIT=1500000000000 check 100b configs/100b.cfg 5 1 2 1
-MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
-    "$MTRUN" --plan -np 5 --gpu-mem 141G configs/120b.cfg >"$TMP/120b.txt" 2>"$TMP/120b.err"
-[ $? -eq 2 ] || fail "120b on 1.5 TB: --plan did not exit 2"
-grep -q "does not fit in host memory" "$TMP/120b.err" || fail "120b: $(cat "$TMP/120b.err")"
-grep -q "it fits with optimizer.clip = 0" "$TMP/120b.err" ||
-    fail "120b on 1.5 TB: the refusal does not offer optimizer.clip = 0: $(cat "$TMP/120b.err")"
-GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b configs/120b.cfg 5 1 2 1
-# With optimizer.clip = 0 the gradient slots are a ring of 4 groups' and 120B fits 1.5 TB, at
-# most 12.3 bytes a parameter in all; grad_dtype "auto" then keeps fp32 slots, which fit.
-sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' configs/120b.cfg >"$TMP/120b-ring.cfg"
-GPU_MEM=--gpu-mem=141G MEM_LIMIT=1500000000000 check 120b-ring "$TMP/120b-ring.cfg" 5 1 4 1
-perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b-ring.got")
+GPU_MEM=--gpu-mem=141G MEM_LIMIT=1500000000000 check 120b configs/120b.cfg 5 1 4 1
+perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b.got")
 awk -v b="$perparam" 'BEGIN { exit !(b <= 12.3) }' ||
     fail "120b with the ring: $perparam bytes/param, more than 12.3"
 echo "ok   120b with the ring: $perparam bytes/param"
+sed 's/^  clip *= *0.0;.*/  clip = 1.0;/' configs/120b.cfg >"$TMP/120b-clip1.cfg"
+grep -q '^  clip = 1.0;' "$TMP/120b-clip1.cfg" || fail "120b-clip1: the config edit did not take"
+MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+    "$MTRUN" --plan -np 5 --gpu-mem 141G "$TMP/120b-clip1.cfg" >"$TMP/120b.txt" 2>"$TMP/120b.err"
+[ $? -eq 2 ] || fail "120b with clip 1.0 on 1.5 TB: --plan did not exit 2"
+grep -q "does not fit in host memory" "$TMP/120b.err" || fail "120b-clip1: $(cat "$TMP/120b.err")"
+grep -q "it fits with optimizer.clip = 0" "$TMP/120b.err" ||
+    fail "120b with clip 1.0 on 1.5 TB: the refusal does not offer optimizer.clip = 0: $(cat "$TMP/120b.err")"
+GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b-clip1 "$TMP/120b-clip1.cfg" 5 1 2 1
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

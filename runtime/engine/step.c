@@ -225,10 +225,22 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     span_end(e, "bwd", l);
 }
 
+// A layer's gradients leave once the pass after it is queued: with the gradient ring the host
+// may wait for a slot there, and the device then has that pass to run meanwhile (its gradients
+// go to the other buffer of the two). The order of the offloads, and so every bit, is the same.
+static void offload_layer(engine *e, int *pending, int64_t step) {
+    if (*pending < 0) return;
+    offload_async(&e->xfer, layer_grads(e, *pending), model_layer_group(*pending), step);
+    offload_announce(e->ring_g, 2, 0);
+    *pending = -1;
+}
+
 // The weights come in again for every pass (the last two layers' are still resident from the
 // forward, and a redone layer's for its backward), each prefetched during the pass before.
-static void backward_layers(engine *e, int64_t step) {
+// Returns the layer whose gradients have yet to leave (offload_layer, after the next compute).
+static int backward_layers(engine *e, int64_t step) {
     weight_buffer *busy = NULL;
+    int pending = -1;
     for (int i = 0; i < e->n_passes; i++) {
         layer_pass p = e->passes[i];
         weight_buffer *w = ring_for(e, p.layer, step, busy);
@@ -245,10 +257,10 @@ static void backward_layers(engine *e, int64_t step) {
         metrics_progress(e->mx, step, "backward", i + 1, e->n_passes);
         buffer_done(w);
         busy = w;
-        if (p.redo) continue;
-        offload_async(&e->xfer, layer_grads(e, p.layer), model_layer_group(p.layer), step);
-        offload_announce(e->ring_g, 2, 0);
+        offload_layer(e, &pending, step);
+        if (!p.redo) pending = p.layer;
     }
+    return pending;
 }
 
 // The groups the compute rank owns, once every group's norm is in: the optimizer ranks' clip
@@ -357,7 +369,7 @@ double train_step(engine *e, int64_t step) {
     buffer_done(&e->head);
     inject_nan(e, step);
     offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
-    backward_layers(e, step);
+    int pending = backward_layers(e, step);
     span_begin(e, "embed bwd", -1);
     for (int m = 0; m < M; m++) // tied: micro-batch m's buffer holds its classifier part already
         e->ops->embed_backward(e->be,
@@ -365,6 +377,7 @@ double train_step(engine *e, int64_t step) {
                                dres(e, m), m);
     sum_micro(e, e->emb_g.src, MICRO_EMB, emb);
     span_end(e, "embed bwd", -1);
+    offload_layer(e, &pending, step);
     buffer_done(&e->emb);
     stop_if_requested(e, step, 0);
     offload_async(&e->xfer, &e->emb_g, 0, step);

@@ -291,20 +291,20 @@ static void update_as_it_lands(optimizer *o, int g, int step) {
     update_group(o, g, step, &hp);
 }
 
-// Gradients arrive in backward order, each group's with its squared norm.
+// Gradients arrive in backward order, each group's with its squared norm. The trace shows the
+// wait for them: one span with a slot per group, one before each group's update with the ring.
 static void receive_step(optimizer *o, int step) {
     mt_job *job = o->job;
     int missing = 0;
     o->ring_bad = 0;
     for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
+    double t0 = trace_now_us();
+    trace_tag waiting = trace_tag_of("wait grads", TRACE_ARG_NONE, 0);
     while (missing > 0) {
         control_msg msg;
         char what[48];
         snprintf(what, sizeof what, "the gradients of step %d", step + 1);
-        double t0 = trace_now_us();
         job_recv(job, &msg, step == job->start_step ? NULL : what, 0); // the start: unwatched
-        trace_record(TRACE_OPTIMIZER, trace_tag_of("wait grads", TRACE_ARG_NONE, 0), t0,
-                     trace_now_us());
         if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
             job_stop_after(job, step);
             continue;
@@ -317,8 +317,12 @@ static void receive_step(optimizer *o, int step) {
         o->grads_step[g] = step;
         o->sumsq[g] = msg.value;
         missing--;
-        if (job->ring_depth && g >= job->device_groups) update_as_it_lands(o, g, step);
+        if (!job->ring_depth || g < job->device_groups) continue;
+        trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
+        update_as_it_lands(o, g, step);
+        t0 = trace_now_us();
     }
+    trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
