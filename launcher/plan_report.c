@@ -459,7 +459,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
 }
 
 static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, int cores) {
-    fprintf(f, "\nstep time estimate (assumed rates, nothing measured)\n");
+    fprintf(f, "\nstep time estimate (rates measured on an H200 host, bench/RESULTS.md)\n");
     fprintf(f,
             "  compute    %sFLOP (GEMMs 8 N per token at %sFLOP/s, causal attention 8 layers dim "
             "seq at %sFLOP/s",
@@ -479,8 +479,25 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
                 SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
     fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
             PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
-    fprintf(f, "  step       %s if nothing overlapped: %s tokens/s, %d steps in %s\n", T(e->step_s),
-            G(e->tokens_per_s + 0.5), p->c->steps, T(e->step_s * p->c->steps));
+    if (p->cuda) {
+        double in_fwd = 4.0 * p->params / PLAN_PCIE_BYTES_PER_S;
+        const char *fwd = e->forward_phase_s == e->forward_s ? "compute"
+                          : e->forward_phase_s == in_fwd     ? "PCIe"
+                                                             : "the optimizer's updates";
+        const char *bwd = e->backward_phase_s == e->compute_s - e->forward_s ? "compute"
+                          : e->backward_phase_s == e->opt_s                  ? "the optimizer's updates"
+                                                                             : "PCIe";
+        fprintf(f,
+                "  step       %s, each pass as long as the slowest of what overlaps in it: the "
+                "forward %s (%s), the backward %s (%s); the optimizer ranks update %s\n",
+                T(e->step_s), T(e->forward_phase_s), fwd, T(e->backward_phase_s), bwd,
+                p->ring_depth ? "during the backward, as gradients land (the ring)"
+                              : "during the next forward (a slot per group)");
+    } else {
+        fprintf(f, "  step       %s if nothing overlapped\n", T(e->step_s));
+    }
+    fprintf(f, "             %s tokens/s, %d steps in %s\n", G(e->tokens_per_s + 0.5), p->c->steps,
+            T(e->step_s * p->c->steps));
 }
 
 static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
@@ -644,8 +661,10 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
     json_buffers(f, "gpu", &p->gpu);
     fprintf(f,
             ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
-            "\"optimizer_s\":%.6g,\"step_s\":%.6g}",
-            e.flops, e.flops_rate, e.compute_s, e.pcie_s, e.opt_s, e.step_s);
+            "\"optimizer_s\":%.6g,\"forward_phase_s\":%.6g,\"backward_phase_s\":%.6g,"
+            "\"step_s\":%.6g}",
+            e.flops, e.flops_rate, e.compute_s, e.pcie_s, e.opt_s, e.forward_phase_s,
+            e.backward_phase_s, e.step_s);
     fprintf(f, ",\"mem_available\":%" PRIu64 ",\"shm_free\":%" PRIu64 ",\"fits\":%s}\n",
             h->mem_available, h->shm_free, fits ? "true" : "false");
 }

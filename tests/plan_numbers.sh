@@ -235,7 +235,7 @@ grouped=$(echo "$host" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta')
 "$MTRUN" --plan -np 3 configs/test-small.cfg >"$TMP/plan.txt" 2>&1 || fail "--plan exited with $?"
 grep -q "^host total .*($grouped bytes)" "$TMP/plan.txt" || fail "--plan does not show host total $grouped bytes"
 for want in '^rank  role' '^   0  compute' '^   2  optimizer' '^total ' 'bytes/param' \
-    '^step time estimate (assumed rates' 'at 10 GFLOP/s\|GFLOP/s per core' '^  host memory' '^  /dev/shm'; do
+    '^step time estimate (rates measured' 'at 10 GFLOP/s\|GFLOP/s per core' '^  host memory' '^  /dev/shm'; do
     grep -q "$want" "$TMP/plan.txt" || fail "--plan output has no line matching '$want'"
 done
 MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \

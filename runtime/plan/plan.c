@@ -1,4 +1,5 @@
 #include "runtime/plan/plan.h"
+#include <math.h>
 #include "runtime/model/model.h"
 #include "shm/shm.h"
 #include <stdio.h>
@@ -489,6 +490,29 @@ static double gpu_attention_rate(int head_dim) {
     return PLAN_GPU_ATTENTION_FLOPS * (head_dim < 128 ? head_dim / 128.0 : 1.0);
 }
 
+// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
+// longest of its compute and its weights' copy in, the backward's of its compute (recompute
+// included), its weights' copy in and its gradients' copy out (the two directions run at once).
+// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
+// forward waits for its update), during the backward with the ring (a layer's gradients wait for
+// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
+// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
+static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
+    double N = (double)p->params, ring = p->ring_depth > 0;
+    e->forward_s = forward_flops / e->flops_rate;
+    if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
+    double backward = e->compute_s - e->forward_s;
+    double in_fwd = 4.0 * N / PLAN_PCIE_BYTES_PER_S, in_bwd = e->pcie_s - in_fwd - p->grad_bytes * N / PLAN_PCIE_BYTES_PER_S;
+    double out_bwd = p->grad_bytes * N / PLAN_PCIE_BYTES_PER_S;
+    double fwd = fmax(e->forward_s, in_fwd), bwd = fmax(backward, fmax(in_bwd, out_bwd));
+    if (ring)
+        bwd = fmax(bwd, e->opt_s);
+    else
+        fwd = fmax(fwd, e->opt_s);
+    e->forward_phase_s = fwd, e->backward_phase_s = bwd;
+    e->step_s = fwd + bwd;
+}
+
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
@@ -526,5 +550,6 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * N;
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s;
+    if (p->cuda) overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
     e->tokens_per_s = tokens / e->step_s;
 }

@@ -184,6 +184,9 @@ typedef struct {
     double recompute_s, redo_s; // of compute_s: forwards run again (all), segments' redo
     double pcie_bytes, pcie_s;
     double opt_bytes, opt_s;
+    // GPU: the forward's share of compute_s, and each pass with what overlaps it (the slowest of
+    // compute, PCIe and, in one of them, the optimizer); their sum is step_s. CPU: the sum of all.
+    double forward_s, forward_phase_s, backward_phase_s;
     double step_s, tokens_per_s;
 } plan_estimate;
 
