@@ -80,7 +80,8 @@ def trace_facts(path):
 
 
 def plan(mtrun, cfg, overrides):
-    env = dict(os.environ, MT_PLAN_MEM_LIMIT="100000000000000", MT_PLAN_SHM_LIMIT="100000000000000")
+    # the reference host: 1.5 TB (grad_dtype "auto" decides there), /dev/shm grown to fit
+    env = dict(os.environ, MT_PLAN_MEM_LIMIT="1500000000000", MT_PLAN_SHM_LIMIT="100000000000000")
     out = subprocess.run([mtrun, "--plan", "--json", "-np", "5", "--gpu-mem", "141G", cfg] + overrides,
                          capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -110,10 +111,13 @@ def main():
     name = os.path.basename(full_cfg)
     print(f"== {name}: {L} layers, from slices of {la} and {lb} layers "
           f"({a['steps']} and {b['steps']} steps, medians of the steady ones)")
-    for n, f in ((la, a), (lb, b)):
+    here = os.path.dirname(os.path.abspath(__file__))
+    for n, f, run in ((la, a, run_a), (lb, b, run_b)):
+        sp = plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", [])
         print(f"  {n} layers: step {f['step_s']:.3f} s, {f['tflops']:.1f} TFLOP/s, busy {f['busy']:.1%}, "
               f"optimizer stall {f['opt_stall']:.1%} (host wait {f['opt_wait']:.1%}), H2D {f['h2d']:.1f} GB/s, "
-              f"GPU {f['gpu'] / gib:.2f} GiB, host peak {f['host'] / gib:.2f} GiB")
+              f"GPU {f['gpu'] / gib:.2f} GiB, host peak {f['host'] / gib:.2f} GiB; its plan: step "
+              f"{sp['estimate']['step_s']:.3f} s, GPU {sp['gpu']['total'] / gib:.2f} GiB, host {sp['host'] / gib:.2f} GiB")
     print(f"  per layer: {per['step_s']:.3f} s of the step, GPU {per['gpu'] / gib:.3f} GiB, "
           f"host {per['host'] / gib:.3f} GiB")
     print(f"  per layer at {lb} layers (trace): forward {b['layer_fwd_s'] * 1e3:.0f} ms, backward with "
@@ -123,7 +127,9 @@ def main():
     rows = [("step", full["step_s"], est["step_s"], "s"),
             ("host peak", full["host"], p["host"], "GiB"),
             ("GPU", full["gpu"], plan_gpu, "GiB")]
-    print(f"  full model, extrapolated vs mtrun --plan ({' '.join(overrides) or 'as configured'}):")
+    print(f"  full model, extrapolated vs mtrun --plan ({' '.join(overrides) or 'as configured'}; "
+          f"plan: forward {est['forward_phase_s']:.2f} s, backward {est['backward_phase_s']:.2f} s, "
+          f"compute {est['compute_s']:.2f} s, PCIe {est['pcie_s']:.2f} s, optimizer {est['optimizer_s']:.2f} s):")
     for what, got, want, unit in rows:
         scale = gib if unit == "GiB" else 1
         print(f"    {what:9s} {got / scale:10.2f} {unit} vs plan {want / scale:10.2f} {unit}: "
