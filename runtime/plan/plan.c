@@ -497,18 +497,22 @@ static double gpu_attention_rate(int head_dim) {
 // forward waits for its update), during the backward with the ring (a layer's gradients wait for
 // a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
 // the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
+// The copies go through host memory too: in the pass the optimizer ranks share, its bytes and
+// theirs take turns on the memory bus (PLAN_OPT_BYTES_PER_S).
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, ring = p->ring_depth > 0;
     e->forward_s = forward_flops / e->flops_rate;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
     double backward = e->compute_s - e->forward_s;
-    double in_fwd = 4.0 * N / PLAN_PCIE_BYTES_PER_S, in_bwd = e->pcie_s - in_fwd - p->grad_bytes * N / PLAN_PCIE_BYTES_PER_S;
-    double out_bwd = p->grad_bytes * N / PLAN_PCIE_BYTES_PER_S;
-    double fwd = fmax(e->forward_s, in_fwd), bwd = fmax(backward, fmax(in_bwd, out_bwd));
+    double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
+    double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
+    double fwd = fmax(e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S);
+    double bwd = fmax(backward, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S);
+    double shared = (e->opt_bytes + (ring ? in_bwd + out_bwd : in_fwd)) / PLAN_OPT_BYTES_PER_S;
     if (ring)
-        bwd = fmax(bwd, e->opt_s);
+        bwd = fmax(bwd, shared);
     else
-        fwd = fmax(fwd, e->opt_s);
+        fwd = fmax(fwd, shared);
     e->forward_phase_s = fwd, e->backward_phase_s = bwd;
     e->step_s = fwd + bwd;
 }
@@ -547,7 +551,9 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
         e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
-    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * N;
+    double on_device = 0; // the groups the compute rank updates: no optimizer rank touches them
+    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(c, g);
+    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s;
     if (p->cuda) overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));

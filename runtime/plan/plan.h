@@ -12,7 +12,7 @@
 #include "runtime/model/model.h"
 #include <stdint.h>
 
-// Assumed rates for the estimates: nothing here is measured.
+// Rates for the estimates.
 #define PLAN_GPU_FLOPS 600e12      // sustained bf16 training rate of one H100/H200-class GPU
 #define PLAN_GPU_PEAK_FLOPS 989e12 // H100/H200 dense bf16 peak, for MFU
 // causal attention as it runs (forward, backward and its recompute), measured on the H200 at head
@@ -26,7 +26,10 @@
 #define PLAN_GPU_ATTENTION_FLOPS_HD64 297e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
 #define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
-#define PLAN_OPT_BYTES_PER_S 100e9    // host memory bandwidth the optimizer ranks share
+// Host memory bandwidth the optimizer ranks share with the PCIe copies of the pass they overlap:
+// 102.6e9 from the full-width 100B (a slot per group) and 120B (the ring) slices on the H200
+// host, whose STREAM triad is 113e9 (2026-12-03, bench/RESULTS.md).
+#define PLAN_OPT_BYTES_PER_S 103e9
 #define PLAN_OPT_BYTES_PER_PARAM 28.0 // AdamW: p, m, v read + written, fp32 g read (26 with bf16)
 
 // The compute rank's buffers, by kind: host bytes on the CPU backend, GPU bytes on CUDA.
