@@ -43,6 +43,7 @@ typedef struct grad_buffer {
     double sumsq;
     uint64_t ticket, order;
     int announced;
+    int ready;  // CUDA: offload_ready queued the norm and the event the copy out waits for
     int stays;  // a group the compute rank updates itself: only its norm is measured and announced
     void *done; // CUDA event: the offload landed
     double *sumsq_dev, *sumsq_host;

@@ -254,6 +254,7 @@ static int backward_layers(engine *e, int64_t step) {
             redo_forward(e, w, p.layer);
         else
             layer_backward(e, w, p.layer, step);
+        if (!p.redo) offload_ready(&e->xfer, layer_grads(e, p.layer), model_layer_group(p.layer));
         metrics_progress(e->mx, step, "backward", i + 1, e->n_passes);
         buffer_done(w);
         busy = w;

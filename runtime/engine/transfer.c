@@ -17,6 +17,7 @@
 #define xfer_cuda_fetch_end(b) ((void)0)
 #define xfer_cuda_fetch_wait(b) ((void)0)
 #define xfer_cuda_buffer_done(b) ((void)0)
+#define xfer_cuda_offload_ready(t, b) ((void)0)
 #define xfer_cuda_offload(t, b) ((void)0)
 #define xfer_cuda_stage(t, b) ((void)0)
 #define xfer_cuda_staged_wait(b) ((void)0)
@@ -270,12 +271,21 @@ static void wait_for_slot(transfer *t, int g, int64_t step) {
     wait_version(t, prev, step + 1, NULL, "wait slot");
 }
 
-void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
+void offload_ready(transfer *t, grad_buffer *buf, int g) {
+    if (!t->cuda || t->d2h) return; // the CPU's copy thread and the sums over nodes start later
     offload_reuse(buf);
+    buf->group = g, buf->ready = 1;
+    xfer_cuda_offload_ready(t, buf);
+}
+
+void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
+    if (!buf->ready) offload_reuse(buf);
     if (t->job->ring_depth && !buf->stays) wait_for_slot(t, g, step);
     buf->group = g, buf->step = step, buf->announced = 0;
     buf->order = ++t->tickets;
     if (t->cuda && !t->d2h) {
+        if (!buf->ready) xfer_cuda_offload_ready(t, buf);
+        buf->ready = 0;
         xfer_cuda_offload(t, buf);
         buf->ticket = buf->order;
     } else {

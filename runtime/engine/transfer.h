@@ -34,6 +34,11 @@ void buffer_done(weight_buffer *buf);
 
 // Waits for the buffer's previous offload (and announces it), so it can be refilled.
 void offload_reuse(grad_buffer *buf);
+// The compute that fills buf with group g's gradients is queued; on CUDA, what the copy out
+// waits for goes right behind it, so that a later offload_async (after more compute is queued)
+// still starts the copy as soon as these gradients are done. Optional: offload_async does it
+// otherwise.
+void offload_ready(transfer *t, grad_buffer *buf, int g);
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step);
 // Tells the optimizers about every offload that has finished; with wait, waits for all.
 void offload_announce(grad_buffer *bufs, int n, int wait);

@@ -336,13 +336,21 @@ static void round_for_slots(grad_buffer *buf, long numel, cudaStream_t s) {
     cuda_float_to_bf16(buf->bf16_copy, buf->src, numel, s);
 }
 
-void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
+// Right behind the compute that makes the gradients: their norm (and bf16 rounding), and the
+// event the copy out waits for, which so waits for nothing queued after them.
+void xfer_cuda_offload_ready(transfer *t, grad_buffer *buf) {
     transfer_cuda *x = t->cuda;
     mt_job *job = t->job;
     long numel = (long)job->group_numel[buf->group];
     cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
     if (job->grad_bytes == 2) round_for_slots(buf, numel, x->compute);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
+}
+
+void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
+    transfer_cuda *x = t->cuda;
+    mt_job *job = t->job;
+    long numel = (long)job->group_numel[buf->group];
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
     if (!buf->stays) copy_out(x, job, buf, numel);
     CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),

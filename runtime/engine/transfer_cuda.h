@@ -15,6 +15,7 @@ void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k);
 void xfer_cuda_fetch_end(weight_buffer *buf);
 void xfer_cuda_fetch_wait(weight_buffer *buf);
 void xfer_cuda_buffer_done(weight_buffer *buf);
+void xfer_cuda_offload_ready(transfer *t, grad_buffer *buf);
 void xfer_cuda_offload(transfer *t, grad_buffer *buf);
 // Data parallel: the group's fp32 sums leave whole for buf->staged (pinned, made at the buffer's
 // first offload), where the copy thread sums them over nodes; staged_wait waits for them there.
