@@ -14,20 +14,13 @@ import statistics
 import subprocess
 import sys
 
+from summarize import read_run  # bench/, beside this file
+
 
 def run_facts(run):
     """Medians over the steady steps (all but the first two), the GPU bytes, the host peak,
     and per layer from the trace: GPU compute (forward, backward, redo) and AdamW per rank."""
-    steps, memory, start = [], {}, {}
-    with open(f"{run}/metrics.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("event") == "memory":
-                memory = r
-            elif r.get("event") == "start":
-                start = r
-            elif "loss" in r:
-                steps.append(r)
+    start, memory, steps = read_run(run)
     steady = steps[2:] or steps
     def med(k):  # CUDA runs measure busy and stall; CPU runs (tests of this script) do not
         xs = [r[k] for r in steady if k in r]

@@ -7,7 +7,8 @@ import statistics
 import sys
 
 
-def summarize(run):
+def read_run(run):
+    """metrics.jsonl of a run folder: its start and memory events and its step lines."""
     start, memory, steps = {}, {}, []
     with open(f"{run}/metrics.jsonl") as f:
         for line in f:
@@ -18,6 +19,11 @@ def summarize(run):
                 memory = r
             elif "loss" in r:
                 steps.append(r)
+    return start, memory, steps
+
+
+def summarize(run):
+    start, memory, steps = read_run(run)
     if not steps:
         print(f"{run}: no steps")
         return
@@ -31,5 +37,6 @@ def summarize(run):
           f"losses {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}")
 
 
-for run in sys.argv[1:]:
-    summarize(run)
+if __name__ == "__main__":
+    for run in sys.argv[1:]:
+        summarize(run)

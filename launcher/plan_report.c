@@ -485,8 +485,8 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
                           : e->forward_phase_s == in_fwd     ? "PCIe"
                                                              : "the optimizer's updates";
         const char *bwd = e->backward_phase_s == e->compute_s - e->forward_s ? "compute"
-                          : e->backward_phase_s == e->opt_s                  ? "the optimizer's updates"
-                                                                             : "PCIe";
+                          : e->backward_phase_s == e->opt_s ? "the optimizer's updates"
+                                                            : "PCIe";
         fprintf(f,
                 "  step       %s, each pass as long as the slowest of what overlaps in it: the "
                 "forward %s (%s), the backward %s (%s); the optimizer ranks update %s\n",

@@ -556,6 +556,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s;
-    if (p->cuda) overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
+    if (p->cuda)
+        overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
     e->tokens_per_s = tokens / e->step_s;
 }

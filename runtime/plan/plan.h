@@ -24,8 +24,8 @@
 // earlier that day).
 #define PLAN_GPU_ATTENTION_FLOPS 390e12
 #define PLAN_GPU_ATTENTION_FLOPS_HD64 297e12
-#define PLAN_CPU_FLOPS_PER_CORE 5e9   // fp32 reference kernels, per core (also the MFU peak)
-#define PLAN_PCIE_BYTES_PER_S 55e9    // PCIe 5 x16, one direction, achieved
+#define PLAN_CPU_FLOPS_PER_CORE 5e9 // fp32 reference kernels, per core (also the MFU peak)
+#define PLAN_PCIE_BYTES_PER_S 55e9  // PCIe 5 x16, one direction, achieved
 // Host memory bandwidth the optimizer ranks share with the PCIe copies of the pass they overlap:
 // 102.6e9 from the full-width 100B (a slot per group) and 120B (the ring) slices on the H200
 // host, whose STREAM triad is 113e9 (2026-12-03, bench/RESULTS.md).
