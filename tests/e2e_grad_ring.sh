@@ -10,7 +10,8 @@
 # - a non-finite gradient ends a ring job at that step, exit 3, with one line and nothing of it
 #   saved: the previous checkpoint stays the latest;
 # - "ring" with clipping on is refused in one line naming the field; the plan says which slots
-#   and offers optimizer.clip = 0 when only the ring fits.
+#   and offers optimizer.clip = 0 when only the ring fits;
+# - on a GPU, the CUDA backend's ring gives a slot per group's bits as well.
 # usage: e2e_grad_ring.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 
@@ -51,6 +52,20 @@ expect "device_groups 3 exports (master sent back in pieces) = all-slots exports
 expect "a slow optimizer rank: still bitwise" same slow all
 expect "a slow optimizer rank: the backward waited for a slot (trace)" \
     grep -q '"name":"wait slot' "$WORK/slow/trace.json"
+
+# On a GPU: the ring and a slot per group give the same bits on the CUDA backend too, with the
+# copies out waiting for ring slots, and with device-updated groups.
+if have_gpu; then
+    small_config cuda "$WORK/cuda.cfg"
+    sed -i -e 's/layers   = 2;/layers   = 8;/' \
+        -e 's/^optimizer = {/optimizer = {\n  clip = 0.0;\n  grad_dtype = "bf16";/' "$WORK/cuda.cfg"
+    sed 's/^optimizer = {/optimizer = {\n  grad_slots = "all";\n  device_groups = 0;/' "$WORK/cuda.cfg" \
+        >"$WORK/cuda-all.cfg"
+    sed 's/^optimizer = {/optimizer = {\n  device_groups = 3;/' "$WORK/cuda.cfg" >"$WORK/cuda-dev3.cfg"
+    run_job call 3 "$WORK/cuda-all.cfg" || show_log call
+    run_job cring 2 "$WORK/cuda-dev3.cfg" || show_log cring
+    expect "cuda: the ring with device_groups 3 (-np 2) = a slot per group (-np 3), bitwise" same cring call
+fi
 
 # A NaN in the head's gradients at step 12: the ring cannot skip the step.
 MT_FAULT_NAN_GRAD_STEPS=12 run_job nan 3 "$WORK/ring.cfg"
