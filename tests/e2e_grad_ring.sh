@@ -3,8 +3,9 @@
 # "auto"), each group updated as soon as its gradients land, through the real launcher and
 # processes, on a 10-group model (8 layers) so that the ring wraps twice a step:
 # - the losses and checkpoints are bitwise those of one slot per group (grad_slots "all"), for
-#   -np 2, 3 and 5, device_groups 3, a stop and a resume with another -np, and an optimizer rank
-#   slow enough that the backward waits for slots (its trace shows the waits);
+#   -np 2, 3 and 5, device_groups 3, a stop and a resume with another -np, an optimizer rank
+#   slow enough that the backward waits for slots (its trace shows the waits), and 2 nodes
+#   (data parallel, Adam's moments split across them);
 # - the state of the device-updated groups moves in pieces (a 1000-float piece here): saves,
 #   resumes and exports stay bitwise;
 # - a non-finite gradient ends a ring job at that step, exit 3, with one line and nothing of it
@@ -31,6 +32,8 @@ run_job ring5 5 "$WORK/ring.cfg" || show_log ring5
 run_job dev3 3 "$WORK/ring-dev3.cfg" "$(ex ring-dev3)" --stop-at 10 || show_log dev3
 run_job dev3r 2 "$WORK/ring-dev3.cfg" --resume "$WORK/dev3" || show_log dev3r
 MT_FAULT_SLOW_ADAMW_MS=20 run_job slow 3 "$WORK/ring.cfg" 'trace_steps=[3,4]' || show_log slow
+# 2 virtual nodes, one micro-batch each, their optimizer ranks splitting Adam's moments
+MT_TEST_NODES=2 run_job dp 6 "$WORK/ring.cfg" optimizer.shard_across_nodes=true || show_log dp
 
 expect "the ring run's plan line says its slots are a ring" \
     grep -q 'fp32 gradient slots [0-9.]* [KMG]*i*B in a ring' "$WORK/ring2.log"
@@ -50,6 +53,7 @@ expect "ring exports = all-slots exports" diff -r "$WORK/ring-export" "$WORK/all
 expect "device_groups 3 exports (master sent back in pieces) = all-slots exports" \
     diff -r "$WORK/ring-dev3-export" "$WORK/all-export"
 expect "a slow optimizer rank: still bitwise" same slow all
+expect "2 nodes with the moments split, ring = one node, a slot per group, bitwise" same dp all
 expect "a slow optimizer rank: the backward waited for a slot (trace)" \
     grep -q '"name":"wait slot' "$WORK/slow/trace.json"
 

@@ -288,13 +288,23 @@ static void advise_on_stall(metrics *mx, const transfer_stats *st, double dt) {
     mx->stall_seconds = mx->stall_step_seconds = 0, mx->stall_steps = 0;
     if (frac < 0.05 || per_step < 0.05) return;
     mx->advised = 1;
+    if (mx->job->ring_depth) { // the backward waits for slots: a head start does not help
+        print_above(mx,
+                    "note: the GPU idles %.0f%% of each step (%.0f ms) waiting for the optimizer "
+                    "ranks, which update each group as its gradients land (the gradient ring). "
+                    "More tokens a step (batch.micro_batches) give them more time per layer; more "
+                    "cores or memory bandwidth for the optimizer ranks also help.\n",
+                    100 * frac, 1e3 * per_step);
+        return;
+    }
     char layer[24];
     plan_bytes_text(layer, sizeof layer, (double)plan_device_layer_bytes(&mx->job->cfg));
     print_above(mx,
                 "note: the GPU idles %.0f%% of each step (%.0f ms) waiting for the optimizer "
                 "ranks' updates. More GPU-updated layers give them a longer head start: "
                 "optimizer.device_groups is %d now, and each further layer costs %s of GPU "
-                "memory. More cores or memory bandwidth for the optimizer ranks also help.\n",
+                "memory. More tokens a step, or more cores or memory bandwidth for the optimizer "
+                "ranks, also help.\n",
                 100 * frac, 1e3 * per_step, mx->device_groups, layer);
 }
 
