@@ -480,17 +480,11 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
     fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
             PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
     if (p->cuda) {
-        double in_fwd = 4.0 * p->params / PLAN_PCIE_BYTES_PER_S;
-        const char *fwd = e->forward_phase_s == e->forward_s ? "compute"
-                          : e->forward_phase_s == in_fwd     ? "PCIe"
-                                                             : "the optimizer's updates";
-        const char *bwd = e->backward_phase_s == e->compute_s - e->forward_s ? "compute"
-                          : e->backward_phase_s == e->opt_s ? "the optimizer's updates"
-                                                            : "PCIe";
         fprintf(f,
                 "  step       %s, each pass as long as the slowest of what overlaps in it: the "
                 "forward %s (%s), the backward %s (%s); the optimizer ranks update %s\n",
-                T(e->step_s), T(e->forward_phase_s), fwd, T(e->backward_phase_s), bwd,
+                T(e->step_s), T(e->forward_phase_s), e->forward_bound, T(e->backward_phase_s),
+                e->backward_bound,
                 p->ring_depth ? "during the backward, as gradients land (the ring)"
                               : "during the next forward (a slot per group)");
     } else {

@@ -27,8 +27,8 @@ typedef struct {
     float *staging; // host, a piece (MT_STATE_PIECE floats) while state moves
 } device_groups;
 
-// Compute rank, collective with the optimizer ranks' give_device_groups (optimizer.c): announces
-// `groups` and receives their state from the optimizer ranks.
+// Compute rank, collective with the optimizer ranks' start (optimizer.c's init_state, or a
+// resume's checkpoint_load): receives the state of `groups` groups from them, a piece at a time.
 void device_groups_init(device_groups *d, mt_job *job, const backend_ops *ops, backend *be,
                         int groups);
 void device_groups_free(device_groups *d);

@@ -175,11 +175,11 @@ void model_grad_order(const mt_config *c, int *order);
 // the optimizer ranks update, one spare for a late optimizer rank, so that the backward waits
 // only when the optimizer ranks fall a whole group behind.
 #define MODEL_GRAD_RING_DEPTH 4
+int model_grad_ring_depth(const mt_config *c);
 
 // The state of the groups the compute rank updates moves between it and the optimizer ranks (at
 // start, saves and exports) in pieces of this many floats (64 MiB), never whole in host memory.
 #define MT_STATE_PIECE ((size_t)1 << 24)
-int model_grad_ring_depth(const mt_config *c);
 
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
 int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);

@@ -1,7 +1,7 @@
 #include "runtime/plan/plan.h"
-#include <math.h>
 #include "runtime/model/model.h"
 #include "shm/shm.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,8 +143,6 @@ void plan_device_layers_text(int groups, char *out, size_t cap) {
     if (layers > 1) snprintf(out, cap, " and layers 0-%d", layers - 1);
 }
 
-// device_groups.c's host staging copy of the largest device-updated group, there while the
-// state moves (at start and at every save).
 // The compute rank's host piece that the device-updated groups' state moves through.
 static uint64_t device_staging_bytes(int groups) {
     return groups ? 4 * MT_STATE_PIECE : 0;
@@ -500,21 +498,26 @@ static double gpu_attention_rate(int head_dim) {
 // The copies go through host memory too: in the pass the optimizer ranks share, its bytes and
 // theirs take turns on the memory bus (PLAN_OPT_BYTES_PER_S).
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
-    double N = (double)p->params, ring = p->ring_depth > 0;
+    double N = (double)p->params;
+    int ring = p->ring_depth > 0;
     e->forward_s = forward_flops / e->flops_rate;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
-    double backward = e->compute_s - e->forward_s;
     double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
-    double fwd = fmax(e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S);
-    double bwd = fmax(backward, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S);
     double shared = (e->opt_bytes + (ring ? in_bwd + out_bwd : in_fwd)) / PLAN_OPT_BYTES_PER_S;
-    if (ring)
-        bwd = fmax(bwd, shared);
-    else
-        fwd = fmax(fwd, shared);
-    e->forward_phase_s = fwd, e->backward_phase_s = bwd;
-    e->step_s = fwd + bwd;
+    // each pass: compute, PCIe, and in one of them the optimizer; the longest bounds it
+    double fwd[3] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared};
+    double bwd[3] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
+                     ring ? shared : 0};
+    static const char *const names[3] = {"compute", "PCIe", "the optimizer's updates"};
+    int f = 0, b = 0;
+    for (int i = 1; i < 3; i++) {
+        if (fwd[i] > fwd[f]) f = i;
+        if (bwd[i] > bwd[b]) b = i;
+    }
+    e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
+    e->forward_bound = names[f], e->backward_bound = names[b];
+    e->step_s = fwd[f] + bwd[b];
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {

@@ -190,6 +190,7 @@ typedef struct {
     // GPU: the forward's share of compute_s, and each pass with what overlaps it (the slowest of
     // compute, PCIe and, in one of them, the optimizer); their sum is step_s. CPU: the sum of all.
     double forward_s, forward_phase_s, backward_phase_s;
+    const char *forward_bound, *backward_bound; // which of them bounds each pass (GPU)
     double step_s, tokens_per_s;
 } plan_estimate;
 
