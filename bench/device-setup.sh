@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine (Ubuntu 24.04, nothing downloadable): unpack the carried Debian packages
-# (.deb/: libucx-dev, libconfig, cJSON, PCRE2, xxHash headers and xxhsum) into a private prefix
+# (.deb/: libucx-dev, libconfig, cJSON, PCRE2, xxHash headers and xxhsum, liburing) into a private prefix
 # and point pkg-config at it.
 # Fetch them on the Debian dev machine first (the folder is carried to the device machine):
 #   mkdir -p .deb && cd .deb && apt-get download libucx-dev libconfig-dev libconfig9 libcjson-dev libcjson1 libpcre2-dev \
-#       libxxhash-dev libxxhash0 xxhash
+#       libxxhash-dev libxxhash0 xxhash liburing-dev liburing2
 # Source it: `source bench/device-setup.sh`.
 set -e
 DEPS=${DEPS:-/tmp/mt-deps}

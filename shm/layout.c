@@ -17,7 +17,7 @@ static uint64_t ring_slots(shard_layout *lay, const int *order, uint64_t off) {
     int last[SHM_MAX_GROUPS], n = 0; // the group in each entry so far
     for (int g = lay->first_shared; g < lay->n_groups; g++)
         if (lay->len[g] * lay->grad_bytes > entry) entry = lay->len[g] * lay->grad_bytes;
-    entry = round_up(entry, 64);
+    entry = round_up(entry, 4096); // O_DIRECT writes an entry to disk straight from here
     for (int i = 0; i < lay->n_groups; i++) {
         int g = order[i], e = n % lay->ring_depth;
         if (g < lay->first_shared) continue;

@@ -3,7 +3,7 @@
 # Run by `make demo` and `make test`, so a fresh machine needs nothing else.
 set -euo pipefail
 packages=(build-essential cmake pkg-config python3 libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev xxhash gnuplot-nox)
+          libnuma-dev libhwloc-dev libconfig-dev libcjson-dev libpcre2-dev libxxhash-dev xxhash liburing-dev gnuplot-nox)
 # `make fuzz` builds with clang's libFuzzer (and OpenMP for clang); nothing else needs them.
 [ "${1:-}" = fuzz ] && packages+=(clang libclang-rt-14-dev libomp-dev)
 missing=()

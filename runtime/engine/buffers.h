@@ -15,6 +15,7 @@ typedef struct {
     copy_stream *h2d, *d2h; // CPU backend; d2h also on CUDA over nodes (the sums over nodes)
     transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
     int64_t *version;       // [n_shards * n_groups]: weights version each shard announced
+    int64_t *written;       // [n_shards * n_groups]: storage.grads, the step each shard wrote
     unsigned char *taken;   // [n_shards]: scratch of wait_version, shards already copied
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;

@@ -47,10 +47,11 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
         if (!t->node_scratch) mt_die("out of memory");
     }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
+    t->written = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     t->group_sumsq = calloc(job->n_groups, sizeof(double));
     t->taken = calloc(job->n_shards, 1);
-    if (!t->version || !t->group_sumsq || !t->taken) mt_die("out of memory");
-    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
+    if (!t->version || !t->written || !t->group_sumsq || !t->taken) mt_die("out of memory");
+    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = t->written[i] = -1;
 }
 
 void transfer_free(transfer *t) {
@@ -58,6 +59,7 @@ void transfer_free(transfer *t) {
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
     free(t->version);
+    free(t->written);
     free(t->group_sumsq);
     free(t->taken);
     free(t->node_scratch);
@@ -94,13 +96,22 @@ static int version_ready(transfer *t, int g, int64_t v) {
     return 1;
 }
 
+// storage.grads: the step whose gradients of group g shard k has written to disk, freeing
+// their entry of the staging ring.
+static int64_t *written_of(transfer *t, int shard, int g) {
+    return &t->written[shard * t->job->n_groups + g];
+}
+
 void transfer_receive(transfer *t, const char *what, int from) {
     control_msg msg;
     int src = job_recv(t->job, &msg, what, from);
-    if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
-        msg.group >= t->job->n_groups)
+    int known = msg.kind == CONTROL_WEIGHTS_READY || msg.kind == CONTROL_GRADS_WRITTEN;
+    if (!known || src < 1 || msg.group < 0 || msg.group >= t->job->n_groups)
         mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
-    *version_of(t, src - 1, msg.group) = msg.step;
+    if (msg.kind == CONTROL_GRADS_WRITTEN)
+        *written_of(t, src - 1, msg.group) = msg.step;
+    else
+        *version_of(t, src - 1, msg.group) = msg.step;
 }
 
 int transfer_groups_ready(transfer *t, int64_t v) {
@@ -249,10 +260,25 @@ void offload_reuse(grad_buffer *buf) {
     announce(buf);
 }
 
-// The gradient ring: group g's slot held group prev's gradients before, which the optimizer
-// ranks must have consumed (their update of prev, version step + 1, says so) before g's may go
-// there. prev's were announced first (its offload and the ones before it, in order), or no
-// optimizer rank would ever start on it.
+// storage.grads: every shard has written group g's gradients of `step` to disk.
+static void wait_written(transfer *t, int g, int64_t step) {
+    double t0 = now_seconds();
+    for (int k = 0; k < t->job->n_shards; k++)
+        while (*written_of(t, k, g) < step) {
+            char what[64];
+            snprintf(what, sizeof what, "group %d's gradients written to storage.dir", g);
+            transfer_receive(t, what, k + 1);
+        }
+    trace_record(TRACE_HOST, trace_tag_of("wait slot", TRACE_ARG_GROUP, g), t0 * 1e6,
+                 now_seconds() * 1e6);
+    t->opt_wait_seconds += now_seconds() - t0;
+}
+
+// The host's slots are a ring: group g's entry held group prev's gradients before, which the
+// optimizer ranks must have consumed before g's may go there: updated from it (the gradient
+// ring: their update of prev, version step + 1, says so), or written to disk (storage.grads).
+// prev's were announced first (its offload and the ones before it, in order), or no optimizer
+// rank would ever start on it.
 static void wait_for_slot(transfer *t, int g, int64_t step) {
     int prev = t->job->layouts[0].ring_prev[g];
     if (prev < 0) return;
@@ -268,7 +294,10 @@ static void wait_for_slot(transfer *t, int g, int64_t step) {
         landed(next, 1);
         announce(next);
     }
-    wait_version(t, prev, step + 1, NULL, "wait slot");
+    if (t->job->ring_depth)
+        wait_version(t, prev, step + 1, NULL, "wait slot");
+    else
+        wait_written(t, prev, step);
 }
 
 void offload_ready(transfer *t, grad_buffer *buf, int g) {
@@ -280,7 +309,7 @@ void offload_ready(transfer *t, grad_buffer *buf, int g) {
 
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     if (!buf->ready) offload_reuse(buf);
-    if (t->job->ring_depth && !buf->stays) wait_for_slot(t, g, step);
+    if (t->job->layouts[0].ring_depth && !buf->stays) wait_for_slot(t, g, step);
     buf->group = g, buf->step = step, buf->announced = 0;
     buf->order = ++t->tickets;
     if (t->cuda && !t->d2h) {

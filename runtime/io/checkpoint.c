@@ -283,6 +283,29 @@ static void move_piecewise(int fd, const char *path, const char *step_dir, float
     }
 }
 
+// An array of the NVMe tier (storage.adam): through an aligned piece, for its file is O_DIRECT.
+// Pieces are 4 KiB multiples; the tier's areas are rounded up to 4 KiB, so the last piece's
+// O_DIRECT length may round up too.
+static void move_via_tier(int fd, const char *path, const char *step_dir, int tier_fd,
+                          uint64_t tier_off, uint64_t len, off_t off, int writing) {
+    size_t piece_n = (job_piece() + 1023) / 1024 * 1024;
+    void *piece;
+    if (posix_memalign(&piece, 4096, piece_n * sizeof(float))) mt_die("out of memory");
+    for (uint64_t at = 0, n; at < len; at += n) {
+        n = len - at < piece_n ? len - at : piece_n;
+        size_t bytes = n * sizeof(float), direct = (bytes + 4095) & ~(size_t)4095;
+        off_t where = off + (off_t)(at * sizeof(float)), tier_at = (off_t)(tier_off + at * 4);
+        if (!writing) move_bytes(fd, path, step_dir, piece, bytes, where, 0);
+        ssize_t got = writing ? pread(tier_fd, piece, direct, tier_at)
+                              : pwrite(tier_fd, piece, direct, tier_at);
+        if (got != (ssize_t)direct)
+            mt_die("storage.dir: %s the Adam moments for %s: %s", writing ? "reading" : "writing",
+                   path, got < 0 ? strerror(errno) : "short transfer");
+        if (writing) move_bytes(fd, path, step_dir, piece, bytes, where, 1);
+    }
+    free(piece);
+}
+
 // This rank's slices of state.bin: its shard's master (saved by the leader node: every node
 // holds the same) and the part of its shard whose moments this node keeps (job_moment_part).
 static void io_slices(mt_job *job, const char *step_dir, group_state *state, int writing) {
@@ -305,6 +328,9 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
             off_t off = (off_t)(state_offset(job, g, w) + lo * sizeof(float));
             if (arrays[w])
                 move_bytes(fd, path, step_dir, arrays[w], len * sizeof(float), off, writing);
+            else if (w && state[g].tier_fd > 0)
+                move_via_tier(fd, path, step_dir, state[g].tier_fd,
+                              w == 1 ? state[g].tier_m : state[g].tier_v, len, off, writing);
             else
                 move_piecewise(fd, path, step_dir, &piece, len, off, writing);
         }

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 // An export never writes over a folder that holds anything.
@@ -85,6 +86,50 @@ static int check_data_file(config_source *src, const mt_config *cfg) {
     return check_data_size(src, cfg, n, n_val);
 }
 
+// The filesystems the NVMe tier refuses, by statfs(2)'s f_type: memory (the tier exists to
+// spare it) and network filesystems (their bandwidth and O_DIRECT are not a local disk's).
+static const char *unfit_filesystem(long type) {
+    switch ((unsigned long)type) {
+    case 0x01021994:
+        return "tmpfs, which is host memory";
+    case 0x858458f6:
+        return "ramfs, which is host memory";
+    case 0x6969:
+        return "NFS, a network filesystem";
+    case 0xff534d42:
+    case 0x517b:
+    case 0xfe534d42:
+        return "SMB/CIFS, a network filesystem";
+    case 0x00c36400:
+        return "CephFS, a network filesystem";
+    case 0x01021997:
+        return "9p, a network filesystem";
+    case 0x47504653:
+        return "GPFS, a network filesystem";
+    case 0x0bd00bd0:
+        return "Lustre, a network filesystem";
+    default:
+        return NULL;
+    }
+}
+
+static int check_storage_dir(config_source *src, const mt_config *cfg) {
+    if (!cfg->storage_grads && !cfg->storage_adam) return 0;
+    struct stat st;
+    struct statfs fs;
+    const char *dir = cfg->storage_dir, *why;
+    if (stat(dir, &st) != 0) return config_fail(src, "storage.dir", "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return config_fail(src, "storage.dir", "%s: not a folder", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return config_fail(src, "storage.dir", "%s: not writable: %s", dir, strerror(errno));
+    if (statfs(dir, &fs) != 0)
+        return config_fail(src, "storage.dir", "%s: %s", dir, strerror(errno));
+    if ((why = unfit_filesystem((long)fs.f_type)))
+        return config_fail(src, "storage.dir", "%s is on %s; the tier needs a local disk", dir,
+                           why);
+    return 0;
+}
+
 int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,
                         char *err, size_t errlen) {
     config_source *src = NULL;
@@ -95,6 +140,7 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
     if (rc == 0) rc = check_hf_weights(src, cfg);
     if (rc == 0) rc = config_resolve_paths(src, cfg);
     if (rc == 0) rc = check_data_file(src, cfg);
+    if (rc == 0) rc = check_storage_dir(src, cfg);
     config_source_free(src);
     return rc;
 }

@@ -148,9 +148,12 @@ int checkpoint_saves_device_state(const mt_job *job, int version);
 // Collective over the optimizer ranks: state[g] holds this rank's slices of master, m and v.
 // A group with none (NULL: one the compute rank updates, whose state lives on its device) moves
 // a piece at a time to or from the compute rank (job_send_floats, MT_STATE_PIECE), saved as
-// it arrives and sent as it is read.
+// it arrives and sent as it is read. Moments in the NVMe tier (storage.adam: m and v NULL,
+// tier_fd >= 0) move between its file, at byte offsets tier_m and tier_v, and the checkpoint.
 typedef struct {
     float *master, *m, *v;
+    int tier_fd; // -1 (or 0, as calloc leaves it, with m set): the moments are in memory
+    uint64_t tier_m, tier_v;
 } group_state;
 void checkpoint_save(mt_job *job, int step, group_state *state);
 void checkpoint_load(mt_job *job, group_state *state);

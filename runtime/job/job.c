@@ -78,7 +78,8 @@ void job_make_layouts(mt_job *job) {
     job->ring_depth = model_grad_ring_depth(&job->cfg);
     for (int k = 0; k < job->n_shards; k++)
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,
-                          job->device_groups, job->grad_bytes, job->ring_depth, order);
+                          job->device_groups, job->grad_bytes, model_grad_host_ring(&job->cfg),
+                          order);
 }
 
 // Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank

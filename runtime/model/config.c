@@ -154,6 +154,11 @@ int config_resolve_paths(config_source *x, mt_config *cfg) {
         return source_fail(x, LINE("data.val_path"), "data.val_path", "path too long");
     if (cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", out);
 
+    if (cfg->storage_dir[0]) {
+        if (config_join_path(out, sizeof out, dir, cfg->storage_dir) < 0)
+            return source_fail(x, LINE("storage.dir"), "storage.dir", "path too long");
+        snprintf(cfg->storage_dir, sizeof cfg->storage_dir, "%s", out);
+    }
     if (SEEN("checkpoint.dir")) {
         if (config_join_path(out, sizeof out, dir, cfg->checkpoint_dir) < 0)
             return source_fail(x, LINE("checkpoint.dir"), "checkpoint.dir", "path too long");
@@ -277,6 +282,14 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "\"ring\" updates each group as its gradients land, which needs "
                            "optimizer.clip = 0 (clipping to %g needs every gradient first)",
                            c->clip);
+    if ((c->storage_grads || c->storage_adam) && !c->storage_dir[0])
+        return source_fail(x, LINE(c->storage_grads ? "storage.grads" : "storage.adam"),
+                           c->storage_grads ? "storage.grads" : "storage.adam",
+                           "needs storage.dir, a folder on a local disk");
+    if (c->storage_grads && model_grad_ring_depth(c))
+        return source_fail(x, LINE("storage.grads"), "storage.grads",
+                           "the gradient ring (optimizer.clip = 0) keeps only 4 groups' "
+                           "gradients in memory: there is nothing to move to disk");
     if (c->trace_steps[1] > c->steps)
         return source_fail(x, LINE("trace_steps"), "trace_steps", "[%d, %d] goes past steps = %d",
                            c->trace_steps[0], c->trace_steps[1], c->steps);

@@ -73,6 +73,12 @@ const field_t config_schema[] = {
     // a step whose gradient norm is not finite changes nothing; this many in a row end the job
     // with a checkpoint of the last good state
     INT("optimizer.max_bad_steps", max_bad_steps, 1, INT_MAX, 0, 5),
+    // the NVMe tier: a folder on a local filesystem (not tmpfs, not a network filesystem), and
+    // what lives there instead of host memory: the gradient slots of exact clipping (grads), and
+    // Adam's m and v (adam), each moved with io_uring a few groups ahead of the optimizer
+    STR("storage.dir", storage_dir, 0, "", NULL),
+    BOOL("storage.grads", storage_grads, 0),
+    BOOL("storage.adam", storage_adam, 0),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),

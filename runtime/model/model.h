@@ -45,6 +45,10 @@ typedef struct {
     char grad_slots[8];     // "auto", "ring" (updates as gradients arrive) or "all"
     int max_bad_steps;      // non-finite gradient norms in a row that end the job
     int shard_across_nodes; // data parallel: each node keeps Adam's m and v of 1/nodes
+    // the NVMe tier: its folder (resolved relative to the config file's), and whether the
+    // gradient slots (grads) and Adam's m and v (adam) live in files there
+    char storage_dir[MT_PATH_MAX];
+    int storage_grads, storage_adam;
     // run
     int steps;
     uint64_t seed;
@@ -176,6 +180,10 @@ void model_grad_order(const mt_config *c, int *order);
 // only when the optimizer ranks fall a whole group behind.
 #define MODEL_GRAD_RING_DEPTH 4
 int model_grad_ring_depth(const mt_config *c);
+// The depth of the host's gradient slots when they are a ring of entries: the gradient ring's,
+// or with storage.grads (the slots live on disk) the staging ring their way there goes through,
+// whose entries are free again once written. 0: one slot per group in host memory.
+int model_grad_host_ring(const mt_config *c);
 
 // The state of the groups the compute rank updates moves between it and the optimizer ranks (at
 // start, saves and exports) in pieces of this many floats (64 MiB), never whole in host memory.

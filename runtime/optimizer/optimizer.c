@@ -1,5 +1,6 @@
 #include "runtime/optimizer/optimizer.h"
 #include "kernels/adamw.h"
+#include "runtime/optimizer/storage.h"
 #include "runtime/base/base.h"
 #include "runtime/io/io.h"
 #include "runtime/model/model.h"
@@ -30,6 +31,10 @@ typedef struct {
     // [n_groups]: the part of each group's shard slice whose moments this rank keeps and
     // updates (job_moment_part: all of it unless the state is split across nodes)
     uint64_t *part_lo, *part_n;
+    storage *tier; // storage.*: gradients and/or moments on disk (NULL: all in memory)
+    // the groups this rank updates, in the order it updates them: forward, or the backward's
+    // with the gradient ring
+    int order[SHM_MAX_GROUPS], n_order;
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -183,9 +188,13 @@ static void init_state(optimizer *o) {
     for (int g = job->device_groups; g < job->n_groups; g++) {
         job_moment_part(job, g, lay->len[g], job->node, &o->part_lo[g], &o->part_n[g]);
         o->state[g].master = job_master(job, o->shard, g); // in the region, which the GPU streams
+        if (job->cfg.storage_adam) continue;
         o->state[g].m = alloc_local(o->part_n[g]);
         o->state[g].v = alloc_local(o->part_n[g]);
     }
+    o->tier = storage_open(job, o->shard, o->part_n);
+    for (int g = job->device_groups; g < job->n_groups; g++)
+        storage_describe(o->tier, g, &o->state[g]);
     if (job->resume_path[0]) { // the device groups' state goes over as it is read
         checkpoint_load(job, o->state);
         for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
@@ -244,16 +253,23 @@ static void sleep_through_signals(int ms) {
 
 // Group g's AdamW step on this rank's part of its slice, from its gradient slot; then the GPU
 // may stream it.
+// Its moments and gradients come from memory, or from the NVMe tier's windows.
 static void update_group(optimizer *o, int g, int step, const adamw_params *hp) {
     mt_job *job = o->job;
     size_t n = o->part_n[g], lo = o->part_lo[g];
-    group_state *s = &o->state[g];
-    char *grads = (char *)job_grad_slot(job, o->shard, g) + lo * job->grad_bytes;
+    float *master = o->state[g].master, *m = o->state[g].m, *v = o->state[g].v;
+    const char *grads = job_grad_slot(job, o->shard, g);
     double t0 = trace_now_us();
+    float *disk_m = storage_take_moments(o->tier, g);
+    const char *disk_grads = storage_take_grads(o->tier, g);
+    if (disk_m) m = disk_m, v = storage_v_of(o->tier, g, disk_m);
+    if (disk_grads) grads = disk_grads;
+    grads += lo * job->grad_bytes;
     if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-        adamw_update_bf16_grads(s->master + lo, s->m, s->v, NULL, (const bf16 *)grads, n, hp);
+        adamw_update_bf16_grads(master + lo, m, v, NULL, (const bf16 *)grads, n, hp);
     else
-        adamw_update(s->master + lo, s->m, s->v, NULL, (const float *)grads, n, hp);
+        adamw_update(master + lo, m, v, NULL, (const float *)grads, n, hp);
+    storage_give(o->tier, g, step);
     gather_master_parts(o, g);
     if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
     trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0, trace_now_us());
@@ -267,12 +283,14 @@ static void update_step(optimizer *o, int step) {
     mt_job *job = o->job;
     adamw_params hp = adamw_params_at_step(&job->cfg, step, job->skipped_steps, clip_scale(o));
     int bad = job_note_step(job, step, step_is_bad(o->sumsq, job->n_groups));
+    if (!bad) storage_begin_grads(o->tier, o->order, o->n_order);
     for (int g = job->device_groups; g < job->n_groups; g++) {
         if (bad)
             publish_weights(o, g, step + 1);
         else
             update_group(o, g, step, &hp);
     }
+    storage_end(o->tier);
 }
 
 // The ring: group g's gradients are in; it is updated now, which frees its slot for the
@@ -291,12 +309,24 @@ static void update_as_it_lands(optimizer *o, int g, int step) {
     update_group(o, g, step, &hp);
 }
 
+// storage.grads: the slot is an entry of the host's staging ring, free for the compute rank's
+// next group once its gradients are on disk.
+static void write_grads(optimizer *o, int g, int step) {
+    double t0 = trace_now_us();
+    storage_write_grads(o->tier, g, job_grad_slot(o->job, o->shard, g), step);
+    trace_record(TRACE_OPTIMIZER, trace_tag_of("write grads", TRACE_ARG_GROUP, g), t0,
+                 trace_now_us());
+    control_msg msg = {CONTROL_GRADS_WRITTEN, g, step, 0};
+    control_send(o->job->ctl, 0, &msg);
+}
+
 // Gradients arrive in backward order, each group's with its squared norm. The trace shows the
 // wait for them: one span with a slot per group, one before each group's update with the ring.
 static void receive_step(optimizer *o, int step) {
     mt_job *job = o->job;
     int missing = 0;
     o->ring_bad = 0;
+    storage_begin_moments(o->tier, o->order, o->n_order); // their reads overlap the backward
     for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
     double t0 = trace_now_us();
     trace_tag waiting = trace_tag_of("wait grads", TRACE_ARG_NONE, 0);
@@ -317,12 +347,15 @@ static void receive_step(optimizer *o, int step) {
         o->grads_step[g] = step;
         o->sumsq[g] = msg.value;
         missing--;
-        if (!job->ring_depth || g < job->device_groups) continue;
+        if (g < job->device_groups) continue;
+        if (job->cfg.storage_grads) write_grads(o, g, step);
+        if (!job->ring_depth) continue;
         trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
         update_as_it_lands(o, g, step);
         t0 = trace_now_us();
     }
     trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
+    if (job->ring_depth) storage_end(o->tier);
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
@@ -355,6 +388,17 @@ static void export_hf(optimizer *o) {
     MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 
+static void update_order(optimizer *o) {
+    mt_job *job = o->job;
+    int all[SHM_MAX_GROUPS];
+    if (job->ring_depth)
+        model_grad_order(&job->cfg, all);
+    else
+        for (int g = 0; g < job->n_groups; g++) all[g] = g;
+    for (int i = 0; i < job->n_groups; i++)
+        if (all[i] >= job->device_groups) o->order[o->n_order++] = all[i];
+}
+
 void optimizer_run(mt_job *job) {
     optimizer o = {.job = job, .shard = job_shard_of_rank(job->rank)};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
@@ -366,6 +410,7 @@ void optimizer_run(mt_job *job) {
     o.part_n = calloc(job->n_groups, sizeof *o.part_n);
     if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
+    update_order(&o);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
     trace_open(&job->cfg, job, job->start_step, job->end_step);
@@ -385,10 +430,11 @@ void optimizer_run(mt_job *job) {
     }
     if (checkpoint_export_due(job)) export_hf(&o);
     trace_finish(); // collective with rank 0's
-    for (int g = job->device_groups; g < job->n_groups; g++) {
+    for (int g = job->device_groups; g < job->n_groups && !job->cfg.storage_adam; g++) {
         free_local(o.state[g].m, o.part_n[g]);
         free_local(o.state[g].v, o.part_n[g]);
     }
+    storage_close(o.tier);
     free(o.part_lo), free(o.part_n);
     free(o.state);
     free(o.sumsq);

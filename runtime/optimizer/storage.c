@@ -1,0 +1,306 @@
+#include "runtime/optimizer/storage.h"
+#include "runtime/base/base.h"
+#include "shm/syscheck.h"
+#include <fcntl.h>
+#include <liburing.h>
+#include <numa.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ALIGN 4096 // O_DIRECT: offsets, lengths and buffers on logical-block (here page) multiples
+#define CHUNK ((size_t)4 << 20) // one request; several in flight keep a drive's queue full
+#define QUEUE 64
+// Groups in host memory per window: the one being updated, the one written back behind it and
+// two read ahead, so that the drive always has the next group's bytes queued.
+#define WINDOW 4
+
+static uint64_t round_up(uint64_t x) {
+    return (x + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+// One file: per group, `arrays` arrays of array_bytes[g] (each rounded to ALIGN) at offset[g].
+typedef struct {
+    int fd, arrays;
+    char path[MT_PATH_MAX];
+    const char *what; // for messages: "gradients", "Adam moments"
+    uint64_t offset[SHM_MAX_GROUPS], array_bytes[SHM_MAX_GROUPS], bytes, largest;
+} tier_file;
+
+// A pass over one file's groups in a fixed order, WINDOW buffers deep: position p of the order
+// uses buffer p % WINDOW. Groups may be taken out of order within the window (with the gradient
+// ring, the head's gradients may land after a few layers'); `low` is the first position not
+// given back yet, and no read runs more than WINDOW positions past it.
+typedef struct {
+    tier_file *file;
+    int writes_back;
+    char *buf[WINDOW];
+    int pending[WINDOW]; // requests in flight into or out of each buffer
+    int order[SHM_MAX_GROUPS], n, fetched, low, current;
+    unsigned char given[SHM_MAX_GROUPS];
+} window;
+
+struct storage {
+    mt_job *job;
+    int shard, full_at_step, step; // full_at_step: MT_TEST_STORAGE_FULL_AT_STEP (-1: none)
+    struct io_uring ring;
+    int in_flight;
+    tier_file grads, moments;
+    window grads_win, moments_win;
+};
+
+// ---- files ----
+
+// Creates the file (O_EXCL, 0600, O_DIRECT), gives it its size and unlinks its name.
+static void file_create(storage *s, tier_file *f, const char *suffix) {
+    mt_job *job = s->job;
+    snprintf(f->path, sizeof f->path, "%s/mtc-%s-n%d-s%d.%s", job->cfg.storage_dir, job->job_id,
+             job->node, s->shard, suffix);
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f->fd < 0 && errno == EINVAL)
+        mt_die("storage.dir: %s: the filesystem does not support O_DIRECT", f->path);
+    if (f->fd < 0) mt_die("storage.dir: %s: %s", f->path, strerror(errno));
+    int rc = posix_fallocate(f->fd, 0, (off_t)f->bytes);
+    if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(f->fd, (off_t)f->bytes) ? errno : 0;
+    SYS_CHECK(unlink(f->path));
+    if (rc)
+        mt_die("storage.dir: %s: no room for this rank's %s (%.2f GiB): %s", job->cfg.storage_dir,
+               f->what, (double)f->bytes / (1 << 30), strerror(rc));
+}
+
+// The layout: `arrays` arrays of elem * n[g] bytes for each group the optimizer ranks update.
+static void file_layout(storage *s, tier_file *f, const uint64_t *n, int elem, int arrays) {
+    f->arrays = arrays;
+    for (int g = s->job->device_groups; g < s->job->n_groups; g++) {
+        f->offset[g] = f->bytes;
+        f->array_bytes[g] = round_up(n[g] * (uint64_t)elem);
+        f->bytes += arrays * f->array_bytes[g];
+        if (arrays * f->array_bytes[g] > f->largest) f->largest = arrays * f->array_bytes[g];
+    }
+    if (!f->bytes) f->bytes = ALIGN;
+}
+
+static char *alloc_local(size_t bytes) {
+    char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) mt_die("out of memory: the storage window (%zu MiB)", bytes >> 20);
+    if (numa_available() >= 0) numa_setlocal_memory(p, bytes);
+    return p;
+}
+
+// ---- requests ----
+
+static void fail(storage *s, const tier_file *f, int writing, int g, int err) {
+    mt_die("storage.dir: %s group %d's %s %s %s failed: %s%s", writing ? "writing" : "reading", g,
+           f->what, writing ? "to" : "from", s->job->cfg.storage_dir, strerror(err),
+           err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
+}
+
+// A request's user data: the buffer's counter, and what to say when it fails.
+typedef struct {
+    int *pending;
+    const tier_file *file;
+    int writing, group;
+    unsigned len;
+} request;
+
+static void complete(storage *s, struct io_uring_cqe *cqe) {
+    request *r = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&s->ring, cqe);
+    if (r->writing && s->step == s->full_at_step) res = -ENOSPC; // tests: a disk that fills
+    if (res < 0) fail(s, r->file, r->writing, r->group, -res);
+    if ((unsigned)res != r->len) fail(s, r->file, r->writing, r->group, EIO);
+    (*r->pending)--;
+    s->in_flight--;
+    free(r);
+}
+
+static void reap(storage *s, int wait) {
+    struct io_uring_cqe *cqe;
+    int rc;
+    while ((rc = wait ? io_uring_wait_cqe(&s->ring, &cqe) : io_uring_peek_cqe(&s->ring, &cqe)) ==
+           0) {
+        complete(s, cqe);
+        wait = 0;
+    }
+    if (rc < 0 && rc != -EAGAIN && rc != -EINTR) mt_die("io_uring: %s", strerror(-rc));
+}
+
+static void wait_for(storage *s, const int *pending) {
+    io_uring_submit(&s->ring);
+    while (*pending > 0) reap(s, 1);
+}
+
+// bytes at off of f, in requests of CHUNK, counted in *pending.
+static void queue_io(storage *s, const tier_file *f, int writing, int g, char *buf, uint64_t bytes,
+                     uint64_t off, int *pending) {
+    for (uint64_t at = 0; at < bytes; at += CHUNK) {
+        struct io_uring_sqe *sqe;
+        while (!(sqe = io_uring_get_sqe(&s->ring))) {
+            io_uring_submit(&s->ring);
+            reap(s, s->in_flight >= QUEUE);
+        }
+        request *r = malloc(sizeof *r);
+        if (!r) mt_die("out of memory");
+        *r = (request){pending, f, writing, g, (unsigned)(bytes - at < CHUNK ? bytes - at : CHUNK)};
+        if (writing)
+            io_uring_prep_write(sqe, f->fd, buf + at, r->len, off + at);
+        else
+            io_uring_prep_read(sqe, f->fd, buf + at, r->len, off + at);
+        io_uring_sqe_set_data(sqe, r);
+        (*pending)++, s->in_flight++;
+    }
+    io_uring_submit(&s->ring);
+}
+
+// ---- windows ----
+
+static void window_init(window *w, tier_file *f, int writes_back) {
+    w->file = f, w->writes_back = writes_back;
+    for (int i = 0; i < WINDOW; i++) w->buf[i] = alloc_local(f->largest);
+}
+
+static uint64_t area_bytes(const tier_file *f, int g) {
+    return f->arrays * f->array_bytes[g];
+}
+
+// Reads ahead into every buffer that is free, in order; a buffer still writing stops it.
+static void pump(storage *s, window *w) {
+    reap(s, 0);
+    while (w->fetched < w->n && w->fetched < w->low + WINDOW) {
+        int b = w->fetched % WINDOW, g = w->order[w->fetched];
+        if (w->pending[b]) break;
+        queue_io(s, w->file, 0, g, w->buf[b], area_bytes(w->file, g), w->file->offset[g],
+                 &w->pending[b]);
+        w->fetched++;
+    }
+}
+
+static void window_begin(storage *s, window *w, const int *order, int n) {
+    memcpy(w->order, order, (size_t)n * sizeof *order);
+    memset(w->given, 0, (size_t)n);
+    w->n = n, w->fetched = w->low = 0;
+    pump(s, w);
+}
+
+static char *window_take(storage *s, window *w, int g) {
+    int p = w->low;
+    while (p < w->n && p < w->low + WINDOW && (w->given[p] || w->order[p] != g)) p++;
+    if (p >= w->n || p >= w->low + WINDOW)
+        mt_die("storage: group %d's turn is not within the next %d groups", g, WINDOW);
+    int b = p % WINDOW;
+    while (w->fetched <= p) { // its buffer was still writing when the others went
+        wait_for(s, &w->pending[b]);
+        pump(s, w);
+    }
+    wait_for(s, &w->pending[b]);
+    w->current = p;
+    return w->buf[b];
+}
+
+static void window_give(storage *s, window *w, int g) {
+    int p = w->current, b = p % WINDOW;
+    if (w->writes_back)
+        queue_io(s, w->file, 1, g, w->buf[b], area_bytes(w->file, g), w->file->offset[g],
+                 &w->pending[b]);
+    w->given[p] = 1;
+    while (w->low < w->n && w->given[w->low]) w->low++;
+    pump(s, w);
+}
+
+static void window_end(storage *s, window *w) {
+    for (int b = 0; b < WINDOW; b++) wait_for(s, &w->pending[b]);
+    w->n = w->fetched = w->low = 0;
+}
+
+// ---- the tier ----
+
+storage *storage_open(mt_job *job, int shard, const uint64_t *part_n) {
+    const mt_config *c = &job->cfg;
+    if (!c->storage_grads && !c->storage_adam) return NULL;
+    storage *s = calloc(1, sizeof *s);
+    if (!s) mt_die("out of memory");
+    s->job = job, s->shard = shard, s->full_at_step = -1, s->step = -1;
+    const char *full = getenv("MT_TEST_STORAGE_FULL_AT_STEP"); // 1-based, as the progress shows
+    if (full && shard == 0 && job->node == 0) s->full_at_step = atoi(full) - 1;
+    int rc = io_uring_queue_init(QUEUE, &s->ring, 0);
+    if (rc < 0) mt_die("storage: io_uring_queue_init: %s", strerror(-rc));
+    s->grads.fd = s->moments.fd = -1;
+    if (c->storage_grads) {
+        s->grads.what = "gradients";
+        file_layout(s, &s->grads, job->layouts[shard].len, job->grad_bytes, 1);
+        file_create(s, &s->grads, "grads");
+        window_init(&s->grads_win, &s->grads, 0);
+    }
+    if (c->storage_adam) { // fresh moments are zeros: the unwritten blocks of a new file read so
+        s->moments.what = "Adam moments";
+        file_layout(s, &s->moments, part_n, sizeof(float), 2);
+        file_create(s, &s->moments, "adam");
+        window_init(&s->moments_win, &s->moments, 1);
+    }
+    return s;
+}
+
+void storage_close(storage *s) {
+    if (!s) return;
+    tier_file *files[2] = {&s->grads, &s->moments};
+    window *wins[2] = {&s->grads_win, &s->moments_win};
+    for (int i = 0; i < 2; i++) {
+        if (files[i]->fd < 0) continue;
+        for (int b = 0; b < WINDOW; b++) SYS_CHECK(munmap(wins[i]->buf[b], files[i]->largest));
+        SYS_CHECK(close(files[i]->fd));
+    }
+    io_uring_queue_exit(&s->ring);
+    free(s);
+}
+
+void storage_write_grads(storage *s, int g, const void *slot, int step) {
+    int pending = 0;
+    s->step = step;
+    queue_io(s, &s->grads, 1, g, (char *)slot, area_bytes(&s->grads, g), s->grads.offset[g],
+             &pending);
+    wait_for(s, &pending);
+}
+
+void storage_begin_moments(storage *s, const int *order, int n) {
+    if (s && s->moments.fd >= 0) window_begin(s, &s->moments_win, order, n);
+}
+
+void storage_begin_grads(storage *s, const int *order, int n) {
+    if (s && s->grads.fd >= 0) window_begin(s, &s->grads_win, order, n);
+}
+
+float *storage_take_moments(storage *s, int g) {
+    if (!s || s->moments.fd < 0) return NULL;
+    return (float *)window_take(s, &s->moments_win, g);
+}
+
+float *storage_v_of(storage *s, int g, float *m) {
+    return (float *)((char *)m + s->moments.array_bytes[g]);
+}
+
+const void *storage_take_grads(storage *s, int g) {
+    if (!s || s->grads.fd < 0) return NULL;
+    return window_take(s, &s->grads_win, g);
+}
+
+void storage_give(storage *s, int g, int step) {
+    if (!s) return;
+    s->step = step;
+    if (s->moments.fd >= 0) window_give(s, &s->moments_win, g);
+    if (s->grads.fd >= 0) window_give(s, &s->grads_win, g);
+}
+
+void storage_end(storage *s) {
+    if (!s) return;
+    if (s->moments.fd >= 0) window_end(s, &s->moments_win);
+    if (s->grads.fd >= 0) window_end(s, &s->grads_win);
+}
+
+void storage_describe(const storage *s, int g, group_state *state) {
+    if (!s || s->moments.fd < 0) return;
+    state->tier_fd = s->moments.fd;
+    state->tier_m = s->moments.offset[g];
+    state->tier_v = s->moments.offset[g] + s->moments.array_bytes[g];
+}
