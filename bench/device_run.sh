@@ -4,6 +4,7 @@
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
 #          [torch-NAME...] [attn[=T_LIST[/HD_LIST[/HEADS]]]] [bwdprof=T_LIST/HD_LIST/HEADS]
 #          [ncu=T/HD/HEADS] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...] [slices[=100b|120b]]
+#          [tier[=NAME]]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
 #   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128; HEADS
@@ -11,7 +12,8 @@
 #   backward's CTAs spend their time. ncu profiles one fused backward with Nsight Compute. dp runs
 #   bench/run_dp_gpu.sh: the bench configs on one GPU and over GPUS (e.g. dp=2:1b,3b). gemm runs
 #   gemm_bench: the bench models' GEMM shapes with each algorithm cuBLASLt's heuristic offers.
-#   slices runs bench/run_slices.sh: the 100B and 120B models from full-width slices.
+#   slices runs bench/run_slices.sh: the 100B and 120B models from full-width slices. tier runs
+#   bench/run_tier.sh: dd on the disk, then a model that fits the host only with the NVMe tier.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -46,6 +48,9 @@ for what in "$@"; do
     slices | slices=*)
         spec=${what#slices}; spec=${spec#=}
         bench/run_slices.sh build "$OUT" $spec ;;
+    tier | tier=*)
+        spec=${what#tier}; spec=${spec#=}
+        bench/run_tier.sh build "$OUT" $spec ;;
     long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
     attn | attn=*)
         attn_args "${what#attn}"

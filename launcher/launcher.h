@@ -18,6 +18,7 @@ typedef struct {
     const char *stop_at;                          // passed through to mt-rank
     const char *grad_dtype;  // "fp32" or "bf16": the plan's resolution of optimizer.grad_dtype
     const char *gpu_mem;     // --gpu-mem, or NULL
+    const char *disk_bw;     // --disk-bw, or NULL
     const char *mpi_shm_dir; // Open MPI's shared-memory segments go here (one host), or NULL
     // key=value settings over the config: a resumed checkpoint's first, then the command line's
     const char *overrides[MT_MAX_OVERRIDES + 1];
@@ -90,9 +91,18 @@ typedef struct {
     uint64_t memlock;                  // RLIMIT_MEMLOCK, when not unlimited
     int mem_known, mem_forced, shm_known, shm_forced, memlock_unlimited, root;
     int elastic; // a VM whose memory can grow on demand (virtio balloon or virtio-mem)
+    // storage.dir, when the config puts anything there: its free bytes (statvfs, or
+    // MT_PLAN_DISK_LIMIT) and its rate in bytes/s (--disk-bw, or a short O_DIRECT probe; 0: not
+    // known), with where that came from
+    uint64_t disk_free;
+    int disk_known, disk_forced;
+    double disk_bw;
+    const char *disk_bw_source;
 } host_probe;
 
 void host_probe_read(host_probe *h);
+// storage.dir's free space and rate (disk_bw: --disk-bw's value in bytes/s, 0 to probe).
+void host_probe_disk(host_probe *h, const mt_config *c, double disk_bw);
 // Whether the compute rank will run on the GPU: backend "cuda", or "auto" in a CUDA build on a
 // host with an NVIDIA device.
 int plan_backend_cuda(const mt_config *c);

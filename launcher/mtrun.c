@@ -58,6 +58,8 @@ static void usage(FILE *f) {
           "  --force          start the job even when the plan says it does not fit\n"
           "  --gpu-mem BYTES  the GPU's free memory for the plan (K/M/G/T suffixes; default:\n"
           "                   what nvidia-smi reports for GPU 0, when there is one)\n"
+          "  --disk-bw RATE   storage.dir's disk rate in bytes/s for the plan (K/M/G/T\n"
+          "                   suffixes; default: a 256 MiB O_DIRECT write and read there)\n"
           "  --help           this text\n"
           "  --version        the version\n"
           "key=value settings override CONFIG's, with the same checks (dotted keys as in\n"
@@ -210,6 +212,11 @@ static void parse_args(int argc, char **argv, mtrun_opts *o, mode *m) {
             if (o->gpus < 1 || o->gpus > 64) die_usage("--gpus %s: not a number of GPUs (1-64)", g);
         } else if (is_opt(a, "--resume")) {
             o->resume = value_of(argc, argv, &i, "--resume");
+        } else if (is_opt(a, "--disk-bw")) {
+            o->disk_bw = value_of(argc, argv, &i, "--disk-bw");
+            if (parse_bytes(o->disk_bw) == 0)
+                die_usage("--disk-bw %s: not a rate in bytes/s (like 2G or 2000000000)",
+                          o->disk_bw);
         } else if (is_opt(a, "--gpu-mem")) {
             o->gpu_mem = value_of(argc, argv, &i, "--gpu-mem");
             if (parse_bytes(o->gpu_mem) == 0)
@@ -292,6 +299,7 @@ static int make_plan(mt_plan *plan, mtrun_opts *o, const mt_config *cfg, const p
                       gpu, o->nodes, err, n) < 0)
             die_usage("%s", err);
         plan->gpu_source = where;
+        if (host->disk_bw > 0) plan->disk_bw = host->disk_bw;
         int fits = plan_check(plan, host, err, n) == 0;
         o->grad_dtype = bytes == 2 ? "bf16" : "fp32";
         if (fits || want || bytes == 2) return fits;
@@ -355,6 +363,7 @@ static int plan_job(mtrun_opts *o, const mt_config *cfg, const placement *p, con
     mt_plan plan;
     host_probe host;
     host_probe_read(&host);
+    host_probe_disk(&host, cfg, o->disk_bw ? (double)parse_bytes(o->disk_bw) : 0);
     int fits = make_plan(&plan, o, cfg, p, &host, err, sizeof err);
     int cores = plan_compute_cores(p);
     if (m->plan) {

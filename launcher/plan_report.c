@@ -209,6 +209,47 @@ static void suggest(const mt_plan *p, uint64_t limit, char *out, size_t n) {
                  largest_fitting(p, one, offsetof(mt_config, seq_len), limit));
 }
 
+// The host bytes of the config with the NVMe tier's grads and adam set as asked.
+static uint64_t host_with_tier(const mt_plan *p, int grads, int adam) {
+    mt_config v = *p->c;
+    v.storage_grads = grads, v.storage_adam = adam;
+    if (!v.storage_dir[0]) snprintf(v.storage_dir, sizeof v.storage_dir, "/");
+    mt_plan q;
+    char err[256];
+    if (plan_make(&q, &v, p->np, p->cuda, 1, 0, p->grad_bytes, p->gpu_free, 1, err, sizeof err))
+        return UINT64_MAX;
+    uint64_t host = q.host;
+    plan_free(&q);
+    return host;
+}
+
+// The NVMe tier, when it is the smallest change that fits: the gradient slots first (exact
+// clipping stays, the step as it is), then the moments too. Returns whether it offered one.
+static int offer_storage(const mt_plan *p, const host_probe *h, char *out, size_t n) {
+    const mt_config *c = p->c;
+    static const int ways[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    for (int i = 0; i < 3; i++) {
+        int grads = ways[i][0] || c->storage_grads, adam = ways[i][1] || c->storage_adam;
+        if ((grads && model_grad_ring_depth(c)) ||
+            (grads == c->storage_grads && adam == c->storage_adam))
+            continue;
+        uint64_t host = host_with_tier(p, grads, adam);
+        if (host > h->mem_available) continue;
+        snprintf(out, n,
+                 "; it fits with %s%s%s and storage.dir on a local disk: %s then live in files "
+                 "there, and host memory needs %s",
+                 grads && !c->storage_grads ? "storage.grads = true" : "",
+                 grads && !c->storage_grads && adam && !c->storage_adam ? " and " : "",
+                 adam && !c->storage_adam ? "storage.adam = true" : "",
+                 grads && adam ? "the gradient slots and Adam's m and v"
+                 : grads       ? "the gradient slots"
+                               : "Adam's m and v",
+                 H(host));
+        return 1;
+    }
+    return 0;
+}
+
 static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t n) {
     const mt_config *c = p->c;
     int used = snprintf(err, n,
@@ -220,15 +261,20 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
                         G(h->mem_available),
                         h->mem_forced ? "MT_PLAN_MEM_LIMIT" : "MemAvailable in /proc/meminfo");
     if (used < 0 || (size_t)used >= n) return -1;
-    if (!p->ring_depth && p->host - p->sum.grads + p->other_slots_grads <= h->mem_available) {
+    int tier = offer_storage(p, h, err + used, n - used);
+    used = (int)strlen(err);
+    if (!p->ring_depth && !c->storage_grads &&
+        p->host - p->sum.grads + p->other_slots_grads <= h->mem_available) {
         snprintf(err + used, n - used,
-                 "; it fits with %s: each group is then updated as soon as its gradients land, "
+                 "; %sit fits with %s: each group is then updated as soon as its gradients land, "
                  "and the gradient slots become a ring of %d groups' (%s instead of %s)%s",
+                 tier ? "or " : "",
                  c->clip > 0 ? "optimizer.clip = 0" : "optimizer.grad_slots = \"ring\"",
                  MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads), H(p->sum.grads),
                  c->clip > 0 ? ", with no global-norm clipping" : "");
         return -1;
     }
+    if (tier) return -1;
     mt_config least = *c; // the smallest batch: what no batch setting can shrink
     least.micro_batches = least.micro_batch = least.seq_len = 1;
     uint64_t fixed = host_with(p, &least);
@@ -263,6 +309,14 @@ int plan_check(const mt_plan *p, const host_probe *h, char *err, size_t n) {
              H(PLAN_CUDA_CONTEXT_BYTES));
     if (p->cuda && plan_check_device(p->c, &p->choices, gpu_room(p), where, err, n) < 0) return -1;
     if (h->mem_known && p->host > h->mem_available) return refuse_host(p, h, err, n);
+    if (h->disk_known && p->disk > h->disk_free) {
+        snprintf(err, n,
+                 "storage.dir: %s: the NVMe tier needs %s (%s bytes: gradients %s, Adam moments "
+                 "%s), %s is free%s; free some or point storage.dir at a larger disk",
+                 p->c->storage_dir, H(p->disk), G(p->disk), H(p->disk_grads), H(p->disk_adam),
+                 H(h->disk_free), h->disk_forced ? " (MT_PLAN_DISK_LIMIT)" : "");
+        return -1;
+    }
     if (h->shm_known && p->regions > h->shm_free) {
         uint64_t gib = (p->regions + (h->shm_size - h->shm_free) + (1ull << 30) - 1) >> 30;
         snprintf(err, n,
@@ -297,7 +351,12 @@ static void kind_cell(FILE *f, uint64_t v) {
 
 // Which gradient slots, why, and what the other kind would take.
 static void print_slots(FILE *f, const mt_plan *p) {
-    if (p->ring_depth)
+    if (p->c->storage_grads)
+        fprintf(f,
+                "gradient slots: one per group in storage.dir (storage.grads), written through a\n"
+                "  staging ring of %d groups' in host memory; in host memory they would take %s\n",
+                MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads));
+    else if (p->ring_depth)
         fprintf(f,
                 "gradient slots: a ring of %d groups' (each the size of the largest slice), each\n"
                 "  group updated as its gradients land (optimizer.clip = 0); one slot per group\n"
@@ -313,11 +372,37 @@ static void print_slots(FILE *f, const mt_plan *p) {
                 MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads));
 }
 
+// The NVMe tier: what lives on disk, what it keeps in memory, and when the disk keeps up.
+static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
+    const mt_config *c = p->c;
+    if (!p->disk) return;
+    plan_estimate e;
+    plan_estimate_step(p, 1, &e);
+    char what[128];
+    if (c->storage_grads && c->storage_adam)
+        snprintf(what, sizeof what, "gradient slots %s, Adam m and v %s", H(p->disk_grads),
+                 H(p->disk_adam));
+    else
+        snprintf(what, sizeof what, "%s", c->storage_grads ? "the gradient slots" : "Adam m and v");
+    fprintf(f,
+            "NVMe tier (storage.dir %s): %s on disk, %s a rank (%s); host memory keeps\n"
+            "  windows of %d groups (%s, in \"optimizer state\" above)%s\n",
+            mt_shown(c->storage_dir), H(p->disk), H(p->rank[1].disk), what, MT_STORAGE_WINDOW,
+            H(p->sum.storage),
+            c->storage_grads ? " and a staging ring of 4 groups' gradient slots" : "");
+    fprintf(f, "  %sB a step at %sB/s (%s): %s", SI(e.disk_bytes), SI(p->disk_bw),
+            h->disk_bw_source ? h->disk_bw_source : "assumed: the H200 host's disk", T(e.disk_s));
+    if (p->cuda)
+        fprintf(f, "; it hides behind compute from %s tokens a step (this batch: %s)",
+                G(e.break_even_tokens + 0.5), G(mt_tokens_per_step(c)));
+    fputc('\n', f);
+}
+
 static void print_rank_table(FILE *f, const mt_plan *p) {
     fprintf(f, "\nhost memory by rank (1 KiB = 1024 bytes; regions and state rounded to pages)\n");
     fprintf(f,
             "rank  role       node fp32 master     Adam m     Adam v %s grads     moving"
-            "    compute    process      total\n",
+            "    windows    compute    process      total\n",
             p->grad_bytes == 2 ? "bf16" : "fp32");
     for (int r = 0; r < p->np; r++) {
         const plan_rank *pr = &p->rank[r];
@@ -325,14 +410,16 @@ static void print_rank_table(FILE *f, const mt_plan *p) {
         if (pr->numa_node >= 0) snprintf(node, sizeof node, "%d", pr->numa_node);
         fprintf(f, "%4d  %-9s  %4s  ", r, r ? "optimizer" : "compute", node);
         kind_cell(f, pr->master), kind_cell(f, pr->adam_m), kind_cell(f, pr->adam_v);
-        kind_cell(f, pr->grads), kind_cell(f, pr->moving), kind_cell(f, pr->compute);
+        kind_cell(f, pr->grads), kind_cell(f, pr->moving), kind_cell(f, pr->storage);
+        kind_cell(f, pr->compute);
         kind_cell(f, pr->process), kind_cell(f, pr->total);
         fputc('\n', f);
     }
     const plan_rank *s = &p->sum;
     fprintf(f, "total                 ");
     kind_cell(f, s->master), kind_cell(f, s->adam_m), kind_cell(f, s->adam_v);
-    kind_cell(f, s->grads), kind_cell(f, s->moving), kind_cell(f, s->compute);
+    kind_cell(f, s->grads), kind_cell(f, s->moving), kind_cell(f, s->storage);
+    kind_cell(f, s->compute);
     kind_cell(f, s->process), kind_cell(f, s->total);
     fputc('\n', f);
     double N = (double)p->params;
@@ -512,6 +599,10 @@ static void print_checks(FILE *f, const mt_plan *p, const host_probe *h) {
                 p->regions <= h->shm_free ? "ok" : "DOES NOT FIT");
     else
         fprintf(f, "  /dev/shm     not checked (statvfs failed)\n");
+    if (p->disk && h->disk_known)
+        fprintf(f, "  storage.dir  needs %s, %s free%s: %s\n", H(p->disk), H(h->disk_free),
+                h->disk_forced ? " (MT_PLAN_DISK_LIMIT)" : "",
+                p->disk <= h->disk_free ? "ok" : "DOES NOT FIT");
     if (!p->cuda)
         fprintf(f, "  ulimit -l    not needed (cpu backend: nothing is pinned)\n");
     else if (h->memlock_unlimited || h->root)
@@ -589,6 +680,7 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
     fprintf(f, "batch: %d sequences x %d tokens x %d micro-batches = %s tokens/step\n",
             c->micro_batch, c->seq_len, c->micro_batches, G(mt_tokens_per_step(c)));
     print_rank_table(f, p);
+    print_storage(f, p, h);
     print_numa(f, p, pl);
     print_buffers(f, p);
     plan_estimate e;
@@ -607,9 +699,10 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
             "slots %s%s, compute rank %s, %d processes %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
             H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared),
-            p->ring_depth ? " in a ring" : "", H(p->rank[0].compute), p->np, H(p->sum.process));
+            p->layout_ring ? " in a ring" : "", H(p->rank[0].compute), p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
+    if (p->disk) fprintf(f, "; disk %s in storage.dir at %sB/s", H(p->disk), SI(p->disk_bw));
     print_overrides(f, p->c, "; with");
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
             T(e.step_s), T(e.step_s * steps), steps, steps == 1 ? "" : "s");
@@ -656,9 +749,14 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
     fprintf(f,
             ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
             "\"optimizer_s\":%.6g,\"forward_phase_s\":%.6g,\"backward_phase_s\":%.6g,"
-            "\"step_s\":%.6g}",
+            "\"disk_s\":%.6g,\"break_even_tokens\":%.6g,\"step_s\":%.6g}",
             e.flops, e.flops_rate, e.compute_s, e.pcie_s, e.opt_s, e.forward_phase_s,
-            e.backward_phase_s, e.step_s);
+            e.backward_phase_s, e.disk_s, e.break_even_tokens, e.step_s);
+    fprintf(f,
+            ",\"disk\":{\"total\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"adam\":%" PRIu64
+            ",\"per_rank\":%" PRIu64 ",\"windows\":%" PRIu64 ",\"bw\":%.6g,\"free\":%" PRIu64 "}",
+            p->disk, p->disk_grads, p->disk_adam, p->np > 1 ? p->rank[1].disk : 0, p->sum.storage,
+            p->disk_bw, h->disk_free);
     fprintf(f, ",\"mem_available\":%" PRIu64 ",\"shm_free\":%" PRIu64 ",\"fits\":%s}\n",
             h->mem_available, h->shm_free, fits ? "true" : "false");
 }

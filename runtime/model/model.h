@@ -185,6 +185,12 @@ int model_grad_ring_depth(const mt_config *c);
 // whose entries are free again once written. 0: one slot per group in host memory.
 int model_grad_host_ring(const mt_config *c);
 
+// The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the groups
+// each of an optimizer rank's windows holds in host memory (the one updated, the one written back
+// behind it, two read ahead), and the alignment of its O_DIRECT transfers and file areas.
+#define MT_STORAGE_WINDOW 4
+#define MT_STORAGE_ALIGN 4096
+
 // The state of the groups the compute rank updates moves between it and the optimizer ranks (at
 // start, saves and exports) in pieces of this many floats (64 MiB), never whole in host memory.
 #define MT_STATE_PIECE ((size_t)1 << 24)

@@ -7,14 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
-#define ALIGN 4096 // O_DIRECT: offsets, lengths and buffers on logical-block (here page) multiples
+#define ALIGN MT_STORAGE_ALIGN  // O_DIRECT: offsets, lengths and buffers on block multiples
 #define CHUNK ((size_t)4 << 20) // one request; several in flight keep a drive's queue full
 #define QUEUE 64
-// Groups in host memory per window: the one being updated, the one written back behind it and
-// two read ahead, so that the drive always has the next group's bytes queued.
-#define WINDOW 4
+#define WINDOW MT_STORAGE_WINDOW
 
 static uint64_t round_up(uint64_t x) {
     return (x + ALIGN - 1) / ALIGN * ALIGN;
@@ -46,6 +45,10 @@ struct storage {
     int shard, full_at_step, step; // full_at_step: MT_TEST_STORAGE_FULL_AT_STEP (-1: none)
     struct io_uring ring;
     int in_flight;
+    // [0] reads, [1] writes: requests in flight, since when, and the time with any in flight and
+    // the bytes moved: the tier's own rate (MT_STORAGE_INFO=1 prints it at the end)
+    int moving[2];
+    double since[2], busy[2], bytes[2];
     tier_file grads, moments;
     window grads_win, moments_win;
 };
@@ -104,6 +107,12 @@ typedef struct {
     unsigned len;
 } request;
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static void complete(storage *s, struct io_uring_cqe *cqe) {
     request *r = io_uring_cqe_get_data(cqe);
     int res = cqe->res;
@@ -113,6 +122,8 @@ static void complete(storage *s, struct io_uring_cqe *cqe) {
     if ((unsigned)res != r->len) fail(s, r->file, r->writing, r->group, EIO);
     (*r->pending)--;
     s->in_flight--;
+    s->bytes[r->writing] += r->len;
+    if (--s->moving[r->writing] == 0) s->busy[r->writing] += now_s() - s->since[r->writing];
     free(r);
 }
 
@@ -150,6 +161,7 @@ static void queue_io(storage *s, const tier_file *f, int writing, int g, char *b
             io_uring_prep_read(sqe, f->fd, buf + at, r->len, off + at);
         io_uring_sqe_set_data(sqe, r);
         (*pending)++, s->in_flight++;
+        if (s->moving[writing]++ == 0) s->since[writing] = now_s();
     }
     io_uring_submit(&s->ring);
 }
@@ -244,6 +256,13 @@ storage *storage_open(mt_job *job, int shard, const uint64_t *part_n) {
 
 void storage_close(storage *s) {
     if (!s) return;
+    if (getenv("MT_STORAGE_INFO"))
+        fprintf(stderr,
+                "storage: optimizer %d: read %.2f GiB in %.2f s busy (%.2f GB/s), wrote %.2f GiB "
+                "in %.2f s busy (%.2f GB/s)\n",
+                s->shard, s->bytes[0] / (1 << 30), s->busy[0],
+                s->busy[0] > 0 ? s->bytes[0] / s->busy[0] / 1e9 : 0, s->bytes[1] / (1 << 30),
+                s->busy[1], s->busy[1] > 0 ? s->bytes[1] / s->busy[1] / 1e9 : 0);
     tier_file *files[2] = {&s->grads, &s->moments};
     window *wins[2] = {&s->grads_win, &s->moments_win};
     for (int i = 0; i < 2; i++) {

@@ -352,6 +352,7 @@ static void add_rank(plan_rank *sum, const plan_rank *r) {
     sum->master += r->master, sum->adam_m += r->adam_m, sum->adam_v += r->adam_v;
     sum->grads += r->grads, sum->control += r->control, sum->moving += r->moving;
     sum->compute += r->compute, sum->process += r->process, sum->total += r->total;
+    sum->storage += r->storage, sum->disk += r->disk;
 }
 
 // A job on the GPU runs a CUDA build, whichever build plans it.
@@ -370,6 +371,35 @@ uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
 // gradient areas (alignment padding included) and its control block add up to its size.
 // moment_nodes > 1: each node keeps the moments of a part of the shard (job_moment_part); the
 // first node's part, the largest, is planned.
+// The NVMe tier (storage.c): an area per group, each array rounded to MT_STORAGE_ALIGN; the
+// gradients' file holds the shard's whole slice, the moments' file this node's part.
+static uint64_t tier_bytes(uint64_t n, int elem) {
+    uint64_t a = MT_STORAGE_ALIGN;
+    return (n * (uint64_t)elem + a - 1) / a * a;
+}
+
+static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
+                      uint64_t *disk_grads, uint64_t *disk_adam) {
+    uint64_t grads = 0, adam = 0, largest_grads = 0, largest_adam = 0;
+    for (int g = lay->first_shared; g < lay->n_groups; g++) {
+        uint64_t lo = 0, hi = lay->len[g];
+        if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
+        uint64_t gb = tier_bytes(lay->len[g], lay->grad_bytes), mv = 2 * tier_bytes(hi - lo, 4);
+        grads += gb, adam += mv;
+        if (gb > largest_grads) largest_grads = gb;
+        if (mv > largest_adam) largest_adam = mv;
+    }
+    if (c->storage_grads) {
+        r->disk += grads, *disk_grads += grads;
+        r->storage += MT_STORAGE_WINDOW * largest_grads;
+    }
+    if (c->storage_adam) {
+        r->disk += adam, *disk_adam += adam;
+        r->storage += MT_STORAGE_WINDOW * largest_adam;
+        r->adam_m = r->adam_v = 0;
+    }
+}
+
 static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nodes) {
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
@@ -419,6 +449,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
     model_grad_order(c, order);
     p->ring_depth = model_grad_ring_depth(c);
+    p->layout_ring = model_grad_host_ring(c);
     p->params = model_param_count(c);
     p->rank = calloc((size_t)np, sizeof *p->rank);
     shard_layout *lay = malloc(sizeof *lay);
@@ -442,22 +473,26 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
             pr->compute = (cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total) +
                           node_sum_bytes(c, cuda, nodes);
         } else {
-            int other = p->ring_depth ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
+            int host_ring = model_grad_host_ring(c); // the staging ring with storage.grads
+            int other = host_ring ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
                               grad_bytes, other, order);
             p->other_slots_grads += lay->grads_bytes;
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, p->ring_depth, order);
+                              grad_bytes, host_ring, order);
             optimizer_rank(pr, lay, moment_nodes);
+            tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam);
         }
         pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
-                    pr->compute + pr->process;
+                    pr->storage + pr->compute + pr->process;
         pr->numa_node = bound ? r % numa_nodes : -1;
         add_rank(&p->sum, pr);
     }
     free(lay);
-    p->state = p->sum.master + p->sum.adam_m + p->sum.adam_v + p->sum.moving;
+    p->state = p->sum.master + p->sum.adam_m + p->sum.adam_v + p->sum.moving + p->sum.storage;
+    p->disk = p->sum.disk;
+    p->disk_bw = PLAN_DISK_BYTES_PER_S;
     p->shared = p->sum.grads + p->sum.control;
     p->regions = p->sum.master + p->sum.grads + p->sum.control;
     p->host = p->sum.total;
@@ -498,26 +533,34 @@ static double gpu_attention_rate(int head_dim) {
 // The copies go through host memory too: in the pass the optimizer ranks share, its bytes and
 // theirs take turns on the memory bus (PLAN_OPT_BYTES_PER_S).
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
-    double N = (double)p->params;
+    double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
     e->forward_s = forward_flops / e->flops_rate;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
     double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
     double shared = (e->opt_bytes + (ring ? in_bwd + out_bwd : in_fwd)) / PLAN_OPT_BYTES_PER_S;
-    // each pass: compute, PCIe, and in one of them the optimizer; the longest bounds it
-    double fwd[3] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared};
-    double bwd[3] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
-                     ring ? shared : 0};
-    static const char *const names[3] = {"compute", "PCIe", "the optimizer's updates"};
+    // The NVMe tier: gradients written as they land (the backward), read back and the moments
+    // read and written where the optimizer ranks update (its windows run ahead of them).
+    double written = p->disk_grads / p->disk_bw;
+    double updating = (p->disk_grads + 2.0 * p->disk_adam) / p->disk_bw;
+    // each pass: compute, PCIe, in one of them the optimizer, and the disk; the longest bounds it
+    double fwd[4] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared,
+                     ring ? 0 : updating};
+    double bwd[4] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
+                     ring ? shared : 0, written + (ring ? updating : 0)};
+    static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
+                                         "the disk (storage.dir)"};
     int f = 0, b = 0;
-    for (int i = 1; i < 3; i++) {
+    for (int i = 1; i < 4; i++) {
         if (fwd[i] > fwd[f]) f = i;
         if (bwd[i] > bwd[b]) b = i;
     }
     e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
     e->forward_bound = names[f], e->backward_bound = names[b];
     e->step_s = fwd[f] + bwd[b];
+    if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
+        e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
@@ -558,7 +601,9 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(c, g);
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
-    e->step_s = e->compute_s + e->pcie_s + e->opt_s;
+    e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
+    e->disk_s = e->disk_bytes / p->disk_bw;
+    e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
     if (p->cuda)
         overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
     e->tokens_per_s = tokens / e->step_s;

@@ -30,6 +30,9 @@
 // 102.6e9 from the full-width 100B (a slot per group) and 120B (the ring) slices on the H200
 // host, whose STREAM triad is 113e9 (2026-12-03, bench/RESULTS.md).
 #define PLAN_OPT_BYTES_PER_S 103e9
+// A disk's rate when none is measured or given: the H200 host's, 2.3 GB/s written and 1.8 read
+// with O_DIRECT (one dd stream of 16 MiB blocks).
+#define PLAN_DISK_BYTES_PER_S 2e9
 #define PLAN_OPT_BYTES_PER_PARAM 28.0 // AdamW: p, m, v read + written, fp32 g read (26 with bf16)
 
 // The compute rank's buffers, by kind: host bytes on the CPU backend, GPU bytes on CUDA.
@@ -56,6 +59,8 @@ typedef struct {
     uint64_t adam_m, adam_v; // fp32, page-rounded per group, private
     uint64_t grads, control; // the region's gradient slots (bf16 or fp32) and control block
     uint64_t moving;         // the piece (MT_STATE_PIECE floats) device-updated state moves in
+    uint64_t storage;        // the NVMe tier's windows (MT_STORAGE_WINDOW groups each)
+    uint64_t disk;           // what it keeps in storage.dir: not host memory, not in total
     uint64_t compute;        // the compute rank's own host buffers
     uint64_t process;        // the process itself: MPI, UCX, libraries, the CUDA context
     uint64_t total;
@@ -100,6 +105,7 @@ typedef struct {
     plan_rank sum;              // over all ranks; sum.numa_node unused
     int grad_bytes;             // gradient slots: 4 (fp32) or 2 (bf16)
     int ring_depth;             // model_grad_ring_depth: 0 (a slot per group) or the ring's
+    int layout_ring;            // model_grad_host_ring: the host slots' ring (storage.grads too)
     uint64_t other_slots_grads; // the gradient slots' bytes the other way (ring or per group)
     int device_groups;          // groups the compute rank updates itself
     uint64_t state;             // fp32 master, m and v on the host (moving included)
@@ -111,6 +117,11 @@ typedef struct {
     plan_choices choices;       // for the backend the job runs on
     uint64_t gpu_free;          // the GPU's free bytes as given (UINT64_MAX: not known)
     const char *gpu_source;     // where that figure came from, for messages
+    // The NVMe tier: bytes in storage.dir (all ranks), of them the gradients' and the moments',
+    // and the disk's rate (bytes/s, read or write) the estimate takes: the caller's (a probe, or
+    // --disk-bw), PLAN_DISK_BYTES_PER_S when it sets none.
+    uint64_t disk, disk_grads, disk_adam;
+    double disk_bw;
 } mt_plan;
 
 // Boundary activations the compute rank holds on its device for boundary_every k: boundaries
@@ -191,6 +202,9 @@ typedef struct {
     // compute, PCIe and, in one of them, the optimizer); their sum is step_s. CPU: the sum of all.
     double forward_s, forward_phase_s, backward_phase_s;
     const char *forward_bound, *backward_bound; // which of them bounds each pass (GPU)
+    // The NVMe tier: bytes it moves a step and their time at disk_bw, and the tokens per step
+    // from which the compute of each pass outlasts the disk's share of it (0: no tier)
+    double disk_bytes, disk_s, break_even_tokens;
     double step_s, tokens_per_s;
 } plan_estimate;
 
