@@ -362,12 +362,34 @@ static void close_all(mt_control *ctl) {
     free(reqs);
 }
 
+// Every rank's sends have completed. A rank keeps taking messages in while it waits for the
+// others: a peer's last messages (rank 0 reads no one's after its last step) may still sit in
+// the sender's queue, beyond what the transport's receive FIFO holds, and they complete only as
+// the receiver progresses; a plain MPI_Barrier here deadlocked once a job's last step left more
+// than UCX's shared-memory FIFO (64 entries) unread.
+static void barrier_progressing(mt_control *ctl) {
+    MPI_Request req;
+    int done = 0;
+    MPI_CHECK(MPI_Ibarrier(ctl->comm, &req));
+    for (;;) {
+        int progressed = ucp_worker_progress(ctl->worker) > 0;
+        if (!done && ctl->inflight == 0) {
+            MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+            if (done) return;
+        }
+        if (progressed)
+            ctl->backoff_ns = 0;
+        else
+            back_off(ctl);
+    }
+}
+
 // Messages that were sent but not yet received are discarded.
 void control_finalize(mt_control *ctl) {
-    while (ctl->inflight > 0) wait_step(ctl);
     // From here on a peer closing its side is expected, not an error.
     ctl->closing = 1;
-    MPI_CHECK(MPI_Barrier(ctl->comm));
+    barrier_progressing(ctl);
+    ctl->count = 0; // the unread messages
     close_all(ctl);
     // No rank destroys its worker while another may still be flushing towards it.
     MPI_CHECK(MPI_Barrier(ctl->comm));

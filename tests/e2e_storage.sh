@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The NVMe tier (storage.dir, storage.grads, storage.adam): an optimizer rank's gradient slots and
+# Adam's m and v in O_DIRECT files on a local disk, through the real launcher and processes, on a
+# 10-group model (8 layers), fp32 gradient slots:
+# - the losses and checkpoints are bitwise those of the same job in host memory, with
+#   storage.grads (-np 2), storage.adam (-np 3), both (-np 5), and storage.adam with the gradient
+#   ring (optimizer.clip = 0) against the ring in memory;
+# - a checkpoint moves between the tiers: storage.grads stopped at 10 and resumed with
+#   storage.adam, host memory resumed with both, both (killed) resumed in host memory: bitwise;
+# - the plan line names the disk it takes in storage.dir;
+# - nothing is ever left in storage.dir (the files are unlinked once open): after every run,
+#   kill -9 of an optimizer rank included, which leaves nothing in /dev/shm either;
+# - a full disk ends the job in one line naming the group and storage.dir, exit non-zero, and
+#   the previous checkpoint stays the latest, intact;
+# - every job ends by itself once its last step is done;
+# - storage.dir on tmpfs, storage.grads without storage.dir, and storage.grads with the gradient
+#   ring are refused in one line naming the field.
+# usage: e2e_storage.sh MTRUN REPO_ROOT
+source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
+
+small_config cpu "$WORK/base.cfg"
+sed -i 's/layers   = 2;/layers   = 8;/' "$WORK/base.cfg"
+# fp32 slots always: "auto" could take bf16 ones, and the tier's runs are compared bitwise
+sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "fp32";/' "$WORK/base.cfg"
+sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' "$WORK/base.cfg" >"$WORK/ring.cfg"
+mkdir "$WORK/disk"
+dir=storage.dir=$WORK/disk
+grads=storage.grads=true
+adam=storage.adam=true
+
+# tier_job NAME NP CONFIG [mtrun args...]: run_job, with a bound: a job still there after 90 s
+# is asked to stop and then aborted (mtrun's second signal), and named in $hung. Names the runs
+# after which storage.dir was not empty in $left. Returns mtrun's exit code.
+hung=""
+left=""
+disk_empty() { [ -z "$(ls -A "$WORK/disk")" ]; }
+tier_job() {
+    local name=$1 np=$2 cfg=$3 rc
+    shift 3
+    "$MTRUN" -np "$np" "$cfg" --out "$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 &
+    local pid=$!
+    for i in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "$name did not end within 90 s: aborting it"
+        hung="$hung $name"
+        kill -INT "$pid"
+        sleep 1
+        kill -INT "$pid"
+    fi
+    wait "$pid"
+    rc=$?
+    disk_empty || left="$left $name"
+    return "$rc"
+}
+
+run_job plain 3 "$WORK/base.cfg" || show_log plain
+tier_job grads 2 "$WORK/base.cfg" "$dir" "$grads" || show_log grads
+tier_job adam 3 "$WORK/base.cfg" "$dir" "$adam" || show_log adam
+tier_job both 5 "$WORK/base.cfg" "$dir" "$grads" "$adam" || show_log both
+run_job ring 3 "$WORK/ring.cfg" || show_log ring
+tier_job ringadam 3 "$WORK/ring.cfg" "$dir" "$adam" || show_log ringadam
+# a checkpoint across the tiers: storage.grads -> storage.adam, host memory -> both
+tier_job gstop 3 "$WORK/base.cfg" "$dir" "$grads" --stop-at 10 || show_log gstop
+tier_job gres 2 "$WORK/base.cfg" "$dir" "$adam" --resume "$WORK/gstop" || show_log gres
+run_job pstop 3 "$WORK/base.cfg" --stop-at 10 || show_log pstop
+tier_job pres 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" --resume "$WORK/pstop" || show_log pres
+
+expect "20 steps ran" test "$(losses "$WORK/plain" | wc -l)" -eq 20
+same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
+    cmp -s "$WORK/$1/step_000020/state.bin" "$WORK/$2/step_000020/state.bin"; }
+expect "storage.grads (-np 2) = host memory (-np 3): losses and checkpoint, bitwise" same grads plain
+expect "storage.adam (-np 3) = host memory, bitwise" same adam plain
+expect "storage.grads and storage.adam (-np 5) = host memory, bitwise" same both plain
+expect "storage.adam with the gradient ring = the ring in host memory, bitwise" same ringadam ring
+expect "storage.grads stopped at 10 (-np 3), resumed with storage.adam (-np 2) = host memory" \
+    cmp -s <(losses "$WORK/gstop"; losses "$WORK/gres") <(losses "$WORK/plain")
+expect "its step 10 checkpoint is host memory's" \
+    cmp -s "$WORK/gstop/step_000010/state.bin" "$WORK/plain/step_000010/state.bin"
+expect "its step 20 checkpoint (moments taken from the tier) is host memory's" \
+    cmp -s "$WORK/gres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "host memory stopped at 10, resumed with both tiers = host memory, bitwise" \
+    cmp -s <(losses "$WORK/pstop"; losses "$WORK/pres") <(losses "$WORK/plain")
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/pres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "the tier run's plan line names the disk it takes in storage.dir" \
+    grep -q '^mtrun: plan: .*; disk [0-9.]* [KMG]*i*B in storage.dir at ' "$WORK/both.log"
+expect "the host memory run's does not" sh -c "! grep -q 'in storage.dir' '$WORK/plain.log'"
+
+# kill -9 of optimizer 0 at step 12 with both tiers: the files go with it.
+MT_FAULT_KILL_AT_STEP=12 tier_job killed 3 "$WORK/base.cfg" "$dir" "$grads" "$adam"
+rc=$?
+expect "kill -9 of an optimizer rank ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "the killed job left nothing in storage.dir" disk_empty
+expect "the killed job left nothing in /dev/shm" no_leftovers killed
+expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/killed/LATEST"
+tier_job killres 2 "$WORK/base.cfg" --resume "$WORK/killed" || show_log killres
+expect "resumed in host memory: steps 11..20 = host memory's, bitwise" \
+    cmp -s <(losses "$WORK/killres") <(losses "$WORK/plain" | tail -n 10)
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/killres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+
+# A disk that fills at step 13 (optimizer 0's writes fail with ENOSPC).
+MT_TEST_STORAGE_FULL_AT_STEP=13 tier_job full 3 "$WORK/base.cfg" "$dir" "$grads"
+rc=$?
+expect "a full disk ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "one line says which group, where, and that the disk is full" \
+    test "$(grep -c "storage.dir: writing group [0-9]*'s gradients to $WORK/disk failed: No space left on device (the disk is full)" "$WORK/full.log")" -eq 1
+expect "nothing after step 10 was saved: step 10 is the latest" \
+    bash -c "[ \"\$(cat '$WORK/full/LATEST')\" = step_000010 ] && ! ls -d '$WORK'/full/step_0000[12][1-9] 2>/dev/null"
+expect "and it is intact: host memory's step 10 checkpoint, bitwise" \
+    cmp -s "$WORK/full/step_000010/state.bin" "$WORK/plain/step_000010/state.bin"
+expect "the full disk's job left nothing in storage.dir" disk_empty
+expect "nor in /dev/shm" no_leftovers full
+
+expect "storage.dir was empty after every run (not after:$left)" test -z "$left"
+expect "every job ended by itself once its steps were done (hung:$hung)" test -z "$hung"
+
+# Refusals: one line, naming the field.
+refused() { # refused NAME PATTERN OVERRIDES...: mtrun --plan refuses in one line matching PATTERN
+    local name=$1 pattern=$2
+    shift 2
+    "$MTRUN" --plan -np 3 "$WORK/base.cfg" "$@" >"$WORK/$name.log" 2>&1 && return 1
+    [ "$(wc -l <"$WORK/$name.log")" -eq 1 ] && grep -q "$pattern" "$WORK/$name.log"
+}
+expect "storage.dir on tmpfs is refused" \
+    refused tmpfs 'storage.dir: /dev/shm is on tmpfs.*the tier needs a local disk' \
+    storage.dir=/dev/shm "$adam"
+expect "storage.grads without storage.dir is refused, naming both" \
+    refused nodir 'storage.grads: needs storage.dir, a folder on a local disk' "$grads"
+expect "storage.grads with the gradient ring (optimizer.clip = 0) is refused" \
+    refused ringgrads 'storage.grads: the gradient ring (optimizer.clip = 0)' \
+    "$dir" "$grads" optimizer.clip=0
+finish
