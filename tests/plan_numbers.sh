@@ -90,7 +90,7 @@ expected() {
             }
             grad0 = up(off, 4096); each = grad0; big = 0
             for (g = DG; g < G; g++) { each = up(each + GB * len[g], 64); if (GB * len[g] > big) big = GB * len[g] }
-            ring = grad0 + min(4, G - DG) * up(big, 64)
+            ring = grad0 + min(4, G - DG) * up(big, 4096) # entries page-rounded (O_DIRECT)
             total = up(RING ? ring : each, 4096)
             other += up(RING ? each : ring, 4096) - grad0
             r = "ranks." (k + 1) "."

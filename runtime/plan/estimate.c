@@ -1,0 +1,108 @@
+// The step estimate: how long a step takes on this machine and which part bounds each pass.
+#include "runtime/model/model.h"
+#include "runtime/plan/plan.h"
+#include <math.h>
+#include <string.h>
+
+double plan_model_flops_per_token(const mt_config *c) {
+    return 6.0 * (double)model_param_count(c) + 12.0 * c->layers * (double)c->dim * c->seq_len;
+}
+
+double plan_peak_flops(int cuda, int cores) {
+    return cuda ? PLAN_GPU_PEAK_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
+}
+
+// The three parts are summed as if they ran one after the other: in a real step prefetch,
+// offload and the optimizer overlap the compute, so this is the pessimistic end.
+// The Hopper kernels run head dims other than 64 on 128-column tiles (zeros past the head), so
+// they take head dim 128's time for fewer counted FLOPs.
+static double gpu_attention_rate(int head_dim) {
+    if (head_dim <= 64) return PLAN_GPU_ATTENTION_FLOPS_HD64;
+    return PLAN_GPU_ATTENTION_FLOPS * (head_dim < 128 ? head_dim / 128.0 : 1.0);
+}
+
+// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
+// longest of its compute and its weights' copy in, the backward's of its compute (recompute
+// included), its weights' copy in and its gradients' copy out (the two directions run at once).
+// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
+// forward waits for its update), during the backward with the ring (a layer's gradients wait for
+// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
+// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
+// The copies go through host memory too: in the pass the optimizer ranks share, its bytes and
+// theirs take turns on the memory bus (PLAN_OPT_BYTES_PER_S).
+static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
+    double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
+    int ring = p->ring_depth > 0;
+    e->forward_s = forward_flops / e->flops_rate;
+    if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
+    double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
+    double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
+    double shared = (e->opt_bytes + (ring ? in_bwd + out_bwd : in_fwd)) / PLAN_OPT_BYTES_PER_S;
+    // The NVMe tier: gradients written as they land (the backward), read back and the moments
+    // read and written where the optimizer ranks update (its windows run ahead of them).
+    double written = p->disk_grads / p->disk_bw;
+    double updating = (p->disk_grads + 2.0 * p->disk_adam) / p->disk_bw;
+    // each pass: compute, PCIe, in one of them the optimizer, and the disk; the longest bounds it
+    double fwd[4] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared,
+                     ring ? 0 : updating};
+    double bwd[4] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
+                     ring ? shared : 0, written + (ring ? updating : 0)};
+    static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
+                                         "the disk (storage.dir)"};
+    int f = 0, b = 0;
+    for (int i = 1; i < 4; i++) {
+        if (fwd[i] > fwd[f]) f = i;
+        if (bwd[i] > bwd[b]) b = i;
+    }
+    e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
+    e->forward_bound = names[f], e->backward_bound = names[b];
+    e->step_s = fwd[f] + bwd[b];
+    if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
+        e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
+}
+
+void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
+    const mt_config *c = p->c;
+    double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
+    double layer_n = (double)model_group_numel(c, model_layer_group(0));
+    double redo = plan_recomputed_layers(c->layers, p->choices.boundary_every);
+    memset(e, 0, sizeof *e);
+    // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
+    // layer 2 more of its own. Attention as it runs, causal: forward 2 dim seq, backward 4 and
+    // the backward's recompute 2 per layer, a redone layer 2 more.
+    // Kept attention outputs spare their layers' attention forward in the recompute.
+    double kept_att = plan_attention_saved(c, &p->choices);
+    double kept_bwd = (double)p->choices.att_slots / c->micro_batches; // the rest: in the redo
+    double gemm = tokens * (8.0 * N + 2.0 * layer_n * redo);
+    double attention =
+        tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * c->dim * (double)c->seq_len;
+    e->flops = gemm + attention;
+    e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
+    e->attention_rate = p->cuda ? gpu_attention_rate(c->dim / c->heads) : e->flops_rate;
+    e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
+    // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
+    // attention's 8), and the redone segment layers' forward once more
+    double redo_per_token =
+        2.0 * layer_n * redo / e->flops_rate +
+        2.0 * (redo - (kept_att - kept_bwd)) * c->dim * (double)c->seq_len / e->attention_rate;
+    double again_per_token =
+        2.0 * (N - model_group_numel(c, 0)) / e->flops_rate +
+        2.0 * (c->layers - kept_bwd) * c->dim * (double)c->seq_len / e->attention_rate;
+    e->redo_s = tokens * redo_per_token;
+    e->recompute_s = tokens * again_per_token + e->redo_s;
+    if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
+        double passes = 2.0 + redo / c->layers;
+        e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;
+        e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
+    }
+    double on_device = 0; // the groups the compute rank updates: no optimizer rank touches them
+    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(c, g);
+    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
+    e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
+    e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
+    e->disk_s = e->disk_bytes / p->disk_bw;
+    e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
+    if (p->cuda)
+        overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
+    e->tokens_per_s = tokens / e->step_s;
+}
