@@ -2,12 +2,13 @@
 # The NVMe tier on the GPU machine: dd's O_DIRECT rates on the disk that holds storage.dir (the
 # repository's tier/ folder), the plan of bench/configs/tier-10b.cfg with and without the tier,
 # then 3 steps of it with the tier (bench/run_bench.sh), with each optimizer rank's own read
-# and write rates (MT_STORAGE_INFO=1).
-# Usage: bench/run_tier.sh BUILD_DIR OUT_DIR [config name, default tier-10b]
+# and write rates (MT_STORAGE_INFO=1); then the same for tier-adam-1b (m and v on disk too).
+# Usage: bench/run_tier.sh BUILD_DIR OUT_DIR [config names, default tier-10b tier-adam-1b]
 set -u
 BUILD=$1
 OUT=$2
-name=${3:-tier-10b}
+shift 2
+names=${*:-tier-10b tier-adam-1b}
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$here/../tier
 mkdir -p "$dir"
@@ -16,14 +17,17 @@ echo "dd, 8 GiB in 16 MiB blocks, O_DIRECT:"
 dd if=/dev/zero of="$dir/dd.bin" bs=16M count=512 oflag=direct conv=fdatasync 2>&1 | tail -n 1
 dd if="$dir/dd.bin" of=/dev/null bs=16M iflag=direct 2>&1 | tail -n 1
 rm -f "$dir/dd.bin"
-cfg=$here/configs/$name.cfg
 np=${MT_BENCH_NP:-5}
-echo "plan without the tier:"
-"$BUILD/bin/mtrun" --plan -np "$np" "$cfg" storage.grads=false storage.adam=false 2>&1 |
-    grep -E '^host total|host memory  |^mtrun:'
-echo "plan with it:"
-"$BUILD/bin/mtrun" --plan -np "$np" "$cfg" 2>&1 |
-    grep -E '^host total|NVMe tier|a step at|storage.dir  |host memory  |  step  |^mtrun:'
-MT_STORAGE_INFO=1 "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
-grep -E '^storage: ' "$OUT/bench-$name.log"
-ls -A "$dir" | head
+for name in $names; do
+    cfg=$here/configs/$name.cfg
+    echo "== $name"
+    echo "plan without the tier:"
+    "$BUILD/bin/mtrun" --plan -np "$np" "$cfg" storage.grads=false storage.adam=false 2>&1 |
+        grep -E '^host total|host memory  |^mtrun:'
+    echo "plan with it:"
+    "$BUILD/bin/mtrun" --plan -np "$np" "$cfg" 2>&1 |
+        grep -E '^host total|NVMe tier|a step at|storage.dir  |host memory  |  step  |^mtrun:'
+    MT_STORAGE_INFO=1 "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
+    grep -E '^storage: ' "$OUT/bench-$name.log"
+    ls -A "$dir" | head
+done

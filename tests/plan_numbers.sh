@@ -6,6 +6,8 @@
 #   configs/test-small.cfg -np 3: cpu backend, host bytes of every rank by kind
 #   configs/7b.cfg -np 5:         cuda backend, host bytes by kind and GPU bytes by kind, with
 #                                 fp32 gradient slots and again with bf16 ones
+#   the NVMe tier:                storage.dir's bytes (per rank, gradients, moments, windows);
+#                                 120B, 175B and 405B fit their hosts with it
 # usage: plan_numbers.sh MTRUN REPO_ROOT
 set -u
 MTRUN=$1
@@ -77,6 +79,11 @@ expected() {
         CLIP = ("clip" in cfg) ? cfg["clip"] : 1
         RING = (CLIP == 0) ? 4 : 0
         out("grad_ring", RING)
+        # the NVMe tier (storage.grads, storage.adam): the host keeps a staging ring of 4 slots
+        # instead of one per group, no m and v, and windows of the 4 largest group areas on disk;
+        # each group area in the files is page-rounded (O_DIRECT)
+        TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"
+        HRING = TG ? 4 : RING; dgrads = 0; dadam = 0; wins = 0
         piece = 4 * 16777216 # the piece device-updated state moves through (64 MiB)
         for (k = 0; k < K; k++) {
             off = header; mv = 0; moving = DG > 0 ? piece : 0
@@ -87,17 +94,24 @@ expected() {
                 if (g < DG) continue
                 off = up(off + 4 * len[g], 64)                 # the fp32 master, in the region
                 mv += up((len[g] ? len[g] : 1) * 4, 4096)      # m and v: each page-rounded
+                tg[g] = up(GB * len[g], 4096); ta[g] = 2 * up(4 * len[g], 4096)
             }
+            kg = 0; ka = 0; bg = 0; ba = 0
+            for (g = DG; g < G; g++) { kg += tg[g]; ka += ta[g]; if (tg[g] > bg) bg = tg[g]; if (ta[g] > ba) ba = ta[g] }
+            win = (TG ? 4 * bg : 0) + (TA ? 4 * ba : 0); wins += win
+            kdisk = (TG ? kg : 0) + (TA ? ka : 0); dgrads += TG ? kg : 0; dadam += TA ? ka : 0
+            if (k == 0) out("disk.per_rank", kdisk)
+            if (TA) mv = 0
             grad0 = up(off, 4096); each = grad0; big = 0
             for (g = DG; g < G; g++) { each = up(each + GB * len[g], 64); if (GB * len[g] > big) big = GB * len[g] }
             ring = grad0 + min(4, G - DG) * up(big, 4096) # entries page-rounded (O_DIRECT)
-            total = up(RING ? ring : each, 4096)
-            other += up(RING ? each : ring, 4096) - grad0
+            total = up(HRING ? ring : each, 4096)
+            other += up(HRING ? each : ring, 4096) - grad0
             r = "ranks." (k + 1) "."
             out(r "master", grad0 - header); out(r "adam_m", mv); out(r "adam_v", mv)
             out(r "grads", total - grad0); out(r "control", header); out(r "moving", moving)
-            out(r "compute", 0); out(r "process", proc); out(r "total", 2 * mv + total + moving + proc)
-            state += grad0 - header + 2 * mv + moving; shared += total - grad0 + header
+            out(r "compute", 0); out(r "process", proc); out(r "total", 2 * mv + total + moving + win + proc)
+            state += grad0 - header + 2 * mv + moving + win; shared += total - grad0 + header
             regions += total
         }
         # the compute rank: weight/gradient buffers for embedding + head + the 2-layer ring
@@ -158,6 +172,8 @@ expected() {
         # plus, on CUDA, the host piece that the state of the GPU-updated groups moves through
         compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) : 8 * res + acts + dres + cpu_work + cpu_att
         out("other_slots_grads", other)
+        out("disk.grads", dgrads); out("disk.adam", dadam); out("disk.total", dgrads + dadam)
+        out("disk.windows", wins)
         out("ranks.0.compute", compute); out("ranks.0.process", proc0)
         out("ranks.0.total", compute + proc0); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
@@ -171,7 +187,7 @@ check() {
     name=$1 cfg=$2 np=$3 cuda=$4 gb=${5:-4} dg=${6:-}
     # Pretend the host is big enough, so that --plan exits 0 wherever this runs.
     MT_PLAN_MEM_LIMIT=${MEM_LIMIT:-10000000000000} MT_PLAN_SHM_LIMIT=10000000000000 \
-        "$MTRUN" --plan --json -np "$np" ${GPU_MEM:-} "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
+        MT_PLAN_DISK_LIMIT=10000000000000 "$MTRUN" --plan --json -np "$np" ${GPU_MEM:-} "$cfg" >"$TMP/$name.json" 2>"$TMP/$name.err" ||
         { fail "$name: --plan --json exited with $?: $(cat "$TMP/$name.err")"; return; }
     flatten <"$TMP/$name.json" >"$TMP/$name.got" || { fail "$name: the JSON does not parse"; return; }
     expected "$cfg" "$np" "$cuda" "$gb" "$dg" >"$TMP/$name.want"
@@ -228,6 +244,39 @@ grep -q "does not fit in host memory" "$TMP/120b.err" || fail "120b-clip1: $(cat
 grep -q "it fits with optimizer.clip = 0" "$TMP/120b.err" ||
     fail "120b with clip 1.0 on 1.5 TB: the refusal does not offer optimizer.clip = 0: $(cat "$TMP/120b.err")"
 GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b-clip1 "$TMP/120b-clip1.cfg" 5 1 2 1
+
+# The NVMe tier: the disk's bytes (per rank and in all), the staging ring and the windows by
+# hand; storage.dir is this check's own folder. test-small with grads and adam on disk, bf16
+# slots; then 120B with clip 1.0 and storage.grads (fp32 slots: grad_dtype "auto" keeps them
+# where they fit) fits 1.5 TB at most 12.3 bytes a parameter.
+mkdir -p "$TMP/disk"
+tier_cfg() { # CFG GRADS ADAM OUT: CFG with a storage section on lines of their own
+    { cat "$1"; printf 'storage = {\n  dir = "%s";\n  grads = %s;\n  adam = %s;\n};\n' \
+        "$TMP/disk" "$2" "$3"; } | sed "s|\"\.\./data/|\"$ROOT/data/|" >"$4"
+}
+tier_cfg configs/test-small.cfg true true "$TMP/small-tier.cfg"
+sed -i 's/^optimizer = {/optimizer = { grad_dtype = "bf16";/' "$TMP/small-tier.cfg"
+grep -q 'grad_dtype = "bf16"' "$TMP/small-tier.cfg" || fail "small-tier: the config edit did not take"
+GPU_MEM=--disk-bw=2G check small-tier "$TMP/small-tier.cfg" 3 0 2
+tier_cfg "$TMP/120b-clip1.cfg" true false "$TMP/120b-tier.cfg"
+GPU_MEM="--gpu-mem=141G --disk-bw=2G" MEM_LIMIT=1500000000000 check 120b-tier "$TMP/120b-tier.cfg" 5 1 4 1
+perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b-tier.got")
+awk -v b="$perparam" 'BEGIN { exit !(b <= 12.3) }' ||
+    fail "120b with clip 1.0 and storage.grads: $perparam bytes/param, more than 12.3"
+grep -q '^fits true' "$TMP/120b-tier.got" && echo "ok   120b with clip 1.0 and storage.grads: $perparam bytes/param of host memory" ||
+    fail "120b with clip 1.0 and storage.grads does not fit 1.5 TB"
+
+# 175B fits a 1 TB host and 405B a 2 TB one with Adam's moments and the gradient slots on disk
+# (the configs' storage.dir is a placeholder: this check's folder stands in, its free space
+# pretended). --plan exits 0 only when everything fits.
+for big in 175b:1000000000000 405b:2000000000000; do
+    name=${big%%:*} mem=${big#*:}
+    MT_PLAN_MEM_LIMIT=$mem MT_PLAN_SHM_LIMIT=$mem MT_PLAN_DISK_LIMIT=10000000000000 \
+        "$MTRUN" --plan -np 5 --gpu-mem 141G --disk-bw 10G "configs/$name.cfg" \
+        storage.dir="$TMP/disk" >"$TMP/$name.txt" 2>&1 &&
+        echo "ok   $name with storage.grads and storage.adam fits $mem bytes: $(grep -o '[0-9.]* bytes/param' "$TMP/$name.txt" | head -n 1)" ||
+        fail "$name on $mem bytes of host: $(grep -E '^mtrun:|does not fit' "$TMP/$name.txt" | head -n 2)"
+done
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)
