@@ -32,16 +32,14 @@ static double probe_rate(const char *dir) {
     double rate = 0;
     if (posix_memalign(&buf, 4096, PROBE_BLOCK) == 0) {
         memset(buf, 0x5a, PROBE_BLOCK);
-        double t0 = seconds(), t1 = 0;
+        double t0 = seconds();
         int ok = 1;
         for (size_t at = 0; ok && at < PROBE_BYTES; at += PROBE_BLOCK)
             ok = pwrite(fd, buf, PROBE_BLOCK, (off_t)at) == (ssize_t)PROBE_BLOCK;
         ok = ok && fdatasync(fd) == 0;
-        t1 = seconds();
         for (size_t at = 0; ok && at < PROBE_BYTES; at += PROBE_BLOCK)
             ok = pread(fd, buf, PROBE_BLOCK, (off_t)at) == (ssize_t)PROBE_BLOCK;
         if (ok) rate = 2.0 * PROBE_BYTES / (seconds() - t0);
-        (void)t1;
     }
     free(buf);
     close(fd);
