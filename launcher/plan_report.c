@@ -699,7 +699,10 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
             "slots %s%s, compute rank %s, %d processes %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
             H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared),
-            p->layout_ring ? " in a ring" : "", H(p->rank[0].compute), p->np, H(p->sum.process));
+            p->ring_depth    ? " in a ring"
+            : p->layout_ring ? " in a staging ring"
+                             : "",
+            H(p->rank[0].compute), p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
     if (p->disk) fprintf(f, "; disk %s in storage.dir at %sB/s", H(p->disk), SI(p->disk_bw));
