@@ -10,3 +10,7 @@ set_tests_properties(data_shards PROPERTIES TIMEOUT 60 LABELS data)
 add_test(NAME data_e2e COMMAND bash ${MT_TEST_DIR}/data_e2e.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR} $<TARGET_FILE:test_data>)
 set_tests_properties(data_e2e PROPERTIES TIMEOUT 600 LABELS "data;e2e")
+# Loss masks: MTCTOKS1 version 2 shards with a target mask, end to end (data_masks.sh).
+add_test(NAME data_masks COMMAND bash ${MT_TEST_DIR}/data_masks.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(data_masks PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "data;e2e")

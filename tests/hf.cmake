@@ -19,6 +19,9 @@ foreach(b cpu cuda)
            ${CMAKE_BINARY_DIR} ${b})
   add_test(NAME hf_train_parity_${b} COMMAND python3 ${CMAKE_SOURCE_DIR}/bench/hf_train_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_family_parity_${b} hf_train_parity_${b} PROPERTIES SKIP_RETURN_CODE 77
-                       RUN_SERIAL TRUE TIMEOUT 600)
+  # Loss masks: the same over a masked shard, against labels = -100 and the step's target count.
+  add_test(NAME hf_train_parity_masked_${b} COMMAND python3
+           ${CMAKE_SOURCE_DIR}/bench/hf_train_parity.py --masked ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_family_parity_${b} hf_train_parity_${b} hf_train_parity_masked_${b}
+                       PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 600)
 endforeach()

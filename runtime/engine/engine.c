@@ -305,7 +305,8 @@ static void engine_free(engine *e) {
 // What the step cost besides its time. The step's own time ends before this waits for the
 // device: it is the host's view, as the next step starts when the host is free.
 static step_costs take_step_costs(engine *e, double opt_wait_at_start) {
-    step_costs c = {.opt_wait_seconds = e->xfer.opt_wait_seconds - opt_wait_at_start};
+    step_costs c = {.opt_wait_seconds = e->xfer.opt_wait_seconds - opt_wait_at_start,
+                    .targets = e->step_targets};
     c.transfers = transfer_take_stats(&e->xfer); // waits for the device
     // a step announces every group: the norm the optimizers clip with
     for (int g = 0; g < e->job->n_groups; g++) c.grad_sumsq += e->xfer.group_sumsq[g];

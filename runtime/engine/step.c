@@ -325,6 +325,23 @@ static void load_batches(engine *e, int split, int64_t step, int first, int M) {
     }
 }
 
+// The target tokens of the M micro-batches loaded, every node's: a masked shard's context-only
+// tokens are not targets. The loss is the mean over these, all micro-batches together (as
+// transformers' num_items_in_batch), so each target weighs the same whichever micro-batch holds
+// it; without masks the count is the global batch's tokens and nothing changes.
+static int64_t local_targets(const engine *e, int M) {
+    int64_t n = 0;
+    for (size_t i = 0; i < (size_t)M * e->n; i++) n += e->targets[i] >= 0;
+    return n;
+}
+
+static int64_t count_targets(engine *e, int M) {
+    int64_t n = local_targets(e, M);
+    if (e->job->nodes > 1)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_INT64_T, MPI_SUM, e->job->dp_comm));
+    return n;
+}
+
 // The step's summed loss. Over nodes: every micro-batch's, gathered to the leader and added in
 // the global batch's order, as one node adds them.
 static double step_loss(engine *e) {
@@ -361,8 +378,9 @@ double train_step(engine *e, int64_t step) {
     forward_layers(e, step, M, 1);
     zero_grads(e, &e->head_g, head);
     zero_grads(e, &e->emb_g, emb);
-    // Each token's share of the global batch's mean loss.
-    float dloss = 1.0f / ((float)M * e->job->nodes * e->n);
+    // Each target's share of the global batch's mean loss; a step without targets trains nothing.
+    e->step_targets = count_targets(e, M);
+    float dloss = e->step_targets ? 1.0f / (float)e->step_targets : 0.0f;
     span_begin(e, "head", -1);
     for (int m = 0; m < M; m++) head_pass(e, m, dloss);
     sum_micro(e, e->head_g.src, MICRO_HEAD, head);
@@ -386,17 +404,20 @@ double train_step(engine *e, int64_t step) {
     for (int i = 0; i < 4; i++) offload_reuse(all[i]);
     for (int l = 0; l < e->n_own; l++) offload_reuse(&e->own_g[l]);
     update_own_groups(e, step);
-    return step_loss(e) / ((double)M * e->job->nodes * e->n);
+    double sum = step_loss(e);
+    return e->step_targets ? sum / (double)e->step_targets : 0.0;
 }
 
 // Mean loss on eval_batches validation micro-batches, with the weights at `version`.
 double eval_loss(engine *e, int64_t version) {
     const mt_config *c = e->c;
     int done = 0;
+    int64_t targets = 0; // the leader evaluates alone: its own micro-batches' count
     while (done < c->eval_batches) {
         int M =
             c->eval_batches - done < c->micro_batches ? c->eval_batches - done : c->micro_batches;
         load_batches(e, SPLIT_VAL, 0, done, M);
+        targets += local_targets(e, M);
         forward_layers(e, version, M, 0);
         for (int m = 0; m < M; m++)
             e->ops->head(e->be, e->head.dst, classifier_weights(e), NULL, NULL,
@@ -405,7 +426,8 @@ double eval_loss(engine *e, int64_t version) {
         buffer_done(&e->emb);
         done += M;
     }
-    return e->ops->take_loss(e->be) / ((double)c->eval_batches * e->n);
+    double sum = e->ops->take_loss(e->be);
+    return targets ? sum / (double)targets : 0.0;
 }
 
 // Logits of the last position of a single sequence, for sampling.

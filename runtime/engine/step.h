@@ -53,8 +53,9 @@ struct engine {
     // buffer of their own, micro[kind][m] (m >= 1; m = 0 is the group's buffer), and are summed
     // in job_sum_tree's order, the order nodes holding them would sum them in: a run's bits then
     // do not depend on how many nodes share its micro-batches. NULL: accumulated in place.
-    float **micro[3];   // MICRO_LAYER, MICRO_HEAD, MICRO_EMB
-    double *micro_loss; // [M]: each micro-batch's loss, for the nodes' ordered sum
+    float **micro[3];     // MICRO_LAYER, MICRO_HEAD, MICRO_EMB
+    double *micro_loss;   // [M]: each micro-batch's loss, for the nodes' ordered sum
+    int64_t step_targets; // the last step's target tokens, every node's (the loss's divisor)
 };
 
 enum { MICRO_LAYER, MICRO_HEAD, MICRO_EMB };

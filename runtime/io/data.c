@@ -30,22 +30,29 @@ static int errf(char *err, size_t n, const char *fmt, ...) {
 
 // ---- headers ----
 
-// Our header: magic, uint32 version (1), uint32 bytes per token (2 or 4), uint64 count.
+// Our header: magic, uint32 version (1 or 2), uint32 bytes per token (2 or 4), uint64 count;
+// version 2 adds uint32 flags at 24, whose bit 0 says a target mask follows the tokens.
 static int parse_mt_header(const uint8_t *h, size_t got, data_shard *s, uint64_t *count, char *err,
                            size_t n) {
-    uint32_t version, dtype;
+    uint32_t version, dtype, flags = 0;
     if (got < MT_HEADER)
         return errf(err, n, "%s: truncated: %zu bytes, shorter than the %d-byte header", s->path,
                     got, MT_HEADER);
     memcpy(&version, h + 8, 4);
     memcpy(&dtype, h + 12, 4);
     memcpy(count, h + 16, 8);
-    if (version != 1) return errf(err, n, "%s: shard version %u, expected 1", s->path, version);
+    if (version != 1 && version != 2)
+        return errf(err, n, "%s: shard version %u, expected 1 or 2", s->path, version);
     if (dtype != 2 && dtype != 4)
         return errf(err, n, "%s: token dtype %u, expected 2 (uint16) or 4 (uint32)", s->path,
                     dtype);
+    if (version == 2) memcpy(&flags, h + 24, 4);
+    if (flags & ~(uint32_t)MT_SHARD_MASKED)
+        return errf(err, n, "%s: unknown shard flags 0x%x (this reader knows 0x%x)", s->path, flags,
+                    MT_SHARD_MASKED);
     s->header = MT_HEADER;
     s->width = (int)dtype;
+    s->masked = flags & MT_SHARD_MASKED;
     return 0;
 }
 
@@ -86,11 +93,12 @@ static int read_header(int fd, size_t size, data_shard *s, char *err, size_t n) 
         return errf(err, n, "%s: not a token shard (wrong magic: neither \"MTCTOKS1\" nor llm.c's)",
                     s->path);
     if (rc < 0) return -1;
-    size_t body = size - s->header;
-    if (body % (size_t)s->width || body / (size_t)s->width != count)
-        return errf(err, n, "%s: header says %llu tokens (%llu bytes), but %zu bytes follow it",
+    size_t body = size - s->header, mask = s->masked ? (size_t)(count + 7) / 8 : 0;
+    if (count > (SIZE_MAX - mask) / (size_t)s->width || body != count * s->width + mask)
+        return errf(err, n, "%s: header says %llu tokens (%llu bytes%s), but %zu bytes follow it",
                     s->path, (unsigned long long)count,
-                    (unsigned long long)count * (unsigned)s->width, body);
+                    (unsigned long long)(count * (unsigned)s->width + mask),
+                    mask ? " with the target mask" : "", body);
     s->n = (size_t)count;
     return 0;
 }
@@ -194,6 +202,7 @@ static void map_shard(data_shard *s) {
     if (s->map == MAP_FAILED) mt_die("%s: mmap: %s", s->path, strerror(errno));
     SYS_CHECK(close(fd));
     s->tokens = s->map + s->header;
+    if (s->masked) s->mask = s->map + s->header + s->n * (size_t)s->width;
 }
 
 static uint32_t token(const data_shard *s, size_t i) {
@@ -345,6 +354,20 @@ static void copy_tokens(const data_shard *shards, int nshards, int vocab, size_t
     }
 }
 
+// A masked shard's tokens whose bit is clear are context only: their target is -1, which the
+// classifier skips (no loss, no gradient).
+static void mask_targets(const data_shard *shards, int nshards, size_t o, int count, int32_t *out) {
+    size_t done = 0;
+    for (int s = nshards ? shard_of(shards, nshards, o) : 0; nshards && done < (size_t)count; s++) {
+        const data_shard *sh = &shards[s];
+        size_t off = o + done - sh->start, take = sh->n - off;
+        if (take > (size_t)count - done) take = (size_t)count - done;
+        for (size_t t = 0; sh->mask && t < take; t++)
+            if (!(sh->mask[(off + t) >> 3] >> ((off + t) & 7) & 1)) out[done + t] = -1;
+        done += take;
+    }
+}
+
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets) {
     const data_shard *shards = ds->shards;
@@ -360,5 +383,6 @@ void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, in
         size_t o = lo + key % span;
         copy_tokens(shards, nshards, ds->vocab, o, T, inputs + (size_t)r * T);
         copy_tokens(shards, nshards, ds->vocab, o + 1, T, targets + (size_t)r * T);
+        mask_targets(shards, nshards, o + 1, T, targets + (size_t)r * T);
     }
 }

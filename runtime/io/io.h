@@ -33,7 +33,13 @@ typedef struct {
     const void *tokens;     // map + header
     size_t n, start;        // its token count, and the index of its first token in the stream
     int width;              // bytes per token: 1 (text), 2 or 4
+    int masked;             // MTCTOKS1 version 2 with a target mask after the tokens
+    const uint8_t *mask;    // bit i (LSB first): token i is a target; NULL: every token is
 } data_shard;
+
+// MTCTOKS1 version 2's flags (offset 24): a target mask of ceil(count / 8) bytes follows the
+// tokens (docs/data-format.md).
+#define MT_SHARD_MASKED 1u
 
 typedef struct {
     data_shard *shards; // in stream order; none for synthetic data
@@ -56,8 +62,9 @@ int dataset_check_shards(const char *pattern, size_t *ntokens, char *err, size_t
 // short, or (for shards) holds a token >= vocab, with that token's index in the file.
 void dataset_open(dataset *ds, const mt_config *c);
 void dataset_close(dataset *ds);
-// rows x (seq+1) window: inputs[r*T + t] = tokens[o + t], targets = tokens[o + t + 1]. The
-// offset o is drawn the same way whichever stream holds the split.
+// rows x (seq+1) window: inputs[r*T + t] = tokens[o + t], targets = tokens[o + t + 1], or -1
+// where a masked shard marks that token context only. The offset o is drawn the same way
+// whichever stream holds the split.
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets);
 

@@ -368,8 +368,9 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     json_number(norm_text, sizeof norm_text, "%.9g", s.norm);
     fprintf(mx->jsonl,
             "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
-            "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f",
-            (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu);
+            "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f,\"targets\":%lld",
+            (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu,
+            (long long)costs->targets);
     if (!isfinite(s.norm) && mx->job->ring_depth) // half applied: the job ends, unsaved
         fprintf(mx->jsonl, ",\"ended_job\":true");
     else if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)

@@ -81,6 +81,7 @@ typedef struct {
     transfer_stats transfers;
     double opt_wait_seconds; // the host's wait on the optimizer ranks' weights
     double grad_sumsq;       // every group's squared gradient norm, summed: the clip's norm
+    int64_t targets;         // the global batch's target tokens: the loss is their mean
 } step_costs;
 
 typedef struct {

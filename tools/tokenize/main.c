@@ -33,6 +33,10 @@ typedef struct {
     double t0, last;
     uint64_t in_done, in_total;
     int quiet, tty;
+    // The target mask of the shard (bit i: token i is a target), kept until it closes; a shard
+    // with a context-only token is written as version 2 with the mask after its tokens.
+    unsigned char *mask;
+    int masked;
 } writer;
 
 static writer *current; // its unfinished shard is removed on an error
@@ -61,7 +65,9 @@ static void usage(FILE *f) {
           "Each INPUT is one document (a text file), or with --jsonl one document per line.\n"
           "  -t, --tokenizer FILE   tokenizer.json (model BPE, ByteLevel pre-tokenizer)\n"
           "  -o, --out PREFIX       output path prefix; its folder must exist\n"
-          "      --jsonl            inputs are JSON Lines\n"
+          "      --jsonl            inputs are JSON Lines; a line with \"input_ids\" (and\n"
+          "                         optionally \"labels\", -100 = not a target) is taken as\n"
+          "                         tokenized, and its masked tokens are written as such\n"
           "      --field NAME       JSONL field holding the text (default: text)\n"
           "      --eot TOKEN        append TOKEN (content such as \"<|endoftext|>\", or an id)\n"
           "                         after every document\n"
@@ -78,11 +84,12 @@ static void usage(FILE *f) {
 
 static void put_header(writer *w) {
     unsigned char h[256] = {0};
-    uint32_t version = 1, width = (uint32_t)w->width;
+    uint32_t version = w->masked ? 2 : 1, width = (uint32_t)w->width, flags = 1; // 1: masked
     memcpy(h, "MTCTOKS1", 8);
     memcpy(h + 8, &version, 4); // little-endian hosts only (x86-64, aarch64)
     memcpy(h + 12, &width, 4);
     memcpy(h + 16, &w->count, 8);
+    if (w->masked) memcpy(h + 24, &flags, 4);
     if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(h, 1, 256, w->f) != 256)
         die("%s: write failed: %s", w->tmp, strerror(errno));
 }
@@ -92,11 +99,19 @@ static void shard_open(writer *w) {
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
     if (!(w->f = fopen(w->tmp, "wb"))) die("%s: cannot create: %s", w->tmp, strerror(errno));
     w->count = 0;
+    w->masked = 0;
+    if (!w->mask && !(w->mask = malloc((size_t)(w->max_tokens + 7) / 8)))
+        die("out of memory for the target mask");
+    memset(w->mask, 0, (size_t)(w->max_tokens + 7) / 8);
     put_header(w);
 }
 
 // The header is rewritten with the count, then fsync and rename: a shard is whole or absent.
 static void shard_close(writer *w) {
+    size_t mask_bytes = (size_t)(w->count + 7) / 8;
+    if (w->masked &&
+        (fseek(w->f, 0, SEEK_END) != 0 || fwrite(w->mask, 1, mask_bytes, w->f) != mask_bytes))
+        die("%s: write failed: %s", w->tmp, strerror(errno));
     put_header(w);
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0 || fclose(w->f) != 0)
         die("%s: write failed: %s", w->tmp, strerror(errno));
@@ -121,9 +136,14 @@ static void progress(writer *w, int final) {
             w->total / dt, mbs, final ? 0.0 : eta, w->tty && !final ? "" : "\n");
 }
 
-static void emit(writer *w, const uint32_t *ids, size_t n) {
+// targets[i] == 0: token i is context only (never a target); NULL: every token is a target.
+static void emit(writer *w, const uint32_t *ids, const unsigned char *targets, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (!w->f) shard_open(w);
+        if (!targets || targets[i])
+            w->mask[w->count >> 3] |= (unsigned char)(1u << (w->count & 7));
+        else
+            w->masked = 1;
         if (w->width == 2) {
             uint16_t v = (uint16_t)ids[i];
             fwrite(&v, 2, 1, w->f);
@@ -155,16 +175,55 @@ static void encode_doc(bpe *t, writer *w, const char *text, size_t n, int64_t eo
         ids.n = 0;
         if (bpe_encode(t, text + off, k, off > 0, &ids, err, sizeof err) != 0)
             die("%s: %s", where, err);
-        emit(w, ids.ids, ids.n);
+        emit(w, ids.ids, NULL, ids.n);
         off += k;
         w->in_done += k;
         progress(w, 0);
     } while (off < n);
     if (eot >= 0) {
         uint32_t e = (uint32_t)eot;
-        emit(w, &e, 1);
+        emit(w, &e, NULL, 1);
     }
     free(ids.ids);
+}
+
+// A pre-tokenized line: input_ids, and labels as Hugging Face prepares them (-100: not a
+// target; otherwise the token itself, since a target here is always the next token).
+static void emit_ids(bpe *t, writer *w, const cJSON *j, int64_t eot, const char *where) {
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "input_ids");
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(j, "labels");
+    int n = cJSON_GetArraySize(ids);
+    if (!cJSON_IsArray(ids) || n == 0) die("%s: input_ids: not a non-empty array", where);
+    if (labels && (!cJSON_IsArray(labels) || cJSON_GetArraySize(labels) != n))
+        die("%s: labels: not an array of %d numbers like input_ids", where, n);
+    uint32_t *tok = malloc(sizeof *tok * (size_t)n);
+    unsigned char *target = malloc((size_t)n);
+    if (!tok || !target) die("%s: out of memory", where);
+    uint64_t vocab = bpe_vocab_size(t);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(ids, i),
+                    *y = labels ? cJSON_GetArrayItem(labels, i) : NULL;
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v < 0 || v >= (double)vocab || v != (double)(uint64_t)v)
+            die("%s: input_ids[%d]: not a token id below the vocab size %llu", where, i,
+                (unsigned long long)vocab);
+        tok[i] = (uint32_t)v;
+        target[i] = 1;
+        if (!y) continue;
+        if (!cJSON_IsNumber(y) || (y->valuedouble != -100 && y->valuedouble != v))
+            die("%s: labels[%d]: %s, expected -100 (not a target) or input_ids[%d] = %u", where, i,
+                cJSON_IsNumber(y) ? "another token" : "not a number", i, tok[i]);
+        target[i] = y->valuedouble != -100;
+    }
+    emit(w, tok, target, (size_t)n);
+    if (eot >= 0) { // a separator: a target only after a document that is all targets
+        uint32_t e = (uint32_t)eot;
+        unsigned char all = 1;
+        for (int i = 0; i < n; i++) all &= target[i];
+        emit(w, &e, &all, 1);
+    }
+    free(tok);
+    free(target);
 }
 
 static char *read_file(const char *path, size_t *n) {
@@ -197,6 +256,13 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, int
         }
         cJSON *j = cJSON_ParseWithLength(line, k);
         if (!j) die("%s: not valid JSON", where);
+        if (cJSON_GetObjectItemCaseSensitive(j, "input_ids")) { // already tokenized
+            emit_ids(t, w, j, eot, where);
+            w->in_done += (size_t)n;
+            progress(w, 0);
+            cJSON_Delete(j);
+            continue;
+        }
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, field);
         if (!cJSON_IsString(s)) die("%s: no string field \"%s\"", where, field);
         w->in_done += (size_t)n - k; // encode_doc counts the text's bytes, this the rest
@@ -322,5 +388,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mt-tokenize: wrote %d shard(s) %s_*.bin, %d-bit tokens\n", w.index, o.out,
                 w.width * 8);
     bpe_free(t);
+    free(w.mask);
     return 0;
 }
