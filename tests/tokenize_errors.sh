@@ -21,6 +21,9 @@ printf '{"text": "ab"}\n{"text": "b"}\n{"text": \n' >"$dir/badline.jsonl"
 printf '{"text": "ab"}\n{"body": "b"}\n' >"$dir/nofield.jsonl"
 printf 'ab\n' >"$dir/newline.txt"
 printf 'a\xff' >"$dir/utf8.txt"
+printf '{"input_ids": [0, 1, 2, 3], "labels": [-100, -100, 2, 3]}\n{"input_ids": [1, 2]}\n' >"$dir/ids.jsonl"
+printf '{"input_ids": [0, 1]}\n{"input_ids": [0, 1], "labels": [0, 0]}\n' >"$dir/badlabel.jsonl"
+printf '{"input_ids": [5]}\n' >"$dir/badid.jsonl"
 
 # expect_error WANT ARGS...: exit status 1, stderr exactly one line containing WANT.
 expect_error() {
@@ -53,6 +56,10 @@ expect_error "$dir/newline.txt: byte 0x0a has no token in the vocab" -t "$dir/to
 expect_error "$dir/utf8.txt: invalid UTF-8 at byte 1" -t "$dir/tok.json" "$dir/utf8.txt"
 expect_error "$dir/tok.json: --eot <nope>: no such token" -t "$dir/tok.json" --eot "<nope>" "$dir/doc.txt"
 expect_error "$dir/tok.json: --append-eos: no end-of-text token" -t "$dir/tok.json" --append-eos "$dir/doc.txt"
+expect_error "$dir/badlabel.jsonl:2: labels[1]: another token, expected -100 (not a target) or input_ids[1] = 1" \
+    -t "$dir/tok.json" --jsonl "$dir/badlabel.jsonl"
+expect_error "$dir/badid.jsonl:1: input_ids[0]: not a token id below the vocab size 5" \
+    -t "$dir/tok.json" --jsonl "$dir/badid.jsonl"
 expect_error "--shard-tokens: not a positive integer: 0" -t "$dir/tok.json" --shard-tokens 0 "$dir/doc.txt"
 
 "$mt" --help | grep -q "usage: mt-tokenize" || { echo "FAIL: --help"; fail=1; }
@@ -65,4 +72,16 @@ got=$(head -c 24 "$dir/good_000000.bin" | od -An -tx1 | tr -d ' \n')
 got=$(tail -c +257 "$dir/good_000000.bin" | od -An -tu2 | xargs)
 [ "$got" = "2 3 2 4 1 4" ] || { echo "FAIL: tokens \"$got\", want \"2 3 2 4 1 4\""; fail=1; }
 [ "$(stat -c %s "$dir/good_000000.bin" 2>/dev/null)" = 268 ] || { echo "FAIL: shard size"; fail=1; }
+
+# Pre-tokenized lines: ids as they are, labels -100 context only. 0 1 2 3 | 1 2 with targets
+# 0 0 1 1 | 1 1: version 2, flags 1, the mask byte 0b111100 after the tokens.
+"$mt" -q -t "$dir/tok.json" -o "$dir/ids" --jsonl "$dir/ids.jsonl" || fail=1
+want=$(printf 'MTCTOKS1' | od -An -tx1 | tr -d ' \n')02000000020000000600000000000000'01000000'
+got=$(head -c 28 "$dir/ids_000000.bin" | od -An -tx1 | tr -d ' \n')
+[ "$got" = "$want" ] || { echo "FAIL: masked header $got, want $want"; fail=1; }
+got=$(tail -c +257 "$dir/ids_000000.bin" | head -c 12 | od -An -tu2 | xargs)
+[ "$got" = "0 1 2 3 1 2" ] || { echo "FAIL: pre-tokenized ids \"$got\", want \"0 1 2 3 1 2\""; fail=1; }
+got=$(tail -c 1 "$dir/ids_000000.bin" | od -An -tx1 | xargs)
+[ "$got" = 3c ] || { echo "FAIL: mask byte $got, want 3c"; fail=1; }
+[ "$(stat -c %s "$dir/ids_000000.bin" 2>/dev/null)" = 269 ] || { echo "FAIL: masked shard size"; fail=1; }
 exit $fail

@@ -35,6 +35,17 @@ def shard_ours(path, width, tokens):
         f.write(head + bytes(256 - len(head)) + struct.pack(fmt, *tokens))
 
 
+def shard_masked(path, width, tokens, mask):
+    """MTCTOKS1 version 2 with flag bit 0: the target mask, a bit per token, after the tokens."""
+    head = b"MTCTOKS1" + struct.pack("<IIQI", 2, width, len(tokens), 1)
+    fmt = "<%d%s" % (len(tokens), "H" if width == 2 else "I")
+    bits = bytearray((len(tokens) + 7) // 8)
+    for i, m in enumerate(mask):
+        bits[i >> 3] |= m << (i & 7)
+    with open(path, "wb") as f:
+        f.write(head + bytes(256 - len(head)) + struct.pack(fmt, *tokens) + bytes(bits))
+
+
 def shard_llmc(path, magic, version, tokens):
     head = struct.pack("<3i", magic, version, len(tokens)) + bytes(1024 - 12)
     fmt = "<%d%s" % (len(tokens), "H" if magic == 20240520 else "I")
@@ -64,6 +75,9 @@ def main(out):
     os.makedirs(sh, exist_ok=True)
     shard_ours(os.path.join(sh, "ours_u16.bin"), 2, list(range(16)))
     shard_ours(os.path.join(sh, "ours_u32.bin"), 4, [0, 70000, 5, 128255])
+    shard_masked(os.path.join(sh, "ours_masked_u16.bin"), 2, list(range(11)),
+                 [0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0])
+    shard_masked(os.path.join(sh, "ours_masked_u32.bin"), 4, [0, 70000, 5], [1, 0, 1])
     shard_llmc(os.path.join(sh, "llmc_gpt2.bin"), 20240520, 1, [50256, 1, 2, 3])
     shard_llmc(os.path.join(sh, "llmc_llama3.bin"), 20240801, 7, [128000, 1, 2])
     cfg = os.path.join(out, "train_cfg")
