@@ -6,7 +6,7 @@
 #     and the reproducers of past bugs under gcc's ASan and UBSan;
 #   -DMT_FUZZ=ON with clang (`make fuzz`): each target is a libFuzzer binary.
 option(MT_FUZZ "Build the fuzz targets as libFuzzer binaries (clang)" OFF)
-set(MT_FUZZ_TARGETS train_cfg config_json safetensors shard tokenizer manifest)
+set(MT_FUZZ_TARGETS train_cfg config_json safetensors shard tokenizer manifest chat)
 set(MT_FUZZ_DIR ${MT_TEST_DIR}/fuzz)
 
 set(sanitize -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
@@ -22,6 +22,7 @@ file(GLOB fuzz_parser_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/base
      ${CMAKE_SOURCE_DIR}/runtime/model/*.c ${CMAKE_SOURCE_DIR}/runtime/job/*.c
      ${CMAKE_SOURCE_DIR}/runtime/io/*.c)
 add_library(mt_fuzz_parsers STATIC ${fuzz_parser_sources} ${CMAKE_SOURCE_DIR}/tools/tokenize/bpe.c
+                                   ${CMAKE_SOURCE_DIR}/tools/tokenize/chat.c
                                    ${MT_FUZZ_DIR}/fuzz_scratch.c)
 target_compile_options(mt_fuzz_parsers PRIVATE ${instrument})
 target_link_libraries(mt_fuzz_parsers PUBLIC mt_shm mt_kernels MPI::MPI_C PkgConfig::UCX

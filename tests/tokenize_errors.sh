@@ -24,6 +24,8 @@ printf 'a\xff' >"$dir/utf8.txt"
 printf '{"input_ids": [0, 1, 2, 3], "labels": [-100, -100, 2, 3]}\n{"input_ids": [1, 2]}\n' >"$dir/ids.jsonl"
 printf '{"input_ids": [0, 1]}\n{"input_ids": [0, 1], "labels": [0, 0]}\n' >"$dir/badlabel.jsonl"
 printf '{"input_ids": [5]}\n' >"$dir/badid.jsonl"
+printf '\n{"messages": [{"role": "robot", "content": "b"}]}\n' >"$dir/badchat.jsonl"
+printf '{"messages": [{"role": "assistant", "content": "ab"}]}\n' >"$dir/mistral.jsonl"
 
 # expect_error WANT ARGS...: exit status 1, stderr exactly one line containing WANT.
 expect_error() {
@@ -60,6 +62,13 @@ expect_error "$dir/badlabel.jsonl:2: labels[1]: another token, expected -100 (no
     -t "$dir/tok.json" --jsonl "$dir/badlabel.jsonl"
 expect_error "$dir/badid.jsonl:1: input_ids[0]: not a token id below the vocab size 5" \
     -t "$dir/tok.json" --jsonl "$dir/badid.jsonl"
+expect_error "$dir/badchat.jsonl:2: messages[0]: role \"robot\" is not system, user or assistant" \
+    -t "$dir/tok.json" --chat-format chatml "$dir/badchat.jsonl"
+expect_error "$dir/mistral.jsonl:1: messages[0]: role \"assistant\": the mistral format alternates" \
+    -t "$dir/tok.json" --chat-format mistral "$dir/mistral.jsonl"
+expect_error "$dir/tokenizer_config.json: cannot open it; pass --chat-format chatml, llama3 or mistral" \
+    -t "$dir/tok.json" --chat "$dir/badchat.jsonl"
+expect_error "--chat-format vicuna: not chatml, llama3 or mistral" -t "$dir/tok.json" --chat-format vicuna "$dir/badchat.jsonl"
 expect_error "--shard-tokens: not a positive integer: 0" -t "$dir/tok.json" --shard-tokens 0 "$dir/doc.txt"
 
 "$mt" --help | grep -q "usage: mt-tokenize" || { echo "FAIL: --help"; fail=1; }

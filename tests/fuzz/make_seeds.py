@@ -80,6 +80,17 @@ def main(out):
     shard_masked(os.path.join(sh, "ours_masked_u32.bin"), 4, [0, 70000, 5], [1, 0, 1])
     shard_llmc(os.path.join(sh, "llmc_gpt2.bin"), 20240520, 1, [50256, 1, 2, 3])
     shard_llmc(os.path.join(sh, "llmc_llama3.bin"), 20240801, 7, [128000, 1, 2])
+    chat = os.path.join(out, "chat")
+    os.makedirs(chat, exist_ok=True)
+    for name, messages in [
+            ("turns", [{"role": "system", "content": "Be brief."},
+                       {"role": "user", "content": "  Hi\n"},
+                       {"role": "assistant", "content": "Hello. <|im_end|> caf\u00e9"}]),
+            ("mistral", [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""},
+                         {"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}]),
+            ("bad_role", [{"role": "tool", "content": "x"}])]:
+        with open(os.path.join(chat, name + ".jsonl"), "w") as f:
+            f.write(json.dumps({"messages": messages}) + "\n")
     cfg = os.path.join(out, "train_cfg")
     os.makedirs(cfg, exist_ok=True)
     with open(os.path.join(cfg, "synthetic.cfg"), "w") as f:

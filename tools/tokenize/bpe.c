@@ -67,7 +67,8 @@ struct bpe {
     bpe_ids pool; // ids of cached words
     uint32_t *sym;
     size_t symcap;
-    char *scratch; // prefix-space copy / byte-level string
+    uint32_t *token_bytes; // [vocab_size]: the bytes of text each id stands for
+    char *scratch;         // prefix-space copy / byte-level string
     size_t scratchcap;
 };
 
@@ -444,6 +445,21 @@ static int load_added(bpe *t, const cJSON *root, const char *path, char *err, si
     return 0;
 }
 
+// A vocab token is byte-level text: one character per byte it stands for. An added token
+// stands for its content.
+static void load_token_bytes(bpe *t) {
+    t->token_bytes = xcalloc(t->vocab_size, sizeof *t->token_bytes);
+    for (size_t i = 0; i < t->vocab.cap; i++) {
+        if (!t->vocab.key[i]) continue;
+        uint32_t chars = 0;
+        for (uint32_t k = 0; k < t->vocab.klen[i]; k++)
+            chars += ((unsigned char)t->vocab.key[i][k] & 0xC0) != 0x80;
+        t->token_bytes[t->vocab.val[i]] = chars;
+    }
+    for (size_t i = 0; i < t->nadded; i++)
+        t->token_bytes[t->added[i].id] = (uint32_t)t->added[i].len;
+}
+
 bpe *bpe_load(const char *path, unsigned flags, char *err, size_t errlen) {
     cJSON *root = read_json(path, err, errlen);
     if (!root) return NULL;
@@ -459,6 +475,7 @@ bpe *bpe_load(const char *path, unsigned flags, char *err, size_t errlen) {
         return NULL;
     }
     strmap_init(&t->cache, CACHE_MAX);
+    load_token_bytes(t);
     return t;
 }
 
@@ -476,6 +493,7 @@ void bpe_free(bpe *t) {
         pcre2_code_free(t->re[i]);
     }
     free(t->pool.ids);
+    free(t->token_bytes);
     free(t->sym);
     free(t->scratch);
     free(t);
@@ -483,6 +501,10 @@ void bpe_free(bpe *t) {
 
 uint64_t bpe_vocab_size(const bpe *t) {
     return t->vocab_size;
+}
+
+size_t bpe_token_bytes(const bpe *t, uint32_t id) {
+    return id < t->vocab_size ? t->token_bytes[id] : 0;
 }
 
 int bpe_can_cut(const bpe *t) {

@@ -23,6 +23,8 @@ bpe *bpe_load(const char *path, unsigned flags, char *err, size_t errlen);
 void bpe_free(bpe *t);
 // One more than the largest id of the vocab and the added tokens.
 uint64_t bpe_vocab_size(const bpe *t);
+// The bytes of text that token id stands for (its encoding's offsets add these up).
+size_t bpe_token_bytes(const bpe *t, uint32_t id);
 // The id of a token's content (vocab or added token), or -1.
 int64_t bpe_token_id(const bpe *t, const char *content);
 // Appends the ids of UTF-8 text. `continued` says the text goes on from a previous call

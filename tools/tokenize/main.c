@@ -1,5 +1,6 @@
 // mt-tokenize: text or JSONL -> MTCTOKS1 token shards (docs/tokenize.md).
 #include "tools/tokenize/bpe.h"
+#include "tools/tokenize/chat.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,10 +18,17 @@
 #define CHUNK (1u << 20) // text is encoded in pieces of about this many bytes
 
 typedef struct {
-    const char *tokenizer, *out, *field, *eot;
-    int jsonl, quiet, append_eos, assume_nfc;
+    const char *tokenizer, *out, *field, *eot, *chat_format;
+    int jsonl, quiet, append_eos, assume_nfc, chat;
     uint64_t shard_tokens;
 } options;
+
+// --chat: the format and the default system message of its template (ChatML), if any.
+typedef struct {
+    chat_format format;
+    char *default_system;
+    chat_text text;
+} chat_mode;
 
 // The shard being written, and progress over all inputs.
 typedef struct {
@@ -69,6 +77,11 @@ static void usage(FILE *f) {
           "                         optionally \"labels\", -100 = not a target) is taken as\n"
           "                         tokenized, and its masked tokens are written as such\n"
           "      --field NAME       JSONL field holding the text (default: text)\n"
+          "      --chat             JSONL conversations: \"messages\" of {\"role\", \"content\"},\n"
+          "                         rendered in the model's chat format; only the assistant\n"
+          "                         turns are targets (the rest is context)\n"
+          "      --chat-format F    chatml, llama3 or mistral (default: the one the\n"
+          "                         chat_template of tokenizer_config.json beside -t names)\n"
           "      --eot TOKEN        append TOKEN (content such as \"<|endoftext|>\", or an id)\n"
           "                         after every document\n"
           "      --append-eos       --eot with the first of <|endoftext|>, <|end_of_text|>,\n"
@@ -240,7 +253,39 @@ static char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, int64_t eot) {
+// A conversation: rendered in the chat format, tokenized whole (as apply_chat_template does),
+// and every token that overlaps an assistant turn's span is a target, the rest context.
+static void emit_chat(bpe *t, writer *w, const cJSON *j, chat_mode *chat, int64_t eot,
+                      const char *where) {
+    char err[512];
+    if (chat_render(chat->format, cJSON_GetObjectItemCaseSensitive(j, "messages"),
+                    chat->default_system, &chat->text, err, sizeof err) != 0)
+        die("%s: %s", where, err);
+    bpe_ids ids = {0};
+    if (bpe_encode(t, chat->text.text, chat->text.len, 0, &ids, err, sizeof err) != 0)
+        die("%s: %s", where, err);
+    unsigned char *target = calloc(ids.n + 1, 1);
+    if (!target) die("%s: out of memory", where);
+    size_t at = 0;
+    int s = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        size_t end = at + bpe_token_bytes(t, ids.ids[i]);
+        while (s < chat->text.nspan && chat->text.span[s][1] <= at) s++;
+        target[i] = s < chat->text.nspan && chat->text.span[s][0] < end;
+        at = end;
+    }
+    emit(w, ids.ids, target, ids.n);
+    if (eot >= 0) { // between conversations: context
+        uint32_t e = (uint32_t)eot;
+        unsigned char no = 0;
+        emit(w, &e, &no, 1);
+    }
+    free(target);
+    free(ids.ids);
+}
+
+static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, chat_mode *chat,
+                     int64_t eot) {
     FILE *f = fopen(path, "rb");
     if (!f) die("%s: cannot open: %s", path, strerror(errno));
     char *line = NULL, where[4200];
@@ -256,8 +301,11 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, int
         }
         cJSON *j = cJSON_ParseWithLength(line, k);
         if (!j) die("%s: not valid JSON", where);
-        if (cJSON_GetObjectItemCaseSensitive(j, "input_ids")) { // already tokenized
-            emit_ids(t, w, j, eot, where);
+        if (chat || cJSON_GetObjectItemCaseSensitive(j, "input_ids")) { // chat, or tokenized
+            if (chat)
+                emit_chat(t, w, j, chat, eot, where);
+            else
+                emit_ids(t, w, j, eot, where);
             w->in_done += (size_t)n;
             progress(w, 0);
             cJSON_Delete(j);
@@ -301,11 +349,19 @@ static int64_t eot_id(const bpe *t, const options *o) {
 }
 
 static void parse_args(int argc, char **argv, options *o) {
-    static const struct option longs[] = {
-        {"tokenizer", 1, 0, 't'},    {"out", 1, 0, 'o'},   {"jsonl", 0, 0, 'j'},
-        {"field", 1, 0, 'f'},        {"eot", 1, 0, 'e'},   {"append-eos", 0, 0, 'E'},
-        {"shard-tokens", 1, 0, 's'}, {"quiet", 0, 0, 'q'}, {"assume-nfc", 0, 0, 'N'},
-        {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
+    static const struct option longs[] = {{"tokenizer", 1, 0, 't'},
+                                          {"out", 1, 0, 'o'},
+                                          {"jsonl", 0, 0, 'j'},
+                                          {"field", 1, 0, 'f'},
+                                          {"eot", 1, 0, 'e'},
+                                          {"append-eos", 0, 0, 'E'},
+                                          {"shard-tokens", 1, 0, 's'},
+                                          {"quiet", 0, 0, 'q'},
+                                          {"assume-nfc", 0, 0, 'N'},
+                                          {"chat", 0, 0, 'c'},
+                                          {"chat-format", 1, 0, 'C'},
+                                          {"help", 0, 0, 'h'},
+                                          {0, 0, 0, 0}};
     *o = (options){.field = "text", .shard_tokens = 100000000};
     int c;
     while ((c = getopt_long(argc, argv, "t:o:qh", longs, NULL)) != -1) {
@@ -337,6 +393,15 @@ static void parse_args(int argc, char **argv, options *o) {
         case 'N':
             o->assume_nfc = 1;
             break;
+        case 'c':
+            o->chat = o->jsonl = 1;
+            break;
+        case 'C':
+            if (chat_format_named(optarg) == CHAT_NONE)
+                die("--chat-format %s: not chatml, llama3 or mistral", optarg);
+            o->chat_format = optarg;
+            o->chat = o->jsonl = 1;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -359,6 +424,12 @@ int main(int argc, char **argv) {
     bpe *t = bpe_load(o.tokenizer, o.assume_nfc ? BPE_ASSUME_NFC : 0, err, sizeof err);
     if (!t) die("%s", err);
     int64_t eot = eot_id(t, &o);
+    chat_mode chat = {0};
+    if (o.chat && o.chat_format) chat.format = chat_format_named(o.chat_format);
+    if (o.chat && !o.chat_format &&
+        (chat.format = chat_format_detect(o.tokenizer, &chat.default_system, err, sizeof err)) ==
+            CHAT_NONE)
+        die("%s", err);
     writer w = {.prefix = o.out,
                 .width = bpe_vocab_size(t) <= 65536 ? 2 : 4,
                 .max_tokens = o.shard_tokens,
@@ -374,7 +445,7 @@ int main(int argc, char **argv) {
     current = &w;
     for (int i = optind; i < argc; i++) {
         if (o.jsonl) {
-            do_jsonl(t, &w, argv[i], o.field, eot);
+            do_jsonl(t, &w, argv[i], o.field, o.chat ? &chat : NULL, eot);
             continue;
         }
         size_t n;
@@ -389,5 +460,7 @@ int main(int argc, char **argv) {
                 w.width * 8);
     bpe_free(t);
     free(w.mask);
+    free(chat.default_system);
+    chat_text_free(&chat.text);
     return 0;
 }
