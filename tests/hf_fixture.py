@@ -8,6 +8,9 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
   --specials      F16 subnormals, infinities and NaN in layer 0's q_proj (round trip only)
   --qwen2         Qwen2ForCausalLM: q/k/v projection biases (random values, not zeros)
   --llama3        rope_scaling llama3 (factor 8, low 1, high 4, original context 64)
+  --tokenizer     also tokenizer.json (byte-level BPE without merges over printable ASCII, tab
+                  and newline, ids 0-97, with <|im_start|> and <|im_end|> as 98 and 99) and a
+                  tokenizer_config.json whose chat_template is Qwen2's ChatML
   --corrupt MODE  one broken thing: truncated, overlap, out_of_range, big_header, dtype, shape,
                   missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
@@ -152,6 +155,42 @@ def config(args):
     return c
 
 
+QWEN2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def byte_char(b):
+    """GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest move up."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    if b in keep:
+        return chr(b)
+    return chr(256 + [x for x in range(256) if x not in keep].index(b))
+
+
+def write_tokenizer(folder):
+    chars = [9, 10] + list(range(32, 127))  # tab, newline, printable ASCII: ids 0-96
+    vocab = {byte_char(b): i for i, b in enumerate(chars)}
+    vocab[byte_char(13)] = len(vocab)  # carriage return: 97
+    specials = ["<|im_start|>", "<|im_end|>"]
+    added = [{"id": 98 + i, "content": s, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True} for i, s in enumerate(specials)]
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                             "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                     "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                     "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []}}
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": QWEN2_TEMPLATE, "eos_token": "<|im_end|>"}, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -163,8 +202,11 @@ def main():
     ap.add_argument("--llama3", action="store_true")
     ap.add_argument("--corrupt")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--tokenizer", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
+    if args.tokenizer:
+        write_tokenizer(args.dir)
     rng = random.Random(args.seed)
     entries = []
     for name, shape in tensors(args.tied, args.qwen2):
