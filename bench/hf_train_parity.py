@@ -2,12 +2,17 @@
 """50 training steps of a tiny Llama, ours against a PyTorch loop over transformers' model with
 the same data order and hyper-parameters; compares the per-step loss curves.
 
-usage: hf_train_parity.py [--masked] BUILD_DIR [cpu|cuda|all]      (default: all)
+usage: hf_train_parity.py [--masked] [--packed] BUILD_DIR [cpu|cuda|all]      (default: all)
 
 --masked: the text as an MTCTOKS1 version 2 shard with a target mask (the bytes of every
 third line are context only), 20 steps; the PyTorch loop gives those positions labels = -100
 and divides each step's summed loss by the step's target count over all micro-batches (as
 transformers' num_items_in_batch). Its first step must agree within 1e-5 on cpu.
+--packed: data.pack = "documents" with data.eot = 10: each line of the text (its newline
+included) is a document; the PyTorch loop runs transformers on every document of a window
+alone (positions from 0) and does not predict a document's first token from the one before
+(the newline's target is -100). 20 steps; first step within 1e-5 on cpu. Both flags together:
+a masked, packed SFT-style run.
 
 The same model starts both runs: LlamaForCausalLM (hidden 64, 2 layers, 4 heads, 2 kv heads,
 ffn 160, vocab 256, untied), transformers' own initialization rounded to bf16-representable
@@ -47,13 +52,15 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 transformers.utils.logging.disable_progress_bar()
-MASKED = "--masked" in sys.argv
-if MASKED:
-    sys.argv.remove("--masked")
+MASKED, PACKED = "--masked" in sys.argv, "--packed" in sys.argv
+for flag in ("--masked", "--packed"):
+    if flag in sys.argv:
+        sys.argv.remove(flag)
+EOT = 10  # --packed: the newline ends a document
 
 DIM, LAYERS, HEADS, KV, FFN, VOCAB = 64, 2, 4, 2, 160, 256
 SEQ, MICRO, MICROS, SEED = 64, 4, 2, 1337
-STEPS, WARMUP, LR, MIN_LR = (20 if MASKED else 50), 5, 3e-3, 3e-4
+STEPS, WARMUP, LR, MIN_LR = (20 if MASKED or PACKED else 50), 5, 3e-3, 3e-4
 BETA1, BETA2, EPS, WD, CLIP = 0.9, 0.95, 1e-8, 0.1, 1.0
 TOL = {"cpu": 1e-3, "cuda": 3e-2}
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +73,21 @@ def batch(tokens, step, micro, mask=None):
     if mask is not None:
         ms = mtparity.batch(mask, SEED, step, micro, MICRO, SEQ, len(tokens))[1]
         ys = [[y if m else -100 for y, m in zip(yr, mr)] for yr, mr in zip(ys, ms)]
+    if PACKED:  # no document predicted from the one before: the eot's target is dropped
+        ys = [[-100 if x == EOT else y for x, y in zip(xr, yr)] for xr, yr in zip(xs, ys)]
     return torch.tensor(xs), torch.tensor(ys)
+
+
+def documents(row):
+    """[start, end) of each document of a window row: each ends after an EOT, the last at T."""
+    spans, start = [], 0
+    for t, x in enumerate(row.tolist()):
+        if x == EOT:
+            spans.append((start, t + 1))
+            start = t + 1
+    if start < len(row):
+        spans.append((start, len(row)))
+    return spans
 
 
 def text_mask(tokens):
@@ -126,15 +147,19 @@ def torch_curve(model, tokens, mask=None):
                 p.copy_(m.bfloat16().float())
         model.zero_grad(set_to_none=True)
         total = 0.0
-        if mask is not None:  # the step's targets, every micro-batch's
+        if mask is not None or PACKED:  # the step's targets, every micro-batch's
             n = sum(int((batch(tokens, s, m, mask)[1] >= 0).sum()) for m in range(MICROS))
         for micro in range(MICROS):
             x, y = batch(tokens, s, micro, mask)
-            logits = model(input_ids=x).logits.float()
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), reduction="sum",
-                                   ignore_index=-100)
-            total += loss.item()
-            (loss / n).backward()
+            # packed: every document alone, positions from 0; else the whole window
+            pieces = ([(x[r:r + 1, a:b], y[r:r + 1, a:b]) for r in range(MICRO)
+                       for a, b in documents(x[r])] if PACKED else [(x, y)])
+            for xp, yp in pieces:
+                logits = model(input_ids=xp).logits.float()
+                loss = F.cross_entropy(logits.reshape(-1, VOCAB), yp.reshape(-1), reduction="sum",
+                                       ignore_index=-100)
+                total += loss.item()
+                (loss / n).backward()
         losses.append(total / n)
         for p, m in zip(params, master):
             m.grad = p.grad.detach().clone()
@@ -149,8 +174,9 @@ def torch_curve(model, tokens, mask=None):
 def our_curve(build, work, backend):
     """mtrun -np 3 for STEPS steps: the per-step losses, or None when the backend is missing."""
     cfg = os.path.join(work, f"{backend}.cfg")
-    data = (f'data = {{ path = "{TEXT}"; val_path = "{TEXT}"; }};\n' if not MASKED else
-            'data = { path = "masked.bin"; val_path = "masked.bin"; format = "tokens"; };\n')
+    pack = f'pack = "documents"; eot = {EOT}; ' if PACKED else ""
+    data = (f'data = {{ path = "{TEXT}"; val_path = "{TEXT}"; {pack}}};\n' if not MASKED else
+            f'data = {{ path = "masked.bin"; val_path = "masked.bin"; format = "tokens"; {pack}}};\n')
     with open(cfg, "w") as f:
         f.write(f'model_dir = "model";\n' + data +
                 f"batch = {{ micro_batch = {MICRO}; micro_batches = {MICROS}; seq_len = {SEQ}; }};\n"
@@ -193,9 +219,11 @@ def main():
             for s, (a, b, r) in enumerate(zip(ours, ref, rel)):
                 print(f"{s + 1:4d}  {a:.15f}  {b:.15f}  {r:.2e}")
             worst = max(rel)
-            ok = worst < TOL[backend] and (not MASKED or backend != "cpu" or rel[0] < 1e-5)
+            ok = worst < TOL[backend] and (not (MASKED or PACKED) or backend != "cpu" or
+                                           rel[0] < 1e-5)
             failed += not ok
-            print(f"{'PASS' if ok else 'FAIL'}: {backend}{' masked' if MASKED else ''}: "
+            print(f"{'PASS' if ok else 'FAIL'}: {backend}{' masked' if MASKED else ''}"
+                  f"{' packed' if PACKED else ''}: "
                   f"first step {rel[0]:.2e}, {STEPS} steps, loss {ours[0]:.4f} -> "
                   f"{ours[-1]:.4f} (pytorch {ref[0]:.4f} -> {ref[-1]:.4f}), max relative "
                   f"difference {worst:.2e} (< {TOL[backend]:g})", flush=True)

@@ -14,3 +14,7 @@ set_tests_properties(data_e2e PROPERTIES TIMEOUT 600 LABELS "data;e2e")
 add_test(NAME data_masks COMMAND bash ${MT_TEST_DIR}/data_masks.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(data_masks PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "data;e2e")
+# Packed documents: document-masked attention and per-document positions (data_pack.sh).
+add_test(NAME data_pack COMMAND bash ${MT_TEST_DIR}/data_pack.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(data_pack PROPERTIES TIMEOUT 300 LABELS "data;e2e")

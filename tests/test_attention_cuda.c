@@ -173,14 +173,14 @@ static void host_case_init(host_case *c, const shape *s) {
     rand_bf16(c->k, c->kb, c->nkv, 1.0f);
     rand_bf16(c->v, c->vb, c->nkv, 1.0f);
     rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd);
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd, NULL);
     to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
     // The CPU backward accumulates: start from zero.
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
     attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B, s->T,
-                       s->H, s->KV, s->hd);
+                       s->H, s->KV, s->hd, NULL);
 }
 
 static void host_case_free(host_case *c) {

@@ -209,7 +209,7 @@ static double rope_loss(void *p) {
     rope_case *c = p;
     long n = (long)c->B * c->T * c->heads * c->hd;
     memcpy(c->out, c->x, sizeof(float) * n);
-    rope_forward(c->out, c->inv_freq, c->B, c->T, c->heads, c->hd);
+    rope_forward(c->out, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
     return dot_d(c->out, c->R, n);
 }
 
@@ -217,9 +217,9 @@ static void rope_run(void *p, float *o) {
     rope_case *c = p;
     long n = (long)c->B * c->T * c->heads * c->hd;
     memcpy(o, c->x, sizeof(float) * n);
-    rope_forward(o, c->inv_freq, c->B, c->T, c->heads, c->hd);
+    rope_forward(o, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
     memcpy(o + n, c->R, sizeof(float) * n);
-    rope_backward(o + n, c->inv_freq, c->B, c->T, c->heads, c->hd);
+    rope_backward(o + n, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
 }
 
 static void test_rope(void) {
@@ -247,10 +247,39 @@ static void test_rope(void) {
     fwd_check("rope", c.out, ref, n);
 
     float *dx = copy_vec(c.R, n); // in place, so no accumulation to check
-    rope_backward(dx, c.inv_freq, c.B, c.T, c.heads, c.hd);
+    rope_backward(dx, c.inv_freq, c.B, c.T, c.heads, c.hd, NULL);
     fd_check("rope dx", c.x, n, dx, rope_loss, &c);
     det_check("rope fwd+bwd", rope_run, &c, 2 * n);
     free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
+}
+
+// Packed documents: RoPE with document starts gives each token, bit for bit, what the plain
+// kernel gives it at its position in its document (the document moved to a row of its own).
+static void test_rope_documents(void) {
+    enum { T = 9, heads = 2, hd = 8 };
+    static const int32_t doc[T] = {0, 0, 0, 3, 4, 4, 4, 4, 8}; // lengths 3, 1, 4 and 1
+    long n = (long)T * heads * hd;
+    float *x = rand_vec(n), *got = copy_vec(x, n), *alone = calloc((size_t)T * n, sizeof(float));
+    float inv_freq[hd / 2];
+    rope_inv_freq(inv_freq, hd, 10000.0f);
+    rope_forward(got, inv_freq, 1, T, heads, hd, doc);
+    // row t of `alone` holds token t's document at positions 0.., then zeros
+    for (int t = 0; t < T; t++)
+        for (int u = doc[t]; u <= t; u++)
+            memcpy(alone + ((long)t * T + u - doc[t]) * heads * hd, x + (long)u * heads * hd,
+                   sizeof(float) * heads * hd);
+    rope_forward(alone, inv_freq, T, T, heads, hd, NULL);
+    double err = 0.0;
+    for (int t = 0; t < T; t++)
+        for (long i = 0; i < heads * hd; i++)
+            err = fmax(err, fabs(got[(long)t * heads * hd + i] -
+                                 alone[((long)t * T + t - doc[t]) * heads * hd + i]));
+    report(err == 0.0, "forward", "rope documents = each alone", err);
+    rope_backward(got, inv_freq, 1, T, heads, hd, doc); // and back: the rotation undone
+    err = 0.0;
+    for (long i = 0; i < n; i++) err = fmax(err, fabs(got[i] - x[i]));
+    report(err < 1e-5, "backward", "rope documents undone", err);
+    free(x), free(got), free(alone);
 }
 
 // Llama 3.1 8B's rope_scaling on its table (head dim 128, theta 500000): against the formula in
@@ -290,11 +319,12 @@ static void test_rope_llama3(void) {
 typedef struct {
     int B, T, H, KV, hd;
     float *q, *k, *v, *R, *out, *lse;
+    const int32_t *doc; // packed documents' starts [B, T], or NULL
 } attn_case;
 
 static double attn_loss(void *p) {
     attn_case *c = p;
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd);
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd, c->doc);
     return dot_d(c->out, c->R, (long)c->B * c->T * c->H * c->hd);
 }
 
@@ -303,12 +333,13 @@ static void attn_run(void *p, float *o) {
     long nq = (long)c->B * c->T * c->H * c->hd, nkv = (long)c->B * c->T * c->KV * c->hd;
     float *out = o, *lse = out + nq, *dq = lse + (long)c->B * c->H * c->T;
     float *dk = dq + nq, *dv = dk + nkv;
-    attention_forward(out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd);
-    attention_backward(dq, dk, dv, c->R, out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV,
-                       c->hd);
+    attention_forward(out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd, c->doc);
+    attention_backward(dq, dk, dv, c->R, out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd,
+                       c->doc);
 }
 
-// Naive reference: the full T x T score matrix per (b, h), in double.
+// Naive reference: the full T x T score matrix per (b, h), in double; keys before the query's
+// document are masked like those after it.
 static void attn_reference(const attn_case *c, double *ref) {
     int T = c->T, H = c->H, KV = c->KV, hd = c->hd;
     double *s = malloc(sizeof(double) * T);
@@ -321,6 +352,7 @@ static void attn_reference(const attn_case *c, double *ref) {
                 for (int j = 0; j < T; j++) {
                     s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
                     if (j > t) s[j] = -INFINITY; // causal mask
+                    if (c->doc && j < c->doc[(long)b * T + t]) s[j] = -INFINITY;
                     m = fmax(m, s[j]);
                 }
                 for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
@@ -336,8 +368,10 @@ static void attn_reference(const attn_case *c, double *ref) {
     free(s);
 }
 
-static void test_attention(void) {
-    attn_case c = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8};
+// doc: the rows' document starts, or NULL (one causal document a row); what names the checks.
+static void test_attention(const int32_t *doc, const char *what) {
+    attn_case c = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc = doc};
+    char name[96];
     long nq = (long)c.B * c.T * c.H * c.hd, nkv = (long)c.B * c.T * c.KV * c.hd;
     c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
     c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.B * c.H * c.T);
@@ -346,17 +380,23 @@ static void test_attention(void) {
     double *ref = malloc(sizeof(double) * nq);
     attn_reference(&c, ref);
     attn_loss(&c);
-    fwd_check("attention (naive T x T)", c.out, ref, nq);
+    snprintf(name, sizeof name, "attention%s (naive T x T)", what);
+    fwd_check(name, c.out, ref, nq);
 
     float *pq = rand_vec(nq), *pk = rand_vec(nkv), *pv = rand_vec(nkv);
     float *dq = copy_vec(pq, nq), *dk = copy_vec(pk, nkv), *dv = copy_vec(pv, nkv);
-    attention_backward(dq, dk, dv, c.R, c.out, c.lse, c.q, c.k, c.v, c.B, c.T, c.H, c.KV, c.hd);
+    attention_backward(dq, dk, dv, c.R, c.out, c.lse, c.q, c.k, c.v, c.B, c.T, c.H, c.KV, c.hd,
+                       doc);
     float *gq = grad_delta(dq, pq, nq), *gk = grad_delta(dk, pk, nkv);
     float *gv = grad_delta(dv, pv, nkv);
-    fd_check("attention dq", c.q, nq, gq, attn_loss, &c);
-    fd_check("attention dk", c.k, nkv, gk, attn_loss, &c);
-    fd_check("attention dv", c.v, nkv, gv, attn_loss, &c);
-    det_check("attention fwd+bwd", attn_run, &c, 2 * nq + 2 * nkv + c.B * c.H * c.T);
+    snprintf(name, sizeof name, "attention%s dq", what);
+    fd_check(name, c.q, nq, gq, attn_loss, &c);
+    snprintf(name, sizeof name, "attention%s dk", what);
+    fd_check(name, c.k, nkv, gk, attn_loss, &c);
+    snprintf(name, sizeof name, "attention%s dv", what);
+    fd_check(name, c.v, nkv, gv, attn_loss, &c);
+    snprintf(name, sizeof name, "attention%s fwd+bwd", what);
+    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.B * c.H * c.T);
     free(ref), free(pq), free(pk), free(pv), free(dq), free(dk), free(dv);
     free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
         free(c.lse);
@@ -537,7 +577,11 @@ int main(void) {
     test_rmsnorm();
     test_rope();
     test_rope_llama3();
-    test_attention();
+    test_rope_documents();
+    test_attention(NULL, "");
+    // two rows of packed documents: lengths 3, 1, 3, then 1, 6 (a length-1 document first)
+    static const int32_t doc[2 * 7] = {0, 0, 0, 3, 4, 4, 4, 0, 1, 1, 1, 1, 1, 1};
+    test_attention(doc, " documents");
     test_swiglu();
     test_linear(0);
     test_linear(1);

@@ -283,10 +283,10 @@ static void test_rope(int B, int T, int heads, int hd) {
         float *x = rand_bf16_vec(ne, 2.0f), *ref = copy_vec(x, ne);
         bf16 *dx = dev_bf16(x, ne);
         if (dir == 0) {
-            rope_forward(ref, inv_freq, B, T, heads, hd);
+            rope_forward(ref, inv_freq, B, T, heads, hd, NULL);
             cuda_rope_forward(dx, d_freq, B, T, heads, hd, 0);
         } else {
-            rope_backward(ref, inv_freq, B, T, heads, hd);
+            rope_backward(ref, inv_freq, B, T, heads, hd, NULL);
             cuda_rope_backward(dx, d_freq, B, T, heads, hd, 0);
         }
         check_close(label("rope %s B=%d T=%d heads=%d hd=%d", dir ? "bwd" : "fwd", B, T, heads, hd),

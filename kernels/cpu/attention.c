@@ -4,6 +4,10 @@
 //
 // Layouts: q, out, dq: [B, T, H, hd]; k, v, dk, dv: [B, T, KV, hd]; lse: [B, H, T].
 // Query head h reads kv head h / (H / KV).
+//
+// Packed documents (data.pack): doc_start[b * T + t] is the position in row b where token t's
+// document starts, and the query attends to keys doc_start..t only; NULL: every row is one
+// document from position 0 (plain causal attention, the same arithmetic).
 #include "kernels/cpu/kernels_cpu.h"
 
 #include <math.h>
@@ -12,7 +16,18 @@
 typedef struct {
     int B, T, H, KV, hd;
     float scale;
+    const int32_t *doc_start; // [B, T] or NULL
 } attn_dims;
+
+// The first key query t of row b attends to.
+static int first_key(const attn_dims *d, int b, int t) {
+    return d->doc_start ? d->doc_start[(long)b * d->T + t] : 0;
+}
+
+// Whether query t of row b attends to key j <= t (t and j in the same document).
+static int attends(const attn_dims *d, int b, int t, int j) {
+    return !d->doc_start || d->doc_start[(long)b * d->T + t] <= j;
+}
 
 static float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
@@ -49,13 +64,14 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
     int kvh = h / (d->H / d->KV), hd = d->hd;
     const float *qt = q + qoff(d, b, t, h);
     float m = -INFINITY;
-    for (int j = 0; j <= t; j++) {
+    int j0 = first_key(d, b, t);
+    for (int j = j0; j <= t; j++) {
         s[j] = dot(qt, k + kvoff(d, b, j, kvh), hd) * d->scale;
         if (s[j] > m) m = s[j];
     }
     float l = 0.0f;
     for (int i = 0; i < hd; i++) acc[i] = 0.0f;
-    for (int j = 0; j <= t; j++) {
+    for (int j = j0; j <= t; j++) {
         float p = expf(s[j] - m);
         l += p;
         axpy(acc, p, v + kvoff(d, b, j, kvh), hd);
@@ -66,8 +82,8 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int hd) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd)};
+                       int B, int T, int H, int KV, int hd, const int32_t *doc_start) {
+    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
     long rows = (long)B * H * T;
 #pragma omp parallel
     {
@@ -99,7 +115,7 @@ static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *do
     float Dt = dot(gt, out + qo, hd);
     D[lo] = Dt;
     for (int i = 0; i < hd; i++) acc[i] = 0.0f;
-    for (int j = 0; j <= t; j++) {
+    for (int j = first_key(d, b, t); j <= t; j++) {
         const float *kj = k + kvoff(d, b, j, kvh), *vj = v + kvoff(d, b, j, kvh);
         float p = attn_prob(d, qt, kj, lse[lo]);
         axpy(acc, p * (dot(gt, vj, hd) - Dt), kj, hd);
@@ -108,7 +124,7 @@ static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *do
 }
 
 // Pass 2, per key row (b, kvh, j): the sums over the group's query heads (in head order) and
-// over the queries t >= j (in position order) that attend to key j:
+// over the queries t >= j of key j's document (in position order), which attend to it:
 // dv_j += sum p_tj * dout_t and dk_j += scale * sum p_tj * (dout_t . v_j - Dt) * q_t.
 static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *dout,
                          const float *lse, const float *D, const float *q, const float *k,
@@ -118,7 +134,7 @@ static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *
     const float *kj = k + ko, *vj = v + ko;
     for (int i = 0; i < hd; i++) acck[i] = accv[i] = 0.0f;
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        for (int t = j; t < d->T; t++) {
+        for (int t = j; t < d->T && attends(d, b, t, j); t++) {
             long qo = qoff(d, b, t, h), lo = lseoff(d, b, h, t);
             const float *qt = q + qo, *gt = dout + qo;
             float p = attn_prob(d, qt, kj, lse[lo]);
@@ -134,8 +150,8 @@ static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *
 // row. This recomputes the probabilities twice but needs no atomics and no T x T storage.
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                         const float *lse, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int KV, int hd) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd)};
+                        int T, int H, int KV, int hd, const int32_t *doc_start) {
+    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
     long qrows = (long)B * H * T, kvrows = (long)B * KV * T;
     float *D = xmalloc(sizeof(float) * qrows);
 #pragma omp parallel

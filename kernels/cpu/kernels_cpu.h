@@ -22,23 +22,27 @@ void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float 
                       const float *weight, const float *rstd, int n, int dim);
 
 // rope.c: rotary embedding, Hugging Face "rotate_half" convention (pairs i and i + hd/2),
-// applied in place to x[B, T, heads, head_dim]; the position of row (b, t) is t.
+// applied in place to x[B, T, heads, head_dim]; the position of row (b, t) is t, or with packed
+// documents t - doc_start[b * T + t] (doc_start NULL: t).
 // inv_freq[head_dim/2] comes from rope_inv_freq(), rescaled in place by rope_llama3_scale() for
 // Llama 3.1's rope_scaling (runtime/model/model.c's model_rope_inv_freq() picks).
 void rope_inv_freq(float *inv_freq, int head_dim, float theta);
 void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_freq_factor,
                        double high_freq_factor, double orig_ctx);
-void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim);
-void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim);
+void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
+                  const int32_t *doc_start);
+void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
+                   const int32_t *doc_start);
 
 // attention.c: causal grouped-query attention with scale 1/sqrt(head_dim).
 // q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse: [B, H, T] log-sum-exp of each softmax row,
-// kept for the backward. Memory is O(T) per row: no T x T matrix is stored.
+// kept for the backward. Memory is O(T) per row: no T x T matrix is stored. doc_start[B, T]
+// (packed documents): query t attends to keys doc_start[b * T + t]..t only; NULL: 0..t.
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int hd);
+                       int B, int T, int H, int KV, int hd, const int32_t *doc_start);
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                         const float *lse, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int KV, int hd);
+                        int T, int H, int KV, int hd, const int32_t *doc_start);
 
 // swiglu.c: out = silu(gate) * up, elementwise over n elements.
 void swiglu_forward(float *out, const float *gate, const float *up, long n);

@@ -52,14 +52,16 @@ static float *rope_table(const float *inv_freq, int T, int head_dim) {
 }
 
 // Rotate every head of every row by +angle (sign = 1) or -angle (sign = -1). The rotation is
-// orthogonal, so the backward is the forward with the angle negated.
+// orthogonal, so the backward is the forward with the angle negated. A token's position is its
+// index in the row, or with packed documents its index in its document (t - doc_start[row]).
 static void rope_apply(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
-                       float sign) {
+                       float sign, const int32_t *doc_start) {
     int half = head_dim / 2;
     float *cs = rope_table(inv_freq, T, head_dim);
 #pragma omp parallel for schedule(static)
     for (long row = 0; row < (long)B * T; row++) {
-        const float *c = cs + (row % T) * head_dim, *s = c + half;
+        long pos = row % T - (doc_start ? doc_start[row] : 0);
+        const float *c = cs + pos * head_dim, *s = c + half;
         for (int h = 0; h < heads; h++) {
             float *x1 = x + (row * heads + h) * head_dim, *x2 = x1 + half;
             for (int i = 0; i < half; i++) {
@@ -72,10 +74,12 @@ static void rope_apply(float *x, const float *inv_freq, int B, int T, int heads,
     free(cs);
 }
 
-void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim) {
-    rope_apply(x, inv_freq, B, T, heads, head_dim, 1.0f);
+void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
+                  const int32_t *doc_start) {
+    rope_apply(x, inv_freq, B, T, heads, head_dim, 1.0f, doc_start);
 }
 
-void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim) {
-    rope_apply(dx, inv_freq, B, T, heads, head_dim, -1.0f);
+void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
+                   const int32_t *doc_start) {
+    rope_apply(dx, inv_freq, B, T, heads, head_dim, -1.0f, doc_start);
 }

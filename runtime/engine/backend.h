@@ -30,8 +30,10 @@ typedef struct {
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes);
     void (*upload)(backend *b, void *dst, const void *host_src, size_t bytes);
     void (*download)(backend *b, void *host_dst, const void *src, size_t bytes); // waits
-    // The step's tokens for `count` micro-batches, each [B * T], from host memory.
-    void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets, int count);
+    // The step's tokens for `count` micro-batches, each [B * T], from host memory; doc_start
+    // (data.pack "documents"): where each token's document starts in its row, or NULL.
+    void (*load_tokens)(backend *b, const int32_t *inputs, const int32_t *targets,
+                        const int32_t *doc_start, int count);
     void (*embed_forward)(backend *b, float *out, const void *table, int m);
     void (*embed_backward)(backend *b, float *dtable, const float *dout, int m);
     // Kept activations: room for up to `wanted` layer internals (one layer over one
@@ -40,13 +42,13 @@ typedef struct {
     // Room for `slots` attention outputs (att_ref); returns how many it reserved.
     int (*attention_reserve)(backend *b, int slots);
     // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
-    void (*layer_forward)(backend *b, const void *w, const float *x, float *out, int keep,
+    void (*layer_forward)(backend *b, int m, const void *w, const float *x, float *out, int keep,
                           att_ref att);
     // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
     // them from x (attention's output from att when it is ready). All give the same bits. dx
     // may be dout: a token's dx depends on its own dout only, read before it is written.
-    void (*layer_backward)(backend *b, const void *w, float *dw, const float *x, const float *dout,
-                           float *dx, int keep, att_ref att);
+    void (*layer_backward)(backend *b, int m, const void *w, float *dw, const float *x,
+                           const float *dout, float *dx, int keep, att_ref att);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
     // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
     void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,

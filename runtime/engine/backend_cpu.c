@@ -20,6 +20,8 @@ struct backend {
     int n_att;
     float *tmp, *xf, *dxf, *rstd_f;
     int32_t *inputs, *targets;
+    int32_t *doc_start; // [M * n] with data.pack "documents"; packed: this batch has them
+    int packed;
     double loss;
 };
 
@@ -42,9 +44,18 @@ static int tokens(const backend *b) {
     return b->B * b->T;
 }
 
-static void cpu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
+static void cpu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets,
+                            const int32_t *doc_start, int count) {
     memcpy(b->inputs, inputs, sizeof(int32_t) * count * tokens(b));
     memcpy(b->targets, targets, sizeof(int32_t) * count * tokens(b));
+    b->packed = doc_start != NULL;
+    if (doc_start) memcpy(b->doc_start, doc_start, sizeof(int32_t) * count * tokens(b));
+}
+
+// Micro-batch m's document starts for the layer's RoPE and attention, or NULL.
+static layer_scratch *for_micro(backend *b, layer_scratch *s, int m) {
+    s->doc_start = b->packed ? b->doc_start + (size_t)m * tokens(b) : NULL;
+    return s;
 }
 
 static void cpu_embed_forward(backend *b, float *out, const void *table, int m) {
@@ -94,27 +105,27 @@ static void put_back(layer_scratch *s, float *att, float *lse) {
     s->att = att, s->lse = lse;
 }
 
-static void cpu_layer_forward(backend *b, const void *w, const float *x, float *out, int keep,
-                              att_ref att) {
+static void cpu_layer_forward(backend *b, int m, const void *w, const float *x, float *out,
+                              int keep, att_ref att) {
     layer_params p;
     layer_params_bind(&p, b->c, (float *)w);
     if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
-    layer_scratch *s = internals(b, keep);
+    layer_scratch *s = for_micro(b, internals(b, keep), m);
     float *own_att = s->att, *own_lse = s->lse;
     layer_forward(b->c, &p, with_attention(b, s, att), x, out, att.slot >= 0 && att.ready);
     put_back(s, own_att, own_lse);
 }
 
-static void cpu_layer_backward(backend *b, const void *w, float *dw, const float *x,
+static void cpu_layer_backward(backend *b, int m, const void *w, float *dw, const float *x,
                                const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
     layer_params_bind(&p, b->c, (float *)w);
     layer_params_bind(&dp, b->c, dw);
     if (keep >= 0) {
-        layer_backward(b->c, &p, &dp, b->kept[keep], x, dout, dx);
+        layer_backward(b->c, &p, &dp, for_micro(b, b->kept[keep], m), x, dout, dx);
         return;
     }
-    layer_scratch *s = b->scratch;
+    layer_scratch *s = for_micro(b, b->scratch, m);
     float *own_att = s->att, *own_lse = s->lse;
     layer_forward(b->c, &p, with_attention(b, s, att), x, b->tmp, att.slot >= 0);
     layer_backward(b->c, &p, &dp, s, x, dout, dx);
@@ -166,7 +177,7 @@ static void cpu_destroy(backend *b) {
     for (int i = 0; i < b->n_att; i++) free(b->att[i]), free(b->lse[i]);
     free(b->att), free(b->lse);
     free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
-    free(b->inputs), free(b->targets);
+    free(b->inputs), free(b->targets), free(b->doc_start);
     free(b);
 }
 
@@ -194,6 +205,7 @@ backend *backend_cpu_new(const mt_config *c) {
     b->rstd_f = cpu_alloc(b, sizeof(float) * n);
     b->inputs = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     b->targets = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
+    if (mt_packs_documents(c)) b->doc_start = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     return b;
 }
 

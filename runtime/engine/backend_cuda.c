@@ -34,7 +34,9 @@ static void cu_download(backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
 
-static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets, int count) {
+static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets,
+                           const int32_t *doc_start, int count) {
+    (void)doc_start; // refused at backend_cuda_new
     size_t bytes = sizeof(int32_t) * count * tokens(b);
     CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
@@ -323,6 +325,10 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
+    if (mt_packs_documents(c))
+        mt_die("%s: data.pack \"documents\": the CUDA attention kernels do not mask documents "
+               "yet; train packed documents with backend = \"cpu\"",
+               c->source_path);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

@@ -275,7 +275,9 @@ static void engine_init(engine *e) {
     keep_attention(e);
     e->inputs = calloc(M * e->n, sizeof(int32_t));
     e->targets = calloc(M * e->n, sizeof(int32_t));
-    if (!e->inputs || !e->targets) mt_die("out of memory");
+    if (mt_packs_documents(c)) e->doc_start = calloc(M * e->n, sizeof(int32_t));
+    if (!e->inputs || !e->targets || (mt_packs_documents(c) && !e->doc_start))
+        mt_die("out of memory");
     micro_sums_init(e, layer, head, emb);
 }
 
@@ -298,6 +300,7 @@ static void engine_free(engine *e) {
     dataset_close(&e->data);
     free(e->inputs);
     free(e->targets);
+    free(e->doc_start);
     free(e->passes);
     free(e->att_of);
 }

@@ -65,10 +65,11 @@ static void attention_part(const mt_config *c, const layer_params *w, layer_scra
         linear_forward(s->k + (size_t)t0 * KV, s->n1 + d, w->wk, w->bk, rows, D, KV);
         linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
     }
-    rope_forward(s->q, s->inv_freq, B, T, c->heads, hd);
-    rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd);
+    rope_forward(s->q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
+    rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
     if (!have_att)
-        attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd);
+        attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd,
+                          s->doc_start);
 }
 
 // One chunk of h = x + o(att) and out = h + down(swiglu(gate(n2), up(n2))).
@@ -142,9 +143,9 @@ void layer_backward(const mt_config *c, const layer_params *w, const layer_param
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
     attention_backward(s->d_q, s->d_k, s->d_v, s->d_att, s->att, s->lse, s->q, s->k, s->v, B, T,
-                       c->heads, c->kv_heads, hd);
-    rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd);
-    rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd);
+                       c->heads, c->kv_heads, hd, s->doc_start);
+    rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
+    rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
     for (int t0 = 0; t0 < n; t0 += chunk)
         qkv_backward(c, w, dw, s, x, dx, t0, mt_chunk_rows(n, t0, chunk));
 }

@@ -101,8 +101,9 @@ static void mlp_inputs(backend *b, const layer_w *w, const float *x, const layer
 }
 
 // With its attention output at hand a pass needs no q, k or v: only the MLP block is run.
-void cu_layer_forward(backend *b, const void *wbuf, const float *x, float *out, int keep,
+void cu_layer_forward(backend *b, int m, const void *wbuf, const float *x, float *out, int keep,
                       att_ref att) {
+    (void)m; // one micro-batch's layout is every micro-batch's: no packed documents here
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
     layer_saved with, *a = internals(b, keep, att, &with);
@@ -176,8 +177,9 @@ static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const b
 // internals come from slot `keep`, or are recomputed from x: attention's for the whole
 // micro-batch, the rest chunk by chunk as the backward reaches it (the same kernels on the
 // same inputs: the same bits as the forward's).
-void cu_layer_backward(backend *b, const void *wbuf, float *dwbuf, const float *x,
+void cu_layer_backward(backend *b, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att) {
+    (void)m;
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
     layer_g g = bind_g(b, dwbuf);

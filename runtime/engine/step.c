@@ -121,7 +121,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     const mt_config *c = e->c;
     fetch_async(&e->xfer, &e->emb, 0, version);
     if (!e->ops->async) fetch_next(e, -1, version); // as in the loop below
-    e->ops->load_tokens(e->be, e->inputs, e->targets, M);
+    e->ops->load_tokens(e->be, e->inputs, e->targets, e->doc_start, M);
     fetch_wait(&e->emb);
     span_begin(e, "embed", -1);
     for (int m = 0; m < M; m++) e->ops->embed_forward(e->be, act(e, 0, m), e->emb.dst, m);
@@ -139,7 +139,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         if (keep) act_wait(e, l + 1);
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
-            e->ops->layer_forward(e->be, w->dst, act(e, in, m), act(e, out, m),
+            e->ops->layer_forward(e->be, m, w->dst, act(e, in, m), act(e, out, m),
                                   keep ? keep_slot(e, l, m) : -1,
                                   keep ? attention_of(e, l, m, 0) : ATT_NONE);
         span_end(e, "fwd", l);
@@ -198,7 +198,7 @@ static void redo_forward(engine *e, const weight_buffer *w, int l) {
     act_wait(e, l);
     span_begin(e, "redo", l);
     for (int m = 0; m < e->c->micro_batches; m++)
-        e->ops->layer_forward(e->be, w->dst, act(e, l, m), act(e, l + 1, m), -1,
+        e->ops->layer_forward(e->be, m, w->dst, act(e, l, m), act(e, l + 1, m), -1,
                               attention_of(e, l, m, 1));
     span_end(e, "redo", l);
 }
@@ -217,7 +217,7 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
         float *dw = micro_grads(e, gb->src, MICRO_LAYER, m, numel, 1);
-        e->ops->layer_backward(e->be, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
+        e->ops->layer_backward(e->be, m, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
                                keep_slot(e, l, m), // in place: no second residual buffer
                                attention_of(e, l, m, 1));
     }
@@ -320,8 +320,12 @@ static void load_batches(engine *e, int split, int64_t step, int first, int M) {
     int global = c->micro_batches * e->job->nodes;
     for (int m = 0; m < M; m++) {
         int i = first + m;
+        size_t at = (size_t)m * e->n;
         dataset_batch(&e->data, split, c->seed, step + i / global, i % global, c->micro_batch,
-                      c->seq_len, e->inputs + (size_t)m * e->n, e->targets + (size_t)m * e->n);
+                      c->seq_len, e->inputs + at, e->targets + at);
+        if (e->doc_start)
+            dataset_pack_documents(c->data_eot, c->micro_batch, c->seq_len, e->inputs + at,
+                                   e->targets + at, e->doc_start + at);
     }
 }
 
@@ -434,7 +438,7 @@ double eval_loss(engine *e, int64_t version) {
 static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len, float *logits) {
     const mt_config *c = e->c;
     e->ops->set_shape(e->be, 1, len);
-    e->ops->load_tokens(e->be, ctx, ctx, 1);
+    e->ops->load_tokens(e->be, ctx, ctx, NULL, 1);
     fetch_async(&e->xfer, &e->emb, 0, version);
     fetch_wait(&e->emb);
     e->ops->embed_forward(e->be, act(e, 0, 0), e->emb.dst, 0);
@@ -442,7 +446,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
         weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
-        e->ops->layer_forward(e->be, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1,
+        e->ops->layer_forward(e->be, 0, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1,
                               ATT_NONE);
         buffer_done(w);
     }

@@ -45,6 +45,7 @@ struct engine {
     int n_passes;
     float *dres;               // [M * n * D]: gradient flowing back through the residual stream
     int32_t *inputs, *targets; // host, [M * n]
+    int32_t *doc_start;        // data.pack "documents": each token's document start, or NULL
     int kept;                  // (layer, micro-batch) pairs whose internals the backend keeps
     // Attention outputs kept from the forward (keep_attention): att_of[l * M + m] is pair (l, m)'s
     // slot of the backend's, or -1; plan_attention_order says which pairs have one.

@@ -368,6 +368,20 @@ static void mask_targets(const data_shard *shards, int nshards, size_t o, int co
     }
 }
 
+void dataset_pack_documents(int eot, int rows, int T, const int32_t *inputs, int32_t *targets,
+                            int32_t *doc_start) {
+    for (int r = 0; r < rows; r++) {
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)r * T + t;
+            doc_start[i] = start;
+            if (inputs[i] != eot) continue;
+            targets[i] = -1;
+            start = t + 1;
+        }
+    }
+}
+
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets) {
     const data_shard *shards = ds->shards;

@@ -67,6 +67,12 @@ void dataset_close(dataset *ds);
 // whichever stream holds the split.
 void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, int micro, int rows,
                    int T, int32_t *inputs, int32_t *targets);
+// data.pack "documents": the rows cut into documents, each ending at an `eot` token:
+// doc_start[r * T + t] is where token t's document starts in row r (the row's first document
+// starts at 0, wherever the window fell), and an eot's target (the next document's first
+// token) becomes -1, for no document is predicted from another.
+void dataset_pack_documents(int eot, int rows, int T, const int32_t *inputs, int32_t *targets,
+                            int32_t *doc_start);
 
 // ---- Hugging Face weights: safetensors in (each optimizer rank reads its slices), and out ----
 

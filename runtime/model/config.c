@@ -250,6 +250,16 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);
+    if (strcmp(c->data_pack, "documents") == 0 && c->data_eot < 0)
+        return source_fail(x, LINE("data.pack"), "data.pack",
+                           "\"documents\" needs data.eot, the token id that ends a document");
+    if (strcmp(c->data_pack, "documents") == 0 && strcmp(c->backend, "cuda") == 0)
+        return source_fail(x, LINE("data.pack"), "data.pack",
+                           "\"documents\" is not available on the CUDA backend yet (its "
+                           "attention kernels do not mask documents); use backend = \"cpu\"");
+    if (c->data_eot >= c->vocab)
+        return source_fail(x, LINE("data.eot"), "data.eot", "%d is not below model.vocab = %d",
+                           c->data_eot, c->vocab);
     if (c->min_lr > c->lr)
         return source_fail(x, LINE("optimizer.min_lr"), "optimizer.min_lr",
                            "%g is above optimizer.lr = %g", c->min_lr, c->lr);

@@ -42,6 +42,10 @@ const field_t config_schema[] = {
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
     // evaluation reads this file (glob, folder) in data.format instead of data.path's tail
     STR("data.val_path", val_path, 0, "", NULL),
+    // "documents": the windows are cut into documents at data.eot; each attends only to itself
+    // and its RoPE positions start at 0 (docs/data-format.md)
+    STR("data.pack", data_pack, 0, "none", "none|documents"),
+    INT("data.eot", data_eot, -1, 1 << 24, 0, -1), // the token that ends a document; -1: none
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
     INT("batch.seq_len", seq_len, 1, 1 << 21, REQUIRED, 0), // the kernels' grids allow 4M

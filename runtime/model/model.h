@@ -8,6 +8,7 @@
 #include "kernels/adamw.h"
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 // ---- train.cfg: the job description, parsed with libconfig and checked against a schema ----
 
@@ -34,6 +35,8 @@ typedef struct {
     char data_format[16];       // "bytes": raw text, one token per byte (vocab 256)
     double val_fraction;        // tail of the data held out for eval (0 with val_path)
     char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
+    char data_pack[16];         // "documents": document-masked attention, positions per document
+    int data_eot;               // the token that ends a document (data.pack); -1: none
     // batch
     int micro_batch, micro_batches, seq_len;
     int seq_chunk; // tokens per chunk of a layer's token-wise work on the GPU; 0: auto
@@ -114,6 +117,11 @@ int mt_config_check_cuda_nodes(const mt_config *c, int nodes, char *err, size_t 
 int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen);
 
 // Derived quantities.
+// data.pack "documents": document-masked attention and per-document positions.
+static inline int mt_packs_documents(const mt_config *c) {
+    return strcmp(c->data_pack, "documents") == 0;
+}
+
 static inline int mt_head_dim(const mt_config *c) {
     return c->dim / c->heads;
 }

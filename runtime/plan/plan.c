@@ -47,8 +47,9 @@ static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
 // token ids: all fp32 / int32 (the engine's backward writes the residual gradient in place).
 static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
     uint64_t layer = cpu_layer_bytes(c, s) / 4;
-    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2; // tmp, xf, dxf, rstd_f, inv_freq
-    uint64_t tokens = 2 * 2 * s.M * s.n;            // inputs + targets, engine and backend
+    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2;     // tmp, xf, dxf, rstd_f, inv_freq
+    uint64_t tokens = 2 * 2 * s.M * s.n;                // inputs + targets, engine and backend
+    if (mt_packs_documents(c)) tokens += 2 * s.M * s.n; // and the document starts
     return 4 * (layer + head + tokens);
 }
 
