@@ -19,15 +19,15 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 try:
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    import tokenize_check  # its tokenizer trainer and check(); exits 77 without tokenizers
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
-
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-          r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+check = tokenize_check.check
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
            "<|end_header_id|>", "<|eot_id|>", "<s>", "</s>"]
 TEMPLATES = {
@@ -68,26 +68,6 @@ def conversations(with_system):
     return c
 
 
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
-
-
-def train(text_path, out):
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train([text_path], trainer)
-    tok.save(out)
 
 
 def read_shard(path):
@@ -120,7 +100,8 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     tok_json = os.path.join(work, "tokenizer.json")
-    train(os.path.join(src, "data", "tinyshakespeare.txt"), tok_json)
+    tokenize_check.train("llama3", os.path.join(src, "data", "tinyshakespeare.txt"), 1500,
+                         SPECIAL).save(tok_json)
     hf = PreTrainedTokenizerFast(tokenizer_file=tok_json)
     for fmt, tpl in TEMPLATES.items():
         convs = conversations(with_system=(fmt != "mistral"))
@@ -145,7 +126,7 @@ def main():
     check(0 < sum(mask) < len(mask), "qwen2 template: no targets or no context")
     print(f"{'ok  ' if got == want else 'FAIL'} --chat with Qwen2's template (a default system "
           f"message): {len(want)} tokens")
-    if failures:
+    if tokenize_check.failures:
         sys.exit(1)
 
 

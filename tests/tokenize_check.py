@@ -51,7 +51,7 @@ def check(cond, msg):
         print("FAIL:", msg)
 
 
-def train(kind, text_path):
+def train(kind, text_path, vocab_size=2000, specials=("<|endoftext|>",)):
     tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
     if kind == "gpt2":
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -59,7 +59,7 @@ def train(kind, text_path):
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train([text_path], trainer)
