@@ -15,6 +15,8 @@ good='"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "<eot
 echo "{$good}" >"$dir/tok.json"
 echo '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$dir/wordpiece.json"
 echo '{"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": null}' >"$dir/nomerges.json"
+echo "{$good}" | sed 's/"<eot>": 4}/"<eot>": 4, "x": 20000000}/' >"$dir/bigid.json"
+echo "{$good}" | sed 's/"id": 4,/"id": 4e12,/' >"$dir/bigadded.json"
 echo "{$good, \"normalizer\": {\"type\": \"Lowercase\"}}" >"$dir/lower.json"
 printf 'ab ab<eot>b' >"$dir/doc.txt"
 printf '{"text": "ab"}\n{"text": "b"}\n{"text": \n' >"$dir/badline.jsonl"
@@ -51,6 +53,10 @@ expect_error "$dir/wordpiece.json: model type \"WordPiece\" is not supported" \
     -t "$dir/wordpiece.json" "$dir/doc.txt"
 expect_error "$dir/nomerges.json: model has no \"merges\" array" -t "$dir/nomerges.json" "$dir/doc.txt"
 expect_error "$dir/lower.json: normalizer \"Lowercase\" is not supported" -t "$dir/lower.json" "$dir/doc.txt"
+expect_error "$dir/bigid.json: model.vocab: \"x\" has no valid id (0 to 2^24 - 1)" \
+    -t "$dir/bigid.json" "$dir/doc.txt"
+expect_error "$dir/bigadded.json: added_tokens[0] needs a content and an id (0 to 2^24 - 1)" \
+    -t "$dir/bigadded.json" "$dir/doc.txt"
 expect_error "$dir/missing.txt: cannot open" -t "$dir/tok.json" "$dir/missing.txt"
 expect_error "$dir/badline.jsonl:3: not valid JSON" -t "$dir/tok.json" --jsonl "$dir/badline.jsonl"
 expect_error "$dir/nofield.jsonl:2: no string field \"text\"" -t "$dir/tok.json" --jsonl "$dir/nofield.jsonl"

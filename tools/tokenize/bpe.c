@@ -26,6 +26,9 @@ static const char *const KNOWN_PATTERNS[] = {
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
 #define MAX_STAGES 4
+// Token ids stay below 2^24, model.vocab's bound: a table per id (token_bytes) is then small,
+// and an id from a stranger's file cannot ask for gigabytes.
+#define MAX_ID 16777216.0
 #define CACHE_MAX (1u << 20) // words cached before the cache is emptied
 
 // Open-addressing map from a byte string to a uint32 (vocab: token -> id; cache: word ->
@@ -206,8 +209,9 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
 static int load_vocab(bpe *t, const cJSON *vocab, const char *path, char *err, size_t errlen) {
     strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab) + 512);
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= 4294967295.0) {
-            err_set(err, errlen, "%s: model.vocab: \"%s\" has no valid id", path, e->string);
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_ID) {
+            err_set(err, errlen, "%s: model.vocab: \"%s\" has no valid id (0 to 2^24 - 1)", path,
+                    e->string);
             return -1;
         }
         uint32_t id = (uint32_t)e->valuedouble;
@@ -421,9 +425,10 @@ static int load_added(bpe *t, const cJSON *root, const char *path, char *err, si
     for (const cJSON *a = arr ? arr->child : NULL; a; a = a->next) {
         const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, "content"));
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
-        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0) {
-            err_set(err, errlen, "%s: added_tokens[%zu] needs a content and an id", path,
-                    t->nadded);
+        if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 ||
+            id->valuedouble >= MAX_ID) {
+            err_set(err, errlen, "%s: added_tokens[%zu] needs a content and an id (0 to 2^24 - 1)",
+                    path, t->nadded);
             return -1;
         }
         const char *opt = is_true(a, "single_word") ? "single_word"
