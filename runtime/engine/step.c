@@ -379,11 +379,13 @@ double train_step(engine *e, int64_t step) {
     size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(c)];
     stop_if_requested(e, step, 1);
     load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
+    // Counted over nodes here, at the step's start, while no gradient sum is in flight: MPI
+    // runs one thread at a time (MPI_THREAD_SERIALIZED), and the sums run on the copy thread.
+    e->step_targets = count_targets(e, M);
     forward_layers(e, step, M, 1);
     zero_grads(e, &e->head_g, head);
     zero_grads(e, &e->emb_g, emb);
     // Each target's share of the global batch's mean loss; a step without targets trains nothing.
-    e->step_targets = count_targets(e, M);
     float dloss = e->step_targets ? 1.0f / (float)e->step_targets : 0.0f;
     span_begin(e, "head", -1);
     for (int m = 0; m < M; m++) head_pass(e, m, dloss);
