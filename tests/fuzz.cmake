@@ -23,6 +23,7 @@ file(GLOB fuzz_parser_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/base
      ${CMAKE_SOURCE_DIR}/runtime/io/*.c)
 add_library(mt_fuzz_parsers STATIC ${fuzz_parser_sources} ${CMAKE_SOURCE_DIR}/tools/tokenize/bpe.c
                                    ${CMAKE_SOURCE_DIR}/tools/tokenize/chat.c
+                                   ${CMAKE_SOURCE_DIR}/tools/tokenize/strmap.c
                                    ${MT_FUZZ_DIR}/fuzz_scratch.c)
 target_compile_options(mt_fuzz_parsers PRIVATE ${instrument})
 target_link_libraries(mt_fuzz_parsers PUBLIC mt_shm mt_kernels MPI::MPI_C PkgConfig::UCX

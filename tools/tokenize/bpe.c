@@ -6,6 +6,7 @@
 // table, then merge the lowest-rank adjacent pair until none is in the merge list.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tools/tokenize/bpe.h"
+#include "tools/tokenize/strmap.h"
 
 #include <cjson/cJSON.h>
 #include <pcre2.h>
@@ -30,14 +31,6 @@ static const char *const KNOWN_PATTERNS[] = {
 // and an id from a stranger's file cannot ask for gigabytes.
 #define MAX_ID 16777216.0
 #define CACHE_MAX (1u << 20) // words cached before the cache is emptied
-
-// Open-addressing map from a byte string to a uint32 (vocab: token -> id; cache: word ->
-// offset of its ids in the pool).
-typedef struct {
-    char **key;
-    uint32_t *klen, *val;
-    size_t cap, n;
-} strmap;
 
 // Open-addressing map from a pair of ids to (rank, merged id).
 typedef struct {
@@ -75,74 +68,6 @@ struct bpe {
     size_t scratchcap;
 };
 
-static uint64_t hash_bytes(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "mt-tokenize: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void *xrealloc(void *p, size_t sz) {
-    p = realloc(p, sz);
-    if (!p) {
-        fprintf(stderr, "mt-tokenize: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void strmap_init(strmap *m, size_t want) {
-    m->cap = 16;
-    while (m->cap < want * 2) m->cap *= 2;
-    m->key = xcalloc(m->cap, sizeof *m->key);
-    m->klen = xcalloc(m->cap, sizeof *m->klen);
-    m->val = xcalloc(m->cap, sizeof *m->val);
-    m->n = 0;
-}
-
-static void strmap_free(strmap *m) {
-    for (size_t i = 0; m->key && i < m->cap; i++) free(m->key[i]);
-    free(m->key);
-    free(m->klen);
-    free(m->val);
-    memset(m, 0, sizeof *m);
-}
-
-static size_t strmap_slot(const strmap *m, const char *s, size_t n) {
-    size_t i = hash_bytes(s, n) & (m->cap - 1);
-    while (m->key[i] && !(m->klen[i] == n && memcmp(m->key[i], s, n) == 0))
-        i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static int strmap_get(const strmap *m, const char *s, size_t n, uint32_t *val) {
-    size_t i = strmap_slot(m, s, n);
-    if (!m->key[i]) return 0;
-    *val = m->val[i];
-    return 1;
-}
-
-// Caller keeps the load under one half (strmap_init sizes for it; the cache is emptied).
-static void strmap_put(strmap *m, const char *s, size_t n, uint32_t val) {
-    size_t i = strmap_slot(m, s, n);
-    if (!m->key[i]) {
-        m->key[i] = xcalloc(n + 1, 1);
-        memcpy(m->key[i], s, n);
-        m->klen[i] = (uint32_t)n;
-        m->n++;
-    }
-    m->val[i] = val;
-}
-
 static size_t pair_slot(const pairmap *m, uint64_t key) {
     size_t i = (key * 0x9E3779B97F4A7C15ull >> 20) & (m->cap - 1);
     while (m->key[i] != UINT64_MAX && m->key[i] != key) i = (i + 1) & (m->cap - 1);
@@ -159,7 +84,7 @@ static void err_set(char *err, size_t errlen, const char *fmt, ...) {
 void bpe_ids_push(bpe_ids *a, uint32_t id) {
     if (a->n == a->cap) {
         a->cap = a->cap ? a->cap * 2 : 1024;
-        a->ids = xrealloc(a->ids, a->cap * sizeof *a->ids);
+        a->ids = tok_realloc(a->ids, a->cap * sizeof *a->ids);
     }
     a->ids[a->n++] = id;
 }
@@ -196,9 +121,9 @@ static cJSON *read_json(const char *path, char *err, size_t errlen) {
         return NULL;
     }
     size_t cap = 1 << 20, n = 0, r;
-    char *buf = xcalloc(cap, 1);
+    char *buf = tok_calloc(cap, 1);
     while ((r = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += r) == cap) buf = xrealloc(buf, cap *= 2);
+        if ((n += r) == cap) buf = tok_realloc(buf, cap *= 2);
     fclose(f);
     cJSON *j = cJSON_ParseWithLength(buf, n);
     if (!j) err_set(err, errlen, "%s: not valid JSON", path);
@@ -246,10 +171,10 @@ static int load_merges(bpe *t, const cJSON *merges, const char *path, char *err,
     size_t n = (size_t)cJSON_GetArraySize(merges), cap = 16, rank = 0;
     while (cap < n * 2) cap *= 2;
     t->merges.cap = cap;
-    t->merges.key = xcalloc(cap, sizeof(uint64_t));
+    t->merges.key = tok_calloc(cap, sizeof(uint64_t));
     memset(t->merges.key, 0xFF, cap * sizeof(uint64_t));
-    t->merges.rank = xcalloc(cap, sizeof(uint32_t));
-    t->merges.merged = xcalloc(cap, sizeof(uint32_t));
+    t->merges.rank = tok_calloc(cap, sizeof(uint32_t));
+    t->merges.merged = tok_calloc(cap, sizeof(uint32_t));
     char buf[1024];
     for (const cJSON *m = merges->child; m; m = m->next, rank++) {
         const char *a, *b;
@@ -421,7 +346,7 @@ static int load_pretok(bpe *t, const cJSON *root, const char *path, char *err, s
 
 static int load_added(bpe *t, const cJSON *root, const char *path, char *err, size_t errlen) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    t->added = xcalloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *t->added);
+    t->added = tok_calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *t->added);
     for (const cJSON *a = arr ? arr->child : NULL; a; a = a->next) {
         const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, "content"));
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
@@ -453,7 +378,7 @@ static int load_added(bpe *t, const cJSON *root, const char *path, char *err, si
 // A vocab token is byte-level text: one character per byte it stands for. An added token
 // stands for its content.
 static void load_token_bytes(bpe *t) {
-    t->token_bytes = xcalloc(t->vocab_size, sizeof *t->token_bytes);
+    t->token_bytes = tok_calloc(t->vocab_size, sizeof *t->token_bytes);
     for (size_t i = 0; i < t->vocab.cap; i++) {
         if (!t->vocab.key[i]) continue;
         uint32_t chars = 0;
@@ -468,7 +393,7 @@ static void load_token_bytes(bpe *t) {
 bpe *bpe_load(const char *path, unsigned flags, char *err, size_t errlen) {
     cJSON *root = read_json(path, err, errlen);
     if (!root) return NULL;
-    bpe *t = xcalloc(1, sizeof *t);
+    bpe *t = tok_calloc(1, sizeof *t);
     t->can_cut = 1;
     int rc = load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), path, err, errlen);
     if (rc == 0) rc = load_normalizer(root, flags, path, err, errlen);
@@ -526,7 +451,7 @@ int64_t bpe_token_id(const bpe *t, const char *content) {
 static char *scratch(bpe *t, size_t n) {
     if (n > t->scratchcap) {
         t->scratchcap = n * 2;
-        t->scratch = xrealloc(t->scratch, t->scratchcap);
+        t->scratch = tok_realloc(t->scratch, t->scratchcap);
     }
     return t->scratch;
 }
@@ -536,7 +461,7 @@ static char *scratch(bpe *t, size_t n) {
 static int merge_word(bpe *t, const unsigned char *p, size_t n, bpe_ids *out) {
     if (n > t->symcap) {
         t->symcap = n * 2;
-        t->sym = xrealloc(t->sym, t->symcap * sizeof *t->sym);
+        t->sym = tok_realloc(t->sym, t->symcap * sizeof *t->sym);
     }
     uint32_t *s = t->sym;
     for (size_t i = 0; i < n; i++)
@@ -636,7 +561,7 @@ static int encode_segment(bpe *t, const char *p, size_t n, int prefix, bpe_ids *
                           size_t errlen) {
     if (n == 0) return 0;
     if (prefix && t->add_prefix_space && p[0] != ' ') {
-        char *s = xcalloc(n + 1, 1); // own buffer: scratch is used further down
+        char *s = tok_calloc(n + 1, 1); // own buffer: scratch is used further down
         s[0] = ' ';
         memcpy(s + 1, p, n);
         int rc = encode_segment(t, s, n + 1, 0, out, err, errlen);

@@ -7,6 +7,7 @@
 // does, so special tokens are split out exactly as there; the targets are the assistant turns'
 // content and their end-of-turn token.
 #include "tools/tokenize/chat.h"
+#include "tools/tokenize/strmap.h"
 
 #include <libgen.h>
 #include <stdarg.h>
@@ -34,19 +35,10 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
     return -1;
 }
 
-static void *grow(void *p, size_t bytes) {
-    void *q = realloc(p, bytes);
-    if (!q) {
-        fputs("mt-tokenize: out of memory\n", stderr);
-        exit(1);
-    }
-    return q;
-}
-
 static void put(chat_text *c, const char *s, size_t n) {
     if (c->len + n + 1 > c->cap) {
         c->cap = (c->len + n + 1) * 2;
-        c->text = grow(c->text, c->cap);
+        c->text = tok_realloc(c->text, c->cap);
     }
     memcpy(c->text + c->len, s, n);
     c->len += n;
@@ -62,7 +54,7 @@ static void mark(chat_text *c, int start) {
     if (start) {
         if (c->nspan == c->capspan) {
             c->capspan = c->capspan ? 2 * c->capspan : 8;
-            c->span = grow(c->span, sizeof *c->span * (size_t)c->capspan);
+            c->span = tok_realloc(c->span, sizeof *c->span * (size_t)c->capspan);
         }
         c->span[c->nspan][0] = c->span[c->nspan][1] = c->len;
         c->nspan++;
@@ -190,9 +182,9 @@ static char *read_text(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0, r;
-    char *buf = grow(NULL, cap);
+    char *buf = tok_realloc(NULL, cap);
     while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0)
-        if ((n += r) == cap - 1) buf = grow(buf, cap *= 2);
+        if ((n += r) == cap - 1) buf = tok_realloc(buf, cap *= 2);
     fclose(f);
     buf[n] = 0;
     return buf;
@@ -220,7 +212,7 @@ static char *default_system_of(const char *tpl) {
         if (!p || !(end = strstr(p += strlen(heads[i]), "<|im_end|>"))) continue;
         size_t n = (size_t)(end - p);
         if (memchr(p, '{', n) || memchr(p, '\'', n) || memchr(p, '"', n)) continue; // not literal
-        char *s = grow(NULL, n + 1);
+        char *s = tok_realloc(NULL, n + 1);
         memcpy(s, p, n);
         s[n] = 0;
         return s;
