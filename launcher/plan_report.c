@@ -1,23 +1,17 @@
-// The plan as the operator sees it: the host's memory, /dev/shm and lock limit read here, the
-// per-rank table, the GPU and step-time estimates, and the verdict. runtime/plan/plan.c computes
-// the numbers; this file only probes the machine and prints. It makes no CUDA call: mtrun must
-// start on a login node or in a container without the driver; the GPU's free memory comes
-// from nvidia-smi or --gpu-mem (mtrun.c), and the compute rank checks it again with CUDA.
+// The plan as the operator sees it: the per-rank table, the GPU and step-time estimates, and
+// the verdict. runtime/plan/plan.c computes the numbers, host_probe.c reads the machine; this
+// file only prints and judges. It makes no CUDA call: mtrun must start on a login node or in a
+// container without the driver; the GPU's free memory comes from nvidia-smi or --gpu-mem
+// (mtrun.c), and the compute rank checks it again with CUDA.
 #include "launcher/launcher.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"
 
-#include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <numa.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 // ---- formatting ----
 
@@ -60,94 +54,6 @@ static const char *si(char *buf, size_t n, double v) {
     return buf;
 }
 #define SI(x) si((char[24]){0}, 24, (double)(x))
-
-// ---- the machine ----
-
-// A test's override: a plain number of bytes. Anything else is refused like a bad argument: a
-// limit silently ignored would plan against the real machine.
-static int env_bytes(const char *name, uint64_t *v) {
-    const char *s = getenv(name);
-    if (!s || !*s) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (*end || !isdigit((unsigned char)*s) || errno) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s=%s: not a number of bytes (a plain integer)", name, s);
-        mt_put_line(stderr, "mtrun: ", msg);
-        exit(2);
-    }
-    *v = x;
-    return 1;
-}
-
-static void read_meminfo(host_probe *h) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb;
-    while (f && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) h->mem_total = kb * 1024;
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) h->mem_available = kb * 1024;
-    }
-    if (f) fclose(f);
-    h->mem_known = h->mem_available > 0;
-}
-
-// Whether a virtio driver has a device bound: a balloon or virtio-mem device lets a VM's
-// memory grow past what /proc/meminfo shows at the start (some GPU VMs start with a fraction).
-static int virtio_bound(const char *driver) {
-    char path[128];
-    snprintf(path, sizeof path, "/sys/bus/virtio/drivers/%s", driver);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    struct dirent *e;
-    int bound = 0;
-    while ((e = readdir(d)) && !bound) bound = strncmp(e->d_name, "virtio", 6) == 0;
-    closedir(d);
-    return bound;
-}
-
-void host_probe_read(host_probe *h) {
-    memset(h, 0, sizeof *h);
-    read_meminfo(h);
-    // For tests: pretend this much memory is available (or free in /dev/shm).
-    if (env_bytes("MT_PLAN_MEM_LIMIT", &h->mem_available)) h->mem_forced = h->mem_known = 1;
-    struct statvfs st;
-    if (statvfs("/dev/shm", &st) == 0) {
-        h->shm_free = (uint64_t)st.f_bavail * st.f_frsize;
-        h->shm_size = (uint64_t)st.f_blocks * st.f_frsize;
-        h->shm_known = 1;
-    }
-    if (env_bytes("MT_PLAN_SHM_LIMIT", &h->shm_free)) { // an empty /dev/shm of that size
-        h->shm_size = h->shm_free;
-        h->shm_forced = h->shm_known = 1;
-    }
-    struct rlimit rl;
-    h->memlock_unlimited = 1;
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        h->memlock_unlimited = 0;
-        h->memlock = rl.rlim_cur;
-    }
-    h->root = geteuid() == 0; // CAP_IPC_LOCK: the lock limit does not apply
-    h->elastic = !h->mem_forced && (virtio_bound("virtio_balloon") || virtio_bound("virtio_mem"));
-}
-
-int plan_backend_cuda(const mt_config *c) {
-    if (strcmp(c->backend, "cuda") == 0) return 1;
-#ifdef MT_HAVE_CUDA
-    // The driver's device files say whether "auto" will find a GPU, without a CUDA call.
-    if (strcmp(c->backend, "auto") == 0)
-        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
-#endif
-    return 0;
-}
-
-// Cores the compute rank runs on: its NUMA node's share when mpirun binds it, else all.
-int plan_compute_cores(const placement *pl) {
-    if (pl->oversubscribe || pl->numa_nodes < 2) return pl->cores;
-    int per_node = pl->cores / pl->numa_nodes;
-    return per_node > 0 ? per_node : 1;
-}
 
 // ---- the verdict ----
 

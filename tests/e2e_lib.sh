@@ -63,7 +63,12 @@ finish() {
 # job_id NAME: the id of the job whose output is $WORK/NAME.log.
 job_id() { grep -o 'job [0-9a-f]\{32\}' "$WORK/$1.log" | head -n 1 | cut -d' ' -f2; }
 # job_leftovers ID: what job ID left in /dev/shm (its folder and its regions), one per line.
-job_leftovers() { [ -n "$1" ] && ls /dev/shm 2>/dev/null | grep "^mtc-$1"; }
+job_leftovers() {
+    [ -n "$1" ] || return 1
+    local f
+    for f in /dev/shm/mtc-"$1"*; do [ -e "$f" ] && echo "${f#/dev/shm/}"; done
+    return 0
+}
 # no_leftovers NAME: the job of $WORK/NAME.log is known and left nothing in /dev/shm.
 no_leftovers() {
     local id

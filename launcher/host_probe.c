@@ -1,0 +1,159 @@
+// The machine as the plan sees it: memory (/proc/meminfo), /dev/shm, the lock limit, whether
+// the VM's memory may grow, and storage.dir: its free space and the rate of the disk under it,
+// measured once per job with a short O_DIRECT write and read (or given with --disk-bw), so that
+// the step estimate and the break-even tokens per step are the disk's and not an assumption.
+// Tests pretend other sizes with MT_PLAN_MEM_LIMIT, MT_PLAN_SHM_LIMIT and MT_PLAN_DISK_LIMIT.
+#include "launcher/launcher.h"
+#include "runtime/base/base.h"
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+// A test's override: a plain number of bytes. Anything else is refused like a bad argument: a
+// limit silently ignored would plan against the real machine.
+static int env_bytes(const char *name, uint64_t *v) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (*end || !isdigit((unsigned char)*s) || errno) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s=%s: not a number of bytes (a plain integer)", name, s);
+        mt_put_line(stderr, "mtrun: ", msg);
+        exit(2);
+    }
+    *v = x;
+    return 1;
+}
+
+static void read_meminfo(host_probe *h) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) h->mem_total = kb * 1024;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) h->mem_available = kb * 1024;
+    }
+    if (f) fclose(f);
+    h->mem_known = h->mem_available > 0;
+}
+
+// Whether a virtio driver has a device bound: a balloon or virtio-mem device lets a VM's
+// memory grow past what /proc/meminfo shows at the start (some GPU VMs start with a fraction).
+static int virtio_bound(const char *driver) {
+    char path[128];
+    snprintf(path, sizeof path, "/sys/bus/virtio/drivers/%s", driver);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int bound = 0;
+    while ((e = readdir(d)) && !bound) bound = strncmp(e->d_name, "virtio", 6) == 0;
+    closedir(d);
+    return bound;
+}
+
+void host_probe_read(host_probe *h) {
+    memset(h, 0, sizeof *h);
+    read_meminfo(h);
+    // For tests: pretend this much memory is available (or free in /dev/shm).
+    if (env_bytes("MT_PLAN_MEM_LIMIT", &h->mem_available)) h->mem_forced = h->mem_known = 1;
+    struct statvfs st;
+    if (statvfs("/dev/shm", &st) == 0) {
+        h->shm_free = (uint64_t)st.f_bavail * st.f_frsize;
+        h->shm_size = (uint64_t)st.f_blocks * st.f_frsize;
+        h->shm_known = 1;
+    }
+    if (env_bytes("MT_PLAN_SHM_LIMIT", &h->shm_free)) { // an empty /dev/shm of that size
+        h->shm_size = h->shm_free;
+        h->shm_forced = h->shm_known = 1;
+    }
+    struct rlimit rl;
+    h->memlock_unlimited = 1;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        h->memlock_unlimited = 0;
+        h->memlock = rl.rlim_cur;
+    }
+    h->root = geteuid() == 0; // CAP_IPC_LOCK: the lock limit does not apply
+    h->elastic = !h->mem_forced && (virtio_bound("virtio_balloon") || virtio_bound("virtio_mem"));
+}
+
+int plan_backend_cuda(const mt_config *c) {
+    if (strcmp(c->backend, "cuda") == 0) return 1;
+#ifdef MT_HAVE_CUDA
+    // The driver's device files say whether "auto" will find a GPU, without a CUDA call.
+    if (strcmp(c->backend, "auto") == 0)
+        return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+#endif
+    return 0;
+}
+
+// Cores the compute rank runs on: its NUMA node's share when mpirun binds it, else all.
+int plan_compute_cores(const placement *pl) {
+    if (pl->oversubscribe || pl->numa_nodes < 2) return pl->cores;
+    int per_node = pl->cores / pl->numa_nodes;
+    return per_node > 0 ? per_node : 1;
+}
+
+// ---- storage.dir ----
+
+#define PROBE_BYTES ((size_t)256 << 20)
+#define PROBE_BLOCK ((size_t)16 << 20) // dd's block in bench/RESULTS.md's figures
+
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// Writes PROBE_BYTES in PROBE_BLOCK requests and reads them back, O_DIRECT, through a file of
+// our own (O_EXCL, unlinked at once); the rate of the two together, or 0 when the folder
+// does not take O_DIRECT or the file (the ranks then say why in one line).
+static double probe_rate(const char *dir) {
+    char path[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/.mtrun-disk-probe-%d", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return 0;
+    unlink(path);
+    void *buf = NULL;
+    double rate = 0;
+    if (posix_memalign(&buf, 4096, PROBE_BLOCK) == 0) {
+        memset(buf, 0x5a, PROBE_BLOCK);
+        double t0 = seconds();
+        int ok = 1;
+        for (size_t at = 0; ok && at < PROBE_BYTES; at += PROBE_BLOCK)
+            ok = pwrite(fd, buf, PROBE_BLOCK, (off_t)at) == (ssize_t)PROBE_BLOCK;
+        ok = ok && fdatasync(fd) == 0;
+        for (size_t at = 0; ok && at < PROBE_BYTES; at += PROBE_BLOCK)
+            ok = pread(fd, buf, PROBE_BLOCK, (off_t)at) == (ssize_t)PROBE_BLOCK;
+        if (ok) rate = 2.0 * PROBE_BYTES / (seconds() - t0);
+    }
+    free(buf);
+    close(fd);
+    return rate;
+}
+
+void host_probe_disk(host_probe *h, const mt_config *c, double disk_bw) {
+    if (!c->storage_grads && !c->storage_adam) return;
+    struct statvfs st;
+    if (statvfs(c->storage_dir, &st) == 0) {
+        h->disk_free = (uint64_t)st.f_bavail * st.f_frsize;
+        h->disk_known = 1;
+    }
+    if (env_bytes("MT_PLAN_DISK_LIMIT", &h->disk_free)) // for tests: pretend this much is free
+        h->disk_known = h->disk_forced = 1;
+    if (disk_bw > 0) {
+        h->disk_bw = disk_bw, h->disk_bw_source = "--disk-bw";
+        return;
+    }
+    h->disk_bw = probe_rate(c->storage_dir);
+    h->disk_bw_source = h->disk_bw > 0 ? "measured: 256 MiB written and read, O_DIRECT" : NULL;
+}
