@@ -336,10 +336,17 @@ static int shard_of(const data_shard *shards, int nshards, size_t i) {
     return lo;
 }
 
-// count tokens of a stream from index o; a window that crosses into the next shard simply
-// continues there, so the stream reads exactly like the concatenated files.
+// A masked shard's token whose bit is clear is context only: as a target it is -1, which the
+// classifier skips (no loss, no gradient).
+static int32_t target_of(const data_shard *sh, size_t i) {
+    return sh->mask && !(sh->mask[i >> 3] >> (i & 7) & 1) ? -1 : (int32_t)token(sh, i);
+}
+
+// count tokens of a stream from index o, as inputs, or as targets (with the shards' masks); a
+// window that crosses into the next shard simply continues there, so the stream reads exactly
+// like the concatenated files.
 static void copy_tokens(const data_shard *shards, int nshards, int vocab, size_t o, int count,
-                        int32_t *out) {
+                        int32_t *out, int targets) {
     if (nshards == 0) { // synthetic
         for (int t = 0; t < count; t++) out[t] = (int32_t)(splitmix64(o + t) % (uint64_t)vocab);
         return;
@@ -349,21 +356,8 @@ static void copy_tokens(const data_shard *shards, int nshards, int vocab, size_t
         const data_shard *sh = &shards[s];
         size_t off = o + done - sh->start, take = sh->n - off;
         if (take > (size_t)count - done) take = (size_t)count - done;
-        for (size_t t = 0; t < take; t++) out[done + t] = (int32_t)token(sh, off + t);
-        done += take;
-    }
-}
-
-// A masked shard's tokens whose bit is clear are context only: their target is -1, which the
-// classifier skips (no loss, no gradient).
-static void mask_targets(const data_shard *shards, int nshards, size_t o, int count, int32_t *out) {
-    size_t done = 0;
-    for (int s = nshards ? shard_of(shards, nshards, o) : 0; nshards && done < (size_t)count; s++) {
-        const data_shard *sh = &shards[s];
-        size_t off = o + done - sh->start, take = sh->n - off;
-        if (take > (size_t)count - done) take = (size_t)count - done;
-        for (size_t t = 0; sh->mask && t < take; t++)
-            if (!(sh->mask[(off + t) >> 3] >> ((off + t) & 7) & 1)) out[done + t] = -1;
+        for (size_t t = 0; t < take; t++)
+            out[done + t] = targets ? target_of(sh, off + t) : (int32_t)token(sh, off + t);
         done += take;
     }
 }
@@ -395,8 +389,7 @@ void dataset_batch(const dataset *ds, int split, uint64_t seed, int64_t step, in
         uint64_t key = splitmix64(seed ^ splitmix64((uint64_t)split << 62 ^ (uint64_t)step << 24 ^
                                                     (uint64_t)micro << 12 ^ (uint64_t)r));
         size_t o = lo + key % span;
-        copy_tokens(shards, nshards, ds->vocab, o, T, inputs + (size_t)r * T);
-        copy_tokens(shards, nshards, ds->vocab, o + 1, T, targets + (size_t)r * T);
-        mask_targets(shards, nshards, o + 1, T, targets + (size_t)r * T);
+        copy_tokens(shards, nshards, ds->vocab, o, T, inputs + (size_t)r * T, 0);
+        copy_tokens(shards, nshards, ds->vocab, o + 1, T, targets + (size_t)r * T, 1);
     }
 }

@@ -250,10 +250,10 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);
-    if (strcmp(c->data_pack, "documents") == 0 && c->data_eot < 0)
+    if (mt_packs_documents(c) && c->data_eot < 0)
         return source_fail(x, LINE("data.pack"), "data.pack",
                            "\"documents\" needs data.eot, the token id that ends a document");
-    if (strcmp(c->data_pack, "documents") == 0 && strcmp(c->backend, "cuda") == 0)
+    if (mt_packs_documents(c) && strcmp(c->backend, "cuda") == 0)
         return source_fail(x, LINE("data.pack"), "data.pack",
                            "\"documents\" is not available on the CUDA backend yet (its "
                            "attention kernels do not mask documents); use backend = \"cpu\"");
