@@ -169,6 +169,13 @@ static void emit(writer *w, const uint32_t *ids, const unsigned char *targets, s
     if (w->f && ferror(w->f)) die("%s: write failed: %s", w->tmp, strerror(errno));
 }
 
+// --eot's token after a document (none when eot < 0), a target or context.
+static void emit_eot(writer *w, int64_t eot, unsigned char target) {
+    if (eot < 0) return;
+    uint32_t e = (uint32_t)eot;
+    emit(w, &e, &target, 1);
+}
+
 // A cut point in the text that no pre-tokenizer piece crosses: between an ASCII letter and
 // '\n' (GPT-2 and Llama-3 patterns end a letter run there and start a new piece at '\n').
 static size_t cut_point(const bpe *t, const char *p, size_t n) {
@@ -193,10 +200,7 @@ static void encode_doc(bpe *t, writer *w, const char *text, size_t n, int64_t eo
         w->in_done += k;
         progress(w, 0);
     } while (off < n);
-    if (eot >= 0) {
-        uint32_t e = (uint32_t)eot;
-        emit(w, &e, NULL, 1);
-    }
+    emit_eot(w, eot, 1);
     free(ids.ids);
 }
 
@@ -229,12 +233,9 @@ static void emit_ids(bpe *t, writer *w, const cJSON *j, int64_t eot, const char 
         target[i] = y->valuedouble != -100;
     }
     emit(w, tok, target, (size_t)n);
-    if (eot >= 0) { // a separator: a target only after a document that is all targets
-        uint32_t e = (uint32_t)eot;
-        unsigned char all = 1;
-        for (int i = 0; i < n; i++) all &= target[i];
-        emit(w, &e, &all, 1);
-    }
+    unsigned char all = 1; // the separator is a target only after a document all targets
+    for (int i = 0; i < n; i++) all &= target[i];
+    emit_eot(w, eot, all);
     free(tok);
     free(target);
 }
@@ -275,11 +276,7 @@ static void emit_chat(bpe *t, writer *w, const cJSON *j, chat_mode *chat, int64_
         at = end;
     }
     emit(w, ids.ids, target, ids.n);
-    if (eot >= 0) { // between conversations: context
-        uint32_t e = (uint32_t)eot;
-        unsigned char no = 0;
-        emit(w, &e, &no, 1);
-    }
+    emit_eot(w, eot, 0); // between conversations: context
     free(target);
     free(ids.ids);
 }
