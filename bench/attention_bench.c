@@ -4,10 +4,12 @@
 // same shapes; bench/device_run.sh `attn` runs both in one call.
 //
 // FLOPs are causal-counted: a forward is 2 GEMMs of 2*T*T*hd per (b, h), halved by the mask,
-// and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes.
+// and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes. With
+// --docs N (packed documents of N tokens, data.pack "documents") the count is the documents'
+// own: T/N causal blocks of N, so that the rate compares with N-token calls.
 //
-//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads]
-//                          [--paths mma,wgmma,wgmma-plain]
+//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads] [--B rows]
+//                          [--docs N] [--paths mma,wgmma,wgmma-plain]
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -18,22 +20,26 @@
 #include <string.h>
 
 typedef struct {
-    int B, T, H, KV, hd;
+    int B, T, H, KV, hd, docs; // docs: packed documents' length (0: none)
 } shape;
 
 typedef struct {
     bf16 *q, *k, *v, *out, *dout, *dq, *dk, *dv;
     float *lse;
+    int32_t *ds; // document starts [B, T] with packed documents, else NULL
     void *scratch;
 } buffers;
 
 // The bench models' heads: 1.1B (32 heads of 64, 4 kv heads), 3.4B (32 of 100), 7B (32 of
 // 128). 16k tokens a call up to T = 16k (8 x 2048 at 2k, as the training bench); past 32k one
 // sequence, with 8 heads from 128k on so that a 512k backward stays within seconds. heads > 0
-// overrides the head count (--H: how the kernels fare with fewer or more heads at one length).
-static shape shape_for(int T, int hd, int heads) {
+// overrides the head count (--H: how the kernels fare with fewer or more heads at one length),
+// rows > 0 the batch rows.
+static shape shape_for(int T, int hd, int heads, int rows, int docs) {
     shape s = {.B = T >= 16384 ? 1 : 16384 / T, .T = T, .H = T >= 131072 ? 8 : 32, .hd = hd};
     if (heads > 0) s.H = heads;
+    if (rows > 0) s.B = rows;
+    s.docs = docs > 0 && docs < T ? docs : 0;
     s.KV = hd == 64 ? s.H / 8 : s.H;
     return s;
 }
@@ -65,6 +71,22 @@ static void fill_random(bf16 *dst, long n, uint64_t seed) {
     free(tmp);
 }
 
+// Documents of s->docs tokens from each row's start (the last one shorter where T is not a
+// multiple), as data.c's dataset_pack_documents gives them.
+static int32_t *doc_starts(const shape *s) {
+    if (!s->docs) return NULL;
+    const long n = (long)s->B * s->T;
+    int32_t *h = malloc(sizeof(int32_t) * n), *d = dev_alloc(sizeof(int32_t) * n);
+    if (!h) {
+        fprintf(stderr, "attention_bench: out of memory\n");
+        exit(1);
+    }
+    for (long i = 0; i < n; i++) h[i] = (int32_t)(i % s->T / s->docs * s->docs);
+    CUDA_CHECK(cudaMemcpy(d, h, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
 static void buffers_init(buffers *b, const shape *s) {
     long nq = (long)s->B * s->T * s->H * s->hd, nkv = (long)s->B * s->T * s->KV * s->hd;
     bf16 **qs[] = {&b->q, &b->out, &b->dout, &b->dq}, **kvs[] = {&b->k, &b->v, &b->dk, &b->dv};
@@ -76,20 +98,22 @@ static void buffers_init(buffers *b, const shape *s) {
     fill_random(b->k, nkv, 2);
     fill_random(b->v, nkv, 3);
     fill_random(b->dout, nq, 4);
+    b->ds = doc_starts(s);
 }
 
 static void buffers_free(buffers *b) {
     void *p[] = {b->q, b->out, b->dout, b->dq, b->k, b->v, b->dk, b->dv, b->lse, b->scratch};
     for (int i = 0; i < 10; i++) CUDA_CHECK(cudaFree(p[i]));
+    CUDA_CHECK(cudaFree(b->ds));
 }
 
 static void call(const buffers *b, const shape *s, int backward) {
     if (!backward)
         cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd,
-                               b->scratch, 0);
+                               b->ds, b->scratch, 0);
     else
         cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                s->B, s->T, s->H, s->KV, s->hd, b->scratch, 0);
+                                s->B, s->T, s->H, s->KV, s->hd, b->ds, b->scratch, 0);
 }
 
 // Milliseconds per call: one warm-up, then repeats until 0.3 s have run (at least 2).
@@ -130,7 +154,7 @@ int main(int argc, char **argv) {
     int Ts[16] = {2048, 8192, 32768, 131072, 524288}, nT = 5;
     int hds[8] = {64, 100, 128}, nhd = 3;
     const char *paths = "mma,wgmma";
-    int heads = 0;
+    int heads = 0, rows = 0, docs = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--T") == 0)
             nT = parse_list(argv[i + 1], Ts, 16);
@@ -138,11 +162,16 @@ int main(int argc, char **argv) {
             nhd = parse_list(argv[i + 1], hds, 8);
         else if (strcmp(argv[i], "--H") == 0 && atoi(argv[i + 1]) % 8 == 0)
             heads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--B") == 0 && atoi(argv[i + 1]) > 0)
+            rows = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--docs") == 0 && atoi(argv[i + 1]) >= 0)
+            docs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--paths") == 0)
             paths = argv[i + 1];
         else {
             fprintf(stderr,
                     "usage: %s [--T 2048,...] [--hd 64,100,128] [--H heads, a multiple of 8]\n"
+                    "       [--B rows] [--docs N, packed documents of N tokens]\n"
                     "       [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
             return 2;
@@ -153,10 +182,13 @@ int main(int argc, char **argv) {
            has_wgmma ? "available" : "not available (mma runs instead)");
     for (int h = 0; h < nhd; h++) {
         for (int t = 0; t < nT; t++) {
-            shape s = shape_for(Ts[t], hds[h], heads);
+            shape s = shape_for(Ts[t], hds[h], heads, rows, docs);
             buffers b;
             buffers_init(&b, &s);
-            double fwd_flops = 4.0 * s.B * s.H * (double)s.T * s.T * s.hd / 2.0;
+            // Causal blocks: the row's, or each whole document's plus the last one's remainder.
+            const int n = s.docs ? s.docs : s.T, whole = s.T / n, rest = s.T - whole * n;
+            double fwd_flops =
+                4.0 * s.B * s.H * ((double)whole * n * n + (double)rest * rest) * s.hd / 2.0;
             char list[64];
             snprintf(list, sizeof list, "%s", paths);
             for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
@@ -165,9 +197,9 @@ int main(int argc, char **argv) {
                 setenv("MT_ATTENTION", plain ? "wgmma" : path, 1);
                 setenv("MT_ATTENTION_TMA", plain ? "0" : "1", 1);
                 double f = time_ms(&b, &s, 0), g = time_ms(&b, &s, 1);
-                printf("ATTN path=%-11s hd=%3d T=%6d B=%2d H=%2d KV=%2d  forward %9.3f ms %6.1f "
-                       "TFLOP/s  backward %9.3f ms %6.1f TFLOP/s\n",
-                       path, s.hd, s.T, s.B, s.H, s.KV, f, fwd_flops / (f * 1e-3) / 1e12, g,
+                printf("ATTN path=%-11s hd=%3d T=%6d B=%2d H=%2d KV=%2d docs=%6d  forward %9.3f ms "
+                       "%6.1f TFLOP/s  backward %9.3f ms %6.1f TFLOP/s\n",
+                       path, s.hd, s.T, s.B, s.H, s.KV, s.docs, f, fwd_flops / (f * 1e-3) / 1e12, g,
                        2.5 * fwd_flops / (g * 1e-3) / 1e12);
                 fflush(stdout);
             }

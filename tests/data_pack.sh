@@ -5,7 +5,7 @@
 #   the windows (a newline's target, the next line's first byte, is not predicted);
 # - -np 2 = -np 3, and stopped at 3 and resumed = uninterrupted, bitwise;
 # - data.pack "documents" without data.eot, and data.eot past the vocab, are refused in one line.
-# - backend "cuda" with packing is refused before the start (its kernels do not mask yet).
+# - with a GPU, the same on the CUDA backend: -np 2 = -np 3, bitwise.
 # Agreement with transformers run on each document alone, with a mask too:
 # hf_train_parity_packed_cpu.
 # usage: data_pack.sh MTRUN REPO_ROOT
@@ -41,6 +41,10 @@ refused() { # NAME WANT OVERRIDES...: exit 2, one line containing WANT
 }
 refused noeot 'data.pack: "documents" needs data.eot' data.pack=documents
 refused bigeot 'data.eot: 300 is not below model.vocab = 256' data.pack=documents data.eot=300
-refused cuda 'data.pack: "documents" is not available on the CUDA backend yet' data.pack=documents \
-    data.eot=10 backend=cuda
+if nvidia-smi -L >/dev/null 2>&1; then
+    run_job gpu 3 "$WORK/packed.cfg" backend=cuda || { show_log gpu; expect "the packed CUDA job succeeds" false; }
+    run_job gpu2 2 "$WORK/packed.cfg" backend=cuda || { show_log gpu2; expect "the packed CUDA job at -np 2 succeeds" false; }
+    expect "packed, CUDA: the same targets as the CPU's" diff <(targets "$WORK/packed") <(targets "$WORK/gpu")
+    expect "packed, CUDA: -np 2 = -np 3, bitwise" diff <(losses "$WORK/gpu") <(losses "$WORK/gpu2")
+fi
 finish

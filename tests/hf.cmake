@@ -31,8 +31,9 @@ add_test(NAME sft_example COMMAND bash ${MT_TEST_DIR}/sft_example.sh $<TARGET_FI
          ${CMAKE_SOURCE_DIR} $<TARGET_FILE:mt-tokenize>)
 set_tests_properties(sft_example PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS e2e)
 # Packed documents (with a mask too): transformers on each document alone, positions from 0.
-# The CPU backend only: the CUDA attention kernels do not mask documents yet.
-add_test(NAME hf_train_parity_packed_cpu COMMAND python3 ${CMAKE_SOURCE_DIR}/bench/hf_train_parity.py
-         --masked --packed ${CMAKE_BINARY_DIR} cpu)
-set_tests_properties(hf_train_parity_packed_cpu PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
-                     TIMEOUT 600)
+foreach(b cpu cuda)
+  add_test(NAME hf_train_parity_packed_${b} COMMAND python3
+           ${CMAKE_SOURCE_DIR}/bench/hf_train_parity.py --masked --packed ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_train_parity_packed_${b} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                       TIMEOUT 600)
+endforeach()

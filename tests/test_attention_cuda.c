@@ -6,7 +6,8 @@
 // of both sides gets the same bf16-rounded out and the reference lse, so that it is checked
 // on its own. Every GPU output is poisoned (0xFF bytes: NaN) before each call, so an element
 // that a kernel fails to write shows up as a failure. Then the backward is rerun and must
-// give the same bits (no atomics). Timings are bench/attention_bench's.
+// give the same bits (no atomics). Packed documents (DOC_SHAPES) are checked the same way
+// against the CPU reference's document masks. Timings are bench/attention_bench's.
 //
 // Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
@@ -26,34 +27,50 @@ static int passed, failed;
 
 typedef struct {
     int B, T, H, KV, hd;
+    const int *docs; // packed documents' lengths (doc_starts), 0-terminated; NULL: none
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
 // tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
-    {2, 37, 4, 2, 16},
-    {1, 130, 8, 8, 64},
-    {2, 257, 8, 2, 128},
-    {1, 1, 4, 1, 64},
-    {1, 1, 8, 2, 128},
-    {1, 64, 2, 1, 32},
-    {1, 70, 6, 3, 24},
-    {1, 200, 4, 4, 40},
-    {1, 100, 4, 2, 96},
-    {2, 130, 4, 2, 100},
-    {1, 77, 3, 3, 100},
+    {2, 37, 4, 2, 16, NULL},
+    {1, 130, 8, 8, 64, NULL},
+    {2, 257, 8, 2, 128, NULL},
+    {1, 1, 4, 1, 64, NULL},
+    {1, 1, 8, 2, 128, NULL},
+    {1, 64, 2, 1, 32, NULL},
+    {1, 70, 6, 3, 24, NULL},
+    {1, 200, 4, 4, 40, NULL},
+    {1, 100, 4, 2, 96, NULL},
+    {2, 130, 4, 2, 100, NULL},
+    {1, 77, 3, 3, 100, NULL},
     // The fused backward's turn order over many key tiles (whole tiles, three batch rows, GQA),
     // and a head dim it pads inside one tile (72 -> 128).
-    {3, 640, 6, 2, 128},
-    {1, 300, 2, 2, 72},
+    {3, 640, 6, 2, 128, NULL},
+    {1, 300, 2, 2, 72, NULL},
     // The fused backward at hd 64 (the warpgroups take turns at dq): GQA, three batch rows,
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
-    {3, 1000, 8, 2, 64},
-    {1, 333, 4, 4, 48},
+    {3, 1000, 8, 2, 64, NULL},
+    {1, 333, 4, 4, 48, NULL},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
-    {1, 32805, 2, 1, 128},
-    {1, 32777, 2, 2, 100},
-    {1, 32790, 4, 1, 64},
+    {1, 32805, 2, 1, 128, NULL},
+    {1, 32777, 2, 2, 100, NULL},
+    {1, 32790, 4, 1, 64, NULL},
+};
+
+// Packed documents: boundaries on the 64- and 128-row tile edges and inside tiles, documents of
+// 1 and 2 tokens, documents longer than a tile, and one document a row (the packed path with
+// every start 0, which must still match the causal reference).
+static const int EDGES[] = {64, 128, 1, 2, 63, 65, 127, 129, 200, 0};
+static const int TINY[] = {1, 2, 1, 3, 0};
+static const int MIXED[] = {300, 17, 1000, 2, 128, 0};
+static const int ONE[] = {1 << 30, 0};
+static const int LONG[] = {4096, 0};
+static const shape DOC_SHAPES[] = {
+    {2, 700, 4, 2, 128, EDGES}, {3, 1000, 8, 2, 64, EDGES},  {2, 130, 4, 2, 100, EDGES},
+    {1, 200, 4, 2, 16, TINY},   {1, 70, 6, 3, 24, TINY},     {1, 300, 2, 2, 72, MIXED},
+    {3, 640, 6, 2, 128, MIXED}, {1, 4000, 4, 2, 64, MIXED},  {2, 257, 8, 2, 128, ONE},
+    {1, 333, 4, 4, 48, EDGES},  {1, 32768, 2, 1, 128, LONG},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -108,8 +125,8 @@ static double rel_err(const float *a, const float *b, long n) {
 }
 
 static void report(int ok, const char *path, const char *what, const shape *s, double err) {
-    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d  rel_err %.3g\n", ok ? "PASS" : "FAIL", path,
-           what, s->B, s->T, s->H, s->KV, s->hd, err);
+    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d%s  rel_err %.3g\n", ok ? "PASS" : "FAIL", path,
+           what, s->B, s->T, s->H, s->KV, s->hd, s->docs ? " docs" : "", err);
     if (ok)
         passed++;
     else
@@ -144,12 +161,30 @@ static void download_bf16(float *dst, const bf16 *src, long n) {
     free(tmp);
 }
 
+// Each row's document starts from s->docs's lengths, cycled; row b starts b documents into the
+// cycle, so that rows differ. NULL without documents.
+static int32_t *doc_starts(const shape *s) {
+    if (!s->docs) return NULL;
+    int n = 0;
+    while (s->docs[n]) n++;
+    int32_t *ds = xmalloc(sizeof(int32_t) * s->B * s->T);
+    for (int b = 0; b < s->B; b++) {
+        int i = b % n, start = 0, left = s->docs[i];
+        for (int t = 0; t < s->T; t++, left--) {
+            if (left == 0) i = (i + 1) % n, left = s->docs[i], start = t;
+            ds[(long)b * s->T + t] = start;
+        }
+    }
+    return ds;
+}
+
 // ---- one shape on one path ---------------------------------------------------------------
 
 typedef struct {
     long nq, nkv, nl;
     float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv; // host reference (floats)
     bf16 *qb, *kb, *vb, *doutb, *outb;
+    int32_t *ds, *ds_dev; // packed documents' starts, on the host and the device; or NULL
 } host_case;
 
 // Inputs and the CPU reference for shape s. q is scaled so that the scores' standard
@@ -173,20 +208,24 @@ static void host_case_init(host_case *c, const shape *s) {
     rand_bf16(c->k, c->kb, c->nkv, 1.0f);
     rand_bf16(c->v, c->vb, c->nkv, 1.0f);
     rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd, NULL);
+    c->ds = doc_starts(s);
+    c->ds_dev = c->ds ? dev_upload(c->ds, sizeof(int32_t) * s->B * s->T) : NULL;
+    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd, c->ds);
     to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
     // The CPU backward accumulates: start from zero.
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
     attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B, s->T,
-                       s->H, s->KV, s->hd, NULL);
+                       s->H, s->KV, s->hd, c->ds);
 }
 
 static void host_case_free(host_case *c) {
     void *p[] = {c->q,  c->k,  c->v,  c->dout, c->out, c->lse,   c->dq,
                  c->dk, c->dv, c->qb, c->kb,   c->vb,  c->doutb, c->outb};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
+    free(c->ds);
+    CUDA_CHECK(cudaFree(c->ds_dev));
 }
 
 static void check_forward(const char *path, const shape *s, const host_case *c) {
@@ -197,7 +236,8 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
     poison(out, sizeof(bf16) * c->nq);
     poison(lse, sizeof(float) * c->nl);
     void *scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
-    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, scratch, 0);
+    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, c->ds_dev, scratch,
+                           0);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaFree(scratch));
 
@@ -223,7 +263,7 @@ static void run_backward(grads *g, const shape *s, const host_case *c, const bf1
     poison(g->dv, sizeof(bf16) * c->nkv);
     poison(scratch, scratch_bytes);
     cuda_attention_backward(g->dq, g->dk, g->dv, dout, out, lse, q, k, v, s->B, s->T, s->H, s->KV,
-                            s->hd, scratch, 0);
+                            s->hd, c->ds_dev, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -281,14 +321,16 @@ int main(void) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
     }
-    const int nshapes = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
+    const int nplain = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
+    const int nshapes = nplain + (int)(sizeof(DOC_SHAPES) / sizeof(DOC_SHAPES[0]));
     const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain", "wgmma-runs"};
     const int npaths = cuda_attention_has_wgmma() ? 5 : 2;
     printf("paths: simple, mma%s\n",
            npaths == 5 ? ", wgmma, wgmma-plain, wgmma-runs" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
+        const shape *s = i < nplain ? &SHAPES[i] : &DOC_SHAPES[i - nplain];
         host_case c;
-        host_case_init(&c, &SHAPES[i]);
+        host_case_init(&c, s);
         for (int p = 0; p < npaths; p++) {
             // attention_path (attention.cuh) reads the variables on every call. "wgmma-plain":
             // the wgmma kernels without TMA, which serve the head dims TMA cannot take;
@@ -300,8 +342,8 @@ int main(void) {
                 setenv("MT_ATTN_DQ_CAP", "1", 1);
             else
                 unsetenv("MT_ATTN_DQ_CAP");
-            check_forward(paths[p], &SHAPES[i], &c);
-            check_backward(paths[p], &SHAPES[i], &c);
+            check_forward(paths[p], s, &c);
+            check_backward(paths[p], s, &c);
         }
         host_case_free(&c);
     }

@@ -274,24 +274,35 @@ static void test_rmsnorm(int n, int dim) {
 
 // ---- rope ---------------------------------------------------------------------------------
 
-static void test_rope(int B, int T, int heads, int hd) {
+// docs > 0: packed documents of docs tokens (positions restart at each), against the CPU's
+// per-token positions.
+static void test_rope(int B, int T, int heads, int hd, int docs) {
     long ne = (long)B * T * heads * hd;
     float *inv_freq = hmalloc(sizeof(float) * (hd / 2));
     rope_inv_freq(inv_freq, hd, 10000.0f);
     float *d_freq = dev_f32(inv_freq, hd / 2);
+    int32_t *ds = NULL, *d_ds = NULL;
+    if (docs > 0) {
+        ds = hmalloc(sizeof(int32_t) * B * T);
+        for (long i = 0; i < (long)B * T; i++) ds[i] = (int32_t)(i % T / docs * docs);
+        CUDA_CHECK(cudaMalloc((void **)&d_ds, sizeof(int32_t) * B * T));
+        CUDA_CHECK(cudaMemcpy(d_ds, ds, sizeof(int32_t) * B * T, cudaMemcpyHostToDevice));
+    }
     for (int dir = 0; dir < 2; dir++) {
         float *x = rand_bf16_vec(ne, 2.0f), *ref = copy_vec(x, ne);
         bf16 *dx = dev_bf16(x, ne);
         if (dir == 0) {
-            rope_forward(ref, inv_freq, B, T, heads, hd, NULL);
-            cuda_rope_forward(dx, d_freq, B, T, heads, hd, 0);
+            rope_forward(ref, inv_freq, B, T, heads, hd, ds);
+            cuda_rope_forward(dx, d_freq, B, T, heads, hd, d_ds, 0);
         } else {
-            rope_backward(ref, inv_freq, B, T, heads, hd, NULL);
-            cuda_rope_backward(dx, d_freq, B, T, heads, hd, 0);
+            rope_backward(ref, inv_freq, B, T, heads, hd, ds);
+            cuda_rope_backward(dx, d_freq, B, T, heads, hd, d_ds, 0);
         }
-        check_close(label("rope %s B=%d T=%d heads=%d hd=%d", dir ? "bwd" : "fwd", B, T, heads, hd),
+        check_close(label("rope %s B=%d T=%d heads=%d hd=%d docs=%d", dir ? "bwd" : "fwd", B, T,
+                          heads, hd, docs),
                     host_bf16(dx, ne), ref, ne, TOL_BF16);
     }
+    CUDA_CHECK(cudaFree(d_ds));
     release_all();
 }
 
@@ -603,12 +614,14 @@ int main(int argc, char **argv) {
     test_rmsnorm(260, 8192); // backward's widest register layout
     test_rmsnorm(3, 16384);  // forward's widest; backward two-pass
     test_rmsnorm(5, 16400);  // both two-pass (vector)
-    test_rope(2, 37, 4, 24);
-    test_rope(2, 37, 2, 32);
-    test_rope(1, 3000, 2, 64); // large angles
-    test_rope(2, 17, 4, 100);  // the 3.4B's heads: word pairs across an odd half (50)
-    test_rope(1, 9, 3, 128);
-    test_rope(1, 5, 3, 6); // hd % 4 == 2: the one-pair-per-thread kernel
+    test_rope(2, 37, 4, 24, 0);
+    test_rope(2, 37, 2, 32, 0);
+    test_rope(1, 3000, 2, 64, 0); // large angles
+    test_rope(2, 17, 4, 100, 0);  // the 3.4B's heads: word pairs across an odd half (50)
+    test_rope(1, 9, 3, 128, 0);
+    test_rope(1, 5, 3, 6, 0);     // hd % 4 == 2: the one-pair-per-thread kernel
+    test_rope(2, 300, 4, 128, 7); // packed documents: positions from each document's start
+    test_rope(2, 41, 3, 6, 5);
     test_bias(300, 96);
     test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);

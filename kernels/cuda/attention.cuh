@@ -43,14 +43,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+// A call's shape (make_dims). Outside the anonymous namespace: the family's files pass it to
+// each other.
+struct Dims {
+    int B, T, H, KV, hd, group;
+    float scale;      // 1/sqrt(hd)
+    float scale_log2; // scale * log2(e): the kernels use exp2
+    // Packed documents (data.pack): ds[b * T + t] is where token t's document starts in row b,
+    // non-decreasing along a row and <= t; query t attends to keys ds[b * T + t] .. t only.
+    // NULL: a row is one document.
+    const int32_t *ds;
+};
+
 // attention_wgmma.cu: the Hopper path, for the other files of the family (whether it runs:
-// cuda_attention_has_wgmma, kernels_cuda.h).
-void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int B, int T, int H, int KV, int hd, void *scratch,
-                             cudaStream_t stream);
+// cuda_attention_has_wgmma, kernels_cuda.h); false where it cannot take the call (packed
+// documents, d.ds, where the TMA kernel cannot run).
+bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                             const Dims &d, void *scratch, cudaStream_t stream);
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                           int B, int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
+                           const Dims &d, void *scratch, cudaStream_t stream);
 // Into the scratch (attention_scratch), the padded copies (tma_padded_ld) of kv heads kv0 ..
 // kv0 + kvn - 1 and their query heads: q, k, v, and dout unless it is NULL (the forward).
 void copy_run_padded(void *scratch, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
@@ -58,8 +70,8 @@ void copy_run_padded(void *scratch, const bf16 *q, const bf16 *k, const bf16 *v,
 // attention_bwd_tma.cu: the warp-specialized fused backward; false where it cannot take the
 // call. D = rowsum(dout * out) already in scratch.
 bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
-                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
-                            int KV, int hd, void *scratch, cudaStream_t stream);
+                            const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
+                            void *scratch, cudaStream_t stream);
 // D = rowsum(dout * out) already in scratch.
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
                               const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
@@ -71,11 +83,26 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 constexpr int WARPS = 4, THREADS = 32 * WARPS; // each warp owns 16*MT rows of a CTA's tile
 
-struct Dims {
-    int B, T, H, KV, hd, group;
-    float scale;      // 1/sqrt(hd)
-    float scale_log2; // scale * log2(e): the kernels use exp2
-};
+// Where row t's document starts (rows past T: the last row's).
+__device__ __forceinline__ int doc_first(const Dims &d, int b, int t) {
+    return d.ds ? d.ds[(long)b * d.T + min(t, d.T - 1)] : 0;
+}
+
+// The end (exclusive) of the document that holds key t: the first query after t whose document
+// starts after t. Keys are attended only up to there, so a key tile's query loop stops there.
+__device__ __forceinline__ int doc_end(const Dims &d, int b, int t) {
+    if (!d.ds) return d.T;
+    const int32_t *row = d.ds + (long)b * d.T;
+    int lo = t + 1, hi = d.T;
+    while (lo < hi) { // ds is non-decreasing: binary search for the first start past t
+        const int mid = (lo + hi) >> 1;
+        if (row[mid] > t)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
 
 // ---- bf16 and PTX helpers ------------------------------------------------------------------
 
@@ -243,11 +270,12 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 // (two rows per thread: row_lo and row_lo + 8). s holds raw scores on entry and unnormalized
 // probabilities on exit; l is rescaled to the new running max m (scaled, base-2 units), and
 // alpha is the factor for o, which the caller applies (the Hopper forward, once the last tile's
-// P V is done). With mask set, keys after the row drop.
+// P V is done). With mask set, keys after the row drop, and keys before first[r], the start of
+// the row's document (packed documents; 0 otherwise).
 template <int NS>
-__device__ __forceinline__ void online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2],
-                                               float (&alpha)[2], float scale_log2, bool mask,
-                                               int row_lo, int key0, int lane) {
+__device__ __forceinline__ void
+online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale_log2,
+               bool mask, int row_lo, int key0, const int (&first)[2], int lane) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY; // of the raw scores: scale_log2 > 0 keeps the order
@@ -256,23 +284,25 @@ __device__ __forceinline__ void online_softmax(float (&s)[NS][4], float (&m)[2],
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int key = key0 + nt * 8 + 2 * (lane & 3) + e;
-                if (mask && key > row_lo + 8 * r) s[nt][2 * r + e] = -INFINITY;
+                if (mask && (key > row_lo + 8 * r || key < first[r])) s[nt][2 * r + e] = -INFINITY;
                 mx = fmaxf(mx, s[nt][2 * r + e]);
             }
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Every row meets key 0 in the first tile, so mx is finite from then on (a later tile
-        // may mask a whole row: mx stays m) and exp2(-inf - mx) = 0 on the first tile.
+        // A row keeps m = -inf until it meets a key of its document: in causal attention key 0
+        // in the first tile, with packed documents possibly a later tile. Until then its
+        // probabilities are exp2(-inf - 0) = 0 and alpha = 0 (o and l are still 0), never NaN.
         mx = fmaxf(m[r], mx * scale_log2);
-        alpha[r] = fast_exp2(m[r] - mx);
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        alpha[r] = fast_exp2(m[r] - base);
         m[r] = mx;
         l[r] *= alpha[r];
 #pragma unroll
         for (int nt = 0; nt < NS; nt++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -mx));
+                float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -base));
                 s[nt][2 * r + e] = p;
                 l[r] += p; // this thread's partial row sum; the quad reduces it at the end
             }
@@ -294,9 +324,9 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&al
 template <int NS, int NO>
 __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
                                              float (&l)[2], float scale_log2, bool mask, int row_lo,
-                                             int key0, int lane) {
+                                             int key0, const int (&first)[2], int lane) {
     float alpha[2];
-    online_softmax<NS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, lane);
+    online_softmax<NS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, first, lane);
     rescale_rows<NO>(o, alpha);
 }
 
@@ -446,10 +476,11 @@ __device__ __forceinline__ void issue_pv(float (&od)[HDP / 2], const uint32_t (&
 // registers: the online softmax, then O += P V with P from registers and V, a swizzled BC-row
 // tile, read MN-major. Returns when the MMAs are done.
 template <int HDP, int BC>
-__device__ __forceinline__ void
-softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4], float (&m)[2], float (&l)[2],
-           float scale_log2, bool mask, int row_lo, int key0, int lane, const void *sV) {
-    softmax_step<BC / 8, HDP / 8>(s, o, m, l, scale_log2, mask, row_lo, key0, lane);
+__device__ __forceinline__ void softmax_pv(float (&s)[BC / 8][4], float (&o)[HDP / 8][4],
+                                           float (&m)[2], float (&l)[2], float scale_log2,
+                                           bool mask, int row_lo, int key0, const int (&first)[2],
+                                           int lane, const void *sV) {
+    softmax_step<BC / 8, HDP / 8>(s, o, m, l, scale_log2, mask, row_lo, key0, first, lane);
     uint32_t pf[1][BC / 16][4];
     acc_to_a<1, BC / 16>(pf, *reinterpret_cast<float(*)[1][BC / 8][4]>(&s[0][0]));
     float(&od)[HDP / 2] = *reinterpret_cast<float(*)[HDP / 2]>(&o[0][0]);
@@ -478,12 +509,13 @@ __device__ __forceinline__ void scores_and_dp(float (&s)[N / 8][4], float (&dp)[
 
 // The key side's P^T and dS^T for 64 keys x NQ*8 queries from qbase (two rows per thread: keys
 // key_lo and key_lo + 8): s holds raw S^T and becomes P^T, dp holds dP^T and becomes
-// dS^T = P^T (dP^T - D). L and Dq: the queries' lse (natural log) and D. With mask set,
-// queries before a key and past T drop.
+// dS^T = P^T (dP^T - D). L and Dq: the queries' lse (natural log) and D; Sq (packed
+// documents, else NULL) where their documents start. With mask set, queries before a key, past
+// T, and (Sq) whose document starts after the key drop.
 template <int NQ>
-__device__ __forceinline__ void probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4],
-                                               const float *L, const float *Dq, float scale_log2,
-                                               bool mask, int qbase, int key_lo, int T, int lane) {
+__device__ __forceinline__ void
+probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4], const float *L, const float *Dq,
+               const int *Sq, float scale_log2, bool mask, int qbase, int key_lo, int T, int lane) {
 #pragma unroll
     for (int nt = 0; nt < NQ; nt++) {
 #pragma unroll
@@ -491,7 +523,7 @@ __device__ __forceinline__ void probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ
             const int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
             const int key = key_lo + 8 * (i >> 1);
             float p = fast_exp2(fmaf(s[nt][i], scale_log2, -L[col] * LOG2E));
-            if (mask && (row >= T || key > row)) p = 0.0f;
+            if (mask && (row >= T || key > row || (Sq && Sq[col] > key))) p = 0.0f;
             s[nt][i] = p;
             dp[nt][i] = p * (dp[nt][i] - Dq[col]);
         }
@@ -558,7 +590,7 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
         exit(1);
     }
     float scale = 1.0f / sqrtf((float)hd);
-    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E};
+    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, NULL};
 }
 
 // A causal forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V, halved by the
@@ -682,7 +714,7 @@ template <typename K> void set_smem_limit(K kernel, size_t smem) {
 // where the registers allow), key tile BC of fwd and dq (32 at hd 128 keeps MT = 2 within 255
 // registers), and the dk/dv kernel's query tile BQ. Shared memory: fwd and dq hold 64*MT query
 // rows (q, and dout for dq) plus two K/V stages; dk/dv holds 64*MT K and V rows plus two stages
-// of BQ q and dout rows with their lse and D.
+// of BQ q and dout rows with their lse, D and document starts.
 template <int HDP> struct Cfg {
     static constexpr int LD = HDP + 8, FWD_MT = 2, FWD_BC = HDP <= 64 ? 64 : 32;
     static constexpr int DQ_MT = 2, DQ_BC = FWD_BC;
@@ -693,7 +725,7 @@ template <int HDP> struct Cfg {
         (size_t)(2 * 16 * WARPS * DQ_MT + 4 * DQ_BC) * LD * sizeof(bf16);
     static constexpr size_t kv_smem =
         (size_t)(2 * 16 * WARPS * KV_MT + 4 * KV_BQ) * LD * sizeof(bf16) +
-        4 * KV_BQ * sizeof(float);
+        4 * KV_BQ * sizeof(float) + 2 * KV_BQ * sizeof(int);
 };
 
 __host__ __device__ inline int cdiv(int a, int b) {

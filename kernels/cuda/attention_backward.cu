@@ -63,7 +63,9 @@ __global__ void __launch_bounds__(THREADS)
     const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;
     const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1;
-    const int nkt = key_tiles(q0, BR, d.T, BC);
+    // Key tiles kt0 .. nkt - 1, and the documents' first keys, as in the forward (attn_fwd_tc).
+    const int kt0 = doc_first(d, b, q0) / BC, nkt = key_tiles(q0, BR, d.T, BC);
+    const int wfirst = doc_first(d, b, wr0), wlast = doc_first(d, b, wr1);
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long qoff = (long)b * d.T * qs + (long)h * d.hd;
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
@@ -72,12 +74,13 @@ __global__ void __launch_bounds__(THREADS)
 
     load_tile<HDP, BR>(sQ, q + qoff, q0, d.T, qs, d.hd);
     load_tile<HDP, BR>(sdO, dout + qoff, q0, d.T, qs, d.hd);
-    load_tile<HDP, BC>(sKV, kb, 0, d.T, kvs, d.hd);
-    load_tile<HDP, BC>(sKV + BC * LD, vb, 0, d.T, kvs, d.hd);
+    load_tile<HDP, BC>(sKV, kb, kt0 * BC, d.T, kvs, d.hd);
+    load_tile<HDP, BC>(sKV + BC * LD, vb, kt0 * BC, d.T, kvs, d.hd);
     cp_async_commit();
 
     // Rows past T: zero q and dout make dS = 1 * (0 - 0) = 0, and they are never stored.
     float lse2[MT][2], Dr[MT][2];
+    int first[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -86,14 +89,15 @@ __global__ void __launch_bounds__(THREADS)
             long i = ((long)b * d.H + h) * d.T + row;
             lse2[mt][r] = row < d.T ? lse[i] * LOG2E : 0.0f;
             Dr[mt][r] = row < d.T ? D[i] : 0.0f;
+            first[mt][r] = doc_first(d, b, row);
         }
     }
 
     float acc[MT][NO][4] = {};
-    for (int kt = 0; kt < nkt; kt++) {
-        const bf16 *sK = sKV + (kt & 1) * 2 * BC * LD, *sV = sK + BC * LD;
+    for (int kt = kt0; kt < nkt; kt++) {
+        const bf16 *sK = sKV + ((kt - kt0) & 1) * 2 * BC * LD, *sV = sK + BC * LD;
         if (kt + 1 < nkt) {
-            bf16 *nK = sKV + ((kt + 1) & 1) * 2 * BC * LD;
+            bf16 *nK = sKV + ((kt + 1 - kt0) & 1) * 2 * BC * LD;
             load_tile<HDP, BC>(nK, kb, (kt + 1) * BC, d.T, kvs, d.hd);
             load_tile<HDP, BC>(nK + BC * LD, vb, (kt + 1) * BC, d.T, kvs, d.hd);
         }
@@ -101,11 +105,11 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_wait<1>();
         __syncthreads();
         const int key0 = kt * BC;
-        if (key0 <= wr1) {
+        if (key0 <= wr1 && key0 + BC > wfirst) {
             float s[MT][NS][4] = {}, dp[MT][NS][4] = {};
             mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
             mma_ss_nt<MT, KS, NS>(dp, sdOw, sV, LD, lane);
-            const bool mask = key0 + BC - 1 > wr0;
+            const bool mask = key0 + BC - 1 > wr0 || key0 < wlast;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(THREADS)
                         int r = i >> 1, key = key0 + nt * 8 + 2 * (lane & 3) + (i & 1);
                         int row = wr0 + mt * 16 + (lane >> 2) + 8 * r;
                         float p = fast_exp2(s[mt][nt][i] * d.scale_log2 - lse2[mt][r]);
-                        if (mask && key > row) p = 0.0f;
+                        if (mask && (key > row || key < first[mt][r])) p = 0.0f;
                         s[mt][nt][i] = p * (dp[mt][nt][i] - Dr[mt][r]);
                     }
                 }
@@ -136,8 +140,9 @@ __global__ void __launch_bounds__(THREADS)
 
 // One CTA per (b, kv head, 64*MT-key tile); each warp owns 16*MT keys and keeps their dk, dv
 // in registers while the query tiles (BQ rows) of every head of the group stream through a
-// two-stage pipeline, from the diagonal to T. Computing S^T = K Q^T directly puts the keys on
-// the MMA rows, so dv += P^T dout and dk += dS^T q need no cross-warp reduction.
+// two-stage pipeline, from the diagonal to T (packed documents: to the end of the last key's
+// document). Computing S^T = K Q^T directly puts the keys on the MMA rows, so dv += P^T dout
+// and dk += dS^T q need no cross-warp reduction.
 template <int HDP, int MT, int BQ>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dkdv_tc(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
@@ -148,6 +153,7 @@ __global__ void __launch_bounds__(THREADS)
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sK = (bf16 *)smem, *sV = sK + BK * LD, *sQdO = sV + BK * LD;
     float *sL = (float *)(sQdO + 2 * STAGE), *sD = sL + 2 * BQ; // lse, D: [stage][BQ]
+    int *sS = (int *)(sD + 2 * BQ); // packed documents: the queries' document starts, [stage][BQ]
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x / d.KV, kvh = blockIdx.x % d.KV;
@@ -155,7 +161,8 @@ __global__ void __launch_bounds__(THREADS)
     const int wk0 = k0 + warp * 16 * MT, wk1 = wk0 + 16 * MT - 1; // this warp's keys
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
-    const int qt0 = k0 / BQ, nqt = (d.T + BQ - 1) / BQ - qt0, items = d.group * nqt;
+    const int qt0 = k0 / BQ, items_end = doc_end(d, b, min(k0 + BK, d.T) - 1);
+    const int nqt = (items_end + BQ - 1) / BQ - qt0, items = d.group * nqt;
 
     // Work item it: query head kvh * group + it / nqt, query tile qt0 + it % nqt.
     auto load_item = [&](int it, int st) {
@@ -170,11 +177,17 @@ __global__ void __launch_bounds__(THREADS)
             int row = qbase + i;
             long li = ((long)b * d.H + h) * d.T + row;
             float *l = sL + st * BQ + i, *dd = sD + st * BQ + i;
+            int *ds = sS + st * BQ + i;
             if (row < d.T) {
                 cp_async4(l, lse + li);
                 cp_async4(dd, D + li);
+                if (d.ds)
+                    cp_async4(ds, d.ds + (long)b * d.T + row);
+                else
+                    *ds = 0;
             } else {
                 *l = *dd = 0.0f;
+                *ds = 0;
             }
         }
     };
@@ -195,11 +208,15 @@ __global__ void __launch_bounds__(THREADS)
         const int qbase = (qt0 + it % nqt) * BQ;
         const bf16 *sQ = sQdO + st * STAGE, *sdO = sQ + BQ * LD;
         const float *L = sL + st * BQ, *Dq = sD + st * BQ;
-        if (qbase + BQ - 1 >= wk0) { // else every query of the tile precedes this warp's keys
+        const int *Sq = sS + st * BQ;
+        // Else every query of the tile precedes this warp's keys, or its document starts after
+        // them (rows past T hold start 0, so the last row within T decides).
+        const int qlast = min(BQ, d.T - qbase) - 1;
+        if (qbase + BQ - 1 >= wk0 && Sq[0] <= wk1) {
             float s[MT][NQ][4] = {}, dp[MT][NQ][4] = {};
             mma_ss_nt<MT, KS, NQ>(s, sKw, sQ, LD, lane);
             mma_ss_nt<MT, KS, NQ>(dp, sVw, sdO, LD, lane);
-            const bool mask = wk1 > qbase || qbase + BQ > d.T;
+            const bool mask = wk1 > qbase || qbase + BQ > d.T || Sq[qlast] > wk0;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -209,7 +226,7 @@ __global__ void __launch_bounds__(THREADS)
                         int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
                         int key = wk0 + mt * 16 + (lane >> 2) + 8 * (i >> 1);
                         float p = fast_exp2(fmaf(s[mt][nt][i], d.scale_log2, -L[col] * LOG2E));
-                        if (mask && (row >= d.T || key > row)) p = 0.0f;
+                        if (mask && (row >= d.T || key > row || Sq[col] > key)) p = 0.0f;
                         s[mt][nt][i] = p;
                         dp[mt][nt][i] = p * (dp[mt][nt][i] - Dq[col]);
                     }
@@ -251,11 +268,12 @@ __global__ void attn_bwd_dq_simple(bf16 *dq, const bf16 *dout, const float *lse,
     load_row_f32(sg[w], dout + qo, d.hd, lane);
     const float L = lse[row], Di = D[row]; // row is exactly the [B, H, T] index
 
+    const int first = doc_first(d, b, i); // keys first .. i (packed documents: its document's)
     float acc[MAXC] = {};
-    for (int j0 = 0; j0 <= i; j0 += 32) {
+    for (int j0 = first & ~31; j0 <= i; j0 += 32) {
         int j = j0 + lane;
         float ds = 0.0f;
-        if (j <= i) {
+        if (j >= first && j <= i) {
             float p = expf(dot_sg(sq[w], kb + (long)j * kvs, d.hd) * d.scale - L);
             ds = p * (dot_sg(sg[w], vb + (long)j * kvs, d.hd) - Di);
         }
@@ -286,19 +304,20 @@ __global__ void attn_bwd_dkdv_simple(bf16 *dk, bf16 *dv, const bf16 *dout, const
     load_row_f32(sk[w], k + ko, d.hd, lane);
     load_row_f32(sv[w], v + ko, d.hd, lane);
 
+    const int end = doc_end(d, b, j); // queries j .. end - 1 attend to key j
     float acck[MAXC] = {}, accv[MAXC] = {};
     for (int h = kvh * d.group; h < (kvh + 1) * d.group; h++) {
         const bf16 *qb = q + (long)b * d.T * qs + (long)h * d.hd;
         const bf16 *gb = dout + (long)b * d.T * qs + (long)h * d.hd;
         const long lo = ((long)b * d.H + h) * d.T;
-        for (int i0 = j; i0 < d.T; i0 += 32) {
+        for (int i0 = j; i0 < end; i0 += 32) {
             int i = i0 + lane;
             float p = 0.0f, ds = 0.0f;
-            if (i < d.T) {
+            if (i < end) {
                 p = expf(dot_sg(sk[w], qb + (long)i * qs, d.hd) * d.scale - lse[lo + i]);
                 ds = p * (dot_sg(sv[w], gb + (long)i * qs, d.hd) - D[lo + i]);
             }
-            int n = min(32, d.T - i0);
+            int n = min(32, end - i0);
             for (int ii = 0; ii < n; ii++) {
                 float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
                 const bf16 *qi = qb + (long)(i0 + ii) * qs, *gi = gb + (long)(i0 + ii) * qs;
@@ -347,9 +366,11 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
 extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
                                         const bf16 *out, const float *lse, const bf16 *q,
                                         const bf16 *k, const bf16 *v, int B, int T, int H, int KV,
-                                        int hd, void *scratch, cudaStream_t stream) {
+                                        int hd, const int32_t *doc_start, void *scratch,
+                                        cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
+    d.ds = doc_start;
     if (B == 0 || T == 0) return;
     kt_work(stream, KT_ATTENTION, 2.5 * causal_flops(B, T, H, hd), 0,
             "attention backward hd %d T %d", hd, T);
@@ -376,11 +397,10 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
     CUDA_CHECK_LAUNCH();
     if (path == PATH_WGMMA) {
-        if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch,
-                                   stream))
-            return;
-        // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for.
-        if (attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
+        if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, d, scratch, stream)) return;
+        // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for; they
+        // have no document masks, so packed documents take mma.sync.
+        if (!d.ds && attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
             attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
             return;
         }

@@ -51,10 +51,10 @@ constexpr int BAR_DS = 1;
 template <int HDP> struct BtCfg {
     static constexpr int PANELS = HDP / 64;
     static constexpr int KV_BYTES = BT_BK * HDP * 2, QT_BYTES = BT_BQ * HDP * 2;
-    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 2 * BT_BQ * 4;
+    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 3 * BT_BQ * 4;
     static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
     static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
-    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, then D
+    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, D, document starts
     static constexpr int DQ_OFF = LD_OFF + BT_STAGES * LD_BYTES; // consumer w's dq part
     static constexpr int DQ_BYTES = BT_BQ * 64 * 4;              // two 32-column panels
     // dq parts an item makes: one per warpgroup (a half of the columns each), or at HDP 64 one
@@ -118,7 +118,8 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 }
 
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
-// per item), and one warp copies the items' lse and D (rows past T as 0) into the stage. The
+// per item), and one warp copies the items' lse, D and document starts (rows past T as 0, as
+// are the starts without packed documents) into the stage. The
 // maps' first kv head is map_kv0 (the run's first where they hold padded copies of the run).
 template <int HDP>
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
@@ -152,11 +153,13 @@ __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *emp
         const int s = it % BT_STAGES, h = I.head(it, d), qbase = I.tile(it, d) * BT_BQ;
         wait_stage_free(empty, it);
         float *L = (float *)(smem + BtCfg<HDP>::LD_OFF + s * BtCfg<HDP>::LD_BYTES), *Dq = L + BT_BQ;
+        int *Sq = (int *)(Dq + BT_BQ);
         for (int i = lane; i < BT_BQ; i += 32) {
             const int row = qbase + i;
             const long li = ((long)b * d.H + h) * d.T + row;
             L[i] = row < d.T ? lse[li] : 0.0f;
             Dq[i] = row < d.T ? D[li] : 0.0f;
+            Sq[i] = row < d.T && d.ds ? d.ds[(long)b * d.T + row] : 0;
         }
         mbar_arrive(&full[s]); // release: the stores above are seen by the stage's waiters
     }
@@ -207,7 +210,8 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 }
 
 // The writer: per item and part (BtCfg::PARTS), in order, waits for the staged part and for its
-// turn, then stores (key tile 0) or adds it. The turn is released one part later, once the
+// turn, then stores (the query tile's first key tile: 0, or with packed documents the one that
+// holds its first row's document start) or adds it. The turn is released one part later, once the
 // part's adds have completed, so that the wait for completion overlaps the next part's.
 template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
@@ -218,6 +222,9 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
     for (int it = 0; it < I.n; it++) {
         const int h = I.head(it, d), qt = I.tile(it, d);
+        // The key tiles that add to query tile qt are jf .. its diagonal, all of them (the
+        // document of its first row spans every key between them): j is the (j - jf)-th.
+        const int jf = doc_first(d, b, qt * BT_BQ) / BT_BK, nth_add = j - jf;
         for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
             // The staging warpgroup, its how-many-th part this is, and the part's first column.
             const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
@@ -227,12 +234,12 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
             PROF(full_wait += clock64() - c; c = clock64());
-            while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
+            while (load_acquire(turn) != (unsigned)nth_add) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
-                if (j == 0)
+                if (nth_add == 0)
                     tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
                     tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
@@ -279,7 +286,10 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     // This run's kv heads kv0 .. kv0 + kvn - 1 (attention_backward_tma), the fastest dimension.
     const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
     const int j = blockIdx.y;
-    const int k0 = j * BT_BK, qt0 = k0 / BT_BQ, nqt = cdiv(d.T, BT_BQ) - qt0;
+    // Query tiles from the diagonal to T, or with packed documents to the end of the document
+    // of the tile's last key.
+    const int k0 = j * BT_BK, qt0 = k0 / BT_BQ;
+    const int nqt = cdiv(doc_end(d, b, min(k0 + BT_BK, d.T) - 1), BT_BQ) - qt0;
     const Items I = {kvh, qt0, nqt, d.group * nqt, rev != 0};
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
@@ -323,6 +333,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         const int s = it % BT_STAGES, qbase = I.tile(it, d) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
+        const int *Sq = (const int *)(Dq + BT_BQ);
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         PROF(cc = clock64());
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
@@ -333,8 +344,12 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // zeros that the other warpgroup's dq product reads.
         float sc[NQ][4], dp[NQ][4];
         scores_and_dp<HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
-        const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T;
-        probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
+        // Packed documents: also where a query's document starts after one of these keys (the
+        // tile's last query within T has the latest start).
+        const bool mask =
+            wk0 + 63 > qbase || qbase + BT_BQ > d.T || Sq[min(BT_BQ, d.T - qbase) - 1] > wk0;
+        probs_and_ds_t<NQ>(sc, dp, L, Dq, d.ds ? Sq : nullptr, d.scale_log2, mask, qbase, key_lo,
+                           d.T, lane);
         uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
         store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);
@@ -503,9 +518,9 @@ int chain_run_kv_heads(int B, int T, int KV) {
 // long context), on the tensors or on each run's copies padded to ld columns (ld != 0).
 template <int HDP>
 void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout, const bf16 *q,
-                 const bf16 *k, const bf16 *v, int B, int T, int H, int KV, int hd, void *scratch,
-                 int ld, cudaStream_t stream) {
-    const Dims d = make_dims(B, T, H, KV, hd);
+                 const bf16 *k, const bf16 *v, const Dims &d, void *scratch, int ld,
+                 cudaStream_t stream) {
+    const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
     const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
     CUtensorMap qm, dm, km, vm;
@@ -546,14 +561,14 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
 } // namespace
 
 bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dout,
-                            const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H,
-                            int KV, int hd, void *scratch, cudaStream_t stream) {
+                            const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
+                            void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma backward (comparisons)
-    const int ld = tma_padded_ld(hd);
+    const int hd = d.hd, ld = tma_padded_ld(hd);
     if ((e && e[0] == '0') || hd <= 32 || (hd % 8 != 0 && !ld)) return false;
     if (hd <= 64)
-        launch_runs<64>(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch, 0, stream);
+        launch_runs<64>(dq, dk, dv, lse, dout, q, k, v, d, scratch, 0, stream);
     else
-        launch_runs<128>(dq, dk, dv, lse, dout, q, k, v, B, T, H, KV, hd, scratch, ld, stream);
+        launch_runs<128>(dq, dk, dv, lse, dout, q, k, v, d, scratch, ld, stream);
     return true;
 }

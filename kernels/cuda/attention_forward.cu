@@ -8,7 +8,10 @@ namespace {
 // ---- tensor-core forward -----------------------------------------------------------------
 
 // One CTA per (b, h, 64*MT-query tile); each warp owns 16*MT query rows and streams the
-// BC-key K/V tiles up to its diagonal through a two-stage cp.async pipeline.
+// BC-key K/V tiles up to its diagonal through a two-stage cp.async pipeline. With packed
+// documents the stream starts at the tile that holds the first row's document start, a warp
+// skips the tiles before its own rows' documents, and tiles that cross a row's document start
+// are masked.
 template <int HDP, int MT, int BC>
 __global__ void __launch_bounds__(THREADS)
     attn_fwd_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
@@ -22,26 +25,34 @@ __global__ void __launch_bounds__(THREADS)
     const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR; // the longest rows first: load balance
     const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1; // this warp's rows
-    const int nkt = key_tiles(q0, BR, d.T, BC);
+    const int kt0 = doc_first(d, b, q0) / BC, nkt = key_tiles(q0, BR, d.T, BC);
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const bf16 *qb = q + (long)b * d.T * qs + (long)h * d.hd;
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
     const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
     bf16 *sQw = sQ + warp * 16 * MT * LD;
+    // The documents' first keys: of this warp's first and last rows, and of each thread's rows.
+    const int wfirst = doc_first(d, b, wr0), wlast = doc_first(d, b, wr1);
+    int first[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            first[mt][r] = doc_first(d, b, wr0 + mt * 16 + (lane >> 2) + 8 * r);
 
     load_tile<HDP, BR>(sQ, qb, q0, d.T, qs, d.hd);
-    load_tile<HDP, BC>(sKV, kb, 0, d.T, kvs, d.hd);
-    load_tile<HDP, BC>(sKV + BC * LD, vb, 0, d.T, kvs, d.hd);
+    load_tile<HDP, BC>(sKV, kb, kt0 * BC, d.T, kvs, d.hd);
+    load_tile<HDP, BC>(sKV + BC * LD, vb, kt0 * BC, d.T, kvs, d.hd);
     cp_async_commit();
 
     uint32_t qf[MT][KS][4];
     float o[MT][NO][4] = {}, m[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
-    for (int kt = 0; kt < nkt; kt++) {
-        const bf16 *sK = sKV + (kt & 1) * 2 * BC * LD, *sV = sK + BC * LD;
+    for (int kt = kt0; kt < nkt; kt++) {
+        const bf16 *sK = sKV + ((kt - kt0) & 1) * 2 * BC * LD, *sV = sK + BC * LD;
         if (kt + 1 < nkt) { // prefetch into the other stage, freed by the last barrier
-            bf16 *nK = sKV + ((kt + 1) & 1) * 2 * BC * LD;
+            bf16 *nK = sKV + ((kt + 1 - kt0) & 1) * 2 * BC * LD;
             load_tile<HDP, BC>(nK, kb, (kt + 1) * BC, d.T, kvs, d.hd);
             load_tile<HDP, BC>(nK + BC * LD, vb, (kt + 1) * BC, d.T, kvs, d.hd);
         }
@@ -49,7 +60,7 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_wait<1>();
         __syncthreads();
         if constexpr (QREG) {
-            if (kt == 0)
+            if (kt == kt0)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -57,17 +68,18 @@ __global__ void __launch_bounds__(THREADS)
                         load_a(qf[mt][ks], sQw + mt * 16 * LD, LD, ks, lane);
         }
         const int key0 = kt * BC;
-        if (key0 <= wr1) { // else every key of the tile comes after every row of this warp
+        // Else every key of the tile comes after every row of this warp, or before its documents.
+        if (key0 <= wr1 && key0 + BC > wfirst) {
             float s[MT][NS][4] = {};
             if constexpr (QREG)
                 mma_rs_nt<MT, KS, NS>(s, qf, sK, LD, lane);
             else
                 mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
-            const bool mask = key0 + BC - 1 > wr0;
+            const bool mask = key0 + BC - 1 > wr0 || key0 < wlast;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 softmax_step<NS, NO>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask,
-                                     wr0 + mt * 16 + (lane >> 2), key0, lane);
+                                     wr0 + mt * 16 + (lane >> 2), key0, first[mt], lane);
             uint32_t pf[MT][BC / 16][4];
             acc_to_a<MT, BC / 16>(pf, s);
             mma_rs_t<MT, BC / 16, NO>(o, pf, sV, LD, lane);
@@ -108,15 +120,18 @@ __global__ void attn_fwd_simple(bf16 *out, float *lse, const bf16 *q, const bf16
     const bf16 *vb = v + (long)b * d.T * kvs + (long)(h / d.group) * d.hd;
     load_row_f32(sq[w], q + ((long)b * d.T + i) * qs + (long)h * d.hd, d.hd, lane);
 
+    // Keys first .. i: the row's document (packed documents), else the whole causal prefix.
+    const int first = doc_first(d, b, i);
     float m = -INFINITY, l = 0.0f, acc[MAXC] = {};
-    for (int j0 = 0; j0 <= i; j0 += 32) {
+    for (int j0 = first & ~31; j0 <= i; j0 += 32) {
         int j = j0 + lane;
-        float s = j <= i ? dot_sg(sq[w], kb + (long)j * kvs, d.hd) * d.scale : -INFINITY;
+        const bool valid = j >= first && j <= i;
+        float s = valid ? dot_sg(sq[w], kb + (long)j * kvs, d.hd) * d.scale : -INFINITY;
         float mx = s;
         for (int off = 16; off > 0; off >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        mx = fmaxf(mx, m); // chunk j0 always holds key j0 <= i, so mx is finite
-        float alpha = expf(m - mx), p = j <= i ? expf(s - mx) : 0.0f, ps = p;
+        mx = fmaxf(mx, m); // every chunk holds a key in first .. i, so mx is finite
+        float alpha = expf(m - mx), p = valid ? expf(s - mx) : 0.0f, ps = p;
         for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
         l = l * alpha + ps;
         m = mx;
@@ -159,9 +174,11 @@ extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int 
 
 extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                        const bf16 *v, int B, int T, int H, int KV, int hd,
-                                       void *scratch, cudaStream_t stream) {
+                                       const int32_t *doc_start, void *scratch,
+                                       cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
     Dims d = make_dims(B, T, H, KV, hd);
+    d.ds = doc_start;
     if (B == 0 || T == 0) return;
     kt_work(stream, KT_ATTENTION, causal_flops(B, T, H, hd), 0, "attention forward hd %d T %d", hd,
             T);
@@ -173,8 +190,10 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
         CUDA_CHECK_LAUNCH();
         return;
     case PATH_WGMMA:
-        attention_forward_wgmma(out, lse, q, k, v, B, T, H, KV, hd, scratch, stream);
-        return;
+        // The plain wgmma forward has no document masks: packed documents where the TMA
+        // kernel cannot run take mma.sync.
+        if (attention_forward_wgmma(out, lse, q, k, v, d, scratch, stream)) return;
+        break;
     case PATH_MMA:
         break;
     }

@@ -72,7 +72,11 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     const FwdTile tile = fwd_tile(group);
     const int b = tile.pair / hn, hl = tile.pair % hn, h = h0 + hl, kvl = hl / d.group;
     const int q0 = tile.q0;
-    const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC);
+    // Key tiles kt0 .. kt0 + nkt - 1: with packed documents the first holds the first row's
+    // document start (tiles before it hold no key any row attends to). Stages and barrier
+    // phases count from kt0.
+    const int kt0 = doc_first(d, b, q0) / TMA_BC;
+    const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC) - kt0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < TMA_STAGES; s++) {
             mbar_init(&kfull[s], 1);
@@ -98,13 +102,15 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
             if (kt >= TMA_STAGES) mbar_wait(&kempty[s], free_parity);
             mbar_expect_tx(&kfull[s], SPLIT_KV ? C::KV_BYTES : 2 * C::KV_BYTES);
             for (int p = 0; p < C::PANELS; p++)
-                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &kfull[s], 64 * p, kvl, kt * TMA_BC, b);
+                tma_load_4d(sK + p * TMA_BC * 128, &kmap, &kfull[s], 64 * p, kvl,
+                            (kt0 + kt) * TMA_BC, b);
             if (SPLIT_KV) {
                 if (kt >= TMA_STAGES) mbar_wait(&vempty[s], free_parity);
                 mbar_expect_tx(vbar, C::KV_BYTES);
             }
             for (int p = 0; p < C::PANELS; p++)
-                tma_load_4d(sV + p * TMA_BC * 128, &vmap, vbar, 64 * p, kvl, kt * TMA_BC, b);
+                tma_load_4d(sV + p * TMA_BC * 128, &vmap, vbar, 64 * p, kvl, (kt0 + kt) * TMA_BC,
+                            b);
         }
         return;
     }
@@ -112,6 +118,11 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 
     const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
     const int wr0 = q0 + wg * 64, row_lo = wr0 + wwarp * 16 + (lane >> 2);
+    // Packed documents: a tile is masked where it crosses the diagonal or a row's document
+    // start (the warpgroup's last row has the latest); first: this thread's rows' starts.
+    const int first[2] = {doc_first(d, b, row_lo), doc_first(d, b, row_lo + 8)};
+    const int wlast = doc_first(d, b, wr0 + 63);
+    auto masked = [&](int key0) { return key0 + TMA_BC - 1 > wr0 || key0 < wlast; };
     // Turns: warpgroup w issues its Q K^T after named barrier 1 + w, which the other opens.
     const int my_turn = 1 + wg, other_turn = 2 - wg, turn_threads = TMA_CONSUMERS * WG_THREADS;
     if (wg == 1) named_arrive(other_turn, turn_threads); // warpgroup 0 goes first
@@ -139,19 +150,19 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         wgmma_commit();
     };
     // key0 <= wr1 holds for every tile while BR = BC (the last one starts at q0 <= wr1)
-    const bool diagonal_first = TMA_BC - 1 > wr0; // tile 0 is the diagonal one (q0 = 0)
     {
+        const int key0 = kt0 * TMA_BC;
         float sc[NS][4], alpha[2];
         issue_scores(sc, 0);
         if (wg == 0 || 1 < nkt) named_arrive(other_turn, turn_threads); // balanced turns
         wgmma_wait<0>();
         fence_acc(sc);
         if (SPLIT_KV) mbar_arrive_if(&kempty[0], wl == 0);
-        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, diagonal_first, row_lo, 0, lane);
+        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, masked(key0), row_lo, key0, first, lane);
         acc_to_a<1, TMA_BC / 16>(pf, *reinterpret_cast<float(*)[1][NS][4]>(&sc[0][0]));
     }
     for (int kt = 1; kt < nkt; kt++) {
-        const int key0 = kt * TMA_BC, last = (kt - 1) % TMA_STAGES;
+        const int key0 = (kt0 + kt) * TMA_BC, last = (kt - 1) % TMA_STAGES;
         float sc[NS][4], alpha[2];
         fence_regs(od); // the rescaled o and the new P are written before the MMAs take them
         fence_regs(pflat);
@@ -161,8 +172,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
         wgmma_wait<1>(); // the scores; P V may still run
         fence_acc(sc);
         if (SPLIT_KV) mbar_arrive_if(&kempty[kt % TMA_STAGES], wl == 0);
-        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, key0 + TMA_BC - 1 > wr0, row_lo, key0,
-                           lane);
+        online_softmax<NS>(sc, m, l, alpha, d.scale_log2, masked(key0), row_lo, key0, first, lane);
         wgmma_wait<0>();
         fence_regs(od);
         fence_regs(pflat);
@@ -254,12 +264,10 @@ void copy_run_padded(void *scratch, const bf16 *q, const bf16 *k, const bf16 *v,
 }
 
 bool attention_forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                           int B, int T, int H, int KV, int hd, void *scratch,
-                           cudaStream_t stream) {
+                           const Dims &d, void *scratch, cudaStream_t stream) {
     const char *e = getenv("MT_ATTENTION_TMA"); // 0: the plain wgmma forward (comparisons)
-    const int ld = tma_padded_ld(hd);
+    const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd, ld = tma_padded_ld(hd);
     if ((e && e[0] == '0') || hd < 64 || (hd % 8 != 0 && (!ld || !scratch))) return false;
-    const Dims d = make_dims(B, T, H, KV, hd);
     if (!ld) {
         (hd == 64 ? forward_tma<64> : forward_tma<128>)(out, lse, q, k, v, 0, H, hd, hd, d, stream);
         return true;

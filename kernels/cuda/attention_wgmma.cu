@@ -101,8 +101,9 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             wgmma_commit();
             wgmma_wait<0>();
             fence_acc(s);
+            const int whole_rows[2] = {0, 0}; // no packed documents here (the callers see to it)
             softmax_pv<HDP, WG_BC>(s, o, m, l, d.scale_log2, key0 + WG_BC - 1 > wr0,
-                                   wr0 + warp * 16 + (lane >> 2), key0, lane, sV);
+                                   wr0 + warp * 16 + (lane >> 2), key0, whole_rows, lane, sV);
         }
         __syncthreads(); // this stage is refilled two iterations on
     }
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             float s[NQ][4], dp[NQ][4];
             scores_and_dp<HDP, KV_BQ>(s, dp, sK, sQ, sV, sdO, KV_BK, wg * WG_ROWS);
             const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
-            probs_and_ds_t<NQ>(s, dp, L, Dq, d.scale_log2, mask, qbase,
+            probs_and_ds_t<NQ>(s, dp, L, Dq, nullptr, d.scale_log2, mask, qbase,
                                wk0 + warp * 16 + (lane >> 2), d.T, lane);
             uint32_t pf[1][KQ][4], dsf[1][KQ][4];
             acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&s[0][0]));
@@ -352,15 +353,15 @@ extern "C" int cuda_attention_has_wgmma(void) {
 #endif
 }
 
-void attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int B, int T, int H, int KV, int hd, void *scratch,
-                             cudaStream_t stream) {
-    if (attention_forward_tma(out, lse, q, k, v, B, T, H, KV, hd, scratch, stream)) return;
-    Dims d = make_dims(B, T, H, KV, hd);
-    if (hd <= 64)
+bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                             const Dims &d, void *scratch, cudaStream_t stream) {
+    if (attention_forward_tma(out, lse, q, k, v, d, scratch, stream)) return true;
+    if (d.ds) return false;
+    if (d.hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);
     else
         forward_wg<128>(out, lse, q, k, v, d, stream);
+    return true;
 }
 
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,

@@ -46,11 +46,12 @@ void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float 
                            const float *rstd, int n, int dim, float *scratch, cudaStream_t stream);
 size_t cuda_rmsnorm_scratch_floats(int n, int dim);
 
-// rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16); positions t.
+// rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16); positions t,
+// or with packed documents t - doc_start[b * T + t] (doc_start NULL: t).
 void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
-                       cudaStream_t stream);
+                       const int32_t *doc_start, cudaStream_t stream);
 void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
-                        cudaStream_t stream);
+                        const int32_t *doc_start, cudaStream_t stream);
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
 // deterministic; scratch holds cuda_bias_scratch_floats(cols) floats).
@@ -71,13 +72,17 @@ void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 
 // cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused Hopper backward's fp32 dq
 // accumulator and its turn counters, and for head dims of 8k + 4 padded copies of q, k, v and
 // dout, for a run of heads each). dq may be q (in place: at long context a whole-sequence
-// buffer less).
+// buffer less). Packed documents: doc_start[B, T] (device memory) is where each token's
+// document starts in its row, and a query attends to keys doc_start[b * T + t] .. t only; every
+// path skips the key tiles outside a query tile's documents and masks the tiles that cross a
+// start. NULL: causal over the whole row.
 void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                            int B, int T, int H, int KV, int hd, void *scratch,
-                            cudaStream_t stream);
+                            int B, int T, int H, int KV, int hd, const int32_t *doc_start,
+                            void *scratch, cudaStream_t stream);
 void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
                              const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                             int T, int H, int KV, int hd, void *scratch, cudaStream_t stream);
+                             int T, int H, int KV, int hd, const int32_t *doc_start, void *scratch,
+                             cudaStream_t stream);
 size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
 // 1 where the Hopper (wgmma) attention path runs: an sm_90a build on a compute 9.0 device.
 int cuda_attention_has_wgmma(void);

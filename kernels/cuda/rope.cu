@@ -1,7 +1,9 @@
 // Rotary position embedding, Hugging Face "rotate_half" convention like kernels/cpu/rope.c:
 // element i of each head is paired with element i + hd/2 (not its neighbour), and row (b, t)
-// is rotated by the angle (float)t * inv_freq[i]. The backward rotates by -angle (the rotation
-// is orthogonal). Math in fp32, one rounding to bf16 per element.
+// is rotated by the angle (float)pos * inv_freq[i], pos = t, or with packed documents
+// t - doc_start[b * T + t] (positions restart at each document, as transformers' position_ids
+// do). The backward rotates by -angle (the rotation is orthogonal). Math in fp32, one rounding
+// to bf16 per element.
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/cuda/ktime.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -16,10 +18,11 @@ const int THREADS = 256, MAX_HALF = 64; // hd <= 128
 // once and serve every head, and each thread rotates two adjacent pairs (i, i + 1) with 4-byte
 // loads of both halves. sincosf, not __sincosf: the fast version loses accuracy for the large
 // angles of long contexts (t up to ~1e5 rad). The same math per element as one pair per thread.
-__global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, int T, int heads, int hd,
-                            float sign) {
+__global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, const int32_t *doc_start,
+                            int T, int heads, int hd, float sign) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
-    const int half = hd / 2, t = (int)(blockIdx.x % T);
+    const int half = hd / 2;
+    const int t = (int)(blockIdx.x % T) - (doc_start ? doc_start[blockIdx.x] : 0);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf((float)t * inv_freq[i], &s, &c);
@@ -41,14 +44,15 @@ __global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, int T, int
 
 // Odd half-heads (hd % 4 == 2), or x not 4-byte aligned: no word pairs, one element pair per
 // thread, as before.
-__global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, long pairs, int T,
-                                int heads, int hd, float sign) {
+__global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, const int32_t *doc_start,
+                                long pairs, int T, int heads, int hd, float sign) {
     int half = hd / 2;
     long stride = (long)gridDim.x * blockDim.x;
     for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += stride) {
         int i = (int)(p % half);
         long head_row = p / half; // (b * T + t) * heads + h
-        int t = (int)((head_row / heads) % T);
+        const long bt = head_row / heads;
+        int t = (int)(bt % T) - (doc_start ? doc_start[bt] : 0);
         __nv_bfloat16 *x1 = x + head_row * hd + i, *x2 = x1 + half;
         float s, c;
         sincosf((float)t * inv_freq[i], &s, &c);
@@ -59,17 +63,17 @@ __global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, long pa
     }
 }
 
-void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd, float sign,
-                 cudaStream_t stream) {
+void rope_launch(bf16 *x, const float *inv_freq, const int32_t *doc_start, int B, int T, int heads,
+                 int hd, float sign, cudaStream_t stream) {
     const long rows = (long)B * T;
     if (rows <= 0 || hd < 2) return;
     if (hd % 4 == 0 && hd / 2 <= MAX_HALF && ((uintptr_t)x & 3) == 0) {
-        rope_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(reinterpret_cast<__nv_bfloat162 *>(x),
-                                                            inv_freq, T, heads, hd, sign);
+        rope_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
+            reinterpret_cast<__nv_bfloat162 *>(x), inv_freq, doc_start, T, heads, hd, sign);
     } else {
         long pairs = rows * heads * (hd / 2), blocks = (pairs + THREADS - 1) / THREADS;
         rope_kernel_odd<<<(unsigned)(blocks < 65535 ? blocks : 65535), THREADS, 0, stream>>>(
-            reinterpret_cast<__nv_bfloat16 *>(x), inv_freq, pairs, T, heads, hd, sign);
+            reinterpret_cast<__nv_bfloat16 *>(x), inv_freq, doc_start, pairs, T, heads, hd, sign);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -77,15 +81,15 @@ void rope_launch(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd
 } // namespace
 
 extern "C" void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
-                                  cudaStream_t stream) {
+                                  const int32_t *doc_start, cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
     kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
-    rope_launch(x, inv_freq, B, T, heads, hd, 1.0f, stream);
+    rope_launch(x, inv_freq, doc_start, B, T, heads, hd, 1.0f, stream);
 }
 
 extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
-                                   cudaStream_t stream) {
+                                   const int32_t *doc_start, cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
     kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
-    rope_launch(dx, inv_freq, B, T, heads, hd, -1.0f, stream);
+    rope_launch(dx, inv_freq, doc_start, B, T, heads, hd, -1.0f, stream);
 }

@@ -36,10 +36,11 @@ static void cu_download(backend *b, void *dst, const void *src, size_t bytes) {
 
 static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *targets,
                            const int32_t *doc_start, int count) {
-    (void)doc_start; // refused at backend_cuda_new
     size_t bytes = sizeof(int32_t) * count * tokens(b);
     CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
+    if (b->doc_start && doc_start)
+        CUDA_CHECK(cudaMemcpyAsync(b->doc_start, doc_start, bytes, cudaMemcpyHostToDevice, b->s));
     // The host buffers are reused for the next batch: the copies must have read them.
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
@@ -185,6 +186,7 @@ static void alloc_head_set(backend *b) {
     b->cls_scratch = dev(b, cuda_classifier_scratch_bytes(b->chunk, c->dim, c->vocab), 1);
     b->inputs = dev(b, n * M, 4);
     b->targets = dev(b, n * M, 4);
+    if (mt_packs_documents(c)) b->doc_start = dev(b, n * M, 4);
 }
 
 static size_t cu_device_free(backend *b) {
@@ -251,7 +253,8 @@ static void cu_destroy(backend *b) {
                    b->d_att,       b->dk,         b->dv,        b->rstd1,        b->rstd2,
                    b->d_act,       b->d_n2,       b->d_n1,      b->norm_scratch, b->attn_scratch,
                    b->xf,          b->rstd_f,     b->dxf,       b->losses,       b->logits,
-                   b->cls_scratch, b->inputs,     b->targets,   b->inv_freq,     b->bias_scratch};
+                   b->cls_scratch, b->inputs,     b->targets,   b->inv_freq,     b->bias_scratch,
+                   b->doc_start};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     free(b->kept), free(b->att), free(b->lse);
@@ -325,10 +328,6 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    if (mt_packs_documents(c))
-        mt_die("%s: data.pack \"documents\": the CUDA attention kernels do not mask documents "
-               "yet; train packed documents with backend = \"cpu\"",
-               c->source_path);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

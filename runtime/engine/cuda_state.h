@@ -35,6 +35,7 @@ struct backend {
     cuda_gemm *gemm;
     float *inv_freq;
     int32_t *inputs, *targets;
+    int32_t *doc_start; // [M * n] with data.pack "documents" (attention, RoPE), else NULL
     // the layer's working set
     layer_saved work;
     layer_saved *kept; // kept activations, in one allocation

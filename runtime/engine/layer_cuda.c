@@ -65,9 +65,14 @@ static int att_ready(int keep, att_ref att) {
     return keep < 0 && att.slot >= 0 && att.ready;
 }
 
-// Attention's inputs and output for the whole micro-batch: q, k, v from the first norm chunk by
-// chunk, then RoPE and (unless its output is at hand) attention over every token.
-static void attention_part(backend *b, const layer_w *w, const float *x, layer_saved *a,
+// Micro-batch m's document starts (data.pack "documents"), or NULL: one document a row.
+static const int32_t *doc_starts(const backend *b, int m) {
+    return b->doc_start ? b->doc_start + (size_t)m * tokens(b) : NULL;
+}
+
+// Attention's inputs and output for micro-batch m: q, k, v from the first norm chunk by chunk,
+// then RoPE and (unless its output is at hand) attention over every token.
+static void attention_part(backend *b, int m, const layer_w *w, const float *x, layer_saved *a,
                            int run_attention) {
     const mt_config *c = b->c;
     int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
@@ -79,11 +84,12 @@ static void attention_part(backend *b, const layer_w *w, const float *x, layer_s
         projection(b, a->k + (size_t)t0 * KV, b->n1, w->wk, w->bk, rows, D, KV);
         projection(b, a->v + (size_t)t0 * KV, b->n1, w->wv, w->bv, rows, D, KV);
     }
-    cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, s);
-    cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+    const int32_t *ds = doc_starts(b, m);
+    cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
+    cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
     if (run_attention)
         cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads,
-                               hd, b->attn_scratch, s);
+                               hd, ds, b->attn_scratch, s);
 }
 
 // One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta), the second norm
@@ -103,12 +109,11 @@ static void mlp_inputs(backend *b, const layer_w *w, const float *x, const layer
 // With its attention output at hand a pass needs no q, k or v: only the MLP block is run.
 void cu_layer_forward(backend *b, int m, const void *wbuf, const float *x, float *out, int keep,
                       att_ref att) {
-    (void)m; // one micro-batch's layout is every micro-batch's: no packed documents here
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
     layer_saved with, *a = internals(b, keep, att, &with);
     int D = c->dim, F = c->ffn_dim;
-    if (!att_ready(keep, att)) attention_part(b, &w, x, a, 1);
+    if (!att_ready(keep, att)) attention_part(b, m, &w, x, a, 1);
     FOR_CHUNKS(b, t0, rows) { // a kept slot is whole: then the only chunk is the micro-batch
         mlp_inputs(b, &w, x, a, a->h, a->gate, a->up, t0, rows);
         float *o = out + (size_t)t0 * D;
@@ -179,7 +184,6 @@ static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const b
 // same inputs: the same bits as the forward's).
 void cu_layer_backward(backend *b, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att) {
-    (void)m;
     const mt_config *c = b->c;
     layer_w w = bind_w(b, wbuf);
     layer_g g = bind_g(b, dwbuf);
@@ -187,16 +191,17 @@ void cu_layer_backward(backend *b, int m, const void *wbuf, float *dwbuf, const 
     int hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
     if (keep < 0)
-        attention_part(b, &w, x, a, !att_ready(keep, att));
+        attention_part(b, m, &w, x, a, !att_ready(keep, att));
     else // n1 is not kept: the projections' weight gradients need it
         cuda_rmsnorm_forward(b->n1, b->rstd1, x, w.attn_norm, tokens(b), c->dim, (float)c->norm_eps,
                              s);
     FOR_CHUNKS(b, t0, rows) mlp_backward(b, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
     bf16 *dq = a->q; // in place: q is not read again (at 512k tokens, 4 GiB on a 7B)
+    const int32_t *ds = doc_starts(b, m);
     cuda_attention_backward(dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
-                            b->T, c->heads, c->kv_heads, hd, b->attn_scratch, s);
-    cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, s);
-    cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, s);
+                            b->T, c->heads, c->kv_heads, hd, ds, b->attn_scratch, s);
+    cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
+    cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
     if (g.bq) {
         cuda_bias_backward(g.bq, dq, tokens(b), Q, b->bias_scratch, s);
         cuda_bias_backward(g.bk, b->dk, tokens(b), KV, b->bias_scratch, s);

@@ -253,10 +253,6 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     if (mt_packs_documents(c) && c->data_eot < 0)
         return source_fail(x, LINE("data.pack"), "data.pack",
                            "\"documents\" needs data.eot, the token id that ends a document");
-    if (mt_packs_documents(c) && strcmp(c->backend, "cuda") == 0)
-        return source_fail(x, LINE("data.pack"), "data.pack",
-                           "\"documents\" is not available on the CUDA backend yet (its "
-                           "attention kernels do not mask documents); use backend = \"cpu\"");
     if (c->data_eot >= c->vocab)
         return source_fail(x, LINE("data.eot"), "data.eot", "%d is not below model.vocab = %d",
                            c->data_eot, c->vocab);
