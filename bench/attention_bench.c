@@ -39,7 +39,7 @@ static shape shape_for(int T, int hd, int heads, int rows, int docs) {
     shape s = {.B = T >= 16384 ? 1 : 16384 / T, .T = T, .H = T >= 131072 ? 8 : 32, .hd = hd};
     if (heads > 0) s.H = heads;
     if (rows > 0) s.B = rows;
-    s.docs = docs > 0 && docs < T ? docs : 0;
+    s.docs = docs <= 0 ? 0 : docs < T ? docs : T; // docs >= T: one document a row, packed
     s.KV = hd == 64 ? s.H / 8 : s.H;
     return s;
 }

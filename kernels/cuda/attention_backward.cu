@@ -80,7 +80,6 @@ __global__ void __launch_bounds__(THREADS)
 
     // Rows past T: zero q and dout make dS = 1 * (0 - 0) = 0, and they are never stored.
     float lse2[MT][2], Dr[MT][2];
-    int first[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -89,7 +88,6 @@ __global__ void __launch_bounds__(THREADS)
             long i = ((long)b * d.H + h) * d.T + row;
             lse2[mt][r] = row < d.T ? lse[i] * LOG2E : 0.0f;
             Dr[mt][r] = row < d.T ? D[i] : 0.0f;
-            first[mt][r] = doc_first(d, b, row);
         }
     }
 
@@ -112,14 +110,19 @@ __global__ void __launch_bounds__(THREADS)
             const bool mask = key0 + BC - 1 > wr0 || key0 < wlast;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
+                // The rows' document starts, read on masked tiles only (registers, as forward)
+                int first[2] = {0, 0};
+                const int row_lo = wr0 + mt * 16 + (lane >> 2);
+                if (mask && wlast > 0)
+                    first[0] = doc_first(d, b, row_lo), first[1] = doc_first(d, b, row_lo + 8);
 #pragma unroll
                 for (int nt = 0; nt < NS; nt++) {
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         int r = i >> 1, key = key0 + nt * 8 + 2 * (lane & 3) + (i & 1);
-                        int row = wr0 + mt * 16 + (lane >> 2) + 8 * r;
+                        int row = row_lo + 8 * r;
                         float p = fast_exp2(s[mt][nt][i] * d.scale_log2 - lse2[mt][r]);
-                        if (mask && (key > row || key < first[mt][r])) p = 0.0f;
+                        if (mask && (key > row || key < first[r])) p = 0.0f;
                         s[mt][nt][i] = p * (dp[mt][nt][i] - Dr[mt][r]);
                     }
                 }

@@ -51,12 +51,15 @@ constexpr int BAR_DS = 1;
 template <int HDP> struct BtCfg {
     static constexpr int PANELS = HDP / 64;
     static constexpr int KV_BYTES = BT_BK * HDP * 2, QT_BYTES = BT_BQ * HDP * 2;
-    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 3 * BT_BQ * 4;
+    // LD: lse, D and the document starts of a stage's queries, padded to 1 KB so that the dq
+    // stages after them keep the 1024-byte alignment of 128-byte-swizzled TMA boxes.
+    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 4 * BT_BQ * 4;
     static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
     static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
     static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, D, document starts
     static constexpr int DQ_OFF = LD_OFF + BT_STAGES * LD_BYTES; // consumer w's dq part
     static constexpr int DQ_BYTES = BT_BQ * 64 * 4;              // two 32-column panels
+    static_assert(DQ_OFF % 1024 == 0, "the dq stages are 128-byte-swizzled TMA boxes");
     // dq parts an item makes: one per warpgroup (a half of the columns each), or at HDP 64 one
     // from the warpgroup whose turn it is.
     static constexpr int PARTS = HDP == 128 ? 2 : 1;

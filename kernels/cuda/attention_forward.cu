@@ -31,14 +31,9 @@ __global__ void __launch_bounds__(THREADS)
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
     const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
     bf16 *sQw = sQ + warp * 16 * MT * LD;
-    // The documents' first keys: of this warp's first and last rows, and of each thread's rows.
+    // The documents' first keys of this warp's first and last rows (a thread's own rows' are
+    // read on masked tiles only: kept in registers, they made the loop spill).
     const int wfirst = doc_first(d, b, wr0), wlast = doc_first(d, b, wr1);
-    int first[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            first[mt][r] = doc_first(d, b, wr0 + mt * 16 + (lane >> 2) + 8 * r);
 
     load_tile<HDP, BR>(sQ, qb, q0, d.T, qs, d.hd);
     load_tile<HDP, BC>(sKV, kb, kt0 * BC, d.T, kvs, d.hd);
@@ -77,9 +72,14 @@ __global__ void __launch_bounds__(THREADS)
                 mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
             const bool mask = key0 + BC - 1 > wr0 || key0 < wlast;
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                softmax_step<NS, NO>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask,
-                                     wr0 + mt * 16 + (lane >> 2), key0, first[mt], lane);
+            for (int mt = 0; mt < MT; mt++) {
+                const int row_lo = wr0 + mt * 16 + (lane >> 2);
+                int first[2] = {0, 0};
+                if (mask && wlast > 0)
+                    first[0] = doc_first(d, b, row_lo), first[1] = doc_first(d, b, row_lo + 8);
+                softmax_step<NS, NO>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask, row_lo, key0,
+                                     first, lane);
+            }
             uint32_t pf[MT][BC / 16][4];
             acc_to_a<MT, BC / 16>(pf, s);
             mma_rs_t<MT, BC / 16, NO>(o, pf, sV, LD, lane);
