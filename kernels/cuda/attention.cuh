@@ -93,6 +93,7 @@ __device__ __forceinline__ int doc_first(const Dims &d, int b, int t) {
 __device__ __forceinline__ int doc_end(const Dims &d, int b, int t) {
     if (!d.ds) return d.T;
     const int32_t *row = d.ds + (long)b * d.T;
+    if (row[d.T - 1] <= t) return d.T; // the row's last document: no search
     int lo = t + 1, hi = d.T;
     while (lo < hi) { // ds is non-decreasing: binary search for the first start past t
         const int mid = (lo + hi) >> 1;
