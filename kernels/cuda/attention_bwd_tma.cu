@@ -51,12 +51,10 @@ constexpr int BAR_DS = 1;
 template <int HDP> struct BtCfg {
     static constexpr int PANELS = HDP / 64;
     static constexpr int KV_BYTES = BT_BK * HDP * 2, QT_BYTES = BT_BQ * HDP * 2;
-    // LD: lse, D and the document starts of a stage's queries, padded to 1 KB so that the dq
-    // stages after them keep the 1024-byte alignment of 128-byte-swizzled TMA boxes.
-    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 4 * BT_BQ * 4;
+    static constexpr int DS_BYTES = BT_BK * BT_BQ * 2, LD_BYTES = 2 * BT_BQ * 4;
     static constexpr int QD_OFF = 2 * KV_BYTES; // stage s: Q, then dout
     static constexpr int DS_OFF = QD_OFF + BT_STAGES * 2 * QT_BYTES;
-    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, D, document starts
+    static constexpr int LD_OFF = DS_OFF + 2 * DS_BYTES;         // stage s: lse, then D
     static constexpr int DQ_OFF = LD_OFF + BT_STAGES * LD_BYTES; // consumer w's dq part
     static constexpr int DQ_BYTES = BT_BQ * 64 * 4;              // two 32-column panels
     static_assert(DQ_OFF % 1024 == 0, "the dq stages are 128-byte-swizzled TMA boxes");
@@ -64,8 +62,10 @@ template <int HDP> struct BtCfg {
     // from the warpgroup whose turn it is.
     static constexpr int PARTS = HDP == 128 ? 2 : 1;
     static constexpr int BAR_OFF = DQ_OFF + BT_CONSUMERS * DQ_BYTES;
-    // full and empty per stage, kvfull, dq_full and dq_empty per consumer
-    static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS) + 1024;
+    // full and empty per stage, kvfull, dq_full and dq_empty per consumer; then per consumer
+    // the first key tile of its staged part's query tile (write_dq)
+    static constexpr int JF_OFF = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS);
+    static constexpr size_t smem = JF_OFF + 4 * BT_CONSUMERS + 1024;
 };
 
 #ifdef MT_ATTN_PROFILE
@@ -121,8 +121,7 @@ __device__ __forceinline__ void wait_stage_free(uint64_t *empty, int it) {
 }
 
 // The producer's two workers: one thread issues the TMA copies (K and V once, then Q and dout
-// per item), and one warp copies the items' lse, D and document starts (rows past T as 0, as
-// are the starts without packed documents) into the stage. The
+// per item), and one warp copies the items' lse and D (rows past T as 0) into the stage. The
 // maps' first kv head is map_kv0 (the run's first where they hold padded copies of the run).
 template <int HDP>
 __device__ void produce_tiles(unsigned char *smem, uint64_t *full, uint64_t *empty,
@@ -156,13 +155,11 @@ __device__ void produce_stats(unsigned char *smem, uint64_t *full, uint64_t *emp
         const int s = it % BT_STAGES, h = I.head(it, d), qbase = I.tile(it, d) * BT_BQ;
         wait_stage_free(empty, it);
         float *L = (float *)(smem + BtCfg<HDP>::LD_OFF + s * BtCfg<HDP>::LD_BYTES), *Dq = L + BT_BQ;
-        int *Sq = (int *)(Dq + BT_BQ);
         for (int i = lane; i < BT_BQ; i += 32) {
             const int row = qbase + i;
             const long li = ((long)b * d.H + h) * d.T + row;
             L[i] = row < d.T ? lse[li] : 0.0f;
             Dq[i] = row < d.T ? D[li] : 0.0f;
-            Sq[i] = row < d.T && d.ds ? d.ds[(long)b * d.T + row] : 0;
         }
         mbar_arrive(&full[s]); // release: the stores above are seen by the stage's waiters
     }
@@ -214,8 +211,9 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 
 // The writer: per item and part (BtCfg::PARTS), in order, waits for the staged part and for its
 // turn, then stores (the query tile's first key tile: 0, or with packed documents the one that
-// holds its first row's document start) or adds it. The turn is released one part later, once the
-// part's adds have completed, so that the wait for completion overlaps the next part's.
+// holds its first row's document start, which the consumer puts beside the part) or adds it. The
+// turn is released one part later, once the part's adds have completed, so that the wait for
+// completion overlaps the next part's.
 template <int HDP>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
@@ -223,15 +221,9 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
-    // The key tiles that add to query tile qt are jf .. its diagonal, all of them (the document
-    // of its first row spans every key between them): j is the (j - jf)-th. jf is read an item
-    // ahead: on the writer's serial path a load per item cost hd 64's backward a fifth of its
-    // time at 32k tokens.
-    auto first_key_tile = [&](int it) { return doc_first(d, b, I.tile(it, d) * BT_BQ) / BT_BK; };
-    int jf_next = first_key_tile(0);
+    const int *jf_slot = (const int *)(smem + BtCfg<HDP>::JF_OFF);
     for (int it = 0; it < I.n; it++) {
-        const int h = I.head(it, d), qt = I.tile(it, d), nth_add = j - jf_next;
-        if (it + 1 < I.n) jf_next = first_key_tile(it + 1);
+        const int h = I.head(it, d), qt = I.tile(it, d);
         for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
             // The staging warpgroup, its how-many-th part this is, and the part's first column.
             const int w = HDP == 128 ? part : it & 1, nth = HDP == 128 ? it : it >> 1;
@@ -240,6 +232,9 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
             PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
+            // The key tiles that add to query tile qt are jf .. its diagonal, all of them (the
+            // document of its first row spans every key between them): j is the (j - jf)-th.
+            const int nth_add = j - jf_slot[w];
             PROF(full_wait += clock64() - c; c = clock64());
             while (load_acquire(turn) != (unsigned)nth_add) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
@@ -340,7 +335,14 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         const int s = it % BT_STAGES, qbase = I.tile(it, d) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
-        const int *Sq = (const int *)(Dq + BT_BQ);
+        // Packed documents: the tile's queries' document starts, read from global memory (L2)
+        // here rather than staged by the producer warpgroup, whose 32 registers and serial
+        // loops have no room for them: the first query's (its first key tile, for the writer),
+        // the last one's within T (the latest: whether the tile needs masks), and on masked
+        // tiles each query's.
+        const int *Sq = d.ds ? d.ds + (long)b * d.T + qbase : nullptr;
+        const int jf = Sq ? Sq[0] / BT_BK : 0;
+        const int last_first = Sq ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         PROF(cc = clock64());
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
@@ -353,10 +355,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         scores_and_dp<HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
         // Packed documents: also where a query's document starts after one of these keys (the
         // tile's last query within T has the latest start).
-        const bool mask =
-            wk0 + 63 > qbase || qbase + BT_BQ > d.T || Sq[min(BT_BQ, d.T - qbase) - 1] > wk0;
-        probs_and_ds_t<NQ>(sc, dp, L, Dq, d.ds ? Sq : nullptr, d.scale_log2, mask, qbase, key_lo,
-                           d.T, lane);
+        const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T || last_first > wk0;
+        probs_and_ds_t<NQ>(sc, dp, L, Dq, last_first > wk0 ? Sq : nullptr, d.scale_log2, mask,
+                           qbase, key_lo, d.T, lane);
         uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
         store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);
@@ -404,6 +405,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         PROF(cempty += clock64() - cc);
         __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
+        if (wl == 0) ((int *)(smem + C::JF_OFF))[wg] = jf; // seen by the writer: dq_full
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
         __syncwarp();
         if (lane == 0) mbar_arrive(&dq_full[wg]);
