@@ -255,15 +255,15 @@ typedef struct {
     bf16 *dq, *dk, *dv;
 } grads;
 
-static void run_backward(grads *g, const shape *s, const host_case *c, const bf16 *dout,
-                         const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                         const bf16 *v, void *scratch, size_t scratch_bytes) {
+static void run_backward(grads *g, const shape *s, const host_case *c, const int32_t *ds,
+                         const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
+                         const bf16 *k, const bf16 *v, void *scratch, size_t scratch_bytes) {
     poison(g->dq, sizeof(bf16) * c->nq);
     poison(g->dk, sizeof(bf16) * c->nkv);
     poison(g->dv, sizeof(bf16) * c->nkv);
     poison(scratch, scratch_bytes);
     cuda_attention_backward(g->dq, g->dk, g->dv, dout, out, lse, q, k, v, s->B, s->T, s->H, s->KV,
-                            s->hd, c->ds_dev, scratch, 0);
+                            s->hd, ds, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -291,7 +291,10 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
         g[r].dq = dev_alloc(sizeof(bf16) * c->nq);
         g[r].dk = dev_alloc(sizeof(bf16) * c->nkv);
         g[r].dv = dev_alloc(sizeof(bf16) * c->nkv);
-        run_backward(&g[r], s, c, dout, out, lse, q, k, v, scratch, sb);
+        // One document a row (every start 0): the rerun goes without the starts, and must give
+        // the same bits (the engine drops them where a micro-batch has no second document).
+        const int32_t *ds = r == 1 && s->docs == ONE ? NULL : c->ds_dev;
+        run_backward(&g[r], s, c, ds, dout, out, lse, q, k, v, scratch, sb);
     }
 
     float *got = xmalloc(sizeof(float) * (c->nq > c->nkv ? c->nq : c->nkv));

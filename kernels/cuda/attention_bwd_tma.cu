@@ -44,6 +44,10 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // it. The consumers need no more than 232; the producer's index arithmetic spilled at 24 (at hd
 // 64). The earlier 24/240 ran no faster (2026-12-03: hd 100's slow 131k backward was L2).
 constexpr int BT_PRODUCER_REGS = 32;
+// With packed documents the dq writer also reads each part's first key tile: at 32 registers
+// that cost hd 64's backward 19% (2026-12-04), at 40 (the forward's; 128 x 40 + 256 x 232 is
+// exactly the 64,512) the consumers keep their 232.
+constexpr int BT_DOC_PRODUCER_REGS = 40;
 constexpr int BT_CONSUMER_REGS = (168 * BT_THREADS - WG_THREADS * BT_PRODUCER_REGS) / 256 / 8 * 8;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
@@ -214,7 +218,7 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 // holds its first row's document start, which the consumer puts beside the part) or adds it. The
 // turn is released one part later, once the part's adds have completed, so that the wait for
 // completion overlaps the next part's.
-template <int HDP>
+template <int HDP, bool DOCS>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
                          const Items &I, const Dims &d) {
@@ -234,7 +238,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             mbar_wait(&dq_full[w], nth & 1);
             // The key tiles that add to query tile qt are jf .. its diagonal, all of them (the
             // document of its first row spans every key between them): j is the (j - jf)-th.
-            const int nth_add = j - jf_slot[w];
+            const int nth_add = DOCS ? j - jf_slot[w] : j;
             PROF(full_wait += clock64() - c; c = clock64());
             while (load_acquire(turn) != (unsigned)nth_add) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
@@ -267,7 +271,8 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
 }
 #endif
 
-template <int HDP>
+// DOCS: packed documents (d.ds); without, none of their reads is compiled in.
+template <int HDP, bool DOCS>
 __global__ void __launch_bounds__(BT_THREADS, 1)
     attn_bwd_tma(bf16 *dk, bf16 *dv, unsigned *turns, const float *lse, const float *D,
                  const __grid_constant__ CUtensorMap accmap,
@@ -313,14 +318,14 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     });
 
     if (warp >= 4 * BT_CONSUMERS) {
-        regs_release<BT_PRODUCER_REGS>();
+        regs_release<DOCS ? BT_DOC_PRODUCER_REGS : BT_PRODUCER_REGS>();
         if (warp == 4 * BT_CONSUMERS && lane == 0)
             produce_tiles<HDP>(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, map_kv0,
                                k0, I, d);
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats<HDP>(smem, full, empty, lse, D, b, I, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq<HDP>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, d);
+            write_dq<HDP, DOCS>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -340,9 +345,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // loops have no room for them: the first query's (its first key tile, for the writer),
         // the last one's within T (the latest: whether the tile needs masks), and on masked
         // tiles each query's.
-        const int *Sq = d.ds ? d.ds + (long)b * d.T + qbase : nullptr;
-        const int jf = Sq ? Sq[0] / BT_BK : 0;
-        const int last_first = Sq ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
+        const int *Sq = DOCS ? d.ds + (long)b * d.T + qbase : nullptr;
+        const int jf = DOCS ? Sq[0] / BT_BK : 0;
+        const int last_first = DOCS ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         PROF(cc = clock64());
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
@@ -356,8 +361,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // Packed documents: also where a query's document starts after one of these keys (the
         // tile's last query within T has the latest start).
         const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T || last_first > wk0;
-        probs_and_ds_t<NQ>(sc, dp, L, Dq, last_first > wk0 ? Sq : nullptr, d.scale_log2, mask,
-                           qbase, key_lo, d.T, lane);
+        probs_and_ds_t<NQ>(sc, dp, L, Dq, DOCS && last_first > wk0 ? Sq : nullptr, d.scale_log2,
+                           mask, qbase, key_lo, d.T, lane);
         uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
         store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         PROF(cempty += clock64() - cc);
         __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
-        if (wl == 0) ((int *)(smem + C::JF_OFF))[wg] = jf; // seen by the writer: dq_full
+        if (DOCS && wl == 0) ((int *)(smem + C::JF_OFF))[wg] = jf; // the writer's: dq_full
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
         __syncwarp();
         if (lane == 0) mbar_arrive(&dq_full[wg]);
@@ -539,7 +544,8 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         km = make_head_map(k, B, T, KV, hd, BT_BK, hd);
         vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
     }
-    set_smem_limit(attn_bwd_tma<HDP>, BtCfg<HDP>::smem);
+    auto kernel = d.ds ? attn_bwd_tma<HDP, true> : attn_bwd_tma<HDP, false>;
+    set_smem_limit(kernel, BtCfg<HDP>::smem);
     const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, T, KV);
     const int kvc = kvr < kvm ? kvr : kvm;
     const int rev = items_reversed();
@@ -556,7 +562,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
         PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
-        attn_bwd_tma<HDP><<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
+        kernel<<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
             dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, rev, d);
         CUDA_CHECK_LAUNCH();
         PROF(profile_report(prof, grid.x * grid.y, d, kvn));

@@ -39,8 +39,14 @@ static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *tar
     size_t bytes = sizeof(int32_t) * count * tokens(b);
     CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
-    if (b->doc_start && doc_start)
+    if (b->doc_start && doc_start) {
         CUDA_CHECK(cudaMemcpyAsync(b->doc_start, doc_start, bytes, cudaMemcpyHostToDevice, b->s));
+        for (int m = 0; m < count; m++) {
+            const int32_t *ds = doc_start + (size_t)m * tokens(b);
+            b->has_docs[m] = 0;
+            for (int i = 0; i < tokens(b) && !b->has_docs[m]; i++) b->has_docs[m] = ds[i] != 0;
+        }
+    }
     // The host buffers are reused for the next batch: the copies must have read them.
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
@@ -186,7 +192,11 @@ static void alloc_head_set(backend *b) {
     b->cls_scratch = dev(b, cuda_classifier_scratch_bytes(b->chunk, c->dim, c->vocab), 1);
     b->inputs = dev(b, n * M, 4);
     b->targets = dev(b, n * M, 4);
-    if (mt_packs_documents(c)) b->doc_start = dev(b, n * M, 4);
+    if (mt_packs_documents(c)) {
+        b->doc_start = dev(b, n * M, 4);
+        b->has_docs = calloc(M, 1);
+        if (!b->has_docs) mt_die("out of memory");
+    }
 }
 
 static size_t cu_device_free(backend *b) {
@@ -257,7 +267,7 @@ static void cu_destroy(backend *b) {
                    b->doc_start};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
     CUDA_CHECK(cudaFreeHost(b->losses_host));
-    free(b->kept), free(b->att), free(b->lse);
+    free(b->kept), free(b->att), free(b->lse), free(b->has_docs);
     cuda_gemm_free(b->gemm);
     offload_streams_free(b);
     CUDA_CHECK(cudaStreamDestroy(b->s));

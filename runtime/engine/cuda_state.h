@@ -36,6 +36,9 @@ struct backend {
     float *inv_freq;
     int32_t *inputs, *targets;
     int32_t *doc_start; // [M * n] with data.pack "documents" (attention, RoPE), else NULL
+    // per micro-batch: whether any of its rows holds a second document (else its starts are all
+    // 0, and the kernels run without them: the same bits, without the masks' reads)
+    unsigned char *has_docs;
     // the layer's working set
     layer_saved work;
     layer_saved *kept; // kept activations, in one allocation

@@ -65,9 +65,10 @@ static int att_ready(int keep, att_ref att) {
     return keep < 0 && att.slot >= 0 && att.ready;
 }
 
-// Micro-batch m's document starts (data.pack "documents"), or NULL: one document a row.
+// Micro-batch m's document starts (data.pack "documents"), or NULL: one document a row, also
+// where packing found no second document in any row of it (all starts 0: the same bits).
 static const int32_t *doc_starts(const backend *b, int m) {
-    return b->doc_start ? b->doc_start + (size_t)m * tokens(b) : NULL;
+    return b->doc_start && b->has_docs[m] ? b->doc_start + (size_t)m * tokens(b) : NULL;
 }
 
 // Attention's inputs and output for micro-batch m: q, k, v from the first norm chunk by chunk,
