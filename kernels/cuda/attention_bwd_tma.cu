@@ -44,10 +44,6 @@ constexpr int BT_CONSUMERS = 2, BT_THREADS = (BT_CONSUMERS + 1) * WG_THREADS;
 // it. The consumers need no more than 232; the producer's index arithmetic spilled at 24 (at hd
 // 64). The earlier 24/240 ran no faster (2026-12-03: hd 100's slow 131k backward was L2).
 constexpr int BT_PRODUCER_REGS = 32;
-// With packed documents the dq writer also reads each part's first key tile: at 32 registers
-// that cost hd 64's backward 19% (2026-12-04), at 40 (the forward's; 128 x 40 + 256 x 232 is
-// exactly the 64,512) the consumers keep their 232.
-constexpr int BT_DOC_PRODUCER_REGS = 40;
 constexpr int BT_CONSUMER_REGS = (168 * BT_THREADS - WG_THREADS * BT_PRODUCER_REGS) / 256 / 8 * 8;
 // Named barrier 1: both consumers (the dS tile is whole).
 constexpr int BAR_DS = 1;
@@ -66,10 +62,8 @@ template <int HDP> struct BtCfg {
     // from the warpgroup whose turn it is.
     static constexpr int PARTS = HDP == 128 ? 2 : 1;
     static constexpr int BAR_OFF = DQ_OFF + BT_CONSUMERS * DQ_BYTES;
-    // full and empty per stage, kvfull, dq_full and dq_empty per consumer; then per consumer
-    // the first key tile of its staged part's query tile (write_dq)
-    static constexpr int JF_OFF = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS);
-    static constexpr size_t smem = JF_OFF + 4 * BT_CONSUMERS + 1024;
+    // full and empty per stage, kvfull, dq_full and dq_empty per consumer
+    static constexpr size_t smem = BAR_OFF + 8 * (2 * BT_STAGES + 1 + 2 * BT_CONSUMERS) + 1024;
 };
 
 #ifdef MT_ATTN_PROFILE
@@ -214,10 +208,13 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 }
 
 // The writer: per item and part (BtCfg::PARTS), in order, waits for the staged part and for its
-// turn, then stores (the query tile's first key tile: 0, or with packed documents the one that
-// holds its first row's document start, which the consumer puts beside the part) or adds it. The
-// turn is released one part later, once the part's adds have completed, so that the wait for
-// completion overlaps the next part's.
+// turn, then stores (key tile 0) or adds it. The turn is released one part later, once the
+// part's adds have completed, so that the wait for completion overlaps the next part's. With
+// packed documents (DOCS) the key tiles that add to query tile qt are jf .. its diagonal, jf the
+// tile of its first row's document start (the document spans every key between them): its
+// turns start at jf and its accumulator at -0 (doc_turns), and every part adds (-0 + x = x,
+// the bits of a store). The writer's code is the same: any per-part work here, a load or a
+// read of shared memory, cost the backward 15-19% at 32k (2026-12-04, bench/RESULTS.md).
 template <int HDP, bool DOCS>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
@@ -225,7 +222,6 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
     const int nqt_all = cdiv(d.T, BT_BQ);
     unsigned *pending = nullptr;
     PROF(long long w0 = clock64(), full_wait = 0, turn_wait = 0, c = 0);
-    const int *jf_slot = (const int *)(smem + BtCfg<HDP>::JF_OFF);
     for (int it = 0; it < I.n; it++) {
         const int h = I.head(it, d), qt = I.tile(it, d);
         for (int part = 0; part < BtCfg<HDP>::PARTS; part++) {
@@ -236,16 +232,13 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             const unsigned char *stage = smem + BtCfg<HDP>::DQ_OFF + w * BtCfg<HDP>::DQ_BYTES;
             PROF(c = clock64());
             mbar_wait(&dq_full[w], nth & 1);
-            // The key tiles that add to query tile qt are jf .. its diagonal, all of them (the
-            // document of its first row spans every key between them): j is the (j - jf)-th.
-            const int nth_add = DOCS ? j - jf_slot[w] : j;
             PROF(full_wait += clock64() - c; c = clock64());
-            while (load_acquire(turn) != (unsigned)nth_add) __nanosleep(64); // spare L2 the polls
+            while (load_acquire(turn) != (unsigned)j) __nanosleep(64); // spare L2 the polls
             PROF(turn_wait += clock64() - c);
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
-                if (nth_add == 0)
+                if (!DOCS && j == 0)
                     tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
                     tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
@@ -318,7 +311,7 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     });
 
     if (warp >= 4 * BT_CONSUMERS) {
-        regs_release<DOCS ? BT_DOC_PRODUCER_REGS : BT_PRODUCER_REGS>();
+        regs_release<BT_PRODUCER_REGS>();
         if (warp == 4 * BT_CONSUMERS && lane == 0)
             produce_tiles<HDP>(smem, full, empty, kvfull, &qmap, &dmap, &kmap, &vmap, b, map_kv0,
                                k0, I, d);
@@ -341,12 +334,10 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
         // Packed documents: the tile's queries' document starts, read from global memory (L2)
-        // here rather than staged by the producer warpgroup, whose 32 registers and serial
-        // loops have no room for them: the first query's (its first key tile, for the writer),
-        // the last one's within T (the latest: whether the tile needs masks), and on masked
-        // tiles each query's.
+        // rather than staged by the producer warpgroup, whose 32 registers and serial loops
+        // have no room for them: the last one's within T (the latest: whether the tile needs
+        // masks), and on masked tiles each query's.
         const int *Sq = DOCS ? d.ds + (long)b * d.T + qbase : nullptr;
-        const int jf = DOCS ? Sq[0] / BT_BK : 0;
         const int last_first = DOCS ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         PROF(cc = clock64());
@@ -410,7 +401,6 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         PROF(cempty += clock64() - cc);
         __syncwarp();
         stage_dq(dq_stage, dqa, wwarp * 16 + (lane >> 2), lane);
-        if (DOCS && wl == 0) ((int *)(smem + C::JF_OFF))[wg] = jf; // the writer's: dq_full
         fence_proxy_async(); // the writer's TMA reads the stage through the async proxy
         __syncwarp();
         if (lane == 0) mbar_arrive(&dq_full[wg]);
@@ -428,6 +418,21 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 #else
     __trap(); // built without sm_90a: the host never launches this
 #endif
+}
+
+// Packed documents (write_dq): each (b, h, query tile)'s two turn counters start at the key tile
+// of its first row's document start.
+__global__ void doc_turns(unsigned *turns, long n, int H, int nqt_all, Dims d) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int qt = (int)(i / 2 % nqt_all), b = (int)(i / 2 / nqt_all / H);
+    turns[i] = (unsigned)(doc_first(d, b, qt * BT_BQ) / BT_BK);
+}
+
+// The accumulator as -0, which every part adds to (-0 + x = x: a store's bits).
+__global__ void fill_negative_zero(float4 *acc, long n4) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) acc[i] = make_float4(-0.0f, -0.0f, -0.0f, -0.0f);
 }
 
 // dq's heads h0 .. h0 + hn - 1 = scale * the accumulator ([B, T, hn, hd]), 4 elements a thread
@@ -537,6 +542,12 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
     const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
     const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
+    if (d.ds) {
+        const long n = (long)B * H * cdiv(T, BT_BQ) * 2;
+        doc_turns<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(sc.turns, n, H, cdiv(T, BT_BQ),
+                                                                   d);
+        CUDA_CHECK_LAUNCH();
+    }
     CUtensorMap qm, dm, km, vm;
     if (!ld) {
         qm = make_head_map(q, B, T, H, hd, BT_BQ, hd);
@@ -561,12 +572,17 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         const CUtensorMap am =
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
+        const long n4 = (long)B * T * hn * hd / 4;
+        if (d.ds) {
+            fill_negative_zero<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
+                (float4 *)sc.dq_acc, n4);
+            CUDA_CHECK_LAUNCH();
+        }
         PROF(BwdProfile *prof = profile_begin(grid.x * grid.y));
         kernel<<<grid, BT_THREADS, BtCfg<HDP>::smem, stream>>>(
             dk, dv, sc.turns, lse, sc.D, am, qm, dm, km, vm, kv0, ld ? kv0 : 0, rev, d);
         CUDA_CHECK_LAUNCH();
         PROF(profile_report(prof, grid.x * grid.y, d, kvn));
-        const long n4 = (long)B * T * hn * hd / 4;
         dq_from_acc<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
             dq, sc.dq_acc, n4, H, kv0 * d.group, hn, hd, d.scale);
         CUDA_CHECK_LAUNCH();
