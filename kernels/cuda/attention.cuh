@@ -510,13 +510,12 @@ __device__ __forceinline__ void scores_and_dp(float (&s)[N / 8][4], float (&dp)[
 
 // The key side's P^T and dS^T for 64 keys x NQ*8 queries from qbase (two rows per thread: keys
 // key_lo and key_lo + 8): s holds raw S^T and becomes P^T, dp holds dP^T and becomes
-// dS^T = P^T (dP^T - D). L and Dq: the queries' lse (natural log) and D; Sq (packed
-// documents, else NULL) where their documents start. With mask set, queries before a key, past
-// T, and (Sq) whose document starts after the key drop.
+// dS^T = P^T (dP^T - D). L and Dq: the queries' lse (natural log) and D. With mask set,
+// queries before a key and past T drop.
 template <int NQ>
-__device__ __forceinline__ void
-probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4], const float *L, const float *Dq,
-               const int *Sq, float scale_log2, bool mask, int qbase, int key_lo, int T, int lane) {
+__device__ __forceinline__ void probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4],
+                                               const float *L, const float *Dq, float scale_log2,
+                                               bool mask, int qbase, int key_lo, int T, int lane) {
 #pragma unroll
     for (int nt = 0; nt < NQ; nt++) {
 #pragma unroll
@@ -524,9 +523,28 @@ probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ][4], const float *L, const floa
             const int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
             const int key = key_lo + 8 * (i >> 1);
             float p = fast_exp2(fmaf(s[nt][i], scale_log2, -L[col] * LOG2E));
-            if (mask && (row >= T || key > row || (Sq && Sq[col] > key))) p = 0.0f;
+            if (mask && (row >= T || key > row)) p = 0.0f;
             s[nt][i] = p;
             dp[nt][i] = p * (dp[nt][i] - Dq[col]);
+        }
+    }
+}
+
+// Packed documents, after probs_and_ds_t on a tile where some query's document starts after
+// one of the keys: P^T and dS^T of those (query, key) pairs to 0. Sq: the document starts of
+// the queries from qbase (global memory; rows past T are never read). A pass of its own, so
+// that the tiles without such pairs run probs_and_ds_t's code unchanged.
+template <int NQ>
+__device__ __forceinline__ void mask_documents_t(float (&s)[NQ][4], float (&dp)[NQ][4],
+                                                 const int *Sq, int qbase, int key_lo, int T,
+                                                 int lane) {
+#pragma unroll
+    for (int nt = 0; nt < NQ; nt++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int col = nt * 8 + 2 * (lane & 3) + (i & 1);
+            const int key = key_lo + 8 * (i >> 1);
+            if (qbase + col < T && Sq[col] > key) s[nt][i] = dp[nt][i] = 0.0f;
         }
     }
 }

@@ -349,11 +349,11 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // zeros that the other warpgroup's dq product reads.
         float sc[NQ][4], dp[NQ][4];
         scores_and_dp<HDP, BT_BQ>(sc, dp, sK, sQ, sV, sdO, BT_BK, wg * 64);
-        // Packed documents: also where a query's document starts after one of these keys (the
+        const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T;
+        probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
+        // Packed documents: where a query's document starts after one of these keys (the
         // tile's last query within T has the latest start).
-        const bool mask = wk0 + 63 > qbase || qbase + BT_BQ > d.T || last_first > wk0;
-        probs_and_ds_t<NQ>(sc, dp, L, Dq, DOCS && last_first > wk0 ? Sq : nullptr, d.scale_log2,
-                           mask, qbase, key_lo, d.T, lane);
+        if (DOCS && last_first > wk0) mask_documents_t<NQ>(sc, dp, Sq, qbase, key_lo, d.T, lane);
         uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
         store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);

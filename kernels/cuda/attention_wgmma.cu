@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(WG_CTA_THREADS, 1)
             float s[NQ][4], dp[NQ][4];
             scores_and_dp<HDP, KV_BQ>(s, dp, sK, sQ, sV, sdO, KV_BK, wg * WG_ROWS);
             const bool mask = wk1 > qbase || qbase + KV_BQ > d.T;
-            probs_and_ds_t<NQ>(s, dp, L, Dq, nullptr, d.scale_log2, mask, qbase,
+            probs_and_ds_t<NQ>(s, dp, L, Dq, d.scale_log2, mask, qbase,
                                wk0 + warp * 16 + (lane >> 2), d.T, lane);
             uint32_t pf[1][KQ][4], dsf[1][KQ][4];
             acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&s[0][0]));
