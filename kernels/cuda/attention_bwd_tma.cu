@@ -212,9 +212,9 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 // part's adds have completed, so that the wait for completion overlaps the next part's. With
 // packed documents (DOCS) the key tiles that add to query tile qt are jf .. its diagonal, jf the
 // tile of its first row's document start (the document spans every key between them): its
-// turns start at jf and its accumulator at -0 (doc_turns), and every part adds (-0 + x = x,
-// the bits of a store). The writer's code is the same: any per-part work here, a load or a
-// read of shared memory, cost the backward 15-19% at 32k (2026-12-04, bench/RESULTS.md).
+// turns start at jf and its accumulator at -0 (doc_turns, fill_negative_zero), and every part
+// adds (-0 + x = x, the bits of a store), so the writer needs no per-part jf. The fill costs
+// about 3.5% of a 2k backward, nothing measurable at 32k (2026-12-04, bench/RESULTS.md).
 template <int HDP, bool DOCS>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
@@ -333,10 +333,10 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         const int s = it % BT_STAGES, qbase = I.tile(it, d) * BT_BQ;
         const unsigned char *sQ = smem + C::QD_OFF + s * 2 * C::QT_BYTES, *sdO = sQ + C::QT_BYTES;
         const float *L = (const float *)(smem + C::LD_OFF + s * C::LD_BYTES), *Dq = L + BT_BQ;
-        // Packed documents: the tile's queries' document starts, read from global memory (L2)
-        // rather than staged by the producer warpgroup, whose 32 registers and serial loops
-        // have no room for them: the last one's within T (the latest: whether the tile needs
-        // masks), and on masked tiles each query's.
+        // Packed documents: the tile's queries' document starts, read from global memory (L2),
+        // the last one's within T (the latest: whether the tile needs masks) on every item, and
+        // each query's on the tiles that do (mask_documents_t: folded into probs_and_ds_t's
+        // loop, the reads cost the whole backward 15-19% at 32k, 2026-12-04).
         const int *Sq = DOCS ? d.ds + (long)b * d.T + qbase : nullptr;
         const int last_first = DOCS ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;

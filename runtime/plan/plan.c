@@ -103,7 +103,8 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
     uint64_t padded = ((uint64_t)c->vocab + 7) / 8 * 8;
     uint64_t cls =
         align_up((uint64_t)chunk * padded * 4, 256) + align_up((uint64_t)chunk * padded * 2, 256);
-    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + 2 * 4 * s.n * s.M;
+    uint64_t token_ids = (mt_packs_documents(c) ? 3 : 2) * 4 * s.n * s.M; // and document starts
+    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + token_ids;
 }
 
 uint64_t plan_device_layer_bytes(const mt_config *c) {
@@ -193,12 +194,13 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
                b->attention;
 }
 
-// On the CUDA backend the compute rank's host memory is the token ids and the pinned losses,
-// plus the offloaded boundary activations.
+// On the CUDA backend the compute rank's host memory is the token ids (and document starts)
+// and the pinned losses, plus the offloaded boundary activations.
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
-    return 4 * (2 * s.M * s.n + s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups);
+    uint64_t ids = (mt_packs_documents(c) ? 3 : 2) * s.M * s.n;
+    return 4 * (ids + s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
