@@ -5,7 +5,9 @@
 # - the losses and checkpoints are bitwise those of one slot per group (grad_slots "all"), for
 #   -np 2, 3 and 5, device_groups 3, a stop and a resume with another -np, an optimizer rank
 #   slow enough that the backward waits for slots (its trace shows the waits), and 2 nodes
-#   (data parallel, Adam's moments split across them);
+#   (data parallel, Adam's moments split across them: each group's master parts are gathered
+#   over the nodes as its gradients land, so every node must announce them in the backward's
+#   order, which the optimizer ranks check, ending the job otherwise);
 # - the state of the device-updated groups moves in pieces (a 1000-float piece here): saves,
 #   resumes and exports stay bitwise;
 # - a non-finite gradient ends a ring job at that step, exit 3, with one line and nothing of it

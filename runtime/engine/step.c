@@ -231,7 +231,7 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
 static void offload_layer(engine *e, int *pending, int64_t step) {
     if (*pending < 0) return;
     offload_async(&e->xfer, layer_grads(e, *pending), model_layer_group(*pending), step);
-    offload_announce(e->ring_g, 2, 0);
+    offload_announce(&e->xfer);
     *pending = -1;
 }
 

@@ -254,10 +254,33 @@ static void announce(grad_buffer *buf) {
     buf->t->group_sumsq[buf->group] = buf->sumsq;
 }
 
+// The offload issued first of those not announced yet, or NULL.
+static grad_buffer *first_unannounced(transfer *t) {
+    grad_buffer *next = NULL;
+    for (int i = 0; i < t->n_grads; i++) {
+        grad_buffer *b = t->grads[i];
+        if (b->ticket && !b->announced && (!next || b->order < next->order)) next = b;
+    }
+    return next;
+}
+
+// Offloads are announced strictly in the order they were issued, the backward's, the same on
+// every node: over nodes with the state split (optimizer.shard_across_nodes) and the gradient
+// ring, each optimizer rank gathers a group's master parts from the other nodes as soon as its
+// gradients land, and those collectives pair up only when every node announces in one order.
+// (Announcing a buffer as it was reused, ahead of an earlier one still in flight, once paired
+// one node's gather of layer 1 with another's of layer 2: same sizes, silently wrong weights.)
+// This announces every offload issued up to `last`, each once it has landed.
+static void announce_through(transfer *t, const grad_buffer *last) {
+    while (last->ticket && !last->announced) {
+        grad_buffer *next = first_unannounced(t);
+        landed(next, 1);
+        announce(next);
+    }
+}
+
 void offload_reuse(grad_buffer *buf) {
-    if (!buf->ticket || buf->announced) return;
-    landed(buf, 1);
-    announce(buf);
+    announce_through(buf->t, buf);
 }
 
 // storage.grads: every shard has written group g's gradients of `step` to disk.
@@ -282,18 +305,9 @@ static void wait_written(transfer *t, int g, int64_t step) {
 static void wait_for_slot(transfer *t, int g, int64_t step) {
     int prev = t->job->layouts[0].ring_prev[g];
     if (prev < 0) return;
-    for (;;) {
-        grad_buffer *next = NULL, *target = NULL;
-        for (int i = 0; i < t->n_grads; i++) {
-            grad_buffer *b = t->grads[i];
-            if (!b->ticket || b->announced) continue;
-            if (!next || b->order < next->order) next = b;
-            if (b->group == prev && b->step == step) target = b;
-        }
-        if (!target) break;
-        landed(next, 1);
-        announce(next);
-    }
+    for (int i = 0; i < t->n_grads; i++)
+        if (t->grads[i]->group == prev && t->grads[i]->step == step)
+            announce_through(t, t->grads[i]);
     if (t->job->ring_depth)
         wait_version(t, prev, step + 1, NULL, "wait slot");
     else
@@ -336,16 +350,11 @@ transfer_stats transfer_take_stats(transfer *t) {
     return st;
 }
 
-// Announced in issue order, so the optimizers hear about groups in backward order.
-void offload_announce(grad_buffer *bufs, int n, int wait) {
-    for (;;) {
-        grad_buffer *next = NULL;
-        for (int i = 0; i < n; i++)
-            if (bufs[i].ticket && !bufs[i].announced && (!next || bufs[i].order < next->order))
-                next = &bufs[i];
-        if (!next || !landed(next, wait)) return;
-        announce(next);
-    }
+// In issue order (announce_through says why): up to the first offload still in flight, of all
+// the buffers, the head's and the embedding's too.
+void offload_announce(transfer *t) {
+    grad_buffer *next;
+    while ((next = first_unannounced(t)) && landed(next, 0)) announce(next);
 }
 
 void transfer_trace_step(transfer *t) {

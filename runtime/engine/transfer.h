@@ -32,7 +32,8 @@ void fetch_wait(weight_buffer *buf);
 // Compute has issued its last use of the buffer; a later fetch may overwrite it.
 void buffer_done(weight_buffer *buf);
 
-// Waits for the buffer's previous offload (and announces it), so it can be refilled.
+// Waits for the buffer's previous offload (and announces it, after every offload issued
+// before it), so it can be refilled.
 void offload_reuse(grad_buffer *buf);
 // The compute that fills buf with group g's gradients is queued; on CUDA, what the copy out
 // waits for goes right behind it, so that a later offload_async (after more compute is queued)
@@ -40,8 +41,9 @@ void offload_reuse(grad_buffer *buf);
 // otherwise.
 void offload_ready(transfer *t, grad_buffer *buf, int g);
 void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step);
-// Tells the optimizers about every offload that has finished; with wait, waits for all.
-void offload_announce(grad_buffer *bufs, int n, int wait);
+// Tells the optimizers about the offloads that have finished, in the order they were issued
+// (the backward's, on every node): up to the first one still in flight.
+void offload_announce(transfer *t);
 
 // ---- the trace (runtime/observe/observe.h) ----
 

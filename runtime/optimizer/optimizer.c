@@ -35,6 +35,7 @@ typedef struct {
     // the groups this rank updates, in the order it updates them: forward, or the backward's
     // with the gradient ring
     int order[SHM_MAX_GROUPS], n_order;
+    int arrival[SHM_MAX_GROUPS]; // every group, in the order their gradients are announced
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -320,6 +321,18 @@ static void write_grads(optimizer *o, int g, int step) {
     control_send(o->job->ctl, 0, &msg);
 }
 
+// The ring over nodes with the state split: each group's update gathers its master parts from
+// the other nodes (gather_master_parts), and these collectives pair up across nodes in the order
+// the gradients land, so that order must be the backward's on every node. The compute rank
+// announces in it (transfer.c); were it ever to stray, two layers' gathers of the same size would
+// pair up without a word, so this says so instead.
+static void check_arrival(const optimizer *o, int g, int step, int k) {
+    if (!o->job->ring_depth || !job_moments_split(o->job) || g == o->arrival[k]) return;
+    mt_die("optimizer %d: group %d's gradients of step %d came as number %d of the step, where "
+           "the backward has group %d",
+           o->shard, g, step + 1, k + 1, o->arrival[k]);
+}
+
 // Gradients arrive in backward order, each group's with its squared norm. The trace shows the
 // wait for them: one span with a slot per group, one before each group's update with the ring.
 static void receive_step(optimizer *o, int step) {
@@ -344,6 +357,7 @@ static void receive_step(optimizer *o, int step) {
             o->grads_step[g] == step)
             mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,
                    msg.kind, g, (long long)msg.step);
+        check_arrival(o, g, step, job->n_groups - missing);
         o->grads_step[g] = step;
         o->sumsq[g] = msg.value;
         missing--;
@@ -410,6 +424,7 @@ void optimizer_run(mt_job *job) {
     o.part_n = calloc(job->n_groups, sizeof *o.part_n);
     if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
+    model_grad_order(&job->cfg, o.arrival);
     update_order(&o);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
