@@ -14,13 +14,18 @@ status=$?
 expect "a run whose optimizer aborts exits non-zero (got $status)" test $status -ne 0
 expect "the crashed run leaves nothing in /dev/shm" no_leftovers crash
 
-# start NAME: a long job in the background ($pid: mtrun's), once it has logged a step.
+# start NAME: a long job in the background ($pid: mtrun's), once it has logged a step and saved
+# a checkpoint (LATEST: the resume below needs one; on a loaded machine the save can follow the
+# step's line by seconds).
 sed 's/^steps = .*/steps = 100000;/; s/^  interval = .*/  interval = 1;/' "$WORK/base.cfg" \
     >"$WORK/long.cfg"
 start() {
     "$MTRUN" -np 3 "$WORK/long.cfg" --out "$WORK/$1" >"$WORK/$1.log" 2>&1 &
     pid=$!
-    for i in $(seq 1 1200); do grep -q '^step' "$WORK/$1.log" && return; sleep 0.05; done
+    for i in $(seq 1 1200); do
+        grep -q '^step' "$WORK/$1.log" && [ -s "$WORK/$1/LATEST" ] && return
+        sleep 0.05
+    done
 }
 
 # kill -9 of mpirun: mtrun ends the ranks mpirun left and returns only when none is left, so
