@@ -43,13 +43,19 @@ static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
                 (uint64_t)c->micro_batch * c->heads * c->seq_len);
 }
 
+// The int32 arrays a step's tokens fill, one value a token of each micro-batch: inputs and
+// targets, and with data.pack "documents" the document starts. The engine holds one set, each
+// backend another.
+static uint64_t token_arrays(const mt_config *c) {
+    return mt_packs_documents(c) ? 3 : 2;
+}
+
 // The layer's working set plus backend_cpu.c's head scratch and token copies, and the
 // token ids: all fp32 / int32 (the engine's backward writes the residual gradient in place).
 static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
     uint64_t layer = cpu_layer_bytes(c, s) / 4;
-    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2;     // tmp, xf, dxf, rstd_f, inv_freq
-    uint64_t tokens = 2 * 2 * s.M * s.n;                // inputs + targets, engine and backend
-    if (mt_packs_documents(c)) tokens += 2 * s.M * s.n; // and the document starts
+    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2;    // tmp, xf, dxf, rstd_f, inv_freq
+    uint64_t tokens = 2 * token_arrays(c) * s.M * s.n; // the engine's and the backend's
     return 4 * (layer + head + tokens);
 }
 
@@ -103,8 +109,8 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
     uint64_t padded = ((uint64_t)c->vocab + 7) / 8 * 8;
     uint64_t cls =
         align_up((uint64_t)chunk * padded * 4, 256) + align_up((uint64_t)chunk * padded * 2, 256);
-    uint64_t token_ids = (mt_packs_documents(c) ? 3 : 2) * 4 * s.n * s.M; // and document starts
-    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls + token_ids;
+    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls +
+           4 * token_arrays(c) * s.n * s.M;
 }
 
 uint64_t plan_device_layer_bytes(const mt_config *c) {
@@ -199,8 +205,8 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
-    uint64_t ids = (mt_packs_documents(c) ? 3 : 2) * s.M * s.n;
-    return 4 * (ids + s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups);
+    return 4 * (token_arrays(c) * s.M * s.n + s.M * s.n + offloaded) +
+           device_staging_bytes(ch->device_groups);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
