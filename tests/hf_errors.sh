@@ -71,4 +71,28 @@ if [ $? -eq 2 ] && grep -q "model.safetensors: no tensor lm_head.weight" "$WORK/
 else
     echo "FAIL missing_tensor: $(cat "$WORK/err")"; FAILED=1
 fi
+# config.json read as Python's json reads it (D18), and integers out of int's range said so.
+# json_case NAME PROBLEM-REGEX PYTHON-EXPR: the config's text becomes the expression's value (t).
+json_case() {
+    local name=$1 problem=$2 edit=$3
+    rm -rf "$WORK/d"
+    python3 "$T/hf_fixture.py" "$WORK/d" >/dev/null
+    python3 -c "import sys; p=sys.argv[1]; t=open(p).read(); open(p,'w').write($edit)" "$WORK/d/config.json"
+    "$TEST_HF" check "$WORK/d" >/dev/null 2>"$WORK/err"
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "$WORK/d/config.json" "$WORK/err" &&
+        grep -Eq -- "$problem" "$WORK/err"; then
+        echo "PASS $name: $(cat "$WORK/err")"
+    else
+        echo "FAIL $name: exit $rc, '$(cat "$WORK/err")' does not say /$problem/"; FAILED=1
+    fi
+}
+json_case trailing "more data after the JSON value at line" "t + ' {}'"
+json_case two_objects "more data after the JSON value" "t.replace(chr(10), ' ') + t.replace(chr(10), ' ')"
+json_case nul_escape "u0000 in a string is not supported" "t.replace('\"LlamaForCausalLM\"', '\"Llama\\\\u0000ForCausalLM\"')"
+json_case infinity "non-finite number" "t.replace('\"vocab_size\": 256', '\"vocab_size\": Infinity')"
+json_case huge_number "vocab_size is not a finite number" "t.replace('\"vocab_size\": 256', '\"vocab_size\": 1e999')"
+json_case vocab_2_31 "vocab_size = 2147483648 is out of range" "t.replace('\"vocab_size\": 256', '\"vocab_size\": 2147483648')"
+# a duplicate key: the last one counts, as in Python (here the last is refused, the first good)
+json_case duplicate_last "eos_token_id 999 is not below vocab_size 256" "t.replace('{', '{\"eos_token_id\": 1, ', 1).rstrip().rstrip('}') + ', \"eos_token_id\": 999}'"
 exit $FAILED

@@ -4,6 +4,7 @@
 #ifndef MT_BASE_H
 #define MT_BASE_H
 
+#include "runtime/base/json_strict.h"
 #include "shm/syscheck.h"
 #include <mpi.h>
 #include <stddef.h>

@@ -28,8 +28,13 @@ static int get_int(const json_ctx *j, const char *key, int def, int *out) {
     if (!v && def >= 0) return *out = def, 0;
     if (!v) return failf(j->err, j->errlen, "%s: %s missing", j->path, key);
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (d < 1 || d > INT_MAX || d != (double)(int)d)
+    if (cJSON_IsNumber(v) && !isfinite(d))
+        return failf(j->err, j->errlen, "%s: %s is not a finite number", j->path, key);
+    if (d < 1 || d != floor(d))
         return failf(j->err, j->errlen, "%s: %s must be a positive integer", j->path, key);
+    if (d > INT_MAX)
+        return failf(j->err, j->errlen, "%s: %s = %.17g is out of range: at most %d", j->path, key,
+                     d, INT_MAX);
     *out = (int)d;
     return 0;
 }
@@ -241,11 +246,14 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = read_text(path, CONFIG_MAX, err, errlen);
     if (!text) return -1;
-    cJSON *root = cJSON_Parse(text);
+    char why[256];
+    cJSON *root = json_parse_strict(text, strlen(text), why, sizeof why);
     free(text);
     json_ctx j = {path, root, err, errlen};
     int rc = -1, arch = ARCH_LLAMA;
-    if (!cJSON_IsObject(root))
+    if (!root)
+        failf(err, errlen, "%s: %s", path, why);
+    else if (!cJSON_IsObject(root))
         failf(err, errlen, "%s: not a JSON object", path);
     else if (check_architecture(&j, seq_len, &arch) == 0 && check_unsupported(&j, arch) == 0 &&
              read_shape(&j, arch, model) == 0)

@@ -1,0 +1,18 @@
+// JSON read as Python's json reads it, so that a file means here what it means to transformers
+// and HF datasets: one value and nothing after it but white space, a duplicate key keeps the
+// last value (at the first one's place, as a Python dict does), and "\u0000" is refused rather
+// than cutting the string short (cJSON's strings end at a NUL). Used by config.json and by
+// mt-tokenize's --jsonl/--chat lines. Kept free of MPI so that tools/ can compile it alone.
+#ifndef MT_JSON_STRICT_H
+#define MT_JSON_STRICT_H
+
+#include <stddef.h>
+
+struct cJSON;
+
+// The parsed text[0..len) to cJSON_Delete(), or NULL with a one-line reason in err (without the
+// file's name: the caller adds it), e.g. "not valid JSON at line 3, column 7" or "more data
+// after the JSON value at line 1, column 12".
+struct cJSON *json_parse_strict(const char *text, size_t len, char *err, size_t errlen);
+
+#endif
