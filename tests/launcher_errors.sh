@@ -73,7 +73,7 @@ expect "out of range" "^mtrun: bad\.cfg:$n: model\.heads: 0 is out of range: mus
 
 n=$(line_of '^steps')
 bad "${n}s/= 20;/= 3000000000;/"
-expect "out of range, wider than an int" "^mtrun: bad\.cfg:$n: steps: 3000000000 is out of range: must be >= 1$" -np 2 bad.cfg
+expect "out of range, wider than an int" "^mtrun: bad\.cfg:$n: steps: 3000000000 is out of range: must be in \[1, 2147483647\]$" -np 2 bad.cfg
 
 n=$(line_of 'lr =')
 bad "${n}s/= 2e-3;/= 0;/"

@@ -71,7 +71,6 @@ static void scan_big_literals(ctx_t *x, FILE *f) {
             if (c != EOF) ungetc(c, f);
             int hex = strstr(tok, "0x") || strstr(tok, "0X");
             if (!hex && strpbrk(tok, ".eE")) continue; // a float
-            if (strchr(tok, 'L')) continue;            // already a 64-bit literal
             errno = 0;
             long long v = strtoll(tok, NULL, hex ? 16 : 10);
             if ((errno == ERANGE || v > INT_MAX || v < INT_MIN) && x->nbig < MAX_BIG) {

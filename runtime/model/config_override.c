@@ -59,6 +59,26 @@ static const char *kind_text(const field_t *f) {
     }
 }
 
+// Why the value text v of an override is not one value, or NULL when it is. libconfig would read
+// "1e-3;steps=2" or "1e-3 # note" as a file and keep the rest as more settings or a comment, so
+// outside quoted strings the characters that end or join settings are refused, and so is a
+// second string after the first ("a" "b" joins them in libconfig).
+static const char *not_one_value(const char *v) {
+    if (strpbrk(v, "\n\r")) return "more than one line";
+    for (const char *p = v; *p; p++) {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) return NULL; // unterminated: libconfig's parse error says so
+            if (p[1 + strspn(p + 1, " \t")]) return "more than one value after the string";
+            return NULL;
+        }
+        if (strchr(";:=#{}()", *p) || (*p == '/' && (p[1] == '/' || p[1] == '*')))
+            return "more than one value (only one value may follow '=')";
+    }
+    return NULL;
+}
+
 // Override k, "group.key=value": the schema's key, type and range checks, as for the file.
 static int apply_override(ctx_t *x, mt_config *cfg, int k) {
     const char *arg = x->overrides[k], *eq = strchr(arg, '=');
@@ -81,12 +101,18 @@ static int apply_override(ctx_t *x, mt_config *cfg, int k) {
     if (is_path_field(f) && value[0] && value[0] != '/' && value[0] != '"' &&
         getcwd(cwd, sizeof cwd) && config_join_path(value, sizeof value, cwd, eq + 1) < 0)
         return source_fail(x, 0, key, "path too long");
+    const char *why = NULL;
+    if (strpbrk(value, "\n\r") || f->kind != K_STRING || value[0] == '"')
+        why = not_one_value(value);
+    if (why) return source_fail(x, 0, key, "%s", why);
     value_text(f, value, text, sizeof text);
     config_t one;
     config_init(&one);
     int rc;
     if (!config_read_string(&one, text))
         rc = source_fail(x, 0, key, "expected %s, got '%s'", kind_text(f), eq + 1);
+    else if (config_setting_length(config_root_setting(&one)) != 1)
+        rc = source_fail(x, 0, key, "more than one value (only one value may follow '=')");
     else
         rc = source_store(x, cfg, f, config_lookup(&one, "v"));
     config_destroy(&one);

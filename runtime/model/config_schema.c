@@ -3,7 +3,10 @@
 #include "runtime/model/config_schema.h"
 #include <float.h>
 #include <libconfig.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,7 +88,7 @@ const field_t config_schema[] = {
     BOOL("storage.adam", storage_adam, 0),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
-    F_("seed", K_INT64, seed, 0, (double)INT64_MAX, 0, 1337, NULL, NULL),
+    F_("seed", K_INT64, seed, 0, (double)UINT64_MAX, 0, 1337, NULL, NULL),
     STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
     // a rank that hears nothing from the ranks it waits on for this long (or 3 steps' time,
     // when longer) ends the job, naming the rank it waited for
@@ -209,9 +212,10 @@ void range_text(const field_t *f, char *out, size_t n) {
     const char *fmt = (f->kind == K_FLOAT) ? "%.10g" : "%.0f";
     char lo[48], hi[48];
     snprintf(lo, sizeof lo, fmt, f->min);
-    snprintf(hi, sizeof hi, fmt, f->max);
-    int unbounded = f->max == NOLIMIT || (f->kind == K_INT && f->max >= INT_MAX) ||
-                    (f->kind == K_INT64 && f->max >= (double)INT64_MAX);
+    snprintf(hi, sizeof hi, fmt, f->kind == K_INT ? fmin(f->max, INT_MAX) : f->max);
+    if (f->kind == K_INT64 && f->max >= (double)UINT64_MAX) // a double would print 2^64
+        snprintf(hi, sizeof hi, "%" PRIu64, UINT64_MAX);
+    int unbounded = f->max == NOLIMIT && f->kind == K_FLOAT; // an integer's C type bounds it
     if (unbounded)
         snprintf(out, n, "must be %s %s", (f->flags & MIN_OPEN) ? ">" : ">=", lo);
     else

@@ -4,8 +4,10 @@
 #include "runtime/model/config_source.h"
 #include "runtime/base/base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,16 +15,34 @@
 
 #define schema config_schema
 
+// s with its control characters written as escapes (\n, \x01), so that a message about an
+// override that holds a newline stays one line.
+static const char *one_line(const char *s, char *out, size_t n) {
+    size_t used = 0;
+    for (; *s && used + 5 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n')
+            used += (size_t)snprintf(out + used, n - used, "\\n");
+        else if (c < 0x20 || c == 0x7f)
+            used += (size_t)snprintf(out + used, n - used, "\\x%02x", c);
+        else
+            out[used++] = (char)c;
+    }
+    out[used] = 0;
+    return out;
+}
+
 int source_fail(ctx_t *x, int line, const char *key, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    char where[MT_PATH_MAX + MT_OVERRIDE_MAX + 32];
+    char where[MT_PATH_MAX + 4 * MT_OVERRIDE_MAX + 32], shown[4 * MT_OVERRIDE_MAX];
     const char *override = line < 0 ? x->overrides[-line - 1] : x->now;
     if (override)
-        snprintf(where, sizeof where, "%s: override %s", x->path, override);
+        snprintf(where, sizeof where, "%s: override %s", x->path,
+                 one_line(override, shown, sizeof shown));
     else if (line > 0)
         snprintf(where, sizeof where, "%s:%d", x->file ? x->file : x->path, line);
     else
@@ -86,6 +106,58 @@ static int store_range(ctx_t *x, mt_config *cfg, const field_t *f, const config_
     return 0;
 }
 
+// An integer literal as typed ([+-] digits or 0x hex digits, an optional L or LL): its sign and
+// magnitude. 1 when it is an integer too large for 64 bits, -1 when it is no integer literal.
+static int int_literal(const char *text, int *neg, unsigned long long *mag) {
+    const char *p = text + strspn(text, " \t");
+    *neg = *p == '-';
+    if (*p == '-' || *p == '+') p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    char *end;
+    errno = 0;
+    int hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+    *mag = strtoull(p, &end, hex ? 16 : 10); // a leading 0 is not octal, as in libconfig
+    int too_big = errno == ERANGE;
+    if (*end == 'L') end += end[1] == 'L' ? 2 : 1;
+    if (end[strspn(end, " \t")]) return -1;
+    return too_big;
+}
+
+// The typed text of integer setting s: the override's value, or the pre-scan's literal in the
+// file, so that a value beyond 64 bits, which libconfig clamps or wraps, is read exactly.
+static const char *int_text(const ctx_t *x, const config_setting_t *s, char *buf, size_t n) {
+    if (x->now && strchr(x->now, '=')) return strchr(x->now, '=') + 1;
+    const big_literal *big = !x->file ? big_literal_of(x, s) : NULL;
+    if (big) return big->text;
+    snprintf(buf, n, "%lld", config_setting_get_int64(s));
+    return buf;
+}
+
+// An integer field: the exact value of the literal checked against the field's range and its
+// C type (int, or uint64_t for the seed: every 64-bit seed is a different run); a message shows
+// the value as the user typed it.
+static int store_int(ctx_t *x, int line, const field_t *f, const config_setting_t *s, char *dst) {
+    char buf[64];
+    const char *text = int_text(x, s, buf, sizeof buf);
+    int neg;
+    unsigned long long mag;
+    int rc = int_literal(text, &neg, &mag);
+    if (rc < 0) { // a form libconfig reads but we do not (e.g. 0b101): libconfig's value, if exact
+        snprintf(buf, sizeof buf, "%lld", config_setting_get_int64(s));
+        text = buf, rc = int_literal(text, &neg, &mag);
+    }
+    double hi = f->kind == K_INT ? fmin(f->max, INT_MAX) : fmin(f->max, (double)UINT64_MAX);
+    double v = neg ? -(double)mag : (double)mag; // exact below 2^53; beyond, only compared
+    int ok = rc == 0 && !(neg && mag && f->kind == K_INT64) && v >= f->min && v <= hi &&
+             in_range(f, v) && (f->kind == K_INT64 || mag <= (unsigned long long)INT_MAX + neg);
+    if (!ok) return out_of_range(x, line, f, text + strspn(text, " \t"));
+    if (f->kind == K_INT)
+        *(int *)dst = neg ? -(int)(mag - 1) - 1 : (int)mag;
+    else
+        *(uint64_t *)dst = mag;
+    return 0;
+}
+
 int source_store(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s) {
     int line = (int)config_setting_source_line(s);
     int t = config_setting_type(s);
@@ -98,21 +170,7 @@ int source_store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
     if (f->kind == K_INT || f->kind == K_INT64) {
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
             return source_fail(x, line, f->key, "expected an integer, got %s", type_name(t));
-        long long v = config_setting_get_int64(s);
-        const big_literal *big =
-            (t == CONFIG_TYPE_INT && !x->file && !x->now) ? big_literal_of(x, s) : NULL;
-        if (big) { // libconfig wrapped it: read the literal ourselves
-            errno = 0;
-            int hex = strstr(big->text, "0x") || strstr(big->text, "0X");
-            v = strtoll(big->text, NULL, hex ? 16 : 10);
-            if (errno == ERANGE) return out_of_range(x, line, f, big->text);
-        }
-        snprintf(buf, sizeof buf, "%lld", v);
-        if (!in_range(f, (double)v)) return out_of_range(x, line, f, buf);
-        if (f->kind == K_INT)
-            *(int *)dst = (int)v;
-        else
-            *(uint64_t *)dst = (uint64_t)v;
+        return store_int(x, line, f, s, dst);
     } else if (f->kind == K_FLOAT) {
         // libconfig types 1e-3 as a float but 1 as an int: both are numbers here.
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64 && t != CONFIG_TYPE_FLOAT)
