@@ -70,19 +70,30 @@ static int is_job_id(const char *s) {
     return 1;
 }
 
-// Removes the folder /dev/shm/mtc-<job> with what it holds, and /dev/shm/mtc-<job>-* (the
-// regions, and virtual nodes' regions); returns how many regions there were.
+// Whether /dev/shm/name (a folder, a region) is this user's: /dev/shm is open to every user, who
+// can read the job id in ps and create names that start like ours. Never removed: those of
+// another uid (root's mtrun included), and links. In /dev/shm (sticky) nobody else can replace
+// an entry of ours between this check and the unlink.
+static int is_ours(int shm_fd, const char *name, int want_dir) {
+    struct stat st;
+    return fstatat(shm_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == geteuid() &&
+           (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
+// Removes the folder /dev/shm/mtc-<job> with what it holds, and this user's /dev/shm/mtc-<job>-*
+// (the regions, and virtual nodes' regions); returns how many regions there were.
 static int remove_job_files(const char *job) {
     char dir[96], prefix[64], err[PATH_MAX + 256];
-    snprintf(dir, sizeof dir, "/dev/shm/mtc-%s", job);
-    if (remove_stale_temp(dir, err, sizeof err) < 0) mt_put_line(stderr, "mtrun: ", err);
-    snprintf(prefix, sizeof prefix, "mtc-%s-", job);
     DIR *d = opendir("/dev/shm");
     if (!d) return 0;
+    snprintf(dir, sizeof dir, "/dev/shm/mtc-%s", job);
+    if (is_ours(dirfd(d), dir + 9, 1) && remove_stale_temp(dir, err, sizeof err) < 0)
+        mt_put_line(stderr, "mtrun: ", err);
+    snprintf(prefix, sizeof prefix, "mtc-%s-", job);
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && is_ours(dirfd(d), e->d_name, 0) &&
             unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
     closedir(d);
@@ -146,7 +157,17 @@ static pid_t janitor_pid;
 const char *job_dir_make(const char *job) {
     static char dir[96];
     snprintf(dir, sizeof dir, "/dev/shm/mtc-%s", job);
-    if (access("/dev/shm", W_OK) != 0 || mkdir(dir, 0700) != 0) return NULL;
+    if (access("/dev/shm", W_OK) != 0) return NULL;
+    if (mkdir(dir, 0700) != 0) {
+        if (errno != EEXIST) return NULL;
+        struct stat st;
+        SYS_CHECK(lstat(dir, &st));
+        fprintf(stderr,
+                "mtrun: %s exists and belongs to uid %u: the job id is random, so it is not "
+                "this job's; not using or removing it (remove it if it is stale)\n",
+                dir, (unsigned)st.st_uid);
+        exit(2);
+    }
     int p[2];
     SYS_CHECK(pipe2(p, O_CLOEXEC));
     pid_t pid = fork();

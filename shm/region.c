@@ -6,8 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// The job id is public (it names the job's folder in /dev/shm, and mpirun's arguments), so the
+// region's name also has a random part of its own: no other user can create it first.
 void shm_region_name(char *out, size_t cap, const char *job, int shard) {
-    snprintf(out, cap, "/mtc-%s-s%d", job, shard);
+    char secret[33];
+    mt_random_hex(secret, 16);
+    snprintf(out, cap, "/mtc-%s-s%d-%s", job, shard, secret);
 }
 
 static void *map_shared(int fd, size_t size) {
@@ -23,6 +27,11 @@ void shm_region_create(shm_region *r, const char *name, size_t size, int numa_no
     snprintf(r->name, sizeof r->name, "%s", name);
     r->size = size;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        char path[128];
+        snprintf(path, sizeof path, "/dev/shm%s", name);
+        mt_refuse_taken("", path);
+    }
     if (fd < 0) mt_die("shm_open(%s): %s", name, strerror(errno));
     SYS_CHECK(ftruncate(fd, (off_t)size));
     r->base = map_shared(fd, size);

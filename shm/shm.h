@@ -56,7 +56,8 @@ typedef struct {
     size_t size;
 } shm_region;
 
-// "/mtc-<job>-s<shard>": job is the launcher's unguessable job id.
+// "/mtc-<job>-s<shard>-<random>": the random part is new at each call, so that another user who
+// knows the job id still cannot take the name first.
 void shm_region_name(char *out, size_t cap, const char *job, int shard);
 // Creates (O_EXCL, mode 0600), sizes and maps a region whose pages live on numa_node
 // (-1: no preference). Pages are touched here so they are placed before anyone else maps them.

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 
 // s into out (n bytes, terminated; cut short where it does not fit) with control bytes (a newline,
 // an ANSI escape from a file a stranger wrote) shown as \xNN, so that no name or message can forge
@@ -100,6 +102,40 @@ static inline void mt_say_last(const char *prefix, const char *msg) {
         mt_say_last("megatrain: ", mt_die_msg_);                                                   \
         exit(1);                                                                                   \
     } while (0)
+
+// Like mt_die, but exit 2: the job was refused (its input, or a name another user holds), it
+// did not break.
+#define mt_refuse(...)                                                                             \
+    do {                                                                                           \
+        char mt_die_msg_[2048];                                                                    \
+        snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
+        mt_say_last("megatrain: ", mt_die_msg_);                                                   \
+        exit(2);                                                                                   \
+    } while (0)
+
+// 2 * bytes hex digits from the kernel's CSPRNG, for names no other user may guess and create
+// first (bytes <= 32).
+static inline void mt_random_hex(char *out, int bytes) {
+    unsigned char b[32];
+    for (int got = 0; got < bytes;) {
+        ssize_t n = getrandom(b + got, (size_t)(bytes - got), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) mt_die("getrandom: %s", strerror(errno));
+        got += (int)n;
+    }
+    for (int i = 0; i < bytes; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+// After an O_EXCL create of path failed with EEXIST: one line naming the owner, exit 2. The
+// name has a random part, so only someone who saw it could have made it; it is never removed
+// (it may be another user's, or another job's).
+static inline void mt_refuse_taken(const char *what, const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) mt_die("%s%s: %s", what, path, strerror(errno));
+    mt_refuse("%s%s exists and belongs to uid %u: the job does not use or remove a name it did "
+              "not make; remove it if it is stale, or ask its owner",
+              what, path, (unsigned)st.st_uid);
+}
 
 // For calls that return -1 (or NULL for the _PTR variant) and set errno.
 #define SYS_CHECK(call)                                                                            \

@@ -58,9 +58,13 @@ struct storage {
 // Creates the file (O_EXCL, 0600, O_DIRECT), gives it its size and unlinks its name.
 static void file_create(storage *s, tier_file *f, const char *suffix) {
     mt_job *job = s->job;
-    snprintf(f->path, sizeof f->path, "%s/mtc-%s-n%d-s%d.%s", job->cfg.storage_dir, job->job_id,
-             job->node, s->shard, suffix);
+    // A random part: storage.dir may be writable by others, who can read the job id in ps.
+    char secret[33];
+    mt_random_hex(secret, 16);
+    snprintf(f->path, sizeof f->path, "%s/mtc-%s-n%d-s%d-%s.%s", job->cfg.storage_dir, job->job_id,
+             job->node, s->shard, secret, suffix);
     f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f->fd < 0 && errno == EEXIST) mt_refuse_taken("storage.dir: ", f->path);
     if (f->fd < 0 && errno == EINVAL)
         mt_die("storage.dir: %s: the filesystem does not support O_DIRECT", f->path);
     if (f->fd < 0) mt_die("storage.dir: %s: %s", f->path, strerror(errno));
