@@ -114,4 +114,11 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
 void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int cores, int steps);
 void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, int fits);
 
+// input_check.c: bad input the ranks would find only after they start. backend = "cuda" in a build
+// without CUDA, or with no CUDA device on this host (a hostfile's hosts are not checked here).
+int check_backend_device(const mtrun_opts *o, const mt_config *cfg, char *err, size_t n);
+// The run folder dir (what: "--out", "--resume", ...), or the folder above it where it will be
+// made, is writable: not on a read-only mount, not another user's.
+int check_run_folder_writable(const char *dir, const char *what, char *err, size_t n);
+
 #endif

@@ -468,7 +468,9 @@ static void lock_run_folder(const mtrun_opts *o, const mt_config *cfg) {
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->checkpoint_dir);
     }
-    if (run_lock_take(dir, what, err, sizeof err) < 0) die_usage("%s", err);
+    if (check_run_folder_writable(dir, what, err, sizeof err) < 0 ||
+        run_lock_take(dir, what, err, sizeof err) < 0)
+        die_usage("%s", err);
 }
 
 int main(int argc, char **argv) {
@@ -507,6 +509,7 @@ int main(int argc, char **argv) {
     int rc = plan_job(&o, &node_cfg, &p, &m, &plan_line);
     if (m.plan) return rc;
     if (!m.dry_run) {
+        if (check_backend_device(&o, &cfg, err, sizeof err) < 0) die_usage("%s", err);
         lock_run_folder(&o, &cfg);
         fputs(plan_line, stdout);
         fflush(stdout); // before any line on stderr: the plan line comes first

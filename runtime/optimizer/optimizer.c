@@ -161,7 +161,12 @@ static void init_master(optimizer *o, int g, uint64_t lo, uint64_t len, float *o
         model_init_slice(&job->cfg, g, lo, len, out);
     } else if (hf_read_group_slice(job->hf, &job->cfg, g, lo, len, out, err, sizeof err) < 0 ||
                hf_check_finite(&job->cfg, g, lo, len, out, err, sizeof err) < 0) {
-        mt_die("optimizer %d: %s", o->shard, err);
+        // model_dir's files are the user's input: bad input (exit 2, which mtrun passes on),
+        // said by this rank alone, as only its slice holds the bad element.
+        char msg[sizeof err + 32];
+        snprintf(msg, sizeof msg, "optimizer %d: %s", o->shard, err);
+        mt_say_last("megatrain: ", msg);
+        exit(2);
     }
 }
 
