@@ -4,3 +4,14 @@ add_test(NAME config_one_value COMMAND bash ${MT_TEST_DIR}/config_one_value.sh $
          ${CMAKE_SOURCE_DIR})
 add_test(NAME config_int64 COMMAND bash ${MT_TEST_DIR}/config_int64.sh ${MTRUN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(config_one_value config_int64 PROPERTIES TIMEOUT 120 LABELS launcher)
+# Exit code 2 for bad input that a rank finds (or that mtrun now finds before the ranks start).
+add_test(NAME e2e_bad_input_exit COMMAND bash ${MT_TEST_DIR}/e2e_bad_input_exit.sh ${MTRUN}
+         ${CMAKE_SOURCE_DIR})
+# A shard truncated or rewritten under a running job: one line naming it, exit 2.
+add_test(NAME e2e_shard_changed COMMAND bash ${MT_TEST_DIR}/e2e_shard_changed.sh ${MTRUN}
+         ${CMAKE_SOURCE_DIR})
+# Data with no target at all is refused.
+add_test(NAME data_no_target COMMAND bash ${MT_TEST_DIR}/data_no_target.sh ${MTRUN}
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_bad_input_exit e2e_shard_changed data_no_target PROPERTIES TIMEOUT 300
+                     SKIP_RETURN_CODE 77 LABELS e2e)

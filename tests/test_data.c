@@ -350,7 +350,8 @@ static void test_config_errors(void) {
     remove(path_of("bad/good.tok"));
 }
 
-// dataset_open in a child, which must exit 1 with one line on stderr naming file and index.
+// dataset_open in a child, which must exit 2 (bad input) with one line on stderr naming the
+// file and index.
 static void expect_load_error(const char *name, const char *path, int vocab, const char *file,
                               const char *what) {
     int fds[2];
@@ -373,7 +374,7 @@ static void expect_load_error(const char *name, const char *path, int vocab, con
     int status;
     waitpid(pid, &status, 0);
     char *nl = strchr(msg, '\n');
-    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 1 && nl && nl[1] == 0 &&
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 2 && nl && nl[1] == 0 &&
              strstr(msg, file) && strstr(msg, what);
     if (nl) *nl = 0;
     CHECK(ok, "%s: status %d, message '%s' should name %s and say '%s'", name, status, msg, file,

@@ -7,11 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-// Shards are little-endian and are read in place, straight from the mapping.
+// Shards are little-endian and their tokens are copied out as they are, without a swap.
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token shards are little-endian: this reader needs a little-endian host"
 #endif
@@ -147,7 +146,7 @@ static int open_shard(data_shard *s, char *err, size_t n) {
         rc = errf(err, n, "%s: not a regular file", s->path);
     else
         rc = read_header(fd, (size_t)st.st_size, s, err, n);
-    if (rc == 0) s->map_len = (size_t)st.st_size;
+    if (rc == 0) s->file_len = (size_t)st.st_size;
     close(fd);
     return rc;
 }
@@ -193,48 +192,88 @@ int dataset_check_shards(const char *pattern, size_t *ntokens, char *err, size_t
     return 0;
 }
 
-// ---- mapping and the token-range scan ----
+// ---- reading, and the scan at load ----
 
-static void map_shard(data_shard *s) {
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) mt_die("%s: cannot open: %s", s->path, strerror(errno));
-    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (s->map == MAP_FAILED) mt_die("%s: mmap: %s", s->path, strerror(errno));
-    SYS_CHECK(close(fd));
-    s->tokens = s->map + s->header;
-    if (s->masked) s->mask = s->map + s->header + s->n * (size_t)s->width;
+// Bad data ends the job as bad input (exit 2, which mtrun passes on), in one line naming the
+// file: only the compute rank reads data, so this cannot wait for the others (job_fail_input).
+__attribute__((format(printf, 1, 2), noreturn)) static void refuse(const char *fmt, ...) {
+    char msg[MT_PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    mt_say_last("megatrain: ", msg);
+    exit(2);
 }
 
-static uint32_t token(const data_shard *s, size_t i) {
-    if (s->width == 1) return ((const uint8_t *)s->tokens)[i];
-    if (s->width == 2) return ((const uint16_t *)s->tokens)[i];
-    return ((const uint32_t *)s->tokens)[i];
+// Opens the shard the loader checked, and holds it: a file replaced or cut since is refused.
+static void open_shard_fd(data_shard *s) {
+    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) refuse("%s: cannot open: %s", s->path, strerror(errno));
+    struct stat st;
+    SYS_CHECK(fstat(s->fd, &st));
+    if ((size_t)st.st_size != s->file_len)
+        refuse("%s: changed while the job started (%zu bytes, then %lld)", s->path, s->file_len,
+               (long long)st.st_size);
 }
 
-// The largest token of a shard. A plain max per width vectorizes; the scan is bound by
-// memory (or the disk, on first touch), so it reads ahead sequentially.
-static uint32_t max_token(const data_shard *s) {
-    uint32_t m = 0;
-    if (s->width == 2) {
-        const uint16_t *t = s->tokens;
-#pragma omp parallel for reduction(max : m)
-        for (size_t i = 0; i < s->n; i++) m = t[i] > m ? t[i] : m;
-    } else {
-        const uint32_t *t = s->tokens;
-#pragma omp parallel for reduction(max : m)
-        for (size_t i = 0; i < s->n; i++) m = t[i] > m ? t[i] : m;
+// len bytes at offset off of shard s, all of them: a file that shrank under a running job is
+// refused by name rather than read short.
+static void read_exact(const data_shard *s, void *buf, size_t len, size_t off) {
+    for (size_t got = 0; got < len;) {
+        ssize_t r = pread(s->fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) refuse("%s: read: %s", s->path, strerror(errno));
+        if (r == 0)
+            refuse("%s: changed while the job reads it: it ends before byte %zu of %zu", s->path,
+                   off + got, s->file_len);
+        got += (size_t)r;
     }
-    return m;
 }
 
-// A token >= vocab would index past the embedding; catch it at load time, by file and index.
-static void check_range(const data_shard *s, int vocab) {
-    (void)madvise((void *)s->map, s->map_len, MADV_SEQUENTIAL); // a hint: failure is harmless
-    if (max_token(s) >= (uint32_t)vocab)
-        for (size_t i = 0; i < s->n; i++)
-            if (token(s, i) >= (uint32_t)vocab)
-                mt_die("%s: token %u at index %zu is >= model.vocab = %d", s->path, token(s, i), i,
-                       vocab);
+// Tokens [i, i + count) of s as int32, each checked against vocab where it is used: a token
+// >= vocab would index past the embedding, and the file may have been rewritten since load.
+static void read_tokens(const data_shard *s, size_t i, size_t count, int vocab, int32_t *out) {
+    if (s->width == 4) {
+        read_exact(s, out, count * 4, s->header + i * 4);
+    } else {
+        uint8_t *raw = (uint8_t *)out + count * (4 - (size_t)s->width); // widen in place, upward
+        read_exact(s, raw, count * (size_t)s->width, s->header + i * (size_t)s->width);
+        for (size_t t = 0; t < count; t++) {
+            uint16_t w;
+            if (s->width == 2) memcpy(&w, raw + 2 * t, 2);
+            out[t] = s->width == 2 ? (int32_t)w : (int32_t)raw[t];
+        }
+    }
+    for (size_t t = 0; t < count; t++)
+        if ((uint32_t)out[t] >= (uint32_t)vocab)
+            refuse("%s: token %u at index %zu is >= model.vocab = %d", s->path, (uint32_t)out[t],
+                   i + t, vocab);
+}
+
+// The mask bytes covering tokens [i, i + count) of a masked shard; bit (i + t) of the file's
+// mask is bit ((i & 7) + t) of bits.
+static void read_mask(const data_shard *s, size_t i, size_t count, uint8_t *bits) {
+    size_t first = i >> 3, last = (i + count - 1) >> 3;
+    read_exact(s, bits, last - first + 1, s->header + s->n * (size_t)s->width + first);
+}
+
+// Every token of s checked against vocab, and its targets counted, a chunk at a time.
+static void scan_shard(data_shard *s, int vocab) {
+    enum { CHUNK = 1 << 20 };
+    int32_t *buf = malloc(CHUNK * sizeof *buf);
+    uint8_t *bits = malloc(CHUNK / 8 + 2);
+    if (!buf || !bits) mt_die("out of memory");
+    s->targets = s->masked ? 0 : s->n;
+    for (size_t i = 0; i < s->n; i += CHUNK) {
+        size_t count = s->n - i < CHUNK ? s->n - i : CHUNK;
+        read_tokens(s, i, count, vocab, buf);
+        if (!s->masked) continue;
+        read_mask(s, i, count, bits); // i is a multiple of 8: bit t is token i + t
+        for (size_t t = 0; t < count; t++) s->targets += bits[t >> 3] >> (t & 7) & 1;
+    }
+    free(buf);
+    free(bits);
 }
 
 // data.format "bytes": the text file is one shard with no header, one token per byte.
@@ -244,44 +283,55 @@ static void open_bytes(data_shard **out, int *nout, const char *path) {
     *nout = 1;
     s->path = strdup(path);
     if (!s->path) mt_die("out of memory");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) mt_die("%s: cannot open: %s", path, strerror(errno));
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) refuse("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    SYS_CHECK(fstat(fd, &st));
-    SYS_CHECK(close(fd));
-    s->n = s->map_len = (size_t)st.st_size;
+    SYS_CHECK(fstat(s->fd, &st));
+    s->n = s->file_len = s->targets = (size_t)st.st_size;
     s->width = 1;
-    if (s->n) map_shard(s);
 }
 
 static void open_tokens(data_shard **out, int *nout, const char *pattern, int vocab) {
     char err[MT_PATH_MAX + 256];
     size_t total;
-    if (find_shards(pattern, out, nout, &total, err, sizeof err) < 0) mt_die("%s", err);
+    if (find_shards(pattern, out, nout, &total, err, sizeof err) < 0) refuse("%s", err);
     for (int i = 0; i < *nout; i++) {
-        if ((*out)[i].n == 0) continue; // nothing to map; never chosen by a window
-        map_shard(&(*out)[i]);
-        check_range(&(*out)[i], vocab);
+        (*out)[i].fd = -1;
+        if ((*out)[i].n == 0) continue; // nothing to read; never chosen by a window
+        open_shard_fd(&(*out)[i]);
+        scan_shard(&(*out)[i], vocab);
     }
 }
 
-// The stream of path in c's format, mapped; returns its token count. Windows land anywhere,
-// so the kernel's read-ahead would only waste page cache.
+// A stream with no target at all would train on a loss of 0/0 (transformers: NaN; here nothing
+// but weight decay): refused, naming the file, or the pattern and its shard count.
+static void need_targets(const char *path, const data_shard *s, int ns) {
+    size_t targets = 0;
+    for (int i = 0; i < ns; i++) targets += s[i].targets;
+    if (targets > 0 || ns == 0) return;
+    if (ns == 1)
+        refuse("%s: no target token: the mask marks every token context only (labels all -100), "
+               "nothing to train on",
+               s[0].path);
+    refuse("%s: no target token in its %d shards: every mask marks every token context only "
+           "(labels all -100), nothing to train on",
+           path, ns);
+}
+
+// The stream of path in c's format, opened and scanned; returns its token count.
 static size_t open_stream(const mt_config *c, const char *path, data_shard **out, int *nout) {
     if (strcmp(c->data_format, "tokens") == 0)
         open_tokens(out, nout, path, c->vocab);
     else
         open_bytes(out, nout, path);
+    need_targets(path, *out, *nout);
     size_t n = 0;
-    for (int i = 0; i < *nout; i++) {
-        n += (*out)[i].n;
-        if ((*out)[i].map) (void)madvise((void *)(*out)[i].map, (*out)[i].map_len, MADV_RANDOM);
-    }
+    for (int i = 0; i < *nout; i++) n += (*out)[i].n;
     return n;
 }
 
 static void too_short(const char *path, size_t n, int seq_len, size_t need) {
-    mt_die("%s: %zu tokens, too few for seq_len %d (need at least %zu)", path, n, seq_len, need);
+    refuse("%s: %zu tokens, too few for seq_len %d (need at least %zu)", path, n, seq_len, need);
 }
 
 void dataset_open(dataset *ds, const mt_config *c) {
@@ -309,7 +359,7 @@ void dataset_open(dataset *ds, const mt_config *c) {
 
 static void close_stream(data_shard **shards, int *ns) {
     for (int i = 0; i < *ns; i++)
-        if ((*shards)[i].map) SYS_CHECK(munmap((void *)(*shards)[i].map, (*shards)[i].map_len));
+        if ((*shards)[i].fd >= 0) SYS_CHECK(close((*shards)[i].fd));
     free_shards(*shards, *ns);
     *shards = NULL;
     *ns = 0;
@@ -336,30 +386,32 @@ static int shard_of(const data_shard *shards, int nshards, size_t i) {
     return lo;
 }
 
-// A masked shard's token whose bit is clear is context only: as a target it is -1, which the
-// classifier skips (no loss, no gradient).
-static int32_t target_of(const data_shard *sh, size_t i) {
-    return sh->mask && !(sh->mask[i >> 3] >> (i & 7) & 1) ? -1 : (int32_t)token(sh, i);
-}
-
-// count tokens of a stream from index o, as inputs, or as targets (with the shards' masks); a
-// window that crosses into the next shard simply continues there, so the stream reads exactly
-// like the concatenated files.
+// count tokens of a stream from index o, as inputs, or as targets (a masked shard's token whose
+// bit is clear is context only: -1, which the classifier skips); a window that crosses into the
+// next shard simply continues there, so the stream reads exactly like the concatenated files.
 static void copy_tokens(const data_shard *shards, int nshards, int vocab, size_t o, int count,
                         int32_t *out, int targets) {
     if (nshards == 0) { // synthetic
         for (int t = 0; t < count; t++) out[t] = (int32_t)(splitmix64(o + t) % (uint64_t)vocab);
         return;
     }
+    uint8_t *bits = targets ? malloc((size_t)count / 8 + 2) : NULL;
+    if (targets && !bits) mt_die("out of memory");
     size_t done = 0;
     for (int s = shard_of(shards, nshards, o); done < (size_t)count; s++) {
         const data_shard *sh = &shards[s];
         size_t off = o + done - sh->start, take = sh->n - off;
         if (take > (size_t)count - done) take = (size_t)count - done;
-        for (size_t t = 0; t < take; t++)
-            out[done + t] = targets ? target_of(sh, off + t) : (int32_t)token(sh, off + t);
+        if (take == 0) continue;
+        read_tokens(sh, off, take, vocab, out + done);
+        if (targets && sh->masked) {
+            read_mask(sh, off, take, bits);
+            for (size_t t = 0, b = off & 7; t < take; t++, b++)
+                if (!(bits[b >> 3] >> (b & 7) & 1)) out[done + t] = -1;
+        }
         done += take;
     }
+    free(bits);
 }
 
 void dataset_pack_documents(int eot, int rows, int T, const int32_t *inputs, int32_t *targets,

@@ -18,7 +18,7 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
 
 // ---- data ----
 
-// Training data: one virtual token stream over memory-mapped files, split into a training
+// Training data: one virtual token stream over files read window by window, split into a training
 // head and a validation tail, or, with data.val_path, all for training and a second stream of
 // the same format for validation. The stream is raw text (one token per byte), token shards (ours,
 // "MTCTOKS1", or llm.c's .bin; docs/data-format.md) concatenated in sorted path order, or
@@ -28,13 +28,14 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
 
 typedef struct {
     char *path;
-    const uint8_t *map;     // the whole file, mapped read-only
-    size_t map_len, header; // header: bytes before the first token
-    const void *tokens;     // map + header
-    size_t n, start;        // its token count, and the index of its first token in the stream
-    int width;              // bytes per token: 1 (text), 2 or 4
-    int masked;             // MTCTOKS1 version 2 with a target mask after the tokens
-    const uint8_t *mask;    // bit i (LSB first): token i is a target; NULL: every token is
+    int fd;                  // open read-only for the job's life (-1 when empty); windows are
+                             // pread() from it, so a file cut short is an error, never a SIGBUS
+    size_t file_len, header; // header: bytes before the first token
+    size_t n, start;         // its token count, and the index of its first token in the stream
+    int width;               // bytes per token: 1 (text), 2 or 4
+    int masked;     // MTCTOKS1 version 2: a target mask follows the tokens, bit i (LSB first) set
+                    // when token i is a target
+    size_t targets; // tokens that are targets (n without a mask), counted at load
 } data_shard;
 
 // MTCTOKS1 version 2's flags (offset 24): a target mask of ceil(count / 8) bytes follows the
