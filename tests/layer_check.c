@@ -65,16 +65,16 @@ int main(int argc, char **argv) {
     // A slot reserved up front: the recomputing path must not depend on whether there are any.
     if (ops->keep_reserve(b, 1) != 1) return fprintf(stderr, "layer_check: no kept slot\n"), 1;
     ops->zero(b, dg, numel * 4);
-    ops->layer_forward(b, 0, dw_, dxin, dout_, -1, ATT_NONE);
-    ops->layer_backward(b, 0, dw_, dg, dxin, dres, dx_, -1, ATT_NONE);
+    ops->layer_forward(b, 0, 0, dw_, dxin, dout_, -1, ATT_NONE);
+    ops->layer_backward(b, 0, 0, dw_, dg, dxin, dres, dx_, -1, ATT_NONE);
     float *out = malloc(nD * 4), *dx = malloc(nD * 4), *g = malloc(numel * 4);
     ops->download(b, out, dout_, nD * 4);
     ops->download(b, dx, dx_, nD * 4);
     ops->download(b, g, dg, numel * 4);
     // The backward from kept internals must give the very bits of the recomputing one.
     ops->zero(b, dg, numel * 4);
-    ops->layer_forward(b, 0, dw_, dxin, dout_, 0, ATT_NONE);
-    ops->layer_backward(b, 0, dw_, dg, dxin, dres, dx_, 0, ATT_NONE);
+    ops->layer_forward(b, 0, 0, dw_, dxin, dout_, 0, ATT_NONE);
+    ops->layer_backward(b, 0, 0, dw_, dg, dxin, dres, dx_, 0, ATT_NONE);
     float *out2 = malloc(nD * 4), *dx2 = malloc(nD * 4), *g2 = malloc(numel * 4);
     ops->download(b, out2, dout_, nD * 4);
     ops->download(b, dx2, dx_, nD * 4);

@@ -40,7 +40,7 @@ static double run(model *m, int want_grads) {
     embedding_forward(acts, m->in, m->params[0], n, D);
     for (int l = 0; l < L; l++) {
         layer_params p;
-        layer_params_bind(&p, c, m->params[model_layer_group(l)]);
+        layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
         layer_forward(c, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D, 0);
     }
     head_params hp, hg;
@@ -56,8 +56,8 @@ static double run(model *m, int want_grads) {
         rmsnorm_backward(dres, hg.final_norm, dxf, x_last, hp.final_norm, rstd, n, D);
         for (int l = L - 1; l >= 0; l--) {
             layer_params p, dp;
-            layer_params_bind(&p, c, m->params[model_layer_group(l)]);
-            layer_params_bind(&dp, c, m->grads[model_layer_group(l)]);
+            layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
+            layer_params_bind(&dp, c, l, m->grads[model_layer_group(l)]);
             layer_forward(c, &p, m->s, acts + (size_t)l * n * D, tmp, 0); // the engine's recompute
             layer_backward(c, &p, &dp, m->s, acts + (size_t)l * n * D, dres, tmp);
             memcpy(dres, tmp, sizeof(float) * n * D);
@@ -90,7 +90,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, unsigned *seed) 
         bad += err > 2e-2;
     }
     char name[128];
-    snprintf(name, sizeof name, t->name, g - 1);
+    model_tensor_name(name, sizeof name, t, g - 1);
     printf("%s: %-48s worst relative error %.2e (max |grad| %.3g)\n", bad ? "FAIL" : "PASS", name,
            worst, max_grad);
     bad ? failed++ : passed++;
@@ -140,8 +140,9 @@ static void gradcheck(int tied, int qwen2) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;
         int nt = model_group_tensors(c, g, t, &numel);
-        for (int k = LAYER_WEIGHTS; k < nt; k++)
-            for (uint64_t i = 0; i < t[k].numel; i++)
+        for (int k = 0; k < nt; k++)
+            if (t[k].init == TENSOR_ZEROS)
+                for (uint64_t i = 0; i < t[k].numel; i++)
                 m.params[g][t[k].offset + i] = (rand_r(&seed) % 1000) / 2500.0f - 0.2f;
     }
     for (int i = 0; i < B * T; i++)

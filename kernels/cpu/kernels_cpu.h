@@ -66,4 +66,43 @@ double classifier_forward(const float *x, const float *w, const int32_t *targets
 void classifier_backward(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int n, int dim, int vocab, float dloss);
 
+// moe.c: Mixture-of-Experts routing around the experts' GEMMs (linear_* and swiglu_* on each
+// expert's rows). n tokens, E experts (at most MOE_MAX_EXPERTS), k chosen per token.
+// - route: probs[n, E] = softmax(logits) in fp32; expert[n, k] the k most probable (largest
+//   first, ties to the lower index); weight[n, k] their probabilities, divided by their sum when
+//   renorm. Backward: d_logits += the gradient through softmax, top-k and renormalisation of
+//   d_weight[n, k], plus aux_g[E] (NULL: none) as every token's gradient on its probabilities.
+// - dispatch: counts[E], offsets[E + 1], and for each (token, slot) pair i = t * k + j its row
+//   row_of[i] in expert-sorted order, stable (an expert's rows in token order); token_of[row].
+// - gather: xp[r] = x[token_of[r]]; combine: out[t] += sum_j weight[t, j] * yp[row_of[t, j]],
+//   j in order; its backward: d_yp[row] += weight * dout[t], d_weight[t, j] += dout[t] . yp[row];
+//   scatter_add: dx[t] += sum_j d_xp[row_of[t, j]], j in order (the gather's backward).
+// - prob_sums: psum[e] = sum over tokens of probs[t, e] (the load-balancing loss's input).
+// - aux_loss: transformers' load_balancing_loss_func over `layers` MoE layers of n tokens each,
+//   from their counts[layers, E] and psum[layers, E]: E * sum_e (c_e / (L n)) (P_e / (L n)),
+//   c and P summed over the layers. aux_g[e] (NULL: not wanted) gets scale times its gradient
+//   with respect to each token's probability of e, E * c_e / (L n)^2, the same in every layer.
+#define MOE_MAX_EXPERTS 256
+void moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits, int n,
+                       int E, int k, int renorm);
+void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,
+                        const int32_t *expert, const float *aux_g, int n, int E, int k,
+                        int renorm);
+void moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
+                  const int32_t *expert, int n, int E, int k);
+void moe_gather(float *xp, const float *x, const int32_t *token_of, int rows, int D);
+void moe_combine(float *out, const float *yp, const int32_t *row_of, const float *weight, int n,
+                 int k, int D);
+void moe_combine_backward(float *d_yp, float *d_weight, const float *dout, const float *yp,
+                          const int32_t *row_of, const float *weight, int n, int k, int D);
+void moe_scatter_add(float *dx, const float *d_xp, const int32_t *row_of, int n, int k, int D);
+void moe_prob_sums(float *psum, const float *probs, int n, int E);
+double moe_aux_loss(float *aux_g, const int32_t *counts, const float *psum, int layers, int n,
+                    int E, float scale);
+// A shared expert's gate (Qwen2-MoE): out[t] += sigmoid(gate_logit[t]) * y[t]; backward: dy and
+// d_gate_logit accumulate.
+void moe_gate_scale_forward(float *out, const float *y, const float *gate_logit, int n, int D);
+void moe_gate_scale_backward(float *dy, float *d_gate_logit, const float *dout, const float *y,
+                             const float *gate_logit, int n, int D);
+
 #endif

@@ -41,19 +41,27 @@ typedef struct {
     int (*keep_reserve)(backend *b, int wanted);
     // Room for `slots` attention outputs (att_ref); returns how many it reserved.
     int (*attention_reserve)(backend *b, int slots);
-    // keep >= 0: the internals go to that slot, for a backward that then needs no recompute.
-    void (*layer_forward)(backend *b, int m, const void *w, const float *x, float *out, int keep,
-                          att_ref att);
+    // Layer l over micro-batch m. keep >= 0: the internals go to that slot, for a backward that
+    // then needs no recompute. A MoE layer records its routing for (m, l): the load-balancing
+    // loss and the expert load (take_aux).
+    void (*layer_forward)(backend *b, int l, int m, const void *w, const float *x, float *out,
+                          int keep, att_ref att);
     // Accumulates dw and writes dx, from slot `keep`'s internals, or (keep < 0) recomputing
     // them from x (attention's output from att when it is ready). All give the same bits. dx
     // may be dout: a token's dx depends on its own dout only, read before it is written.
-    void (*layer_backward)(backend *b, int m, const void *w, float *dw, const float *x,
+    void (*layer_backward)(backend *b, int l, int m, const void *w, float *dw, const float *x,
                            const float *dout, float *dx, int keep, att_ref att);
     // Final norm + classifier + cross-entropy for micro-batch m; adds its losses to the running
     // sum. With dloss != 0 also writes dx and accumulates head_g (norm) and cls_g (classifier).
+    // A MoE model's load-balancing loss of micro-batch m (its layers' forwards are done) joins
+    // take_aux's sum; daux is its weight in the step's loss, whose gradient the MoE layers'
+    // backwards of m then add (0: none).
     void (*head)(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
-                 const float *x, float *dx, int m, float dloss);
+                 const float *x, float *dx, int m, float dloss, float daux);
     double (*take_loss)(backend *b); // the sum since the last call; waits for the device
+    // MoE: the load-balancing losses of the micro-batches since the last call, summed, and
+    // load[moe layer * E + e] += the tokens each expert got in them. 0 for a dense model.
+    double (*take_aux)(backend *b, int64_t *load);
     // For sampling: run one sequence of `len` tokens (tokens loaded as micro-batch 0).
     void (*set_shape)(backend *b, int B, int T);
     void (*last_logits)(backend *b, const void *head_w, const void *cls_w, const float *x, int len,

@@ -23,6 +23,13 @@ struct backend {
     int32_t *doc_start; // [M * n] with data.pack "documents"; packed: this batch has them
     int packed;
     double loss;
+    // MoE: per micro-batch and MoE layer (moe_index), each expert's tokens and probability
+    // sums; per micro-batch the load-balancing loss's gradient on the probabilities
+    int *moe_index, moe_layers, aux_micro;
+    int32_t *counts;
+    float *psum, *aux_g;
+    moe_route_io route;
+    double aux;
 };
 
 static void *cpu_alloc(backend *b, size_t bytes) {
@@ -105,37 +112,83 @@ static void put_back(layer_scratch *s, float *att, float *lse) {
     s->att = att, s->lse = lse;
 }
 
-static void cpu_layer_forward(backend *b, int m, const void *w, const float *x, float *out,
+// Where MoE layer l's pass over micro-batch m records its routing, and the load-balancing
+// gradient it takes in its backward; NULL for a dense layer.
+static moe_route_io *route_of(backend *b, int l, int m) {
+    int i = b->moe_index ? b->moe_index[l] : -1, E = b->c->experts;
+    if (i < 0) return NULL;
+    size_t at = ((size_t)m * b->moe_layers + i) * E;
+    b->route = (moe_route_io){b->counts + at, b->psum + at, b->aux_g + (size_t)m * E};
+    return &b->route;
+}
+
+static void cpu_layer_forward(backend *b, int l, int m, const void *w, const float *x, float *out,
                               int keep, att_ref att) {
     layer_params p;
-    layer_params_bind(&p, b->c, (float *)w);
+    layer_params_bind(&p, b->c, l, (float *)w);
     if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
     layer_scratch *s = for_micro(b, internals(b, keep), m);
+    s->route = route_of(b, l, m);
     float *own_att = s->att, *own_lse = s->lse;
     layer_forward(b->c, &p, with_attention(b, s, att), x, out, att.slot >= 0 && att.ready);
     put_back(s, own_att, own_lse);
 }
 
-static void cpu_layer_backward(backend *b, int m, const void *w, float *dw, const float *x,
+static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *dw, const float *x,
                                const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
-    layer_params_bind(&p, b->c, (float *)w);
-    layer_params_bind(&dp, b->c, dw);
+    layer_params_bind(&p, b->c, l, (float *)w);
+    layer_params_bind(&dp, b->c, l, dw);
     if (keep >= 0) {
-        layer_backward(b->c, &p, &dp, for_micro(b, b->kept[keep], m), x, dout, dx);
+        layer_scratch *k = for_micro(b, b->kept[keep], m);
+        k->route = route_of(b, l, m);
+        layer_backward(b->c, &p, &dp, k, x, dout, dx);
         return;
     }
     layer_scratch *s = for_micro(b, b->scratch, m);
+    s->route = route_of(b, l, m);
     float *own_att = s->att, *own_lse = s->lse;
     layer_forward(b->c, &p, with_attention(b, s, att), x, b->tmp, att.slot >= 0);
     layer_backward(b->c, &p, &dp, s, x, dout, dx);
     put_back(s, own_att, own_lse);
 }
 
+// Micro-batch m's load-balancing loss, from its MoE layers' routing, and its gradient.
+static void moe_aux_of(backend *b, int m, float daux) {
+    const mt_config *c = b->c;
+    if (!b->moe_layers) return;
+    size_t at = (size_t)m * b->moe_layers * c->experts;
+    b->aux += moe_aux_loss(b->aux_g + (size_t)m * c->experts, b->counts + at, b->psum + at,
+                           b->moe_layers, tokens(b), c->experts, daux);
+    if (m + 1 > b->aux_micro) b->aux_micro = m + 1;
+}
+
+static double cpu_take_aux(backend *b, int64_t *load) {
+    size_t per = (size_t)b->moe_layers * b->c->experts;
+    for (int m = 0; m < b->aux_micro && load; m++)
+        for (size_t i = 0; i < per; i++) load[i] += b->counts[m * per + i];
+    double aux = b->aux;
+    b->aux = 0, b->aux_micro = 0;
+    return aux;
+}
+
+static void moe_stats_new(backend *b) {
+    const mt_config *c = b->c;
+    b->moe_layers = mt_moe_layers(c);
+    if (!b->moe_layers) return;
+    b->moe_index = cpu_alloc(b, sizeof(int) * c->layers);
+    for (int l = 0, i = 0; l < c->layers; l++) b->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+    size_t per = (size_t)c->micro_batches * b->moe_layers * c->experts;
+    b->counts = cpu_alloc(b, sizeof(int32_t) * per);
+    b->psum = cpu_alloc(b, sizeof(float) * per);
+    b->aux_g = cpu_alloc(b, sizeof(float) * c->micro_batches * c->experts);
+}
+
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
-                     const float *x, float *dx, int m, float dloss) {
+                     const float *x, float *dx, int m, float dloss, float daux) {
     const mt_config *c = b->c;
     int n = tokens(b);
+    moe_aux_of(b, m, daux);
     head_params hp, gp;
     head_params_bind(&hp, c, (float *)head_w);
     const int32_t *targets = b->targets + (size_t)m * n;
@@ -178,6 +231,7 @@ static void cpu_destroy(backend *b) {
     free(b->att), free(b->lse);
     free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
     free(b->inputs), free(b->targets), free(b->doc_start);
+    free(b->moe_index), free(b->counts), free(b->psum), free(b->aux_g);
     free(b);
 }
 
@@ -206,6 +260,7 @@ backend *backend_cpu_new(const mt_config *c) {
     b->inputs = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     b->targets = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
     if (mt_packs_documents(c)) b->doc_start = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
+    moe_stats_new(b);
     return b;
 }
 
@@ -242,6 +297,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_layer_backward,
         cpu_head,
         cpu_take_loss,
+        cpu_take_aux,
         cpu_set_shape,
         cpu_last_logits,
         cpu_destroy,

@@ -104,7 +104,7 @@ static void keep_attention(engine *e) {
 static void own_groups(engine *e) {
     int cuda = strcmp(e->ops->name, "cuda") == 0;
     int groups = e->job->device_groups; // engine_new checked that they fit (plan_check_device)
-    size_t layer = e->job->group_numel[model_layer_group(0)], wb = e->ops->weight_bytes;
+    size_t layer = model_largest_layer(e->c), wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
     for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
@@ -253,7 +253,7 @@ static void engine_init(engine *e) {
     dataset_open(&e->data, c);
     e->n = c->micro_batch * c->seq_len;
     size_t nD = (size_t)e->n * c->dim, M = c->micro_batches, wb = e->ops->weight_bytes;
-    size_t layer = job->group_numel[model_layer_group(0)];
+    size_t layer = model_largest_layer(c);
     size_t head = job->group_numel[model_head_group(c)], emb = job->group_numel[0];
     weight_buffer_init(&e->xfer, &e->emb, device_alloc(e, emb, wb));
     weight_buffer_init(&e->xfer, &e->head, device_alloc(e, head, wb));
@@ -279,6 +279,8 @@ static void engine_init(engine *e) {
     if (!e->inputs || !e->targets || (mt_packs_documents(c) && !e->doc_start))
         mt_die("out of memory");
     micro_sums_init(e, layer, head, emb);
+    if (c->experts && !(e->moe_load = calloc((size_t)mt_moe_layers(c) * c->experts, 8)))
+        mt_die("out of memory");
 }
 
 static void engine_free(engine *e) {
@@ -303,13 +305,16 @@ static void engine_free(engine *e) {
     free(e->doc_start);
     free(e->passes);
     free(e->att_of);
+    free(e->moe_load);
 }
 
 // What the step cost besides its time. The step's own time ends before this waits for the
 // device: it is the host's view, as the next step starts when the host is free.
 static step_costs take_step_costs(engine *e, double opt_wait_at_start) {
     step_costs c = {.opt_wait_seconds = e->xfer.opt_wait_seconds - opt_wait_at_start,
-                    .targets = e->step_targets};
+                    .targets = e->step_targets,
+                    .aux_loss = e->step_aux,
+                    .moe_load = e->moe_load};
     c.transfers = transfer_take_stats(&e->xfer); // waits for the device
     // a step announces every group: the norm the optimizers clip with
     for (int g = 0; g < e->job->n_groups; g++) c.grad_sumsq += e->xfer.group_sumsq[g];

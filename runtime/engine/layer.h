@@ -4,6 +4,7 @@
 #ifndef MT_LAYER_H
 #define MT_LAYER_H
 
+#include "runtime/engine/moe_mlp.h"
 #include "runtime/model/model.h"
 
 // Working set of one layer over one micro-batch (n = B*T tokens): allocated once, reused by
@@ -16,6 +17,12 @@ typedef struct {
     // The micro-batch's packed documents (data.pack): each token's document start in its row,
     // for RoPE's positions and attention's mask; NULL: one document a row. Set per call.
     const int32_t *doc_start;
+    // qk_norm: q and k before their norms, and the norms' statistics
+    float *q_raw, *k_raw, *rstd_q, *rstd_k;
+    // MoE layers: their internals, and where the pass records its routing (set per call; NULL:
+    // nowhere, and no load-balancing gradient)
+    moe_scratch *moe;
+    moe_route_io *route;
 } layer_scratch;
 
 // The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.

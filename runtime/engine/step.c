@@ -139,7 +139,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         if (keep) act_wait(e, l + 1);
         span_begin(e, "fwd", l);
         for (int m = 0; m < M; m++)
-            e->ops->layer_forward(e->be, m, w->dst, act(e, in, m), act(e, out, m),
+            e->ops->layer_forward(e->be, l, m, w->dst, act(e, in, m), act(e, out, m),
                                   keep ? keep_slot(e, l, m) : -1,
                                   keep ? attention_of(e, l, m, 0) : ATT_NONE);
         span_end(e, "fwd", l);
@@ -198,7 +198,7 @@ static void redo_forward(engine *e, const weight_buffer *w, int l) {
     act_wait(e, l);
     span_begin(e, "redo", l);
     for (int m = 0; m < e->c->micro_batches; m++)
-        e->ops->layer_forward(e->be, m, w->dst, act(e, l, m), act(e, l + 1, m), -1,
+        e->ops->layer_forward(e->be, l, m, w->dst, act(e, l, m), act(e, l + 1, m), -1,
                               attention_of(e, l, m, 1));
     span_end(e, "redo", l);
 }
@@ -217,7 +217,7 @@ static void layer_backward(engine *e, const weight_buffer *w, int l, int64_t ste
     span_begin(e, "bwd", l);
     for (int m = 0; m < c->micro_batches; m++) {
         float *dw = micro_grads(e, gb->src, MICRO_LAYER, m, numel, 1);
-        e->ops->layer_backward(e->be, m, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
+        e->ops->layer_backward(e->be, l, m, w->dst, dw, act(e, l, m), dres(e, m), dres(e, m),
                                keep_slot(e, l, m), // in place: no second residual buffer
                                attention_of(e, l, m, 1));
     }
@@ -362,15 +362,39 @@ static double step_loss(engine *e) {
 
 // The head over micro-batch m: its gradients go where micro_grads says (the classifier's into
 // the embedding's when they are tied), and over nodes its loss is taken on its own.
-static void head_pass(engine *e, int m, float dloss) {
+static void head_pass(engine *e, int m, float dloss, float daux) {
     const mt_config *c = e->c;
     size_t head = e->job->group_numel[model_head_group(c)], emb = e->job->group_numel[0];
     float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
     float *cls_g =
         c->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1) : head_g + c->dim;
     e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, c->layers, m),
-                 dres(e, m), m, dloss);
+                 dres(e, m), m, dloss, daux);
     if (e->micro_loss) e->micro_loss[m] = e->ops->take_loss(e->be);
+}
+
+// A micro-batch's load-balancing loss's weight in the step's loss: the step's is the mean over
+// every node's micro-batches (so how a batch is split changes nothing), times
+// model.router_aux_coef when model.router_aux lets it join the loss.
+static float aux_weight(const engine *e) {
+    const mt_config *c = e->c;
+    if (!c->experts || !c->router_aux) return 0.0f;
+    return (float)(c->router_aux_coef / ((double)c->micro_batches * e->job->nodes));
+}
+
+// The step's load-balancing loss and expert load, every node's.
+static void step_aux(engine *e) {
+    const mt_config *c = e->c;
+    if (!e->moe_load) return;
+    size_t n = (size_t)mt_moe_layers(c) * c->experts;
+    memset(e->moe_load, 0, n * sizeof *e->moe_load);
+    double aux = e->ops->take_aux(e->be, e->moe_load);
+    if (e->job->nodes > 1) {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &aux, 1, MPI_DOUBLE, MPI_SUM, e->job->dp_comm));
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, e->moe_load, (int)n, MPI_INT64_T, MPI_SUM,
+                                e->job->dp_comm));
+    }
+    e->step_aux = aux / ((double)c->micro_batches * e->job->nodes);
 }
 
 double train_step(engine *e, int64_t step) {
@@ -388,7 +412,7 @@ double train_step(engine *e, int64_t step) {
     // Each target's share of the global batch's mean loss; a step without targets trains nothing.
     float dloss = e->step_targets ? 1.0f / (float)e->step_targets : 0.0f;
     span_begin(e, "head", -1);
-    for (int m = 0; m < M; m++) head_pass(e, m, dloss);
+    for (int m = 0; m < M; m++) head_pass(e, m, dloss, aux_weight(e));
     sum_micro(e, e->head_g.src, MICRO_HEAD, head);
     span_end(e, "head", -1);
     buffer_done(&e->head);
@@ -411,6 +435,7 @@ double train_step(engine *e, int64_t step) {
     for (int l = 0; l < e->n_own; l++) offload_reuse(&e->own_g[l]);
     update_own_groups(e, step);
     double sum = step_loss(e);
+    step_aux(e);
     return e->step_targets ? sum / (double)e->step_targets : 0.0;
 }
 
@@ -427,12 +452,13 @@ double eval_loss(engine *e, int64_t version) {
         forward_layers(e, version, M, 0);
         for (int m = 0; m < M; m++)
             e->ops->head(e->be, e->head.dst, classifier_weights(e), NULL, NULL,
-                         act(e, c->layers % 2, m), NULL, m, 0);
+                         act(e, c->layers % 2, m), NULL, m, 0, 0);
         buffer_done(&e->head);
         buffer_done(&e->emb);
         done += M;
     }
     double sum = e->ops->take_loss(e->be);
+    e->ops->take_aux(e->be, NULL); // evaluation's routing is not the step's
     return targets ? sum / (double)targets : 0.0;
 }
 
@@ -448,7 +474,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
         weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
-        e->ops->layer_forward(e->be, 0, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1,
+        e->ops->layer_forward(e->be, l, 0, w->dst, act(e, l % 2, 0), act(e, (l + 1) % 2, 0), -1,
                               ATT_NONE);
         buffer_done(w);
     }

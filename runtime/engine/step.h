@@ -57,6 +57,10 @@ struct engine {
     float **micro[3];     // MICRO_LAYER, MICRO_HEAD, MICRO_EMB
     double *micro_loss;   // [M]: each micro-batch's loss, for the nodes' ordered sum
     int64_t step_targets; // the last step's target tokens, every node's (the loss's divisor)
+    // MoE: the last step's load-balancing loss (the mean over every node's micro-batches) and
+    // each MoE layer's expert load, tokens per expert summed over them ([moe layers * E])
+    double step_aux;
+    int64_t *moe_load;
 };
 
 enum { MICRO_LAYER, MICRO_HEAD, MICRO_EMB };

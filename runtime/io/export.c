@@ -60,7 +60,7 @@ static const tensor_info *entry_info(const mt_config *cfg, const plan_entry *e, 
                                      char *name, size_t cap) {
     uint64_t numel;
     model_group_tensors(cfg, e->g, ti, &numel);
-    model_tensor_name(name, cap, ti[e->k].name, e->g - 1);
+    model_tensor_name(name, cap, &ti[e->k], e->g - 1);
     return &ti[e->k];
 }
 
@@ -166,15 +166,14 @@ static void add_rope_scaling(cJSON *r, const mt_config *c) {
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
 }
 
-// Llama, or Qwen2 for q/k/v biases (a Llama with attention_bias would also bias o_proj). A
-// Mistral input comes out as Llama: the same math within its window.
+// The architecture whose fields are c's (a Mistral input comes out as Llama: the same math
+// within its window), then the shape every family shares.
 static void write_config(const mt_config *c, const char *dir) {
-    cJSON *r = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(r, "architectures");
-    cJSON_AddItemToArray(arch,
-                         cJSON_CreateString(c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
-    cJSON_AddStringToObject(r, "model_type", c->qkv_bias ? "qwen2" : "llama");
+    cJSON *r = cJSON_CreateObject();
+    if (hf_write_family(r, c) < 0)
+        mt_die("%s: no Hugging Face architecture has this model's fields (qk_norm %s, experts %d)",
+               dir, c->qk_norm, c->experts);
     cJSON_AddNumberToObject(r, "hidden_size", c->dim);
-    cJSON_AddNumberToObject(r, "intermediate_size", c->ffn_dim);
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
     cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
@@ -191,14 +190,6 @@ static void write_config(const mt_config *c, const char *dir) {
         cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_id));
         for (int i = 0; i < c->n_eos_more; i++)
             cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_more[i]));
-    }
-    if (c->qkv_bias) { // Qwen2's config class has no bias keys; its window must stay off
-        cJSON_AddBoolToObject(r, "use_sliding_window", 0);
-        cJSON_AddNullToObject(r, "sliding_window");
-        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
-    } else {
-        cJSON_AddBoolToObject(r, "attention_bias", 0);
-        cJSON_AddBoolToObject(r, "mlp_bias", 0);
     }
     cJSON_AddNumberToObject(r, "attention_dropout", 0);
     cJSON_AddStringToObject(r, "hidden_act", "silu");

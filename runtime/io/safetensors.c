@@ -287,14 +287,14 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
         uint64_t numel;
         int n = model_group_tensors(cfg, g, ti, &numel);
         for (int k = 0; k < n && rc == 0; k++) {
-            model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+            model_tensor_name(name, sizeof name, &ti[k], g - 1);
             rc = check_one(ix, &ti[k], name, used, err, errlen);
         }
     }
     for (int i = 0; i < ix->n && rc == 0; i++)
         if (!used[i] && !ignorable(ix->t[i].name, cfg))
-            rc = failf(err, errlen, "%s: unexpected tensor %s (not part of a %s model)",
-                       ix->files[ix->t[i].file], ix->t[i].name, cfg->qkv_bias ? "Qwen2" : "Llama");
+            rc = failf(err, errlen, "%s: unexpected tensor %s (config.json's model has none)",
+                       ix->files[ix->t[i].file], ix->t[i].name);
     free(used);
     return rc;
 }
@@ -371,7 +371,7 @@ int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_
         uint64_t a = ti[k].offset > lo ? ti[k].offset : lo;
         uint64_t b = ti[k].offset + ti[k].numel < lo + len ? ti[k].offset + ti[k].numel : lo + len;
         if (a >= b) continue;
-        model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+        model_tensor_name(name, sizeof name, &ti[k], g - 1);
         if (hf_read_range(ix, name, a - ti[k].offset, b - a, out + (a - lo), err, errlen) < 0)
             return -1;
     }
@@ -388,7 +388,7 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
     char name[256] = "?";
     int n = model_group_tensors(cfg, g, ti, &numel), k = 0;
     while (k < n - 1 && at >= ti[k].offset + ti[k].numel) k++;
-    model_tensor_name(name, sizeof name, ti[k].name, g - 1);
+    model_tensor_name(name, sizeof name, &ti[k], g - 1);
     return failf(err, errlen, "%s: tensor %s: element %llu is %s: non-finite weights are refused",
                  cfg->model_dir, name, (unsigned long long)(at - ti[k].offset),
                  isnan(data[i]) ? "NaN" : "infinite");

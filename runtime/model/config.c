@@ -178,6 +178,7 @@ int config_resolve_paths(config_source *x, mt_config *cfg) {
 
 static void apply_derived(ctx_t *x, mt_config *cfg) {
     if (!SEEN("model.kv_heads")) cfg->kv_heads = cfg->heads;
+    if (!SEEN("model.moe_ffn_dim")) cfg->moe_ffn_dim = cfg->ffn_dim;
     if (!SEEN("optimizer.min_lr")) cfg->min_lr = cfg->lr / 10;
     if (!SEEN("optimizer.warmup_steps")) cfg->warmup_steps = cfg->steps / 10;
     if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
@@ -190,6 +191,14 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
 static int unset_special_id(const field_t *f, const mt_config *hf) {
     int special = f->off == offsetof(mt_config, bos_id) || f->off == offsetof(mt_config, eos_id);
     return special && *(const int *)((const char *)hf + f->off) < 0;
+}
+
+// Whether the load-balancing loss joins the loss, and its weight, are training choices that
+// config.json records (output_router_logits, router_aux_loss_coef) but does not fix: train.cfg's
+// stand where it sets them, as transformers' from_pretrained(..., output_router_logits=True).
+static int training_choice(const field_t *f) {
+    return f->off == offsetof(mt_config, router_aux) ||
+           f->off == offsetof(mt_config, router_aux_coef);
 }
 
 int config_resolve(config_source *x, const char *key, char *path, size_t cap) {
@@ -213,6 +222,7 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
         const field_t *f = &schema[i];
         if (strncmp(f->key, "model.", 6) != 0) continue;
         if (unset_special_id(f, &hf)) continue; // config.json has none: train.cfg's stands
+        if (x->line[i] && training_choice(f)) continue;
         if (x->line[i] && memcmp((char *)cfg + f->off, (char *)&hf + f->off, f->size) != 0)
             return source_fail(x, LINE(f->key), f->key,
                                "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
@@ -229,6 +239,36 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     return 0;
 }
 
+// model.dense_layers: layer indices below model.layers, comma-separated.
+static int check_dense_layers(ctx_t *x, const mt_config *c) {
+    const char *k = "model.dense_layers";
+    for (const char *p = c->dense_layers; *p;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= c->layers || (*end && *end != ','))
+            return source_fail(x, LINE(k), k,
+                               "\"%s\" must list layer indices below model.layers = %d, "
+                               "comma-separated",
+                               c->dense_layers, c->layers);
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int check_moe(ctx_t *x, const mt_config *c) {
+    if (c->experts == 0) {
+        if (c->shared_ffn_dim > 0)
+            return source_fail(x, LINE("model.shared_ffn_dim"), "model.shared_ffn_dim",
+                               "a shared expert needs model.experts > 0");
+        return 0;
+    }
+    if (c->top_k > c->experts)
+        return source_fail(x, LINE("model.top_k"), "model.top_k",
+                           "%d is more than model.experts = %d", c->top_k, c->experts);
+    return check_dense_layers(x, c);
+}
+
 static int cross_check(ctx_t *x, const mt_config *c) {
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
     int values[] = {c->bos_id, c->eos_id};
@@ -236,16 +276,18 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         if (values[i] >= c->vocab)
             return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
                                values[i], c->vocab);
-    if (c->dim % c->heads)
+    if (!c->head_dim && c->dim % c->heads)
         return source_fail(x, LINE("model.dim"), "model.dim",
-                           "%d is not divisible by model.heads = %d", c->dim, c->heads);
+                           "%d is not divisible by model.heads = %d (or set model.head_dim)",
+                           c->dim, c->heads);
     if (c->heads % c->kv_heads)
         return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
                            "%d does not divide model.heads = %d", c->kv_heads, c->heads);
     if (mt_head_dim(c) % 2)
-        return source_fail(x, LINE("model.dim"), "model.dim",
-                           "head dim = dim / heads = %d must be even (RoPE rotates pairs)",
-                           mt_head_dim(c));
+        return source_fail(x, LINE(c->head_dim ? "model.head_dim" : "model.dim"),
+                           c->head_dim ? "model.head_dim" : "model.dim",
+                           "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
+    if (check_moe(x, c) < 0) return -1;
     if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);

@@ -29,6 +29,21 @@ const field_t config_schema[] = {
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
     BOOL("model.qkv_bias", qkv_bias, 0),                   // Qwen2: biases on q, k, v
+    INT("model.head_dim", head_dim, 0, 1024, 0, 0),        // 0: dim / heads
+    // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
+    STR("model.qk_norm", qk_norm, 0, "none", "none|head|all"),
+    // Mixture of Experts (docs/moe.md): 0 experts is a dense model
+    INT("model.experts", experts, 0, MOE_MAX_EXPERTS, 0, 0),
+    INT("model.top_k", top_k, 1, MOE_MAX_EXPERTS, 0, 2),
+    INT("model.moe_ffn_dim", moe_ffn_dim, 1, 1 << 20, DERIVED, 0), // default: ffn_dim
+    BOOL("model.norm_topk_prob", norm_topk_prob, 1),
+    INT("model.shared_ffn_dim", shared_ffn_dim, 0, 1 << 20, 0, 0), // 0: no shared expert
+    INT("model.moe_every", moe_every, 1, 4096, 0, 1), // layer l is MoE when (l + 1) % it == 0
+    STR("model.dense_layers", dense_layers, 0, "", NULL), // "0,5": these layers' MLPs are dense
+    // the load-balancing loss joins the loss (as transformers' output_router_logits)
+    BOOL("model.router_aux", router_aux, 0),
+    FLT("model.router_aux_coef", router_aux_coef, 0, 1e6, 0, 0.001),
+    STR("model.moe_names", moe_names, 0, "mlp", "mlp|block_sparse_moe"),
     INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
     INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3

@@ -1,6 +1,7 @@
-// Hugging Face config.json (Llama family) read into the model fields of an mt_config: the
-// model description in Hugging Face's words. Weights (safetensors) are io/'s.
-#include "runtime/model/model.h"
+// Hugging Face config.json read into the model fields of an mt_config: the model description in
+// Hugging Face's words (the architectures themselves: hf_family.c). Weights (safetensors) are
+// io/'s.
+#include "runtime/model/hf_json.h"
 #include "runtime/base/base.h"
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -10,20 +11,13 @@
 
 #define CONFIG_MAX (16u << 20)
 
-typedef struct {
-    const char *path;
-    const cJSON *root;
-    char *err;
-    size_t errlen;
-} json_ctx;
-
-static const cJSON *item(const json_ctx *j, const char *key) {
+const cJSON *item(const json_ctx *j, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
     return cJSON_IsNull(v) ? NULL : v; // null means "the default", as in transformers
 }
 
 // A positive integer; def < 0 makes the key required.
-static int get_int(const json_ctx *j, const char *key, int def, int *out) {
+int get_int(const json_ctx *j, const char *key, int def, int *out) {
     const cJSON *v = item(j, key);
     if (!v && def >= 0) return *out = def, 0;
     if (!v) return failf(j->err, j->errlen, "%s: %s missing", j->path, key);
@@ -39,7 +33,7 @@ static int get_int(const json_ctx *j, const char *key, int def, int *out) {
     return 0;
 }
 
-static int get_num(const json_ctx *j, const char *key, double def, double *out) {
+int get_num(const json_ctx *j, const char *key, double def, double *out) {
     const cJSON *v = item(j, key);
     if (!v) return *out = def, 0;
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
@@ -48,83 +42,12 @@ static int get_num(const json_ctx *j, const char *key, double def, double *out) 
     return 0;
 }
 
-static int get_bool(const json_ctx *j, const char *key, int def, int *out) {
+int get_bool(const json_ctx *j, const char *key, int def, int *out) {
     const cJSON *v = item(j, key);
     if (!v) return *out = def, 0;
     if (!cJSON_IsBool(v))
         return failf(j->err, j->errlen, "%s: %s must be true or false", j->path, key);
     *out = cJSON_IsTrue(v);
-    return 0;
-}
-
-// The architectures we train, and the defaults transformers' config classes give to what a
-// config.json leaves out (num_key_value_heads differs between them).
-enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2 };
-static const char *const arch_names[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                         "Qwen2ForCausalLM"};
-
-// The window as transformers reads it: Mistral's default is 4096 (null means none), Qwen2's
-// counts only with use_sliding_window, Llama has none. Returns 0 when there is no window.
-static int sliding_window(const json_ctx *j, int arch, double *window) {
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j->root, "sliding_window");
-    int use = 1;
-    *window = 0;
-    if (arch == ARCH_LLAMA) return 0;
-    if (arch == ARCH_QWEN2 && get_bool(j, "use_sliding_window", 0, &use) < 0) return -1;
-    if (!use) return 0;
-    if (!w && arch == ARCH_MISTRAL) return *window = 4096, 0;
-    if (!w || cJSON_IsNull(w)) return 0;
-    if (!cJSON_IsNumber(w) || !(w->valuedouble > 0))
-        return failf(j->err, j->errlen, "%s: sliding_window must be a positive integer or null",
-                     j->path);
-    *window = w->valuedouble;
-    return 0;
-}
-
-// Llama; Mistral and Qwen2 are the same math (Qwen2 with q/k/v biases) while a window covers
-// the whole sequence. Sets *arch.
-static int check_architecture(const json_ctx *j, int seq_len, int *arch) {
-    const cJSON *a = item(j, "architectures"), *first = cJSON_GetArrayItem(a, 0);
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 1 || !cJSON_IsString(first))
-        return failf(j->err, j->errlen, "%s: architectures must list exactly one class", j->path);
-    const char *name = first->valuestring;
-    *arch = -1;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, arch_names[i]) == 0) *arch = i;
-    if (*arch < 0)
-        return failf(j->err, j->errlen,
-                     "%s: architecture %s not supported (LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM)",
-                     j->path, name);
-    double w;
-    if (sliding_window(j, *arch, &w) < 0) return -1;
-    if (w > 0 && w < seq_len)
-        return failf(j->err, j->errlen,
-                     "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet",
-                     j->path, w, seq_len);
-    return 0;
-}
-
-// Fields that would change the math and that we do not implement are errors, not ignored.
-static int check_unsupported(const json_ctx *j, int arch) {
-    const cJSON *act = item(j, "hidden_act");
-    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
-        return failf(j->err, j->errlen, "%s: hidden_act %s not supported (only silu)", j->path,
-                     cJSON_IsString(act) ? act->valuestring : "(not a string)");
-    int b = 0;
-    // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
-    if (arch != ARCH_QWEN2 && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
-    if (b)
-        return failf(j->err, j->errlen,
-                     "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
-                     "only Qwen2's q/k/v biases are",
-                     j->path);
-    if (arch != ARCH_QWEN2 && get_bool(j, "mlp_bias", 0, &b) < 0) return -1;
-    if (b) return failf(j->err, j->errlen, "%s: mlp_bias = true not supported yet", j->path);
-    const cJSON *drop = item(j, "attention_dropout");
-    if (drop && (!cJSON_IsNumber(drop) || drop->valuedouble != 0))
-        return failf(j->err, j->errlen, "%s: attention_dropout must be 0 (dropout not supported)",
-                     j->path);
     return 0;
 }
 
@@ -215,32 +138,6 @@ static int read_special(const json_ctx *j, mt_config *m) {
     return 0;
 }
 
-static int read_shape(const json_ctx *j, int arch, mt_config *m) {
-    int head_dim = 0;
-    // transformers: Llama's num_key_value_heads defaults to the heads, Mistral's to 8, Qwen2's 32
-    const int kv_default[] = {0, 8, 32};
-    if (get_int(j, "hidden_size", -1, &m->dim) < 0 ||
-        get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0 ||
-        get_int(j, "num_hidden_layers", -1, &m->layers) < 0 ||
-        get_int(j, "num_attention_heads", -1, &m->heads) < 0 ||
-        get_int(j, "vocab_size", -1, &m->vocab) < 0 ||
-        get_int(j, "num_key_value_heads", kv_default[arch] ? kv_default[arch] : m->heads,
-                &m->kv_heads) < 0 ||
-        get_int(j, "head_dim", 0, &head_dim) < 0)
-        return -1;
-    if (head_dim && (int64_t)head_dim * m->heads != m->dim) // both up to INT_MAX: no overflow
-        return failf(j->err, j->errlen,
-                     "%s: head_dim %d != hidden_size / num_attention_heads = %d: not supported",
-                     j->path, head_dim, m->dim / m->heads);
-    // The three config classes agree: rope_theta 10000, rms_norm_eps 1e-6, untied.
-    if (get_num(j, "rope_theta", 10000, &m->rope_theta) < 0 ||
-        get_num(j, "rms_norm_eps", 1e-6, &m->norm_eps) < 0 ||
-        get_bool(j, "tie_word_embeddings", 0, &m->tied_embeddings) < 0)
-        return -1;
-    m->qkv_bias = arch == ARCH_QWEN2;
-    return 0;
-}
-
 int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -250,13 +147,12 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
     cJSON *root = json_parse_strict(text, strlen(text), why, sizeof why);
     free(text);
     json_ctx j = {path, root, err, errlen};
-    int rc = -1, arch = ARCH_LLAMA;
+    int rc = -1;
     if (!root)
         failf(err, errlen, "%s: %s", path, why);
     else if (!cJSON_IsObject(root))
         failf(err, errlen, "%s: not a JSON object", path);
-    else if (check_architecture(&j, seq_len, &arch) == 0 && check_unsupported(&j, arch) == 0 &&
-             read_shape(&j, arch, model) == 0)
+    else if (hf_read_family(&j, seq_len, model) == 0)
         rc = read_rope(&j, model) == 0 ? read_special(&j, model) : -1; // rope after rope_theta
     cJSON_Delete(root);
     return rc;

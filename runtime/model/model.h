@@ -6,6 +6,7 @@
 #define MT_MODEL_H
 
 #include "kernels/adamw.h"
+#include "kernels/cpu/kernels_cpu.h" // MOE_MAX_EXPERTS
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +23,27 @@ typedef struct {
     double rope_theta, norm_eps;
     int tied_embeddings;
     int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
+    // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
+    // and Mistral-Nemo give one that differs from dim / heads.
+    int head_dim;
+    // RMSNorm on q and k before RoPE: "none", "head" (over each head's head_dim, one weight of
+    // head_dim shared by the heads: Qwen3) or "all" (over the whole projection: OLMoE)
+    char qk_norm[8];
+    // Mixture of Experts (docs/moe.md). experts = 0: every layer's MLP is dense. Otherwise layer
+    // l's MLP is E expert SwiGLUs of moe_ffn_dim behind a router (softmax, top_k, renormalised
+    // over the k with norm_topk_prob), when (l + 1) % moe_every == 0 and l is not listed in
+    // dense_layers ("0,5": comma-separated layer indices); the other layers are dense SwiGLUs
+    // of ffn_dim. shared_ffn_dim > 0 adds a shared expert with a sigmoid gate (Qwen2-MoE).
+    int experts, top_k, moe_ffn_dim, norm_topk_prob, shared_ffn_dim, moe_every;
+    char dense_layers[256];
+    // The load-balancing loss (transformers' load_balancing_loss_func, pooled over the MoE
+    // layers) joins the loss with weight router_aux_coef when router_aux is set (config.json's
+    // output_router_logits); it is reported either way.
+    int router_aux;
+    double router_aux_coef;
+    // How the hub names a layer's MoE tensors: "mlp" (mlp.gate, mlp.experts.N.gate_proj/up_proj/
+    // down_proj) or "block_sparse_moe" (block_sparse_moe.gate, ...experts.N.w1/w3/w2)
+    char moe_names[24];
     // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
     // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
     int bos_id, eos_id;
@@ -115,6 +137,10 @@ int mt_config_check_cuda_nodes(const mt_config *c, int nodes, char *err, size_t 
 // vocab, rope_theta, norm_eps, tied_embeddings); seq_len is checked against a sliding window.
 // Returns 0, or -1 with one line in err naming the file and the problem.
 int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen);
+// The architecture's keys of c's config.json (architectures, model_type, intermediate_size, the
+// window's, bias and MoE keys) added to r; -1 when no architecture we read back has c's fields.
+struct cJSON;
+int hf_write_family(struct cJSON *r, const mt_config *c);
 
 // Derived quantities.
 // data.pack "documents": document-masked attention and per-document positions.
@@ -123,8 +149,17 @@ static inline int mt_packs_documents(const mt_config *c) {
 }
 
 static inline int mt_head_dim(const mt_config *c) {
-    return c->dim / c->heads;
+    return c->head_dim ? c->head_dim : c->dim / c->heads;
 }
+// model.qk_norm: QK_NONE (also an unset field), QK_HEAD or QK_ALL.
+enum { QK_NONE, QK_HEAD, QK_ALL };
+static inline int mt_qk_norm(const mt_config *c) {
+    return strcmp(c->qk_norm, "head") == 0 ? QK_HEAD : strcmp(c->qk_norm, "all") == 0 ? QK_ALL : QK_NONE;
+}
+// Whether layer l's MLP is a Mixture of Experts (model.c: moe_every and dense_layers).
+int mt_layer_is_moe(const mt_config *c, int l);
+// The MoE layers (the load-balancing loss pools over them).
+int mt_moe_layers(const mt_config *c);
 // At most this many tokens in one micro-batch (micro_batch x seq_len): 4M, 8x the longest
 // context we train, and under every kernel's grid and 32-bit limits.
 #define MT_MAX_MICRO_BATCH_TOKENS (1 << 22)
@@ -157,14 +192,47 @@ static inline long mt_tokens_per_step(const mt_config *c) {
 
 enum { TENSOR_NORMAL, TENSOR_ONES, TENSOR_ZEROS }; // how a tensor is initialized
 
+// What a tensor is to the kernels: the layer templates bind their pointers by role.
+enum {
+    T_EMBED,
+    T_FINAL_NORM,
+    T_LM_HEAD,
+    T_ATTN_NORM, // the decoder layer's, from here on
+    T_WQ,
+    T_WK,
+    T_WV,
+    T_WO,
+    T_FFN_NORM,
+    T_W_GATE, // a dense MLP
+    T_W_UP,
+    T_W_DOWN,
+    T_BQ, // Qwen2's biases on q, k and v
+    T_BK,
+    T_BV,
+    T_Q_NORM, // qk_norm
+    T_K_NORM,
+    T_ROUTER, // a MoE MLP: the router [E, dim], then each expert's three matrices, expert-major
+    T_EXP_GATE,
+    T_EXP_UP,
+    T_EXP_DOWN,
+    T_SH_GATE, // its shared expert, and the shared expert's gate [1, dim]
+    T_SH_UP,
+    T_SH_DOWN,
+    T_SH_ROUTE,
+    T_ROLES
+};
+
 typedef struct {
-    const char *name; // Hugging Face name pattern, "%d" for the layer index
+    const char *name; // Hugging Face name pattern, "%d" for the layer index, "%e" the expert's
     uint64_t offset, numel;
     int rows, cols; // cols == 0 for vectors
     int init;
+    int role;
+    int expert; // an expert's matrix: its index (the role's block holds experts 0..E-1 in turn)
 } tensor_info;
 
-#define MODEL_MAX_TENSORS 12
+// A layer group lists each expert's tensors apart, as the hub names them.
+#define MODEL_MAX_TENSORS (24 + 3 * MOE_MAX_EXPERTS)
 
 static inline int model_group_count(const mt_config *c) {
     return c->layers + 2;
@@ -207,8 +275,13 @@ int model_grad_host_ring(const mt_config *c);
 int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);
 uint64_t model_group_numel(const mt_config *c, int g);
 uint64_t model_param_count(const mt_config *c);
-// A tensor's Hugging Face name: its pattern with "%d" replaced by the layer.
-void model_tensor_name(char *out, size_t cap, const char *pattern, int layer);
+// The largest decoder layer's parameters: a streaming buffer's size (MoE models mix layers).
+uint64_t model_largest_layer(const mt_config *c);
+// A tensor's Hugging Face name: its pattern with "%d" replaced by the layer, "%e" its expert.
+void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer);
+// Where each role starts in layer l's group (the first expert's, for an expert block), or
+// UINT64_MAX where the layer has no such tensor.
+void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]);
 
 // Initial value of element i of group g: N(0, 0.02) for matrices, ones for norm weights and
 // zeros for biases, as transformers initializes Llama and Qwen2. It is a pure function of
@@ -216,18 +289,16 @@ void model_tensor_name(char *out, size_t cap, const char *pattern, int layer);
 // same model.
 void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, float *out);
 
-// Pointers into one decoder layer's flat weights (or gradients): the binding of a template.
-// A layer group holds its tensors in this order, at the offsets model_group_tensors() gives:
-// tensors 0..8 always; with model.qkv_bias (Qwen2) the q, k and v biases follow as tensors
-// 9, 10, 11, so that adding them moves no other tensor. bq, bk, bv are NULL without them.
+// Pointers into one decoder layer's flat weights (or gradients): the binding of a template,
+// by role (model_layer_offsets); NULL where the layer has no such tensor. An expert block
+// holds E matrices in turn: expert e's gate is exp_gate + e * moe_ffn_dim * dim.
 typedef struct {
     float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-    float *bq, *bk, *bv;
+    float *bq, *bk, *bv, *q_norm, *k_norm;
+    float *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down, *sh_route;
 } layer_params;
 
-enum { LAYER_WEIGHTS = 9 }; // tensors 0..8; the biases, when there, are 9..11
-
-void layer_params_bind(layer_params *p, const mt_config *c, float *flat);
+void layer_params_bind(layer_params *p, const mt_config *c, int layer, float *flat);
 
 // The head group: final norm and, when untied, the classifier.
 typedef struct {

@@ -88,6 +88,10 @@ typedef struct {
     double loss, lr, norm, tok_s, tflops, mfu, wait_frac, dt, eta;
     double busy;                // the compute stream's busy fraction; < 0: unknown (CPU)
     double mem_used, mem_total; // < 0: unknown
+    // MoE (moe_load.c): the load-balancing loss, the worst layer's max/mean tokens per expert
+    // and the idle experts; moe = 0 for a dense model
+    int moe, idle;
+    double aux, worst;
 } step_info;
 
 // The live line keeps the most useful fields when the terminal is narrow: each has a rank,
@@ -155,6 +159,9 @@ static void print_plain(metrics *mx, const step_info *s) {
            "%sopt wait %4.1f%% | %.0f ms | ETA %s\n",
            (long long)s->step + 1, mx->job->cfg.steps, s->loss, s->lr, s->norm, s->tok_s, s->tflops,
            busy, 100.0 * s->wait_frac, s->dt * 1e3, eta);
+    if (s->moe)
+        printf("           | aux %.4f | expert load max/mean %.2f | idle experts %d\n", s->aux,
+               s->worst, s->idle);
     fflush(stdout);
 }
 
@@ -332,6 +339,11 @@ static void write_tensorboard(metrics *mx, const step_info *s, const transfer_st
     if (st->d2h_seconds > 0)
         tb_scalar(mx->tb, "perf/d2h_GBps", st->d2h_bytes / st->d2h_seconds / 1e9);
     if (s->mem_total > 0) tb_scalar(mx->tb, "memory/host_used_gib", s->mem_used / 1073741824.0);
+    if (s->moe) {
+        tb_scalar(mx->tb, "moe/aux_loss", s->aux);
+        tb_scalar(mx->tb, "moe/load_max_over_mean", s->worst);
+        tb_scalar(mx->tb, "moe/idle_experts", s->idle);
+    }
     tb_end(mx->tb);
 }
 
@@ -353,6 +365,10 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);
+    if ((s.moe = costs->moe_load != NULL)) {
+        s.aux = costs->aux_loss;
+        moe_load_summary(c, costs->moe_load, &s.worst, &s.idle);
+    }
     mx->steps_done++;
     mx->last_step_s = s.dt;
     s.eta = (now - mx->run_start) / mx->steps_done * (mx->job->end_step - step - 1);
@@ -371,6 +387,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
             "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f,\"targets\":%lld",
             (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu,
             (long long)costs->targets);
+    if (s.moe) moe_load_json(mx->jsonl, c, costs->aux_loss, costs->moe_load);
     if (!isfinite(s.norm) && mx->job->ring_depth) // half applied: the job ends, unsaved
         fprintf(mx->jsonl, ",\"ended_job\":true");
     else if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)

@@ -82,6 +82,9 @@ typedef struct {
     double opt_wait_seconds; // the host's wait on the optimizer ranks' weights
     double grad_sumsq;       // every group's squared gradient norm, summed: the clip's norm
     int64_t targets;         // the global batch's target tokens: the loss is their mean
+    // MoE: the load-balancing loss and each MoE layer's tokens per expert (NULL: dense)
+    double aux_loss;
+    const int64_t *moe_load;
 } step_costs;
 
 typedef struct {
@@ -117,5 +120,11 @@ void metrics_progress(metrics *mx, int64_t step, const char *phase, int done, in
 void metrics_eval(metrics *mx, int64_t step, double loss);
 void metrics_sample(metrics *mx, const char *text);
 void metrics_close(metrics *mx);
+
+// moe_load.c: a MoE step's routing from its tokens per expert (load[moe layer * E + e]): the
+// largest max/mean over the layers and the idle experts in all; and the JSON fields aux_loss
+// and expert_load (per MoE layer, in order: max_over_mean and idle).
+void moe_load_summary(const mt_config *c, const int64_t *load, double *worst, int *idle);
+void moe_load_json(FILE *f, const mt_config *c, double aux, const int64_t *load);
 
 #endif

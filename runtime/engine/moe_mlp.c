@@ -1,0 +1,176 @@
+#include "runtime/engine/moe_mlp.h"
+#include "kernels/cpu/kernels_cpu.h"
+#include "shm/syscheck.h"
+#include <stdlib.h>
+#include <string.h>
+
+// Token arrays span the pass's n tokens, pair arrays its n * k (token, slot) pairs; a chunk
+// at token t0 owns rows t0 .. and pairs t0 * k .., and its own counts and offsets.
+struct moe_scratch {
+    int n, chunks;
+    float *probs, *weight, *d_weight, *d_logits;
+    int32_t *expert, *row_of, *token_of, *counts, *offsets;
+    float *xp, *gate, *up, *act, *yp, *d_yp, *d_act, *d_gate, *d_up, *d_xp;
+    // the shared expert (shared_ffn_dim > 0)
+    float *sh_gate, *sh_up, *sh_act, *sh_y, *sh_logit, *d_sh_y, *d_sh_act, *d_sh_gate, *d_sh_up,
+        *d_sh_logit;
+    float psum[MOE_MAX_EXPERTS];
+};
+
+static void *zalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        mt_die("out of memory allocating %zu MiB for a MoE layer's working set", n * size >> 20);
+    return p;
+}
+
+moe_scratch *moe_scratch_new(const mt_config *c, int n) {
+    moe_scratch *s = zalloc(1, sizeof *s);
+    size_t E = c->experts, k = c->top_k, D = c->dim, F = c->moe_ffn_dim, S = c->shared_ffn_dim;
+    size_t pairs = (size_t)n * k;
+    int chunk = mt_chunk_of(c, n);
+    s->n = n, s->chunks = (n + chunk - 1) / chunk;
+    s->probs = zalloc(n * E, 4), s->d_logits = zalloc(n * E, 4);
+    s->weight = zalloc(pairs, 4), s->d_weight = zalloc(pairs, 4);
+    s->expert = zalloc(pairs, 4), s->row_of = zalloc(pairs, 4), s->token_of = zalloc(pairs, 4);
+    s->counts = zalloc(s->chunks * (E + 1), 4), s->offsets = zalloc(s->chunks * (E + 1), 4);
+    float **pd[] = {&s->xp, &s->yp, &s->d_yp, &s->d_xp};
+    for (size_t i = 0; i < sizeof pd / sizeof *pd; i++) *pd[i] = zalloc(pairs * D, 4);
+    float **pf[] = {&s->gate, &s->up, &s->act, &s->d_act, &s->d_gate, &s->d_up};
+    for (size_t i = 0; i < sizeof pf / sizeof *pf; i++) *pf[i] = zalloc(pairs * F, 4);
+    if (!S) return s;
+    float **ns[] = {&s->sh_gate, &s->sh_up, &s->sh_act, &s->d_sh_act, &s->d_sh_gate, &s->d_sh_up};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) *ns[i] = zalloc((size_t)n * S, 4);
+    s->sh_y = zalloc((size_t)n * D, 4), s->d_sh_y = zalloc((size_t)n * D, 4);
+    s->sh_logit = zalloc(n, 4), s->d_sh_logit = zalloc(n, 4);
+    return s;
+}
+
+void moe_scratch_free(moe_scratch *s) {
+    if (!s) return;
+    void *all[] = {s->probs,    s->weight,   s->d_weight,  s->d_logits, s->expert,    s->row_of,
+                   s->token_of, s->counts,   s->offsets,   s->xp,       s->gate,      s->up,
+                   s->act,      s->yp,       s->d_yp,      s->d_act,    s->d_gate,    s->d_up,
+                   s->d_xp,     s->sh_gate,  s->sh_up,     s->sh_act,   s->sh_y,      s->sh_logit,
+                   s->d_sh_y,   s->d_sh_act, s->d_sh_gate, s->d_sh_up,  s->d_sh_logit};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(s);
+}
+
+// The chunk at token t0: its index into the per-chunk counts and offsets.
+static int chunk_index(const mt_config *c, const moe_scratch *s, int t0) {
+    return t0 / mt_chunk_of(c, s->n);
+}
+
+// Each expert's SwiGLU on its rows [offsets[e], offsets[e + 1]) of the chunk's pairs.
+static void experts_forward(const mt_config *c, const layer_params *w, moe_scratch *s, size_t p0,
+                            const int32_t *offsets) {
+    size_t D = c->dim, F = c->moe_ffn_dim;
+    for (int e = 0; e < c->experts; e++) {
+        size_t r0 = p0 + offsets[e];
+        int rows = offsets[e + 1] - offsets[e];
+        if (!rows) continue;
+        const float *x = s->xp + r0 * D;
+        linear_forward(s->gate + r0 * F, x, w->exp_gate + e * F * D, NULL, rows, D, F);
+        linear_forward(s->up + r0 * F, x, w->exp_up + e * F * D, NULL, rows, D, F);
+        swiglu_forward(s->act + r0 * F, s->gate + r0 * F, s->up + r0 * F, (long)rows * F);
+        linear_forward(s->yp + r0 * D, s->act + r0 * F, w->exp_down + e * D * F, NULL, rows, F, D);
+    }
+}
+
+// The shared expert's SwiGLU and its gate's logit, then out += sigmoid(logit) * its output.
+static void shared_forward(const mt_config *c, const layer_params *w, moe_scratch *s,
+                           const float *n2, float *out, int t0, int rows) {
+    size_t D = c->dim, S = c->shared_ffn_dim, t = t0;
+    linear_forward(s->sh_gate + t * S, n2, w->sh_gate, NULL, rows, D, S);
+    linear_forward(s->sh_up + t * S, n2, w->sh_up, NULL, rows, D, S);
+    swiglu_forward(s->sh_act + t * S, s->sh_gate + t * S, s->sh_up + t * S, (long)rows * S);
+    linear_forward(s->sh_y + t * D, s->sh_act + t * S, w->sh_down, NULL, rows, S, D);
+    linear_forward(s->sh_logit + t, n2, w->sh_route, NULL, rows, D, 1);
+    moe_gate_scale_forward(out, s->sh_y + t * D, s->sh_logit + t, rows, D);
+}
+
+void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, moe_route_io *io,
+                     const float *n2, float *out, int t0, int rows) {
+    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    size_t p0 = (size_t)t0 * k;
+    int32_t *counts = s->counts + (size_t)ci * (E + 1),
+            *offsets = s->offsets + (size_t)ci * (E + 1);
+    float *probs = s->probs + (size_t)t0 * E;
+    linear_forward(s->d_logits, n2, w->router, NULL, rows, D, E); // the logits, in scratch
+    moe_route_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
+                      c->norm_topk_prob);
+    moe_dispatch(counts, offsets, s->row_of + p0, s->token_of + p0, s->expert + p0, rows, E, k);
+    moe_gather(s->xp + p0 * D, n2, s->token_of + p0, rows * k, D);
+    experts_forward(c, w, s, p0, offsets);
+    memset(out, 0, sizeof(float) * rows * D);
+    moe_combine(out, s->yp + p0 * D, s->row_of + p0, s->weight + p0, rows, k, D);
+    if (w->sh_gate) shared_forward(c, w, s, n2, out, t0, rows);
+    if (!io) return;
+    if (t0 == 0) memset(io->counts, 0, sizeof(int32_t) * E), memset(io->psum, 0, sizeof(float) * E);
+    moe_prob_sums(s->psum, probs, rows, E);
+    for (int e = 0; e < E; e++) io->counts[e] += counts[e], io->psum[e] += s->psum[e];
+}
+
+// The experts' backward from d_yp: their weight gradients, and d_xp for their inputs.
+static void experts_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                             moe_scratch *s, size_t p0, const int32_t *offsets) {
+    size_t D = c->dim, F = c->moe_ffn_dim;
+    for (int e = 0; e < c->experts; e++) {
+        size_t r0 = p0 + offsets[e];
+        int rows = offsets[e + 1] - offsets[e];
+        if (!rows) continue; // no tokens: the expert's gradient stays zero
+        size_t rF = (size_t)rows * F;
+        memset(s->d_act + r0 * F, 0, sizeof(float) * rF);
+        linear_backward(s->d_act + r0 * F, dw->exp_down + e * D * F, NULL, s->d_yp + r0 * D,
+                        s->act + r0 * F, w->exp_down + e * D * F, rows, F, D);
+        memset(s->d_gate + r0 * F, 0, sizeof(float) * rF);
+        memset(s->d_up + r0 * F, 0, sizeof(float) * rF);
+        swiglu_backward(s->d_gate + r0 * F, s->d_up + r0 * F, s->d_act + r0 * F, s->gate + r0 * F,
+                        s->up + r0 * F, (long)rF);
+        memset(s->d_xp + r0 * D, 0, sizeof(float) * rows * D);
+        linear_backward(s->d_xp + r0 * D, dw->exp_gate + e * F * D, NULL, s->d_gate + r0 * F,
+                        s->xp + r0 * D, w->exp_gate + e * F * D, rows, D, F);
+        linear_backward(s->d_xp + r0 * D, dw->exp_up + e * F * D, NULL, s->d_up + r0 * F,
+                        s->xp + r0 * D, w->exp_up + e * F * D, rows, D, F);
+    }
+}
+
+static void shared_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                            moe_scratch *s, const float *n2, const float *dout, float *d_n2, int t0,
+                            int rows) {
+    size_t D = c->dim, S = c->shared_ffn_dim, t = t0, rS = (size_t)rows * S;
+    memset(s->d_sh_y, 0, sizeof(float) * rows * D);
+    memset(s->d_sh_logit, 0, sizeof(float) * rows);
+    moe_gate_scale_backward(s->d_sh_y, s->d_sh_logit, dout, s->sh_y + t * D, s->sh_logit + t, rows,
+                            D);
+    memset(s->d_sh_act, 0, sizeof(float) * rS);
+    linear_backward(s->d_sh_act, dw->sh_down, NULL, s->d_sh_y, s->sh_act + t * S, w->sh_down, rows,
+                    S, D);
+    memset(s->d_sh_gate, 0, sizeof(float) * rS);
+    memset(s->d_sh_up, 0, sizeof(float) * rS);
+    swiglu_backward(s->d_sh_gate, s->d_sh_up, s->d_sh_act, s->sh_gate + t * S, s->sh_up + t * S,
+                    (long)rS);
+    linear_backward(d_n2, dw->sh_gate, NULL, s->d_sh_gate, n2, w->sh_gate, rows, D, S);
+    linear_backward(d_n2, dw->sh_up, NULL, s->d_sh_up, n2, w->sh_up, rows, D, S);
+    linear_backward(d_n2, dw->sh_route, NULL, s->d_sh_logit, n2, w->sh_route, rows, D, 1);
+}
+
+void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                      moe_scratch *s, const moe_route_io *io, const float *n2, const float *dout,
+                      float *d_n2, int t0, int rows) {
+    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    size_t p0 = (size_t)t0 * k;
+    const int32_t *offsets = s->offsets + (size_t)ci * (E + 1);
+    memset(s->d_yp + p0 * D, 0, sizeof(float) * rows * k * D);
+    memset(s->d_weight + p0, 0, sizeof(float) * rows * k);
+    moe_combine_backward(s->d_yp + p0 * D, s->d_weight + p0, dout, s->yp + p0 * D, s->row_of + p0,
+                         s->weight + p0, rows, k, D);
+    experts_backward(c, w, dw, s, p0, offsets);
+    moe_scatter_add(d_n2, s->d_xp + p0 * D, s->row_of + p0, rows, k, D);
+    memset(s->d_logits, 0, sizeof(float) * rows * E);
+    moe_route_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E, s->expert + p0,
+                       io ? io->aux_g : NULL, rows, E, k, c->norm_topk_prob);
+    linear_backward(d_n2, dw->router, NULL, s->d_logits, n2, w->router, rows, D, E);
+    if (w->sh_gate) shared_backward(c, w, dw, s, n2, dout, d_n2, t0, rows);
+}

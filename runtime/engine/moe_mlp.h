@@ -1,0 +1,35 @@
+// A Mixture-of-Experts MLP on the CPU backend: router, top-k, the experts' SwiGLUs on their
+// rows, the weighted sum, and the shared expert; forward and backward side by side. The
+// decoder-layer template (layer.c) calls it in place of the dense SwiGLU where the layer's
+// binding has a router.
+#ifndef MT_MOE_MLP_H
+#define MT_MOE_MLP_H
+
+#include "runtime/model/model.h"
+
+// The internals of one layer over n tokens, kept from the forward for the backward; chunk by
+// chunk (the dispatch's rows are a chunk's own).
+typedef struct moe_scratch moe_scratch;
+
+// Where a pass records its routing (the load-balancing loss's inputs and the expert load):
+// counts[E] tokens routed to each expert and psum[E] the probabilities' sums, over the pass's
+// tokens; and the gradient every token's probabilities get from that loss (NULL: none).
+typedef struct {
+    int32_t *counts;
+    float *psum;
+    const float *aux_g;
+} moe_route_io;
+
+moe_scratch *moe_scratch_new(const mt_config *c, int n);
+void moe_scratch_free(moe_scratch *s);
+
+// out[rows, D] = the MoE MLP of n2[rows, D], for the chunk of `rows` tokens at token t0 (a
+// chunk at t0 = 0 starts the pass's counts afresh).
+void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, moe_route_io *io,
+                     const float *n2, float *out, int t0, int rows);
+// d_n2[rows, D] += its gradient from dout[rows, D]; the weight gradients accumulate into dw.
+void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+                      moe_scratch *s, const moe_route_io *io, const float *n2, const float *dout,
+                      float *d_n2, int t0, int rows);
+
+#endif

@@ -1,0 +1,319 @@
+// The Hugging Face architectures we train, as data: what each one's config.json means (its keys'
+// names and transformers' defaults for the keys it leaves out), read into the model fields of
+// an mt_config. The engine never asks for a family: it asks the fields (qk_norm, experts, ...).
+#include "runtime/base/base.h"
+#include "runtime/model/hf_json.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { WINDOW_NONE, WINDOW_MISTRAL, WINDOW_FLAG, WINDOW_PLAIN };
+
+typedef struct {
+    const char *arch, *model_type;
+    int kv_default;       // num_key_value_heads left out: this many (0: the heads)
+    int head_dim_default; // head_dim left out: this (0: hidden_size / num_attention_heads)
+    double eps_default, theta_default;
+    int window;   // how sliding_window is read (sliding_window() below)
+    int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
+    const char *qk_norm; // "none", "head" or "all"
+    // Mixture of Experts: NULL for a dense family. Its key for the number of experts (and the
+    // other name transformers accepts), the experts' width, whether the chosen weights are
+    // always renormalised (else norm_topk_prob), whether it has a shared expert and sparse
+    // steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
+    const char *experts_key, *experts_alias, *expert_ffn_key;
+    int always_renorm, shared, sparse_steps;
+    const char *moe_names;
+    double aux_coef_default;
+} family;
+
+static const family families[] = {
+    {"LlamaForCausalLM", "llama", 0, 0, 1e-6, 1e4, WINDOW_NONE, 0, "none", NULL, NULL, NULL, 0, 0,
+     0, NULL, 0},
+    {"MistralForCausalLM", "mistral", 8, 0, 1e-6, 1e4, WINDOW_MISTRAL, 0, "none", NULL, NULL, NULL,
+     0, 0, 0, NULL, 0},
+    {"Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 1e4, WINDOW_FLAG, 1, "none", NULL, NULL, NULL, 0, 0,
+     0, NULL, 0},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 1e4, WINDOW_FLAG, 0, "head", NULL, NULL, NULL, 0,
+     0, 0, NULL, 0},
+    {"MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, WINDOW_PLAIN, 0, "none", "num_local_experts",
+     "num_experts", "intermediate_size", 1, 0, 0, "block_sparse_moe", 0.001},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 1e4, WINDOW_FLAG, 2, "none", "num_experts",
+     "num_local_experts", "moe_intermediate_size", 0, 1, 1, "mlp", 0.001},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 4, 128, 1e-6, 1e4, WINDOW_FLAG, 0, "head", "num_experts",
+     "num_local_experts", "moe_intermediate_size", 0, 0, 1, "mlp", 0.001},
+    {"OlmoeForCausalLM", "olmoe", 0, 0, 1e-5, 1e4, WINDOW_NONE, 0, "all", "num_experts",
+     "num_local_experts", "intermediate_size", 0, 0, 0, "mlp", 0.01},
+};
+enum { N_FAMILIES = sizeof families / sizeof *families };
+
+// Architectures users bring that we do not train, with what would change the math.
+static const char *const refused[][2] = {
+    {"GptOssForCausalLM", "attention sinks and sliding windows"},
+    {"Llama4ForCausalLM", "chunked attention and interleaved MoE layers"},
+    {"Llama4ForConditionalGeneration", "chunked attention and interleaved MoE layers"},
+    {"DeepseekV2ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
+    {"DeepseekV3ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
+    {"SwitchTransformersForConditionalGeneration", "expert capacity factors that drop tokens"},
+};
+
+// The window as transformers reads it: Mistral's default is 4096 (null means none), the Qwen
+// families' counts only with use_sliding_window, Mixtral's only when given; Llama and OLMoE
+// have none. *window = 0 when there is none.
+static int sliding_window(const json_ctx *j, const family *f, double *window) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j->root, "sliding_window");
+    int use = 1;
+    *window = 0;
+    if (f->window == WINDOW_NONE) return 0;
+    if (f->window == WINDOW_FLAG && get_bool(j, "use_sliding_window", 0, &use) < 0) return -1;
+    if (!use) return 0;
+    if (!w && f->window == WINDOW_MISTRAL) return *window = 4096, 0;
+    if (!w || cJSON_IsNull(w)) return 0;
+    if (!cJSON_IsNumber(w) || !(w->valuedouble > 0))
+        return failf(j->err, j->errlen, "%s: sliding_window must be a positive integer or null",
+                     j->path);
+    *window = w->valuedouble;
+    return 0;
+}
+
+static const family *find_family(const json_ctx *j) {
+    const cJSON *a = item(j, "architectures"), *first = cJSON_GetArrayItem(a, 0);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 1 || !cJSON_IsString(first)) {
+        failf(j->err, j->errlen, "%s: architectures must list exactly one class", j->path);
+        return NULL;
+    }
+    const char *name = first->valuestring;
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (strcmp(name, families[i].arch) == 0) return &families[i];
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (strcmp(name, refused[i][0]) == 0) {
+            failf(j->err, j->errlen, "%s: architecture %s not supported (%s)", j->path, name,
+                  refused[i][1]);
+            return NULL;
+        }
+    char list[512] = "";
+    for (int i = 0; i < N_FAMILIES; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 families[i].arch);
+    failf(j->err, j->errlen, "%s: architecture %s not supported (%s)", j->path, name, list);
+    return NULL;
+}
+
+static int check_window(const json_ctx *j, const family *f, int seq_len) {
+    double w;
+    if (sliding_window(j, f, &w) < 0) return -1;
+    if (w > 0 && w < seq_len)
+        return failf(j->err, j->errlen,
+                     "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet",
+                     j->path, w, seq_len);
+    return 0;
+}
+
+// A key that must be absent, null or the value that changes nothing.
+static int require_zero(const json_ctx *j, const char *key, const char *why) {
+    const cJSON *v = item(j, key);
+    if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0) && !cJSON_IsFalse(v))
+        return failf(j->err, j->errlen, "%s: %s not supported (%s)", j->path, key, why);
+    return 0;
+}
+
+// Fields that would change the math and that we do not implement are errors, not ignored.
+static int check_unsupported(const json_ctx *j, const family *f) {
+    const cJSON *act = item(j, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+        return failf(j->err, j->errlen, "%s: hidden_act %s not supported (only silu)", j->path,
+                     cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    int b = 0;
+    // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
+    if (!f->qkv_bias && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
+    if (b)
+        return failf(j->err, j->errlen,
+                     "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
+                     "only Qwen2's q/k/v biases are",
+                     j->path);
+    if (get_bool(j, "mlp_bias", 0, &b) < 0) return -1;
+    if (b) return failf(j->err, j->errlen, "%s: mlp_bias = true not supported yet", j->path);
+    const cJSON *drop = item(j, "attention_dropout");
+    if (drop && (!cJSON_IsNumber(drop) || drop->valuedouble != 0))
+        return failf(j->err, j->errlen, "%s: attention_dropout must be 0 (dropout not supported)",
+                     j->path);
+    return require_zero(j, "clip_qkv", "clipping q, k and v") < 0 ||
+                   require_zero(j, "router_jitter_noise", "noise on the router's inputs") < 0 ||
+                   require_zero(j, "capacity_factor", "we are dropless: no token is dropped") < 0
+               ? -1
+               : 0;
+}
+
+static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
+    int head_dim = 0;
+    if (get_int(j, "hidden_size", -1, &m->dim) < 0 ||
+        get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0 ||
+        get_int(j, "num_hidden_layers", -1, &m->layers) < 0 ||
+        get_int(j, "num_attention_heads", -1, &m->heads) < 0 ||
+        get_int(j, "vocab_size", -1, &m->vocab) < 0 ||
+        get_int(j, "num_key_value_heads", f->kv_default ? f->kv_default : m->heads, &m->kv_heads) <
+            0 ||
+        get_int(j, "head_dim", f->head_dim_default, &head_dim) < 0)
+        return -1;
+    if (head_dim > 1024)
+        return failf(j->err, j->errlen, "%s: head_dim %d is out of range: at most 1024", j->path,
+                     head_dim);
+    // An explicit head_dim equal to hidden / heads is the plain shape: stored as 0, so that a
+    // train.cfg without model.head_dim agrees with the folder.
+    m->head_dim = head_dim && (int64_t)head_dim * m->heads != m->dim ? head_dim : 0;
+    if (get_num(j, "rope_theta", f->theta_default, &m->rope_theta) < 0 ||
+        get_num(j, "rms_norm_eps", f->eps_default, &m->norm_eps) < 0 ||
+        get_bool(j, "tie_word_embeddings", 0, &m->tied_embeddings) < 0)
+        return -1;
+    m->qkv_bias = f->qkv_bias == 1;
+    if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
+    memset(m->qk_norm, 0, sizeof m->qk_norm);
+    snprintf(m->qk_norm, sizeof m->qk_norm, "%s", f->qk_norm);
+    return 0;
+}
+
+// mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5").
+static int read_dense_layers(const json_ctx *j, mt_config *m) {
+    const cJSON *list = item(j, "mlp_only_layers"), *v;
+    memset(m->dense_layers, 0, sizeof m->dense_layers);
+    if (!list) return 0;
+    if (!cJSON_IsArray(list))
+        return failf(j->err, j->errlen, "%s: mlp_only_layers must be a list of layer indices",
+                     j->path);
+    size_t used = 0;
+    cJSON_ArrayForEach(v, list) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= m->layers ||
+            v->valuedouble != (double)(int)v->valuedouble)
+            return failf(j->err, j->errlen,
+                         "%s: mlp_only_layers must list layer indices below num_hidden_layers %d",
+                         j->path, m->layers);
+        int n = snprintf(m->dense_layers + used, sizeof m->dense_layers - used, "%s%d",
+                         used ? "," : "", (int)v->valuedouble);
+        if (n < 0 || (size_t)n >= sizeof m->dense_layers - used)
+            return failf(j->err, j->errlen, "%s: mlp_only_layers lists too many layers", j->path);
+        used += (size_t)n;
+    }
+    return 0;
+}
+
+static int read_experts(const json_ctx *j, const family *f, mt_config *m) {
+    const char *key = item(j, f->experts_key) ? f->experts_key : f->experts_alias;
+    if (get_int(j, key, -1, &m->experts) < 0 ||
+        get_int(j, "num_experts_per_tok", -1, &m->top_k) < 0)
+        return -1;
+    if (m->experts > MOE_MAX_EXPERTS)
+        return failf(j->err, j->errlen, "%s: %s %d is out of range: at most %d", j->path, key,
+                     m->experts, MOE_MAX_EXPERTS);
+    if (m->top_k > m->experts)
+        return failf(j->err, j->errlen, "%s: num_experts_per_tok %d is more than %s %d", j->path,
+                     m->top_k, key, m->experts);
+    return get_int(j, f->expert_ffn_key, -1, &m->moe_ffn_dim);
+}
+
+// The MoE fields; a dense family has none (experts 0).
+static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
+    m->experts = 0, m->top_k = 2, m->moe_ffn_dim = m->ffn_dim, m->norm_topk_prob = 1;
+    m->shared_ffn_dim = 0, m->moe_every = 1, m->router_aux = 0, m->router_aux_coef = 0.001;
+    memset(m->dense_layers, 0, sizeof m->dense_layers);
+    memset(m->moe_names, 0, sizeof m->moe_names);
+    snprintf(m->moe_names, sizeof m->moe_names, "mlp");
+    if (!f->experts_key) return 0;
+    snprintf(m->moe_names, sizeof m->moe_names, "%s", f->moe_names);
+    if (read_experts(j, f, m) < 0) return -1;
+    if (!f->always_renorm && get_bool(j, "norm_topk_prob", 0, &m->norm_topk_prob) < 0) return -1;
+    if (f->shared) {
+        const cJSON *s = item(j, "shared_expert_intermediate_size");
+        if (s && !(cJSON_IsNumber(s) && s->valuedouble == 0) &&
+            get_int(j, "shared_expert_intermediate_size", 0, &m->shared_ffn_dim) < 0)
+            return -1;
+    }
+    if (f->sparse_steps &&
+        (get_int(j, "decoder_sparse_step", 1, &m->moe_every) < 0 || read_dense_layers(j, m) < 0))
+        return -1;
+    if (m->moe_every > 4096)
+        return failf(j->err, j->errlen, "%s: decoder_sparse_step %d is out of range", j->path,
+                     m->moe_every);
+    const cJSON *coef = item(j, "router_aux_loss_coef");
+    m->router_aux_coef = f->aux_coef_default;
+    if (coef && (!cJSON_IsNumber(coef) || !(coef->valuedouble >= 0) || coef->valuedouble > 1e6))
+        return failf(j->err, j->errlen, "%s: router_aux_loss_coef must be a number >= 0", j->path);
+    if (coef) m->router_aux_coef = coef->valuedouble;
+    return get_bool(j, "output_router_logits", 0, &m->router_aux);
+}
+
+int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
+    const family *f = find_family(j);
+    if (!f || check_window(j, f, seq_len) < 0 || check_unsupported(j, f) < 0 ||
+        read_shape(j, f, m) < 0)
+        return -1;
+    return read_moe(j, f, m);
+}
+
+// The family an export writes: the first whose fields match c's (a Mistral comes out as the
+// Llama it is within its window), NULL when none does.
+static const family *family_of(const mt_config *c) {
+    for (int i = 0; i < N_FAMILIES; i++) {
+        const family *f = &families[i];
+        int moe = f->experts_key != NULL;
+        if (moe != (c->experts > 0) || strcmp(f->qk_norm, c->qk_norm) != 0) continue;
+        if ((f->qkv_bias == 1 && !c->qkv_bias) || (!f->qkv_bias && c->qkv_bias)) continue;
+        if (f->window == WINDOW_MISTRAL) continue;
+        if (!moe) return f;
+        if (strcmp(f->moe_names, c->moe_names) != 0 || (f->always_renorm && !c->norm_topk_prob) ||
+            (!f->shared && c->shared_ffn_dim > 0) ||
+            (!f->sparse_steps && (c->moe_every != 1 || c->dense_layers[0])))
+            continue;
+        return f;
+    }
+    return NULL;
+}
+
+static void add_dense_layers(cJSON *r, const mt_config *c) {
+    cJSON *list = cJSON_AddArrayToObject(r, "mlp_only_layers");
+    for (const char *p = c->dense_layers; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        cJSON_AddItemToArray(list, cJSON_CreateNumber((double)v));
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+static void write_moe(cJSON *r, const family *f, const mt_config *c) {
+    cJSON_AddNumberToObject(r, f->experts_key, c->experts);
+    cJSON_AddNumberToObject(r, "num_experts_per_tok", c->top_k);
+    if (strcmp(f->expert_ffn_key, "intermediate_size") != 0)
+        cJSON_AddNumberToObject(r, f->expert_ffn_key, c->moe_ffn_dim);
+    if (!f->always_renorm) cJSON_AddBoolToObject(r, "norm_topk_prob", c->norm_topk_prob);
+    if (f->shared) cJSON_AddNumberToObject(r, "shared_expert_intermediate_size", c->shared_ffn_dim);
+    if (f->sparse_steps) {
+        cJSON_AddNumberToObject(r, "decoder_sparse_step", c->moe_every);
+        add_dense_layers(r, c);
+    }
+    cJSON_AddNumberToObject(r, "router_aux_loss_coef", c->router_aux_coef);
+    cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
+}
+
+int hf_write_family(cJSON *r, const mt_config *c) {
+    const family *f = family_of(c);
+    if (!f) return -1;
+    cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(f->arch));
+    cJSON_AddStringToObject(r, "model_type", f->model_type);
+    // The MoE families with Mixtral's and OLMoE's naming read intermediate_size as the experts'.
+    int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? c->moe_ffn_dim
+                                                                                : c->ffn_dim;
+    cJSON_AddNumberToObject(r, "intermediate_size", ffn);
+    if (f->window == WINDOW_FLAG) { // the window must stay off
+        cJSON_AddBoolToObject(r, "use_sliding_window", 0);
+        cJSON_AddNullToObject(r, "sliding_window");
+        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+    } else if (f->window == WINDOW_PLAIN) {
+        cJSON_AddNullToObject(r, "sliding_window");
+    }
+    if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
+    if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", 0);
+    if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
+    if (f->experts_key) write_moe(r, f, c);
+    return 0;
+}
