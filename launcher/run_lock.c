@@ -1,13 +1,17 @@
 // One job per run folder: two jobs writing checkpoints, LATEST and metrics.jsonl into the same
-// folder would destroy each other's saves halfway. The lock is flock() on the folder itself, held
-// by mtrun and by mpirun, which inherits the descriptor, so it is let go of only when both are
-// gone; mtrun itself returns only when every rank is gone (supervise.c). Nothing is written into
-// the folder for it (a refused resume leaves the folder exactly as it was), and a lock the kernel
-// drops with its holder cannot go stale, unlike a pid file. The holder's pid, for the message a
-// second job gets, is the kernel's: /proc/locks.
+// folder would destroy each other's saves halfway. The lock is flock() on RUN/.lock, a file of
+// the job's user, mode 0600, held by mtrun and by mpirun, which inherits the descriptor, so it is
+// let go of only when both are gone; mtrun itself returns only when every rank is gone
+// (supervise.c). A lock the kernel drops with its holder cannot go stale, unlike a pid file.
+// Why a file and not the folder itself: anyone who can read a folder can flock it, and so block
+// every job there; a 0600 file only its owner (and root) can open. As OpenSSH and PostgreSQL do
+// with the files that guard them, a lock file another uid owns, or a link, is refused, never
+// used or removed. The holder's pid, for the message a second job gets, is the kernel's:
+// /proc/locks.
 #include "launcher/launcher.h"
 #include "runtime/base/base.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,11 +38,47 @@ static long lock_holder(const struct stat *st) {
     return pid;
 }
 
+// The lock file of folder dir (open as dfd): a plain file of this user, mode 0600 (made so when
+// missing). Its descriptor, or -1 with one line in err.
+static int open_lock_file(int dfd, const char *dir, const char *what, char *err, size_t n) {
+    // No O_CLOEXEC: mpirun keeps the lock while it lives.
+    int fd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+    struct stat st;
+    if (fd < 0 && errno == ELOOP)
+        return failf(err, n,
+                     "%s %s: its lock file .lock is a symbolic link: not following it (remove "
+                     "it if it is yours)",
+                     what, dir);
+    if (fd < 0 && errno != EACCES)
+        return failf(err, n, "%s %s/.lock: %s", what, dir, strerror(errno));
+    if (fd >= 0 && fstat(fd, &st) != 0) {
+        close(fd);
+        return failf(err, n, "%s %s/.lock: %s", what, dir, strerror(errno));
+    }
+    if (fd < 0 && fstatat(dfd, ".lock", &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return failf(err, n, "%s %s/.lock: %s", what, dir, strerror(errno));
+    if (fd < 0 || st.st_uid != geteuid() || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        return failf(err, n,
+                     "%s %s: its lock file .lock belongs to uid %u, not to this user (uid %u): "
+                     "another user can block or steer jobs in this folder; use a folder of "
+                     "your own",
+                     what, dir, (unsigned)st.st_uid, (unsigned)geteuid());
+    }
+    if ((st.st_mode & 07777) != 0600 && fchmod(fd, 0600) != 0) {
+        close(fd);
+        return failf(err, n, "%s %s/.lock: %s", what, dir, strerror(errno));
+    }
+    return fd;
+}
+
 int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     if (make_dirs_or_say(dir, err, n) < 0) return -1;
-    // No O_CLOEXEC: mpirun keeps the lock while it lives.
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return failf(err, n, "%s %s: %s", what, dir, strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return failf(err, n, "%s %s: %s", what, dir, strerror(errno));
+    int fd = open_lock_file(dfd, dir, what, err, n);
+    close(dfd);
+    if (fd < 0) return -1;
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
     struct stat st;
     long pid = fstat(fd, &st) == 0 ? lock_holder(&st) : 0;

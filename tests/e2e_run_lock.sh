@@ -37,7 +37,9 @@ run_job more 3 "$WORK/more.cfg" --resume "$WORK/run" --out "$WORK/run"
 expect "once it has ended, the folder takes a job again (rc $?)" \
     grep -qx step_000044 "$WORK/run/LATEST"
 
-# The lock is the folder's own: nothing is written into the folder for it.
-expect "no lock file is left in the run folder" \
-    test "$(ls -A "$WORK/run" | grep -v '^step_\|^LATEST$\|^metrics.jsonl$\|^events.out.tfevents')" = ""
+# The lock is RUN/.lock, the job user's, mode 0600 (e2e_run_lock_user.sh: no other user can take
+# it); nothing else is written into the folder for it.
+expect "the run folder holds the lock file .lock (mode 0600) and nothing else of the lock's" \
+    bash -c "[ \"\$(stat -c %a '$WORK/run/.lock')\" = 600 ] &&
+             [ -z \"\$(ls -A '$WORK/run' | grep -v '^step_\|^LATEST$\|^metrics.jsonl$\|^events.out.tfevents\|^\.lock$')\" ]"
 finish
