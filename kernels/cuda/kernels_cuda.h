@@ -65,6 +65,53 @@ void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cu
 void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                           const bf16 *up, long n, cudaStream_t stream);
 
+// moe.cu: Mixture-of-Experts routing, as kernels/cpu/moe.c (its header says what each computes),
+// deterministic (one owner per output, fixed-order sums: a rerun gives the same bits). n tokens,
+// E experts (1 <= k <= E <= MOE_MAX_EXPERTS), k chosen per token; all pointers device memory.
+// Where the CPU accumulates, these WRITE the outputs that feed GEMMs (bf16: d_logits, d_yp, dy,
+// d_gate_logit) and d_weight; out and dx (fp32) accumulate.
+// - route_forward: probs, expert (equal to the CPU's but for fp32 near-ties), weight from fp32
+//   router logits. route_backward: d_logits (bf16) from d_weight and aux_g (NULL: none).
+// - dispatch: counts[E], offsets[E + 1] (offsets[E] = n * k), row_of[n * k], token_of[n * k],
+//   exactly the CPU's; scratch holds cuda_moe_dispatch_scratch_bytes(n, E, k).
+// - gather: xp[r] = x[token_of[r]]; combine: out[t] += sum_j weight[t, j] yp[row_of[t, j]];
+//   combine_backward: d_yp[row_of[t, j]] = weight[t, j] dout[t], d_weight[t, j] = dout[t] . yp;
+//   scatter_add: dx[t] += sum_j d_xp[row_of[t, j]] (the gather's backward).
+// - prob_sums: psum[e] = (accumulate: psum[e] +) sum over tokens of probs[t, e], in double.
+// - aux_loss: *loss (one float) and aux_g[E] (NULL: not wanted) from counts[layers, E] and
+//   psum[layers, E], as moe_aux_loss.
+// - gate_scale (a shared expert's gate): out[t] += sigmoid(g[t]) y[t]; backward writes
+//   dy = sigmoid(g) dout and d_gate_logit[t] = (dout[t] . y[t]) s (1 - s).
+#ifndef MOE_MAX_EXPERTS
+#define MOE_MAX_EXPERTS 256
+#endif
+void cuda_moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits,
+                            int n, int E, int k, int renorm, cudaStream_t stream);
+void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float *probs,
+                             const int32_t *expert, const float *aux_g, int n, int E, int k,
+                             int renorm, cudaStream_t stream);
+void cuda_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
+                       const int32_t *expert, int n, int E, int k, void *scratch,
+                       cudaStream_t stream);
+size_t cuda_moe_dispatch_scratch_bytes(int n, int E, int k);
+void cuda_moe_gather(bf16 *xp, const bf16 *x, const int32_t *token_of, int rows, int D,
+                     cudaStream_t stream);
+void cuda_moe_combine(float *out, const bf16 *yp, const int32_t *row_of, const float *weight, int n,
+                      int k, int D, cudaStream_t stream);
+void cuda_moe_combine_backward(bf16 *d_yp, float *d_weight, const float *dout, const bf16 *yp,
+                               const int32_t *row_of, const float *weight, int n, int k, int D,
+                               cudaStream_t stream);
+void cuda_moe_scatter_add(float *dx, const bf16 *d_xp, const int32_t *row_of, int n, int k, int D,
+                          cudaStream_t stream);
+void cuda_moe_prob_sums(float *psum, const float *probs, int n, int E, int accumulate,
+                        cudaStream_t stream);
+void cuda_moe_aux_loss(float *aux_g, float *loss, const int32_t *counts, const float *psum,
+                       int layers, int n, int E, float scale, cudaStream_t stream);
+void cuda_moe_gate_scale_forward(float *out, const bf16 *y, const float *gate_logit, int n, int D,
+                                 cudaStream_t stream);
+void cuda_moe_gate_scale_backward(bf16 *dy, bf16 *d_gate_logit, const float *dout, const bf16 *y,
+                                  const float *gate_logit, int n, int D, cudaStream_t stream);
+
 // attention_forward.cu, attention_backward.cu, attention_wgmma.cu, attention_tma.cu,
 // attention_bwd_tma.cu (attention.cuh): causal GQA flash attention, head_dim 64 or 128 (and any
 // even hd <= 128 for tests), scale 1/sqrt(hd). q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse:
@@ -114,6 +161,23 @@ void cuda_linear_backward_input(cuda_gemm *g, void *din, int din_f32, float beta
 // dw[oc, ic] += dout[n, oc]^T . in[n, ic]   (fp32)
 void cuda_linear_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int n,
                                  int ic, int oc, cudaStream_t stream);
+// moe_gemm.cu: the experts' linear products on their expert-sorted rows. counts_host[E] and
+// offsets_host[E] are HOST copies of the dispatch's: expert e owns rows [offsets[e], offsets[e] +
+// counts[e]) of in, out, dout and din, and its weight is w + e * oc * ic ([oc, ic]). Each is the
+// cuda_linear_* call of that name per expert with rows, in expert order; an expert with no rows
+// is skipped (its dw gets nothing added: its gradient stays zero). MT_EXPERT_GEMM=grouped runs
+// the bf16-output products as one cublasGemmGroupedBatchedEx call instead (cuBLAS 13.1 refuses
+// fp32 outputs: those stay the loop); its pointer arrays live in one device buffer, so like
+// cuda_gemm, one stream at a time.
+void cuda_experts_forward(cuda_gemm *g, void *out, int out_f32, float beta, const bf16 *in,
+                          const bf16 *w, int E, const int32_t *counts_host,
+                          const int32_t *offsets_host, int ic, int oc, cudaStream_t stream);
+void cuda_experts_backward_input(cuda_gemm *g, void *din, int din_f32, float beta, const bf16 *dout,
+                                 const bf16 *w, int E, const int32_t *counts_host,
+                                 const int32_t *offsets_host, int ic, int oc, cudaStream_t stream);
+void cuda_experts_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout, const bf16 *in, int E,
+                                  const int32_t *counts_host, const int32_t *offsets_host, int ic,
+                                  int oc, cudaStream_t stream);
 
 // classifier.cu: fused classifier + cross-entropy over chunks of `chunk` tokens; the full
 // [n, vocab] logits never exist. losses[t] = lse_t - logit_t[target_t] (fp32, per token).
@@ -139,6 +203,7 @@ enum {
     KT_CLASSIFIER,
     KT_EMBEDDING,
     KT_COPY,
+    KT_MOE,
     KT_CLASSES
 };
 void cuda_ktime_enable(cudaStream_t stream);

@@ -146,7 +146,8 @@ extern "C" void cuda_ktime_report(FILE *f) {
                                             "bias, casts",
                                             "classifier and loss",
                                             "embedding",
-                                            "copies, zeroing"};
+                                            "copies, zeroing",
+                                            "MoE routing, permutes"};
     double total = 0.0;
     for (int c = 0; c < KT_CLASSES; c++) total += kt.work[c].ms;
     fprintf(f, "kernel times (MT_KERNEL_TIMES), compute stream, %.1f s in all:\n", total / 1e3);
