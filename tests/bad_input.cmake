@@ -15,3 +15,9 @@ add_test(NAME data_no_target COMMAND bash ${MT_TEST_DIR}/data_no_target.sh ${MTR
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_bad_input_exit e2e_shard_changed data_no_target PROPERTIES TIMEOUT 300
                      SKIP_RETURN_CODE 77 LABELS e2e)
+# mt-tokenize: an earlier run's shards are refused or (--force) replaced whole; empty input;
+# JSONL lines read as Python's json reads them.
+add_test(NAME tokenize_prefix COMMAND bash ${MT_TEST_DIR}/tokenize_prefix.sh
+         $<TARGET_FILE:mt-tokenize>)
+add_test(NAME tokenize_json COMMAND bash ${MT_TEST_DIR}/tokenize_json.sh $<TARGET_FILE:mt-tokenize>)
+set_tests_properties(tokenize_prefix tokenize_json PROPERTIES TIMEOUT 60 LABELS tokenize)

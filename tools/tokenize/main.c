@@ -1,11 +1,13 @@
 // mt-tokenize: text or JSONL -> MTCTOKS1 token shards (docs/tokenize.md).
 #include "tools/tokenize/bpe.h"
 #include "tools/tokenize/chat.h"
+#include "runtime/base/json_strict.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <glob.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,7 +21,7 @@
 
 typedef struct {
     const char *tokenizer, *out, *field, *eot, *chat_format;
-    int jsonl, quiet, append_eos, assume_nfc, chat;
+    int jsonl, quiet, append_eos, assume_nfc, chat, force;
     uint64_t shard_tokens;
 } options;
 
@@ -47,17 +49,43 @@ typedef struct {
     int masked;
 } writer;
 
-static writer *current; // its unfinished shard is removed on an error
+// The shards of a run are written under temporary names and renamed only when every input is
+// done (publish), so that PREFIX_*.bin is always one run's whole set: on an error the staged
+// ones are removed, and an earlier run's set stays as it was.
+static writer *current;
 
-static void die(const char *fmt, ...) {
-    if (current && current->f) unlink(current->tmp);
-    va_list ap;
-    va_start(ap, fmt);
+static void staged_path(const writer *w, int index, char *out, size_t n) {
+    snprintf(out, n, "%s_%06d.bin.tmp.%d", w->prefix, index, (int)getpid());
+}
+
+static void remove_staged(const writer *w) {
+    char path[4200];
+    for (int i = 0; i <= w->index; i++) { // index: the shard being written, if any
+        staged_path(w, i, path, sizeof path);
+        unlink(path);
+    }
+}
+
+// One line on stderr, the staged shards removed, exit code: 1 for a failure of the input or
+// the tokenizer, 2 for a refusal of what was asked (die_usage).
+__attribute__((noreturn)) static void vdie(int code, const char *fmt, va_list ap) {
+    if (current) remove_staged(current);
     fputs("mt-tokenize: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
+    exit(code);
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(1, fmt, ap);
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(2, fmt, ap);
 }
 
 static double now(void) {
@@ -72,7 +100,9 @@ static void usage(FILE *f) {
           "shards PREFIX_000000.bin, PREFIX_000001.bin, ... (docs/data-format.md).\n"
           "Each INPUT is one document (a text file), or with --jsonl one document per line.\n"
           "  -t, --tokenizer FILE   tokenizer.json (model BPE, ByteLevel pre-tokenizer)\n"
-          "  -o, --out PREFIX       output path prefix; its folder must exist\n"
+          "  -o, --out PREFIX       output path prefix; its folder must exist, and it must\n"
+          "                         hold no PREFIX_NNNNNN.bin of an earlier run\n"
+          "      --force            replace an earlier run's PREFIX_*.bin, all of them\n"
           "      --jsonl            inputs are JSON Lines; a line with \"input_ids\" (and\n"
           "                         optionally \"labels\", -100 = not a target) is taken as\n"
           "                         tokenized, and its masked tokens are written as such\n"
@@ -109,7 +139,7 @@ static void put_header(writer *w) {
 
 static void shard_open(writer *w) {
     snprintf(w->path, sizeof w->path, "%s_%06d.bin", w->prefix, w->index);
-    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
+    staged_path(w, w->index, w->tmp, sizeof w->tmp);
     if (!(w->f = fopen(w->tmp, "wb"))) die("%s: cannot create: %s", w->tmp, strerror(errno));
     w->count = 0;
     w->masked = 0;
@@ -119,7 +149,7 @@ static void shard_open(writer *w) {
     put_header(w);
 }
 
-// The header is rewritten with the count, then fsync and rename: a shard is whole or absent.
+// The header is rewritten with the count, then fsync; publish() renames it.
 static void shard_close(writer *w) {
     size_t mask_bytes = (size_t)(w->count + 7) / 8;
     if (w->masked &&
@@ -128,13 +158,67 @@ static void shard_close(writer *w) {
     put_header(w);
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0 || fclose(w->f) != 0)
         die("%s: write failed: %s", w->tmp, strerror(errno));
-    if (rename(w->tmp, w->path) != 0) die("%s: rename failed: %s", w->path, strerror(errno));
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", w->path);
-    int fd = open(dirname(dir), O_RDONLY);
-    if (fd >= 0) fsync(fd), close(fd); // the rename itself survives a crash
     w->f = NULL;
     w->index++;
+}
+
+// The index of an output shard PREFIX_NNNNNN.bin (6 digits or more), or -1 for another name.
+static int shard_index(const char *prefix, const char *path) {
+    size_t n = strlen(prefix);
+    if (strncmp(path, prefix, n) != 0 || path[n] != '_') return -1;
+    const char *d = path + n + 1;
+    size_t digits = strspn(d, "0123456789");
+    return digits >= 6 && strcmp(d + digits, ".bin") == 0 ? atoi(d) : -1;
+}
+
+// Calls fn on every existing PREFIX_NNNNNN.bin; returns how many there are.
+static int each_old_shard(const char *prefix, void (*fn)(const char *path, int index)) {
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s_*.bin", prefix);
+    glob_t g;
+    int count = 0;
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            int index = shard_index(prefix, g.gl_pathv[i]);
+            if (index < 0) continue;
+            count++;
+            if (fn) fn(g.gl_pathv[i], index);
+        }
+    globfree(&g);
+    return count;
+}
+
+// An earlier run's shards at PREFIX would mix with this run's under a glob: refused, unless
+// --force asks to replace them (publish() then removes those this run does not rewrite).
+static void check_prefix(const char *prefix, int force) {
+    int old = each_old_shard(prefix, NULL);
+    if (old && !force)
+        die_usage("%s: %d shard%s of an earlier run (%s_*.bin) %s there; give another -o, or "
+                  "--force to replace them all",
+                  prefix, old, old == 1 ? "" : "s", prefix, old == 1 ? "is" : "are");
+}
+
+static int published; // shards of this run; the earlier run's from this index on are removed
+static void remove_if_stale(const char *path, int index) {
+    if (index >= published && unlink(path) != 0)
+        die("%s: cannot remove an earlier run's shard: %s", path, strerror(errno));
+}
+
+// Every staged shard renamed to its name, then the earlier run's others removed, so that the
+// glob reads this run's set alone; the folder is fsynced so the renames survive a crash.
+static void publish(writer *w) {
+    char staged[4200], final[4200];
+    for (int i = 0; i < w->index; i++) {
+        staged_path(w, i, staged, sizeof staged);
+        snprintf(final, sizeof final, "%s_%06d.bin", w->prefix, i);
+        if (rename(staged, final) != 0) die("%s: rename failed: %s", final, strerror(errno));
+    }
+    current = NULL; // what is renamed stays
+    published = w->index;
+    each_old_shard(w->prefix, remove_if_stale);
+    snprintf(final, sizeof final, "%s", w->prefix);
+    int fd = open(dirname(final), O_RDONLY);
+    if (fd >= 0) fsync(fd), close(fd);
 }
 
 static void progress(writer *w, int final) {
@@ -288,6 +372,7 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, cha
     char *line = NULL, where[4200];
     size_t cap = 0;
     ssize_t n;
+    long docs = 0;
     for (long lineno = 1; (n = getline(&line, &cap, f)) > 0; lineno++) {
         snprintf(where, sizeof where, "%s:%ld", path, lineno);
         size_t k = (size_t)n;
@@ -296,8 +381,10 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, cha
             w->in_done += (size_t)n;
             continue;
         }
-        cJSON *j = cJSON_ParseWithLength(line, k);
-        if (!j) die("%s: not valid JSON", where);
+        char why[256];
+        cJSON *j = json_parse_strict(line, k, why, sizeof why);
+        if (!j) die("%s: %s", where, why); // as Python's json reads the line, or refused
+        docs++;
         if (chat || cJSON_GetObjectItemCaseSensitive(j, "input_ids")) { // chat, or tokenized
             if (chat)
                 emit_chat(t, w, j, chat, eot, where);
@@ -317,6 +404,7 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, cha
         cJSON_Delete(j);
     }
     if (ferror(f)) die("%s: read failed: %s", path, strerror(errno));
+    if (docs == 0) die_usage("%s: no document: the file holds only blank lines", path);
     free(line);
     fclose(f);
 }
@@ -346,19 +434,13 @@ static int64_t eot_id(const bpe *t, const options *o) {
 }
 
 static void parse_args(int argc, char **argv, options *o) {
-    static const struct option longs[] = {{"tokenizer", 1, 0, 't'},
-                                          {"out", 1, 0, 'o'},
-                                          {"jsonl", 0, 0, 'j'},
-                                          {"field", 1, 0, 'f'},
-                                          {"eot", 1, 0, 'e'},
-                                          {"append-eos", 0, 0, 'E'},
-                                          {"shard-tokens", 1, 0, 's'},
-                                          {"quiet", 0, 0, 'q'},
-                                          {"assume-nfc", 0, 0, 'N'},
-                                          {"chat", 0, 0, 'c'},
-                                          {"chat-format", 1, 0, 'C'},
-                                          {"help", 0, 0, 'h'},
-                                          {0, 0, 0, 0}};
+    static const struct option longs[] = {{"tokenizer", 1, 0, 't'},    {"out", 1, 0, 'o'},
+                                          {"jsonl", 0, 0, 'j'},        {"field", 1, 0, 'f'},
+                                          {"eot", 1, 0, 'e'},          {"append-eos", 0, 0, 'E'},
+                                          {"shard-tokens", 1, 0, 's'}, {"quiet", 0, 0, 'q'},
+                                          {"assume-nfc", 0, 0, 'N'},   {"chat", 0, 0, 'c'},
+                                          {"chat-format", 1, 0, 'C'},  {"force", 0, 0, 'F'},
+                                          {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
     *o = (options){.field = "text", .shard_tokens = 100000000};
     int c;
     while ((c = getopt_long(argc, argv, "t:o:qh", longs, NULL)) != -1) {
@@ -399,6 +481,9 @@ static void parse_args(int argc, char **argv, options *o) {
             o->chat_format = optarg;
             o->chat = o->jsonl = 1;
             break;
+        case 'F':
+            o->force = 1;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -436,8 +521,10 @@ int main(int argc, char **argv) {
         struct stat st;
         if (stat(argv[i], &st) != 0 || access(argv[i], R_OK) != 0)
             die("%s: cannot open: %s", argv[i], strerror(errno ? errno : EACCES));
+        if (S_ISREG(st.st_mode) && st.st_size == 0) die_usage("%s: empty: no document", argv[i]);
         w.in_total += (uint64_t)st.st_size;
     }
+    check_prefix(o.out, o.force);
     w.t0 = w.last = now();
     current = &w;
     for (int i = optind; i < argc; i++) {
@@ -451,6 +538,8 @@ int main(int argc, char **argv) {
         free(text);
     }
     if (w.f) shard_close(&w);
+    if (w.total == 0) die_usage("no token to write: every document of the input is empty");
+    publish(&w);
     progress(&w, 1);
     if (!o.quiet)
         fprintf(stderr, "mt-tokenize: wrote %d shard(s) %s_*.bin, %d-bit tokens\n", w.index, o.out,
