@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,8 +143,48 @@ static double probe_rate(const char *dir) {
     return rate;
 }
 
+// The kind of a pseudo-filesystem (the kernel's view of processes, devices, cgroups...) that
+// path is on, or NULL for a real one. Its "free space" is 0 or made up and its files cannot be
+// created, so storage.dir there is refused outright, --force or not.
+static const char *pseudo_fs(const char *path) {
+    static const struct {
+        unsigned long magic;
+        const char *name;
+    } kinds[] = {{PROC_SUPER_MAGIC, "proc"},
+                 {SYSFS_MAGIC, "sysfs"},
+                 {DEVPTS_SUPER_MAGIC, "devpts"},
+                 {CGROUP_SUPER_MAGIC, "cgroup"},
+                 {CGROUP2_SUPER_MAGIC, "cgroup2"},
+                 {DEBUGFS_MAGIC, "debugfs"},
+                 {TRACEFS_MAGIC, "tracefs"},
+                 {SECURITYFS_MAGIC, "securityfs"},
+                 {BPF_FS_MAGIC, "bpf"},
+                 {PSTOREFS_MAGIC, "pstore"},
+                 {EFIVARFS_MAGIC, "efivarfs"},
+                 {NSFS_MAGIC, "nsfs"},
+                 {BINFMTFS_MAGIC, "binfmt_misc"},
+                 {SELINUX_MAGIC, "selinuxfs"},
+                 {0x62656570, "configfs"},
+                 {0x65735543, "fusectl"}};
+    struct statfs st;
+    if (statfs(path, &st) != 0) return NULL; // a missing folder: the ranks say so
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if ((unsigned long)st.f_type == kinds[i].magic) return kinds[i].name;
+    return NULL;
+}
+
 void host_probe_disk(host_probe *h, const mt_config *c, double disk_bw) {
     if (!c->storage_grads && !c->storage_adam) return;
+    const char *pseudo = pseudo_fs(c->storage_dir);
+    if (pseudo) {
+        char msg[MT_PATH_MAX + 160];
+        snprintf(msg, sizeof msg,
+                 "storage.dir %s: a %s pseudo-filesystem, not a disk: give a folder on a local "
+                 "drive",
+                 mt_shown(c->storage_dir), pseudo);
+        mt_put_line(stderr, "mtrun: ", msg);
+        exit(2);
+    }
     struct statvfs st;
     if (statvfs(c->storage_dir, &st) == 0) {
         h->disk_free = (uint64_t)st.f_bavail * st.f_frsize;

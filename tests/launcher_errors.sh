@@ -143,6 +143,11 @@ expect "missing hostfile" "^mtrun: no-such-hosts: cannot open: No such file or d
 printf 'localhost slots=2\n# a comment\n\nnode1 slot=4   # typo\n' > hosts
 expect "bad hostfile line" "^mtrun: hosts:4: expected 'host \[slots=N\]', got 'node1 slot=4'$" --hostfile hosts -np 2 good.cfg
 
+# storage.dir on a pseudo-filesystem: refused outright, not as "0 B free" (which --force passed)
+expect "storage.dir on proc" "^mtrun: storage.dir /proc: a proc pseudo-filesystem, not a disk" \
+    -np 2 good.cfg storage.grads=true storage.dir=/proc
+expect "storage.dir on sysfs, with --force" "^mtrun: storage.dir /sys/fs: a sysfs pseudo-filesystem, not a disk" \
+    -np 2 --force good.cfg storage.grads=true storage.dir=/sys/fs
 expect "--resume of a missing folder" "^mtrun: --resume no-such-run: No such file or directory$" --resume no-such-run good.cfg
 
 if [ "$failures" -ne 0 ]; then
