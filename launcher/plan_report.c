@@ -413,6 +413,12 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             H(b->residual), c->micro_batches, n, c->dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
+    if (b->moe)
+        fprintf(f,
+                "  of it MoE     %11s  the MoE MLP's: %s (token, expert) pairs (top_k x %s), "
+                "routing, the aux loss's statistics%s\n",
+                H(b->moe), G((uint64_t)c->top_k * (p->cuda ? mt_seq_chunk(c) : n)),
+                p->cuda ? "chunk" : "micro-batch", c->shared_ffn_dim ? ", the shared expert" : "");
     if (p->cuda)
         fprintf(f,
                 "  chunk         %11s  tokens at a time (batch.seq_chunk%s) of %ld: a layer's "
@@ -472,6 +478,13 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
                 SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
     fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
             PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
+    if (p->cuda)
+        fprintf(f,
+                "  balance    compute meets %s active parameters of %s, PCIe and the optimizer "
+                "move all of them: the GPU stops waiting on them from %s tokens a step (this "
+                "batch: %s)\n",
+                G(e->active_params), G(p->params), G(e->stream_break_even_tokens + 0.5),
+                G(mt_tokens_per_step(p->c)));
     if (p->cuda) {
         fprintf(f,
                 "  step       %s, each pass as long as the slowest of what overlaps in it: the "
@@ -583,6 +596,13 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
             "%d, vocab %d, %s embeddings)\n",
             G(p->params), p->n_groups, c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim,
             c->vocab, c->tied_embeddings ? "tied" : "untied");
+    if (c->experts > 0)
+        fprintf(f,
+                "MoE: %d of %d layers, %d experts of ffn %d, top %d%s; %s active parameters a "
+                "token (experts %s of all)\n",
+                mt_moe_layers(c), c->layers, c->experts, c->moe_ffn_dim, c->top_k,
+                c->shared_ffn_dim ? ", a shared expert" : "", G(plan_active_params(c)),
+                G(plan_expert_params(c)));
     fprintf(f, "batch: %d sequences x %d tokens x %d micro-batches = %s tokens/step\n",
             c->micro_batch, c->seq_len, c->micro_batches, G(mt_tokens_per_step(c)));
     print_rank_table(f, p);
@@ -630,10 +650,10 @@ static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
     fprintf(f,
             ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
             ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"optimizer\":%" PRIu64
-            ",\"attention\":%" PRIu64 ",\"att_slots\":%d,\"device_groups\":%d,\"total\":%" PRIu64
-            "}",
+            ",\"attention\":%" PRIu64 ",\"att_slots\":%d,\"device_groups\":%d,\"moe\":%" PRIu64
+            ",\"total\":%" PRIu64 "}",
             key, b->weights, b->grads, b->activations, b->residual, b->working, b->optimizer,
-            b->attention, b->att_slots, b->device_groups, b->total);
+            b->attention, b->att_slots, b->device_groups, b->moe, b->total);
 }
 
 // One JSON object, every number exact, for scripts and tests.
@@ -658,9 +678,11 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
     fprintf(f,
             ",\"estimate\":{\"flops\":%.6g,\"flops_rate\":%.6g,\"compute_s\":%.6g,\"pcie_s\":%.6g,"
             "\"optimizer_s\":%.6g,\"forward_phase_s\":%.6g,\"backward_phase_s\":%.6g,"
-            "\"disk_s\":%.6g,\"break_even_tokens\":%.6g,\"step_s\":%.6g}",
+            "\"disk_s\":%.6g,\"break_even_tokens\":%.6g,\"step_s\":%.6g,"
+            "\"active_params\":%.17g,\"stream_break_even_tokens\":%.6g}",
             e.flops, e.flops_rate, e.compute_s, e.pcie_s, e.opt_s, e.forward_phase_s,
-            e.backward_phase_s, e.disk_s, e.break_even_tokens, e.step_s);
+            e.backward_phase_s, e.disk_s, e.break_even_tokens, e.step_s, e.active_params,
+            e.stream_break_even_tokens);
     fprintf(f,
             ",\"disk\":{\"total\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"adam\":%" PRIu64
             ",\"per_rank\":%" PRIu64 ",\"windows\":%" PRIu64 ",\"bw\":%.6g,\"free\":%" PRIu64 "}",

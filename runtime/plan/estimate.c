@@ -4,8 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+// 6 N + 12 layers dim seq with N the active parameters, as MoE throughput is usually counted (an
+// MoE token meets top_k experts, not all of them).
 double plan_model_flops_per_token(const mt_config *c) {
-    return 6.0 * (double)model_param_count(c) + 12.0 * c->layers * (double)c->dim * c->seq_len;
+    return 6.0 * (double)plan_active_params(c) + 12.0 * c->layers * (double)c->dim * c->seq_len;
 }
 
 double plan_peak_flops(int cuda, int cores) {
@@ -59,35 +61,46 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     e->step_s = fwd[f] + bwd[b];
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
         e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
+    // the same for PCIe and the optimizer's updates: the GPU stops waiting on the host from here
+    double most = 0;
+    for (int i = 1; i < 3; i++) most = fmax(most, fmax(fwd[i] / fwd[0], bwd[i] / bwd[0]));
+    e->stream_break_even_tokens = tokens * most;
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
-    double layer_n = (double)model_group_numel(c, model_layer_group(0));
+    // Compute meets the active parameters (all but the idle experts); a redone layer is taken as
+    // the mean layer's active part. PCIe and the optimizer move all N.
+    double A = (double)plan_active_params(c);
+    double head = (double)model_group_numel(c, model_head_group(c));
+    double layer_n = (A - (double)model_group_numel(c, 0) - head) / c->layers;
     double redo = plan_recomputed_layers(c->layers, p->choices.boundary_every);
+    // attention's width: heads x head_dim (Qwen3's differs from dim)
+    double width = (double)c->heads * mt_head_dim(c);
     memset(e, 0, sizeof *e);
+    e->active_params = A;
     // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
     // layer 2 more of its own. Attention as it runs, causal: forward 2 dim seq, backward 4 and
     // the backward's recompute 2 per layer, a redone layer 2 more.
     // Kept attention outputs spare their layers' attention forward in the recompute.
     double kept_att = plan_attention_saved(c, &p->choices);
     double kept_bwd = (double)p->choices.att_slots / c->micro_batches; // the rest: in the redo
-    double gemm = tokens * (8.0 * N + 2.0 * layer_n * redo);
+    double gemm = tokens * (8.0 * A + 2.0 * layer_n * redo);
     double attention =
-        tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * c->dim * (double)c->seq_len;
+        tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * (double)c->seq_len;
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->attention_rate = p->cuda ? gpu_attention_rate(c->dim / c->heads) : e->flops_rate;
+    e->attention_rate = p->cuda ? gpu_attention_rate(mt_head_dim(c)) : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
     double redo_per_token =
         2.0 * layer_n * redo / e->flops_rate +
-        2.0 * (redo - (kept_att - kept_bwd)) * c->dim * (double)c->seq_len / e->attention_rate;
+        2.0 * (redo - (kept_att - kept_bwd)) * width * (double)c->seq_len / e->attention_rate;
     double again_per_token =
-        2.0 * (N - model_group_numel(c, 0)) / e->flops_rate +
-        2.0 * (c->layers - kept_bwd) * c->dim * (double)c->seq_len / e->attention_rate;
+        2.0 * (A - model_group_numel(c, 0)) / e->flops_rate +
+        2.0 * (c->layers - kept_bwd) * width * (double)c->seq_len / e->attention_rate;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
@@ -103,6 +116,6 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->disk_s = e->disk_bytes / p->disk_bw;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
     if (p->cuda)
-        overlap_phases(p, e, tokens * (2.0 * N + 2.0 * c->layers * c->dim * (double)c->seq_len));
+        overlap_phases(p, e, tokens * (2.0 * A + 2.0 * c->layers * width * (double)c->seq_len));
     e->tokens_per_s = tokens / e->step_s;
 }

@@ -31,16 +31,18 @@ static shape shape_of(const mt_config *c) {
     return s;
 }
 
-// Elements of the groups that stay resident: embedding, head and the two-layer ring.
+// Elements of the groups that stay resident: embedding, head and the two-layer ring, whose
+// buffers hold the largest layer (an MoE model mixes dense and MoE layers).
 static uint64_t resident_numel(const mt_config *c) {
     return model_group_numel(c, 0) + model_group_numel(c, model_head_group(c)) +
-           2 * model_group_numel(c, model_layer_group(0));
+           2 * model_largest_layer(c);
 }
 
-// layer.c's layer_scratch_new: fp32.
+// layer.c's layer_scratch_new: fp32, with an MoE model's moe_scratch_new.
 static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
     return 4 * (6 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 6 * s.n * s.F + 2 * s.n +
-                (uint64_t)c->micro_batch * c->heads * c->seq_len);
+                (uint64_t)c->micro_batch * c->heads * c->seq_len) +
+           plan_moe_cpu_bytes(c, s.n);
 }
 
 // The int32 arrays a step's tokens fill, one value a token of each micro-batch: inputs and
@@ -56,7 +58,7 @@ static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
     uint64_t layer = cpu_layer_bytes(c, s) / 4;
     uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2;    // tmp, xf, dxf, rstd_f, inv_freq
     uint64_t tokens = 2 * token_arrays(c) * s.M * s.n; // the engine's and the backend's
-    return 4 * (layer + head + tokens);
+    return 4 * (layer + head + tokens) + plan_moe_cpu_stats_bytes(c);
 }
 
 // backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds (whole), or the
@@ -92,13 +94,13 @@ static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
 }
 
 // backend_cuda.c's alloc_layer_set, byte for byte: attention's buffers for the micro-batch,
-// the others for a chunk.
+// the others for a chunk; and an MoE model's cu_moe_alloc (plan_moe_work_bytes).
 static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
     uint64_t bf16s = 4 * s.r * s.D + s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F; // dq: in q
     uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
     uint64_t norm_scratch = (s.r + 127) / 128 * s.D; // cuda_rmsnorm_scratch_floats
     return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch) +
-           cuda_attention_scratch(c, s);
+           cuda_attention_scratch(c, s) + plan_moe_work_bytes(c);
 }
 
 // backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits
@@ -114,22 +116,25 @@ static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
 }
 
 uint64_t plan_device_layer_bytes(const mt_config *c) {
-    return 18 * model_group_numel(c, model_layer_group(0)); // state + own buffers
+    return 18 * model_largest_layer(c); // state + own buffers
 }
 
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     if (c->device_groups >= 0) return c->device_groups;
     if (!cuda) return 0;
-    uint64_t budget = device_free / 8, emb = 12 * model_group_numel(c, 0);
-    uint64_t layer = plan_device_layer_bytes(c);
-    if (emb > budget) return 0;
+    uint64_t budget = device_free / 8, used = 12 * model_group_numel(c, 0);
+    if (used > budget) return 0;
     // At long context the boundaries need the memory more than an optimizer lead does (a step
     // takes minutes there, the optimizers are never behind): when all of them would take over
     // half of it, the embedding alone.
     shape s = shape_of(c);
     if (4 * (s.L + 1) * s.M * s.n * s.D > device_free / 2) return 1;
-    int layers = (c->layers + 7) / 8;
-    if ((uint64_t)layers * layer > budget - emb) layers = (int)((budget - emb) / layer);
+    int most = (c->layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
+    for (; layers < most; layers++) {
+        uint64_t layer = 18 * model_group_numel(c, model_layer_group(layers));
+        if (used + layer > budget) break;
+        used += layer;
+    }
     return 1 + layers;
 }
 
@@ -185,14 +190,15 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
         uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
         uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
         if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
-            uint64_t leave = model_group_numel(c, model_head_group(c)) +
-                             2 * model_group_numel(c, model_layer_group(0));
+            uint64_t leave = model_group_numel(c, model_head_group(c)) + 2 * model_largest_layer(c);
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
         b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + gemm_workspace +
                      inv_freq + transfer;
+        b->moe = plan_moe_work_bytes(c);
     } else {
         b->working = cpu_working_bytes(c, s);
+        b->moe = plan_moe_cpu_bytes(c, s.n) + plan_moe_cpu_stats_bytes(c);
     }
     b->att_slots = ch->att_slots;
     b->attention = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
@@ -206,7 +212,7 @@ uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     shape s = shape_of(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
     return 4 * (token_arrays(c) * s.M * s.n + s.M * s.n + offloaded) +
-           device_staging_bytes(ch->device_groups);
+           device_staging_bytes(ch->device_groups) + plan_moe_host_bytes(c);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
@@ -428,7 +434,7 @@ static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nod
 static uint64_t node_sum_bytes(const mt_config *c, int cuda, int nodes) {
     if (nodes < 2) return 0;
     uint64_t emb = model_group_numel(c, 0), head = model_group_numel(c, model_head_group(c));
-    uint64_t layer = model_group_numel(c, model_layer_group(0)), most = emb;
+    uint64_t layer = model_largest_layer(c), most = emb;
     if (head > most) most = head;
     if (layer > most) most = layer;
     return 4 * (most + (cuda ? 2 * layer + emb + head : 0));
