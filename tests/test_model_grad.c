@@ -2,6 +2,11 @@
 // the layer template, the head and the embedding, exactly as the engine composes them)
 // against central finite differences of the summed cross-entropy loss. Also as a Qwen2 (q/k/v
 // biases) with Llama 3.1's rope_scaling, and the bias gradients' bits for 1 and 3 threads.
+// Then the MoE layer kinds: router, experts, shared expert and its gate, dense layers among
+// MoE ones, qk-norm over heads (an explicit head_dim) or the whole projection, and the
+// load-balancing loss joined to the loss as the backend joins it (backend_cpu.c moe_aux_of).
+// A finite difference across a top-k switch is meaningless: a trial whose perturbation moves
+// any token's expert choice is skipped and another drawn.
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/engine/layer.h"
 #include "runtime/model/model.h"
@@ -19,10 +24,16 @@ typedef struct {
     float *params[8], *grads[8];
     int32_t in[B * T], tgt[B * T];
     layer_scratch *s;
+    // The loss: ce_weight * the summed cross-entropy + aux_coef * the load-balancing loss.
+    double ce_weight, aux_coef;
+    // MoE: per MoE layer each expert's tokens and probability sums, the aux loss's gradient on
+    // the probabilities, and each layer's expert choices in the last run ([layers * n * k])
+    int32_t *counts, *choice;
+    float *psum, aux_g[MOE_MAX_EXPERTS];
 } model;
 
 static float *zeros(size_t n) {
-    return calloc(n, sizeof(float));
+    return calloc(n ? n : 1, sizeof(float));
 }
 
 static const float *cls_weights(model *m) {
@@ -31,33 +42,54 @@ static const float *cls_weights(model *m) {
     return m->c.tied_embeddings ? m->params[0] : hp.lm_head;
 }
 
-// Forward (and, with want_grads, backward) of the summed loss over B*T tokens.
+// Where MoE layer l records its routing, as backend_cpu.c's route_of says; NULL: dense.
+static moe_route_io *route_of(model *m, int l, moe_route_io *io) {
+    if (!mt_layer_is_moe(&m->c, l)) return NULL;
+    int i = 0;
+    for (int j = 0; j < l; j++) i += mt_layer_is_moe(&m->c, j);
+    size_t at = (size_t)i * m->c.experts;
+    *io = (moe_route_io){m->counts + at, m->psum + at, m->aux_g};
+    return io;
+}
+
+// Forward (and, with want_grads, backward) of the loss over B*T tokens.
 static double run(model *m, int want_grads) {
     const mt_config *c = &m->c;
-    int n = B * T, D = c->dim, L = c->layers;
+    int n = B * T, D = c->dim, L = c->layers, k = c->top_k;
     float *acts = zeros((size_t)(L + 1) * n * D), *xf = zeros(n * D), *rstd = zeros(n);
     float *dres = zeros(n * D), *dxf = zeros(n * D), *tmp = zeros(n * D);
+    moe_route_io io;
     embedding_forward(acts, m->in, m->params[0], n, D);
     for (int l = 0; l < L; l++) {
         layer_params p;
         layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
+        m->s->route = route_of(m, l, &io);
         layer_forward(c, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D, 0);
+        if (m->s->route)
+            memcpy(m->choice + (size_t)l * n * k, moe_scratch_experts(m->s->moe),
+                   sizeof(int32_t) * n * k);
     }
     head_params hp, hg;
     int H = model_head_group(c);
     head_params_bind(&hp, c, m->params[H]);
     float *x_last = acts + (size_t)L * n * D;
     rmsnorm_forward(xf, rstd, x_last, hp.final_norm, n, D, (float)c->norm_eps);
-    double loss = classifier_forward(xf, cls_weights(m), m->tgt, n, D, c->vocab);
+    double loss = m->ce_weight * classifier_forward(xf, cls_weights(m), m->tgt, n, D, c->vocab);
+    // As the backend: the MoE layers' statistics pooled, aux_g scaled by the loss's weight on
+    // the aux loss (moe_aux_of's daux), and each router's backward adds it.
+    if (mt_moe_layers(c))
+        loss += m->aux_coef * moe_aux_loss(m->aux_g, m->counts, m->psum, mt_moe_layers(c), n,
+                                           c->experts, (float)m->aux_coef);
     if (want_grads) {
         head_params_bind(&hg, c, m->grads[H]);
         classifier_backward(dxf, c->tied_embeddings ? m->grads[0] : hg.lm_head, xf, cls_weights(m),
-                            m->tgt, n, D, c->vocab, 1.0f);
+                            m->tgt, n, D, c->vocab, (float)m->ce_weight);
         rmsnorm_backward(dres, hg.final_norm, dxf, x_last, hp.final_norm, rstd, n, D);
         for (int l = L - 1; l >= 0; l--) {
             layer_params p, dp;
             layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
             layer_params_bind(&dp, c, l, m->grads[model_layer_group(l)]);
+            m->s->route = route_of(m, l, &io);
             layer_forward(c, &p, m->s, acts + (size_t)l * n * D, tmp, 0); // the engine's recompute
             layer_backward(c, &p, &dp, m->s, acts + (size_t)l * n * D, dres, tmp);
             memcpy(dres, tmp, sizeof(float) * n * D);
@@ -68,31 +100,58 @@ static double run(model *m, int want_grads) {
     return loss;
 }
 
-static void check_tensor(model *m, int g, const tensor_info *t, unsigned *seed) {
+// Whether the last run routed every token of every MoE layer as `base` records.
+static int same_routing(const model *m, const int32_t *base) {
+    size_t pairs = (size_t)m->c.layers * B * T * m->c.top_k;
+    return !pairs || memcmp(m->choice, base, sizeof(int32_t) * pairs) == 0;
+}
+
+static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *base,
+                         unsigned *seed) {
     double max_grad = 0;
     for (uint64_t i = 0; i < t->numel; i++)
         max_grad = fmax(max_grad, fabs(m->grads[g][t->offset + i]));
-    int bad = 0;
+    // An expert sees few tokens, so its gradients are small and the loss's float rounding
+    // dominates their differences below a step of 4e-2; theirs is larger.
+    int expert = t->role >= T_EXP_GATE && t->role <= T_EXP_DOWN;
+    int bad = 0, done = 0, skipped = 0;
     double worst = 0;
-    for (int trial = 0; trial < 6; trial++) {
+    for (int trial = 0; trial < 40 && done < 6; trial++) {
         uint64_t i = t->offset + (uint64_t)rand_r(seed) % t->numel;
         // A step of 2e-2: with 1e-2, the float rounding of the summed loss already shows in the
-        // smallest gradients (a k bias's: q . b is nearly the same for every key).
-        float saved = m->params[g][i], eps = 2e-2f;
-        m->params[g][i] = saved + eps;
-        double up = run(m, 0);
-        m->params[g][i] = saved - eps;
-        double down = run(m, 0);
-        m->params[g][i] = saved;
-        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i];
-        double err = fabs(fd - an) / (fmax(fabs(fd), fabs(an)) + 1e-2 * max_grad + 1e-6);
+        // smallest gradients (a k bias's: q . b is nearly the same for every key). Where it
+        // moves a token's expert choice, steps 4 and 16 times smaller are tried before the
+        // trial is given up.
+        float saved = m->params[g][i], eps = expert ? 4e-2f : 2e-2f;
+        double up = 0, down = 0;
+        int moved = 1;
+        for (int shrink = 0; shrink < 3 && moved; shrink++, eps /= 4) {
+            m->params[g][i] = saved + eps;
+            up = run(m, 0);
+            moved = !same_routing(m, base);
+            m->params[g][i] = saved - eps;
+            down = run(m, 0);
+            moved |= !same_routing(m, base);
+            m->params[g][i] = saved;
+        }
+        if (moved) { // a top-k switch within every step: no derivative to compare with
+            skipped++;
+            continue;
+        }
+        eps *= 4; // the step that kept the routing
+        // The loss's rounding enters the difference as 1 / eps: a smaller step's floor grows.
+        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i], full = expert ? 4e-2 : 2e-2;
+        double floor = 1e-2 * max_grad * full / eps + 1e-6;
+        double err = fabs(fd - an) / (fmax(fabs(fd), fabs(an)) + floor);
         worst = fmax(worst, err);
         bad += err > 2e-2;
+        done++;
     }
+    bad += done < 3; // nearly every trial moved the routing: nothing was checked
     char name[128];
     model_tensor_name(name, sizeof name, t, g - 1);
-    printf("%s: %-48s worst relative error %.2e (max |grad| %.3g)\n", bad ? "FAIL" : "PASS", name,
-           worst, max_grad);
+    printf("%s: %-52s worst relative error %.2e (max |grad| %.3g, %d trials, %d skipped)\n",
+           bad ? "FAIL" : "PASS", name, worst, max_grad, done, skipped);
     bad ? failed++ : passed++;
 }
 
@@ -104,6 +163,44 @@ static void make_qwen2(mt_config *c) {
     c->rope_factor = 4, c->rope_low_freq_factor = 1, c->rope_high_freq_factor = 4;
     c->rope_original_max_pos = 16;
 }
+
+// Mixtral-like: every layer MoE, 4 experts, top 2, renormalised over the two.
+static void make_moe_renorm(mt_config *c) {
+    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16, c->norm_topk_prob = 1;
+}
+
+// Qwen2-MoE-like: 6 experts, top 2 not renormalised, a shared expert with its gate, q/k/v
+// biases, and layer 0 a dense MLP.
+static void make_moe_shared(mt_config *c) {
+    c->experts = 6, c->top_k = 2, c->moe_ffn_dim = 12, c->shared_ffn_dim = 20, c->qkv_bias = 1;
+    snprintf(c->dense_layers, sizeof c->dense_layers, "0");
+}
+
+// Qwen3-like dense: RMSNorm over each head of q and k, head_dim 12 != dim / heads = 8.
+static void make_qk_head(mt_config *c) {
+    c->head_dim = 12;
+    snprintf(c->qk_norm, sizeof c->qk_norm, "head");
+}
+
+// Qwen3-MoE-like: qk-norm per head, explicit head_dim, MoE renormalised, odd moe_every so
+// layer 0 is dense.
+static void make_qwen3_moe(mt_config *c) {
+    make_qk_head(c);
+    c->experts = 5, c->top_k = 3, c->moe_ffn_dim = 10, c->norm_topk_prob = 1, c->moe_every = 2;
+}
+
+// OLMoE-like: RMSNorm over the whole q and k projections, MoE not renormalised.
+static void make_olmoe(mt_config *c) {
+    snprintf(c->qk_norm, sizeof c->qk_norm, "all");
+    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16;
+}
+
+typedef struct {
+    const char *what;
+    void (*make)(mt_config *c); // NULL: a plain Llama
+    int tied, bits;             // bits: layer 1's gradients bitwise on 1 and 3 threads
+    double ce_weight, aux_coef;
+} variant;
 
 // The layer gradients of one model as a run with `threads` OpenMP threads leaves them.
 static float *layer_grads(model *m, int threads) {
@@ -119,22 +216,17 @@ static float *layer_grads(model *m, int threads) {
     return out;
 }
 
-static void gradcheck(int tied, int qwen2) {
-    model m = {0};
-    mt_config *c = &m.c;
-    c->dim = 32, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 48, c->vocab = 37;
-    c->rope_theta = 10000, c->norm_eps = 1e-5, c->tied_embeddings = tied, c->seed = 5;
-    if (qwen2) make_qwen2(c);
-    unsigned seed = 11;
+static void init_params(model *m, unsigned *seed) {
+    const mt_config *c = &m->c;
     for (int g = 0; g < model_group_count(c); g++) {
         uint64_t n = model_group_numel(c, g);
-        m.params[g] = zeros(n), m.grads[g] = zeros(n);
-        model_init_slice(c, g, 0, n, m.params[g]);
+        m->params[g] = zeros(n), m->grads[g] = zeros(n);
+        model_init_slice(c, g, 0, n, m->params[g]);
         // Scale up from the 0.02 init so the finite differences stand well above fp32 noise,
         // and move norm weights off 1 so their gradients are exercised in general position.
         for (uint64_t i = 0; i < n; i++)
-            m.params[g][i] = m.params[g][i] == 1.0f ? 0.5f + (rand_r(&seed) % 1000) / 1000.0f
-                                                    : m.params[g][i] * 10.0f;
+            m->params[g][i] = m->params[g][i] == 1.0f ? 0.5f + (rand_r(seed) % 1000) / 1000.0f
+                                                      : m->params[g][i] * 10.0f;
     }
     for (int g = 1; g < model_head_group(c); g++) { // biases start at zero: move them off it
         tensor_info t[MODEL_MAX_TENSORS];
@@ -143,37 +235,60 @@ static void gradcheck(int tied, int qwen2) {
         for (int k = 0; k < nt; k++)
             if (t[k].init == TENSOR_ZEROS)
                 for (uint64_t i = 0; i < t[k].numel; i++)
-                m.params[g][t[k].offset + i] = (rand_r(&seed) % 1000) / 2500.0f - 0.2f;
+                    m->params[g][t[k].offset + i] = (rand_r(seed) % 1000) / 2500.0f - 0.2f;
     }
+}
+
+static void gradcheck(const variant *v) {
+    model m = {.ce_weight = v->ce_weight, .aux_coef = v->aux_coef};
+    mt_config *c = &m.c;
+    c->dim = 32, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 48, c->vocab = 37;
+    c->rope_theta = 10000, c->norm_eps = 1e-5, c->tied_embeddings = v->tied, c->seed = 5;
+    if (v->make) v->make(c);
+    unsigned seed = 11;
+    init_params(&m, &seed);
+    size_t pairs = (size_t)c->layers * B * T * c->top_k, per = (size_t)c->layers * c->experts;
+    m.counts = calloc(per + 1, 4), m.psum = zeros(per), m.choice = calloc(pairs + 1, 4);
+    int32_t *base = calloc(pairs + 1, 4);
     for (int i = 0; i < B * T; i++)
         m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
     m.s = layer_scratch_new(c, B, T);
-    printf("-- %s embeddings%s, loss %.6f\n", tied ? "tied" : "untied",
-           qwen2 ? ", q/k/v biases, llama3 rope" : "", run(&m, 1));
+    printf("-- %s, loss %.6f\n", v->what, run(&m, 1));
+    memcpy(base, m.choice, sizeof(int32_t) * pairs);
     for (int g = 0; g < model_group_count(c); g++) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;
         int nt = model_group_tensors(c, g, t, &numel);
-        for (int k = 0; k < nt; k++) check_tensor(&m, g, &t[k], &seed);
+        for (int k = 0; k < nt; k++) check_tensor(&m, g, &t[k], base, &seed);
     }
-    if (qwen2) {
+    if (v->bits) {
         uint64_t n = model_group_numel(c, model_layer_group(1));
         float *one = layer_grads(&m, 1), *three = layer_grads(&m, 3);
         int same = memcmp(one, three, n * sizeof(float)) == 0;
-        printf("%s: layer 1 gradients (biases included) bitwise equal on 1 and 3 threads\n",
-               same ? "PASS" : "FAIL");
+        printf("%s: layer 1 gradients bitwise equal on 1 and 3 threads\n", same ? "PASS" : "FAIL");
         same ? passed++ : failed++;
         free(one), free(three);
     }
     layer_scratch_free(m.s);
     for (int g = 0; g < model_group_count(c); g++) free(m.params[g]), free(m.grads[g]);
+    free(m.counts), free(m.psum), free(m.choice), free(base);
 }
 
 int main(void) {
     omp_set_num_threads(1);
-    gradcheck(1, 0);
-    gradcheck(0, 0);
-    gradcheck(0, 1);
+    static const variant all[] = {
+        {"tied embeddings", NULL, 1, 0, 1, 0},
+        {"untied embeddings", NULL, 0, 0, 1, 0},
+        {"q/k/v biases, llama3 rope", make_qwen2, 0, 1, 1, 0},
+        {"MoE: 4 experts, top 2 renormalised", make_moe_renorm, 0, 1, 1, 0},
+        {"MoE: 6 experts, top 2, shared expert, layer 0 dense", make_moe_shared, 0, 1, 1, 0},
+        {"qk-norm per head, head_dim 12", make_qk_head, 0, 0, 1, 0},
+        {"MoE every 2nd layer, qk-norm per head, head_dim 12", make_qwen3_moe, 1, 0, 1, 0},
+        {"MoE, qk-norm over the projection", make_olmoe, 0, 0, 1, 0},
+        {"MoE renormalised, with the aux loss (coef 1)", make_moe_renorm, 0, 0, 1, 1},
+        {"MoE with shared expert, the aux loss alone (coef 20)", make_moe_shared, 0, 0, 0, 20},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

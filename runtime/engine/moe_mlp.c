@@ -57,6 +57,10 @@ void moe_scratch_free(moe_scratch *s) {
     free(s);
 }
 
+const int32_t *moe_scratch_experts(const moe_scratch *s) {
+    return s->expert;
+}
+
 // The chunk at token t0: its index into the per-chunk counts and offsets.
 static int chunk_index(const mt_config *c, const moe_scratch *s, int t0) {
     return t0 / mt_chunk_of(c, s->n);

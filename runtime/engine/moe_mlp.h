@@ -22,6 +22,9 @@ typedef struct {
 
 moe_scratch *moe_scratch_new(const mt_config *c, int n);
 void moe_scratch_free(moe_scratch *s);
+// The last forward's expert choices: [n * top_k] (token, slot) pairs, for tests that must
+// know whether a perturbation moved the routing.
+const int32_t *moe_scratch_experts(const moe_scratch *s);
 
 // out[rows, D] = the MoE MLP of n2[rows, D], for the chunk of `rows` tokens at token t0 (a
 // chunk at t0 = 0 starts the pass's counts afresh).
