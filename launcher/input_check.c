@@ -48,11 +48,12 @@ int check_backend_device(const mtrun_opts *o, const mt_config *cfg, char *err, s
 #else
     // The ranks of a hostfile run elsewhere: only a job on this host is checked here.
     if (o->hostfile || host_has_gpu()) return 0;
-    return failf(err, n,
-                 "%s: backend = \"cuda\": no CUDA device on this host%s; use backend = \"cpu\" "
-                 "or \"auto\"",
-                 mt_shown(o->config),
-                 getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES hides them)" : "");
+    return failf(
+        err, n,
+        "%s: backend = \"cuda\": no usable CUDA device on this host%s; use backend = \"cpu\" "
+        "or \"auto\"",
+        mt_shown(o->config),
+        getenv("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES hides them)" : "");
 #endif
 }
 

@@ -26,7 +26,7 @@ exits_2() {
 if have_gpu && "$MTRUN" --version | grep -q cuda; then
     echo "SKIPPED (this case): backend = \"cuda\" has a GPU here"
 else
-    exits_2 cuda_no_device 'backend = "cuda": (this build has no CUDA backend|no CUDA device)' \
+    exits_2 cuda_no_device 'backend = "cuda": (this build has no CUDA backend|no usable CUDA device)' \
         -np 2 "$WORK/base.cfg" --out "$WORK/cuda" backend=cuda
     expect "cuda_no_device: refused before any rank started (no run folder)" test ! -e "$WORK/cuda"
 fi
