@@ -133,6 +133,7 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // idle OpenMP threads must sleep, not spin. A value the user exported wins.
     add(c, "-x"), add(c, getenv("OMP_WAIT_POLICY") ? "OMP_WAIT_POLICY" : "OMP_WAIT_POLICY=PASSIVE");
     add(c, "-x"), add(c, "MT_JOB_ID");
+    if (getenv("MT_RUN_FOLDER")) add(c, "-x"), add(c, "MT_RUN_FOLDER"); // the locked run folder
     // Open MPI gives the ranks a pseudo-terminal for stdout even when ours is a file, so
     // rank 0 cannot tell by itself whether a person watches: it is told.
     add(c, "-x"), add(c, o->tty ? "MT_TTY=1" : "MT_TTY=0");

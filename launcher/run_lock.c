@@ -77,10 +77,18 @@ int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return failf(err, n, "%s %s: %s", what, dir, strerror(errno));
     int fd = open_lock_file(dfd, dir, what, err, n);
+    struct stat st;
+    char host[256] = "", id[320];
+    gethostname(host, sizeof host - 1);
+    // The ranks check that the folder they hold is this one (job_hold_run_folder).
+    int known = fstat(dfd, &st) == 0;
     close(dfd);
     if (fd < 0) return -1;
+    snprintf(id, sizeof id, "%llu:%llu:%s", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino, host);
+    if (known && setenv("MT_RUN_FOLDER", id, 1) != 0)
+        return failf(err, n, "setenv: %s", strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
-    struct stat st;
     long pid = fstat(fd, &st) == 0 ? lock_holder(&st) : 0;
     close(fd);
     char who[48] = "another job";

@@ -208,6 +208,13 @@ int checkpoint_verify_state(const char *step_dir, const mt_job *job, MPI_Comm co
 
 // ---- saving ----
 
+// The job being saved or loaded: its files are written through job->run_at (the run folder held
+// open), and messages name them by the folder's own name.
+static const mt_job *cur_job;
+static const char *shown(const char *p) {
+    return cur_job ? job_run_shown(cur_job, p) : p;
+}
+
 static void fsync_path(const char *path) {
     int fd = open(path, O_RDONLY);
     SYS_CHECK(fd);
@@ -218,9 +225,10 @@ static void fsync_path(const char *path) {
 // A new file in a folder others may write to: created, never opened through a planted link.
 static void write_file_synced(const char *path, const char *text) {
     int fd = open_nofollow(path, "x");
-    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    if (fd < 0) mt_die("%s: %s", shown(path), strerror(errno));
     size_t n = strlen(text);
-    if (write(fd, text, n) != (ssize_t)n) mt_die("%s: write failed: %s", path, strerror(errno));
+    if (write(fd, text, n) != (ssize_t)n)
+        mt_die("%s: write failed: %s", shown(path), strerror(errno));
     SYS_CHECK(fsync(fd));
     SYS_CHECK(close(fd));
 }
@@ -228,7 +236,7 @@ static void write_file_synced(const char *path, const char *text) {
 // The leftovers of a crashed earlier save of ours, never what a link points to.
 static void clear_stale(const char *path) {
     char err[PATH_MAX + 256];
-    if (remove_stale_temp(path, err, sizeof err) < 0) mt_die("checkpoint: %s", err);
+    if (remove_stale_temp(path, err, sizeof err) < 0) mt_die("checkpoint: %s", shown(err));
 }
 
 // pread/pwrite move at most about 2 GiB a call, and a write may end early: loop. A write that
@@ -244,11 +252,11 @@ static void move_bytes(int fd, const char *path, const char *step_dir, void *buf
         }
         if (n < 0 && errno == EINTR) continue;
         const char *why = n == 0 ? "unexpected end of file" : strerror(errno);
-        if (!writing) mt_die("%s: read failed at byte %lld: %s", path, (long long)off, why);
+        if (!writing) mt_die("%s: read failed at byte %lld: %s", shown(path), (long long)off, why);
         int full = n < 0 && (errno == ENOSPC || errno == EDQUOT);
         unlink(path), rmdir(step_dir);
-        mt_die("checkpoint: %s: %s%s; the partial save %s was removed", path, why,
-               full ? " (the device holding the checkpoint folder is full)" : "", step_dir);
+        mt_die("checkpoint: %s: %s%s; the partial save %s was removed", shown(path), why,
+               full ? " (the device holding the checkpoint folder is full)" : "", shown(step_dir));
     }
 }
 
@@ -262,7 +270,7 @@ static void create_state_file(const mt_job *job, const char *tmp, int step) {
     for (int g = 0; g < job->n_groups; g++) h.numel[g] = job->group_numel[g];
     h.step = step, h.skipped = job->skipped_steps, h.seed = job->cfg.seed;
     int fd = open_nofollow(path, "x");
-    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    if (fd < 0) mt_die("%s: %s", shown(path), strerror(errno));
     move_bytes(fd, path, tmp, &h, sizeof h, 0, 1);
     SYS_CHECK(ftruncate(fd, (off_t)state_bytes(job)));
     SYS_CHECK(close(fd));
@@ -312,7 +320,7 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state.bin", step_dir);
     int fd = open(path, (writing ? O_WRONLY : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    if (fd < 0) mt_die("%s: %s", shown(path), strerror(errno));
     int k = job_shard_of_rank(job->rank);
     const shard_layout *lay = &job->layouts[k];
     float *piece = NULL;
@@ -340,14 +348,14 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
         int full = errno == ENOSPC || errno == EDQUOT;
         const char *why = strerror(errno);
         unlink(path), rmdir(step_dir);
-        mt_die("checkpoint: %s: fsync: %s%s; the partial save %s was removed", path, why,
-               full ? " (the device holding the checkpoint folder is full)" : "", step_dir);
+        mt_die("checkpoint: %s: fsync: %s%s; the partial save %s was removed", shown(path), why,
+               full ? " (the device holding the checkpoint folder is full)" : "", shown(step_dir));
     }
     SYS_CHECK(close(fd));
 }
 
 static void publish(const mt_job *job, const char *tmp, const char *name) {
-    const char *dir = job->cfg.checkpoint_dir;
+    const char *dir = job->run_at;
     char final[PATH_MAX], aside[PATH_MAX], latest_tmp[PATH_MAX], latest[PATH_MAX];
     snprintf(final, sizeof final, "%s/%s", dir, name);
     if (access(final, F_OK) == 0) {
@@ -389,12 +397,12 @@ static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
 void checkpoint_save(mt_job *job, int step, group_state *state) {
     char tmp[PATH_MAX], name[64];
     snprintf(name, sizeof name, "step_%06d", step);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", job->cfg.checkpoint_dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", job->run_at, name);
+    cur_job = job;
     int leader = job_writes(job) && job->rank == 1;
     if (leader) {
-        make_dirs(job->cfg.checkpoint_dir);
         clear_stale(tmp);
-        if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", tmp, strerror(errno));
+        if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", shown(tmp), strerror(errno));
         create_state_file(job, tmp, step);
     }
     MPI_CHECK(MPI_Barrier(savers(job)));
@@ -408,7 +416,7 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
         write_file_synced(path, text);
         free(text);
         publish(job, tmp, name);
-        checkpoint_prune(job->cfg.checkpoint_dir, job->cfg.checkpoint_keep, name);
+        checkpoint_prune(job->run_at, job->cfg.checkpoint_keep, name);
     }
     free(bl.sums);
     MPI_CHECK(MPI_Barrier(savers(job)));

@@ -239,6 +239,43 @@ int job_stop_requested(void) {
            S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
+void job_hold_run_folder(mt_job *job) {
+    const char *dir = job->cfg.checkpoint_dir;
+    char err[MT_PATH_MAX + 160];
+    make_dirs(dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) mt_die("%s: %s", dir, strerror(errno));
+    // "dev:ino:host" of the folder mtrun locked; device numbers are the same only on its host
+    const char *locked = getenv("MT_RUN_FOLDER");
+    unsigned long long dev, ino;
+    int at = 0;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    if (locked && sscanf(locked, "%llu:%llu:%n", &dev, &ino, &at) == 2 && at &&
+        !strcmp(locked + at, host) &&
+        (dev != (unsigned long long)st.st_dev || ino != (unsigned long long)st.st_ino)) {
+        snprintf(err, sizeof err,
+                 "%s is no longer the folder mtrun locked for this job (it was moved, or "
+                 "replaced by a link): not writing into it; start the job again",
+                 dir);
+        job_fail_input(job, err);
+    }
+    snprintf(job->run_at, sizeof job->run_at, "/proc/self/fd/%d", fd);
+    if (access(job->run_at, F_OK) != 0) // no /proc: the name it is
+        snprintf(job->run_at, sizeof job->run_at, "%.*s", (int)sizeof job->run_at - 1, dir);
+}
+
+const char *job_run_shown(const mt_job *job, const char *p) {
+    static char buf[4][MT_PATH_MAX + 64];
+    static int next;
+    size_t n = strlen(job->run_at);
+    if (!n || strncmp(p, job->run_at, n) != 0) return p;
+    char *out = buf[next++ & 3];
+    snprintf(out, sizeof buf[0], "%s%s", job->cfg.checkpoint_dir, p + n);
+    return out;
+}
+
 // The job's last step becomes `step`, unless it ends earlier anyway.
 static void end_after(mt_job *job, int step) {
     if (step + 1 < job->end_step) job->end_step = step + 1;

@@ -64,6 +64,10 @@ typedef struct {
     double longest_step;           // seconds; the watchdog waits 3 of these when longer
     int end_step;                  // steps, or --stop-at
     char resume_path[MT_PATH_MAX]; // the checkpoint folder to resume from ("" when fresh)
+    // The run folder (cfg.checkpoint_dir), held open for the job's life: "/proc/self/fd/N", the
+    // path every file of the run is written through (job_hold_run_folder). cfg.checkpoint_dir
+    // stays the name the user gave, for messages.
+    char run_at[MT_PATH_MAX];
     char job_id[80];
     struct hf_index *hf; // model_dir's weights, checked at setup (optimizer ranks; else NULL)
 } mt_job;
@@ -140,6 +144,13 @@ static inline int job_writes(const mt_job *j) {
 // polls, decides the step and tells the others (CONTROL_STOP).
 int job_stop_requested(void);
 // The job ends after `step` (it saves there): the compute rank's decision, or what it told.
+// Opens the run folder (made when missing) and keeps it open: checkpoints, LATEST, pruning,
+// metrics and TensorBoard go through job->run_at, so a run folder moved, or swapped for a link
+// to another run, mid-job still gets this job's files, never the other run. Under mtrun it must
+// be the folder mtrun locked (MT_RUN_FOLDER); else one line and exit 2.
+void job_hold_run_folder(mt_job *job);
+// p with job->run_at shown as the folder's name (cfg.checkpoint_dir), for messages.
+const char *job_run_shown(const mt_job *job, const char *p);
 void job_stop_after(mt_job *job, int step);
 
 // The watchdog: the next control message, or, when none comes within watchdog_s (or 3 times

@@ -3,11 +3,13 @@
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include "shm/syscheck.h"
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // ---- the terminal ----
@@ -167,6 +169,50 @@ static void print_plain(metrics *mx, const step_info *s) {
 
 // ---- the record ----
 
+// One record out to metrics.jsonl in one write(2), whole or not at all: a disk that fills up
+// leaves no cut line behind (a part written is taken back), and a later line, or a resumed run,
+// never continues half a record. The first one lost is said in one line; the job goes on.
+static void line_out(metrics *mx) {
+    off_t len = fflush(mx->jsonl) == 0 ? ftello(mx->jsonl) : -1;
+    struct stat st;
+    int err = len < 0 || fstat(mx->fd, &st) != 0 ? errno : 0;
+    ssize_t n = err ? -1 : write(mx->fd, mx->line, (size_t)len);
+    if (!err && n != (ssize_t)len) err = n < 0 ? errno : ENOSPC;
+    if (err && n > 0 && ftruncate(mx->fd, st.st_size) != 0) err = errno;
+    if (err && !mx->lost++)
+        fprintf(stderr,
+                "metrics: %s/metrics.jsonl: a record could not be written (%s); records that "
+                "fail are left out whole, training goes on\n",
+                mt_shown(mx->job->cfg.checkpoint_dir), strerror(err));
+    rewind(mx->jsonl);
+}
+
+// A resumed run appends to metrics.jsonl: a last line cut short (a disk that filled up under an
+// earlier version, a crash mid-write) is removed first, so that the file stays JSON Lines.
+static void drop_cut_line(metrics *mx) {
+    struct stat st;
+    char buf[4096];
+    SYS_CHECK(fstat(mx->fd, &st));
+    off_t end = st.st_size, at = end;
+    while (at > 0) {
+        size_t n = at < (off_t)sizeof buf ? (size_t)at : sizeof buf;
+        if (pread(mx->fd, buf, n, at - (off_t)n) != (ssize_t)n) return; // left as it is
+        size_t i = n;
+        while (i > 0 && buf[i - 1] != '\n') i--;
+        if (i > 0) {
+            at -= (off_t)(n - i);
+            break;
+        }
+        at -= (off_t)n;
+    }
+    if (at == end) return;
+    SYS_CHECK(ftruncate(mx->fd, at));
+    fprintf(stderr,
+            "metrics: %s/metrics.jsonl ended in a record cut short (%lld bytes, from an earlier "
+            "run that could not finish it): removed it\n",
+            mt_shown(mx->job->cfg.checkpoint_dir), (long long)(end - at));
+}
+
 void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_groups) {
     memset(mx, 0, sizeof *mx);
     mx->job = job;
@@ -176,12 +222,14 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
     const char *every = getenv("MT_PROGRESS_S");
     mx->progress_every = every && *every ? atof(every) : 30;
     const mt_config *c = &job->cfg;
-    make_dirs(c->checkpoint_dir);
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c->checkpoint_dir);
-    mx->jsonl = fopen_nofollow(path, "a"); // appending: a resumed run continues the record
+    snprintf(path, sizeof path, "%s/metrics.jsonl", job->run_at); // the folder held open
+    // Appending: a resumed run continues the record. Read too, to find a cut last line.
+    mx->fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (mx->fd >= 0) drop_cut_line(mx);
+    mx->jsonl = mx->fd < 0 ? NULL : open_memstream(&mx->line, &mx->line_size);
     if (!mx->jsonl)
-        mt_die("%s: %s", path,
+        mt_die("%s: %s", job_run_shown(job, path),
                errno == ELOOP ? "a symbolic link: not writing through it" : strerror(errno));
     // The formula: 6 N per token plus attention's 12 * layers * dim * seq.
     mx->flops_per_token = plan_model_flops_per_token(c);
@@ -195,8 +243,8 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
             "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
             job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
             backend, mx->tokens_per_step, mx->flops_per_token, mx->peak_flops);
-    fflush(mx->jsonl);
-    mx->tb = tb_open(c->checkpoint_dir);
+    line_out(mx);
+    mx->tb = tb_open(job->run_at, c->checkpoint_dir);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
            model_param_count(c) / 1e6, job->n_groups, job->n_shards, mx->tokens_per_step,
@@ -219,7 +267,7 @@ void metrics_memory(metrics *mx, size_t device_bytes, int kept, int passes) {
     if (!mx->jsonl) return;
     fprintf(mx->jsonl, "{\"event\":\"memory\",\"device_bytes\":%zu,\"kept\":%d,\"passes\":%d}\n",
             device_bytes, kept, passes);
-    fflush(mx->jsonl);
+    line_out(mx);
     if (device_bytes) {
         tb_begin(mx->tb, mx->job->start_step);
         tb_scalar(mx->tb, "memory/gpu_gib", device_bytes / 1073741824.0);
@@ -395,7 +443,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     if (s.mem_total > 0) fprintf(mx->jsonl, ",\"node_mem_used\":%.0f", s.mem_used);
     write_transfer_stats(mx, st, s.dt);
     fputs("}\n", mx->jsonl);
-    fflush(mx->jsonl);
+    line_out(mx);
     write_tensorboard(mx, &s, &st);
     advise_on_stall(mx, &st, s.dt);
 }
@@ -406,7 +454,7 @@ void metrics_eval(metrics *mx, int64_t step, double loss) {
     char loss_text[32];
     json_number(loss_text, sizeof loss_text, "%.17g", loss);
     fprintf(mx->jsonl, "{\"step\":%lld,\"eval_loss\":%s}\n", (long long)step, loss_text);
-    fflush(mx->jsonl);
+    line_out(mx);
     tb_begin(mx->tb, step);
     tb_scalar(mx->tb, "eval/loss", loss);
     tb_end(mx->tb);
@@ -422,7 +470,9 @@ void metrics_close(metrics *mx) {
     if (mx->live_shown) fputc('\n', stdout); // leave the last live line on the screen
     mx->live_shown = 0;
     fflush(stdout);
-    if (mx->jsonl) fclose(mx->jsonl);
+    fclose(mx->jsonl);
+    free(mx->line);
+    SYS_CHECK(close(mx->fd));
     mx->jsonl = NULL;
     tb_close(mx->tb);
     mx->tb = NULL;

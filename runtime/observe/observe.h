@@ -49,7 +49,7 @@ void trace_finish(void);
 // Event files of scalars in the run folder, for `tensorboard --logdir runs/` (tensorboard.c has
 // the format). NULL when the file cannot be made (said on stderr); every call takes NULL.
 typedef struct tb_writer tb_writer;
-tb_writer *tb_open(const char *dir);
+tb_writer *tb_open(const char *dir, const char *shown_dir); // dir: where; shown_dir: its name
 // One event per step: tb_begin, any number of tb_scalar (non-finite values are left out; tags
 // under 128 bytes), then tb_end writes and flushes it.
 void tb_begin(tb_writer *w, int64_t step);
@@ -89,7 +89,13 @@ typedef struct {
 
 typedef struct {
     mt_job *job;
+    // metrics.jsonl: each record is formatted into jsonl (a memory stream) and goes out to fd
+    // in one write, whole or not at all (metrics_line_out); lost: records that could not be
+    // written (said once)
     FILE *jsonl;
+    char *line;
+    size_t line_size;
+    int fd, lost;
     tb_writer *tb; // the same scalars for TensorBoard
     double run_start, step_start, step_stop, flops_per_token;
     long tokens_per_step; // every node's: the global batch

@@ -23,12 +23,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 struct tb_writer {
     FILE *f;
-    char path[PATH_MAX];
+    char path[PATH_MAX];     // where it is written (the run folder held open)
+    char shown[PATH_MAX];    // its name, for messages
     unsigned char buf[4096]; // one event being encoded
     size_t len, summary_at;  // where the summary's length goes once its values are in
     int64_t step;
@@ -106,7 +108,7 @@ static void write_event(tb_writer *w) {
     put_le(tail, masked_crc(w->buf, w->len), 4);
     if (fwrite(head, 1, 12, w->f) != 12 || fwrite(w->buf, 1, w->len, w->f) != w->len ||
         fwrite(tail, 1, 4, w->f) != 4 || fflush(w->f) != 0) {
-        fprintf(stderr, "tensorboard: %s: %s; no more events\n", mt_shown(w->path),
+        fprintf(stderr, "tensorboard: %s: %s; no more events\n", mt_shown(w->shown),
                 strerror(errno));
         fclose(w->f);
         w->f = NULL;
@@ -115,17 +117,23 @@ static void write_event(tb_writer *w) {
 
 // ---- the writer ----
 
-tb_writer *tb_open(const char *dir) {
+tb_writer *tb_open(const char *dir, const char *shown_dir) {
     tb_writer *w = calloc(1, sizeof *w);
     if (!w) mt_die("out of memory");
-    char host[64] = "host";
+    char host[64] = "host", name[160];
     gethostname(host, sizeof host - 1);
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d.mtc", dir,
-             (long long)time(NULL), host, (int)getpid());
+    snprintf(name, sizeof name, "events.out.tfevents.%lld.%s.%d.mtc", (long long)time(NULL), host,
+             (int)getpid());
+    snprintf(w->path, sizeof w->path, "%s/%s", dir, name);
+    snprintf(w->shown, sizeof w->shown, "%s/%s", shown_dir, name);
     w->f = fopen_nofollow(w->path, "x");
     if (!w->f) {
-        fprintf(stderr, "tensorboard: %s: %s; the run writes no events\n", mt_shown(w->path),
-                strerror(errno));
+        // O_EXCL says EEXIST before O_NOFOLLOW can say ELOOP: a planted link is named as one.
+        int err = errno;
+        struct stat st;
+        int link = err == EEXIST && lstat(w->path, &st) == 0 && S_ISLNK(st.st_mode);
+        fprintf(stderr, "tensorboard: %s: %s; the run writes no events\n", mt_shown(w->shown),
+                link ? "a symbolic link: not writing through it" : strerror(err));
         free(w);
         return NULL;
     }

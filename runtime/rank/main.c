@@ -130,6 +130,7 @@ static void setup(mt_job *job, const job_args *args, engine **eng) {
     }
     job_make_layouts(job);
     resolve_checkpoints(job);
+    job_hold_run_folder(job);
     check_hf_dirs(job);
     job_start(job);
 }
