@@ -8,6 +8,9 @@
 #                                 fp32 gradient slots and again with bf16 ones
 #   the NVMe tier:                storage.dir's bytes (per rank, gradients, moments, windows);
 #                                 120B, 175B and 405B fit their hosts with it
+#   configs/qwen3-30b-a3b.cfg:    Mixture of Experts (runtime/engine/moe_cuda.c, moe_mlp.c,
+#                                 backend_cpu.c), head_dim != dim / heads and qk_norm; the
+#                                 active parameters and the break-even of the GPU's wait
 # usage: plan_numbers.sh MTRUN REPO_ROOT
 set -u
 MTRUN=$1
@@ -54,9 +57,18 @@ expected() {
         V = ("vocab" in cfg) ? cfg["vocab"] : 256
         tied = ("tied_embeddings" in cfg) ? (cfg["tied_embeddings"] == "true") : 1
         B = cfg["micro_batch"]; M = cfg["micro_batches"]; T = cfg["seq_len"]
-        hd = D / H; Q = H * hd; KV = KVH * hd; n = B * T
-        # parameter groups: embedding, L decoder layers, head (final norm [+ lm_head])
-        layer = D + Q * D + 2 * KV * D + D * Q + D + 3 * F * D
+        hd = ("head_dim" in cfg && cfg["head_dim"] > 0) ? cfg["head_dim"] : D / H
+        Q = H * hd; KV = KVH * hd; n = B * T
+        # Mixture of Experts (every layer, as in the configs checked): E experts of MF, top TK
+        E = ("experts" in cfg) ? cfg["experts"] : 0; TK = ("top_k" in cfg) ? cfg["top_k"] : 2
+        MF = ("moe_ffn_dim" in cfg) ? cfg["moe_ffn_dim"] : F; LM = E > 0 ? L : 0
+        QKN = ("qk_norm" in cfg) ? cfg["qk_norm"] : "none"
+        # parameter groups: embedding, L decoder layers, head (final norm [+ lm_head]); an MoE
+        # layer has the router [E, D] and E x 3 expert matrices instead of the dense MLP;
+        # qk_norm adds a q and a k weight (head: head_dim each; all: the whole projections)
+        mlp = E > 0 ? E * D + 3 * E * MF * D : 3 * F * D
+        layer = D + Q * D + 2 * KV * D + D * Q + D + mlp
+        layer += QKN == "head" ? 2 * hd : QKN == "all" ? Q + KV : 0
         G = L + 2; numel[0] = V * D; numel[G - 1] = D + (tied ? 0 : V * D)
         for (g = 1; g <= L; g++) numel[g] = layer
         params = 0; for (g = 0; g < G; g++) params += numel[g]
@@ -121,7 +133,15 @@ expected() {
         if (BE > L) BE = L
         acts = 4 * (int(L / BE) + BE) * M * n * D; dres = 4 * M * n * D
         lay = 6*n*D + 4*n*Q + 4*n*KV + 6*n*F + 2*n + B*H*T      # layer.c scratch, floats
-        cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n)   # + head scratch, token ids
+        # moe_mlp.c for the micro-batch: probs, d_logits [n, E]; weight, d_weight, expert,
+        # row_of, token_of [n TK]; counts and offsets [E + 1] per chunk; xp, yp, d_yp, d_xp
+        # [n TK, D]; gate, up, act, d_act, d_gate, d_up [n TK, MF]: all 4 bytes
+        rc = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (rc > n) rc = n
+        if (E > 0) lay += 2*n*E + 5*n*TK + 2 * int((n + rc - 1) / rc) * (E + 1) + 4*n*TK*D + 6*n*TK*MF
+        # backend_cpu.c: the MoE layer index, counts and psums per micro-batch, layer and
+        # expert, the aux gradient per micro-batch and expert
+        cpu_stats = E > 0 ? 4 * L + 8 * M * LM * E + 4 * M * E : 0
+        cpu_work = 4 * (lay + 3*n*D + n + hd/2 + 4*M*n) + cpu_stats # + head scratch, token ids
         out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
         out("compute_host.activations", acts); out("compute_host.residual", dres)
         out("compute_host.working", cpu_work)
@@ -155,8 +175,17 @@ expected() {
         headgpu = 2*r*D + 4*n*M + 4*V + up(chunk * pv * 4, 256) + up(chunk * pv * 2, 256) + 8*n*M
         # + the 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
         # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
+        # cu_moe_alloc for a chunk of r tokens, P = r TK pairs: fp32 logits, probs and bf16
+        # d_logits [r, E]; fp32 weight, d_weight and int32 expert, row_of, token_of [P]; int32
+        # counts [E], offsets [E + 1] and the dispatch tiles (2048 pairs each) x E; bf16 xp, yp,
+        # d_yp, d_xp [P, D]; bf16 gate, up, act, d_gate, d_up and fp32 d_act [P, MF]; the aux
+        # loss: fp32 psum [M, MoE layers, E] and its gradient [M, E]
+        P = r * TK; tiles = int((P + 2047) / 2048); if (tiles < 1) tiles = 1
+        moegpu = E > 0 ? 10*r*E + 20*P + 4*E + 4*(E + 1) + 4*tiles*E + 8*P*D + 14*P*MF \
+                         + 4*M*LM*E + 4*M*E : 0
         gpu_work = laygpu + headgpu + 32 * 1048576 + 4 * (hd / 2) + 8 * 1024 + 4 * 8 \
-                   + 64 * 1048576 + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0)
+                   + 64 * 1048576 + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0) + moegpu
+        out("gpu.moe", moegpu); out("compute_host.moe", E > 0 ? 4 * (lay - (6*n*D + 4*n*Q + 4*n*KV + 6*n*F + 2*n + B*H*T)) + cpu_stats : 0)
         # the GPU updates the embedding and the first ceil(L / 8) layers itself (fp32 master,
         # m, v); those layers have buffers of their own
         own = numel[0] + nl * layer; resg = res + nl * layer
@@ -170,7 +199,10 @@ expected() {
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own + gpu_att)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
         # plus, on CUDA, the host piece that the state of the GPU-updated groups moves through
-        compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) : 8 * res + acts + dres + cpu_work + cpu_att
+        # (and the MoE routing statistics it copies back: pinned counts and offsets, counts and
+        # psums per micro-batch, layer and expert, the aux gradient, the layer index)
+        moehost = E > 0 ? 4*E + 4*(E + 1) + 8*M*LM*E + 4*E + 4*L : 0
+        compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) + moehost : 8 * res + acts + dres + cpu_work + cpu_att
         out("other_slots_grads", other)
         out("disk.grads", dgrads); out("disk.adam", dadam); out("disk.total", dgrads + dadam)
         out("disk.windows", wins)
@@ -223,6 +255,21 @@ sed -e 's/dim *= *4096;/dim = 3200;/' -e 's/ffn_dim *= *11008;/ffn_dim = 8640;/'
     >"$TMP/3b-hd100.cfg"
 grep -q 'ffn_dim = 8640' "$TMP/3b-hd100.cfg" || fail "3b-hd100: the config edit did not take"
 check 3b-hd100 "$TMP/3b-hd100.cfg" 5 1
+# Mixture of Experts: Qwen3-30B-A3B's shape (128 experts of 768, top 8; head dim 128 with dim 2048,
+# so q is twice dim wide; qk_norm per head) on the GPU, and OLMoE-1B-7B's (qk_norm over the whole
+# projections) on the CPU reference. The streaming buffers hold the largest layer, the working
+# set adds the MoE buffers, and the step estimate's compute counts the active parameters: all
+# but E - top_k experts of each layer, 3 x moe_ffn_dim x dim each.
+check qwen3-30b-a3b configs/qwen3-30b-a3b.cfg 5 1
+sed 's/^backend *= *"cuda";/backend = "cpu";/' configs/olmoe-1b-7b.cfg >"$TMP/olmoe-cpu.cfg"
+grep -q '^backend = "cpu";' "$TMP/olmoe-cpu.cfg" || fail "olmoe-cpu: the config edit did not take"
+check olmoe-cpu "$TMP/olmoe-cpu.cfg" 3 0
+awk '/^params /{p=$2} /^estimate.active_params /{a=$2} /^estimate.stream_break_even_tokens /{b=$2}
+     END { want = p - 48 * (128 - 8) * 3 * 768 * 2048
+           if (a != want) { print "active parameters " a ", expected " want; exit 1 }
+           if (!(b > 65536)) { print "break-even " b " tokens a step, expected more than 65,536"; exit 1 } }' \
+    "$TMP/qwen3-30b-a3b.got" >"$TMP/moe.err" && echo "ok   qwen3-30b-a3b: active parameters by hand, the GPU waits below the break-even" ||
+    fail "qwen3-30b-a3b: $(cat "$TMP/moe.err")"
 # The 100B and 120B configs on a 1.5 TB host and a 141 GB GPU: 100B fits with bf16 slots (auto
 # takes them: fp32 ones do not fit), and the GPU has room for the embedding's state only. 120B
 # trains with optimizer.clip = 0: its gradient slots are a ring of 4 groups' and it fits, at most
