@@ -60,3 +60,17 @@ extern "C" void cuda_round_bf16(float *x, long n, cudaStream_t stream) {
     round_bf16_kernel<<<(unsigned)blocks_for(n), THREADS, 0, stream>>>(x, n);
     CUDA_CHECK_LAUNCH();
 }
+
+// bf16 -> fp32, exact: the qk-norms' backward takes its incoming gradient in fp32.
+__global__ void bf16_to_float_kernel(float *out, const __nv_bfloat16 *in, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+         i += (long)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(in[i]);
+}
+
+extern "C" void cuda_bf16_to_float(float *out, const bf16 *in, long n, cudaStream_t stream) {
+    if (n <= 0) return;
+    int blocks = (int)((n + 255) / 256 < 65535 * 8 ? (n + 255) / 256 : 65535 * 8);
+    bf16_to_float_kernel<<<blocks, 256, 0, stream>>>(out, (const __nv_bfloat16 *)in, n);
+    CUDA_CHECK(cudaGetLastError());
+}

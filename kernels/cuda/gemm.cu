@@ -26,7 +26,8 @@
 
 namespace {
 
-const int PLANS = 64;      // the engine uses ~10 shapes; a full table evicts round-robin
+const int PLANS =
+    128; // the dense engine uses ~10 shapes, the experts ~6 per row bucket; round-robin
 const int CANDIDATES = 16; // the heuristic's algorithms asked for: its best, and (benchmarks) more
 
 // One matmul, in cuBLAS (column-major) terms.
@@ -92,6 +93,7 @@ struct cuda_gemm {
     int next_victim;
     int rank;              // which of the heuristic's algorithms to use: 0, its best
     const gemm_plan *last; // the plan of the last matmul
+    int bucketed;          // cuda_gemm_bucket_rows
 };
 
 namespace {
@@ -186,6 +188,10 @@ extern "C" cuda_gemm *cuda_gemm_new(size_t workspace_bytes) {
     return g;
 }
 
+extern "C" void cuda_gemm_bucket_rows(cuda_gemm *g, int on) {
+    g->bucketed = on;
+}
+
 extern "C" void cuda_gemm_use_rank(cuda_gemm *g, int rank) {
     for (int i = 0; i < PLANS; i++) plan_release(&g->plans[i]);
     g->rank = rank < 0 ? 0 : rank >= CANDIDATES ? CANDIDATES - 1 : rank;
@@ -220,6 +226,36 @@ extern "C" void cuda_gemm_free(cuda_gemm *g) {
     free(g);
 }
 
+// Rows counted in tokens (the experts' products): the plan of the token count rounded up to a
+// power of two, whatever the first count seen (so a resumed run picks the same algorithms),
+// run on layouts of the exact sizes. The token count is row-major M (cuBLAS n) for the forward
+// and input products, K for the weight product (trans_a).
+static unsigned bucket_of(int v) {
+    unsigned b = 1;
+    while (b < (unsigned)v) b <<= 1;
+    return b;
+}
+
+static void bucketed_matmul(cuda_gemm *g, const gemm_key &exact, int trans_a, const bf16 *a,
+                            const bf16 *b, void *c, float beta, cudaStream_t stream) {
+    gemm_key k = exact;
+    if (trans_a)
+        k.k = (int)bucket_of(exact.k);
+    else
+        k.n = (int)bucket_of(exact.n);
+    const gemm_plan *p = g->last = plan_get(g, k);
+    cublasLtMatrixLayout_t la = make_layout(CUDA_R_16BF, exact.ta, exact.m, exact.k, exact.lda);
+    cublasLtMatrixLayout_t lb = make_layout(CUDA_R_16BF, exact.tb, exact.k, exact.n, exact.ldb);
+    cublasLtMatrixLayout_t lc =
+        make_layout(exact.c_f32 ? CUDA_R_32F : CUDA_R_16BF, 0, exact.m, exact.n, exact.ldc);
+    float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(g->lt, p->desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &p->algo,
+                                g->workspace, g->workspace_bytes, stream));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
+}
+
 extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, float beta,
                                    const bf16 *a, long lda, int trans_a, const bf16 *b, long ldb,
                                    int trans_b, int M, int N, int K, cudaStream_t stream) {
@@ -235,11 +271,12 @@ extern "C" void cuda_gemm_rowmajor(cuda_gemm *g, void *c, int c_f32, long ldc, f
     // Stored rows must hold what op() reads, or cuBLASLt would read past them.
     if (lda < (trans_a ? M : K) || ldb < (trans_b ? K : N) || ldc < N)
         gemm_die("leading dimension smaller than a row", k);
-    const gemm_plan *p = g->last = plan_get(g, k);
     kt_work(stream, KT_GEMM, 2.0 * M * N * K, 0, "gemm %c%c M %d N %d K %d -> %s%s",
             trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, c_f32 ? "fp32" : "bf16",
             beta != 0.0f ? " +=" : "");
     float alpha = 1.0f;
+    if (g->bucketed) return bucketed_matmul(g, k, trans_a, a, b, c, beta, stream);
+    const gemm_plan *p = g->last = plan_get(g, k);
     CUBLAS_CHECK(cublasLtMatmul(g->lt, p->desc, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, c,
                                 p->lc, &p->algo, g->workspace, g->workspace_bytes, stream));
 }

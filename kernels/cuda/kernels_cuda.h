@@ -31,6 +31,7 @@ void cuda_adamw(float *p, float *m, float *v, bf16 *out, const float *g, long n,
 // fp32 master weights, gradients leaving for bf16 slots; cuda_round_bf16 rounds in place.
 void cuda_float_to_bf16(bf16 *out, const float *in, long n, cudaStream_t stream);
 void cuda_round_bf16(float *x, long n, cudaStream_t stream);
+void cuda_bf16_to_float(float *out, const bf16 *in, long n, cudaStream_t stream); // exact
 
 // embedding.cu: out[t] = table[tokens[t]] (fp32 out); backward: dtable[tokens[t]] += dout[t].
 void cuda_embedding_forward(float *out, const int32_t *tokens, const bf16 *table, int n, int dim,
@@ -145,6 +146,9 @@ void cuda_gemm_free(cuda_gemm *g);
 // default, is its best); and the last matmul's algorithm, described into desc, with the number
 // of algorithms the heuristic offered for it.
 void cuda_gemm_use_rank(cuda_gemm *g, int rank);
+// With on, the products' token counts (rows that vary call to call: the experts') share the
+// plan of their power-of-two bucket instead of asking cuBLASLt's heuristic for each new count.
+void cuda_gemm_bucket_rows(cuda_gemm *g, int on);
 int cuda_gemm_last_algo(const cuda_gemm *g, char *desc, size_t n);
 // The general row-major product behind the linear calls, for callers with padded rows:
 // c[M, N] (row stride ldc) = op(a)[M, K] . op(b)[K, N] + beta * c, with op(x) = x^T when

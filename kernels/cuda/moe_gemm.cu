@@ -148,11 +148,13 @@ extern "C" void cuda_experts_forward(cuda_gemm *g, void *out, int out_f32, float
         free(p);
         if (done) return;
     }
+    cuda_gemm_bucket_rows(g, 1);
     for (int e = 0; e < E; e++)
         if (counts_host[e] > 0)
             cuda_linear_forward(g, (char *)out + (size_t)offsets_host[e] * oc * es, out_f32, beta,
                                 in + (size_t)offsets_host[e] * ic, w + (size_t)e * oc * ic,
                                 counts_host[e], ic, oc, stream);
+    cuda_gemm_bucket_rows(g, 0);
 }
 
 extern "C" void cuda_experts_backward_input(cuda_gemm *g, void *din, int din_f32, float beta,
@@ -184,11 +186,13 @@ extern "C" void cuda_experts_backward_input(cuda_gemm *g, void *din, int din_f32
         free(p);
         if (done) return;
     }
+    cuda_gemm_bucket_rows(g, 1);
     for (int e = 0; e < E; e++)
         if (counts_host[e] > 0)
             cuda_linear_backward_input(g, (char *)din + (size_t)offsets_host[e] * ic * es, din_f32,
                                        beta, dout + (size_t)offsets_host[e] * oc,
                                        w + (size_t)e * oc * ic, counts_host[e], ic, oc, stream);
+    cuda_gemm_bucket_rows(g, 0);
 }
 
 extern "C" void cuda_experts_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout,
@@ -218,9 +222,11 @@ extern "C" void cuda_experts_backward_weight(cuda_gemm *g, float *dw, const bf16
         free(p);
         if (done) return;
     }
+    cuda_gemm_bucket_rows(g, 1);
     for (int e = 0; e < E; e++)
         if (counts_host[e] > 0)
             cuda_linear_backward_weight(
                 g, dw + (size_t)e * oc * ic, dout + (size_t)offsets_host[e] * oc,
                 in + (size_t)offsets_host[e] * ic, counts_host[e], ic, oc, stream);
+    cuda_gemm_bucket_rows(g, 0);
 }

@@ -5,6 +5,7 @@
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/engine/layer_cuda.h"
+#include "runtime/engine/moe_cuda.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"
 #include <math.h>
@@ -73,6 +74,16 @@ static double cu_take_loss(backend *b) {
     return total;
 }
 
+static void cu_head_moe(backend *b, const void *head_w, const void *cls_w, float *head_g,
+                        float *cls_g, const float *x, float *dx, int m, float dloss, float daux) {
+    cu_moe_head(b, m, daux);
+    cu_head(b, head_w, cls_w, head_g, cls_g, x, dx, m, dloss);
+}
+
+static double cu_take_aux(backend *b, int64_t *load) {
+    return b->moe.layers ? cu_moe_take_aux(b, load) : 0.0;
+}
+
 static void cu_set_shape(backend *b, int B, int T) {
     b->B = B, b->T = T;
 }
@@ -119,6 +130,7 @@ static int cu_keep_reserve(backend *b, int wanted) {
     layer_saved measured;
     size_t bytes = carve_saved(b, NULL, &measured, 1), free_bytes, total;
     if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
+    if (mt_qk_norm(b->c) != QK_NONE) wanted = 0;  // the norms' fp32 inputs are not kept
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const char *env = getenv("MT_GPU_MARGIN_GIB");
     double gib = env && atof(env) > 0 ? atof(env) : 1.0;
@@ -177,6 +189,22 @@ static void alloc_layer_set(backend *b) {
     b->attn_scratch = dev(
         b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads, c->kv_heads, (int)hd),
         1);
+}
+
+// qk_norm: fp32 q and k for the whole micro-batch (the norms' inputs), their statistics, and
+// two fp32 q-sized halves for the norms' backward.
+static void alloc_qk_norm_set(backend *b) {
+    const mt_config *c = b->c;
+    if (mt_qk_norm(c) == QK_NONE) return;
+    size_t n = b->max_tokens, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    b->q_raw = dev(b, n * Q, 4), b->k_raw = dev(b, n * KV, 4);
+    b->rstd_q = dev(b, n * c->heads, 4), b->rstd_k = dev(b, n * c->kv_heads, 4);
+    b->qk_scratch = dev(b, 2 * n * Q, 4);
+    int width = mt_qk_norm(c) == QK_ALL ? (int)KV : (int)hd;
+    size_t rows = mt_qk_norm(c) == QK_ALL ? n : n * c->heads;
+    size_t fq = cuda_rmsnorm_scratch_floats((int)rows, mt_qk_norm(c) == QK_ALL ? (int)Q : (int)hd);
+    size_t fk = cuda_rmsnorm_scratch_floats((int)rows, width);
+    b->norm_qk = dev(b, fq > fk ? fq : fk, 4);
 }
 
 static void alloc_head_set(backend *b) {
@@ -345,16 +373,16 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
-    tensor_info t[MODEL_MAX_TENSORS];
-    uint64_t numel;
-    int nt = model_group_tensors(c, model_layer_group(0), t, &numel);
-    for (int i = 0; i < nt; i++) b->offsets[i] = t[i].offset;
+    for (int l = 0; l < c->layers; l++)
+        model_layer_offsets(c, l, b->offsets[mt_layer_is_moe(c, l)]);
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);
     offload_streams_new(b);
     b->gemm = cuda_gemm_new(32u << 20);
     upload_inv_freq(b);
     alloc_layer_set(b);
+    alloc_qk_norm_set(b);
+    cu_moe_alloc(b);
     alloc_head_set(b);
     return b;
 }
@@ -377,8 +405,9 @@ const backend_ops *backend_cuda_ops(void) {
         cu_attention_reserve,
         cu_layer_forward,
         cu_layer_backward,
-        cu_head,
+        cu_head_moe,
         cu_take_loss,
+        cu_take_aux,
         cu_set_shape,
         cu_last_logits,
         cu_destroy,

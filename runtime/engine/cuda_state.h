@@ -8,13 +8,36 @@
 #include "runtime/engine/backend.h"
 #include "runtime/model/model.h"
 
-typedef struct { // one layer's weights inside a fetched bf16 buffer (biases: NULL if none)
+// One layer's weights inside a fetched bf16 buffer, by role (model.h's layer_params; NULL where
+// the layer has none): a dense MLP's three, or a MoE MLP's router, expert blocks and shared
+// expert.
+typedef struct {
     const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
+    const bf16 *q_norm, *k_norm, *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down,
+        *sh_route;
 } layer_w;
 
 typedef struct { // the same layer's fp32 gradients
     float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
+    float *q_norm, *k_norm, *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down,
+        *sh_route;
 } layer_g;
+
+// A MoE MLP's working set for one chunk of tokens (moe_cuda.c): P = chunk x top_k pairs.
+typedef struct {
+    float *logits, *probs, *weight, *d_weight, *d_act, *sh_logit, *sh_dact;
+    int32_t *expert, *row_of, *token_of, *counts, *offsets;
+    int32_t *counts_host, *offsets_host; // pinned: the experts' GEMMs are launched from the host
+    bf16 *xp, *gate, *up, *act, *yp, *d_yp, *d_gate, *d_up, *d_xp, *d_logits;
+    bf16 *sh_gate, *sh_up, *sh_act, *sh_y, *d_sh_y, *d_sh_gate, *d_sh_up, *d_sh_logit;
+    void *dispatch_scratch;
+    // the load-balancing loss: per micro-batch and MoE layer, tokens per expert (host, summed
+    // over the chunks) and probability sums (device); per micro-batch its gradient (device)
+    int *moe_index, layers, aux_micro;
+    int32_t *counts_all;
+    float *psum_all, *psum_host, *aux_g, *aux_g_host;
+    double aux;
+} moe_set;
 
 // What a layer's backward needs from its forward beyond x and cannot cheaply redo: the
 // normalized inputs (n1, n2) and the SwiGLU product are recomputed from x, h, gate and up.
@@ -30,7 +53,10 @@ struct backend {
     // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
     // buffers are a chunk's; attention and RoPE see the whole micro-batch.
     int B, T, max_tokens, seq_chunk, chunk, loss_micro;
-    uint64_t offsets[MODEL_MAX_TENSORS];
+    uint64_t offsets[2][T_ROLES]; // each role's offset in a dense [0] and a MoE [1] layer
+    moe_set moe;
+    // qk_norm: q and k from their projections in fp32 (the norm's input), the norms' statistics
+    float *q_raw, *k_raw, *rstd_q, *rstd_k, *qk_scratch, *norm_qk;
     cudaStream_t s;
     cuda_gemm *gemm;
     float *inv_freq;

@@ -5,9 +5,9 @@
 
 #include "runtime/engine/cuda_state.h"
 
-void cu_layer_forward(backend *b, int m, const void *wbuf, const float *x, float *out, int keep,
-                      att_ref att);
-void cu_layer_backward(backend *b, int m, const void *wbuf, float *dwbuf, const float *x,
+void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x, float *out,
+                      int keep, att_ref att);
+void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att);
 void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
              const float *x, float *dx, int m, float dloss);

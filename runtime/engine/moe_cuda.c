@@ -1,0 +1,215 @@
+// A Mixture-of-Experts MLP on the GPU (runtime/engine/moe_mlp.c is its CPU reference): the
+// router's GEMM, softmax and top-k, the tokens permuted by expert (histogram, scan, permute:
+// kernels/cuda/moe.cu), each expert's SwiGLU on its rows (cuBLASLt), and the un-permute with
+// the routing weights summed in fp32; the shared expert beside it. The backward recomputes the
+// routing and the experts' internals from the MLP's input, as the dense layer recomputes its
+// own: they are too large to keep (top_k rows a token).
+#include "runtime/engine/moe_cuda.h"
+#include "shm/syscheck.h"
+#include <stdlib.h>
+#include <string.h>
+
+static void *dev_bytes(size_t bytes) {
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+    if (rc != cudaSuccess)
+        mt_die("GPU out of memory allocating %zu MiB for a MoE layer's working set (%s): a "
+               "smaller batch.seq_chunk would fit",
+               bytes >> 20, cudaGetErrorString(rc));
+    return p;
+}
+
+void cu_moe_alloc(backend *b) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    if (c->experts <= 0) return;
+    size_t r = b->seq_chunk, E = c->experts, P = r * c->top_k, D = c->dim, F = c->moe_ffn_dim;
+    size_t S = c->shared_ffn_dim, M = c->micro_batches;
+    s->logits = dev_bytes(r * E * 4), s->probs = dev_bytes(r * E * 4);
+    s->d_logits = dev_bytes(r * E * 2);
+    s->weight = dev_bytes(P * 4), s->d_weight = dev_bytes(P * 4);
+    s->expert = dev_bytes(P * 4), s->row_of = dev_bytes(P * 4), s->token_of = dev_bytes(P * 4);
+    s->counts = dev_bytes(E * 4), s->offsets = dev_bytes((E + 1) * 4);
+    CUDA_CHECK(cudaMallocHost((void **)&s->counts_host, E * 4));
+    CUDA_CHECK(cudaMallocHost((void **)&s->offsets_host, (E + 1) * 4));
+    s->dispatch_scratch = dev_bytes(cuda_moe_dispatch_scratch_bytes((int)r, (int)E, c->top_k));
+    bf16 **pd[] = {&s->xp, &s->yp, &s->d_yp, &s->d_xp};
+    for (size_t i = 0; i < sizeof pd / sizeof *pd; i++) *pd[i] = dev_bytes(P * D * 2);
+    bf16 **pf[] = {&s->gate, &s->up, &s->act, &s->d_gate, &s->d_up};
+    for (size_t i = 0; i < sizeof pf / sizeof *pf; i++) *pf[i] = dev_bytes(P * F * 2);
+    s->d_act = dev_bytes(P * F * 4);
+    if (S) {
+        bf16 **ps[] = {&s->sh_gate, &s->sh_up, &s->sh_act, &s->d_sh_gate, &s->d_sh_up};
+        for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) *ps[i] = dev_bytes(r * S * 2);
+        s->sh_dact = dev_bytes(r * S * 4);
+        s->sh_y = dev_bytes(r * D * 2), s->d_sh_y = dev_bytes(r * D * 2);
+        s->sh_logit = dev_bytes(r * 4), s->d_sh_logit = dev_bytes(r * 2);
+    }
+    s->layers = mt_moe_layers(c);
+    s->moe_index = calloc(c->layers, sizeof *s->moe_index);
+    size_t stats = M * s->layers * E;
+    s->counts_all = calloc(stats, sizeof *s->counts_all);
+    s->psum_host = calloc(stats, sizeof *s->psum_host);
+    s->aux_g_host = calloc(E, sizeof *s->aux_g_host);
+    if (!s->moe_index || !s->counts_all || !s->psum_host || !s->aux_g_host) mt_die("out of memory");
+    for (int l = 0, i = 0; l < c->layers; l++) s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+    s->psum_all = dev_bytes(stats * 4);
+    s->aux_g = dev_bytes(M * E * 4);
+    CUDA_CHECK(cudaMemset(s->aux_g, 0, M * E * 4));
+}
+
+// The routing of one chunk: logits, probabilities, top-k, the dispatch, and its counts on the
+// host (the experts' GEMMs are sized there: the host waits for the router here).
+static void route(backend *b, const layer_w *w, const bf16 *n2, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int E = c->experts, k = c->top_k;
+    cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, c->dim, E, b->s);
+    cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, c->norm_topk_prob,
+                           b->s);
+    cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
+                      s->dispatch_scratch, b->s);
+    CUDA_CHECK(cudaMemcpyAsync(s->counts_host, s->counts, E * 4, cudaMemcpyDeviceToHost, b->s));
+    CUDA_CHECK(
+        cudaMemcpyAsync(s->offsets_host, s->offsets, (E + 1) * 4, cudaMemcpyDeviceToHost, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+}
+
+// Each expert's SwiGLU on its rows: yp = down(silu(gate(xp)) * up(xp)).
+static void experts_forward(backend *b, const layer_w *w, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
+    long P = (long)rows * c->top_k;
+    cuda_moe_gather(s->xp, b->n2, s->token_of, (int)P, D, b->s);
+    cuda_experts_forward(b->gemm, s->gate, 0, 0, s->xp, w->exp_gate, E, s->counts_host,
+                         s->offsets_host, D, F, b->s);
+    cuda_experts_forward(b->gemm, s->up, 0, 0, s->xp, w->exp_up, E, s->counts_host, s->offsets_host,
+                         D, F, b->s);
+    cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
+    cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->counts_host,
+                         s->offsets_host, F, D, b->s);
+}
+
+static void shared_forward(backend *b, const layer_w *w, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int D = c->dim, S = c->shared_ffn_dim;
+    cuda_linear_forward(b->gemm, s->sh_gate, 0, 0, b->n2, w->sh_gate, rows, D, S, b->s);
+    cuda_linear_forward(b->gemm, s->sh_up, 0, 0, b->n2, w->sh_up, rows, D, S, b->s);
+    cuda_swiglu_forward(s->sh_act, s->sh_gate, s->sh_up, (long)rows * S, b->s);
+    cuda_linear_forward(b->gemm, s->sh_y, 0, 0, s->sh_act, w->sh_down, rows, S, D, b->s);
+    cuda_linear_forward(b->gemm, s->sh_logit, 1, 0, b->n2, w->sh_route, rows, D, 1, b->s);
+}
+
+// Micro-batch m's routing statistics in MoE layer l: tokens per expert (host) and probability
+// sums (device), summed over its chunks in order.
+static void record(backend *b, int l, int m, int t0, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int E = c->experts;
+    size_t at = ((size_t)m * s->layers + s->moe_index[l]) * E;
+    if (t0 == 0) memset(s->counts_all + at, 0, sizeof(int32_t) * E);
+    for (int e = 0; e < E; e++) s->counts_all[at + e] += s->counts_host[e];
+    cuda_moe_prob_sums(s->psum_all + at, s->probs, rows, E, t0 > 0, b->s);
+}
+
+void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int t0, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    route(b, w, b->n2, rows);
+    record(b, l, m, t0, rows);
+    experts_forward(b, w, rows);
+    cuda_moe_combine(out, s->yp, s->row_of, s->weight, rows, c->top_k, c->dim, b->s);
+    if (!w->sh_gate) return;
+    shared_forward(b, w, rows);
+    cuda_moe_gate_scale_forward(out, s->sh_y, s->sh_logit, rows, c->dim, b->s);
+}
+
+static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
+    const int32_t *cnt = s->counts_host, *off = s->offsets_host;
+    long P = (long)rows * c->top_k;
+    cuda_experts_backward_input(b->gemm, s->d_act, 1, 0, s->d_yp, w->exp_down, E, cnt, off, F, D,
+                                b->s);
+    cuda_experts_backward_weight(b->gemm, g->exp_down, s->d_yp, s->act, E, cnt, off, F, D, b->s);
+    cuda_swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F, b->s);
+    cuda_experts_backward_input(b->gemm, s->d_xp, 0, 0, s->d_gate, w->exp_gate, E, cnt, off, D, F,
+                                b->s);
+    cuda_experts_backward_input(b->gemm, s->d_xp, 0, 1.0f, s->d_up, w->exp_up, E, cnt, off, D, F,
+                                b->s);
+    cuda_experts_backward_weight(b->gemm, g->exp_gate, s->d_gate, s->xp, E, cnt, off, D, F, b->s);
+    cuda_experts_backward_weight(b->gemm, g->exp_up, s->d_up, s->xp, E, cnt, off, D, F, b->s);
+}
+
+static void shared_backward(backend *b, const layer_w *w, const layer_g *g, const float *dy,
+                            float *d_n2, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int D = c->dim, S = c->shared_ffn_dim;
+    cudaStream_t st = b->s;
+    cuda_gemm *gm = b->gemm;
+    shared_forward(b, w, rows);
+    cuda_moe_gate_scale_backward(s->d_sh_y, s->d_sh_logit, dy, s->sh_y, s->sh_logit, rows, D, st);
+    cuda_linear_backward_input(gm, s->sh_dact, 1, 0, s->d_sh_y, w->sh_down, rows, S, D, st);
+    cuda_linear_backward_weight(gm, g->sh_down, s->d_sh_y, s->sh_act, rows, S, D, st);
+    cuda_swiglu_backward(s->d_sh_gate, s->d_sh_up, s->sh_dact, s->sh_gate, s->sh_up, (long)rows * S,
+                         st);
+    cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_gate, w->sh_gate, rows, D, S, st);
+    cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_up, w->sh_up, rows, D, S, st);
+    cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_logit, w->sh_route, rows, D, 1, st);
+    cuda_linear_backward_weight(gm, g->sh_gate, s->d_sh_gate, b->n2, rows, D, S, st);
+    cuda_linear_backward_weight(gm, g->sh_up, s->d_sh_up, b->n2, rows, D, S, st);
+    cuda_linear_backward_weight(gm, g->sh_route, s->d_sh_logit, b->n2, rows, D, 1, st);
+}
+
+void cu_moe_backward(backend *b, int m, const layer_w *w, const layer_g *g, const float *dy,
+                     float *d_n2, int rows) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    int E = c->experts, k = c->top_k, D = c->dim;
+    route(b, w, b->n2, rows); // the forward's, again: the same kernels on the same input
+    experts_forward(b, w, rows);
+    cuda_moe_combine_backward(s->d_yp, s->d_weight, dy, s->yp, s->row_of, s->weight, rows, k, D,
+                              b->s);
+    experts_backward(b, w, g, rows);
+    cu_zero(b, d_n2, sizeof(float) * rows * D);
+    cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
+    const float *aux_g = c->router_aux ? s->aux_g + (size_t)m * E : NULL;
+    cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, aux_g, rows, E, k,
+                            c->norm_topk_prob, b->s);
+    cuda_linear_backward_input(b->gemm, d_n2, 1, 1.0f, s->d_logits, w->router, rows, D, E, b->s);
+    cuda_linear_backward_weight(b->gemm, g->router, s->d_logits, b->n2, rows, D, E, b->s);
+    if (w->sh_gate) shared_backward(b, w, g, dy, d_n2, rows);
+}
+
+// Micro-batch m's load-balancing loss from its MoE layers' statistics (on the host: they are
+// E numbers a layer), and its gradient for the layers' backwards.
+void cu_moe_head(backend *b, int m, float daux) {
+    const mt_config *c = b->c;
+    moe_set *s = &b->moe;
+    if (!s->layers) return;
+    int E = c->experts;
+    size_t per = (size_t)s->layers * E, at = (size_t)m * per;
+    CUDA_CHECK(cudaMemcpyAsync(s->psum_host + at, s->psum_all + at, per * 4, cudaMemcpyDeviceToHost,
+                               b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s));
+    s->aux += moe_aux_loss(s->aux_g_host, s->counts_all + at, s->psum_host + at, s->layers,
+                           tokens(b), E, daux);
+    CUDA_CHECK(cudaMemcpyAsync(s->aux_g + (size_t)m * E, s->aux_g_host, E * 4,
+                               cudaMemcpyHostToDevice, b->s));
+    CUDA_CHECK(cudaStreamSynchronize(b->s)); // aux_g_host is reused by the next micro-batch
+    if (m + 1 > s->aux_micro) s->aux_micro = m + 1;
+}
+
+double cu_moe_take_aux(backend *b, int64_t *load) {
+    moe_set *s = &b->moe;
+    size_t per = (size_t)s->layers * b->c->experts;
+    for (int m = 0; m < s->aux_micro && load; m++)
+        for (size_t i = 0; i < per; i++) load[i] += s->counts_all[m * per + i];
+    double aux = s->aux;
+    s->aux = 0, s->aux_micro = 0;
+    return aux;
+}
