@@ -4,7 +4,9 @@
 # layer shape, vocabulary and tokens per step; 2 or 3 and 4 layers), and bench/slices.py takes the
 # difference: seconds, GPU and host bytes per layer, and the full model extrapolated beside
 # `mtrun --plan` of its config with the slices' settings.
-# Usage: bench/run_slices.sh BUILD_DIR OUT_DIR [100b] [120b]   (default: both)
+# The MoE models qwen3-30b-a3b and mixtral-8x7b likewise, from 2 and 4 layers.
+# Usage: bench/run_slices.sh BUILD_DIR OUT_DIR [100b] [120b] [qwen3-30b-a3b] [mixtral-8x7b]
+#   (default: 100b 120b)
 set -u
 BUILD=$1
 OUT=$2

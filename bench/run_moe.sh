@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# MoE on the GPU machine, in one call: build, the routing kernels against the CPU
+# (test_moe_cuda), the CUDA MoE path against the CPU one on tiny models (moe_check.sh), then
+# each named bench config (bench/configs/NAME.cfg) and, for peer-NAME, ../shared/anchors'
+# moe_torch.py carried in .anchors/ (qwen3moe:6 is the peer on 6 layers).
+#   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...]     output under $OUT
+set -u
+cd "$(dirname "$0")/.."
+source bench/device-setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s, commit $(git rev-parse --short HEAD 2>/dev/null)"
+for what in "$@"; do
+    case $what in
+    check)
+        build/bin/test_moe_cuda >"$OUT/moe_cuda.log" 2>&1; echo "test_moe_cuda exit $?"; tail -n 2 "$OUT/moe_cuda.log"
+        bench/moe_check.sh build "$OUT" 2>&1 | tee "$OUT/moe_check.log" | grep -E "MOECHECK|rror|step +(1|12) " ;;
+    peer-*)
+        spec=${what#peer-}
+        timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$OUT/$what.log" 2>&1
+        grep -E "^MOE|Error|error" "$OUT/$what.log" | tail -n 3 ;;
+    *)
+        bench/run_bench.sh build "$OUT" "$what" 2>&1 | grep -vE "^ +L[0-9]"
+        grep -E '"step":8,' "$OUT/run-$what/metrics.jsonl" | cut -c1-600 ;;
+    esac
+    echo "-- $what done at $(( $(date +%s) - t0 )) s"
+done
