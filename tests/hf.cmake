@@ -37,3 +37,14 @@ foreach(b cpu cuda)
   set_tests_properties(hf_train_parity_packed_${b} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                        TIMEOUT 600)
 endforeach()
+# MoE parity with transformers (hf_moe_parity.py): the load-balancing loss against
+# load_balancing_loss_func, then Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE: step 1 and 20
+# AdamW steps with the aux loss on against a PyTorch loop, and the export read back.
+add_executable(moe_aux_check ${MT_TEST_DIR}/moe_aux_check.c)
+target_link_libraries(moe_aux_check PRIVATE mt_runtime)
+foreach(b cpu cuda)
+  add_test(NAME hf_moe_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_moe_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                       TIMEOUT 900)
+endforeach()
