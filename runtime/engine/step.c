@@ -107,6 +107,12 @@ static const void *classifier_weights(engine *e) {
     return (const char *)e->head.dst + (size_t)e->c->dim * e->ops->weight_bytes;
 }
 
+// Whether the backend waits for the device within a layer's calls (a MoE layer's routing): the
+// host is then not ahead of the device, and each copy must be issued as early as it can be.
+static int syncs_in_layers(const engine *e) {
+    return e->c->experts > 0;
+}
+
 // In the forward, after layer l: layer l + 1, or the head.
 static void fetch_next(engine *e, int l, int64_t version) {
     if (l + 1 < e->c->layers)
@@ -138,15 +144,19 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
         if (keep) act_wait(e, l + 1);
         span_begin(e, "fwd", l);
-        for (int m = 0; m < M; m++)
+        for (int m = 0; m < M; m++) {
             e->ops->layer_forward(e->be, l, m, w->dst, act(e, in, m), act(e, out, m),
                                   keep ? keep_slot(e, l, m) : -1,
                                   keep ? attention_of(e, l, m, 0) : ATT_NONE);
+            // A MoE layer waits for the device inside (its experts' GEMMs are sized on the
+            // host): once its first micro-batch is queued, the next weights must already move.
+            if (e->ops->async && syncs_in_layers(e) && m == 0) fetch_next(e, l, version);
+        }
         span_end(e, "fwd", l);
         if (keep) metrics_progress(e->mx, version, "forward", l + 1, c->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
-        if (e->ops->async) fetch_next(e, l, version);
+        if (e->ops->async && !syncs_in_layers(e)) fetch_next(e, l, version);
     }
     fetch_wait(&e->head);
 }
@@ -260,6 +270,7 @@ static int backward_layers(engine *e, int64_t step) {
         busy = w;
         offload_layer(e, &pending, step);
         if (!p.redo) pending = p.layer;
+        if (syncs_in_layers(e)) offload_layer(e, &pending, step); // the device is not behind
     }
     return pending;
 }
