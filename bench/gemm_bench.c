@@ -3,7 +3,7 @@
 // speed on the table? The shapes are the 7B's and the 3.4B's at 16,384 tokens a micro-batch
 // (bench/configs), as MT_KERNEL_TIMES names them, and a square 8192^3 for reference.
 //
-//   usage: gemm_bench [--shapes 7b|3b|all] [--ranks N]
+//   usage: gemm_bench [--shapes 7b|3b|qwen3moe|mixtral|all] [--ranks N]
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -38,6 +38,17 @@ static const shape SHAPES[] = {
     {"3b", "o into the residual", 'N', 'T', 16384, 3200, 3200, 1, 1.0f},
     {"3b", "dW q, k, v, o", 'T', 'N', 3200, 3200, 16384, 1, 1.0f},
     {"3b", "dx q, k, v (+=)", 'N', 'N', 16384, 3200, 3200, 1, 1.0f},
+    // One expert's products at the MoE benches' mean rows (bench/configs/moe-*.cfg): Qwen3-30B-
+    // A3B's 16,384 tokens x top 8 / 128 experts = 1,024 rows, Mixtral-8x7B's x 2 / 8 = 4,096.
+    {"qwen3moe", "expert gate, up", 'N', 'T', 1024, 768, 2048, 0, 0.0f},
+    {"qwen3moe", "expert down", 'N', 'T', 1024, 2048, 768, 0, 0.0f},
+    {"qwen3moe", "expert dW gate, up", 'T', 'N', 768, 2048, 1024, 1, 1.0f},
+    {"qwen3moe", "expert dW down", 'T', 'N', 2048, 768, 1024, 1, 1.0f},
+    {"qwen3moe", "expert dx from gate", 'N', 'N', 1024, 2048, 768, 0, 0.0f},
+    {"mixtral", "expert gate, up", 'N', 'T', 4096, 14336, 4096, 0, 0.0f},
+    {"mixtral", "expert down", 'N', 'T', 4096, 4096, 14336, 0, 0.0f},
+    {"mixtral", "expert dW gate, up", 'T', 'N', 14336, 4096, 4096, 1, 1.0f},
+    {"mixtral", "expert dx from gate", 'N', 'N', 4096, 4096, 14336, 0, 0.0f},
 };
 
 static void *dev_alloc(size_t bytes) {
@@ -115,7 +126,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--ranks") == 0)
             ranks = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--shapes 7b|3b|all] [--ranks N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--shapes 7b|3b|qwen3moe|mixtral|all] [--ranks N]\n", argv[0]);
             return 2;
         }
     }

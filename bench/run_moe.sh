@@ -3,7 +3,8 @@
 # (test_moe_cuda), the CUDA MoE path against the CPU one on tiny models (moe_check.sh), then
 # each named bench config (bench/configs/NAME.cfg) and, for peer-NAME, ../shared/anchors'
 # moe_torch.py carried in .anchors/ (qwen3moe:6 is the peer on 6 layers).
-#   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...]     output under $OUT
+#   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...] [gemm=qwen3moe|mixtral]
+#          [ktime-NAME]     output under $OUT
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -19,6 +20,13 @@ for what in "$@"; do
     check)
         build/bin/test_moe_cuda >"$OUT/moe_cuda.log" 2>&1; echo "test_moe_cuda exit $?"; tail -n 2 "$OUT/moe_cuda.log"
         bench/moe_check.sh build "$OUT" 2>&1 | tee "$OUT/moe_check.log" | grep -E "MOECHECK|rror|step +(1|12) " ;;
+    gemm=*) # one expert's products standalone, with each of the heuristic's algorithms
+        build/bin/gemm_bench --shapes "${what#gemm=}" --ranks 4 2>&1 | tee -a "$OUT/gemm.log" | grep -E "best|first" ;;
+    ktime-*) # where the compute stream's time goes (MT_KERNEL_TIMES), 4 steps
+        name=${what#ktime-}
+        MT_KERNEL_TIMES=1 build/bin/mtrun --force -np 5 "bench/configs/$name.cfg" steps=4 \
+            --out "$OUT/ktime-$name" >"$OUT/ktime-$name.log" 2>&1
+        grep -iE "expert|gemm|moe|total|attention" "$OUT/ktime-$name.log" | head -40 ;;
     peer-*)
         spec=${what#peer-}
         timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$OUT/$what.log" 2>&1
