@@ -48,3 +48,8 @@ foreach(b cpu cuda)
   set_tests_properties(hf_moe_parity_${b} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                        TIMEOUT 900)
 endforeach()
+# MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
+# experts, the HF round trip of Mixtral, Qwen2-MoE and OLMoE folders, and the refusals. Here
+# rather than in runtime.cmake's e2e list because it needs test_hf beside mtrun.
+add_test(NAME e2e_moe COMMAND bash ${MT_TEST_DIR}/e2e_moe.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_moe PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS e2e)

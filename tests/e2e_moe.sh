@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A Mixture-of-Experts model on the CPU backend, through the real mtrun: bitwise-identical
+# per-step losses and load-balancing losses across -np 2, 3 and 5 and across a resume (10 steps,
+# resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some experts get
+# no tokens (expert_load in metrics.jsonl says how many); the loss falls. Then Hugging Face
+# folders (tests/hf_moe_fixture.py): Mixtral, Qwen2-MoE and OLMoE import, export and re-import
+# bitwise (test_hf roundtrip, found beside mtrun), and refusals, each one line with exit 2:
+# num_experts_per_tok > num_experts, a missing expert tensor, an expert tensor of the wrong
+# shape, clip_qkv (OLMoE), router_jitter_noise (Mixtral), GptOssForCausalLM.
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+CFG=$WORK/moe.cfg
+cat >"$CFG" <<CFGEOF
+model = {
+  dim = 32; layers = 3; heads = 4; kv_heads = 2; ffn_dim = 64;
+  experts = 16; top_k = 2; moe_ffn_dim = 24; norm_topk_prob = true; shared_ffn_dim = 16;
+  dense_layers = "0"; qk_norm = "head";
+  router_aux = true; router_aux_coef = 0.01;
+};
+data = { path = "$SRC/data/tinyshakespeare.txt"; };
+batch = { micro_batch = 2; micro_batches = 2; seq_len = 8; };
+optimizer = { lr = 3e-3; };
+steps = 20;
+backend = "cpu";
+checkpoint = { interval = 10; };
+CFGEOF
+# The per-step aux losses, as written.
+auxes() { grep -o '"aux_loss":[^,]*' "$1/metrics.jsonl"; }
+for np in 2 3 5; do
+    run_job np$np $np "$CFG" || { show_log np$np; expect "-np $np job succeeds" false; }
+done
+for np in 2 3 5; do # (empty lists would compare equal below)
+    expect "-np $np ran 20 steps" test "$(losses "$WORK/np$np" 2>/dev/null | wc -l)" -eq 20
+done
+expect "every step reports aux_loss and expert_load" test \
+    "$(grep -c '"aux_loss":[0-9.e+-]*,"expert_load":\[{' "$WORK/np2/metrics.jsonl")" -eq 20
+for np in 3 5; do
+    expect "-np $np losses are bitwise those of -np 2" diff <(losses "$WORK/np2") <(losses "$WORK/np$np")
+    expect "-np $np aux losses are bitwise those of -np 2" diff <(auxes "$WORK/np2") <(auxes "$WORK/np$np")
+done
+idle=$(grep -o '"idle":[0-9]*' "$WORK/np2/metrics.jsonl" | awk -F: '{s += $2} END {print s + 0}')
+expect "some experts got no tokens in some steps (idle expert-steps: $idle)" test "$idle" -gt 0
+run_job split 3 "$CFG" --stop-at 10 || show_log split
+"$MTRUN" -np 3 "$CFG" --out "$WORK/split" --resume "$WORK/split" >"$WORK/resume.log" 2>&1 ||
+    show_log resume
+expect "the resumed run has 20 steps" test "$(losses "$WORK/split" 2>/dev/null | wc -l)" -eq 20
+expect "resumed losses (steps 1-20) are bitwise the uninterrupted ones" \
+    diff <(losses "$WORK/np3") <(losses "$WORK/split")
+expect "resumed aux losses are bitwise the uninterrupted ones" \
+    diff <(auxes "$WORK/np3") <(auxes "$WORK/split")
+first=$(losses "$WORK/np2" | head -1 | sed 's/.*"loss"://')
+last=$(losses "$WORK/np2" | tail -1 | sed 's/.*"loss"://')
+expect "loss falls over 20 steps ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'
+TEST_HF=$(dirname "$MTRUN")/test_hf
+fixture() { python3 "$SRC/tests/hf_moe_fixture.py" "$WORK/hf/$1" "${@:2}"; }
+for f in mixtral qwen2_moe olmoe; do
+    fixture $f $f
+    expect "$f: import, export, re-import bitwise" \
+        "$TEST_HF" roundtrip "$WORK/hf/$f" "$WORK/hf/$f.out" 5000000000 float32
+done
+# refuse NAME PATTERN FIXTURE-ARGS...: mtrun on the folder exits 2 with one line matching PATTERN
+refuse() {
+    local name=$1 pattern=$2
+    shift 2
+    fixture "$name" "$@"
+    printf 'model_dir = "%s";\ndata = { path = "%s"; };\n%s\n' "$WORK/hf/$name" \
+        "$SRC/data/tinyshakespeare.txt" 'batch = { micro_batch = 1; micro_batches = 1; seq_len = 8; };
+optimizer = { lr = 1e-3; }; steps = 1; backend = "cpu";' >"$WORK/hf/$name.cfg"
+    "$MTRUN" -np 2 "$WORK/hf/$name.cfg" --out "$WORK/hf/run-$name" >"$WORK/hf/$name.log" 2>&1
+    local rc=$?
+    expect "refused, exit 2, one line: $name ($(head -c 160 "$WORK/hf/$name.log"))" \
+        test "$rc" -eq 2 -a "$(wc -l <"$WORK/hf/$name.log")" -eq 1 -a \
+        -n "$(grep -E "$pattern" "$WORK/hf/$name.log")"
+}
+refuse top_k 'num_experts_per_tok 5 is more than' mixtral --set num_experts_per_tok=5
+refuse missing 'experts\.2\.w2' mixtral --drop model.layers.1.block_sparse_moe.experts.2.w2.weight
+refuse shape 'experts\.1\.w3' mixtral --shape model.layers.0.block_sparse_moe.experts.1.w3.weight
+refuse clip 'clip_qkv' olmoe --set clip_qkv=8.0
+refuse jitter 'router_jitter_noise' mixtral --set router_jitter_noise=0.1
+refuse gpt_oss 'GptOssForCausalLM' mixtral --set 'architectures=["GptOssForCausalLM"]'
+finish
