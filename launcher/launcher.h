@@ -72,6 +72,9 @@ int relay_mpirun_stderr(int fd, int ranks_per_node, pid_t mpirun, int *status, v
 // a second aborts it.
 int supervise_run(const cmdline *c, const char *job, int ranks_per_node);
 int supervise_signal(void); // the signal that asked the job to stop, or 0
+// How many lines ranks said as they gave up (relayed or repeated), and the signal that killed
+// mpirun itself (0: none).
+int supervise_ranks_said(int *mpirun_killed_by);
 // Makes the job's private folder /dev/shm/mtc-<job> (mode 0700: Open MPI's segments, the stop
 // request, the ranks' last words) and the janitor that removes it should mtrun be killed.
 // Returns its path, or NULL when /dev/shm is not writable or the name is taken.

@@ -561,10 +561,15 @@ int main(int argc, char **argv) {
     fflush(stdout);
     rc = supervise_run(&c, job, o.np / o.nodes);
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
-    if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal())
+    int mpirun_sig, said = supervise_ranks_said(&mpirun_sig);
+    if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal() && mpirun_sig)
         fprintf(stderr,
-                "mtrun: the job ended abnormally (exit code %d%s); the failing rank's "
-                "messages are above\n",
-                rc, rc > 128 ? ", a rank was killed by a signal" : "");
+                "mtrun: the job ended abnormally: mpirun itself was killed by signal %d (%s), "
+                "and the ranks with it%s\n",
+                mpirun_sig, strsignal(mpirun_sig), said ? "; their messages are above" : "");
+    else if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal())
+        fprintf(stderr, "mtrun: the job ended abnormally (exit code %d%s); %s\n", rc,
+                rc > 128 ? ", a rank was killed by a signal" : "",
+                said ? "the failing rank's messages are above" : "no rank said why");
     return rc;
 }

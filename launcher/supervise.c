@@ -35,8 +35,15 @@
 static volatile sig_atomic_t child_pid, forwarded, aborting;
 static char stop_path[128]; // /dev/shm/mtc-<job>/stop, which the compute ranks look for
 
+static int ranks_said, mpirun_signal; // for mtrun's last line (supervise_ranks_said)
+
 int supervise_signal(void) {
     return forwarded;
+}
+
+int supervise_ranks_said(int *mpirun_killed_by) {
+    *mpirun_killed_by = mpirun_signal;
+    return ranks_said;
 }
 
 // A first SIGINT, SIGTERM or SIGHUP (a closed terminal) asks the job to stop after the step
@@ -192,7 +199,7 @@ const char *job_dir_make(const char *job) {
 
 // The lines ranks left in /dev/shm/mtc-<job>/last-words as they gave up (mt_last_words): said
 // again when mpirun's forwarding lost them (`show`).
-static void repeat_last_words(const char *job, int show) {
+static int repeat_last_words(const char *job, int show) {
     char path[128], line[4096];
     mt_job_file(path, sizeof path, job, "last-words");
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -200,10 +207,12 @@ static void repeat_last_words(const char *job, int show) {
     FILE *f = fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() ? fdopen(fd, "r") : NULL;
     if (!f) {
         if (fd >= 0) close(fd);
-        return;
+        return 0;
     }
-    while (show && fgets(line, sizeof line, f)) fputs(line, stderr);
+    int shown = 0;
+    for (; show && fgets(line, sizeof line, f); shown++) fputs(line, stderr);
     fclose(f);
+    return shown;
 }
 
 // ---- mpirun and whatever outlives it ----
@@ -290,7 +299,8 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
     SYS_CHECK(close(err_pipe[0]));
     child_pid = 0;
     end_orphans();
-    repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    said += repeat_last_words(job, !said && !(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    ranks_said = said, mpirun_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (to_janitor >= 0) {
         int removed = remove_job_files(job);
         if (removed)
@@ -298,6 +308,7 @@ int supervise_run(const cmdline *c, const char *job, int ranks_per_node) {
                     "mtrun: removed %d shared-memory region%s that job %s left in "
                     "/dev/shm\n",
                     removed, removed == 1 ? "" : "s", job);
+        signal(SIGPIPE, SIG_IGN); // a janitor killed meanwhile must not take mtrun with it
         (void)!write(to_janitor, "", 1);
         close(to_janitor);
         while (waitpid(janitor_pid, NULL, 0) < 0 && errno == EINTR) {
