@@ -46,7 +46,7 @@ refused float_for_int "override steps=2.5: steps: expected an integer, got a num
 refused range "override optimizer.lr=20: optimizer.lr: 20 is out of range: must be in \(0, 10\]$" optimizer.lr=20
 refused choice "override backend=gpu: backend: \"gpu\" is not one of" backend=gpu
 refused rule "override optimizer.warmup_steps=50: optimizer.warmup_steps: 50 is more than steps = 20$" optimizer.warmup_steps=50
-refused shape "override model.dim=66: model.dim: 66 is not divisible by model.heads = 4$" model.dim=66
+refused shape "override model.dim=66: model.dim: 66 is not divisible by model.heads = 4 \(or set model.head_dim\)$" model.dim=66
 refused no_key "override =3: expected group.key=value$" =3
 
 # --resume: 4 steps with the overrides, then a resume that names none of them trains on with

@@ -58,8 +58,8 @@ expect rope_band config.json "high_freq_factor 1 must be greater than low_freq_f
 expect attention_bias config.json "attention_bias = true \(biases on q, k, v and o_proj\) not supported yet" --corrupt attention_bias
 expect missing_bias model.safetensors "no tensor model.layers.1.self_attn.v_proj.bias \(config.json needs it\)" --qwen2 --corrupt missing_bias
 expect bias_shape model.safetensors "k_proj.bias has shape \[64\], config.json needs \[32\]" --qwen2 --corrupt bias_shape
-expect head_dim config.json "head_dim 32" --corrupt head_dim
-expect head_dim_huge config.json "head_dim 575806099 != hidden_size / num_attention_heads = 16" --corrupt head_dim_huge
+expect head_dim model.safetensors "q_proj.weight has shape \[64, 64\], config.json needs \[128, 64\]" --corrupt head_dim
+expect head_dim_huge config.json "head_dim 575806099 is out of range: at most 1024" --corrupt head_dim_huge
 expect eos_range config.json "eos_token_id 256 is not below vocab_size 256" --corrupt eos_range
 expect bias_tensor model.safetensors "unexpected tensor model.layers.0.self_attn.q_proj.bias" --corrupt bias_tensor
 # a missing tensor: drop one from a single-file fixture by untying the config only

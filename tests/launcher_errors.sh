@@ -92,7 +92,7 @@ expect "missing required key" "^mtrun: bad\.cfg: model\.dim: missing \(required\
 
 n=$(line_of 'dim      =')
 bad "${n}s/= 64;/= 66;/"
-expect "dim not divisible by heads" "^mtrun: bad\.cfg:$n: model\.dim: 66 is not divisible by model\.heads = 4$" -np 2 bad.cfg
+expect "dim not divisible by heads" "^mtrun: bad\.cfg:$n: model\.dim: 66 is not divisible by model\.heads = 4 \(or set model\.head_dim\)$" -np 2 bad.cfg
 
 n=$(line_of 'path =')
 bad "${n}s|= .*|= \"no-such-file.txt\";|"

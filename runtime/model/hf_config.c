@@ -11,46 +11,6 @@
 
 #define CONFIG_MAX (16u << 20)
 
-const cJSON *item(const json_ctx *j, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
-    return cJSON_IsNull(v) ? NULL : v; // null means "the default", as in transformers
-}
-
-// A positive integer; def < 0 makes the key required.
-int get_int(const json_ctx *j, const char *key, int def, int *out) {
-    const cJSON *v = item(j, key);
-    if (!v && def >= 0) return *out = def, 0;
-    if (!v) return failf(j->err, j->errlen, "%s: %s missing", j->path, key);
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (cJSON_IsNumber(v) && !isfinite(d))
-        return failf(j->err, j->errlen, "%s: %s is not a finite number", j->path, key);
-    if (d < 1 || d != floor(d))
-        return failf(j->err, j->errlen, "%s: %s must be a positive integer", j->path, key);
-    if (d > INT_MAX)
-        return failf(j->err, j->errlen, "%s: %s = %.17g is out of range: at most %d", j->path, key,
-                     d, INT_MAX);
-    *out = (int)d;
-    return 0;
-}
-
-int get_num(const json_ctx *j, const char *key, double def, double *out) {
-    const cJSON *v = item(j, key);
-    if (!v) return *out = def, 0;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
-        return failf(j->err, j->errlen, "%s: %s must be a positive number", j->path, key);
-    *out = v->valuedouble;
-    return 0;
-}
-
-int get_bool(const json_ctx *j, const char *key, int def, int *out) {
-    const cJSON *v = item(j, key);
-    if (!v) return *out = def, 0;
-    if (!cJSON_IsBool(v))
-        return failf(j->err, j->errlen, "%s: %s must be true or false", j->path, key);
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
 // One of llama3's four numbers: positive, and an integer where transformers wants one.
 static int rope_num(const json_ctx *j, const cJSON *rs, const char *obj, const char *key,
                     int integer, double *out) {

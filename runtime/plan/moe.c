@@ -2,7 +2,7 @@
 // buffers an MoE MLP adds to the compute rank, on the GPU (runtime/engine/moe_cuda.c's
 // cu_moe_alloc) and on the CPU reference (runtime/engine/moe_mlp.c's moe_scratch_new and
 // backend_cpu.c's routing statistics). A change to those allocations must be mirrored here.
-#include "runtime/plan/plan.h"
+#include "runtime/plan/moe.h"
 
 // The three matrices of one expert (gate, up, down).
 static uint64_t expert_numel(const mt_config *c) {
