@@ -41,10 +41,10 @@ static void pick_backend(engine *e) {
             e->ops = backend_cuda_ops();
             return;
         }
-        if (strcmp(want, "cuda") == 0) mt_die("backend \"cuda\": no usable CUDA device");
+        if (strcmp(want, "cuda") == 0) mt_refuse("backend \"cuda\": no usable CUDA device"); // bad input: exit 2
     }
 #else
-    if (strcmp(want, "cuda") == 0) mt_die("backend \"cuda\": this build has no CUDA backend");
+    if (strcmp(want, "cuda") == 0) mt_refuse("backend \"cuda\": this build has no CUDA backend");
 #endif
     e->ops = backend_cpu_ops();
     e->be = backend_cpu_new(e->c);
