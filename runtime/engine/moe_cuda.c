@@ -47,7 +47,7 @@ void cu_moe_alloc(backend *b) {
     }
     s->layers = mt_moe_layers(c);
     s->moe_index = calloc(c->layers, sizeof *s->moe_index);
-    size_t stats = M * s->layers * E;
+    size_t stats = M * (s->layers ? s->layers : 1) * E; // no MoE layer: one unused row
     s->counts_all = calloc(stats, sizeof *s->counts_all);
     s->psum_host = calloc(stats, sizeof *s->psum_host);
     s->aux_g_host = calloc(E, sizeof *s->aux_g_host);
