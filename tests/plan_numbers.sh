@@ -8,6 +8,7 @@
 #                                 fp32 gradient slots and again with bf16 ones
 #   the NVMe tier:                storage.dir's bytes (per rank, gradients, moments, windows);
 #                                 120B, 175B and 405B fit their hosts with it
+#   the step estimate:            within 15% of the steps measured on the H200 (100B, 120B, 7B)
 #   configs/qwen3-30b-a3b.cfg:    Mixture of Experts (runtime/engine/moe_cuda.c, moe_mlp.c,
 #                                 backend_cpu.c), head_dim != dim / heads and qk_norm; the
 #                                 active parameters and the break-even of the GPU's wait
@@ -324,6 +325,28 @@ for big in 175b:1000000000000 405b:2000000000000; do
         echo "ok   $name with storage.grads and storage.adam fits $mem bytes: $(grep -o '[0-9.]* bytes/param' "$TMP/$name.txt" | head -n 1)" ||
         fail "$name on $mem bytes of host: $(grep -E '^mtrun:|does not fit' "$TMP/$name.txt" | head -n 2)"
 done
+
+# The step estimate against steps measured on the H200 (bench/RESULTS.md, 2026-12-04: the
+# measured steps beside the estimate): the 100B and 120B full-width slices extrapolated to the
+# full models (43.48 s at fa07b2a, 35.7 s at eb0ea84), planned with the slices' settings, and the
+# 7B bench (5.41-5.50 s, 77e6bee and dfa8f08), each within 15%.
+step_near() { # NAME MEASURED_S CFG [OVERRIDES...]: the estimate within 15% of the measured step
+    name=$1 want=$2 cfg=$3
+    shift 3
+    MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=100000000000000 \
+        "$MTRUN" --plan --json -np 5 --gpu-mem 141G "$cfg" "$@" >"$TMP/est-$name.json" 2>&1 ||
+        { fail "$name: --plan --json exited with $?: $(head -n 2 "$TMP/est-$name.json")"; return; }
+    got=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["estimate"]["step_s"])' \
+        <"$TMP/est-$name.json") || { fail "$name: no estimate.step_s"; return; }
+    awk -v g="$got" -v w="$want" 'BEGIN { d = g / w - 1; exit !(d < 0.15 && d > -0.15) }' &&
+        echo "ok   $name: estimate $got s a step, measured $want s" ||
+        fail "$name: estimate $got s a step, measured $want s: more than 15% apart"
+}
+slices="recompute=always keep_attention=0 optimizer.device_groups=1"
+step_near 100b-step 43.48 configs/100b.cfg $slices
+step_near 120b-step 35.7 configs/120b.cfg $slices
+step_near 7b-bench-step 5.407 bench/configs/bench-7b.cfg
+step_near 7b-bench-step 5.495 bench/configs/bench-7b.cfg
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

@@ -30,8 +30,8 @@ static double gpu_attention_rate(int head_dim) {
 // forward waits for its update), during the backward with the ring (a layer's gradients wait for
 // a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
 // the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
-// The copies go through host memory too: in the pass the optimizer ranks share, its bytes and
-// theirs take turns on the memory bus (PLAN_OPT_BYTES_PER_S).
+// The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
+// AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
@@ -39,7 +39,7 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
     double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
-    double shared = (e->opt_bytes + (ring ? in_bwd + out_bwd : in_fwd)) / PLAN_OPT_BYTES_PER_S;
+    double shared = e->opt_s; // the optimizer's updates, in the pass they overlap
     // The NVMe tier: gradients written as they land (the backward), read back and the moments
     // read and written where the optimizer ranks update (its windows run ahead of them).
     double written = p->disk_grads / p->disk_bw;

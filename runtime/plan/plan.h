@@ -13,24 +13,29 @@
 #include "runtime/plan/moe.h"
 #include <stdint.h>
 
-// Rates for the estimates.
-#define PLAN_GPU_FLOPS 600e12      // sustained bf16 training rate of one H100/H200-class GPU
+// Rates for the estimates, fitted to steps measured on the H200 host (bench/RESULTS.md,
+// 2026-12-04: the measured steps beside the estimate).
+// The GEMMs' rate: the 7B bench (65,536 tokens a step, compute-bound: 5.41-5.50 s a step,
+// 2026-12-03, commits 77e6bee and dfa8f08) together with the 7B at 131,072 tokens below.
+#define PLAN_GPU_FLOPS 700e12      // sustained bf16 training rate of one H100/H200-class GPU
 #define PLAN_GPU_PEAK_FLOPS 989e12 // H100/H200 dense bf16 peak, for MFU
-// causal attention as it runs (forward, backward and its recompute), measured on the H200 at head
-// dim 128: the 7B at 131,072 tokens, 46.2 s a step less the GEMMs' share at PLAN_GPU_FLOPS:
-// 392e12 (2026-12-03, commit 4ab13dc, the backward's chains resident). The kernels before gave
-// 343e12 and 51.2 s, 360e12 at 262,144 (2026-12-02), 310e12 and 240e12 (2026-12-01), 188e12 with
-// mma.sync; bench/RESULTS.md. Head dim 64: the 1.1B at 524,288 tokens, 288.0 s a step: 297e12
-// with the fused TMA backward at hd 64 (2026-12-02; 209e12 and 405.8 s with mma.sync's backward
-// earlier that day).
-#define PLAN_GPU_ATTENTION_FLOPS 390e12
-#define PLAN_GPU_ATTENTION_FLOPS_HD64 297e12
+// Causal attention as it runs (forward, backward and its recompute), measured on the H200: what
+// a step leaves after the GEMMs' share at PLAN_GPU_FLOPS. Head dim 128: the 7B at 131,072
+// tokens, 46.2 s a step (2026-12-03, commit 4ab13dc); head dim 64: the 1.1B at 524,288 tokens,
+// 288.0 s a step (2026-12-02, the fused TMA backward at hd 64).
+#define PLAN_GPU_ATTENTION_FLOPS 375e12
+#define PLAN_GPU_ATTENTION_FLOPS_HD64 296e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9 // fp32 reference kernels, per core (also the MFU peak)
-#define PLAN_PCIE_BYTES_PER_S 55e9  // PCIe 5 x16, one direction, achieved
-// Host memory bandwidth the optimizer ranks share with the PCIe copies of the pass they overlap:
-// 102.6e9 from the full-width 100B (a slot per group) and 120B (the ring) slices on the H200
-// host, whose STREAM triad is 113e9 (2026-12-03, bench/RESULTS.md).
-#define PLAN_OPT_BYTES_PER_S 103e9
+// PCIe 5 x16, one direction, achieved: a 120B layer's fp32 weights in 90 ms (the slices' trace).
+#define PLAN_PCIE_BYTES_PER_S 55e9
+// AdamW's bytes (PLAN_OPT_BYTES_PER_PARAM) through the optimizer ranks of the 16-core H200 host
+// together. The PCIe copies beside them do not take their share: the cores' own memory
+// bandwidth bounds AdamW, not the memory's (the 120B slices moved AdamW's 28 B and the copies' 8
+// B a parameter in 0.271 s a layer, 164 GB/s, where 16 cores' STREAM triad is 113 GB/s). Fitted
+// to the full-width slices extrapolated to the full models: the 120B's 35.7 s a step (128 GB/s
+// alone, commit eb0ea84) and the 100B's 43.5 s (89 GB/s alone, bf16 gradients, commit fa07b2a):
+// 110e9 puts the estimate within 13% of both.
+#define PLAN_OPT_BYTES_PER_S 110e9
 // A disk's rate when none is measured or given: the H200 host's, 2.3 GB/s written and 1.8 read
 // with O_DIRECT (one dd stream of 16 MiB blocks).
 #define PLAN_DISK_BYTES_PER_S 2e9
