@@ -176,6 +176,115 @@ void chat_text_free(chat_text *c) {
     *c = (chat_text){0};
 }
 
+// ---- the conversation of a line ----
+// The conversation of a --chat line, in any of the three layouts SFT data comes in:
+//   messages       [{"role": "system"|"user"|"assistant", "content"}], as it is
+//   ShareGPT       {"conversations": [{"from": "system"|"human"|"gpt", "value"}]}
+//   Alpaca         {"instruction", "input" (optional), "output", "system" (optional)}
+// mapped onto messages as LlamaFactory's converters map them (its data/converter.py):
+// ShareGPT's first turn may be the system message, then human and gpt alternate from human,
+// ending with gpt; Alpaca's user turn is the instruction and the input joined by "\n", either
+// alone when the other is empty. An empty system message is none (the template's default, if
+// it has one). Where LlamaFactory skips a line it cannot map, this refuses it, naming it.
+static int add_message(cJSON *messages, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) ||
+        !cJSON_AddStringToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        return -1;
+    }
+    cJSON_AddItemToArray(messages, m);
+    return 0;
+}
+
+// ShareGPT's turns: system first if at all, then human / gpt alternating, an even count.
+static int from_sharegpt(const cJSON *turns, cJSON *messages, char *err, size_t n) {
+    if (!cJSON_IsArray(turns) || cJSON_GetArraySize(turns) == 0)
+        return fail(err, n, "conversations: not a non-empty array");
+    int i = 0, k = 0; // k: the turn's place after the system message
+    for (const cJSON *t = turns->child; t; t = t->next, i++) {
+        const char *from = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "from"));
+        const char *value = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "value"));
+        if (!from) return fail(err, n, "conversations[%d]: no string \"from\"", i);
+        if (!value) return fail(err, n, "conversations[%d]: no string \"value\"", i);
+        if (i == 0 && strcmp(from, "system") == 0) {
+            if (*value && add_message(messages, "system", value) != 0)
+                return fail(err, n, "out of memory");
+            continue;
+        }
+        const char *want = k % 2 == 0 ? "human" : "gpt";
+        if (strcmp(from, want) != 0)
+            return fail(err, n,
+                        "conversations[%d]: from \"%s\" where \"%s\" is due (after an optional "
+                        "first \"system\", \"human\" and \"gpt\" alternate)",
+                        i, from, want);
+        if (add_message(messages, k % 2 == 0 ? "user" : "assistant", value) != 0)
+            return fail(err, n, "out of memory");
+        k++;
+    }
+    if (k == 0 || k % 2) return fail(err, n, "conversations: does not end with a \"gpt\" turn");
+    return 0;
+}
+
+// An optional string field: NULL when absent or null, "" refused as not a string otherwise.
+static int optional_string(const cJSON *line, const char *key, const char **out, char *err,
+                           size_t n) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(line, key);
+    *out = "";
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsString(x)) return fail(err, n, "\"%s\": not a string", key);
+    *out = x->valuestring;
+    return 0;
+}
+
+static int from_alpaca(const cJSON *line, cJSON *messages, char *err, size_t n) {
+    const char *instruction, *input, *system;
+    const cJSON *output = cJSON_GetObjectItemCaseSensitive(line, "output");
+    const cJSON *history = cJSON_GetObjectItemCaseSensitive(line, "history");
+    if (optional_string(line, "instruction", &instruction, err, n) != 0 ||
+        optional_string(line, "input", &input, err, n) != 0 ||
+        optional_string(line, "system", &system, err, n) != 0)
+        return -1;
+    if (!cJSON_IsString(output)) return fail(err, n, "no string \"output\" (Alpaca)");
+    if (history && !cJSON_IsNull(history) &&
+        !(cJSON_IsArray(history) && cJSON_GetArraySize(history) == 0))
+        return fail(err, n, "\"history\": not read; give the earlier turns as \"messages\"");
+    size_t a = strlen(instruction), b = strlen(input);
+    char *user = malloc(a + b + 2); // a line may be long: not on the stack
+    if (user) snprintf(user, a + b + 2, "%s%s%s", instruction, a && b ? "\n" : "", input);
+    int bad = !user || (*system && add_message(messages, "system", system) != 0) ||
+              add_message(messages, "user", user) != 0 ||
+              add_message(messages, "assistant", output->valuestring) != 0;
+    free(user);
+    return bad ? fail(err, n, "out of memory") : 0;
+}
+
+const cJSON *chat_messages_of(const cJSON *line, cJSON **built, char *err, size_t errlen) {
+    *built = NULL;
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(line, "messages");
+    if (messages) return messages;
+    const cJSON *turns = cJSON_GetObjectItemCaseSensitive(line, "conversations");
+    int alpaca = cJSON_GetObjectItemCaseSensitive(line, "output") ||
+                 cJSON_GetObjectItemCaseSensitive(line, "instruction");
+    if (!turns && !alpaca) {
+        fail(err, errlen,
+             "no \"messages\", \"conversations\" (ShareGPT) or \"instruction\" and \"output\" "
+             "(Alpaca)");
+        return NULL;
+    }
+    cJSON *out = cJSON_CreateArray();
+    if (!out) {
+        fail(err, errlen, "out of memory");
+        return NULL;
+    }
+    if ((turns ? from_sharegpt(turns, out, err, errlen) : from_alpaca(line, out, err, errlen)) !=
+        0) {
+        cJSON_Delete(out);
+        return NULL;
+    }
+    return *built = out;
+}
+
 // ---- telling the format from tokenizer_config.json ----
 
 static char *read_text(const char *path) {

@@ -31,4 +31,10 @@ int chat_render(chat_format f, const cJSON *messages, const char *default_system
                 char *err, size_t errlen);
 void chat_text_free(chat_text *c);
 
+// The messages of a --chat line: its "messages", or those mapped from ShareGPT's
+// "conversations" or Alpaca's "instruction", "input", "output" and "system" as LlamaFactory maps
+// them. A mapped array is left in *built for the caller to free (cJSON_Delete). NULL with one
+// line in err when the line holds none of the three, or one that cannot be mapped.
+const cJSON *chat_messages_of(const cJSON *line, cJSON **built, char *err, size_t errlen);
+
 #endif

@@ -108,7 +108,9 @@ static void usage(FILE *f) {
           "                         tokenized, and its masked tokens are written as such\n"
           "      --field NAME       JSONL field holding the text (default: text)\n"
           "      --chat             JSONL conversations: \"messages\" of {\"role\", \"content\"},\n"
-          "                         rendered in the model's chat format; only the assistant\n"
+          "                         ShareGPT \"conversations\" or Alpaca \"instruction\" and\n"
+          "                         \"output\" lines (docs/tokenize.md), rendered in the\n"
+          "                         model's chat format; only the assistant\n"
           "                         turns are targets (the rest is context)\n"
           "      --chat-format F    chatml, llama3 or mistral (default: the one the\n"
           "                         chat_template of tokenizer_config.json beside -t names)\n"
@@ -343,9 +345,13 @@ static char *read_file(const char *path, size_t *n) {
 static void emit_chat(bpe *t, writer *w, const cJSON *j, chat_mode *chat, int64_t eot,
                       const char *where) {
     char err[512];
-    if (chat_render(chat->format, cJSON_GetObjectItemCaseSensitive(j, "messages"),
-                    chat->default_system, &chat->text, err, sizeof err) != 0)
-        die("%s: %s", where, err);
+    cJSON *built;
+    const cJSON *messages = chat_messages_of(j, &built, err, sizeof err);
+    if (!messages) die("%s: %s", where, err);
+    int rendered =
+        chat_render(chat->format, messages, chat->default_system, &chat->text, err, sizeof err);
+    cJSON_Delete(built);
+    if (rendered != 0) die("%s: %s", where, err);
     bpe_ids ids = {0};
     if (bpe_encode(t, chat->text.text, chat->text.len, 0, &ids, err, sizeof err) != 0)
         die("%s: %s", where, err);
