@@ -29,8 +29,9 @@ for what in "$@"; do
         grep -iE "expert|gemm|moe|total|attention" "$OUT/ktime-$name.log" | head -40 ;;
     peer-*)
         spec=${what#peer-}
-        timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$OUT/$what.log" 2>&1
-        grep -E "^MOE|Error|error" "$OUT/$what.log" | tail -n 3 ;;
+        log="$OUT/peer-$(echo "$spec" | tr : -).log"
+        timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$log" 2>&1
+        grep -E "^MOE|Error|error" "$log" | tail -n 3 ;;
     *)
         bench/run_bench.sh build "$OUT" "$what" 2>&1 | grep -vE "^ +L[0-9]"
         grep -E '"step":8,' "$OUT/run-$what/metrics.jsonl" | cut -c1-600 ;;
