@@ -26,8 +26,10 @@
 
 namespace {
 
-const int PLANS =
-    128; // the dense engine uses ~10 shapes, the experts ~6 per row bucket; round-robin
+// Plans live in an open-addressed table hashed on the key: the experts' products add a few
+// shapes for each power-of-two row bucket, and a linear scan of a full table on every call would
+// cost the host more than a small matmul. Full (3/4), it is emptied and refilled.
+const int PLANS = 1024;
 const int CANDIDATES = 16; // the heuristic's algorithms asked for: its best, and (benchmarks) more
 
 // One matmul, in cuBLAS (column-major) terms.
@@ -90,7 +92,7 @@ struct cuda_gemm {
     void *workspace;
     size_t workspace_bytes;
     gemm_plan plans[PLANS];
-    int next_victim;
+    int used;              // valid plans in the table
     int rank;              // which of the heuristic's algorithms to use: 0, its best
     const gemm_plan *last; // the plan of the last matmul
     int bucketed;          // cuda_gemm_bucket_rows
@@ -146,21 +148,39 @@ void plan_release(gemm_plan *p) {
 }
 
 // The cached plan for k, built on first use. Host-side descriptors can be destroyed once
-// cublasLtMatmul has returned (the enqueued work holds no reference to them), so evicting a
-// plan while earlier matmuls are still running is safe.
+// cublasLtMatmul has returned (the enqueued work holds no reference to them), so emptying the
+// table while earlier matmuls are still running is safe.
+unsigned key_hash(const gemm_key &k) {
+    const long v[] = {k.ta,
+                      k.tb,
+                      k.m,
+                      k.n,
+                      k.k,
+                      k.c_f32,
+                      k.lda,
+                      k.ldb,
+                      k.ldc,
+                      (long)k.align_a,
+                      (long)k.align_b,
+                      (long)k.align_c};
+    unsigned long h = 1469598103934665603ul; // FNV-1a over the fields
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        h = (h ^ (unsigned long)v[i]) * 1099511628211ul;
+    return (unsigned)(h ^ h >> 32);
+}
+
 const gemm_plan *plan_get(cuda_gemm *g, const gemm_key &k) {
-    for (int i = 0; i < PLANS; i++)
-        if (g->plans[i].valid && key_equal(g->plans[i].key, k)) return &g->plans[i];
-    gemm_plan *p = NULL;
-    for (int i = 0; i < PLANS && !p; i++)
-        if (!g->plans[i].valid) p = &g->plans[i];
-    if (!p) {
-        p = &g->plans[g->next_victim];
-        g->next_victim = (g->next_victim + 1) % PLANS;
-        plan_release(p);
+    unsigned i = key_hash(k) % PLANS;
+    for (; g->plans[i].valid; i = (i + 1) % PLANS)
+        if (key_equal(g->plans[i].key, k)) return &g->plans[i];
+    if (g->used >= PLANS * 3 / 4) { // start over: the new key's slot is then free
+        for (int j = 0; j < PLANS; j++) plan_release(&g->plans[j]);
+        g->used = 0;
+        i = key_hash(k) % PLANS;
     }
-    plan_build(g, p, k);
-    return p;
+    plan_build(g, &g->plans[i], k);
+    g->used++;
+    return &g->plans[i];
 }
 
 // C = beta * C when K == 0 (an empty sum); cuBLASLt is not asked about k = 0.
@@ -194,6 +214,7 @@ extern "C" void cuda_gemm_bucket_rows(cuda_gemm *g, int on) {
 
 extern "C" void cuda_gemm_use_rank(cuda_gemm *g, int rank) {
     for (int i = 0; i < PLANS; i++) plan_release(&g->plans[i]);
+    g->used = 0;
     g->rank = rank < 0 ? 0 : rank >= CANDIDATES ? CANDIDATES - 1 : rank;
     g->last = NULL;
 }
