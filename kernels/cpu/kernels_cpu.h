@@ -9,6 +9,7 @@
 #ifndef MT_KERNELS_CPU_H
 #define MT_KERNELS_CPU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 // embedding.c: out[t] = table[tokens[t]]
@@ -99,6 +100,8 @@ void moe_scatter_add(float *dx, const float *d_xp, const int32_t *row_of, int n,
 void moe_prob_sums(float *psum, const float *probs, int n, int E);
 double moe_aux_loss(float *aux_g, const int32_t *counts, const float *psum, int layers, int n,
                     int E, float scale);
+// load[i] += counts[m * per + i] over `passes` rows of `per` counts (a step's micro-batches).
+void moe_sum_load(int64_t *load, const int32_t *counts, int passes, size_t per);
 // A shared expert's gate (Qwen2-MoE): out[t] += sigmoid(gate_logit[t]) * y[t]; backward: dy and
 // d_gate_logit accumulate.
 void moe_gate_scale_forward(float *out, const float *y, const float *gate_logit, int n, int D);

@@ -167,3 +167,8 @@ void moe_gate_scale_backward(float *dy, float *d_gate_logit, const float *dout, 
         d_gate_logit[t] += dot * s * (1.0f - s);
     }
 }
+
+void moe_sum_load(int64_t *load, const int32_t *counts, int passes, size_t per) {
+    for (int m = 0; m < passes; m++)
+        for (size_t i = 0; i < per; i++) load[i] += counts[(size_t)m * per + i];
+}

@@ -164,9 +164,7 @@ static void moe_aux_of(backend *b, int m, float daux) {
 }
 
 static double cpu_take_aux(backend *b, int64_t *load) {
-    size_t per = (size_t)b->moe_layers * b->c->experts;
-    for (int m = 0; m < b->aux_micro && load; m++)
-        for (size_t i = 0; i < per; i++) load[i] += b->counts[m * per + i];
+    if (load) moe_sum_load(load, b->counts, b->aux_micro, (size_t)b->moe_layers * b->c->experts);
     double aux = b->aux;
     b->aux = 0, b->aux_micro = 0;
     return aux;

@@ -147,7 +147,7 @@ static void mlp_norm_and_wo_backward(const mt_config *c, const layer_params *w,
 // stream's gradient below the MLP, and d_att for the attention backward.
 static void mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                          layer_scratch *s, const float *dout, int t0, int rows) {
-    int D = c->dim, Q = c->heads * mt_head_dim(c), F = c->ffn_dim;
+    int D = c->dim, F = c->ffn_dim;
     size_t d = (size_t)t0 * D, f = (size_t)t0 * F, rD = (size_t)rows * D, rF = (size_t)rows * F;
     memset(s->d_n2 + d, 0, sizeof(float) * rD);
     if (w->router) {

@@ -206,9 +206,7 @@ void cu_moe_head(backend *b, int m, float daux) {
 
 double cu_moe_take_aux(backend *b, int64_t *load) {
     moe_set *s = &b->moe;
-    size_t per = (size_t)s->layers * b->c->experts;
-    for (int m = 0; m < s->aux_micro && load; m++)
-        for (size_t i = 0; i < per; i++) load[i] += s->counts_all[m * per + i];
+    if (load) moe_sum_load(load, s->counts_all, s->aux_micro, (size_t)s->layers * b->c->experts);
     double aux = s->aux;
     s->aux = 0, s->aux_micro = 0;
     return aux;
