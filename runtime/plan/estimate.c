@@ -23,6 +23,21 @@ static double gpu_attention_rate(int head_dim) {
     return PLAN_GPU_ATTENTION_FLOPS * (head_dim < 128 ? head_dim / 128.0 : 1.0);
 }
 
+// The experts' GEMMs are one cuBLASLt call per expert, launched from the host once a chunk's
+// routing is known (runtime/engine/moe_cuda.c): 3 in the forward, 3 in the backward's recompute
+// and 6 in the backward, per MoE layer, micro-batch and chunk. With small experts the host's
+// cost per call, not their FLOPs, bounds them: fitted to the one MoE run measured so far
+// (bench/RESULTS.md 2026-12-04, moe-qwen3-6l at commit 84cc71b: 1.403 s of GPU busy a step
+// where the FLOPs at these rates take 0.792 s, over 36,864 expert calls).
+#define PLAN_EXPERT_CALL_S 16.6e-6
+
+// The expert calls of one GEMM kind a step (every expert taken to have rows).
+static double expert_calls(const mt_config *c) {
+    long n = (long)c->micro_batch * c->seq_len, chunk = mt_seq_chunk(c);
+    double chunks = (double)((n + chunk - 1) / (chunk > 0 ? chunk : 1));
+    return (double)mt_moe_layers(c) * c->micro_batches * chunks * c->experts;
+}
+
 // On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
 // longest of its compute and its weights' copy in, the backward's of its compute (recompute
 // included), its weights' copy in and its gradients' copy out (the two directions run at once).
@@ -35,7 +50,7 @@ static double gpu_attention_rate(int head_dim) {
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
-    e->forward_s = forward_flops / e->flops_rate;
+    e->forward_s = forward_flops / e->flops_rate + 3.0 * expert_calls(p->c) * PLAN_EXPERT_CALL_S;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
     double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
@@ -93,6 +108,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? gpu_attention_rate(mt_head_dim(c)) : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
+    if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
     double redo_per_token =
