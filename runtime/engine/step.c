@@ -113,6 +113,14 @@ static int syncs_in_layers(const engine *e) {
     return e->c->experts > 0;
 }
 
+// Whether the forward fetches the next layer once the first micro-batch is queued: where the
+// host waits for the device anyway, and the next layer's weights are already updated (the ring
+// updates them during the backward). With a slot per group the fetch waits for the optimizer
+// ranks' update, and the host had better queue the layer's other micro-batches first.
+static int fetch_early(const engine *e) {
+    return e->ops->async && syncs_in_layers(e) && model_grad_ring_depth(e->c) > 0;
+}
+
 // In the forward, after layer l: layer l + 1, or the head.
 static void fetch_next(engine *e, int l, int64_t version) {
     if (l + 1 < e->c->layers)
@@ -149,14 +157,14 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
                                   keep ? keep_slot(e, l, m) : -1,
                                   keep ? attention_of(e, l, m, 0) : ATT_NONE);
             // A MoE layer waits for the device inside (its experts' GEMMs are sized on the
-            // host): once its first micro-batch is queued, the next weights must already move.
-            if (e->ops->async && syncs_in_layers(e) && m == 0) fetch_next(e, l, version);
+            // host): once its first micro-batch is queued, the next weights may already move.
+            if (fetch_early(e) && m == 0) fetch_next(e, l, version);
         }
         span_end(e, "fwd", l);
         if (keep) metrics_progress(e->mx, version, "forward", l + 1, c->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
-        if (e->ops->async && !syncs_in_layers(e)) fetch_next(e, l, version);
+        if (e->ops->async && !fetch_early(e)) fetch_next(e, l, version);
     }
     fetch_wait(&e->head);
 }
