@@ -292,7 +292,7 @@ static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
         snprintf(what, sizeof what, "%s", c->storage_grads ? "the gradient slots" : "Adam m and v");
     fprintf(f,
             "NVMe tier (storage.dir %s): %s on disk, %s a rank (%s); host memory keeps\n"
-            "  windows of %d groups (%s, in \"optimizer state\" above)%s\n",
+            "  windows of %d pieces (%s, in \"optimizer state\" above)%s\n",
             mt_shown(c->storage_dir), H(p->disk), H(p->rank[1].disk), what, MT_STORAGE_WINDOW,
             H(p->sum.storage),
             c->storage_grads ? " and a staging ring of 4 groups' gradient slots" : "");

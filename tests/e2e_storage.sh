@@ -5,13 +5,18 @@
 # - the losses and checkpoints are bitwise those of the same job in host memory, with
 #   storage.grads (-np 2), storage.adam (-np 3), both (-np 5), and storage.adam with the gradient
 #   ring (optimizer.clip = 0) against the ring in memory;
+# - the same with tiny pieces (MT_TEST_PIECE_FLOATS: 1024 floats, so that the embedding, the
+#   head and every layer cross piece boundaries; bf16 slots make pieces of gradients start
+#   inside a disk block, as do those of 2 nodes with the moments split between them): bitwise
+#   the unsplit runs', -np 2, 3 and 5, and a checkpoint moves between tiny pieces and whole ones;
 # - a checkpoint moves between the tiers: storage.grads stopped at 10 and resumed with
 #   storage.adam, host memory resumed with both, both (killed) resumed in host memory: bitwise;
 # - the plan line names the disk it takes in storage.dir;
 # - nothing is ever left in storage.dir (the files are unlinked once open): after every run,
 #   kill -9 of an optimizer rank included, which leaves nothing in /dev/shm either;
+#   (with tiny pieces, in the middle of the step's writes to the tier);
 # - a full disk ends the job in one line naming the group and storage.dir, exit non-zero, and
-#   the previous checkpoint stays the latest, intact;
+#   the previous checkpoint stays the latest, intact (gradients, and moments with tiny pieces);
 # - every job ends by itself once its last step is done;
 # - storage.dir on tmpfs, storage.grads without storage.dir, and storage.grads with the gradient
 #   ring are refused in one line naming the field.
@@ -23,6 +28,7 @@ sed -i 's/layers   = 2;/layers   = 8;/' "$WORK/base.cfg"
 # fp32 slots always: "auto" could take bf16 ones, and the tier's runs are compared bitwise
 sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "fp32";/' "$WORK/base.cfg"
 sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' "$WORK/base.cfg" >"$WORK/ring.cfg"
+sed 's/grad_dtype = "fp32"/grad_dtype = "bf16"/' "$WORK/base.cfg" >"$WORK/bf16.cfg"
 mkdir "$WORK/disk"
 dir=storage.dir=$WORK/disk
 grads=storage.grads=true
@@ -64,6 +70,20 @@ tier_job gstop 3 "$WORK/base.cfg" "$dir" "$grads" --stop-at 10 || show_log gstop
 tier_job gres 2 "$WORK/base.cfg" "$dir" "$adam" --resume "$WORK/gstop" || show_log gres
 run_job pstop 3 "$WORK/base.cfg" --stop-at 10 || show_log pstop
 tier_job pres 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" --resume "$WORK/pstop" || show_log pres
+# tiny pieces: 1000 floats, rounded up to 1024 (a disk block of floats)
+tiny() { MT_TEST_PIECE_FLOATS=1000 MT_STORAGE_INFO=1 tier_job "$@"; }
+tiny tgrads 2 "$WORK/base.cfg" "$dir" "$grads" || show_log tgrads
+tiny tadam 3 "$WORK/base.cfg" "$dir" "$adam" || show_log tadam
+tiny tboth 5 "$WORK/base.cfg" "$dir" "$grads" "$adam" || show_log tboth
+tiny tringadam 3 "$WORK/ring.cfg" "$dir" "$adam" || show_log tringadam
+run_job pbf16 3 "$WORK/bf16.cfg" || show_log pbf16
+tiny tbf16 3 "$WORK/bf16.cfg" "$dir" "$grads" "$adam" || show_log tbf16
+tiny tstop 5 "$WORK/base.cfg" "$dir" "$grads" "$adam" --stop-at 10 || show_log tstop
+tier_job tres 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" --resume "$WORK/tstop" || show_log tres
+tiny tres2 2 "$WORK/base.cfg" "$dir" "$adam" --resume "$WORK/gstop" || show_log tres2
+# 2 nodes, the moments split between them (a piece of gradients starts inside a block)
+sed 's/^optimizer = {/optimizer = {\n  shard_across_nodes = true;/' "$WORK/base.cfg" >"$WORK/split.cfg"
+MT_TEST_NODES=2 tiny tsplit 6 "$WORK/split.cfg" "$dir" "$grads" "$adam" || show_log tsplit
 
 expect "20 steps ran" test "$(losses "$WORK/plain" | wc -l)" -eq 20
 same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
@@ -82,12 +102,33 @@ expect "host memory stopped at 10, resumed with both tiers = host memory, bitwis
     cmp -s <(losses "$WORK/pstop"; losses "$WORK/pres") <(losses "$WORK/plain")
 expect "its step 20 checkpoint is host memory's" \
     cmp -s "$WORK/pres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "tiny pieces: optimizer 0 of -np 5 updates more pieces than the 10 groups" \
+    grep -q '^storage: optimizer 0: \([2-9][0-9]\|[0-9]\{3,\}\) pieces of at most 1024 floats' \
+    "$WORK/tboth.log"
+expect "tiny pieces, storage.grads (-np 2) = host memory, bitwise" same tgrads plain
+expect "tiny pieces, storage.adam (-np 3) = host memory, bitwise" same tadam plain
+expect "tiny pieces, both (-np 5) = host memory, bitwise" same tboth plain
+expect "tiny pieces, storage.adam with the gradient ring = the ring in host memory" \
+    same tringadam ring
+expect "tiny pieces, both with bf16 slots (-np 3) = bf16 slots in host memory, bitwise" \
+    same tbf16 pbf16
+expect "tiny pieces stopped at 10 (-np 5), resumed with whole pieces (-np 3) = host memory" \
+    cmp -s <(losses "$WORK/tstop"; losses "$WORK/tres") <(losses "$WORK/plain")
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/tres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "storage.grads stopped at 10, resumed with tiny pieces of storage.adam = host memory" \
+    cmp -s <(losses "$WORK/gstop"; losses "$WORK/tres2") <(losses "$WORK/plain")
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/tres2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "tiny pieces, 2 nodes with the moments split between them = host memory, bitwise" \
+    same tsplit plain
 expect "the tier run's plan line names the disk it takes in storage.dir" \
     grep -q '^mtrun: plan: .*; disk [0-9.]* [KMG]*i*B in storage.dir at ' "$WORK/both.log"
 expect "the host memory run's does not" sh -c "! grep -q 'in storage.dir' '$WORK/plain.log'"
 
-# kill -9 of optimizer 0 at step 12 with both tiers: the files go with it.
-MT_FAULT_KILL_AT_STEP=12 tier_job killed 3 "$WORK/base.cfg" "$dir" "$grads" "$adam"
+# kill -9 of optimizer 0 at step 12 with both tiers and tiny pieces, while moments it has just
+# updated are being written (MT_TEST_STORAGE_KILL_AT_STEP): the files go with it.
+MT_TEST_STORAGE_KILL_AT_STEP=12 tiny killed 3 "$WORK/base.cfg" "$dir" "$grads" "$adam"
 rc=$?
 expect "kill -9 of an optimizer rank ends the job non-zero (rc $rc)" test "$rc" -ne 0
 expect "the killed job left nothing in storage.dir" disk_empty
@@ -111,6 +152,14 @@ expect "and it is intact: host memory's step 10 checkpoint, bitwise" \
     cmp -s "$WORK/full/step_000010/state.bin" "$WORK/plain/step_000010/state.bin"
 expect "the full disk's job left nothing in storage.dir" disk_empty
 expect "nor in /dev/shm" no_leftovers full
+# The same with the moments on disk in tiny pieces: their write back fails.
+MT_TEST_STORAGE_FULL_AT_STEP=13 tiny afull 3 "$WORK/base.cfg" "$dir" "$adam"
+rc=$?
+expect "a full disk under the moments ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "one line says which group's moments, where, and that the disk is full" \
+    test "$(grep -c "storage.dir: writing group [0-9]*'s Adam moments to $WORK/disk failed: No space left on device (the disk is full)" "$WORK/afull.log")" -eq 1
+expect "step 10 is the latest, and it is host memory's, bitwise" \
+    bash -c "[ \"\$(cat '$WORK/afull/LATEST')\" = step_000010 ] && cmp -s '$WORK/afull/step_000010/state.bin' '$WORK/plain/step_000010/state.bin'"
 
 expect "storage.dir was empty after every run (not after:$left)" test -z "$left"
 expect "every job ended by itself once its steps were done (hung:$hung)" test -z "$hung"

@@ -93,8 +93,10 @@ expected() {
         RING = (CLIP == 0) ? 4 : 0
         out("grad_ring", RING)
         # the NVMe tier (storage.grads, storage.adam): the host keeps a staging ring of 4 slots
-        # instead of one per group, no m and v, and windows of the 4 largest group areas on disk;
-        # each group area in the files is page-rounded (O_DIRECT)
+        # instead of one per group, no m and v, and windows of 4 pieces: a piece is at most
+        # 16M floats (64 MiB) of the slice of a group, each buffer one page-rounded piece of every
+        # array (m and v; the gradients a page more, a piece may start inside one); each group
+        # area in the files is page-rounded (O_DIRECT)
         TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"
         HRING = TG ? 4 : RING; dgrads = 0; dadam = 0; wins = 0
         piece = 4 * 16777216 # the piece device-updated state moves through (64 MiB)
@@ -109,9 +111,10 @@ expected() {
                 mv += up((len[g] ? len[g] : 1) * 4, 4096)      # m and v: each page-rounded
                 tg[g] = up(GB * len[g], 4096); ta[g] = 2 * up(4 * len[g], 4096)
             }
-            kg = 0; ka = 0; bg = 0; ba = 0
-            for (g = DG; g < G; g++) { kg += tg[g]; ka += ta[g]; if (tg[g] > bg) bg = tg[g]; if (ta[g] > ba) ba = ta[g] }
-            win = (TG ? 4 * bg : 0) + (TA ? 4 * ba : 0); wins += win
+            kg = 0; ka = 0; most = 0
+            for (g = DG; g < G; g++) { kg += tg[g]; ka += ta[g]; if (len[g] > most) most = len[g] }
+            pc = min(most ? most : 1, 16777216)
+            win = (TG ? 4 * (up(GB * pc, 4096) + 4096) : 0) + (TA ? 4 * 2 * up(4 * pc, 4096) : 0); wins += win
             kdisk = (TG ? kg : 0) + (TA ? ka : 0); dgrads += TG ? kg : 0; dadam += TA ? ka : 0
             if (k == 0) out("disk.per_rank", kdisk)
             if (TA) mv = 0

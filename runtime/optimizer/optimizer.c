@@ -198,7 +198,7 @@ static void init_state(optimizer *o) {
         o->state[g].m = alloc_local(o->part_n[g]);
         o->state[g].v = alloc_local(o->part_n[g]);
     }
-    o->tier = storage_open(job, o->shard, o->part_n);
+    o->tier = storage_open(job, o->shard, o->part_lo, o->part_n);
     for (int g = job->device_groups; g < job->n_groups; g++)
         storage_describe(o->tier, g, &o->state[g]);
     if (job->resume_path[0]) { // the device groups' state goes over as it is read
@@ -257,25 +257,43 @@ static void sleep_through_signals(int ms) {
         if (errno != EINTR) SYS_CHECK(-1);
 }
 
+// Elements [at, at + n) of this rank's part of group g: AdamW from the gradients at `grads`
+// (their element `at`), with moments from memory or the NVMe tier's windows.
+static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, const char *grads,
+                         int step, const adamw_params *hp) {
+    mt_job *job = o->job;
+    float *master = o->state[g].master + o->part_lo[g] + at, *m = o->state[g].m, *v = o->state[g].v;
+    float *disk_m = storage_take_moments(o->tier, g, k);
+    const char *disk_grads = storage_take_grads(o->tier, g, k);
+    if (disk_m)
+        m = disk_m, v = storage_v_of(o->tier, disk_m);
+    else
+        m += at, v += at;
+    grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
+    if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
+        adamw_update_bf16_grads(master, m, v, NULL, (const bf16 *)grads, n, hp);
+    else
+        adamw_update(master, m, v, NULL, (const float *)grads, n, hp);
+    storage_give(o->tier, step);
+}
+
 // Group g's AdamW step on this rank's part of its slice, from its gradient slot; then the GPU
-// may stream it.
-// Its moments and gradients come from memory, or from the NVMe tier's windows.
+// may stream it. With the NVMe tier it goes a piece at a time (storage_piece), through the
+// tier's windows; in memory in one pass. The update is element-wise, so the bits are the same.
 static void update_group(optimizer *o, int g, int step, const adamw_params *hp) {
     mt_job *job = o->job;
-    size_t n = o->part_n[g], lo = o->part_lo[g];
-    float *master = o->state[g].master, *m = o->state[g].m, *v = o->state[g].v;
-    const char *grads = job_grad_slot(job, o->shard, g);
+    uint64_t n = o->part_n[g];
+    const char *grads = job_grad_slot(job, o->shard, g) + o->part_lo[g] * job->grad_bytes;
     double t0 = trace_now_us();
-    float *disk_m = storage_take_moments(o->tier, g);
-    const char *disk_grads = storage_take_grads(o->tier, g);
-    if (disk_m) m = disk_m, v = storage_v_of(o->tier, g, disk_m);
-    if (disk_grads) grads = disk_grads;
-    grads += lo * job->grad_bytes;
-    if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-        adamw_update_bf16_grads(master + lo, m, v, NULL, (const bf16 *)grads, n, hp);
-    else
-        adamw_update(master + lo, m, v, NULL, (const float *)grads, n, hp);
-    storage_give(o->tier, g, step);
+    if (!o->tier) {
+        update_piece(o, g, 0, 0, n, grads, step, hp);
+    } else {
+        for (int k = 0; k < storage_pieces(n); k++) {
+            uint64_t at = (uint64_t)k * storage_piece();
+            update_piece(o, g, k, at, n - at < storage_piece() ? n - at : storage_piece(), grads,
+                         step, hp);
+        }
+    }
     gather_master_parts(o, g);
     if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
     trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0, trace_now_us());

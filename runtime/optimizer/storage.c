@@ -1,9 +1,11 @@
 #include "runtime/optimizer/storage.h"
 #include "runtime/base/base.h"
+#include "runtime/model/model.h"
 #include "shm/syscheck.h"
 #include <fcntl.h>
 #include <liburing.h>
 #include <numa.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,30 +21,78 @@ static uint64_t round_up(uint64_t x) {
     return (x + ALIGN - 1) / ALIGN * ALIGN;
 }
 
+// MT_STATE_PIECE floats (64 MiB), or for tests MT_TEST_PIECE_FLOATS rounded up to whole blocks
+// of floats, so that a small model's groups cross piece boundaries. plan.c's tier_piece reads the
+// same.
+size_t storage_piece(void) {
+    static size_t piece;
+    if (!piece) {
+        const char *knob = getenv("MT_TEST_PIECE_FLOATS");
+        long long v = knob ? atoll(knob) : 0;
+        size_t block = ALIGN / sizeof(float);
+        piece = v > 0 && (size_t)v < MT_STATE_PIECE ? ((size_t)v + block - 1) / block * block
+                                                    : MT_STATE_PIECE;
+    }
+    return piece;
+}
+
+// Piece k of n elements: [k * P, k * P + piece_len(n, k)).
+static uint64_t piece_len(uint64_t n, int k) {
+    uint64_t at = (uint64_t)k * storage_piece();
+    return n - at < storage_piece() ? n - at : storage_piece();
+}
+
+int storage_pieces(uint64_t n) {
+    return (int)((n + storage_piece() - 1) / storage_piece());
+}
+
 // One file: per group, `arrays` arrays of array_bytes[g] (each rounded to ALIGN) at offset[g].
+// The rank works on elements [first[g], first[g] + count[g]) of each array, a piece at a time:
+// a window's buffer holds one piece of each array, `stride` bytes apart.
 typedef struct {
-    int fd, arrays;
+    int fd, arrays, elem;
     char path[MT_PATH_MAX];
     const char *what; // for messages: "gradients", "Adam moments"
-    uint64_t offset[SHM_MAX_GROUPS], array_bytes[SHM_MAX_GROUPS], bytes, largest;
+    uint64_t offset[SHM_MAX_GROUPS], array_bytes[SHM_MAX_GROUPS], bytes, stride;
+    uint64_t first[SHM_MAX_GROUPS], count[SHM_MAX_GROUPS];
 } tier_file;
 
-// A pass over one file's groups in a fixed order, WINDOW buffers deep: position p of the order
-// uses buffer p % WINDOW. Groups may be taken out of order within the window (with the gradient
-// ring, the head's gradients may land after a few layers'); `low` is the first position not
-// given back yet, and no read runs more than WINDOW positions past it.
+// Where piece k of group g lies: `bytes` from `off` in each array (ALIGN-rounded), its first
+// element `skip` bytes into them.
+typedef struct {
+    uint64_t off, bytes, skip;
+} span;
+
+static span span_of(const tier_file *f, int g, int k) {
+    uint64_t s = (f->first[g] + (uint64_t)k * storage_piece()) * f->elem;
+    uint64_t end = s + piece_len(f->count[g], k) * f->elem, a0 = s / ALIGN * ALIGN;
+    return (span){f->offset[g] + a0, round_up(end) - a0, s - a0};
+}
+
+// A piece: k of group g.
+typedef struct {
+    int g, k;
+} item;
+
+// A pass over one file's pieces in a fixed order, WINDOW buffers deep: position p of the order
+// uses buffer p % WINDOW. Pieces may be taken out of order within the window; `low` is the first
+// position not given back yet, and no read runs more than WINDOW positions past it.
 typedef struct {
     tier_file *file;
     int writes_back;
     char *buf[WINDOW];
     int pending[WINDOW]; // requests in flight into or out of each buffer
-    int order[SHM_MAX_GROUPS], n, fetched, low, current;
-    unsigned char given[SHM_MAX_GROUPS];
+    item *items;         // the pass's order, n of them (room for every piece the rank updates)
+    unsigned char *given;
+    int n, fetched, low, current;
 } window;
 
 struct storage {
     mt_job *job;
-    int shard, full_at_step, step; // full_at_step: MT_TEST_STORAGE_FULL_AT_STEP (-1: none)
+    int shard, step;
+    // tests (-1: none): MT_TEST_STORAGE_FULL_AT_STEP's, and MT_TEST_STORAGE_KILL_AT_STEP's
+    int full_at_step, kill_at_step;
+    int n_pieces; // every piece of the groups this rank updates
     struct io_uring ring;
     int in_flight;
     // [0] reads, [1] writes: requests in flight, since when, and the time with any in flight and
@@ -76,15 +126,22 @@ static void file_create(storage *s, tier_file *f, const char *suffix) {
                f->what, (double)f->bytes / (1 << 30), strerror(rc));
 }
 
-// The layout: `arrays` arrays of elem * n[g] bytes for each group the optimizer ranks update.
-static void file_layout(storage *s, tier_file *f, const uint64_t *n, int elem, int arrays) {
-    f->arrays = arrays;
+// The layout: `arrays` arrays of elem * n[g] bytes for each group the optimizer ranks update, of
+// which the rank updates [lo[g], lo[g] + part[g]) (lo NULL: from 0). A window's buffer holds the
+// largest piece, and an ALIGN more where a piece may start inside a block.
+static void file_layout(storage *s, tier_file *f, const uint64_t *n, const uint64_t *lo,
+                        const uint64_t *part, int elem, int arrays) {
+    uint64_t most = 0;
+    f->arrays = arrays, f->elem = elem;
     for (int g = s->job->device_groups; g < s->job->n_groups; g++) {
         f->offset[g] = f->bytes;
         f->array_bytes[g] = round_up(n[g] * (uint64_t)elem);
         f->bytes += arrays * f->array_bytes[g];
-        if (arrays * f->array_bytes[g] > f->largest) f->largest = arrays * f->array_bytes[g];
+        f->first[g] = lo ? lo[g] : 0, f->count[g] = part[g];
+        if (piece_len(part[g], 0) > most) most = piece_len(part[g], 0);
     }
+    // plan.c's tier_rank counts the same
+    f->stride = round_up((most ? most : 1) * (uint64_t)elem) + (lo ? ALIGN : 0);
     if (!f->bytes) f->bytes = ALIGN;
 }
 
@@ -170,41 +227,56 @@ static void queue_io(storage *s, const tier_file *f, int writing, int g, char *b
     io_uring_submit(&s->ring);
 }
 
-// ---- windows ----
-
-static void window_init(window *w, tier_file *f, int writes_back) {
-    w->file = f, w->writes_back = writes_back;
-    for (int i = 0; i < WINDOW; i++) w->buf[i] = alloc_local(f->largest);
+// Piece `it` of every array of the window's file, between buffer b and the disk.
+static void move_piece(storage *s, window *w, item it, int b, int writing) {
+    const tier_file *f = w->file;
+    span sp = span_of(f, it.g, it.k);
+    for (int a = 0; a < f->arrays; a++)
+        queue_io(s, f, writing, it.g, w->buf[b] + a * f->stride, sp.bytes,
+                 sp.off + a * f->array_bytes[it.g], &w->pending[b]);
 }
 
-static uint64_t area_bytes(const tier_file *f, int g) {
-    return f->arrays * f->array_bytes[g];
+// ---- windows ----
+
+static void window_init(storage *s, window *w, tier_file *f, int writes_back) {
+    w->file = f, w->writes_back = writes_back;
+    for (int i = 0; i < WINDOW; i++) w->buf[i] = alloc_local(f->arrays * f->stride);
+    w->items = malloc((size_t)(s->n_pieces ? s->n_pieces : 1) * sizeof *w->items);
+    w->given = malloc((size_t)(s->n_pieces ? s->n_pieces : 1));
+    if (!w->items || !w->given) mt_die("out of memory");
 }
 
 // Reads ahead into every buffer that is free, in order; a buffer still writing stops it.
 static void pump(storage *s, window *w) {
     reap(s, 0);
     while (w->fetched < w->n && w->fetched < w->low + WINDOW) {
-        int b = w->fetched % WINDOW, g = w->order[w->fetched];
+        int b = w->fetched % WINDOW;
         if (w->pending[b]) break;
-        queue_io(s, w->file, 0, g, w->buf[b], area_bytes(w->file, g), w->file->offset[g],
-                 &w->pending[b]);
+        move_piece(s, w, w->items[w->fetched], b, 0);
         w->fetched++;
     }
 }
 
+// The pass: every piece of each group of `order` in turn.
 static void window_begin(storage *s, window *w, const int *order, int n) {
-    memcpy(w->order, order, (size_t)n * sizeof *order);
-    memset(w->given, 0, (size_t)n);
-    w->n = n, w->fetched = w->low = 0;
+    w->n = w->fetched = w->low = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < storage_pieces(w->file->count[order[i]]); k++) {
+            if (w->n == s->n_pieces) mt_die("storage: a pass over more pieces than the rank has");
+            w->items[w->n++] = (item){order[i], k};
+        }
+    memset(w->given, 0, (size_t)w->n);
     pump(s, w);
 }
 
-static char *window_take(storage *s, window *w, int g) {
+static char *window_take(storage *s, window *w, int g, int k) {
     int p = w->low;
-    while (p < w->n && p < w->low + WINDOW && (w->given[p] || w->order[p] != g)) p++;
+    while (p < w->n && p < w->low + WINDOW &&
+           (w->given[p] || w->items[p].g != g || w->items[p].k != k))
+        p++;
     if (p >= w->n || p >= w->low + WINDOW)
-        mt_die("storage: group %d's turn is not within the next %d groups", g, WINDOW);
+        mt_die("storage: group %d's piece %d's turn is not within the next %d pieces", g, k,
+               WINDOW);
     int b = p % WINDOW;
     while (w->fetched <= p) { // its buffer was still writing when the others went
         wait_for(s, &w->pending[b]);
@@ -212,14 +284,14 @@ static char *window_take(storage *s, window *w, int g) {
     }
     wait_for(s, &w->pending[b]);
     w->current = p;
-    return w->buf[b];
+    return w->buf[b] + span_of(w->file, g, k).skip;
 }
 
-static void window_give(storage *s, window *w, int g) {
+static void window_give(storage *s, window *w) {
     int p = w->current, b = p % WINDOW;
-    if (w->writes_back)
-        queue_io(s, w->file, 1, g, w->buf[b], area_bytes(w->file, g), w->file->offset[g],
-                 &w->pending[b]);
+    if (w->writes_back) move_piece(s, w, w->items[p], b, 1);
+    if (s->step == s->kill_at_step && s->moving[1] > 0) // tests: a kill -9 among writes
+        SYS_CHECK(kill(getpid(), SIGKILL));
     w->given[p] = 1;
     while (w->low < w->n && w->given[w->low]) w->low++;
     pump(s, w);
@@ -230,30 +302,40 @@ static void window_end(storage *s, window *w) {
     w->n = w->fetched = w->low = 0;
 }
 
+static void window_free(window *w) {
+    for (int b = 0; b < WINDOW; b++)
+        SYS_CHECK(munmap(w->buf[b], w->file->arrays * w->file->stride));
+    free(w->items), free(w->given);
+}
+
 // ---- the tier ----
 
-storage *storage_open(mt_job *job, int shard, const uint64_t *part_n) {
+storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uint64_t *part_n) {
     const mt_config *c = &job->cfg;
     if (!c->storage_grads && !c->storage_adam) return NULL;
     storage *s = calloc(1, sizeof *s);
     if (!s) mt_die("out of memory");
-    s->job = job, s->shard = shard, s->full_at_step = -1, s->step = -1;
+    s->job = job, s->shard = shard, s->full_at_step = s->kill_at_step = s->step = -1;
     const char *full = getenv("MT_TEST_STORAGE_FULL_AT_STEP"); // 1-based, as the progress shows
+    const char *kill9 = getenv("MT_TEST_STORAGE_KILL_AT_STEP");
     if (full && shard == 0 && job->node == 0) s->full_at_step = atoi(full) - 1;
+    if (kill9 && shard == 0 && job->node == 0) s->kill_at_step = atoi(kill9) - 1;
+    for (int g = job->device_groups; g < job->n_groups; g++)
+        s->n_pieces += storage_pieces(part_n[g]);
     int rc = io_uring_queue_init(QUEUE, &s->ring, 0);
     if (rc < 0) mt_die("storage: io_uring_queue_init: %s", strerror(-rc));
     s->grads.fd = s->moments.fd = -1;
-    if (c->storage_grads) {
+    if (c->storage_grads) { // the file holds the shard's slice; the rank updates its part
         s->grads.what = "gradients";
-        file_layout(s, &s->grads, job->layouts[shard].len, job->grad_bytes, 1);
+        file_layout(s, &s->grads, job->layouts[shard].len, part_lo, part_n, job->grad_bytes, 1);
         file_create(s, &s->grads, "grads");
-        window_init(&s->grads_win, &s->grads, 0);
+        window_init(s, &s->grads_win, &s->grads, 0);
     }
     if (c->storage_adam) { // fresh moments are zeros: the unwritten blocks of a new file read so
         s->moments.what = "Adam moments";
-        file_layout(s, &s->moments, part_n, sizeof(float), 2);
+        file_layout(s, &s->moments, part_n, NULL, part_n, sizeof(float), 2);
         file_create(s, &s->moments, "adam");
-        window_init(&s->moments_win, &s->moments, 1);
+        window_init(s, &s->moments_win, &s->moments, 1);
     }
     return s;
 }
@@ -262,16 +344,16 @@ void storage_close(storage *s) {
     if (!s) return;
     if (getenv("MT_STORAGE_INFO"))
         fprintf(stderr,
-                "storage: optimizer %d: read %.2f GiB in %.2f s busy (%.2f GB/s), wrote %.2f GiB "
-                "in %.2f s busy (%.2f GB/s)\n",
-                s->shard, s->bytes[0] / (1 << 30), s->busy[0],
+                "storage: optimizer %d: %d pieces of at most %zu floats; read %.2f GiB in %.2f s "
+                "busy (%.2f GB/s), wrote %.2f GiB in %.2f s busy (%.2f GB/s)\n",
+                s->shard, s->n_pieces, storage_piece(), s->bytes[0] / (1 << 30), s->busy[0],
                 s->busy[0] > 0 ? s->bytes[0] / s->busy[0] / 1e9 : 0, s->bytes[1] / (1 << 30),
                 s->busy[1], s->busy[1] > 0 ? s->bytes[1] / s->busy[1] / 1e9 : 0);
     tier_file *files[2] = {&s->grads, &s->moments};
     window *wins[2] = {&s->grads_win, &s->moments_win};
     for (int i = 0; i < 2; i++) {
         if (files[i]->fd < 0) continue;
-        for (int b = 0; b < WINDOW; b++) SYS_CHECK(munmap(wins[i]->buf[b], files[i]->largest));
+        window_free(wins[i]);
         SYS_CHECK(close(files[i]->fd));
     }
     io_uring_queue_exit(&s->ring);
@@ -281,7 +363,7 @@ void storage_close(storage *s) {
 void storage_write_grads(storage *s, int g, const void *slot, int step) {
     int pending = 0;
     s->step = step;
-    queue_io(s, &s->grads, 1, g, (char *)slot, area_bytes(&s->grads, g), s->grads.offset[g],
+    queue_io(s, &s->grads, 1, g, (char *)slot, s->grads.array_bytes[g], s->grads.offset[g],
              &pending);
     wait_for(s, &pending);
 }
@@ -294,25 +376,25 @@ void storage_begin_grads(storage *s, const int *order, int n) {
     if (s && s->grads.fd >= 0) window_begin(s, &s->grads_win, order, n);
 }
 
-float *storage_take_moments(storage *s, int g) {
+float *storage_take_moments(storage *s, int g, int k) {
     if (!s || s->moments.fd < 0) return NULL;
-    return (float *)window_take(s, &s->moments_win, g);
+    return (float *)window_take(s, &s->moments_win, g, k);
 }
 
-float *storage_v_of(storage *s, int g, float *m) {
-    return (float *)((char *)m + s->moments.array_bytes[g]);
+float *storage_v_of(storage *s, float *m) {
+    return (float *)((char *)m + s->moments.stride);
 }
 
-const void *storage_take_grads(storage *s, int g) {
+const void *storage_take_grads(storage *s, int g, int k) {
     if (!s || s->grads.fd < 0) return NULL;
-    return window_take(s, &s->grads_win, g);
+    return window_take(s, &s->grads_win, g, k);
 }
 
-void storage_give(storage *s, int g, int step) {
+void storage_give(storage *s, int step) {
     if (!s) return;
     s->step = step;
-    if (s->moments.fd >= 0) window_give(s, &s->moments_win, g);
-    if (s->grads.fd >= 0) window_give(s, &s->grads_win, g);
+    if (s->moments.fd >= 0) window_give(s, &s->moments_win);
+    if (s->grads.fd >= 0) window_give(s, &s->grads_win);
 }
 
 void storage_end(storage *s) {

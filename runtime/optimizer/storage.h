@@ -1,7 +1,7 @@
 // The NVMe tier of one optimizer rank (storage.*): the gradient slots (storage.grads) and Adam's
 // m and v (storage.adam) of its shard live in files in storage.dir instead of host memory. They
-// move with io_uring, O_DIRECT and several requests in flight, through windows of a few groups
-// in NUMA-local memory that run ahead of the update in its group order.
+// move with io_uring, O_DIRECT and several requests in flight, through windows of a few pieces
+// in NUMA-local memory that run ahead of the update in its order.
 //
 // The files are created with O_EXCL and mode 0600 under a job-unique name, given their full size
 // at once (a full disk is refused at the start, not mid-run), and unlinked as soon as they are
@@ -15,27 +15,35 @@
 
 typedef struct storage storage;
 
-// NULL when the config puts nothing in storage.dir. part_n[g]: the elements of group g's slice
-// whose moments this rank keeps (job_moment_part).
-storage *storage_open(mt_job *job, int shard, const uint64_t *part_n);
+// Groups move in pieces of storage_piece() floats (the last one of a group shorter), so that no
+// window scales with the largest tensor: the embedding, the head and a large layer are read,
+// updated and written a piece at a time.
+size_t storage_piece(void);
+int storage_pieces(uint64_t n); // the pieces of n elements
+
+// NULL when the config puts nothing in storage.dir. [part_lo[g], part_lo[g] + part_n[g]): the
+// elements of group g's slice whose moments this rank keeps and updates (job_moment_part).
+storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uint64_t *part_n);
 void storage_close(storage *s);
 
 // storage.grads: group g's gradients of `step`, in its entry of the host's staging ring, go to
 // disk now; then the entry is free (the caller tells the compute rank).
 void storage_write_grads(storage *s, int g, const void *slot, int step);
 
-// A pass over the groups in `order` (n of them), each taken and given back once in that order:
-// the moments window starts reading at once (it may start before the gradients are in), the
-// gradients window once they all are. storage_end waits for every write of the pass.
+// A pass over the pieces of the groups in `order` (n of them), each piece taken and given back
+// once, in that order: the moments window starts reading at once (it may start before the
+// gradients are in), the gradients window once they all are. storage_end waits for every write
+// of the pass.
 void storage_begin_moments(storage *s, const int *order, int n);
 void storage_begin_grads(storage *s, const int *order, int n);
-// Group g's m (v follows at storage_v_of), read and ready; NULL without storage.adam.
-float *storage_take_moments(storage *s, int g);
-float *storage_v_of(storage *s, int g, float *m);
-// Group g's gradients as the slot held them; NULL without storage.grads.
-const void *storage_take_grads(storage *s, int g);
-// Done with group g: its moments are written back (at `step`), its gradients buffer reused.
-void storage_give(storage *s, int g, int step);
+// Piece k of group g's m (v follows at storage_v_of), read and ready; NULL without storage.adam.
+float *storage_take_moments(storage *s, int g, int k);
+float *storage_v_of(storage *s, float *m);
+// Piece k of group g's gradients as the slot held them (its first element: part_lo[g] + k x the
+// piece); NULL without storage.grads.
+const void *storage_take_grads(storage *s, int g, int k);
+// Done with the piece taken last: its moments are written back (at `step`), its buffers reused.
+void storage_give(storage *s, int step);
 void storage_end(storage *s);
 
 // Where group g's moments are, for checkpoints (group_state's tier fields).

@@ -387,30 +387,41 @@ uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
 // moment_nodes > 1: each node keeps the moments of a part of the shard (job_moment_part); the
 // first node's part, the largest, is planned.
 // The NVMe tier (storage.c): an area per group, each array rounded to MT_STORAGE_ALIGN; the
-// gradients' file holds the shard's whole slice, the moments' file this node's part.
+// gradients' file holds the shard's whole slice, the moments' file this node's part. The windows
+// hold pieces of tier_piece() floats of the part: MT_STORAGE_WINDOW buffers a file, each a piece
+// of every array of the file (m and v; the gradients with a block more, for a piece of them may
+// start inside one).
 static uint64_t tier_bytes(uint64_t n, int elem) {
     uint64_t a = MT_STORAGE_ALIGN;
     return (n * (uint64_t)elem + a - 1) / a * a;
 }
 
+// storage.c's storage_piece: MT_STATE_PIECE, or MT_TEST_PIECE_FLOATS rounded up to whole blocks.
+static uint64_t tier_piece(void) {
+    const char *knob = getenv("MT_TEST_PIECE_FLOATS");
+    long long v = knob ? atoll(knob) : 0;
+    uint64_t block = MT_STORAGE_ALIGN / sizeof(float);
+    return v > 0 && (uint64_t)v < MT_STATE_PIECE ? ((uint64_t)v + block - 1) / block * block
+                                                 : MT_STATE_PIECE;
+}
+
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
                       uint64_t *disk_grads, uint64_t *disk_adam) {
-    uint64_t grads = 0, adam = 0, largest_grads = 0, largest_adam = 0;
+    uint64_t grads = 0, adam = 0, most = 0;
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
         if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
-        uint64_t gb = tier_bytes(lay->len[g], lay->grad_bytes), mv = 2 * tier_bytes(hi - lo, 4);
-        grads += gb, adam += mv;
-        if (gb > largest_grads) largest_grads = gb;
-        if (mv > largest_adam) largest_adam = mv;
+        grads += tier_bytes(lay->len[g], lay->grad_bytes), adam += 2 * tier_bytes(hi - lo, 4);
+        if (hi - lo > most) most = hi - lo;
     }
+    uint64_t piece = most < tier_piece() ? (most ? most : 1) : tier_piece();
     if (c->storage_grads) {
         r->disk += grads, *disk_grads += grads;
-        r->storage += MT_STORAGE_WINDOW * largest_grads;
+        r->storage += MT_STORAGE_WINDOW * (tier_bytes(piece, lay->grad_bytes) + MT_STORAGE_ALIGN);
     }
     if (c->storage_adam) {
         r->disk += adam, *disk_adam += adam;
-        r->storage += MT_STORAGE_WINDOW * largest_adam;
+        r->storage += MT_STORAGE_WINDOW * 2 * tier_bytes(piece, 4);
         r->adam_m = r->adam_v = 0;
     }
 }

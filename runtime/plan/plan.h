@@ -67,7 +67,7 @@ typedef struct {
     uint64_t adam_m, adam_v; // fp32, page-rounded per group, private
     uint64_t grads, control; // the region's gradient slots (bf16 or fp32) and control block
     uint64_t moving;         // the piece (MT_STATE_PIECE floats) device-updated state moves in
-    uint64_t storage;        // the NVMe tier's windows (MT_STORAGE_WINDOW groups each)
+    uint64_t storage;        // the NVMe tier's windows (MT_STORAGE_WINDOW pieces each)
     uint64_t disk;           // what it keeps in storage.dir: not host memory, not in total
     uint64_t compute;        // the compute rank's own host buffers
     uint64_t process;        // the process itself: MPI, UCX, libraries, the CUDA context
