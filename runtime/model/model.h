@@ -261,9 +261,10 @@ int model_grad_ring_depth(const mt_config *c);
 // whose entries are free again once written. 0: one slot per group in host memory.
 int model_grad_host_ring(const mt_config *c);
 
-// The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the groups
-// each of an optimizer rank's windows holds in host memory (the one updated, the one written back
-// behind it, two read ahead), and the alignment of its O_DIRECT transfers and file areas.
+// The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the pieces
+// (at most MT_STATE_PIECE floats of a group) each of an optimizer rank's windows holds in host
+// memory (the one updated, the one written back behind it, two read ahead), and the alignment of
+// its O_DIRECT transfers and file areas.
 #define MT_STORAGE_WINDOW 4
 #define MT_STORAGE_ALIGN 4096
 
