@@ -32,8 +32,11 @@ for what in "$@"; do
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
         timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$log" 2>&1
         grep -E "^MOE|Error|error" "$log" | tail -n 3 ;;
-    *)
-        bench/run_bench.sh build "$OUT" "$what" 2>&1 | grep -vE "^ +L[0-9]"
+    *) # each bench under a limit, and the host's free memory said first (a call that overran
+        # its machine once came back with nothing)
+        free -g | awk 'NR == 2 {print "host memory: " $7 " GiB available"}'
+        timeout -s TERM "${MT_MOE_BENCH_LIMIT:-300}" bench/run_bench.sh build "$OUT" "$what" 2>&1 |
+            grep -vE "^ +L[0-9]"
         grep -E '"step":8,' "$OUT/run-$what/metrics.jsonl" | cut -c1-600 ;;
     esac
     echo "-- $what done at $(( $(date +%s) - t0 )) s"
