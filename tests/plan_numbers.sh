@@ -204,8 +204,10 @@ expected() {
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
         # plus, on CUDA, the host piece that the state of the GPU-updated groups moves through
         # (and the MoE routing statistics it copies back: pinned counts and offsets, counts and
-        # psums per micro-batch, layer and expert, the aux gradient, the layer index)
-        moehost = E > 0 ? 4*E + 4*(E + 1) + 8*M*LM*E + 4*E + 4*L : 0
+        # psums per micro-batch, layer and expert, the aux gradient, the layer index, and every
+        # forward chunk: its counts and offsets, kept for its backward)
+        chunks = int((n + r - 1) / r)
+        moehost = E > 0 ? 4*E + 4*(E + 1) + 8*M*LM*E + 4*E + 4*L + 4*M*LM*chunks*(2*E + 1) : 0
         compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) + moehost : 8 * res + acts + dres + cpu_work + cpu_att
         out("other_slots_grads", other)
         out("disk.grads", dgrads); out("disk.adam", dadam); out("disk.total", dgrads + dadam)

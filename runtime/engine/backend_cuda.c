@@ -294,6 +294,9 @@ static void cu_destroy(backend *b) {
                    b->cls_scratch, b->inputs,     b->targets,   b->inv_freq,     b->bias_scratch,
                    b->doc_start};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
+    void *qk[] = {b->q_raw, b->k_raw, b->rstd_q, b->rstd_k, b->qk_scratch, b->norm_qk};
+    for (size_t i = 0; i < sizeof qk / sizeof *qk; i++) CUDA_CHECK(cudaFree(qk[i]));
+    cu_moe_free(b);
     CUDA_CHECK(cudaFreeHost(b->losses_host));
     free(b->kept), free(b->att), free(b->lse), free(b->has_docs);
     cuda_gemm_free(b->gemm);

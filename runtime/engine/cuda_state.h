@@ -28,6 +28,11 @@ typedef struct {
     float *logits, *probs, *weight, *d_weight, *d_act, *sh_logit, *sh_dact;
     int32_t *expert, *row_of, *token_of, *counts, *offsets;
     int32_t *counts_host, *offsets_host; // pinned: the experts' GEMMs are launched from the host
+    // every forward chunk's counts and offsets ([E] and [E + 1] per MoE layer, micro-batch and
+    // chunk), which its backward's recomputed routing reproduces: the backward needs no wait
+    int32_t *routed;
+    int chunks;
+    const int32_t *cnt, *off; // the chunk's counts and offsets the experts' GEMMs use
     bf16 *xp, *gate, *up, *act, *yp, *d_yp, *d_gate, *d_up, *d_xp, *d_logits;
     bf16 *sh_gate, *sh_up, *sh_act, *sh_y, *d_sh_y, *d_sh_gate, *d_sh_up, *d_sh_logit;
     void *dispatch_scratch;

@@ -183,15 +183,16 @@ static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, co
 
 // A MoE MLP's backward for one chunk: n2 again (from the kept h, or h itself recomputed), then
 // the experts' and router's backward into d_n2, then what lies below the MLP.
-static void moe_backward(backend *b, int m, const layer_w *w, const layer_g *g, const float *x,
-                         const float *dout, float *dx, layer_saved *a, int kept, int t0, int rows) {
+static void moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *g,
+                         const float *x, const float *dout, float *dx, layer_saved *a, int kept,
+                         int t0, int rows) {
     const mt_config *c = b->c;
     if (kept)
         cuda_rmsnorm_forward(b->n2, b->rstd2, a->h, w->ffn_norm, rows, c->dim, (float)c->norm_eps,
                              b->s);
     else
         residual_and_norm(b, w, x, a, a->h, t0, rows);
-    cu_moe_backward(b, m, w, g, dout + (size_t)t0 * c->dim, b->d_n2, rows);
+    cu_moe_backward(b, l, m, w, g, dout + (size_t)t0 * c->dim, b->d_n2, t0, rows);
     mlp_tail_backward(b, w, g, dout, dx, a, t0, rows);
 }
 
@@ -279,7 +280,7 @@ void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf,
                              s);
     FOR_CHUNKS(b, t0, rows) {
         if (w.router)
-            moe_backward(b, m, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
+            moe_backward(b, l, m, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
         else
             mlp_backward(b, &w, &g, x, dout, dx, a, keep >= 0, t0, rows);
     }

@@ -53,14 +53,67 @@ void cu_moe_alloc(backend *b) {
     s->aux_g_host = calloc(E, sizeof *s->aux_g_host);
     if (!s->moe_index || !s->counts_all || !s->psum_host || !s->aux_g_host) mt_die("out of memory");
     for (int l = 0, i = 0; l < c->layers; l++) s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+    s->chunks = (int)((b->max_tokens + r - 1) / r);
+    s->routed = calloc(M * (s->layers ? s->layers : 1) * s->chunks * (2 * E + 1), 4);
+    if (!s->routed) mt_die("out of memory");
     s->psum_all = dev_bytes(stats * 4);
     s->aux_g = dev_bytes(M * E * 4);
     CUDA_CHECK(cudaMemset(s->aux_g, 0, M * E * 4));
 }
 
-// The routing of one chunk: logits, probabilities, top-k, the dispatch, and its counts on the
-// host (the experts' GEMMs are sized there: the host waits for the router here).
-static void route(backend *b, const layer_w *w, const bf16 *n2, int rows) {
+void cu_moe_free(backend *b) {
+    moe_set *s = &b->moe;
+    if (b->c->experts <= 0) return;
+    void *dev[] = {s->logits,
+                   s->probs,
+                   s->d_logits,
+                   s->weight,
+                   s->d_weight,
+                   s->expert,
+                   s->row_of,
+                   s->token_of,
+                   s->counts,
+                   s->offsets,
+                   s->dispatch_scratch,
+                   s->xp,
+                   s->yp,
+                   s->d_yp,
+                   s->d_xp,
+                   s->gate,
+                   s->up,
+                   s->act,
+                   s->d_gate,
+                   s->d_up,
+                   s->d_act,
+                   s->sh_gate,
+                   s->sh_up,
+                   s->sh_act,
+                   s->d_sh_gate,
+                   s->d_sh_up,
+                   s->sh_dact,
+                   s->sh_y,
+                   s->d_sh_y,
+                   s->sh_logit,
+                   s->d_sh_logit,
+                   s->psum_all,
+                   s->aux_g};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        CUDA_CHECK(cudaFree(dev[i])); // NULL: no-op
+    CUDA_CHECK(cudaFreeHost(s->counts_host));
+    CUDA_CHECK(cudaFreeHost(s->offsets_host));
+    free(s->moe_index), free(s->counts_all), free(s->psum_host), free(s->aux_g_host);
+    free(s->routed);
+}
+
+// Where micro-batch m's chunk at token t0 of MoE layer l keeps its counts (then offsets).
+static int32_t *routed_of(backend *b, int l, int m, int t0) {
+    moe_set *s = &b->moe;
+    size_t i = ((size_t)s->moe_index[l] * b->c->micro_batches + m) * s->chunks + t0 / b->seq_chunk;
+    return s->routed + i * (2 * b->c->experts + 1);
+}
+
+// The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.
+static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
     int E = c->experts, k = c->top_k;
@@ -69,10 +122,32 @@ static void route(backend *b, const layer_w *w, const bf16 *n2, int rows) {
                            b->s);
     cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
                       s->dispatch_scratch, b->s);
+}
+
+// The forward's routing of one chunk, and its counts on the host (the experts' GEMMs are sized
+// there: the host waits for the router here), kept for the chunk's backward.
+static void route(backend *b, int l, int m, int t0, const layer_w *w, const bf16 *n2, int rows) {
+    moe_set *s = &b->moe;
+    int E = b->c->experts;
+    route_kernels(b, w, n2, rows);
     CUDA_CHECK(cudaMemcpyAsync(s->counts_host, s->counts, E * 4, cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(
         cudaMemcpyAsync(s->offsets_host, s->offsets, (E + 1) * 4, cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(cudaStreamSynchronize(b->s));
+    int32_t *kept = routed_of(b, l, m, t0);
+    memcpy(kept, s->counts_host, (size_t)E * 4);
+    memcpy(kept + E, s->offsets_host, (size_t)(E + 1) * 4);
+    s->cnt = s->counts_host, s->off = s->offsets_host;
+}
+
+// The backward's: the same kernels on the same input give the forward's routing, whose counts
+// the host kept, so the host queues the chunk's backward without waiting for the device.
+static void route_again(backend *b, int l, int m, int t0, const layer_w *w, const bf16 *n2,
+                        int rows) {
+    moe_set *s = &b->moe;
+    route_kernels(b, w, n2, rows);
+    const int32_t *kept = routed_of(b, l, m, t0);
+    s->cnt = kept, s->off = kept + b->c->experts;
 }
 
 // Each expert's SwiGLU on its rows: yp = down(silu(gate(xp)) * up(xp)).
@@ -82,13 +157,10 @@ static void experts_forward(backend *b, const layer_w *w, int rows) {
     int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
     long P = (long)rows * c->top_k;
     cuda_moe_gather(s->xp, b->n2, s->token_of, (int)P, D, b->s);
-    cuda_experts_forward(b->gemm, s->gate, 0, 0, s->xp, w->exp_gate, E, s->counts_host,
-                         s->offsets_host, D, F, b->s);
-    cuda_experts_forward(b->gemm, s->up, 0, 0, s->xp, w->exp_up, E, s->counts_host, s->offsets_host,
-                         D, F, b->s);
+    cuda_experts_forward(b->gemm, s->gate, 0, 0, s->xp, w->exp_gate, E, s->cnt, s->off, D, F, b->s);
+    cuda_experts_forward(b->gemm, s->up, 0, 0, s->xp, w->exp_up, E, s->cnt, s->off, D, F, b->s);
     cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
-    cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->counts_host,
-                         s->offsets_host, F, D, b->s);
+    cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->cnt, s->off, F, D, b->s);
 }
 
 static void shared_forward(backend *b, const layer_w *w, int rows) {
@@ -117,7 +189,7 @@ static void record(backend *b, int l, int m, int t0, int rows) {
 void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int t0, int rows) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
-    route(b, w, b->n2, rows);
+    route(b, l, m, t0, w, b->n2, rows);
     record(b, l, m, t0, rows);
     experts_forward(b, w, rows);
     cuda_moe_combine(out, s->yp, s->row_of, s->weight, rows, c->top_k, c->dim, b->s);
@@ -130,7 +202,7 @@ static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
     int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
-    const int32_t *cnt = s->counts_host, *off = s->offsets_host;
+    const int32_t *cnt = s->cnt, *off = s->off;
     long P = (long)rows * c->top_k;
     cuda_experts_backward_input(b->gemm, s->d_act, 1, 0, s->d_yp, w->exp_down, E, cnt, off, F, D,
                                 b->s);
@@ -165,12 +237,12 @@ static void shared_backward(backend *b, const layer_w *w, const layer_g *g, cons
     cuda_linear_backward_weight(gm, g->sh_route, s->d_sh_logit, b->n2, rows, D, 1, st);
 }
 
-void cu_moe_backward(backend *b, int m, const layer_w *w, const layer_g *g, const float *dy,
-                     float *d_n2, int rows) {
+void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *g, const float *dy,
+                     float *d_n2, int t0, int rows) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
     int E = c->experts, k = c->top_k, D = c->dim;
-    route(b, w, b->n2, rows); // the forward's, again: the same kernels on the same input
+    route_again(b, l, m, t0, w, b->n2, rows);
     experts_forward(b, w, rows);
     cuda_moe_combine_backward(s->d_yp, s->d_weight, dy, s->yp, s->row_of, s->weight, rows, k, D,
                               b->s);

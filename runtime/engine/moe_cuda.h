@@ -6,13 +6,15 @@
 #include "runtime/engine/cuda_state.h"
 
 void cu_moe_alloc(backend *b); // the working set of one chunk and the routing statistics
+void cu_moe_free(backend *b);
 // out[rows, D] += the MoE MLP of n2 (the routed experts and the shared one); records layer l's
 // routing statistics for micro-batch m.
 void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int t0, int rows);
 // d_n2[rows, D] = its gradient from dy (the MLP output's), recomputing the routing and the
-// experts' internals; the weight gradients accumulate into g.
-void cu_moe_backward(backend *b, int m, const layer_w *w, const layer_g *g, const float *dy,
-                     float *d_n2, int rows);
+// experts' internals (the chunk's forward must have run this step: its counts are reused); the
+// weight gradients accumulate into g.
+void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *g, const float *dy,
+                     float *d_n2, int t0, int rows);
 // After micro-batch m's forward: its load-balancing loss (summed for cu_moe_take_aux) and its
 // gradient, daux times that of the loss, for its backwards.
 void cu_moe_head(backend *b, int m, float daux);

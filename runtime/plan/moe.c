@@ -53,9 +53,11 @@ uint64_t plan_moe_work_bytes(const mt_config *c) {
 // counts and psums copied back for the loss and metrics, the aux gradient, the layer index.
 uint64_t plan_moe_host_bytes(const mt_config *c) {
     if (c->experts <= 0) return 0;
-    uint64_t E = (uint64_t)c->experts;
+    uint64_t E = (uint64_t)c->experts, n = (uint64_t)c->micro_batch * c->seq_len;
+    uint64_t r = (uint64_t)mt_seq_chunk(c), chunks = (n + r - 1) / r;
     uint64_t stats = (uint64_t)c->micro_batches * (uint64_t)mt_moe_layers(c) * E;
-    return 4 * E + 4 * (E + 1) + 2 * 4 * stats + 4 * E + 4 * (uint64_t)c->layers;
+    uint64_t routed = (uint64_t)c->micro_batches * mt_moe_layers(c) * chunks * (2 * E + 1);
+    return 4 * E + 4 * (E + 1) + 2 * 4 * stats + 4 * E + 4 * (uint64_t)c->layers + 4 * routed;
 }
 
 uint64_t plan_moe_cpu_bytes(const mt_config *c, uint64_t n) {

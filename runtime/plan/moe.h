@@ -26,7 +26,8 @@ uint64_t plan_moe_work_bytes(const mt_config *c);
 // aux gradient [micro_batches, E] (in plan_moe_work_bytes).
 uint64_t plan_moe_aux_bytes(const mt_config *c);
 // cu_moe_alloc's host bytes: pinned counts and offsets, the per micro-batch and layer counts and
-// psums copied back, the aux gradient and the MoE layer index (in plan_cuda_host_bytes).
+// psums copied back, the aux gradient, the MoE layer index and each forward chunk's counts and
+// offsets kept for its backward (in plan_cuda_host_bytes).
 uint64_t plan_moe_host_bytes(const mt_config *c);
 // The CPU reference: moe_scratch_new's fp32 / int32 bytes for n tokens (in each layer working
 // set, kept passes included), and backend_cpu.c's routing statistics.
