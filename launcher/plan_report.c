@@ -286,7 +286,8 @@ static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
     plan_estimate_step(p, 1, &e);
     char what[128];
     if (c->storage_grads && c->storage_adam)
-        snprintf(what, sizeof what, "gradient slots %s, Adam m and v %s", H(p->disk_grads),
+        snprintf(what, sizeof what, "gradient slots %s, %s %s", H(p->disk_grads),
+                 c->storage_master ? "fp32 master, its bf16 copy, Adam m and v" : "Adam m and v",
                  H(p->disk_adam));
     else
         snprintf(what, sizeof what, "%s", c->storage_grads ? "the gradient slots" : "Adam m and v");
@@ -337,10 +338,11 @@ static void print_rank_table(FILE *f, const mt_plan *p) {
             H(p->state), p->state / N, H(p->shared), p->shared / N, H(p->rank[0].compute),
             p->rank[0].compute / N, H(p->sum.process));
     fprintf(f,
-            "  fp32 master and gradient slots are in the shared regions (%s in /dev/shm, a %s\n"
+            "  %s and gradient slots are in the shared regions (%s in /dev/shm, a %s\n"
             "  control block each); m and v are private. \"moving\": the piece the GPU-updated\n"
             "  groups' state passes through (at start, saves and exports). \"process\": the\n"
             "  rank process itself (MPI, UCX, libraries, the CUDA context), as measured\n",
+            p->c->storage_master ? "the weight ring (storage.master: 4 pieces)" : "fp32 master",
             H(p->regions), H(p->n_shards ? p->rank[1].control : 0));
     print_slots(f, p);
 }

@@ -31,7 +31,7 @@ static uint64_t ring_slots(shard_layout *lay, const int *order, uint64_t off) {
 
 void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_groups, int shard,
                        int n_shards, int first_shared, int grad_bytes, int ring_depth,
-                       const int *order) {
+                       const int *order, uint64_t weight_ring) {
     lay->n_groups = n_groups;
     lay->shard = shard;
     lay->n_shards = n_shards;
@@ -44,9 +44,15 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
         shard_range(group_numel[g], shard, n_shards, &lo, &hi);
         lay->lo[g] = lo;
         lay->len[g] = hi - lo;
-        lay->master_offset[g] = g < first_shared ? 0 : off;
-        if (g >= first_shared) off = round_up(off + lay->len[g] * 4, 64);
+        lay->master_offset[g] = g < first_shared || weight_ring ? 0 : off;
+        if (g >= first_shared && !weight_ring) off = round_up(off + lay->len[g] * 4, 64);
     }
+    uint64_t most = 0;
+    for (int g = first_shared; g < n_groups; g++)
+        if (lay->len[g] > most) most = lay->len[g];
+    lay->weight_ring = weight_ring, lay->ring_offset = weight_ring ? off : 0;
+    lay->ring_entry = weight_ring ? round_up(most < weight_ring ? most : weight_ring, 16) : 0;
+    off += SHM_WEIGHT_RING * lay->ring_entry * 4;
     // Gradients after all weights: the two directions of DMA touch separate pages.
     off = round_up(off, 4096);
     lay->masters_bytes = off - SHM_HEADER_BYTES;
@@ -60,4 +66,26 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
     if (ring_depth) off = ring_slots(lay, order, off);
     lay->total_bytes = round_up(off, 4096);
     lay->grads_bytes = lay->total_bytes - grads;
+}
+
+static uint64_t copy_piece_bytes(const shard_layout *lay) {
+    return round_up(lay->weight_ring * 2, 4096);
+}
+
+// Group g's area: its pieces, the last one page-rounded on its own (so a group's area is its
+// bf16 bytes page-rounded whenever a piece is a whole number of pages, as at full size).
+static uint64_t copy_area(const shard_layout *lay, int g) {
+    uint64_t whole = lay->len[g] / lay->weight_ring, rest = lay->len[g] % lay->weight_ring;
+    return whole * copy_piece_bytes(lay) + round_up(rest * 2, 4096);
+}
+
+uint64_t shard_copy_offset(const shard_layout *lay, int g, uint64_t i) {
+    uint64_t off = 0;
+    for (int h = lay->first_shared; h < g; h++) off += copy_area(lay, h);
+    return off + i * copy_piece_bytes(lay);
+}
+
+uint64_t shard_copy_bytes(const shard_layout *lay) {
+    uint64_t bytes = shard_copy_offset(lay, lay->n_groups, 0);
+    return bytes ? bytes : 4096;
 }

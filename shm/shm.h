@@ -1,5 +1,6 @@
 // Shared host memory: one region per optimizer shard, holding that shard's fp32 master weights
-// (the GPU streams them and rounds to bf16 itself), its gradient slots and a control block. The
+// (the GPU streams them and rounds to bf16 itself; with the master on disk, a ring of the last
+// pieces updated instead), its gradient slots and a control block. The
 // owner (an optimizer rank) creates it on its NUMA node; the compute rank maps every region.
 // Nothing here knows about models: a "group" is just a flat array of parameters (one decoder layer,
 // the embedding, ...).
@@ -28,14 +29,35 @@ typedef struct {
     uint64_t master_offset[SHM_MAX_GROUPS]; // fp32 [len]
     uint64_t grad_offset[SHM_MAX_GROUPS];   // grad_bytes (4: fp32, 2: bf16) x [len]
     int32_t ring_prev[SHM_MAX_GROUPS];
-    uint64_t masters_bytes, grads_bytes; // the two areas, page-rounded
+    // weight_ring > 0 (the master on disk): the pieces' floats; no master area, instead
+    // SHM_WEIGHT_RING entries of ring_entry floats (a piece, or the largest slice if smaller) at
+    // ring_offset, the freshly updated pieces the compute rank may take
+    uint64_t weight_ring, ring_entry, ring_offset;
+    uint64_t masters_bytes, grads_bytes; // the two areas (the ring in place of the masters)
     uint64_t total_bytes;
 } shard_layout;
 
 // order: every group once (ring_depth > 0); NULL with ring_depth 0.
+// weight_ring: 0, or the floats of an entry of the weight ring (no master area then).
 void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_groups, int shard,
                        int n_shards, int first_shared, int grad_bytes, int ring_depth,
-                       const int *order);
+                       const int *order, uint64_t weight_ring);
+
+#define SHM_WEIGHT_RING 4
+
+// The bf16 copy of the weights (weight_ring > 0): piece i of group g's slice (weight_ring
+// elements, the last one shorter) at this byte offset of the owner's copy file, each piece on its
+// own 4 KiB-rounded area, so that O_DIRECT writes it alone. copy_bytes: the file's size.
+uint64_t shard_copy_offset(const shard_layout *lay, int g, uint64_t i);
+uint64_t shard_copy_bytes(const shard_layout *lay);
+
+// An entry of the weight ring, a seqlock: the writer makes seq odd, writes the piece and its
+// tag, makes seq even again; a reader copies the piece and keeps it only if seq was even and
+// unchanged around its copy and the tag is the piece it wants. The writer never waits.
+typedef struct {
+    volatile int64_t seq, version;
+    volatile int32_t group, piece;
+} shm_ring_tag;
 
 // The control block at the start of every region. The sequence numbers mirror the control
 // messages, so either side can assert what it was told against what is in memory.
@@ -45,6 +67,10 @@ typedef struct {
     int32_t n_groups, shard, n_shards, pad;
     volatile int64_t weights_version[SHM_MAX_GROUPS]; // step whose update is in the master
     volatile int64_t grads_step[SHM_MAX_GROUPS];      // step whose gradients are in the slot
+    shm_ring_tag ring[SHM_WEIGHT_RING];               // the weight ring's entries
+    // the master on disk: where the owner's bf16 copy of the weights is (its process and
+    // descriptor: the file has no name), for the fetches the ring cannot serve
+    volatile int32_t copy_pid, copy_fd;
 } shm_control_block;
 
 #define SHM_MAGIC 0x4d54432d53484d31ull // "MTC-SHM1"

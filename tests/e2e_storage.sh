@@ -17,6 +17,13 @@
 #   (with tiny pieces, in the middle of the step's writes to the tier);
 # - a full disk ends the job in one line naming the group and storage.dir, exit non-zero, and
 #   the previous checkpoint stays the latest, intact (gradients, and moments with tiny pieces);
+# - storage.master (the master beside m and v, the weights through the regions' weight rings
+#   and a bf16 copy on disk): bitwise host memory's with adam (-np 2), grads and adam (-np 3, 5),
+#   whole and tiny pieces, the gradient ring, bf16 slots, 2 nodes, a non-finite step and an
+#   export; the compute rank took pieces from both the ring and the copy; resumes host memory
+#   -> master on disk -> host memory; kill -9 mid-write (nothing left, bitwise resume) and a
+#   full disk under it (one line, step 10 intact); refused without storage.adam and with the
+#   state split across nodes;
 # - every job ends by itself once its last step is done;
 # - storage.dir on tmpfs, storage.grads without storage.dir, and storage.grads with the gradient
 #   ring are refused in one line naming the field.
@@ -84,6 +91,27 @@ tiny tres2 2 "$WORK/base.cfg" "$dir" "$adam" --resume "$WORK/gstop" || show_log 
 # 2 nodes, the moments split between them (a piece of gradients starts inside a block)
 sed 's/^optimizer = {/optimizer = {\n  shard_across_nodes = true;/' "$WORK/base.cfg" >"$WORK/split.cfg"
 MT_TEST_NODES=2 tiny tsplit 6 "$WORK/split.cfg" "$dir" "$grads" "$adam" || show_log tsplit
+# storage.master: the fp32 master in the tier beside m and v, with and without the gradients
+master=storage.master=true
+tiny tmaster2 2 "$WORK/base.cfg" "$dir" "$adam" "$master" || show_log tmaster2
+tiny tmaster3 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" || show_log tmaster3
+tiny tmaster5 5 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" || show_log tmaster5
+tier_job master3 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" || show_log master3
+tiny tringmaster 3 "$WORK/ring.cfg" "$dir" "$adam" "$master" || show_log tringmaster
+tiny tbf16master 3 "$WORK/bf16.cfg" "$dir" "$grads" "$adam" "$master" || show_log tbf16master
+# a step whose norm is not finite (nothing updated: the next forward reads the copy), and an
+# export, which reads the master from the tier
+MT_FAULT_NAN_GRAD_STEPS=3 run_job nanplain 3 "$WORK/base.cfg" export_dir="$WORK/exp-plain" ||
+    show_log nanplain
+MT_FAULT_NAN_GRAD_STEPS=3 tiny nanmaster 3 "$WORK/base.cfg" "$dir" "$adam" "$master" \
+    export_dir="$WORK/exp-master" || show_log nanmaster
+MT_TEST_NODES=2 tiny tnodesmaster 6 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" ||
+    show_log tnodesmaster
+# across the tiers: host memory -> the master on disk -> host memory
+tiny mres 5 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" --resume "$WORK/pstop" \
+    || show_log mres
+tiny mstop 3 "$WORK/base.cfg" "$dir" "$adam" "$master" --stop-at 10 || show_log mstop
+run_job mres2 2 "$WORK/base.cfg" --resume "$WORK/mstop" || show_log mres2
 
 expect "20 steps ran" test "$(losses "$WORK/plain" | wc -l)" -eq 20
 same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
@@ -122,6 +150,31 @@ expect "its step 20 checkpoint is host memory's" \
     cmp -s "$WORK/tres2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
 expect "tiny pieces, 2 nodes with the moments split between them = host memory, bitwise" \
     same tsplit plain
+expect "storage.master, tiny pieces, adam (-np 2) = host memory, bitwise" same tmaster2 plain
+expect "storage.master, tiny pieces, grads and adam (-np 3) = host memory, bitwise" \
+    same tmaster3 plain
+expect "storage.master, tiny pieces, grads and adam (-np 5) = host memory, bitwise" \
+    same tmaster5 plain
+expect "storage.master, whole pieces (-np 3) = host memory, bitwise" same master3 plain
+expect "storage.master with the gradient ring = the ring in host memory, bitwise" \
+    same tringmaster ring
+expect "storage.master with bf16 slots = bf16 slots in host memory, bitwise" \
+    same tbf16master pbf16
+expect "storage.master on 2 nodes = host memory, bitwise" same tnodesmaster plain
+expect "storage.master with a non-finite step = host memory's, bitwise" same nanmaster nanplain
+expect "storage.master: its export (from the tier) = host memory's, file for file" \
+    diff -r "$WORK/exp-plain" "$WORK/exp-master"
+expect "storage.master: the compute rank took pieces from the weight ring and from the copy" \
+    grep -q '^storage: compute: [1-9][0-9]* pieces fetched from the weight ring, [1-9][0-9]* from the bf16 copy' \
+    "$WORK/tmaster3.log"
+expect "host memory stopped at 10, resumed with the master on disk (-np 5) = host memory" \
+    cmp -s <(losses "$WORK/pstop"; losses "$WORK/mres") <(losses "$WORK/plain")
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/mres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "the master on disk stopped at 10, resumed in host memory (-np 2) = host memory" \
+    cmp -s <(losses "$WORK/mstop"; losses "$WORK/mres2") <(losses "$WORK/plain")
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/mres2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
 expect "the tier run's plan line names the disk it takes in storage.dir" \
     grep -q '^mtrun: plan: .*; disk [0-9.]* [KMG]*i*B in storage.dir at ' "$WORK/both.log"
 expect "the host memory run's does not" sh -c "! grep -q 'in storage.dir' '$WORK/plain.log'"
@@ -161,6 +214,27 @@ expect "one line says which group's moments, where, and that the disk is full" \
 expect "step 10 is the latest, and it is host memory's, bitwise" \
     bash -c "[ \"\$(cat '$WORK/afull/LATEST')\" = step_000010 ] && cmp -s '$WORK/afull/step_000010/state.bin' '$WORK/plain/step_000010/state.bin'"
 
+# kill -9 with the master on disk, mid-write, and a full disk under it
+MT_TEST_STORAGE_KILL_AT_STEP=12 tiny mkilled 3 "$WORK/base.cfg" "$dir" "$adam" "$master"
+rc=$?
+expect "kill -9 with the master on disk ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "it left nothing in storage.dir" disk_empty
+expect "nor in /dev/shm" no_leftovers mkilled
+expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/mkilled/LATEST"
+tiny mkillres 3 "$WORK/base.cfg" "$dir" "$adam" "$master" --resume "$WORK/mkilled" ||
+    show_log mkillres
+expect "resumed with the master on disk: steps 11..20 = host memory's, bitwise" \
+    cmp -s <(losses "$WORK/mkillres") <(losses "$WORK/plain" | tail -n 10)
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/mkillres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+MT_TEST_STORAGE_FULL_AT_STEP=13 tiny mfull 3 "$WORK/base.cfg" "$dir" "$adam" "$master"
+rc=$?
+expect "a full disk under the master ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "one line says which group's master and moments, where, and that the disk is full" \
+    test "$(grep -c "storage.dir: writing group [0-9]*'s \(master and Adam moments\|bf16 copy of the weights\) to $WORK/disk failed: No space left on device (the disk is full)" "$WORK/mfull.log")" -eq 1
+expect "step 10 is the latest, and it is host memory's, bitwise" \
+    bash -c "[ \"\$(cat '$WORK/mfull/LATEST')\" = step_000010 ] && cmp -s '$WORK/mfull/step_000010/state.bin' '$WORK/plain/step_000010/state.bin'"
+
 expect "storage.dir was empty after every run (not after:$left)" test -z "$left"
 expect "every job ended by itself once its steps were done (hung:$hung)" test -z "$hung"
 
@@ -179,4 +253,9 @@ expect "storage.grads without storage.dir is refused, naming both" \
 expect "storage.grads with the gradient ring (optimizer.clip = 0) is refused" \
     refused ringgrads 'storage.grads: the gradient ring (optimizer.clip = 0)' \
     "$dir" "$grads" optimizer.clip=0
+expect "storage.master without storage.adam is refused" \
+    refused nomaster 'storage.master: needs storage.adam = true' "$dir" "$master"
+expect "storage.master with the state split across nodes is refused" \
+    refused splitmaster 'storage.master: does not work with optimizer.shard_across_nodes' \
+    "$dir" "$adam" "$master" optimizer.shard_across_nodes=true
 finish

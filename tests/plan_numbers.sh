@@ -97,7 +97,11 @@ expected() {
         # 16M floats (64 MiB) of the slice of a group, each buffer one page-rounded piece of every
         # array (m and v; the gradients a page more, a piece may start inside one); each group
         # area in the files is page-rounded (O_DIRECT)
-        TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"
+        # storage.master: the master beside m and v in the file, plus a bf16 copy of the weights
+        # (each group page-rounded); the window buffers hold a piece of master too, and one
+        # bf16 piece more; the region holds 4 entries of a piece (at most the largest slice,
+        # rounded to 16 floats) instead of the master
+        TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"; TM = cfg["master"] == "true"
         HRING = TG ? 4 : RING; dgrads = 0; dadam = 0; wins = 0
         piece = 4 * 16777216 # the piece device-updated state moves through (64 MiB)
         for (k = 0; k < K; k++) {
@@ -107,14 +111,17 @@ expected() {
                 hi = min(up(int(numel[g] * (k + 1) / K), 64), numel[g])
                 len[g] = hi - lo
                 if (g < DG) continue
-                off = up(off + 4 * len[g], 64)                 # the fp32 master, in the region
+                if (!TM) off = up(off + 4 * len[g], 64)        # the fp32 master, in the region
                 mv += up((len[g] ? len[g] : 1) * 4, 4096)      # m and v: each page-rounded
                 tg[g] = up(GB * len[g], 4096); ta[g] = 2 * up(4 * len[g], 4096)
+                if (TM) ta[g] += up(4 * len[g], 4096) + up(2 * len[g], 4096)
             }
             kg = 0; ka = 0; most = 0
             for (g = DG; g < G; g++) { kg += tg[g]; ka += ta[g]; if (len[g] > most) most = len[g] }
             pc = min(most ? most : 1, 16777216)
-            win = (TG ? 4 * (up(GB * pc, 4096) + 4096) : 0) + (TA ? 4 * 2 * up(4 * pc, 4096) : 0); wins += win
+            if (TM) off += 4 * 4 * up(min(most, 16777216), 16) # the weight ring
+            win = (TG ? 4 * (up(GB * pc, 4096) + 4096) : 0) + (TA ? 4 * 2 * up(4 * pc, 4096) : 0)
+            if (TM) win += 4 * up(4 * pc, 4096) + up(2 * pc, 4096); wins += win
             kdisk = (TG ? kg : 0) + (TA ? ka : 0); dgrads += TG ? kg : 0; dadam += TA ? ka : 0
             if (k == 0) out("disk.per_rank", kdisk)
             if (TA) mv = 0
@@ -311,6 +318,10 @@ tier_cfg configs/test-small.cfg true true "$TMP/small-tier.cfg"
 sed -i 's/^optimizer = {/optimizer = { grad_dtype = "bf16";/' "$TMP/small-tier.cfg"
 grep -q 'grad_dtype = "bf16"' "$TMP/small-tier.cfg" || fail "small-tier: the config edit did not take"
 GPU_MEM=--disk-bw=2G check small-tier "$TMP/small-tier.cfg" 3 0 2
+# the same with storage.master
+sed 's/^  adam = true;/  adam = true;\n  master = true;/' "$TMP/small-tier.cfg" >"$TMP/small-master.cfg"
+grep -q '^  master = true;' "$TMP/small-master.cfg" || fail "small-master: the config edit did not take"
+GPU_MEM=--disk-bw=2G check small-master "$TMP/small-master.cfg" 3 0 2
 tier_cfg "$TMP/120b-clip1.cfg" true false "$TMP/120b-tier.cfg"
 GPU_MEM="--gpu-mem=141G --disk-bw=2G" MEM_LIMIT=1500000000000 check 120b-tier "$TMP/120b-tier.cfg" 5 1 4 1
 perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b-tier.got")
@@ -329,6 +340,19 @@ for big in 175b:1000000000000 405b:2000000000000; do
         storage.dir="$TMP/disk" >"$TMP/$name.txt" 2>&1 &&
         echo "ok   $name with storage.grads and storage.adam fits $mem bytes: $(grep -o '[0-9.]* bytes/param' "$TMP/$name.txt" | head -n 1)" ||
         fail "$name on $mem bytes of host: $(grep -E '^mtrun:|does not fit' "$TMP/$name.txt" | head -n 2)"
+done
+
+# With storage.master too (all of the state on disk): 175B and 120B (clip 1.0) fit 128 GB of
+# host, 405B 256 GB.
+for big in 175b:128000000000: 405b:256000000000: 120b:128000000000:optimizer.clip=1.0; do
+    name=${big%%:*} rest=${big#*:}
+    mem=${rest%%:*} extra=${rest#*:}
+    MT_PLAN_MEM_LIMIT=$mem MT_PLAN_SHM_LIMIT=$mem MT_PLAN_DISK_LIMIT=10000000000000 \
+        "$MTRUN" --plan -np 5 --gpu-mem 141G --disk-bw 10G "configs/$name.cfg" \
+        storage.dir="$TMP/disk" storage.grads=true storage.adam=true storage.master=true \
+        $extra >"$TMP/$name-master.txt" 2>&1 &&
+        echo "ok   $name with storage.master fits $mem bytes: $(grep -o '[0-9.]* bytes/param' "$TMP/$name-master.txt" | head -n 1)" ||
+        fail "$name with storage.master on $mem bytes of host: $(grep -E '^mtrun:|does not fit' "$TMP/$name-master.txt" | head -n 2)"
 done
 
 # The step estimate against steps measured on the H200 (bench/RESULTS.md, 2026-12-04: the

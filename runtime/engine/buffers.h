@@ -25,6 +25,11 @@ typedef struct {
     float *node_scratch;                 // CPU backend over nodes: the largest group, for sums
     struct grad_buffer **grads;          // [n_grads]: every gradient buffer, for the ring's waits
     int n_grads;
+    // storage.master (transfer_tier.c): each shard's bf16 copy, opened when first needed; a
+    // piece to read it through; the pieces taken from the weight ring and from the copy
+    int *copy_fd;
+    uint16_t *copy_bounce;
+    int64_t ring_hits, copy_reads;
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

@@ -1,5 +1,6 @@
 #include "runtime/engine/transfer.h"
 #include "kernels/adamw.h"
+#include "runtime/engine/transfer_tier.h"
 #include "runtime/base/base.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #define xfer_cuda_buffers_free(w, nw, g, ng) ((void)0)
 #define xfer_cuda_fetch_begin(t, b) ((void)0)
 #define xfer_cuda_fetch_shard(t, b, k) ((void)0)
+#define xfer_cuda_fetch_tier(t, b) ((void)0)
 #define xfer_cuda_fetch_end(b) ((void)0)
 #define xfer_cuda_fetch_wait(b) ((void)0)
 #define xfer_cuda_buffer_done(b) ((void)0)
@@ -52,9 +54,11 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     t->taken = calloc(job->n_shards, 1);
     if (!t->version || !t->written || !t->group_sumsq || !t->taken) mt_die("out of memory");
     for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = t->written[i] = -1;
+    transfer_tier_init(t);
 }
 
 void transfer_free(transfer *t) {
+    transfer_tier_free(t);
     if (t->cuda) xfer_cuda_free(t->cuda, t->job);
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
@@ -166,6 +170,10 @@ static double group_bytes(const transfer *t, int g, size_t elem) {
 static void fetch_job(void *arg) {
     weight_buffer *buf = arg;
     mt_job *job = buf->t->job;
+    if (job->cfg.storage_master) {
+        transfer_tier_fetch(buf->t, buf);
+        return;
+    }
     for (int k = 0; k < job->n_shards; k++) {
         const float *src = job_master(job, k, buf->group);
         float *dst = (float *)buf->dst + job->layouts[k].lo[buf->group];
@@ -180,11 +188,14 @@ void fetch_async(transfer *t, weight_buffer *buf, int g, int64_t v) {
     buf->group = g, buf->version = v;
     if (t->cuda) {
         xfer_cuda_fetch_begin(t, buf);
-        wait_version(t, g, v, buf, "wait weights");
+        if (t->job->cfg.storage_master) xfer_cuda_fetch_tier(t, buf);
+        wait_version(t, g, v, t->job->cfg.storage_master ? NULL : buf, "wait weights");
         xfer_cuda_fetch_end(buf);
         buf->ticket = 1;
     } else {
-        wait_version(t, g, v, NULL, "wait weights");
+        // storage.master: the copy stream takes the pieces as they come (transfer_tier.c);
+        // fetch_wait takes the announcement
+        if (!t->job->cfg.storage_master) wait_version(t, g, v, NULL, "wait weights");
         trace_tag tag = trace_tag_of("h2d", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->h2d, fetch_job, buf, tag);
         t->cpu_h2d_bytes += group_bytes(t, g, sizeof(float));
@@ -196,6 +207,8 @@ void fetch_wait(weight_buffer *buf) {
         xfer_cuda_fetch_wait(buf);
     else
         stream_wait(buf->t->h2d, buf->ticket);
+    if (!buf->t->cuda && buf->t->job->cfg.storage_master)
+        wait_version(buf->t, buf->group, buf->version, NULL, "wait weights");
 }
 
 void buffer_done(weight_buffer *buf) {

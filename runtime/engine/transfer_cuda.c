@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/engine/transfer_cuda.h"
+#include "runtime/engine/transfer_tier.h"
 #include "runtime/observe/observe.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
@@ -32,6 +33,7 @@ struct transfer_cuda {
     cudaStream_t compute, h2d, d2h;
     void *reduce_scratch;
     float *stage;                     // [STAGE_ELEMS], used in stream order on h2d
+    uint16_t *copy_pinned;            // storage.master: a page-rounded bf16 piece, read from disk
     timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
     timing_pool span_t;               // the trace's compute spans (traced steps only)
     int segment_open, span_open;
@@ -189,6 +191,9 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
     CUDA_CHECK(cudaMalloc((void **)&x->stage, STAGE_ELEMS * sizeof(float)));
+    if (job->cfg.storage_master) // page-aligned, as the copy's O_DIRECT reads need
+        CUDA_CHECK(cudaMallocHost((void **)&x->copy_pinned,
+                                  (transfer_tier_largest_piece(job) * 2 + 4095) & ~(size_t)4095));
     pool_init(&x->h2d_t, TRACE_H2D);
     pool_init(&x->d2h_t, TRACE_D2H);
     pool_init(&x->busy_t, 0);
@@ -207,6 +212,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     for (int k = 0; k < job->n_shards; k++) CUDA_CHECK(cudaHostUnregister(job->regions[k].base));
     CUDA_CHECK(cudaFree(x->reduce_scratch));
     CUDA_CHECK(cudaFree(x->stage));
+    if (x->copy_pinned) CUDA_CHECK(cudaFreeHost(x->copy_pinned));
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
@@ -276,6 +282,55 @@ void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k) {
         cuda_float_to_bf16(dst + i, x->stage, (long)len, x->h2d);
     }
     CUDA_CHECK(cudaEventRecord(x->h2d_t.end[x->h2d_t.used++], x->h2d));
+}
+
+// storage.master (transfer_tier.h's protocol): each piece from its shard's weight ring, staged
+// and rounded on the device; the host waits for that copy to land to learn whether the entry
+// stayed the same through it, else (or when the ring no longer holds the piece) the piece comes
+// from the bf16 copy on disk, once the shard has announced the version, straight into the buffer.
+static int piece_from_ring(transfer *t, int k, int g, int i, bf16 *dst, uint64_t n, int64_t v) {
+    transfer_cuda *x = t->cuda;
+    int64_t seq;
+    const float *src = transfer_tier_ring_find(t, k, g, i, v, &seq);
+    if (!src) return 0;
+    CUDA_CHECK(cudaMemcpyAsync(x->stage, src, n * sizeof(float), cudaMemcpyHostToDevice, x->h2d));
+    cuda_float_to_bf16(dst, x->stage, (long)n, x->h2d);
+    CUDA_CHECK(cudaStreamSynchronize(x->h2d));
+    return transfer_tier_ring_kept(t, k, src, seq);
+}
+
+static void piece_from_copy(transfer *t, int k, int g, int i, bf16 *dst, uint64_t n) {
+    transfer_cuda *x = t->cuda;
+    transfer_tier_read_copy(t, k, g, i, x->copy_pinned, n);
+    CUDA_CHECK(
+        cudaMemcpyAsync(dst, x->copy_pinned, n * sizeof(bf16), cudaMemcpyHostToDevice, x->h2d));
+    CUDA_CHECK(cudaStreamSynchronize(x->h2d)); // the pinned piece is read into again next
+}
+
+void xfer_cuda_fetch_tier(transfer *t, weight_buffer *buf) {
+    mt_job *job = t->job;
+    int g = buf->group;
+    for (int k = 0; k < job->n_shards; k++) {
+        const shard_layout *lay = &job->layouts[k];
+        uint64_t piece = lay->weight_ring; // at most STAGE_ELEMS (MT_STATE_PIECE)
+        for (uint64_t at = 0; at < lay->len[g]; at += piece) {
+            uint64_t n = lay->len[g] - at < piece ? lay->len[g] - at : piece;
+            int i = (int)(at / piece);
+            bf16 *dst = (bf16 *)buf->dst + lay->lo[g] + at;
+            for (;;) {
+                if (piece_from_ring(t, k, g, i, dst, n, buf->version)) {
+                    t->ring_hits++;
+                    break;
+                }
+                if (transfer_tier_announced(t, k, g, buf->version)) {
+                    piece_from_copy(t, k, g, i, dst, n);
+                    t->copy_reads++;
+                    break;
+                }
+                transfer_tier_pause();
+            }
+        }
+    }
 }
 
 void xfer_cuda_fetch_end(weight_buffer *buf) {

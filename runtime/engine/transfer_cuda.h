@@ -12,6 +12,9 @@ void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng);
 // A fetch: begin (after the buffer's last reader), one copy per shard as it becomes ready, end.
 void xfer_cuda_fetch_begin(transfer *t, weight_buffer *buf);
 void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k);
+// storage.master: the whole group, a piece at a time (transfer_tier.h), in place of the shards'
+// slices; it waits for the pieces itself.
+void xfer_cuda_fetch_tier(transfer *t, weight_buffer *buf);
 void xfer_cuda_fetch_end(weight_buffer *buf);
 void xfer_cuda_fetch_wait(weight_buffer *buf);
 void xfer_cuda_buffer_done(weight_buffer *buf);

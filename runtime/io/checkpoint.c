@@ -336,9 +336,12 @@ static void io_slices(mt_job *job, const char *step_dir, group_state *state, int
             off_t off = (off_t)(state_offset(job, g, w) + lo * sizeof(float));
             if (arrays[w])
                 move_bytes(fd, path, step_dir, arrays[w], len * sizeof(float), off, writing);
-            else if (w && state[g].tier_fd > 0)
+            else if (state[g].tier_fd > 0 && (w || state[g].tier_master)) // the NVMe tier
                 move_via_tier(fd, path, step_dir, state[g].tier_fd,
-                              w == 1 ? state[g].tier_m : state[g].tier_v, len, off, writing);
+                              w == 0   ? state[g].tier_master
+                              : w == 1 ? state[g].tier_m
+                                       : state[g].tier_v,
+                              len, off, writing);
             else
                 move_piecewise(fd, path, step_dir, &piece, len, off, writing);
         }

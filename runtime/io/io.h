@@ -167,7 +167,7 @@ int checkpoint_saves_device_state(const mt_job *job, int version);
 typedef struct {
     float *master, *m, *v;
     int tier_fd; // -1 (or 0, as calloc leaves it, with m set): the moments are in memory
-    uint64_t tier_m, tier_v;
+    uint64_t tier_m, tier_v, tier_master; // tier_master: storage.master's (else 0)
 } group_state;
 void checkpoint_save(mt_job *job, int step, group_state *state);
 void checkpoint_load(mt_job *job, group_state *state);

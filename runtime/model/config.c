@@ -333,6 +333,14 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(x, LINE(c->storage_grads ? "storage.grads" : "storage.adam"),
                            c->storage_grads ? "storage.grads" : "storage.adam",
                            "needs storage.dir, a folder on a local disk");
+    if (c->storage_master && !c->storage_adam)
+        return source_fail(x, LINE("storage.master"), "storage.master",
+                           "needs storage.adam = true: the master is read, updated and written "
+                           "with m and v, a piece at a time");
+    if (c->storage_master && c->shard_across_nodes)
+        return source_fail(x, LINE("storage.master"), "storage.master",
+                           "does not work with optimizer.shard_across_nodes yet (each node would "
+                           "gather its parts of the master a piece at a time)");
     if (c->storage_grads && model_grad_ring_depth(c))
         return source_fail(x, LINE("storage.grads"), "storage.grads",
                            "the gradient ring (optimizer.clip = 0) keeps only 4 groups' "

@@ -101,6 +101,7 @@ const field_t config_schema[] = {
     STR("storage.dir", storage_dir, 0, "", NULL),
     BOOL("storage.grads", storage_grads, 0),
     BOOL("storage.adam", storage_adam, 0),
+    BOOL("storage.master", storage_master, 0),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)UINT64_MAX, 0, 1337, NULL, NULL),

@@ -26,7 +26,7 @@ typedef struct {
     size_t off, size;    // where it lives in mt_config
 } field_t;
 
-#define CONFIG_FIELDS 73 // entries of config_schema (checked where it is defined)
+#define CONFIG_FIELDS 74 // entries of config_schema (checked where it is defined)
 extern const field_t config_schema[];
 
 const field_t *find_field(const char *key);

@@ -73,7 +73,7 @@ typedef struct {
     // the NVMe tier: its folder (resolved relative to the config file's), and whether the
     // gradient slots (grads) and Adam's m and v (adam) live in files there
     char storage_dir[MT_PATH_MAX];
-    int storage_grads, storage_adam;
+    int storage_grads, storage_adam, storage_master; // storage_master: the fp32 master too
     // run
     int steps;
     uint64_t seed;

@@ -36,6 +36,7 @@ typedef struct {
     // with the gradient ring
     int order[SHM_MAX_GROUPS], n_order;
     int arrival[SHM_MAX_GROUPS]; // every group, in the order their gradients are announced
+    int64_t ring_next;           // storage.master: the weight ring's entries written so far
 } optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
@@ -188,12 +189,64 @@ static void give_fresh_device_groups(optimizer *o) {
     free(piece);
 }
 
+// ---- storage.master: the weights reach the compute rank through the ring and the copy ----
+
+// Piece k of group g at `version`, fresh, into the next entry of the region's weight ring: the
+// compute rank takes it from there if it comes for it before the entry is reused, else from the
+// bf16 copy on disk. The writer never waits for the reader (shm_ring_tag's seqlock).
+static void ring_put(optimizer *o, int g, int k, int64_t version, const float *src, uint64_t n) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    int e = (int)(o->ring_next++ % SHM_WEIGHT_RING);
+    shm_ring_tag *t = &job_control_block(job, o->shard)->ring[e];
+    float *dst = (float *)((char *)job->regions[o->shard].base + lay->ring_offset) +
+                 (uint64_t)e * lay->ring_entry;
+    int64_t seq = t->seq;
+    __atomic_store_n(&t->seq, seq + 1, __ATOMIC_RELAXED); // odd: being written
+    __atomic_thread_fence(__ATOMIC_RELEASE); // ... before any byte of the entry changes
+    t->group = g, t->piece = k, t->version = version;
+    memcpy(dst, src, n * sizeof(float));
+    __atomic_store_n(&t->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+// Piece k of group g's master at `version`, from outside an update (the start, a resume): its
+// bf16 copy to disk and the piece into the ring, as an update does.
+static void publish_piece(optimizer *o, int g, int k, int64_t version, const float *p, uint64_t n) {
+    bf16 *copy = storage_copy_buffer(o->tier);
+    for (uint64_t i = 0; i < n; i++) copy[i] = bf16_from_float(p[i]);
+    storage_write_copy(o->tier, g, k);
+    ring_put(o, g, k, version, p, n);
+}
+
+// The master of group g at the start: initialized (fresh) or read back from the tier (where
+// checkpoint_load put it), a piece at a time, with its bf16 copy; then announced.
+static void start_master(optimizer *o, int g, int fresh) {
+    mt_job *job = o->job;
+    const shard_layout *lay = &job->layouts[o->shard];
+    size_t piece = storage_piece();
+    float *buf = malloc(piece * sizeof(float));
+    if (!buf) mt_die("out of memory");
+    for (int k = 0; k < storage_pieces(lay->len[g]); k++) {
+        uint64_t at = (uint64_t)k * piece, n = lay->len[g] - at < piece ? lay->len[g] - at : piece;
+        if (fresh) {
+            init_master(o, g, lay->lo[g] + at, n, buf);
+            storage_store_master(o->tier, g, k, buf);
+        } else {
+            storage_load_master(o->tier, g, k, buf);
+        }
+        publish_piece(o, g, k, job->start_step, buf, n);
+    }
+    free(buf);
+    storage_copy_wait(o->tier);
+}
+
 static void init_state(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
     for (int g = job->device_groups; g < job->n_groups; g++) {
         job_moment_part(job, g, lay->len[g], job->node, &o->part_lo[g], &o->part_n[g]);
-        o->state[g].master = job_master(job, o->shard, g); // in the region, which the GPU streams
+        // in the region, which the GPU streams; or in the tier (storage.master)
+        o->state[g].master = job->cfg.storage_master ? NULL : job_master(job, o->shard, g);
         if (job->cfg.storage_adam) continue;
         o->state[g].m = alloc_local(o->part_n[g]);
         o->state[g].v = alloc_local(o->part_n[g]);
@@ -203,12 +256,18 @@ static void init_state(optimizer *o) {
         storage_describe(o->tier, g, &o->state[g]);
     if (job->resume_path[0]) { // the device groups' state goes over as it is read
         checkpoint_load(job, o->state);
-        for (int g = 0; g < job->n_groups; g++) publish_weights(o, g, job->start_step);
+        for (int g = 0; g < job->n_groups; g++) {
+            if (g >= job->device_groups && job->cfg.storage_master) start_master(o, g, 0);
+            publish_weights(o, g, job->start_step);
+        }
         return;
     }
     give_fresh_device_groups(o);
     for (int g = 0; g < job->n_groups; g++) {
-        if (g >= job->device_groups) init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
+        if (g >= job->device_groups && job->cfg.storage_master)
+            start_master(o, g, 1);
+        else if (g >= job->device_groups)
+            init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
         publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
     }
 }
@@ -262,18 +321,27 @@ static void sleep_through_signals(int ms) {
 static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, const char *grads,
                          int step, const adamw_params *hp) {
     mt_job *job = o->job;
-    float *master = o->state[g].master + o->part_lo[g] + at, *m = o->state[g].m, *v = o->state[g].v;
+    float *master = o->state[g].master, *m = o->state[g].m, *v = o->state[g].v;
     float *disk_m = storage_take_moments(o->tier, g, k);
     const char *disk_grads = storage_take_grads(o->tier, g, k);
+    bf16 *copy = NULL; // storage.master: the update's bf16 copy of the piece, for the disk
     if (disk_m)
         m = disk_m, v = storage_v_of(o->tier, disk_m);
     else
         m += at, v += at;
+    if (storage_has_master(o->tier))
+        master = storage_master_of(o->tier, disk_m), copy = storage_copy_buffer(o->tier);
+    else
+        master += o->part_lo[g] + at;
     grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
     if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-        adamw_update_bf16_grads(master, m, v, NULL, (const bf16 *)grads, n, hp);
+        adamw_update_bf16_grads(master, m, v, copy, (const bf16 *)grads, n, hp);
     else
-        adamw_update(master, m, v, NULL, (const float *)grads, n, hp);
+        adamw_update(master, m, v, copy, (const float *)grads, n, hp);
+    if (copy) { // fresh, still in the window: to the ring, and its copy to disk
+        storage_write_copy(o->tier, g, k);
+        ring_put(o, g, k, step + 1, master, n);
+    }
     storage_give(o->tier, step);
 }
 
@@ -295,6 +363,7 @@ static void update_group(optimizer *o, int g, int step, const adamw_params *hp) 
         }
     }
     gather_master_parts(o, g);
+    storage_copy_wait(o->tier); // announced only once the compute rank can read it from disk
     if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
     trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0, trace_now_us());
     publish_weights(o, g, step + 1);
@@ -408,6 +477,18 @@ static void export_hf(optimizer *o) {
     if (job->rank == 1) hf_export_prepare(&job->cfg, tmp, max);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
     for (int g = 0; g < job->n_groups; g++) {
+        if (g >= job->device_groups && !o->state[g].master) { // storage.master: from the tier
+            float *buf = malloc(storage_piece() * sizeof(float));
+            if (!buf) mt_die("out of memory");
+            for (int k = 0; k < storage_pieces(lay->len[g]); k++) {
+                uint64_t at = (uint64_t)k * storage_piece(), left = lay->len[g] - at;
+                storage_load_master(o->tier, g, k, buf);
+                hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g] + at,
+                                      left < storage_piece() ? left : storage_piece(), buf);
+            }
+            free(buf);
+            continue;
+        }
         if (g >= job->device_groups) {
             hf_export_write_slice(&job->cfg, tmp, max, g, lay->lo[g], lay->len[g],
                                   o->state[g].master);

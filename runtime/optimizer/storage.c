@@ -1,4 +1,5 @@
 #include "runtime/optimizer/storage.h"
+#include "kernels/bf16.h"
 #include "runtime/base/base.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"
@@ -101,6 +102,12 @@ struct storage {
     double since[2], busy[2], bytes[2];
     tier_file grads, moments;
     window grads_win, moments_win;
+    // storage.master: the bf16 copy of the weights (shard_copy_offset's layout), written a
+    // piece at a time from copy_buf; bounce: one piece of fp32, for the master's moves
+    tier_file copy;
+    bf16 *copy_buf;
+    char *bounce;
+    int copy_pending;
 };
 
 // ---- files ----
@@ -178,7 +185,8 @@ static void complete(storage *s, struct io_uring_cqe *cqe) {
     request *r = io_uring_cqe_get_data(cqe);
     int res = cqe->res;
     io_uring_cqe_seen(&s->ring, cqe);
-    if (r->writing && s->step == s->full_at_step) res = -ENOSPC; // tests: a disk that fills
+    if (r->writing && s->full_at_step >= 0 && s->step == s->full_at_step)
+        res = -ENOSPC; // tests: a disk that fills
     if (res < 0) fail(s, r->file, r->writing, r->group, -res);
     if ((unsigned)res != r->len) fail(s, r->file, r->writing, r->group, EIO);
     (*r->pending)--;
@@ -290,7 +298,8 @@ static char *window_take(storage *s, window *w, int g, int k) {
 static void window_give(storage *s, window *w) {
     int p = w->current, b = p % WINDOW;
     if (w->writes_back) move_piece(s, w, w->items[p], b, 1);
-    if (s->step == s->kill_at_step && s->moving[1] > 0) // tests: a kill -9 among writes
+    if (s->kill_at_step >= 0 && s->step == s->kill_at_step &&
+        s->moving[1] > 0) // tests: a kill -9 among writes
         SYS_CHECK(kill(getpid(), SIGKILL));
     w->given[p] = 1;
     while (w->low < w->n && w->given[w->low]) w->low++;
@@ -310,6 +319,19 @@ static void window_free(window *w) {
 
 // ---- the tier ----
 
+// The copy has no name: the compute rank opens it through /proc/<pid>/fd/<fd> (same node).
+static void copy_open(storage *s) {
+    tier_file *f = &s->copy;
+    f->what = "bf16 copy of the weights";
+    f->bytes = shard_copy_bytes(&s->job->layouts[s->shard]);
+    file_create(s, f, "copy");
+    s->copy_buf = (bf16 *)alloc_local(round_up(storage_piece() * 2));
+    s->bounce = alloc_local(round_up(storage_piece() * sizeof(float)));
+    shm_control_block *cb = job_control_block(s->job, s->shard);
+    cb->copy_fd = f->fd;
+    cb->copy_pid = (int32_t)getpid();
+}
+
 storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uint64_t *part_n) {
     const mt_config *c = &job->cfg;
     if (!c->storage_grads && !c->storage_adam) return NULL;
@@ -324,7 +346,7 @@ storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uin
         s->n_pieces += storage_pieces(part_n[g]);
     int rc = io_uring_queue_init(QUEUE, &s->ring, 0);
     if (rc < 0) mt_die("storage: io_uring_queue_init: %s", strerror(-rc));
-    s->grads.fd = s->moments.fd = -1;
+    s->grads.fd = s->moments.fd = s->copy.fd = -1;
     if (c->storage_grads) { // the file holds the shard's slice; the rank updates its part
         s->grads.what = "gradients";
         file_layout(s, &s->grads, job->layouts[shard].len, part_lo, part_n, job->grad_bytes, 1);
@@ -332,11 +354,14 @@ storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uin
         window_init(s, &s->grads_win, &s->grads, 0);
     }
     if (c->storage_adam) { // fresh moments are zeros: the unwritten blocks of a new file read so
-        s->moments.what = "Adam moments";
-        file_layout(s, &s->moments, part_n, NULL, part_n, sizeof(float), 2);
+        // storage.master: the master is a third array beside m and v, so that a piece's master,
+        // m and v come in one pass of the window
+        s->moments.what = c->storage_master ? "master and Adam moments" : "Adam moments";
+        file_layout(s, &s->moments, part_n, NULL, part_n, sizeof(float), c->storage_master ? 3 : 2);
         file_create(s, &s->moments, "adam");
         window_init(s, &s->moments_win, &s->moments, 1);
     }
+    if (c->storage_master) copy_open(s);
     return s;
 }
 
@@ -355,6 +380,12 @@ void storage_close(storage *s) {
         if (files[i]->fd < 0) continue;
         window_free(wins[i]);
         SYS_CHECK(close(files[i]->fd));
+    }
+    if (s->copy.fd >= 0) {
+        storage_copy_wait(s);
+        SYS_CHECK(munmap(s->copy_buf, round_up(storage_piece() * 2)));
+        SYS_CHECK(munmap(s->bounce, round_up(storage_piece() * sizeof(float))));
+        SYS_CHECK(close(s->copy.fd));
     }
     io_uring_queue_exit(&s->ring);
     free(s);
@@ -385,6 +416,52 @@ float *storage_v_of(storage *s, float *m) {
     return (float *)((char *)m + s->moments.stride);
 }
 
+int storage_has_master(const storage *s) {
+    return s && s->copy.fd >= 0;
+}
+
+float *storage_master_of(storage *s, float *m) {
+    return (float *)((char *)m + 2 * s->moments.stride);
+}
+
+// Piece k of group g's master, between `buf` and the moments file's third array. Pieces start
+// on block boundaries there (their first element is a multiple of the piece, itself of a
+// block's floats), so one bounce buffer, zeroed past the piece, carries them.
+static void move_master(storage *s, int g, int k, float *buf, int writing) {
+    tier_file *f = &s->moments;
+    span sp = span_of(f, g, k);
+    size_t n = piece_len(f->count[g], k);
+    int pending = 0;
+    if (writing) memset(s->bounce, 0, sp.bytes), memcpy(s->bounce, buf, n * sizeof(float));
+    queue_io(s, f, writing, g, s->bounce, sp.bytes, sp.off + 2 * f->array_bytes[g], &pending);
+    wait_for(s, &pending);
+    if (!writing) memcpy(buf, s->bounce, n * sizeof(float));
+}
+
+void storage_store_master(storage *s, int g, int k, const float *piece) {
+    move_master(s, g, k, (float *)piece, 1);
+}
+
+void storage_load_master(storage *s, int g, int k, float *piece) {
+    move_master(s, g, k, piece, 0);
+}
+
+bf16 *storage_copy_buffer(storage *s) {
+    wait_for(s, &s->copy_pending); // the previous piece's write is done with it
+    return s->copy_buf;
+}
+
+void storage_write_copy(storage *s, int g, int k) {
+    const shard_layout *lay = &s->job->layouts[s->shard];
+    uint64_t bytes = round_up(piece_len(lay->len[g], k) * 2);
+    queue_io(s, &s->copy, 1, g, (char *)s->copy_buf, bytes, shard_copy_offset(lay, g, k),
+             &s->copy_pending);
+}
+
+void storage_copy_wait(storage *s) {
+    if (s && s->copy.fd >= 0) wait_for(s, &s->copy_pending);
+}
+
 const void *storage_take_grads(storage *s, int g, int k) {
     if (!s || s->grads.fd < 0) return NULL;
     return window_take(s, &s->grads_win, g, k);
@@ -408,4 +485,5 @@ void storage_describe(const storage *s, int g, group_state *state) {
     state->tier_fd = s->moments.fd;
     state->tier_m = s->moments.offset[g];
     state->tier_v = s->moments.offset[g] + s->moments.array_bytes[g];
+    if (storage_has_master(s)) state->tier_master = state->tier_v + s->moments.array_bytes[g];
 }

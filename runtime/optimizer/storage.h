@@ -1,5 +1,6 @@
-// The NVMe tier of one optimizer rank (storage.*): the gradient slots (storage.grads) and Adam's
-// m and v (storage.adam) of its shard live in files in storage.dir instead of host memory. They
+// The NVMe tier of one optimizer rank (storage.*): the gradient slots (storage.grads), Adam's m
+// and v (storage.adam) and the fp32 master with a bf16 copy of the weights (storage.master) of
+// its shard live in files in storage.dir instead of host memory. They
 // move with io_uring, O_DIRECT and several requests in flight, through windows of a few pieces
 // in NUMA-local memory that run ahead of the update in its order.
 //
@@ -10,6 +11,7 @@
 #ifndef MT_STORAGE_H
 #define MT_STORAGE_H
 
+#include "kernels/bf16.h"
 #include "runtime/io/io.h"
 #include "runtime/job/job.h"
 
@@ -39,6 +41,18 @@ void storage_begin_grads(storage *s, const int *order, int n);
 // Piece k of group g's m (v follows at storage_v_of), read and ready; NULL without storage.adam.
 float *storage_take_moments(storage *s, int g, int k);
 float *storage_v_of(storage *s, float *m);
+// storage.master: the master's piece beside m's (storage_has_master), read with it and written
+// back with it at storage_give. Outside a pass, piece k of group g's master moves on its own
+// (the start, resumes, exports). The bf16 copy of the weights, which the compute rank reads for
+// the fetches the weight ring cannot serve: fill storage_copy_buffer with piece k of group g,
+// then storage_write_copy; storage_copy_wait: every piece written so far is on disk.
+int storage_has_master(const storage *s);
+float *storage_master_of(storage *s, float *m);
+void storage_store_master(storage *s, int g, int k, const float *piece);
+void storage_load_master(storage *s, int g, int k, float *piece);
+bf16 *storage_copy_buffer(storage *s);
+void storage_write_copy(storage *s, int g, int k);
+void storage_copy_wait(storage *s);
 // Piece k of group g's gradients as the slot held them (its first element: part_lo[g] + k x the
 // piece); NULL without storage.grads.
 const void *storage_take_grads(storage *s, int g, int k);

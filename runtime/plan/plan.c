@@ -424,6 +424,15 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
         r->storage += MT_STORAGE_WINDOW * 2 * tier_bytes(piece, 4);
         r->adam_m = r->adam_v = 0;
     }
+    if (c->storage_master) { // the fp32 master beside m and v, and a bf16 copy of the weights
+        uint64_t master = 0, copy = 0;
+        for (int g = lay->first_shared; g < lay->n_groups; g++)
+            master += tier_bytes(lay->len[g], 4), copy += tier_bytes(lay->len[g], 2);
+        r->disk += master + copy, *disk_adam += master + copy;
+        // the master's piece in each window buffer, and the bf16 piece the update writes to the
+        // copy (r->master is the region's weight ring: shard_layout_init's masters_bytes)
+        r->storage += MT_STORAGE_WINDOW * tier_bytes(piece, 4) + tier_bytes(piece, 2);
+    }
 }
 
 static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nodes) {
@@ -502,10 +511,10 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
             int host_ring = model_grad_host_ring(c); // the staging ring with storage.grads
             int other = host_ring ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, other, order);
+                              grad_bytes, other, order, c->storage_master ? tier_piece() : 0);
             p->other_slots_grads += lay->grads_bytes;
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, host_ring, order);
+                              grad_bytes, host_ring, order, c->storage_master ? tier_piece() : 0);
             optimizer_rank(pr, lay, moment_nodes);
             tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam);
         }
