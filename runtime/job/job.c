@@ -66,16 +66,6 @@ void job_fail_input(const mt_job *job, const char *msg) {
     exit(2);
 }
 
-// The tier's piece (storage_piece, plan.c's tier_piece): MT_STATE_PIECE, or for tests
-// MT_TEST_PIECE_FLOATS rounded up to a block of floats. WIP: one rule in three places.
-static uint64_t state_piece(void) {
-    const char *knob = getenv("MT_TEST_PIECE_FLOATS");
-    long long v = knob ? atoll(knob) : 0;
-    uint64_t block = MT_STORAGE_ALIGN / sizeof(float);
-    return v > 0 && (uint64_t)v < MT_STATE_PIECE ? ((uint64_t)v + block - 1) / block * block
-                                                 : MT_STATE_PIECE;
-}
-
 void job_make_layouts(mt_job *job) {
     job->n_groups = model_group_count(&job->cfg);
     if (job->n_groups > SHM_MAX_GROUPS) job_fail_input(job, "model.layers: too many layers");
@@ -89,7 +79,7 @@ void job_make_layouts(mt_job *job) {
     for (int k = 0; k < job->n_shards; k++)
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,
                           job->device_groups, job->grad_bytes, model_grad_host_ring(&job->cfg),
-                          order, job->cfg.storage_master ? state_piece() : 0);
+                          order, job->cfg.storage_master ? model_state_piece() : 0);
 }
 
 // Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank

@@ -265,3 +265,15 @@ void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer) {
     }
     out[n < cap ? n : cap - 1] = 0;
 }
+
+uint64_t model_state_piece(void) {
+    static uint64_t piece;
+    if (!piece) {
+        const char *knob = getenv("MT_TEST_PIECE_FLOATS");
+        long long v = knob ? atoll(knob) : 0;
+        uint64_t block = MT_STORAGE_ALIGN / sizeof(float);
+        piece = v > 0 && (uint64_t)v < MT_STATE_PIECE ? ((uint64_t)v + block - 1) / block * block
+                                                      : MT_STATE_PIECE;
+    }
+    return piece;
+}

@@ -271,6 +271,10 @@ int model_grad_host_ring(const mt_config *c);
 // The state of the groups the compute rank updates moves between it and the optimizer ranks (at
 // start, saves and exports) in pieces of this many floats (64 MiB), never whole in host memory.
 #define MT_STATE_PIECE ((size_t)1 << 24)
+// The NVMe tier's piece in floats (optimizer/storage.c, job.c's region layout, the plan):
+// MT_STATE_PIECE, or for tests MT_TEST_PIECE_FLOATS rounded up to whole O_DIRECT blocks of
+// floats, so that a small model's groups cross piece boundaries. Read once.
+uint64_t model_state_piece(void);
 
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
 int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);

@@ -22,19 +22,9 @@ static uint64_t round_up(uint64_t x) {
     return (x + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-// MT_STATE_PIECE floats (64 MiB), or for tests MT_TEST_PIECE_FLOATS rounded up to whole blocks
-// of floats, so that a small model's groups cross piece boundaries. plan.c's tier_piece reads the
-// same.
+// The tier's piece, model_state_piece(): one rule for the files, the regions and the plan.
 size_t storage_piece(void) {
-    static size_t piece;
-    if (!piece) {
-        const char *knob = getenv("MT_TEST_PIECE_FLOATS");
-        long long v = knob ? atoll(knob) : 0;
-        size_t block = ALIGN / sizeof(float);
-        piece = v > 0 && (size_t)v < MT_STATE_PIECE ? ((size_t)v + block - 1) / block * block
-                                                    : MT_STATE_PIECE;
-    }
-    return piece;
+    return (size_t)model_state_piece();
 }
 
 // Piece k of n elements: [k * P, k * P + piece_len(n, k)).

@@ -388,21 +388,12 @@ uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
 // first node's part, the largest, is planned.
 // The NVMe tier (storage.c): an area per group, each array rounded to MT_STORAGE_ALIGN; the
 // gradients' file holds the shard's whole slice, the moments' file this node's part. The windows
-// hold pieces of tier_piece() floats of the part: MT_STORAGE_WINDOW buffers a file, each a piece
-// of every array of the file (m and v; the gradients with a block more, for a piece of them may
-// start inside one).
+// hold pieces of model_state_piece() floats of the part: MT_STORAGE_WINDOW buffers a file, each a
+// piece of every array of the file (m and v; the gradients with a block more, for a piece of them
+// may start inside one).
 static uint64_t tier_bytes(uint64_t n, int elem) {
     uint64_t a = MT_STORAGE_ALIGN;
     return (n * (uint64_t)elem + a - 1) / a * a;
-}
-
-// storage.c's storage_piece: MT_STATE_PIECE, or MT_TEST_PIECE_FLOATS rounded up to whole blocks.
-static uint64_t tier_piece(void) {
-    const char *knob = getenv("MT_TEST_PIECE_FLOATS");
-    long long v = knob ? atoll(knob) : 0;
-    uint64_t block = MT_STORAGE_ALIGN / sizeof(float);
-    return v > 0 && (uint64_t)v < MT_STATE_PIECE ? ((uint64_t)v + block - 1) / block * block
-                                                 : MT_STATE_PIECE;
 }
 
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
@@ -414,7 +405,7 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
         grads += tier_bytes(lay->len[g], lay->grad_bytes), adam += 2 * tier_bytes(hi - lo, 4);
         if (hi - lo > most) most = hi - lo;
     }
-    uint64_t piece = most < tier_piece() ? (most ? most : 1) : tier_piece();
+    uint64_t piece = most < model_state_piece() ? (most ? most : 1) : model_state_piece();
     if (c->storage_grads) {
         r->disk += grads, *disk_grads += grads;
         r->storage += MT_STORAGE_WINDOW * (tier_bytes(piece, lay->grad_bytes) + MT_STORAGE_ALIGN);
@@ -511,10 +502,12 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
             int host_ring = model_grad_host_ring(c); // the staging ring with storage.grads
             int other = host_ring ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, other, order, c->storage_master ? tier_piece() : 0);
+                              grad_bytes, other, order,
+                              c->storage_master ? model_state_piece() : 0);
             p->other_slots_grads += lay->grads_bytes;
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, host_ring, order, c->storage_master ? tier_piece() : 0);
+                              grad_bytes, host_ring, order,
+                              c->storage_master ? model_state_piece() : 0);
             optimizer_rank(pr, lay, moment_nodes);
             tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam);
         }
