@@ -115,10 +115,10 @@ static void suggest(const mt_plan *p, uint64_t limit, char *out, size_t n) {
                  largest_fitting(p, one, offsetof(mt_config, seq_len), limit));
 }
 
-// The host bytes of the config with the NVMe tier's grads and adam set as asked.
-static uint64_t host_with_tier(const mt_plan *p, int grads, int adam) {
+// The host bytes of the config with the NVMe tier's switches set as asked.
+static uint64_t host_with_tier(const mt_plan *p, const int *way) {
     mt_config v = *p->c;
-    v.storage_grads = grads, v.storage_adam = adam;
+    v.storage_grads = way[0], v.storage_adam = way[1], v.storage_master = way[2];
     if (!v.storage_dir[0]) snprintf(v.storage_dir, sizeof v.storage_dir, "/");
     mt_plan q;
     char err[256];
@@ -129,28 +129,47 @@ static uint64_t host_with_tier(const mt_plan *p, int grads, int adam) {
     return host;
 }
 
+// "storage.grads = true and storage.adam = true": the switches of `way` the config lacks.
+static void tier_switches(const mt_config *c, const int *way, char *out, size_t n) {
+    static const char *names[3] = {"storage.grads", "storage.adam", "storage.master"};
+    const int have[3] = {c->storage_grads, c->storage_adam, c->storage_master};
+    out[0] = 0;
+    for (int i = 0; i < 3; i++)
+        if (way[i] && !have[i]) {
+            size_t used = strlen(out);
+            snprintf(out + used, n - used, "%s%s = true", used ? " and " : "", names[i]);
+        }
+}
+
 // The NVMe tier, when it is the smallest change that fits: the gradient slots first (exact
-// clipping stays, the step as it is), then the moments too. Returns whether it offered one.
+// clipping stays, the step as it is), then the moments, both, and then every byte of state
+// (the master too). Returns whether it offered one.
 static int offer_storage(const mt_plan *p, const host_probe *h, char *out, size_t n) {
     const mt_config *c = p->c;
-    static const int ways[3][2] = {{1, 0}, {0, 1}, {1, 1}};
-    for (int i = 0; i < 3; i++) {
-        int grads = ways[i][0] || c->storage_grads, adam = ways[i][1] || c->storage_adam;
-        if ((grads && model_grad_ring_depth(c)) ||
-            (grads == c->storage_grads && adam == c->storage_adam))
+    static const int ways[5][3] = {{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}};
+    static const char *what[8] = {"",
+                                  "the gradient slots",
+                                  "Adam's m and v",
+                                  "the gradient slots and Adam's m and v",
+                                  "",
+                                  "",
+                                  "Adam's m and v and the fp32 master",
+                                  "the gradient slots, Adam's m and v and the fp32 master"};
+    for (int i = 0; i < 5; i++) {
+        int way[3] = {ways[i][0] || c->storage_grads, ways[i][1] || c->storage_adam,
+                      ways[i][2] || c->storage_master};
+        if ((way[0] && model_grad_ring_depth(c)) ||
+            (way[0] == c->storage_grads && way[1] == c->storage_adam &&
+             way[2] == c->storage_master))
             continue;
-        uint64_t host = host_with_tier(p, grads, adam);
+        uint64_t host = host_with_tier(p, way);
         if (host > h->mem_available) continue;
+        char switches[96];
+        tier_switches(c, way, switches, sizeof switches);
         snprintf(out, n,
-                 "; it fits with %s%s%s and storage.dir on a local disk: %s then live in files "
+                 "; it fits with %s and storage.dir on a local disk: %s then live in files "
                  "there, and host memory needs %s",
-                 grads && !c->storage_grads ? "storage.grads = true" : "",
-                 grads && !c->storage_grads && adam && !c->storage_adam ? " and " : "",
-                 adam && !c->storage_adam ? "storage.adam = true" : "",
-                 grads && adam ? "the gradient slots and Adam's m and v"
-                 : grads       ? "the gradient slots"
-                               : "Adam's m and v",
-                 H(host));
+                 switches, what[way[0] + 2 * way[1] + 4 * way[2]], H(host));
         return 1;
     }
     return 0;
@@ -258,10 +277,11 @@ static void kind_cell(FILE *f, uint64_t v) {
 // Which gradient slots, why, and what the other kind would take.
 static void print_slots(FILE *f, const mt_plan *p) {
     if (p->c->storage_grads)
-        fprintf(f,
-                "gradient slots: one per group in storage.dir (storage.grads), written through a\n"
-                "  staging ring of %d groups' in host memory; in host memory they would take %s\n",
-                MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads));
+        fprintf(
+            f,
+            "gradient slots: one per group in storage.dir (storage.grads), written there by the\n"
+            "  compute rank a piece at a time; in host memory they would take %s\n",
+            H(p->other_slots_grads));
     else if (p->ring_depth)
         fprintf(f,
                 "gradient slots: a ring of %d groups' (each the size of the largest slice), each\n"
@@ -293,10 +313,10 @@ static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
         snprintf(what, sizeof what, "%s", c->storage_grads ? "the gradient slots" : "Adam m and v");
     fprintf(f,
             "NVMe tier (storage.dir %s): %s on disk, %s a rank (%s); host memory keeps\n"
-            "  windows of %d pieces (%s, in \"optimizer state\" above)%s\n",
+            "  windows of %d pieces%s (%s, in \"optimizer state\" above)%s\n",
             mt_shown(c->storage_dir), H(p->disk), H(p->rank[1].disk), what, MT_STORAGE_WINDOW,
-            H(p->sum.storage),
-            c->storage_grads ? " and a staging ring of 4 groups' gradient slots" : "");
+            p->rank[0].storage ? " and the compute rank's pieces" : "", H(p->sum.storage),
+            c->storage_master ? ", and each region a ring of the last 4 pieces updated" : "");
     fprintf(f, "  %sB a step at %sB/s (%s): %s", SI(e.disk_bytes), SI(p->disk_bw),
             h->disk_bw_source ? h->disk_bw_source : "assumed: the H200 host's disk", T(e.disk_s));
     if (p->cuda)
@@ -627,9 +647,9 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
             "slots %s%s, compute rank %s, %d processes %s)",
             N >= 1e9 ? N / 1e9 : N / 1e6, N >= 1e9 ? "B" : "M", H(p->host), p->host / N,
             H(p->state), p->grad_bytes == 2 ? "bf16" : "fp32", H(p->shared),
-            p->ring_depth    ? " in a ring"
-            : p->layout_ring ? " in a staging ring"
-                             : "",
+            p->ring_depth         ? " in a ring"
+            : p->c->storage_grads ? " in storage.dir"
+                                  : "",
             H(p->rank[0].compute), p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));

@@ -89,3 +89,21 @@ uint64_t shard_copy_bytes(const shard_layout *lay) {
     uint64_t bytes = shard_copy_offset(lay, lay->n_groups, 0);
     return bytes ? bytes : 4096;
 }
+
+void shard_layout_grads_elsewhere(shard_layout *lay) {
+    for (int g = 0; g < lay->n_groups; g++) lay->grad_offset[g] = 0, lay->ring_prev[g] = -1;
+    lay->total_bytes -= lay->grads_bytes;
+    lay->grads_bytes = 0;
+}
+
+uint64_t shard_grads_file_offset(const shard_layout *lay, int g) {
+    uint64_t off = 0;
+    for (int h = lay->first_shared; h < g; h++)
+        off += round_up(lay->len[h] * (uint64_t)lay->grad_bytes, 4096);
+    return off;
+}
+
+uint64_t shard_grads_file_bytes(const shard_layout *lay) {
+    uint64_t bytes = shard_grads_file_offset(lay, lay->n_groups);
+    return bytes ? bytes : 4096;
+}

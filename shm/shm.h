@@ -45,6 +45,13 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
 
 #define SHM_WEIGHT_RING 4
 
+// storage.grads: the gradients go from the compute rank straight into the owner's gradients
+// file, so the region keeps no slots (grads_bytes 0). Group g's slice is at this byte offset of
+// that file, each group's area rounded to 4 KiB (O_DIRECT); grads_file_bytes: the file's size.
+void shard_layout_grads_elsewhere(shard_layout *lay);
+uint64_t shard_grads_file_offset(const shard_layout *lay, int g);
+uint64_t shard_grads_file_bytes(const shard_layout *lay);
+
 // The bf16 copy of the weights (weight_ring > 0): piece i of group g's slice (weight_ring
 // elements, the last one shorter) at this byte offset of the owner's copy file, each piece on its
 // own 4 KiB-rounded area, so that O_DIRECT writes it alone. copy_bytes: the file's size.
@@ -69,8 +76,9 @@ typedef struct {
     volatile int64_t grads_step[SHM_MAX_GROUPS];      // step whose gradients are in the slot
     shm_ring_tag ring[SHM_WEIGHT_RING];               // the weight ring's entries
     // the master on disk: where the owner's bf16 copy of the weights is (its process and
-    // descriptor: the file has no name), for the fetches the ring cannot serve
-    volatile int32_t copy_pid, copy_fd;
+    // descriptor: the file has no name), for the fetches the ring cannot serve; storage.grads:
+    // the descriptor of its gradients file, which the compute rank writes
+    volatile int32_t tier_pid, copy_fd, grads_fd;
 } shm_control_block;
 
 #define SHM_MAGIC 0x4d54432d53484d31ull // "MTC-SHM1"

@@ -92,17 +92,20 @@ expected() {
         CLIP = ("clip" in cfg) ? cfg["clip"] : 1
         RING = (CLIP == 0) ? 4 : 0
         out("grad_ring", RING)
-        # the NVMe tier (storage.grads, storage.adam): the host keeps a staging ring of 4 slots
-        # instead of one per group, no m and v, and windows of 4 pieces: a piece is at most
+        # the NVMe tier (storage.grads, storage.adam): the regions keep no gradient slots (the
+        # compute rank writes them to the files a piece at a time, from one piece of host memory
+        # on the CPU, two pinned on CUDA: each at most the largest slice, else 16M elements
+        # rounded to 2048), no m and v, and windows of 4 pieces: a piece is at most
         # 16M floats (64 MiB) of the slice of a group, each buffer one page-rounded piece of every
         # array (m and v; the gradients a page more, a piece may start inside one); each group
         # area in the files is page-rounded (O_DIRECT)
         # storage.master: the master beside m and v in the file, plus a bf16 copy of the weights
         # (each group page-rounded); the window buffers hold a piece of master too, and one
         # bf16 piece more; the region holds 4 entries of a piece (at most the largest slice,
-        # rounded to 16 floats) instead of the master
+        # rounded to 16 floats) instead of the master, and the compute rank a page-rounded
+        # bf16 piece (the same size) it reads the copy into
         TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"; TM = cfg["master"] == "true"
-        HRING = TG ? 4 : RING; dgrads = 0; dadam = 0; wins = 0
+        dgrads = 0; dadam = 0; wins = 0; mostall = 0
         piece = 4 * 16777216 # the piece device-updated state moves through (64 MiB)
         for (k = 0; k < K; k++) {
             off = header; mv = 0; moving = DG > 0 ? piece : 0
@@ -118,6 +121,7 @@ expected() {
             }
             kg = 0; ka = 0; most = 0
             for (g = DG; g < G; g++) { kg += tg[g]; ka += ta[g]; if (len[g] > most) most = len[g] }
+            if (most > mostall) mostall = most
             pc = min(most ? most : 1, 16777216)
             if (TM) off += 4 * 4 * up(min(most, 16777216), 16) # the weight ring
             win = (TG ? 4 * (up(GB * pc, 4096) + 4096) : 0) + (TA ? 4 * 2 * up(4 * pc, 4096) : 0)
@@ -128,8 +132,8 @@ expected() {
             grad0 = up(off, 4096); each = grad0; big = 0
             for (g = DG; g < G; g++) { each = up(each + GB * len[g], 64); if (GB * len[g] > big) big = GB * len[g] }
             ring = grad0 + min(4, G - DG) * up(big, 4096) # entries page-rounded (O_DIRECT)
-            total = up(HRING ? ring : each, 4096)
-            other += up(HRING ? each : ring, 4096) - grad0
+            total = TG ? grad0 : up(RING ? ring : each, 4096)
+            other += up(RING || TG ? each : ring, 4096) - grad0
             r = "ranks." (k + 1) "."
             out(r "master", grad0 - header); out(r "adam_m", mv); out(r "adam_v", mv)
             out(r "grads", total - grad0); out(r "control", header); out(r "moving", moving)
@@ -216,11 +220,15 @@ expected() {
         chunks = int((n + r - 1) / r)
         moehost = E > 0 ? 4*E + 4*(E + 1) + 8*M*LM*E + 4*E + 4*L + 4*M*LM*chunks*(2*E + 1) : 0
         compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) + moehost : 8 * res + acts + dres + cpu_work + cpu_att
+        gpc = min(mostall ? mostall : 1, up(16777216, 2048))
+        tier0 = (TG ? (CUDA ? 2 : 1) * up(GB * gpc, 4096) : 0) \
+                + (TM ? up(2 * (mostall < 16777216 ? up(mostall, 16) : 16777216), 4096) : 0)
+        wins += tier0; state += tier0
         out("other_slots_grads", other)
         out("disk.grads", dgrads); out("disk.adam", dadam); out("disk.total", dgrads + dadam)
         out("disk.windows", wins)
         out("ranks.0.compute", compute); out("ranks.0.process", proc0)
-        out("ranks.0.total", compute + proc0); out("ranks.0.master", 0)
+        out("ranks.0.total", compute + tier0 + proc0); out("ranks.0.master", 0)
         out("optimizer_state", state); out("shared", shared); out("regions", regions)
         out("host", state + shared + compute + proc0 + K * proc)
     }' "$1"
@@ -305,7 +313,7 @@ grep -q "it fits with optimizer.clip = 0" "$TMP/120b.err" ||
     fail "120b with clip 1.0 on 1.5 TB: the refusal does not offer optimizer.clip = 0: $(cat "$TMP/120b.err")"
 GPU_MEM=--gpu-mem=141G MEM_LIMIT=1800000000000 check 120b-clip1 "$TMP/120b-clip1.cfg" 5 1 2 1
 
-# The NVMe tier: the disk's bytes (per rank and in all), the staging ring and the windows by
+# The NVMe tier: the disk's bytes (per rank and in all), the regions without slots and the windows by
 # hand; storage.dir is this check's own folder. test-small with grads and adam on disk, bf16
 # slots; then 120B with clip 1.0 and storage.grads (fp32 slots: grad_dtype "auto" keeps them
 # where they fit) fits 1.5 TB at most 12.3 bytes a parameter.
@@ -353,7 +361,26 @@ for big in 175b:128000000000: 405b:256000000000: 120b:128000000000:optimizer.cli
         $extra >"$TMP/$name-master.txt" 2>&1 &&
         echo "ok   $name with storage.master fits $mem bytes: $(grep -o '[0-9.]* bytes/param' "$TMP/$name-master.txt" | head -n 1)" ||
         fail "$name with storage.master on $mem bytes of host: $(grep -E '^mtrun:|does not fit' "$TMP/$name-master.txt" | head -n 2)"
+    # the tier's host bytes (the windows and the compute rank's pieces, and the regions' weight
+    # rings, which hold nothing else with storage.master) stay within 16 GiB at any size
+    tier=$(MT_PLAN_MEM_LIMIT=$mem MT_PLAN_SHM_LIMIT=$mem MT_PLAN_DISK_LIMIT=10000000000000 \
+        "$MTRUN" --plan --json -np 5 --gpu-mem 141G --disk-bw 10G "configs/$name.cfg" \
+        storage.dir="$TMP/disk" storage.grads=true storage.adam=true storage.master=true $extra |
+        python3 -c 'import json, sys; p = json.load(sys.stdin); print(p["disk"]["windows"] + p["regions"])')
+    [ -n "$tier" ] && [ "$tier" -le $((16 << 30)) ] &&
+        echo "ok   $name with storage.master: the tier holds $tier bytes of host memory, at most 16 GiB" ||
+        fail "$name with storage.master: the tier holds ${tier:-?} bytes of host memory, over 16 GiB"
 done
+
+# Short of host memory, the refusal offers the tier's smallest change that fits: 175B (its
+# config has the gradient slots and the moments on disk) on 128 GB needs the master there too.
+MT_PLAN_MEM_LIMIT=128000000000 MT_PLAN_SHM_LIMIT=128000000000 MT_PLAN_DISK_LIMIT=10000000000000 \
+    "$MTRUN" --plan -np 5 --gpu-mem 141G --disk-bw 10G configs/175b.cfg storage.dir="$TMP/disk" \
+    >"$TMP/175b-refused.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "does not fit in host memory.*; it fits with storage.master = true and storage.dir on a local disk: the gradient slots, Adam's m and v and the fp32 master then live in files there" "$TMP/175b-refused.txt" &&
+    echo "ok   175b on 128 GB without storage.master: refused (exit 2), offering storage.master" ||
+    fail "175b on 128 GB without storage.master (rc $rc): $(head -c 600 "$TMP/175b-refused.txt")"
 
 # The step estimate against steps measured on the H200 (bench/RESULTS.md, 2026-12-04: the
 # measured steps beside the estimate): the 100B and 120B full-width slices extrapolated to the

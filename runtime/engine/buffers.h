@@ -15,7 +15,6 @@ typedef struct {
     copy_stream *h2d, *d2h; // CPU backend; d2h also on CUDA over nodes (the sums over nodes)
     transfer_cuda *cuda;    // CUDA backend (NULL on the CPU backend)
     int64_t *version;       // [n_shards * n_groups]: weights version each shard announced
-    int64_t *written;       // [n_shards * n_groups]: storage.grads, the step each shard wrote
     unsigned char *taken;   // [n_shards]: scratch of wait_version, shards already copied
     uint64_t tickets;       // offloads issued, for announcing them in order
     double opt_wait_seconds;
@@ -30,6 +29,12 @@ typedef struct {
     int *copy_fd;
     uint16_t *copy_bounce;
     int64_t ring_hits, copy_reads;
+    // storage.grads (transfer_tier.c): each shard's gradients file, opened when first written; a
+    // piece in the slots' dtype to write from (host sources); MT_TEST_STORAGE_FULL_AT_STEP's
+    // step (-1: none)
+    int *grads_fd;
+    void *grads_bounce;
+    int64_t full_at_step;
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

@@ -23,6 +23,7 @@
 #define xfer_cuda_offload(t, b) ((void)0)
 #define xfer_cuda_stage(t, b) ((void)0)
 #define xfer_cuda_staged_wait(b) ((void)0)
+#define xfer_cuda_offload_tier(t, b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
 #define xfer_cuda_take_stats(x) ((transfer_stats){0})
 #define xfer_cuda_optimizer_blocks(x, b) ((void)0)
@@ -36,7 +37,10 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     t->job = job;
     if (compute_stream) {
         t->cuda = xfer_cuda_new(job, compute_stream);
-        if (job->nodes > 1) t->d2h = stream_new("mt-nodes", TRACE_D2H); // the sums over nodes
+        if (job->nodes > 1)
+            t->d2h = stream_new("mt-nodes", TRACE_D2H); // the sums over nodes
+        else if (job->cfg.storage_grads)
+            t->d2h = stream_new("mt-tier", TRACE_D2H); // the disk
     } else {
         t->h2d = stream_new("mt-h2d", TRACE_H2D);
         t->d2h = stream_new("mt-d2h", TRACE_D2H);
@@ -49,11 +53,10 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
         if (!t->node_scratch) mt_die("out of memory");
     }
     t->version = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
-    t->written = malloc(sizeof(int64_t) * job->n_shards * job->n_groups);
     t->group_sumsq = calloc(job->n_groups, sizeof(double));
     t->taken = calloc(job->n_shards, 1);
-    if (!t->version || !t->written || !t->group_sumsq || !t->taken) mt_die("out of memory");
-    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = t->written[i] = -1;
+    if (!t->version || !t->group_sumsq || !t->taken) mt_die("out of memory");
+    for (int i = 0; i < job->n_shards * job->n_groups; i++) t->version[i] = -1;
     transfer_tier_init(t);
 }
 
@@ -63,7 +66,6 @@ void transfer_free(transfer *t) {
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
     free(t->version);
-    free(t->written);
     free(t->group_sumsq);
     free(t->taken);
     free(t->node_scratch);
@@ -100,22 +102,13 @@ static int version_ready(transfer *t, int g, int64_t v) {
     return 1;
 }
 
-// storage.grads: the step whose gradients of group g shard k has written to disk, freeing
-// their entry of the staging ring.
-static int64_t *written_of(transfer *t, int shard, int g) {
-    return &t->written[shard * t->job->n_groups + g];
-}
-
 void transfer_receive(transfer *t, const char *what, int from) {
     control_msg msg;
     int src = job_recv(t->job, &msg, what, from);
-    int known = msg.kind == CONTROL_WEIGHTS_READY || msg.kind == CONTROL_GRADS_WRITTEN;
-    if (!known || src < 1 || msg.group < 0 || msg.group >= t->job->n_groups)
+    if (msg.kind != CONTROL_WEIGHTS_READY || src < 1 || msg.group < 0 ||
+        msg.group >= t->job->n_groups)
         mt_die("compute: unexpected control message kind %d from rank %d", msg.kind, src);
-    if (msg.kind == CONTROL_GRADS_WRITTEN)
-        *written_of(t, src - 1, msg.group) = msg.step;
-    else
-        *version_of(t, src - 1, msg.group) = msg.step;
+    *version_of(t, src - 1, msg.group) = msg.step;
 }
 
 int transfer_groups_ready(transfer *t, int64_t v) {
@@ -224,10 +217,24 @@ static void round_bf16(float *x, size_t n) {
 // thread). The norm is then always the fp32 gradients'; bf16 slots get them rounded once, and
 // a group that stays (updated here) is rounded in place, so that it sees what a slot would hold.
 // On CUDA over nodes the job runs on the group's fp32 sums as they landed in pinned memory.
+static void to_slot(const mt_job *job, void *slot, const float *part, size_t n) {
+    if (job->grad_bytes == 2)
+        for (size_t i = 0; i < n; i++) ((bf16 *)slot)[i] = bf16_from_float(part[i]);
+    else
+        memcpy(slot, part, n * sizeof(float));
+}
+
+// storage.grads: the slots are the optimizer ranks' gradient files, which the group goes to
+// a piece at a time (transfer_tier.c); on CUDA on one node straight from the device, its norm
+// measured there as without the tier.
 static void offload_job(void *arg) {
     grad_buffer *buf = arg;
     mt_job *job = buf->t->job;
     size_t numel = job->group_numel[buf->group];
+    if (buf->t->cuda && job->nodes == 1) {
+        xfer_cuda_offload_tier(buf->t, buf);
+        return;
+    }
     float *src = buf->t->cuda ? buf->staged : buf->src;
     if (buf->t->cuda) xfer_cuda_staged_wait(buf);
     if (job->nodes > 1) job_allreduce_tree(src, numel, buf->t->node_scratch, job->dp_comm);
@@ -240,14 +247,11 @@ static void offload_job(void *arg) {
     for (int k = 0; k < job->n_shards; k++) {
         const float *part = src + job->layouts[k].lo[buf->group];
         size_t n = job->layouts[k].len[buf->group];
-        void *slot = job_grad_slot(job, k, buf->group);
-        if (job->grad_bytes == 2)
-            for (size_t i = 0; i < n; i++) ((bf16 *)slot)[i] = bf16_from_float(part[i]);
-        else
-            memcpy(slot, part, n * sizeof(float));
+        if (!job->cfg.storage_grads) to_slot(job, job_grad_slot(job, k, buf->group), part, n);
         for (size_t i = 0; i < n; i++) acc += (double)part[i] * part[i];
     }
     buf->sumsq = acc;
+    if (job->cfg.storage_grads) transfer_tier_write_grads(buf->t, buf->group, buf->step, src);
 }
 
 static int landed(grad_buffer *buf, int wait) {
@@ -296,39 +300,21 @@ void offload_reuse(grad_buffer *buf) {
     announce_through(buf->t, buf);
 }
 
-// storage.grads: every shard has written group g's gradients of `step` to disk.
-static void wait_written(transfer *t, int g, int64_t step) {
-    double t0 = now_seconds();
-    for (int k = 0; k < t->job->n_shards; k++)
-        while (*written_of(t, k, g) < step) {
-            char what[64];
-            snprintf(what, sizeof what, "group %d's gradients written to storage.dir", g);
-            transfer_receive(t, what, k + 1);
-        }
-    trace_record(TRACE_HOST, trace_tag_of("wait slot", TRACE_ARG_GROUP, g), t0 * 1e6,
-                 now_seconds() * 1e6);
-    t->opt_wait_seconds += now_seconds() - t0;
-}
-
 // The host's slots are a ring: group g's entry held group prev's gradients before, which the
-// optimizer ranks must have consumed before g's may go there: updated from it (the gradient
-// ring: their update of prev, version step + 1, says so), or written to disk (storage.grads).
-// prev's were announced first (its offload and the ones before it, in order), or no optimizer
-// rank would ever start on it.
+// optimizer ranks must have updated from (their update of prev, version step + 1, says so)
+// before g's may go there. prev's were announced first (its offload and the ones before it, in
+// order), or no optimizer rank would ever start on it.
 static void wait_for_slot(transfer *t, int g, int64_t step) {
     int prev = t->job->layouts[0].ring_prev[g];
     if (prev < 0) return;
     for (int i = 0; i < t->n_grads; i++)
         if (t->grads[i]->group == prev && t->grads[i]->step == step)
             announce_through(t, t->grads[i]);
-    if (t->job->ring_depth)
-        wait_version(t, prev, step + 1, NULL, "wait slot");
-    else
-        wait_written(t, prev, step);
+    wait_version(t, prev, step + 1, NULL, "wait slot");
 }
 
 void offload_ready(transfer *t, grad_buffer *buf, int g) {
-    if (!t->cuda || t->d2h) return; // the CPU's copy thread and the sums over nodes start later
+    if (!t->cuda || t->job->nodes > 1) return; // the CPU's thread and the sums over nodes: later
     offload_reuse(buf);
     buf->group = g, buf->ready = 1;
     xfer_cuda_offload_ready(t, buf);
@@ -345,7 +331,12 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
         xfer_cuda_offload(t, buf);
         buf->ticket = buf->order;
     } else {
-        if (t->cuda) xfer_cuda_stage(t, buf);
+        if (t->cuda && t->job->nodes > 1) {
+            xfer_cuda_stage(t, buf);
+        } else if (t->cuda) { // storage.grads: the norm, and the event the thread waits for
+            if (!buf->ready) xfer_cuda_offload_ready(t, buf);
+            buf->ready = 0;
+        }
         trace_tag tag = trace_tag_of("d2h", TRACE_ARG_GROUP, g);
         buf->ticket = stream_submit_tagged(t->d2h, offload_job, buf, tag);
         if (!buf->stays) t->cpu_d2h_bytes += group_bytes(t, g, (size_t)t->job->grad_bytes);
@@ -353,6 +344,13 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
 }
 
 transfer_stats transfer_take_stats(transfer *t) {
+    if (t->cuda && t->job->cfg.storage_grads && t->job->nodes == 1) {
+        // the gradients leave through the tier's thread: its time is their way to the disk
+        transfer_stats st = xfer_cuda_take_stats(t->cuda);
+        st.d2h_seconds = stream_take_busy_seconds(t->d2h), st.d2h_bytes = t->cpu_d2h_bytes;
+        t->cpu_d2h_bytes = 0;
+        return st;
+    }
     if (t->cuda) return xfer_cuda_take_stats(t->cuda);
     transfer_stats st = {0};
     st.h2d_seconds = stream_take_busy_seconds(t->h2d);

@@ -50,6 +50,12 @@ struct transfer_cuda {
     cudaEvent_t ref;
     double ref_host_us;
     int ref_valid;
+    // storage.grads on one node: the device (the tier's thread sets it), the stream its copies
+    // go on, two pinned pieces in the slots' dtype, each with the event of its copy's landing
+    int device;
+    cudaStream_t tier;
+    void *tier_pinned[2];
+    cudaEvent_t tier_landed[2];
 };
 
 static void pool_init(timing_pool *p, int track) {
@@ -183,6 +189,26 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     return st;
 }
 
+// Page-aligned (cudaMallocHost's are), as the files' O_DIRECT writes need.
+static void tier_init(transfer_cuda *x, mt_job *job) {
+    size_t bytes = (transfer_tier_grads_piece(job) * job->grad_bytes + 4095) & ~(size_t)4095;
+    CUDA_CHECK(cudaGetDevice(&x->device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&x->tier, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMallocHost(&x->tier_pinned[i], bytes));
+        CUDA_CHECK(cudaEventCreateWithFlags(&x->tier_landed[i], cudaEventDisableTiming));
+    }
+}
+
+static void tier_free(transfer_cuda *x) {
+    if (!x->tier) return;
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaFreeHost(x->tier_pinned[i]));
+        CUDA_CHECK(cudaEventDestroy(x->tier_landed[i]));
+    }
+    CUDA_CHECK(cudaStreamDestroy(x->tier));
+}
+
 transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     transfer_cuda *x = calloc(1, sizeof *x);
     if (!x) mt_die("out of memory");
@@ -194,6 +220,7 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     if (job->cfg.storage_master) // page-aligned, as the copy's O_DIRECT reads need
         CUDA_CHECK(cudaMallocHost((void **)&x->copy_pinned,
                                   (transfer_tier_largest_piece(job) * 2 + 4095) & ~(size_t)4095));
+    if (job->cfg.storage_grads && job->nodes == 1) tier_init(x, job);
     pool_init(&x->h2d_t, TRACE_H2D);
     pool_init(&x->d2h_t, TRACE_D2H);
     pool_init(&x->busy_t, 0);
@@ -213,6 +240,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     CUDA_CHECK(cudaFree(x->reduce_scratch));
     CUDA_CHECK(cudaFree(x->stage));
     if (x->copy_pinned) CUDA_CHECK(cudaFreeHost(x->copy_pinned));
+    tier_free(x);
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
@@ -423,6 +451,64 @@ void xfer_cuda_stage(transfer *t, grad_buffer *buf) {
     CUDA_CHECK(cudaMemcpyAsync(buf->staged, buf->src, bytes, cudaMemcpyDeviceToHost, x->d2h));
     d2h_timed_end(x);
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
+}
+
+// The pieces of group g's shard slices, in shard order: shard k's elements [at, at + n).
+typedef struct {
+    int k;
+    uint64_t at, n;
+} tier_piece;
+
+static tier_piece *tier_pieces(const mt_job *job, int g, int *count) {
+    uint64_t piece = transfer_tier_grads_piece(job);
+    int n = 0;
+    for (int k = 0; k < job->n_shards; k++)
+        n += (int)((job->layouts[k].len[g] + piece - 1) / piece);
+    tier_piece *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p) mt_die("out of memory");
+    n = 0;
+    for (int k = 0; k < job->n_shards; k++)
+        for (uint64_t at = 0, len = job->layouts[k].len[g]; at < len; at += piece)
+            p[n++] = (tier_piece){k, at, len - at < piece ? len - at : piece};
+    *count = n;
+    return p;
+}
+
+// Piece j's copy from the device into pinned piece j % 2, on the tier's stream.
+static void tier_copy(transfer_cuda *x, const mt_job *job, const char *from, int g,
+                      const tier_piece *p, int j) {
+    size_t es = (size_t)job->grad_bytes;
+    const char *src = from + (job->layouts[p[j].k].lo[g] + p[j].at) * es;
+    CUDA_CHECK(
+        cudaMemcpyAsync(x->tier_pinned[j % 2], src, p[j].n * es, cudaMemcpyDeviceToHost, x->tier));
+    CUDA_CHECK(cudaEventRecord(x->tier_landed[j % 2], x->tier));
+}
+
+// Each piece is written to its shard's file while the next one crosses PCIe. The norm was
+// measured on the device (xfer_cuda_offload_ready), as without the tier: the same bits.
+void xfer_cuda_offload_tier(transfer *t, grad_buffer *buf) {
+    transfer_cuda *x = t->cuda;
+    mt_job *job = t->job;
+    int g = buf->group, n = 0;
+    CUDA_CHECK(cudaSetDevice(x->device)); // this thread's calls go to the engine's device
+    CUDA_CHECK(cudaStreamWaitEvent(x->tier, (cudaEvent_t)buf->done, 0));
+    if (!buf->stays) {
+        const char *from =
+            job->grad_bytes == 2 ? (const char *)buf->bf16_copy : (const char *)buf->src;
+        tier_piece *p = tier_pieces(job, g, &n);
+        if (n > 0) tier_copy(x, job, from, g, p, 0);
+        for (int j = 0; j < n; j++) {
+            CUDA_CHECK(cudaEventSynchronize(x->tier_landed[j % 2]));
+            if (j + 1 < n) tier_copy(x, job, from, g, p, j + 1);
+            transfer_tier_write_piece(t, p[j].k, g, p[j].at, p[j].n, buf->step,
+                                      x->tier_pinned[j % 2]);
+        }
+        free(p);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
+                               cudaMemcpyDeviceToHost, x->tier));
+    CUDA_CHECK(cudaStreamSynchronize(x->tier));
+    buf->sumsq = *buf->sumsq_host;
 }
 
 void xfer_cuda_staged_wait(grad_buffer *buf) {

@@ -24,6 +24,9 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf);
 // first offload), where the copy thread sums them over nodes; staged_wait waits for them there.
 void xfer_cuda_stage(transfer *t, grad_buffer *buf);
 void xfer_cuda_staged_wait(grad_buffer *buf);
+// storage.grads on one node, on the tier's copy thread: the group's gradients (after
+// xfer_cuda_offload_ready) into the optimizer ranks' files a piece at a time, and its norm.
+void xfer_cuda_offload_tier(transfer *t, grad_buffer *buf);
 // 1 when the offload has landed (with wait: after waiting for it); sumsq is then valid.
 int xfer_cuda_offload_landed(grad_buffer *buf, int wait);
 transfer_stats xfer_cuda_take_stats(transfer_cuda *x);

@@ -1,7 +1,9 @@
 #include "runtime/engine/transfer_tier.h"
 #include "kernels/bf16.h"
 #include "runtime/base/base.h"
+#include "runtime/model/model.h"
 #include "shm/syscheck.h"
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,28 +24,67 @@ uint64_t transfer_tier_largest_piece(const mt_job *job) {
     return most;
 }
 
+// The state's piece, rounded up to whole blocks in bf16 too (it is already, at full size), so
+// that every piece starts on a block of the file; a slice shorter than that is one piece.
+uint64_t transfer_tier_grads_piece(const mt_job *job) {
+    uint64_t most = 0, block = ALIGN / sizeof(bf16);
+    for (int k = 0; k < job->n_shards; k++)
+        for (int g = job->device_groups; g < job->n_groups; g++)
+            if (job->layouts[k].len[g] > most) most = job->layouts[k].len[g];
+    uint64_t piece = (model_state_piece() + block - 1) / block * block;
+    return most < piece ? (most ? most : 1) : piece;
+}
+
+static void *alloc_aligned(uint64_t bytes) {
+    void *p;
+    if (posix_memalign(&p, ALIGN, round_up(bytes))) mt_die("out of memory");
+    return p;
+}
+
+static int *closed_fds(int n) {
+    int *fd = malloc(n * sizeof *fd);
+    if (!fd) mt_die("out of memory");
+    for (int k = 0; k < n; k++) fd[k] = -1;
+    return fd;
+}
+
+// The CPU backend (and CUDA over nodes, from its pinned sums) rounds into the bounce; CUDA on
+// one node copies from the device into pinned pieces of its own (transfer_cuda.c).
+static void grads_init(transfer *t) {
+    mt_job *job = t->job;
+    const char *full = getenv("MT_TEST_STORAGE_FULL_AT_STEP"); // 1-based, as the progress shows
+    t->full_at_step = full && job->node == 0 ? atoi(full) - 1 : -1;
+    t->grads_fd = closed_fds(job->n_shards);
+    if (!t->cuda || job->nodes > 1)
+        t->grads_bounce = alloc_aligned(transfer_tier_grads_piece(job) * job->grad_bytes);
+}
+
 void transfer_tier_init(transfer *t) {
     mt_job *job = t->job;
+    if (job->cfg.storage_grads) grads_init(t);
     if (!job->cfg.storage_master) return;
-    t->copy_fd = malloc(job->n_shards * sizeof *t->copy_fd);
-    if (!t->copy_fd) mt_die("out of memory");
-    for (int k = 0; k < job->n_shards; k++) t->copy_fd[k] = -1;
-    void *p;
-    if (posix_memalign(&p, ALIGN, round_up(transfer_tier_largest_piece(job) * sizeof(bf16))))
-        mt_die("out of memory");
-    t->copy_bounce = p;
+    t->copy_fd = closed_fds(job->n_shards);
+    t->copy_bounce = alloc_aligned(transfer_tier_largest_piece(job) * sizeof(bf16));
+}
+
+static void close_all(int *fd, int n) {
+    for (int k = 0; k < n && fd; k++)
+        if (fd[k] >= 0) SYS_CHECK(close(fd[k]));
+    free(fd);
 }
 
 void transfer_tier_free(transfer *t) {
+    close_all(t->grads_fd, t->job->n_shards);
+    free(t->grads_bounce);
+    t->grads_fd = NULL, t->grads_bounce = NULL;
     if (!t->copy_fd) return;
     if (getenv("MT_STORAGE_INFO"))
         fprintf(stderr,
                 "storage: compute: %lld pieces fetched from the weight ring, %lld from the "
                 "bf16 copy\n",
                 (long long)t->ring_hits, (long long)t->copy_reads);
-    for (int k = 0; k < t->job->n_shards; k++)
-        if (t->copy_fd[k] >= 0) SYS_CHECK(close(t->copy_fd[k]));
-    free(t->copy_fd), free(t->copy_bounce);
+    close_all(t->copy_fd, t->job->n_shards);
+    free(t->copy_bounce);
     t->copy_fd = NULL;
 }
 
@@ -90,17 +131,23 @@ void transfer_tier_pause(void) {
     nanosleep(&pause, NULL);
 }
 
-// The copy file has no name; its owner, on this node, says which process and descriptor hold it.
-static int copy_fd(transfer *t, int k) {
-    if (t->copy_fd[k] >= 0) return t->copy_fd[k];
-    shm_control_block *cb = job_control_block(t->job, k);
+// The tier's files have no name; their owner, on this node, says which process and descriptor
+// hold them. *fd: where the opened descriptor is kept.
+static int owner_fd(int *fd, int pid, int owner_fd, int flags, int k, const char *what) {
+    if (*fd >= 0) return *fd;
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)cb->copy_pid, (int)cb->copy_fd);
-    t->copy_fd[k] = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (t->copy_fd[k] < 0)
-        mt_die("storage.master: the compute rank cannot open shard %d's bf16 copy (%s): %s", k,
-               path, strerror(errno));
-    return t->copy_fd[k];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, owner_fd);
+    *fd = open(path, flags | O_DIRECT | O_CLOEXEC);
+    if (*fd < 0)
+        mt_die("storage.dir: the compute rank cannot open shard %d's %s (%s): %s", k, what, path,
+               strerror(errno));
+    return *fd;
+}
+
+static int copy_fd(transfer *t, int k) {
+    shm_control_block *cb = job_control_block(t->job, k);
+    return owner_fd(&t->copy_fd[k], cb->tier_pid, cb->copy_fd, O_RDONLY, k,
+                    "bf16 copy of the weights");
 }
 
 void transfer_tier_read_copy(transfer *t, int k, int g, int i, uint16_t *out, uint64_t n) {
@@ -142,6 +189,52 @@ void transfer_tier_fetch(transfer *t, weight_buffer *buf) {
                 }
                 transfer_tier_pause();
             }
+        }
+    }
+}
+
+// ---- storage.grads ----
+
+static void write_fully(transfer *t, int k, int g, int64_t step, const void *buf, uint64_t bytes,
+                        uint64_t off) {
+    shm_control_block *cb = job_control_block(t->job, k);
+    int fd = owner_fd(&t->grads_fd[k], cb->tier_pid, cb->grads_fd, O_WRONLY, k, "gradients");
+    for (uint64_t done = 0; done < bytes;) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, bytes - done, (off_t)(off + done));
+        int err = n < 0 ? errno : n == 0 ? EIO : 0;
+        if (k == 0 && step == t->full_at_step) err = ENOSPC; // tests: a disk that fills
+        if (err == EINTR) continue;
+        if (err)
+            mt_die("storage.dir: writing group %d's gradients to %s failed: %s%s", g,
+                   t->job->cfg.storage_dir, strerror(err),
+                   err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
+        done += (uint64_t)n;
+    }
+}
+
+void transfer_tier_write_piece(transfer *t, int k, int g, uint64_t at, uint64_t n, int64_t step,
+                               const void *piece) {
+    const shard_layout *lay = &t->job->layouts[k];
+    uint64_t es = (uint64_t)t->job->grad_bytes;
+    write_fully(t, k, g, step, piece, round_up(n * es), shard_grads_file_offset(lay, g) + at * es);
+}
+
+// Shard by shard, piece by piece, rounded into the bounce (whose tail past the piece, up to the
+// block, is whatever the last piece left: no one reads it).
+void transfer_tier_write_grads(transfer *t, int g, int64_t step, const float *src) {
+    mt_job *job = t->job;
+    uint64_t piece = transfer_tier_grads_piece(job);
+    for (int k = 0; k < job->n_shards; k++) {
+        const shard_layout *lay = &job->layouts[k];
+        const float *part = src + lay->lo[g];
+        for (uint64_t at = 0; at < lay->len[g]; at += piece) {
+            uint64_t n = lay->len[g] - at < piece ? lay->len[g] - at : piece;
+            if (job->grad_bytes == 2)
+                for (uint64_t i = 0; i < n; i++)
+                    ((bf16 *)t->grads_bounce)[i] = bf16_from_float(part[at + i]);
+            else
+                memcpy(t->grads_bounce, part + at, n * sizeof(float));
+            transfer_tier_write_piece(t, k, g, at, n, step, t->grads_bounce);
         }
     }
 }

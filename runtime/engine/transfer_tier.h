@@ -5,6 +5,11 @@
 // from the rank's bf16 copy of the weights on disk (the backward, evaluations, sampling, a
 // forward that fell behind), once the rank has announced the version. Same bits either way: the
 // copy is the update's round-to-nearest-even of the piece, which a fetch from the ring computes.
+//
+// storage.grads: the compute rank writes each group's gradients straight into the optimizer
+// ranks' gradient files (opened through /proc/<pid>/fd/<fd> of the owner, as the copy is), a
+// piece at a time through a buffer of a piece, and announces the group once every piece is on
+// disk. No staging area in between scales with the largest group: the host holds a piece or two.
 #ifndef MT_TRANSFER_TIER_H
 #define MT_TRANSFER_TIER_H
 
@@ -30,5 +35,14 @@ int transfer_tier_ring_kept(transfer *t, int k, const float *src, int64_t seq);
 int transfer_tier_announced(transfer *t, int k, int g, int64_t v);
 void transfer_tier_read_copy(transfer *t, int k, int g, int i, uint16_t *out, uint64_t n);
 void transfer_tier_pause(void);
+
+// storage.grads. The elements of a piece written at once (the state's piece, or the largest
+// slice if smaller); group g's gradients of `step` from host memory (fp32, the whole group:
+// rounded to the slots' dtype here); elements [at, at + n) of shard k's slice of group g, already
+// in the slots' dtype in a page-aligned buffer of at least a page-rounded n elements.
+uint64_t transfer_tier_grads_piece(const mt_job *job);
+void transfer_tier_write_grads(transfer *t, int g, int64_t step, const float *src);
+void transfer_tier_write_piece(transfer *t, int k, int g, uint64_t at, uint64_t n, int64_t step,
+                               const void *piece);
 
 #endif

@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 enum {
-    CONTROL_GRADS_READY = 1, // compute -> optimizer: gradients of `group` for `step` are in shm
+    CONTROL_GRADS_READY = 1, // compute -> optimizer: gradients of `group` for `step` are in
+                             // shm (storage.grads: in the optimizer's gradients file)
     CONTROL_WEIGHTS_READY,   // optimizer -> compute: master weights of `group` are at `step`
     CONTROL_STOP,            // compute -> optimizer: end the job after step `step` (a request)
-    CONTROL_GRADS_WRITTEN,   // optimizer -> compute: `group`'s gradients of `step` are on disk
 };
 
 typedef struct {

@@ -76,10 +76,12 @@ void job_make_layouts(mt_job *job) {
     int order[SHM_MAX_GROUPS];
     model_grad_order(&job->cfg, order);
     job->ring_depth = model_grad_ring_depth(&job->cfg);
-    for (int k = 0; k < job->n_shards; k++)
+    for (int k = 0; k < job->n_shards; k++) {
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,
-                          job->device_groups, job->grad_bytes, model_grad_host_ring(&job->cfg),
-                          order, job->cfg.storage_master ? model_state_piece() : 0);
+                          job->device_groups, job->grad_bytes, job->ring_depth, order,
+                          job->cfg.storage_master ? model_state_piece() : 0);
+        if (job->cfg.storage_grads) shard_layout_grads_elsewhere(&job->layouts[k]);
+    }
 }
 
 // Optimizer ranks sharing a NUMA node (of the same host) split its cores; the compute rank

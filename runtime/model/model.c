@@ -171,11 +171,6 @@ int model_grad_ring_depth(const mt_config *c) {
     return 0;
 }
 
-int model_grad_host_ring(const mt_config *c) {
-    int ring = model_grad_ring_depth(c);
-    return ring ? ring : c->storage_grads ? MODEL_GRAD_RING_DEPTH : 0;
-}
-
 // Box-Muller on two uniforms drawn from a counter-based hash: no state to carry or shard.
 static float normal_at(uint64_t seed, int g, uint64_t i) {
     uint64_t key = splitmix64(seed ^ splitmix64(((uint64_t)g << 48) ^ i));

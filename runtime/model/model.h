@@ -154,7 +154,9 @@ static inline int mt_head_dim(const mt_config *c) {
 // model.qk_norm: QK_NONE (also an unset field), QK_HEAD or QK_ALL.
 enum { QK_NONE, QK_HEAD, QK_ALL };
 static inline int mt_qk_norm(const mt_config *c) {
-    return strcmp(c->qk_norm, "head") == 0 ? QK_HEAD : strcmp(c->qk_norm, "all") == 0 ? QK_ALL : QK_NONE;
+    return strcmp(c->qk_norm, "head") == 0  ? QK_HEAD
+           : strcmp(c->qk_norm, "all") == 0 ? QK_ALL
+                                            : QK_NONE;
 }
 // Whether layer l's MLP is a Mixture of Experts (model.c: moe_every and dense_layers).
 int mt_layer_is_moe(const mt_config *c, int l);
@@ -256,10 +258,6 @@ void model_grad_order(const mt_config *c, int *order);
 // only when the optimizer ranks fall a whole group behind.
 #define MODEL_GRAD_RING_DEPTH 4
 int model_grad_ring_depth(const mt_config *c);
-// The depth of the host's gradient slots when they are a ring of entries: the gradient ring's,
-// or with storage.grads (the slots live on disk) the staging ring their way there goes through,
-// whose entries are free again once written. 0: one slot per group in host memory.
-int model_grad_host_ring(const mt_config *c);
 
 // The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the pieces
 // (at most MT_STATE_PIECE floats of a group) each of an optimizer rank's windows holds in host

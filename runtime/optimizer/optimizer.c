@@ -402,17 +402,6 @@ static void update_as_it_lands(optimizer *o, int g, int step) {
     update_group(o, g, step, &hp);
 }
 
-// storage.grads: the slot is an entry of the host's staging ring, free for the compute rank's
-// next group once its gradients are on disk.
-static void write_grads(optimizer *o, int g, int step) {
-    double t0 = trace_now_us();
-    storage_write_grads(o->tier, g, job_grad_slot(o->job, o->shard, g), step);
-    trace_record(TRACE_OPTIMIZER, trace_tag_of("write grads", TRACE_ARG_GROUP, g), t0,
-                 trace_now_us());
-    control_msg msg = {CONTROL_GRADS_WRITTEN, g, step, 0};
-    control_send(o->job->ctl, 0, &msg);
-}
-
 // The ring over nodes with the state split: each group's update gathers its master parts from
 // the other nodes (gather_master_parts), and these collectives pair up across nodes in the order
 // the gradients land, so that order must be the backward's on every node. The compute rank
@@ -454,7 +443,6 @@ static void receive_step(optimizer *o, int step) {
         o->sumsq[g] = msg.value;
         missing--;
         if (g < job->device_groups) continue;
-        if (job->cfg.storage_grads) write_grads(o, g, step);
         if (!job->ring_depth) continue;
         trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
         update_as_it_lands(o, g, step);

@@ -319,7 +319,25 @@ static void copy_open(storage *s) {
     s->bounce = alloc_local(round_up(storage_piece() * sizeof(float)));
     shm_control_block *cb = job_control_block(s->job, s->shard);
     cb->copy_fd = f->fd;
-    cb->copy_pid = (int32_t)getpid();
+    cb->tier_pid = (int32_t)getpid();
+}
+
+// The gradients: the compute rank writes them into this file (through /proc/<pid>/fd/<fd>, as
+// it reads the copy), at shard_grads_file_offset's places; the rank reads its part back.
+static void grads_open(storage *s, const uint64_t *part_lo, const uint64_t *part_n) {
+    const shard_layout *lay = &s->job->layouts[s->shard];
+    tier_file *f = &s->grads;
+    f->what = "gradients";
+    file_layout(s, f, lay->len, part_lo, part_n, s->job->grad_bytes, 1);
+    for (int g = s->job->device_groups; g < s->job->n_groups; g++)
+        if (f->offset[g] != shard_grads_file_offset(lay, g))
+            mt_die("storage: group %d's gradients: the file's layout and the compute rank's differ",
+                   g);
+    file_create(s, f, "grads");
+    window_init(s, &s->grads_win, f, 0);
+    shm_control_block *cb = job_control_block(s->job, s->shard);
+    cb->grads_fd = f->fd;
+    cb->tier_pid = (int32_t)getpid();
 }
 
 storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uint64_t *part_n) {
@@ -337,12 +355,7 @@ storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uin
     int rc = io_uring_queue_init(QUEUE, &s->ring, 0);
     if (rc < 0) mt_die("storage: io_uring_queue_init: %s", strerror(-rc));
     s->grads.fd = s->moments.fd = s->copy.fd = -1;
-    if (c->storage_grads) { // the file holds the shard's slice; the rank updates its part
-        s->grads.what = "gradients";
-        file_layout(s, &s->grads, job->layouts[shard].len, part_lo, part_n, job->grad_bytes, 1);
-        file_create(s, &s->grads, "grads");
-        window_init(s, &s->grads_win, &s->grads, 0);
-    }
+    if (c->storage_grads) grads_open(s, part_lo, part_n); // the shard's slice; the rank's part
     if (c->storage_adam) { // fresh moments are zeros: the unwritten blocks of a new file read so
         // storage.master: the master is a third array beside m and v, so that a piece's master,
         // m and v come in one pass of the window
@@ -379,14 +392,6 @@ void storage_close(storage *s) {
     }
     io_uring_queue_exit(&s->ring);
     free(s);
-}
-
-void storage_write_grads(storage *s, int g, const void *slot, int step) {
-    int pending = 0;
-    s->step = step;
-    queue_io(s, &s->grads, 1, g, (char *)slot, s->grads.array_bytes[g], s->grads.offset[g],
-             &pending);
-    wait_for(s, &pending);
 }
 
 void storage_begin_moments(storage *s, const int *order, int n) {

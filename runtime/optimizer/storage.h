@@ -28,10 +28,6 @@ int storage_pieces(uint64_t n); // the pieces of n elements
 storage *storage_open(mt_job *job, int shard, const uint64_t *part_lo, const uint64_t *part_n);
 void storage_close(storage *s);
 
-// storage.grads: group g's gradients of `step`, in its entry of the host's staging ring, go to
-// disk now; then the entry is free (the caller tells the compute rank).
-void storage_write_grads(storage *s, int g, const void *slot, int step);
-
 // A pass over the pieces of the groups in `order` (n of them), each piece taken and given back
 // once, in that order: the moments window starts reading at once (it may start before the
 // gradients are in), the gradients window once they all are. storage_end waits for every write
@@ -53,8 +49,8 @@ void storage_load_master(storage *s, int g, int k, float *piece);
 bf16 *storage_copy_buffer(storage *s);
 void storage_write_copy(storage *s, int g, int k);
 void storage_copy_wait(storage *s);
-// Piece k of group g's gradients as the slot held them (its first element: part_lo[g] + k x the
-// piece); NULL without storage.grads.
+// Piece k of group g's gradients as the compute rank wrote them (its first element: part_lo[g] +
+// k x the piece); NULL without storage.grads.
 const void *storage_take_grads(storage *s, int g, int k);
 // Done with the piece taken last: its moments are written back (at `step`), its buffers reused.
 void storage_give(storage *s, int step);

@@ -426,6 +426,27 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
     }
 }
 
+// The compute rank's side of the tier (engine/transfer_tier.c), each a piece of the largest
+// slice at most: storage.grads, the pieces its gradients are written to disk from (one on the
+// CPU backend; two pinned on CUDA, where one crosses PCIe while the other is written); with
+// storage.master, the bf16 piece it reads the copy into.
+static uint64_t tier_compute_bytes(const mt_config *c, int cuda, int grad_bytes, int n_groups,
+                                   int first_shared, int n_shards, const uint64_t *numel) {
+    uint64_t most = 0, block = MT_STORAGE_ALIGN / 2, bytes = 0;
+    for (int g = first_shared; g < n_groups; g++)
+        for (int k = 0; k < n_shards; k++) {
+            uint64_t lo, hi;
+            shard_range(numel[g], k, n_shards, &lo, &hi);
+            if (hi - lo > most) most = hi - lo;
+        }
+    uint64_t piece = (model_state_piece() + block - 1) / block * block;
+    piece = most < piece ? (most ? most : 1) : piece;
+    if (c->storage_grads) bytes += (cuda ? 2 : 1) * tier_bytes(piece, grad_bytes);
+    uint64_t copy = most < model_state_piece() ? (most + 15) / 16 * 16 : model_state_piece();
+    if (c->storage_master) bytes += tier_bytes(copy, 2);
+    return bytes;
+}
+
 static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nodes) {
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
@@ -475,7 +496,6 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
     model_grad_order(c, order);
     p->ring_depth = model_grad_ring_depth(c);
-    p->layout_ring = model_grad_host_ring(c);
     p->params = model_param_count(c);
     p->rank = calloc((size_t)np, sizeof *p->rank);
     shard_layout *lay = malloc(sizeof *lay);
@@ -498,16 +518,19 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         if (r == 0) {
             pr->compute = (cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total) +
                           node_sum_bytes(c, cuda, nodes);
+            pr->storage = tier_compute_bytes(c, cuda && nodes == 1, grad_bytes, p->n_groups,
+                                             p->device_groups, p->n_shards, numel);
         } else {
-            int host_ring = model_grad_host_ring(c); // the staging ring with storage.grads
-            int other = host_ring ? 0 : MODEL_GRAD_RING_DEPTH; // the slots not chosen
+            // the slots not chosen: with storage.grads, those host memory would hold
+            int other = p->ring_depth || c->storage_grads ? 0 : MODEL_GRAD_RING_DEPTH;
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
                               grad_bytes, other, order,
                               c->storage_master ? model_state_piece() : 0);
             p->other_slots_grads += lay->grads_bytes;
             shard_layout_init(lay, numel, p->n_groups, r - 1, p->n_shards, p->device_groups,
-                              grad_bytes, host_ring, order,
+                              grad_bytes, p->ring_depth, order,
                               c->storage_master ? model_state_piece() : 0);
+            if (c->storage_grads) shard_layout_grads_elsewhere(lay);
             optimizer_rank(pr, lay, moment_nodes);
             tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam);
         }

@@ -113,7 +113,6 @@ typedef struct {
     plan_rank sum;              // over all ranks; sum.numa_node unused
     int grad_bytes;             // gradient slots: 4 (fp32) or 2 (bf16)
     int ring_depth;             // model_grad_ring_depth: 0 (a slot per group) or the ring's
-    int layout_ring;            // model_grad_host_ring: the host slots' ring (storage.grads too)
     uint64_t other_slots_grads; // the gradient slots' bytes the other way (ring or per group)
     int device_groups;          // groups the compute rank updates itself
     uint64_t state;             // fp32 master, m and v on the host (moving included)
