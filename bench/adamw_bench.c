@@ -11,7 +11,8 @@
 //     with the same threads;
 //  2. the streaming-store policies (none / wire / all) at the full thread count;
 //  3. N optimizer processes (fork), each with threads/N threads, its own shard of N params/N,
-//     its own memory; every pass starts on a barrier and lasts until its slowest process ends;
+//     its own memory, each making the optimizer ranks' call (fp32 gradients, no bf16 copy: 28
+//     bytes/param); every pass starts on a barrier and lasts until its slowest process ends;
 //     aggregate G params/s = N params / that time.
 // Every measurement is the best of R timed passes after one warm-up pass. Machine-readable
 // "RESULT ..." lines at the end are what bench/run_adamw_bench.sh tabulates.
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #define BYTES_PER_PARAM 30.0
+#define RANK_BYTES_PER_PARAM 28.0 // the optimizer ranks' call: no bf16 copy
 #define TRIAD_BYTES 12.0
 #define MAX_LIST 64
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -310,7 +312,7 @@ typedef struct {
     adamw_nt nt;
     int procs, threads;
     size_t params;
-    double seconds, triad_gbs;
+    double seconds, triad_gbs, bytes_per_param;
 } result;
 static result results[512];
 static int nresults;
@@ -333,6 +335,7 @@ static void add_result(const char *section, adamw_isa isa, adamw_nt nt, int proc
     snprintf(r->section, sizeof r->section, "%s", section);
     r->isa = isa, r->nt = nt, r->procs = procs, r->threads = threads, r->params = params;
     r->seconds = seconds, r->triad_gbs = triad_gbs;
+    r->bytes_per_param = strcmp(section, "procs") == 0 ? RANK_BYTES_PER_PARAM : BYTES_PER_PARAM;
 }
 
 // ---- N processes ----
@@ -353,13 +356,13 @@ static void child(shared_block *sh, int j, int procs, size_t total, int threads,
     arrays a;
     arrays_init(&a, hi - lo);
     adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f};
-    adamw_update_ex(a.p, a.m, a.v, a.w, a.g, a.n, &hp, isa, nt); // warm-up
+    adamw_update_ex(a.p, a.m, a.v, NULL, a.g, a.n, &hp, isa, nt); // warm-up
     sh->huge_kib[j] = anon_huge_kib();
     for (int r = 0; r < reps && r < MAX_PROC_REPS; r++) { // every pass starts together
         hp.step = r + 2;
         pthread_barrier_wait(&sh->start);
         double t0 = now();
-        adamw_update_ex(a.p, a.m, a.v, a.w, a.g, a.n, &hp, isa, nt);
+        adamw_update_ex(a.p, a.m, a.v, NULL, a.g, a.n, &hp, isa, nt);
         sh->seconds[j][r] = now() - t0;
     }
     arrays_free(&a);
@@ -412,7 +415,7 @@ static void process_scaling(const int *procs_list, int nprocs, size_t n, int thr
                "%.1f GB/s; THP %ld MiB\n",
                procs, procs > 1 ? "es" : "", threads, threads > 1 ? "s" : "",
                procs * threads > ncpus || !pin ? "unpinned" : "pinned", slowest, n / slowest * 1e-9,
-               n * BYTES_PER_PARAM / slowest * 1e-9, huge >> 10);
+               n * RANK_BYTES_PER_PARAM / slowest * 1e-9, huge >> 10);
         fflush(stdout);
         add_result("procs", isa, nt, procs, threads, n, slowest, 0);
         pthread_barrier_destroy(&sh->start);
@@ -543,7 +546,7 @@ int main(int argc, char **argv) {
                triads[i].threads, n, triads[i].plain, triads[i].streaming);
     for (int i = 0; i < nresults; i++) {
         result *r = &results[i];
-        double gbs = r->params * BYTES_PER_PARAM / r->seconds * 1e-9;
+        double gbs = r->params * r->bytes_per_param / r->seconds * 1e-9;
         printf("RESULT section=%s isa=%s nt=%s procs=%d threads=%d params=%zu seconds=%.6f "
                "gparams=%.4f gbs=%.2f triad_gbs=%.2f pct_triad=%.1f\n",
                r->section, adamw_isa_name(r->isa), adamw_nt_name(r->nt), r->procs, r->threads,
