@@ -56,9 +56,11 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
     double shared = e->opt_s; // the optimizer's updates, in the pass they overlap
     // The NVMe tier: gradients written as they land (the backward), read back and the moments
-    // read and written where the optimizer ranks update (its windows run ahead of them).
-    double written = p->disk_grads / p->disk_bw;
-    double updating = (p->disk_grads + 2.0 * p->disk_adam) / p->disk_bw;
+    // read and written where the optimizer ranks update (its windows run ahead of them); with
+    // storage.master the bf16 copy is written by the update and read by the backward.
+    double copy = (double)p->disk_copy;
+    double written = (p->disk_grads + copy) / p->disk_bw;
+    double updating = (p->disk_grads + 2.0 * p->disk_adam - copy) / p->disk_bw;
     // each pass: compute, PCIe, in one of them the optimizer, and the disk; the longest bounds it
     double fwd[4] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared,
                      ring ? 0 : updating};

@@ -397,7 +397,7 @@ static uint64_t tier_bytes(uint64_t n, int elem) {
 }
 
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
-                      uint64_t *disk_grads, uint64_t *disk_adam) {
+                      uint64_t *disk_grads, uint64_t *disk_adam, uint64_t *disk_copy) {
     uint64_t grads = 0, adam = 0, most = 0;
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
@@ -419,7 +419,7 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
         uint64_t master = 0, copy = 0;
         for (int g = lay->first_shared; g < lay->n_groups; g++)
             master += tier_bytes(lay->len[g], 4), copy += tier_bytes(lay->len[g], 2);
-        r->disk += master + copy, *disk_adam += master + copy;
+        r->disk += master + copy, *disk_adam += master + copy, *disk_copy += copy;
         // the master's piece in each window buffer, and the bf16 piece the update writes to the
         // copy (r->master is the region's weight ring: shard_layout_init's masters_bytes)
         r->storage += MT_STORAGE_WINDOW * tier_bytes(piece, 4) + tier_bytes(piece, 2);
@@ -532,7 +532,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                               c->storage_master ? model_state_piece() : 0);
             if (c->storage_grads) shard_layout_grads_elsewhere(lay);
             optimizer_rank(pr, lay, moment_nodes);
-            tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam);
+            tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam, &p->disk_copy);
         }
         pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +

@@ -127,7 +127,8 @@ typedef struct {
     // The NVMe tier: bytes in storage.dir (all ranks), of them the gradients' and the moments',
     // and the disk's rate (bytes/s, read or write) the estimate takes: the caller's (a probe, or
     // --disk-bw), PLAN_DISK_BYTES_PER_S when it sets none.
-    uint64_t disk, disk_grads, disk_adam;
+    uint64_t disk, disk_grads, disk_adam; // disk_adam: m, v (and the master and its copy)
+    uint64_t disk_copy;                   // storage.master: the bf16 copy, within disk_adam
     double disk_bw;
 } mt_plan;
 
