@@ -2,7 +2,9 @@
 # Trains the bench configs on the GPU machine and prints one summary line per config.
 # Usage: bench/run_bench.sh BUILD_DIR OUT_DIR [config names...]   (default: 1b 3b 7b)
 # A name is bench/configs/bench-NAME.cfg, or bench/configs/NAME.cfg (the slices). The run's
-# host peak, in bytes, goes to OUT_DIR/run-NAME.host-peak.
+# host peak, in bytes, goes to OUT_DIR/run-NAME.host-peak. MT_BENCH_ARGS: overrides for every
+# run (word-split); MT_BENCH_TAG: a suffix for the runs' names (NAME-TAG), so that a variant of
+# a config keeps the first run's files.
 set -u
 BUILD=$1
 OUT=$2
@@ -10,9 +12,11 @@ shift 2
 names=${*:-1b 3b 7b}
 here=$(cd "$(dirname "$0")" && pwd)
 np=${MT_BENCH_NP:-5}
-for name in $names; do
-    cfg=$here/configs/bench-$name.cfg
-    [ -f "$cfg" ] || cfg=$here/configs/$name.cfg
+read -r -a extra <<<"${MT_BENCH_ARGS:-}"
+for config in $names; do
+    cfg=$here/configs/bench-$config.cfg
+    [ -f "$cfg" ] || cfg=$here/configs/$config.cfg
+    name=$config${MT_BENCH_TAG:+-$MT_BENCH_TAG}
     log=$OUT/bench-$name.log
     rm -rf "$OUT/run-$name"
     stop=()
@@ -27,7 +31,7 @@ for name in $names; do
     sampler=$!
     # --force: the GPU machines grow their RAM on demand, so MemAvailable at start undercounts.
     /usr/bin/time -v "$BUILD/bin/mtrun" --force -np "$np" "$cfg" --out "$OUT/run-$name" "${stop[@]}" \
-        >"$log" 2>&1
+        "${extra[@]}" >"$log" 2>&1
     rc=$?
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
     echo "== $name (exit $rc)"

@@ -3,6 +3,8 @@
 # repository's tier/ folder), the plan of bench/configs/tier-10b.cfg with and without the tier,
 # then 3 steps of it with the tier (bench/run_bench.sh), with each optimizer rank's own read
 # and write rates (MT_STORAGE_INFO=1); then the same for tier-adam-1b (m and v on disk too).
+# A config with storage.master (tier-master-3b: every byte of state on disk) is also run with
+# everything in host memory, and the two runs' losses compared: they must be the same bits.
 # Usage: bench/run_tier.sh BUILD_DIR OUT_DIR [config names, default tier-10b tier-adam-1b]
 set -u
 BUILD=$1
@@ -30,4 +32,14 @@ for name in $names; do
     MT_STORAGE_INFO=1 "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
     grep -E '^storage: ' "$OUT/bench-$name.log"
     ls -A "$dir" | head
+    grep -q '^ *master *= *true' "$cfg" || continue
+    echo "the same in host memory:"
+    MT_BENCH_TAG=ram MT_BENCH_ARGS="storage.grads=false storage.adam=false storage.master=false" \
+        "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
+    losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
+    if cmp -s <(losses "$OUT/run-$name") <(losses "$OUT/run-$name-ram"); then
+        echo "losses: bitwise the same ($(losses "$OUT/run-$name" | wc -l) steps)"
+    else
+        echo "losses DIFFER:"; paste <(losses "$OUT/run-$name") <(losses "$OUT/run-$name-ram")
+    fi
 done
