@@ -22,8 +22,9 @@
 #   whole and tiny pieces, the gradient ring, bf16 slots, 2 nodes, a non-finite step and an
 #   export; the compute rank took pieces from both the ring and the copy; resumes host memory
 #   -> master on disk -> host memory; kill -9 mid-write (nothing left, bitwise resume) and a
-#   full disk under it (one line, step 10 intact); refused without storage.adam and with the
-#   state split across nodes;
+#   full disk under it (one line, step 10 intact); kill -9 of the compute rank as it writes
+#   gradients into the files (nothing left, bitwise resume); refused without storage.adam and
+#   with the state split across nodes;
 # - every job ends by itself once its last step is done;
 # - storage.dir on tmpfs, storage.grads without storage.dir, and storage.grads with the gradient
 #   ring are refused in one line naming the field.
@@ -227,6 +228,21 @@ expect "resumed with the master on disk: steps 11..20 = host memory's, bitwise" 
     cmp -s <(losses "$WORK/mkillres") <(losses "$WORK/plain" | tail -n 10)
 expect "its step 20 checkpoint is host memory's" \
     cmp -s "$WORK/mkillres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+# kill -9 of the compute rank right after it wrote a piece of step 12's gradients into an
+# optimizer rank's file (MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP), every byte of state on disk
+MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP=12 tiny ckilled 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" \
+    "$master"
+rc=$?
+expect "kill -9 of the compute rank mid-write ends the job non-zero (rc $rc)" test "$rc" -ne 0
+expect "it left nothing in storage.dir" disk_empty
+expect "nor in /dev/shm" no_leftovers ckilled
+expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/ckilled/LATEST"
+tiny ckillres 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" --resume "$WORK/ckilled" ||
+    show_log ckillres
+expect "resumed: steps 11..20 = host memory's, bitwise" \
+    cmp -s <(losses "$WORK/ckillres") <(losses "$WORK/plain" | tail -n 10)
+expect "its step 20 checkpoint is host memory's" \
+    cmp -s "$WORK/ckillres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
 MT_TEST_STORAGE_FULL_AT_STEP=13 tiny mfull 3 "$WORK/base.cfg" "$dir" "$adam" "$master"
 rc=$?
 expect "a full disk under the master ends the job non-zero (rc $rc)" test "$rc" -ne 0

@@ -30,11 +30,11 @@ typedef struct {
     uint16_t *copy_bounce;
     int64_t ring_hits, copy_reads;
     // storage.grads (transfer_tier.c): each shard's gradients file, opened when first written; a
-    // piece in the slots' dtype to write from (host sources); MT_TEST_STORAGE_FULL_AT_STEP's
-    // step (-1: none)
+    // piece in the slots' dtype to write from (host sources); tests (-1: none):
+    // MT_TEST_STORAGE_FULL_AT_STEP's step, MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP's
     int *grads_fd;
     void *grads_bounce;
-    int64_t full_at_step;
+    int64_t full_at_step, kill_at_step;
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

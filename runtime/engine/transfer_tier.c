@@ -5,6 +5,7 @@
 #include "shm/syscheck.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,9 @@ static int *closed_fds(int n) {
 static void grads_init(transfer *t) {
     mt_job *job = t->job;
     const char *full = getenv("MT_TEST_STORAGE_FULL_AT_STEP"); // 1-based, as the progress shows
+    const char *kill9 = getenv("MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP");
     t->full_at_step = full && job->node == 0 ? atoi(full) - 1 : -1;
+    t->kill_at_step = kill9 && job->node == 0 ? atoi(kill9) - 1 : -1;
     t->grads_fd = closed_fds(job->n_shards);
     if (!t->cuda || job->nodes > 1)
         t->grads_bounce = alloc_aligned(transfer_tier_grads_piece(job) * job->grad_bytes);
@@ -210,6 +213,7 @@ static void write_fully(transfer *t, int k, int g, int64_t step, const void *buf
                    err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
         done += (uint64_t)n;
     }
+    if (step == t->kill_at_step) SYS_CHECK(kill(getpid(), SIGKILL)); // tests: mid-step, a piece in
 }
 
 void transfer_tier_write_piece(transfer *t, int k, int g, uint64_t at, uint64_t n, int64_t step,
