@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Mixture-of-Experts model on the CPU backend, through the real mtrun: bitwise-identical
-# per-step losses and load-balancing losses across -np 2, 3 and 5 and across a resume (10 steps,
-# resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some experts get
+# per-step losses and load-balancing losses across -np 2, 3 and 5, 2 nodes, and a resume (10
+# steps, resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some experts get
 # no tokens (expert_load in metrics.jsonl says how many); the loss falls. Then Hugging Face
 # folders (tests/hf_moe_fixture.py): Mixtral, Qwen2-MoE and OLMoE import, export and re-import
 # bitwise (test_hf roundtrip, found beside mtrun), and refusals, each one line with exit 2:
@@ -37,6 +37,14 @@ for np in 3 5; do
     expect "-np $np losses are bitwise those of -np 2" diff <(losses "$WORK/np2") <(losses "$WORK/np$np")
     expect "-np $np aux losses are bitwise those of -np 2" diff <(auxes "$WORK/np2") <(auxes "$WORK/np$np")
 done
+# 2 nodes of 1 compute + 1 optimizer rank, a micro-batch each: the gradients and the aux loss's
+# per-expert sums meet over nodes in a fixed tree, so the node count changes no bit either
+MT_TEST_NODES=2 run_job nodes2 4 "$CFG" || show_log nodes2
+expect "2 nodes ran 20 steps" test "$(losses "$WORK/nodes2" 2>/dev/null | wc -l)" -eq 20
+expect "2 nodes: losses bitwise those of 1 node" diff <(losses "$WORK/np2") <(losses "$WORK/nodes2")
+expect "2 nodes: aux losses bitwise those of 1 node" diff <(auxes "$WORK/np2") <(auxes "$WORK/nodes2")
+expect "2 nodes: the step 20 checkpoint is 1 node's, bitwise" \
+    cmp -s "$WORK/np2/step_000020/state.bin" "$WORK/nodes2/step_000020/state.bin"
 idle=$(grep -o '"idle":[0-9]*' "$WORK/np2/metrics.jsonl" | awk -F: '{s += $2} END {print s + 0}')
 expect "some experts got no tokens in some steps (idle expert-steps: $idle)" test "$idle" -gt 0
 run_job split 3 "$CFG" --stop-at 10 || show_log split
