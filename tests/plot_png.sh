@@ -47,6 +47,23 @@ is_png "$TMP/resumed/metrics.png" || fail "resumed record: no PNG"
 printf '%s\n' "$msg" | grep -q "(4 steps, 1 evals)" || fail "resumed record: $msg (expected 4 distinct steps)"
 echo "ok   a resumed record (a step logged twice, a bad line) plots its 4 distinct steps"
 
+# A Mixture-of-Experts record: a third panel, the aux loss and the worst layer's max/mean (the
+# largest of the layers' values: 3.5 at step 2), and a plain record has none.
+mkdir "$TMP/moe"
+cat >"$TMP/moe/metrics.jsonl" <<'JSON'
+{"event":"start","start_step":0,"end_step":3,"params":130000,"optimizer_ranks":1,"backend":"cpu"}
+{"step":1,"loss":5.5,"lr":0.001,"grad_norm":2.0,"tokens_per_s":9000.0,"step_s":0.03,"opt_wait_s":0.001,"aux_loss":2.031,"expert_load":[{"max_over_mean":2.5000,"idle":3},{"max_over_mean":1.2500,"idle":0}]}
+{"step":2,"loss":5.3,"lr":0.002,"grad_norm":2.1,"tokens_per_s":9500.0,"step_s":0.03,"opt_wait_s":0.001,"aux_loss":2.020,"expert_load":[{"max_over_mean":1.5000,"idle":1},{"max_over_mean":3.5000,"idle":2}]}
+{"step":3,"loss":5.1,"lr":0.002,"grad_norm":2.0,"tokens_per_s":9600.0,"step_s":0.03,"opt_wait_s":0.001,"aux_loss":2.010,"expert_load":[{"max_over_mean":1.1000,"idle":0},{"max_over_mean":1.0500,"idle":0}]}
+JSON
+msg=$(MT_PLOT_KEEP="$TMP/moe-data" "$PLOT" "$TMP/moe" 2>&1) || fail "MoE record: exited with $?: $msg"
+is_png "$TMP/moe/metrics.png" || fail "MoE record: no PNG"
+printf '%s\n' "$msg" | grep -q "(3 steps, 0 evals, routing)" || fail "MoE record: $msg"
+[ "$(cat "$TMP/moe-data/routing.dat" 2>/dev/null)" = "$(printf '1 2.031 2.5000\n2 2.020 3.5000\n3 2.010 1.1000')" ] ||
+    fail "MoE record: the routing panel's data: $(cat "$TMP/moe-data/routing.dat" 2>&1)"
+printf '%s\n' "$("$PLOT" "$TMP/run" 2>&1)" | grep -q "routing" && fail "a dense run got a routing panel"
+echo "ok   a MoE record plots a routing panel (aux loss, the worst layer's max/mean): $msg"
+
 # errors: exit 2, one line on stderr naming the path
 expect_error() { # NAME REGEX ARGS...
     name=$1 regex=$2
