@@ -79,6 +79,9 @@ typedef struct {
     // descriptor: the file has no name), for the fetches the ring cannot serve; storage.grads:
     // the descriptor of its gradients file, which the compute rank writes
     volatile int32_t tier_pid, copy_fd, grads_fd;
+    // the NVMe tier: the bytes the owner has read [0] and written [1] in storage.dir so far, for
+    // the compute rank's per-step metrics
+    volatile double tier_bytes[2];
 } shm_control_block;
 
 #define SHM_MAGIC 0x4d54432d53484d31ull // "MTC-SHM1"

@@ -179,6 +179,25 @@ expect "its step 20 checkpoint is host memory's" \
 expect "the tier run's plan line names the disk it takes in storage.dir" \
     grep -q '^mtrun: plan: .*; disk [0-9.]* [KMG]*i*B in storage.dir at ' "$WORK/both.log"
 expect "the host memory run's does not" sh -c "! grep -q 'in storage.dir' '$WORK/plain.log'"
+# The metrics: each step's bytes to and from storage.dir, every rank's. With everything on disk
+# (fp32 slots) a step writes 18 B/param (gradients 4, master, m and v 12, the bf16 copy 2) and
+# reads 16 of them back, and the copy of the layers the backward fetches again (the last ones
+# are still there from the forward); steps 3-20 are checked, in steady state, the reads with
+# room for the read-ahead of one step to fall in the next.
+params=$(grep -o '"params":[0-9]*' "$WORK/master3/metrics.jsonl" | head -n 1 | cut -d: -f2)
+disk_sums() { # disk_sums RUN: the written and read GB of steps 3-20, summed
+    awk -F'"disk_write_GB":' '/"step":/ && !/"step":[12],/ { split($2, w, /[,}]/); wr += w[1] }
+        { if (match($0, /"disk_read_GB":[0-9.]*/)) { v = substr($0, RSTART + 15, RLENGTH - 15);
+          if ($0 ~ /"step":/ && $0 !~ /"step":[12],/) rd += v } } END { print wr, rd }' \
+        "$1/metrics.jsonl"
+}
+read -r wrote readb <<<"$(disk_sums "$WORK/master3")"
+expect "the metrics say each step wrote 18 B/param to storage.dir (steps 3-20: $wrote GB of $params params)" \
+    awk -v w="$wrote" -v n="$params" 'BEGIN { e = 18 * 18 * n / 1e9; exit !(w > 0.9 * e && w < 1.3 * e) }'
+expect "and read 14-24 B/param ($readb GB)" \
+    awk -v r="$readb" -v n="$params" 'BEGIN { exit !(r > 14 * 18 * n / 1e9 && r < 24 * 18 * n / 1e9) }'
+expect "the log shows the tier's rates a step" grep -q '^ *| storage.dir read [0-9.]* GB/s | written [0-9.]* GB/s' "$WORK/master3.log"
+expect "a run in host memory has no disk metrics" sh -c "! grep -q disk_ '$WORK/plain/metrics.jsonl'"
 
 # kill -9 of optimizer 0 at step 12 with both tiers and tiny pieces, while moments it has just
 # updated are being written (MT_TEST_STORAGE_KILL_AT_STEP): the files go with it.

@@ -35,6 +35,10 @@ typedef struct {
     int *grads_fd;
     void *grads_bounce;
     int64_t full_at_step, kill_at_step;
+    // the compute rank's own bytes read [0] (the copy) and written [1] (gradients) in
+    // storage.dir, added to by the copy threads; and every rank's totals at the last stats
+    uint64_t tier_bytes[2];
+    double disk_seen[2];
 } transfer;
 
 typedef struct weight_buffer { // a buffer remembers which group and version it holds

@@ -343,7 +343,7 @@ void offload_async(transfer *t, grad_buffer *buf, int g, int64_t step) {
     }
 }
 
-transfer_stats transfer_take_stats(transfer *t) {
+static transfer_stats take_copy_stats(transfer *t) {
     if (t->cuda && t->job->cfg.storage_grads && t->job->nodes == 1) {
         // the gradients leave through the tier's thread: its time is their way to the disk
         transfer_stats st = xfer_cuda_take_stats(t->cuda);
@@ -358,6 +358,12 @@ transfer_stats transfer_take_stats(transfer *t) {
     st.h2d_bytes = t->cpu_h2d_bytes, st.d2h_bytes = t->cpu_d2h_bytes;
     st.compute_busy_seconds = st.opt_stall_seconds = -1;
     t->cpu_h2d_bytes = t->cpu_d2h_bytes = 0;
+    return st;
+}
+
+transfer_stats transfer_take_stats(transfer *t) {
+    transfer_stats st = take_copy_stats(t);
+    transfer_tier_take_disk(t, &st);
     return st;
 }
 

@@ -160,6 +160,7 @@ void transfer_tier_read_copy(transfer *t, int k, int g, int i, uint16_t *out, ui
     if (got != (ssize_t)bytes)
         mt_die("storage.master: reading group %d's bf16 copy of shard %d: %s", g, k,
                got < 0 ? strerror(errno) : "short read");
+    __atomic_fetch_add(&t->tier_bytes[0], (uint64_t)bytes, __ATOMIC_RELAXED);
 }
 
 static void from_copy(transfer *t, int k, int g, int i, float *dst, uint64_t n) {
@@ -213,6 +214,7 @@ static void write_fully(transfer *t, int k, int g, int64_t step, const void *buf
                    err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
         done += (uint64_t)n;
     }
+    __atomic_fetch_add(&t->tier_bytes[1], bytes, __ATOMIC_RELAXED);
     if (step == t->kill_at_step) SYS_CHECK(kill(getpid(), SIGKILL)); // tests: mid-step, a piece in
 }
 
@@ -241,4 +243,20 @@ void transfer_tier_write_grads(transfer *t, int g, int64_t step, const float *sr
             transfer_tier_write_piece(t, k, g, at, n, step, t->grads_bounce);
         }
     }
+}
+
+// ---- the metrics ----
+
+void transfer_tier_take_disk(transfer *t, transfer_stats *st) {
+    mt_job *job = t->job;
+    st->disk_read_bytes = st->disk_write_bytes = -1;
+    if (!job->cfg.storage_grads && !job->cfg.storage_adam) return;
+    double now[2];
+    for (int w = 0; w < 2; w++) {
+        now[w] = (double)__atomic_load_n(&t->tier_bytes[w], __ATOMIC_RELAXED);
+        for (int k = 0; k < job->n_shards; k++) now[w] += job_control_block(job, k)->tier_bytes[w];
+    }
+    st->disk_read_bytes = now[0] - t->disk_seen[0];
+    st->disk_write_bytes = now[1] - t->disk_seen[1];
+    t->disk_seen[0] = now[0], t->disk_seen[1] = now[1];
 }

@@ -41,6 +41,9 @@ void transfer_tier_pause(void);
 // rounded to the slots' dtype here); elements [at, at + n) of shard k's slice of group g, already
 // in the slots' dtype in a page-aligned buffer of at least a page-rounded n elements.
 uint64_t transfer_tier_grads_piece(const mt_job *job);
+// The metrics: what every rank of the node read from and wrote to storage.dir since the last
+// call, into st's disk fields (-1 without a tier).
+void transfer_tier_take_disk(transfer *t, transfer_stats *st);
 void transfer_tier_write_grads(transfer *t, int g, int64_t step, const float *src);
 void transfer_tier_write_piece(transfer *t, int k, int g, uint64_t at, uint64_t n, int64_t step,
                                const void *piece);

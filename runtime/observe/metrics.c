@@ -94,6 +94,8 @@ typedef struct {
     // and the idle experts; moe = 0 for a dense model
     int moe, idle;
     double aux, worst;
+    // the NVMe tier: storage.dir's read and write rates over the step, GB/s (< 0: no tier)
+    double disk_read, disk_write;
 } step_info;
 
 // The live line keeps the most useful fields when the terminal is narrow: each has a rank,
@@ -103,7 +105,7 @@ typedef struct {
     int rank;
 } field;
 
-enum { MAX_FIELDS = 10 };
+enum { MAX_FIELDS = 12 };
 
 static void add_field(field *f, int *n, int rank, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -129,6 +131,8 @@ static int live_fields(const metrics *mx, const step_info *s, field *f) {
     if (s->mem_total > 0)
         add_field(f, &n, 6, "mem %.1f/%.0f GiB", s->mem_used / 1073741824.0,
                   s->mem_total / 1073741824.0);
+    if (s->disk_read >= 0)
+        add_field(f, &n, 5, "disk r/w %.2f/%.2f GB/s", s->disk_read, s->disk_write);
     add_field(f, &n, 7, "lr %.2e", s->lr);
     add_field(f, &n, 1, "ETA %s", eta);
     return n;
@@ -164,6 +168,9 @@ static void print_plain(metrics *mx, const step_info *s) {
     if (s->moe)
         printf("           | aux %.4f | expert load max/mean %.2f | idle experts %d\n", s->aux,
                s->worst, s->idle);
+    if (s->disk_read >= 0)
+        printf("           | storage.dir read %.3f GB/s | written %.3f GB/s\n", s->disk_read,
+               s->disk_write);
     fflush(stdout);
 }
 
@@ -327,6 +334,9 @@ static void write_transfer_stats(metrics *mx, const transfer_stats st, double dt
         fprintf(mx->jsonl, ",\"compute_busy\":%.4f", st.compute_busy_seconds / dt);
     if (st.opt_stall_seconds >= 0 && dt > 0)
         fprintf(mx->jsonl, ",\"opt_stall\":%.4f", st.opt_stall_seconds / dt);
+    if (st.disk_read_bytes >= 0)
+        fprintf(mx->jsonl, ",\"disk_read_GB\":%.6f,\"disk_write_GB\":%.6f",
+                st.disk_read_bytes / 1e9, st.disk_write_bytes / 1e9);
 }
 
 // Once per run, when the GPU keeps idling on the optimizer ranks, say what would shorten it: the
@@ -387,6 +397,10 @@ static void write_tensorboard(metrics *mx, const step_info *s, const transfer_st
     if (st->d2h_seconds > 0)
         tb_scalar(mx->tb, "perf/d2h_GBps", st->d2h_bytes / st->d2h_seconds / 1e9);
     if (s->mem_total > 0) tb_scalar(mx->tb, "memory/host_used_gib", s->mem_used / 1073741824.0);
+    if (s->disk_read >= 0) {
+        tb_scalar(mx->tb, "storage/read_GBps", s->disk_read);
+        tb_scalar(mx->tb, "storage/write_GBps", s->disk_write);
+    }
     if (s->moe) {
         tb_scalar(mx->tb, "moe/aux_loss", s->aux);
         tb_scalar(mx->tb, "moe/load_max_over_mean", s->worst);
@@ -413,6 +427,8 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     s.tflops = s.tok_s * mx->flops_per_token / 1e12;
     s.mfu = s.tok_s * mx->flops_per_token / mx->peak_flops;
     s.lr = lr_at_step(c, (int)step);
+    s.disk_read = st.disk_read_bytes >= 0 && s.dt > 0 ? st.disk_read_bytes / s.dt / 1e9 : -1;
+    s.disk_write = st.disk_write_bytes >= 0 && s.dt > 0 ? st.disk_write_bytes / s.dt / 1e9 : -1;
     if ((s.moe = costs->moe_load != NULL)) {
         s.aux = costs->aux_loss;
         moe_load_summary(c, costs->moe_load, &s.worst, &s.idle);

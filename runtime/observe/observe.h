@@ -74,6 +74,9 @@ typedef struct {
     double h2d_seconds, h2d_bytes, d2h_seconds, d2h_bytes;
     double compute_busy_seconds, compute_span_seconds;
     double opt_stall_seconds; // compute-stream idle while the host waited on the optimizers
+    // the NVMe tier: bytes read from and written to storage.dir by every rank of the node since
+    // the last call (< 0: no tier)
+    double disk_read_bytes, disk_write_bytes;
 } transfer_stats;
 
 // What a step cost besides its time, as the engine measured it.

@@ -182,6 +182,7 @@ static void complete(storage *s, struct io_uring_cqe *cqe) {
     (*r->pending)--;
     s->in_flight--;
     s->bytes[r->writing] += r->len;
+    job_control_block(s->job, s->shard)->tier_bytes[r->writing] = s->bytes[r->writing];
     if (--s->moving[r->writing] == 0) s->busy[r->writing] += now_s() - s->since[r->writing];
     free(r);
 }
