@@ -113,7 +113,7 @@ static int offer_storage(const mt_plan *p, const host_probe *h, char *out, size_
     for (int i = 0; i < 5; i++) {
         int way[3] = {ways[i][0] || c->storage_grads, ways[i][1] || c->storage_adam,
                       ways[i][2] || c->storage_master};
-        if ((way[0] && model_grad_ring_depth(c)) ||
+        if ((way[0] && model_grad_ring_depth(c)) || (way[2] && c->shard_across_nodes) ||
             (way[0] == c->storage_grads && way[1] == c->storage_adam &&
              way[2] == c->storage_master))
             continue;

@@ -103,6 +103,16 @@ static inline void mt_say_last(const char *prefix, const char *msg) {
         exit(1);                                                                                   \
     } while (0)
 
+// Like mt_die, from a copy thread: _exit, for exit() would tear the CUDA runtime down under the
+// main thread's feet, whose next call would then fail and say a second, misleading line.
+#define mt_die_now(...)                                                                            \
+    do {                                                                                           \
+        char mt_die_msg_[2048];                                                                    \
+        snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
+        mt_say_last("megatrain: ", mt_die_msg_);                                                   \
+        _exit(1);                                                                                  \
+    } while (0)
+
 // Like mt_die, but exit 2: the job was refused (its input, or a name another user holds), it
 // did not break.
 #define mt_refuse(...)                                                                             \

@@ -24,6 +24,7 @@
 #define xfer_cuda_stage(t, b) ((void)0)
 #define xfer_cuda_staged_wait(b) ((void)0)
 #define xfer_cuda_offload_tier(t, b) ((void)0)
+#define xfer_cuda_host_blocks(x, b) ((void)0)
 #define xfer_cuda_offload_landed(b, w) 1
 #define xfer_cuda_take_stats(x) ((transfer_stats){0})
 #define xfer_cuda_optimizer_blocks(x, b) ((void)0)
@@ -60,11 +61,12 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     transfer_tier_init(t);
 }
 
+// The copy threads first: their jobs use the tier's descriptors and pinned pieces.
 void transfer_free(transfer *t) {
-    transfer_tier_free(t);
-    if (t->cuda) xfer_cuda_free(t->cuda, t->job);
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
+    transfer_tier_free(t);
+    if (t->cuda) xfer_cuda_free(t->cuda, t->job);
     free(t->version);
     free(t->group_sumsq);
     free(t->taken);
@@ -257,7 +259,9 @@ static void offload_job(void *arg) {
 static int landed(grad_buffer *buf, int wait) {
     transfer *t = buf->t;
     if (t->cuda && !t->d2h) return xfer_cuda_offload_landed(buf, wait);
+    if (wait && t->cuda) xfer_cuda_host_blocks(t->cuda, 1); // not compute-stream busy time
     if (wait) stream_wait(t->d2h, buf->ticket);
+    if (wait && t->cuda) xfer_cuda_host_blocks(t->cuda, 0);
     return stream_done(t->d2h, buf->ticket);
 }
 

@@ -189,21 +189,25 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     return st;
 }
 
-// Page-aligned (cudaMallocHost's are), as the files' O_DIRECT writes need.
+// Page-aligned, as the files' O_DIRECT writes need (cudaMallocHost promises 256 bytes only),
+// then pinned. The events block rather than spin: the thread waits on each piece's copy.
 static void tier_init(transfer_cuda *x, mt_job *job) {
     size_t bytes = (transfer_tier_grads_piece(job) * job->grad_bytes + 4095) & ~(size_t)4095;
     CUDA_CHECK(cudaGetDevice(&x->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->tier, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaMallocHost(&x->tier_pinned[i], bytes));
-        CUDA_CHECK(cudaEventCreateWithFlags(&x->tier_landed[i], cudaEventDisableTiming));
+        if (posix_memalign(&x->tier_pinned[i], 4096, bytes)) mt_die("out of memory");
+        CUDA_CHECK(cudaHostRegister(x->tier_pinned[i], bytes, cudaHostRegisterDefault));
+        CUDA_CHECK(cudaEventCreateWithFlags(&x->tier_landed[i],
+                                            cudaEventDisableTiming | cudaEventBlockingSync));
     }
 }
 
 static void tier_free(transfer_cuda *x) {
     if (!x->tier) return;
     for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaFreeHost(x->tier_pinned[i]));
+        CUDA_CHECK(cudaHostUnregister(x->tier_pinned[i]));
+        free(x->tier_pinned[i]);
         CUDA_CHECK(cudaEventDestroy(x->tier_landed[i]));
     }
     CUDA_CHECK(cudaStreamDestroy(x->tier));

@@ -67,7 +67,8 @@ void transfer_tier_init(transfer *t) {
     if (job->cfg.storage_grads) grads_init(t);
     if (!job->cfg.storage_master) return;
     t->copy_fd = closed_fds(job->n_shards);
-    t->copy_bounce = alloc_aligned(transfer_tier_largest_piece(job) * sizeof(bf16));
+    if (!t->cuda) // CUDA reads the copy into pinned memory of its own (transfer_cuda.c)
+        t->copy_bounce = alloc_aligned(transfer_tier_largest_piece(job) * sizeof(bf16));
 }
 
 static void close_all(int *fd, int n) {
@@ -142,8 +143,8 @@ static int owner_fd(int *fd, int pid, int owner_fd, int flags, int k, const char
     snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, owner_fd);
     *fd = open(path, flags | O_DIRECT | O_CLOEXEC);
     if (*fd < 0)
-        mt_die("storage.dir: the compute rank cannot open shard %d's %s (%s): %s", k, what, path,
-               strerror(errno));
+        mt_die_now("storage.dir: the compute rank cannot open shard %d's %s (%s): %s", k, what,
+                   path, strerror(errno));
     return *fd;
 }
 
@@ -158,8 +159,8 @@ void transfer_tier_read_copy(transfer *t, int k, int g, int i, uint16_t *out, ui
     size_t bytes = round_up(n * sizeof(bf16));
     ssize_t got = pread(copy_fd(t, k), out, bytes, (off_t)shard_copy_offset(lay, g, i));
     if (got != (ssize_t)bytes)
-        mt_die("storage.master: reading group %d's bf16 copy of shard %d: %s", g, k,
-               got < 0 ? strerror(errno) : "short read");
+        mt_die_now("storage.master: reading group %d's bf16 copy of shard %d: %s", g, k,
+                   got < 0 ? strerror(errno) : "short read");
     __atomic_fetch_add(&t->tier_bytes[0], (uint64_t)bytes, __ATOMIC_RELAXED);
 }
 
@@ -209,9 +210,9 @@ static void write_fully(transfer *t, int k, int g, int64_t step, const void *buf
         if (k == 0 && step == t->full_at_step) err = ENOSPC; // tests: a disk that fills
         if (err == EINTR) continue;
         if (err)
-            mt_die("storage.dir: writing group %d's gradients to %s failed: %s%s", g,
-                   t->job->cfg.storage_dir, strerror(err),
-                   err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
+            mt_die_now("storage.dir: writing group %d's gradients to %s failed: %s%s", g,
+                       t->job->cfg.storage_dir, strerror(err),
+                       err == ENOSPC || err == EDQUOT ? " (the disk is full)" : "");
         done += (uint64_t)n;
     }
     __atomic_fetch_add(&t->tier_bytes[1], bytes, __ATOMIC_RELAXED);
