@@ -189,15 +189,27 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     return st;
 }
 
-// Page-aligned, as the files' O_DIRECT writes need (cudaMallocHost promises 256 bytes only),
-// then pinned. The events block rather than spin: the thread waits on each piece's copy.
+// Pinned host memory for the tier's O_DIRECT reads and writes: page-aligned and page-rounded
+// (cudaMallocHost promises 256 bytes of alignment only), then registered with CUDA.
+static void *pinned_pages(size_t bytes) {
+    void *p;
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    if (posix_memalign(&p, 4096, bytes)) mt_die("out of memory");
+    CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+    return p;
+}
+
+static void pinned_pages_free(void *p) {
+    CUDA_CHECK(cudaHostUnregister(p));
+    free(p);
+}
+
+// Two pinned pieces; their events block rather than spin: the thread waits on each piece's copy.
 static void tier_init(transfer_cuda *x, mt_job *job) {
-    size_t bytes = (transfer_tier_grads_piece(job) * job->grad_bytes + 4095) & ~(size_t)4095;
     CUDA_CHECK(cudaGetDevice(&x->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->tier, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        if (posix_memalign(&x->tier_pinned[i], 4096, bytes)) mt_die("out of memory");
-        CUDA_CHECK(cudaHostRegister(x->tier_pinned[i], bytes, cudaHostRegisterDefault));
+        x->tier_pinned[i] = pinned_pages(transfer_tier_grads_piece(job) * job->grad_bytes);
         CUDA_CHECK(cudaEventCreateWithFlags(&x->tier_landed[i],
                                             cudaEventDisableTiming | cudaEventBlockingSync));
     }
@@ -206,8 +218,7 @@ static void tier_init(transfer_cuda *x, mt_job *job) {
 static void tier_free(transfer_cuda *x) {
     if (!x->tier) return;
     for (int i = 0; i < 2; i++) {
-        CUDA_CHECK(cudaHostUnregister(x->tier_pinned[i]));
-        free(x->tier_pinned[i]);
+        pinned_pages_free(x->tier_pinned[i]);
         CUDA_CHECK(cudaEventDestroy(x->tier_landed[i]));
     }
     CUDA_CHECK(cudaStreamDestroy(x->tier));
@@ -221,9 +232,8 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
     CUDA_CHECK(cudaMalloc((void **)&x->stage, STAGE_ELEMS * sizeof(float)));
-    if (job->cfg.storage_master) // page-aligned, as the copy's O_DIRECT reads need
-        CUDA_CHECK(cudaMallocHost((void **)&x->copy_pinned,
-                                  (transfer_tier_largest_piece(job) * 2 + 4095) & ~(size_t)4095));
+    if (job->cfg.storage_master)
+        x->copy_pinned = pinned_pages(transfer_tier_largest_piece(job) * 2);
     if (job->cfg.storage_grads && job->nodes == 1) tier_init(x, job);
     pool_init(&x->h2d_t, TRACE_H2D);
     pool_init(&x->d2h_t, TRACE_D2H);
@@ -243,7 +253,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     for (int k = 0; k < job->n_shards; k++) CUDA_CHECK(cudaHostUnregister(job->regions[k].base));
     CUDA_CHECK(cudaFree(x->reduce_scratch));
     CUDA_CHECK(cudaFree(x->stage));
-    if (x->copy_pinned) CUDA_CHECK(cudaFreeHost(x->copy_pinned));
+    if (x->copy_pinned) pinned_pages_free(x->copy_pinned);
     tier_free(x);
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
