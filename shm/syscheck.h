@@ -95,33 +95,22 @@ static inline void mt_say_last(const char *prefix, const char *msg) {
     mt_last_words(prefix, msg);
 }
 
-#define mt_die(...)                                                                                \
+// The line, then `ending` (how the process exits).
+#define mt_say_then_(ending, ...)                                                                  \
     do {                                                                                           \
         char mt_die_msg_[2048];                                                                    \
         snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
         mt_say_last("megatrain: ", mt_die_msg_);                                                   \
-        exit(1);                                                                                   \
+        ending;                                                                                    \
     } while (0)
 
+#define mt_die(...) mt_say_then_(exit(1), __VA_ARGS__)
 // Like mt_die, from a copy thread: _exit, for exit() would tear the CUDA runtime down under the
 // main thread's feet, whose next call would then fail and say a second, misleading line.
-#define mt_die_now(...)                                                                            \
-    do {                                                                                           \
-        char mt_die_msg_[2048];                                                                    \
-        snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
-        mt_say_last("megatrain: ", mt_die_msg_);                                                   \
-        _exit(1);                                                                                  \
-    } while (0)
-
+#define mt_die_now(...) mt_say_then_(_exit(1), __VA_ARGS__)
 // Like mt_die, but exit 2: the job was refused (its input, or a name another user holds), it
 // did not break.
-#define mt_refuse(...)                                                                             \
-    do {                                                                                           \
-        char mt_die_msg_[2048];                                                                    \
-        snprintf(mt_die_msg_, sizeof mt_die_msg_, __VA_ARGS__);                                    \
-        mt_say_last("megatrain: ", mt_die_msg_);                                                   \
-        exit(2);                                                                                   \
-    } while (0)
+#define mt_refuse(...) mt_say_then_(exit(2), __VA_ARGS__)
 
 // 2 * bytes hex digits from the kernel's CSPRNG, for names no other user may guess and create
 // first (bytes <= 32).
