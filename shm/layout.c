@@ -51,7 +51,7 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
     for (int g = first_shared; g < n_groups; g++)
         if (lay->len[g] > most) most = lay->len[g];
     lay->weight_ring = weight_ring, lay->ring_offset = weight_ring ? off : 0;
-    lay->ring_entry = weight_ring ? round_up(most < weight_ring ? most : weight_ring, 16) : 0;
+    lay->ring_entry = weight_ring ? shard_ring_entry(most, weight_ring) : 0;
     off += SHM_WEIGHT_RING * lay->ring_entry * 4;
     // Gradients after all weights: the two directions of DMA touch separate pages.
     off = round_up(off, 4096);
@@ -106,4 +106,13 @@ uint64_t shard_grads_file_offset(const shard_layout *lay, int g) {
 uint64_t shard_grads_file_bytes(const shard_layout *lay) {
     uint64_t bytes = shard_grads_file_offset(lay, lay->n_groups);
     return bytes ? bytes : 4096;
+}
+
+uint64_t shard_ring_entry(uint64_t largest_slice, uint64_t piece) {
+    return round_up(largest_slice < piece ? largest_slice : piece, 16);
+}
+
+uint64_t shard_grads_piece(uint64_t largest_slice, uint64_t piece) {
+    piece = round_up(piece, 4096 / 2);
+    return largest_slice < piece ? (largest_slice ? largest_slice : 1) : piece;
 }

@@ -49,6 +49,13 @@ void shard_layout_init(shard_layout *lay, const uint64_t *group_numel, int n_gro
 // file, so the region keeps no slots (grads_bytes 0). Group g's slice is at this byte offset of
 // that file, each group's area rounded to 4 KiB (O_DIRECT); grads_file_bytes: the file's size.
 void shard_layout_grads_elsewhere(shard_layout *lay);
+// The pieces of the tier, from the largest slice any shard holds of a group it updates (one
+// rule for the regions, the compute rank and the plan): an entry of the weight ring (a piece of
+// `piece` floats, or the largest slice if smaller, rounded to 16), and a piece of gradients the
+// compute rank writes at once (the piece rounded to whole 4 KiB blocks in bf16 too, so that
+// every one starts on a block of the file; a shorter slice is one piece).
+uint64_t shard_ring_entry(uint64_t largest_slice, uint64_t piece);
+uint64_t shard_grads_piece(uint64_t largest_slice, uint64_t piece);
 uint64_t shard_grads_file_offset(const shard_layout *lay, int g);
 uint64_t shard_grads_file_bytes(const shard_layout *lay);
 

@@ -25,15 +25,12 @@ uint64_t transfer_tier_largest_piece(const mt_job *job) {
     return most;
 }
 
-// The state's piece, rounded up to whole blocks in bf16 too (it is already, at full size), so
-// that every piece starts on a block of the file; a slice shorter than that is one piece.
 uint64_t transfer_tier_grads_piece(const mt_job *job) {
-    uint64_t most = 0, block = ALIGN / sizeof(bf16);
+    uint64_t most = 0;
     for (int k = 0; k < job->n_shards; k++)
         for (int g = job->device_groups; g < job->n_groups; g++)
             if (job->layouts[k].len[g] > most) most = job->layouts[k].len[g];
-    uint64_t piece = (model_state_piece() + block - 1) / block * block;
-    return most < piece ? (most ? most : 1) : piece;
+    return shard_grads_piece(most, model_state_piece());
 }
 
 static void *alloc_aligned(uint64_t bytes) {

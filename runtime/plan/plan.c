@@ -432,18 +432,16 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
 // storage.master, the bf16 piece it reads the copy into.
 static uint64_t tier_compute_bytes(const mt_config *c, int cuda, int grad_bytes, int n_groups,
                                    int first_shared, int n_shards, const uint64_t *numel) {
-    uint64_t most = 0, block = MT_STORAGE_ALIGN / 2, bytes = 0;
+    uint64_t most = 0, bytes = 0;
     for (int g = first_shared; g < n_groups; g++)
         for (int k = 0; k < n_shards; k++) {
             uint64_t lo, hi;
             shard_range(numel[g], k, n_shards, &lo, &hi);
             if (hi - lo > most) most = hi - lo;
         }
-    uint64_t piece = (model_state_piece() + block - 1) / block * block;
-    piece = most < piece ? (most ? most : 1) : piece;
+    uint64_t piece = shard_grads_piece(most, model_state_piece());
     if (c->storage_grads) bytes += (cuda ? 2 : 1) * tier_bytes(piece, grad_bytes);
-    uint64_t copy = most < model_state_piece() ? (most + 15) / 16 * 16 : model_state_piece();
-    if (c->storage_master) bytes += tier_bytes(copy, 2);
+    if (c->storage_master) bytes += tier_bytes(shard_ring_entry(most, model_state_piece()), 2);
     return bytes;
 }
 
