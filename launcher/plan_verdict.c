@@ -84,16 +84,25 @@ static uint64_t host_with_tier(const mt_plan *p, const int *way) {
     return host;
 }
 
-// "storage.grads = true and storage.adam = true": the switches of `way` the config lacks.
-static void tier_switches(const mt_config *c, const int *way, char *out, size_t n) {
-    static const char *names[3] = {"storage.grads", "storage.adam", "storage.master"};
-    const int have[3] = {c->storage_grads, c->storage_adam, c->storage_master};
+// The tier's switches, and what each one moves to the disk.
+static const struct {
+    const char *name, *moves;
+} tier_parts[3] = {{"storage.grads = true", "the gradient slots"},
+                   {"storage.adam = true", "Adam's m and v"},
+                   {"storage.master = true", "the fp32 master"}};
+
+// The parts picked, by switch (`switches`: "a and b and c") or by what they move ("a, b and c").
+static void tier_list(const int *pick, int switches, char *out, size_t n) {
+    int count = 0, left = pick[0] + pick[1] + pick[2];
     out[0] = 0;
-    for (int i = 0; i < 3; i++)
-        if (way[i] && !have[i]) {
-            size_t used = strlen(out);
-            snprintf(out + used, n - used, "%s%s = true", used ? " and " : "", names[i]);
-        }
+    for (int i = 0; i < 3; i++) {
+        if (!pick[i]) continue;
+        size_t used = strlen(out);
+        const char *sep = !count ? "" : switches || count == left - 1 ? " and " : ", ";
+        snprintf(out + used, n - used, "%s%s", sep,
+                 switches ? tier_parts[i].name : tier_parts[i].moves);
+        count++;
+    }
 }
 
 // The NVMe tier, when it is the smallest change that fits: the gradient slots first (exact
@@ -102,29 +111,22 @@ static void tier_switches(const mt_config *c, const int *way, char *out, size_t 
 static int offer_storage(const mt_plan *p, const host_probe *h, char *out, size_t n) {
     const mt_config *c = p->c;
     static const int ways[5][3] = {{1, 0, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}};
-    static const char *what[8] = {"",
-                                  "the gradient slots",
-                                  "Adam's m and v",
-                                  "the gradient slots and Adam's m and v",
-                                  "",
-                                  "",
-                                  "Adam's m and v and the fp32 master",
-                                  "the gradient slots, Adam's m and v and the fp32 master"};
+    const int have[3] = {c->storage_grads, c->storage_adam, c->storage_master};
     for (int i = 0; i < 5; i++) {
-        int way[3] = {ways[i][0] || c->storage_grads, ways[i][1] || c->storage_adam,
-                      ways[i][2] || c->storage_master};
+        int way[3], added[3];
+        for (int k = 0; k < 3; k++) way[k] = ways[i][k] || have[k], added[k] = way[k] && !have[k];
         if ((way[0] && model_grad_ring_depth(c)) || (way[2] && c->shard_across_nodes) ||
-            (way[0] == c->storage_grads && way[1] == c->storage_adam &&
-             way[2] == c->storage_master))
+            !(added[0] || added[1] || added[2]))
             continue;
         uint64_t host = host_with_tier(p, way);
         if (host > h->mem_available) continue;
-        char switches[96];
-        tier_switches(c, way, switches, sizeof switches);
+        char switches[96], moves[128];
+        tier_list(added, 1, switches, sizeof switches);
+        tier_list(way, 0, moves, sizeof moves);
         snprintf(out, n,
                  "; it fits with %s and storage.dir on a local disk: %s then live in files "
                  "there, and host memory needs %s",
-                 switches, what[way[0] + 2 * way[1] + 4 * way[2]], H(host));
+                 switches, moves, H(host));
         return 1;
     }
     return 0;
