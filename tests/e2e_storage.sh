@@ -117,6 +117,9 @@ run_job mres2 2 "$WORK/base.cfg" --resume "$WORK/mstop" || show_log mres2
 expect "20 steps ran" test "$(losses "$WORK/plain" | wc -l)" -eq 20
 same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
     cmp -s "$WORK/$1/step_000020/state.bin" "$WORK/$2/step_000020/state.bin"; }
+# resumed STOP RES: STOP's losses then RES's are host memory's, and so is RES's step 20 checkpoint
+resumed() { cmp -s <(losses "$WORK/$1"; losses "$WORK/$2") <(losses "$WORK/plain") &&
+    cmp -s "$WORK/$2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"; }
 expect "storage.grads (-np 2) = host memory (-np 3): losses and checkpoint, bitwise" same grads plain
 expect "storage.adam (-np 3) = host memory, bitwise" same adam plain
 expect "storage.grads and storage.adam (-np 5) = host memory, bitwise" same both plain
@@ -127,10 +130,8 @@ expect "its step 10 checkpoint is host memory's" \
     cmp -s "$WORK/gstop/step_000010/state.bin" "$WORK/plain/step_000010/state.bin"
 expect "its step 20 checkpoint (moments taken from the tier) is host memory's" \
     cmp -s "$WORK/gres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
-expect "host memory stopped at 10, resumed with both tiers = host memory, bitwise" \
-    cmp -s <(losses "$WORK/pstop"; losses "$WORK/pres") <(losses "$WORK/plain")
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/pres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "host memory stopped at 10, resumed with both tiers = host memory, bitwise, and its step 20 checkpoint" \
+    resumed pstop pres
 expect "tiny pieces: optimizer 0 of -np 5 updates more pieces than the 10 groups" \
     grep -q '^storage: optimizer 0: \([2-9][0-9]\|[0-9]\{3,\}\) pieces of at most 1024 floats' \
     "$WORK/tboth.log"
@@ -141,14 +142,10 @@ expect "tiny pieces, storage.adam with the gradient ring = the ring in host memo
     same tringadam ring
 expect "tiny pieces, both with bf16 slots (-np 3) = bf16 slots in host memory, bitwise" \
     same tbf16 pbf16
-expect "tiny pieces stopped at 10 (-np 5), resumed with whole pieces (-np 3) = host memory" \
-    cmp -s <(losses "$WORK/tstop"; losses "$WORK/tres") <(losses "$WORK/plain")
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/tres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
-expect "storage.grads stopped at 10, resumed with tiny pieces of storage.adam = host memory" \
-    cmp -s <(losses "$WORK/gstop"; losses "$WORK/tres2") <(losses "$WORK/plain")
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/tres2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "tiny pieces stopped at 10 (-np 5), resumed with whole pieces (-np 3) = host memory, and its step 20 checkpoint" \
+    resumed tstop tres
+expect "storage.grads stopped at 10, resumed with tiny pieces of storage.adam = host memory, and its step 20 checkpoint" \
+    resumed gstop tres2
 expect "tiny pieces, 2 nodes with the moments split between them = host memory, bitwise" \
     same tsplit plain
 expect "storage.master, tiny pieces, adam (-np 2) = host memory, bitwise" same tmaster2 plain
@@ -168,14 +165,10 @@ expect "storage.master: its export (from the tier) = host memory's, file for fil
 expect "storage.master: the compute rank took pieces from the weight ring and from the copy" \
     grep -q '^storage: compute: [1-9][0-9]* pieces fetched from the weight ring, [1-9][0-9]* from the bf16 copy' \
     "$WORK/tmaster3.log"
-expect "host memory stopped at 10, resumed with the master on disk (-np 5) = host memory" \
-    cmp -s <(losses "$WORK/pstop"; losses "$WORK/mres") <(losses "$WORK/plain")
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/mres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
-expect "the master on disk stopped at 10, resumed in host memory (-np 2) = host memory" \
-    cmp -s <(losses "$WORK/mstop"; losses "$WORK/mres2") <(losses "$WORK/plain")
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/mres2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+expect "host memory stopped at 10, resumed with the master on disk (-np 5) = host memory, and its step 20 checkpoint" \
+    resumed pstop mres
+expect "the master on disk stopped at 10, resumed in host memory (-np 2) = host memory, and its step 20 checkpoint" \
+    resumed mstop mres2
 expect "the tier run's plan line names the disk it takes in storage.dir" \
     grep -q '^mtrun: plan: .*; disk [0-9.]* [KMG]*i*B in storage.dir at ' "$WORK/both.log"
 expect "the host memory run's does not" sh -c "! grep -q 'in storage.dir' '$WORK/plain.log'"
@@ -199,19 +192,28 @@ expect "and read 14-24 B/param ($readb GB)" \
 expect "the log shows the tier's rates a step" grep -q '^ *| storage.dir read [0-9.]* GB/s | written [0-9.]* GB/s' "$WORK/master3.log"
 expect "a run in host memory has no disk metrics" sh -c "! grep -q disk_ '$WORK/plain/metrics.jsonl'"
 
+# was_killed WHAT NAME RC: job NAME, killed at step 12, ended non-zero and left nothing behind, its
+# checkpoint of step 10 the latest; after_kill WHAT RES: its resume RES ran steps 11..20 as host
+# memory did, to the step 20 checkpoint
+was_killed() {
+    expect "kill -9 of $1 ends the job non-zero (rc $3)" test "$3" -ne 0
+    expect "it left nothing in storage.dir" disk_empty
+    expect "nor in /dev/shm" no_leftovers "$2"
+    expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/$2/LATEST"
+}
+after_kill() {
+    expect "resumed $1: steps 11..20 = host memory's, bitwise" \
+        cmp -s <(losses "$WORK/$2") <(losses "$WORK/plain" | tail -n 10)
+    expect "its step 20 checkpoint is host memory's" \
+        cmp -s "$WORK/$2/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+}
+
 # kill -9 of optimizer 0 at step 12 with both tiers and tiny pieces, while moments it has just
 # updated are being written (MT_TEST_STORAGE_KILL_AT_STEP): the files go with it.
 MT_TEST_STORAGE_KILL_AT_STEP=12 tiny killed 3 "$WORK/base.cfg" "$dir" "$grads" "$adam"
-rc=$?
-expect "kill -9 of an optimizer rank ends the job non-zero (rc $rc)" test "$rc" -ne 0
-expect "the killed job left nothing in storage.dir" disk_empty
-expect "the killed job left nothing in /dev/shm" no_leftovers killed
-expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/killed/LATEST"
+was_killed "an optimizer rank" killed $?
 tier_job killres 2 "$WORK/base.cfg" --resume "$WORK/killed" || show_log killres
-expect "resumed in host memory: steps 11..20 = host memory's, bitwise" \
-    cmp -s <(losses "$WORK/killres") <(losses "$WORK/plain" | tail -n 10)
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/killres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+after_kill "in host memory" killres
 
 # A disk that fills at step 13 (optimizer 0's writes fail with ENOSPC).
 MT_TEST_STORAGE_FULL_AT_STEP=13 tier_job full 3 "$WORK/base.cfg" "$dir" "$grads"
@@ -236,32 +238,18 @@ expect "step 10 is the latest, and it is host memory's, bitwise" \
 
 # kill -9 with the master on disk, mid-write, and a full disk under it
 MT_TEST_STORAGE_KILL_AT_STEP=12 tiny mkilled 3 "$WORK/base.cfg" "$dir" "$adam" "$master"
-rc=$?
-expect "kill -9 with the master on disk ends the job non-zero (rc $rc)" test "$rc" -ne 0
-expect "it left nothing in storage.dir" disk_empty
-expect "nor in /dev/shm" no_leftovers mkilled
-expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/mkilled/LATEST"
+was_killed "an optimizer rank with the master on disk" mkilled $?
 tiny mkillres 3 "$WORK/base.cfg" "$dir" "$adam" "$master" --resume "$WORK/mkilled" ||
     show_log mkillres
-expect "resumed with the master on disk: steps 11..20 = host memory's, bitwise" \
-    cmp -s <(losses "$WORK/mkillres") <(losses "$WORK/plain" | tail -n 10)
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/mkillres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+after_kill "with the master on disk" mkillres
 # kill -9 of the compute rank right after it wrote a piece of step 12's gradients into an
 # optimizer rank's file (MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP), every byte of state on disk
 MT_TEST_STORAGE_KILL_COMPUTE_AT_STEP=12 tiny ckilled 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" \
     "$master"
-rc=$?
-expect "kill -9 of the compute rank mid-write ends the job non-zero (rc $rc)" test "$rc" -ne 0
-expect "it left nothing in storage.dir" disk_empty
-expect "nor in /dev/shm" no_leftovers ckilled
-expect "its latest checkpoint is step 10" grep -qx step_000010 "$WORK/ckilled/LATEST"
+was_killed "the compute rank mid-write" ckilled $?
 tiny ckillres 3 "$WORK/base.cfg" "$dir" "$grads" "$adam" "$master" --resume "$WORK/ckilled" ||
     show_log ckillres
-expect "resumed: steps 11..20 = host memory's, bitwise" \
-    cmp -s <(losses "$WORK/ckillres") <(losses "$WORK/plain" | tail -n 10)
-expect "its step 20 checkpoint is host memory's" \
-    cmp -s "$WORK/ckillres/step_000020/state.bin" "$WORK/plain/step_000020/state.bin"
+after_kill "with everything on disk" ckillres
 MT_TEST_STORAGE_FULL_AT_STEP=13 tiny mfull 3 "$WORK/base.cfg" "$dir" "$adam" "$master"
 rc=$?
 expect "a full disk under the master ends the job non-zero (rc $rc)" test "$rc" -ne 0
