@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Attention kernel variants compared in one call on the GPU (issue 16). Each VARIANT is a bench
 # build and optional settings, BIN[:VAR=VALUE,VAR=VALUE...]: BIN `bench` is attention_bench,
-# another word attention_bench_BIN (bench/kernels.cmake: prof); the settings are the
+# another word attention_bench_BIN (bench/kernels.cmake: prof), a path (with a /) that
+# executable, e.g. one built from an earlier commit's tree; the settings are the
 # kernels' MT_ATTN_* variables (MT_ATTN_BWD_ORDER=asc, MT_ATTN_CHAIN_RESIDENT=16,
 # MT_ATTN_FWD_GROUP=0, ...). Variants alternate per shape, so that the machine's drift between
 # calls falls on all of them alike. Each line ends with the GPU's mean SM clock (MHz) and power
 # (W) while the kernels ran (nvidia-smi every 100 ms; the samples over 60% of the run's highest
 # power, so that the host's set-up stays out): a variant slower at the same clock lost the time
-# in its instructions, not to the card.
+# in its instructions, not to the card. ATTN_PATHS picks the kernel path (default wgmma; mma
+# is the path of GPUs other than Hopper), ATTN_ARGS adds arguments (e.g. "--docs 1024").
 #   usage: bench/attn_variants.sh BUILD T_LIST HD_LIST HEADS VARIANT...
 #   e.g.   bench/attn_variants.sh build 131072 100,128 8 bench bench:MT_ATTN_CHAIN_RESIDENT=33
 set -eu
@@ -22,10 +24,11 @@ for T in ${Ts//,/ }; do
             [ "$v" != "$bin" ] && IFS=, read -r -a settings <<<"${v#*:}"
             exe=$build/bin/attention_bench
             [ "$bin" != bench ] && exe=${exe}_$bin
+            [[ $bin == */* ]] && exe=$bin
             nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 \
                 >"$samples" 2>/dev/null &
             sampler=$!
-            line=$(env "${settings[@]}" "$exe" --T "$T" --hd "$hd" --H "$heads" --paths wgmma |
+            line=$(env "${settings[@]}" "$exe" --T "$T" --hd "$hd" --H "$heads" --paths "${ATTN_PATHS:-wgmma}" ${ATTN_ARGS:-} |
                 grep "^ATTN" | sed "s/  */ /g")
             kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null || true
             card=$(awk -F', *' '{c[NR] = $1; p[NR] = $2; if ($2 > pmax) pmax = $2}
