@@ -32,7 +32,7 @@ for name in $names; do
     MT_STORAGE_INFO=1 "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
     grep -E '^storage: ' "$OUT/bench-$name.log"
     ls -A "$dir" | head
-    grep -q '^ *master *= *true' "$cfg" || continue
+    grep -qE '(^|[{; ])master *= *true' "$cfg" || continue
     echo "the same in host memory:"
     MT_BENCH_TAG=ram MT_BENCH_ARGS="storage.grads=false storage.adam=false storage.master=false" \
         "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
