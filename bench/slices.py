@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """A full-width model from two slices of it: the same layer shape, vocabulary and tokens per
 step, with a few layers (A) and more (B). The difference of the two runs is what one layer
-costs; the full model is the larger slice plus that many times the layers it lacks. Printed
-beside `mtrun --plan` of the full config with the slices' settings.
+costs; the full model's step is the larger slice's plus that many times the layers it lacks.
+Memory does not grow in a straight line (a slice's gradient ring holds every group, the full
+model's four; the windows follow the largest group), so the full model's host and GPU bytes
+are its plan plus what the slices measured over their own plans, that excess grown per layer
+as it grew from A to B. Printed beside `mtrun --plan` of the full config with the slices'
+settings.
 
 usage: bench/slices.py MTRUN FULL_CONFIG OVERRIDES RUN_A RUN_B
   OVERRIDES: the key=value settings that make the full config run as the slices do (a comma
@@ -100,17 +104,22 @@ def main():
     per = {k: (b[k] - a[k]) / d for k in ("step_s", "gpu", "host")}
     full = {k: b[k] + (L - lb) * per[k] for k in per}
     p = plan(mtrun, full_cfg, overrides)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sp = [plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", []) for run in (run_a, run_b)]
+    planned = lambda q: {"host": q["host"], "gpu": q["gpu"]["total"]}
+    pa, pb, pf = planned(sp[0]), planned(sp[1]), planned(p)
+    for k in ("host", "gpu"):  # the plan's count, plus the slices' measured excess over theirs
+        over = b[k] - pb[k]
+        full[k] = pf[k] + over + (L - lb) * (over - (a[k] - pa[k])) / d
     gib = 2 ** 30
     name = os.path.basename(full_cfg)
     print(f"== {name}: {L} layers, from slices of {la} and {lb} layers "
           f"({a['steps']} and {b['steps']} steps, medians of the steady ones)")
-    here = os.path.dirname(os.path.abspath(__file__))
-    for n, f, run in ((la, a, run_a), (lb, b, run_b)):
-        sp = plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", [])
+    for n, f, q in ((la, a, sp[0]), (lb, b, sp[1])):
         print(f"  {n} layers: step {f['step_s']:.3f} s, {f['tflops']:.1f} TFLOP/s, busy {f['busy']:.1%}, "
               f"optimizer stall {f['opt_stall']:.1%} (host wait {f['opt_wait']:.1%}), H2D {f['h2d']:.1f} GB/s, "
               f"GPU {f['gpu'] / gib:.2f} GiB, host peak {f['host'] / gib:.2f} GiB; its plan: step "
-              f"{sp['estimate']['step_s']:.3f} s, GPU {sp['gpu']['total'] / gib:.2f} GiB, host {sp['host'] / gib:.2f} GiB")
+              f"{q['estimate']['step_s']:.3f} s, GPU {q['gpu']['total'] / gib:.2f} GiB, host {q['host'] / gib:.2f} GiB")
     print(f"  per layer: {per['step_s']:.3f} s of the step, GPU {per['gpu'] / gib:.3f} GiB, "
           f"host {per['host'] / gib:.3f} GiB")
     print(f"  per layer at {lb} layers (trace): forward {b['layer_fwd_s'] * 1e3:.0f} ms, backward with "

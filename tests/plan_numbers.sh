@@ -385,12 +385,13 @@ rc=$?
 # The step estimate against steps measured on the H200 (bench/RESULTS.md, 2026-12-04: the
 # measured steps beside the estimate): the 100B and 120B full-width slices extrapolated to the
 # full models (43.48 s at fa07b2a, 35.7 s at eb0ea84), planned with the slices' settings, and the
-# 7B bench (5.41-5.50 s, 77e6bee and dfa8f08), each within 15%.
+# 7B bench (5.41-5.50 s, 77e6bee and dfa8f08), each within 15%. The MoE benches and slices
+# (2026-12-05, d9e635e, the ring), planned for the 139 GiB the compute rank found free there.
 step_near() { # NAME MEASURED_S CFG [OVERRIDES...]: the estimate within 15% of the measured step
     name=$1 want=$2 cfg=$3
     shift 3
     MT_PLAN_MEM_LIMIT=1500000000000 MT_PLAN_SHM_LIMIT=100000000000000 \
-        "$MTRUN" --plan --json -np 5 --gpu-mem 141G "$cfg" "$@" >"$TMP/est-$name.json" 2>&1 ||
+        "$MTRUN" --plan --json -np 5 --gpu-mem "${gpu_mem:-141G}" "$cfg" "$@" >"$TMP/est-$name.json" 2>&1 ||
         { fail "$name: --plan --json exited with $?: $(head -n 2 "$TMP/est-$name.json")"; return; }
     got=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["estimate"]["step_s"])' \
         <"$TMP/est-$name.json") || { fail "$name: no estimate.step_s"; return; }
@@ -403,6 +404,14 @@ step_near 100b-step 43.48 configs/100b.cfg $slices
 step_near 120b-step 35.7 configs/120b.cfg $slices
 step_near 7b-bench-step 5.407 bench/configs/bench-7b.cfg
 step_near 7b-bench-step 5.495 bench/configs/bench-7b.cfg
+gpu_mem=139G
+step_near qwen3moe-6l-step 1.656 bench/configs/moe-qwen3-6l.cfg
+step_near qwen3moe-6l-114k-step 2.006 bench/configs/moe-qwen3-6l-be.cfg
+step_near mixtral-2l-step 1.492 bench/configs/moe-mixtral-2l.cfg
+step_near olmoe-step 2.333 bench/configs/moe-olmoe.cfg
+step_near qwen3moe-slice-4l-step 1.352 bench/configs/slice-qwen3-30b-a3b-4l.cfg
+step_near mixtral-slice-4l-step 2.230 bench/configs/slice-mixtral-8x7b-4l.cfg
+gpu_mem=141G
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

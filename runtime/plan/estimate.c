@@ -2,6 +2,7 @@
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 // 6 N + 12 layers dim seq with N the active parameters, as MoE throughput is usually counted (an
@@ -25,11 +26,13 @@ static double gpu_attention_rate(int head_dim) {
 
 // The experts' GEMMs are one cuBLASLt call per expert, launched from the host once a chunk's
 // routing is known (runtime/engine/moe_cuda.c): 3 in the forward, 3 in the backward's recompute
-// and 6 in the backward, per MoE layer, micro-batch and chunk. With small experts the host's
-// cost per call, not their FLOPs, bounds them: fitted to the one MoE run measured so far
-// (bench/RESULTS.md 2026-12-04, moe-qwen3-6l at commit 84cc71b: 1.403 s of GPU busy a step
-// where the FLOPs at these rates take 0.792 s, over 36,864 expert calls).
-#define PLAN_EXPERT_CALL_S 16.6e-6
+// and 6 in the backward, per MoE layer, micro-batch and chunk. Small experts' GEMMs run far
+// below the dense rate (a few thousand rows each, the routing's kernels between them): their
+// time beyond their FLOPs at PLAN_GPU_FLOPS, per call, measured on the H200 at d9e635e
+// (bench/RESULTS.md 2026-12-05): Qwen3-MoE's experts (768 wide, 1,024 rows a call) 9.7 us,
+// at 114,688 tokens 8.4, OLMoE's (1,024 wide, 2,048 rows) 14.5; Mixtral's 768 calls of 4,096 x
+// 4,096 x 14,336 are at the dense rate. One constant puts each within 12% of its GPU busy time.
+#define PLAN_EXPERT_CALL_S 12e-6
 
 // The expert calls of one GEMM kind a step (every expert taken to have rows).
 static double expert_calls(const mt_config *c) {
@@ -47,6 +50,46 @@ static double expert_calls(const mt_config *c) {
 // the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
 // The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
 // AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
+// With the ring a group is updated once its gradients land, in the backward's order, and its
+// slot frees when the update ends. The pass ends with the last group's update (the embedding's,
+// which the next forward needs first), so besides the longer of the backward and the updates
+// it holds the first group's backward and the last group's update, and a backward that waits
+// for a slot while the updates run behind. Large groups make that a large part of the step: a
+// Mixtral-8x7B layer is 1.4B parameters, its update 0.36 s (bench/RESULTS.md 2026-12-05).
+// Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
+// its update its share of the update's time.
+static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
+    const mt_config *c = p->c;
+    int n = model_group_count(c), R = p->ring_depth;
+    int *order = malloc(sizeof(int) * (size_t)n);
+    double *end = malloc(sizeof(double) * (size_t)n);
+    if (!order || !end) {
+        free(order), free(end);
+        return fmax(compute, fmax(pcie, update));
+    }
+    model_grad_order(c, order);
+    double N = (double)p->params, A = (double)plan_active_params(c) - model_group_numel(c, 0);
+    double updated = N; // the parameters the optimizer ranks update
+    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(c, g);
+    double expert_idle = A > 0 ? ((double)model_param_count(c) - model_group_numel(c, 0) - A) : 0;
+    double landed = 0, last_end = 0;
+    for (int i = 0; i < n; i++) {
+        int g = order[i];
+        double n_g = (double)model_group_numel(c, g), active = g == 0 ? 0 : n_g;
+        if (g != 0 && g != model_head_group(c)) // a layer: its idle experts' share left out
+            active -= expert_idle * n_g /
+                      ((double)model_param_count(c) - model_group_numel(c, 0) -
+                       model_group_numel(c, model_head_group(c)));
+        double back = fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
+        double upd = g < p->device_groups || updated <= 0 ? 0 : update * n_g / updated;
+        landed += back;
+        if (R > 0 && i >= R) landed = fmax(landed, end[i - R]); // no slot free before that
+        last_end = end[i] = fmax(landed, last_end) + upd;
+    }
+    free(order), free(end);
+    return fmax(last_end, landed);
+}
+
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
@@ -66,16 +109,21 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
                      ring ? 0 : updating};
     double bwd[4] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
                      ring ? shared : 0, written + (ring ? updating : 0)};
-    static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
-                                         "the disk (storage.dir)"};
+    static const char *const names[5] = {"compute", "PCIe", "the optimizer's updates",
+                                         "the disk (storage.dir)",
+                                         "the updates after the last gradients land"};
     int f = 0, b = 0;
     for (int i = 1; i < 4; i++) {
         if (fwd[i] > fwd[f]) f = i;
         if (bwd[i] > bwd[b]) b = i;
     }
     e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
+    if (ring) { // the groups' pipeline: see ring_backward_s
+        double piped = ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3]));
+        if (piped > e->backward_phase_s) e->backward_phase_s = piped, b = 4;
+    }
     e->forward_bound = names[f], e->backward_bound = names[b];
-    e->step_s = fwd[f] + bwd[b];
+    e->step_s = e->forward_phase_s + e->backward_phase_s;
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
         e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
     // the same for PCIe and the optimizer's updates: the GPU stops waiting on the host from here
