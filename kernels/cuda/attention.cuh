@@ -273,8 +273,9 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 // probabilities on exit; l is rescaled to the new running max m (scaled, base-2 units), and
 // alpha is the factor for o, which the caller applies (the Hopper forward, once the last tile's
 // P V is done). With mask set, keys after the row drop, and keys before first[r], the start of
-// the row's document (packed documents; 0 otherwise).
-template <int NS>
+// the row's document (packed documents; 0 otherwise). DOCS = false (mma.sync calls without
+// packed documents) compiles the document checks out, first unread: see attn_fwd_tc.
+template <int NS, bool DOCS = true>
 __device__ __forceinline__ void
 online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale_log2,
                bool mask, int row_lo, int key0, const int (&first)[2], int lane) {
@@ -286,7 +287,8 @@ online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int key = key0 + nt * 8 + 2 * (lane & 3) + e;
-                if (mask && (key > row_lo + 8 * r || key < first[r])) s[nt][2 * r + e] = -INFINITY;
+                if (mask && (key > row_lo + 8 * r || (DOCS && key < first[r])))
+                    s[nt][2 * r + e] = -INFINITY;
                 mx = fmaxf(mx, s[nt][2 * r + e]);
             }
         }
@@ -295,8 +297,9 @@ online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2
         // A row keeps m = -inf until it meets a key of its document: in causal attention key 0
         // in the first tile, with packed documents possibly a later tile. Until then its
         // probabilities are exp2(-inf - 0) = 0 and alpha = 0 (o and l are still 0), never NaN.
+        // Without documents mx is finite from the first tile on, so base = mx: the same bits.
         mx = fmaxf(m[r], mx * scale_log2);
-        const float base = mx == -INFINITY ? 0.0f : mx;
+        const float base = DOCS && mx == -INFINITY ? 0.0f : mx;
         alpha[r] = fast_exp2(m[r] - base);
         m[r] = mx;
         l[r] *= alpha[r];
@@ -323,12 +326,12 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&al
     }
 }
 
-template <int NS, int NO>
+template <int NS, int NO, bool DOCS = true>
 __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
                                              float (&l)[2], float scale_log2, bool mask, int row_lo,
                                              int key0, const int (&first)[2], int lane) {
     float alpha[2];
-    online_softmax<NS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, first, lane);
+    online_softmax<NS, DOCS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, first, lane);
     rescale_rows<NO>(o, alpha);
 }
 

@@ -50,8 +50,9 @@ __global__ void attn_bwd_rowdot16(float *D, const bf16 *dout, const bf16 *out, D
 
 // One CTA per (b, h, 64*MT-query tile) streaming BC-key tiles, the forward's shape: dq = scale *
 // sum_j dS_ij k_j with dS = P * (dout . v_j - D). q and dout stay in shared memory (re-read each
-// key tile) to keep registers for the three accumulators (S, dP, dq).
-template <int HDP, int MT, int BC>
+// key tile) to keep registers for the three accumulators (S, dP, dq). DOCS: packed documents
+// (d.ds), compiled in only where there are some, as in the forward (attn_fwd_tc).
+template <int HDP, int MT, int BC, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dq_tc(bf16 *dq, const bf16 *dout, const float *lse, const float *D, const bf16 *q,
                    const bf16 *k, const bf16 *v, Dims d) {
@@ -64,8 +65,8 @@ __global__ void __launch_bounds__(THREADS)
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;
     const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1;
     // Key tiles kt0 .. nkt - 1, and the documents' first keys, as in the forward (attn_fwd_tc).
-    const int kt0 = doc_first(d, b, q0) / BC, nkt = key_tiles(q0, BR, d.T, BC);
-    const int wfirst = doc_first(d, b, wr0), wlast = doc_first(d, b, wr1);
+    const int kt0 = DOCS ? doc_first(d, b, q0) / BC : 0, nkt = key_tiles(q0, BR, d.T, BC);
+    const int wfirst = DOCS ? doc_first(d, b, wr0) : 0, wlast = DOCS ? doc_first(d, b, wr1) : 0;
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long qoff = (long)b * d.T * qs + (long)h * d.hd;
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
@@ -103,17 +104,17 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_wait<1>();
         __syncthreads();
         const int key0 = kt * BC;
-        if (key0 <= wr1 && key0 + BC > wfirst) {
+        if (key0 <= wr1 && (!DOCS || key0 + BC > wfirst)) {
             float s[MT][NS][4] = {}, dp[MT][NS][4] = {};
             mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
             mma_ss_nt<MT, KS, NS>(dp, sdOw, sV, LD, lane);
-            const bool mask = key0 + BC - 1 > wr0 || key0 < wlast;
+            const bool mask = key0 + BC - 1 > wr0 || (DOCS && key0 < wlast);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 // The rows' document starts, read on masked tiles only (registers, as forward)
                 int first[2] = {0, 0};
                 const int row_lo = wr0 + mt * 16 + (lane >> 2);
-                if (mask && wlast > 0)
+                if (DOCS && mask && wlast > 0)
                     first[0] = doc_first(d, b, row_lo), first[1] = doc_first(d, b, row_lo + 8);
 #pragma unroll
                 for (int nt = 0; nt < NS; nt++) {
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(THREADS)
                         int r = i >> 1, key = key0 + nt * 8 + 2 * (lane & 3) + (i & 1);
                         int row = row_lo + 8 * r;
                         float p = fast_exp2(s[mt][nt][i] * d.scale_log2 - lse2[mt][r]);
-                        if (mask && (key > row || key < first[r])) p = 0.0f;
+                        if (mask && (key > row || (DOCS && key < first[r]))) p = 0.0f;
                         s[mt][nt][i] = p * (dp[mt][nt][i] - Dr[mt][r]);
                     }
                 }
@@ -145,8 +146,9 @@ __global__ void __launch_bounds__(THREADS)
 // in registers while the query tiles (BQ rows) of every head of the group stream through a
 // two-stage pipeline, from the diagonal to T (packed documents: to the end of the last key's
 // document). Computing S^T = K Q^T directly puts the keys on the MMA rows, so dv += P^T dout
-// and dk += dS^T q need no cross-warp reduction.
-template <int HDP, int MT, int BQ>
+// and dk += dS^T q need no cross-warp reduction. DOCS: packed documents (d.ds), compiled in
+// only where there are some, as in the forward (attn_fwd_tc): without, sS is never touched.
+template <int HDP, int MT, int BQ, bool DOCS>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dkdv_tc(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
                      const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(THREADS)
     const int wk0 = k0 + warp * 16 * MT, wk1 = wk0 + 16 * MT - 1; // this warp's keys
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
-    const int qt0 = k0 / BQ, items_end = doc_end(d, b, min(k0 + BK, d.T) - 1);
+    const int qt0 = k0 / BQ, items_end = DOCS ? doc_end(d, b, min(k0 + BK, d.T) - 1) : d.T;
     const int nqt = (items_end + BQ - 1) / BQ - qt0, items = d.group * nqt;
 
     // Work item it: query head kvh * group + it / nqt, query tile qt0 + it % nqt.
@@ -184,13 +186,10 @@ __global__ void __launch_bounds__(THREADS)
             if (row < d.T) {
                 cp_async4(l, lse + li);
                 cp_async4(dd, D + li);
-                if (d.ds)
-                    cp_async4(ds, d.ds + (long)b * d.T + row);
-                else
-                    *ds = 0;
+                if (DOCS) cp_async4(ds, d.ds + (long)b * d.T + row);
             } else {
                 *l = *dd = 0.0f;
-                *ds = 0;
+                if (DOCS) *ds = 0;
             }
         }
     };
@@ -215,11 +214,11 @@ __global__ void __launch_bounds__(THREADS)
         // Else every query of the tile precedes this warp's keys, or its document starts after
         // them (rows past T hold start 0, so the last row within T decides).
         const int qlast = min(BQ, d.T - qbase) - 1;
-        if (qbase + BQ - 1 >= wk0 && Sq[0] <= wk1) {
+        if (qbase + BQ - 1 >= wk0 && (!DOCS || Sq[0] <= wk1)) {
             float s[MT][NQ][4] = {}, dp[MT][NQ][4] = {};
             mma_ss_nt<MT, KS, NQ>(s, sKw, sQ, LD, lane);
             mma_ss_nt<MT, KS, NQ>(dp, sVw, sdO, LD, lane);
-            const bool mask = wk1 > qbase || qbase + BQ > d.T || Sq[qlast] > wk0;
+            const bool mask = wk1 > qbase || qbase + BQ > d.T || (DOCS && Sq[qlast] > wk0);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(THREADS)
                         int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
                         int key = wk0 + mt * 16 + (lane >> 2) + 8 * (i >> 1);
                         float p = fast_exp2(fmaf(s[mt][nt][i], d.scale_log2, -L[col] * LOG2E));
-                        if (mask && (row >= d.T || key > row || Sq[col] > key)) p = 0.0f;
+                        if (mask && (row >= d.T || key > row || (DOCS && Sq[col] > key))) p = 0.0f;
                         s[mt][nt][i] = p;
                         dp[mt][nt][i] = p * (dp[mt][nt][i] - Dq[col]);
                     }
@@ -351,13 +350,15 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
     using C = Cfg<HDP>;
     // dk and dv first: they read every row of q, which dq may overwrite (dq == q is allowed:
     // the dq kernel reads only the q rows it writes, all before it writes them).
-    auto kv_kernel = attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ>;
+    auto kv_kernel = d.ds ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, true>
+                          : attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, false>;
     dim3 gk(d.B * d.KV, cdiv(d.T, 16 * WARPS * C::KV_MT));
     set_smem_limit(kv_kernel, C::kv_smem);
     kv_kernel<<<gk, THREADS, C::kv_smem, stream>>>(dk, dv, dout, lse, D, q, k, v, d);
     CUDA_CHECK_LAUNCH();
 
-    auto dq_kernel = attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC>;
+    auto dq_kernel = d.ds ? attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, true>
+                          : attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, false>;
     dim3 gq(d.B * d.H, cdiv(d.T, 16 * WARPS * C::DQ_MT));
     set_smem_limit(dq_kernel, C::dq_smem);
     dq_kernel<<<gq, THREADS, C::dq_smem, stream>>>(dq, dout, lse, D, q, k, v, d);
