@@ -68,18 +68,18 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
         return fmax(compute, fmax(pcie, update));
     }
     model_grad_order(c, order);
-    double N = (double)p->params, A = (double)plan_active_params(c) - model_group_numel(c, 0);
+    int head = model_head_group(c);
+    double N = (double)p->params, embedding = (double)model_group_numel(c, 0);
+    double A = (double)plan_active_params(c) - embedding; // what the backward computes with
+    double layers = N - embedding - (double)model_group_numel(c, head);
+    double layer_active = layers > 0 ? (A - (double)model_group_numel(c, head)) / layers : 1;
     double updated = N; // the parameters the optimizer ranks update
     for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(c, g);
-    double expert_idle = A > 0 ? ((double)model_param_count(c) - model_group_numel(c, 0) - A) : 0;
     double landed = 0, last_end = 0;
     for (int i = 0; i < n; i++) {
         int g = order[i];
-        double n_g = (double)model_group_numel(c, g), active = g == 0 ? 0 : n_g;
-        if (g != 0 && g != model_head_group(c)) // a layer: its idle experts' share left out
-            active -= expert_idle * n_g /
-                      ((double)model_param_count(c) - model_group_numel(c, 0) -
-                       model_group_numel(c, model_head_group(c)));
+        double n_g = (double)model_group_numel(c, g);
+        double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
         double back = fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
         double upd = g < p->device_groups || updated <= 0 ? 0 : update * n_g / updated;
         landed += back;
@@ -109,19 +109,17 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
                      ring ? 0 : updating};
     double bwd[4] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
                      ring ? shared : 0, written + (ring ? updating : 0)};
-    static const char *const names[5] = {"compute", "PCIe", "the optimizer's updates",
-                                         "the disk (storage.dir)",
-                                         "the updates after the last gradients land"};
+    static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
+                                         "the disk (storage.dir)"};
     int f = 0, b = 0;
     for (int i = 1; i < 4; i++) {
         if (fwd[i] > fwd[f]) f = i;
         if (bwd[i] > bwd[b]) b = i;
     }
     e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
-    if (ring) { // the groups' pipeline: see ring_backward_s
-        double piped = ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3]));
-        if (piped > e->backward_phase_s) e->backward_phase_s = piped, b = 4;
-    }
+    if (ring) // the groups' pipeline (ring_backward_s): the bound is still the slowest part
+        e->backward_phase_s =
+            fmax(e->backward_phase_s, ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])));
     e->forward_bound = names[f], e->backward_bound = names[b];
     e->step_s = e->forward_phase_s + e->backward_phase_s;
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
