@@ -2,7 +2,8 @@
 # MoE on the GPU machine, in one call: build, the routing kernels against the CPU
 # (test_moe_cuda), the CUDA MoE path against the CPU one on tiny models (moe_check.sh), then
 # each named bench config (bench/configs/NAME.cfg) and, for peer-NAME, ../shared/anchors'
-# moe_torch.py carried in .anchors/ (qwen3moe:6 is the peer on 6 layers).
+# moe_torch.py carried in .anchors/, through bench/moe_peer.py (qwen3moe:6 is the peer on 6
+# layers, olmoe:16 the whole OLMoE-1B-7B).
 #   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...] [gemm=qwen3moe|mixtral]
 #          [ktime-NAME]     output under $OUT
 set -u
@@ -27,10 +28,17 @@ for what in "$@"; do
         MT_KERNEL_TIMES=1 build/bin/mtrun --force -np 5 "bench/configs/$name.cfg" steps=4 \
             --out "$OUT/ktime-$name" >"$OUT/ktime-$name.log" 2>&1
         grep -iE "expert|gemm|moe|total|attention" "$OUT/ktime-$name.log" | head -40 ;;
-    peer-*)
+    peer-*) # micro-batches of 8 x 2048, or of fewer rows (as many more of them) where 8 do not
+        # fit the GPU: the same 65,536 tokens a step
         spec=${what#peer-}
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
-        timeout 300 python3 .anchors/moe_torch.py "${spec%%:*}" --layers "${spec#*:}" >"$log" 2>&1
+        for micro in 8 4 2 1; do
+            timeout 300 python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
+                --micro $micro --accum $((32 / micro)) >>"$log" 2>&1
+            grep -q "^MOE" "$log" && break
+            grep -q "OutOfMemoryError\|out of memory" "$log" || break
+            echo "peer ${spec}: micro-batch $micro does not fit the GPU" | tee -a "$log"
+        done
         grep -E "^MOE|Error|error" "$log" | tail -n 3 ;;
     *) # each bench under a limit, and the host's free memory said first (a call that overran
         # its machine once came back with nothing)
