@@ -129,10 +129,15 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     // half of it, the embedding alone.
     shape s = shape_of(c);
     if (4 * (s.L + 1) * s.M * s.n * s.D > device_free / 2) return 1;
+    // The first layer may take up to a quarter of it, the rest stay within the eighth: layer 0
+    // is the update the next forward waits for at the step boundary (its gradients land last,
+    // its weights are needed first), a whole layer's AdamW where layers are large (a
+    // Mixtral-8x7B layer of 1.45B parameters: 0.36 s on a 16-core host, bench/RESULTS.md
+    // 2026-12-05), and the GPU updates it in milliseconds.
     int most = (c->layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
     for (; layers < most; layers++) {
         uint64_t layer = 18 * model_group_numel(c, model_layer_group(layers));
-        if (used + layer > budget) break;
+        if (used + layer > (layers == 0 ? device_free / 4 : budget)) break;
         used += layer;
     }
     return 1 + layers;
