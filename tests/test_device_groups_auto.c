@@ -1,6 +1,7 @@
 // optimizer.device_groups = auto (plan_device_groups): the embedding and ceil(layers / 8)
-// layers on a GPU, fewer when an eighth of the free GPU memory does not hold their state, none
-// on the CPU backend; an explicit setting is taken as it is. engine.c and the plan both ask it.
+// layers on a GPU, fewer when an eighth of the free GPU memory does not hold their state (a
+// quarter for layer 0, whose update the step boundary waits for), none on the CPU backend; an
+// explicit setting is taken as it is. engine.c and the plan both ask it.
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include "tests/check.h"
@@ -24,6 +25,10 @@ int main(void) {
     check(plan_device_groups(&c, 1, 8 * (emb + 2 * layer)) == 3,
           "an eighth of the free memory holds the embedding + 2 layers: 3 groups");
     check(plan_device_groups(&c, 1, 8 * (emb + 2 * layer) - 8) == 2, "a byte short: 2 groups");
+    check(plan_device_groups(&c, 1, 4 * (emb + layer)) == 2,
+          "a quarter holds the embedding + layer 0, an eighth does not: layer 0 all the same");
+    check(plan_device_groups(&c, 1, 4 * (emb + layer) - 8) == 1,
+          "a byte short of that quarter: the embedding only");
     check(plan_device_groups(&c, 1, 8 * emb) == 1, "room for the embedding only: 1 group");
     check(plan_device_groups(&c, 1, 8 * emb - 8) == 0, "not even the embedding: none");
     mt_config small = llama(2);
