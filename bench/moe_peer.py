@@ -9,6 +9,8 @@ usage: bench/moe_peer.py ANCHOR_DIR NAME [moe_torch.py's arguments]
 ANCHOR_DIR holds moe_torch.py (.anchors/ on the GPU machine, a copy of ../shared/anchors/)."""
 import sys
 
+if len(sys.argv) < 3:
+    sys.exit(__doc__)
 sys.path.insert(0, sys.argv[1])
 import moe_torch  # noqa: E402  (the peer's own script: its loop, timing and printed line)
 

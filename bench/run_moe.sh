@@ -32,13 +32,16 @@ for what in "$@"; do
         # fit the GPU: the same 65,536 tokens a step
         spec=${what#peer-}
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
-        for micro in 8 4 2 1; do
+        : >"$log"
+        for micro in 8 4 2 1; do # each attempt judged by its own output
             timeout 300 python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
-                --micro $micro --accum $((32 / micro)) >>"$log" 2>&1
-            grep -q "^MOE" "$log" && break
-            grep -q "OutOfMemoryError\|out of memory" "$log" || break
+                --micro $micro --accum $((32 / micro)) >"$log.try" 2>&1
+            cat "$log.try" >>"$log"
+            grep -q "^MOE" "$log.try" && break
+            grep -q "OutOfMemoryError\|out of memory" "$log.try" || break
             echo "peer ${spec}: micro-batch $micro does not fit the GPU" | tee -a "$log"
         done
+        rm -f "$log.try"
         grep -E "^MOE|Error|error" "$log" | tail -n 3 ;;
     *) # each bench under a limit, and the host's free memory said first (a call that overran
         # its machine once came back with nothing)

@@ -2,8 +2,9 @@
 """A full-width model from two slices of it: the same layer shape, vocabulary and tokens per
 step, with a few layers (A) and more (B). The difference of the two runs is what one layer
 costs; the full model's step is the larger slice's plus that many times the layers it lacks.
-Memory does not grow in a straight line (a slice's gradient ring holds every group, the full
-model's four; the windows follow the largest group), so the full model's host and GPU bytes
+Memory does not grow in a straight line (the gradient ring holds at most four groups, so a
+2-layer slice's ring holds all of its groups and a longer model's no more than four; the
+windows follow the largest group), so the full model's host and GPU bytes
 are its plan plus what the slices measured over their own plans, that excess grown per layer
 as it grew from A to B. Printed beside `mtrun --plan` of the full config with the slices'
 settings.

@@ -135,7 +135,9 @@ static int probe_pass(struct io_uring *ring, int fd, char *buf, int write) {
         }
         if (io_uring_submit(ring) < 0) return 0;
         struct io_uring_cqe *cqe;
-        if (io_uring_wait_cqe(ring, &cqe) < 0) return 0;
+        int rc;
+        while ((rc = io_uring_wait_cqe(ring, &cqe)) == -EINTR) continue;
+        if (rc < 0) return 0;
         int ok = cqe->res == (int)PROBE_BLOCK;
         io_uring_cqe_seen(ring, cqe);
         if (!ok) return 0;
@@ -162,7 +164,10 @@ static double probe_rate(const char *dir) {
         close(fd);
         return 0;
     }
-    if (posix_memalign(&buf, 4096, (size_t)PROBE_DEPTH * PROBE_BLOCK) == 0) {
+    // Allocated first, as the tier's files are (storage.c): writes past a file's end serialize
+    // on some filesystems, which the tier's writes never do.
+    int room = posix_fallocate(fd, 0, (off_t)PROBE_BYTES) == 0 || ftruncate(fd, PROBE_BYTES) == 0;
+    if (room && posix_memalign(&buf, 4096, (size_t)PROBE_DEPTH * PROBE_BLOCK) == 0) {
         memset(buf, 0x5a, (size_t)PROBE_DEPTH * PROBE_BLOCK);
         double t0 = seconds();
         int ok =

@@ -51,10 +51,11 @@ static double expert_calls(const mt_config *c) {
 // The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
 // AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 // With the ring a group is updated once its gradients land, in the backward's order, and its
-// slot frees when the update ends. The pass ends with the last group's update (the embedding's,
-// which the next forward needs first), so besides the longer of the backward and the updates
-// it holds the first group's backward and the last group's update, and a backward that waits
-// for a slot while the updates run behind. Large groups make that a large part of the step: a
+// slot frees when the update ends. The pass ends with the optimizer ranks' last update (the
+// lowest group they update, which the next forward needs first of theirs; the groups the GPU
+// updates take no slot and no time here), so besides the longer of the backward and the
+// updates it holds the first group's backward and the last group's update, and a backward that
+// waits for a slot while the updates run behind. Large groups make that a large part of the step: a
 // Mixtral-8x7B layer is 1.4B parameters, its update 0.36 s (bench/RESULTS.md 2026-12-05).
 // Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
 // its update its share of the update's time.
@@ -62,7 +63,7 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     const mt_config *c = p->c;
     int n = model_group_count(c), R = p->ring_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
-    double *end = malloc(sizeof(double) * (size_t)n);
+    double *end = malloc(sizeof(double) * (size_t)n); // the ranks' updates, in turn
     if (!order || !end) {
         free(order), free(end);
         return fmax(compute, fmax(pcie, update));
@@ -76,15 +77,15 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     double updated = N; // the parameters the optimizer ranks update
     for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(c, g);
     double landed = 0, last_end = 0;
+    int h = 0; // the optimizer ranks' groups so far: the ring's slots are theirs
     for (int i = 0; i < n; i++) {
         int g = order[i];
         double n_g = (double)model_group_numel(c, g);
         double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
-        double back = fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
-        double upd = g < p->device_groups || updated <= 0 ? 0 : update * n_g / updated;
-        landed += back;
-        if (R > 0 && i >= R) landed = fmax(landed, end[i - R]); // no slot free before that
-        last_end = end[i] = fmax(landed, last_end) + upd;
+        landed += fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
+        if (g < p->device_groups || updated <= 0) continue;
+        if (R > 0 && h >= R) landed = fmax(landed, end[h - R]); // no slot free before that
+        last_end = end[h++] = fmax(landed, last_end) + update * n_g / updated;
     }
     free(order), free(end);
     return fmax(last_end, landed);
@@ -111,16 +112,20 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
                      ring ? shared : 0, written + (ring ? updating : 0)};
     static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
                                          "the disk (storage.dir)"};
+    static const char *const piped_names[4] = {
+        "compute, then the ring's updates behind it", "PCIe, then the ring's updates behind it",
+        "the optimizer's updates, from the first gradients to land to the last",
+        "the disk, then the ring's updates behind it"};
     int f = 0, b = 0;
     for (int i = 1; i < 4; i++) {
         if (fwd[i] > fwd[f]) f = i;
         if (bwd[i] > bwd[b]) b = i;
     }
     e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
-    if (ring) // the groups' pipeline (ring_backward_s): the bound is still the slowest part
-        e->backward_phase_s =
-            fmax(e->backward_phase_s, ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])));
     e->forward_bound = names[f], e->backward_bound = names[b];
+    double piped = ring ? ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])) : 0;
+    if (piped > e->backward_phase_s) // the groups' pipeline (ring_backward_s) outlasts the parts
+        e->backward_phase_s = piped, e->backward_bound = piped_names[b];
     e->step_s = e->forward_phase_s + e->backward_phase_s;
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
         e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
