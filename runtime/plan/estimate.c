@@ -41,22 +41,14 @@ static double expert_calls(const mt_config *c) {
     return (double)mt_moe_layers(c) * c->micro_batches * chunks * c->experts;
 }
 
-// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
-// longest of its compute and its weights' copy in, the backward's of its compute (recompute
-// included), its weights' copy in and its gradients' copy out (the two directions run at once).
-// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
-// forward waits for its update), during the backward with the ring (a layer's gradients wait for
-// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
-// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
-// The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
-// AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 // With the ring a group is updated once its gradients land, in the backward's order, and its
 // slot frees when the update ends. The pass ends with the optimizer ranks' last update (the
 // lowest group they update, which the next forward needs first of theirs; the groups the GPU
 // updates take no slot and no time here), so besides the longer of the backward and the
 // updates it holds the first group's backward and the last group's update, and a backward that
-// waits for a slot while the updates run behind. Large groups make that a large part of the step: a
-// Mixtral-8x7B layer is 1.4B parameters, its update 0.36 s (bench/RESULTS.md 2026-12-05).
+// waits for a slot while the updates run behind. Large groups make that a large part of the
+// step: a Mixtral-8x7B layer is 1.4B parameters, its update 0.36 s (bench/RESULTS.md
+// 2026-12-05).
 // Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
 // its update its share of the update's time.
 static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
@@ -91,6 +83,15 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     return fmax(last_end, landed);
 }
 
+// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
+// longest of its compute and its weights' copy in, the backward's of its compute (recompute
+// included), its weights' copy in and its gradients' copy out (the two directions run at once).
+// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
+// forward waits for its update), during the backward with the ring (a layer's gradients wait for
+// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
+// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
+// The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
+// AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
