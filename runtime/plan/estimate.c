@@ -92,6 +92,61 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
 // the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
 // The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
 // AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
+// Each pass's parts: compute, PCIe, in one of them the optimizer, and the disk.
+typedef struct {
+    double fwd[4], bwd[4];
+} pass_parts;
+
+static int slowest(const double part[4]) {
+    int i = 0;
+    for (int j = 1; j < 4; j++)
+        if (part[j] > part[i]) i = j;
+    return i;
+}
+
+// The backward pass as long as its slowest part or, with the ring, the groups' pipeline
+// (ring_backward_s) where that outlasts them; *piped says which.
+static double backward_pass_s(const mt_plan *p, const double bwd[4], int *piped) {
+    double longest = bwd[slowest(bwd)];
+    double pipeline =
+        p->ring_depth > 0 ? ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])) : 0;
+    *piped = pipeline > longest;
+    return fmax(longest, pipeline);
+}
+
+// The share of the step the GPU computes with compute scaled by `scale` (as many times the
+// tokens: the host's bytes stay), the disk's part left out unless `disk`.
+static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, int disk) {
+    double fwd[4], bwd[4];
+    for (int i = 0; i < 4; i++) fwd[i] = pp->fwd[i], bwd[i] = pp->bwd[i];
+    fwd[0] *= scale, bwd[0] *= scale;
+    if (!disk) fwd[3] = bwd[3] = 0;
+    int piped;
+    double step = fwd[slowest(fwd)] + backward_pass_s(p, bwd, &piped);
+    return step > 0 ? (fwd[0] + bwd[0]) / step : 1;
+}
+
+// The GPU "stops waiting" from the tokens a step at which it computes PLAN_BREAK_EVEN_BUSY of
+// the step. The pipeline's ends (the first group's backward, the last group's update) never hide
+// entirely, so waiting never reaches zero; large MoE layers make those ends long, and a balance
+// of the parts' totals alone put Qwen3-MoE's break-even at 69,180 tokens, where the GPU was about
+// 70% busy (bench/RESULTS.md 2026-12-05). The share grows with the tokens: bisection on a log
+// scale.
+#define PLAN_BREAK_EVEN_BUSY 0.95
+static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk) {
+    double lo = 1e-6, hi = 1e6;
+    if (busy_share(p, pp, hi, disk) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
+    if (busy_share(p, pp, lo, disk) >= PLAN_BREAK_EVEN_BUSY) return lo;
+    for (int i = 0; i < 60; i++) {
+        double mid = sqrt(lo * hi);
+        if (busy_share(p, pp, mid, disk) >= PLAN_BREAK_EVEN_BUSY)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}
+
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
@@ -106,34 +161,27 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     double copy = (double)p->disk_copy;
     double written = (p->disk_grads + copy) / p->disk_bw;
     double updating = (p->disk_grads + 2.0 * p->disk_adam - copy) / p->disk_bw;
-    // each pass: compute, PCIe, in one of them the optimizer, and the disk; the longest bounds it
-    double fwd[4] = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared,
-                     ring ? 0 : updating};
-    double bwd[4] = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
-                     ring ? shared : 0, written + (ring ? updating : 0)};
+    pass_parts pp = {
+        .fwd = {e->forward_s, in_fwd / PLAN_PCIE_BYTES_PER_S, ring ? 0 : shared,
+                ring ? 0 : updating},
+        .bwd = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
+                ring ? shared : 0, written + (ring ? updating : 0)},
+    };
     static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
                                          "the disk (storage.dir)"};
     static const char *const piped_names[4] = {
         "compute, then the ring's updates behind it", "PCIe, then the ring's updates behind it",
         "the optimizer's updates, from the first gradients to land to the last",
         "the disk, then the ring's updates behind it"};
-    int f = 0, b = 0;
-    for (int i = 1; i < 4; i++) {
-        if (fwd[i] > fwd[f]) f = i;
-        if (bwd[i] > bwd[b]) b = i;
-    }
-    e->forward_phase_s = fwd[f], e->backward_phase_s = bwd[b];
-    e->forward_bound = names[f], e->backward_bound = names[b];
-    double piped = ring ? ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])) : 0;
-    if (piped > e->backward_phase_s) // the groups' pipeline (ring_backward_s) outlasts the parts
-        e->backward_phase_s = piped, e->backward_bound = piped_names[b];
+    int f = slowest(pp.fwd), b = slowest(pp.bwd), piped;
+    e->forward_phase_s = pp.fwd[f], e->forward_bound = names[f];
+    e->backward_phase_s = backward_pass_s(p, pp.bwd, &piped);
+    e->backward_bound = piped ? piped_names[b] : names[b];
     e->step_s = e->forward_phase_s + e->backward_phase_s;
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
-        e->break_even_tokens = tokens * fmax(fwd[3] / fwd[0], bwd[3] / bwd[0]);
-    // the same for PCIe and the optimizer's updates: the GPU stops waiting on the host from here
-    double most = 0;
-    for (int i = 1; i < 3; i++) most = fmax(most, fmax(fwd[i] / fwd[0], bwd[i] / bwd[0]));
-    e->stream_break_even_tokens = tokens * most;
+        e->break_even_tokens = tokens * fmax(pp.fwd[3] / pp.fwd[0], pp.bwd[3] / pp.bwd[0]);
+    // the same for PCIe and the optimizer's updates, the pipeline's ends included
+    e->stream_break_even_tokens = tokens * break_even_scale(p, &pp, 0);
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {

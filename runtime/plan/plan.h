@@ -213,9 +213,10 @@ typedef struct {
     // The NVMe tier: bytes it moves a step and their time at disk_bw, and the tokens per step
     // from which the compute of each pass outlasts the disk's share of it (0: no tier)
     double disk_bytes, disk_s, break_even_tokens;
-    // GPU: the tokens per step from which the compute of each pass outlasts PCIe and the
-    // optimizer's updates, whose bytes do not grow with the tokens (compute scales with the
-    // active parameters, they with all of them: an MoE model needs more tokens than a dense one)
+    // GPU: the tokens per step from which the GPU computes 95% of the step or more, PCIe and the
+    // optimizer's updates (whose bytes do not grow with the tokens) hidden but for the ring's
+    // pipeline ends (compute scales with the active parameters, they with all of them: an MoE
+    // model needs more tokens than a dense one); the disk left out
     double active_params, stream_break_even_tokens;
     double step_s, tokens_per_s;
 } plan_estimate;
