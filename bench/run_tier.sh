@@ -4,7 +4,8 @@
 # then 3 steps of it with the tier (bench/run_bench.sh), with each optimizer rank's own read
 # and write rates (MT_STORAGE_INFO=1); then the same for tier-adam-1b (m and v on disk too).
 # A config with storage.master (tier-master-3b: every byte of state on disk) is also run with
-# everything in host memory, and the two runs' losses compared: they must be the same bits.
+# everything in host memory, and the two runs' losses compared: they must be the same bits
+# (MT_TIER_RAM=0 skips that rerun).
 # Usage: bench/run_tier.sh BUILD_DIR OUT_DIR [config names, default tier-10b tier-adam-1b]
 set -u
 BUILD=$1
@@ -33,6 +34,7 @@ for name in $names; do
     grep -E '^storage: ' "$OUT/bench-$name.log"
     ls -A "$dir" | head
     grep -qE '(^|[{; ])master *= *true' "$cfg" || continue
+    [ "${MT_TIER_RAM:-1}" = 1 ] || continue # MT_TIER_RAM=0: no rerun in host memory
     echo "the same in host memory:"
     MT_BENCH_TAG=ram MT_BENCH_ARGS="storage.grads=false storage.adam=false storage.master=false" \
         "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
