@@ -29,11 +29,11 @@ for what in "$@"; do
             --out "$OUT/ktime-$name" >"$OUT/ktime-$name.log" 2>&1
         grep -iE "expert|gemm|moe|total|attention" "$OUT/ktime-$name.log" | head -40 ;;
     peer-*) # micro-batches of 8 x 2048, or of fewer rows (as many more of them) where 8 do not
-        # fit the GPU: the same 65,536 tokens a step
+        # fit the GPU: the same 65,536 tokens a step (MT_PEER_MICROS: the rows to try, in turn)
         spec=${what#peer-}
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
         : >"$log"
-        for micro in 8 4 2 1; do # each attempt judged by its own output
+        for micro in ${MT_PEER_MICROS:-8 4 2 1}; do # each attempt judged by its own output
             timeout 300 python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
                 --micro $micro --accum $((32 / micro)) >"$log.try" 2>&1
             cat "$log.try" >>"$log"
