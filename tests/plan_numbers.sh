@@ -410,6 +410,10 @@ step_near qwen3moe-6l-step 1.656 bench/configs/moe-qwen3-6l.cfg
 step_near qwen3moe-6l-114k-step 2.006 bench/configs/moe-qwen3-6l-be.cfg
 step_near mixtral-2l-step 1.492 bench/configs/moe-mixtral-2l.cfg optimizer.device_groups=1 # as it ran
 step_near olmoe-step 2.333 bench/configs/moe-olmoe.cfg
+# the same Mixtral layers with layer 0 updated on the GPU (device_groups auto; 77daa3a), at 65,536
+# tokens and at the break-even, 81,920
+step_near mixtral-2l-auto-step 0.992 bench/configs/moe-mixtral-2l.cfg
+step_near mixtral-2l-be-step 1.118 bench/configs/moe-mixtral-2l-be.cfg
 step_near qwen3moe-slice-4l-step 1.352 bench/configs/slice-qwen3-30b-a3b-4l.cfg
 step_near mixtral-slice-4l-step 2.230 bench/configs/slice-mixtral-8x7b-4l.cfg
 gpu_mem=141G
