@@ -65,6 +65,11 @@ for f in mixtral qwen2_moe olmoe; do
     expect "$f: import, export, re-import bitwise" \
         "$TEST_HF" roundtrip "$WORK/hf/$f" "$WORK/hf/$f.out" 5000000000 float32
 done
+# A coefficient of 0 goes out as a float: transformers 5 refuses "router_aux_loss_coef": 0
+fixture coef0 mixtral --set router_aux_loss_coef=0.0
+"$TEST_HF" roundtrip "$WORK/hf/coef0" "$WORK/hf/coef0.out" 5000000000 float32 >/dev/null 2>&1
+expect "router_aux_loss_coef 0 is exported as 0.0" \
+    grep -qE '"router_aux_loss_coef":[[:space:]]*0\.0[,}]' "$WORK/hf/coef0.out/config.json"
 # refuse NAME PATTERN FIXTURE-ARGS...: mtrun on the folder exits 2 with one line matching PATTERN
 refuse() {
     local name=$1 pattern=$2

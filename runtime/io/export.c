@@ -142,16 +142,6 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
     cJSON_Delete(root);
 }
 
-// A double that JSON readers take back as a float, never an int ("8.0", not "8"): transformers
-// warns about an int factor. Shortest text that reads back to the same bits.
-static void add_float(cJSON *obj, const char *key, double v) {
-    char text[40];
-    snprintf(text, sizeof text, "%.15g", v);
-    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
-    if (!strpbrk(text, ".e")) strcat(text, ".0");
-    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
-}
-
 // rope_scaling as transformers reads it back: null, or llama3's object.
 static void add_rope_scaling(cJSON *r, const mt_config *c) {
     if (strcmp(c->rope_type, "llama3") != 0) {
@@ -160,9 +150,9 @@ static void add_rope_scaling(cJSON *r, const mt_config *c) {
     }
     cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
     cJSON_AddStringToObject(rs, "rope_type", "llama3");
-    add_float(rs, "factor", c->rope_factor);
-    add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
-    add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    hf_add_float(rs, "factor", c->rope_factor);
+    hf_add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
+    hf_add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
 }
 

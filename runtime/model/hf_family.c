@@ -4,6 +4,7 @@
 #include "runtime/base/base.h"
 #include "runtime/model/hf_json.h"
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,6 +280,16 @@ static void add_dense_layers(cJSON *r, const mt_config *c) {
     }
 }
 
+// Shortest text that reads back to the same bits, with ".0" where it would read as an int
+// ("8.0", not "8"; transformers 5 refuses router_aux_loss_coef 0 as an int).
+void hf_add_float(cJSON *obj, const char *key, double v) {
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".e")) strcat(text, ".0");
+    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
+}
+
 static void write_moe(cJSON *r, const family *f, const mt_config *c) {
     cJSON_AddNumberToObject(r, f->experts_key, c->experts);
     cJSON_AddNumberToObject(r, "num_experts_per_tok", c->top_k);
@@ -290,7 +301,7 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
         cJSON_AddNumberToObject(r, "decoder_sparse_step", c->moe_every);
         add_dense_layers(r, c);
     }
-    cJSON_AddNumberToObject(r, "router_aux_loss_coef", c->router_aux_coef);
+    hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
     cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
 }
 

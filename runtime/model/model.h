@@ -141,6 +141,9 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
 // window's, bias and MoE keys) added to r; -1 when no architecture we read back has c's fields.
 struct cJSON;
 int hf_write_family(struct cJSON *r, const mt_config *c);
+// key = v as a JSON float that reads back to the same bits and never as an int ("0.0", not "0"):
+// transformers 5 refuses an int where its config declares a float.
+void hf_add_float(struct cJSON *obj, const char *key, double v);
 
 // Derived quantities.
 // data.pack "documents": document-masked attention and per-document positions.
