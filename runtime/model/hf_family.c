@@ -222,10 +222,10 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
     snprintf(m->moe_names, sizeof m->moe_names, "%s", f->moe_names);
     if (read_experts(j, f, m) < 0) return -1;
     if (!f->always_renorm && get_bool(j, "norm_topk_prob", 0, &m->norm_topk_prob) < 0) return -1;
-    if (f->shared) {
+    if (f->shared) { // absent: Qwen2MoeConfig's default, 5632, as transformers builds it
         const cJSON *s = item(j, "shared_expert_intermediate_size");
-        if (s && !(cJSON_IsNumber(s) && s->valuedouble == 0) &&
-            get_int(j, "shared_expert_intermediate_size", 0, &m->shared_ffn_dim) < 0)
+        if (!(s && cJSON_IsNumber(s) && s->valuedouble == 0) &&
+            get_int(j, "shared_expert_intermediate_size", 5632, &m->shared_ffn_dim) < 0)
             return -1;
     }
     if (f->sparse_steps &&
