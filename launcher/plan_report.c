@@ -284,10 +284,10 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
     if (p->cuda)
         fprintf(f,
                 "  balance    compute meets %s active parameters of %s, PCIe and the optimizer "
-                "move all of them: the GPU computes 95%% of the step from %s tokens a step (this "
+                "move all of them: the GPU computes %.0f%% of the step from %s tokens a step (this "
                 "batch: %s)\n",
-                G(e->active_params), G(p->params), G(e->stream_break_even_tokens + 0.5),
-                G(mt_tokens_per_step(p->c)));
+                G(e->active_params), G(p->params), 100.0 * PLAN_BREAK_EVEN_BUSY,
+                G(e->stream_break_even_tokens + 0.5), G(mt_tokens_per_step(p->c)));
     if (p->cuda) {
         fprintf(f,
                 "  step       %s, each pass as long as the slowest of what overlaps in it: the "

@@ -83,15 +83,6 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     return fmax(last_end, landed);
 }
 
-// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
-// longest of its compute and its weights' copy in, the backward's of its compute (recompute
-// included), its weights' copy in and its gradients' copy out (the two directions run at once).
-// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
-// forward waits for its update), during the backward with the ring (a layer's gradients wait for
-// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
-// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
-// The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
-// AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 // Each pass's parts: compute, PCIe, in one of them the optimizer, and the disk.
 typedef struct {
     double fwd[4], bwd[4];
@@ -115,31 +106,30 @@ static double backward_pass_s(const mt_plan *p, const double bwd[4], int *piped)
 }
 
 // The share of the step the GPU computes with compute scaled by `scale` (as many times the
-// tokens: the host's bytes stay), the disk's part left out unless `disk`.
-static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, int disk) {
+// tokens: the host's bytes stay), the disk's part left out.
+static double busy_share(const mt_plan *p, const pass_parts *pp, double scale) {
     double fwd[4], bwd[4];
     for (int i = 0; i < 4; i++) fwd[i] = pp->fwd[i], bwd[i] = pp->bwd[i];
     fwd[0] *= scale, bwd[0] *= scale;
-    if (!disk) fwd[3] = bwd[3] = 0;
+    fwd[3] = bwd[3] = 0;
     int piped;
     double step = fwd[slowest(fwd)] + backward_pass_s(p, bwd, &piped);
     return step > 0 ? (fwd[0] + bwd[0]) / step : 1;
 }
 
 // The GPU "stops waiting" from the tokens a step at which it computes PLAN_BREAK_EVEN_BUSY of
-// the step. The pipeline's ends (the first group's backward, the last group's update) never hide
-// entirely, so waiting never reaches zero; large MoE layers make those ends long, and a balance
-// of the parts' totals alone put Qwen3-MoE's break-even at 69,180 tokens, where the GPU was about
-// 70% busy (bench/RESULTS.md 2026-12-05). The share grows with the tokens: bisection on a log
-// scale.
-#define PLAN_BREAK_EVEN_BUSY 0.95
-static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk) {
+// the step (plan.h). The pipeline's ends (the first group's backward, the last group's update)
+// never hide entirely, so waiting never reaches zero; large MoE layers make those ends long, and
+// a balance of the parts' totals alone put Qwen3-MoE's break-even at 69,180 tokens, where the GPU
+// was about 70% busy (bench/RESULTS.md 2026-12-05). The share grows with the tokens: bisection
+// on a log scale.
+static double break_even_scale(const mt_plan *p, const pass_parts *pp) {
     double lo = 1e-6, hi = 1e6;
-    if (busy_share(p, pp, hi, disk) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
-    if (busy_share(p, pp, lo, disk) >= PLAN_BREAK_EVEN_BUSY) return lo;
+    if (busy_share(p, pp, hi) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
+    if (busy_share(p, pp, lo) >= PLAN_BREAK_EVEN_BUSY) return lo;
     for (int i = 0; i < 60; i++) {
         double mid = sqrt(lo * hi);
-        if (busy_share(p, pp, mid, disk) >= PLAN_BREAK_EVEN_BUSY)
+        if (busy_share(p, pp, mid) >= PLAN_BREAK_EVEN_BUSY)
             hi = mid;
         else
             lo = mid;
@@ -147,6 +137,15 @@ static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk)
     return hi;
 }
 
+// On the GPU the three overlap, layer by layer, within each pass: the forward's layer takes the
+// longest of its compute and its weights' copy in, the backward's of its compute (recompute
+// included), its weights' copy in and its gradients' copy out (the two directions run at once).
+// The optimizer ranks update a layer during the next forward with a slot per group (a layer's
+// forward waits for its update), during the backward with the ring (a layer's gradients wait for
+// a slot). Layers are alike, so the sums over them stand for the per-layer maxima. Measured on
+// the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
+// The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
+// AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
@@ -181,7 +180,7 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
         e->break_even_tokens = tokens * fmax(pp.fwd[3] / pp.fwd[0], pp.bwd[3] / pp.bwd[0]);
     // the same for PCIe and the optimizer's updates, the pipeline's ends included
-    e->stream_break_even_tokens = tokens * break_even_scale(p, &pp, 0);
+    e->stream_break_even_tokens = tokens * break_even_scale(p, &pp);
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {

@@ -40,6 +40,8 @@
 // with O_DIRECT (one dd stream of 16 MiB blocks).
 #define PLAN_DISK_BYTES_PER_S 2e9
 #define PLAN_OPT_BYTES_PER_PARAM 28.0 // AdamW: p, m, v read + written, fp32 g read (26 with bf16)
+// The GPU's share of the step at which the plan's break-even puts it (runtime/plan/estimate.c)
+#define PLAN_BREAK_EVEN_BUSY 0.95
 
 // The compute rank's buffers, by kind: host bytes on the CPU backend, GPU bytes on CUDA.
 typedef struct {
@@ -213,10 +215,10 @@ typedef struct {
     // The NVMe tier: bytes it moves a step and their time at disk_bw, and the tokens per step
     // from which the compute of each pass outlasts the disk's share of it (0: no tier)
     double disk_bytes, disk_s, break_even_tokens;
-    // GPU: the tokens per step from which the GPU computes 95% of the step or more, PCIe and the
-    // optimizer's updates (whose bytes do not grow with the tokens) hidden but for the ring's
-    // pipeline ends (compute scales with the active parameters, they with all of them: an MoE
-    // model needs more tokens than a dense one); the disk left out
+    // GPU: the tokens per step from which the GPU computes PLAN_BREAK_EVEN_BUSY of the step, PCIe
+    // and the optimizer's updates (whose bytes do not grow with the tokens) hidden but for the
+    // ring's pipeline ends (compute scales with the active parameters, they with all of them: an
+    // MoE model needs more tokens than a dense one); the disk left out
     double active_params, stream_break_even_tokens;
     double step_s, tokens_per_s;
 } plan_estimate;
