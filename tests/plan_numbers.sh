@@ -8,7 +8,9 @@
 #                                 fp32 gradient slots and again with bf16 ones
 #   the NVMe tier:                storage.dir's bytes (per rank, gradients, moments, windows);
 #                                 120B, 175B and 405B fit their hosts with it
-#   the step estimate:            within 15% of the steps measured on the H200 (100B, 120B, 7B)
+#   the step estimate:            within 15% of the steps measured on the H200 (100B, 120B, 7B,
+#                                 the MoE benches, every byte on disk at 1.1B and 3.4B); the
+#                                 disk's break-even
 #   configs/qwen3-30b-a3b.cfg:    Mixture of Experts (runtime/engine/moe_cuda.c, moe_mlp.c,
 #                                 backend_cpu.c), head_dim != dim / heads and qk_norm; the
 #                                 active parameters and the break-even of the GPU's wait
@@ -416,7 +418,31 @@ step_near mixtral-2l-auto-step 0.992 bench/configs/moe-mixtral-2l.cfg
 step_near mixtral-2l-be-step 1.118 bench/configs/moe-mixtral-2l-be.cfg
 step_near qwen3moe-slice-4l-step 1.352 bench/configs/slice-qwen3-30b-a3b-4l.cfg
 step_near mixtral-slice-4l-step 2.230 bench/configs/slice-mixtral-8x7b-4l.cfg
+# every byte of state on disk (2026-12-05, ab7a6e8), at the rate each job's own plan probed:
+# above the disk's break-even (the step is compute's) and far below it (the step is the disk's)
+mkdir -p "$TMP/tier"
+export MT_PLAN_DISK_LIMIT=10000000000000
+step_near tier-master-1b-32k-step 32.155 bench/configs/tier-master-1b-32k.cfg \
+    storage.dir="$TMP/tier" --disk-bw 2090000000
+step_near tier-master-3b-step 40.400 bench/configs/tier-master-3b.cfg storage.dir="$TMP/tier" \
+    --disk-bw 2200000000
+unset MT_PLAN_DISK_LIMIT
 gpu_mem=141G
+
+# The disk's break-even is the PCIe and optimizer one's rule with the disk's share in the step: at
+# least that one, and where the disk bounds the step, about half as many tokens on a disk twice
+# as fast (175B with every byte on disk).
+disk_break_even() { # RATE: estimate.break_even_tokens and stream_break_even_tokens
+    MT_PLAN_MEM_LIMIT=128000000000 MT_PLAN_SHM_LIMIT=128000000000 MT_PLAN_DISK_LIMIT=10000000000000 \
+        "$MTRUN" --plan --json -np 5 --gpu-mem 141G --disk-bw "$1" configs/175b.cfg \
+        storage.dir="$TMP/disk" storage.master=true |
+        python3 -c 'import json, sys; e = json.load(sys.stdin)["estimate"]
+print(e["break_even_tokens"], e["stream_break_even_tokens"])'
+}
+set -- $(disk_break_even 10000000000) $(disk_break_even 20000000000)
+awk -v a="${1:-0}" -v s="${2:-0}" -v b="${3:-0}" 'BEGIN { exit !(a > s && s > 0 && b / a > 0.4 && b / a < 0.6) }' &&
+    echo "ok   175b's disk break-even: $1 tokens at 10 GB/s, $3 at 20, the GPU's own $2" ||
+    fail "175b's disk break-even: $1 tokens at 10 GB/s, $3 at 20, the GPU's own $2"
 
 # The human plan shows the same total, exactly, and the parts an operator looks for.
 host=$(grep '^host ' "$TMP/test-small.got" | cut -d' ' -f2)

@@ -106,12 +106,12 @@ static double backward_pass_s(const mt_plan *p, const double bwd[4], int *piped)
 }
 
 // The share of the step the GPU computes with compute scaled by `scale` (as many times the
-// tokens: the host's bytes stay), the disk's part left out.
-static double busy_share(const mt_plan *p, const pass_parts *pp, double scale) {
+// tokens: the host's and the disk's bytes stay), the disk's part in it or left out.
+static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, int disk) {
     double fwd[4], bwd[4];
     for (int i = 0; i < 4; i++) fwd[i] = pp->fwd[i], bwd[i] = pp->bwd[i];
     fwd[0] *= scale, bwd[0] *= scale;
-    fwd[3] = bwd[3] = 0;
+    if (!disk) fwd[3] = bwd[3] = 0;
     int piped;
     double step = fwd[slowest(fwd)] + backward_pass_s(p, bwd, &piped);
     return step > 0 ? (fwd[0] + bwd[0]) / step : 1;
@@ -122,14 +122,15 @@ static double busy_share(const mt_plan *p, const pass_parts *pp, double scale) {
 // never hide entirely, so waiting never reaches zero; large MoE layers make those ends long, and
 // a balance of the parts' totals alone put Qwen3-MoE's break-even at 69,180 tokens, where the GPU
 // was about 70% busy (bench/RESULTS.md 2026-12-05). The share grows with the tokens: bisection
-// on a log scale.
-static double break_even_scale(const mt_plan *p, const pass_parts *pp) {
+// on a log scale. With the disk (the NVMe tier's break-even) the same rule: its bytes a step stay
+// as the compute grows.
+static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk) {
     double lo = 1e-6, hi = 1e6;
-    if (busy_share(p, pp, hi) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
-    if (busy_share(p, pp, lo) >= PLAN_BREAK_EVEN_BUSY) return lo;
+    if (busy_share(p, pp, hi, disk) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
+    if (busy_share(p, pp, lo, disk) >= PLAN_BREAK_EVEN_BUSY) return lo;
     for (int i = 0; i < 60; i++) {
         double mid = sqrt(lo * hi);
-        if (busy_share(p, pp, mid) >= PLAN_BREAK_EVEN_BUSY)
+        if (busy_share(p, pp, mid, disk) >= PLAN_BREAK_EVEN_BUSY)
             hi = mid;
         else
             lo = mid;
@@ -177,10 +178,9 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_fl
     e->backward_phase_s = backward_pass_s(p, pp.bwd, &piped);
     e->backward_bound = piped ? piped_names[b] : names[b];
     e->step_s = e->forward_phase_s + e->backward_phase_s;
-    if (e->disk_bytes > 0) // compute grows with the tokens, the disk's bytes do not
-        e->break_even_tokens = tokens * fmax(pp.fwd[3] / pp.fwd[0], pp.bwd[3] / pp.bwd[0]);
-    // the same for PCIe and the optimizer's updates, the pipeline's ends included
-    e->stream_break_even_tokens = tokens * break_even_scale(p, &pp);
+    // PCIe and the optimizer's updates, the pipeline's ends included; then the disk too
+    e->stream_break_even_tokens = tokens * break_even_scale(p, &pp, 0);
+    if (e->disk_bytes > 0) e->break_even_tokens = tokens * break_even_scale(p, &pp, 1);
 }
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {

@@ -213,7 +213,8 @@ typedef struct {
     double forward_s, forward_phase_s, backward_phase_s;
     const char *forward_bound, *backward_bound; // which of them bounds each pass (GPU)
     // The NVMe tier: bytes it moves a step and their time at disk_bw, and the tokens per step
-    // from which the compute of each pass outlasts the disk's share of it (0: no tier)
+    // from which the GPU computes PLAN_BREAK_EVEN_BUSY of the step with the disk's share in it
+    // (0: no tier; at least stream_break_even_tokens)
     double disk_bytes, disk_s, break_even_tokens;
     // GPU: the tokens per step from which the GPU computes PLAN_BREAK_EVEN_BUSY of the step, PCIe
     // and the optimizer's updates (whose bytes do not grow with the tokens) hidden but for the
