@@ -70,6 +70,14 @@ fixture coef0 mixtral --set router_aux_loss_coef=0.0
 "$TEST_HF" roundtrip "$WORK/hf/coef0" "$WORK/hf/coef0.out" 5000000000 float32 >/dev/null 2>&1
 expect "router_aux_loss_coef 0 is exported as 0.0" \
     grep -qE '"router_aux_loss_coef":[[:space:]]*0\.0[,}]' "$WORK/hf/coef0.out/config.json"
+# Qwen2-MoE without shared_expert_intermediate_size: transformers' default, a shared expert of
+# 5632, whose tensors must be taken (and the size written out on export)
+fixture shared_default qwen2_moe --unset shared_expert_intermediate_size
+expect "qwen2_moe without shared_expert_intermediate_size: a shared expert of 5632, round trip" \
+    "$TEST_HF" roundtrip "$WORK/hf/shared_default" "$WORK/hf/shared_default.out" 5000000000 float32
+expect "qwen2_moe without shared_expert_intermediate_size: exported as 5632" \
+    grep -qE '"shared_expert_intermediate_size":[[:space:]]*5632[,}]' \
+    "$WORK/hf/shared_default.out/config.json"
 # refuse NAME PATTERN FIXTURE-ARGS...: mtrun on the folder exits 2 with one line matching PATTERN
 refuse() {
     local name=$1 pattern=$2
@@ -89,5 +97,6 @@ refuse missing 'experts\.2\.w2' mixtral --drop model.layers.1.block_sparse_moe.e
 refuse shape 'experts\.1\.w3' mixtral --shape model.layers.0.block_sparse_moe.experts.1.w3.weight
 refuse clip 'clip_qkv' olmoe --set clip_qkv=8.0
 refuse jitter 'router_jitter_noise' mixtral --set router_jitter_noise=0.1
+refuse shared0 'shared_expert_intermediate_size is 0' qwen2_moe --set shared_expert_intermediate_size=0
 refuse gpt_oss 'GptOssForCausalLM' mixtral --set 'architectures=["GptOssForCausalLM"]'
 finish

@@ -4,8 +4,10 @@ library only, for e2e_moe.sh: hub tensor names of Mixtral, Qwen2-MoE (shared exp
 biases, layer 0 in mlp_only_layers) or OLMoE (q/k norms over the whole projections).
 
 usage: hf_moe_fixture.py DIR mixtral|qwen2_moe|olmoe [--drop NAME] [--shape NAME]
-                         [--set KEY=JSON]...
---drop leaves tensor NAME out, --shape gives it one row too many, --set changes config.json."""
+                         [--set KEY=JSON]... [--unset KEY]...
+--drop leaves tensor NAME out, --shape gives it one row too many, --set changes config.json,
+--unset leaves KEY out of it (the tensors follow the config: Qwen2-MoE's shared expert is
+transformers' default of 5632 when shared_expert_intermediate_size is absent)."""
 import json
 import os
 import random
@@ -15,7 +17,7 @@ import sys
 D, L, H, KV, HD, V, E, K, F = 32, 2, 4, 2, 8, 256, 4, 2, 16
 
 
-def tensors(family):
+def tensors(family, c):
     t = {"model.embed_tokens.weight": [V, D], "model.norm.weight": [D], "lm_head.weight": [V, D]}
     for l in range(L):
         p = f"model.layers.{l}."
@@ -41,7 +43,8 @@ def tensors(family):
             for n, s in zip(names, ([F, D], [F, D], [D, F])):
                 t[p + f"{moe}.experts.{e}.{n}.weight"] = s
         if family == "qwen2_moe":
-            for x, s in (("gate", [F, D]), ("up", [F, D]), ("down", [D, F])):
+            S = c.get("shared_expert_intermediate_size", 5632)  # transformers' default
+            for x, s in (("gate", [S, D]), ("up", [S, D]), ("down", [D, S])):
                 t[p + f"mlp.shared_expert.{x}_proj.weight"] = s
             t[p + "mlp.shared_expert_gate.weight"] = [1, D]
     return t
@@ -72,7 +75,7 @@ def main():
     args = sys.argv[1:]
     out, family = args[0], args[1]
     drop = shape = None
-    sets = []
+    sets, unsets = [], []
     i = 2
     while i < len(args):
         if args[i] == "--drop":
@@ -81,16 +84,20 @@ def main():
             shape = args[i + 1]
         elif args[i] == "--set":
             sets.append(args[i + 1])
+        elif args[i] == "--unset":
+            unsets.append(args[i + 1])
         i += 2
-    t = tensors(family)
-    if drop:
-        del t[drop]
-    if shape:
-        t[shape] = [t[shape][0] + 1] + t[shape][1:]
     c = config(family)
     for kv in sets:
         k, v = kv.split("=", 1)
         c[k] = json.loads(v)
+    for k in unsets:
+        del c[k]
+    t = tensors(family, c)
+    if drop:
+        del t[drop]
+    if shape:
+        t[shape] = [t[shape][0] + 1] + t[shape][1:]
     os.makedirs(out, exist_ok=True)
     json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=1)
     rng = random.Random(7)
