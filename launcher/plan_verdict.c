@@ -156,10 +156,13 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
                  c->clip > 0 ? ", with no global-norm clipping" : "");
         return -1;
     }
-    if (tier) return -1;
     mt_config least = *c; // the smallest batch: what no batch setting can shrink
     least.micro_batches = least.micro_batch = least.seq_len = 1;
     uint64_t fixed = plan_host_with(p, &least);
+    if (tier) { // a smaller batch too, where one fits (a small model a little short)
+        if (fixed <= h->mem_available) suggest(p, h->mem_available, err + used, n - used);
+        return -1;
+    }
     if (fixed > h->mem_available)
         snprintf(err + used, n - used,
                  "; even a batch of one token needs %s (optimizer state, gradient slots%s), so "

@@ -99,7 +99,8 @@ expected() {
         # on the CPU, two pinned on CUDA: each at most the largest slice, else 16M elements
         # rounded to 2048), no m and v, and windows of 4 pieces: a piece is at most
         # 16M floats (64 MiB) of the slice of a group, each buffer one page-rounded piece of every
-        # array (m and v; the gradients a page more, a piece may start inside one); each group
+        # array (m and v; the gradients a page more, a piece may start inside one), the largest
+        # of those it holds in a step; each group
         # area in the files is page-rounded (O_DIRECT)
         # storage.master: the master beside m and v in the file, plus a bf16 copy of the weights
         # (each group page-rounded); the window buffers hold a piece of master too, and one
@@ -126,8 +127,23 @@ expected() {
             if (most > mostall) mostall = most
             pc = min(most ? most : 1, 16777216)
             if (TM) off += 4 * 4 * up(min(most, 16777216), 16) # the weight ring
-            win = (TG ? 4 * (up(GB * pc, 4096) + 4096) : 0) + (TA ? 4 * 2 * up(4 * pc, 4096) : 0)
-            if (TM) win += 4 * up(4 * pc, 4096) + up(2 * pc, 4096); wins += win
+            # window buffer b holds the pieces at positions b, b + 4, ... of the order of the update
+            # (with the ring: the head, the layers down, the embedding; else by group), counted
+            # from 0 each step: its pages are those of the largest piece it holds
+            for (b = 0; b < 4; b++) wb[b] = 0
+            p = 0
+            for (i = 0; i < G; i++) {
+                g = RING ? G - 1 - i : i
+                if (g < DG) continue
+                for (at = 0; at < len[g]; at += 16777216) {
+                    x = min(len[g] - at, 16777216); if (x > wb[p % 4]) wb[p % 4] = x; p++
+                }
+            }
+            win = TM ? up(2 * pc, 4096) : 0
+            for (b = 0; b < 4; b++)
+                win += (TG ? up(GB * wb[b], 4096) + 4096 : 0) + (TA ? 2 * up(4 * wb[b], 4096) : 0) \
+                       + (TM ? up(4 * wb[b], 4096) : 0)
+            wins += win
             kdisk = (TG ? kg : 0) + (TA ? ka : 0); dgrads += TG ? kg : 0; dadam += TA ? ka : 0
             if (k == 0) out("disk.per_rank", kdisk)
             if (TA) mv = 0

@@ -137,7 +137,7 @@ static void file_layout(storage *s, tier_file *f, const uint64_t *n, const uint6
         f->first[g] = lo ? lo[g] : 0, f->count[g] = part[g];
         if (piece_len(part[g], 0) > most) most = piece_len(part[g], 0);
     }
-    // plan.c's tier_rank counts the same
+    // plan.c's tier_rank counts the pages a pass touches: in each buffer its largest piece's
     f->stride = round_up((most ? most : 1) * (uint64_t)elem) + (lo ? ALIGN : 0);
     if (!f->bytes) f->bytes = ALIGN;
 }

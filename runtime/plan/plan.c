@@ -395,39 +395,66 @@ uint64_t plan_process_bytes(int compute_cuda, int in_cuda_build) {
 // gradients' file holds the shard's whole slice, the moments' file this node's part. The windows
 // hold pieces of model_state_piece() floats of the part: MT_STORAGE_WINDOW buffers a file, each a
 // piece of every array of the file (m and v; the gradients with a block more, for a piece of them
-// may start inside one).
+// may start inside one). A pass over the pieces in the update's order (`pass`) puts its p-th
+// piece in buffer p % MT_STORAGE_WINDOW, from 0 again each step, so a buffer's pages in use are
+// its largest piece's: where a rank's slices are smaller than a piece (models of a few billion
+// parameters) the head's or the embedding's fills one buffer and the layers' the others.
 static uint64_t tier_bytes(uint64_t n, int elem) {
     uint64_t a = MT_STORAGE_ALIGN;
     return (n * (uint64_t)elem + a - 1) / a * a;
 }
 
+// The largest piece each window buffer holds: [0] of the gradients' file (the whole slice), [1]
+// of the moments' (this node's part).
+static void window_pieces(const shard_layout *lay, int moment_nodes, const int *pass,
+                          uint64_t most[2][MT_STORAGE_WINDOW]) {
+    uint64_t P = model_state_piece();
+    memset(most, 0, 2 * MT_STORAGE_WINDOW * sizeof most[0][0]);
+    for (int which = 0; which < 2; which++)
+        for (int i = 0, p = 0; i < lay->n_groups; i++) {
+            int g = pass[i];
+            if (g < lay->first_shared) continue;
+            uint64_t lo = 0, hi = lay->len[g];
+            if (which && moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
+            for (uint64_t at = 0; at < hi - lo; at += P, p++) {
+                uint64_t n = hi - lo - at < P ? hi - lo - at : P,
+                         *b = &most[which][p % MT_STORAGE_WINDOW];
+                if (n > *b) *b = n;
+            }
+        }
+}
+
+typedef struct {
+    uint64_t grads, adam, copy; // plan.h's disk_grads, disk_adam, disk_copy
+} plan_disk;
+
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
-                      uint64_t *disk_grads, uint64_t *disk_adam, uint64_t *disk_copy) {
-    uint64_t grads = 0, adam = 0, most = 0;
+                      const int *pass, plan_disk *disk) {
+    uint64_t grads = 0, adam = 0, master = 0, copy = 0, most[2][MT_STORAGE_WINDOW], largest = 0;
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
         if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
         grads += tier_bytes(lay->len[g], lay->grad_bytes), adam += 2 * tier_bytes(hi - lo, 4);
-        if (hi - lo > most) most = hi - lo;
+        master += tier_bytes(lay->len[g], 4), copy += tier_bytes(lay->len[g], 2);
     }
-    uint64_t piece = most < model_state_piece() ? (most ? most : 1) : model_state_piece();
-    if (c->storage_grads) {
-        r->disk += grads, *disk_grads += grads;
-        r->storage += MT_STORAGE_WINDOW * (tier_bytes(piece, lay->grad_bytes) + MT_STORAGE_ALIGN);
+    window_pieces(lay, moment_nodes, pass, most);
+    for (int b = 0; b < MT_STORAGE_WINDOW; b++) {
+        if (most[1][b] > largest) largest = most[1][b];
+        if (c->storage_grads)
+            r->storage += tier_bytes(most[0][b], lay->grad_bytes) + MT_STORAGE_ALIGN;
+        if (c->storage_adam) r->storage += 2 * tier_bytes(most[1][b], 4);
+        if (c->storage_master) r->storage += tier_bytes(most[1][b], 4); // the master's piece
     }
+    if (c->storage_grads) r->disk += grads, disk->grads += grads;
     if (c->storage_adam) {
-        r->disk += adam, *disk_adam += adam;
-        r->storage += MT_STORAGE_WINDOW * 2 * tier_bytes(piece, 4);
+        r->disk += adam, disk->adam += adam;
         r->adam_m = r->adam_v = 0;
     }
     if (c->storage_master) { // the fp32 master beside m and v, and a bf16 copy of the weights
-        uint64_t master = 0, copy = 0;
-        for (int g = lay->first_shared; g < lay->n_groups; g++)
-            master += tier_bytes(lay->len[g], 4), copy += tier_bytes(lay->len[g], 2);
-        r->disk += master + copy, *disk_adam += master + copy, *disk_copy += copy;
-        // the master's piece in each window buffer, and the bf16 piece the update writes to the
-        // copy (r->master is the region's weight ring: shard_layout_init's masters_bytes)
-        r->storage += MT_STORAGE_WINDOW * tier_bytes(piece, 4) + tier_bytes(piece, 2);
+        r->disk += master + copy, disk->adam += master + copy, disk->copy += copy;
+        // and the bf16 piece the update writes to the copy (r->master is the region's weight
+        // ring: shard_layout_init's masters_bytes)
+        r->storage += tier_bytes(largest, 2);
     }
 }
 
@@ -498,6 +525,8 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     int order[SHM_MAX_GROUPS];
     for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
     model_grad_order(c, order);
+    int identity[SHM_MAX_GROUPS]; // the optimizer ranks' order without the ring
+    for (int g = 0; g < p->n_groups; g++) identity[g] = g;
     p->ring_depth = model_grad_ring_depth(c);
     p->params = model_param_count(c);
     p->rank = calloc((size_t)np, sizeof *p->rank);
@@ -535,7 +564,9 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                               c->storage_master ? model_state_piece() : 0);
             if (c->storage_grads) shard_layout_grads_elsewhere(lay);
             optimizer_rank(pr, lay, moment_nodes);
-            tier_rank(pr, lay, moment_nodes, c, &p->disk_grads, &p->disk_adam, &p->disk_copy);
+            plan_disk disk = {0};
+            tier_rank(pr, lay, moment_nodes, c, p->ring_depth ? order : identity, &disk);
+            p->disk_grads += disk.grads, p->disk_adam += disk.adam, p->disk_copy += disk.copy;
         }
         pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
