@@ -18,7 +18,7 @@ read -r -a extra <<<"${MT_BENCH_ARGS:-}"
 # go, against --plan's table of host memory by rank.
 rank_sample() {
     for pid in $(pgrep -f 'bin/mt-rank'); do
-        rank=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        rank=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
         [ -n "$rank" ] && awk -v r="$rank" '/^Pss:/ {p = $2} /^Pss_Anon:/ {a = $2}
             /^Pss_Shmem:/ {s = $2} END {print r, p, a, s}' "/proc/$pid/smaps_rollup" 2>/dev/null
     done

@@ -46,13 +46,13 @@ static int largest_fitting(const mt_plan *p, mt_config base, size_t off, uint64_
 }
 
 // The smallest change that fits: one batch setting if one is enough, else two.
-static void suggest(const mt_plan *p, uint64_t limit, char *out, size_t n) {
+static void suggest(const mt_plan *p, uint64_t limit, const char *lead, char *out, size_t n) {
     const mt_config *c = p->c;
     int mb = largest_fitting(p, *c, offsetof(mt_config, micro_batches), limit);
     int rows = largest_fitting(p, *c, offsetof(mt_config, micro_batch), limit);
     int seq = largest_fitting(p, *c, offsetof(mt_config, seq_len), limit);
     if (mb || rows || seq) {
-        int used = snprintf(out, n, "; it fits with");
+        int used = snprintf(out, n, "; %sit fits with", lead);
         const char *sep = "";
         if (mb)
             used += snprintf(out + used, n - used, " batch.micro_batches = %d", mb), sep = " or";
@@ -64,7 +64,8 @@ static void suggest(const mt_plan *p, uint64_t limit, char *out, size_t n) {
     }
     mt_config one = *c; // one setting alone is not enough: shrink the batch to one sequence
     one.micro_batches = one.micro_batch = 1;
-    int used = snprintf(out, n, "; it fits with batch.micro_batches = 1 and batch.micro_batch = 1");
+    int used = snprintf(out, n,
+                        "; %sit fits with batch.micro_batches = 1 and batch.micro_batch = 1", lead);
     if (plan_host_with(p, &one) > limit)
         snprintf(out + used, n - used, " and batch.seq_len = %d",
                  largest_fitting(p, one, offsetof(mt_config, seq_len), limit));
@@ -160,17 +161,15 @@ static int refuse_host(const mt_plan *p, const host_probe *h, char *err, size_t 
     least.micro_batches = least.micro_batch = least.seq_len = 1;
     uint64_t fixed = plan_host_with(p, &least);
     if (tier) { // a smaller batch too, where one fits (a small model a little short)
-        if (fixed <= h->mem_available) suggest(p, h->mem_available, err + used, n - used);
-        return -1;
-    }
-    if (fixed > h->mem_available)
+        if (fixed <= h->mem_available) suggest(p, h->mem_available, "or ", err + used, n - used);
+    } else if (fixed > h->mem_available)
         snprintf(err + used, n - used,
                  "; even a batch of one token needs %s (optimizer state, gradient slots%s), so "
                  "no batch setting helps: use a smaller model or a host with more memory (each "
                  "data-parallel host holds a whole copy)",
                  H(fixed), p->cuda ? "" : ", the compute rank's weight and gradient buffers");
     else
-        suggest(p, h->mem_available, err + used, n - used);
+        suggest(p, h->mem_available, "", err + used, n - used);
     if (h->elastic) {
         used = (int)strlen(err);
         snprintf(err + used, n - used,

@@ -97,6 +97,6 @@ refuse missing 'experts\.2\.w2' mixtral --drop model.layers.1.block_sparse_moe.e
 refuse shape 'experts\.1\.w3' mixtral --shape model.layers.0.block_sparse_moe.experts.1.w3.weight
 refuse clip 'clip_qkv' olmoe --set clip_qkv=8.0
 refuse jitter 'router_jitter_noise' mixtral --set router_jitter_noise=0.1
-refuse shared0 'shared_expert_intermediate_size is 0' qwen2_moe --set shared_expert_intermediate_size=0
+refuse shared0 'shared_expert_intermediate_size, is not supported' qwen2_moe --set shared_expert_intermediate_size=0
 refuse gpt_oss 'GptOssForCausalLM' mixtral --set 'architectures=["GptOssForCausalLM"]'
 finish

@@ -104,7 +104,7 @@ expected() {
         # area in the files is page-rounded (O_DIRECT)
         # storage.master: the master beside m and v in the file, plus a bf16 copy of the weights
         # (each group page-rounded); the window buffers hold a piece of master too, and one
-        # bf16 piece more; the region holds 4 entries of a piece (at most the largest slice,
+        # bf16 piece and one fp32 (the bounce) more; the region holds 4 entries of a piece (at most the largest slice,
         # rounded to 16 floats) instead of the master, and the compute rank a page-rounded
         # bf16 piece (the same size) it reads the copy into
         TG = cfg["grads"] == "true"; TA = cfg["adam"] == "true"; TM = cfg["master"] == "true"
@@ -139,7 +139,7 @@ expected() {
                     x = min(len[g] - at, 16777216); if (x > wb[p % 4]) wb[p % 4] = x; p++
                 }
             }
-            win = TM ? up(2 * pc, 4096) : 0
+            win = TM ? up(2 * pc, 4096) + up(4 * pc, 4096) : 0 # the piece of the copy, the bounce
             for (b = 0; b < 4; b++)
                 win += (TG ? up(GB * wb[b], 4096) + 4096 : 0) + (TA ? 2 * up(4 * wb[b], 4096) : 0) \
                        + (TM ? up(4 * wb[b], 4096) : 0)
@@ -349,6 +349,11 @@ GPU_MEM=--disk-bw=2G check small-tier "$TMP/small-tier.cfg" 3 0 2
 sed 's/^  adam = true;/  adam = true;\n  master = true;/' "$TMP/small-tier.cfg" >"$TMP/small-master.cfg"
 grep -q '^  master = true;' "$TMP/small-master.cfg" || fail "small-master: the config edit did not take"
 GPU_MEM=--disk-bw=2G check small-master "$TMP/small-master.cfg" 3 0 2
+# and with the gradient ring (clip 0, the slots in memory): the windows' pass in the ring's order
+sed 's/^  grads = true;/  grads = false;/; s/^  lr = 2e-3;/  lr = 2e-3;\n  clip = 0.0;/' \
+    "$TMP/small-master.cfg" >"$TMP/small-ring.cfg"
+grep -q '^  clip = 0.0;' "$TMP/small-ring.cfg" || fail "small-ring: the config edit did not take"
+GPU_MEM=--disk-bw=2G check small-ring "$TMP/small-ring.cfg" 3 0 2
 tier_cfg "$TMP/120b-clip1.cfg" true false "$TMP/120b-tier.cfg"
 GPU_MEM="--gpu-mem=141G --disk-bw=2G" MEM_LIMIT=1500000000000 check 120b-tier "$TMP/120b-tier.cfg" 5 1 4 1
 perparam=$(awk '/^host /{h=$2} /^params /{p=$2} END{printf "%.3f", h / p}' "$TMP/120b-tier.got")

@@ -293,12 +293,14 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
     }
     for (int i = 0; i < ix->n && rc == 0; i++) {
         if (used[i] || ignorable(ix->t[i].name, cfg)) continue;
-        // transformers saves a shared expert of width 0 as empty tensors and a gate
-        int no_shared = cfg->shared_ffn_dim == 0 && strstr(ix->t[i].name, "shared_expert");
+        // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
+        const char *name = ix->t[i].name;
+        int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&
+                        (strstr(name, ".shared_expert.") || strstr(name, ".shared_expert_gate."));
         rc = failf(err, errlen, "%s: unexpected tensor %s (%s)", ix->files[ix->t[i].file],
                    ix->t[i].name,
-                   no_shared ? "config.json's shared_expert_intermediate_size is 0: a shared "
-                               "expert of no width is not supported; give its width"
+                   no_shared ? "a shared expert of width 0, config.json's "
+                               "shared_expert_intermediate_size, is not supported"
                              : "config.json's model has none");
     }
     free(used);

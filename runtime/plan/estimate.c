@@ -125,7 +125,8 @@ static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, i
 // on a log scale. With the disk (the NVMe tier's break-even) the same rule: its bytes a step stay
 // as the compute grows.
 static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk) {
-    double lo = 1e-6, hi = 1e6;
+    double lo = 1e-6, hi = 1e6; // as many times this batch: a batch of a few tokens needs more
+    while (busy_share(p, pp, hi, disk) < PLAN_BREAK_EVEN_BUSY && hi < 1e18) lo = hi, hi *= 1e3;
     if (busy_share(p, pp, hi, disk) < PLAN_BREAK_EVEN_BUSY) return INFINITY;
     if (busy_share(p, pp, lo, disk) >= PLAN_BREAK_EVEN_BUSY) return lo;
     for (int i = 0; i < 60; i++) {

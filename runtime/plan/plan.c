@@ -404,24 +404,22 @@ static uint64_t tier_bytes(uint64_t n, int elem) {
     return (n * (uint64_t)elem + a - 1) / a * a;
 }
 
-// The largest piece each window buffer holds: [0] of the gradients' file (the whole slice), [1]
-// of the moments' (this node's part).
+// The largest piece each window buffer holds. Both files' passes step over this node's part of
+// each slice (the gradients' file holds the whole slice, but a node reads back its part).
 static void window_pieces(const shard_layout *lay, int moment_nodes, const int *pass,
-                          uint64_t most[2][MT_STORAGE_WINDOW]) {
+                          uint64_t most[MT_STORAGE_WINDOW]) {
     uint64_t P = model_state_piece();
-    memset(most, 0, 2 * MT_STORAGE_WINDOW * sizeof most[0][0]);
-    for (int which = 0; which < 2; which++)
-        for (int i = 0, p = 0; i < lay->n_groups; i++) {
-            int g = pass[i];
-            if (g < lay->first_shared) continue;
-            uint64_t lo = 0, hi = lay->len[g];
-            if (which && moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
-            for (uint64_t at = 0; at < hi - lo; at += P, p++) {
-                uint64_t n = hi - lo - at < P ? hi - lo - at : P,
-                         *b = &most[which][p % MT_STORAGE_WINDOW];
-                if (n > *b) *b = n;
-            }
+    memset(most, 0, MT_STORAGE_WINDOW * sizeof most[0]);
+    for (int i = 0, p = 0; i < lay->n_groups; i++) {
+        int g = pass[i];
+        if (g < lay->first_shared) continue;
+        uint64_t lo = 0, hi = lay->len[g];
+        if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
+        for (uint64_t at = 0; at < hi - lo; at += P, p++) {
+            uint64_t n = hi - lo - at < P ? hi - lo - at : P, *b = &most[p % MT_STORAGE_WINDOW];
+            if (n > *b) *b = n;
         }
+    }
 }
 
 typedef struct {
@@ -430,7 +428,7 @@ typedef struct {
 
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
                       const int *pass, plan_disk *disk) {
-    uint64_t grads = 0, adam = 0, master = 0, copy = 0, most[2][MT_STORAGE_WINDOW], largest = 0;
+    uint64_t grads = 0, adam = 0, master = 0, copy = 0, most[MT_STORAGE_WINDOW], largest = 0;
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
         if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
@@ -439,11 +437,10 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
     }
     window_pieces(lay, moment_nodes, pass, most);
     for (int b = 0; b < MT_STORAGE_WINDOW; b++) {
-        if (most[1][b] > largest) largest = most[1][b];
-        if (c->storage_grads)
-            r->storage += tier_bytes(most[0][b], lay->grad_bytes) + MT_STORAGE_ALIGN;
-        if (c->storage_adam) r->storage += 2 * tier_bytes(most[1][b], 4);
-        if (c->storage_master) r->storage += tier_bytes(most[1][b], 4); // the master's piece
+        if (most[b] > largest) largest = most[b];
+        if (c->storage_grads) r->storage += tier_bytes(most[b], lay->grad_bytes) + MT_STORAGE_ALIGN;
+        if (c->storage_adam) r->storage += 2 * tier_bytes(most[b], 4);
+        if (c->storage_master) r->storage += tier_bytes(most[b], 4); // the master's piece
     }
     if (c->storage_grads) r->disk += grads, disk->grads += grads;
     if (c->storage_adam) {
@@ -452,9 +449,10 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
     }
     if (c->storage_master) { // the fp32 master beside m and v, and a bf16 copy of the weights
         r->disk += master + copy, disk->adam += master + copy, disk->copy += copy;
-        // and the bf16 piece the update writes to the copy (r->master is the region's weight
-        // ring: shard_layout_init's masters_bytes)
-        r->storage += tier_bytes(largest, 2);
+        // and the bf16 piece the update writes to the copy, and the fp32 piece the master moves
+        // through at the start, saves and exports (storage.c's copy_buf and bounce; r->master
+        // is the region's weight ring: shard_layout_init's masters_bytes)
+        r->storage += tier_bytes(largest, 2) + tier_bytes(largest, 4);
     }
 }
 
