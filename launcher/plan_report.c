@@ -101,8 +101,9 @@ static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
     fprintf(f, "  %sB a step at %sB/s (%s): %s", SI(e.disk_bytes), SI(p->disk_bw),
             h->disk_bw_source ? h->disk_bw_source : "assumed: the H200 host's disk", T(e.disk_s));
     if (p->cuda)
-        fprintf(f, "; with it the GPU computes %.0f%% of the step from %s tokens a step (this "
-                   "batch: %s)",
+        fprintf(f,
+                "; with it the GPU computes %.0f%% of the step from %s tokens a step (this "
+                "batch: %s)",
                 100 * PLAN_BREAK_EVEN_BUSY, G(e.break_even_tokens + 0.5), G(mt_tokens_per_step(c)));
     fputc('\n', f);
 }
