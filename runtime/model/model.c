@@ -165,6 +165,17 @@ void model_grad_order(const mt_config *c, int *order) {
     order[n++] = 0;
 }
 
+int model_update_order(const mt_config *c, int first, int *order) {
+    int groups = model_group_count(c), n = 0;
+    if (model_grad_ring_depth(c))
+        model_grad_order(c, order);
+    else
+        for (int g = 0; g < groups; g++) order[g] = g;
+    for (int i = 0; i < groups; i++) // in place: n never passes i
+        if (order[i] >= first) order[n++] = order[i];
+    return n;
+}
+
 int model_grad_ring_depth(const mt_config *c) {
     if (strcmp(c->grad_slots, "all") == 0) return 0;
     if (strcmp(c->grad_slots, "ring") == 0 || c->clip <= 0) return MODEL_GRAD_RING_DEPTH;

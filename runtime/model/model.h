@@ -262,6 +262,12 @@ void model_grad_order(const mt_config *c, int *order);
 #define MODEL_GRAD_RING_DEPTH 4
 int model_grad_ring_depth(const mt_config *c);
 
+// The order in which the optimizer ranks update their groups, which the NVMe tier's windows pass
+// over too (runtime/plan/plan.c counts their buffers by it): as the gradients land with the ring,
+// else by group; the first `first` groups (updated on the GPU) left out. Returns how many;
+// order[model_group_count(c)].
+int model_update_order(const mt_config *c, int first, int *order);
+
 // The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the pieces
 // (at most MT_STATE_PIECE floats of a group) each of an optimizer rank's windows holds in host
 // memory (the one updated, the one written back behind it, two read ahead), and the alignment of

@@ -494,17 +494,6 @@ static void export_hf(optimizer *o) {
     MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 
-static void update_order(optimizer *o) {
-    mt_job *job = o->job;
-    int all[SHM_MAX_GROUPS];
-    if (job->ring_depth)
-        model_grad_order(&job->cfg, all);
-    else
-        for (int g = 0; g < job->n_groups; g++) all[g] = g;
-    for (int i = 0; i < job->n_groups; i++)
-        if (all[i] >= job->device_groups) o->order[o->n_order++] = all[i];
-}
-
 void optimizer_run(mt_job *job) {
     optimizer o = {.job = job, .shard = job_shard_of_rank(job->rank)};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
@@ -517,7 +506,7 @@ void optimizer_run(mt_job *job) {
     if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     model_grad_order(&job->cfg, o.arrival);
-    update_order(&o);
+    o.n_order = model_update_order(&job->cfg, job->device_groups, o.order);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
     trace_open(&job->cfg, job, job->start_step, job->end_step);

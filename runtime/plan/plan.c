@@ -406,13 +406,12 @@ static uint64_t tier_bytes(uint64_t n, int elem) {
 
 // The largest piece each window buffer holds. Both files' passes step over this node's part of
 // each slice (the gradients' file holds the whole slice, but a node reads back its part).
-static void window_pieces(const shard_layout *lay, int moment_nodes, const int *pass,
+static void window_pieces(const shard_layout *lay, int moment_nodes, const int *pass, int n_pass,
                           uint64_t most[MT_STORAGE_WINDOW]) {
     uint64_t P = model_state_piece();
     memset(most, 0, MT_STORAGE_WINDOW * sizeof most[0]);
-    for (int i = 0, p = 0; i < lay->n_groups; i++) {
+    for (int i = 0, p = 0; i < n_pass; i++) {
         int g = pass[i];
-        if (g < lay->first_shared) continue;
         uint64_t lo = 0, hi = lay->len[g];
         if (moment_nodes > 1) shard_range(lay->len[g], 0, moment_nodes, &lo, &hi);
         for (uint64_t at = 0; at < hi - lo; at += P, p++) {
@@ -422,12 +421,9 @@ static void window_pieces(const shard_layout *lay, int moment_nodes, const int *
     }
 }
 
-typedef struct {
-    uint64_t grads, adam, copy; // plan.h's disk_grads, disk_adam, disk_copy
-} plan_disk;
-
+// pass: model_update_order's n_pass groups.
 static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, const mt_config *c,
-                      const int *pass, plan_disk *disk) {
+                      const int *pass, int n_pass, mt_plan *p) {
     uint64_t grads = 0, adam = 0, master = 0, copy = 0, most[MT_STORAGE_WINDOW], largest = 0;
     for (int g = lay->first_shared; g < lay->n_groups; g++) {
         uint64_t lo = 0, hi = lay->len[g];
@@ -435,20 +431,20 @@ static void tier_rank(plan_rank *r, const shard_layout *lay, int moment_nodes, c
         grads += tier_bytes(lay->len[g], lay->grad_bytes), adam += 2 * tier_bytes(hi - lo, 4);
         master += tier_bytes(lay->len[g], 4), copy += tier_bytes(lay->len[g], 2);
     }
-    window_pieces(lay, moment_nodes, pass, most);
+    window_pieces(lay, moment_nodes, pass, n_pass, most);
     for (int b = 0; b < MT_STORAGE_WINDOW; b++) {
         if (most[b] > largest) largest = most[b];
         if (c->storage_grads) r->storage += tier_bytes(most[b], lay->grad_bytes) + MT_STORAGE_ALIGN;
         if (c->storage_adam) r->storage += 2 * tier_bytes(most[b], 4);
         if (c->storage_master) r->storage += tier_bytes(most[b], 4); // the master's piece
     }
-    if (c->storage_grads) r->disk += grads, disk->grads += grads;
+    if (c->storage_grads) r->disk += grads, p->disk_grads += grads;
     if (c->storage_adam) {
-        r->disk += adam, disk->adam += adam;
+        r->disk += adam, p->disk_adam += adam;
         r->adam_m = r->adam_v = 0;
     }
     if (c->storage_master) { // the fp32 master beside m and v, and a bf16 copy of the weights
-        r->disk += master + copy, disk->adam += master + copy, disk->copy += copy;
+        r->disk += master + copy, p->disk_adam += master + copy, p->disk_copy += copy;
         // and the bf16 piece the update writes to the copy, and the fp32 piece the master moves
         // through at the start, saves and exports (storage.c's copy_buf and bounce; r->master
         // is the region's weight ring: shard_layout_init's masters_bytes)
@@ -523,8 +519,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     int order[SHM_MAX_GROUPS];
     for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
     model_grad_order(c, order);
-    int identity[SHM_MAX_GROUPS]; // the optimizer ranks' order without the ring
-    for (int g = 0; g < p->n_groups; g++) identity[g] = g;
+    int pass[SHM_MAX_GROUPS], n_pass = model_update_order(c, p->device_groups, pass);
     p->ring_depth = model_grad_ring_depth(c);
     p->params = model_param_count(c);
     p->rank = calloc((size_t)np, sizeof *p->rank);
@@ -562,9 +557,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                               c->storage_master ? model_state_piece() : 0);
             if (c->storage_grads) shard_layout_grads_elsewhere(lay);
             optimizer_rank(pr, lay, moment_nodes);
-            plan_disk disk = {0};
-            tier_rank(pr, lay, moment_nodes, c, p->ring_depth ? order : identity, &disk);
-            p->disk_grads += disk.grads, p->disk_adam += disk.adam, p->disk_copy += disk.copy;
+            tier_rank(pr, lay, moment_nodes, c, pass, n_pass, p);
         }
         pr->process = plan_process_bytes(r == 0 && cuda, cuda || PLAN_CUDA_BUILD);
         pr->total = pr->master + pr->adam_m + pr->adam_v + pr->grads + pr->control + pr->moving +
