@@ -8,19 +8,18 @@
 #include "runtime/engine/backend.h"
 #include "runtime/model/model.h"
 
-// One layer's weights inside a fetched bf16 buffer, by role (model.h's layer_params; NULL where
-// the layer has none): a dense MLP's three, or a MoE MLP's router, expert blocks and shared
-// expert.
+// One layer's weights inside a fetched bf16 buffer, and their fp32 gradients: one pointer per
+// role of roles.h (NULL where the layer has none).
 typedef struct {
-    const bf16 *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
-    const bf16 *q_norm, *k_norm, *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down,
-        *sh_route;
+#define MT_WEIGHT_FIELD(field, ...) const bf16 *field;
+    MT_LAYER_ROLES(MT_WEIGHT_FIELD)
+#undef MT_WEIGHT_FIELD
 } layer_w;
 
-typedef struct { // the same layer's fp32 gradients
-    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down, *bq, *bk, *bv;
-    float *q_norm, *k_norm, *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down,
-        *sh_route;
+typedef struct {
+#define MT_GRAD_FIELD(field, ...) float *field;
+    MT_LAYER_ROLES(MT_GRAD_FIELD)
+#undef MT_GRAD_FIELD
 } layer_g;
 
 // A MoE MLP's working set for one chunk of tokens (moe_cuda.c): P = chunk x top_k pairs.

@@ -7,31 +7,20 @@
 #include "shm/syscheck.h"
 
 // Layer l's tensors by role in a fetched buffer (weights) or its gradients: each pointer is the
-// base plus the role's offset in the layer's kind, dense or MoE, NULL where it has none.
-#define BIND_ROLES(X)                                                                              \
-    X(attn_norm, T_ATTN_NORM)                                                                      \
-    X(wq, T_WQ) X(wk, T_WK) X(wv, T_WV) X(wo, T_WO) X(ffn_norm, T_FFN_NORM) X(w_gate, T_W_GATE)    \
-        X(w_up, T_W_UP) X(w_down, T_W_DOWN) X(bq, T_BQ) X(bk, T_BK) X(bv, T_BV)                    \
-            X(q_norm, T_Q_NORM) X(k_norm, T_K_NORM) X(router, T_ROUTER) X(exp_gate, T_EXP_GATE)    \
-                X(exp_up, T_EXP_UP) X(exp_down, T_EXP_DOWN) X(sh_gate, T_SH_GATE)                  \
-                    X(sh_up, T_SH_UP) X(sh_down, T_SH_DOWN) X(sh_route, T_SH_ROUTE)
-
+// base plus the role's offset in the layer's layout, NULL where it has none.
 static layer_w bind_w(const backend *b, int l, const void *w) {
     const bf16 *base = w;
-    const uint64_t *o = b->offsets[mt_layer_is_moe(b->c, l)];
-    layer_w r;
-#define BIND(field, role) r.field = o[role] == UINT64_MAX ? NULL : base + o[role];
-    BIND_ROLES(BIND)
-    return r;
+    const uint64_t *off = b->offsets[mt_layer_is_moe(b->c, l)];
+    layer_w weights, *r = &weights;
+    MT_LAYER_ROLES(MT_ROLE_BIND)
+    return weights;
 }
 
-static layer_g bind_g(const backend *b, int l, float *g) {
-    float *base = g;
-    const uint64_t *o = b->offsets[mt_layer_is_moe(b->c, l)];
-    layer_g r;
-    BIND_ROLES(BIND)
-#undef BIND
-    return r;
+static layer_g bind_g(const backend *b, int l, float *base) {
+    const uint64_t *off = b->offsets[mt_layer_is_moe(b->c, l)];
+    layer_g grads, *r = &grads;
+    MT_LAYER_ROLES(MT_ROLE_BIND)
+    return grads;
 }
 
 // out = in . w^T (+ bias) over `rows` tokens: the q, k and v projections.

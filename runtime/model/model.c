@@ -13,16 +13,6 @@ static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, in
     return n + 1;
 }
 
-// E matrices of one role in turn, expert-major: expert e's at the block's start + e * rows * cols.
-static int add_experts(tensor_info *t, int n, const char *name, uint64_t *off, int E, int rows,
-                       int cols, int role) {
-    for (int e = 0; e < E; e++) {
-        n = add_tensor(t, n, name, off, rows, cols, TENSOR_NORMAL, role);
-        t[n - 1].expert = e;
-    }
-    return n;
-}
-
 int mt_layer_is_moe(const mt_config *c, int l) {
     if (c->experts <= 0 || (l + 1) % (c->moe_every > 0 ? c->moe_every : 1)) return 0;
     for (const char *p = c->dense_layers; *p;) { // "0,5,7"
@@ -41,81 +31,81 @@ int mt_moe_layers(const mt_config *c) {
     return n;
 }
 
-// The hub's names for a MoE MLP's tensors (model.moe_names): router, gate, up, down.
-static const char *const moe_names[][4] = {
-    {"model.layers.%d.mlp.gate.weight", "model.layers.%d.mlp.experts.%e.gate_proj.weight",
-     "model.layers.%d.mlp.experts.%e.up_proj.weight",
-     "model.layers.%d.mlp.experts.%e.down_proj.weight"},
-    {"model.layers.%d.block_sparse_moe.gate.weight",
-     "model.layers.%d.block_sparse_moe.experts.%e.w1.weight",
-     "model.layers.%d.block_sparse_moe.experts.%e.w3.weight",
-     "model.layers.%d.block_sparse_moe.experts.%e.w2.weight"},
+// The layer roles of roles.h, as data: each row's Hugging Face names, when it is present and
+// its shape.
+typedef struct {
+    int role, present;
+    const char *name, *bsm_name; // bsm_name: under moe_names "block_sparse_moe" (NULL: name)
+    int rows, cols, init;
+} role_row;
+
+static const role_row role_rows[] = {
+#define MT_ROLE_ROW(field, role, present, name, bsm, rows, cols, init)                             \
+    {role, present, name, bsm, rows, cols, init},
+    MT_LAYER_ROLES(MT_ROLE_ROW)
+#undef MT_ROLE_ROW
 };
 
-static int moe_tensors(const mt_config *c, tensor_info *t, int n, uint64_t *off) {
-    const char *const *nm = moe_names[strcmp(c->moe_names, "block_sparse_moe") == 0];
-    int D = c->dim, E = c->experts, F = c->moe_ffn_dim;
-    n = add_tensor(t, n, nm[0], off, E, D, TENSOR_NORMAL, T_ROUTER);
-    n = add_experts(t, n, nm[1], off, E, F, D, T_EXP_GATE);
-    n = add_experts(t, n, nm[2], off, E, F, D, T_EXP_UP);
-    return add_experts(t, n, nm[3], off, E, D, F, T_EXP_DOWN);
-}
-
-static int dense_mlp_tensors(const mt_config *c, tensor_info *t, int n, uint64_t *off) {
-    int D = c->dim, F = c->ffn_dim;
-    n = add_tensor(t, n, "model.layers.%d.mlp.gate_proj.weight", off, F, D, TENSOR_NORMAL,
-                   T_W_GATE);
-    n = add_tensor(t, n, "model.layers.%d.mlp.up_proj.weight", off, F, D, TENSOR_NORMAL, T_W_UP);
-    return add_tensor(t, n, "model.layers.%d.mlp.down_proj.weight", off, D, F, TENSOR_NORMAL,
-                      T_W_DOWN);
-}
-
-// What a layer adds after its MLP: q/k/v biases, q/k norms and a shared expert. Appended, not
-// interleaved, so that a dense Llama layer's nine tensors keep their offsets.
-static int extra_tensors(const mt_config *c, int moe, tensor_info *t, int n, uint64_t *off) {
-    int hd = mt_head_dim(c), q = c->heads * hd, kv = c->kv_heads * hd, D = c->dim;
-    if (c->qkv_bias) {
-        n = add_tensor(t, n, "model.layers.%d.self_attn.q_proj.bias", off, q, 0, TENSOR_ZEROS,
-                       T_BQ);
-        n = add_tensor(t, n, "model.layers.%d.self_attn.k_proj.bias", off, kv, 0, TENSOR_ZEROS,
-                       T_BK);
-        n = add_tensor(t, n, "model.layers.%d.self_attn.v_proj.bias", off, kv, 0, TENSOR_ZEROS,
-                       T_BV);
-    }
-    if (mt_qk_norm(c) != QK_NONE) {
-        int all = mt_qk_norm(c) == QK_ALL;
-        n = add_tensor(t, n, "model.layers.%d.self_attn.q_norm.weight", off, all ? q : hd, 0,
-                       TENSOR_ONES, T_Q_NORM);
-        n = add_tensor(t, n, "model.layers.%d.self_attn.k_norm.weight", off, all ? kv : hd, 0,
-                       TENSOR_ONES, T_K_NORM);
-    }
-    if (!moe || c->shared_ffn_dim <= 0) return n;
-    int S = c->shared_ffn_dim;
-    n = add_tensor(t, n, "model.layers.%d.mlp.shared_expert.gate_proj.weight", off, S, D,
-                   TENSOR_NORMAL, T_SH_GATE);
-    n = add_tensor(t, n, "model.layers.%d.mlp.shared_expert.up_proj.weight", off, S, D,
-                   TENSOR_NORMAL, T_SH_UP);
-    n = add_tensor(t, n, "model.layers.%d.mlp.shared_expert.down_proj.weight", off, D, S,
-                   TENSOR_NORMAL, T_SH_DOWN);
-    return add_tensor(t, n, "model.layers.%d.mlp.shared_expert_gate.weight", off, 1, D,
-                      TENSOR_NORMAL, T_SH_ROUTE);
-}
-
-static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
-    int hd = mt_head_dim(c), q = c->heads * hd, kv = c->kv_heads * hd, D = c->dim, n = 0;
+static int role_present(const mt_config *c, int layer, int present) {
     int moe = mt_layer_is_moe(c, layer);
-    n = add_tensor(t, n, "model.layers.%d.input_layernorm.weight", off, D, 0, TENSOR_ONES,
-                   T_ATTN_NORM);
-    n = add_tensor(t, n, "model.layers.%d.self_attn.q_proj.weight", off, q, D, TENSOR_NORMAL, T_WQ);
-    n = add_tensor(t, n, "model.layers.%d.self_attn.k_proj.weight", off, kv, D, TENSOR_NORMAL,
-                   T_WK);
-    n = add_tensor(t, n, "model.layers.%d.self_attn.v_proj.weight", off, kv, D, TENSOR_NORMAL,
-                   T_WV);
-    n = add_tensor(t, n, "model.layers.%d.self_attn.o_proj.weight", off, D, q, TENSOR_NORMAL, T_WO);
-    n = add_tensor(t, n, "model.layers.%d.post_attention_layernorm.weight", off, D, 0, TENSOR_ONES,
-                   T_FFN_NORM);
-    n = moe ? moe_tensors(c, t, n, off) : dense_mlp_tensors(c, t, n, off);
-    return extra_tensors(c, moe, t, n, off);
+    switch (present) {
+    case ROLE_DENSE_MLP:
+        return !moe;
+    case ROLE_MOE:
+    case ROLE_EXPERTS:
+        return moe;
+    case ROLE_QKV_BIAS:
+        return c->qkv_bias;
+    case ROLE_QK_NORM:
+        return mt_qk_norm(c) != QK_NONE;
+    case ROLE_SHARED:
+        return moe && c->shared_ffn_dim > 0;
+    }
+    return 1; // ROLE_ALWAYS
+}
+
+static int dim_of(const mt_config *c, int dim) {
+    int hd = mt_head_dim(c), all = mt_qk_norm(c) == QK_ALL;
+    switch (dim) {
+    case DIM_ONE:
+        return 1;
+    case DIM_D:
+        return c->dim;
+    case DIM_Q:
+        return c->heads * hd;
+    case DIM_KV:
+        return c->kv_heads * hd;
+    case DIM_F:
+        return c->ffn_dim;
+    case DIM_E:
+        return c->experts;
+    case DIM_FE:
+        return c->moe_ffn_dim;
+    case DIM_S:
+        return c->shared_ffn_dim;
+    case DIM_QN:
+        return all ? c->heads * hd : hd;
+    case DIM_KN:
+        return all ? c->kv_heads * hd : hd;
+    }
+    return 0; // DIM_NONE
+}
+
+// The layer's tensors in the role table's order, each expert block E matrices in turn.
+static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
+    int bsm = strcmp(c->moe_names, "block_sparse_moe") == 0, n = 0;
+    for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
+        const role_row *r = &role_rows[i];
+        if (!role_present(c, layer, r->present)) continue;
+        const char *name = bsm && r->bsm_name ? r->bsm_name : r->name;
+        int copies = r->present == ROLE_EXPERTS ? c->experts : 1;
+        for (int e = 0; e < copies; e++) {
+            n = add_tensor(t, n, name, off, dim_of(c, r->rows), dim_of(c, r->cols), r->init,
+                           r->role);
+            if (r->present == ROLE_EXPERTS) t[n - 1].expert = e;
+        }
+    }
+    return n;
 }
 
 int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *numel) {
@@ -215,33 +205,10 @@ void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]) {
     for (int k = n - 1; k >= 0; k--) off[t[k].role] = t[k].offset; // an expert block: expert 0's
 }
 
-void layer_params_bind(layer_params *p, const mt_config *c, int layer, float *flat) {
+void layer_params_bind(layer_params *r, const mt_config *c, int layer, float *base) {
     uint64_t off[T_ROLES];
     model_layer_offsets(c, layer, off);
-    float **slot[T_ROLES] = {[T_ATTN_NORM] = &p->attn_norm,
-                             [T_WQ] = &p->wq,
-                             [T_WK] = &p->wk,
-                             [T_WV] = &p->wv,
-                             [T_WO] = &p->wo,
-                             [T_FFN_NORM] = &p->ffn_norm,
-                             [T_W_GATE] = &p->w_gate,
-                             [T_W_UP] = &p->w_up,
-                             [T_W_DOWN] = &p->w_down,
-                             [T_BQ] = &p->bq,
-                             [T_BK] = &p->bk,
-                             [T_BV] = &p->bv,
-                             [T_Q_NORM] = &p->q_norm,
-                             [T_K_NORM] = &p->k_norm,
-                             [T_ROUTER] = &p->router,
-                             [T_EXP_GATE] = &p->exp_gate,
-                             [T_EXP_UP] = &p->exp_up,
-                             [T_EXP_DOWN] = &p->exp_down,
-                             [T_SH_GATE] = &p->sh_gate,
-                             [T_SH_UP] = &p->sh_up,
-                             [T_SH_DOWN] = &p->sh_down,
-                             [T_SH_ROUTE] = &p->sh_route};
-    for (int r = T_ATTN_NORM; r < T_ROLES; r++)
-        *slot[r] = off[r] == UINT64_MAX ? NULL : flat + off[r];
+    MT_LAYER_ROLES(MT_ROLE_BIND)
 }
 
 void head_params_bind(head_params *p, const mt_config *c, float *flat) {

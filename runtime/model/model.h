@@ -197,35 +197,7 @@ static inline long mt_tokens_per_step(const mt_config *c) {
 
 enum { TENSOR_NORMAL, TENSOR_ONES, TENSOR_ZEROS }; // how a tensor is initialized
 
-// What a tensor is to the kernels: the layer templates bind their pointers by role.
-enum {
-    T_EMBED,
-    T_FINAL_NORM,
-    T_LM_HEAD,
-    T_ATTN_NORM, // the decoder layer's, from here on
-    T_WQ,
-    T_WK,
-    T_WV,
-    T_WO,
-    T_FFN_NORM,
-    T_W_GATE, // a dense MLP
-    T_W_UP,
-    T_W_DOWN,
-    T_BQ, // Qwen2's biases on q, k and v
-    T_BK,
-    T_BV,
-    T_Q_NORM, // qk_norm
-    T_K_NORM,
-    T_ROUTER, // a MoE MLP: the router [E, dim], then each expert's three matrices, expert-major
-    T_EXP_GATE,
-    T_EXP_UP,
-    T_EXP_DOWN,
-    T_SH_GATE, // its shared expert, and the shared expert's gate [1, dim]
-    T_SH_UP,
-    T_SH_DOWN,
-    T_SH_ROUTE,
-    T_ROLES
-};
+#include "runtime/model/roles.h" // T_* roles, the layer's role table
 
 typedef struct {
     const char *name; // Hugging Face name pattern, "%d" for the layer index, "%e" the expert's
@@ -302,12 +274,12 @@ void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]);
 void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, float *out);
 
 // Pointers into one decoder layer's flat weights (or gradients): the binding of a template,
-// by role (model_layer_offsets); NULL where the layer has no such tensor. An expert block
-// holds E matrices in turn: expert e's gate is exp_gate + e * moe_ffn_dim * dim.
+// one per role of roles.h (model_layer_offsets); NULL where the layer has no such tensor. An
+// expert block holds E matrices in turn: expert e's gate is exp_gate + e * moe_ffn_dim * dim.
 typedef struct {
-    float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-    float *bq, *bk, *bv, *q_norm, *k_norm;
-    float *router, *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down, *sh_route;
+#define MT_PARAM_FIELD(field, ...) float *field;
+    MT_LAYER_ROLES(MT_PARAM_FIELD)
+#undef MT_PARAM_FIELD
 } layer_params;
 
 void layer_params_bind(layer_params *p, const mt_config *c, int layer, float *flat);

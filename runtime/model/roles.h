@@ -1,0 +1,99 @@
+// Every tensor a decoder layer may hold, written once: its role, its field in the binding
+// structs of both backends, the part of the layer it belongs to, its Hugging Face names, its
+// shape and its initialization. model.c walks this table to lay out a layer's flat group (in
+// the table's order, so a dense Llama layer's nine tensors come first and keep their offsets),
+// and the binders of both backends (layer_params here, layer_w and layer_g on CUDA) are
+// generated from it.
+#ifndef MT_ROLES_H
+#define MT_ROLES_H
+
+// Which layers hold a role: every layer, or only where the layer's kinds and the model's
+// options call for it (model.c's role_present).
+enum {
+    ROLE_ALWAYS,
+    ROLE_DENSE_MLP, // the MLP kind is dense
+    ROLE_MOE,       // the MLP kind is MoE: its router
+    ROLE_EXPERTS,   // the MLP kind is MoE: one matrix per expert, expert-major
+    ROLE_QKV_BIAS,  // model.qkv_bias
+    ROLE_QK_NORM,   // model.qk_norm is "head" or "all"
+    ROLE_SHARED,    // the MLP kind is MoE with a shared expert (model.shared_ffn_dim > 0)
+};
+
+// A shape's extents, resolved against the config by model.c's dim_of.
+enum {
+    DIM_NONE, // cols of a vector
+    DIM_ONE,
+    DIM_D,  // model.dim
+    DIM_Q,  // heads x head_dim
+    DIM_KV, // kv_heads x head_dim
+    DIM_F,  // ffn_dim
+    DIM_E,  // experts
+    DIM_FE, // moe_ffn_dim
+    DIM_S,  // shared_ffn_dim
+    DIM_QN, // q_norm's width: head_dim ("head") or heads x head_dim ("all")
+    DIM_KN, // k_norm's width: head_dim ("head") or kv_heads x head_dim ("all")
+};
+
+// X(field, ROLE, present, hub name, hub name under moe_names "block_sparse_moe" (NULL: the
+// same), rows, cols, init). "%d" is the layer's index, "%e" the expert's.
+#define MT_LAYER_ROLES(X)                                                                          \
+    X(attn_norm, T_ATTN_NORM, ROLE_ALWAYS, "model.layers.%d.input_layernorm.weight", NULL, DIM_D,  \
+      DIM_NONE, TENSOR_ONES)                                                                       \
+    X(wq, T_WQ, ROLE_ALWAYS, "model.layers.%d.self_attn.q_proj.weight", NULL, DIM_Q, DIM_D,        \
+      TENSOR_NORMAL)                                                                               \
+    X(wk, T_WK, ROLE_ALWAYS, "model.layers.%d.self_attn.k_proj.weight", NULL, DIM_KV, DIM_D,       \
+      TENSOR_NORMAL)                                                                               \
+    X(wv, T_WV, ROLE_ALWAYS, "model.layers.%d.self_attn.v_proj.weight", NULL, DIM_KV, DIM_D,       \
+      TENSOR_NORMAL)                                                                               \
+    X(wo, T_WO, ROLE_ALWAYS, "model.layers.%d.self_attn.o_proj.weight", NULL, DIM_D, DIM_Q,        \
+      TENSOR_NORMAL)                                                                               \
+    X(ffn_norm, T_FFN_NORM, ROLE_ALWAYS, "model.layers.%d.post_attention_layernorm.weight", NULL,  \
+      DIM_D, DIM_NONE, TENSOR_ONES)                                                                \
+    X(w_gate, T_W_GATE, ROLE_DENSE_MLP, "model.layers.%d.mlp.gate_proj.weight", NULL, DIM_F,       \
+      DIM_D, TENSOR_NORMAL)                                                                        \
+    X(w_up, T_W_UP, ROLE_DENSE_MLP, "model.layers.%d.mlp.up_proj.weight", NULL, DIM_F, DIM_D,      \
+      TENSOR_NORMAL)                                                                               \
+    X(w_down, T_W_DOWN, ROLE_DENSE_MLP, "model.layers.%d.mlp.down_proj.weight", NULL, DIM_D,       \
+      DIM_F, TENSOR_NORMAL)                                                                        \
+    X(router, T_ROUTER, ROLE_MOE, "model.layers.%d.mlp.gate.weight",                               \
+      "model.layers.%d.block_sparse_moe.gate.weight", DIM_E, DIM_D, TENSOR_NORMAL)                 \
+    X(exp_gate, T_EXP_GATE, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.gate_proj.weight",       \
+      "model.layers.%d.block_sparse_moe.experts.%e.w1.weight", DIM_FE, DIM_D, TENSOR_NORMAL)       \
+    X(exp_up, T_EXP_UP, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.up_proj.weight",             \
+      "model.layers.%d.block_sparse_moe.experts.%e.w3.weight", DIM_FE, DIM_D, TENSOR_NORMAL)       \
+    X(exp_down, T_EXP_DOWN, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.down_proj.weight",       \
+      "model.layers.%d.block_sparse_moe.experts.%e.w2.weight", DIM_D, DIM_FE, TENSOR_NORMAL)       \
+    X(bq, T_BQ, ROLE_QKV_BIAS, "model.layers.%d.self_attn.q_proj.bias", NULL, DIM_Q, DIM_NONE,     \
+      TENSOR_ZEROS)                                                                                \
+    X(bk, T_BK, ROLE_QKV_BIAS, "model.layers.%d.self_attn.k_proj.bias", NULL, DIM_KV, DIM_NONE,    \
+      TENSOR_ZEROS)                                                                                \
+    X(bv, T_BV, ROLE_QKV_BIAS, "model.layers.%d.self_attn.v_proj.bias", NULL, DIM_KV, DIM_NONE,    \
+      TENSOR_ZEROS)                                                                                \
+    X(q_norm, T_Q_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.q_norm.weight", NULL, DIM_QN,     \
+      DIM_NONE, TENSOR_ONES)                                                                       \
+    X(k_norm, T_K_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.k_norm.weight", NULL, DIM_KN,     \
+      DIM_NONE, TENSOR_ONES)                                                                       \
+    X(sh_gate, T_SH_GATE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.gate_proj.weight", NULL, \
+      DIM_S, DIM_D, TENSOR_NORMAL)                                                                 \
+    X(sh_up, T_SH_UP, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL,       \
+      DIM_S, DIM_D, TENSOR_NORMAL)                                                                 \
+    X(sh_down, T_SH_DOWN, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL, \
+      DIM_D, DIM_S, TENSOR_NORMAL)                                                                 \
+    X(sh_route, T_SH_ROUTE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert_gate.weight", NULL,    \
+      DIM_ONE, DIM_D, TENSOR_NORMAL)
+
+// What a tensor is to the kernels: the embedding and the head's, then the layer's from the
+// table above, in its order.
+#define MT_ROLE_ENUM(field, role, ...) role,
+enum { T_EMBED, T_FINAL_NORM, T_LM_HEAD, MT_LAYER_ROLES(MT_ROLE_ENUM) T_ROLES };
+#undef MT_ROLE_ENUM
+enum { T_FIRST_LAYER_ROLE = T_ATTN_NORM };
+
+// Each binding of a template to one layer's flat weights or gradients (model.h's layer_params,
+// cuda_state.h's layer_w and layer_g) lists one pointer per role through MT_LAYER_ROLES, with
+// its own pointer type. MT_ROLE_BIND fills one: it expands inside a binder with `r` (the
+// struct), `base` (the flat buffer) and `off` (each role's offset, UINT64_MAX where the layer
+// has none) in scope.
+#define MT_ROLE_BIND(field, role, ...) r->field = off[role] == UINT64_MAX ? NULL : base + off[role];
+
+#endif
