@@ -34,6 +34,7 @@ int main(int argc, char **argv) {
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
     c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
     c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1, c.qkv_bias = h[6];
+    model_describe_layers(&c);
     size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;
     float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");
     float *dout = read_exact(in, nD * 4, "dout");

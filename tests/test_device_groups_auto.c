@@ -13,6 +13,7 @@ static mt_config llama(int layers) {
     memset(&c, 0, sizeof c);
     c.dim = 4096, c.layers = layers, c.heads = 32, c.kv_heads = 32, c.ffn_dim = 11008;
     c.vocab = 32000, c.tied_embeddings = 0, c.device_groups = -1;
+    model_describe_layers(&c);
     return c;
 }
 

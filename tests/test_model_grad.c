@@ -245,6 +245,7 @@ static void gradcheck(const variant *v) {
     c->dim = 32, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 48, c->vocab = 37;
     c->rope_theta = 10000, c->norm_eps = 1e-5, c->tied_embeddings = v->tied, c->seed = 5;
     if (v->make) v->make(c);
+    model_describe_layers(c);
     unsigned seed = 11;
     init_params(&m, &seed);
     size_t pairs = (size_t)c->layers * B * T * c->top_k, per = (size_t)c->layers * c->experts;

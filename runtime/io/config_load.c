@@ -137,6 +137,7 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
     if (rc == 0) rc = check_export_dir(src, cfg);
     if (rc == 0) rc = config_apply_model_dir(src, cfg);
     if (rc == 0) rc = config_check(src, cfg);
+    if (rc == 0) model_describe_layers(cfg);
     if (rc == 0) rc = check_hf_weights(src, cfg);
     if (rc == 0) rc = config_resolve_paths(src, cfg);
     if (rc == 0) rc = check_data_file(src, cfg);

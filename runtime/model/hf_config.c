@@ -114,6 +114,7 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
         failf(err, errlen, "%s: not a JSON object", path);
     else if (hf_read_family(&j, seq_len, model) == 0)
         rc = read_rope(&j, model) == 0 ? read_special(&j, model) : -1; // rope after rope_theta
+    if (rc == 0) model_describe_layers(model);
     cJSON_Delete(root);
     return rc;
 }

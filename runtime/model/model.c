@@ -13,16 +13,33 @@ static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, in
     return n + 1;
 }
 
-int mt_layer_is_moe(const mt_config *c, int l) {
+// model.moe_every and model.dense_layers ("0,5,7", checked by config.c) as transformers reads
+// decoder_sparse_step and mlp_only_layers.
+static int moe_by_fields(const mt_config *c, int l) {
     if (c->experts <= 0 || (l + 1) % (c->moe_every > 0 ? c->moe_every : 1)) return 0;
-    for (const char *p = c->dense_layers; *p;) { // "0,5,7"
+    for (const char *p = c->dense_layers; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p) break; // config.c has checked the list
+        if (end == p) break;
         if (v == l) return 0;
         p = *end == ',' ? end + 1 : end;
     }
     return 1;
+}
+
+void model_describe_layers(mt_config *c) {
+    int n = c->layers > 0 && c->layers <= MT_MAX_LAYERS ? c->layers : 0; // else out of range
+    for (int l = 0; l < n; l++)
+        c->layer_kind[l] =
+            (mt_layer_kind){ATTN_SOFTMAX, moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE, 0};
+    c->n_described = n;
+}
+
+const mt_layer_kind *mt_layer_kind_of(const mt_config *c, int l) {
+    if (c->n_described != c->layers || l < 0 || l >= c->layers)
+        mt_die("internal: layer %d's kinds asked of a model description of %d layers, %d described",
+               l, c->layers, c->n_described);
+    return &c->layer_kind[l];
 }
 
 int mt_moe_layers(const mt_config *c) {

@@ -17,6 +17,18 @@
 #define MT_MAX_OVERRIDES 32
 #define MT_OVERRIDE_MAX 256 // one key=value, its terminator included
 
+// ---- layer kinds ----
+// A decoder layer is norm -> attention part -> residual -> norm -> MLP part -> residual, and
+// each part is a kind (docs/architecture.md). The model description lists every layer's kinds
+// once, at load (model_describe_layers); the rest of the system asks it, never a family's name.
+enum { ATTN_SOFTMAX, ATTN_KINDS };      // softmax attention (GQA/MHA), with its options
+enum { MLP_DENSE, MLP_MOE, MLP_KINDS }; // a SwiGLU; E experts behind a router
+typedef struct {
+    unsigned char attention, mlp;
+    int window; // the keys a query sees, itself included, as a sliding window; 0: all before it
+} mt_layer_kind;
+#define MT_MAX_LAYERS 4096 // model.layers' bound in the schema
+
 typedef struct {
     // model
     int dim, layers, heads, kv_heads, ffn_dim, vocab;
@@ -94,6 +106,10 @@ typedef struct {
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
     char export_dtype[16]; // "float32" (the master weights, bitwise) or "bfloat16"
+    // each layer's kinds, from the fields above (model_describe_layers); n_described: the
+    // layers described, so that a config used before its description fails loudly
+    mt_layer_kind layer_kind[MT_MAX_LAYERS];
+    int n_described;
     // where it came from: the file, and the key=value settings given after it on the command
     // line (mtrun ... CONFIG optimizer.lr=1e-4), applied over the file in order; a checkpoint
     // records them, so that its resume trains on with them
@@ -161,8 +177,15 @@ static inline int mt_qk_norm(const mt_config *c) {
            : strcmp(c->qk_norm, "all") == 0 ? QK_ALL
                                             : QK_NONE;
 }
-// Whether layer l's MLP is a Mixture of Experts (model.c: moe_every and dense_layers).
-int mt_layer_is_moe(const mt_config *c, int l);
+// Lists each layer's kinds in c->layer_kind from the model fields (moe_every, dense_layers);
+// config loading calls it once the fields are final, and so must a caller that sets them.
+void model_describe_layers(mt_config *c);
+// Layer l's kinds (dies on a config not described since its layers were set).
+const mt_layer_kind *mt_layer_kind_of(const mt_config *c, int l);
+// Whether layer l's MLP is a Mixture of Experts.
+static inline int mt_layer_is_moe(const mt_config *c, int l) {
+    return mt_layer_kind_of(c, l)->mlp == MLP_MOE;
+}
 // The MoE layers (the load-balancing loss pools over them).
 int mt_moe_layers(const mt_config *c);
 // At most this many tokens in one micro-batch (micro_batch x seq_len): 4M, 8x the longest

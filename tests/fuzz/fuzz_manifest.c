@@ -11,6 +11,7 @@ static mt_job *small_job(void) {
     mt_config *c = &job.cfg;
     c->dim = 64, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 160, c->vocab = 256;
     c->tied_embeddings = 1, c->seed = 1337;
+    model_describe_layers(c);
     job.n_groups = model_group_count(c);
     for (int g = 0; g < job.n_groups; g++) job.group_numel[g] = model_group_numel(c, g);
     return &job;
