@@ -90,10 +90,10 @@ void host_probe_read(host_probe *h) {
 }
 
 int plan_backend_cuda(const mt_config *c) {
-    if (strcmp(c->backend, "cuda") == 0) return 1;
+    if (c->backend == BACKEND_CUDA) return 1;
 #ifdef MT_HAVE_CUDA
     // The driver's device files say whether "auto" will find a GPU, without a CUDA call.
-    if (strcmp(c->backend, "auto") == 0)
+    if (c->backend == BACKEND_AUTO)
         return access("/dev/nvidia0", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
 #endif
     return 0;

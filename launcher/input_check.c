@@ -38,7 +38,7 @@ static int host_has_gpu(void) {
 #endif
 
 int check_backend_device(const mtrun_opts *o, const mt_config *cfg, char *err, size_t n) {
-    if (strcmp(cfg->backend, "cuda") != 0) return 0;
+    if (cfg->backend != BACKEND_CUDA) return 0;
 #ifndef MT_HAVE_CUDA
     (void)o;
     return failf(err, n,

@@ -236,7 +236,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
                 H(b->optimizer), layers, p->cuda ? "on the GPU" : "by the compute rank");
     }
     fprintf(f, "  %-13s %11s\n", "total", H(b->total));
-    if (p->cuda && strcmp(c->offload_activations, "auto") == 0)
+    if (p->cuda && c->offload_activations == OFFLOAD_AUTO)
         fprintf(
             f,
             "  offload       offload_activations = \"auto\": %s (they go to pinned host memory, "
@@ -244,7 +244,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             "once the buffers before them are there)\n",
             p->choices.offload ? "offloaded" : "kept on the GPU");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
-    if (strcmp(c->recompute, "auto") == 0)
+    if (c->recompute == RECOMPUTE_AUTO)
         fprintf(f,
                 "  kept          %11s  per layer x micro-batch pass, as many of %d as the %s "
                 "left over holds (recompute = \"auto\"): each one kept is a layer forward the "
@@ -257,7 +257,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
                 "  plus the CUDA context (about 0.5 GiB); the offload and device_groups "
                 "\"auto\" choices above are the compute rank's for %s of free GPU memory\n",
                 p->gpu_free == UINT64_MAX ? "unlimited (not known)" : H(p->gpu_free));
-    else if (strcmp(c->backend, "auto") == 0)
+    else if (c->backend == BACKEND_AUTO)
         fprintf(f, "  on a GPU (backend \"auto\" with CUDA) these would be %s of GPU memory\n",
                 H(p->gpu.total));
 }
@@ -391,11 +391,11 @@ static void print_overrides(FILE *f, const mt_config *c, const char *lead) {
 
 void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement *pl, int cores) {
     const mt_config *c = p->c;
-    const char *resolved = strcmp(c->backend, "auto") ? "" : p->cuda ? " -> cuda" : " -> cpu";
+    const char *resolved = c->backend != BACKEND_AUTO ? "" : p->cuda ? " -> cuda" : " -> cpu";
     fprintf(f, "plan for %s", mt_shown(c->source_path));
     print_overrides(f, c, " with");
     fprintf(f, ": -np %d = 1 compute + %d optimizer rank%s, backend %s%s\n", p->np, p->n_shards,
-            p->n_shards == 1 ? "" : "s", c->backend, resolved);
+            p->n_shards == 1 ? "" : "s", mt_choice_name(BACKEND_NAMES, c->backend), resolved);
     fprintf(f,
             "model: %s parameters in %d groups (dim %d, %d layers, %d heads, %d kv heads, ffn "
             "%d, vocab %d, %s embeddings)\n",

@@ -72,7 +72,7 @@ static void write_shard(const char *path, int format, int width, const uint32_t 
 
 static void config_for(mt_config *c, const char *format, const char *path, int vocab, int T) {
     memset(c, 0, sizeof *c);
-    snprintf(c->data_format, sizeof c->data_format, "%s", format);
+    c->data_format = mt_choice_index(DATA_FORMAT_NAMES, format);
     snprintf(c->data_path, sizeof c->data_path, "%s", path);
     c->vocab = vocab;
     c->seq_len = T;

@@ -52,14 +52,14 @@ static int same(const float *a, const float *b, uint64_t n, const char *what, in
 
 // What an export in c's dtype holds for x.
 static void as_exported(const mt_config *c, float *x, uint64_t n) {
-    if (strcmp(c->export_dtype, "bfloat16") == 0)
+    if (c->export_dtype == EXPORT_BFLOAT16)
         for (uint64_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
 static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
     mt_config c, c2;
     hf_index *ix = open_checked(src, &c);
-    snprintf(c.export_dtype, sizeof c.export_dtype, "%s", dtype);
+    c.export_dtype = mt_choice_index(EXPORT_DTYPE_NAMES, dtype);
     int ng = model_group_count(&c), ok = 1;
     float **ref = calloc(ng, sizeof *ref);
     for (int g = 0; g < ng; g++) {
@@ -85,7 +85,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.kv_heads == c.kv_heads && c2.ffn_dim == c.ffn_dim && c2.vocab == c.vocab &&
           c2.rope_theta == c.rope_theta && c2.norm_eps == c.norm_eps &&
           c2.tied_embeddings == c.tied_embeddings && c2.qkv_bias == c.qkv_bias &&
-          strcmp(c2.rope_type, c.rope_type) == 0 && c2.rope_factor == c.rope_factor &&
+          c2.rope_type == c.rope_type && c2.rope_factor == c.rope_factor &&
           c2.rope_low_freq_factor == c.rope_low_freq_factor &&
           c2.rope_high_freq_factor == c.rope_high_freq_factor &&
           c2.rope_original_max_pos == c.rope_original_max_pos;

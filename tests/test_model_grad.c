@@ -159,7 +159,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
 // (head dim 8: wavelengths 6.3, 63, 628, 6283 against 16 / 4 and 16 / 1).
 static void make_qwen2(mt_config *c) {
     c->qkv_bias = 1;
-    snprintf(c->rope_type, sizeof c->rope_type, "llama3");
+    c->rope_type = ROPE_LLAMA3;
     c->rope_factor = 4, c->rope_low_freq_factor = 1, c->rope_high_freq_factor = 4;
     c->rope_original_max_pos = 16;
 }
@@ -179,7 +179,7 @@ static void make_moe_shared(mt_config *c) {
 // Qwen3-like dense: RMSNorm over each head of q and k, head_dim 12 != dim / heads = 8.
 static void make_qk_head(mt_config *c) {
     c->head_dim = 12;
-    snprintf(c->qk_norm, sizeof c->qk_norm, "head");
+    c->qk_norm = QK_HEAD;
 }
 
 // Qwen3-MoE-like: qk-norm per head, explicit head_dim, MoE renormalised, odd moe_every so
@@ -191,7 +191,7 @@ static void make_qwen3_moe(mt_config *c) {
 
 // OLMoE-like: RMSNorm over the whole q and k projections, MoE not renormalised.
 static void make_olmoe(mt_config *c) {
-    snprintf(c->qk_norm, sizeof c->qk_norm, "all");
+    c->qk_norm = QK_ALL;
     c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16;
 }
 

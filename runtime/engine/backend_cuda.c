@@ -377,7 +377,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     for (int l = 0; l < c->layers; l++)
-        model_layer_offsets(c, l, b->offsets[mt_layer_is_moe(c, l)]);
+        model_layer_offsets(c, l, b->offsets[mt_layer_kind_of(c, l)->mlp]);
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);
     offload_streams_new(b);

@@ -57,7 +57,7 @@ struct backend {
     // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
     // buffers are a chunk's; attention and RoPE see the whole micro-batch.
     int B, T, max_tokens, seq_chunk, chunk, loss_micro;
-    uint64_t offsets[2][T_ROLES]; // each role's offset in a dense [0] and a MoE [1] layer
+    uint64_t offsets[MLP_KINDS][T_ROLES]; // each role's offset in a layer of each MLP kind
     moe_set moe;
     // qk_norm: q and k from their projections in fp32 (the norm's input), the norms' statistics
     float *q_raw, *k_raw, *rstd_q, *rstd_k, *qk_scratch, *norm_qk;

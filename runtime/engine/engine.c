@@ -23,8 +23,7 @@ static void reserve_kept(engine *e, metrics *mx, int more_steps) {
     int pairs = c->layers * c->micro_batches, wanted = more_steps ? pairs : 0;
     const char *cap = getenv("MT_KEEP_MAX"); // at most this many (tests; leaving memory free)
     if (cap && atoi(cap) >= 0 && atoi(cap) < wanted) wanted = atoi(cap);
-    e->kept =
-        strcmp(c->recompute, "always") == 0 || !wanted ? 0 : e->ops->keep_reserve(e->be, wanted);
+    e->kept = c->recompute == RECOMPUTE_ALWAYS || !wanted ? 0 : e->ops->keep_reserve(e->be, wanted);
     metrics_memory(mx, e->ops->device_bytes_in_use(e->be), e->kept, pairs);
 }
 
@@ -33,18 +32,19 @@ static void *device_alloc(engine *e, size_t elems, size_t elem_bytes) {
 }
 
 static void pick_backend(engine *e) {
-    const char *want = e->c->backend;
+    int want = e->c->backend;
 #ifdef MT_HAVE_CUDA
-    if (strcmp(want, "cpu") != 0) {
+    if (want != BACKEND_CPU) {
         e->be = backend_cuda_new(e->c, e->job->gpu);
         if (e->be) {
             e->ops = backend_cuda_ops();
             return;
         }
-        if (strcmp(want, "cuda") == 0) mt_refuse("backend \"cuda\": no usable CUDA device"); // bad input: exit 2
+        if (want == BACKEND_CUDA)
+            mt_refuse("backend \"cuda\": no usable CUDA device"); // bad input: exit 2
     }
 #else
-    if (strcmp(want, "cuda") == 0) mt_refuse("backend \"cuda\": this build has no CUDA backend");
+    if (want == BACKEND_CUDA) mt_refuse("backend \"cuda\": this build has no CUDA backend");
 #endif
     e->ops = backend_cpu_ops();
     e->be = backend_cpu_new(e->c);

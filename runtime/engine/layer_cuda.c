@@ -10,14 +10,14 @@
 // base plus the role's offset in the layer's layout, NULL where it has none.
 static layer_w bind_w(const backend *b, int l, const void *w) {
     const bf16 *base = w;
-    const uint64_t *off = b->offsets[mt_layer_is_moe(b->c, l)];
+    const uint64_t *off = b->offsets[mt_layer_kind_of(b->c, l)->mlp];
     layer_w weights, *r = &weights;
     MT_LAYER_ROLES(MT_ROLE_BIND)
     return weights;
 }
 
 static layer_g bind_g(const backend *b, int l, float *base) {
-    const uint64_t *off = b->offsets[mt_layer_is_moe(b->c, l)];
+    const uint64_t *off = b->offsets[mt_layer_kind_of(b->c, l)->mlp];
     layer_g grads, *r = &grads;
     MT_LAYER_ROLES(MT_ROLE_BIND)
     return grads;

@@ -57,7 +57,7 @@ static int check_data_size(config_source *src, const mt_config *cfg, long n, lon
 // token is read: shards' headers only (the token scan is at load), a text file's size.
 static int count_tokens(config_source *src, const mt_config *cfg, const char *key, const char *path,
                         long *n) {
-    if (strcmp(cfg->data_format, "tokens") == 0) {
+    if (cfg->data_format == DATA_TOKENS) {
         char msg[MT_PATH_MAX + 256];
         size_t count;
         if (dataset_check_shards(path, &count, msg, sizeof msg) < 0)
@@ -78,7 +78,7 @@ static int count_tokens(config_source *src, const mt_config *cfg, const char *ke
 
 static int check_data_file(config_source *src, const mt_config *cfg) {
     long n, n_val = 0;
-    if (strcmp(cfg->data_format, "synthetic") == 0) return 0; // tokens from a hash: no file
+    if (cfg->data_format == DATA_SYNTHETIC) return 0; // tokens from a hash: no file
     if (!cfg->data_path[0]) return config_fail(src, "data.path", "missing (required)");
     if (count_tokens(src, cfg, "data.path", cfg->data_path, &n) < 0) return -1;
     if (cfg->val_path[0] && count_tokens(src, cfg, "data.val_path", cfg->val_path, &n_val) < 0)

@@ -26,7 +26,7 @@ typedef struct {
 
 // export_dtype "bfloat16" halves the files; the default keeps the fp32 master bits.
 static int export_bf16(const mt_config *cfg) {
-    return strcmp(cfg->export_dtype, "bfloat16") == 0;
+    return cfg->export_dtype == EXPORT_BFLOAT16;
 }
 static uint64_t export_size(const mt_config *cfg) {
     return export_bf16(cfg) ? 2 : 4;
@@ -144,7 +144,7 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
 
 // rope_scaling as transformers reads it back: null, or llama3's object.
 static void add_rope_scaling(cJSON *r, const mt_config *c) {
-    if (strcmp(c->rope_type, "llama3") != 0) {
+    if (c->rope_type != ROPE_LLAMA3) {
         cJSON_AddNullToObject(r, "rope_scaling");
         return;
     }
@@ -162,7 +162,7 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON *r = cJSON_CreateObject();
     if (hf_write_family(r, c) < 0)
         mt_die("%s: no Hugging Face architecture has this model's fields (qk_norm %s, experts %d)",
-               dir, c->qk_norm, c->experts);
+               dir, mt_choice_name(QK_NORM_NAMES, c->qk_norm), c->experts);
     cJSON_AddNumberToObject(r, "hidden_size", c->dim);
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
     cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
@@ -185,7 +185,7 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     // llama3 scaling exists to reach past its original context: transformers expects more
     int ctx = c->seq_len;
-    if (strcmp(c->rope_type, "llama3") == 0 && c->rope_factor * c->rope_original_max_pos > ctx)
+    if (c->rope_type == ROPE_LLAMA3 && c->rope_factor * c->rope_original_max_pos > ctx)
         ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
     cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
     cJSON_AddNumberToObject(r, "initializer_range", 0.02);

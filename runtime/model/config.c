@@ -227,7 +227,8 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
             return source_fail(x, LINE(f->key), f->key,
                                "disagrees with %s/config.json (model_dir sets it)", cfg->model_dir);
         memcpy((char *)cfg + f->off, (char *)&hf + f->off, f->size);
-        if (f->kind == K_STRING) continue; // hf_config.c writes only names it knows
+        if (f->kind == K_STRING || f->kind == K_ENUM)
+            continue; // hf_config.c writes only known names
         double v =
             f->kind == K_FLOAT ? *(double *)((char *)cfg + f->off) : *(int *)((char *)cfg + f->off);
         if (!in_range(f, v))
@@ -288,7 +289,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            c->head_dim ? "model.head_dim" : "model.dim",
                            "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
     if (check_moe(x, c) < 0) return -1;
-    if (strcmp(c->data_format, "bytes") == 0 && c->vocab != 256)
+    if (c->data_format == DATA_BYTES && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);
     if (mt_packs_documents(c) && c->data_eot < 0)
@@ -307,7 +308,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(
             x, LINE("data.val_fraction"), "data.val_fraction",
             "not used with data.val_path (evaluation reads that; all of data.path trains)");
-    if (c->val_path[0] && strcmp(c->data_format, "synthetic") == 0)
+    if (c->val_path[0] && c->data_format == DATA_SYNTHETIC)
         return source_fail(x, LINE("data.val_path"), "data.val_path",
                            "not used with data.format \"synthetic\"");
     if (c->eval_interval > 0 && c->val_fraction == 0 && !c->val_path[0])
@@ -324,7 +325,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
                            "%d is more than the embedding and model.layers = %d layers",
                            c->device_groups, c->layers);
-    if (strcmp(c->grad_slots, "ring") == 0 && c->clip > 0)
+    if (c->grad_slots == GRAD_SLOTS_RING && c->clip > 0)
         return source_fail(x, LINE("optimizer.grad_slots"), "optimizer.grad_slots",
                            "\"ring\" updates each group as its gradients land, which needs "
                            "optimizer.clip = 0 (clipping to %g needs every gradient first)",
@@ -359,7 +360,7 @@ static const char *const rope_keys[] = {
 // silent default would change the frequencies), and the blend between the two wavelengths
 // divides by high_freq_factor - low_freq_factor.
 static int check_rope_scaling(ctx_t *x, const mt_config *c) {
-    int llama3 = strcmp(c->rope_type, "llama3") == 0;
+    int llama3 = c->rope_type == ROPE_LLAMA3;
     for (int i = 0; i < 4; i++) {
         if (!llama3 && SEEN(rope_keys[i]))
             return source_fail(x, LINE(rope_keys[i]), rope_keys[i],
@@ -385,6 +386,7 @@ static void set_defaults(mt_config *cfg) {
         switch (f->kind) {
         case K_INT:
         case K_BOOL:
+        case K_ENUM:
             *(int *)dst = (int)f->def;
             break;
         case K_INT64:

@@ -18,7 +18,7 @@
 // quotes (backend=cpu), and an integer too wide for an int gets libconfig's L, so that it is
 // never wrapped (the file's pre-scan does that job there).
 static void value_text(const field_t *f, const char *v, char *out, size_t n) {
-    if (f->kind == K_STRING && v[0] != '"') {
+    if ((f->kind == K_STRING || f->kind == K_ENUM) && v[0] != '"') {
         size_t used = (size_t)snprintf(out, n, "v = \"");
         for (const char *p = v; *p && used + 3 < n; p++) {
             if (*p == '"' || *p == '\\') out[used++] = '\\';
@@ -102,7 +102,7 @@ static int apply_override(ctx_t *x, mt_config *cfg, int k) {
         getcwd(cwd, sizeof cwd) && config_join_path(value, sizeof value, cwd, eq + 1) < 0)
         return source_fail(x, 0, key, "path too long");
     const char *why = NULL;
-    if (strpbrk(value, "\n\r") || f->kind != K_STRING || value[0] == '"')
+    if (strpbrk(value, "\n\r") || (f->kind != K_STRING && f->kind != K_ENUM) || value[0] == '"')
         why = not_one_value(value);
     if (why) return source_fail(x, 0, key, "%s", why);
     value_text(f, value, text, sizeof text);

@@ -11,12 +11,14 @@
 #include <string.h>
 
 #define NOLIMIT DBL_MAX
-#define F_(k, kind, fld, lo, hi, fl, d, sd, ch)                                                    \
-    { k, kind, lo, hi, fl, d, sd, ch, offsetof(mt_config, fld), sizeof(((mt_config *)0)->fld) }
+#define F_(k, kind, fld, lo, hi, fl, d, sd, nm)                                                    \
+    { k, kind, lo, hi, fl, d, sd, offsetof(mt_config, fld), sizeof(((mt_config *)0)->fld), nm }
 #define INT(k, fld, lo, hi, fl, d) F_(k, K_INT, fld, lo, hi, fl, d, NULL, NULL)
 #define FLT(k, fld, lo, hi, fl, d) F_(k, K_FLOAT, fld, lo, hi, fl, d, NULL, NULL)
 #define BOOL(k, fld, d) F_(k, K_BOOL, fld, 0, 1, 0, d, NULL, NULL)
-#define STR(k, fld, fl, sd, ch) F_(k, K_STRING, fld, 0, 0, fl, 0, sd, ch)
+#define STR(k, fld, fl, sd) F_(k, K_STRING, fld, 0, 0, fl, 0, sd, NULL)
+// a choice among names, stored as its index; d: the default's index
+#define ENUM(k, fld, d, nm) F_(k, K_ENUM, fld, 0, 0, 0, d, NULL, nm)
 
 const field_t config_schema[] = {
     INT("model.dim", dim, 1, 65536, REQUIRED, 0),
@@ -28,10 +30,10 @@ const field_t config_schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    BOOL("model.qkv_bias", qkv_bias, 0),                   // Qwen2: biases on q, k, v
-    INT("model.head_dim", head_dim, 0, 1024, 0, 0),        // 0: dim / heads
+    BOOL("model.qkv_bias", qkv_bias, 0),            // Qwen2: biases on q, k, v
+    INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
     // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
-    STR("model.qk_norm", qk_norm, 0, "none", "none|head|all"),
+    ENUM("model.qk_norm", qk_norm, QK_NONE, QK_NORM_NAMES),
     // Mixture of Experts (docs/moe.md): 0 experts is a dense model
     INT("model.experts", experts, 0, MOE_MAX_EXPERTS, 0, 0),
     INT("model.top_k", top_k, 1, MOE_MAX_EXPERTS, 0, 2),
@@ -39,30 +41,30 @@ const field_t config_schema[] = {
     BOOL("model.norm_topk_prob", norm_topk_prob, 1),
     INT("model.shared_ffn_dim", shared_ffn_dim, 0, 1 << 20, 0, 0), // 0: no shared expert
     INT("model.moe_every", moe_every, 1, 4096, 0, 1), // layer l is MoE when (l + 1) % it == 0
-    STR("model.dense_layers", dense_layers, 0, "", NULL), // "0,5": these layers' MLPs are dense
+    STR("model.dense_layers", dense_layers, 0, ""),   // "0,5": these layers' MLPs are dense
     // the load-balancing loss joins the loss (as transformers' output_router_logits)
     BOOL("model.router_aux", router_aux, 0),
     FLT("model.router_aux_coef", router_aux_coef, 0, 1e6, 0, 0.001),
-    STR("model.moe_names", moe_names, 0, "mlp", "mlp|block_sparse_moe"),
+    ENUM("model.moe_names", moe_names, MOE_NAMES_MLP, MOE_NAMES_NAMES),
     INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
     INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
     // (the defaults here are Llama 3.1's, kept only so that every field is in range)
-    STR("model.rope_scaling.rope_type", rope_type, 0, "none", "none|llama3"),
+    ENUM("model.rope_scaling.rope_type", rope_type, ROPE_PLAIN, ROPE_TYPE_NAMES),
     FLT("model.rope_scaling.factor", rope_factor, 1, 1e6, 0, 8),
     FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
     FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
     INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
         8192),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
-    STR("data.path", data_path, 0, "", NULL),
-    STR("data.format", data_format, 0, "bytes", "bytes|tokens|synthetic"),
+    STR("data.path", data_path, 0, ""),
+    ENUM("data.format", data_format, DATA_BYTES, DATA_FORMAT_NAMES),
     FLT("data.val_fraction", val_fraction, 0, 1, MAX_OPEN, 0.1),
     // evaluation reads this file (glob, folder) in data.format instead of data.path's tail
-    STR("data.val_path", val_path, 0, "", NULL),
+    STR("data.val_path", val_path, 0, ""),
     // "documents": the windows are cut into documents at data.eot; each attends only to itself
     // and its RoPE positions start at 0 (docs/data-format.md)
-    STR("data.pack", data_pack, 0, "none", "none|documents"),
+    ENUM("data.pack", data_pack, PACK_NONE, DATA_PACK_NAMES),
     INT("data.eot", data_eot, -1, 1 << 24, 0, -1), // the token that ends a document; -1: none
     INT("batch.micro_batch", micro_batch, 1, 1 << 20, REQUIRED, 0),
     INT("batch.micro_batches", micro_batches, 1, 1 << 20, REQUIRED, 0),
@@ -83,11 +85,11 @@ const field_t config_schema[] = {
     INT("optimizer.device_groups", device_groups, -1, 1 << 20, 0, -1),
     // the host's gradient slots: "fp32" (4 B/param), "bf16" (2 B/param, rounded once from the
     // GPU's fp32 sums; the norm is still the fp32 one), "auto": fp32 when the job fits with it
-    STR("optimizer.grad_dtype", grad_dtype, 0, "auto", "auto|fp32|bf16"),
+    ENUM("optimizer.grad_dtype", grad_dtype, GRAD_DTYPE_AUTO, GRAD_DTYPE_NAMES),
     // the host's gradient slots: "all" (one per group: global-norm clipping needs every gradient
     // before the first update), "ring" (a ring of 4 groups' slots, each group updated as soon as
     // its gradients land: optimizer.clip = 0 only), "auto": the ring when optimizer.clip = 0
-    STR("optimizer.grad_slots", grad_slots, 0, "auto", "auto|ring|all"),
+    ENUM("optimizer.grad_slots", grad_slots, GRAD_SLOTS_AUTO, GRAD_SLOTS_NAMES),
     // over several nodes: each node's optimizer ranks keep m and v of a 1/nodes part of their
     // shards, update it, and gather the others' updated weights (host bytes per node: 4 + 8 /
     // nodes per parameter for the state, instead of 12); one node: no effect
@@ -98,19 +100,19 @@ const field_t config_schema[] = {
     // the NVMe tier: a folder on a local filesystem (not tmpfs, not a network filesystem), and
     // what lives there instead of host memory: the gradient slots of exact clipping (grads), and
     // Adam's m and v (adam), each moved with io_uring a few groups ahead of the optimizer
-    STR("storage.dir", storage_dir, 0, "", NULL),
+    STR("storage.dir", storage_dir, 0, ""),
     BOOL("storage.grads", storage_grads, 0),
     BOOL("storage.adam", storage_adam, 0),
     BOOL("storage.master", storage_master, 0),
     INT("optimizer.warmup_steps", warmup_steps, 0, INT_MAX, DERIVED, 0), // default: steps / 10
     INT("steps", steps, 1, INT_MAX, REQUIRED, 0),
     F_("seed", K_INT64, seed, 0, (double)UINT64_MAX, 0, 1337, NULL, NULL),
-    STR("backend", backend, 0, "auto", "auto|cpu|cuda"),
+    ENUM("backend", backend, BACKEND_AUTO, BACKEND_NAMES),
     // a rank that hears nothing from the ranks it waits on for this long (or 3 steps' time,
     // when longer) ends the job, naming the rank it waited for
     INT("watchdog_s", watchdog_s, 1, INT_MAX, 0, 600),
-    STR("recompute", recompute, 0, "auto", "auto|always"),
-    STR("offload_activations", offload_activations, 0, "auto", "auto|never|always"),
+    ENUM("recompute", recompute, RECOMPUTE_AUTO, RECOMPUTE_NAMES),
+    ENUM("offload_activations", offload_activations, OFFLOAD_AUTO, OFFLOAD_NAMES),
     // keep every k-th layer boundary activation on the device and recompute the others,
     // segment by segment, in the backward (1: keep them all); 0: auto, the plan's choice
     INT("boundary_every", boundary_every, 0, 1 << 20, 0, 0),
@@ -119,7 +121,7 @@ const field_t config_schema[] = {
     // segment's redo) skips the attention kernel; -1: auto, as many as the device memory left
     // holds when no layer's internals are kept whole; 0: none
     INT("keep_attention", keep_attention, -1, 1 << 20, 0, -1),
-    STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL, NULL), // default: runs/<cfg name>
+    STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),
     INT("checkpoint.keep", checkpoint_keep, 0, INT_MAX, 0, 0), // newest K step folders; 0: all
@@ -127,9 +129,9 @@ const field_t config_schema[] = {
     INT("eval.batches", eval_batches, 1, 1 << 20, 0, 4),
     INT("sample_tokens", sample_tokens, 0, 1 << 20, 0, 0),
     F_("trace_steps", K_RANGE, trace_steps, 1, INT_MAX, 0, 0, NULL, NULL), // [a, b]; none
-    STR("model_dir", model_dir, 0, "", NULL),   // a Hugging Face folder: sets model.*
-    STR("export_dir", export_dir, 0, "", NULL), // write a Hugging Face folder at the end
-    STR("export_dtype", export_dtype, 0, "float32", "float32|bfloat16"),
+    STR("model_dir", model_dir, 0, ""),   // a Hugging Face folder: sets model.*
+    STR("export_dir", export_dir, 0, ""), // write a Hugging Face folder at the end
+    ENUM("export_dtype", export_dtype, EXPORT_FLOAT32, EXPORT_DTYPE_NAMES),
 };
 _Static_assert(sizeof config_schema / sizeof config_schema[0] == CONFIG_FIELDS,
                "CONFIG_FIELDS must count config_schema's entries");

@@ -6,7 +6,8 @@
 #include "runtime/model/model.h"
 #include <stddef.h>
 
-typedef enum { K_INT, K_INT64, K_FLOAT, K_BOOL, K_STRING, K_RANGE } kind_t; // range: [a, b]
+// range: [a, b]; enum: a string from a fixed list, stored as its index (model.h's choices)
+typedef enum { K_INT, K_INT64, K_FLOAT, K_BOOL, K_STRING, K_RANGE, K_ENUM } kind_t;
 
 enum {
     REQUIRED = 1 << 0, // no default: the file must set it
@@ -20,10 +21,10 @@ typedef struct {
     kind_t kind;
     double min, max; // numbers; for strings, max is ignored (the field's size bounds it)
     unsigned flags;
-    double def;          // default of a number or bool
-    const char *sdef;    // default of a string
-    const char *choices; // allowed strings, "a|b|c", or NULL
-    size_t off, size;    // where it lives in mt_config
+    double def;               // default of a number or bool
+    const char *sdef;         // default of a string
+    size_t off, size;         // where it lives in mt_config
+    const char *const *names; // an enum's names, its values in order (def: the default's)
 } field_t;
 
 #define CONFIG_FIELDS 74 // entries of config_schema (checked where it is defined)

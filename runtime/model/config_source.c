@@ -70,13 +70,22 @@ static int out_of_range(ctx_t *x, int line, const field_t *f, const char *value)
     return source_fail(x, line, f->key, "%s is out of range: %s", value, r);
 }
 
-// choices is "a|b|c".
-static int choice_ok(const char *choices, const char *s) {
-    for (const char *p = choices; *p;) {
-        size_t len = strcspn(p, "|");
-        if (len == strlen(s) && strncmp(p, s, len) == 0) return 1;
-        p += len + (p[len] == '|');
+// An enum's value: one of its names, stored as the name's index (parsed once, here).
+static int store_enum(ctx_t *x, int line, const field_t *f, const config_setting_t *s, char *dst) {
+    int t = config_setting_type(s);
+    if (t != CONFIG_TYPE_STRING)
+        return source_fail(x, line, f->key, "expected a string, got %s", type_name(t));
+    const char *v = config_setting_get_string(s);
+    int i = mt_choice_index(f->names, v);
+    if (i < 0) {
+        char list[160] = ""; // "auto", "cpu", "cuda"
+        for (int k = 0; f->names[k]; k++) {
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s\"%s\"", used ? ", " : "", f->names[k]);
+        }
+        return source_fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
     }
+    *(int *)dst = i;
     return 0;
 }
 
@@ -187,20 +196,12 @@ int source_store(ctx_t *x, mt_config *cfg, const field_t *f, const config_settin
         if (t != CONFIG_TYPE_BOOL)
             return source_fail(x, line, f->key, "expected true or false, got %s", type_name(t));
         *(int *)dst = config_setting_get_bool(s);
+    } else if (f->kind == K_ENUM) {
+        return store_enum(x, line, f, s, dst);
     } else {
         if (t != CONFIG_TYPE_STRING)
             return source_fail(x, line, f->key, "expected a string, got %s", type_name(t));
         const char *v = config_setting_get_string(s);
-        if (f->choices && !choice_ok(f->choices, v)) {
-            char list[160] = ""; // "auto|cpu|cuda" -> "auto", "cpu", "cuda"
-            for (const char *p = f->choices; *p;) {
-                size_t len = strcspn(p, "|"), used = strlen(list);
-                snprintf(list + used, sizeof list - used, "%s\"%.*s\"", used ? ", " : "", (int)len,
-                         p);
-                p += len + (p[len] == '|');
-            }
-            return source_fail(x, line, f->key, "\"%s\" is not one of %s", v, list);
-        }
         if (v[0] == 0) return source_fail(x, line, f->key, "must not be empty");
         if (strlen(v) >= f->size)
             return source_fail(x, line, f->key, "too long (at most %zu bytes)", f->size - 1);

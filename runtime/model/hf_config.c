@@ -29,8 +29,7 @@ static int read_rope(const json_ctx *j, mt_config *m) {
     const char *obj = "rope_scaling";
     const cJSON *rs = item(j, obj);
     if (!rs) rs = item(j, obj = "rope_parameters");
-    memset(m->rope_type, 0, sizeof m->rope_type);
-    snprintf(m->rope_type, sizeof m->rope_type, "none");
+    m->rope_type = ROPE_PLAIN;
     if (!rs) return 0;
     if (!cJSON_IsObject(rs))
         return failf(j->err, j->errlen, "%s: %s must be an object or null", j->path, obj);
@@ -61,7 +60,7 @@ static int read_rope(const json_ctx *j, mt_config *m) {
                      "%s: %s.high_freq_factor %g must be greater than low_freq_factor %g", j->path,
                      obj, m->rope_high_freq_factor, m->rope_low_freq_factor);
     m->rope_original_max_pos = (int)orig;
-    snprintf(m->rope_type, sizeof m->rope_type, "llama3");
+    m->rope_type = ROPE_LLAMA3;
     return 0;
 }
 

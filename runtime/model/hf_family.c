@@ -17,34 +17,35 @@ typedef struct {
     double eps_default, theta_default;
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
-    const char *qk_norm; // "none", "head" or "all"
+    int qk_norm;  // QK_NONE, QK_HEAD or QK_ALL
     // Mixture of Experts: NULL for a dense family. Its key for the number of experts (and the
     // other name transformers accepts), the experts' width, whether the chosen weights are
     // always renormalised (else norm_topk_prob), whether it has a shared expert and sparse
     // steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
     const char *experts_key, *experts_alias, *expert_ffn_key;
     int always_renorm, shared, sparse_steps;
-    const char *moe_names;
+    int moe_names; // MOE_NAMES_MLP or MOE_NAMES_BLOCK_SPARSE
     double aux_coef_default;
 } family;
 
 static const family families[] = {
-    {"LlamaForCausalLM", "llama", 0, 0, 1e-6, 1e4, WINDOW_NONE, 0, "none", NULL, NULL, NULL, 0, 0,
-     0, NULL, 0},
-    {"MistralForCausalLM", "mistral", 8, 0, 1e-6, 1e4, WINDOW_MISTRAL, 0, "none", NULL, NULL, NULL,
-     0, 0, 0, NULL, 0},
-    {"Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 1e4, WINDOW_FLAG, 1, "none", NULL, NULL, NULL, 0, 0,
-     0, NULL, 0},
-    {"Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 1e4, WINDOW_FLAG, 0, "head", NULL, NULL, NULL, 0,
-     0, 0, NULL, 0},
-    {"MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, WINDOW_PLAIN, 0, "none", "num_local_experts",
-     "num_experts", "intermediate_size", 1, 0, 0, "block_sparse_moe", 0.001},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 1e4, WINDOW_FLAG, 2, "none", "num_experts",
-     "num_local_experts", "moe_intermediate_size", 0, 1, 1, "mlp", 0.001},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", 4, 128, 1e-6, 1e4, WINDOW_FLAG, 0, "head", "num_experts",
-     "num_local_experts", "moe_intermediate_size", 0, 0, 1, "mlp", 0.001},
-    {"OlmoeForCausalLM", "olmoe", 0, 0, 1e-5, 1e4, WINDOW_NONE, 0, "all", "num_experts",
-     "num_local_experts", "intermediate_size", 0, 0, 0, "mlp", 0.01},
+    {"LlamaForCausalLM", "llama", 0, 0, 1e-6, 1e4, WINDOW_NONE, 0, QK_NONE, NULL, NULL, NULL, 0, 0,
+     0, 0, 0},
+    {"MistralForCausalLM", "mistral", 8, 0, 1e-6, 1e4, WINDOW_MISTRAL, 0, QK_NONE, NULL, NULL, NULL,
+     0, 0, 0, 0, 0},
+    {"Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 1e4, WINDOW_FLAG, 1, QK_NONE, NULL, NULL, NULL, 0, 0,
+     0, 0, 0},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 1e4, WINDOW_FLAG, 0, QK_HEAD, NULL, NULL, NULL, 0,
+     0, 0, 0, 0},
+    {"MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, WINDOW_PLAIN, 0, QK_NONE,
+     "num_local_experts", "num_experts", "intermediate_size", 1, 0, 0, MOE_NAMES_BLOCK_SPARSE,
+     0.001},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 1e4, WINDOW_FLAG, 2, QK_NONE, "num_experts",
+     "num_local_experts", "moe_intermediate_size", 0, 1, 1, MOE_NAMES_MLP, 0.001},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 4, 128, 1e-6, 1e4, WINDOW_FLAG, 0, QK_HEAD, "num_experts",
+     "num_local_experts", "moe_intermediate_size", 0, 0, 1, MOE_NAMES_MLP, 0.001},
+    {"OlmoeForCausalLM", "olmoe", 0, 0, 1e-5, 1e4, WINDOW_NONE, 0, QK_ALL, "num_experts",
+     "num_local_experts", "intermediate_size", 0, 0, 0, MOE_NAMES_MLP, 0.01},
 };
 enum { N_FAMILIES = sizeof families / sizeof *families };
 
@@ -168,8 +169,7 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
         return -1;
     m->qkv_bias = f->qkv_bias == 1;
     if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
-    memset(m->qk_norm, 0, sizeof m->qk_norm);
-    snprintf(m->qk_norm, sizeof m->qk_norm, "%s", f->qk_norm);
+    m->qk_norm = f->qk_norm;
     return 0;
 }
 
@@ -216,10 +216,9 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
     m->experts = 0, m->top_k = 2, m->moe_ffn_dim = m->ffn_dim, m->norm_topk_prob = 1;
     m->shared_ffn_dim = 0, m->moe_every = 1, m->router_aux = 0, m->router_aux_coef = 0.001;
     memset(m->dense_layers, 0, sizeof m->dense_layers);
-    memset(m->moe_names, 0, sizeof m->moe_names);
-    snprintf(m->moe_names, sizeof m->moe_names, "mlp");
+    m->moe_names = MOE_NAMES_MLP;
     if (!f->experts_key) return 0;
-    snprintf(m->moe_names, sizeof m->moe_names, "%s", f->moe_names);
+    m->moe_names = f->moe_names;
     if (read_experts(j, f, m) < 0) return -1;
     if (!f->always_renorm && get_bool(j, "norm_topk_prob", 0, &m->norm_topk_prob) < 0) return -1;
     if (f->shared) { // absent: Qwen2MoeConfig's default, 5632, as transformers builds it
@@ -256,11 +255,11 @@ static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
-        if (moe != (c->experts > 0) || strcmp(f->qk_norm, c->qk_norm) != 0) continue;
+        if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
         if ((f->qkv_bias == 1 && !c->qkv_bias) || (!f->qkv_bias && c->qkv_bias)) continue;
         if (f->window == WINDOW_MISTRAL) continue;
         if (!moe) return f;
-        if (strcmp(f->moe_names, c->moe_names) != 0 || (f->always_renorm && !c->norm_topk_prob) ||
+        if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
             (!f->shared && c->shared_ffn_dim > 0) ||
             (!f->sparse_steps && (c->moe_every != 1 || c->dense_layers[0])))
             continue;

@@ -110,7 +110,7 @@ static int dim_of(const mt_config *c, int dim) {
 
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
 static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
-    int bsm = strcmp(c->moe_names, "block_sparse_moe") == 0, n = 0;
+    int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, n = 0;
     for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
         const role_row *r = &role_rows[i];
         if (!role_present(c, layer, r->present)) continue;
@@ -184,8 +184,8 @@ int model_update_order(const mt_config *c, int first, int *order) {
 }
 
 int model_grad_ring_depth(const mt_config *c) {
-    if (strcmp(c->grad_slots, "all") == 0) return 0;
-    if (strcmp(c->grad_slots, "ring") == 0 || c->clip <= 0) return MODEL_GRAD_RING_DEPTH;
+    if (c->grad_slots == GRAD_SLOTS_ALL) return 0;
+    if (c->grad_slots == GRAD_SLOTS_RING || c->clip <= 0) return MODEL_GRAD_RING_DEPTH;
     return 0;
 }
 
@@ -235,7 +235,7 @@ void head_params_bind(head_params *p, const mt_config *c, float *flat) {
 
 void model_rope_inv_freq(const mt_config *c, float *inv_freq) {
     rope_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta);
-    if (strcmp(c->rope_type, "llama3") == 0)
+    if (c->rope_type == ROPE_LLAMA3)
         rope_llama3_scale(inv_freq, mt_head_dim(c), c->rope_factor, c->rope_low_freq_factor,
                           c->rope_high_freq_factor, c->rope_original_max_pos);
 }
@@ -254,6 +254,18 @@ void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer) {
         if (n >= cap) n = cap - 1;
     }
     out[n < cap ? n : cap - 1] = 0;
+}
+
+const char *mt_choice_name(const char *const *names, int v) {
+    for (int i = 0; names[i]; i++)
+        if (i == v) return names[i];
+    return "?";
+}
+
+int mt_choice_index(const char *const *names, const char *name) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
 }
 
 uint64_t model_state_piece(void) {

@@ -17,6 +17,36 @@
 #define MT_MAX_OVERRIDES 32
 #define MT_OVERRIDE_MAX 256 // one key=value, its terminator included
 
+// ---- the choices of train.cfg's string settings, parsed once at load ----
+// Each enum's values are in the order of its names, which config_schema.c gives the schema.
+enum { QK_NONE, QK_HEAD, QK_ALL }; // model.qk_norm
+#define QK_NORM_NAMES ((const char *const[]){"none", "head", "all", NULL})
+enum { MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE }; // model.moe_names
+#define MOE_NAMES_NAMES ((const char *const[]){"mlp", "block_sparse_moe", NULL})
+enum { ROPE_PLAIN, ROPE_LLAMA3 }; // model.rope_scaling.rope_type
+#define ROPE_TYPE_NAMES ((const char *const[]){"none", "llama3", NULL})
+enum { DATA_BYTES, DATA_TOKENS, DATA_SYNTHETIC }; // data.format
+#define DATA_FORMAT_NAMES ((const char *const[]){"bytes", "tokens", "synthetic", NULL})
+enum { PACK_NONE, PACK_DOCUMENTS }; // data.pack
+#define DATA_PACK_NAMES ((const char *const[]){"none", "documents", NULL})
+enum { GRAD_DTYPE_AUTO, GRAD_DTYPE_FP32, GRAD_DTYPE_BF16 }; // optimizer.grad_dtype
+#define GRAD_DTYPE_NAMES ((const char *const[]){"auto", "fp32", "bf16", NULL})
+enum { GRAD_SLOTS_AUTO, GRAD_SLOTS_RING, GRAD_SLOTS_ALL }; // optimizer.grad_slots
+#define GRAD_SLOTS_NAMES ((const char *const[]){"auto", "ring", "all", NULL})
+enum { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA }; // backend
+#define BACKEND_NAMES ((const char *const[]){"auto", "cpu", "cuda", NULL})
+enum { RECOMPUTE_AUTO, RECOMPUTE_ALWAYS }; // recompute
+#define RECOMPUTE_NAMES ((const char *const[]){"auto", "always", NULL})
+enum { OFFLOAD_AUTO, OFFLOAD_NEVER, OFFLOAD_ALWAYS }; // offload_activations
+#define OFFLOAD_NAMES ((const char *const[]){"auto", "never", "always", NULL})
+enum { EXPORT_FLOAT32, EXPORT_BFLOAT16 }; // export_dtype
+#define EXPORT_DTYPE_NAMES ((const char *const[]){"float32", "bfloat16", NULL})
+// The name of choice v in names (one of the lists above), for messages and files; "?" when out
+// of range.
+const char *mt_choice_name(const char *const *names, int v);
+// The index of name in names, or -1.
+int mt_choice_index(const char *const *names, const char *name);
+
 // ---- layer kinds ----
 // A decoder layer is norm -> attention part -> residual -> norm -> MLP part -> residual, and
 // each part is a kind (docs/architecture.md). The model description lists every layer's kinds
@@ -40,7 +70,7 @@ typedef struct {
     int head_dim;
     // RMSNorm on q and k before RoPE: "none", "head" (over each head's head_dim, one weight of
     // head_dim shared by the heads: Qwen3) or "all" (over the whole projection: OLMoE)
-    char qk_norm[8];
+    int qk_norm;
     // Mixture of Experts (docs/moe.md). experts = 0: every layer's MLP is dense. Otherwise layer
     // l's MLP is E expert SwiGLUs of moe_ffn_dim behind a router (softmax, top_k, renormalised
     // over the k with norm_topk_prob), when (l + 1) % moe_every == 0 and l is not listed in
@@ -55,21 +85,21 @@ typedef struct {
     double router_aux_coef;
     // How the hub names a layer's MoE tensors: "mlp" (mlp.gate, mlp.experts.N.gate_proj/up_proj/
     // down_proj) or "block_sparse_moe" (block_sparse_moe.gate, ...experts.N.w1/w3/w2)
-    char moe_names[24];
+    int moe_names;
     // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
     // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
     int bos_id, eos_id;
     int eos_more[7], n_eos_more;
     // model.rope_scaling: rope_type "none", or "llama3" (Llama 3.1) with its four parameters
-    char rope_type[16];
+    int rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos; // original_max_position_embeddings
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
-    char data_format[16];       // "bytes": raw text, one token per byte (vocab 256)
+    int data_format;            // "bytes": raw text, one token per byte (vocab 256)
     double val_fraction;        // tail of the data held out for eval (0 with val_path)
     char val_path[MT_PATH_MAX]; // evaluation's own file(s), same format; "": the tail above
-    char data_pack[16];         // "documents": document-masked attention, positions per document
+    int data_pack;              // "documents": document-masked attention, positions per document
     int data_eot;               // the token that ends a document (data.pack); -1: none
     // batch
     int micro_batch, micro_batches, seq_len;
@@ -78,8 +108,8 @@ typedef struct {
     double lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup_steps;
     int device_groups;      // groups 0..N-1 updated on the compute rank's device; -1: auto
-    char grad_dtype[8];     // host gradient slots: "auto", "fp32" or "bf16"
-    char grad_slots[8];     // "auto", "ring" (updates as gradients arrive) or "all"
+    int grad_dtype;         // host gradient slots: "auto", "fp32" or "bf16"
+    int grad_slots;         // "auto", "ring" (updates as gradients arrive) or "all"
     int max_bad_steps;      // non-finite gradient norms in a row that end the job
     int shard_across_nodes; // data parallel: each node keeps Adam's m and v of 1/nodes
     // the NVMe tier: its folder (resolved relative to the config file's), and whether the
@@ -93,19 +123,19 @@ typedef struct {
     int checkpoint_interval;
     int checkpoint_keep; // keep the newest K step_NNNNNN folders; 0: all
     int eval_interval, eval_batches;
-    int sample_tokens;            // tokens of text generated at the end (0: none)
-    char backend[16];             // "auto", "cpu" or "cuda"
-    int watchdog_s;               // seconds without a word from the ranks waited on
-    char recompute[16];           // "auto": keep layer internals where memory allows; "always"
-    char offload_activations[16]; // "auto" (when they don't fit the device), "never", "always"
-    int boundary_every;           // keep boundaries 0, k, 2k, ... (and recompute the rest); 0: auto
+    int sample_tokens;       // tokens of text generated at the end (0: none)
+    int backend;             // "auto", "cpu" or "cuda"
+    int watchdog_s;          // seconds without a word from the ranks waited on
+    int recompute;           // "auto": keep layer internals where memory allows; "always"
+    int offload_activations; // "auto" (when they don't fit the device), "never", "always"
+    int boundary_every;      // keep boundaries 0, k, 2k, ... (and recompute the rest); 0: auto
     int keep_attention; // recomputed passes whose attention output stays on the device; -1: auto
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
     int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
-    char export_dtype[16]; // "float32" (the master weights, bitwise) or "bfloat16"
+    int export_dtype; // "float32" (the master weights, bitwise) or "bfloat16"
     // each layer's kinds, from the fields above (model_describe_layers); n_described: the
     // layers described, so that a config used before its description fails loudly
     mt_layer_kind layer_kind[MT_MAX_LAYERS];
@@ -164,18 +194,15 @@ void hf_add_float(struct cJSON *obj, const char *key, double v);
 // Derived quantities.
 // data.pack "documents": document-masked attention and per-document positions.
 static inline int mt_packs_documents(const mt_config *c) {
-    return strcmp(c->data_pack, "documents") == 0;
+    return c->data_pack == PACK_DOCUMENTS;
 }
 
 static inline int mt_head_dim(const mt_config *c) {
     return c->head_dim ? c->head_dim : c->dim / c->heads;
 }
-// model.qk_norm: QK_NONE (also an unset field), QK_HEAD or QK_ALL.
-enum { QK_NONE, QK_HEAD, QK_ALL };
+// model.qk_norm: QK_NONE, QK_HEAD or QK_ALL.
 static inline int mt_qk_norm(const mt_config *c) {
-    return strcmp(c->qk_norm, "head") == 0  ? QK_HEAD
-           : strcmp(c->qk_norm, "all") == 0 ? QK_ALL
-                                            : QK_NONE;
+    return c->qk_norm;
 }
 // Lists each layer's kinds in c->layer_kind from the model fields (moe_every, dense_layers);
 // config loading calls it once the fields are final, and so must a caller that sets them.

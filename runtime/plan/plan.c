@@ -167,7 +167,7 @@ static uint64_t device_staging_bytes(int groups) {
 }
 
 int plan_grad_bytes(const mt_config *c) {
-    return strcmp(c->grad_dtype, "fp32") == 0 ? 4 : strcmp(c->grad_dtype, "bf16") == 0 ? 2 : 0;
+    return c->grad_dtype == GRAD_DTYPE_FP32 ? 4 : c->grad_dtype == GRAD_DTYPE_BF16 ? 2 : 0;
 }
 
 // transfer_cuda.c's STAGE_ELEMS: the fp32 master's way to the GPU.
@@ -313,7 +313,7 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     ch->att_slots = c->keep_attention < 0       ? 0
                     : c->keep_attention < pairs ? c->keep_attention
                                                 : pairs;
-    if (strcmp(c->offload_activations, "always") == 0) ch->offload = 1;
+    if (c->offload_activations == OFFLOAD_ALWAYS) ch->offload = 1;
     if (room == UINT64_MAX) return;
     shape s = shape_of(c);
     uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
@@ -321,11 +321,11 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     // asked-for attention slots come first: the boundaries take what they leave
     uint64_t asked = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
     left = left > asked ? left - asked : 0;
-    int keeps = strcmp(c->recompute, "always") != 0 && s.r == s.n;
+    int keeps = c->recompute != RECOMPUTE_ALWAYS && s.r == s.n;
     uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
     if (!ch->offload) {
         if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
-        if (strcmp(c->offload_activations, "auto") == 0 &&
+        if (c->offload_activations == OFFLOAD_AUTO &&
             (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
             ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
     }

@@ -106,9 +106,10 @@ static void check_hf_dirs(mt_job *job) {
 // optimizer.grad_dtype: "auto" is mtrun's to resolve (its memory plan knows what fits) and
 // arrives as --grad-dtype; started without it, auto keeps fp32.
 static int grad_bytes_of(const mt_job *job) {
-    const char *want = job->cfg.grad_dtype;
-    if (strcmp(want, "auto") == 0 && job->args.grad_dtype) want = job->args.grad_dtype;
-    return strcmp(want, "bf16") == 0 ? 2 : 4;
+    int want = job->cfg.grad_dtype;
+    if (want == GRAD_DTYPE_AUTO && job->args.grad_dtype)
+        want = mt_choice_index(GRAD_DTYPE_NAMES, job->args.grad_dtype);
+    return want == GRAD_DTYPE_BF16 ? 2 : 4;
 }
 
 // The layouts need to know which groups the compute rank updates itself: it decides (with its
