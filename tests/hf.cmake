@@ -25,8 +25,8 @@ foreach(b cpu cuda)
   set_tests_properties(hf_family_parity_${b} hf_train_parity_${b} hf_train_parity_masked_${b}
                        PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 600)
 endforeach()
-# README's fine-tuning walk-through: configs/sft-example.cfg on a tiny model and chat data made
-# from the demo text, through mt-tokenize --chat, the masked loss and the export.
+# The fine-tuning walk-through of docs/huggingface.md: configs/sft-example.cfg on a tiny model and
+# chat data made from the demo text, through mt-tokenize --chat, the masked loss and the export.
 add_test(NAME sft_example COMMAND bash ${MT_TEST_DIR}/sft_example.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR} $<TARGET_FILE:mt-tokenize>)
 set_tests_properties(sft_example PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS e2e)

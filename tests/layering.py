@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The shape of runtime/ (README.md, "Where things are"), checked on the source and the build.
+"""The shape of runtime/ (docs/architecture.md, "The source tree"), checked on the source and
+the build.
 
   layering.py SRC [BUILD]
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# README's fine-tuning walk-through, as written, on the CPU backend: a tiny Hugging Face model
-# folder with a tokenizer and Qwen2's chat template (hf_fixture.py --tokenizer), conversations
-# made from the demo text (a line asked for, the next one answered), mt-tokenize --chat, then
-# configs/sft-example.cfg with model_dir and the paths set on the command line:
+# The fine-tuning walk-through of docs/huggingface.md, as written, on the CPU backend: a tiny
+# Hugging Face model folder with a tokenizer and Qwen2's chat template (hf_fixture.py
+# --tokenizer), conversations made from the demo text (a line asked for, the next one answered),
+# mt-tokenize --chat, then configs/sft-example.cfg with model_dir and the paths set on the
+# command line:
 # - mt-tokenize tells ChatML from tokenizer_config.json and writes a masked shard;
 # - the job trains on the assistant turns only (metrics.jsonl's targets below the tokens), the
 #   loss falls, and evaluation runs;
