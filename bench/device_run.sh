@@ -14,6 +14,10 @@
 #   gemm_bench: the bench models' GEMM shapes with each algorithm cuBLASLt's heuristic offers.
 #   slices runs bench/run_slices.sh: the 100B and 120B models from full-width slices. tier runs
 #   bench/run_tier.sh: dd on the disk, then a model that fits the host only with the NVMe tier.
+#   base=SRC builds the source tree SRC (e.g. `git archive REV` unpacked into a carried folder)
+#   into build-base; then bitwise runs bench/bitwise_matrix.sh on the CUDA backend with both
+#   builds and compares them byte for byte, and basebench-NAME runs bench-NAME with build-base
+#   (its runs named NAME-base), so that a refactor's speed is compared in the same call.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -52,6 +56,18 @@ for what in "$@"; do
         spec=${what#tier}; spec=${spec#=}
         bench/run_tier.sh build "$OUT" $spec ;;
     long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
+    base=*)
+        t0=$(date +%s)
+        cmake -S "${what#base=}" -B build-base -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake-base.log" 2>&1 &&
+            cmake --build build-base -j16 >"$OUT/build-base.log" 2>&1 ||
+            { grep -E "error" -A3 "$OUT/build-base.log" | head -30; exit 1; }
+        echo "base build: $(( $(date +%s) - t0 )) s" ;;
+    bitwise)
+        bench/bitwise_matrix.sh build-base/bin /tmp/bw-base cuda >"$OUT/bitwise.log" 2>&1
+        bench/bitwise_matrix.sh build/bin /tmp/bw-new cuda >>"$OUT/bitwise.log" 2>&1
+        grep FAILED -A5 "$OUT/bitwise.log"
+        bench/bitwise_matrix.sh --compare /tmp/bw-base /tmp/bw-new | tee -a "$OUT/bitwise.log" ;;
+    basebench-*) MT_BENCH_TAG=base bench/run_bench.sh build-base "$OUT" "${what#basebench-}" ;;
     attn | attn=*)
         attn_args "${what#attn}"
         build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
