@@ -64,7 +64,7 @@ static double run(model *m, int want_grads) {
         layer_params p;
         layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
         m->s->route = route_of(m, l, &io);
-        layer_forward(c, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D, 0);
+        layer_forward(c, l, &p, m->s, acts + (size_t)l * n * D, acts + (size_t)(l + 1) * n * D, 0);
         if (m->s->route)
             memcpy(m->choice + (size_t)l * n * k, moe_scratch_experts(m->s->moe),
                    sizeof(int32_t) * n * k);
@@ -90,8 +90,9 @@ static double run(model *m, int want_grads) {
             layer_params_bind(&p, c, l, m->params[model_layer_group(l)]);
             layer_params_bind(&dp, c, l, m->grads[model_layer_group(l)]);
             m->s->route = route_of(m, l, &io);
-            layer_forward(c, &p, m->s, acts + (size_t)l * n * D, tmp, 0); // the engine's recompute
-            layer_backward(c, &p, &dp, m->s, acts + (size_t)l * n * D, dres, tmp);
+            layer_forward(c, l, &p, m->s, acts + (size_t)l * n * D, tmp,
+                          0); // the engine's recompute
+            layer_backward(c, l, &p, &dp, m->s, acts + (size_t)l * n * D, dres, tmp);
             memcpy(dres, tmp, sizeof(float) * n * D);
         }
         embedding_backward(m->grads[0], dres, m->in, n, D);

@@ -130,7 +130,7 @@ static void cpu_layer_forward(backend *b, int l, int m, const void *w, const flo
     layer_scratch *s = for_micro(b, internals(b, keep), m);
     s->route = route_of(b, l, m);
     float *own_att = s->att, *own_lse = s->lse;
-    layer_forward(b->c, &p, with_attention(b, s, att), x, out, att.slot >= 0 && att.ready);
+    layer_forward(b->c, l, &p, with_attention(b, s, att), x, out, att.slot >= 0 && att.ready);
     put_back(s, own_att, own_lse);
 }
 
@@ -142,14 +142,14 @@ static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *d
     if (keep >= 0) {
         layer_scratch *k = for_micro(b, b->kept[keep], m);
         k->route = route_of(b, l, m);
-        layer_backward(b->c, &p, &dp, k, x, dout, dx);
+        layer_backward(b->c, l, &p, &dp, k, x, dout, dx);
         return;
     }
     layer_scratch *s = for_micro(b, b->scratch, m);
     s->route = route_of(b, l, m);
     float *own_att = s->att, *own_lse = s->lse;
-    layer_forward(b->c, &p, with_attention(b, s, att), x, b->tmp, att.slot >= 0);
-    layer_backward(b->c, &p, &dp, s, x, dout, dx);
+    layer_forward(b->c, l, &p, with_attention(b, s, att), x, b->tmp, att.slot >= 0);
+    layer_backward(b->c, l, &p, &dp, s, x, dout, dx);
     put_back(s, own_att, own_lse);
 }
 

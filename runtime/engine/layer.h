@@ -1,41 +1,20 @@
-// The decoder-layer template: the kernel sequence of one Llama layer, stateless apart from the
-// weight pointers bound per call. Forward and backward side by side; the backward recomputes
-// the layer's internals from its boundary activation.
+// The decoder-layer template: the kernel sequence of one layer, its attention and MLP parts
+// chosen by the layer's kinds (layer_parts.h), stateless apart from the weight pointers bound
+// per call. Forward and backward side by side; the backward recomputes the layer's internals
+// from its boundary activation.
 #ifndef MT_LAYER_H
 #define MT_LAYER_H
 
-#include "runtime/engine/moe_mlp.h"
-#include "runtime/model/model.h"
-
-// Working set of one layer over one micro-batch (n = B*T tokens): allocated once, reused by
-// every layer and every micro-batch.
-typedef struct {
-    int B, T;
-    float *n1, *rstd1, *q, *k, *v, *att, *lse, *h, *n2, *rstd2, *gate, *up, *act;
-    float *d_act, *d_gate, *d_up, *d_n2, *d_h, *d_att, *d_q, *d_k, *d_v, *d_n1;
-    float *inv_freq; // RoPE frequencies, model_rope_inv_freq(c): plain, or rope_scaling's
-    // The micro-batch's packed documents (data.pack): each token's document start in its row,
-    // for RoPE's positions and attention's mask; NULL: one document a row. Set per call.
-    const int32_t *doc_start;
-    // qk_norm: q and k before their norms, and the norms' statistics
-    float *q_raw, *k_raw, *rstd_q, *rstd_k;
-    // MoE layers: their internals, and where the pass records its routing (set per call; NULL:
-    // nowhere, and no load-balancing gradient)
-    moe_scratch *moe;
-    moe_route_io *route;
-} layer_scratch;
-
-// The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.
-layer_scratch *layer_scratch_new(const mt_config *c, int B, int T);
-void layer_scratch_free(layer_scratch *s);
+#include "runtime/engine/layer_scratch.h"
 
 // out = layer(x); the internals stay in s for a backward that follows. have_att: s->att and
 // s->lse already hold attention's output for this x and w, and the attention kernel is skipped.
-void layer_forward(const mt_config *c, const layer_params *w, layer_scratch *s, const float *x,
-                   float *out, int have_att);
+// l: the layer's index, whose kinds (mt_layer_kind_of) pick the parts it runs.
+void layer_forward(const mt_config *c, int l, const layer_params *w, layer_scratch *s,
+                   const float *x, float *out, int have_att);
 // Given dout, accumulates the weight gradients into dw and writes dx (overwritten). Expects s
 // to hold the internals of layer_forward on the same x and w.
-void layer_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+void layer_backward(const mt_config *c, int l, const layer_params *w, const layer_params *dw,
                     layer_scratch *s, const float *x, const float *dout, float *dx);
 
 #endif

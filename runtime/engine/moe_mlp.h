@@ -1,7 +1,6 @@
 // A Mixture-of-Experts MLP on the CPU backend: router, top-k, the experts' SwiGLUs on their
-// rows, the weighted sum, and the shared expert; forward and backward side by side. The
-// decoder-layer template (layer.c) calls it in place of the dense SwiGLU where the layer's
-// binding has a router.
+// rows, the weighted sum, and the shared expert; forward and backward side by side. It is the
+// work of the MLP kind MLP_MOE (mlp_cpu.c's row, layer_parts.h).
 #ifndef MT_MOE_MLP_H
 #define MT_MOE_MLP_H
 

@@ -1,0 +1,30 @@
+// The CPU backend's working set of one decoder layer (layer.c's template and its parts).
+#ifndef MT_LAYER_SCRATCH_H
+#define MT_LAYER_SCRATCH_H
+
+#include "runtime/engine/moe_mlp.h"
+#include "runtime/model/model.h"
+
+// Working set of one layer over one micro-batch (n = B*T tokens): allocated once, reused by
+// every layer and every micro-batch.
+typedef struct {
+    int B, T;
+    float *n1, *rstd1, *q, *k, *v, *att, *lse, *h, *n2, *rstd2, *gate, *up, *act;
+    float *d_act, *d_gate, *d_up, *d_n2, *d_h, *d_att, *d_q, *d_k, *d_v, *d_n1;
+    float *inv_freq; // RoPE frequencies, model_rope_inv_freq(c): plain, or rope_scaling's
+    // The micro-batch's packed documents (data.pack): each token's document start in its row,
+    // for RoPE's positions and attention's mask; NULL: one document a row. Set per call.
+    const int32_t *doc_start;
+    // qk_norm: q and k before their norms, and the norms' statistics
+    float *q_raw, *k_raw, *rstd_q, *rstd_k;
+    // MoE layers: their internals, and where the pass records its routing (set per call; NULL:
+    // nowhere, and no load-balancing gradient)
+    moe_scratch *moe;
+    moe_route_io *route;
+} layer_scratch;
+
+// The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.
+layer_scratch *layer_scratch_new(const mt_config *c, int B, int T);
+void layer_scratch_free(layer_scratch *s);
+
+#endif
