@@ -1,0 +1,57 @@
+// The parts of a decoder layer on the GPU, one row of functions per kind, as layer_parts.h is
+// on the CPU: layer_cuda.c runs the skeleton and takes each part's functions from the row of
+// the layer's kind. A new attention or MLP kind is a new row here and its file (attn_cuda.c,
+// mlp_cuda.c).
+#ifndef MT_LAYER_PARTS_CUDA_H
+#define MT_LAYER_PARTS_CUDA_H
+
+#include "runtime/engine/cuda_state.h"
+
+// One call of a layer: layer l on micro-batch m, its weights (and gradients, in a backward)
+// bound, its input x, and the internals it works in: a kept slot's (keep >= 0), else the
+// working set's, with an attention slot's output and statistics when att has one.
+typedef struct {
+    backend *b;
+    int l, m, keep;
+    att_ref att;
+    const layer_w *w;
+    const layer_g *g;
+    const float *x;
+    layer_saved *a;
+} cu_layer_call;
+
+// The chunks of a micro-batch: [t0, t0 + rows) for t0 = 0, seq_chunk, ...
+#define FOR_CHUNKS(b, t0, rows)                                                                    \
+    for (int t0 = 0, rows = mt_chunk_rows(tokens(b), 0, (b)->seq_chunk); t0 < tokens(b);           \
+         t0 += (b)->seq_chunk, rows = mt_chunk_rows(tokens(b), t0, (b)->seq_chunk))
+
+// Whether attention's output for this pass is at hand in its attention slot.
+static inline int att_ready(int keep, att_ref att) {
+    return keep < 0 && att.slot >= 0 && att.ready;
+}
+
+// Attention's part. forward: its output a->att (and what its backward needs) for the whole
+// micro-batch, the first norm included; with run_attention 0, only what the backward needs (the
+// output is at hand). prepare: before the MLP's backward, what the part's backward needs again
+// (recomputed, or the first norm alone for a kept pass). backward: from b->d_att, dx (holding
+// the residual path) gains the part's gradient, weight gradients into g.
+typedef struct {
+    void (*forward)(const cu_layer_call *k, int run_attention);
+    void (*prepare)(const cu_layer_call *k);
+    void (*backward)(const cu_layer_call *k, float *dx);
+} cu_attn_part;
+
+// The MLP part, for the chunk of `rows` tokens at t0, with a->h (the residual stream after
+// attention) and b->n2 (its norm) at hand. forward: out's chunk = h + MLP(n2), its internals in
+// a's chunk buffers. backward: b->d_n2 = its gradient from dout's chunk, weight gradients into g
+// (kept: a holds the pass's own internals; else they are recomputed).
+typedef struct {
+    void (*forward)(const cu_layer_call *k, float *out, int t0, int rows);
+    void (*backward)(const cu_layer_call *k, const float *dout, int t0, int rows);
+} cu_mlp_part;
+
+extern const cu_attn_part attn_softmax_cuda; // attn_cuda.c
+extern const cu_mlp_part mlp_dense_cuda;     // mlp_cuda.c
+extern const cu_mlp_part mlp_moe_cuda;       // mlp_cuda.c, on moe_cuda.c
+
+#endif
