@@ -108,12 +108,21 @@ static void buffers_free(buffers *b) {
 }
 
 static void call(const buffers *b, const shape *s, int backward) {
+    const attn_args a = {
+        .B = s->B, .T = s->T, .H = s->H, .KV = s->KV, .hd = s->hd, .doc_start = b->ds};
+    const cuda_attn_tensors t = {.q = b->q,
+                                 .k = b->k,
+                                 .v = b->v,
+                                 .out = b->out,
+                                 .lse = b->lse,
+                                 .dout = b->dout,
+                                 .dq = b->dq,
+                                 .dk = b->dk,
+                                 .dv = b->dv};
     if (!backward)
-        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd,
-                               b->ds, b->scratch, 0);
+        cuda_attention_forward(&a, &t, b->scratch, 0);
     else
-        cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                s->B, s->T, s->H, s->KV, s->hd, b->ds, b->scratch, 0);
+        cuda_attention_backward(&a, &t, b->scratch, 0);
 }
 
 // Milliseconds per call: one warm-up, then repeats until 0.3 s have run (at least 2).

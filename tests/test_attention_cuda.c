@@ -180,6 +180,11 @@ static int32_t *doc_starts(const shape *s) {
 
 // ---- one shape on one path ---------------------------------------------------------------
 
+// Shape s's attention arguments, with document starts ds (host or device memory, or NULL).
+static attn_args args_of(const shape *s, const int32_t *ds) {
+    return (attn_args){.B = s->B, .T = s->T, .H = s->H, .KV = s->KV, .hd = s->hd, .doc_start = ds};
+}
+
 typedef struct {
     long nq, nkv, nl;
     float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv; // host reference (floats)
@@ -210,14 +215,16 @@ static void host_case_init(host_case *c, const shape *s) {
     rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
     c->ds = doc_starts(s);
     c->ds_dev = c->ds ? dev_upload(c->ds, sizeof(int32_t) * s->B * s->T) : NULL;
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd, c->ds);
+    const attn_args a = args_of(s, c->ds);
+    attn_tensors t = {.q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse};
+    attention_forward(&a, &t);
     to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
     // The CPU backward accumulates: start from zero.
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
-    attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B, s->T,
-                       s->H, s->KV, s->hd, c->ds);
+    t.dout = c->dout, t.dq = c->dq, t.dk = c->dk, t.dv = c->dv;
+    attention_backward(&a, &t);
 }
 
 static void host_case_free(host_case *c) {
@@ -236,8 +243,9 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
     poison(out, sizeof(bf16) * c->nq);
     poison(lse, sizeof(float) * c->nl);
     void *scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
-    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, c->ds_dev, scratch,
-                           0);
+    const attn_args a = args_of(s, c->ds_dev);
+    cuda_attention_forward(&a, &(cuda_attn_tensors){.q = q, .k = k, .v = v, .out = out, .lse = lse},
+                           scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaFree(scratch));
 
@@ -256,14 +264,23 @@ typedef struct {
 } grads;
 
 static void run_backward(grads *g, const shape *s, const host_case *c, const int32_t *ds,
-                         const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
-                         const bf16 *k, const bf16 *v, void *scratch, size_t scratch_bytes) {
+                         const bf16 *dout, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                         const bf16 *v, void *scratch, size_t scratch_bytes) {
     poison(g->dq, sizeof(bf16) * c->nq);
     poison(g->dk, sizeof(bf16) * c->nkv);
     poison(g->dv, sizeof(bf16) * c->nkv);
     poison(scratch, scratch_bytes);
-    cuda_attention_backward(g->dq, g->dk, g->dv, dout, out, lse, q, k, v, s->B, s->T, s->H, s->KV,
-                            s->hd, ds, scratch, 0);
+    const attn_args a = args_of(s, ds);
+    const cuda_attn_tensors t = {.q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .out = out,
+                                 .lse = lse,
+                                 .dout = dout,
+                                 .dq = g->dq,
+                                 .dk = g->dk,
+                                 .dv = g->dv};
+    cuda_attention_backward(&a, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 

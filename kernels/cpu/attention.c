@@ -5,9 +5,10 @@
 // Layouts: q, out, dq: [B, T, H, hd]; k, v, dk, dv: [B, T, KV, hd]; lse: [B, H, T].
 // Query head h reads kv head h / (H / KV).
 //
-// Packed documents (data.pack): doc_start[b * T + t] is the position in row b where token t's
-// document starts, and the query attends to keys doc_start..t only; NULL: every row is one
-// document from position 0 (plain causal attention, the same arithmetic).
+// Which keys query t sees: attn_args (kernels/attention_args.h). Packed documents (data.pack):
+// doc_start[b * T + t] is the position in row b where token t's document starts, and the query
+// attends to keys doc_start..t only; NULL: every row is one document from position 0 (plain
+// causal attention, the same arithmetic).
 #include "kernels/cpu/kernels_cpu.h"
 
 #include <math.h>
@@ -81,10 +82,15 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
     lse[lseoff(d, b, h, t)] = m + logf(l);
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int hd, const int32_t *doc_start) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
-    long rows = (long)B * H * T;
+static attn_dims dims_of(const attn_args *a) {
+    const float scale = 1.0f / sqrtf((float)a->hd);
+    return (attn_dims){a->B, a->T, a->H, a->KV, a->hd, scale, a->doc_start};
+}
+
+void attention_forward(const attn_args *args, const attn_tensors *ts) {
+    const attn_dims d = dims_of(args);
+    const int T = d.T, H = d.H, hd = d.hd;
+    long rows = (long)d.B * H * T;
 #pragma omp parallel
     {
         float *s = xmalloc(sizeof(float) * (T + hd)), *acc = s + T;
@@ -93,7 +99,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < rows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
-            attn_row_forward(&d, out, lse, q, k, v, b, h, t, s, acc);
+            attn_row_forward(&d, ts->out, ts->lse, ts->q, ts->k, ts->v, b, h, t, s, acc);
         }
         free(s);
     }
@@ -148,11 +154,10 @@ static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *
 
 // Two passes so that every output row has one owner: dq by query row, then dk and dv by key
 // row. This recomputes the probabilities twice but needs no atomics and no T x T storage.
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int KV, int hd, const int32_t *doc_start) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
-    long qrows = (long)B * H * T, kvrows = (long)B * KV * T;
+void attention_backward(const attn_args *args, const attn_tensors *ts) {
+    const attn_dims d = dims_of(args);
+    const int T = d.T, H = d.H, KV = d.KV, hd = d.hd;
+    long qrows = (long)d.B * H * T, kvrows = (long)d.B * KV * T;
     float *D = xmalloc(sizeof(float) * qrows);
 #pragma omp parallel
     {
@@ -160,13 +165,15 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < qrows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
-            attn_row_dq(&d, dq, D, dout, out, lse, q, k, v, b, h, t, acc);
+            attn_row_dq(&d, ts->dq, D, ts->dout, ts->out, ts->lse, ts->q, ts->k, ts->v, b, h, t,
+                        acc);
         }
         // The implicit barrier above publishes D to every thread.
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < kvrows; r++) {
             int j = (int)(r % T), kvh = (int)(r / T % KV), b = (int)(r / ((long)T * KV));
-            attn_row_dkv(&d, dk, dv, dout, lse, D, q, k, v, b, kvh, j, acc, acc + hd);
+            attn_row_dkv(&d, ts->dk, ts->dv, ts->dout, ts->lse, D, ts->q, ts->k, ts->v, b, kvh, j,
+                         acc, acc + hd);
         }
         free(acc);
     }

@@ -54,6 +54,8 @@ struct Dims {
     // non-decreasing along a row and <= t; query t attends to keys ds[b * T + t] .. t only.
     // NULL: a row is one document.
     const int32_t *ds;
+    // The sliding window (attn_args): query t sees no key before t - window + 1; 0: none.
+    int window;
 };
 
 // attention_wgmma.cu: the Hopper path, for the other files of the family (whether it runs:
@@ -75,8 +77,8 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             void *scratch, cudaStream_t stream);
 // D = rowsum(dout * out) already in scratch.
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
-                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                              int T, int H, int KV, int hd, cudaStream_t stream);
+                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
+                              const Dims &d, cudaStream_t stream);
 
 namespace {
 
@@ -498,7 +500,8 @@ __device__ __forceinline__ RunElement run_element(long i, int hn, int per_head) 
     return RunElement{i / ((long)hn * per_head), (int)(i / per_head % hn), (int)(i % per_head)};
 }
 
-inline Dims make_dims(int B, int T, int H, int KV, int hd) {
+inline Dims make_dims(const attn_args &a) {
+    const int B = a.B, T = a.T, H = a.H, KV = a.KV, hd = a.hd;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd > 32 * MAXC) {
         fprintf(stderr, "megatrain: attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d\n", B,
                 T, H, KV, hd);
@@ -511,8 +514,13 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
                 T, 65535l * 64);
         exit(1);
     }
+    if (a.window != 0) {
+        fprintf(stderr, "megatrain: attention: no sliding window on the GPU yet (window %d)\n",
+                a.window);
+        exit(1);
+    }
     float scale = 1.0f / sqrtf((float)hd);
-    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, NULL};
+    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, a.doc_start, a.window};
 }
 
 // A causal forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V, halved by the

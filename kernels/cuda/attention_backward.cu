@@ -367,14 +367,14 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
 
 } // namespace
 
-extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
-                                        const bf16 *out, const float *lse, const bf16 *q,
-                                        const bf16 *k, const bf16 *v, int B, int T, int H, int KV,
-                                        int hd, const int32_t *doc_start, void *scratch,
-                                        cudaStream_t stream) {
+extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_tensors *t,
+                                        void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    Dims d = make_dims(B, T, H, KV, hd);
-    d.ds = doc_start;
+    const Dims d = make_dims(*args);
+    const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
+    bf16 *dq = t->dq, *dk = t->dk, *dv = t->dv;
+    const bf16 *dout = t->dout, *out = t->out, *q = t->q, *k = t->k, *v = t->v;
+    const float *lse = t->lse;
     if (B == 0 || T == 0) return;
     kt_work(stream, KT_ATTENTION, 2.5 * causal_flops(B, T, H, hd), 0,
             "attention backward hd %d T %d", hd, T);
@@ -405,7 +405,7 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
         // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for; they
         // have no document masks, so packed documents take mma.sync.
         if (!d.ds && attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
-            attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
+            attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
             return;
         }
     }

@@ -176,13 +176,14 @@ extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int 
     return attention_scratch(NULL, B, T, H, KV, hd).total;
 }
 
-extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                                       const bf16 *v, int B, int T, int H, int KV, int hd,
-                                       const int32_t *doc_start, void *scratch,
-                                       cudaStream_t stream) {
+extern "C" void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t,
+                                       void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    Dims d = make_dims(B, T, H, KV, hd);
-    d.ds = doc_start;
+    const Dims d = make_dims(*args);
+    const int B = d.B, T = d.T, H = d.H, hd = d.hd;
+    bf16 *out = t->out;
+    float *lse = t->lse;
+    const bf16 *q = t->q, *k = t->k, *v = t->v;
     if (B == 0 || T == 0) return;
     kt_work(stream, KT_ATTENTION, causal_flops(B, T, H, hd), 0, "attention forward hd %d T %d", hd,
             T);

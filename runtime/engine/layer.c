@@ -87,6 +87,28 @@ static void qk_norm_backward(const mt_config *c, const layer_params *w, const la
     memcpy(s->d_k, dk, sizeof(float) * KV);
 }
 
+// The micro-batch's attention: its shape and packed documents (no sliding window: the model
+// description has none yet), and its tensors, forward's and backward's.
+static attn_args attention_args(const mt_config *c, const layer_scratch *s) {
+    return (attn_args){.B = s->B,
+                       .T = s->T,
+                       .H = c->heads,
+                       .KV = c->kv_heads,
+                       .hd = mt_head_dim(c),
+                       .doc_start = s->doc_start};
+}
+static attn_tensors attention_tensors(const layer_scratch *s) {
+    return (attn_tensors){.q = s->q,
+                          .k = s->k,
+                          .v = s->v,
+                          .out = s->att,
+                          .lse = s->lse,
+                          .dout = s->d_att,
+                          .dq = s->d_q,
+                          .dk = s->d_k,
+                          .dv = s->d_v};
+}
+
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it.
 static void attention_part(const mt_config *c, const layer_params *w, layer_scratch *s,
@@ -106,9 +128,11 @@ static void attention_part(const mt_config *c, const layer_params *w, layer_scra
     if (w->q_norm) qk_norm_forward(c, w, s, n);
     rope_forward(s->q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
-    if (!have_att)
-        attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd,
-                          s->doc_start);
+    if (!have_att) {
+        const attn_args a = attention_args(c, s);
+        const attn_tensors t = attention_tensors(s);
+        attention_forward(&a, &t);
+    }
 }
 
 // One chunk of h = x + o(att) and out = h + down(swiglu(gate(n2), up(n2))).
@@ -205,8 +229,9 @@ void layer_backward(const mt_config *c, const layer_params *w, const layer_param
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
-    attention_backward(s->d_q, s->d_k, s->d_v, s->d_att, s->att, s->lse, s->q, s->k, s->v, B, T,
-                       c->heads, c->kv_heads, hd, s->doc_start);
+    const attn_args a = attention_args(c, s);
+    const attn_tensors t = attention_tensors(s);
+    attention_backward(&a, &t);
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
     if (w->q_norm) qk_norm_backward(c, w, dw, s, n);

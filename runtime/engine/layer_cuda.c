@@ -65,6 +65,18 @@ static const int32_t *doc_starts(const backend *b, int m) {
     return b->doc_start && b->has_docs[m] ? b->doc_start + (size_t)m * tokens(b) : NULL;
 }
 
+// Micro-batch m's attention: its shape and packed documents (no sliding window: the model
+// description has none yet).
+static attn_args attention_args(const backend *b, int m) {
+    const mt_config *c = b->c;
+    return (attn_args){.B = b->B,
+                       .T = b->T,
+                       .H = c->heads,
+                       .KV = c->kv_heads,
+                       .hd = mt_head_dim(c),
+                       .doc_start = doc_starts(b, m)};
+}
+
 // qk_norm's rows: a head's head_dim ("head"), or a token's whole projection ("all").
 static int qk_width(const mt_config *c, int heads) {
     return mt_qk_norm(c) == QK_ALL ? heads * mt_head_dim(c) : mt_head_dim(c);
@@ -127,9 +139,11 @@ static void attention_part(backend *b, int m, const layer_w *w, const float *x, 
     const int32_t *ds = doc_starts(b, m);
     cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
     cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
-    if (run_attention)
-        cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads,
-                               hd, ds, b->attn_scratch, s);
+    if (run_attention) {
+        const attn_args args = attention_args(b, m);
+        const cuda_attn_tensors t = {.q = a->q, .k = a->k, .v = a->v, .out = a->att, .lse = a->lse};
+        cuda_attention_forward(&args, &t, b->attn_scratch, s);
+    }
 }
 
 // One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta), the second norm
@@ -286,8 +300,17 @@ void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf,
     }
     bf16 *dq = a->q; // in place: q is not read again (at 512k tokens, 4 GiB on a 7B)
     const int32_t *ds = doc_starts(b, m);
-    cuda_attention_backward(dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
-                            b->T, c->heads, c->kv_heads, hd, ds, b->attn_scratch, s);
+    const attn_args args = attention_args(b, m);
+    const cuda_attn_tensors t = {.q = a->q,
+                                 .k = a->k,
+                                 .v = a->v,
+                                 .out = a->att,
+                                 .lse = a->lse,
+                                 .dout = b->d_att,
+                                 .dq = dq,
+                                 .dk = b->dk,
+                                 .dv = b->dv};
+    cuda_attention_backward(&args, &t, b->attn_scratch, s);
     cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
     if (w.q_norm) qk_norm_backward(b, &w, &g, dq, b->dk);
