@@ -346,7 +346,8 @@ static void attn_run(void *p, float *o) {
 }
 
 // Naive reference: the full T x T score matrix per (b, h), in double; keys before the query's
-// document are masked like those after it.
+// document, and outside its sliding window (transformers' kv_idx > q_idx - sliding_window), are
+// masked like those after it.
 static void attn_reference(const attn_case *c, double *ref) {
     int T = c->a.T, H = c->a.H, KV = c->a.KV, hd = c->a.hd;
     const int32_t *doc = c->a.doc_start;
@@ -361,6 +362,7 @@ static void attn_reference(const attn_case *c, double *ref) {
                     s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
                     if (j > t) s[j] = -INFINITY; // causal mask
                     if (doc && j < doc[(long)b * T + t]) s[j] = -INFINITY;
+                    if (c->a.window > 0 && !(j > t - c->a.window)) s[j] = -INFINITY;
                     m = fmax(m, s[j]);
                 }
                 for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
@@ -376,9 +378,11 @@ static void attn_reference(const attn_case *c, double *ref) {
     free(s);
 }
 
-// doc: the rows' document starts, or NULL (one causal document a row); what names the checks.
-static void test_attention(const int32_t *doc, const char *what) {
-    attn_case c = {.a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc}};
+// doc: the rows' document starts, or NULL (one causal document a row); window: the sliding
+// window (0: none); what names the checks.
+static void test_attention(const int32_t *doc, int window, const char *what) {
+    attn_case c = {
+        .a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc, .window = window}};
     char name[96];
     long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a);
     c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
@@ -415,6 +419,26 @@ static void test_attention(const int32_t *doc, const char *what) {
     free(ref), free(pq), free(pk), free(pv), free(dq), free(dk), free(dv);
     free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
         free(c.lse);
+}
+
+// A window of T keys or more hides nothing: forward and backward give the bits of no window.
+static void test_attention_wide_window(const int32_t *doc, const char *what) {
+    attn_case c = {.a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc}};
+    long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a), nout = 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T;
+    c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
+    float *none = calloc(nout, sizeof(float)), *wide = calloc(nout, sizeof(float));
+    attn_run(&c, none);
+    int same = 1;
+    for (int window = c.a.T; window <= c.a.T + 5; window += 5) {
+        c.a.window = window;
+        memset(wide, 0, sizeof(float) * nout);
+        attn_run(&c, wide);
+        same &= memcmp(none, wide, sizeof(float) * nout) == 0;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "attention window >= T%s", what);
+    report(same, "bitwise", name, 0.0);
+    free(none), free(wide), free(c.q), free(c.k), free(c.v), free(c.R);
 }
 
 // ---- swiglu ------------------------------------------------------------------------------
@@ -593,10 +617,17 @@ int main(void) {
     test_rope();
     test_rope_llama3();
     test_rope_documents();
-    test_attention(NULL, "");
+    test_attention(NULL, 0, "");
     // two rows of packed documents: lengths 3, 1, 3, then 1, 6 (a length-1 document first)
     static const int32_t doc[2 * 7] = {0, 0, 0, 3, 4, 4, 4, 0, 1, 1, 1, 1, 1, 1};
-    test_attention(doc, " documents");
+    test_attention(doc, 0, " documents");
+    // Sliding windows: alone, across documents (the second row's 6-token one is longer than the
+    // window), and of 1 key (each query sees itself only).
+    test_attention(NULL, 3, " window 3");
+    test_attention(doc, 3, " window 3 documents");
+    test_attention(NULL, 1, " window 1");
+    test_attention_wide_window(NULL, "");
+    test_attention_wide_window(doc, " documents");
     test_swiglu();
     test_linear(0);
     test_linear(1);
