@@ -356,7 +356,7 @@ extern "C" int cuda_attention_has_wgmma(void) {
 bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              const Dims &d, void *scratch, cudaStream_t stream) {
     if (attention_forward_tma(out, lse, q, k, v, d, scratch, stream)) return true;
-    if (d.ds) return false;
+    if (mask_of(d) != MASK_CAUSAL) return false; // no document or window masks here
     if (d.hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);
     else
