@@ -14,6 +14,8 @@
 #   gemm_bench: the bench models' GEMM shapes with each algorithm cuBLASLt's heuristic offers.
 #   slices runs bench/run_slices.sh: the 100B and 120B models from full-width slices. tier runs
 #   bench/run_tier.sh: dd on the disk, then a model that fits the host only with the NVMe tier.
+#   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
+#   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -54,7 +56,8 @@ for what in "$@"; do
     long-*) bench/run_long.sh build "$OUT" "${what#long-}" ;;
     attn | attn=*)
         attn_args "${what#attn}"
-        build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
+        build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} \
+            ${ATTN_WINDOW:+--window "$ATTN_WINDOW"} 2>&1 | tee -a "$OUT/attention.log"
         [ "${ATTN_TORCH:-1}" = 1 ] && [ -z "$heads" ] &&
             python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
     bwdprof=*)
