@@ -35,9 +35,10 @@ __device__ __forceinline__ int doc_end(const Dims &d, int b, int t) {
 
 // The first key row t sees (rows past T: the last row's): its document's start, and with WIN
 // (MASK_WINDOW: d.window > 0) no earlier than its window's. Non-decreasing in t, as doc_first.
+// (The window's t - W + 1 may be negative here: f >= 0 wins, as attn_window_first's 0 would.)
 template <bool WIN> __device__ __forceinline__ int first_key(const Dims &d, int b, int t) {
     const int f = doc_first(d, b, t);
-    return WIN ? max(f, attn_window_first(min(t, d.T - 1), d.window)) : f;
+    return WIN ? max(f, min(t, d.T - 1) - d.window + 1) : f;
 }
 
 // The end (exclusive) of the queries that see key t: its document's end, and with WIN no later
