@@ -6,10 +6,13 @@
 // FLOPs are causal-counted: a forward is 2 GEMMs of 2*T*T*hd per (b, h), halved by the mask,
 // and a backward counts as 2.5 forwards (5 GEMMs), whatever a kernel actually recomputes. With
 // --docs N (packed documents of N tokens, data.pack "documents") the count is the documents'
-// own: T/N causal blocks of N, so that the rate compares with N-token calls.
+// own: T/N causal blocks of N, so that the rate compares with N-token calls. With --window W (a
+// sliding window of W keys) it is the window's pairs, T W - W^2 / 2 a block (attn_score_pairs),
+// and each line gives the forward + backward time per token: a window's cost is linear in T
+// (window 128: compare T 2048 and 32768).
 //
 //   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads] [--B rows]
-//                          [--docs N] [--paths mma,wgmma,wgmma-plain]
+//                          [--docs N] [--window W] [--paths mma,wgmma,wgmma-plain]
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -21,6 +24,7 @@
 
 typedef struct {
     int B, T, H, KV, hd, docs; // docs: packed documents' length (0: none)
+    int window;                // sliding window (0: none)
 } shape;
 
 typedef struct {
@@ -108,12 +112,26 @@ static void buffers_free(buffers *b) {
 }
 
 static void call(const buffers *b, const shape *s, int backward) {
+    const attn_args a = {.B = s->B,
+                         .T = s->T,
+                         .H = s->H,
+                         .KV = s->KV,
+                         .hd = s->hd,
+                         .doc_start = b->ds,
+                         .window = s->window};
+    const cuda_attn_tensors t = {.q = b->q,
+                                 .k = b->k,
+                                 .v = b->v,
+                                 .out = b->out,
+                                 .lse = b->lse,
+                                 .dout = b->dout,
+                                 .dq = b->dq,
+                                 .dk = b->dk,
+                                 .dv = b->dv};
     if (!backward)
-        cuda_attention_forward(b->out, b->lse, b->q, b->k, b->v, s->B, s->T, s->H, s->KV, s->hd,
-                               b->ds, b->scratch, 0);
+        cuda_attention_forward(&a, &t, b->scratch, 0);
     else
-        cuda_attention_backward(b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                s->B, s->T, s->H, s->KV, s->hd, b->ds, b->scratch, 0);
+        cuda_attention_backward(&a, &t, b->scratch, 0);
 }
 
 // Milliseconds per call: one warm-up, then repeats until 0.3 s have run (at least 2).
@@ -154,7 +172,7 @@ int main(int argc, char **argv) {
     int Ts[16] = {2048, 8192, 32768, 131072, 524288}, nT = 5;
     int hds[8] = {64, 100, 128}, nhd = 3;
     const char *paths = "mma,wgmma";
-    int heads = 0, rows = 0, docs = 0;
+    int heads = 0, rows = 0, docs = 0, window = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--T") == 0)
             nT = parse_list(argv[i + 1], Ts, 16);
@@ -166,12 +184,15 @@ int main(int argc, char **argv) {
             rows = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--docs") == 0 && atoi(argv[i + 1]) >= 0)
             docs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--window") == 0 && atoi(argv[i + 1]) >= 0)
+            window = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--paths") == 0)
             paths = argv[i + 1];
         else {
             fprintf(stderr,
                     "usage: %s [--T 2048,...] [--hd 64,100,128] [--H heads, a multiple of 8]\n"
                     "       [--B rows] [--docs N, packed documents of N tokens]\n"
+                    "       [--window W, a sliding window of W keys]\n"
                     "       [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
             return 2;
@@ -183,12 +204,15 @@ int main(int argc, char **argv) {
     for (int h = 0; h < nhd; h++) {
         for (int t = 0; t < nT; t++) {
             shape s = shape_for(Ts[t], hds[h], heads, rows, docs);
+            s.window = window;
             buffers b;
             buffers_init(&b, &s);
-            // Causal blocks: the row's, or each whole document's plus the last one's remainder.
+            // Causal blocks: the row's, or each whole document's plus the last one's remainder;
+            // their (query, key) pairs within the window.
             const int n = s.docs ? s.docs : s.T, whole = s.T / n, rest = s.T - whole * n;
-            double fwd_flops =
-                4.0 * s.B * s.H * ((double)whole * n * n + (double)rest * rest) * s.hd / 2.0;
+            const double pairs = whole * attn_score_pairs(n, s.window) +
+                                 (rest ? attn_score_pairs(rest, s.window) : 0.0);
+            double fwd_flops = 4.0 * s.B * s.H * pairs * s.hd;
             char list[64];
             snprintf(list, sizeof list, "%s", paths);
             for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
@@ -197,10 +221,12 @@ int main(int argc, char **argv) {
                 setenv("MT_ATTENTION", plain ? "wgmma" : path, 1);
                 setenv("MT_ATTENTION_TMA", plain ? "0" : "1", 1);
                 double f = time_ms(&b, &s, 0), g = time_ms(&b, &s, 1);
-                printf("ATTN path=%-11s hd=%3d T=%6d B=%2d H=%2d KV=%2d docs=%6d  forward %9.3f ms "
-                       "%6.1f TFLOP/s  backward %9.3f ms %6.1f TFLOP/s\n",
-                       path, s.hd, s.T, s.B, s.H, s.KV, s.docs, f, fwd_flops / (f * 1e-3) / 1e12, g,
-                       2.5 * fwd_flops / (g * 1e-3) / 1e12);
+                printf("ATTN path=%-11s hd=%3d T=%6d B=%2d H=%2d KV=%2d docs=%6d window=%5d  "
+                       "forward %9.3f ms %6.1f TFLOP/s  backward %9.3f ms %6.1f TFLOP/s  "
+                       "fwd+bwd %.3f ns/token\n",
+                       path, s.hd, s.T, s.B, s.H, s.KV, s.docs, s.window, f,
+                       fwd_flops / (f * 1e-3) / 1e12, g, 2.5 * fwd_flops / (g * 1e-3) / 1e12,
+                       (f + g) * 1e6 / ((double)s.B * s.T));
                 fflush(stdout);
             }
             buffers_free(&b);

@@ -18,6 +18,8 @@
 #   into build-base; then bitwise runs bench/bitwise_matrix.sh on the CUDA backend with both
 #   builds and compares them byte for byte, and basebench-NAME runs bench-NAME with build-base
 #   (its runs named NAME-base), so that a refactor's speed is compared in the same call.
+#   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
+#   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-setup.sh
@@ -70,7 +72,8 @@ for what in "$@"; do
     basebench-*) MT_BENCH_TAG=base bench/run_bench.sh build-base "$OUT" "${what#basebench-}" ;;
     attn | attn=*)
         attn_args "${what#attn}"
-        build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} 2>&1 | tee -a "$OUT/attention.log"
+        build/bin/attention_bench "${args[@]}" ${ATTN_PATHS:+--paths "$ATTN_PATHS"} \
+            ${ATTN_WINDOW:+--window "$ATTN_WINDOW"} 2>&1 | tee -a "$OUT/attention.log"
         [ "${ATTN_TORCH:-1}" = 1 ] && [ -z "$heads" ] &&
             python3 bench/attention_torch.py "${args[@]}" 2>&1 | tee -a "$OUT/attention.log" ;;
     bwdprof=*)

@@ -6,8 +6,9 @@
 // of both sides gets the same bf16-rounded out and the reference lse, so that it is checked
 // on its own. Every GPU output is poisoned (0xFF bytes: NaN) before each call, so an element
 // that a kernel fails to write shows up as a failure. Then the backward is rerun and must
-// give the same bits (no atomics). Packed documents (DOC_SHAPES) are checked the same way
-// against the CPU reference's document masks. Timings are bench/attention_bench's.
+// give the same bits (no atomics). Packed documents (DOC_SHAPES) and sliding windows
+// (WINDOW_SHAPES) are checked the same way against the CPU reference's masks. Timings are
+// bench/attention_bench's.
 //
 // Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
@@ -28,34 +29,35 @@ static int passed, failed;
 typedef struct {
     int B, T, H, KV, hd;
     const int *docs; // packed documents' lengths (doc_starts), 0-terminated; NULL: none
+    int window;      // sliding window (attn_args); 0: none
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
 // tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
-    {2, 37, 4, 2, 16, NULL},
-    {1, 130, 8, 8, 64, NULL},
-    {2, 257, 8, 2, 128, NULL},
-    {1, 1, 4, 1, 64, NULL},
-    {1, 1, 8, 2, 128, NULL},
-    {1, 64, 2, 1, 32, NULL},
-    {1, 70, 6, 3, 24, NULL},
-    {1, 200, 4, 4, 40, NULL},
-    {1, 100, 4, 2, 96, NULL},
-    {2, 130, 4, 2, 100, NULL},
-    {1, 77, 3, 3, 100, NULL},
+    {2, 37, 4, 2, 16, NULL, 0},
+    {1, 130, 8, 8, 64, NULL, 0},
+    {2, 257, 8, 2, 128, NULL, 0},
+    {1, 1, 4, 1, 64, NULL, 0},
+    {1, 1, 8, 2, 128, NULL, 0},
+    {1, 64, 2, 1, 32, NULL, 0},
+    {1, 70, 6, 3, 24, NULL, 0},
+    {1, 200, 4, 4, 40, NULL, 0},
+    {1, 100, 4, 2, 96, NULL, 0},
+    {2, 130, 4, 2, 100, NULL, 0},
+    {1, 77, 3, 3, 100, NULL, 0},
     // The fused backward's turn order over many key tiles (whole tiles, three batch rows, GQA),
     // and a head dim it pads inside one tile (72 -> 128).
-    {3, 640, 6, 2, 128, NULL},
-    {1, 300, 2, 2, 72, NULL},
+    {3, 640, 6, 2, 128, NULL, 0},
+    {1, 300, 2, 2, 72, NULL, 0},
     // The fused backward at hd 64 (the warpgroups take turns at dq): GQA, three batch rows,
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
-    {3, 1000, 8, 2, 64, NULL},
-    {1, 333, 4, 4, 48, NULL},
+    {3, 1000, 8, 2, 64, NULL, 0},
+    {1, 333, 4, 4, 48, NULL, 0},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
-    {1, 32805, 2, 1, 128, NULL},
-    {1, 32777, 2, 2, 100, NULL},
-    {1, 32790, 4, 1, 64, NULL},
+    {1, 32805, 2, 1, 128, NULL, 0},
+    {1, 32777, 2, 2, 100, NULL, 0},
+    {1, 32790, 4, 1, 64, NULL, 0},
 };
 
 // Packed documents: boundaries on the 64- and 128-row tile edges and inside tiles, documents of
@@ -67,10 +69,26 @@ static const int MIXED[] = {300, 17, 1000, 2, 128, 0};
 static const int ONE[] = {1 << 30, 0};
 static const int LONG[] = {4096, 0};
 static const shape DOC_SHAPES[] = {
-    {2, 700, 4, 2, 128, EDGES}, {3, 1000, 8, 2, 64, EDGES},  {2, 130, 4, 2, 100, EDGES},
-    {1, 200, 4, 2, 16, TINY},   {1, 70, 6, 3, 24, TINY},     {1, 300, 2, 2, 72, MIXED},
-    {3, 640, 6, 2, 128, MIXED}, {1, 4000, 4, 2, 64, MIXED},  {2, 257, 8, 2, 128, ONE},
-    {1, 333, 4, 4, 48, EDGES},  {1, 32768, 2, 1, 128, LONG},
+    {2, 700, 4, 2, 128, EDGES, 0}, {3, 1000, 8, 2, 64, EDGES, 0},  {2, 130, 4, 2, 100, EDGES, 0},
+    {1, 200, 4, 2, 16, TINY, 0},   {1, 70, 6, 3, 24, TINY, 0},     {1, 300, 2, 2, 72, MIXED, 0},
+    {3, 640, 6, 2, 128, MIXED, 0}, {1, 4000, 4, 2, 64, MIXED, 0},  {2, 257, 8, 2, 128, ONE, 0},
+    {1, 333, 4, 4, 48, EDGES, 0},  {1, 32768, 2, 1, 128, LONG, 0},
+};
+
+// Sliding windows: of a whole 128-key TMA tile (the gpt-oss window) and of sizes that are no
+// multiple of any tile (32, 64, 128), so that windows start inside tiles; alone and with packed
+// documents longer and shorter than the window; hd 64, 128, the padded 100 and the small ones
+// the mma.sync and simple paths take; T up to 4096 and one long sequence; a window of 1 (each
+// query sees itself only) and one of T or more (no window: the same bits as without).
+static const shape WINDOW_SHAPES[] = {
+    {1, 4096, 4, 2, 128, NULL, 128}, {2, 4096, 8, 2, 64, NULL, 128},
+    {1, 4000, 4, 4, 128, NULL, 100}, {3, 1000, 8, 2, 64, NULL, 77},
+    {2, 700, 4, 2, 128, EDGES, 128}, {1, 4000, 4, 2, 64, MIXED, 100},
+    {3, 640, 6, 2, 128, MIXED, 200}, {2, 1030, 4, 2, 100, NULL, 128},
+    {2, 130, 4, 2, 100, EDGES, 33},  {1, 200, 4, 2, 16, TINY, 5},
+    {2, 257, 8, 2, 24, NULL, 40},    {1, 300, 2, 2, 72, NULL, 129},
+    {1, 200, 4, 2, 64, NULL, 1},     {1, 300, 2, 2, 128, NULL, 300},
+    {1, 32790, 4, 1, 64, NULL, 128}, {1, 32805, 2, 1, 128, LONG, 1000},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -125,8 +143,9 @@ static double rel_err(const float *a, const float *b, long n) {
 }
 
 static void report(int ok, const char *path, const char *what, const shape *s, double err) {
-    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d%s  rel_err %.3g\n", ok ? "PASS" : "FAIL", path,
-           what, s->B, s->T, s->H, s->KV, s->hd, s->docs ? " docs" : "", err);
+    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d%s window=%d  rel_err %.3g\n",
+           ok ? "PASS" : "FAIL", path, what, s->B, s->T, s->H, s->KV, s->hd, s->docs ? " docs" : "",
+           s->window, err);
     if (ok)
         passed++;
     else
@@ -180,6 +199,17 @@ static int32_t *doc_starts(const shape *s) {
 
 // ---- one shape on one path ---------------------------------------------------------------
 
+// Shape s's attention arguments, with document starts ds (host or device memory, or NULL).
+static attn_args args_of(const shape *s, const int32_t *ds) {
+    return (attn_args){.B = s->B,
+                       .T = s->T,
+                       .H = s->H,
+                       .KV = s->KV,
+                       .hd = s->hd,
+                       .doc_start = ds,
+                       .window = s->window};
+}
+
 typedef struct {
     long nq, nkv, nl;
     float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv; // host reference (floats)
@@ -210,14 +240,16 @@ static void host_case_init(host_case *c, const shape *s) {
     rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
     c->ds = doc_starts(s);
     c->ds_dev = c->ds ? dev_upload(c->ds, sizeof(int32_t) * s->B * s->T) : NULL;
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, s->B, s->T, s->H, s->KV, s->hd, c->ds);
+    const attn_args a = args_of(s, c->ds);
+    attn_tensors t = {.q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse};
+    attention_forward(&a, &t);
     to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
     // The CPU backward accumulates: start from zero.
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
-    attention_backward(c->dq, c->dk, c->dv, c->dout, c->out, c->lse, c->q, c->k, c->v, s->B, s->T,
-                       s->H, s->KV, s->hd, c->ds);
+    t.dout = c->dout, t.dq = c->dq, t.dk = c->dk, t.dv = c->dv;
+    attention_backward(&a, &t);
 }
 
 static void host_case_free(host_case *c) {
@@ -236,8 +268,9 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
     poison(out, sizeof(bf16) * c->nq);
     poison(lse, sizeof(float) * c->nl);
     void *scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
-    cuda_attention_forward(out, lse, q, k, v, s->B, s->T, s->H, s->KV, s->hd, c->ds_dev, scratch,
-                           0);
+    const attn_args a = args_of(s, c->ds_dev);
+    cuda_attention_forward(&a, &(cuda_attn_tensors){.q = q, .k = k, .v = v, .out = out, .lse = lse},
+                           scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaFree(scratch));
 
@@ -256,14 +289,23 @@ typedef struct {
 } grads;
 
 static void run_backward(grads *g, const shape *s, const host_case *c, const int32_t *ds,
-                         const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
-                         const bf16 *k, const bf16 *v, void *scratch, size_t scratch_bytes) {
+                         const bf16 *dout, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                         const bf16 *v, void *scratch, size_t scratch_bytes) {
     poison(g->dq, sizeof(bf16) * c->nq);
     poison(g->dk, sizeof(bf16) * c->nkv);
     poison(g->dv, sizeof(bf16) * c->nkv);
     poison(scratch, scratch_bytes);
-    cuda_attention_backward(g->dq, g->dk, g->dv, dout, out, lse, q, k, v, s->B, s->T, s->H, s->KV,
-                            s->hd, ds, scratch, 0);
+    const attn_args a = args_of(s, ds);
+    const cuda_attn_tensors t = {.q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .out = out,
+                                 .lse = lse,
+                                 .dout = dout,
+                                 .dq = g->dq,
+                                 .dk = g->dk,
+                                 .dv = g->dv};
+    cuda_attention_backward(&a, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -325,13 +367,16 @@ int main(void) {
         return 77;
     }
     const int nplain = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
-    const int nshapes = nplain + (int)(sizeof(DOC_SHAPES) / sizeof(DOC_SHAPES[0]));
+    const int ndocs = (int)(sizeof(DOC_SHAPES) / sizeof(DOC_SHAPES[0]));
+    const int nshapes = nplain + ndocs + (int)(sizeof(WINDOW_SHAPES) / sizeof(WINDOW_SHAPES[0]));
     const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain", "wgmma-runs"};
     const int npaths = cuda_attention_has_wgmma() ? 5 : 2;
     printf("paths: simple, mma%s\n",
            npaths == 5 ? ", wgmma, wgmma-plain, wgmma-runs" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
-        const shape *s = i < nplain ? &SHAPES[i] : &DOC_SHAPES[i - nplain];
+        const shape *s = i < nplain           ? &SHAPES[i]
+                         : i < nplain + ndocs ? &DOC_SHAPES[i - nplain]
+                                              : &WINDOW_SHAPES[i - nplain - ndocs];
         host_case c;
         host_case_init(&c, s);
         for (int p = 0; p < npaths; p++) {

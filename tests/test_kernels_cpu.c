@@ -317,33 +317,42 @@ static void test_rope_llama3(void) {
 // ---- attention ---------------------------------------------------------------------------
 
 typedef struct {
-    int B, T, H, KV, hd;
+    attn_args a; // doc_start: packed documents' starts [B, T], or NULL
     float *q, *k, *v, *R, *out, *lse;
-    const int32_t *doc; // packed documents' starts [B, T], or NULL
 } attn_case;
+
+static long attn_nq(const attn_args *a) {
+    return (long)a->B * a->T * a->H * a->hd;
+}
+static long attn_nkv(const attn_args *a) {
+    return (long)a->B * a->T * a->KV * a->hd;
+}
 
 static double attn_loss(void *p) {
     attn_case *c = p;
-    attention_forward(c->out, c->lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd, c->doc);
-    return dot_d(c->out, c->R, (long)c->B * c->T * c->H * c->hd);
+    attention_forward(
+        &c->a, &(attn_tensors){.q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse});
+    return dot_d(c->out, c->R, attn_nq(&c->a));
 }
 
+// o: out, lse, dq, dk, dv.
 static void attn_run(void *p, float *o) {
     attn_case *c = p;
-    long nq = (long)c->B * c->T * c->H * c->hd, nkv = (long)c->B * c->T * c->KV * c->hd;
-    float *out = o, *lse = out + nq, *dq = lse + (long)c->B * c->H * c->T;
-    float *dk = dq + nq, *dv = dk + nkv;
-    attention_forward(out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd, c->doc);
-    attention_backward(dq, dk, dv, c->R, out, lse, c->q, c->k, c->v, c->B, c->T, c->H, c->KV, c->hd,
-                       c->doc);
+    long nq = attn_nq(&c->a), nkv = attn_nkv(&c->a);
+    attn_tensors t = {.q = c->q, .k = c->k, .v = c->v, .out = o, .lse = o + nq, .dout = c->R};
+    t.dq = t.lse + (long)c->a.B * c->a.H * c->a.T, t.dk = t.dq + nq, t.dv = t.dk + nkv;
+    attention_forward(&c->a, &t);
+    attention_backward(&c->a, &t);
 }
 
 // Naive reference: the full T x T score matrix per (b, h), in double; keys before the query's
-// document are masked like those after it.
+// document, and outside its sliding window (transformers' kv_idx > q_idx - sliding_window), are
+// masked like those after it.
 static void attn_reference(const attn_case *c, double *ref) {
-    int T = c->T, H = c->H, KV = c->KV, hd = c->hd;
+    int T = c->a.T, H = c->a.H, KV = c->a.KV, hd = c->a.hd;
+    const int32_t *doc = c->a.doc_start;
     double *s = malloc(sizeof(double) * T);
-    for (int b = 0; b < c->B; b++) {
+    for (int b = 0; b < c->a.B; b++) {
         for (int h = 0; h < H; h++) {
             int kvh = h / (H / KV);
             for (int t = 0; t < T; t++) {
@@ -352,7 +361,8 @@ static void attn_reference(const attn_case *c, double *ref) {
                 for (int j = 0; j < T; j++) {
                     s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
                     if (j > t) s[j] = -INFINITY; // causal mask
-                    if (c->doc && j < c->doc[(long)b * T + t]) s[j] = -INFINITY;
+                    if (doc && j < doc[(long)b * T + t]) s[j] = -INFINITY;
+                    if (c->a.window > 0 && !(j > t - c->a.window)) s[j] = -INFINITY;
                     m = fmax(m, s[j]);
                 }
                 for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
@@ -368,13 +378,15 @@ static void attn_reference(const attn_case *c, double *ref) {
     free(s);
 }
 
-// doc: the rows' document starts, or NULL (one causal document a row); what names the checks.
-static void test_attention(const int32_t *doc, const char *what) {
-    attn_case c = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc = doc};
+// doc: the rows' document starts, or NULL (one causal document a row); window: the sliding
+// window (0: none); what names the checks.
+static void test_attention(const int32_t *doc, int window, const char *what) {
+    attn_case c = {
+        .a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc, .window = window}};
     char name[96];
-    long nq = (long)c.B * c.T * c.H * c.hd, nkv = (long)c.B * c.T * c.KV * c.hd;
+    long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a);
     c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
-    c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.B * c.H * c.T);
+    c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.a.B * c.a.H * c.a.T);
     for (long i = 0; i < nq; i++) c.q[i] *= 2.0f; // peakier softmax rows
 
     double *ref = malloc(sizeof(double) * nq);
@@ -385,8 +397,15 @@ static void test_attention(const int32_t *doc, const char *what) {
 
     float *pq = rand_vec(nq), *pk = rand_vec(nkv), *pv = rand_vec(nkv);
     float *dq = copy_vec(pq, nq), *dk = copy_vec(pk, nkv), *dv = copy_vec(pv, nkv);
-    attention_backward(dq, dk, dv, c.R, c.out, c.lse, c.q, c.k, c.v, c.B, c.T, c.H, c.KV, c.hd,
-                       doc);
+    attention_backward(&c.a, &(attn_tensors){.q = c.q,
+                                             .k = c.k,
+                                             .v = c.v,
+                                             .out = c.out,
+                                             .lse = c.lse,
+                                             .dout = c.R,
+                                             .dq = dq,
+                                             .dk = dk,
+                                             .dv = dv});
     float *gq = grad_delta(dq, pq, nq), *gk = grad_delta(dk, pk, nkv);
     float *gv = grad_delta(dv, pv, nkv);
     snprintf(name, sizeof name, "attention%s dq", what);
@@ -396,10 +415,30 @@ static void test_attention(const int32_t *doc, const char *what) {
     snprintf(name, sizeof name, "attention%s dv", what);
     fd_check(name, c.v, nkv, gv, attn_loss, &c);
     snprintf(name, sizeof name, "attention%s fwd+bwd", what);
-    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.B * c.H * c.T);
+    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T);
     free(ref), free(pq), free(pk), free(pv), free(dq), free(dk), free(dv);
     free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
         free(c.lse);
+}
+
+// A window of T keys or more hides nothing: forward and backward give the bits of no window.
+static void test_attention_wide_window(const int32_t *doc, const char *what) {
+    attn_case c = {.a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc}};
+    long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a), nout = 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T;
+    c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
+    float *none = calloc(nout, sizeof(float)), *wide = calloc(nout, sizeof(float));
+    attn_run(&c, none);
+    int same = 1;
+    for (int window = c.a.T; window <= c.a.T + 5; window += 5) {
+        c.a.window = window;
+        memset(wide, 0, sizeof(float) * nout);
+        attn_run(&c, wide);
+        same &= memcmp(none, wide, sizeof(float) * nout) == 0;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "attention window >= T%s", what);
+    report(same, "bitwise", name, 0.0);
+    free(none), free(wide), free(c.q), free(c.k), free(c.v), free(c.R);
 }
 
 // ---- swiglu ------------------------------------------------------------------------------
@@ -578,10 +617,17 @@ int main(void) {
     test_rope();
     test_rope_llama3();
     test_rope_documents();
-    test_attention(NULL, "");
+    test_attention(NULL, 0, "");
     // two rows of packed documents: lengths 3, 1, 3, then 1, 6 (a length-1 document first)
     static const int32_t doc[2 * 7] = {0, 0, 0, 3, 4, 4, 4, 0, 1, 1, 1, 1, 1, 1};
-    test_attention(doc, " documents");
+    test_attention(doc, 0, " documents");
+    // Sliding windows: alone, across documents (the second row's 6-token one is longer than the
+    // window), and of 1 key (each query sees itself only).
+    test_attention(NULL, 3, " window 3");
+    test_attention(doc, 3, " window 3 documents");
+    test_attention(NULL, 1, " window 1");
+    test_attention_wide_window(NULL, "");
+    test_attention_wide_window(doc, " documents");
     test_swiglu();
     test_linear(0);
     test_linear(1);

@@ -5,9 +5,12 @@
 // Layouts: q, out, dq: [B, T, H, hd]; k, v, dk, dv: [B, T, KV, hd]; lse: [B, H, T].
 // Query head h reads kv head h / (H / KV).
 //
-// Packed documents (data.pack): doc_start[b * T + t] is the position in row b where token t's
-// document starts, and the query attends to keys doc_start..t only; NULL: every row is one
-// document from position 0 (plain causal attention, the same arithmetic).
+// Which keys query t sees: attn_args (kernels/attention_args.h), keys first_key .. t. Packed
+// documents (data.pack): doc_start[b * T + t] is the position in row b where token t's document
+// starts; NULL: every row is one document from position 0 (plain causal attention, the same
+// arithmetic). A sliding window of W keys starts them no earlier than t - W + 1. Every loop runs
+// over the visible keys (or, for a key, the queries that see it) only, so that a window of W
+// costs O(T W), not O(T^2).
 #include "kernels/cpu/kernels_cpu.h"
 
 #include <math.h>
@@ -17,16 +20,19 @@ typedef struct {
     int B, T, H, KV, hd;
     float scale;
     const int32_t *doc_start; // [B, T] or NULL
+    int window;               // 0: none
 } attn_dims;
 
-// The first key query t of row b attends to.
+// The first key query t of row b attends to: its document's start, or its window's if later.
 static int first_key(const attn_dims *d, int b, int t) {
-    return d->doc_start ? d->doc_start[(long)b * d->T + t] : 0;
+    const int doc = d->doc_start ? d->doc_start[(long)b * d->T + t] : 0;
+    const int win = attn_window_first(t, d->window);
+    return doc > win ? doc : win;
 }
 
-// Whether query t of row b attends to key j <= t (t and j in the same document).
+// Whether query t of row b attends to key j <= t (in its document and its window).
 static int attends(const attn_dims *d, int b, int t, int j) {
-    return !d->doc_start || d->doc_start[(long)b * d->T + t] <= j;
+    return first_key(d, b, t) <= j;
 }
 
 static float dot(const float *a, const float *b, int n) {
@@ -81,10 +87,15 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
     lse[lseoff(d, b, h, t)] = m + logf(l);
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int hd, const int32_t *doc_start) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
-    long rows = (long)B * H * T;
+static attn_dims dims_of(const attn_args *a) {
+    const float scale = 1.0f / sqrtf((float)a->hd);
+    return (attn_dims){a->B, a->T, a->H, a->KV, a->hd, scale, a->doc_start, a->window};
+}
+
+void attention_forward(const attn_args *args, const attn_tensors *ts) {
+    const attn_dims d = dims_of(args);
+    const int T = d.T, H = d.H, hd = d.hd;
+    long rows = (long)d.B * H * T;
 #pragma omp parallel
     {
         float *s = xmalloc(sizeof(float) * (T + hd)), *acc = s + T;
@@ -93,7 +104,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < rows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
-            attn_row_forward(&d, out, lse, q, k, v, b, h, t, s, acc);
+            attn_row_forward(&d, ts->out, ts->lse, ts->q, ts->k, ts->v, b, h, t, s, acc);
         }
         free(s);
     }
@@ -124,7 +135,8 @@ static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *do
 }
 
 // Pass 2, per key row (b, kvh, j): the sums over the group's query heads (in head order) and
-// over the queries t >= j of key j's document (in position order), which attend to it:
+// over the queries t >= j of key j's document and window (in position order), which attend to
+// it (first_key is non-decreasing in t, so they run from j to the first that does not):
 // dv_j += sum p_tj * dout_t and dk_j += scale * sum p_tj * (dout_t . v_j - Dt) * q_t.
 static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *dout,
                          const float *lse, const float *D, const float *q, const float *k,
@@ -148,11 +160,10 @@ static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *
 
 // Two passes so that every output row has one owner: dq by query row, then dk and dv by key
 // row. This recomputes the probabilities twice but needs no atomics and no T x T storage.
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int KV, int hd, const int32_t *doc_start) {
-    attn_dims d = {B, T, H, KV, hd, 1.0f / sqrtf((float)hd), doc_start};
-    long qrows = (long)B * H * T, kvrows = (long)B * KV * T;
+void attention_backward(const attn_args *args, const attn_tensors *ts) {
+    const attn_dims d = dims_of(args);
+    const int T = d.T, H = d.H, KV = d.KV, hd = d.hd;
+    long qrows = (long)d.B * H * T, kvrows = (long)d.B * KV * T;
     float *D = xmalloc(sizeof(float) * qrows);
 #pragma omp parallel
     {
@@ -160,13 +171,15 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < qrows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
-            attn_row_dq(&d, dq, D, dout, out, lse, q, k, v, b, h, t, acc);
+            attn_row_dq(&d, ts->dq, D, ts->dout, ts->out, ts->lse, ts->q, ts->k, ts->v, b, h, t,
+                        acc);
         }
         // The implicit barrier above publishes D to every thread.
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < kvrows; r++) {
             int j = (int)(r % T), kvh = (int)(r / T % KV), b = (int)(r / ((long)T * KV));
-            attn_row_dkv(&d, dk, dv, dout, lse, D, q, k, v, b, kvh, j, acc, acc + hd);
+            attn_row_dkv(&d, ts->dk, ts->dv, ts->dout, ts->lse, D, ts->q, ts->k, ts->v, b, kvh, j,
+                         acc, acc + hd);
         }
         free(acc);
     }

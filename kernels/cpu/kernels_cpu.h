@@ -9,6 +9,8 @@
 #ifndef MT_KERNELS_CPU_H
 #define MT_KERNELS_CPU_H
 
+#include "kernels/attention_args.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,15 +37,19 @@ void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int 
 void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
                    const int32_t *doc_start);
 
-// attention.c: causal grouped-query attention with scale 1/sqrt(head_dim).
-// q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse: [B, H, T] log-sum-exp of each softmax row,
-// kept for the backward. Memory is O(T) per row: no T x T matrix is stored. doc_start[B, T]
-// (packed documents): query t attends to keys doc_start[b * T + t]..t only; NULL: 0..t.
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int hd, const int32_t *doc_start);
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v, int B,
-                        int T, int H, int KV, int hd, const int32_t *doc_start);
+// attention.c: causal grouped-query flash attention, the shape and each query's visible keys
+// in args (kernels/attention_args.h), the tensors in t. Memory is O(T) per row: no T x T matrix
+// is stored. The forward reads q, k, v and writes out and lse ([B, H, T] log-sum-exp of each
+// softmax row, kept for the backward); the backward reads q, k, v, out, lse and dout and
+// accumulates dq, dk, dv.
+typedef struct {
+    const float *q, *k, *v; // [B, T, H, hd], [B, T, KV, hd], [B, T, KV, hd]
+    float *out, *lse;       // [B, T, H, hd], [B, H, T]
+    const float *dout;      // [B, T, H, hd]
+    float *dq, *dk, *dv;
+} attn_tensors;
+void attention_forward(const attn_args *args, const attn_tensors *t);
+void attention_backward(const attn_args *args, const attn_tensors *t);
 
 // swiglu.c: out = silu(gate) * up, elementwise over n elements.
 void swiglu_forward(float *out, const float *gate, const float *up, long n);
@@ -87,8 +93,7 @@ void classifier_backward(float *dx, float *dw, const float *x, const float *w,
 void moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits, int n,
                        int E, int k, int renorm);
 void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,
-                        const int32_t *expert, const float *aux_g, int n, int E, int k,
-                        int renorm);
+                        const int32_t *expert, const float *aux_g, int n, int E, int k, int renorm);
 void moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
                   const int32_t *expert, int n, int E, int k);
 void moe_gather(float *xp, const float *x, const int32_t *token_of, int rows, int D);

@@ -25,11 +25,11 @@
 // sum runs in a fixed order, so results are bitwise reproducible.
 //
 // Files: attention.cuh (this family's shared pieces: PTX and warp-GEMM helpers, tile copies, the
-// simple path's helpers, shapes and launch configuration), attention_wg.cuh (the Hopper path's
-// warpgroup pieces), attention_forward.cu,
-// attention_backward.cu, attention_wgmma.cu (Hopper forward and backward), attention_tma.cu
-// and attention_bwd_tma.cu (Hopper's warp-specialized forward and backward) with wgmma.cuh and
-// tma.cuh. Private to kernels/cuda/; kernels_cuda.h is the interface.
+// simple path's helpers, shapes and launch configuration), attention_mask.cuh (the keys each row
+// sees: documents and sliding windows), attention_wg.cuh (the Hopper path's warpgroup pieces),
+// attention_forward.cu, attention_backward.cu, attention_wgmma.cu (Hopper forward and
+// backward), attention_tma.cu and attention_bwd_tma.cu (Hopper's warp-specialized forward and
+// backward) with wgmma.cuh and tma.cuh. Private to kernels/cuda/; kernels_cuda.h is the interface.
 #ifndef MT_ATTENTION_CUH
 #define MT_ATTENTION_CUH
 
@@ -54,11 +54,24 @@ struct Dims {
     // non-decreasing along a row and <= t; query t attends to keys ds[b * T + t] .. t only.
     // NULL: a row is one document.
     const int32_t *ds;
+    // The sliding window (attn_args): query t sees no key before t - window + 1; 0: none, also
+    // for a window of T or more (make_dims), which hides nothing.
+    int window;
 };
+
+// What a kernel masks, a template choice: MASK_CAUSAL, every row's keys from 0; MASK_DOCS, from
+// its document's start; MASK_WINDOW, from the later of its document's start (packed documents or
+// not: d.ds says) and its sliding window's. The kernels without a window or documents are thus the
+// same code, instruction for instruction, as before either existed: checks inside their loops
+// cost calls without them 6-18% (docs/attention.md).
+enum Mask { MASK_CAUSAL, MASK_DOCS, MASK_WINDOW };
+inline Mask mask_of(const Dims &d) {
+    return d.window ? MASK_WINDOW : d.ds ? MASK_DOCS : MASK_CAUSAL;
+}
 
 // attention_wgmma.cu: the Hopper path, for the other files of the family (whether it runs:
 // cuda_attention_has_wgmma, kernels_cuda.h); false where it cannot take the call (packed
-// documents, d.ds, where the TMA kernel cannot run).
+// documents or a window, mask_of, where the TMA kernel cannot run).
 bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              const Dims &d, void *scratch, cudaStream_t stream);
 // attention_tma.cu: the warp-specialized forward; false where it cannot take the call.
@@ -75,36 +88,17 @@ bool attention_backward_tma(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, cons
                             void *scratch, cudaStream_t stream);
 // D = rowsum(dout * out) already in scratch.
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
-                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                              int T, int H, int KV, int hd, cudaStream_t stream);
+                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
+                              const Dims &d, cudaStream_t stream);
+
+// The keys each query row sees, on the device: doc_first, first_key, key_end and the rest.
+#include "kernels/cuda/attention_mask.cuh"
 
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 constexpr int WARPS = 4, THREADS = 32 * WARPS; // each warp owns 16*MT rows of a CTA's tile
-
-// Where row t's document starts (rows past T: the last row's).
-__device__ __forceinline__ int doc_first(const Dims &d, int b, int t) {
-    return d.ds ? d.ds[(long)b * d.T + min(t, d.T - 1)] : 0;
-}
-
-// The end (exclusive) of the document that holds key t: the first query after t whose document
-// starts after t. Keys are attended only up to there, so a key tile's query loop stops there.
-__device__ __forceinline__ int doc_end(const Dims &d, int b, int t) {
-    if (!d.ds) return d.T;
-    const int32_t *row = d.ds + (long)b * d.T;
-    if (row[d.T - 1] <= t) return d.T; // the row's last document: no search
-    int lo = t + 1, hi = d.T;
-    while (lo < hi) { // ds is non-decreasing: binary search for the first start past t
-        const int mid = (lo + hi) >> 1;
-        if (row[mid] > t)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
 
 // ---- bf16 and PTX helpers ------------------------------------------------------------------
 
@@ -272,10 +266,11 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[MT][KS][4],
 // (two rows per thread: row_lo and row_lo + 8). s holds raw scores on entry and unnormalized
 // probabilities on exit; l is rescaled to the new running max m (scaled, base-2 units), and
 // alpha is the factor for o, which the caller applies (the Hopper forward, once the last tile's
-// P V is done). With mask set, keys after the row drop, and keys before first[r], the start of
-// the row's document (packed documents; 0 otherwise). DOCS = false (mma.sync calls without
-// packed documents) compiles the document checks out, first unread: see attn_fwd_tc.
-template <int NS, bool DOCS = true>
+// P V is done). With mask set, keys after the row drop, and keys before first[r], the row's first
+// key (first_key: its document's start and its window's; 0 otherwise). RANGED = false (mma.sync
+// calls without packed documents or a window) compiles those checks out, first unread: see
+// attn_fwd_tc.
+template <int NS, bool RANGED = true>
 __device__ __forceinline__ void
 online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale_log2,
                bool mask, int row_lo, int key0, const int (&first)[2], int lane) {
@@ -287,19 +282,19 @@ online_softmax(float (&s)[NS][4], float (&m)[2], float (&l)[2], float (&alpha)[2
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int key = key0 + nt * 8 + 2 * (lane & 3) + e;
-                if (mask && (key > row_lo + 8 * r || (DOCS && key < first[r])))
+                if (mask && (key > row_lo + 8 * r || (RANGED && key < first[r])))
                     s[nt][2 * r + e] = -INFINITY;
                 mx = fmaxf(mx, s[nt][2 * r + e]);
             }
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row keeps m = -inf until it meets a key of its document: in causal attention key 0
-        // in the first tile, with packed documents possibly a later tile. Until then its
+        // A row keeps m = -inf until it meets a key it sees: in causal attention key 0 in the
+        // first tile, with packed documents or a window possibly a later tile. Until then its
         // probabilities are exp2(-inf - 0) = 0 and alpha = 0 (o and l are still 0), never NaN.
         // Without documents mx is finite from the first tile on, so base = mx: the same bits.
         mx = fmaxf(m[r], mx * scale_log2);
-        const float base = DOCS && mx == -INFINITY ? 0.0f : mx;
+        const float base = RANGED && mx == -INFINITY ? 0.0f : mx;
         alpha[r] = fast_exp2(m[r] - base);
         m[r] = mx;
         l[r] *= alpha[r];
@@ -326,12 +321,12 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&al
     }
 }
 
-template <int NS, int NO, bool DOCS = true>
+template <int NS, int NO, bool RANGED = true>
 __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
                                              float (&l)[2], float scale_log2, bool mask, int row_lo,
                                              int key0, const int (&first)[2], int lane) {
     float alpha[2];
-    online_softmax<NS, DOCS>(s, m, l, alpha, scale_log2, mask, row_lo, key0, first, lane);
+    online_softmax<NS, RANGED>(s, m, l, alpha, scale_log2, mask, row_lo, key0, first, lane);
     rescale_rows<NO>(o, alpha);
 }
 
@@ -498,7 +493,8 @@ __device__ __forceinline__ RunElement run_element(long i, int hn, int per_head) 
     return RunElement{i / ((long)hn * per_head), (int)(i / per_head % hn), (int)(i % per_head)};
 }
 
-inline Dims make_dims(int B, int T, int H, int KV, int hd) {
+inline Dims make_dims(const attn_args &a) {
+    const int B = a.B, T = a.T, H = a.H, KV = a.KV, hd = a.hd;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd > 32 * MAXC) {
         fprintf(stderr, "megatrain: attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d\n", B,
                 T, H, KV, hd);
@@ -511,14 +507,20 @@ inline Dims make_dims(int B, int T, int H, int KV, int hd) {
                 T, 65535l * 64);
         exit(1);
     }
+    if (a.window < 0) {
+        fprintf(stderr, "megatrain: attention: a sliding window of %d keys\n", a.window);
+        exit(1);
+    }
     float scale = 1.0f / sqrtf((float)hd);
-    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, NULL};
+    const int window = a.window < T ? a.window : 0; // T or more keys: no window, the same bits
+    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, a.doc_start, window};
 }
 
-// A causal forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V, halved by the
-// mask (a backward counts as 2.5 forwards).
-inline double causal_flops(int B, int T, int H, int hd) {
-    return 4.0 * B * H * (double)T * T * hd / 2.0;
+// A forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V over the (query, key)
+// pairs the causal mask and the window keep, attn_score_pairs (a backward counts as 2.5
+// forwards; documents are not counted).
+inline double attention_flops(const Dims &d) {
+    return 4.0 * d.B * d.H * attn_score_pairs(d.T, d.window) * d.hd;
 }
 
 // The fused backward's fp32 dq accumulator holds at most this many bytes (a sequence of 512k

@@ -50,13 +50,15 @@ __global__ void attn_bwd_rowdot16(float *D, const bf16 *dout, const bf16 *out, D
 
 // One CTA per (b, h, 64*MT-query tile) streaming BC-key tiles, the forward's shape: dq = scale *
 // sum_j dS_ij k_j with dS = P * (dout . v_j - D). q and dout stay in shared memory (re-read each
-// key tile) to keep registers for the three accumulators (S, dP, dq). DOCS: packed documents
-// (d.ds), compiled in only where there are some, as in the forward (attn_fwd_tc).
-template <int HDP, int MT, int BC, bool DOCS>
+// key tile) to keep registers for the three accumulators (S, dP, dq). M: packed documents and
+// the sliding window, compiled in only where there are some, as in the forward (attn_fwd_tc).
+template <int HDP, int MT, int BC, Mask M>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dq_tc(bf16 *dq, const bf16 *dout, const float *lse, const float *D, const bf16 *q,
                    const bf16 *k, const bf16 *v, Dims d) {
     constexpr int LD = HDP + 8, KS = HDP / 16, NO = HDP / 8, NS = BC / 8, BR = 16 * WARPS * MT;
+    // RANGED: the rows' first keys vary (packed documents, a window); WIN: a window
+    constexpr bool RANGED = M != MASK_CAUSAL, WIN = M == MASK_WINDOW;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sdO = sQ + BR * LD, *sKV = sdO + BR * LD;
 
@@ -64,9 +66,10 @@ __global__ void __launch_bounds__(THREADS)
     const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;
     const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1;
-    // Key tiles kt0 .. nkt - 1, and the documents' first keys, as in the forward (attn_fwd_tc).
-    const int kt0 = DOCS ? doc_first(d, b, q0) / BC : 0, nkt = key_tiles(q0, BR, d.T, BC);
-    const int wfirst = DOCS ? doc_first(d, b, wr0) : 0, wlast = DOCS ? doc_first(d, b, wr1) : 0;
+    // Key tiles kt0 .. nkt - 1, and the rows' first keys, as in the forward (attn_fwd_tc).
+    const int kt0 = RANGED ? first_key<WIN>(d, b, q0) / BC : 0, nkt = key_tiles(q0, BR, d.T, BC);
+    const int wfirst = RANGED ? first_key<WIN>(d, b, wr0) : 0;
+    const int wlast = RANGED ? first_key<WIN>(d, b, wr1) : 0;
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long qoff = (long)b * d.T * qs + (long)h * d.hd;
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
@@ -104,18 +107,19 @@ __global__ void __launch_bounds__(THREADS)
         cp_async_wait<1>();
         __syncthreads();
         const int key0 = kt * BC;
-        if (key0 <= wr1 && (!DOCS || key0 + BC > wfirst)) {
+        if (key0 <= wr1 && (!RANGED || key0 + BC > wfirst)) {
             float s[MT][NS][4] = {}, dp[MT][NS][4] = {};
             mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
             mma_ss_nt<MT, KS, NS>(dp, sdOw, sV, LD, lane);
-            const bool mask = key0 + BC - 1 > wr0 || (DOCS && key0 < wlast);
+            const bool mask = key0 + BC - 1 > wr0 || (RANGED && key0 < wlast);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                // The rows' document starts, read on masked tiles only (registers, as forward)
+                // The rows' first keys, read on masked tiles only (registers, as forward)
                 int first[2] = {0, 0};
                 const int row_lo = wr0 + mt * 16 + (lane >> 2);
-                if (DOCS && mask && wlast > 0)
-                    first[0] = doc_first(d, b, row_lo), first[1] = doc_first(d, b, row_lo + 8);
+                if (RANGED && mask && wlast > 0)
+                    first[0] = first_key<WIN>(d, b, row_lo),
+                    first[1] = first_key<WIN>(d, b, row_lo + 8);
 #pragma unroll
                 for (int nt = 0; nt < NS; nt++) {
 #pragma unroll
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(THREADS)
                         int r = i >> 1, key = key0 + nt * 8 + 2 * (lane & 3) + (i & 1);
                         int row = row_lo + 8 * r;
                         float p = fast_exp2(s[mt][nt][i] * d.scale_log2 - lse2[mt][r]);
-                        if (mask && (key > row || (DOCS && key < first[r]))) p = 0.0f;
+                        if (mask && (key > row || (RANGED && key < first[r]))) p = 0.0f;
                         s[mt][nt][i] = p * (dp[mt][nt][i] - Dr[mt][r]);
                     }
                 }
@@ -145,14 +149,17 @@ __global__ void __launch_bounds__(THREADS)
 // One CTA per (b, kv head, 64*MT-key tile); each warp owns 16*MT keys and keeps their dk, dv
 // in registers while the query tiles (BQ rows) of every head of the group stream through a
 // two-stage pipeline, from the diagonal to T (packed documents: to the end of the last key's
-// document). Computing S^T = K Q^T directly puts the keys on the MMA rows, so dv += P^T dout
-// and dk += dS^T q need no cross-warp reduction. DOCS: packed documents (d.ds), compiled in
-// only where there are some, as in the forward (attn_fwd_tc): without, sS is never touched.
-template <int HDP, int MT, int BQ, bool DOCS>
+// document; with a sliding window: to key + W at most, key_end). Computing S^T = K Q^T directly
+// puts the keys on the MMA rows, so dv += P^T dout and dk += dS^T q need no cross-warp reduction.
+// M: packed documents and the window, compiled in only where there are some, as in the forward
+// (attn_fwd_tc): without, sS is never touched.
+template <int HDP, int MT, int BQ, Mask M>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dkdv_tc(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
                      const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
     constexpr int LD = HDP + 8, KS = HDP / 16, NO = HDP / 8, NQ = BQ / 8, KQ = BQ / 16;
+    // RANGED: the rows' first keys vary (packed documents, a window); WIN: a window
+    constexpr bool RANGED = M != MASK_CAUSAL, WIN = M == MASK_WINDOW;
     constexpr int BK = 16 * WARPS * MT, STAGE = 2 * BQ * LD; // STAGE: q then dout, in bf16 elements
     static_assert(BK % BQ == 0, "query tiles must start on the key tile's first row");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(THREADS)
     const int wk0 = k0 + warp * 16 * MT, wk1 = wk0 + 16 * MT - 1; // this warp's keys
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const long kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
-    const int qt0 = k0 / BQ, items_end = DOCS ? doc_end(d, b, min(k0 + BK, d.T) - 1) : d.T;
+    const int qt0 = k0 / BQ, items_end = RANGED ? key_end<WIN>(d, b, min(k0 + BK, d.T) - 1) : d.T;
     const int nqt = (items_end + BQ - 1) / BQ - qt0, items = d.group * nqt;
 
     // Work item it: query head kvh * group + it / nqt, query tile qt0 + it % nqt.
@@ -186,10 +193,13 @@ __global__ void __launch_bounds__(THREADS)
             if (row < d.T) {
                 cp_async4(l, lse + li);
                 cp_async4(dd, D + li);
-                if (DOCS) cp_async4(ds, d.ds + (long)b * d.T + row);
+                if (RANGED && (!WIN || d.ds)) // a window alone: starts 0, windows on reading
+                    cp_async4(ds, d.ds + (long)b * d.T + row);
+                else if (RANGED)
+                    *ds = 0;
             } else {
                 *l = *dd = 0.0f;
-                if (DOCS) *ds = 0;
+                if (RANGED) *ds = 0;
             }
         }
     };
@@ -211,14 +221,18 @@ __global__ void __launch_bounds__(THREADS)
         const bf16 *sQ = sQdO + st * STAGE, *sdO = sQ + BQ * LD;
         const float *L = sL + st * BQ, *Dq = sD + st * BQ;
         const int *Sq = sS + st * BQ;
-        // Else every query of the tile precedes this warp's keys, or its document starts after
-        // them (rows past T hold start 0, so the last row within T decides).
+        // The first key query qbase + col sees: its document's start, and its window's.
+        auto qfirst = [&](int col) {
+            return WIN ? max(Sq[col], attn_window_first(qbase + col, d.window)) : Sq[col];
+        };
+        // Else every query of the tile precedes this warp's keys, or its first key follows them
+        // (rows past T hold start 0, so the last row within T decides).
         const int qlast = min(BQ, d.T - qbase) - 1;
-        if (qbase + BQ - 1 >= wk0 && (!DOCS || Sq[0] <= wk1)) {
+        if (qbase + BQ - 1 >= wk0 && (!RANGED || qfirst(0) <= wk1)) {
             float s[MT][NQ][4] = {}, dp[MT][NQ][4] = {};
             mma_ss_nt<MT, KS, NQ>(s, sKw, sQ, LD, lane);
             mma_ss_nt<MT, KS, NQ>(dp, sVw, sdO, LD, lane);
-            const bool mask = wk1 > qbase || qbase + BQ > d.T || (DOCS && Sq[qlast] > wk0);
+            const bool mask = wk1 > qbase || qbase + BQ > d.T || (RANGED && qfirst(qlast) > wk0);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -228,7 +242,8 @@ __global__ void __launch_bounds__(THREADS)
                         int col = nt * 8 + 2 * (lane & 3) + (i & 1), row = qbase + col;
                         int key = wk0 + mt * 16 + (lane >> 2) + 8 * (i >> 1);
                         float p = fast_exp2(fmaf(s[mt][nt][i], d.scale_log2, -L[col] * LOG2E));
-                        if (mask && (row >= d.T || key > row || (DOCS && Sq[col] > key))) p = 0.0f;
+                        if (mask && (row >= d.T || key > row || (RANGED && qfirst(col) > key)))
+                            p = 0.0f;
                         s[mt][nt][i] = p;
                         dp[mt][nt][i] = p * (dp[mt][nt][i] - Dq[col]);
                     }
@@ -270,7 +285,7 @@ __global__ void attn_bwd_dq_simple(bf16 *dq, const bf16 *dout, const float *lse,
     load_row_f32(sg[w], dout + qo, d.hd, lane);
     const float L = lse[row], Di = D[row]; // row is exactly the [B, H, T] index
 
-    const int first = doc_first(d, b, i); // keys first .. i (packed documents: its document's)
+    const int first = visible_first(d, b, i); // keys first .. i (its document's and window's)
     float acc[MAXC] = {};
     for (int j0 = first & ~31; j0 <= i; j0 += 32) {
         int j = j0 + lane;
@@ -306,7 +321,7 @@ __global__ void attn_bwd_dkdv_simple(bf16 *dk, bf16 *dv, const bf16 *dout, const
     load_row_f32(sk[w], k + ko, d.hd, lane);
     load_row_f32(sv[w], v + ko, d.hd, lane);
 
-    const int end = doc_end(d, b, j); // queries j .. end - 1 attend to key j
+    const int end = visible_end(d, b, j); // queries j .. end - 1 attend to key j
     float acck[MAXC] = {}, accv[MAXC] = {};
     for (int h = kvh * d.group; h < (kvh + 1) * d.group; h++) {
         const bf16 *qb = q + (long)b * d.T * qs + (long)h * d.hd;
@@ -350,15 +365,18 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
     using C = Cfg<HDP>;
     // dk and dv first: they read every row of q, which dq may overwrite (dq == q is allowed:
     // the dq kernel reads only the q rows it writes, all before it writes them).
-    auto kv_kernel = d.ds ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, true>
-                          : attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, false>;
+    const Mask mask = mask_of(d);
+    auto kv_kernel = mask == MASK_WINDOW ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_WINDOW>
+                     : mask == MASK_DOCS ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_DOCS>
+                                         : attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_CAUSAL>;
     dim3 gk(d.B * d.KV, cdiv(d.T, 16 * WARPS * C::KV_MT));
     set_smem_limit(kv_kernel, C::kv_smem);
     kv_kernel<<<gk, THREADS, C::kv_smem, stream>>>(dk, dv, dout, lse, D, q, k, v, d);
     CUDA_CHECK_LAUNCH();
 
-    auto dq_kernel = d.ds ? attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, true>
-                          : attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, false>;
+    auto dq_kernel = mask == MASK_WINDOW ? attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, MASK_WINDOW>
+                     : mask == MASK_DOCS ? attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, MASK_DOCS>
+                                         : attn_bwd_dq_tc<HDP, C::DQ_MT, C::DQ_BC, MASK_CAUSAL>;
     dim3 gq(d.B * d.H, cdiv(d.T, 16 * WARPS * C::DQ_MT));
     set_smem_limit(dq_kernel, C::dq_smem);
     dq_kernel<<<gq, THREADS, C::dq_smem, stream>>>(dq, dout, lse, D, q, k, v, d);
@@ -367,17 +385,17 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
 
 } // namespace
 
-extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
-                                        const bf16 *out, const float *lse, const bf16 *q,
-                                        const bf16 *k, const bf16 *v, int B, int T, int H, int KV,
-                                        int hd, const int32_t *doc_start, void *scratch,
-                                        cudaStream_t stream) {
+extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_tensors *t,
+                                        void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    Dims d = make_dims(B, T, H, KV, hd);
-    d.ds = doc_start;
+    const Dims d = make_dims(*args);
+    const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
+    bf16 *dq = t->dq, *dk = t->dk, *dv = t->dv;
+    const bf16 *dout = t->dout, *out = t->out, *q = t->q, *k = t->k, *v = t->v;
+    const float *lse = t->lse;
     if (B == 0 || T == 0) return;
-    kt_work(stream, KT_ATTENTION, 2.5 * causal_flops(B, T, H, hd), 0,
-            "attention backward hd %d T %d", hd, T);
+    kt_work(stream, KT_ATTENTION, 2.5 * attention_flops(d), 0, "attention backward hd %d T %d", hd,
+            T);
     float *D = (float *)scratch;
     const long qrows = (long)B * T * H;
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
@@ -403,9 +421,9 @@ extern "C" void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16
     if (path == PATH_WGMMA) {
         if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, d, scratch, stream)) return;
         // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for; they
-        // have no document masks, so packed documents take mma.sync.
-        if (!d.ds && attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
-            attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, stream);
+        // have no document or window masks, so packed documents and windows take mma.sync.
+        if (mask_of(d) == MASK_CAUSAL && attention_path(hd, ptrs, 8, 65) == PATH_WGMMA) {
+            attention_backward_wgmma(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
             return;
         }
     }

@@ -210,12 +210,13 @@ __device__ __forceinline__ void issue_dq(float (&dqa)[8][4], const unsigned char
 // The writer: per item and part (BtCfg::PARTS), in order, waits for the staged part and for its
 // turn, then stores (key tile 0) or adds it. The turn is released one part later, once the
 // part's adds have completed, so that the wait for completion overlaps the next part's. With
-// packed documents (DOCS) the key tiles that add to query tile qt are jf .. its diagonal, jf the
-// tile of its first row's document start (the document spans every key between them): its
-// turns start at jf and its accumulator at -0 (doc_turns, fill_negative_zero), and every part
-// adds (-0 + x = x, the bits of a store), so the writer needs no per-part jf. The fill costs
-// about 3.5% of a 2k backward, nothing measurable at 32k (2026-12-04, bench/RESULTS.md).
-template <int HDP, bool DOCS>
+// packed documents or a window (RANGED) the key tiles that add to query tile qt are jf .. its
+// diagonal, jf the tile of its first row's first key (first_key; the keys between are all seen
+// by some row of qt, and key tile j's items reach qt exactly when j >= jf, key_end): its turns
+// start at jf and its accumulator at -0 (doc_turns, fill_negative_zero), and every part adds
+// (-0 + x = x, the bits of a store), so the writer needs no per-part jf. The fill costs about
+// 3.5% of a 2k backward, nothing measurable at 32k (2026-12-04, bench/RESULTS.md).
+template <int HDP, bool RANGED>
 __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_empty,
                          const CUtensorMap *accmap, unsigned *turns, int b, int h0, int j,
                          const Items &I, const Dims &d) {
@@ -238,7 +239,7 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
             fence_proxy_async_global(); // the adds below come after the acquire
             for (int p = 0; p < 2 && col0 + 32 * p < d.hd; p++) {
                 const void *src = stage + p * BT_BQ * 128;
-                if (!DOCS && j == 0)
+                if (!RANGED && j == 0)
                     tma_store_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
                 else
                     tma_reduce_add_4d(accmap, src, col0 + 32 * p, h - h0, qt * BT_BQ, b);
@@ -264,8 +265,9 @@ __device__ void write_dq(unsigned char *smem, uint64_t *dq_full, uint64_t *dq_em
 }
 #endif
 
-// DOCS: packed documents (d.ds); without, none of their reads is compiled in.
-template <int HDP, bool DOCS>
+// M: packed documents and the sliding window (Mask); without, none of their reads is compiled in,
+// and without a window the kernel is the same code as before windows.
+template <int HDP, Mask M>
 __global__ void __launch_bounds__(BT_THREADS, 1)
     attn_bwd_tma(bf16 *dk, bf16 *dv, unsigned *turns, const float *lse, const float *D,
                  const __grid_constant__ CUtensorMap accmap,
@@ -275,6 +277,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 #ifdef WGMMA_DEVICE
     using C = BtCfg<HDP>;
     constexpr int NQ = BT_BQ / 8, NO = HDP / 8, KQ = BT_BQ / 16;
+    // RANGED: the rows' first keys vary (packed documents, a window); WIN: a window
+    constexpr bool RANGED = M != MASK_CAUSAL, WIN = M == MASK_WINDOW;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     unsigned char *sK = smem, *sV = smem + C::KV_BYTES;
@@ -287,9 +291,9 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
     const int kvn = gridDim.x / d.B, b = blockIdx.x / kvn, kvh = kv0 + blockIdx.x % kvn;
     const int j = blockIdx.y;
     // Query tiles from the diagonal to T, or with packed documents to the end of the document
-    // of the tile's last key.
+    // of the tile's last key, and with a window to that key + W at most (key_end): O(W) queries.
     const int k0 = j * BT_BK, qt0 = k0 / BT_BQ;
-    const int nqt = cdiv(doc_end(d, b, min(k0 + BT_BK, d.T) - 1), BT_BQ) - qt0;
+    const int nqt = cdiv(key_end<WIN>(d, b, min(k0 + BT_BK, d.T) - 1), BT_BQ) - qt0;
     const Items I = {kvh, qt0, nqt, d.group * nqt, rev != 0};
     if (threadIdx.x == 0) {
         for (int s = 0; s < BT_STAGES; s++) {
@@ -318,7 +322,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         else if (warp == 4 * BT_CONSUMERS + 1)
             produce_stats<HDP>(smem, full, empty, lse, D, b, I, d, lane);
         else if (warp == 4 * BT_CONSUMERS + 2 && lane == 0)
-            write_dq<HDP, DOCS>(smem, dq_full, dq_empty, &accmap, turns, b, kv0 * d.group, j, I, d);
+            write_dq<HDP, M != MASK_CAUSAL>(smem, dq_full, dq_empty, &accmap, turns, b,
+                                            kv0 * d.group, j, I, d);
         return;
     }
     regs_claim<BT_CONSUMER_REGS>();
@@ -336,9 +341,15 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         // Packed documents: the tile's queries' document starts, read from global memory (L2),
         // the last one's within T (the latest: whether the tile needs masks) on every item, and
         // each query's on the tiles that do (mask_documents_t: folded into probs_and_ds_t's
-        // loop, the reads cost the whole backward 15-19% at 32k, 2026-12-04).
-        const int *Sq = DOCS ? d.ds + (long)b * d.T + qbase : nullptr;
-        const int last_first = DOCS ? Sq[min(BT_BQ, d.T - qbase) - 1] : 0;
+        // loop, the reads cost the whole backward 15-19% at 32k, 2026-12-04). With a window,
+        // the queries' first keys (first_key), the starts NULL where there are no documents.
+        const int *Sq = RANGED && (!WIN || d.ds) ? d.ds + (long)b * d.T + qbase : nullptr;
+        const int qlast = min(BT_BQ, d.T - qbase) - 1;
+        // A window's first keys: wbase + col for the query qbase + col (0 or less: key 0).
+        const int wbase = WIN ? qbase - d.window + 1 : 0;
+        const int last_first = !RANGED ? 0
+                               : WIN   ? max(Sq ? Sq[qlast] : 0, wbase + qlast)
+                                       : Sq[qlast];
         unsigned char *sdS = smem + C::DS_OFF + (it & 1) * C::DS_BYTES;
         PROF(cc = clock64());
         mbar_wait(&full[s], (it / BT_STAGES) & 1);
@@ -353,7 +364,8 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
         probs_and_ds_t<NQ>(sc, dp, L, Dq, d.scale_log2, mask, qbase, key_lo, d.T, lane);
         // Packed documents: where a query's document starts after one of these keys (the
         // tile's last query within T has the latest start).
-        if (DOCS && last_first > wk0) mask_documents_t<NQ>(sc, dp, Sq, qbase, key_lo, d.T, lane);
+        if (RANGED && last_first > wk0)
+            mask_documents_t<NQ, WIN>(sc, dp, Sq, qbase, key_lo, d.T, wbase, lane);
         uint32_t pf[1][KQ][4];
         acc_to_a<1, KQ>(pf, *reinterpret_cast<float(*)[1][NQ][4]>(&sc[0][0]));
         store_ds(sdS, dp, wg * 64 + wwarp * 16 + (lane >> 2), lane);
@@ -420,13 +432,13 @@ __global__ void __launch_bounds__(BT_THREADS, 1)
 #endif
 }
 
-// Packed documents (write_dq): each (b, h, query tile)'s two turn counters start at the key tile
-// of its first row's document start.
+// Packed documents or a window (write_dq): each (b, h, query tile)'s two turn counters start at
+// the key tile of its first row's first key.
 __global__ void doc_turns(unsigned *turns, long n, int H, int nqt_all, Dims d) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int qt = (int)(i / 2 % nqt_all), b = (int)(i / 2 / nqt_all / H);
-    turns[i] = (unsigned)(doc_first(d, b, qt * BT_BQ) / BT_BK);
+    turns[i] = (unsigned)(visible_first(d, b, qt * BT_BQ) / BT_BK);
 }
 
 // The accumulator as -0, which every part adds to (-0 + x = x: a store's bits).
@@ -542,7 +554,8 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
     const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
     const AttnScratch sc = attention_scratch(scratch, B, T, H, KV, hd);
     CUDA_CHECK(cudaMemsetAsync(sc.turns, 0, sc.turn_bytes, stream));
-    if (d.ds) {
+    const Mask mask = mask_of(d);
+    if (mask != MASK_CAUSAL) {
         const long n = (long)B * H * cdiv(T, BT_BQ) * 2;
         doc_turns<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(sc.turns, n, H, cdiv(T, BT_BQ),
                                                                    d);
@@ -555,7 +568,9 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
         km = make_head_map(k, B, T, KV, hd, BT_BK, hd);
         vm = make_head_map(v, B, T, KV, hd, BT_BK, hd);
     }
-    auto kernel = d.ds ? attn_bwd_tma<HDP, true> : attn_bwd_tma<HDP, false>;
+    auto kernel = mask == MASK_WINDOW ? attn_bwd_tma<HDP, MASK_WINDOW>
+                  : mask == MASK_DOCS ? attn_bwd_tma<HDP, MASK_DOCS>
+                                      : attn_bwd_tma<HDP, MASK_CAUSAL>;
     set_smem_limit(kernel, BtCfg<HDP>::smem);
     const int kvm = dq_chunk_kv_heads(B, T, H, KV, hd), kvr = chain_run_kv_heads(B, T, KV);
     const int kvc = kvr < kvm ? kvr : kvm;
@@ -573,7 +588,7 @@ void launch_runs(bf16 *dq, bf16 *dk, bf16 *dv, const float *lse, const bf16 *dou
             make_map(sc.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, T, hn, hd, BT_BQ, hd);
         const dim3 grid(B * kvn, cdiv(T, BT_BK));
         const long n4 = (long)B * T * hn * hd / 4;
-        if (d.ds) {
+        if (mask != MASK_CAUSAL) {
             fill_negative_zero<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
                 (float4 *)sc.dq_acc, n4);
             CUDA_CHECK_LAUNCH();

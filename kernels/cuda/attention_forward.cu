@@ -11,14 +11,18 @@ namespace {
 // BC-key K/V tiles up to its diagonal through a two-stage cp.async pipeline. With packed
 // documents the stream starts at the tile that holds the first row's document start, a warp
 // skips the tiles before its own rows' documents, and tiles that cross a row's document start
-// are masked. DOCS: packed documents (d.ds). Without them every document quantity is a
-// constant (kt0 = wfirst = wlast = 0) and no document read or check is compiled in, the same
-// code as before packed documents (3c0c020): paying for the checks made calls without
-// documents 6-18% slower, forward and backward (H200, hd 64 and 128, 2k and 8k tokens).
-template <int HDP, int MT, int BC, bool DOCS>
+// are masked; a sliding window (MASK_WINDOW) is the same with each row's first key moved up to
+// its window's (first_key), so a query tile streams about (its rows + W) / BC tiles: O(T W) in
+// all. M (Mask): without documents or a window every such quantity is a constant (kt0 = wfirst =
+// wlast = 0) and no read or check is compiled in, the same code as before packed documents
+// (3c0c020): paying for the checks made calls without documents 6-18% slower, forward and
+// backward (H200, hd 64 and 128, 2k and 8k tokens).
+template <int HDP, int MT, int BC, Mask M>
 __global__ void __launch_bounds__(THREADS)
     attn_fwd_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
     constexpr int LD = HDP + 8, KS = HDP / 16, NO = HDP / 8, NS = BC / 8, BR = 16 * WARPS * MT;
+    // RANGED: the rows' first keys vary (packed documents, a window); WIN: a window
+    constexpr bool RANGED = M != MASK_CAUSAL, WIN = M == MASK_WINDOW;
     constexpr bool QREG = HDP <= 64; // q's A fragments stay in registers when they fit
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem;
@@ -28,15 +32,16 @@ __global__ void __launch_bounds__(THREADS)
     const int b = blockIdx.x / d.H, h = blockIdx.x % d.H, kvh = h / d.group;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR; // the longest rows first: load balance
     const int wr0 = q0 + warp * 16 * MT, wr1 = wr0 + 16 * MT - 1; // this warp's rows
-    const int kt0 = DOCS ? doc_first(d, b, q0) / BC : 0, nkt = key_tiles(q0, BR, d.T, BC);
+    const int kt0 = RANGED ? first_key<WIN>(d, b, q0) / BC : 0, nkt = key_tiles(q0, BR, d.T, BC);
     const long qs = (long)d.H * d.hd, kvs = (long)d.KV * d.hd;
     const bf16 *qb = q + (long)b * d.T * qs + (long)h * d.hd;
     const bf16 *kb = k + (long)b * d.T * kvs + (long)kvh * d.hd;
     const bf16 *vb = v + (long)b * d.T * kvs + (long)kvh * d.hd;
     bf16 *sQw = sQ + warp * 16 * MT * LD;
-    // The documents' first keys of this warp's first and last rows (a thread's own rows' are
-    // read on masked tiles only: kept in registers, they made the loop spill).
-    const int wfirst = DOCS ? doc_first(d, b, wr0) : 0, wlast = DOCS ? doc_first(d, b, wr1) : 0;
+    // The first keys of this warp's first and last rows (a thread's own rows' are read on masked
+    // tiles only: kept in registers, they made the loop spill).
+    const int wfirst = RANGED ? first_key<WIN>(d, b, wr0) : 0;
+    const int wlast = RANGED ? first_key<WIN>(d, b, wr1) : 0;
 
     load_tile<HDP, BR>(sQ, qb, q0, d.T, qs, d.hd);
     load_tile<HDP, BC>(sKV, kb, kt0 * BC, d.T, kvs, d.hd);
@@ -67,21 +72,22 @@ __global__ void __launch_bounds__(THREADS)
         }
         const int key0 = kt * BC;
         // Else every key of the tile comes after every row of this warp, or before its documents.
-        if (key0 <= wr1 && (!DOCS || key0 + BC > wfirst)) {
+        if (key0 <= wr1 && (!RANGED || key0 + BC > wfirst)) {
             float s[MT][NS][4] = {};
             if constexpr (QREG)
                 mma_rs_nt<MT, KS, NS>(s, qf, sK, LD, lane);
             else
                 mma_ss_nt<MT, KS, NS>(s, sQw, sK, LD, lane);
-            const bool mask = key0 + BC - 1 > wr0 || (DOCS && key0 < wlast);
+            const bool mask = key0 + BC - 1 > wr0 || (RANGED && key0 < wlast);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 const int row_lo = wr0 + mt * 16 + (lane >> 2);
                 int first[2] = {0, 0};
-                if (DOCS && mask && wlast > 0)
-                    first[0] = doc_first(d, b, row_lo), first[1] = doc_first(d, b, row_lo + 8);
-                softmax_step<NS, NO, DOCS>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask, row_lo,
-                                           key0, first, lane);
+                if (RANGED && mask && wlast > 0)
+                    first[0] = first_key<WIN>(d, b, row_lo),
+                    first[1] = first_key<WIN>(d, b, row_lo + 8);
+                softmax_step<NS, NO, RANGED>(s[mt], o[mt], m[mt], l[mt], d.scale_log2, mask, row_lo,
+                                             key0, first, lane);
             }
             uint32_t pf[MT][BC / 16][4];
             acc_to_a<MT, BC / 16>(pf, s);
@@ -123,8 +129,8 @@ __global__ void attn_fwd_simple(bf16 *out, float *lse, const bf16 *q, const bf16
     const bf16 *vb = v + (long)b * d.T * kvs + (long)(h / d.group) * d.hd;
     load_row_f32(sq[w], q + ((long)b * d.T + i) * qs + (long)h * d.hd, d.hd, lane);
 
-    // Keys first .. i: the row's document (packed documents), else the whole causal prefix.
-    const int first = doc_first(d, b, i);
+    // Keys first .. i: the row's document (packed documents) and window, else the causal prefix.
+    const int first = visible_first(d, b, i);
     float m = -INFINITY, l = 0.0f, acc[MAXC] = {};
     for (int j0 = first & ~31; j0 <= i; j0 += 32) {
         int j = j0 + lane;
@@ -162,8 +168,10 @@ template <int HDP>
 void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const Dims &d,
                 cudaStream_t stream) {
     using C = Cfg<HDP>;
-    auto kernel = d.ds ? attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC, true>
-                       : attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC, false>;
+    const Mask mask = mask_of(d);
+    auto kernel = mask == MASK_WINDOW ? attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC, MASK_WINDOW>
+                  : mask == MASK_DOCS ? attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC, MASK_DOCS>
+                                      : attn_fwd_tc<HDP, C::FWD_MT, C::FWD_BC, MASK_CAUSAL>;
     dim3 grid(d.B * d.H, cdiv(d.T, 16 * WARPS * C::FWD_MT));
     set_smem_limit(kernel, C::fwd_smem);
     kernel<<<grid, THREADS, C::fwd_smem, stream>>>(out, lse, q, k, v, d);
@@ -176,16 +184,16 @@ extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int 
     return attention_scratch(NULL, B, T, H, KV, hd).total;
 }
 
-extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                                       const bf16 *v, int B, int T, int H, int KV, int hd,
-                                       const int32_t *doc_start, void *scratch,
-                                       cudaStream_t stream) {
+extern "C" void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t,
+                                       void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    Dims d = make_dims(B, T, H, KV, hd);
-    d.ds = doc_start;
+    const Dims d = make_dims(*args);
+    const int B = d.B, T = d.T, H = d.H, hd = d.hd;
+    bf16 *out = t->out;
+    float *lse = t->lse;
+    const bf16 *q = t->q, *k = t->k, *v = t->v;
     if (B == 0 || T == 0) return;
-    kt_work(stream, KT_ATTENTION, causal_flops(B, T, H, hd), 0, "attention forward hd %d T %d", hd,
-            T);
+    kt_work(stream, KT_ATTENTION, attention_flops(d), 0, "attention forward hd %d T %d", hd, T);
     const void *ptrs[] = {out, q, k, v};
     switch (attention_path(hd, ptrs, 4, 64)) {
     case PATH_SIMPLE:
@@ -194,8 +202,8 @@ extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, con
         CUDA_CHECK_LAUNCH();
         return;
     case PATH_WGMMA:
-        // The plain wgmma forward has no document masks: packed documents where the TMA
-        // kernel cannot run take mma.sync.
+        // The plain wgmma forward has no document or window masks: packed documents and
+        // windows where the TMA kernel cannot run take mma.sync.
         if (attention_forward_wgmma(out, lse, q, k, v, d, scratch, stream)) return;
         break;
     case PATH_MMA:

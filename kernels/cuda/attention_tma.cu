@@ -50,8 +50,10 @@ __device__ __forceinline__ FwdTile fwd_tile(int group) {
 // SPLIT_KV: K and V of a stage have barriers of their own, so that a stage's K is refilled as
 // soon as both warpgroups' scores are in, without waiting for the P V that reads its V: the next
 // K then lands well before its turn. 550 against 435 TFLOP/s at hd 128 and 32k tokens in one
-// run (bench/RESULTS.md, 2026-12-02, commit 7e102fb); the shipped variant.
-template <int HDP, bool SPLIT_KV>
+// run (bench/RESULTS.md, 2026-12-02, commit 7e102fb); the shipped variant. WIN: a sliding window
+// (d.window), which moves each row's first key up to its window's (first_key), a template choice so
+// that the kernel without one is the same code as before windows.
+template <int HDP, bool SPLIT_KV, bool WIN>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
     attn_fwd_tma(bf16 *out, float *lse, const __grid_constant__ CUtensorMap qmap,
                  const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap,
@@ -72,10 +74,10 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
     const FwdTile tile = fwd_tile(group);
     const int b = tile.pair / hn, hl = tile.pair % hn, h = h0 + hl, kvl = hl / d.group;
     const int q0 = tile.q0;
-    // Key tiles kt0 .. kt0 + nkt - 1: with packed documents the first holds the first row's
-    // document start (tiles before it hold no key any row attends to). Stages and barrier
-    // phases count from kt0.
-    const int kt0 = doc_first(d, b, q0) / TMA_BC;
+    // Key tiles kt0 .. kt0 + nkt - 1: with packed documents or a window the first holds the
+    // first row's first key (tiles before it hold no key any row attends to). Stages and barrier
+    // phases count from kt0. A window of W keys: about (TMA_BR + W) / TMA_BC tiles, O(T W).
+    const int kt0 = first_key<WIN>(d, b, q0) / TMA_BC;
     const int nkt = key_tiles(q0, TMA_BR, d.T, TMA_BC) - kt0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < TMA_STAGES; s++) {
@@ -118,10 +120,12 @@ __global__ void __launch_bounds__(TMA_THREADS, 1)
 
     const int wg = warp / 4, wl = threadIdx.x % WG_THREADS, wwarp = wl >> 5;
     const int wr0 = q0 + wg * 64, row_lo = wr0 + wwarp * 16 + (lane >> 2);
-    // Packed documents: a tile is masked where it crosses the diagonal or a row's document
-    // start (the warpgroup's last row has the latest); first: this thread's rows' starts.
-    const int first[2] = {doc_first(d, b, row_lo), doc_first(d, b, row_lo + 8)};
-    const int wlast = doc_first(d, b, wr0 + 63);
+    // Packed documents and windows: a tile is masked where it crosses the diagonal or a row's
+    // first key (the warpgroup's last row has the latest); first: this thread's rows' first keys.
+    // Both warpgroups stream every tile of the CTA and mask the keys their rows do not see (with
+    // a window, much of the first tile for the second warpgroup).
+    const int first[2] = {first_key<WIN>(d, b, row_lo), first_key<WIN>(d, b, row_lo + 8)};
+    const int wlast = first_key<WIN>(d, b, wr0 + 63);
     auto masked = [&](int key0) { return key0 + TMA_BC - 1 > wr0 || key0 < wlast; };
     // Turns: warpgroup w issues its Q K^T after named barrier 1 + w, which the other opens.
     const int my_turn = 1 + wg, other_turn = 2 - wg, turn_threads = TMA_CONSUMERS * WG_THREADS;
@@ -222,7 +226,10 @@ void forward_tma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16
     const CUtensorMap vm = make_head_map(v, d.B, d.T, kvn, cols, TMA_BC, ld);
     // MT_ATTN_SPLIT_KV=0: one barrier for a stage's K and V, 1.24-1.27x slower (comparisons)
     const char *e = getenv("MT_ATTN_SPLIT_KV");
-    auto kernel = e && e[0] == '0' ? attn_fwd_tma<HDP, false> : attn_fwd_tma<HDP, true>;
+    // A window runs the shipped variant only.
+    auto kernel = d.window           ? attn_fwd_tma<HDP, true, true>
+                  : e && e[0] == '0' ? attn_fwd_tma<HDP, false, false>
+                                     : attn_fwd_tma<HDP, true, false>;
     set_smem_limit(kernel, TmaCfg<HDP>::smem);
     dim3 grid(d.B * hn, cdiv(d.T, TMA_BR));
     kernel<<<grid, TMA_THREADS, TmaCfg<HDP>::smem, stream>>>(out, lse, qm, km, vm, h0, hn,

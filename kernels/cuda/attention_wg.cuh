@@ -89,21 +89,24 @@ __device__ __forceinline__ void probs_and_ds_t(float (&s)[NQ][4], float (&dp)[NQ
     }
 }
 
-// Packed documents, after probs_and_ds_t on a tile where some query's document starts after
-// one of the keys: P^T and dS^T of those (query, key) pairs to 0. Sq: the document starts of
-// the queries from qbase (global memory; rows past T are never read). A pass of its own, so
-// that the tiles without such pairs run probs_and_ds_t's code unchanged.
-template <int NQ>
+// Packed documents and windows, after probs_and_ds_t on a tile where some query's first key
+// follows one of the keys: P^T and dS^T of those (query, key) pairs to 0. Sq: the document starts
+// of the queries from qbase (global memory; rows past T are never read), NULL with a window
+// alone; WIN: a sliding window, under which query qbase + col sees no key before wbase + col
+// (qbase - W + 1 + col: first_key). A pass of its own, so that the tiles without such pairs run
+// probs_and_ds_t's code unchanged.
+template <int NQ, bool WIN>
 __device__ __forceinline__ void mask_documents_t(float (&s)[NQ][4], float (&dp)[NQ][4],
                                                  const int *Sq, int qbase, int key_lo, int T,
-                                                 int lane) {
+                                                 int wbase, int lane) {
 #pragma unroll
     for (int nt = 0; nt < NQ; nt++) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int col = nt * 8 + 2 * (lane & 3) + (i & 1);
             const int key = key_lo + 8 * (i >> 1);
-            if (qbase + col < T && Sq[col] > key) s[nt][i] = dp[nt][i] = 0.0f;
+            if (qbase + col < T && (WIN ? max(Sq ? Sq[col] : 0, wbase + col) : Sq[col]) > key)
+                s[nt][i] = dp[nt][i] = 0.0f;
         }
     }
 }

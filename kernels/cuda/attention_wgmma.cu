@@ -356,7 +356,7 @@ extern "C" int cuda_attention_has_wgmma(void) {
 bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              const Dims &d, void *scratch, cudaStream_t stream) {
     if (attention_forward_tma(out, lse, q, k, v, d, scratch, stream)) return true;
-    if (d.ds) return false;
+    if (mask_of(d) != MASK_CAUSAL) return false; // no document or window masks here
     if (d.hd <= 64)
         forward_wg<64>(out, lse, q, k, v, d, stream);
     else
@@ -365,10 +365,9 @@ bool attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k
 }
 
 void attention_backward_wgmma(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse,
-                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                              int T, int H, int KV, int hd, cudaStream_t stream) {
-    Dims d = make_dims(B, T, H, KV, hd);
-    if (hd <= 64)
+                              const float *D, const bf16 *q, const bf16 *k, const bf16 *v,
+                              const Dims &d, cudaStream_t stream) {
+    if (d.hd <= 64)
         backward_wg<64>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
     else
         backward_wg<128>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);

@@ -9,6 +9,7 @@
 #define MT_KERNELS_CUDA_H
 
 #include "kernels/adamw.h"
+#include "kernels/attention_args.h"
 #include "kernels/bf16.h"
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -115,21 +116,25 @@ void cuda_moe_gate_scale_backward(bf16 *dy, bf16 *d_gate_logit, const float *dou
 
 // attention_forward.cu, attention_backward.cu, attention_wgmma.cu, attention_tma.cu,
 // attention_bwd_tma.cu (attention.cuh): causal GQA flash attention, head_dim 64 or 128 (and any
-// even hd <= 128 for tests), scale 1/sqrt(hd). q, out: [B, T, H, hd]; k, v: [B, T, KV, hd]; lse:
-// [B, H, T]. No T x T matrix is ever stored. Backward writes dq, dk, dv; scratch, for both, is
-// cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused Hopper backward's fp32 dq
-// accumulator and its turn counters, and for head dims of 8k + 4 padded copies of q, k, v and
-// dout, for a run of heads each). dq may be q (in place: at long context a whole-sequence
-// buffer less). Packed documents: doc_start[B, T] (device memory) is where each token's
-// document starts in its row, and a query attends to keys doc_start[b * T + t] .. t only; every
-// path skips the key tiles outside a query tile's documents and masks the tiles that cross a
-// start. NULL: causal over the whole row.
-void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                            int B, int T, int H, int KV, int hd, const int32_t *doc_start,
-                            void *scratch, cudaStream_t stream);
-void cuda_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
-                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                             int T, int H, int KV, int hd, const int32_t *doc_start, void *scratch,
+// even hd <= 128 for tests), scale 1/sqrt(hd). The shape and each query's visible keys (packed
+// documents: args->doc_start, device memory) are args (kernels/attention_args.h), as the CPU
+// reference's; the tensors t. No T x T matrix is ever stored. The forward reads q, k, v and
+// writes out and lse; the backward reads q, k, v, out, lse and dout and writes dq, dk, dv.
+// scratch, for both, is cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused
+// Hopper backward's fp32 dq accumulator and its turn counters, and for head dims of 8k + 4
+// padded copies of q, k, v and dout, for a run of heads each). dq may be q (in place: at long
+// context a whole-sequence buffer less). Every path skips the key tiles outside a query tile's
+// visible keys and masks the tiles that cross their bounds.
+typedef struct {
+    const bf16 *q, *k, *v; // [B, T, H, hd], [B, T, KV, hd], [B, T, KV, hd]
+    bf16 *out;             // [B, T, H, hd]
+    float *lse;            // [B, H, T]
+    const bf16 *dout;      // [B, T, H, hd]
+    bf16 *dq, *dk, *dv;
+} cuda_attn_tensors;
+void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t, void *scratch,
+                            cudaStream_t stream);
+void cuda_attention_backward(const attn_args *args, const cuda_attn_tensors *t, void *scratch,
                              cudaStream_t stream);
 size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
 // 1 where the Hopper (wgmma) attention path runs: an sm_90a build on a compute 9.0 device.

@@ -36,6 +36,30 @@ static void qk_norm_backward(const mt_config *c, const layer_params *w, const la
     memcpy(s->d_k, dk, sizeof(float) * KV);
 }
 
+// The micro-batch's attention: its shape, packed documents and the layer's sliding window, and
+// its tensors, forward's and backward's.
+static attn_args attention_args(const layer_call *k) {
+    const mt_config *c = k->c;
+    return (attn_args){.B = k->s->B,
+                       .T = k->s->T,
+                       .H = c->heads,
+                       .KV = c->kv_heads,
+                       .hd = mt_head_dim(c),
+                       .doc_start = k->s->doc_start,
+                       .window = k->kind->window};
+}
+static attn_tensors attention_tensors(const layer_scratch *s) {
+    return (attn_tensors){.q = s->q,
+                          .k = s->k,
+                          .v = s->v,
+                          .out = s->att,
+                          .lse = s->lse,
+                          .dout = s->d_att,
+                          .dq = s->d_q,
+                          .dk = s->d_k,
+                          .dv = s->d_v};
+}
+
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it.
 static void softmax_forward(const layer_call *k, int have_att) {
@@ -58,9 +82,11 @@ static void softmax_forward(const layer_call *k, int have_att) {
     if (w->q_norm) qk_norm_forward(c, w, s, n);
     rope_forward(s->q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
-    if (!have_att)
-        attention_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->heads, c->kv_heads, hd,
-                          s->doc_start);
+    if (!have_att) {
+        const attn_args a = attention_args(k);
+        const attn_tensors t = attention_tensors(s);
+        attention_forward(&a, &t);
+    }
 }
 
 // One chunk of the q, k, v projections' backward (d_q, d_k with RoPE undone, and d_v are their
@@ -89,8 +115,9 @@ static void softmax_backward(const layer_call *k, float *dx) {
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
-    attention_backward(s->d_q, s->d_k, s->d_v, s->d_att, s->att, s->lse, s->q, s->k, s->v, B, T,
-                       c->heads, c->kv_heads, hd, s->doc_start);
+    const attn_args a = attention_args(k);
+    const attn_tensors t = attention_tensors(s);
+    attention_backward(&a, &t);
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
     if (k->w->q_norm) qk_norm_backward(c, k->w, k->dw, s, n);

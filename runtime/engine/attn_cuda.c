@@ -17,6 +17,18 @@ static const int32_t *doc_starts(const backend *b, int m) {
     return b->doc_start && b->has_docs[m] ? b->doc_start + (size_t)m * tokens(b) : NULL;
 }
 
+// Micro-batch m's attention: its shape, packed documents and the layer's sliding window.
+static attn_args attention_args(const backend *b, int l, int m) {
+    const mt_config *c = b->c;
+    return (attn_args){.B = b->B,
+                       .T = b->T,
+                       .H = c->heads,
+                       .KV = c->kv_heads,
+                       .hd = mt_head_dim(c),
+                       .doc_start = doc_starts(b, m),
+                       .window = mt_layer_kind_of(c, l)->window};
+}
+
 // qk_norm's rows: a head's head_dim ("head"), or a token's whole projection ("all").
 static int qk_width(const mt_config *c, int heads) {
     return mt_qk_norm(c) == QK_ALL ? heads * mt_head_dim(c) : mt_head_dim(c);
@@ -56,8 +68,8 @@ static void qk_norm_backward(backend *b, const layer_w *w, const layer_g *g, bf1
 
 // Attention's inputs and output for micro-batch m: q, k, v from the first norm chunk by chunk,
 // then RoPE and (unless its output is at hand) attention over every token.
-static void attention_part(backend *b, int m, const layer_w *w, const float *x, layer_saved *a,
-                           int run_attention) {
+static void attention_part(backend *b, int l, int m, const layer_w *w, const float *x,
+                           layer_saved *a, int run_attention) {
     const mt_config *c = b->c;
     int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
     cudaStream_t s = b->s;
@@ -79,13 +91,15 @@ static void attention_part(backend *b, int m, const layer_w *w, const float *x, 
     const int32_t *ds = doc_starts(b, m);
     cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
     cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
-    if (run_attention)
-        cuda_attention_forward(a->att, a->lse, a->q, a->k, a->v, b->B, b->T, c->heads, c->kv_heads,
-                               hd, ds, b->attn_scratch, s);
+    if (run_attention) {
+        const attn_args args = attention_args(b, l, m);
+        const cuda_attn_tensors t = {.q = a->q, .k = a->k, .v = a->v, .out = a->att, .lse = a->lse};
+        cuda_attention_forward(&args, &t, b->attn_scratch, s);
+    }
 }
 
 static void softmax_forward(const cu_layer_call *k, int run_attention) {
-    attention_part(k->b, k->m, k->w, k->x, k->a, run_attention);
+    attention_part(k->b, k->l, k->m, k->w, k->x, k->a, run_attention);
 }
 
 // What the backward needs again: q, k, v (and attention's output, unless an attention slot holds
@@ -95,7 +109,7 @@ static void softmax_prepare(const cu_layer_call *k) {
     backend *b = k->b;
     const mt_config *c = b->c;
     if (k->keep < 0)
-        attention_part(b, k->m, k->w, k->x, k->a, !att_ready(k->keep, k->att));
+        attention_part(b, k->l, k->m, k->w, k->x, k->a, !att_ready(k->keep, k->att));
     else
         cuda_rmsnorm_forward(b->n1, b->rstd1, k->x, k->w->attn_norm, tokens(b), c->dim,
                              (float)c->norm_eps, b->s);
@@ -136,8 +150,17 @@ static void softmax_backward(const cu_layer_call *k, float *dx) {
     cudaStream_t s = b->s;
     bf16 *dq = a->q; // in place: q is not read again (at 512k tokens, 4 GiB on a 7B)
     const int32_t *ds = doc_starts(b, k->m);
-    cuda_attention_backward(dq, b->dk, b->dv, b->d_att, a->att, a->lse, a->q, a->k, a->v, b->B,
-                            b->T, c->heads, c->kv_heads, hd, ds, b->attn_scratch, s);
+    const attn_args args = attention_args(b, k->l, k->m);
+    const cuda_attn_tensors t = {.q = a->q,
+                                 .k = a->k,
+                                 .v = a->v,
+                                 .out = a->att,
+                                 .lse = a->lse,
+                                 .dout = b->d_att,
+                                 .dq = dq,
+                                 .dk = b->dk,
+                                 .dv = b->dv};
+    cuda_attention_backward(&args, &t, b->attn_scratch, s);
     cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
     cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
     if (w->q_norm) qk_norm_backward(b, w, g, dq, b->dk);

@@ -38,7 +38,7 @@ void layer_forward(const mt_config *c, int l, const layer_params *w, layer_scrat
                    const float *x, float *out, int have_att) {
     const mt_layer_kind *kind = mt_layer_kind_of(c, l);
     int n = s->B * s->T;
-    layer_call k = {c, w, NULL, s, x, mt_chunk_of(c, n)};
+    layer_call k = {c, kind, w, NULL, s, x, mt_chunk_of(c, n)};
     attn_parts[kind->attention]->forward(&k, have_att);
     for (int t0 = 0; t0 < n; t0 += k.chunk)
         block_forward(&k, mlp_parts[kind->mlp], out, t0, mt_chunk_rows(n, t0, k.chunk));
@@ -67,7 +67,7 @@ void layer_backward(const mt_config *c, int l, const layer_params *w, const laye
                     layer_scratch *s, const float *x, const float *dout, float *dx) {
     const mt_layer_kind *kind = mt_layer_kind_of(c, l);
     int n = s->B * s->T;
-    layer_call k = {c, w, dw, s, x, mt_chunk_of(c, n)};
+    layer_call k = {c, kind, w, dw, s, x, mt_chunk_of(c, n)};
     for (int t0 = 0; t0 < n; t0 += k.chunk)
         block_backward(&k, mlp_parts[kind->mlp], dout, t0, mt_chunk_rows(n, t0, k.chunk));
     attn_parts[kind->attention]->backward(&k, dx);

@@ -7,10 +7,11 @@
 
 #include "runtime/engine/layer_scratch.h"
 
-// One call of a layer: its config, weights (and gradients, in a backward), working set and
-// input; chunk: the tokens of each chunk of its token-wise work (mt_chunk_of).
+// One call of a layer: its config and kinds, weights (and gradients, in a backward), working
+// set and input; chunk: the tokens of each chunk of its token-wise work (mt_chunk_of).
 typedef struct {
     const mt_config *c;
+    const mt_layer_kind *kind;
     const layer_params *w, *dw;
     layer_scratch *s;
     const float *x;

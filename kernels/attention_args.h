@@ -1,0 +1,43 @@
+// One attention call's shape and the keys each query sees: the same description for the CPU
+// reference (kernels/cpu/attention.c) and the CUDA kernels (kernels/cuda/attention*.cu). The
+// tensors come in each backend's own struct (attn_tensors, fp32, kernels_cpu.h;
+// cuda_attn_tensors, bf16, kernels_cuda.h).
+//
+// Causal grouped-query attention, scale 1/sqrt(hd): q, out [B, T, H, hd]; k, v [B, T, KV, hd];
+// lse [B, H, T]; query head h reads kv head h / (H / KV). Query t of row b sees the keys
+// first .. t, where first is the later of
+// - the start of its document, doc_start[b * T + t] (packed documents, data.pack), non-decreasing
+//   along a row and <= t; NULL: every row is one document from 0. On CUDA a device pointer;
+// - with a sliding window of `window` keys (0: none), t - window + 1: transformers'
+//   sliding-window causal mask, kv_idx > q_idx - sliding_window (masking_utils.py).
+// So first is non-decreasing in t, and the queries that see key j are j .. some end: contiguous.
+#ifndef MT_ATTENTION_ARGS_H
+#define MT_ATTENTION_ARGS_H
+
+#include <stdint.h>
+
+typedef struct {
+    int B, T, H, KV, hd;
+    const int32_t *doc_start; // [B, T], or NULL
+    int window;               // the most keys a query sees, itself included; 0: no limit
+} attn_args;
+
+#ifdef __CUDACC__
+#define ATTN_HOST_DEVICE __host__ __device__
+#else
+#define ATTN_HOST_DEVICE
+#endif
+
+// The first key query t may see under the sliding window (0: none), documents aside.
+static inline ATTN_HOST_DEVICE int attn_window_first(int t, int window) {
+    return window > 0 && t >= window ? t - window + 1 : 0;
+}
+
+// (query, key) pairs of one (b, h) that the mask keeps, documents aside, as FLOP counts take
+// them: T^2 / 2 causal, T W - W^2 / 2 with a window of W < T (the same at W = T).
+static inline double attn_score_pairs(int T, int window) {
+    const double t = T, w = window > 0 && window < T ? window : T;
+    return t * w - w * w / 2.0;
+}
+
+#endif
