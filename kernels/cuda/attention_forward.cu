@@ -172,10 +172,6 @@ void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 
 } // namespace
 
-extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd) {
-    return attention_scratch(NULL, B, T, H, KV, hd).total;
-}
-
 extern "C" void cuda_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                        const bf16 *v, int B, int T, int H, int KV, int hd,
                                        const int32_t *doc_start, void *scratch,

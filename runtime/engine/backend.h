@@ -86,6 +86,10 @@ typedef struct {
                   const adamw_params *hp);
     // The weights w a fetch would bring for fp32 master p (such a group's first weights).
     void (*weights_of)(backend *b, void *w, const float *p, size_t n);
+    // The bytes the backend's allocator has given since it started (device bytes on CUDA, the
+    // working sets' host bytes on the CPU), counted as they are requested: what the plan says
+    // the backend takes (ctest plan_matches_allocation).
+    size_t (*allocated_bytes)(backend *b);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);
