@@ -52,12 +52,18 @@ static uint64_t token_arrays(const mt_config *c) {
     return mt_packs_documents(c) ? 3 : 2;
 }
 
-// The layer's working set, backend_cpu.c's own buffers (the head's scratch, token copies,
-// routing statistics), and the engine's token ids (its backward writes the residual gradient
-// in place).
-static uint64_t cpu_working_bytes(const mt_config *c, mt_buffer_shape s) {
+// The layer's working set and backend_cpu.c's own buffers (the head's scratch, token copies,
+// routing statistics).
+static uint64_t cpu_backend_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
     return cpu_layer_bytes(c) + list_bytes(mt_buffers_cpu_backend, &s) +
-           plan_moe_cpu_stats_bytes(c) + 4 * token_arrays(c) * s.M * s.n;
+           plan_moe_cpu_stats_bytes(c);
+}
+
+// The backend's, and the engine's token ids (its backward writes the residual gradient in
+// place).
+static uint64_t cpu_working_bytes(const mt_config *c, mt_buffer_shape s) {
+    return cpu_backend_bytes(c) + 4 * token_arrays(c) * s.M * s.n;
 }
 
 // backend_cuda.c's layer_saved: what one kept layer x micro-batch pass holds (whole), or the
@@ -169,9 +175,11 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
             uint64_t leave = model_group_numel(c, model_head_group(c)) + 2 * model_largest_layer(c);
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
-        b->working = plan_backend_fixed_bytes(c, 1) + transfer;
+        b->backend = plan_backend_start_bytes(c, 1);
+        b->working = b->backend + transfer;
         b->moe = plan_moe_work_bytes(c);
     } else {
+        b->backend = plan_backend_start_bytes(c, 0);
         b->working = cpu_working_bytes(c, s);
         b->moe = plan_moe_cpu_bytes(c) + plan_moe_cpu_stats_bytes(c);
     }
@@ -193,6 +201,10 @@ uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
     if (!cuda) return 0;
     return cuda_layer_set_bytes(c) + cuda_head_set_bytes(c);
+}
+
+uint64_t plan_backend_start_bytes(const mt_config *c, int cuda) {
+    return cuda ? plan_backend_fixed_bytes(c, 1) : cpu_backend_bytes(c);
 }
 
 // The buffers engine_init allocates before it chooses the offload (transfer state, weight and

@@ -53,6 +53,8 @@ typedef struct {
     uint64_t residual;    // gradient of the residual stream: micro-batches x tokens x dim
     uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
     uint64_t moe;         // of working: the MoE MLP's buffers and routing statistics
+    uint64_t backend;     // of working: the backend's own, allocated at its start (buffers.h's
+                          // lists: plan_backend_start_bytes)
     uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
     uint64_t attention;   // the kept attention outputs (keep_attention): att_slots of them
     int att_slots;
@@ -175,6 +177,9 @@ void plan_free(mt_plan *p);
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room);
 // What backend_cuda_new allocates before anything is decided (0 on the CPU).
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda);
+// What the backend's allocator gives at its start (backend_ops.allocated_bytes right after
+// backend_*_new): GPU bytes on CUDA (plan_backend_fixed_bytes), host bytes on the CPU.
+uint64_t plan_backend_start_bytes(const mt_config *c, int cuda);
 // 0 when the compute rank's buffers (plan_compute_buffers, less the fixed ones) fit in room;
 // else -1 with one line naming the bytes by kind, what is free and the change that would fit.
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
