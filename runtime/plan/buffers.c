@@ -6,10 +6,12 @@ static uint64_t most(uint64_t a, uint64_t b) {
     return a > b ? a : b;
 }
 
-// The scratch the kernels ask for (kernels/scratch.h), for the shape's sizes.
+// The scratch the kernels ask for (kernels/scratch.h), for the shape's sizes. A config of a
+// layer alone (tests) may have no vocabulary.
 static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
-    s->attn_scratch =
-        cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
+    if (c->kv_heads > 0)
+        s->attn_scratch =
+            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
     s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
     s->bias_scratch = cuda_bias_scratch_floats((int)most(s->Q, s->KV));
     // qk_norm's norms: over each head (rows of hd) or over the whole projections
@@ -18,7 +20,7 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     s->norm_qk = most(cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->Q : s->hd)),
                       cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->KV : s->hd)));
     // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
-    long chunk = (256l << 20) / ((long)c->vocab * 6);
+    long chunk = c->vocab > 0 ? (256l << 20) / ((long)c->vocab * 6) : 1;
     s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
     s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, c->dim, c->vocab);
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, c->experts, c->top_k) : 0;
