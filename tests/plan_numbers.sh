@@ -52,7 +52,8 @@ got() { awk -v k="$1" '$1 == k { print $2 }' "$GOT_FILE"; }
 expected() {
     awk -v NP="$2" -v CUDA="$3" -v GB="${4:-4}" -v DGSET="${5:-}" -v CUDABUILD="$CUDA_BUILD" \
         -v CPUBACK="$(got compute_host.backend)" -v GPUBACK="$(got gpu.backend)" \
-        -v CPUATT="$(got compute_host.attention)" -v GPUATT="$(got gpu.attention)" '
+        -v CPUATT="$(got compute_host.attention)" -v GPUATT="$(got gpu.attention)" \
+        -v GPUHOST="$(got gpu.backend_host)" '
     function up(x, a) { return int((x + a - 1) / a) * a }
     function min(a, b) { return a < b ? a : b }
     function out(k, v) { printf "%s %.0f\n", k, v }
@@ -207,13 +208,10 @@ expected() {
         out("gpu.att_slots", att)
         out("gpu.total", 6 * resg + acts + dres + gpu_work + 12 * own + gpu_att)
         out("compute_host.optimizer", 0); out("compute_host.device_groups", 0)
-        # plus, on CUDA, the host piece that the state of the GPU-updated groups moves through
-        # (and the MoE routing statistics it copies back: pinned counts and offsets, counts and
-        # psums per micro-batch, layer and expert, the aux gradient, the layer index, and every
-        # forward chunk: its counts and offsets, kept for its backward)
-        chunks = int((n + r - 1) / r)
-        moehost = E > 0 ? 4*E + 4*(E + 1) + 8*M*LM*E + 4*E + 4*L + 4*M*LM*chunks*(2*E + 1) : 0
-        compute = CUDA ? 12 * M * n + (DG > 0 ? piece : 0) + moehost : 8 * res + acts + dres + cpu_work + cpu_att
+        # on CUDA: the token ids of the engine, the host piece that the state of the
+        # GPU-updated groups moves through, and the host memory of the backend (its pinned
+        # losses, the MoE routing statistics: gpu.backend_host, a list of the plan)
+        compute = CUDA ? 8 * M * n + (DG > 0 ? piece : 0) + GPUHOST : 8 * res + acts + dres + cpu_work + cpu_att
         gpc = min(mostall ? mostall : 1, up(16777216, 2048))
         tier0 = (TG ? (CUDA ? 2 : 1) * up(GB * gpc, 4096) : 0) \
                 + (TM ? up(2 * (mostall < 16777216 ? up(mostall, 16) : 16777216), 4096) : 0)

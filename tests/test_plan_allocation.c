@@ -3,7 +3,8 @@
 // the backend makes it), on configs that each add buffers: dense, MoE (a shared expert, a dense
 // layer), long context (chunks shorter than the micro-batch), bf16 gradient slots, qk_norm per
 // head and over the projections, packed documents, a head dim of 8k + 4 (the attention
-// scratch's padded copies). At start, then per kept layer pass and per kept attention output.
+// scratch's padded copies). At start, then per kept layer pass and per kept attention output;
+// on CUDA also the backend's host memory (pinned and plain).
 //   test_plan_allocation cuda|cpu
 // cuda: exits 77 ("SKIPPED: no CUDA device") without a GPU or a CUDA build.
 #include "runtime/engine/backend.h"
@@ -102,6 +103,10 @@ static int run_cuda(const named_config *cs, int n) {
         size_t taken = device_used() - before, counted = ops->allocated_bytes(b);
         check(taken >= counted, "%s (cuda): the device lost %zu bytes, the counter says %zu",
               cs[i].name, taken, counted);
+        size_t host = backend_cuda_host_bytes(b);
+        uint64_t want = plan_cuda_backend_host_bytes(&cs[i].c);
+        check(host == want, "%s (cuda): %zu bytes of host memory allocated, the plan says %llu",
+              cs[i].name, host, (unsigned long long)want);
         check_backend(cs[i].name, &cs[i].c, 1, ops, b);
         ops->destroy(b);
     }

@@ -100,6 +100,8 @@ const backend_ops *backend_cuda_ops(void);
 // there is no usable GPU.
 backend *backend_cuda_new(const mt_config *c, int device);
 void *backend_cuda_compute_stream(backend *b); // the cudaStream_t transfers order against
+// The host bytes the CUDA backend allocated for itself (plan_cuda_backend_host_bytes's).
+size_t backend_cuda_host_bytes(backend *b);
 #endif
 
 #endif

@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer_cuda.h"
 #include "runtime/engine/moe_cuda.h"
 #include "runtime/model/model.h"
@@ -188,18 +189,35 @@ static void alloc_layer_set(backend *b) {
 }
 
 static void alloc_head_set(backend *b) {
-    const mt_config *c = b->c;
-    size_t n = b->max_tokens, M = c->micro_batches;
     b->chunk = (int)b->shape.cls_chunk;
     mt_buffer_list l;
     mt_buffers_cuda_head(&l, &b->shape);
     void **head[] = {MT_CUDA_HEAD(MT_BUFFER_SLOT, b, _)};
     cu_carve(b, &l, CU_SLOTS(head));
-    CUDA_CHECK(cudaMallocHost((void **)&b->losses_host, sizeof(float) * n * M));
-    if (mt_packs_documents(c)) {
-        b->has_docs = calloc(M, 1);
-        if (!b->has_docs) mt_die("out of memory");
+}
+
+// The backend's host memory (buffers.h): pinned (counted in b->host_allocated), then plain.
+static void alloc_host_set(backend *b) {
+    mt_buffer_list l;
+    mt_buffers_cuda_pinned(&l, &b->shape);
+    void **pinned[] = {MT_CUDA_PINNED(MT_BUFFER_SLOT, b, _)};
+    for (int i = 0; i < l.n; i++) {
+        *pinned[i] = NULL;
+        if (!l.bytes[i]) continue;
+        CUDA_CHECK(cudaMallocHost(pinned[i], l.bytes[i]));
+        b->host_allocated += l.bytes[i];
     }
+    mt_buffers_cuda_host(&l, &b->shape);
+    void **host[] = {MT_CUDA_HOST(MT_BUFFER_SLOT, b, _)};
+    b->host_allocated += host_buffers_new(&l, HOST_SLOTS(host), "the CUDA backend's host buffers");
+}
+
+static void free_host_set(backend *b) {
+    void **pinned[] = {MT_CUDA_PINNED(MT_BUFFER_SLOT, b, _)};
+    for (size_t i = 0; i < sizeof pinned / sizeof *pinned; i++)
+        if (*pinned[i]) CUDA_CHECK(cudaFreeHost(*pinned[i]));
+    void **host[] = {MT_CUDA_HOST(MT_BUFFER_SLOT, b, _)};
+    host_buffers_free(HOST_SLOTS(host));
 }
 
 static size_t cu_device_free(backend *b) {
@@ -264,9 +282,8 @@ static void cu_destroy(backend *b) {
     for (int i = 0; i < b->n_owned; i++) CUDA_CHECK(cudaFree(b->owned[i]));
     CUDA_CHECK(cudaFree(b->kept_arena)); // NULL: no-op
     CUDA_CHECK(cudaFree(b->att_arena));
-    cu_moe_free(b);
-    CUDA_CHECK(cudaFreeHost(b->losses_host));
-    free(b->kept), free(b->att), free(b->lse), free(b->has_docs);
+    free_host_set(b);
+    free(b->kept), free(b->att), free(b->lse);
     cuda_gemm_free(b->gemm);
     offload_streams_free(b);
     CUDA_CHECK(cudaStreamDestroy(b->s));
@@ -294,6 +311,10 @@ static void cu_weights_of(backend *b, void *w, const float *p, size_t n) {
 
 static size_t cu_allocated_bytes(backend *b) {
     return b->allocated;
+}
+
+size_t backend_cuda_host_bytes(backend *b) {
+    return b->host_allocated;
 }
 
 void *backend_cuda_compute_stream(backend *b) {
@@ -358,6 +379,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->allocated += MT_CUDA_GEMM_WORKSPACE; // the workspace cuda_gemm_new allocates
     alloc_layer_set(b);
     upload_inv_freq(b);
+    alloc_host_set(b);
     cu_moe_alloc(b);
     alloc_head_set(b);
     return b;

@@ -100,6 +100,7 @@ struct backend {
     void *owned[4 * MT_BUFFERS_MAX];
     int n_owned;
     size_t allocated;
+    size_t host_allocated; // and the host bytes of its host lists (pinned and plain)
 };
 
 // Allocates a working set's list and points its fields (slots, in the list's order) at the

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The device buffers are MT_CUDA_MOE's (buffers.h); the host ones follow.
+// The device buffers are MT_CUDA_MOE's (buffers.h); the host ones (MT_CUDA_PINNED,
+// MT_CUDA_HOST) are there already. The backend frees them all.
 void cu_moe_alloc(backend *b) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
@@ -18,31 +19,12 @@ void cu_moe_alloc(backend *b) {
     mt_buffers_cuda_moe(&l, &b->shape);
     void **slots[] = {MT_CUDA_MOE(MT_BUFFER_SLOT, s, _)};
     cu_carve(b, &l, CU_SLOTS(slots));
-    size_t E = c->experts, M = c->micro_batches;
-    CUDA_CHECK(cudaMallocHost((void **)&s->counts_host, E * 4));
-    CUDA_CHECK(cudaMallocHost((void **)&s->offsets_host, (E + 1) * 4));
     s->layers = mt_moe_layers(c);
-    s->moe_index = calloc(c->layers, sizeof *s->moe_index);
-    size_t stats = b->shape.stat_rows * E;
-    s->counts_all = calloc(stats, sizeof *s->counts_all);
-    s->psum_host = calloc(stats, sizeof *s->psum_host);
-    s->aux_g_host = calloc(E, sizeof *s->aux_g_host);
-    if (!s->moe_index || !s->counts_all || !s->psum_host || !s->aux_g_host) mt_die("out of memory");
     for (int l = 0, i = 0; l < c->layers; l++) s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
     s->chunks = (int)b->shape.chunks;
-    s->routed = calloc(M * (s->layers ? s->layers : 1) * s->chunks * (2 * E + 1), 4);
-    if (!s->routed) mt_die("out of memory");
-    CUDA_CHECK(cudaMemset(s->aux_g, 0, M * E * 4));
+    CUDA_CHECK(cudaMemset(s->aux_g, 0, (size_t)c->micro_batches * c->experts * 4));
 }
 
-void cu_moe_free(backend *b) {
-    moe_set *s = &b->moe;
-    if (b->c->experts <= 0) return; // the device buffers are the backend's (cu_carve)
-    CUDA_CHECK(cudaFreeHost(s->counts_host));
-    CUDA_CHECK(cudaFreeHost(s->offsets_host));
-    free(s->moe_index), free(s->counts_all), free(s->psum_host), free(s->aux_g_host);
-    free(s->routed);
-}
 // Where micro-batch m's chunk at token t0 of MoE layer l keeps its counts (then offsets).
 static int32_t *routed_of(backend *b, int l, int m, int t0) {
     moe_set *s = &b->moe;

@@ -100,6 +100,16 @@ void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s)
     MT_CUDA_ATTENTION_SLOT(MT_BUFFER_COUNT, l, *s)
 }
 
+void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_PINNED(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_HOST(MT_BUFFER_COUNT, l, *s)
+}
+
 void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s) {
     start(l, 0);
     MT_CPU_LAYER(MT_BUFFER_COUNT, l, *s)

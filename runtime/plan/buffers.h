@@ -130,6 +130,25 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, psum_all, (s).stat_rows *(s).E)                                                    \
     X(o, float, aux_g, (s).M *(s).E)
 
+// The CUDA backend's host memory, pinned: every micro-batch's losses copied back, and a MoE
+// chunk's expert counts and offsets (the experts' GEMMs are sized on the host).
+#define MT_CUDA_PINNED(X, o, s)                                                                    \
+    X(o, float, losses_host, (s).n *(s).M)                                                         \
+    X(o, int32_t, moe.counts_host, (s).E)                                                          \
+    X(o, int32_t, moe.offsets_host, (s).moe *((s).E + 1))
+
+// And plain: per micro-batch whether it holds a second document; with MoE each layer's index
+// among the MoE layers, the per-expert statistics copied back (counts and probability sums),
+// the aux gradient's host copy, and every forward chunk's counts and offsets, which its backward
+// reuses.
+#define MT_CUDA_HOST(X, o, s)                                                                      \
+    X(o, unsigned char, has_docs, (s).docs *(s).M)                                                 \
+    X(o, int, moe.moe_index, (s).moe *(s).L)                                                       \
+    X(o, int32_t, moe.counts_all, (s).stat_rows *(s).E)                                            \
+    X(o, float, moe.psum_host, (s).stat_rows *(s).E)                                               \
+    X(o, float, moe.aux_g_host, (s).E)                                                             \
+    X(o, int32_t, moe.routed, (s).stat_rows *(s).chunks *(2 * (s).E + 1))
+
 // A kept attention output (keep_attention): the bf16 output and the fp32 statistics, in one
 // allocation per slot, each 256-byte aligned.
 #define MT_CUDA_ATTENTION_SLOT(X, o, s)                                                            \
@@ -259,6 +278,8 @@ void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);

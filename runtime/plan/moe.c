@@ -1,8 +1,7 @@
 // The Mixture-of-Experts part of the plan (docs/moe.md): the parameters a token meets, and the
 // buffers an MoE MLP adds to the compute rank, on the GPU (runtime/engine/moe_cuda.c's
 // cu_moe_alloc) and on the CPU reference (runtime/engine/moe_mlp.c's moe_scratch_new and
-// backend_cpu.c's routing statistics): their lists' bytes (buffers.h). The host side of
-// cu_moe_alloc is mirrored here.
+// backend_cpu.c's routing statistics): their lists' bytes (buffers.h).
 #include "runtime/plan/moe.h"
 #include "runtime/plan/buffers.h"
 
@@ -36,17 +35,6 @@ uint64_t plan_moe_work_bytes(const mt_config *c) {
     mt_buffer_list l;
     mt_buffers_cuda_moe(&l, &s);
     return mt_buffer_list_bytes(&l);
-}
-
-// cu_moe_alloc's host side: the pinned counts and offsets, the per micro-batch and layer
-// counts and psums copied back for the loss and metrics, the aux gradient, the layer index.
-uint64_t plan_moe_host_bytes(const mt_config *c) {
-    if (c->experts <= 0) return 0;
-    uint64_t E = (uint64_t)c->experts, n = (uint64_t)c->micro_batch * c->seq_len;
-    uint64_t r = (uint64_t)mt_seq_chunk(c), chunks = (n + r - 1) / r;
-    uint64_t stats = (uint64_t)c->micro_batches * (uint64_t)mt_moe_layers(c) * E;
-    uint64_t routed = (uint64_t)c->micro_batches * mt_moe_layers(c) * chunks * (2 * E + 1);
-    return 4 * E + 4 * (E + 1) + 2 * 4 * stats + 4 * E + 4 * (uint64_t)c->layers + 4 * routed;
 }
 
 uint64_t plan_moe_cpu_bytes(const mt_config *c) {

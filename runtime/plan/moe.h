@@ -16,10 +16,6 @@ uint64_t plan_active_params(const mt_config *c);
 // whole backend: its list, MT_CUDA_MOE (buffers.h). 0 for a dense model. The plan counts it in
 // the fixed working set (plan_backend_fixed_bytes).
 uint64_t plan_moe_work_bytes(const mt_config *c);
-// cu_moe_alloc's host bytes: pinned counts and offsets, the per micro-batch and layer counts and
-// psums copied back, the aux gradient, the MoE layer index and each forward chunk's counts and
-// offsets kept for its backward (in plan_cuda_host_bytes).
-uint64_t plan_moe_host_bytes(const mt_config *c);
 // The CPU reference: moe_scratch_new's bytes for the micro-batch (MT_CPU_MOE: in each layer
 // working set, kept passes included), and backend_cpu.c's routing statistics (MT_CPU_MOE_STATS).
 uint64_t plan_moe_cpu_bytes(const mt_config *c);

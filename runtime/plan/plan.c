@@ -176,6 +176,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
         b->backend = plan_backend_start_bytes(c, 1);
+        b->backend_host = plan_cuda_backend_host_bytes(c);
         b->working = b->backend + transfer;
         b->moe = plan_moe_work_bytes(c);
     } else {
@@ -194,8 +195,13 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     mt_buffer_shape s = buffer_shape(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
-    return 4 * (token_arrays(c) * s.M * s.n + s.M * s.n + offloaded) +
-           device_staging_bytes(ch->device_groups) + plan_moe_host_bytes(c);
+    return 4 * (token_arrays(c) * s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups) +
+           plan_cuda_backend_host_bytes(c);
+}
+
+uint64_t plan_cuda_backend_host_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return list_bytes(mt_buffers_cuda_pinned, &s) + list_bytes(mt_buffers_cuda_host, &s);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {

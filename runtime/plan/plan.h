@@ -55,8 +55,10 @@ typedef struct {
     uint64_t moe;         // of working: the MoE MLP's buffers and routing statistics
     uint64_t backend;     // of working: the backend's own, allocated at its start (buffers.h's
                           // lists: plan_backend_start_bytes)
-    uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
-    uint64_t attention;   // the kept attention outputs (keep_attention): att_slots of them
+    uint64_t backend_host; // CUDA: the backend's own host memory (not in total: in the compute
+                           // rank's host bytes, plan_cuda_backend_host_bytes)
+    uint64_t optimizer;    // fp32 master, m and v of the groups the compute rank updates
+    uint64_t attention;    // the kept attention outputs (keep_attention): att_slots of them
     int att_slots;
     int device_groups; // how many: the embedding, then layers 0, 1, ... (own buffers each)
     uint64_t total;
@@ -206,6 +208,9 @@ const char *plan_bytes_text(char *buf, size_t n, double bytes);
 // " and layers 0-3".
 void plan_device_layers_text(int groups, char *out, size_t cap);
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch);
+// Of it, the CUDA backend's own (MT_CUDA_PINNED and MT_CUDA_HOST: the pinned losses and MoE
+// counts, the MoE routing statistics).
+uint64_t plan_cuda_backend_host_bytes(const mt_config *c);
 
 // Per step: FLOPs the GPU or CPU executes (GEMMs 8 N per token, as the backward recomputes
 // the forward, plus redone segment layers; causal attention as it runs) and bytes moved.
