@@ -88,7 +88,8 @@ static size_t device_used(void) {
     return total - free_bytes;
 }
 
-// The counter against the device: the memory the backend took is at least what it counted.
+// The counter against the device, on the first backend (later ones may reuse what the driver
+// kept of the ones before): the memory it took is at least what it counted.
 static int run_cuda(const named_config *cs, int n) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -101,8 +102,9 @@ static int run_cuda(const named_config *cs, int n) {
         if (!b) return printf("SKIPPED: no CUDA device\n"), 77;
         const backend_ops *ops = backend_cuda_ops();
         size_t taken = device_used() - before, counted = ops->allocated_bytes(b);
-        check(taken >= counted, "%s (cuda): the device lost %zu bytes, the counter says %zu",
-              cs[i].name, taken, counted);
+        if (i == 0)
+            check(taken >= counted, "%s (cuda): the device lost %zu bytes, the counter says %zu",
+                  cs[i].name, taken, counted);
         size_t host = backend_cuda_host_bytes(b);
         uint64_t want = plan_cuda_backend_host_bytes(&cs[i].c);
         check(host == want, "%s (cuda): %zu bytes of host memory allocated, the plan says %llu",
