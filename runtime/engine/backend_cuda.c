@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "runtime/engine/alloc_cuda.h"
 #include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer_cuda.h"
 #include "runtime/engine/moe_cuda.h"
@@ -14,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Every device allocation of the backend is counted (b->allocated): the ctest
-// plan_matches_allocation holds it against the plan.
-static void *cu_alloc(backend *b, size_t bytes) {
-    void *p = NULL;
-    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
-    if (rc != cudaSuccess)
-        mt_die("GPU out of memory allocating %zu MiB (%s): fewer micro-batches or a shorter "
-               "sequence would fit",
-               bytes >> 20, cudaGetErrorString(rc));
-    b->allocated += bytes;
-    return p;
-}
 static void cu_release(backend *b, void *p) {
     CUDA_CHECK(cudaFree(p));
 }
@@ -103,25 +92,6 @@ static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, co
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
 
-// Points slots at the parts of a list of one allocation, from base.
-static void point_parts(const mt_buffer_list *l, char *base, void **const *slots) {
-    for (int i = 0; i < l->n; i++) *slots[i] = base + mt_buffer_offset(l, i);
-}
-
-void cu_carve(backend *b, const mt_buffer_list *l, void **const *slots, size_t n_slots) {
-    if ((size_t)l->n != n_slots) mt_die("a buffer list of %d has %zu fields", l->n, n_slots);
-    if (b->n_owned + l->n > (int)(sizeof b->owned / sizeof *b->owned))
-        mt_die("the CUDA backend's working sets have more than %zu buffers",
-               sizeof b->owned / sizeof *b->owned);
-    if (l->align) {
-        void *base = b->owned[b->n_owned++] = cu_alloc(b, mt_buffer_list_bytes(l));
-        point_parts(l, base, slots);
-        return;
-    }
-    for (int i = 0; i < l->n; i++)
-        *slots[i] = l->bytes[i] ? b->owned[b->n_owned++] = cu_alloc(b, l->bytes[i]) : NULL;
-}
-
 // Kept slots fill the free device memory but for a margin, in one allocation: 1 GiB for the
 // allocations the CUDA runtime and libraries may still make (MT_GPU_MARGIN_GIB sets another).
 // A kept slot (whole) holds h, gate and up for the micro-batch, the working set for a chunk.
@@ -146,7 +116,7 @@ static int cu_keep_reserve(backend *b, int wanted) {
     if (!b->kept) mt_die("out of memory");
     for (int i = 0; i < n; i++) {
         void **slots[] = {MT_CUDA_SAVED(MT_BUFFER_SLOT, &b->kept[i], _, _)};
-        point_parts(&l, (char *)b->kept_arena + bytes * i, slots);
+        cu_point_parts(&l, (char *)b->kept_arena + bytes * i, slots);
     }
     return b->n_kept = n;
 }
@@ -168,7 +138,7 @@ static int cu_attention_reserve(backend *b, int slots) {
 #define SLOT_I(o, type, name, count) (void **)(1 ? &(o)->name[i] : (type **)0),
         void **parts[] = {MT_CUDA_ATTENTION_SLOT(SLOT_I, b, _)};
 #undef SLOT_I
-        point_parts(&l, (char *)b->att_arena + bytes * i, parts);
+        cu_point_parts(&l, (char *)b->att_arena + bytes * i, parts);
     }
     return b->n_att = slots;
 }

@@ -103,12 +103,6 @@ struct backend {
     size_t host_allocated; // and the host bytes of its host lists (pinned and plain)
 };
 
-// Allocates a working set's list and points its fields (slots, in the list's order) at the
-// buffers: one allocation each, none for a count of 0 (the field stays NULL), or, where the
-// list has an alignment, one for all of them. backend_cuda.c.
-void cu_carve(backend *b, const mt_buffer_list *l, void **const *slots, size_t n_slots);
-#define CU_SLOTS(slots) slots, sizeof slots / sizeof *slots
-
 static inline void cu_zero(backend *b, void *p, size_t bytes) {
     cuda_ktime_enter(b->s, KT_COPY);
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, b->s));

@@ -5,6 +5,7 @@
 // routing and the experts' internals from the MLP's input, as the dense layer recomputes its
 // own: they are too large to keep (top_k rows a token).
 #include "runtime/engine/moe_cuda.h"
+#include "runtime/engine/alloc_cuda.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
