@@ -172,10 +172,11 @@ expected() {
         BE = ("boundary_every" in cfg && cfg["boundary_every"] > 0) ? cfg["boundary_every"] : 1
         if (BE > L) BE = L
         acts = 4 * (int(L / BE) + BE) * M * n * D; dres = 4 * M * n * D
-        # The own buffers of the backends (compute_host.backend, gpu.backend) are the lists of the plan
-        # (runtime/plan/buffers.h), which the ctest plan_matches_allocation measures against
-        # what the backends allocate: taken from the plan here, not derived again. The working
-        # set adds, on the CPU, the token ids of the engine (inputs and targets, every micro-batch)
+        # The buffers the backends allocate for themselves (compute_host.backend, gpu.backend)
+        # are lists of the plan (runtime/plan/buffers.h), which the ctest
+        # plan_matches_allocation measures against what the backends allocate: taken from the
+        # plan here, not derived again. The working set adds, on the CPU, the token ids of the
+        # engine (inputs and targets, every micro-batch)
         cpu_work = CPUBACK + 4 * 2 * M * n
         out("compute_host.weights", 4 * res); out("compute_host.grads", 4 * res)
         out("compute_host.activations", acts); out("compute_host.residual", dres)
@@ -189,10 +190,10 @@ expected() {
         att_cpu = KA >= 0 ? min(KA, L * M) : 0; cpu_att = CPUATT
         out("compute_host.att_slots", att_cpu)
         out("compute_host.total", 8 * res + acts + dres + cpu_work + cpu_att)
-        # the same on the GPU: bf16 weights; the own buffers of the backend (its working sets and
-        # the cuBLASLt workspace); the reduce scratch of the transfer and squared norms; the 64 MiB
-        # staging area of the fp32 master; with bf16 slots, the bf16 copies of the gradients
-        # that leave (head, the 2-layer ring, and the embedding unless it stays)
+        # the same on the GPU: bf16 weights; the buffers of the backend (its working sets and
+        # the cuBLASLt workspace); the reduce scratch and squared norms of the transfer; the
+        # 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
+        # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
         gpu_work = GPUBACK + 8 * 1024 + 4 * 8 + 64 * 1048576 \
                    + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0)
