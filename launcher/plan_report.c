@@ -456,9 +456,10 @@ static void json_buffers(FILE *f, const char *key, const plan_buffers *b) {
             ",\"%s\":{\"weights\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"activations\":%" PRIu64
             ",\"residual\":%" PRIu64 ",\"working\":%" PRIu64 ",\"optimizer\":%" PRIu64
             ",\"attention\":%" PRIu64 ",\"att_slots\":%d,\"device_groups\":%d,\"moe\":%" PRIu64
-            ",\"total\":%" PRIu64 "}",
+            ",\"backend\":%" PRIu64 ",\"backend_host\":%" PRIu64 ",\"total\":%" PRIu64 "}",
             key, b->weights, b->grads, b->activations, b->residual, b->working, b->optimizer,
-            b->attention, b->att_slots, b->device_groups, b->moe, b->total);
+            b->attention, b->att_slots, b->device_groups, b->moe, b->backend, b->backend_host,
+            b->total);
 }
 
 // One JSON object, every number exact, for scripts and tests.

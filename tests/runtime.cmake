@@ -46,3 +46,11 @@ endforeach()
 add_executable(test_device_groups_auto ${MT_TEST_DIR}/test_device_groups_auto.c)
 target_link_libraries(test_device_groups_auto PRIVATE mt_runtime)
 add_test(NAME device_groups_auto COMMAND test_device_groups_auto)
+
+# The bytes each backend's allocator gives its working sets against the plan's (buffers.h's
+# lists): plan_matches_allocation on the GPU (skipped, exit 77, without one), _cpu on the CPU.
+add_executable(test_plan_allocation ${MT_TEST_DIR}/test_plan_allocation.c)
+target_link_libraries(test_plan_allocation PRIVATE mt_runtime)
+add_test(NAME plan_matches_allocation COMMAND test_plan_allocation cuda)
+add_test(NAME plan_matches_allocation_cpu COMMAND test_plan_allocation cpu)
+set_tests_properties(plan_matches_allocation PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

@@ -523,62 +523,35 @@ inline double attention_flops(const Dims &d) {
     return 4.0 * d.B * d.H * attn_score_pairs(d.T, d.window) * d.hd;
 }
 
-// The fused backward's fp32 dq accumulator holds at most this many bytes (a sequence of 512k
-// tokens of a 7B would need 8 GiB): beyond, it runs over kv heads a few at a time.
-constexpr size_t DQ_ACC_CAP = 1ull << 30;
-
-// kv heads per run of the fused backward: as many as keep the accumulator within the cap.
-// MT_ATTN_DQ_CAP=BYTES sets another cap (tests: 1 makes a run of every kv head).
+// kv heads per run of the fused backward, and the padded head width of the TMA kernels
+// (kernels/scratch.h: the plan sizes the scratch by the same functions).
 inline int dq_chunk_kv_heads(int B, int T, int H, int KV, int hd) {
-    const char *e = getenv("MT_ATTN_DQ_CAP");
-    const size_t cap = e ? (size_t)strtoull(e, NULL, 10) : DQ_ACC_CAP;
-    const size_t per_kv = (size_t)B * T * (H / KV) * hd * sizeof(float);
-    const size_t n = per_kv ? cap / per_kv : (size_t)KV;
-    return n < 1 ? 1 : n > (size_t)KV ? KV : (int)n;
+    return cuda_attention_run_kv_heads(B, T, H, KV, hd);
 }
-
-// The Hopper TMA kernels read heads that start on 16-byte boundaries. Head dims of 8k + 4 (100:
-// the 3.4B's 3200 / 32) do not: they run on copies of a run of heads zero-padded to ld = 128
-// elements, the hd 128 kernels' tiles. (ld = hd + 4 would do for TMA, but boxes over rows that
-// are not 128-byte aligned, and past the end of the head, ran at half the speed: 2026-12-02,
-// commit f516f4f, bench/RESULTS.md.)
-// 0 where no copy is needed.
 inline int tma_padded_ld(int hd) {
-    return hd % 8 == 4 && hd > 64 ? 128 : 0;
+    return cuda_attention_padded_ld(hd);
 }
 
-// The attention scratch (cuda_attention_scratch_bytes): D = rowsum(dout * out) [B, H, T], then
-// the fused backward's fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters,
-// two per (b, h, 64-query tile), then where tma_padded_ld asks for them the padded copies of a
-// run's q and dout [B, T, heads of the run, ld] and k and v [B, T, kv heads of the run, ld];
-// each part 256-byte aligned. The forward uses only the copies of q, k and v.
+// The attention scratch's parts at base, as cuda_attention_scratch_layout sizes them. The
+// forward uses only the copies of q, k and v.
 struct AttnScratch {
     float *D, *dq_acc;
     unsigned *turns;
     bf16 *pq, *pdout, *pk, *pv;
     size_t dq_bytes, turn_bytes, total;
 };
-inline size_t align256(size_t n) {
-    return (n + 255) & ~(size_t)255;
-}
 inline AttnScratch attention_scratch(void *base, int B, int T, int H, int KV, int hd) {
+    const cuda_attention_scratch_parts parts = cuda_attention_scratch_layout(B, T, H, KV, hd);
     AttnScratch s;
-    const size_t d_bytes = align256((size_t)B * H * T * sizeof(float));
-    const size_t run_heads = (size_t)dq_chunk_kv_heads(B, T, H, KV, hd) * (H / KV);
-    s.dq_bytes = align256((size_t)B * T * run_heads * hd * sizeof(float));
-    s.turn_bytes = align256((size_t)B * H * ((T + 63) / 64) * 2 * sizeof(unsigned));
-    const size_t ld = (size_t)tma_padded_ld(hd), run_kv = run_heads / (H / KV);
-    const size_t q_bytes = align256((size_t)B * T * run_heads * ld * 2);
-    const size_t kv_bytes = align256((size_t)B * T * run_kv * ld * 2);
-    s.total = d_bytes + s.dq_bytes + s.turn_bytes + 2 * q_bytes + 2 * kv_bytes;
+    s.dq_bytes = parts.dq_bytes, s.turn_bytes = parts.turn_bytes, s.total = parts.total;
     char *p = (char *)base;
     s.D = (float *)p;
-    s.dq_acc = (float *)(p += d_bytes);
+    s.dq_acc = (float *)(p += parts.d_bytes);
     s.turns = (unsigned *)(p += s.dq_bytes);
     s.pq = (bf16 *)(p += s.turn_bytes);
-    s.pdout = (bf16 *)(p += q_bytes);
-    s.pk = (bf16 *)(p += q_bytes);
-    s.pv = (bf16 *)(p += kv_bytes);
+    s.pdout = (bf16 *)(p += parts.q_bytes);
+    s.pk = (bf16 *)(p += parts.q_bytes);
+    s.pv = (bf16 *)(p += parts.kv_bytes);
     return s;
 }
 

@@ -180,10 +180,6 @@ void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 
 } // namespace
 
-extern "C" size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd) {
-    return attention_scratch(NULL, B, T, H, KV, hd).total;
-}
-
 extern "C" void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t,
                                        void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);

@@ -12,7 +12,7 @@
 namespace {
 
 const int THREADS = 256;
-const int SLABS = 64; // row slabs of the backward's first pass
+const int SLABS = MT_BIAS_SLABS; // row slabs of the backward's first pass
 
 __global__ void bias_forward_kernel(__nv_bfloat16 *x, const __nv_bfloat16 *bias, long n, int cols) {
     long stride = (long)gridDim.x * blockDim.x;
@@ -40,10 +40,6 @@ __global__ void bias_finish_kernel(float *dbias, const float *partial, int cols)
 }
 
 } // namespace
-
-extern "C" size_t cuda_bias_scratch_floats(int cols) {
-    return (size_t)SLABS * cols;
-}
 
 extern "C" void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols,
                                   cudaStream_t stream) {

@@ -21,16 +21,12 @@ namespace {
 
 const int THREADS = 512;
 const int WARPS = THREADS / 32;
-const size_t ALIGN = 256;
 
 long padded_vocab(int vocab) {
-    return ((long)vocab + 7) / 8 * 8;
+    return cuda_classifier_padded_vocab(vocab);
 }
-size_t align_up(size_t x) {
-    return (x + ALIGN - 1) / ALIGN * ALIGN;
-}
-size_t logits_bytes(int chunk, int vocab) {
-    return align_up((size_t)chunk * padded_vocab(vocab) * 4);
+size_t logits_bytes(int chunk, int vocab) { // the scratch's first part; the dlogits follow
+    return cuda_classifier_logits_bytes(chunk, vocab);
 }
 
 // (m, s) represents sum_i exp(z_i) = s * exp(m). Merging two such pairs; m = -inf means empty.
@@ -85,12 +81,6 @@ __global__ void cross_entropy_kernel(float *losses, __nv_bfloat16 *dlogits, cons
 }
 
 } // namespace
-
-extern "C" size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab) {
-    (void)dim; // the chunk of x is read in place
-    if (chunk <= 0 || vocab <= 0) return 0;
-    return logits_bytes(chunk, vocab) + align_up((size_t)chunk * padded_vocab(vocab) * 2);
-}
 
 extern "C" void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *dw, const bf16 *x,
                                 const bf16 *w, const int32_t *targets, int n, int dim, int vocab,

@@ -11,6 +11,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention_args.h"
 #include "kernels/bf16.h"
+#include "kernels/scratch.h" // the scratch sizes: plain C, which the plan reads too
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,7 +47,6 @@ void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w,
                           float eps, cudaStream_t stream);
 void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const bf16 *w,
                            const float *rstd, int n, int dim, float *scratch, cudaStream_t stream);
-size_t cuda_rmsnorm_scratch_floats(int n, int dim);
 
 // rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16); positions t,
 // or with packed documents t - doc_start[b * T + t] (doc_start NULL: t).
@@ -60,7 +60,6 @@ void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads
 void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
 void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols, float *scratch,
                         cudaStream_t stream);
-size_t cuda_bias_scratch_floats(int cols);
 
 // swiglu.cu: out = silu(gate) * up. Backward writes dgate and dup (bf16, GEMM operands).
 void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
@@ -95,7 +94,6 @@ void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float 
 void cuda_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
                        const int32_t *expert, int n, int E, int k, void *scratch,
                        cudaStream_t stream);
-size_t cuda_moe_dispatch_scratch_bytes(int n, int E, int k);
 void cuda_moe_gather(bf16 *xp, const bf16 *x, const int32_t *token_of, int rows, int D,
                      cudaStream_t stream);
 void cuda_moe_combine(float *out, const bf16 *yp, const int32_t *row_of, const float *weight, int n,
@@ -136,7 +134,6 @@ void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t, v
                             cudaStream_t stream);
 void cuda_attention_backward(const attn_args *args, const cuda_attn_tensors *t, void *scratch,
                              cudaStream_t stream);
-size_t cuda_attention_scratch_bytes(int B, int T, int H, int KV, int hd);
 // 1 where the Hopper (wgmma) attention path runs: an sm_90a build on a compute 9.0 device.
 int cuda_attention_has_wgmma(void);
 
@@ -195,7 +192,6 @@ void cuda_experts_backward_weight(cuda_gemm *g, float *dw, const bf16 *dout, con
 void cuda_classifier(cuda_gemm *g, float *losses, float *dx, float *dw, const bf16 *x,
                      const bf16 *w, const int32_t *targets, int n, int dim, int vocab, float dloss,
                      void *scratch, int chunk, cudaStream_t stream);
-size_t cuda_classifier_scratch_bytes(int chunk, int dim, int vocab);
 
 // ktime.cu: where the compute stream's time goes (MT_KERNEL_TIMES=1). cuda_ktime_enable names
 // the stream (a no-op unless the variable is set); each kernel entry point brackets its work

@@ -23,7 +23,7 @@ const int THREADS = 256;
 const long MAX_BLOCKS = 4096;
 const int WARPS = 8;                  // warps per block of the warp-per-token kernels
 const int EPL = MOE_MAX_EXPERTS / 32; // router: experts per lane
-const int TILE = 2048;                // dispatch: (token, slot) pairs per warp tile
+const int TILE = MT_DISPATCH_TILE;    // dispatch: (token, slot) pairs per warp tile
 const int DWARPS = 4;                 // dispatch: tiles (warps) per block
 const int VEC = 8;                    // 16 bytes of bf16
 
@@ -419,8 +419,7 @@ unsigned warp_blocks(long items, int per_block) {
 }
 
 long dispatch_tiles(int n, int k) {
-    long t = ((long)n * k + TILE - 1) / TILE;
-    return t < 1 ? 1 : t;
+    return cuda_moe_dispatch_tiles(n, k);
 }
 
 void check_experts(const char *fn, int E, int k) {
@@ -455,10 +454,6 @@ extern "C" void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, c
     route_backward_kernel<<<warp_blocks(n, WARPS), WARPS * 32, 0, stream>>>(
         (bf *)d_logits, d_weight, probs, expert, aux_g, n, E, k, renorm);
     CUDA_CHECK_LAUNCH();
-}
-
-extern "C" size_t cuda_moe_dispatch_scratch_bytes(int n, int E, int k) {
-    return sizeof(int32_t) * (size_t)dispatch_tiles(n, k) * (size_t)E;
 }
 
 extern "C" void cuda_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of,

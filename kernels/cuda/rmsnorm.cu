@@ -23,9 +23,9 @@
 namespace {
 
 const int ROW_WARPS = 8; // two-pass kernels: one warp per row; register forward: at least this
-// Tokens per partial dw sum (cuda_rmsnorm_scratch_floats, plan.c): the register backward runs a
-// block a slab, so 16384 tokens make 128 blocks, about one for each SM.
-const int SLAB = 128;
+// Tokens per partial dw sum (cuda_rmsnorm_scratch_floats, kernels/scratch.h): the register backward
+// runs a block a slab, so 16384 tokens make 128 blocks, about one for each SM.
+const int SLAB = MT_RMSNORM_SLAB;
 const int COL_THREADS = 256;
 const int BWD_WARPS = 16; // register backward: 16 warps a block, one block per SM at <= 128 regs
 
@@ -379,11 +379,6 @@ void backward_two_pass(float *dx, float *partial, const float *dout, const float
 }
 
 } // namespace
-
-extern "C" size_t cuda_rmsnorm_scratch_floats(int n, int dim) {
-    if (n <= 0 || dim <= 0) return 0;
-    return (size_t)((n + SLAB - 1) / SLAB) * (size_t)dim;
-}
 
 extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, int n,
                                      int dim, float eps, cudaStream_t stream) {

@@ -86,6 +86,10 @@ typedef struct {
                   const adamw_params *hp);
     // The weights w a fetch would bring for fp32 master p (such a group's first weights).
     void (*weights_of)(backend *b, void *w, const float *p, size_t n);
+    // The bytes the backend's allocator has given since it started (device bytes on CUDA, the
+    // working sets' host bytes on the CPU), counted as they are requested: what the plan says
+    // the backend takes (ctest plan_matches_allocation).
+    size_t (*allocated_bytes)(backend *b);
 } backend_ops;
 
 const backend_ops *backend_cpu_ops(void);
@@ -96,6 +100,8 @@ const backend_ops *backend_cuda_ops(void);
 // there is no usable GPU.
 backend *backend_cuda_new(const mt_config *c, int device);
 void *backend_cuda_compute_stream(backend *b); // the cudaStream_t transfers order against
+// The host bytes the CUDA backend allocated for itself (plan_cuda_backend_host_bytes's).
+size_t backend_cuda_host_bytes(backend *b);
 #endif
 
 #endif

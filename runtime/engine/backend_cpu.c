@@ -2,6 +2,7 @@
 // bf16, as the GPU gets it), so it computes exactly what the CUDA backend approximates.
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/engine/backend.h"
+#include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer.h"
 #include "runtime/plan/plan.h"
 #include "shm/syscheck.h"
@@ -30,6 +31,8 @@ struct backend {
     float *psum, *aux_g;
     moe_route_io route;
     double aux;
+    mt_buffer_shape shape;
+    size_t allocated; // the working sets' bytes since the start (the lists' and the slots')
 };
 
 static void *cpu_alloc(backend *b, size_t bytes) {
@@ -82,7 +85,10 @@ static int cpu_keep_reserve(backend *b, int wanted) {
     size_t fit = spare / slot;
     b->n_kept = wanted < (long)fit ? wanted : (int)fit;
     b->kept = cpu_alloc(b, sizeof *b->kept * (b->n_kept + 1));
-    for (int i = 0; i < b->n_kept; i++) b->kept[i] = layer_scratch_new(c, b->B, b->T);
+    for (int i = 0; i < b->n_kept; i++) {
+        b->kept[i] = layer_scratch_new(c, b->B, b->T);
+        b->allocated += b->kept[i]->bytes;
+    }
     return b->n_kept;
 }
 
@@ -90,14 +96,17 @@ static layer_scratch *internals(backend *b, int keep) {
     return keep >= 0 ? b->kept[keep] : b->scratch;
 }
 
+// Each slot: MT_CPU_ATTENTION_SLOT's buffers (buffers.h).
+#define SLOT_I(o, type, name, count) (void **)(1 ? &(o)->name[i] : (type **)0),
+
 static int cpu_attention_reserve(backend *b, int slots) {
-    const mt_config *c = b->c;
-    size_t n = (size_t)tokens(b), q = n * c->heads * mt_head_dim(c), lse = n * c->heads;
+    mt_buffer_list l;
+    mt_buffers_cpu_attention_slot(&l, &b->shape);
     b->att = cpu_alloc(b, sizeof(float *) * (slots + 1));
     b->lse = cpu_alloc(b, sizeof(float *) * (slots + 1));
     for (int i = 0; i < slots; i++) {
-        b->att[i] = cpu_alloc(b, sizeof(float) * q);
-        b->lse[i] = cpu_alloc(b, sizeof(float) * lse);
+        void **parts[] = {MT_CPU_ATTENTION_SLOT(SLOT_I, b, _)};
+        b->allocated += host_buffers_new(&l, HOST_SLOTS(parts), "a kept attention output");
     }
     return b->n_att = slots;
 }
@@ -170,16 +179,16 @@ static double cpu_take_aux(backend *b, int64_t *load) {
     return aux;
 }
 
+// MT_CPU_MOE_STATS's buffers (buffers.h), with MoE layers.
 static void moe_stats_new(backend *b) {
     const mt_config *c = b->c;
     b->moe_layers = mt_moe_layers(c);
     if (!b->moe_layers) return;
-    b->moe_index = cpu_alloc(b, sizeof(int) * c->layers);
+    mt_buffer_list l;
+    mt_buffers_cpu_moe_stats(&l, &b->shape);
+    void **slots[] = {MT_CPU_MOE_STATS(MT_BUFFER_SLOT, b, _)};
+    b->allocated += host_buffers_new(&l, HOST_SLOTS(slots), "the routing statistics");
     for (int l = 0, i = 0; l < c->layers; l++) b->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
-    size_t per = (size_t)c->micro_batches * b->moe_layers * c->experts;
-    b->counts = cpu_alloc(b, sizeof(int32_t) * per);
-    b->psum = cpu_alloc(b, sizeof(float) * per);
-    b->aux_g = cpu_alloc(b, sizeof(float) * c->micro_batches * c->experts);
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
@@ -225,16 +234,21 @@ static void cpu_destroy(backend *b) {
     layer_scratch_free(b->scratch);
     for (int i = 0; i < b->n_kept; i++) layer_scratch_free(b->kept[i]);
     free(b->kept);
-    for (int i = 0; i < b->n_att; i++) free(b->att[i]), free(b->lse[i]);
+    for (int i = 0; i < b->n_att; i++) {
+        void **parts[] = {MT_CPU_ATTENTION_SLOT(SLOT_I, b, _)};
+        host_buffers_free(HOST_SLOTS(parts));
+    }
     free(b->att), free(b->lse);
-    free(b->tmp), free(b->xf), free(b->dxf), free(b->rstd_f);
-    free(b->inputs), free(b->targets), free(b->doc_start);
-    free(b->moe_index), free(b->counts), free(b->psum), free(b->aux_g);
+    void **own[] = {MT_CPU_BACKEND(MT_BUFFER_SLOT, b, _) MT_CPU_MOE_STATS(MT_BUFFER_SLOT, b, _)};
+    host_buffers_free(HOST_SLOTS(own));
     free(b);
 }
 
 static size_t cpu_device_bytes(backend *b) {
     return 0;
+}
+static size_t cpu_allocated_bytes(backend *b) {
+    return b->allocated;
 }
 static size_t cpu_device_free(backend *b) {
     return SIZE_MAX;
@@ -245,19 +259,19 @@ static void cpu_to_host(backend *b, void *dst, const void *src, size_t bytes, in
 }
 static void cpu_slot_wait(backend *b, int slot) {}
 
+// The layer's working set, then MT_CPU_BACKEND's buffers and the routing statistics
+// (buffers.h).
 backend *backend_cpu_new(const mt_config *c) {
     backend *b = cpu_alloc(NULL, sizeof *b);
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len;
-    size_t n = (size_t)tokens(b), nD = n * c->dim;
+    mt_buffer_shape_of(&b->shape, c, b->B, b->T);
     b->scratch = layer_scratch_new(c, b->B, b->T);
-    b->tmp = cpu_alloc(b, sizeof(float) * nD);
-    b->xf = cpu_alloc(b, sizeof(float) * nD);
-    b->dxf = cpu_alloc(b, sizeof(float) * nD);
-    b->rstd_f = cpu_alloc(b, sizeof(float) * n);
-    b->inputs = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
-    b->targets = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
-    if (mt_packs_documents(c)) b->doc_start = cpu_alloc(b, sizeof(int32_t) * n * c->micro_batches);
+    b->allocated = b->scratch->bytes;
+    mt_buffer_list l;
+    mt_buffers_cpu_backend(&l, &b->shape);
+    void **slots[] = {MT_CPU_BACKEND(MT_BUFFER_SLOT, b, _)};
+    b->allocated += host_buffers_new(&l, HOST_SLOTS(slots), "the compute rank's buffers");
     moe_stats_new(b);
     return b;
 }
@@ -308,6 +322,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_slot_wait,
         cpu_adamw,
         cpu_weights_of,
+        cpu_allocated_bytes,
     };
     return &ops;
 }

@@ -4,6 +4,8 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "runtime/engine/alloc_cuda.h"
+#include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer_cuda.h"
 #include "runtime/engine/moe_cuda.h"
 #include "runtime/model/model.h"
@@ -13,15 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *cu_alloc(backend *b, size_t bytes) {
-    void *p = NULL;
-    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
-    if (rc != cudaSuccess)
-        mt_die("GPU out of memory allocating %zu MiB (%s): fewer micro-batches or a shorter "
-               "sequence would fit",
-               bytes >> 20, cudaGetErrorString(rc));
-    return p;
-}
 static void cu_release(backend *b, void *p) {
     CUDA_CHECK(cudaFree(p));
 }
@@ -99,36 +92,13 @@ static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, co
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
 
-static void *dev(backend *b, size_t elems, size_t elem_bytes) {
-    return cu_alloc(b, elems * elem_bytes);
-}
-
-// Lays out one layer_saved from base (NULL: only measures); returns its bytes. A kept slot
-// (whole) holds h, gate and up for the micro-batch, the working set for a chunk.
-static size_t carve_saved(const backend *b, char *base, layer_saved *a, int whole) {
-    const mt_config *c = b->c;
-    size_t n = b->max_tokens, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
-    size_t Q = c->heads * hd, KV = c->kv_heads * hd, r = whole ? n : (size_t)b->seq_chunk;
-    struct {
-        void **p;
-        size_t bytes;
-    } parts[] = {{(void **)&a->q, n * Q * 2},          {(void **)&a->k, n * KV * 2},
-                 {(void **)&a->v, n * KV * 2},         {(void **)&a->att, n * Q * 2},
-                 {(void **)&a->gate, r * F * 2},       {(void **)&a->up, r * F * 2},
-                 {(void **)&a->lse, n * c->heads * 4}, {(void **)&a->h, r * D * 4}};
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        *parts[i].p = base ? base + used : NULL;
-        used += (parts[i].bytes + 255) & ~(size_t)255; // keep every tensor 256-byte aligned
-    }
-    return used;
-}
-
 // Kept slots fill the free device memory but for a margin, in one allocation: 1 GiB for the
 // allocations the CUDA runtime and libraries may still make (MT_GPU_MARGIN_GIB sets another).
+// A kept slot (whole) holds h, gate and up for the micro-batch, the working set for a chunk.
 static int cu_keep_reserve(backend *b, int wanted) {
-    layer_saved measured;
-    size_t bytes = carve_saved(b, NULL, &measured, 1), free_bytes, total;
+    mt_buffer_list l;
+    mt_buffers_cuda_saved(&l, &b->shape, 1);
+    size_t bytes = mt_buffer_list_bytes(&l), free_bytes, total;
     if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
     if (mt_qk_norm(b->c) != QK_NONE) wanted = 0;  // the norms' fp32 inputs are not kept
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -141,90 +111,83 @@ static int cu_keep_reserve(backend *b, int wanted) {
         cudaGetLastError(); // not sticky: try a little less
         n = n * 9 / 10;
     }
+    if (n > 0) b->allocated += bytes * n;
     b->kept = calloc(n + 1, sizeof *b->kept);
     if (!b->kept) mt_die("out of memory");
-    for (int i = 0; i < n; i++) carve_saved(b, (char *)b->kept_arena + bytes * i, &b->kept[i], 1);
+    for (int i = 0; i < n; i++) {
+        void **slots[] = {MT_CUDA_SAVED(MT_BUFFER_SLOT, &b->kept[i], _, _)};
+        cu_point_parts(&l, (char *)b->kept_arena + bytes * i, slots);
+    }
     return b->n_kept = n;
 }
 
-// Slots of plan_attention_slot_bytes each: the bf16 output, then the fp32 statistics.
+// Kept attention outputs: slots of the list MT_CUDA_ATTENTION_SLOT, in one allocation.
 static int cu_attention_reserve(backend *b, int slots) {
-    const mt_config *c = b->c;
-    size_t n = b->max_tokens, out = (n * c->heads * mt_head_dim(c) * 2 + 255) & ~(size_t)255;
-    size_t lse = (n * c->heads * 4 + 255) & ~(size_t)255;
-    while (slots > 0 && cudaMalloc(&b->att_arena, (out + lse) * slots) != cudaSuccess) {
+    mt_buffer_list l;
+    mt_buffers_cuda_attention_slot(&l, &b->shape);
+    size_t bytes = mt_buffer_list_bytes(&l);
+    while (slots > 0 && cudaMalloc(&b->att_arena, bytes * slots) != cudaSuccess) {
         cudaGetLastError(); // not sticky: try fewer (the caller says how many it got)
         slots--;
     }
+    if (slots > 0) b->allocated += bytes * slots;
     b->att = calloc(slots + 1, sizeof *b->att);
     b->lse = calloc(slots + 1, sizeof *b->lse);
     if (!b->att || !b->lse) mt_die("out of memory");
     for (int i = 0; i < slots; i++) {
-        char *base = (char *)b->att_arena + (out + lse) * i;
-        b->att[i] = (bf16 *)base, b->lse[i] = (float *)(base + out);
+#define SLOT_I(o, type, name, count) (void **)(1 ? &(o)->name[i] : (type **)0),
+        void **parts[] = {MT_CUDA_ATTENTION_SLOT(SLOT_I, b, _)};
+#undef SLOT_I
+        cu_point_parts(&l, (char *)b->att_arena + bytes * i, parts);
     }
     return b->n_att = slots;
 }
 
-// Attention's buffers span the micro-batch (n tokens), the others a chunk (r tokens).
+// The layer's working set (buffers.h): its saved tensors for a chunk in one allocation, the
+// rest of its buffers, and qk_norm's.
 static void alloc_layer_set(backend *b) {
-    const mt_config *c = b->c;
-    size_t n = b->max_tokens, D = c->dim, hd = mt_head_dim(c), F = c->ffn_dim;
-    size_t Q = c->heads * hd, KV = c->kv_heads * hd, r = b->seq_chunk;
-    b->work_arena = dev(b, carve_saved(b, NULL, &b->work, 0), 1);
-    carve_saved(b, b->work_arena, &b->work, 0);
-    bf16 **nd[] = {&b->n1, &b->n2, &b->dout_b, &b->dh_b};
-    for (size_t i = 0; i < sizeof nd / sizeof *nd; i++) *nd[i] = dev(b, r * D, 2);
-    b->d_att = dev(b, n * Q, 2);
-    bf16 **nkv[] = {&b->dk, &b->dv};
-    for (size_t i = 0; i < sizeof nkv / sizeof *nkv; i++) *nkv[i] = dev(b, n * KV, 2);
-    bf16 **nf[] = {&b->act, &b->d_gate, &b->d_up};
-    for (size_t i = 0; i < sizeof nf / sizeof *nf; i++) *nf[i] = dev(b, r * F, 2);
-    float **fd[] = {&b->d_n2, &b->d_n1, &b->dxf};
-    for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) *fd[i] = dev(b, r * D, 4);
-    b->d_act = dev(b, r * F, 4);
-    b->rstd1 = dev(b, r, 4), b->rstd2 = dev(b, r, 4), b->rstd_f = dev(b, r, 4);
-    b->norm_scratch = dev(b, cuda_rmsnorm_scratch_floats((int)r, c->dim), 4);
-    b->bias_scratch = dev(b, cuda_bias_scratch_floats(Q > KV ? (int)Q : (int)KV), 4);
-    b->attn_scratch = dev(
-        b, cuda_attention_scratch_bytes(c->micro_batch, c->seq_len, c->heads, c->kv_heads, (int)hd),
-        1);
-}
-
-// qk_norm: fp32 q and k for the whole micro-batch (the norms' inputs), their statistics, and
-// two fp32 q-sized halves for the norms' backward.
-static void alloc_qk_norm_set(backend *b) {
-    const mt_config *c = b->c;
-    if (mt_qk_norm(c) == QK_NONE) return;
-    size_t n = b->max_tokens, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
-    b->q_raw = dev(b, n * Q, 4), b->k_raw = dev(b, n * KV, 4);
-    b->rstd_q = dev(b, n * c->heads, 4), b->rstd_k = dev(b, n * c->kv_heads, 4);
-    b->qk_scratch = dev(b, 2 * n * Q, 4);
-    int width = mt_qk_norm(c) == QK_ALL ? (int)KV : (int)hd;
-    size_t rows = mt_qk_norm(c) == QK_ALL ? n : n * c->heads;
-    size_t fq = cuda_rmsnorm_scratch_floats((int)rows, mt_qk_norm(c) == QK_ALL ? (int)Q : (int)hd);
-    size_t fk = cuda_rmsnorm_scratch_floats((int)rows, width);
-    b->norm_qk = dev(b, fq > fk ? fq : fk, 4);
+    mt_buffer_list l;
+    mt_buffers_cuda_saved(&l, &b->shape, 0);
+    void **saved[] = {MT_CUDA_SAVED(MT_BUFFER_SLOT, &b->work, _, _)};
+    cu_carve(b, &l, CU_SLOTS(saved));
+    mt_buffers_cuda_layer(&l, &b->shape);
+    void **layer[] = {MT_CUDA_LAYER(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(layer));
+    mt_buffers_cuda_qk_norm(&l, &b->shape);
+    void **qk[] = {MT_CUDA_QK_NORM(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(qk));
 }
 
 static void alloc_head_set(backend *b) {
-    const mt_config *c = b->c;
-    size_t n = b->max_tokens, M = c->micro_batches;
-    // Chunks of the classifier keep its logits near 256 MiB whatever the vocabulary.
-    long chunk = (256l << 20) / ((long)c->vocab * 6);
-    b->chunk = chunk < 1 ? 1 : chunk > b->seq_chunk ? b->seq_chunk : (int)chunk;
-    b->xf = dev(b, (size_t)b->seq_chunk * c->dim, 2);
-    b->losses = dev(b, n * M, 4);
-    CUDA_CHECK(cudaMallocHost((void **)&b->losses_host, sizeof(float) * n * M));
-    b->logits = dev(b, c->vocab, 4);
-    b->cls_scratch = dev(b, cuda_classifier_scratch_bytes(b->chunk, c->dim, c->vocab), 1);
-    b->inputs = dev(b, n * M, 4);
-    b->targets = dev(b, n * M, 4);
-    if (mt_packs_documents(c)) {
-        b->doc_start = dev(b, n * M, 4);
-        b->has_docs = calloc(M, 1);
-        if (!b->has_docs) mt_die("out of memory");
+    b->chunk = (int)b->shape.cls_chunk;
+    mt_buffer_list l;
+    mt_buffers_cuda_head(&l, &b->shape);
+    void **head[] = {MT_CUDA_HEAD(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(head));
+}
+
+// The backend's host memory (buffers.h): pinned (counted in b->host_allocated), then plain.
+static void alloc_host_set(backend *b) {
+    mt_buffer_list l;
+    mt_buffers_cuda_pinned(&l, &b->shape);
+    void **pinned[] = {MT_CUDA_PINNED(MT_BUFFER_SLOT, b, _)};
+    for (int i = 0; i < l.n; i++) {
+        *pinned[i] = NULL;
+        if (!l.bytes[i]) continue;
+        CUDA_CHECK(cudaMallocHost(pinned[i], l.bytes[i]));
+        b->host_allocated += l.bytes[i];
     }
+    mt_buffers_cuda_host(&l, &b->shape);
+    void **host[] = {MT_CUDA_HOST(MT_BUFFER_SLOT, b, _)};
+    b->host_allocated += host_buffers_new(&l, HOST_SLOTS(host), "the CUDA backend's host buffers");
+}
+
+static void free_host_set(backend *b) {
+    void **pinned[] = {MT_CUDA_PINNED(MT_BUFFER_SLOT, b, _)};
+    for (size_t i = 0; i < sizeof pinned / sizeof *pinned; i++)
+        if (*pinned[i]) CUDA_CHECK(cudaFreeHost(*pinned[i]));
+    void **host[] = {MT_CUDA_HOST(MT_BUFFER_SLOT, b, _)};
+    host_buffers_free(HOST_SLOTS(host));
 }
 
 static size_t cu_device_free(backend *b) {
@@ -286,19 +249,11 @@ static void cu_destroy(backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(b->s));
     cuda_ktime_report(stdout);
     cuda_ktime_disable();
-    void *all[] = {b->work_arena,  b->kept_arena, b->att_arena, b->n1,           b->n2,
-                   b->act,         b->dout_b,     b->d_gate,    b->d_up,         b->dh_b,
-                   b->d_att,       b->dk,         b->dv,        b->rstd1,        b->rstd2,
-                   b->d_act,       b->d_n2,       b->d_n1,      b->norm_scratch, b->attn_scratch,
-                   b->xf,          b->rstd_f,     b->dxf,       b->losses,       b->logits,
-                   b->cls_scratch, b->inputs,     b->targets,   b->inv_freq,     b->bias_scratch,
-                   b->doc_start};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) CUDA_CHECK(cudaFree(all[i]));
-    void *qk[] = {b->q_raw, b->k_raw, b->rstd_q, b->rstd_k, b->qk_scratch, b->norm_qk};
-    for (size_t i = 0; i < sizeof qk / sizeof *qk; i++) CUDA_CHECK(cudaFree(qk[i]));
-    cu_moe_free(b);
-    CUDA_CHECK(cudaFreeHost(b->losses_host));
-    free(b->kept), free(b->att), free(b->lse), free(b->has_docs);
+    for (int i = 0; i < b->n_owned; i++) CUDA_CHECK(cudaFree(b->owned[i]));
+    CUDA_CHECK(cudaFree(b->kept_arena)); // NULL: no-op
+    CUDA_CHECK(cudaFree(b->att_arena));
+    free_host_set(b);
+    free(b->kept), free(b->att), free(b->lse);
     cuda_gemm_free(b->gemm);
     offload_streams_free(b);
     CUDA_CHECK(cudaStreamDestroy(b->s));
@@ -324,17 +279,25 @@ static void cu_weights_of(backend *b, void *w, const float *p, size_t n) {
     cuda_float_to_bf16((bf16 *)w, p, (long)n, b->s);
 }
 
+static size_t cu_allocated_bytes(backend *b) {
+    return b->allocated;
+}
+
+size_t backend_cuda_host_bytes(backend *b) {
+    return b->host_allocated;
+}
+
 void *backend_cuda_compute_stream(backend *b) {
     return b->s;
 }
 
-// The same float frequencies as the CPU reference (and transformers), computed once on the host.
+// The same float frequencies as the CPU reference (and transformers), computed once on the host,
+// into the layer set's inv_freq.
 static void upload_inv_freq(backend *b) {
     int half = mt_head_dim(b->c) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
     model_rope_inv_freq(b->c, host);
-    b->inv_freq = dev(b, half, 4);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);
 }
@@ -376,15 +339,17 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
+    mt_buffer_shape_of(&b->shape, c, b->B, b->T);
     for (int l = 0; l < c->layers; l++)
         model_layer_offsets(c, l, b->offsets[mt_layer_kind_of(c, l)->mlp]);
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);
     offload_streams_new(b);
-    b->gemm = cuda_gemm_new(32u << 20);
-    upload_inv_freq(b);
+    b->gemm = cuda_gemm_new(MT_CUDA_GEMM_WORKSPACE);
+    b->allocated += MT_CUDA_GEMM_WORKSPACE; // the workspace cuda_gemm_new allocates
     alloc_layer_set(b);
-    alloc_qk_norm_set(b);
+    upload_inv_freq(b);
+    alloc_host_set(b);
     cu_moe_alloc(b);
     alloc_head_set(b);
     return b;
@@ -423,6 +388,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_slot_wait,
         cu_adamw,
         cu_weights_of,
+        cu_allocated_bytes,
     };
     return &ops;
 }

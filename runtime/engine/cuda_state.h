@@ -7,6 +7,7 @@
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/engine/backend.h"
 #include "runtime/model/model.h"
+#include "runtime/plan/plan.h"
 
 // One layer's weights inside a fetched bf16 buffer, and their fp32 gradients: one pointer per
 // role of roles.h (NULL where the layer has none).
@@ -34,7 +35,7 @@ typedef struct {
     const int32_t *cnt, *off; // the chunk's counts and offsets the experts' GEMMs use
     bf16 *xp, *gate, *up, *act, *yp, *d_yp, *d_gate, *d_up, *d_xp, *d_logits;
     bf16 *sh_gate, *sh_up, *sh_act, *sh_y, *d_sh_y, *d_sh_gate, *d_sh_up, *d_sh_logit;
-    void *dispatch_scratch;
+    unsigned char *dispatch_scratch;
     // the load-balancing loss: per micro-batch and MoE layer, tokens per expert (host, summed
     // over the chunks) and probability sums (device); per micro-batch its gradient (device)
     int *moe_index, layers, aux_micro;
@@ -72,7 +73,7 @@ struct backend {
     // the layer's working set
     layer_saved work;
     layer_saved *kept; // kept activations, in one allocation
-    void *kept_arena, *work_arena;
+    void *kept_arena;
     int n_kept;
     // kept attention outputs (keep_attention): output and statistics per slot, one allocation
     bf16 **att;
@@ -82,7 +83,7 @@ struct backend {
     bf16 *n1, *n2, *act;
     bf16 *dout_b, *d_gate, *d_up, *dh_b, *d_att, *dk, *dv; // dq goes to q's buffer
     float *rstd1, *rstd2, *d_act, *d_n2, *d_n1, *norm_scratch;
-    void *attn_scratch;
+    unsigned char *attn_scratch;
     float *bias_scratch;
     // activation offload: its own copy streams, and per slot the event of its last copy
     cudaStream_t to_host_s, from_host_s;
@@ -90,7 +91,15 @@ struct backend {
     // the head
     bf16 *xf;
     float *rstd_f, *dxf, *losses, *losses_host, *logits;
-    void *cls_scratch;
+    unsigned char *cls_scratch;
+    // the buffers of the working sets' lists (buffers.h), for this shape; every device
+    // allocation of the working sets (cu_carve), to free; the device bytes the backend's
+    // allocator has requested since it started (kept and attention slots included)
+    mt_buffer_shape shape;
+    void *owned[4 * MT_BUFFERS_MAX];
+    int n_owned;
+    size_t allocated;
+    size_t host_allocated; // and the host bytes of its host lists (pinned and plain)
 };
 
 static inline void cu_zero(backend *b, void *p, size_t bytes) {

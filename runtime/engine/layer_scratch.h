@@ -21,6 +21,7 @@ typedef struct {
     // nowhere, and no load-balancing gradient)
     moe_scratch *moe;
     moe_route_io *route;
+    size_t bytes; // its buffers' (MT_CPU_LAYER and MT_CPU_MOE: buffers.h)
 } layer_scratch;
 
 // The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.

@@ -5,104 +5,25 @@
 // routing and the experts' internals from the MLP's input, as the dense layer recomputes its
 // own: they are too large to keep (top_k rows a token).
 #include "runtime/engine/moe_cuda.h"
+#include "runtime/engine/alloc_cuda.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
 
-static void *dev_bytes(size_t bytes) {
-    void *p = NULL;
-    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
-    if (rc != cudaSuccess)
-        mt_die("GPU out of memory allocating %zu MiB for a MoE layer's working set (%s): a "
-               "smaller batch.seq_chunk would fit",
-               bytes >> 20, cudaGetErrorString(rc));
-    return p;
-}
-
+// The device buffers are MT_CUDA_MOE's (buffers.h); the host ones (MT_CUDA_PINNED,
+// MT_CUDA_HOST) are there already. The backend frees them all.
 void cu_moe_alloc(backend *b) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
     if (c->experts <= 0) return;
-    size_t r = b->seq_chunk, E = c->experts, P = r * c->top_k, D = c->dim, F = c->moe_ffn_dim;
-    size_t S = c->shared_ffn_dim, M = c->micro_batches;
-    s->logits = dev_bytes(r * E * 4), s->probs = dev_bytes(r * E * 4);
-    s->d_logits = dev_bytes(r * E * 2);
-    s->weight = dev_bytes(P * 4), s->d_weight = dev_bytes(P * 4);
-    s->expert = dev_bytes(P * 4), s->row_of = dev_bytes(P * 4), s->token_of = dev_bytes(P * 4);
-    s->counts = dev_bytes(E * 4), s->offsets = dev_bytes((E + 1) * 4);
-    CUDA_CHECK(cudaMallocHost((void **)&s->counts_host, E * 4));
-    CUDA_CHECK(cudaMallocHost((void **)&s->offsets_host, (E + 1) * 4));
-    s->dispatch_scratch = dev_bytes(cuda_moe_dispatch_scratch_bytes((int)r, (int)E, c->top_k));
-    bf16 **pd[] = {&s->xp, &s->yp, &s->d_yp, &s->d_xp};
-    for (size_t i = 0; i < sizeof pd / sizeof *pd; i++) *pd[i] = dev_bytes(P * D * 2);
-    bf16 **pf[] = {&s->gate, &s->up, &s->act, &s->d_gate, &s->d_up};
-    for (size_t i = 0; i < sizeof pf / sizeof *pf; i++) *pf[i] = dev_bytes(P * F * 2);
-    s->d_act = dev_bytes(P * F * 4);
-    if (S) {
-        bf16 **ps[] = {&s->sh_gate, &s->sh_up, &s->sh_act, &s->d_sh_gate, &s->d_sh_up};
-        for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) *ps[i] = dev_bytes(r * S * 2);
-        s->sh_dact = dev_bytes(r * S * 4);
-        s->sh_y = dev_bytes(r * D * 2), s->d_sh_y = dev_bytes(r * D * 2);
-        s->sh_logit = dev_bytes(r * 4), s->d_sh_logit = dev_bytes(r * 2);
-    }
+    mt_buffer_list l;
+    mt_buffers_cuda_moe(&l, &b->shape);
+    void **slots[] = {MT_CUDA_MOE(MT_BUFFER_SLOT, s, _)};
+    cu_carve(b, &l, CU_SLOTS(slots));
     s->layers = mt_moe_layers(c);
-    s->moe_index = calloc(c->layers, sizeof *s->moe_index);
-    size_t stats = M * (s->layers ? s->layers : 1) * E; // no MoE layer: one unused row
-    s->counts_all = calloc(stats, sizeof *s->counts_all);
-    s->psum_host = calloc(stats, sizeof *s->psum_host);
-    s->aux_g_host = calloc(E, sizeof *s->aux_g_host);
-    if (!s->moe_index || !s->counts_all || !s->psum_host || !s->aux_g_host) mt_die("out of memory");
     for (int l = 0, i = 0; l < c->layers; l++) s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
-    s->chunks = (int)((b->max_tokens + r - 1) / r);
-    s->routed = calloc(M * (s->layers ? s->layers : 1) * s->chunks * (2 * E + 1), 4);
-    if (!s->routed) mt_die("out of memory");
-    s->psum_all = dev_bytes(stats * 4);
-    s->aux_g = dev_bytes(M * E * 4);
-    CUDA_CHECK(cudaMemset(s->aux_g, 0, M * E * 4));
-}
-
-void cu_moe_free(backend *b) {
-    moe_set *s = &b->moe;
-    if (b->c->experts <= 0) return;
-    void *dev[] = {s->logits,
-                   s->probs,
-                   s->d_logits,
-                   s->weight,
-                   s->d_weight,
-                   s->expert,
-                   s->row_of,
-                   s->token_of,
-                   s->counts,
-                   s->offsets,
-                   s->dispatch_scratch,
-                   s->xp,
-                   s->yp,
-                   s->d_yp,
-                   s->d_xp,
-                   s->gate,
-                   s->up,
-                   s->act,
-                   s->d_gate,
-                   s->d_up,
-                   s->d_act,
-                   s->sh_gate,
-                   s->sh_up,
-                   s->sh_act,
-                   s->d_sh_gate,
-                   s->d_sh_up,
-                   s->sh_dact,
-                   s->sh_y,
-                   s->d_sh_y,
-                   s->sh_logit,
-                   s->d_sh_logit,
-                   s->psum_all,
-                   s->aux_g};
-    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
-        CUDA_CHECK(cudaFree(dev[i])); // NULL: no-op
-    CUDA_CHECK(cudaFreeHost(s->counts_host));
-    CUDA_CHECK(cudaFreeHost(s->offsets_host));
-    free(s->moe_index), free(s->counts_all), free(s->psum_host), free(s->aux_g_host);
-    free(s->routed);
+    s->chunks = (int)b->shape.chunks;
+    CUDA_CHECK(cudaMemset(s->aux_g, 0, (size_t)c->micro_batches * c->experts * 4));
 }
 
 // Where micro-batch m's chunk at token t0 of MoE layer l keeps its counts (then offsets).

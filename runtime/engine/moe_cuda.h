@@ -6,7 +6,6 @@
 #include "runtime/engine/cuda_state.h"
 
 void cu_moe_alloc(backend *b); // the working set of one chunk and the routing statistics
-void cu_moe_free(backend *b);
 // out[rows, D] += the MoE MLP of n2 (the routed experts and the shared one); records layer l's
 // routing statistics for micro-batch m.
 void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int t0, int rows);

@@ -1,4 +1,5 @@
 #include "runtime/engine/moe_mlp.h"
+#include "runtime/engine/host_buffers.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
@@ -15,46 +16,32 @@ struct moe_scratch {
     float *sh_gate, *sh_up, *sh_act, *sh_y, *sh_logit, *d_sh_y, *d_sh_act, *d_sh_gate, *d_sh_up,
         *d_sh_logit;
     float psum[MOE_MAX_EXPERTS];
+    size_t bytes; // the buffers' (MT_CPU_MOE)
 };
 
-static void *zalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    if (!p)
-        mt_die("out of memory allocating %zu MiB for a MoE layer's working set", n * size >> 20);
-    return p;
-}
-
+// The buffers are MT_CPU_MOE's (buffers.h), for n tokens.
 moe_scratch *moe_scratch_new(const mt_config *c, int n) {
-    moe_scratch *s = zalloc(1, sizeof *s);
-    size_t E = c->experts, k = c->top_k, D = c->dim, F = c->moe_ffn_dim, S = c->shared_ffn_dim;
-    size_t pairs = (size_t)n * k;
-    int chunk = mt_chunk_of(c, n);
-    s->n = n, s->chunks = (n + chunk - 1) / chunk;
-    s->probs = zalloc(n * E, 4), s->d_logits = zalloc(n * E, 4);
-    s->weight = zalloc(pairs, 4), s->d_weight = zalloc(pairs, 4);
-    s->expert = zalloc(pairs, 4), s->row_of = zalloc(pairs, 4), s->token_of = zalloc(pairs, 4);
-    s->counts = zalloc(s->chunks * (E + 1), 4), s->offsets = zalloc(s->chunks * (E + 1), 4);
-    float **pd[] = {&s->xp, &s->yp, &s->d_yp, &s->d_xp};
-    for (size_t i = 0; i < sizeof pd / sizeof *pd; i++) *pd[i] = zalloc(pairs * D, 4);
-    float **pf[] = {&s->gate, &s->up, &s->act, &s->d_act, &s->d_gate, &s->d_up};
-    for (size_t i = 0; i < sizeof pf / sizeof *pf; i++) *pf[i] = zalloc(pairs * F, 4);
-    if (!S) return s;
-    float **ns[] = {&s->sh_gate, &s->sh_up, &s->sh_act, &s->d_sh_act, &s->d_sh_gate, &s->d_sh_up};
-    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) *ns[i] = zalloc((size_t)n * S, 4);
-    s->sh_y = zalloc((size_t)n * D, 4), s->d_sh_y = zalloc((size_t)n * D, 4);
-    s->sh_logit = zalloc(n, 4), s->d_sh_logit = zalloc(n, 4);
+    moe_scratch *s = calloc(1, sizeof *s);
+    if (!s) mt_die("out of memory");
+    mt_buffer_shape shape;
+    mt_buffer_shape_of(&shape, c, 1, n); // one row of n: the MLP sees tokens, not rows
+    mt_buffer_list l;
+    mt_buffers_cpu_moe(&l, &shape);
+    void **slots[] = {MT_CPU_MOE(MT_BUFFER_SLOT, s, _)};
+    s->bytes = host_buffers_new(&l, HOST_SLOTS(slots), "a MoE layer's working set");
+    s->n = n, s->chunks = (int)shape.chunks;
     return s;
 }
 
 void moe_scratch_free(moe_scratch *s) {
     if (!s) return;
-    void *all[] = {s->probs,    s->weight,   s->d_weight,  s->d_logits, s->expert,    s->row_of,
-                   s->token_of, s->counts,   s->offsets,   s->xp,       s->gate,      s->up,
-                   s->act,      s->yp,       s->d_yp,      s->d_act,    s->d_gate,    s->d_up,
-                   s->d_xp,     s->sh_gate,  s->sh_up,     s->sh_act,   s->sh_y,      s->sh_logit,
-                   s->d_sh_y,   s->d_sh_act, s->d_sh_gate, s->d_sh_up,  s->d_sh_logit};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    void **slots[] = {MT_CPU_MOE(MT_BUFFER_SLOT, s, _)};
+    host_buffers_free(HOST_SLOTS(slots));
     free(s);
+}
+
+size_t moe_scratch_bytes(const moe_scratch *s) {
+    return s->bytes;
 }
 
 const int32_t *moe_scratch_experts(const moe_scratch *s) {

@@ -21,6 +21,7 @@ typedef struct {
 
 moe_scratch *moe_scratch_new(const mt_config *c, int n);
 void moe_scratch_free(moe_scratch *s);
+size_t moe_scratch_bytes(const moe_scratch *s); // its buffers' bytes, as allocated
 // The last forward's expert choices: [n * top_k] (token, slot) pairs, for tests that must
 // know whether a perturbation moved the routing.
 const int32_t *moe_scratch_experts(const moe_scratch *s);

@@ -17,17 +17,10 @@ static uint64_t state_bytes(uint64_t n) {
 
 // ---- the compute rank ----
 
-typedef struct {
-    uint64_t n, r, D, hd, Q, KV, F, M, L; // r: tokens per chunk on the GPU (mt_seq_chunk)
-} shape;
-
-static shape shape_of(const mt_config *c) {
-    shape s;
-    s.n = (uint64_t)c->micro_batch * c->seq_len; // tokens per micro-batch
-    s.r = (uint64_t)mt_seq_chunk(c);
-    s.D = c->dim, s.hd = mt_head_dim(c), s.F = c->ffn_dim;
-    s.Q = c->heads * s.hd, s.KV = c->kv_heads * s.hd;
-    s.M = c->micro_batches, s.L = c->layers;
+// The micro-batch as both backends run it (buffers.h).
+static mt_buffer_shape buffer_shape(const mt_config *c) {
+    mt_buffer_shape s;
+    mt_buffer_shape_of(&s, c, c->micro_batch, c->seq_len);
     return s;
 }
 
@@ -38,11 +31,18 @@ static uint64_t resident_numel(const mt_config *c) {
            2 * model_largest_layer(c);
 }
 
-// layer.c's layer_scratch_new: fp32, with an MoE model's moe_scratch_new.
-static uint64_t cpu_layer_bytes(const mt_config *c, shape s) {
-    return 4 * (6 * s.n * s.D + 4 * s.n * s.Q + 4 * s.n * s.KV + 6 * s.n * s.F + 2 * s.n +
-                (uint64_t)c->micro_batch * c->heads * c->seq_len) +
-           plan_moe_cpu_bytes(c, s.n);
+// A working set's bytes: its list (buffers.h), as the backend allocates it.
+typedef void (*buffer_list_of)(mt_buffer_list *l, const mt_buffer_shape *s);
+static uint64_t list_bytes(buffer_list_of list, const mt_buffer_shape *s) {
+    mt_buffer_list l;
+    list(&l, s);
+    return mt_buffer_list_bytes(&l);
+}
+
+// layer.c's layer_scratch_new, with an MoE model's moe_scratch_new.
+static uint64_t cpu_layer_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return list_bytes(mt_buffers_cpu_layer, &s) + plan_moe_cpu_bytes(c);
 }
 
 // The int32 arrays a step's tokens fill, one value a token of each micro-batch: inputs and
@@ -52,67 +52,45 @@ static uint64_t token_arrays(const mt_config *c) {
     return mt_packs_documents(c) ? 3 : 2;
 }
 
-// The layer's working set plus backend_cpu.c's head scratch and token copies, and the
-// token ids: all fp32 / int32 (the engine's backward writes the residual gradient in place).
-static uint64_t cpu_working_bytes(const mt_config *c, shape s) {
-    uint64_t layer = cpu_layer_bytes(c, s) / 4;
-    uint64_t head = 3 * s.n * s.D + s.n + s.hd / 2;    // tmp, xf, dxf, rstd_f, inv_freq
-    uint64_t tokens = 2 * token_arrays(c) * s.M * s.n; // the engine's and the backend's
-    return 4 * (layer + head + tokens) + plan_moe_cpu_stats_bytes(c);
+// The layer's working set and backend_cpu.c's own buffers (the head's scratch, token copies,
+// routing statistics).
+static uint64_t cpu_backend_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return cpu_layer_bytes(c) + list_bytes(mt_buffers_cpu_backend, &s) +
+           plan_moe_cpu_stats_bytes(c);
 }
 
-// backend_cuda.c's carve_saved: what one kept layer x micro-batch pass holds (whole), or the
+// The backend's, and the engine's token ids (its backward writes the residual gradient in
+// place).
+static uint64_t cpu_working_bytes(const mt_config *c, mt_buffer_shape s) {
+    return cpu_backend_bytes(c) + 4 * token_arrays(c) * s.M * s.n;
+}
+
+// backend_cuda.c's layer_saved: what one kept layer x micro-batch pass holds (whole), or the
 // working set's part of it (h, gate and up for a chunk).
-static uint64_t cuda_saved_bytes(const mt_config *c, shape s, int whole) {
-    uint64_t r = whole ? s.n : s.r;
-    uint64_t parts[] = {2 * s.n * s.Q, 2 * s.n * s.KV, 2 * s.n * s.KV,     2 * s.n * s.Q,
-                        2 * r * s.F,   2 * r * s.F,    4 * s.n * c->heads, 4 * r * s.D};
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) bytes += align_up(parts[i], 256);
-    return bytes;
+static uint64_t cuda_saved_bytes(const mt_config *c, int whole) {
+    mt_buffer_shape s = buffer_shape(c);
+    mt_buffer_list l;
+    mt_buffers_cuda_saved(&l, &s, whole);
+    return mt_buffer_list_bytes(&l);
 }
 
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
-    shape s = shape_of(c);
-    return cuda ? cuda_saved_bytes(c, s, 1) : cpu_layer_bytes(c, s);
+    return cuda ? cuda_saved_bytes(c, 1) : cpu_layer_bytes(c);
 }
 
-// cuda_attention_scratch_bytes (kernels/cuda/attention.cuh): D [B, H, T], the fused backward's
-// fp32 dq accumulator [B, T, heads of a run, hd] and its turn counters, two per 64-query tile,
-// and for head dims of 8k + 4 over 64 a run's q, dout, k and v with 128 elements a head.
-// A run takes as many kv heads as keep the accumulator within 1 GiB (DQ_ACC_CAP), at least one.
-static uint64_t cuda_attention_scratch(const mt_config *c, shape s) {
-    uint64_t rows = (uint64_t)c->micro_batch * c->heads, T = c->seq_len;
-    uint64_t group = (uint64_t)(c->heads / c->kv_heads), kv = (uint64_t)c->kv_heads;
-    uint64_t per_kv = 4 * (uint64_t)c->micro_batch * T * group * s.hd;
-    uint64_t run = per_kv ? (1ull << 30) / per_kv : kv;
-    run = run < 1 ? 1 : run > kv ? kv : run;
-    uint64_t ld = s.hd % 8 == 4 && s.hd > 64 ? 128 : 0, BT = (uint64_t)c->micro_batch * T;
-    return align_up(4 * rows * T, 256) + align_up(4 * BT * run * group * s.hd, 256) +
-           align_up(4 * 2 * rows * ((T + 63) / 64), 256) +
-           2 * align_up(2 * BT * run * group * ld, 256) + 2 * align_up(2 * BT * run * ld, 256);
+// backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's
+// and the qk norms' buffers, and an MoE model's (plan_moe_work_bytes).
+static uint64_t cuda_layer_set_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return cuda_saved_bytes(c, 0) + list_bytes(mt_buffers_cuda_layer, &s) +
+           list_bytes(mt_buffers_cuda_qk_norm, &s) + plan_moe_work_bytes(c);
 }
 
-// backend_cuda.c's alloc_layer_set, byte for byte: attention's buffers for the micro-batch,
-// the others for a chunk; and an MoE model's cu_moe_alloc (plan_moe_work_bytes).
-static uint64_t cuda_layer_set_bytes(const mt_config *c, shape s) {
-    uint64_t bf16s = 4 * s.r * s.D + s.n * s.Q + 2 * s.n * s.KV + 3 * s.r * s.F; // dq: in q
-    uint64_t floats = 3 * s.r * s.D + s.r * s.F + 3 * s.r;
-    uint64_t norm_scratch = (s.r + 127) / 128 * s.D; // cuda_rmsnorm_scratch_floats
-    return cuda_saved_bytes(c, s, 0) + 2 * bf16s + 4 * (floats + norm_scratch) +
-           cuda_attention_scratch(c, s) + plan_moe_work_bytes(c);
-}
-
-// backend_cuda.c's alloc_head_set: the classifier works on chunks of tokens whose fp32 logits
-// and bf16 dlogits (rows padded to 8, blocks aligned to 256 B) stay near 256 MiB.
-static uint64_t cuda_head_set_bytes(const mt_config *c, shape s) {
-    int64_t chunk = (256ll << 20) / ((int64_t)c->vocab * 6);
-    chunk = chunk < 1 ? 1 : chunk > (int64_t)s.r ? (int64_t)s.r : chunk;
-    uint64_t padded = ((uint64_t)c->vocab + 7) / 8 * 8;
-    uint64_t cls =
-        align_up((uint64_t)chunk * padded * 4, 256) + align_up((uint64_t)chunk * padded * 2, 256);
-    return 2 * s.r * s.D + 4 * s.n * s.M + 4 * (uint64_t)c->vocab + cls +
-           4 * token_arrays(c) * s.n * s.M;
+// backend_cuda.c's head set and the cuBLASLt workspace.
+static uint64_t cuda_head_set_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return list_bytes(mt_buffers_cuda_head, &s) + MT_CUDA_GEMM_WORKSPACE;
 }
 
 uint64_t plan_device_layer_bytes(const mt_config *c) {
@@ -127,7 +105,7 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     // At long context the boundaries need the memory more than an optimizer lead does (a step
     // takes minutes there, the optimizers are never behind): when all of them would take over
     // half of it, the embedding alone.
-    shape s = shape_of(c);
+    mt_buffer_shape s = buffer_shape(c);
     if (4 * (s.L + 1) * s.M * s.n * s.D > device_free / 2) return 1;
     // The first layer may take up to a quarter of it, the rest stay within the eighth: layer 0
     // is the update the next forward waits for at the step boundary (its gradients land last,
@@ -174,7 +152,7 @@ int plan_grad_bytes(const mt_config *c) {
 #define FETCH_STAGE_BYTES (4ull * (16 << 20))
 
 void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffers *b) {
-    shape s = shape_of(c);
+    mt_buffer_shape s = buffer_shape(c);
     int cuda = ch->cuda, grad_bytes = ch->grad_bytes;
     memset(b, 0, sizeof *b);
     b->device_groups = ch->device_groups;
@@ -192,18 +170,19 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     b->activations = 4 * (uint64_t)plan_boundary_slots(c, ch) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
-        uint64_t gemm_workspace = 32u << 20, inv_freq = 4 * (s.hd / 2);
         uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
         if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
             uint64_t leave = model_group_numel(c, model_head_group(c)) + 2 * model_largest_layer(c);
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
         }
-        b->working = cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + gemm_workspace +
-                     inv_freq + transfer;
+        b->backend = plan_backend_start_bytes(c, 1);
+        b->backend_host = plan_cuda_backend_host_bytes(c);
+        b->working = b->backend + transfer;
         b->moe = plan_moe_work_bytes(c);
     } else {
+        b->backend = plan_backend_start_bytes(c, 0);
         b->working = cpu_working_bytes(c, s);
-        b->moe = plan_moe_cpu_bytes(c, s.n) + plan_moe_cpu_stats_bytes(c);
+        b->moe = plan_moe_cpu_bytes(c) + plan_moe_cpu_stats_bytes(c);
     }
     b->att_slots = ch->att_slots;
     b->attention = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);
@@ -214,16 +193,24 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 // On the CUDA backend the compute rank's host memory is the token ids (and document starts)
 // and the pinned losses, plus the offloaded boundary activations.
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
-    shape s = shape_of(c);
+    mt_buffer_shape s = buffer_shape(c);
     uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
-    return 4 * (token_arrays(c) * s.M * s.n + s.M * s.n + offloaded) +
-           device_staging_bytes(ch->device_groups) + plan_moe_host_bytes(c);
+    return 4 * (token_arrays(c) * s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups) +
+           plan_cuda_backend_host_bytes(c);
+}
+
+uint64_t plan_cuda_backend_host_bytes(const mt_config *c) {
+    mt_buffer_shape s = buffer_shape(c);
+    return list_bytes(mt_buffers_cuda_pinned, &s) + list_bytes(mt_buffers_cuda_host, &s);
 }
 
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda) {
     if (!cuda) return 0;
-    shape s = shape_of(c);
-    return cuda_layer_set_bytes(c, s) + cuda_head_set_bytes(c, s) + (32u << 20) + 4 * (s.hd / 2);
+    return cuda_layer_set_bytes(c) + cuda_head_set_bytes(c);
+}
+
+uint64_t plan_backend_start_bytes(const mt_config *c, int cuda) {
+    return cuda ? plan_backend_fixed_bytes(c, 1) : cpu_backend_bytes(c);
 }
 
 // The buffers engine_init allocates before it chooses the offload (transfer state, weight and
@@ -256,12 +243,10 @@ void plan_attention_order(int layers, int k, int *order) {
             if (plan_redone_layer(layers, k, l) == redone) order[n++] = l;
 }
 
-// backend_cuda.c's attention slot: the bf16 output [n, heads x hd] and the fp32 statistics
-// [B, heads, T], each 256-byte aligned; layer.c's fp32 buffers on the CPU.
+// A kept attention output: the output and its statistics (buffers.h).
 uint64_t plan_attention_slot_bytes(const mt_config *c, int cuda) {
-    shape s = shape_of(c);
-    uint64_t lse = 4 * s.n * c->heads;
-    return cuda ? align_up(2 * s.n * s.Q, 256) + align_up(lse, 256) : 4 * s.n * s.Q + lse;
+    mt_buffer_shape s = buffer_shape(c);
+    return list_bytes(cuda ? mt_buffers_cuda_attention_slot : mt_buffers_cpu_attention_slot, &s);
 }
 
 double plan_attention_saved(const mt_config *c, const plan_choices *ch) {
@@ -315,7 +300,7 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
                                                 : pairs;
     if (c->offload_activations == OFFLOAD_ALWAYS) ch->offload = 1;
     if (room == UINT64_MAX) return;
-    shape s = shape_of(c);
+    mt_buffer_shape s = buffer_shape(c);
     uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
     uint64_t left = room > before ? room - before : 0, reserve = one + (1ull << 30);
     // asked-for attention slots come first: the boundaries take what they leave

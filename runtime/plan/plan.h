@@ -2,14 +2,15 @@
 // and the rank count alone, before anything starts. mtrun prints it (--plan, and compactly at
 // the start of every job) and refuses a job that cannot fit. The numbers mirror the allocations
 // of shm/layout.c (shared regions), runtime/optimizer/optimizer.c (fp32 master, Adam m and v),
-// runtime/engine/engine.c with runtime/engine/backend_cpu.c / runtime/engine/layer.c (the compute
-// rank on the CPU) and runtime/engine/backend_cuda.c / runtime/engine/transfer_cuda.c (GPU bytes):
-// a change to one of those allocations must be mirrored here, and tests/plan_numbers.sh recomputes
-// them by hand.
+// runtime/engine/engine.c and runtime/engine/transfer_cuda.c: a change to one of those
+// allocations must be mirrored here. The backends' working sets are not mirrored: both the plan
+// and the backends' allocators read their lists (buffers.h), and the ctest
+// plan_matches_allocation measures what the allocators take against the plan.
 #ifndef MT_PLAN_H
 #define MT_PLAN_H
 
 #include "runtime/model/model.h"
+#include "runtime/plan/buffers.h"
 #include "runtime/plan/moe.h"
 #include <stdint.h>
 
@@ -52,8 +53,12 @@ typedef struct {
     uint64_t residual;    // gradient of the residual stream: micro-batches x tokens x dim
     uint64_t working;     // one layer's working set, the head's scratch, token ids, workspace
     uint64_t moe;         // of working: the MoE MLP's buffers and routing statistics
-    uint64_t optimizer;   // fp32 master, m and v of the groups the compute rank updates
-    uint64_t attention;   // the kept attention outputs (keep_attention): att_slots of them
+    uint64_t backend;     // of working: the backend's own, allocated at its start (buffers.h's
+                          // lists: plan_backend_start_bytes)
+    uint64_t backend_host; // CUDA: the backend's own host memory (not in total: in the compute
+                           // rank's host bytes, plan_cuda_backend_host_bytes)
+    uint64_t optimizer;    // fp32 master, m and v of the groups the compute rank updates
+    uint64_t attention;    // the kept attention outputs (keep_attention): att_slots of them
     int att_slots;
     int device_groups; // how many: the embedding, then layers 0, 1, ... (own buffers each)
     uint64_t total;
@@ -174,6 +179,9 @@ void plan_free(mt_plan *p);
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room);
 // What backend_cuda_new allocates before anything is decided (0 on the CPU).
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda);
+// What the backend's allocator gives at its start (backend_ops.allocated_bytes right after
+// backend_*_new): GPU bytes on CUDA (plan_backend_fixed_bytes), host bytes on the CPU.
+uint64_t plan_backend_start_bytes(const mt_config *c, int cuda);
 // 0 when the compute rank's buffers (plan_compute_buffers, less the fixed ones) fit in room;
 // else -1 with one line naming the bytes by kind, what is free and the change that would fit.
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,
@@ -200,6 +208,9 @@ const char *plan_bytes_text(char *buf, size_t n, double bytes);
 // " and layers 0-3".
 void plan_device_layers_text(int groups, char *out, size_t cap);
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch);
+// Of it, the CUDA backend's own (MT_CUDA_PINNED and MT_CUDA_HOST: the pinned losses and MoE
+// counts, the MoE routing statistics).
+uint64_t plan_cuda_backend_host_bytes(const mt_config *c);
 
 // Per step: FLOPs the GPU or CPU executes (GEMMs 8 N per token, as the backward recomputes
 // the forward, plus redone segment layers; causal attention as it runs) and bytes moved.

@@ -1,0 +1,136 @@
+#include "runtime/plan/buffers.h"
+#include "kernels/scratch.h"
+#include "shm/syscheck.h"
+
+static uint64_t most(uint64_t a, uint64_t b) {
+    return a > b ? a : b;
+}
+
+// The scratch the kernels ask for (kernels/scratch.h), for the shape's sizes. A config of a
+// layer alone (tests) may have no vocabulary.
+static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
+    if (c->kv_heads > 0)
+        s->attn_scratch =
+            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
+    s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
+    s->bias_scratch = cuda_bias_scratch_floats((int)most(s->Q, s->KV));
+    // qk_norm's norms: over each head (rows of hd) or over the whole projections
+    int all = mt_qk_norm(c) == QK_ALL;
+    int rows = (int)(all ? s->n : s->n * s->H);
+    s->norm_qk = most(cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->Q : s->hd)),
+                      cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->KV : s->hd)));
+    // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
+    long chunk = c->vocab > 0 ? (256l << 20) / ((long)c->vocab * 6) : 1;
+    s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
+    s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, c->dim, c->vocab);
+    s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, c->experts, c->top_k) : 0;
+}
+
+void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
+    *s = (mt_buffer_shape){0};
+    s->B = (uint64_t)B, s->T = (uint64_t)T, s->n = s->B * s->T;
+    s->r = (uint64_t)mt_chunk_of(c, (int)s->n);
+    s->chunks = s->r ? (s->n + s->r - 1) / s->r : 0;
+    s->D = c->dim, s->hd = mt_head_dim(c), s->F = c->ffn_dim, s->H = c->heads;
+    s->KVH = c->kv_heads, s->Q = s->H * s->hd, s->KV = s->KVH * s->hd;
+    s->M = c->micro_batches, s->V = c->vocab, s->L = c->layers;
+    s->qk = mt_qk_norm(c) != QK_NONE;
+    s->docs = mt_packs_documents(c);
+    s->moe_layers = mt_moe_layers(c);
+    if (c->experts > 0) {
+        s->moe = 1, s->E = c->experts, s->MF = c->moe_ffn_dim;
+        s->P = s->r * c->top_k, s->Pn = s->n * c->top_k;
+        s->S = c->shared_ffn_dim > 0 ? c->shared_ffn_dim : 0, s->sh = s->S > 0;
+        s->stat_rows = s->M * most(s->moe_layers, 1);
+    }
+    kernel_scratch(s, c);
+}
+
+void mt_buffer_add(mt_buffer_list *l, const char *name, uint64_t bytes) {
+    if (l->n == MT_BUFFERS_MAX) mt_die("buffer list: more than %d buffers", MT_BUFFERS_MAX);
+    l->name[l->n] = name, l->bytes[l->n] = bytes;
+    l->n++;
+}
+
+static uint64_t rounded(const mt_buffer_list *l, int i) {
+    return l->align ? (l->bytes[i] + l->align - 1) / l->align * l->align : l->bytes[i];
+}
+
+uint64_t mt_buffer_offset(const mt_buffer_list *l, int i) {
+    uint64_t at = 0;
+    for (int j = 0; j < i; j++) at += rounded(l, j);
+    return at;
+}
+
+uint64_t mt_buffer_list_bytes(const mt_buffer_list *l) {
+    return mt_buffer_offset(l, l->n);
+}
+
+static void start(mt_buffer_list *l, uint64_t align) {
+    l->n = 0, l->align = align;
+}
+
+void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whole) {
+    start(l, MT_CUDA_SAVED_ALIGN);
+    MT_CUDA_SAVED(MT_BUFFER_COUNT, l, *s, whole ? s->n : s->r)
+}
+
+void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_LAYER(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_QK_NORM(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_HEAD(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_MOE(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, MT_CUDA_ATTENTION_SLOT_ALIGN);
+    MT_CUDA_ATTENTION_SLOT(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_PINNED(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CUDA_HOST(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CPU_LAYER(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CPU_MOE(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CPU_BACKEND(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CPU_MOE_STATS(MT_BUFFER_COUNT, l, *s)
+}
+
+void mt_buffers_cpu_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s) {
+    start(l, 0);
+    MT_CPU_ATTENTION_SLOT(MT_BUFFER_COUNT, l, *s)
+}

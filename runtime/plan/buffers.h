@@ -1,0 +1,289 @@
+// The compute rank's working sets, one list each: every buffer a backend allocates at its start,
+// by name, element type and element count. The plan sums a list (plan.c, moe.c); the backend
+// walks the same list to allocate its buffers and point its fields at them (backend_cuda.c,
+// moe_cuda.c, layer.c, moe_mlp.c, backend_cpu.c). A buffer is added, resized or dropped here
+// and nowhere else.
+//
+// A list is an X-macro: LIST(X, o, s) expands X(o, type, name, count) for each buffer, in the
+// order they are allocated, where count is in elements of type, from s, an mt_buffer_shape. The
+// plan's expansion (MT_BUFFER_COUNT) adds each to an mt_buffer_list; a backend's
+// (MT_BUFFER_SLOT) lists the fields &o->name its allocator points at the buffers. A count of 0
+// is a buffer the configuration does not have: none is allocated, its field stays NULL.
+#ifndef MT_PLAN_BUFFERS_H
+#define MT_PLAN_BUFFERS_H
+
+#include "kernels/bf16.h"
+#include "runtime/model/model.h"
+#include <stdint.h>
+
+// What the lists' counts are made of, for B x T tokens a micro-batch (mt_buffer_shape_of).
+typedef struct {
+    uint64_t B, T, n, r, chunks; // n = B x T; r: tokens a chunk (mt_chunk_of), chunks of n
+    uint64_t D, hd, Q, KV, F, H, KVH, M, V, L;
+    uint64_t qk;   // 1 with qk_norm, else 0
+    uint64_t docs; // 1 with data.pack "documents", else 0
+    // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
+    // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
+    // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
+    // (micro-batches x MoE layers, one unused row without MoE layers)
+    uint64_t moe, E, P, Pn, MF, S, sh, moe_layers, stat_rows;
+    // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
+    uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
+} mt_buffer_shape;
+
+void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
+
+// The CUDA backend (backend_cuda.c, moe_cuda.c). A layer pass's saved tensors (layer_saved):
+// attention's span the micro-batch, h, gate and up `rows` tokens (a chunk in the working set,
+// the micro-batch in a kept slot). One allocation, each part 256-byte aligned.
+#define MT_CUDA_SAVED(X, o, s, rows)                                                               \
+    X(o, bf16, q, (s).n *(s).Q)                                                                    \
+    X(o, bf16, k, (s).n *(s).KV)                                                                   \
+    X(o, bf16, v, (s).n *(s).KV)                                                                   \
+    X(o, bf16, att, (s).n *(s).Q)                                                                  \
+    X(o, bf16, gate, (rows) * (s).F)                                                               \
+    X(o, bf16, up, (rows) * (s).F)                                                                 \
+    X(o, float, lse, (s).n *(s).H)                                                                 \
+    X(o, float, h, (rows) * (s).D)
+#define MT_CUDA_SAVED_ALIGN 256
+
+// The layer's working set beside its saved tensors: attention's gradients span the micro-batch,
+// the rest a chunk; the head's dxf and rstd_f too; RoPE's frequencies.
+#define MT_CUDA_LAYER(X, o, s)                                                                     \
+    X(o, float, inv_freq, (s).hd / 2)                                                              \
+    X(o, bf16, n1, (s).r *(s).D)                                                                   \
+    X(o, bf16, n2, (s).r *(s).D)                                                                   \
+    X(o, bf16, dout_b, (s).r *(s).D)                                                               \
+    X(o, bf16, dh_b, (s).r *(s).D)                                                                 \
+    X(o, bf16, d_att, (s).n *(s).Q)                                                                \
+    X(o, bf16, dk, (s).n *(s).KV)                                                                  \
+    X(o, bf16, dv, (s).n *(s).KV)                                                                  \
+    X(o, bf16, act, (s).r *(s).F)                                                                  \
+    X(o, bf16, d_gate, (s).r *(s).F)                                                               \
+    X(o, bf16, d_up, (s).r *(s).F)                                                                 \
+    X(o, float, d_n2, (s).r *(s).D)                                                                \
+    X(o, float, d_n1, (s).r *(s).D)                                                                \
+    X(o, float, dxf, (s).r *(s).D)                                                                 \
+    X(o, float, d_act, (s).r *(s).F)                                                               \
+    X(o, float, rstd1, (s).r)                                                                      \
+    X(o, float, rstd2, (s).r)                                                                      \
+    X(o, float, rstd_f, (s).r)                                                                     \
+    X(o, float, norm_scratch, (s).norm_scratch)                                                    \
+    X(o, float, bias_scratch, (s).bias_scratch)                                                    \
+    X(o, unsigned char, attn_scratch, (s).attn_scratch)
+
+// qk_norm: fp32 q and k for the whole micro-batch (the norms' inputs), their statistics, two
+// fp32 q-sized halves for the norms' backward, and the norms' weight-gradient scratch.
+#define MT_CUDA_QK_NORM(X, o, s)                                                                   \
+    X(o, float, q_raw, (s).qk *(s).n *(s).Q)                                                       \
+    X(o, float, k_raw, (s).qk *(s).n *(s).KV)                                                      \
+    X(o, float, rstd_q, (s).qk *(s).n *(s).H)                                                      \
+    X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)                                                    \
+    X(o, float, qk_scratch, (s).qk * 2 * (s).n * (s).Q)                                            \
+    X(o, float, norm_qk, (s).qk *(s).norm_qk)
+
+// The head: the final norm's output for a chunk, every micro-batch's losses and tokens, one
+// row of logits for sampling, the classifier's scratch.
+#define MT_CUDA_HEAD(X, o, s)                                                                      \
+    X(o, bf16, xf, (s).r *(s).D)                                                                   \
+    X(o, float, losses, (s).n *(s).M)                                                              \
+    X(o, float, logits, (s).V)                                                                     \
+    X(o, unsigned char, cls_scratch, (s).cls_scratch)                                              \
+    X(o, int32_t, inputs, (s).n *(s).M)                                                            \
+    X(o, int32_t, targets, (s).n *(s).M)                                                           \
+    X(o, int32_t, doc_start, (s).docs *(s).n *(s).M)
+
+// A MoE MLP's working set for a chunk of r tokens (moe_set), P = r x top_k pairs: the router's,
+// the dispatch's, the experts' rows, the shared expert's, and the load-balancing loss's state.
+#define MT_CUDA_MOE(X, o, s)                                                                       \
+    X(o, float, logits, (s).r *(s).E)                                                              \
+    X(o, float, probs, (s).r *(s).E)                                                               \
+    X(o, bf16, d_logits, (s).r *(s).E)                                                             \
+    X(o, float, weight, (s).P)                                                                     \
+    X(o, float, d_weight, (s).P)                                                                   \
+    X(o, int32_t, expert, (s).P)                                                                   \
+    X(o, int32_t, row_of, (s).P)                                                                   \
+    X(o, int32_t, token_of, (s).P)                                                                 \
+    X(o, int32_t, counts, (s).E)                                                                   \
+    X(o, int32_t, offsets, (s).moe *((s).E + 1))                                                   \
+    X(o, unsigned char, dispatch_scratch, (s).dispatch)                                            \
+    X(o, bf16, xp, (s).P *(s).D)                                                                   \
+    X(o, bf16, yp, (s).P *(s).D)                                                                   \
+    X(o, bf16, d_yp, (s).P *(s).D)                                                                 \
+    X(o, bf16, d_xp, (s).P *(s).D)                                                                 \
+    X(o, bf16, gate, (s).P *(s).MF)                                                                \
+    X(o, bf16, up, (s).P *(s).MF)                                                                  \
+    X(o, bf16, act, (s).P *(s).MF)                                                                 \
+    X(o, bf16, d_gate, (s).P *(s).MF)                                                              \
+    X(o, bf16, d_up, (s).P *(s).MF)                                                                \
+    X(o, float, d_act, (s).P *(s).MF)                                                              \
+    X(o, bf16, sh_gate, (s).r *(s).S)                                                              \
+    X(o, bf16, sh_up, (s).r *(s).S)                                                                \
+    X(o, bf16, sh_act, (s).r *(s).S)                                                               \
+    X(o, bf16, d_sh_gate, (s).r *(s).S)                                                            \
+    X(o, bf16, d_sh_up, (s).r *(s).S)                                                              \
+    X(o, float, sh_dact, (s).r *(s).S)                                                             \
+    X(o, bf16, sh_y, (s).sh *(s).r *(s).D)                                                         \
+    X(o, bf16, d_sh_y, (s).sh *(s).r *(s).D)                                                       \
+    X(o, float, sh_logit, (s).sh *(s).r)                                                           \
+    X(o, bf16, d_sh_logit, (s).sh *(s).r)                                                          \
+    X(o, float, psum_all, (s).stat_rows *(s).E)                                                    \
+    X(o, float, aux_g, (s).M *(s).E)
+
+// The CUDA backend's host memory, pinned: every micro-batch's losses copied back, and a MoE
+// chunk's expert counts and offsets (the experts' GEMMs are sized on the host).
+#define MT_CUDA_PINNED(X, o, s)                                                                    \
+    X(o, float, losses_host, (s).n *(s).M)                                                         \
+    X(o, int32_t, moe.counts_host, (s).E)                                                          \
+    X(o, int32_t, moe.offsets_host, (s).moe *((s).E + 1))
+
+// And plain: per micro-batch whether it holds a second document; with MoE each layer's index
+// among the MoE layers, the per-expert statistics copied back (counts and probability sums),
+// the aux gradient's host copy, and every forward chunk's counts and offsets, which its backward
+// reuses.
+#define MT_CUDA_HOST(X, o, s)                                                                      \
+    X(o, unsigned char, has_docs, (s).docs *(s).M)                                                 \
+    X(o, int, moe.moe_index, (s).moe *(s).L)                                                       \
+    X(o, int32_t, moe.counts_all, (s).stat_rows *(s).E)                                            \
+    X(o, float, moe.psum_host, (s).stat_rows *(s).E)                                               \
+    X(o, float, moe.aux_g_host, (s).E)                                                             \
+    X(o, int32_t, moe.routed, (s).stat_rows *(s).chunks *(2 * (s).E + 1))
+
+// A kept attention output (keep_attention): the bf16 output and the fp32 statistics, in one
+// allocation per slot, each 256-byte aligned.
+#define MT_CUDA_ATTENTION_SLOT(X, o, s)                                                            \
+    X(o, bf16, att, (s).n *(s).Q)                                                                  \
+    X(o, float, lse, (s).n *(s).H)
+#define MT_CUDA_ATTENTION_SLOT_ALIGN 256
+
+// The GEMMs' cuBLASLt workspace, which the CUDA backend asks cuda_gemm_new for.
+#define MT_CUDA_GEMM_WORKSPACE (32u << 20)
+
+// The CPU backend: a layer's working set over the micro-batch (layer.c's layer_scratch), all
+// fp32, each buffer an allocation of its own; a kept slot is another one.
+#define MT_CPU_LAYER(X, o, s)                                                                      \
+    X(o, float, inv_freq, (s).hd / 2)                                                              \
+    X(o, float, n1, (s).n *(s).D)                                                                  \
+    X(o, float, h, (s).n *(s).D)                                                                   \
+    X(o, float, n2, (s).n *(s).D)                                                                  \
+    X(o, float, d_n2, (s).n *(s).D)                                                                \
+    X(o, float, d_h, (s).n *(s).D)                                                                 \
+    X(o, float, d_n1, (s).n *(s).D)                                                                \
+    X(o, float, q, (s).n *(s).Q)                                                                   \
+    X(o, float, att, (s).n *(s).Q)                                                                 \
+    X(o, float, d_att, (s).n *(s).Q)                                                               \
+    X(o, float, d_q, (s).n *(s).Q)                                                                 \
+    X(o, float, k, (s).n *(s).KV)                                                                  \
+    X(o, float, v, (s).n *(s).KV)                                                                  \
+    X(o, float, d_k, (s).n *(s).KV)                                                                \
+    X(o, float, d_v, (s).n *(s).KV)                                                                \
+    X(o, float, gate, (s).n *(s).F)                                                                \
+    X(o, float, up, (s).n *(s).F)                                                                  \
+    X(o, float, act, (s).n *(s).F)                                                                 \
+    X(o, float, d_act, (s).n *(s).F)                                                               \
+    X(o, float, d_gate, (s).n *(s).F)                                                              \
+    X(o, float, d_up, (s).n *(s).F)                                                                \
+    X(o, float, rstd1, (s).n)                                                                      \
+    X(o, float, rstd2, (s).n)                                                                      \
+    X(o, float, lse, (s).n *(s).H)                                                                 \
+    X(o, float, q_raw, (s).qk *(s).n *(s).Q)                                                       \
+    X(o, float, k_raw, (s).qk *(s).n *(s).KV)                                                      \
+    X(o, float, rstd_q, (s).qk *(s).n *(s).H)                                                      \
+    X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)
+
+// A MoE MLP's internals over the micro-batch (moe_mlp.c's moe_scratch), Pn = n x top_k pairs,
+// each chunk its own counts and offsets.
+#define MT_CPU_MOE(X, o, s)                                                                        \
+    X(o, float, probs, (s).n *(s).E)                                                               \
+    X(o, float, d_logits, (s).n *(s).E)                                                            \
+    X(o, float, weight, (s).Pn)                                                                    \
+    X(o, float, d_weight, (s).Pn)                                                                  \
+    X(o, int32_t, expert, (s).Pn)                                                                  \
+    X(o, int32_t, row_of, (s).Pn)                                                                  \
+    X(o, int32_t, token_of, (s).Pn)                                                                \
+    X(o, int32_t, counts, (s).moe *(s).chunks *((s).E + 1))                                        \
+    X(o, int32_t, offsets, (s).moe *(s).chunks *((s).E + 1))                                       \
+    X(o, float, xp, (s).Pn *(s).D)                                                                 \
+    X(o, float, yp, (s).Pn *(s).D)                                                                 \
+    X(o, float, d_yp, (s).Pn *(s).D)                                                               \
+    X(o, float, d_xp, (s).Pn *(s).D)                                                               \
+    X(o, float, gate, (s).Pn *(s).MF)                                                              \
+    X(o, float, up, (s).Pn *(s).MF)                                                                \
+    X(o, float, act, (s).Pn *(s).MF)                                                               \
+    X(o, float, d_act, (s).Pn *(s).MF)                                                             \
+    X(o, float, d_gate, (s).Pn *(s).MF)                                                            \
+    X(o, float, d_up, (s).Pn *(s).MF)                                                              \
+    X(o, float, sh_gate, (s).n *(s).S)                                                             \
+    X(o, float, sh_up, (s).n *(s).S)                                                               \
+    X(o, float, sh_act, (s).n *(s).S)                                                              \
+    X(o, float, d_sh_act, (s).n *(s).S)                                                            \
+    X(o, float, d_sh_gate, (s).n *(s).S)                                                           \
+    X(o, float, d_sh_up, (s).n *(s).S)                                                             \
+    X(o, float, sh_y, (s).sh *(s).n *(s).D)                                                        \
+    X(o, float, d_sh_y, (s).sh *(s).n *(s).D)                                                      \
+    X(o, float, sh_logit, (s).sh *(s).n)                                                           \
+    X(o, float, d_sh_logit, (s).sh *(s).n)
+
+// backend_cpu.c's own: the head's scratch and every micro-batch's tokens.
+#define MT_CPU_BACKEND(X, o, s)                                                                    \
+    X(o, float, tmp, (s).n *(s).D)                                                                 \
+    X(o, float, xf, (s).n *(s).D)                                                                  \
+    X(o, float, dxf, (s).n *(s).D)                                                                 \
+    X(o, float, rstd_f, (s).n)                                                                     \
+    X(o, int32_t, inputs, (s).n *(s).M)                                                            \
+    X(o, int32_t, targets, (s).n *(s).M)                                                           \
+    X(o, int32_t, doc_start, (s).docs *(s).n *(s).M)
+
+// backend_cpu.c's routing statistics, with MoE layers: each layer's index among them, and per
+// micro-batch, MoE layer and expert the tokens and probability sums; per micro-batch and
+// expert the load-balancing loss's gradient.
+#define MT_CPU_MOE_STATS(X, o, s)                                                                  \
+    X(o, int, moe_index, ((s).moe_layers > 0) * (s).L)                                             \
+    X(o, int32_t, counts, (s).M *(s).moe_layers *(s).E)                                            \
+    X(o, float, psum, (s).M *(s).moe_layers *(s).E)                                                \
+    X(o, float, aux_g, ((s).moe_layers > 0) * (s).M * (s).E)
+
+// A kept attention output on the CPU: fp32 output and statistics, an allocation each.
+#define MT_CPU_ATTENTION_SLOT(X, o, s)                                                             \
+    X(o, float, att, (s).n *(s).Q)                                                                 \
+    X(o, float, lse, (s).n *(s).H)
+
+// A list's buffers and their bytes. align 0: each buffer is an allocation of its own, of its
+// exact bytes; else one allocation holds them all, each rounded up to align bytes.
+#define MT_BUFFERS_MAX 64
+typedef struct {
+    const char *name[MT_BUFFERS_MAX];
+    uint64_t bytes[MT_BUFFERS_MAX];
+    int n;
+    uint64_t align;
+} mt_buffer_list;
+
+// The X of a list for the plan: adds the buffer to list o.
+#define MT_BUFFER_COUNT(o, type, name, count)                                                      \
+    mt_buffer_add((o), #name, sizeof(type) * (uint64_t)(count));
+// The X of a list for a backend: the field o->name its buffer goes to (the conditional makes
+// the compiler check that the field's type is the list's).
+#define MT_BUFFER_SLOT(o, type, name, count) (void **)(1 ? &(o)->name : (type **)0),
+
+void mt_buffer_add(mt_buffer_list *l, const char *name, uint64_t bytes);
+// Where buffer i starts in a list of one allocation (its bytes rounded up to the alignment).
+uint64_t mt_buffer_offset(const mt_buffer_list *l, int i);
+// The bytes a list's allocations request in all.
+uint64_t mt_buffer_list_bytes(const mt_buffer_list *l);
+
+// Each working set's list, for shape s.
+void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whole);
+void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);
+
+#endif

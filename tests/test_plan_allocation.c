@@ -1,0 +1,139 @@
+// plan_matches_allocation: the bytes a backend's allocator gives its working sets equal the
+// plan's, measured through the allocator (backend_ops.allocated_bytes counts each request as
+// the backend makes it), on configs that each add buffers: dense, MoE (a shared expert, a dense
+// layer), long context (chunks shorter than the micro-batch), bf16 gradient slots, qk_norm per
+// head and over the projections, packed documents, a head dim of 8k + 4 (the attention
+// scratch's padded copies). At start, then per kept layer pass and per kept attention output;
+// on CUDA also the backend's host memory (pinned and plain).
+//   test_plan_allocation cuda|cpu
+// cuda: exits 77 ("SKIPPED: no CUDA device") without a GPU or a CUDA build.
+#include "runtime/engine/backend.h"
+#include "runtime/model/model.h"
+#include "runtime/plan/plan.h"
+#include "tests/check.h"
+#include <stdio.h>
+#include <string.h>
+#ifdef MT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static mt_config dense(void) {
+    mt_config c;
+    memset(&c, 0, sizeof c);
+    c.dim = 128, c.layers = 3, c.heads = 4, c.kv_heads = 2, c.ffn_dim = 256, c.vocab = 512;
+    c.micro_batch = 2, c.seq_len = 64, c.micro_batches = 2, c.rope_theta = 10000;
+    c.norm_eps = 1e-5, c.tied_embeddings = 1, c.device_groups = -1, c.keep_attention = -1;
+    c.grad_dtype = GRAD_DTYPE_FP32;
+    return c;
+}
+
+typedef struct {
+    const char *name;
+    mt_config c;
+} named_config;
+
+static int configs(named_config *out) {
+    int n = 0;
+    out[n++] = (named_config){"dense", dense()};
+    mt_config moe = dense();
+    moe.experts = 8, moe.top_k = 2, moe.moe_ffn_dim = 64, moe.shared_ffn_dim = 32;
+    moe.norm_topk_prob = 1, moe.moe_every = 1;
+    strcpy(moe.dense_layers, "0");
+    out[n++] = (named_config){"moe", moe};
+    mt_config chunked = moe; // MoE too: its chunk-sized buffers and per-chunk counts
+    chunked.micro_batch = 1, chunked.seq_len = 1024, chunked.seq_chunk = 256;
+    out[n++] = (named_config){"long context", chunked};
+    mt_config bf16 = dense();
+    bf16.grad_dtype = GRAD_DTYPE_BF16;
+    out[n++] = (named_config){"bf16 gradient slots", bf16};
+    mt_config head = moe;
+    head.qk_norm = QK_HEAD;
+    out[n++] = (named_config){"qk_norm head", head};
+    mt_config all = dense();
+    all.qk_norm = QK_ALL;
+    out[n++] = (named_config){"qk_norm all", all};
+    mt_config packed = dense();
+    packed.data_pack = PACK_DOCUMENTS;
+    out[n++] = (named_config){"packed documents", packed};
+    mt_config hd100 = dense();
+    hd100.dim = 400, hd100.ffn_dim = 512;
+    out[n++] = (named_config){"head dim 100", hd100};
+    for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
+    return n;
+}
+
+// The backend's allocator at its start, then for 2 kept passes and 3 attention outputs.
+static void check_backend(const char *name, const mt_config *c, int cuda, const backend_ops *ops,
+                          backend *b) {
+    size_t start = ops->allocated_bytes(b);
+    uint64_t want = plan_backend_start_bytes(c, cuda);
+    check(start == want, "%s (%s): %zu bytes allocated at start, the plan says %llu", name,
+          ops->name, start, (unsigned long long)want);
+    int kept = ops->keep_reserve(b, 2);
+    size_t after_kept = ops->allocated_bytes(b);
+    want = (uint64_t)kept * plan_kept_pass_bytes(c, cuda);
+    check(after_kept - start == want, "%s (%s): %d kept passes took %zu bytes, the plan says %llu",
+          name, ops->name, kept, after_kept - start, (unsigned long long)want);
+    int att = ops->attention_reserve(b, 3);
+    size_t after_att = ops->allocated_bytes(b);
+    want = (uint64_t)att * plan_attention_slot_bytes(c, cuda);
+    check(att == 3 && after_att - after_kept == want,
+          "%s (%s): %d attention outputs took %zu bytes, the plan says %llu", name, ops->name, att,
+          after_att - after_kept, (unsigned long long)want);
+}
+
+#ifdef MT_HAVE_CUDA
+static size_t device_used(void) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+    return total - free_bytes;
+}
+
+// The counter against the device, on the first backend (later ones may reuse what the driver
+// kept of the ones before): the memory it took is at least what it counted.
+static int run_cuda(const named_config *cs, int n) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t before = device_used();
+        backend *b = backend_cuda_new(&cs[i].c, 0);
+        if (!b) return printf("SKIPPED: no CUDA device\n"), 77;
+        const backend_ops *ops = backend_cuda_ops();
+        size_t taken = device_used() - before, counted = ops->allocated_bytes(b);
+        if (i == 0)
+            check(taken >= counted, "%s (cuda): the device lost %zu bytes, the counter says %zu",
+                  cs[i].name, taken, counted);
+        size_t host = backend_cuda_host_bytes(b);
+        uint64_t want = plan_cuda_backend_host_bytes(&cs[i].c);
+        check(host == want, "%s (cuda): %zu bytes of host memory allocated, the plan says %llu",
+              cs[i].name, host, (unsigned long long)want);
+        check_backend(cs[i].name, &cs[i].c, 1, ops, b);
+        ops->destroy(b);
+    }
+    return tests_summary();
+}
+#endif
+
+int main(int argc, char **argv) {
+    if (argc != 2 || (strcmp(argv[1], "cuda") && strcmp(argv[1], "cpu")))
+        return fprintf(stderr, "usage: test_plan_allocation cuda|cpu\n"), 2;
+    named_config cs[16];
+    int n = configs(cs);
+    if (strcmp(argv[1], "cuda") == 0) {
+#ifdef MT_HAVE_CUDA
+        return run_cuda(cs, n);
+#else
+        printf("SKIPPED: no CUDA device (a build without the CUDA backend)\n");
+        return 77;
+#endif
+    }
+    for (int i = 0; i < n; i++) {
+        backend *b = backend_cpu_new(&cs[i].c);
+        check_backend(cs[i].name, &cs[i].c, 0, backend_cpu_ops(), b);
+        backend_cpu_ops()->destroy(b);
+    }
+    return tests_summary();
+}
