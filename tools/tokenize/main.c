@@ -278,6 +278,8 @@ static size_t cut_point(const bpe *t, const char *p, size_t n) {
 
 static void encode_doc(bpe *t, writer *w, const char *text, size_t n, int64_t eot,
                        const char *where) {
+    size_t bad = utf8_invalid_at(text, n); // whole, so the offset is the document's, not a piece's
+    if (bad < n) die("%s: invalid UTF-8 at byte %zu", where, bad);
     bpe_ids ids = {0};
     char err[512];
     size_t off = 0;
@@ -376,6 +378,18 @@ static void emit_chat(bpe *t, writer *w, const cJSON *j, chat_mode *chat, int64_
     free(ids.ids);
 }
 
+// What Python refuses in a JSONL line before its JSON: a byte order mark in front of it (json:
+// "Unexpected UTF-8 BOM"), and bytes that are not UTF-8, named by their offset in the line
+// (the conversation rendered from it, or a decoded field, has others).
+static void check_line(const char *line, size_t n, const char *where) {
+    if (n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0)
+        die("%s: the line starts with a UTF-8 byte order mark (BOM), which Python's json refuses; "
+            "save the file as UTF-8 without one",
+            where);
+    size_t bad = utf8_invalid_at(line, n);
+    if (bad < n) die("%s: invalid UTF-8 at byte %zu of the line", where, bad);
+}
+
 static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, chat_mode *chat,
                      int64_t eot) {
     FILE *f = fopen(path, "rb");
@@ -392,6 +406,7 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, cha
             w->in_done += (size_t)n;
             continue;
         }
+        check_line(line, k, where);
         char why[256];
         cJSON *j = json_parse_strict(line, k, why, sizeof why);
         if (!j) die("%s: %s", where, why); // as Python's json reads the line, or refused
