@@ -202,14 +202,15 @@ static int probe_file(const char *dir, char *why, size_t n) {
 // ranks keep dozens, and a disk that serves one request at a time at 1.3 GB/s served the tier's
 // four ranks at 2 GB/s or more (bench/RESULTS.md). The file is allocated first, as the tier's
 // files are (storage.c): writes past a file's end serialize on some filesystems, which the
-// tier's writes never do. Nothing is written unless that allocation succeeds. The rate of the
-// two passes together, or 0 with the reason in why.
+// tier's writes never do. Nothing is written unless that allocation succeeds: fallocate(2), not
+// posix_fallocate, which on a filesystem without it falls back to writing. The rate of the two
+// passes together, or 0 with the reason in why.
 static double probe_measure(int fd, size_t bytes, char *why, size_t n) {
-    int rc = posix_fallocate(fd, 0, (off_t)bytes);
-    if (rc != 0) {
-        snprintf(why, n, "allocating %zu MiB in storage.dir: %s", bytes >> 20, strerror(rc));
+    if (fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+        snprintf(why, n, "allocating %zu MiB in storage.dir: %s", bytes >> 20, strerror(errno));
         return 0;
     }
+    int rc;
     struct io_uring ring;
     if ((rc = io_uring_queue_init(PROBE_DEPTH, &ring, 0)) < 0) {
         snprintf(why, n, "io_uring: %s", strerror(-rc));
