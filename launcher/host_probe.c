@@ -1,7 +1,8 @@
 // The machine as the plan sees it: memory (/proc/meminfo), /dev/shm, the lock limit, whether
 // the VM's memory may grow, and storage.dir: its free space and the rate of the disk under it,
-// measured once per job with a short O_DIRECT write and read (or given with --disk-bw), so that
-// the step estimate and the break-even tokens per step are the disk's and not an assumption.
+// measured once per job with a short O_DIRECT write and read bounded by the free space (or given
+// with --disk-bw), so that the step estimate and the break-even tokens per step are the disk's
+// and not an assumption; when it cannot be measured, the plan says why.
 // Tests pretend other sizes with MT_PLAN_MEM_LIMIT, MT_PLAN_SHM_LIMIT and MT_PLAN_DISK_LIMIT.
 #include "launcher/launcher.h"
 #include "runtime/base/base.h"
@@ -108,7 +109,12 @@ int plan_compute_cores(const placement *pl) {
 
 // ---- storage.dir ----
 
-#define PROBE_BYTES ((size_t)256 << 20)
+// The probe writes at most an eighth of the free space and at most PROBE_MAX_BYTES, in whole
+// blocks: on a shared disk another job's save or start must never meet a disk that a plan filled.
+// Under PROBE_MIN_BYTES it does not run at all: a few requests time their latency, not the rate.
+#define PROBE_MAX_BYTES ((size_t)256 << 20)
+#define PROBE_MIN_BYTES ((size_t)32 << 20)
+#define PROBE_FREE_SHARE 8
 #define PROBE_BLOCK ((size_t)16 << 20) // dd's block in bench/RESULTS.md's figures
 #define PROBE_DEPTH 8                  // requests in flight, as the tier's ranks keep them
 
@@ -118,65 +124,133 @@ static double seconds(void) {
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-// PROBE_BYTES through fd in PROBE_BLOCK requests, PROBE_DEPTH in flight; 0 on any failure.
-static int probe_pass(struct io_uring *ring, int fd, char *buf, int write) {
+// bytes through fd in PROBE_BLOCK requests, PROBE_DEPTH in flight, cycling over buf (buf_bytes,
+// a multiple of PROBE_BLOCK). 0, or a negative errno (-EIO for a short transfer).
+static int probe_pass(struct io_uring *ring, int fd, char *buf, size_t buf_bytes, size_t bytes,
+                      int write) {
     size_t next = 0, done = 0;
     int in_flight = 0;
-    while (done < PROBE_BYTES) {
-        while (in_flight < PROBE_DEPTH && next < PROBE_BYTES) {
+    while (done < bytes) {
+        while (in_flight < PROBE_DEPTH && next < bytes) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
             if (!sqe) break;
-            char *at = buf + next % ((size_t)PROBE_DEPTH * PROBE_BLOCK);
+            char *at = buf + next % buf_bytes;
             if (write)
                 io_uring_prep_write(sqe, fd, at, PROBE_BLOCK, (off_t)next);
             else
                 io_uring_prep_read(sqe, fd, at, PROBE_BLOCK, (off_t)next);
             next += PROBE_BLOCK, in_flight++;
         }
-        if (io_uring_submit(ring) < 0) return 0;
+        int rc = io_uring_submit(ring);
+        if (rc < 0) return rc;
         struct io_uring_cqe *cqe;
-        int rc;
         while ((rc = io_uring_wait_cqe(ring, &cqe)) == -EINTR) continue;
-        if (rc < 0) return 0;
-        int ok = cqe->res == (int)PROBE_BLOCK;
+        if (rc < 0) return rc;
+        int res = cqe->res;
         io_uring_cqe_seen(ring, cqe);
-        if (!ok) return 0;
+        if (res != (int)PROBE_BLOCK) return res < 0 ? res : -EIO;
         done += PROBE_BLOCK, in_flight--;
     }
-    return 1;
+    return 0;
 }
 
-// Writes PROBE_BYTES and reads them back, O_DIRECT, through a file of our own (O_EXCL, unlinked
-// at once), with several requests in flight: the tier's ranks keep dozens, and a disk that
-// serves one request at a time at 1.3 GB/s served the tier's four ranks at 2 GB/s or more
-// (bench/RESULTS.md). The rate of the two passes together, or 0 when the folder does not take
-// O_DIRECT or the file (the ranks then say why in one line).
-static double probe_rate(const char *dir) {
-    char path[MT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/.mtrun-disk-probe-%d", dir, (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return 0;
-    unlink(path);
-    void *buf = NULL;
-    double rate = 0;
-    struct io_uring ring;
-    if (io_uring_queue_init(PROBE_DEPTH, &ring, 0) < 0) {
+// How many bytes the probe may write on a disk with free_bytes free (see PROBE_FREE_SHARE), or
+// 0 with the reason in why.
+static size_t probe_bytes(uint64_t free_bytes, char *why, size_t n) {
+    uint64_t share = free_bytes / PROBE_FREE_SHARE;
+    size_t bytes = share < PROBE_MAX_BYTES ? (size_t)share : PROBE_MAX_BYTES;
+    bytes -= bytes % PROBE_BLOCK;
+    if (bytes >= PROBE_MIN_BYTES) return bytes;
+    char text[24];
+    snprintf(why, n,
+             "%s free in storage.dir; the probe writes at most 1/%d of it and needs %zu MiB",
+             plan_bytes_text(text, sizeof text, (double)free_bytes), PROBE_FREE_SHARE,
+             PROBE_MIN_BYTES >> 20);
+    return 0;
+}
+
+// A file of the probe's own in dir that no other process can name, so none can plant a link
+// or a file in its place: O_TMPFILE, or where the filesystem has none, a random name (mkostemp:
+// O_EXCL, so never a link's target) unlinked at once. O_DIRECT is set afterwards, so that a
+// filesystem without it is told apart from one without O_TMPFILE. -1 with the reason in why.
+static int probe_file(const char *dir, char *why, size_t n) {
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) { // EISDIR: a kernel without it
+        char path[MT_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/.mtrun-disk-probe-XXXXXX", dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0 && unlink(path) != 0) {
+            snprintf(why, n, "cannot remove its file %s: %s", mt_shown(path), strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    if (fd < 0) {
+        snprintf(why, n, "cannot create a file in storage.dir: %s", strerror(errno));
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) {
+        snprintf(why, n, "storage.dir's filesystem does not take O_DIRECT: %s", strerror(errno));
         close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Writes bytes into fd and reads them back, O_DIRECT, several requests in flight: the tier's
+// ranks keep dozens, and a disk that serves one request at a time at 1.3 GB/s served the tier's
+// four ranks at 2 GB/s or more (bench/RESULTS.md). The file is allocated first, as the tier's
+// files are (storage.c): writes past a file's end serialize on some filesystems, which the
+// tier's writes never do. Nothing is written unless that allocation succeeds: fallocate(2), not
+// posix_fallocate, which on a filesystem without it falls back to writing. The rate of the two
+// passes together, or 0 with the reason in why.
+static double probe_measure(int fd, size_t bytes, char *why, size_t n) {
+    if (fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+        snprintf(why, n, "allocating %zu MiB in storage.dir: %s", bytes >> 20, strerror(errno));
         return 0;
     }
-    // Allocated first, as the tier's files are (storage.c): writes past a file's end serialize
-    // on some filesystems, which the tier's writes never do.
-    int room = posix_fallocate(fd, 0, (off_t)PROBE_BYTES) == 0 || ftruncate(fd, PROBE_BYTES) == 0;
-    if (room && posix_memalign(&buf, 4096, (size_t)PROBE_DEPTH * PROBE_BLOCK) == 0) {
-        memset(buf, 0x5a, (size_t)PROBE_DEPTH * PROBE_BLOCK);
+    int rc;
+    struct io_uring ring;
+    if ((rc = io_uring_queue_init(PROBE_DEPTH, &ring, 0)) < 0) {
+        snprintf(why, n, "io_uring: %s", strerror(-rc));
+        return 0;
+    }
+    size_t buf_bytes =
+        (size_t)PROBE_DEPTH * PROBE_BLOCK < bytes ? PROBE_DEPTH * PROBE_BLOCK : bytes;
+    void *buf = NULL;
+    double rate = 0;
+    if (posix_memalign(&buf, 4096, buf_bytes) != 0) {
+        snprintf(why, n, "no memory for its %zu MiB buffer", buf_bytes >> 20);
+    } else {
+        memset(buf, 0x5a, buf_bytes);
         double t0 = seconds();
-        int ok =
-            probe_pass(&ring, fd, buf, 1) && fdatasync(fd) == 0 && probe_pass(&ring, fd, buf, 0);
-        if (ok) rate = 2.0 * PROBE_BYTES / (seconds() - t0);
+        rc = probe_pass(&ring, fd, buf, buf_bytes, bytes, 1);
+        if (rc == 0 && fdatasync(fd) != 0) rc = -errno;
+        if (rc == 0) rc = probe_pass(&ring, fd, buf, buf_bytes, bytes, 0);
+        if (rc == 0)
+            rate = 2.0 * (double)bytes / (seconds() - t0);
+        else
+            snprintf(why, n, "a write or read in storage.dir failed: %s", strerror(-rc));
     }
     io_uring_queue_exit(&ring);
     free(buf);
+    return rate;
+}
+
+// storage.dir's rate by the probe, with how it was measured in h->disk_bw_source, or 0 with the
+// reason in h->disk_bw_unmeasured (the ranks then say in one line what fails there, if anything).
+static double probe_rate(host_probe *h, const char *dir, uint64_t free_bytes) {
+    char *why = h->disk_bw_unmeasured;
+    size_t n = sizeof h->disk_bw_unmeasured, bytes = probe_bytes(free_bytes, why, n);
+    int fd = bytes ? probe_file(dir, why, n) : -1;
+    if (fd < 0) return 0;
+    double rate = probe_measure(fd, bytes, why, n);
     close(fd);
+    if (rate > 0)
+        snprintf(h->disk_bw_source, sizeof h->disk_bw_source,
+                 "measured: %zu MiB written and read, O_DIRECT, %d requests in flight", bytes >> 20,
+                 PROBE_DEPTH);
     return rate;
 }
 
@@ -223,18 +297,20 @@ void host_probe_disk(host_probe *h, const mt_config *c, double disk_bw) {
         exit(2);
     }
     struct statvfs st;
-    if (statvfs(c->storage_dir, &st) == 0) {
-        h->disk_free = (uint64_t)st.f_bavail * st.f_frsize;
-        h->disk_known = 1;
-    }
+    int room_known = statvfs(c->storage_dir, &st) == 0; // a missing folder: the ranks say so
+    int room_errno = errno;
+    uint64_t free_bytes = room_known ? (uint64_t)st.f_bavail * st.f_frsize : 0;
+    h->disk_free = free_bytes;
+    h->disk_known = room_known;
     if (env_bytes("MT_PLAN_DISK_LIMIT", &h->disk_free)) // for tests: pretend this much is free
         h->disk_known = h->disk_forced = 1;
     if (disk_bw > 0) {
-        h->disk_bw = disk_bw, h->disk_bw_source = "--disk-bw";
-        return;
+        h->disk_bw = disk_bw;
+        snprintf(h->disk_bw_source, sizeof h->disk_bw_source, "--disk-bw");
+    } else if (!room_known) {
+        snprintf(h->disk_bw_unmeasured, sizeof h->disk_bw_unmeasured, "storage.dir: %s",
+                 strerror(room_errno));
+    } else { // the probe is bounded by the real disk's room, never by MT_PLAN_DISK_LIMIT's
+        h->disk_bw = probe_rate(h, c->storage_dir, free_bytes);
     }
-    h->disk_bw = probe_rate(c->storage_dir);
-    h->disk_bw_source = h->disk_bw > 0
-                            ? "measured: 256 MiB written and read, O_DIRECT, 8 requests in flight"
-                            : NULL;
 }

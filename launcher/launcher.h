@@ -96,11 +96,12 @@ typedef struct {
     int elastic; // a VM whose memory can grow on demand (virtio balloon or virtio-mem)
     // storage.dir, when the config puts anything there: its free bytes (statvfs, or
     // MT_PLAN_DISK_LIMIT) and its rate in bytes/s (--disk-bw, or a short O_DIRECT probe; 0: not
-    // known), with where that came from
+    // known), with where that came from, or why the probe could not measure it
     uint64_t disk_free;
     int disk_known, disk_forced;
     double disk_bw;
-    const char *disk_bw_source;
+    char disk_bw_source[96];      // "--disk-bw", "measured: ..."; "" when not known
+    char disk_bw_unmeasured[192]; // why the probe did not run or failed; "" when it measured
 } host_probe;
 
 void host_probe_read(host_probe *h);

@@ -98,8 +98,11 @@ static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
             mt_shown(c->storage_dir), H(p->disk), H(p->rank[1].disk), what, MT_STORAGE_WINDOW,
             p->rank[0].storage ? " and the compute rank's pieces" : "", H(p->sum.storage),
             c->storage_master ? ", and each region a ring of the last 4 pieces updated" : "");
+    if (*h->disk_bw_unmeasured)
+        fprintf(f, "  disk rate not measured (%s): assuming %sB/s; set --disk-bw\n",
+                h->disk_bw_unmeasured, SI(p->disk_bw));
     fprintf(f, "  %sB a step at %sB/s (%s): %s", SI(e.disk_bytes), SI(p->disk_bw),
-            h->disk_bw_source ? h->disk_bw_source : "assumed: the H200 host's disk", T(e.disk_s));
+            *h->disk_bw_source ? h->disk_bw_source : "assumed: the H200 host's disk", T(e.disk_s));
     if (p->cuda)
         fprintf(f,
                 "; with it the GPU computes %.0f%% of the step from %s tokens a step (this "
@@ -436,7 +439,9 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
             H(p->rank[0].compute), p->np, H(p->sum.process));
     if (h->mem_known) fprintf(f, " of %s available", H(h->mem_available));
     if (p->cuda) fprintf(f, "; GPU %s", H(p->gpu.total));
-    if (p->disk) fprintf(f, "; disk %s in storage.dir at %sB/s", H(p->disk), SI(p->disk_bw));
+    if (p->disk)
+        fprintf(f, "; disk %s in storage.dir at %sB/s%s", H(p->disk), SI(p->disk_bw),
+                *h->disk_bw_unmeasured ? " (not measured: assumed; mtrun --plan says why)" : "");
     print_overrides(f, p->c, "; with");
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
             T(e.step_s), T(e.step_s * steps), steps, steps == 1 ? "" : "s");
@@ -491,9 +496,11 @@ void plan_print_json(FILE *f, const mt_plan *p, const host_probe *h, int cores, 
             e.stream_break_even_tokens);
     fprintf(f,
             ",\"disk\":{\"total\":%" PRIu64 ",\"grads\":%" PRIu64 ",\"adam\":%" PRIu64
-            ",\"per_rank\":%" PRIu64 ",\"windows\":%" PRIu64 ",\"bw\":%.6g,\"free\":%" PRIu64 "}",
+            ",\"per_rank\":%" PRIu64 ",\"windows\":%" PRIu64 ",\"bw\":%.6g,\"bw_measured\":%s,"
+            "\"free\":%" PRIu64 "}",
             p->disk, p->disk_grads, p->disk_adam, p->np > 1 ? p->rank[1].disk : 0, p->sum.storage,
-            p->disk_bw, h->disk_free);
+            p->disk_bw, strncmp(h->disk_bw_source, "measured", 8) == 0 ? "true" : "false",
+            h->disk_free);
     fprintf(f, ",\"mem_available\":%" PRIu64 ",\"shm_free\":%" PRIu64 ",\"fits\":%s}\n",
             h->mem_available, h->shm_free, fits ? "true" : "false");
 }

@@ -17,6 +17,7 @@ echo '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' >"$dir/wordpiece.json
 echo '{"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": null}' >"$dir/nomerges.json"
 echo "{$good}" | sed 's/"<eot>": 4}/"<eot>": 4, "x": 20000000}/' >"$dir/bigid.json"
 echo "{$good}" | sed 's/"id": 4,/"id": 4e12,/' >"$dir/bigadded.json"
+echo "{$good}" | sed 's/"<eot>": 4}/"<eot>": 4, "Ċ": 5}/' >"$dir/newlines.json" # and "\n"
 echo "{$good, \"normalizer\": {\"type\": \"Lowercase\"}}" >"$dir/lower.json"
 printf 'ab ab<eot>b' >"$dir/doc.txt"
 printf '{"text": "ab"}\n{"text": "b"}\n{"text": \n' >"$dir/badline.jsonl"
@@ -28,6 +29,14 @@ printf '{"input_ids": [0, 1]}\n{"input_ids": [0, 1], "labels": [0, 0]}\n' >"$dir
 printf '{"input_ids": [5]}\n' >"$dir/badid.jsonl"
 printf '\n{"messages": [{"role": "robot", "content": "b"}]}\n' >"$dir/badchat.jsonl"
 printf '{"messages": [{"role": "assistant", "content": "ab"}]}\n' >"$dir/mistral.jsonl"
+# Invalid UTF-8 at byte 44 of a --chat line (the conversation rendered from it has it at
+# another), and at byte 11 of a --jsonl line's second (its text at byte 1); a byte order mark in
+# front of a line; invalid UTF-8 past the first 1 MiB piece of a text file encoded in pieces.
+printf '{"messages": [{"role": "user", "content": "a\xffb"}]}\n' >"$dir/chatutf8.jsonl"
+printf '{"text": "ab"}\n{"text": "a\xffb"}\n' >"$dir/textutf8.jsonl"
+printf '\xef\xbb\xbf{"messages": [{"role": "user", "content": "ab"}]}\n' >"$dir/chatbom.jsonl"
+printf '{"text": "ab"}\n\xef\xbb\xbf{"text": "b"}\n' >"$dir/bom.jsonl"
+{ yes b | head -c 1100000; printf '\xff'; } >"$dir/big.txt"
 
 # expect_error WANT ARGS...: exit status 1, stderr exactly one line containing WANT.
 expect_error() {
@@ -75,6 +84,15 @@ expect_error "$dir/mistral.jsonl:1: messages[0]: role \"assistant\": the mistral
 expect_error "$dir/tokenizer_config.json: cannot open it; pass --chat-format chatml, llama3 or mistral" \
     -t "$dir/tok.json" --chat "$dir/badchat.jsonl"
 expect_error "--chat-format vicuna: not chatml, llama3 or mistral" -t "$dir/tok.json" --chat-format vicuna "$dir/badchat.jsonl"
+expect_error "$dir/chatutf8.jsonl:1: invalid UTF-8 at byte 44 of the line" \
+    -t "$dir/tok.json" --chat-format chatml "$dir/chatutf8.jsonl"
+expect_error "$dir/textutf8.jsonl:2: invalid UTF-8 at byte 11 of the line" \
+    -t "$dir/tok.json" --jsonl "$dir/textutf8.jsonl"
+expect_error "$dir/chatbom.jsonl:1: the line starts with a UTF-8 byte order mark (BOM), which Python's json refuses" \
+    -t "$dir/tok.json" --chat-format chatml "$dir/chatbom.jsonl"
+expect_error "$dir/bom.jsonl:2: the line starts with a UTF-8 byte order mark (BOM)" \
+    -t "$dir/tok.json" --jsonl "$dir/bom.jsonl"
+expect_error "$dir/big.txt: invalid UTF-8 at byte 1100000" -t "$dir/newlines.json" "$dir/big.txt"
 expect_error "--shard-tokens: not a positive integer: 0" -t "$dir/tok.json" --shard-tokens 0 "$dir/doc.txt"
 
 "$mt" --help | grep -q "usage: mt-tokenize" || { echo "FAIL: --help"; fail=1; }

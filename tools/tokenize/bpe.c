@@ -583,8 +583,8 @@ static const added_tok *added_at(const bpe *t, const char *p, size_t n) {
     return best;
 }
 
-// Offset of the first invalid UTF-8 sequence, or n.
-static size_t utf8_check(const unsigned char *s, size_t n) {
+size_t utf8_invalid_at(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
@@ -607,7 +607,7 @@ static size_t utf8_check(const unsigned char *s, size_t n) {
 
 int bpe_encode(bpe *t, const char *text, size_t len, int continued, bpe_ids *out, char *err,
                size_t errlen) {
-    size_t bad = utf8_check((const unsigned char *)text, len);
+    size_t bad = utf8_invalid_at(text, len);
     if (bad < len) {
         err_set(err, errlen, "invalid UTF-8 at byte %zu", bad);
         return -1;

@@ -32,6 +32,9 @@ int64_t bpe_token_id(const bpe *t, const char *content);
 int bpe_encode(bpe *t, const char *text, size_t len, int continued, bpe_ids *out, char *err,
                size_t errlen);
 void bpe_ids_push(bpe_ids *a, uint32_t id);
+// Offset of the first invalid UTF-8 sequence in text[0..n) (overlong forms, surrogates and code
+// points past U+10FFFF included), or n when it is all valid.
+size_t utf8_invalid_at(const char *text, size_t n);
 // 1 when text may be encoded in pieces cut between an ASCII letter and '\n' with the same
 // result: the pre-tokenizer patterns are the known GPT-2 / Llama-3 / Qwen2 ones, which never
 // join a letter and a following newline, and no added token holds a newline.

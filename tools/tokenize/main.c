@@ -1,6 +1,7 @@
 // mt-tokenize: text or JSONL -> MTCTOKS1 token shards (docs/tokenize.md).
 #include "tools/tokenize/bpe.h"
 #include "tools/tokenize/chat.h"
+#include "tools/tokenize/out_lock.h"
 #include "runtime/base/json_strict.h"
 
 #include <cjson/cJSON.h>
@@ -51,8 +52,10 @@ typedef struct {
 
 // The shards of a run are written under temporary names and renamed only when every input is
 // done (publish), so that PREFIX_*.bin is always one run's whole set: on an error the staged
-// ones are removed, and an earlier run's set stays as it was.
+// ones are removed, and an earlier run's set stays as it was. The run holds PREFIX's lock from
+// its check for an earlier set to the renames (out_lock.c).
 static writer *current;
+static out_lock lock = {.fd = -1};
 
 static void staged_path(const writer *w, int index, char *out, size_t n) {
     snprintf(out, n, "%s_%06d.bin.tmp.%d", w->prefix, index, (int)getpid());
@@ -70,6 +73,7 @@ static void remove_staged(const writer *w) {
 // the tokenizer, 2 for a refusal of what was asked (die_usage).
 __attribute__((noreturn)) static void vdie(int code, const char *fmt, va_list ap) {
     if (current) remove_staged(current);
+    out_lock_release(&lock);
     fputs("mt-tokenize: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -101,7 +105,8 @@ static void usage(FILE *f) {
           "Each INPUT is one document (a text file), or with --jsonl one document per line.\n"
           "  -t, --tokenizer FILE   tokenizer.json (model BPE, ByteLevel pre-tokenizer)\n"
           "  -o, --out PREFIX       output path prefix; its folder must exist, and it must\n"
-          "                         hold no PREFIX_NNNNNN.bin of an earlier run\n"
+          "                         hold no PREFIX_NNNNNN.bin of an earlier run (a run\n"
+          "                         holds PREFIX.lock while it writes)\n"
           "      --force            replace an earlier run's PREFIX_*.bin, all of them\n"
           "      --jsonl            inputs are JSON Lines; a line with \"input_ids\" (and\n"
           "                         optionally \"labels\", -100 = not a target) is taken as\n"
@@ -136,13 +141,13 @@ static void put_header(writer *w) {
     memcpy(h + 16, &w->count, 8);
     if (w->masked) memcpy(h + 24, &flags, 4);
     if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(h, 1, 256, w->f) != 256)
-        die("%s: write failed: %s", w->tmp, strerror(errno));
+        die("%s: write failed: %s", w->path, strerror(errno));
 }
 
 static void shard_open(writer *w) {
     snprintf(w->path, sizeof w->path, "%s_%06d.bin", w->prefix, w->index);
     staged_path(w, w->index, w->tmp, sizeof w->tmp);
-    if (!(w->f = fopen(w->tmp, "wb"))) die("%s: cannot create: %s", w->tmp, strerror(errno));
+    if (!(w->f = fopen(w->tmp, "wb"))) die("%s: cannot create: %s", w->path, strerror(errno));
     w->count = 0;
     w->masked = 0;
     if (!w->mask && !(w->mask = malloc((size_t)(w->max_tokens + 7) / 8)))
@@ -156,10 +161,10 @@ static void shard_close(writer *w) {
     size_t mask_bytes = (size_t)(w->count + 7) / 8;
     if (w->masked &&
         (fseek(w->f, 0, SEEK_END) != 0 || fwrite(w->mask, 1, mask_bytes, w->f) != mask_bytes))
-        die("%s: write failed: %s", w->tmp, strerror(errno));
+        die("%s: write failed: %s", w->path, strerror(errno));
     put_header(w);
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0 || fclose(w->f) != 0)
-        die("%s: write failed: %s", w->tmp, strerror(errno));
+        die("%s: write failed: %s", w->path, strerror(errno));
     w->f = NULL;
     w->index++;
 }
@@ -252,7 +257,7 @@ static void emit(writer *w, const uint32_t *ids, const unsigned char *targets, s
         w->total++;
         if (++w->count == w->max_tokens) shard_close(w);
     }
-    if (w->f && ferror(w->f)) die("%s: write failed: %s", w->tmp, strerror(errno));
+    if (w->f && ferror(w->f)) die("%s: write failed: %s", w->path, strerror(errno));
 }
 
 // --eot's token after a document (none when eot < 0), a target or context.
@@ -273,6 +278,8 @@ static size_t cut_point(const bpe *t, const char *p, size_t n) {
 
 static void encode_doc(bpe *t, writer *w, const char *text, size_t n, int64_t eot,
                        const char *where) {
+    size_t bad = utf8_invalid_at(text, n); // whole, so the offset is the document's, not a piece's
+    if (bad < n) die("%s: invalid UTF-8 at byte %zu", where, bad);
     bpe_ids ids = {0};
     char err[512];
     size_t off = 0;
@@ -371,6 +378,18 @@ static void emit_chat(bpe *t, writer *w, const cJSON *j, chat_mode *chat, int64_
     free(ids.ids);
 }
 
+// What Python refuses in a JSONL line before its JSON: a byte order mark in front of it (json:
+// "Unexpected UTF-8 BOM"), and bytes that are not UTF-8, named by their offset in the line
+// (the conversation rendered from it, or a decoded field, has others).
+static void check_line(const char *line, size_t n, const char *where) {
+    if (n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0)
+        die("%s: the line starts with a UTF-8 byte order mark (BOM), which Python's json refuses; "
+            "save the file as UTF-8 without one",
+            where);
+    size_t bad = utf8_invalid_at(line, n);
+    if (bad < n) die("%s: invalid UTF-8 at byte %zu of the line", where, bad);
+}
+
 static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, chat_mode *chat,
                      int64_t eot) {
     FILE *f = fopen(path, "rb");
@@ -387,6 +406,7 @@ static void do_jsonl(bpe *t, writer *w, const char *path, const char *field, cha
             w->in_done += (size_t)n;
             continue;
         }
+        check_line(line, k, where);
         char why[256];
         cJSON *j = json_parse_strict(line, k, why, sizeof why);
         if (!j) die("%s: %s", where, why); // as Python's json reads the line, or refused
@@ -530,6 +550,7 @@ int main(int argc, char **argv) {
         if (S_ISREG(st.st_mode) && st.st_size == 0) die_usage("%s: empty: no document", argv[i]);
         w.in_total += (uint64_t)st.st_size;
     }
+    if (out_lock_take(&lock, o.out, err, sizeof err) != 0) die_usage("%s", err);
     check_prefix(o.out, o.force);
     w.t0 = w.last = now();
     current = &w;
@@ -546,6 +567,7 @@ int main(int argc, char **argv) {
     if (w.f) shard_close(&w);
     if (w.total == 0) die_usage("no token to write: every document of the input is empty");
     publish(&w);
+    out_lock_release(&lock);
     progress(&w, 1);
     if (!o.quiet)
         fprintf(stderr, "mt-tokenize: wrote %d shard(s) %s_*.bin, %d-bit tokens\n", w.index, o.out,
