@@ -1,8 +1,8 @@
 // The compute rank's working sets, one list each: every buffer a backend allocates at its start,
 // by name, element type and element count. The plan sums a list (plan.c, moe.c); the backend
 // walks the same list to allocate its buffers and point its fields at them (backend_cuda.c,
-// moe_cuda.c, layer.c, moe_mlp.c, backend_cpu.c). A buffer is added, resized or dropped here
-// and nowhere else.
+// moe_cuda.c, layer_scratch.c, moe_mlp.c, backend_cpu.c). A buffer is added, resized or dropped
+// here and nowhere else.
 //
 // A list is an X-macro: LIST(X, o, s) expands X(o, type, name, count) for each buffer, in the
 // order they are allocated, where count is in elements of type, from s, an mt_buffer_shape. The
@@ -159,7 +159,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // The GEMMs' cuBLASLt workspace, which the CUDA backend asks cuda_gemm_new for.
 #define MT_CUDA_GEMM_WORKSPACE (32u << 20)
 
-// The CPU backend: a layer's working set over the micro-batch (layer.c's layer_scratch), all
+// The CPU backend: a layer's working set over the micro-batch (layer_scratch.c), all
 // fp32, each buffer an allocation of its own; a kept slot is another one.
 #define MT_CPU_LAYER(X, o, s)                                                                      \
     X(o, float, inv_freq, (s).hd / 2)                                                              \
