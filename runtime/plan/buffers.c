@@ -75,62 +75,21 @@ void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whol
     MT_CUDA_SAVED(MT_BUFFER_COUNT, l, *s, whole ? s->n : s->r)
 }
 
-void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_LAYER(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_QK_NORM(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_HEAD(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_MOE(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, MT_CUDA_ATTENTION_SLOT_ALIGN);
-    MT_CUDA_ATTENTION_SLOT(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_PINNED(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CUDA_HOST(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CPU_LAYER(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CPU_MOE(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CPU_BACKEND(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CPU_MOE_STATS(MT_BUFFER_COUNT, l, *s)
-}
-
-void mt_buffers_cpu_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s) {
-    start(l, 0);
-    MT_CPU_ATTENTION_SLOT(MT_BUFFER_COUNT, l, *s)
-}
+// A list's builder: the list's buffers counted for the shape s, with its parts' alignment.
+#define LIST_BUILDER(name, LIST, align)                                                            \
+    void name(mt_buffer_list *l, const mt_buffer_shape *s) {                                       \
+        start(l, align);                                                                           \
+        LIST(MT_BUFFER_COUNT, l, *s)                                                               \
+    }
+LIST_BUILDER(mt_buffers_cuda_layer, MT_CUDA_LAYER, 0)
+LIST_BUILDER(mt_buffers_cuda_qk_norm, MT_CUDA_QK_NORM, 0)
+LIST_BUILDER(mt_buffers_cuda_head, MT_CUDA_HEAD, 0)
+LIST_BUILDER(mt_buffers_cuda_moe, MT_CUDA_MOE, 0)
+LIST_BUILDER(mt_buffers_cuda_attention_slot, MT_CUDA_ATTENTION_SLOT, MT_CUDA_ATTENTION_SLOT_ALIGN)
+LIST_BUILDER(mt_buffers_cuda_pinned, MT_CUDA_PINNED, 0)
+LIST_BUILDER(mt_buffers_cuda_host, MT_CUDA_HOST, 0)
+LIST_BUILDER(mt_buffers_cpu_layer, MT_CPU_LAYER, 0)
+LIST_BUILDER(mt_buffers_cpu_moe, MT_CPU_MOE, 0)
+LIST_BUILDER(mt_buffers_cpu_backend, MT_CPU_BACKEND, 0)
+LIST_BUILDER(mt_buffers_cpu_moe_stats, MT_CPU_MOE_STATS, 0)
+LIST_BUILDER(mt_buffers_cpu_attention_slot, MT_CPU_ATTENTION_SLOT, 0)
