@@ -1,8 +1,10 @@
 // JSON read as Python's json reads it, so that a file means here what it means to transformers
 // and HF datasets: one value and nothing after it but white space, a duplicate key keeps the
 // last value (at the first one's place, as a Python dict does), and "\u0000" is refused rather
-// than cutting the string short (cJSON's strings end at a NUL). Used by config.json and by
-// mt-tokenize's --jsonl/--chat lines. Kept free of MPI so that tools/ can compile it alone.
+// than cutting the string short (cJSON's strings end at a NUL), as is a leading UTF-8 byte order
+// mark (which cJSON skips). Linear in the text, however many keys an object has. Used by
+// config.json and by mt-tokenize's --jsonl/--chat lines. Kept free of MPI so that tools/ can
+// compile it alone.
 #ifndef MT_JSON_STRICT_H
 #define MT_JSON_STRICT_H
 
