@@ -107,6 +107,41 @@ static void keep_last_duplicates(cJSON *v, const key_set *set) {
     if (cJSON_IsObject(v)) keep_last_in_object(v, set);
 }
 
+// Numbers in the text, in order, beside cJSON's number items in document order (values only:
+// keys are strings, and true, false and null hold no digit).
+typedef struct {
+    const char *p, *end;
+} number_scan;
+
+// Whether the next number in the text is written with a fraction or an exponent.
+static int next_number_is_float(number_scan *s) {
+    const char *p = s->p;
+    for (int in_string = 0; p < s->end; p++) {
+        if (in_string) {
+            if (*p == '\\')
+                p++;
+            else if (*p == '"')
+                in_string = 0;
+        } else if (*p == '"') {
+            in_string = 1;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            break;
+        }
+    }
+    int is_float = 0;
+    for (; p < s->end && *p && strchr("0123456789+-.eE", *p); p++)
+        is_float |= *p == '.' || *p == 'e' || *p == 'E';
+    s->p = p;
+    return is_float;
+}
+
+// Marks with JSON_FLOAT_TEXT the numbers Python reads as floats ("4.0"): cJSON keeps a double
+// only, and transformers refuses a float for an int field.
+static void mark_float_numbers(cJSON *v, number_scan *s) {
+    if (cJSON_IsNumber(v) && next_number_is_float(s)) v->type |= JSON_FLOAT_TEXT;
+    for (cJSON *c = v->child; c; c = c->next) mark_float_numbers(c, s);
+}
+
 static const char *skip_space(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
     return p;
@@ -149,6 +184,7 @@ cJSON *json_parse_strict(const char *text, size_t len, char *err, size_t errlen)
         cJSON_Delete(root);
         return NULL;
     }
+    mark_float_numbers(root, &(number_scan){text, end}); // before duplicates move items
     key_set set = {.cap = table_size(largest_object(root))};
     set.slot = calloc(set.cap, sizeof *set.slot);
     if (!set.slot) {

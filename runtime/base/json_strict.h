@@ -12,6 +12,11 @@
 
 struct cJSON;
 
+// A number written with a fraction or an exponent ("4.0", "4e0"), which Python reads as a float,
+// carries this bit in its cJSON type, so that a reader can refuse it where transformers wants an
+// int. cJSON's own type tests (cJSON_IsNumber, ...) read only the type's low byte.
+#define JSON_FLOAT_TEXT (1 << 12)
+
 // The parsed text[0..len) to cJSON_Delete(), or NULL with a one-line reason in err (without the
 // file's name: the caller adds it), e.g. "not valid JSON at line 3, column 7" or "more data
 // after the JSON value at line 1, column 12".

@@ -18,10 +18,10 @@ typedef struct {
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
     const char *qk_norm; // "none", "head" or "all"
-    // Mixture of Experts: NULL for a dense family. Its key for the number of experts (and the
-    // other name transformers accepts), the experts' width, whether the chosen weights are
-    // always renormalised (else norm_topk_prob), whether it has a shared expert and sparse
-    // steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
+    // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
+    // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
+    // chosen weights are always renormalised (else norm_topk_prob), whether it has a shared expert
+    // and sparse steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
     const char *experts_key, *experts_alias, *expert_ffn_key;
     int always_renorm, shared, sparse_steps;
     const char *moe_names;
@@ -81,7 +81,6 @@ static const family families[] = {
      .qkv_bias = 2,
      .qk_norm = "none",
      .experts_key = "num_experts",
-     .experts_alias = "num_local_experts",
      .expert_ffn_key = "moe_intermediate_size",
      .shared = 1,
      .sparse_steps = 1,
@@ -90,7 +89,6 @@ static const family families[] = {
     {.arch = "Qwen3MoeForCausalLM",
      .model_type = "qwen3_moe",
      .kv_default = 4,
-     .head_dim_default = 128,
      .eps_default = 1e-6,
      .theta_default = 1e4,
      .window = WINDOW_FLAG,
@@ -251,7 +249,7 @@ static int read_dense_layers(const json_ctx *j, mt_config *m) {
     size_t used = 0;
     cJSON_ArrayForEach(v, list) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= m->layers ||
-            v->valuedouble != (double)(int)v->valuedouble)
+            v->valuedouble != (double)(int)v->valuedouble || (v->type & JSON_FLOAT_TEXT))
             return failf(j->err, j->errlen,
                          "%s: mlp_only_layers must list layer indices below num_hidden_layers %d",
                          j->path, m->layers);
@@ -264,9 +262,23 @@ static int read_dense_layers(const json_ctx *j, mt_config *m) {
     return 0;
 }
 
+// The number of experts as transformers reads it: the class sets its own field first and the
+// attribute_map's other name after it (it is a leftover keyword, set through the map), so the
+// other name wins when both are given, whatever their order in the file. A family without the
+// other name ignores it (Qwen2MoeConfig), and its own key is required.
+static const char *experts_key(const json_ctx *j, const family *f) {
+    if (f->experts_alias && item(j, f->experts_alias)) return f->experts_alias;
+    if (!f->experts_alias && !item(j, f->experts_key) && item(j, "num_local_experts")) {
+        failf(j->err, j->errlen, "%s: %s missing (%s reads no num_local_experts)", j->path,
+              f->experts_key, f->arch);
+        return NULL;
+    }
+    return f->experts_key;
+}
+
 static int read_experts(const json_ctx *j, const family *f, mt_config *m) {
-    const char *key = item(j, f->experts_key) ? f->experts_key : f->experts_alias;
-    if (get_int(j, key, -1, &m->experts) < 0 ||
+    const char *key = experts_key(j, f);
+    if (!key || get_int(j, key, -1, &m->experts) < 0 ||
         get_int(j, "num_experts_per_tok", -1, &m->top_k) < 0)
         return -1;
     if (m->experts > MOE_MAX_EXPERTS)
