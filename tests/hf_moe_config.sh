@@ -5,7 +5,8 @@
 #   (it is set after the class's own field), in either order in the file; Qwen2-MoE has no alias
 #   and reads num_experts only;
 # - a Qwen3-MoE folder without head_dim: hidden / heads, and its export reads back bitwise;
-# - an int field written as a float (4.0) is refused, as transformers' strict config refuses it.
+# - an int field written as a float (4.0) is refused, as transformers' strict config refuses it;
+# - a layer listed twice in mlp_only_layers is taken, as transformers takes it.
 # usage: hf_moe_config.sh TEST_HF TESTS_DIR
 set -u
 TEST_HF=$1
@@ -56,6 +57,8 @@ accept qwen2_moe-local_ignored qwen2_moe --set num_local_experts=8
 refuse qwen2_moe-local_only "num_experts missing \(Qwen2MoeForCausalLM reads no num_local_experts\)" \
     qwen2_moe --unset num_experts --set num_local_experts=4
 refuse olmoe-eos_float "eos_token_id must be a token id" olmoe --set eos_token_id=2.0
+# a layer listed twice in mlp_only_layers is one dense layer (transformers asks `in`), written once
+accept qwen2_moe-dense_twice qwen2_moe --set 'mlp_only_layers=[0,0]'
 refuse qwen2_moe-dense_float "mlp_only_layers must list layer indices" qwen2_moe --set 'mlp_only_layers=[0.0]'
 # Qwen3-MoE without head_dim (as its save_pretrained writes it): hidden / heads = 8
 accept qwen3_moe-no_head_dim qwen3_moe

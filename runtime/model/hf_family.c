@@ -238,7 +238,14 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
     return 0;
 }
 
-// mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5").
+static int listed_earlier(const cJSON *list, const cJSON *v) {
+    for (const cJSON *u = list->child; u != v; u = u->next)
+        if (u->valuedouble == v->valuedouble) return 1;
+    return 0;
+}
+
+// mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5"). A layer
+// listed twice is one dense layer, as transformers reads the list (`in`), so it is written once.
 static int read_dense_layers(const json_ctx *j, mt_config *m) {
     const cJSON *list = item(j, "mlp_only_layers"), *v;
     memset(m->dense_layers, 0, sizeof m->dense_layers);
@@ -253,6 +260,7 @@ static int read_dense_layers(const json_ctx *j, mt_config *m) {
             return failf(j->err, j->errlen,
                          "%s: mlp_only_layers must list layer indices below num_hidden_layers %d",
                          j->path, m->layers);
+        if (listed_earlier(list, v)) continue;
         int n = snprintf(m->dense_layers + used, sizeof m->dense_layers - used, "%s%d",
                          used ? "," : "", (int)v->valuedouble);
         if (n < 0 || (size_t)n >= sizeof m->dense_layers - used)
