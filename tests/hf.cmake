@@ -6,6 +6,15 @@ add_test(NAME hf_roundtrip COMMAND bash ${MT_TEST_DIR}/hf_roundtrip.sh $<TARGET_
          ${MT_TEST_DIR})
 add_test(NAME hf_errors COMMAND bash ${MT_TEST_DIR}/hf_errors.sh $<TARGET_FILE:test_hf>
          ${MT_TEST_DIR})
+# A million keys in one config.json object, read under a time bound that a quadratic duplicate
+# check cannot meet (hf_json_keys.sh).
+add_test(NAME hf_json_keys COMMAND bash ${MT_TEST_DIR}/hf_json_keys.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR})
+set_tests_properties(hf_json_keys PROPERTIES TIMEOUT 900)
+# MoE config.json keys as transformers reads them: the experts' two names, Qwen3-MoE without
+# head_dim, ints written as floats (hf_moe_config.sh).
+add_test(NAME hf_moe_config COMMAND bash ${MT_TEST_DIR}/hf_moe_config.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR})
 add_test(NAME e2e_hf COMMAND bash ${MT_TEST_DIR}/hf_e2e.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:test_hf>)
 set_tests_properties(e2e_hf PROPERTIES TIMEOUT 900 LABELS e2e)

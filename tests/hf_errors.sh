@@ -93,6 +93,8 @@ json_case nul_escape "u0000 in a string is not supported" "t.replace('\"LlamaFor
 json_case infinity "non-finite number" "t.replace('\"vocab_size\": 256', '\"vocab_size\": Infinity')"
 json_case huge_number "vocab_size is not a finite number" "t.replace('\"vocab_size\": 256', '\"vocab_size\": 1e999')"
 json_case vocab_2_31 "vocab_size = 2147483648 is out of range" "t.replace('\"vocab_size\": 256', '\"vocab_size\": 2147483648')"
+# a UTF-8 byte order mark: Python's json refuses it (transformers reads the file as utf-8 text)
+json_case bom "byte order mark \(BOM\) at the start is not valid JSON" "chr(0xfeff) + t"
 # a duplicate key: the last one counts, as in Python (here the last is refused, the first good)
 json_case duplicate_last "eos_token_id 999 is not below vocab_size 256" "t.replace('{', '{\"eos_token_id\": 1, ', 1).rstrip().rstrip('}') + ', \"eos_token_id\": 999}'"
 exit $FAILED

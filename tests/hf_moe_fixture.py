@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A tiny MoE Hugging Face folder (config.json + model.safetensors, F32 random values), standard
-library only, for e2e_moe.sh: hub tensor names of Mixtral, Qwen2-MoE (shared expert, q/k/v
-biases, layer 0 in mlp_only_layers) or OLMoE (q/k norms over the whole projections).
+library only, for e2e_moe.sh and hf_moe_config.sh: hub tensor names of Mixtral, Qwen2-MoE
+(shared expert, q/k/v biases, layer 0 in mlp_only_layers), Qwen3-MoE (q/k norms per head, no
+head_dim: hidden / heads) or OLMoE (q/k norms over the whole projections).
 
-usage: hf_moe_fixture.py DIR mixtral|qwen2_moe|olmoe [--drop NAME] [--shape NAME]
+usage: hf_moe_fixture.py DIR mixtral|qwen2_moe|qwen3_moe|olmoe [--drop NAME] [--shape NAME]
                          [--set KEY=JSON]... [--unset KEY]...
---drop leaves tensor NAME out, --shape gives it one row too many, --set changes config.json,
---unset leaves KEY out of it (the tensors follow the config: Qwen2-MoE's shared expert is
-transformers' default of 5632 when shared_expert_intermediate_size is absent)."""
+--drop leaves tensor NAME out, --shape gives it one row too many, --set changes config.json
+(a new key goes last), --unset leaves KEY out of it; --set and --unset apply in their order.
+The tensors follow the config: Qwen2-MoE's shared expert is transformers' default of 5632 when
+shared_expert_intermediate_size is absent; there are always 4 experts."""
 import json
 import os
 import random
@@ -32,6 +34,9 @@ def tensors(family, c):
         if family == "olmoe":
             t[p + "self_attn.q_norm.weight"] = [H * HD]
             t[p + "self_attn.k_norm.weight"] = [KV * HD]
+        if family == "qwen3_moe":
+            t[p + "self_attn.q_norm.weight"] = [HD]
+            t[p + "self_attn.k_norm.weight"] = [HD]
         if family == "qwen2_moe" and l == 0:  # mlp_only_layers: a dense MLP
             for x, s in (("gate", [2 * F, D]), ("up", [2 * F, D]), ("down", [D, 2 * F])):
                 t[p + f"mlp.{x}_proj.weight"] = s
@@ -64,6 +69,10 @@ def config(family):
                  intermediate_size=2 * F, moe_intermediate_size=F, shared_expert_intermediate_size=F,
                  decoder_sparse_step=1, mlp_only_layers=[0], norm_topk_prob=False,
                  use_sliding_window=False, qkv_bias=True)
+    elif family == "qwen3_moe":
+        c.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=E,
+                 intermediate_size=2 * F, moe_intermediate_size=F, decoder_sparse_step=1,
+                 mlp_only_layers=[], norm_topk_prob=True, use_sliding_window=False)
     else:
         c.update(architectures=["OlmoeForCausalLM"], model_type="olmoe", num_experts=E,
                  intermediate_size=F, norm_topk_prob=False, clip_qkv=None, eos_token_id=2,
@@ -75,7 +84,7 @@ def main():
     args = sys.argv[1:]
     out, family = args[0], args[1]
     drop = shape = None
-    sets, unsets = [], []
+    c = config(family)
     i = 2
     while i < len(args):
         if args[i] == "--drop":
@@ -83,16 +92,11 @@ def main():
         elif args[i] == "--shape":
             shape = args[i + 1]
         elif args[i] == "--set":
-            sets.append(args[i + 1])
+            k, v = args[i + 1].split("=", 1)
+            c[k] = json.loads(v)
         elif args[i] == "--unset":
-            unsets.append(args[i + 1])
+            del c[args[i + 1]]
         i += 2
-    c = config(family)
-    for kv in sets:
-        k, v = kv.split("=", 1)
-        c[k] = json.loads(v)
-    for k in unsets:
-        del c[k]
     t = tensors(family, c)
     if drop:
         del t[drop]

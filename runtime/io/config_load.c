@@ -83,7 +83,12 @@ static int check_data_file(config_source *src, const mt_config *cfg) {
     if (count_tokens(src, cfg, "data.path", cfg->data_path, &n) < 0) return -1;
     if (cfg->val_path[0] && count_tokens(src, cfg, "data.val_path", cfg->val_path, &n_val) < 0)
         return -1;
-    return check_data_size(src, cfg, n, n_val);
+    if (check_data_size(src, cfg, n, n_val) < 0) return -1;
+    char msg[MT_PATH_MAX + 256];
+    const char *key;
+    if (dataset_check_targets(cfg, (size_t)n, (size_t)n_val, &key, msg, sizeof msg) < 0)
+        return config_fail(src, key, "%s", msg);
+    return 0;
 }
 
 // The filesystems the NVMe tier refuses, by statfs(2)'s f_type: memory (the tier exists to

@@ -330,6 +330,14 @@ static size_t open_stream(const mt_config *c, const char *path, data_shard **out
     return n;
 }
 
+size_t dataset_train_end(const mt_config *c, size_t n) {
+    if (c->val_path[0]) return n; // all of data.path trains; evaluation reads val_path
+    size_t n_train = (size_t)(n * (1.0 - c->val_fraction)), window = (size_t)c->seq_len + 1;
+    if (n_train < window) n_train = window;
+    if (n - n_train < window) n_train = n - window;
+    return n_train;
+}
+
 static void too_short(const char *path, size_t n, int seq_len, size_t need) {
     refuse("%s: %zu tokens, too few for seq_len %d (need at least %zu)", path, n, seq_len, need);
 }
@@ -352,9 +360,7 @@ void dataset_open(dataset *ds, const mt_config *c) {
         return;
     }
     if (ds->n < 2 * window) too_short(c->data_path, ds->n, c->seq_len, 2 * window);
-    ds->n_train = (size_t)(ds->n * (1.0 - c->val_fraction));
-    if (ds->n_train < (size_t)c->seq_len + 1) ds->n_train = c->seq_len + 1;
-    if (ds->n - ds->n_train < (size_t)c->seq_len + 1) ds->n_train = ds->n - c->seq_len - 1;
+    ds->n_train = dataset_train_end(c, ds->n);
 }
 
 static void close_stream(data_shard **shards, int *ns) {
@@ -368,6 +374,79 @@ static void close_stream(data_shard **shards, int *ns) {
 void dataset_close(dataset *ds) {
     close_stream(&ds->shards, &ds->nshards);
     close_stream(&ds->val_shards, &ds->val_nshards);
+}
+
+// ---- each split's targets, checked before any rank starts ----
+
+// Whether a target lies in tokens [from, to) of shard s (relative to its start): a shard without
+// a mask is all targets; a masked one's mask is read until the first set bit in the range.
+static int shard_has_target(const data_shard *s, size_t from, size_t to, int *found, char *err,
+                            size_t errlen) {
+    enum { CHUNK = 1 << 20 };
+    if (from >= to || (*found = !s->masked)) return 0;
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    uint8_t *bits = malloc(CHUNK);
+    if (!bits) mt_die("out of memory");
+    int rc = fd < 0 ? errf(err, errlen, "%s: cannot open: %s", s->path, strerror(errno)) : 0;
+    for (size_t byte = from >> 3; rc == 0 && !*found && byte <= (to - 1) >> 3; byte += CHUNK) {
+        size_t want = ((to - 1) >> 3) - byte + 1 < CHUNK ? ((to - 1) >> 3) - byte + 1 : CHUNK;
+        ssize_t got = pread(fd, bits, want, (off_t)(s->header + s->n * (size_t)s->width + byte));
+        if (got != (ssize_t)want) {
+            rc = errf(err, errlen, "%s: read: %s", s->path, got < 0 ? strerror(errno) : "short");
+            break;
+        }
+        for (size_t i = 0; i < want * 8 && !*found; i++) {
+            size_t t = (byte << 3) + i;
+            if (!bits[i >> 3]) { // a whole byte of context, as most of a prompt's mask is
+                i |= 7;
+                continue;
+            }
+            *found = t >= from && t < to && (bits[i >> 3] >> (i & 7) & 1);
+        }
+    }
+    free(bits);
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+// Tokens [from, to) of pattern's stream hold a target, or the split is refused in one line.
+static int split_has_target(const char *pattern, const char *split, size_t from, size_t to,
+                            char *err, size_t errlen) {
+    data_shard *s;
+    int ns, found = 0, rc = 0;
+    size_t total;
+    if (find_shards(pattern, &s, &ns, &total, err, errlen) < 0) return -1;
+    for (int i = 0; i < ns && rc == 0 && !found; i++) {
+        size_t lo = from > s[i].start ? from - s[i].start : 0;
+        size_t hi = to < s[i].start + s[i].n ? to - s[i].start : s[i].n;
+        if (to > s[i].start) rc = shard_has_target(&s[i], lo, hi, &found, err, errlen);
+    }
+    free_shards(s, ns);
+    if (rc == 0 && !found)
+        rc = errf(err, errlen,
+                  "%s: no target token in its %s (tokens %zu to %zu of %zu): the mask marks every "
+                  "token there context only (labels all -100), nothing to %s",
+                  pattern, split, from, to, total,
+                  strcmp(split, "training split") ? "evaluate" : "train on");
+    return rc;
+}
+
+// A window's targets are its tokens after the first, so a split [lo, hi) trains on [lo + 1, hi).
+int dataset_check_targets(const mt_config *c, size_t n, size_t val_n, const char **key, char *err,
+                          size_t errlen) {
+    size_t window = (size_t)c->seq_len + 1;
+    *key = "data.path";
+    if (c->data_format != DATA_TOKENS) return 0; // text: every byte is a target
+    if (c->val_path[0]) {
+        if (split_has_target(c->data_path, "training split", 1, n, err, errlen) < 0) return -1;
+        *key = "data.val_path";
+        return split_has_target(c->val_path, "validation split", 1, val_n, err, errlen);
+    }
+    if (n < 2 * window) return 0; // too short: the rank says so at load
+    size_t end = dataset_train_end(c, n);
+    if (split_has_target(c->data_path, "training split", 1, end, err, errlen) < 0) return -1;
+    if (c->eval_interval <= 0) return 0; // the validation tail is never read
+    return split_has_target(c->data_path, "validation split", end + 1, n, err, errlen);
 }
 
 // ---- reading windows ----

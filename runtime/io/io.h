@@ -62,6 +62,15 @@ int dataset_check_shards(const char *pattern, size_t *ntokens, char *err, size_t
 // Exits with a one-line message naming the file when it is unreadable, malformed or too
 // short, or (for shards) holds a token >= vocab, with that token's index in the file.
 void dataset_open(dataset *ds, const mt_config *c);
+// The end of the training split of a stream of n tokens: validation reads [end, n) (n with
+// data.val_path, whose own stream is the validation).
+size_t dataset_train_end(const mt_config *c, size_t n);
+// Each split that the job reads holds at least one target (data.path's n tokens and val_path's
+// val_n): else -1, the config key whose file lacks them and one line naming the file and the
+// split, e.g. the training head when the targets are all in the validation tail. Before launch;
+// reads masks only up to each split's first target.
+int dataset_check_targets(const mt_config *c, size_t n, size_t val_n, const char **key, char *err,
+                          size_t errlen);
 void dataset_close(dataset *ds);
 // rows x (seq+1) window: inputs[r*T + t] = tokens[o + t], targets = tokens[o + t + 1], or -1
 // where a masked shard marks that token context only. The offset o is drawn the same way

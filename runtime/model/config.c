@@ -240,18 +240,28 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     return 0;
 }
 
-// model.dense_layers: layer indices below model.layers, comma-separated.
+// Whether the list's entries before at name layer v.
+static int listed_before(const char *list, const char *at, long v) {
+    for (const char *p = list; p < at; p = strchr(p, ',') + 1)
+        if (strtol(p, NULL, 10) == v) return 1;
+    return 0;
+}
+
+// model.dense_layers: layer indices below model.layers, comma-separated, digits only, each once
+// ("0,", " 1" and "1,1" are refused rather than read loosely).
 static int check_dense_layers(ctx_t *x, const mt_config *c) {
-    const char *k = "model.dense_layers";
-    for (const char *p = c->dense_layers; *p;) {
+    const char *k = "model.dense_layers", *list = c->dense_layers;
+    for (const char *p = list; *p;) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v >= c->layers || (*end && *end != ','))
+        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno || v >= c->layers || (*end && (*end != ',' || !end[1])))
             return source_fail(x, LINE(k), k,
                                "\"%s\" must list layer indices below model.layers = %d, "
-                               "comma-separated",
-                               c->dense_layers, c->layers);
+                               "comma-separated, digits only",
+                               list, c->layers);
+        if (listed_before(list, p, v))
+            return source_fail(x, LINE(k), k, "\"%s\" lists layer %ld twice", list, v);
         p = *end ? end + 1 : end;
     }
     return 0;

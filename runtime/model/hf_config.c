@@ -67,7 +67,8 @@ static int read_rope(const json_ctx *j, mt_config *m) {
 // One special token id: absent or null is none (-1); present, it must name a token.
 static int token_id(const json_ctx *j, const char *key, const cJSON *v, int vocab, int *out) {
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (d < 0 || d != floor(d)) // no cast before the range check: (int)1e300 is undefined
+    // No cast before the range check: (int)1e300 is undefined. 2.0 is a float to transformers.
+    if (d < 0 || d != floor(d) || (v->type & JSON_FLOAT_TEXT))
         return failf(j->err, j->errlen, "%s: %s must be a token id (an integer >= 0)", j->path,
                      key);
     if (d >= vocab)

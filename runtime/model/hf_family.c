@@ -17,35 +17,99 @@ typedef struct {
     double eps_default, theta_default;
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
-    int qk_norm;  // QK_NONE, QK_HEAD or QK_ALL
-    // Mixture of Experts: NULL for a dense family. Its key for the number of experts (and the
-    // other name transformers accepts), the experts' width, whether the chosen weights are
-    // always renormalised (else norm_topk_prob), whether it has a shared expert and sparse
-    // steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
+    int qk_norm; // QK_NONE, QK_HEAD or QK_ALL
+    // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
+    // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
+    // chosen weights are always renormalised (else norm_topk_prob), whether it has a shared expert
+    // and sparse steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
     const char *experts_key, *experts_alias, *expert_ffn_key;
     int always_renorm, shared, sparse_steps;
     int moe_names; // MOE_NAMES_MLP or MOE_NAMES_BLOCK_SPARSE
     double aux_coef_default;
 } family;
 
+// Named fields: a column a row leaves out is zero or NULL, so a new column defaults to off.
 static const family families[] = {
-    {"LlamaForCausalLM", "llama", 0, 0, 1e-6, 1e4, WINDOW_NONE, 0, QK_NONE, NULL, NULL, NULL, 0, 0,
-     0, 0, 0},
-    {"MistralForCausalLM", "mistral", 8, 0, 1e-6, 1e4, WINDOW_MISTRAL, 0, QK_NONE, NULL, NULL, NULL,
-     0, 0, 0, 0, 0},
-    {"Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 1e4, WINDOW_FLAG, 1, QK_NONE, NULL, NULL, NULL, 0, 0,
-     0, 0, 0},
-    {"Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 1e4, WINDOW_FLAG, 0, QK_HEAD, NULL, NULL, NULL, 0,
-     0, 0, 0, 0},
-    {"MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, WINDOW_PLAIN, 0, QK_NONE,
-     "num_local_experts", "num_experts", "intermediate_size", 1, 0, 0, MOE_NAMES_BLOCK_SPARSE,
-     0.001},
-    {"Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 1e4, WINDOW_FLAG, 2, QK_NONE, "num_experts",
-     "num_local_experts", "moe_intermediate_size", 0, 1, 1, MOE_NAMES_MLP, 0.001},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", 4, 128, 1e-6, 1e4, WINDOW_FLAG, 0, QK_HEAD, "num_experts",
-     "num_local_experts", "moe_intermediate_size", 0, 0, 1, MOE_NAMES_MLP, 0.001},
-    {"OlmoeForCausalLM", "olmoe", 0, 0, 1e-5, 1e4, WINDOW_NONE, 0, QK_ALL, "num_experts",
-     "num_local_experts", "intermediate_size", 0, 0, 0, MOE_NAMES_MLP, 0.01},
+    {.arch = "LlamaForCausalLM",
+     .model_type = "llama",
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_NONE,
+     .qk_norm = QK_NONE},
+    {.arch = "MistralForCausalLM",
+     .model_type = "mistral",
+     .kv_default = 8,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_MISTRAL,
+     .qk_norm = QK_NONE},
+    {.arch = "Qwen2ForCausalLM",
+     .model_type = "qwen2",
+     .kv_default = 32,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_FLAG,
+     .qkv_bias = 1,
+     .qk_norm = QK_NONE},
+    {.arch = "Qwen3ForCausalLM",
+     .model_type = "qwen3",
+     .kv_default = 32,
+     .head_dim_default = 128,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_FLAG,
+     .qk_norm = QK_HEAD},
+    {.arch = "MixtralForCausalLM",
+     .model_type = "mixtral",
+     .kv_default = 8,
+     .eps_default = 1e-5,
+     .theta_default = 1e6,
+     .window = WINDOW_PLAIN,
+     .qk_norm = QK_NONE,
+     .experts_key = "num_local_experts",
+     .experts_alias = "num_experts",
+     .expert_ffn_key = "intermediate_size",
+     .always_renorm = 1,
+     .moe_names = MOE_NAMES_BLOCK_SPARSE,
+     .aux_coef_default = 0.001},
+    {.arch = "Qwen2MoeForCausalLM",
+     .model_type = "qwen2_moe",
+     .kv_default = 16,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_FLAG,
+     .qkv_bias = 2,
+     .qk_norm = QK_NONE,
+     .experts_key = "num_experts",
+     .expert_ffn_key = "moe_intermediate_size",
+     .shared = 1,
+     .sparse_steps = 1,
+     .moe_names = MOE_NAMES_MLP,
+     .aux_coef_default = 0.001},
+    {.arch = "Qwen3MoeForCausalLM",
+     .model_type = "qwen3_moe",
+     .kv_default = 4,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_FLAG,
+     .qk_norm = QK_HEAD,
+     .experts_key = "num_experts",
+     .experts_alias = "num_local_experts",
+     .expert_ffn_key = "moe_intermediate_size",
+     .sparse_steps = 1,
+     .moe_names = MOE_NAMES_MLP,
+     .aux_coef_default = 0.001},
+    {.arch = "OlmoeForCausalLM",
+     .model_type = "olmoe",
+     .eps_default = 1e-5,
+     .theta_default = 1e4,
+     .window = WINDOW_NONE,
+     .qk_norm = QK_ALL,
+     .experts_key = "num_experts",
+     .experts_alias = "num_local_experts",
+     .expert_ffn_key = "intermediate_size",
+     .moe_names = MOE_NAMES_MLP,
+     .aux_coef_default = 0.01},
 };
 enum { N_FAMILIES = sizeof families / sizeof *families };
 
@@ -173,7 +237,14 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
     return 0;
 }
 
-// mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5").
+static int listed_earlier(const cJSON *list, const cJSON *v) {
+    for (const cJSON *u = list->child; u != v; u = u->next)
+        if (u->valuedouble == v->valuedouble) return 1;
+    return 0;
+}
+
+// mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5"). A layer
+// listed twice is one dense layer, as transformers reads the list (`in`), so it is written once.
 static int read_dense_layers(const json_ctx *j, mt_config *m) {
     const cJSON *list = item(j, "mlp_only_layers"), *v;
     memset(m->dense_layers, 0, sizeof m->dense_layers);
@@ -184,10 +255,11 @@ static int read_dense_layers(const json_ctx *j, mt_config *m) {
     size_t used = 0;
     cJSON_ArrayForEach(v, list) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= m->layers ||
-            v->valuedouble != (double)(int)v->valuedouble)
+            v->valuedouble != (double)(int)v->valuedouble || (v->type & JSON_FLOAT_TEXT))
             return failf(j->err, j->errlen,
                          "%s: mlp_only_layers must list layer indices below num_hidden_layers %d",
                          j->path, m->layers);
+        if (listed_earlier(list, v)) continue;
         int n = snprintf(m->dense_layers + used, sizeof m->dense_layers - used, "%s%d",
                          used ? "," : "", (int)v->valuedouble);
         if (n < 0 || (size_t)n >= sizeof m->dense_layers - used)
@@ -197,9 +269,23 @@ static int read_dense_layers(const json_ctx *j, mt_config *m) {
     return 0;
 }
 
+// The number of experts as transformers reads it: the class sets its own field first and the
+// attribute_map's other name after it (it is a leftover keyword, set through the map), so the
+// other name wins when both are given, whatever their order in the file. A family without the
+// other name ignores it (Qwen2MoeConfig), and its own key is required.
+static const char *experts_key(const json_ctx *j, const family *f) {
+    if (f->experts_alias && item(j, f->experts_alias)) return f->experts_alias;
+    if (!f->experts_alias && !item(j, f->experts_key) && item(j, "num_local_experts")) {
+        failf(j->err, j->errlen, "%s: %s missing (%s reads no num_local_experts)", j->path,
+              f->experts_key, f->arch);
+        return NULL;
+    }
+    return f->experts_key;
+}
+
 static int read_experts(const json_ctx *j, const family *f, mt_config *m) {
-    const char *key = item(j, f->experts_key) ? f->experts_key : f->experts_alias;
-    if (get_int(j, key, -1, &m->experts) < 0 ||
+    const char *key = experts_key(j, f);
+    if (!key || get_int(j, key, -1, &m->experts) < 0 ||
         get_int(j, "num_experts_per_tok", -1, &m->top_k) < 0)
         return -1;
     if (m->experts > MOE_MAX_EXPERTS)

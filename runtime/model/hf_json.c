@@ -20,6 +20,9 @@ int get_int(const json_ctx *j, const char *key, int def, int *out) {
         return failf(j->err, j->errlen, "%s: %s is not a finite number", j->path, key);
     if (d < 1 || d != floor(d))
         return failf(j->err, j->errlen, "%s: %s must be a positive integer", j->path, key);
+    if (v->type & JSON_FLOAT_TEXT) // transformers' strict config refuses 4.0 for an int
+        return failf(j->err, j->errlen, "%s: %s must be an integer, not the float %.17g", j->path,
+                     key, d);
     if (d > INT_MAX)
         return failf(j->err, j->errlen, "%s: %s = %.17g is out of range: at most %d", j->path, key,
                      d, INT_MAX);
