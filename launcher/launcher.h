@@ -123,5 +123,8 @@ int check_backend_device(const mtrun_opts *o, const mt_config *cfg, char *err, s
 // The run folder dir (what: "--out", "--resume", ...), or the folder above it where it will be
 // made, is writable: not on a read-only mount, not another user's.
 int check_run_folder_writable(const char *dir, const char *what, char *err, size_t n);
+// ... and no other user can change it, or a folder above it (path_trust_check): one that another
+// user owns or may write to could hand the job their checkpoints and settings, or take its own.
+int check_run_folder_trusted(const char *dir, const char *what, char *err, size_t n);
 
 #endif

@@ -100,8 +100,22 @@ int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t
     return -1;
 }
 
+// A manifest's overrides steer the job as its own command line does (data.path, export_dir), so
+// they are read only from a checkpoint that no other user can change: its folders and
+// manifest.json this user's or root's, writable by nobody else. The manifest's "self" checksum
+// proves nothing here: anyone can recompute it after editing the file.
 int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
                               char *err, size_t errlen) {
+    char path[PATH_MAX], why[PATH_MAX + 128];
+    *n = 0;
+    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
+    if (path_trust_check(path, 1, why, sizeof why) < 0)
+        return failf(err, errlen,
+                     "%s: a checkpoint another user can change could steer this job through its "
+                     "settings (a checksum is no signature); copy it into a folder of your own "
+                     "and resume from there",
+                     why),
+               -3;
     return manifest_overrides(step_dir, out, max, n, err, errlen);
 }
 
