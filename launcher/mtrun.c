@@ -567,6 +567,7 @@ int main(int argc, char **argv) {
     printf(", config %s, job %s\n", mt_shown(o.config), job);
     fflush(stdout);
     rc = supervise_run(&c, job, o.np / o.nodes);
+    run_lock_clear_unfinished();
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
     int mpirun_sig, said = supervise_ranks_said(&mpirun_sig);
     if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal() && mpirun_sig)

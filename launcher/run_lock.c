@@ -11,6 +11,7 @@
 #include "launcher/launcher.h"
 #include "runtime/base/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -72,6 +73,11 @@ static int open_lock_file(int dfd, const char *dir, const char *what, char *err,
     return fd;
 }
 
+// The folder locked, open, and its name: what a save the job did not finish leaves there is
+// removed through it (run_lock_clear_unfinished), never through a link or a folder moved in.
+static int held_dir = -1;
+static char held_name[MT_PATH_MAX];
+
 int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     if (make_dirs_or_say(dir, err, n) < 0) return -1;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -82,8 +88,12 @@ int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     gethostname(host, sizeof host - 1);
     // The ranks check that the folder they hold is this one (job_hold_run_folder).
     int known = fstat(dfd, &st) == 0;
-    close(dfd);
-    if (fd < 0) return -1;
+    if (fd < 0) {
+        close(dfd);
+        return -1;
+    }
+    held_dir = dfd;
+    snprintf(held_name, sizeof held_name, "%s", dir);
     snprintf(id, sizeof id, "%llu:%llu:%s", (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino, host);
     if (known && setenv("MT_RUN_FOLDER", id, 1) != 0)
@@ -97,4 +107,35 @@ int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
                  "%s %s: %s is writing to this folder; wait for it to end, or choose another "
                  "--out",
                  what, dir, who);
+}
+
+// ".step_NNNNNN.tmp": the hidden folder a save is written into before it is renamed into place.
+static int is_unfinished_save(const char *name) {
+    size_t len = strlen(name);
+    if (len < 16 || strncmp(name, ".step_", 6) != 0 || strcmp(name + len - 4, ".tmp") != 0)
+        return 0;
+    for (size_t i = 6; i < len - 4; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+void run_lock_clear_unfinished(void) {
+    if (held_dir < 0) return;
+    int fd = dup(held_dir);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    rewinddir(d);
+    char err[MT_PATH_MAX + 256];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_unfinished_save(e->d_name)) continue;
+        if (remove_stale_temp_at(held_dir, e->d_name, err, sizeof err) < 0)
+            fprintf(stderr, "mtrun: %s: %s\n", mt_shown(held_name), mt_shown(err));
+        else
+            fprintf(stderr, "mtrun: removed %s/%s, a save the job did not finish\n",
+                    mt_shown(held_name), e->d_name);
+    }
+    closedir(d);
 }

@@ -49,6 +49,8 @@ FILE *fopen_nofollow(const char *path, const char *how); // "w" or "a" as above
 // own descriptor, never a link). Absent: 0. Anything else (a symbolic link, a folder with more
 // in it): -1 with a one-line message in err, and nothing touched.
 int remove_stale_temp(const char *path, char *err, size_t errlen);
+// The same for path under the folder open as at (AT_FDCWD: path as it is).
+int remove_stale_temp_at(int at, const char *path, char *err, size_t errlen);
 
 // Whether another user could change what path names (path_trust.c): 0 when every folder from
 // / down to it belongs to this user or root and nobody else may write to it unless it is sticky

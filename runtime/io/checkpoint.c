@@ -411,6 +411,16 @@ static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
     free(mine);
 }
 
+// Tests (MT_FAULT_SLOW_SAVE_MS): the leader pauses this long once the save's folder is made, for
+// a signal to land in the middle of a save. Signals do not cut the pause short.
+static void fault_slow_save(void) {
+    const char *ms = getenv("MT_FAULT_SLOW_SAVE_MS");
+    int n = ms ? atoi(ms) : 0;
+    struct timespec left = {n / 1000, (long)(n % 1000) * 1000000L};
+    while (n > 0 && nanosleep(&left, &left) != 0)
+        if (errno != EINTR) SYS_CHECK(-1);
+}
+
 void checkpoint_save(mt_job *job, int step, group_state *state) {
     char tmp[PATH_MAX], name[64];
     snprintf(name, sizeof name, "step_%06d", step);
@@ -421,6 +431,7 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
         clear_stale(tmp);
         if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", shown(tmp), strerror(errno));
         create_state_file(job, tmp, step);
+        fault_slow_save();
     }
     MPI_CHECK(MPI_Barrier(savers(job)));
     io_slices(job, tmp, state, 1);
