@@ -95,6 +95,7 @@ static void die_usage(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fflush(stdout); // what mtrun said before (a resume's settings) comes first: the refusal is last
     mt_put_line(stderr, "mtrun: ", msg);
     exit(2);
 }
