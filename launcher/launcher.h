@@ -87,8 +87,9 @@ void job_dirs_reap(void);
 // pid of the job that holds it. `what` names the option the folder came from.
 int run_lock_take(const char *dir, const char *what, char *err, size_t n);
 // Once no rank of the job is left: removes the hidden folders of saves it did not finish (a
-// second signal, a rank killed mid-save) from the locked folder, saying so on stderr. The lock
-// is still held, so no other job can be writing one.
+// second signal, a rank killed mid-save) from the locked folder, saying so on stderr; those
+// there before it started are left alone. The lock is still held, so no other job can be
+// writing one.
 void run_lock_clear_unfinished(void);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.
