@@ -1,6 +1,6 @@
 // Bad input that the ranks would only find after they start, caught here first, so that it is
 // refused in one line with exit 2 like every other bad input, and nothing starts: a CUDA backend
-// with no CUDA device, and a run folder the job cannot write.
+// with no CUDA device, and a run folder the job cannot write or another user could change.
 #include "launcher/launcher.h"
 #include "runtime/base/base.h"
 
@@ -83,4 +83,14 @@ int check_run_folder_writable(const char *dir, const char *what, char *err, size
                      what, mt_shown(dir), strcmp(at, dir) ? mt_shown(at) : "the folder",
                      strerror(errno));
     return 0;
+}
+
+int check_run_folder_trusted(const char *dir, const char *what, char *err, size_t n) {
+    char why[MT_PATH_MAX + 256];
+    if (path_trust_check(dir, 0, why, sizeof why) == 0) return 0;
+    return failf(err, n,
+                 "%s %s: %s: another user could swap or rewrite the job's checkpoints there and "
+                 "steer a --resume from them; use a folder only you can change (one of your own, "
+                 "chmod go-w)",
+                 what, dir, why);
 }

@@ -86,6 +86,11 @@ void job_dirs_reap(void);
 // long as this process and mpirun live; 0, or -1 with one line in err naming the folder and the
 // pid of the job that holds it. `what` names the option the folder came from.
 int run_lock_take(const char *dir, const char *what, char *err, size_t n);
+// Once no rank of the job is left: removes the hidden folders of saves it did not finish (a
+// second signal, a rank killed mid-save) from the locked folder, saying so on stderr; those
+// there before it started are left alone. The lock is still held, so no other job can be
+// writing one.
+void run_lock_clear_unfinished(void);
 
 // plan_report.c: this host's memory limits, and the plan printed against them.
 typedef struct {
@@ -124,5 +129,8 @@ int check_backend_device(const mtrun_opts *o, const mt_config *cfg, char *err, s
 // The run folder dir (what: "--out", "--resume", ...), or the folder above it where it will be
 // made, is writable: not on a read-only mount, not another user's.
 int check_run_folder_writable(const char *dir, const char *what, char *err, size_t n);
+// ... and no other user can change it, or a folder above it (path_trust_check): one that another
+// user owns or may write to could hand the job their checkpoints and settings, or take its own.
+int check_run_folder_trusted(const char *dir, const char *what, char *err, size_t n);
 
 #endif

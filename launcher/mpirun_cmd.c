@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int read_int(const char *path, int *v) {
@@ -133,6 +134,12 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
     // idle OpenMP threads must sleep, not spin. A value the user exported wins.
     add(c, "-x"), add(c, getenv("OMP_WAIT_POLICY") ? "OMP_WAIT_POLICY" : "OMP_WAIT_POLICY=PASSIVE");
     add(c, "-x"), add(c, "MT_JOB_ID");
+    // The user's umask, for ranks that ssh starts on other hosts with that login's (mt-rank).
+    static char mask[32];
+    mode_t was = umask(077);
+    umask(was);
+    snprintf(mask, sizeof mask, "MT_UMASK=%04o", (unsigned)was);
+    add(c, "-x"), add(c, mask);
     if (getenv("MT_RUN_FOLDER")) add(c, "-x"), add(c, "MT_RUN_FOLDER"); // the locked run folder
     // Open MPI gives the ranks a pseudo-terminal for stdout even when ours is a file, so
     // rank 0 cannot tell by itself whether a person watches: it is told.

@@ -95,6 +95,7 @@ static void die_usage(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fflush(stdout); // what mtrun said before (a resume's settings) comes first: the refusal is last
     mt_put_line(stderr, "mtrun: ", msg);
     exit(2);
 }
@@ -426,9 +427,11 @@ static void add_resumed_overrides(mtrun_opts *o) {
     char err[MT_PATH_MAX + 256];
     int n = 0;
     if (!resume_step[0]) return;
-    // -1: a damaged manifest, which the ranks check whole and name; -2: its overrides are bad.
+    // -1: a damaged manifest, which the ranks check whole and name; -2: its overrides are bad;
+    // -3: another user could have written them, so they are not this user's to apply.
     int rc = checkpoint_read_overrides(resume_step, saved, MT_MAX_OVERRIDES, &n, err, sizeof err);
     if (rc == -2) die_usage("%s", err);
+    if (rc == -3) die_usage("--resume %s: %s", o->resume, err);
     if (rc != 0) return;
     const char *merged[MT_MAX_OVERRIDES + 1];
     int m = 0;
@@ -468,7 +471,12 @@ static void lock_run_folder(const mtrun_opts *o, const mt_config *cfg) {
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->checkpoint_dir);
     }
+    // Trusted before any folder of it is made (none inside another user's), and as made (a name
+    // on the way another user took meanwhile).
     if (check_run_folder_writable(dir, what, err, sizeof err) < 0 ||
+        check_run_folder_trusted(dir, what, err, sizeof err) < 0 ||
+        make_dirs_or_say(dir, err, sizeof err) < 0 ||
+        check_run_folder_trusted(dir, what, err, sizeof err) < 0 ||
         run_lock_take(dir, what, err, sizeof err) < 0)
         die_usage("%s", err);
 }
@@ -560,6 +568,7 @@ int main(int argc, char **argv) {
     printf(", config %s, job %s\n", mt_shown(o.config), job);
     fflush(stdout);
     rc = supervise_run(&c, job, o.np / o.nodes);
+    run_lock_clear_unfinished();
     // 2: a rank refused its input, 3: non-finite gradients; each said so in its own line.
     int mpirun_sig, said = supervise_ranks_said(&mpirun_sig);
     if (rc != 0 && rc != 2 && rc != 3 && !supervise_signal() && mpirun_sig)

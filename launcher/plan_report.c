@@ -79,9 +79,20 @@ static void print_slots(FILE *f, const mt_plan *p) {
                 MODEL_GRAD_RING_DEPTH, H(p->other_slots_grads));
 }
 
+// storage.dir given without storage.grads or storage.adam (storage.master needs adam): the
+// tier is off and the folder unused, which the user who named it should hear.
+static int storage_dir_unused(const mt_config *c) {
+    return c->storage_dir[0] && !c->storage_grads && !c->storage_adam;
+}
+
 // The NVMe tier: what lives on disk, what it keeps in memory, and when the disk keeps up.
 static void print_storage(FILE *f, const mt_plan *p, const host_probe *h) {
     const mt_config *c = p->c;
+    if (storage_dir_unused(c))
+        fprintf(f,
+                "NVMe tier: off; storage.dir %s is set but unused: nothing goes there without "
+                "storage.grads or storage.adam = true\n",
+                mt_shown(c->storage_dir));
     if (!p->disk) return;
     plan_estimate e;
     plan_estimate_step(p, 1, &e);
@@ -442,6 +453,8 @@ void plan_print_compact(FILE *f, const mt_plan *p, const host_probe *h, int core
     if (p->disk)
         fprintf(f, "; disk %s in storage.dir at %sB/s%s", H(p->disk), SI(p->disk_bw),
                 *h->disk_bw_unmeasured ? " (not measured: assumed; mtrun --plan says why)" : "");
+    if (storage_dir_unused(p->c))
+        fprintf(f, "; storage.dir unused (no storage.grads or storage.adam)");
     print_overrides(f, p->c, "; with");
     fprintf(f, "; estimated %s/step, %s for %d step%s at assumed rates (mtrun --plan)\n",
             T(e.step_s), T(e.step_s * steps), steps, steps == 1 ? "" : "s");

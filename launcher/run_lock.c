@@ -11,9 +11,11 @@
 #include "launcher/launcher.h"
 #include "runtime/base/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -72,6 +74,74 @@ static int open_lock_file(int dfd, const char *dir, const char *what, char *err,
     return fd;
 }
 
+// The folder locked, open, and its name: what a save the job did not finish leaves there is
+// removed through it (run_lock_clear_unfinished), never through a link or a folder moved in.
+static int held_dir = -1;
+static char held_name[MT_PATH_MAX];
+
+// ".step_NNNNNN.tmp": the hidden folder a save is written into before it is renamed into place.
+static int is_unfinished_save(const char *name) {
+    size_t len = strlen(name);
+    if (len < 16 || strncmp(name, ".step_", 6) != 0 || strcmp(name + len - 4, ".tmp") != 0)
+        return 0;
+    for (size_t i = 6; i < len - 4; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+// Calls fn on each .step_NNNNNN.tmp entry of the held folder.
+static void each_save_temp(void (*fn)(const struct dirent *e)) {
+    int fd = held_dir >= 0 ? dup(held_dir) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    rewinddir(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (is_unfinished_save(e->d_name)) fn(e);
+    closedir(d);
+}
+
+// Those there before the job started (a crash's, a link planted there) are not this job's: the
+// save that reuses the name clears a stale one itself, and a link is said by the rank. Known by
+// inode and change time, for a save may get the inode of the stale folder it cleared.
+typedef struct {
+    ino_t ino;
+    struct timespec ctime;
+} entry_id;
+static entry_id *before;
+static size_t n_before;
+
+static int entry_of(const struct dirent *e, entry_id *id) {
+    struct stat st;
+    if (fstatat(held_dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+    id->ino = st.st_ino, id->ctime = st.st_ctim;
+    return 0;
+}
+
+static void note_before(const struct dirent *e) {
+    entry_id *more = realloc(before, (n_before + 1) * sizeof *before);
+    if (!more) mt_die("out of memory");
+    before = more;
+    if (entry_of(e, &before[n_before]) == 0) n_before++;
+}
+
+static void remove_if_this_jobs(const struct dirent *e) {
+    entry_id id;
+    if (entry_of(e, &id) != 0) return;
+    for (size_t i = 0; i < n_before; i++)
+        if (before[i].ino == id.ino && before[i].ctime.tv_sec == id.ctime.tv_sec &&
+            before[i].ctime.tv_nsec == id.ctime.tv_nsec)
+            return;
+    char err[MT_PATH_MAX + 256];
+    if (remove_stale_temp_at(held_dir, e->d_name, err, sizeof err) < 0)
+        fprintf(stderr, "mtrun: %s: %s\n", mt_shown(held_name), mt_shown(err));
+    else
+        fprintf(stderr, "mtrun: removed %s/%s, a save the job did not finish\n",
+                mt_shown(held_name), e->d_name);
+}
+
 int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     if (make_dirs_or_say(dir, err, n) < 0) return -1;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -82,8 +152,13 @@ int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
     gethostname(host, sizeof host - 1);
     // The ranks check that the folder they hold is this one (job_hold_run_folder).
     int known = fstat(dfd, &st) == 0;
-    close(dfd);
-    if (fd < 0) return -1;
+    if (fd < 0) {
+        close(dfd);
+        return -1;
+    }
+    held_dir = dfd;
+    snprintf(held_name, sizeof held_name, "%s", dir);
+    each_save_temp(note_before);
     snprintf(id, sizeof id, "%llu:%llu:%s", (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino, host);
     if (known && setenv("MT_RUN_FOLDER", id, 1) != 0)
@@ -97,4 +172,8 @@ int run_lock_take(const char *dir, const char *what, char *err, size_t n) {
                  "%s %s: %s is writing to this folder; wait for it to end, or choose another "
                  "--out",
                  what, dir, who);
+}
+
+void run_lock_clear_unfinished(void) {
+    each_save_temp(remove_if_this_jobs);
 }

@@ -5,7 +5,7 @@
 #   ranges and the rules between fields, each refused in one line that names the override;
 # - the plan line shows them and each checkpoint's manifest records them;
 # - --resume applies them again (bitwise the uninterrupted run), and a setting given with
-#   --resume wins over the recorded one.
+#   --resume wins over the recorded one; a refusal after them is the last line.
 # usage: e2e_overrides.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/base.cfg"
@@ -60,6 +60,12 @@ expect "--resume says it applies the checkpoint's settings again" grep -q \
 expect "and its run is the uninterrupted one, bitwise" \
     cmp -s "$WORK/over/step_000008/state.bin" "$WORK/part/step_000008/state.bin"
 expect "losses too" diff <(losses "$WORK/over") <(losses "$WORK/part")
+# A refusal on --resume is the last line, after the line of the checkpoint's settings.
+"$MTRUN" -np 3 "$WORK/base.cfg" --resume "$WORK/part" optimizer.lr=20 >"$WORK/part-bad.log" 2>&1
+rc=$?
+expect "--resume with a bad setting is refused (rc $rc), the refusal last: $(tail -n 1 "$WORK/part-bad.log")" \
+    bash -c "[ $rc -eq 2 ] && tail -n 1 '$WORK/part-bad.log' | grep -q 'optimizer.lr: 20 is out of range' &&
+             grep -q '^mtrun: --resume: the checkpoint.s settings apply again' '$WORK/part-bad.log'"
 # A setting given with --resume wins over the recorded one.
 run_job part2 3 "$WORK/base.cfg" "${OVR[@]}" --stop-at 4 || show_log part2
 "$MTRUN" -np 3 "$WORK/base.cfg" --resume "$WORK/part2" steps=10 >"$WORK/part2-resume.log" 2>&1 ||

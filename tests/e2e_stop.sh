@@ -2,7 +2,8 @@
 # Issue 14, item 5: Ctrl-C keeps the work.
 # - A first SIGINT (or SIGTERM) to mtrun finishes the step under way, saves it, and ends with
 #   exit code 130 (143); --resume then continues bitwise, to the uninterrupted run's result.
-# - A second signal ends the job at once, and leaves no rank and nothing in /dev/shm.
+# - A second signal ends the job at once, and leaves no rank and nothing in /dev/shm; one during
+#   a save leaves no part of it.
 # - SIGHUP (a closed terminal) is a SIGTERM; a stop file of another user steers nothing.
 # usage: e2e_stop.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
@@ -88,6 +89,30 @@ for gap in 0.2 0.005; do
     expect "no rank is left after the abort" test -z "$(ranks_of "$WORK/base.cfg")"
     expect "nothing is left in /dev/shm after the abort" no_leftovers "twice-$gap"
 done
+
+# Ctrl-C twice during a save of the NVMe tier's moments (the leader pauses in it,
+# MT_FAULT_SLOW_SAVE_MS): the save's hidden folder, as large as a checkpoint, is removed on the way
+# out, and the tier's folder is left empty.
+mkdir "$WORK/disk"
+sed 's/^  interval = .*/  interval = 2;/' "$WORK/base.cfg" >"$WORK/save.cfg"
+MT_FAULT_SLOW_SAVE_MS=20000 setsid "$MTRUN" -np 3 "$WORK/save.cfg" --out "$WORK/mid-save" \
+    storage.dir="$WORK/disk" storage.adam=true >"$WORK/mid-save.log" 2>&1 &
+pid=$!
+for i in $(seq 1 1200); do [ -e "$WORK/mid-save/.step_000002.tmp/state.bin" ] && break; sleep 0.05; done
+expect "a save is under way in its hidden folder" test -e "$WORK/mid-save/.step_000002.tmp"
+kill -INT -- -"$pid"
+sleep 0.2
+kill -INT -- -"$pid"
+wait "$pid"
+rc=$?
+expect "Ctrl-C twice during the save aborts (exit $rc)" test "$rc" -eq 130
+expect "and its hidden folder is gone: $(ls -A "$WORK/mid-save" | tr '\n' ' ')" \
+    bash -c "! ls -A '$WORK/mid-save' | grep -q '^\.step_.*\.tmp\$'"
+expect "mtrun says it removed it" \
+    grep -q "^mtrun: removed $WORK/mid-save/.step_000002.tmp, a save the job did not finish" \
+    "$WORK/mid-save.log"
+expect "nothing is left in storage.dir" test -z "$(ls -A "$WORK/disk")"
+expect "nor in /dev/shm" no_leftovers mid-save
 
 # Only the job's own user can ask it to stop: the stop file lives in the job's folder, mode 0700,
 # and a file there that another user owns is ignored; one at the old place of /dev/shm, where

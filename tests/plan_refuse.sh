@@ -2,7 +2,7 @@
 # A job that does not fit is refused before anything starts: exit code 2, nothing on stdout,
 # one line on stderr that names what it needs and what is available, and the change that fits;
 # the change it names really fits. --plan prints the plan and exits 2 the same way. A job that
-# fits prints its plan in one line before it starts.
+# fits prints its plan in one line before it starts; both say when storage.dir is set but unused.
 # usage: plan_refuse.sh MTRUN REPO_ROOT
 set -u
 MTRUN=$1
@@ -99,6 +99,20 @@ head -n 1 "$TMP/fits.log" | grep -q '^mtrun: plan: 0.10M params, host .* B/param
     fail "a job does not start with its plan line: $(head -n 1 "$TMP/fits.log")"
 head -n 1 "$TMP/fits.log" | grep -q 'estimated .*/step' || fail "the plan line has no step estimate"
 echo "ok   --force runs it; a job that fits starts with: $(head -n 1 "$TMP/fits.log")"
+
+# storage.dir without storage.grads or storage.adam holds nothing: --plan and the job's plan
+# line say so.
+"$MTRUN" --plan -np 3 $CFG storage.dir="$TMP" >"$TMP/unused.out" 2>&1 ||
+    fail "--plan with an unused storage.dir: $(tail -n 3 "$TMP/unused.out")"
+grep -q "^NVMe tier: off; storage.dir $TMP is set but unused" "$TMP/unused.out" ||
+    fail "--plan does not say storage.dir is unused"
+"$MTRUN" -np 2 $CFG storage.dir="$TMP" --out "$TMP/unused" --stop-at 1 >"$TMP/unused.log" 2>&1 ||
+    fail "a job with an unused storage.dir failed: $(tail -n 3 "$TMP/unused.log")"
+head -n 1 "$TMP/unused.log" | grep -q '^mtrun: plan: .*; storage.dir unused (no storage.grads or storage.adam)' ||
+    fail "the plan line does not say storage.dir is unused: $(head -n 1 "$TMP/unused.log")"
+grep -q 'storage.dir unused\|set but unused' "$TMP/fits.log" "$TMP/plan.out" &&
+    fail "a job without storage.dir is said to leave it unused"
+echo "ok   storage.dir without storage.grads or storage.adam: the plan says it is unused"
 
 # GPU memory: mtrun plans with --gpu-mem (or nvidia-smi) and refuses what does not fit; the
 # compute rank checks again before it allocates (MT_DEVICE_FREE_BYTES stands in for its free

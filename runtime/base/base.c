@@ -109,22 +109,26 @@ static int remove_plain_files(int dirfd) {
     return rc;
 }
 
-int remove_stale_temp(const char *path, char *err, size_t errlen) {
+int remove_stale_temp_at(int at, const char *path, char *err, size_t errlen) {
     struct stat st;
-    if (lstat(path, &st) != 0)
+    if (fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : failf(err, errlen, "%s: %s", path, strerror(errno));
     if (S_ISREG(st.st_mode))
-        return unlink(path) == 0 ? 0 : failf(err, errlen, "%s: %s", path, strerror(errno));
+        return unlinkat(at, path, 0) == 0 ? 0 : failf(err, errlen, "%s: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return failf(err, errlen,
                      "%s is a %s, not a temporary folder of ours: not following or removing it "
                      "(remove it yourself if it is safe to)",
                      path, S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || remove_plain_files(fd) != 0 || rmdir(path) != 0)
+    int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || remove_plain_files(fd) != 0 || unlinkat(at, path, AT_REMOVEDIR) != 0)
         return failf(err, errlen,
                      "%s: a stale temporary folder that cannot be cleared (%s): "
                      "remove it yourself if it is safe to",
                      path, strerror(errno));
     return 0;
+}
+
+int remove_stale_temp(const char *path, char *err, size_t errlen) {
+    return remove_stale_temp_at(AT_FDCWD, path, err, errlen);
 }

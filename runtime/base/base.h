@@ -49,6 +49,17 @@ FILE *fopen_nofollow(const char *path, const char *how); // "w" or "a" as above
 // own descriptor, never a link). Absent: 0. Anything else (a symbolic link, a folder with more
 // in it): -1 with a one-line message in err, and nothing touched.
 int remove_stale_temp(const char *path, char *err, size_t errlen);
+// The same for path under the folder open as at (AT_FDCWD: path as it is).
+int remove_stale_temp_at(int at, const char *path, char *err, size_t errlen);
+
+// Whether another user could change what path names (path_trust.c): 0 when every folder from
+// / down to it belongs to this user or root and nobody else may write to it unless it is sticky
+// (as /tmp is), no symbolic link on the way is another user's, and path itself, when it
+// exists, is this user's (or root's too, with owner_root_ok) and writable by nobody else. A
+// path not made yet is judged by the nearest folder above it. -1 with the reason in err
+// ("/x belongs to uid 65534 (nobody), not to this user (uid 0)", "/x is writable by every user
+// (mode 0777, not sticky)"), for the caller to put between its field and what to do.
+int path_trust_check(const char *path, int owner_root_ok, char *err, size_t n);
 
 // Formats a one-line message into err and returns -1, so that a check can `return failf(...)`.
 int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -100,8 +100,22 @@ int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t
     return -1;
 }
 
+// A manifest's overrides steer the job as its own command line does (data.path, export_dir), so
+// they are read only from a checkpoint that no other user can change: its folders and
+// manifest.json this user's or root's, writable by nobody else. The manifest's "self" checksum
+// proves nothing here: anyone can recompute it after editing the file.
 int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
                               char *err, size_t errlen) {
+    char path[PATH_MAX], why[PATH_MAX + 128];
+    *n = 0;
+    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
+    if (path_trust_check(path, 1, why, sizeof why) < 0)
+        return failf(err, errlen,
+                     "%s: a checkpoint another user can change could steer this job through its "
+                     "settings (a checksum is no signature); copy it into a folder of your own "
+                     "and resume from there",
+                     why),
+               -3;
     return manifest_overrides(step_dir, out, max, n, err, errlen);
 }
 
@@ -397,6 +411,16 @@ static void checksum_state(mt_job *job, const char *tmp, block_list *bl) {
     free(mine);
 }
 
+// Tests (MT_FAULT_SLOW_SAVE_MS): the leader pauses this long once the save's folder is made, for
+// a signal to land in the middle of a save. Signals do not cut the pause short.
+static void fault_slow_save(void) {
+    const char *ms = getenv("MT_FAULT_SLOW_SAVE_MS");
+    int n = ms ? atoi(ms) : 0;
+    struct timespec left = {n / 1000, (long)(n % 1000) * 1000000L};
+    while (n > 0 && nanosleep(&left, &left) != 0)
+        if (errno != EINTR) SYS_CHECK(-1);
+}
+
 void checkpoint_save(mt_job *job, int step, group_state *state) {
     char tmp[PATH_MAX], name[64];
     snprintf(name, sizeof name, "step_%06d", step);
@@ -407,6 +431,7 @@ void checkpoint_save(mt_job *job, int step, group_state *state) {
         clear_stale(tmp);
         if (mkdir(tmp, 0755) != 0) mt_die("checkpoint: mkdir %s: %s", shown(tmp), strerror(errno));
         create_state_file(job, tmp, step);
+        fault_slow_save();
     }
     MPI_CHECK(MPI_Barrier(savers(job)));
     io_slices(job, tmp, state, 1);

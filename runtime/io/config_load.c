@@ -17,6 +17,12 @@ static int check_export_dir(config_source *src, mt_config *cfg) {
     if (config_resolve(src, "export_dir", cfg->export_dir, sizeof cfg->export_dir) < 0) return -1;
     if (hf_export_dir_check(cfg->export_dir, err, sizeof err) < 0)
         return config_fail(src, "export_dir", "%s", err);
+    // The export is renamed into place at the end: no other user may swap a folder in on the way.
+    if (path_trust_check(cfg->export_dir, 0, err, sizeof err) < 0)
+        return config_fail(src, "export_dir",
+                           "%s: %s: another user could take the exported weights or swap in "
+                           "their own; export to a folder that only you can change",
+                           cfg->export_dir, err);
     return 0;
 }
 
@@ -132,6 +138,14 @@ static int check_storage_dir(config_source *src, const mt_config *cfg) {
     if ((why = unfit_filesystem((long)fs.f_type)))
         return config_fail(src, "storage.dir", "%s is on %s; the tier needs a local disk", dir,
                            why);
+    // The tier's files are made O_EXCL, 0600 and unlinked at once, so a sticky folder that every
+    // user may write to (as /tmp) is fine; one another user owns or can swap is not.
+    char whose[MT_PATH_MAX + 256];
+    if (path_trust_check(dir, 1, whose, sizeof whose) < 0)
+        return config_fail(src, "storage.dir",
+                           "%s: %s: another user could swap the folder the optimizer state goes "
+                           "to; use a folder that only you (or root) can change",
+                           dir, whose);
     return 0;
 }
 

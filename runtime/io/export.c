@@ -214,12 +214,17 @@ static void write_index(const mt_config *cfg, const export_plan *p, const char *
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max) {
     export_plan p;
     make_plan(cfg, max, &p);
-    char err[PATH_MAX + 256]; // a crashed earlier export's folder: ours to clear, a link is not
-    if (remove_stale_temp(tmp_dir, err, sizeof err) < 0) mt_die("export: %s", err);
-    char parent[PATH_MAX];
+    char err[PATH_MAX + 256], parent[PATH_MAX];
     snprintf(parent, sizeof parent, "%s", tmp_dir);
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) *slash = 0, make_dirs(parent);
+    // mtrun checked the folders at the start; one made since by another user is caught here.
+    if (path_trust_check(slash ? parent : ".", 1, err, sizeof err) < 0)
+        mt_refuse("export_dir: %s: another user could take or swap the export; nothing was "
+                  "exported",
+                  err);
+    // a crashed earlier export's folder: ours to clear, a link is not
+    if (remove_stale_temp(tmp_dir, err, sizeof err) < 0) mt_die("export: %s", err);
     if (mkdir(tmp_dir, 0755) != 0) mt_die("export: mkdir %s: %s", tmp_dir, strerror(errno));
     write_config(cfg, tmp_dir);
     write_index(cfg, &p, tmp_dir);

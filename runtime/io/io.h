@@ -143,7 +143,9 @@ int checkpoint_find_latest(const char *dir, char *out, size_t cap);
 int checkpoint_resolve(const char *dir, char *out, size_t cap, char *err, size_t errlen);
 // The key=value overrides the run that saved a checkpoint was given (none in older ones), at most
 // max: mtrun applies them again on --resume, before the command line's own. 0; -1 (err set) when
-// the manifest does not load or check; -2 when its overrides are malformed.
+// the manifest does not load or check; -2 when its overrides are malformed; -3 when another user
+// could have changed them (path_trust_check: a folder on the way, or manifest.json, is theirs or
+// writable by them).
 int checkpoint_read_overrides(const char *step_dir, char out[][MT_OVERRIDE_MAX], int max, int *n,
                               char *err, size_t errlen);
 // The step a checkpoint holds, and how many steps before it were skipped (non-finite norms).

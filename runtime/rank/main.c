@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 
 // The longest name a run writes inside its folders ("/.step_000000.tmp/manifest.json", an
 // export's shard index, "/trace.part-NNN.jsonl"), with room to spare: a longer folder path would
@@ -220,8 +221,21 @@ static void die_with_parent(void) {
     if (getppid() != parent || parent == 1) exit(1);
 }
 
+// The files the job writes (checkpoints, exports, metrics) get no more permissions than the
+// user's umask gives: mtrun's, which a rank that ssh started on another host does not inherit
+// (that login's may be wider). The tighter of the two applies.
+static void take_users_umask(void) {
+    const char *s = getenv("MT_UMASK");
+    char *end;
+    long mask = s ? strtol(s, &end, 8) : -1;
+    if (!s || !*s || *end || mask < 0 || mask > 0777) return;
+    mode_t own = umask(0);
+    umask(own | (mode_t)mask);
+}
+
 int main(int argc, char **argv) {
     job_args args = parse_args(argc, argv);
+    take_users_umask();
     die_with_parent();
     // The compute rank's gradient sums across nodes run on its copy thread (engine/transfer.c),
     // never at the same time as another MPI call of the rank.
