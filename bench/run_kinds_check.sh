@@ -4,11 +4,12 @@
 # by side, runs bench/bitwise_matrix.sh's jobs on the CUDA backend with both and compares them
 # byte for byte, then the ctests given (TESTS, a regex), and with BENCH=NAME the bench config
 # with both builds.   Usage: OUT=... BASE_SRC=.base TESTS=REGEX [BENCH=7b] bench/run_kinds_check.sh
-set -uo pipefail
+set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 t0=$(date +%s)
-source bench/device-setup.sh >/dev/null 2>&1
+source bench/device-setup.sh >/dev/null 2>&1 # before pipefail: its own pipelines end early
+set -o pipefail
 (cmake -S "${BASE_SRC:-.base}" -B build-base -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake-base.log" 2>&1 &&
     cmake --build build-base -j8 >"$OUT/build-base.log" 2>&1
  echo "base build rc=$? $(($(date +%s) - t0)) s") &
