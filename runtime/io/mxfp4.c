@@ -9,23 +9,18 @@
 static const float fp4_value[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// 2^(scale - 127) as torch's ldexp forms it, pow(2.0, exponent) in float: exact down to 2^-127
-// (a float subnormal), and +inf for 255, whose 2^128 overflows float.
-static float e8m0_value(uint8_t scale) {
-    return scale == 255 ? INFINITY : ldexpf(1.0f, (int)scale - 127);
-}
-
 // One group: 16 bytes into 32 values, the low nibble of byte j first (value 2j), then the high.
-// The product rounds in float like torch's multiply by the power (exact unless it overflows).
+// ldexp, like torch 2.11's (std::ldexp on the CPU, ::ldexp on CUDA): exact, or +-inf from 2^128
+// up. Returns how many values are suspect: inf, or any under scale 255.
 static int64_t decode_group(float *out, const uint8_t *bytes, uint8_t scale) {
-    float power = e8m0_value(scale);
-    int64_t nonfinite = 0;
+    int exponent = (int)scale - 127;
+    int64_t suspect = 0;
     for (int j = 0; j < MXFP4_GROUP_BYTES; j++) {
-        out[2 * j] = fp4_value[bytes[j] & 0x0F] * power;
-        out[2 * j + 1] = fp4_value[bytes[j] >> 4] * power;
-        nonfinite += !isfinite(out[2 * j]) + !isfinite(out[2 * j + 1]);
+        out[2 * j] = ldexpf(fp4_value[bytes[j] & 0x0F], exponent);
+        out[2 * j + 1] = ldexpf(fp4_value[bytes[j] >> 4], exponent);
+        suspect += !isfinite(out[2 * j]) + !isfinite(out[2 * j + 1]);
     }
-    return nonfinite;
+    return scale == 255 ? MXFP4_GROUP : suspect;
 }
 
 const char *mxfp4_shape_of(const int64_t *blocks_dims, int blocks_ndim, const int64_t *scales_dims,
@@ -44,28 +39,28 @@ const char *mxfp4_shape_of(const int64_t *blocks_dims, int blocks_ndim, const in
 
 int64_t mxfp4_dequantize_rows(float *out, const uint8_t *blocks, const uint8_t *scales,
                               int64_t rows, int64_t groups) {
-    int64_t nonfinite = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nonfinite)
+    int64_t suspect = 0;
+#pragma omp parallel for schedule(static) reduction(+ : suspect)
     for (int64_t g = 0; g < rows * groups; g++)
-        nonfinite += decode_group(out + g * MXFP4_GROUP, blocks + g * MXFP4_GROUP_BYTES, scales[g]);
-    return nonfinite;
+        suspect += decode_group(out + g * MXFP4_GROUP, blocks + g * MXFP4_GROUP_BYTES, scales[g]);
+    return suspect;
 }
 
 // Each (expert, row) is decoded whole, then written down its column of the [K, rows] result.
 int64_t mxfp4_dequantize_transposed(float *out, const uint8_t *blocks, const uint8_t *scales,
                                     mxfp4_shape shape) {
     int64_t rows = shape.rows, groups = shape.groups, K = groups * MXFP4_GROUP;
-    int64_t nonfinite = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nonfinite)
+    int64_t suspect = 0;
+#pragma omp parallel for schedule(static) reduction(+ : suspect)
     for (int64_t er = 0; er < shape.experts * rows; er++) {
         int64_t e = er / rows, r = er % rows;
         float *column = out + e * K * rows + r;
         for (int64_t g = 0; g < groups; g++) {
             float group[MXFP4_GROUP];
-            nonfinite += decode_group(group, blocks + (er * groups + g) * MXFP4_GROUP_BYTES,
-                                      scales[er * groups + g]);
+            suspect += decode_group(group, blocks + (er * groups + g) * MXFP4_GROUP_BYTES,
+                                    scales[er * groups + g]);
             for (int j = 0; j < MXFP4_GROUP; j++) column[(g * MXFP4_GROUP + j) * rows] = group[j];
         }
     }
-    return nonfinite;
+    return suspect;
 }

@@ -13,10 +13,13 @@
 //
 // Every finite value is exactly representable in bf16 (and fp32): an FP4 value has at most two
 // significant bits and the smallest nonzero one, 0.5 * 2^-127 = 2^-128, is above bf16's smallest
-// subnormal (2^-133). Values of 2^128 and more (scale 254 with |FP4| >= 2, 253 with >= 4)
-// overflow to +-inf in torch as here. Scale 255 (E8M0's NaN) makes torch's 2^(255 - 127) float
-// overflow first: +-inf for a nonzero code, NaN for a zero. Real checkpoints have none of these;
-// the functions count them so that a loader can refuse the tensor.
+// subnormal (2^-133). So transformers' bf16 result (its default dtype) and its fp32 one are the
+// same numbers, and so are ours. Values of 2^128 and more overflow to +-inf, in torch as here:
+// scale 254 with |FP4| >= 2, 253 with |FP4| >= 4, 255 with |FP4| >= 1. Scale 255 is E8M0's NaN,
+// which no quantizer writes; torch 2.11 computes ldexp exactly (as here: 0.5 * 2^128 is 2^127),
+// while older torch multiplied by 2^(scale - 127) formed first, 2^128 = inf (inf for any nonzero
+// code, NaN for a zero). Real checkpoints have none of these; the functions count them (every value
+// under scale 255, every inf) so that a loader can refuse the tensor.
 #ifndef MT_MXFP4_H
 #define MT_MXFP4_H
 
@@ -35,12 +38,12 @@ const char *mxfp4_shape_of(const int64_t *blocks_dims, int blocks_ndim, const in
                            int scales_ndim, mxfp4_shape *shape);
 
 // rows rows of groups groups each, in the checkpoint's order: out[r * K + k] (K = groups * 32).
-// Returns how many values came out inf or NaN.
+// Returns how many values are suspect (inf, or under scale 255).
 int64_t mxfp4_dequantize_rows(float *out, const uint8_t *blocks, const uint8_t *scales,
                               int64_t rows, int64_t groups);
 
 // A whole tensor in transformers' layout: out[(e * K + k) * rows + r] is value k of row r of
-// expert e. Returns how many values came out inf or NaN.
+// expert e. Returns how many values are suspect (inf, or under scale 255).
 int64_t mxfp4_dequantize_transposed(float *out, const uint8_t *blocks, const uint8_t *scales,
                                     mxfp4_shape shape);
 
