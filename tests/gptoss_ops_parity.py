@@ -5,7 +5,9 @@ usage: gptoss_ops_parity.py BUILD_DIR
 
 - YaRN: rope_yarn_inv_freq's table for gpt-oss-120b (head dim 64, theta 150000, factor 32,
   original 4096, beta 32 / 1), truncate off (its config.json) and on, against the inv_freq and
-  attention factor of transformers' ROPE_INIT_FUNCTIONS["yarn"] on a GptOssConfig: bitwise.
+  attention factor of transformers' ROPE_INIT_FUNCTIONS["yarn"] on a GptOssConfig: the factor
+  bitwise, the table within 3e-7 relative (torch's CPU pow, vectorized, is 1 ulp off libm's
+  correctly rounded powf on some entries: 2 of gpt-oss-120b's 32 with torch 2.11).
 - The clamped SwiGLU: swiglu_clamped_forward / _backward on a grid over [-10, 10] (with +-7 and
   their neighbouring floats) against GptOssExperts._apply_gate on the interleaved gate_up and its
   autograd, fp32: within 1e-6 relative, and the gradient exactly 0 in the same places.
@@ -55,9 +57,11 @@ def check_yarn(folder):
         inv_freq, factor = ROPE_INIT_FUNCTIONS["yarn"](config)
         theirs = inv_freq.to(torch.float32).numpy()
         diff = int(np.sum(theirs.view(np.uint32) != ours[int(truncate)].view(np.uint32)))
-        check(diff == 0 and factor == attention[int(truncate)],
-              f"yarn truncate={truncate}: {diff} of 32 entries differ in bits, attention factor "
-              f"{attention[int(truncate)]!r} vs {factor!r}")
+        rel = float(np.max(np.abs(ours[int(truncate)] / theirs - 1)))
+        check(rel < 3e-7 and factor == attention[int(truncate)],
+              f"yarn truncate={truncate}: {diff} of 32 entries differ in bits, at most {rel:.3g} "
+              f"relative (torch's vectorized pow is 1 ulp off libm's powf on some), attention "
+              f"factor {attention[int(truncate)]!r} vs {factor!r}")
 
 
 def check_swiglu(folder):
@@ -78,7 +82,7 @@ def check_swiglu(folder):
         zeros = int(np.sum((theirs == 0) != (mine == 0)))
         check(rel < 1e-6 and zeros == 0, f"clamped swiglu {name}: rel err {rel:.3g}, "
               f"{zeros} places where one is exactly 0 and the other not (of {len(mine)})")
-    edge = (gate == 7.0) & (up.abs() < 7)
+    edge = (gate == 7.0) & (up.abs() < 7) & (up != -1)  # up = -1 zeroes (up + 1)
     check(bool(torch.all(grad[edge, 0] != 0)), "torch passes the gradient at gate == 7")
 
 
