@@ -3,3 +3,8 @@
 add_executable(test_kernels_cpu ${MT_TEST_DIR}/test_kernels_cpu.c)
 target_link_libraries(test_kernels_cpu PRIVATE mt_kernels)
 add_test(NAME kernels_cpu_gradcheck COMMAND test_kernels_cpu)
+# The kernels gpt-oss adds: its experts' clamped SwiGLU (gradient checks, the clamp's edges) and
+# YaRN's RoPE table.
+add_executable(test_kernels_gptoss ${MT_TEST_DIR}/test_kernels_gptoss.c)
+target_link_libraries(test_kernels_gptoss PRIVATE mt_kernels)
+add_test(NAME kernels_cpu_gptoss COMMAND test_kernels_gptoss)

@@ -32,6 +32,18 @@ void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float 
 void rope_inv_freq(float *inv_freq, int head_dim, float theta);
 void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_freq_factor,
                        double high_freq_factor, double orig_ctx);
+// rope_yarn_inv_freq() fills the table of YaRN's rope_scaling instead (transformers'
+// _compute_yarn_parameters) and returns the attention factor that transformers multiplies cos and
+// sin by (so q and k are each scaled by it). Zero fields take transformers' defaults.
+typedef struct {
+    double factor;                 // rope_scaling.factor (gpt-oss: 32)
+    double orig_ctx;               // original_max_position_embeddings (gpt-oss: 4096)
+    double beta_fast, beta_slow;   // 0: 32 and 1
+    double attention_factor;       // 0: 0.1 ln(factor) + 1, or from mscale / mscale_all_dim
+    double mscale, mscale_all_dim; // 0: absent
+    int truncate; // floor / ceil the correction range; config.json without it: 1 (gpt-oss: 0)
+} rope_yarn;
+double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope_yarn *yarn);
 void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
                   const int32_t *doc_start);
 void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
@@ -55,6 +67,16 @@ void attention_backward(const attn_args *args, const attn_tensors *t);
 void swiglu_forward(float *out, const float *gate, const float *up, long n);
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, long n);
+
+// swiglu_clamped.c: gpt-oss's experts' activation on de-interleaved gate and up (n elements):
+// out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max = limit).
+// Backward as torch's clamp: no gradient through a clamped input; one exactly at a bound passes.
+typedef struct {
+    float alpha, limit; // config.json's swiglu_alpha (gpt-oss: 1.702) and swiglu_limit (7.0)
+} swiglu_clamp;
+void swiglu_clamped_forward(float *out, const float *gate, const float *up, long n, swiglu_clamp c);
+void swiglu_clamped_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, long n, swiglu_clamp c);
 
 // linear.c: out[n, oc] = in[n, ic] . w[oc, ic]^T (+ bias[oc] when bias != NULL).
 // Backward: din (may be NULL), dw, dbias (may be NULL) accumulate.

@@ -5,11 +5,15 @@
 #include <math.h>
 #include <stdlib.h>
 
+// theta^(2i / hd) in float, like HF's base ** (torch.arange(0, dim, 2).float() / dim).
+static float rope_base_power(float theta, int i, int head_dim) {
+    return powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
 // inv_freq[i] = 1 / theta^(2i / hd), computed in float like HF's
 // 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)).
 void rope_inv_freq(float *inv_freq, int head_dim, float theta) {
-    for (int i = 0; i < head_dim / 2; i++)
-        inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+    for (int i = 0; i < head_dim / 2; i++) inv_freq[i] = 1.0f / rope_base_power(theta, i, head_dim);
 }
 
 // Llama 3.1's rescaling (transformers' _compute_llama3_parameters) of the table above, in place:
@@ -32,6 +36,49 @@ void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_
         int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
         inv_freq[i] = medium ? blended : scaled;
     }
+}
+
+// YaRN's mscale (transformers' yarn_get_mscale): 0.1 * mscale * ln(factor) + 1, or 1 when the
+// factor does not stretch.
+static double yarn_mscale(double factor, double mscale) {
+    return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+// The (fractional) dimension whose frequency turns `rotations` times over orig_ctx positions
+// (transformers' find_correction_dim), in double like their Python.
+static double yarn_correction_dim(double rotations, int dim, double theta, double orig_ctx) {
+    return (dim * log(orig_ctx / (rotations * 2 * M_PI))) / (2 * log(theta));
+}
+
+// As transformers' _compute_yarn_parameters: dimensions below the correction range `low` keep
+// their frequency (extrapolation), those above `high` are divided by factor (interpolation), and
+// a linear ramp over the index blends the two between. The range is [dim at beta_fast rotations,
+// dim at beta_slow rotations], floored / ceiled when truncate, then clipped to [0, dim - 1].
+// Each float operation rounds in transformers' order (tensor - number and tensor / number round
+// the number to float first; number / tensor is reciprocal(tensor) * number). Only theta^x may
+// differ: libm's powf against torch's vectorized pow, 1 ulp apart on a few entries (2 of
+// gpt-oss-120b's 32 with torch 2.11; the attention factor is bitwise theirs).
+double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope_yarn *yarn) {
+    double beta_fast = yarn->beta_fast ? yarn->beta_fast : 32;
+    double beta_slow = yarn->beta_slow ? yarn->beta_slow : 1;
+    double low = yarn_correction_dim(beta_fast, head_dim, theta, yarn->orig_ctx);
+    double high = yarn_correction_dim(beta_slow, head_dim, theta, yarn->orig_ctx);
+    if (yarn->truncate) low = floor(low), high = ceil(high);
+    low = fmax(low, 0.0), high = fmin(high, head_dim - 1);
+    if (low == high) high += 0.001; // their guard against a zero-width ramp
+    float ramp_lo = (float)low, ramp_span = (float)(high - low), factor = (float)yarn->factor;
+    for (int i = 0; i < head_dim / 2; i++) {
+        float pos = rope_base_power(theta, i, head_dim);
+        float extrapolated = 1.0f / pos, interpolated = 1.0f / (factor * pos);
+        float ramp = fminf(fmaxf(((float)i - ramp_lo) / ramp_span, 0.0f), 1.0f);
+        float keep = 1.0f - ramp; // their inv_freq_extrapolation_factor
+        inv_freq[i] = interpolated * (1.0f - keep) + extrapolated * keep;
+    }
+    if (yarn->attention_factor) return yarn->attention_factor;
+    if (yarn->mscale && yarn->mscale_all_dim)
+        return yarn_mscale(yarn->factor, yarn->mscale) /
+               yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+    return yarn_mscale(yarn->factor, 1.0);
 }
 
 // cs[t * hd + i] = cos, cs[t * hd + hd/2 + i] = sin of the angle (float)t * inv_freq[i],
