@@ -32,4 +32,3 @@ void layer_scratch_free(layer_scratch *s) {
     moe_scratch_free(s->moe);
     free(s);
 }
-

@@ -17,7 +17,7 @@ typedef struct {
     double eps_default, theta_default;
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
-    int qk_norm; // QK_NONE, QK_HEAD or QK_ALL
+    int qk_norm;  // QK_NONE, QK_HEAD or QK_ALL
     // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
     // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
     // chosen weights are always renormalised (else norm_topk_prob), whether it has a shared expert
