@@ -7,16 +7,8 @@ source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/base.cfg"
 MOE=(model.experts=4 model.top_k=2 model.moe_ffn_dim=32)
 
-# refused NAME REGEX LIST: exit 2, nothing on stdout, one line on stderr matching REGEX.
-refused() {
-    local name=$1 regex=$2 rc
-    "$MTRUN" -np 2 "$WORK/base.cfg" --dry-run "${MOE[@]}" "model.dense_layers=\"$3\"" \
-        >"$WORK/$name.out" 2>"$WORK/$name.err"
-    rc=$?
-    expect "$name: refused in one line: $(cat "$WORK/$name.err")" \
-        bash -c "[ $rc -eq 2 ] && [ ! -s '$WORK/$name.out' ] && [ \$(wc -l <'$WORK/$name.err') -eq 1 ] &&
-                 grep -Eq -- '$regex' '$WORK/$name.err'"
-}
+# refused NAME REGEX LIST: model.dense_layers = LIST on the MoE model is refused (e2e_lib.sh).
+refused() { refused_dry "$1" "$2" "${MOE[@]}" "model.dense_layers=\"$3\""; }
 LIST='must list layer indices below model.layers = 2, comma-separated, digits only$'
 refused trailing_comma "model.dense_layers: \"0,\" $LIST" "0,"
 refused leading_space "model.dense_layers: \" 1\" $LIST" " 1"

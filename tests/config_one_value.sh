@@ -7,16 +7,7 @@
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/base.cfg"
 
-# refused NAME REGEX ARGS...: exit 2, nothing on stdout, one line on stderr matching REGEX.
-refused() {
-    local name=$1 regex=$2 rc
-    shift 2
-    "$MTRUN" -np 2 "$WORK/base.cfg" --dry-run "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
-    rc=$?
-    expect "$name: refused in one line: $(cat "$WORK/$name.err")" \
-        bash -c "[ $rc -eq 2 ] && [ ! -s '$WORK/$name.out' ] && [ \$(wc -l <'$WORK/$name.err') -eq 1 ] &&
-                 grep -Eq -- '$regex' '$WORK/$name.err'"
-}
+refused() { refused_dry "$@"; } # e2e_lib.sh
 ONE='more than one value \(only one value may follow .=.\)$'
 refused semicolon "override optimizer.lr=1e-3;steps=2: optimizer.lr: $ONE" 'optimizer.lr=1e-3;steps=2'
 refused newline "override optimizer.lr=1e-3.nsteps=2: optimizer.lr: more than one line$" $'optimizer.lr=1e-3\nsteps=2'

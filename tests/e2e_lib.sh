@@ -51,6 +51,18 @@ expect() { # expect DESCRIPTION COMMAND...
     fi
 }
 
+# refused_dry NAME REGEX ARGS...: `mtrun -np 2 $WORK/base.cfg --dry-run ARGS` exits 2, prints
+# nothing on stdout and one line on stderr matching REGEX (outputs in $WORK/NAME.out, .err).
+refused_dry() {
+    local name=$1 regex=$2 rc
+    shift 2
+    "$MTRUN" -np 2 "$WORK/base.cfg" --dry-run "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    rc=$?
+    expect "$name: refused in one line: $(cat "$WORK/$name.err")" \
+        bash -c "[ $rc -eq 2 ] && [ ! -s '$WORK/$name.out' ] && [ \$(wc -l <'$WORK/$name.err') -eq 1 ] &&
+                 grep -Eq -- '$regex' '$WORK/$name.err'"
+}
+
 show_log() { echo "---- $1.log"; tail -n 30 "$WORK/$1.log"; }
 
 finish() {
