@@ -5,8 +5,9 @@
 // Then the MoE layer kinds: router, experts, shared expert and its gate, dense layers among
 // MoE ones, qk-norm over heads (an explicit head_dim) or the whole projection, and the
 // load-balancing loss joined to the loss as the backend joins it (backend_cpu.c moe_aux_of).
-// A finite difference across a top-k switch is meaningless: a trial whose perturbation moves
-// any token's expert choice is skipped and another drawn.
+// And sliding windows as layer kinds (model.sliding_window, model.layer_types). A finite difference
+// across a top-k switch is meaningless: a trial whose perturbation moves any token's expert choice
+// is skipped and another drawn.
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/engine/layer.h"
 #include "runtime/model/model.h"
@@ -196,6 +197,19 @@ static void make_olmoe(mt_config *c) {
     c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16;
 }
 
+// Sliding windows as layer kinds: layer 0 sees 3 keys, layer 1 every key before it (gpt-oss's
+// alternation), over rows of 8 tokens.
+static void make_window(mt_config *c) {
+    c->sliding_window = 3;
+    snprintf(c->layer_types, sizeof c->layer_types, "sliding_attention,full_attention");
+}
+
+// Mistral-like, MoE: every layer slides, window 2.
+static void make_window_moe(mt_config *c) {
+    make_moe_renorm(c);
+    c->sliding_window = 2;
+}
+
 typedef struct {
     const char *what;
     void (*make)(mt_config *c); // NULL: a plain Llama
@@ -289,6 +303,8 @@ int main(void) {
         {"MoE, qk-norm over the projection", make_olmoe, 0, 0, 1, 0},
         {"MoE renormalised, with the aux loss (coef 1)", make_moe_renorm, 0, 0, 1, 1},
         {"MoE with shared expert, the aux loss alone (coef 20)", make_moe_shared, 0, 0, 0, 20},
+        {"sliding window 3 on layer 0, layer 1 full", make_window, 0, 1, 1, 0},
+        {"MoE, every layer a sliding window of 2", make_window_moe, 0, 0, 1, 0},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);

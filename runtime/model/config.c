@@ -280,7 +280,16 @@ static int check_moe(ctx_t *x, const mt_config *c) {
     return check_dense_layers(x, c);
 }
 
+// model.layer_types: one known entry a layer, a sliding one only with a window (model.c).
+static int check_layer_types(ctx_t *x, const mt_config *c) {
+    char why[160];
+    if (model_check_layer_types(c, why, sizeof why) < 0)
+        return source_fail(x, LINE("model.layer_types"), "model.layer_types", "%s", why);
+    return 0;
+}
+
 static int cross_check(ctx_t *x, const mt_config *c) {
+    if (check_layer_types(x, c) < 0) return -1;
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
     int values[] = {c->bos_id, c->eos_id};
     for (int i = 0; i < 2; i++)

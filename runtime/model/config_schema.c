@@ -41,7 +41,11 @@ const field_t config_schema[] = {
     BOOL("model.norm_topk_prob", norm_topk_prob, 1),
     INT("model.shared_ffn_dim", shared_ffn_dim, 0, 1 << 20, 0, 0), // 0: no shared expert
     INT("model.moe_every", moe_every, 1, 4096, 0, 1), // layer l is MoE when (l + 1) % it == 0
-    STR("model.dense_layers", dense_layers, 0, ""),   // "0,5": these layers' MLPs are dense
+    // sliding-window attention: the keys a query of a sliding layer sees (0: none), and which
+    // layers slide ("": every layer; else "full_attention,sliding_attention,...")
+    INT("model.sliding_window", sliding_window, 0, 1 << 30, 0, 0),
+    STR("model.layer_types", layer_types, 0, ""),
+    STR("model.dense_layers", dense_layers, 0, ""), // "0,5": these layers' MLPs are dense
     // the load-balancing loss joins the loss (as transformers' output_router_logits)
     BOOL("model.router_aux", router_aux, 0),
     FLT("model.router_aux_coef", router_aux_coef, 0, 1e6, 0, 0.001),

@@ -71,6 +71,12 @@ typedef struct {
     // RMSNorm on q and k before RoPE: "none", "head" (over each head's head_dim, one weight of
     // head_dim shared by the heads: Qwen3) or "all" (over the whole projection: OLMoE)
     int qk_norm;
+    // Sliding-window attention: a query of a sliding layer sees itself and the sliding_window - 1
+    // keys before it (transformers' sliding_attention), the others every key before them (0: no
+    // layer slides). layer_types: "full_attention,sliding_attention,...", one entry a layer; ""
+    // makes every layer sliding when sliding_window > 0 (Mistral).
+    int sliding_window;
+    char layer_types[4096];
     // Mixture of Experts (docs/moe.md). experts = 0: every layer's MLP is dense. Otherwise layer
     // l's MLP is E expert SwiGLUs of moe_ffn_dim behind a router (softmax, top_k, renormalised
     // over the k with norm_topk_prob), when (l + 1) % moe_every == 0 and l is not listed in
@@ -204,7 +210,11 @@ static inline int mt_head_dim(const mt_config *c) {
 static inline int mt_qk_norm(const mt_config *c) {
     return c->qk_norm;
 }
-// Lists each layer's kinds in c->layer_kind from the model fields (moe_every, dense_layers);
+// model.layer_types: 0, or -1 with the reason in why (an entry neither full_attention nor
+// sliding_attention, the wrong count, a sliding layer without a window). config.c's check.
+int model_check_layer_types(const mt_config *c, char *why, size_t n);
+// Lists each layer's kinds in c->layer_kind from the model fields (moe_every, dense_layers,
+// sliding_window, layer_types);
 // config loading calls it once the fields are final, and so must a caller that sets them.
 void model_describe_layers(mt_config *c);
 // Layer l's kinds (dies on a config not described since its layers were set).
