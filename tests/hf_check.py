@@ -2,9 +2,11 @@
 """Checks an exported Hugging Face folder with the standard library only.
 
 usage: hf_check.py EXPORT [--against FIXTURE] [--min-shards N] [--bf16]
-  - config.json is a LlamaForCausalLM (or Qwen2ForCausalLM) config, torch_dtype float32
-    (bfloat16 with --bf16); with --against, the fixture's class (Mistral comes out as Llama)
-    and rope_scaling, exactly;
+  - config.json is a LlamaForCausalLM (or Qwen2ForCausalLM, MistralForCausalLM) config, torch_dtype
+    float32
+    (bfloat16 with --bf16); with --against, the fixture's class, rope_scaling and sliding_window
+    exactly (Mistral's window is model.sliding_window and comes back; a Mistral without one
+    comes out as the Llama it is);
   - model.safetensors.index.json maps every tensor to the shard that holds it, total_size right;
   - each shard passes the checks of the safetensors library: header length a multiple of 8,
     tensors F32, contiguous from offset 0 and covering the data exactly;
@@ -70,9 +72,9 @@ def to_bf16(x):
 def check_structure(d, min_shards, bf16):
     dtype, torch_dtype, size = ("BF16", "bfloat16", 2) if bf16 else ("F32", "float32", 4)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    if cfg["architectures"][0] not in ("LlamaForCausalLM", "Qwen2ForCausalLM") or \
+    if cfg["architectures"][0] not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM") or \
             len(cfg["architectures"]) != 1 or cfg["torch_dtype"] != torch_dtype:
-        fail(f"config.json: not a {torch_dtype} LlamaForCausalLM or Qwen2ForCausalLM")
+        fail(f"config.json: not a {torch_dtype} LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM")
     index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
     wm, total = index["weight_map"], 0
     shards = sorted(set(wm.values()))
@@ -118,10 +120,15 @@ def main():
     if args.against:
         cw = json.load(open(os.path.join(args.against, "config.json")))
         cg = json.load(open(os.path.join(args.export, "config.json")))
-        arch = cw["architectures"][0].replace("Mistral", "Llama")
-        if cg["architectures"] != [arch] or cg.get("rope_scaling") != cw.get("rope_scaling"):
-            fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')}, "
-                 f"the fixture's {arch} {cw.get('rope_scaling')}")
+        arch = cw["architectures"][0]
+        if arch == "MistralForCausalLM" and cw.get("sliding_window", 4096) is None:
+            arch = "LlamaForCausalLM"
+        window = cw.get("sliding_window", 4096) if arch == "MistralForCausalLM" else None
+        if cg["architectures"] != [arch] or cg.get("rope_scaling") != cw.get("rope_scaling") or \
+                cg.get("sliding_window") != window:
+            fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')} "
+                 f"{cg.get('sliding_window')}, the fixture's {arch} {cw.get('rope_scaling')} "
+                 f"{window}")
         for key in ("bos_token_id", "eos_token_id"):
             if cg.get(key) != cw.get(key):
                 fail(f"config.json: {key} {cg.get(key)}, the fixture's {cw.get(key)}")

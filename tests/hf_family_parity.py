@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """First-step loss of our trainer against transformers' on the same batch, one tiny model per
 Hugging Face family: LlamaForCausalLM with Llama 3.1's rope_scaling, MistralForCausalLM (a window
-longer than the sequence) and Qwen2ForCausalLM (q/k/v biases, tied embeddings).
+longer than the sequence, and one of 16 keys of 64) and Qwen2ForCausalLM (q/k/v biases, tied
+embeddings).
 
 usage: hf_family_parity.py BUILD_DIR [cpu|cuda|all]      (default: all)
 
@@ -56,6 +57,8 @@ FAMILIES = [  # name, config class, model class, extra config
      dict(rope_scaling=LLAMA3, tie_word_embeddings=False, attention_bias=False, mlp_bias=False)),
     ("mistral", MistralConfig, MistralForCausalLM,
      dict(sliding_window=4096, tie_word_embeddings=False)),
+    ("mistral-window", MistralConfig, MistralForCausalLM,  # every layer sees 16 keys of 64
+     dict(sliding_window=16, tie_word_embeddings=False)),
     ("qwen2", Qwen2Config, Qwen2ForCausalLM,
      dict(tie_word_embeddings=True, use_sliding_window=False)),
 ]
@@ -191,16 +194,18 @@ def check_inv_freq(name, test_hf, work, model):
 
 
 def check_export(name, model, export):
-    """transformers reads our export_dir as the model it came from: class (a Mistral within its
-    window is exported as the Llama it equals), tensors, RoPE table."""
+    """transformers reads our export_dir as the model it came from: class (a Mistral keeps its
+    window), tensors, RoPE table."""
     back, info = AutoModelForCausalLM.from_pretrained(export, output_loading_info=True)
     odd = [k for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)]
     same_rope = bits(inv_freq_buffers(back)[0].tolist()) == bits(inv_freq_buffers(model)[0].tolist())
-    want = LlamaForCausalLM if isinstance(model, MistralForCausalLM) else type(model)
-    ok = type(back) is want and not odd and same_rope
+    want = type(model)
+    window = getattr(back.config, "sliding_window", None) == getattr(model.config, "sliding_window", None)
+    ok = type(back) is want and not odd and same_rope and window
     report("PASS" if ok else "FAIL",
            f"{name}: transformers loads our export as {type(back).__name__}"
-           f"{', '.join(f' {k} {info[k]}' for k in odd)}, RoPE table "
+           f"{', '.join(f' {k} {info[k]}' for k in odd)}, sliding_window "
+           f"{getattr(back.config, 'sliding_window', None)}, RoPE table "
            f"{'the same' if same_rope else 'DIFFERENT'}")
 
 

@@ -134,6 +134,8 @@ def config(args):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=LAYERS)
     if args.corrupt == "qwen2_window_off":
         c["sliding_window"] = 16
+    if args.corrupt == "qwen2_window":  # a window Qwen2 turns on: refused (rules not read yet)
+        c.update(use_sliding_window=True, sliding_window=16, max_window_layers=0)
     if args.llama3 or args.corrupt in ("rope_key", "rope_band"):
         c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}

@@ -88,7 +88,8 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.rope_type == c.rope_type && c2.rope_factor == c.rope_factor &&
           c2.rope_low_freq_factor == c.rope_low_freq_factor &&
           c2.rope_high_freq_factor == c.rope_high_freq_factor &&
-          c2.rope_original_max_pos == c.rope_original_max_pos;
+          c2.rope_original_max_pos == c.rope_original_max_pos &&
+          c2.sliding_window == c.sliding_window && !strcmp(c2.layer_types, c.layer_types);
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
         float *back = load_group(ix2, &c2, g, 2);

@@ -2,6 +2,7 @@
 // model_dir's weights, the data and export_dir (ours to read), in the order that makes the
 // first message the most useful one.
 #include "runtime/io/io.h"
+#include <cjson/cJSON.h>
 #include "runtime/base/base.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -149,6 +150,23 @@ static int check_storage_dir(config_source *src, const mt_config *cfg) {
     return 0;
 }
 
+// The export writes a config.json at the end: a model no architecture we write can describe
+// (a window on some layers only, say) is refused now, not after training.
+static int check_export_family(config_source *src, const mt_config *cfg) {
+    if (!cfg->export_dir[0]) return 0;
+    cJSON *probe = cJSON_CreateObject();
+    if (!probe) mt_die("out of memory");
+    int rc = hf_write_family(probe, cfg);
+    cJSON_Delete(probe);
+    if (rc == 0) return 0;
+    return config_fail(src, "export_dir",
+                       "no Hugging Face architecture we write has this model's fields (qk_norm "
+                       "%s, experts %d, sliding_window %d%s): train without export_dir",
+                       mt_choice_name(QK_NORM_NAMES, cfg->qk_norm), cfg->experts,
+                       cfg->sliding_window,
+                       cfg->layer_types[0] ? " on the layers of model.layer_types" : "");
+}
+
 int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,
                         char *err, size_t errlen) {
     config_source *src = NULL;
@@ -157,6 +175,7 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
     if (rc == 0) rc = config_apply_model_dir(src, cfg);
     if (rc == 0) rc = config_check(src, cfg);
     if (rc == 0) model_describe_layers(cfg);
+    if (rc == 0) rc = check_export_family(src, cfg);
     if (rc == 0) rc = check_hf_weights(src, cfg);
     if (rc == 0) rc = config_resolve_paths(src, cfg);
     if (rc == 0) rc = check_data_file(src, cfg);

@@ -165,13 +165,24 @@ static const family *find_family(const json_ctx *j) {
     return NULL;
 }
 
-static int check_window(const json_ctx *j, const family *f, int seq_len) {
+// The window as the model's fields: Mistral's slides every layer (model.sliding_window, and
+// model.layer_types left empty), as transformers' MistralModel masks each layer with it. The
+// other families' windows shorter than the sequence are refused: their layer_types and
+// max_window_layers rules are not read yet (a longer one changes nothing).
+static int read_window(const json_ctx *j, const family *f, int seq_len, mt_config *m) {
     double w;
     if (sliding_window(j, f, &w) < 0) return -1;
+    m->sliding_window = 0;
+    memset(m->layer_types, 0, sizeof m->layer_types);
+    if (w > (1 << 30) || w != (int)w)
+        return failf(j->err, j->errlen, "%s: sliding_window %g is not an integer up to 2^30",
+                     j->path, w);
+    if (f->window == WINDOW_MISTRAL) return m->sliding_window = (int)w, 0;
     if (w > 0 && w < seq_len)
         return failf(j->err, j->errlen,
-                     "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet",
-                     j->path, w, seq_len);
+                     "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet "
+                     "for %s",
+                     j->path, w, seq_len, f->arch);
     return 0;
 }
 
@@ -329,21 +340,22 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
 
 int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
     const family *f = find_family(j);
-    if (!f || check_window(j, f, seq_len) < 0 || check_unsupported(j, f) < 0 ||
+    if (!f || read_window(j, f, seq_len, m) < 0 || check_unsupported(j, f) < 0 ||
         read_shape(j, f, m) < 0)
         return -1;
     return read_moe(j, f, m);
 }
 
-// The family an export writes: the first whose fields match c's (a Mistral comes out as the
-// Llama it is within its window), NULL when none does.
+// The family an export writes: the first whose fields match c's (a Mistral without a window
+// comes out as the Llama it is), NULL when none does. Only Mistral writes a window, and only
+// one every layer has.
 static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
         if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
         if ((f->qkv_bias == 1 && !c->qkv_bias) || (!f->qkv_bias && c->qkv_bias)) continue;
-        if (f->window == WINDOW_MISTRAL) continue;
+        if ((f->window == WINDOW_MISTRAL) != (c->sliding_window > 0) || c->layer_types[0]) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
             (!f->shared && c->shared_ffn_dim > 0) ||
@@ -406,6 +418,8 @@ int hf_write_family(cJSON *r, const mt_config *c) {
         cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
     } else if (f->window == WINDOW_PLAIN) {
         cJSON_AddNullToObject(r, "sliding_window");
+    } else if (f->window == WINDOW_MISTRAL) {
+        cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
     }
     if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
     if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", 0);

@@ -1,14 +1,28 @@
 // The step estimate: how long a step takes on this machine and which part bounds each pass.
+#include "kernels/attention_args.h"
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-// 6 N + 12 layers dim seq with N the active parameters, as MoE throughput is usually counted (an
-// MoE token meets top_k experts, not all of them).
+// The attention term's sequence length summed over the layers: seq_len for a layer that sees
+// every key before a query, and for a sliding layer seq_len scaled by the share of the causal
+// pairs its window keeps, so that a window's real work is counted, in the same convention.
+double plan_attention_span(const mt_config *c) {
+    double span = 0, T = c->seq_len, causal = attn_score_pairs(c->seq_len, 0);
+    for (int l = 0; l < c->layers; l++) {
+        int w = mt_layer_kind_of(c, l)->window;
+        span += w > 0 && w < c->seq_len ? T * attn_score_pairs(c->seq_len, w) / causal : T;
+    }
+    return span;
+}
+
+// 6 N + 12 dim (layers x seq) with N the active parameters, as MoE throughput is usually
+// counted (an MoE token meets top_k experts, not all of them), and a sliding layer's seq its
+// window's share (plan_attention_span).
 double plan_model_flops_per_token(const mt_config *c) {
-    return 6.0 * (double)plan_active_params(c) + 12.0 * c->layers * (double)c->dim * c->seq_len;
+    return 6.0 * (double)plan_active_params(c) + 12.0 * (double)c->dim * plan_attention_span(c);
 }
 
 double plan_peak_flops(int cuda, int cores) {
@@ -204,8 +218,9 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double kept_att = plan_attention_saved(c, &p->choices);
     double kept_bwd = (double)p->choices.att_slots / c->micro_batches; // the rest: in the redo
     double gemm = tokens * (8.0 * A + 2.0 * layer_n * redo);
-    double attention =
-        tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * (double)c->seq_len;
+    // a sliding layer's share of the causal pairs (plan_attention_span), on average
+    double span = plan_attention_span(c) / c->layers;
+    double attention = tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span;
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? gpu_attention_rate(mt_head_dim(c)) : e->flops_rate;

@@ -241,9 +241,12 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e);
 // Mixture of Experts: runtime/plan/moe.h (included above).
 
 // Model FLOPs per token as throughput is reported (6 N + 12 layers dim seq, N the active
-// parameters, plan_active_params: the recompute is not counted), and the peak MFU is measured
-// against.
+// parameters, plan_active_params: the recompute is not counted; a sliding layer's seq its
+// window's share, plan_attention_span), and the peak MFU is measured against.
 double plan_model_flops_per_token(const mt_config *c);
+// The attention FLOPs' sequence length summed over the layers, a sliding layer's scaled by the
+// share of the causal (query, key) pairs its window keeps (estimate.c).
+double plan_attention_span(const mt_config *c);
 double plan_peak_flops(int cuda, int cores);
 
 #endif
