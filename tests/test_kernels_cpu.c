@@ -319,6 +319,7 @@ static void test_rope_llama3(void) {
 typedef struct {
     attn_args a; // doc_start: packed documents' starts [B, T], or NULL
     float *q, *k, *v, *R, *out, *lse;
+    float *sinks; // [H], or NULL
 } attn_case;
 
 static long attn_nq(const attn_args *a) {
@@ -331,23 +332,27 @@ static long attn_nkv(const attn_args *a) {
 static double attn_loss(void *p) {
     attn_case *c = p;
     attention_forward(
-        &c->a, &(attn_tensors){.q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse});
+        &c->a,
+        &(attn_tensors){
+            .q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse, .sinks = c->sinks});
     return dot_d(c->out, c->R, attn_nq(&c->a));
 }
 
-// o: out, lse, dq, dk, dv.
+// o: out, lse, dq, dk, dv (and dsinks, H more, with sinks).
 static void attn_run(void *p, float *o) {
     attn_case *c = p;
     long nq = attn_nq(&c->a), nkv = attn_nkv(&c->a);
-    attn_tensors t = {.q = c->q, .k = c->k, .v = c->v, .out = o, .lse = o + nq, .dout = c->R};
+    attn_tensors t = {
+        .q = c->q, .k = c->k, .v = c->v, .out = o, .lse = o + nq, .dout = c->R, .sinks = c->sinks};
     t.dq = t.lse + (long)c->a.B * c->a.H * c->a.T, t.dk = t.dq + nq, t.dv = t.dk + nkv;
+    t.dsinks = c->sinks ? t.dv + nkv : NULL;
     attention_forward(&c->a, &t);
     attention_backward(&c->a, &t);
 }
 
 // Naive reference: the full T x T score matrix per (b, h), in double; keys before the query's
 // document, and outside its sliding window (transformers' kv_idx > q_idx - sliding_window), are
-// masked like those after it.
+// masked like those after it; a sink joins the sum with no value.
 static void attn_reference(const attn_case *c, double *ref) {
     int T = c->a.T, H = c->a.H, KV = c->a.KV, hd = c->a.hd;
     const int32_t *doc = c->a.doc_start;
@@ -357,7 +362,7 @@ static void attn_reference(const attn_case *c, double *ref) {
             int kvh = h / (H / KV);
             for (int t = 0; t < T; t++) {
                 const float *qt = c->q + (((long)b * T + t) * H + h) * hd;
-                double m = -INFINITY, l = 0.0;
+                double m = c->sinks ? c->sinks[h] : -INFINITY, l = 0.0;
                 for (int j = 0; j < T; j++) {
                     s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
                     if (j > t) s[j] = -INFINITY; // causal mask
@@ -366,6 +371,7 @@ static void attn_reference(const attn_case *c, double *ref) {
                     m = fmax(m, s[j]);
                 }
                 for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
+                if (c->sinks) l += exp(c->sinks[h] - m); // a score with no value
                 double *o = ref + (((long)b * T + t) * H + h) * hd;
                 for (int i = 0; i < hd; i++) {
                     o[i] = 0.0;
@@ -379,13 +385,16 @@ static void attn_reference(const attn_case *c, double *ref) {
 }
 
 // doc: the rows' document starts, or NULL (one causal document a row); window: the sliding
-// window (0: none); what names the checks.
-static void test_attention(const int32_t *doc, int window, const char *what) {
+// window (0: none); sinks: with gpt-oss's sinks (their gradient checked too); what names the
+// checks.
+static void test_attention(const int32_t *doc, int window, int sinks, const char *what) {
     attn_case c = {
         .a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc, .window = window}};
     char name[96];
     long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a);
     c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
+    c.sinks = sinks ? rand_vec(c.a.H) : NULL;
+    float *psink = rand_vec(c.a.H), *dsinks = copy_vec(psink, c.a.H);
     c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.a.B * c.a.H * c.a.T);
     for (long i = 0; i < nq; i++) c.q[i] *= 2.0f; // peakier softmax rows
 
@@ -405,8 +414,16 @@ static void test_attention(const int32_t *doc, int window, const char *what) {
                                              .dout = c.R,
                                              .dq = dq,
                                              .dk = dk,
-                                             .dv = dv});
+                                             .dv = dv,
+                                             .sinks = c.sinks,
+                                             .dsinks = dsinks});
     float *gq = grad_delta(dq, pq, nq), *gk = grad_delta(dk, pk, nkv);
+    if (sinks) {
+        float *gs = grad_delta(dsinks, psink, c.a.H);
+        snprintf(name, sizeof name, "attention%s dsinks", what);
+        fd_check(name, c.sinks, c.a.H, gs, attn_loss, &c);
+        free(gs);
+    }
     float *gv = grad_delta(dv, pv, nkv);
     snprintf(name, sizeof name, "attention%s dq", what);
     fd_check(name, c.q, nq, gq, attn_loss, &c);
@@ -415,8 +432,9 @@ static void test_attention(const int32_t *doc, int window, const char *what) {
     snprintf(name, sizeof name, "attention%s dv", what);
     fd_check(name, c.v, nkv, gv, attn_loss, &c);
     snprintf(name, sizeof name, "attention%s fwd+bwd", what);
-    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T);
-    free(ref), free(pq), free(pk), free(pv), free(dq), free(dk), free(dv);
+    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T + (sinks ? c.a.H : 0));
+    free(psink), free(dsinks), free(c.sinks), free(ref), free(pq), free(pk), free(pv), free(dq),
+        free(dk), free(dv);
     free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
         free(c.lse);
 }
@@ -617,15 +635,18 @@ int main(void) {
     test_rope();
     test_rope_llama3();
     test_rope_documents();
-    test_attention(NULL, 0, "");
+    test_attention(NULL, 0, 0, "");
     // two rows of packed documents: lengths 3, 1, 3, then 1, 6 (a length-1 document first)
     static const int32_t doc[2 * 7] = {0, 0, 0, 3, 4, 4, 4, 0, 1, 1, 1, 1, 1, 1};
-    test_attention(doc, 0, " documents");
+    test_attention(doc, 0, 0, " documents");
     // Sliding windows: alone, across documents (the second row's 6-token one is longer than the
     // window), and of 1 key (each query sees itself only).
-    test_attention(NULL, 3, " window 3");
-    test_attention(doc, 3, " window 3 documents");
-    test_attention(NULL, 1, " window 1");
+    test_attention(NULL, 3, 0, " window 3");
+    test_attention(doc, 3, 0, " window 3 documents");
+    test_attention(NULL, 1, 0, " window 1");
+    // gpt-oss: sinks alone, and with its sliding window
+    test_attention(NULL, 0, 1, " sinks");
+    test_attention(doc, 3, 1, " sinks window 3 documents");
     test_attention_wide_window(NULL, "");
     test_attention_wide_window(doc, " documents");
     test_swiglu();

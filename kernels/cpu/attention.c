@@ -11,6 +11,11 @@
 // arithmetic). A sliding window of W keys starts them no earlier than t - W + 1. Every loop runs
 // over the visible keys (or, for a key, the queries that see it) only, so that a window of W
 // costs O(T W), not O(T^2).
+//
+// Sinks (gpt-oss): query head h's learned logit sinks[h] joins each of its rows' softmax as one
+// more score with no value, as transformers' eager gpt-oss attention concatenates it to the
+// scores: the row's max and sum include it, the output does not. Its gradient is
+// -sum over rows of p_sink * D, D = dout . out (the softmax's gradient with a zero value).
 #include "kernels/cpu/kernels_cpu.h"
 
 #include <math.h>
@@ -65,8 +70,8 @@ static void *xmalloc(size_t n) {
 
 // One query row: scores into s[0..t], then a two-pass softmax (max, then exp and sum).
 static void attn_row_forward(const attn_dims *d, float *out, float *lse, const float *q,
-                             const float *k, const float *v, int b, int h, int t, float *s,
-                             float *acc) {
+                             const float *k, const float *v, const float *sinks, int b, int h,
+                             int t, float *s, float *acc) {
     int kvh = h / (d->H / d->KV), hd = d->hd;
     const float *qt = q + qoff(d, b, t, h);
     float m = -INFINITY;
@@ -75,6 +80,7 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
         s[j] = dot(qt, k + kvoff(d, b, j, kvh), hd) * d->scale;
         if (s[j] > m) m = s[j];
     }
+    if (sinks && sinks[h] > m) m = sinks[h];
     float l = 0.0f;
     for (int i = 0; i < hd; i++) acc[i] = 0.0f;
     for (int j = j0; j <= t; j++) {
@@ -82,6 +88,7 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
         l += p;
         axpy(acc, p, v + kvoff(d, b, j, kvh), hd);
     }
+    if (sinks) l += expf(sinks[h] - m);
     float *ot = out + qoff(d, b, t, h);
     for (int i = 0; i < hd; i++) ot[i] = acc[i] / l;
     lse[lseoff(d, b, h, t)] = m + logf(l);
@@ -104,7 +111,7 @@ void attention_forward(const attn_args *args, const attn_tensors *ts) {
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < rows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));
-            attn_row_forward(&d, ts->out, ts->lse, ts->q, ts->k, ts->v, b, h, t, s, acc);
+            attn_row_forward(&d, ts->out, ts->lse, ts->q, ts->k, ts->v, ts->sinks, b, h, t, s, acc);
         }
         free(s);
     }
@@ -158,6 +165,22 @@ static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *
     axpy(dv + ko, 1.0f, accv, hd);
 }
 
+// The sinks' gradient: per query head, -sum of p_sink * D over its rows, in row order (one
+// owner a head: the same bits for any thread count).
+static void sinks_backward(const attn_dims *d, float *dsinks, const float *sinks, const float *lse,
+                           const float *D) {
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < d->H; h++) {
+        double sum = 0.0;
+        for (int b = 0; b < d->B; b++)
+            for (int t = 0; t < d->T; t++) {
+                long lo = lseoff(d, b, h, t);
+                sum += (double)expf(sinks[h] - lse[lo]) * D[lo];
+            }
+        dsinks[h] -= (float)sum;
+    }
+}
+
 // Two passes so that every output row has one owner: dq by query row, then dk and dv by key
 // row. This recomputes the probabilities twice but needs no atomics and no T x T storage.
 void attention_backward(const attn_args *args, const attn_tensors *ts) {
@@ -183,5 +206,6 @@ void attention_backward(const attn_args *args, const attn_tensors *ts) {
         }
         free(acc);
     }
+    if (ts->sinks) sinks_backward(&d, ts->dsinks, ts->sinks, ts->lse, D);
     free(D);
 }

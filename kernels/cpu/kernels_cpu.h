@@ -53,12 +53,16 @@ void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, in
 // in args (kernels/attention_args.h), the tensors in t. Memory is O(T) per row: no T x T matrix
 // is stored. The forward reads q, k, v and writes out and lse ([B, H, T] log-sum-exp of each
 // softmax row, kept for the backward); the backward reads q, k, v, out, lse and dout and
-// accumulates dq, dk, dv.
+// accumulates dq, dk, dv. Attention sinks (gpt-oss): a learned logit per query head that joins
+// every softmax's denominator and carries no value, so a row's weights sum to less than 1; its
+// gradient accumulates into dsinks. The CPU reference has them; the CUDA kernels not yet.
 typedef struct {
     const float *q, *k, *v; // [B, T, H, hd], [B, T, KV, hd], [B, T, KV, hd]
     float *out, *lse;       // [B, T, H, hd], [B, H, T]
     const float *dout;      // [B, T, H, hd]
     float *dq, *dk, *dv;
+    const float *sinks; // [H], or NULL: no sinks
+    float *dsinks;      // [H], with sinks in a backward
 } attn_tensors;
 void attention_forward(const attn_args *args, const attn_tensors *t);
 void attention_backward(const attn_args *args, const attn_tensors *t);
