@@ -124,6 +124,9 @@ def main():
         if arch == "MistralForCausalLM" and cw.get("sliding_window", 4096) is None:
             arch = "LlamaForCausalLM"
         window = cw.get("sliding_window", 4096) if arch == "MistralForCausalLM" else None
+        if arch == "Qwen2ForCausalLM" and cw.get("use_sliding_window") and \
+                cw.get("max_window_layers", 28) < cw["num_hidden_layers"]:
+            window = cw["sliding_window"]  # some layer slides, and layer_types says which
         if cg["architectures"] != [arch] or cg.get("rope_scaling") != cw.get("rope_scaling") or \
                 cg.get("sliding_window") != window:
             fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')} "

@@ -33,9 +33,10 @@ for m in mistral_ok mistral_window; do # a window longer than the rows, and one 
     python3 "$T/hf_fixture.py" "$WORK/$m" --corrupt $m
     "$TEST_HF" check "$WORK/$m" >/dev/null || { echo "FAIL Mistral ($m) is refused"; FAILED=1; }
 done
-# good: Qwen2 with its biases (also with a short window that use_sliding_window turns off), and
-# Llama 3.1's rope_scaling
+# good: Qwen2 with its biases (also with a short window that use_sliding_window turns off, and
+# one it turns on for layer 1 by max_window_layers), and Llama 3.1's rope_scaling
 for good in "qwen2 --qwen2 --shards 2" "qwen2_window_off --qwen2 --corrupt qwen2_window_off" \
+    "qwen2_window --qwen2 --corrupt qwen2_window" \
     "llama3 --llama3" "qwen2_llama3 --qwen2 --llama3 --dtypes mixed"; do
     set -- $good
     name=$1
@@ -48,7 +49,8 @@ expect truncated_shard model-00002-of-00002 "truncated" --shards 2 --corrupt tru
 expect overlap model.safetensors "overlap" --corrupt overlap
 expect out_of_range model.safetensors "data_offsets outside" --corrupt out_of_range
 expect short_header model.safetensors "truncated \(header of [0-9]+ bytes" --corrupt short_header
-expect qwen2_window config.json "sliding_window 16 is shorter than batch.seq_len 32: not supported yet for Qwen2ForCausalLM" --qwen2 --corrupt qwen2_window
+expect qwen2_types_bad config.json 'layer_types\[1\] "chunked_attention" not supported' --qwen2 --corrupt qwen2_types_bad
+expect qwen2_types_nowindow config.json "layer_types\[0\] is sliding_attention, but there is no window" --qwen2 --corrupt qwen2_types_nowindow
 expect big_header model.safetensors "over the 100 MB limit" --corrupt big_header
 expect dtype model.safetensors "dtype I(16|32) not supported" --dtypes mixed --corrupt dtype
 expect shape model.safetensors "up_proj.weight has shape \[159, 64\], config.json needs \[160, 64\]" --corrupt shape

@@ -2,7 +2,7 @@
 """First-step loss of our trainer against transformers' on the same batch, one tiny model per
 Hugging Face family: LlamaForCausalLM with Llama 3.1's rope_scaling, MistralForCausalLM (a window
 longer than the sequence, and one of 16 keys of 64) and Qwen2ForCausalLM (q/k/v biases, tied
-embeddings).
+embeddings; and a window of 16 on layer 1 from max_window_layers).
 
 usage: hf_family_parity.py BUILD_DIR [cpu|cuda|all]      (default: all)
 
@@ -61,6 +61,9 @@ FAMILIES = [  # name, config class, model class, extra config
      dict(sliding_window=16, tie_word_embeddings=False)),
     ("qwen2", Qwen2Config, Qwen2ForCausalLM,
      dict(tie_word_embeddings=True, use_sliding_window=False)),
+    ("qwen2-window", Qwen2Config, Qwen2ForCausalLM,  # layer 1 of 2 sees 16 keys of 64
+     dict(tie_word_embeddings=True, use_sliding_window=True, sliding_window=16,
+          max_window_layers=1)),
 ]
 failures = 0
 

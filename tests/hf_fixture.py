@@ -16,7 +16,9 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
                   head_dim, head_dim_huge, arch_escape, short_header, mistral_window (and mistral_ok: a valid Mistral
-                  folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off),
+                  folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off; qwen2_window:
+                  one turned on for layer 1; qwen2_types_bad, qwen2_types_nowindow: layer_types
+                  with an entry we refuse),
                   eos_range (an eos id past the vocabulary)
 """
 import argparse
@@ -134,8 +136,12 @@ def config(args):
         c.update(use_sliding_window=False, sliding_window=4096, max_window_layers=LAYERS)
     if args.corrupt == "qwen2_window_off":
         c["sliding_window"] = 16
-    if args.corrupt == "qwen2_window":  # a window Qwen2 turns on: refused (rules not read yet)
-        c.update(use_sliding_window=True, sliding_window=16, max_window_layers=0)
+    if args.corrupt == "qwen2_window":  # layer 1 of 2 slides over 16 keys (max_window_layers 1)
+        c.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    if args.corrupt == "qwen2_types_bad":
+        c["layer_types"] = ["full_attention", "chunked_attention"]
+    if args.corrupt == "qwen2_types_nowindow":  # use_sliding_window false: no window to slide
+        c["layer_types"] = ["sliding_attention", "full_attention"]
     if args.llama3 or args.corrupt in ("rope_key", "rope_band"):
         c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}

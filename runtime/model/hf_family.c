@@ -165,10 +165,51 @@ static const family *find_family(const json_ctx *j) {
     return NULL;
 }
 
-// The window as the model's fields: Mistral's slides every layer (model.sliding_window, and
-// model.layer_types left empty), as transformers' MistralModel masks each layer with it. The
-// other families' windows shorter than the sequence are refused: their layer_types and
-// max_window_layers rules are not read yet (a longer one changes nothing).
+// Qwen2's and Qwen3's layer_types as transformers 5 sets them: config.json's list, or sliding
+// from max_window_layers (28 when absent) on when there is a window; written into
+// model.layer_types when some layer slides.
+static int read_layer_types(const json_ctx *j, double w, mt_config *m) {
+    const cJSON *list = item(j, "layer_types");
+    int from = 28, sliding = 0;
+    if (!list && get_int(j, "max_window_layers", 28, &from) < 0) return -1;
+    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
+        return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
+                     j->path, m->layers);
+    for (int l = 0; l < m->layers; l++) {
+        const cJSON *e = list ? cJSON_GetArrayItem(list, l) : NULL;
+        if (e && !cJSON_IsString(e)) e = NULL, list = NULL;
+        const char *type = e                    ? e->valuestring
+                           : w > 0 && l >= from ? "sliding_attention"
+                                                : "full_attention";
+        if (list && !e)
+            return failf(j->err, j->errlen, "%s: layer_types[%d] is not a string", j->path, l);
+        int slides = strcmp(type, "sliding_attention") == 0;
+        if (!slides && strcmp(type, "full_attention") != 0)
+            return failf(j->err, j->errlen,
+                         "%s: layer_types[%d] \"%s\" not supported (full_attention or "
+                         "sliding_attention)",
+                         j->path, l, type);
+        if (slides && !(w > 0))
+            return failf(j->err, j->errlen,
+                         "%s: layer_types[%d] is sliding_attention, but there is no window "
+                         "(use_sliding_window false or sliding_window null)",
+                         j->path, l);
+        sliding += slides;
+        size_t used = strlen(m->layer_types);
+        snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s", l ? "," : "", type);
+        if (strlen(m->layer_types) + 1 >= sizeof m->layer_types)
+            return failf(j->err, j->errlen, "%s: layer_types: too many layers to list", j->path);
+    }
+    if (!sliding) memset(m->layer_types, 0, sizeof m->layer_types); // no layer slides
+    m->sliding_window = sliding ? (int)w : 0;
+    return 0;
+}
+
+// The window as the model's fields. Mistral's slides every layer (model.sliding_window, and
+// model.layer_types left empty), as transformers' MistralModel masks each layer with it; dense
+// Qwen2's and Qwen3's slide the layers of their layer_types. The other families' windows shorter
+// than the sequence are refused: how their layers take it is not read yet (a window at least as
+// long as the sequence changes nothing).
 static int read_window(const json_ctx *j, const family *f, int seq_len, mt_config *m) {
     double w;
     if (sliding_window(j, f, &w) < 0) return -1;
@@ -178,6 +219,7 @@ static int read_window(const json_ctx *j, const family *f, int seq_len, mt_confi
         return failf(j->err, j->errlen, "%s: sliding_window %g is not an integer up to 2^30",
                      j->path, w);
     if (f->window == WINDOW_MISTRAL) return m->sliding_window = (int)w, 0;
+    if (f->window == WINDOW_FLAG && !f->experts_key) return read_layer_types(j, w, m);
     if (w > 0 && w < seq_len)
         return failf(j->err, j->errlen,
                      "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet "
@@ -340,22 +382,28 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
 
 int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
     const family *f = find_family(j);
-    if (!f || read_window(j, f, seq_len, m) < 0 || check_unsupported(j, f) < 0 ||
-        read_shape(j, f, m) < 0)
+    if (!f || check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
+        read_window(j, f, seq_len, m) < 0)
         return -1;
     return read_moe(j, f, m);
 }
 
-// The family an export writes: the first whose fields match c's (a Mistral without a window
-// comes out as the Llama it is), NULL when none does. Only Mistral writes a window, and only
-// one every layer has.
+// Whether family f writes c's window: Mistral one every layer has (and a model without one is
+// the Llama it is), dense Qwen2 and Qwen3 any layer_types, the others none.
+static int writes_window(const family *f, const mt_config *c) {
+    if (f->window == WINDOW_MISTRAL) return c->sliding_window > 0 && !c->layer_types[0];
+    if (f->window == WINDOW_FLAG && !f->experts_key) return 1;
+    return c->sliding_window == 0;
+}
+
+// The family an export writes: the first whose fields match c's, NULL when none does.
 static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
         if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
         if ((f->qkv_bias == 1 && !c->qkv_bias) || (!f->qkv_bias && c->qkv_bias)) continue;
-        if ((f->window == WINDOW_MISTRAL) != (c->sliding_window > 0) || c->layer_types[0]) continue;
+        if (!writes_window(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
             (!f->shared && c->shared_ffn_dim > 0) ||
@@ -402,6 +450,22 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
     cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
 }
 
+// Qwen2's and Qwen3's window: off, or on with each layer's type listed (read back as written).
+static void write_layer_types(cJSON *r, const mt_config *c) {
+    cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
+    cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+    if (c->sliding_window <= 0) {
+        cJSON_AddNullToObject(r, "sliding_window");
+        return;
+    }
+    cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
+    cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
+    for (int l = 0; l < c->layers; l++)
+        cJSON_AddItemToArray(list,
+                             cJSON_CreateString(mt_layer_kind_of(c, l)->window ? "sliding_attention"
+                                                                               : "full_attention"));
+}
+
 int hf_write_family(cJSON *r, const mt_config *c) {
     const family *f = family_of(c);
     if (!f) return -1;
@@ -412,11 +476,9 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? c->moe_ffn_dim
                                                                                 : c->ffn_dim;
     cJSON_AddNumberToObject(r, "intermediate_size", ffn);
-    if (f->window == WINDOW_FLAG) { // the window must stay off
-        cJSON_AddBoolToObject(r, "use_sliding_window", 0);
-        cJSON_AddNullToObject(r, "sliding_window");
-        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
-    } else if (f->window == WINDOW_PLAIN) {
+    if (f->window == WINDOW_FLAG)
+        write_layer_types(r, c);
+    else if (f->window == WINDOW_PLAIN) {
         cJSON_AddNullToObject(r, "sliding_window");
     } else if (f->window == WINDOW_MISTRAL) {
         cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
