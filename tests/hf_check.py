@@ -4,7 +4,8 @@
 usage: hf_check.py EXPORT [--against FIXTURE] [--min-shards N] [--bf16]
   - config.json is a LlamaForCausalLM (or Qwen2ForCausalLM, MistralForCausalLM) config, torch_dtype
     float32
-    (bfloat16 with --bf16); with --against, the fixture's class, rope_scaling and sliding_window
+    (bfloat16 with --bf16); with --against, the fixture's class, rope_scaling, attention_bias and
+    sliding_window
     exactly (Mistral's window is model.sliding_window and comes back; a Mistral without one
     comes out as the Llama it is);
   - model.safetensors.index.json maps every tensor to the shard that holds it, total_size right;
@@ -132,7 +133,7 @@ def main():
             fail(f"config.json: {cg['architectures']} {cg.get('rope_scaling')} "
                  f"{cg.get('sliding_window')}, the fixture's {arch} {cw.get('rope_scaling')} "
                  f"{window}")
-        for key in ("bos_token_id", "eos_token_id"):
+        for key in ("bos_token_id", "eos_token_id", "attention_bias"):
             if cg.get(key) != cw.get(key):
                 fail(f"config.json: {key} {cg.get(key)}, the fixture's {cw.get(key)}")
         want, got = load_folder(args.against), load_folder(args.export)

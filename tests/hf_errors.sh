@@ -36,7 +36,7 @@ done
 # good: Qwen2 with its biases (also with a short window that use_sliding_window turns off, and
 # one it turns on for layer 1 by max_window_layers), and Llama 3.1's rope_scaling
 for good in "qwen2 --qwen2 --shards 2" "qwen2_window_off --qwen2 --corrupt qwen2_window_off" \
-    "qwen2_window --qwen2 --corrupt qwen2_window" \
+    "qwen2_window --qwen2 --corrupt qwen2_window" "llama_bias --llama-bias" \
     "llama3 --llama3" "qwen2_llama3 --qwen2 --llama3 --dtypes mixed"; do
     set -- $good
     name=$1
@@ -59,7 +59,7 @@ expect arch config.json "architecture GPT2LMHeadModel not supported" --corrupt a
 expect rope config.json "rope_scaling type yarn not supported \(only llama3\)" --corrupt rope
 expect rope_key config.json "rope_scaling.factor must be a positive number \(rope_type llama3\)" --corrupt rope_key
 expect rope_band config.json "high_freq_factor 1 must be greater than low_freq_factor 1" --corrupt rope_band
-expect attention_bias config.json "attention_bias = true \(biases on q, k, v and o_proj\) not supported yet" --corrupt attention_bias
+expect attention_bias model.safetensors "no tensor model.layers.0.self_attn.q_proj.bias \(config.json needs it\)" --corrupt attention_bias
 expect missing_bias model.safetensors "no tensor model.layers.1.self_attn.v_proj.bias \(config.json needs it\)" --qwen2 --corrupt missing_bias
 expect bias_shape model.safetensors "k_proj.bias has shape \[64\], config.json needs \[32\]" --qwen2 --corrupt bias_shape
 expect head_dim model.safetensors "q_proj.weight has shape \[64, 64\], config.json needs \[128, 64\]" --corrupt head_dim

@@ -7,6 +7,7 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
   --dtypes mixed  embedding BF16, layer 0 F16, the rest F32 (every converter is exercised)
   --specials      F16 subnormals, infinities and NaN in layer 0's q_proj (round trip only)
   --qwen2         Qwen2ForCausalLM: q/k/v projection biases (random values, not zeros)
+  --llama-bias    LlamaForCausalLM with attention_bias: biases on q, k, v and o_proj
   --llama3        rope_scaling llama3 (factor 8, low 1, high 4, original context 64)
   --tokenizer     also tokenizer.json (byte-level BPE without merges over printable ASCII, tab
                   and newline, ids 0-97, with <|im_start|> and <|im_end|> as 98 and 99) and a
@@ -31,7 +32,7 @@ import struct
 DIM, LAYERS, HEADS, KV, FFN, VOCAB = 64, 2, 4, 2, 160, 256
 
 
-def tensors(tied, qwen2=False):
+def tensors(tied, qwen2=False, o_bias=False):
     """(name, shape) in model.c's order: the biases after each layer's nine weights."""
     hd = DIM // HEADS
     out = [("model.embed_tokens.weight", [VOCAB, DIM])]
@@ -50,6 +51,8 @@ def tensors(tied, qwen2=False):
             out += [(p + "self_attn.q_proj.bias", [HEADS * hd]),
                     (p + "self_attn.k_proj.bias", [KV * hd]),
                     (p + "self_attn.v_proj.bias", [KV * hd])]
+        if o_bias:
+            out.append((p + "self_attn.o_proj.bias", [DIM]))
     out.append(("model.norm.weight", [DIM]))
     if not tied:
         out.append(("lm_head.weight", [VOCAB, DIM]))
@@ -151,7 +154,7 @@ def config(args):
         del c["rope_scaling"]["factor"]
     if args.corrupt == "rope_band":
         c["rope_scaling"]["high_freq_factor"] = 1.0
-    if args.corrupt == "attention_bias":
+    if args.corrupt == "attention_bias" or args.llama_bias:
         c["attention_bias"] = True
     if args.corrupt in ("mistral_window", "mistral_ok"):
         c["architectures"], c["model_type"] = ["MistralForCausalLM"], "mistral"
@@ -208,6 +211,7 @@ def main():
     ap.add_argument("--specials", action="store_true")
     ap.add_argument("--qwen2", action="store_true")
     ap.add_argument("--llama3", action="store_true")
+    ap.add_argument("--llama-bias", action="store_true")
     ap.add_argument("--corrupt")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--tokenizer", action="store_true")
@@ -217,7 +221,7 @@ def main():
         write_tokenizer(args.dir)
     rng = random.Random(args.seed)
     entries = []
-    for name, shape in tensors(args.tied, args.qwen2):
+    for name, shape in tensors(args.tied, args.qwen2 or args.llama_bias, args.llama_bias):
         dt = dtype_of(name, args.dtypes)
         if args.corrupt == "shape" and name == "model.layers.1.mlp.up_proj.weight":
             shape = [shape[0] - 1, shape[1]]

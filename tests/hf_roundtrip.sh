@@ -35,6 +35,7 @@ run qwen2_llama3 60000 float32 --qwen2 --llama3 --dtypes mixed --shards 2
 run llama3_bf16 5000000000 bfloat16 --llama3 --tied
 run mistral_window 60000 float32 --corrupt mistral_window # exported as Mistral, its window kept
 run qwen2_window 60000 float32 --qwen2 --corrupt qwen2_window # layer 1's window as layer_types
+run llama_bias 60000 float32 --llama-bias # Llama's attention_bias: q, k, v and o_proj biases
 # An export into an existing, non-empty folder is refused.
 mkdir -p "$WORK/full" && touch "$WORK/full/x"
 if "$TEST_HF" roundtrip "$WORK/f32_single" "$WORK/full" 5000000000 2>"$WORK/err"; then

@@ -9,7 +9,7 @@ add_test(NAME model_gradcheck COMMAND test_model_grad)
 foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning device_groups
           stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk
           data_parallel run_lock beside overrides tensorboard grad_ring storage
-          foreign_names run_lock_user run_swap run_trust window
+          foreign_names run_lock_user run_swap run_trust window o_bias
           metrics_full mpirun_killed)
   add_test(NAME e2e_${t} COMMAND bash ${MT_TEST_DIR}/e2e_${t}.sh $<TARGET_FILE:mtrun>
            ${CMAKE_SOURCE_DIR})

@@ -166,6 +166,11 @@ static void make_qwen2(mt_config *c) {
     c->rope_original_max_pos = 16;
 }
 
+// Llama with attention_bias: biases on q, k, v and o_proj.
+static void make_llama_bias(mt_config *c) {
+    c->qkv_bias = 1, c->o_bias = 1;
+}
+
 // Mixtral-like: every layer MoE, 4 experts, top 2, renormalised over the two.
 static void make_moe_renorm(mt_config *c) {
     c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16, c->norm_topk_prob = 1;
@@ -296,6 +301,7 @@ int main(void) {
         {"tied embeddings", NULL, 1, 0, 1, 0},
         {"untied embeddings", NULL, 0, 0, 1, 0},
         {"q/k/v biases, llama3 rope", make_qwen2, 0, 1, 1, 0},
+        {"q/k/v and o_proj biases (Llama's attention_bias)", make_llama_bias, 0, 1, 1, 0},
         {"MoE: 4 experts, top 2 renormalised", make_moe_renorm, 0, 1, 1, 0},
         {"MoE: 6 experts, top 2, shared expert, layer 0 dense", make_moe_shared, 0, 1, 1, 0},
         {"qk-norm per head, head_dim 12", make_qk_head, 0, 0, 1, 0},

@@ -332,6 +332,10 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
+    // The o_proj bias is the CPU reference's so far (layer.c); the GPU's templates do not add it.
+    if (c->o_bias)
+        mt_refuse("model.o_bias (Llama's attention_bias): not on the CUDA backend yet; "
+                  "backend = \"cpu\" trains it");
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

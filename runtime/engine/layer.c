@@ -26,7 +26,7 @@ static void block_forward(const layer_call *k, const mlp_part *mlp, float *out, 
     layer_scratch *s = k->s;
     int D = c->dim, Q = c->heads * mt_head_dim(c);
     size_t d = (size_t)t0 * D;
-    linear_forward(out + d, s->att + (size_t)t0 * Q, k->w->wo, NULL, rows, Q, D);
+    linear_forward(out + d, s->att + (size_t)t0 * Q, k->w->wo, k->w->bo, rows, Q, D);
     add_into(s->h + d, k->x + d, out + d, (size_t)rows * D);
     rmsnorm_forward(s->n2 + d, s->rstd2 + t0, s->h + d, k->w->ffn_norm, rows, D,
                     (float)c->norm_eps);
@@ -59,7 +59,7 @@ static void block_backward(const layer_call *k, const mlp_part *mlp, const float
     rmsnorm_backward(s->d_h + d, dw->ffn_norm, s->d_n2 + d, s->h + d, w->ffn_norm, s->rstd2 + t0,
                      rows, D);
     memset(s->d_att + (size_t)t0 * Q, 0, sizeof(float) * rows * Q);
-    linear_backward(s->d_att + (size_t)t0 * Q, dw->wo, NULL, s->d_h + d, s->att + (size_t)t0 * Q,
+    linear_backward(s->d_att + (size_t)t0 * Q, dw->wo, dw->bo, s->d_h + d, s->att + (size_t)t0 * Q,
                     w->wo, rows, Q, D);
 }
 

@@ -102,6 +102,12 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
         return snprintf(err, errlen, "%s: model.qkv_bias %s != config %s", path,
                         qkv_bias ? "true" : "false", c->qkv_bias ? "true" : "false"),
                -1;
+    // Absent in checkpoints from before the o_proj bias: those models have none.
+    int o_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "o_bias"));
+    if (o_bias != !!c->o_bias)
+        return snprintf(err, errlen, "%s: model.o_bias %s != config %s", path,
+                        o_bias ? "true" : "false", c->o_bias ? "true" : "false"),
+               -1;
     return 0;
 }
 
@@ -223,6 +229,7 @@ static cJSON *manifest_model(const mt_config *c) {
     cJSON_AddNumberToObject(m, "vocab", c->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
     cJSON_AddBoolToObject(m, "qkv_bias", c->qkv_bias);
+    cJSON_AddBoolToObject(m, "o_bias", c->o_bias);
     return m;
 }
 

@@ -17,7 +17,8 @@ typedef struct {
     double eps_default, theta_default;
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
-    int qk_norm;  // QK_NONE, QK_HEAD or QK_ALL
+    int attention_bias; // its attention_bias key puts biases on q, k, v and o_proj (Llama)
+    int qk_norm;        // QK_NONE, QK_HEAD or QK_ALL
     // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
     // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
     // chosen weights are always renormalised (else norm_topk_prob), whether it has a shared expert
@@ -32,6 +33,7 @@ typedef struct {
 static const family families[] = {
     {.arch = "LlamaForCausalLM",
      .model_type = "llama",
+     .attention_bias = 1,
      .eps_default = 1e-6,
      .theta_default = 1e4,
      .window = WINDOW_NONE,
@@ -244,7 +246,8 @@ static int check_unsupported(const json_ctx *j, const family *f) {
                      cJSON_IsString(act) ? act->valuestring : "(not a string)");
     int b = 0;
     // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
-    if (!f->qkv_bias && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
+    // Llama's attention_bias is read with the shape (read_shape).
+    if (!f->qkv_bias && !f->attention_bias && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
     if (b)
         return failf(j->err, j->errlen,
                      "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
@@ -284,8 +287,10 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
         get_num(j, "rms_norm_eps", f->eps_default, &m->norm_eps) < 0 ||
         get_bool(j, "tie_word_embeddings", 0, &m->tied_embeddings) < 0)
         return -1;
-    m->qkv_bias = f->qkv_bias == 1;
+    m->qkv_bias = f->qkv_bias == 1, m->o_bias = 0;
     if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
+    if (f->attention_bias && get_bool(j, "attention_bias", 0, &m->o_bias) < 0) return -1;
+    if (f->attention_bias) m->qkv_bias = m->o_bias; // q, k, v and o_proj alike
     m->qk_norm = f->qk_norm;
     return 0;
 }
@@ -396,13 +401,20 @@ static int writes_window(const family *f, const mt_config *c) {
     return c->sliding_window == 0;
 }
 
+// Whether family f has c's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
+// on q, k and v (Qwen2-MoE's as its qkv_bias says), the others none.
+static int carries_biases(const family *f, const mt_config *c) {
+    if (f->attention_bias) return !!c->qkv_bias == !!c->o_bias;
+    return !c->o_bias && (f->qkv_bias == 2 || (f->qkv_bias == 1) == !!c->qkv_bias);
+}
+
 // The family an export writes: the first whose fields match c's, NULL when none does.
 static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
         if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
-        if ((f->qkv_bias == 1 && !c->qkv_bias) || (!f->qkv_bias && c->qkv_bias)) continue;
+        if (!carries_biases(f, c)) continue;
         if (!writes_window(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
@@ -484,7 +496,7 @@ int hf_write_family(cJSON *r, const mt_config *c) {
         cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
     }
     if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
-    if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", 0);
+    if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", f->attention_bias && c->o_bias);
     if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
     if (f->experts_key) write_moe(r, f, c);
     return 0;

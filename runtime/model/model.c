@@ -121,6 +121,8 @@ static int role_present(const mt_config *c, int layer, int present) {
         return mt_qk_norm(c) != QK_NONE;
     case ROLE_SHARED:
         return moe && c->shared_ffn_dim > 0;
+    case ROLE_O_BIAS:
+        return c->o_bias;
     }
     return 1; // ROLE_ALWAYS
 }

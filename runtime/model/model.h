@@ -65,6 +65,7 @@ typedef struct {
     double rope_theta, norm_eps;
     int tied_embeddings;
     int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
+    int o_bias;   // a bias on the attention's output projection too (Llama's attention_bias)
     // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
     // and Mistral-Nemo give one that differs from dim / heads.
     int head_dim;

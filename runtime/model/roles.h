@@ -17,6 +17,7 @@ enum {
     ROLE_QKV_BIAS,  // model.qkv_bias
     ROLE_QK_NORM,   // model.qk_norm is "head" or "all"
     ROLE_SHARED,    // the MLP kind is MoE with a shared expert (model.shared_ffn_dim > 0)
+    ROLE_O_BIAS,    // model.o_bias
 };
 
 // A shape's extents, resolved against the config by model.c's dim_of.
@@ -80,7 +81,9 @@ enum {
     X(sh_down, T_SH_DOWN, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL, \
       DIM_D, DIM_S, TENSOR_NORMAL)                                                                 \
     X(sh_route, T_SH_ROUTE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert_gate.weight", NULL,    \
-      DIM_ONE, DIM_D, TENSOR_NORMAL)
+      DIM_ONE, DIM_D, TENSOR_NORMAL)                                                               \
+    X(bo, T_BO, ROLE_O_BIAS, "model.layers.%d.self_attn.o_proj.bias", NULL, DIM_D, DIM_NONE,       \
+      TENSOR_ZEROS)
 
 // What a tensor is to the kernels: the embedding and the head's, then the layer's from the
 // table above, in its order.
