@@ -8,16 +8,7 @@
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/base.cfg"
 
-# refused NAME REGEX CONFIG ARGS...: exit 2, nothing on stdout, one line on stderr matching REGEX.
-refused() {
-    local name=$1 regex=$2 cfg=$3 rc
-    shift 3
-    "$MTRUN" -np 2 "$cfg" --dry-run "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
-    rc=$?
-    expect "$name: refused in one line: $(cat "$WORK/$name.err")" \
-        bash -c "[ $rc -eq 2 ] && [ ! -s '$WORK/$name.out' ] && [ \$(wc -l <'$WORK/$name.err') -eq 1 ] &&
-                 grep -Eq -- '$regex' '$WORK/$name.err'"
-}
+refused() { refused_cfg "$@"; } # NAME REGEX CONFIG ARGS... (e2e_lib.sh)
 INT="is out of range: must be in \[1, 2147483647\]$"
 SEED="is out of range: must be in \[0, 18446744073709551615\]$"
 B=$WORK/base.cfg

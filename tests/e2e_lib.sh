@@ -51,17 +51,19 @@ expect() { # expect DESCRIPTION COMMAND...
     fi
 }
 
-# refused_dry NAME REGEX ARGS...: `mtrun -np 2 $WORK/base.cfg --dry-run ARGS` exits 2, prints
+# refused_cfg NAME REGEX CONFIG ARGS...: `mtrun -np 2 CONFIG --dry-run ARGS` exits 2, prints
 # nothing on stdout and one line on stderr matching REGEX (outputs in $WORK/NAME.out, .err).
-refused_dry() {
-    local name=$1 regex=$2 rc
-    shift 2
-    "$MTRUN" -np 2 "$WORK/base.cfg" --dry-run "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+refused_cfg() {
+    local name=$1 regex=$2 cfg=$3 rc
+    shift 3
+    "$MTRUN" -np 2 "$cfg" --dry-run "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
     rc=$?
     expect "$name: refused in one line: $(cat "$WORK/$name.err")" \
         bash -c "[ $rc -eq 2 ] && [ ! -s '$WORK/$name.out' ] && [ \$(wc -l <'$WORK/$name.err') -eq 1 ] &&
                  grep -Eq -- '$regex' '$WORK/$name.err'"
 }
+# refused_dry NAME REGEX ARGS...: refused_cfg on $WORK/base.cfg.
+refused_dry() { refused_cfg "$1" "$2" "$WORK/base.cfg" "${@:3}"; }
 
 show_log() { echo "---- $1.log"; tail -n 30 "$WORK/$1.log"; }
 
