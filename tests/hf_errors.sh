@@ -50,6 +50,7 @@ expect overlap model.safetensors "overlap" --corrupt overlap
 expect out_of_range model.safetensors "data_offsets outside" --corrupt out_of_range
 expect short_header model.safetensors "truncated \(header of [0-9]+ bytes" --corrupt short_header
 expect qwen2_types_bad config.json 'layer_types\[1\] "chunked_attention" not supported' --qwen2 --corrupt qwen2_types_bad
+expect qwen2_types_number config.json "layer_types\[1\] is not a string" --qwen2 --corrupt qwen2_types_number
 expect qwen2_types_nowindow config.json "layer_types\[0\] is sliding_attention, but there is no window" --qwen2 --corrupt qwen2_types_nowindow
 expect big_header model.safetensors "over the 100 MB limit" --corrupt big_header
 expect dtype model.safetensors "dtype I(16|32) not supported" --dtypes mixed --corrupt dtype

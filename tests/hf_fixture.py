@@ -18,8 +18,8 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
                   head_dim, head_dim_huge, arch_escape, short_header, mistral_window (and mistral_ok: a valid Mistral
                   folder, window 4096; qwen2_window_off: Qwen2 with a short window turned off; qwen2_window:
-                  one turned on for layer 1; qwen2_types_bad, qwen2_types_nowindow: layer_types
-                  with an entry we refuse),
+                  one turned on for layer 1; qwen2_types_bad, qwen2_types_number,
+                  qwen2_types_nowindow: layer_types with an entry we refuse),
                   eos_range (an eos id past the vocabulary)
 """
 import argparse
@@ -143,6 +143,8 @@ def config(args):
         c.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
     if args.corrupt == "qwen2_types_bad":
         c["layer_types"] = ["full_attention", "chunked_attention"]
+    if args.corrupt == "qwen2_types_number":
+        c["layer_types"] = ["full_attention", 1]
     if args.corrupt == "qwen2_types_nowindow":  # use_sliding_window false: no window to slide
         c["layer_types"] = ["sliding_attention", "full_attention"]
     if args.llama3 or args.corrupt in ("rope_key", "rope_band"):

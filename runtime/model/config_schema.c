@@ -30,8 +30,8 @@ const field_t config_schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    BOOL("model.qkv_bias", qkv_bias, 0),
-    BOOL("model.o_bias", o_bias, 0), // on o_proj (Llama's attention_bias: with qkv_bias)            // Qwen2: biases on q, k, v
+    BOOL("model.qkv_bias", qkv_bias, 0), // Qwen2: biases on q, k, v
+    BOOL("model.o_bias", o_bias, 0),     // on o_proj too (Llama's attention_bias sets both)
     INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
     // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
     ENUM("model.qk_norm", qk_norm, QK_NONE, QK_NORM_NAMES),

@@ -178,13 +178,13 @@ static int read_layer_types(const json_ctx *j, double w, mt_config *m) {
         return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
                      j->path, m->layers);
     for (int l = 0; l < m->layers; l++) {
-        const cJSON *e = list ? cJSON_GetArrayItem(list, l) : NULL;
-        if (e && !cJSON_IsString(e)) e = NULL, list = NULL;
-        const char *type = e                    ? e->valuestring
-                           : w > 0 && l >= from ? "sliding_attention"
-                                                : "full_attention";
-        if (list && !e)
-            return failf(j->err, j->errlen, "%s: layer_types[%d] is not a string", j->path, l);
+        const char *type = w > 0 && l >= from ? "sliding_attention" : "full_attention";
+        if (list) {
+            const cJSON *e = cJSON_GetArrayItem(list, l);
+            if (!cJSON_IsString(e))
+                return failf(j->err, j->errlen, "%s: layer_types[%d] is not a string", j->path, l);
+            type = e->valuestring;
+        }
         int slides = strcmp(type, "sliding_attention") == 0;
         if (!slides && strcmp(type, "full_attention") != 0)
             return failf(j->err, j->errlen,
