@@ -173,6 +173,7 @@ static const family *find_family(const json_ctx *j) {
 static int read_layer_types(const json_ctx *j, double w, mt_config *m) {
     const cJSON *list = item(j, "layer_types");
     int from = 28, sliding = 0;
+    size_t used = 0; // of m->layer_types, which read_window has emptied
     if (!list && get_int(j, "max_window_layers", 28, &from) < 0) return -1;
     if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
         return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
@@ -197,10 +198,11 @@ static int read_layer_types(const json_ctx *j, double w, mt_config *m) {
                          "(use_sliding_window false or sliding_window null)",
                          j->path, l);
         sliding += slides;
-        size_t used = strlen(m->layer_types);
-        snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s", l ? "," : "", type);
-        if (strlen(m->layer_types) + 1 >= sizeof m->layer_types)
+        int wrote = snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s",
+                             l ? "," : "", type);
+        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof m->layer_types)
             return failf(j->err, j->errlen, "%s: layer_types: too many layers to list", j->path);
+        used += (size_t)wrote;
     }
     if (!sliding) memset(m->layer_types, 0, sizeof m->layer_types); // no layer slides
     m->sliding_window = sliding ? (int)w : 0;

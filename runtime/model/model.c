@@ -27,16 +27,16 @@ static int moe_by_fields(const mt_config *c, int l) {
     return 1;
 }
 
-// Entry l of model.layer_types, as its length and start; NULL past the last entry.
-static const char *layer_type_at(const char *types, int l, size_t *len) {
-    const char *p = types;
-    for (int i = 0; i < l && p; i++) p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
-    if (p) *len = strcspn(p, ",");
-    return p;
-}
-
 static int is_type(const char *p, size_t len, const char *name) {
     return len == strlen(name) && strncmp(p, name, len) == 0;
+}
+
+// The entry of model.layer_types at p: its length; p moves past it and its comma.
+static size_t next_type(const char **p, const char **entry) {
+    size_t len = strcspn(*p, ",");
+    *entry = *p;
+    *p += len + ((*p)[len] == ',');
+    return len;
 }
 
 int model_check_layer_types(const mt_config *c, char *why, size_t n) {
@@ -45,13 +45,13 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
     for (const char *p = c->layer_types; *p; p++) count += *p == ',';
     if (count != c->layers)
         return snprintf(why, n, "lists %d layers; model.layers = %d", count, c->layers), -1;
+    const char *p = c->layer_types, *e;
     for (int l = 0; l < count; l++) {
-        size_t len = 0;
-        const char *p = layer_type_at(c->layer_types, l, &len);
-        int sliding = is_type(p, len, "sliding_attention");
-        if (!sliding && !is_type(p, len, "full_attention"))
+        size_t len = next_type(&p, &e);
+        int sliding = is_type(e, len, "sliding_attention");
+        if (!sliding && !is_type(e, len, "full_attention"))
             return snprintf(why, n, "layer %d is \"%.*s\": not full_attention or sliding_attention",
-                            l, (int)len, p),
+                            l, (int)len, e),
                    -1;
         if (sliding && c->sliding_window <= 0)
             return snprintf(why, n, "layer %d is sliding_attention, but model.sliding_window is 0",
@@ -61,21 +61,18 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
     return 0;
 }
 
-// Whether layer l's attention slides (layer_types, checked by config.c; "": every layer when
-// the model has a window).
-static int slides(const mt_config *c, int l) {
-    if (c->sliding_window <= 0) return 0;
-    if (!c->layer_types[0]) return 1;
-    size_t len = 0;
-    const char *p = layer_type_at(c->layer_types, l, &len);
-    return p && is_type(p, len, "sliding_attention");
-}
-
+// A layer slides when the model has a window and layer_types (checked by config.c) says so, or
+// is empty: then every layer does.
 void model_describe_layers(mt_config *c) {
     int n = c->layers > 0 && c->layers <= MT_MAX_LAYERS ? c->layers : 0; // else out of range
-    for (int l = 0; l < n; l++)
+    const char *p = c->layer_types, *e;
+    for (int l = 0; l < n; l++) {
+        size_t len = next_type(&p, &e);
+        int slides =
+            c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
         c->layer_kind[l] = (mt_layer_kind){ATTN_SOFTMAX, moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
-                                           slides(c, l) ? c->sliding_window : 0};
+                                           slides ? c->sliding_window : 0};
+    }
     c->n_described = n;
 }
 
