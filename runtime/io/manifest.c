@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -74,6 +75,18 @@ int manifest_get_uint(const cJSON *obj, const char *key, const char *path, const
     return 0;
 }
 
+// The model's options that add tensors to a layer, recorded by name in the manifest.
+static const struct {
+    const char *key;
+    size_t off;
+} tensor_options[] = {
+    {"qkv_bias", offsetof(mt_config, qkv_bias)},
+    {"o_bias", offsetof(mt_config, o_bias)},
+    {"attn_sinks", offsetof(mt_config, attn_sinks)},
+    {"router_bias", offsetof(mt_config, router_bias)},
+    {"expert_bias", offsetof(mt_config, expert_bias)},
+};
+
 static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,
                        size_t errlen) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -96,18 +109,17 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
                         cJSON_IsTrue(tied) ? "true" : "false",
                         c->tied_embeddings ? "true" : "false"),
                -1;
-    // Absent in checkpoints from before Qwen2's biases: those models have none.
-    int qkv_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "qkv_bias"));
-    if (qkv_bias != !!c->qkv_bias)
-        return snprintf(err, errlen, "%s: model.qkv_bias %s != config %s", path,
-                        qkv_bias ? "true" : "false", c->qkv_bias ? "true" : "false"),
-               -1;
-    // Absent in checkpoints from before the o_proj bias: those models have none.
-    int o_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "o_bias"));
-    if (o_bias != !!c->o_bias)
-        return snprintf(err, errlen, "%s: model.o_bias %s != config %s", path,
-                        o_bias ? "true" : "false", c->o_bias ? "true" : "false"),
-               -1;
+    // The options that add tensors; absent in checkpoints from before each option, whose models
+    // have none.
+    for (size_t i = 0; i < sizeof tensor_options / sizeof *tensor_options; i++) {
+        const char *key = tensor_options[i].key;
+        int saved = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, key));
+        int want = !!*(const int *)((const char *)c + tensor_options[i].off);
+        if (saved != want)
+            return snprintf(err, errlen, "%s: model.%s %s != config %s", path, key,
+                            saved ? "true" : "false", want ? "true" : "false"),
+                   -1;
+    }
     return 0;
 }
 
@@ -228,8 +240,9 @@ static cJSON *manifest_model(const mt_config *c) {
     cJSON_AddNumberToObject(m, "ffn_dim", c->ffn_dim);
     cJSON_AddNumberToObject(m, "vocab", c->vocab);
     cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
-    cJSON_AddBoolToObject(m, "qkv_bias", c->qkv_bias);
-    cJSON_AddBoolToObject(m, "o_bias", c->o_bias);
+    for (size_t i = 0; i < sizeof tensor_options / sizeof *tensor_options; i++)
+        cJSON_AddBoolToObject(m, tensor_options[i].key,
+                              *(const int *)((const char *)c + tensor_options[i].off));
     return m;
 }
 

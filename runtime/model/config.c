@@ -267,13 +267,31 @@ static int check_dense_layers(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
-static int check_moe(ctx_t *x, const mt_config *c) {
-    if (c->experts == 0) {
-        if (c->shared_ffn_dim > 0)
-            return source_fail(x, LINE("model.shared_ffn_dim"), "model.shared_ffn_dim",
-                               "a shared expert needs model.experts > 0");
-        return 0;
+// gpt-oss's router and expert options go with experts; their biases have hub names only in
+// gpt-oss's fused layout (moe_names "gpt_oss"), which has both.
+static int check_moe_options(ctx_t *x, const mt_config *c) {
+    const char *keys[] = {"model.shared_ffn_dim", "model.router_bias", "model.expert_bias",
+                          "model.swiglu_limit", "model.router_softmax"};
+    int set[] = {c->shared_ffn_dim > 0, c->router_bias, c->expert_bias, c->swiglu_limit > 0,
+                 c->router_softmax != ROUTER_SOFTMAX_ALL};
+    for (int i = 0; i < 5; i++)
+        if (set[i] && c->experts == 0)
+            return source_fail(x, LINE(keys[i]), keys[i], "needs model.experts > 0");
+    int oss = c->moe_names == MOE_NAMES_GPT_OSS;
+    if (oss != !!c->router_bias || oss != !!c->expert_bias) {
+        const char *k = oss              ? "model.moe_names"
+                        : c->router_bias ? "model.router_bias"
+                                         : "model.expert_bias";
+        return source_fail(x, LINE(k), k,
+                           "model.moe_names = \"gpt_oss\" goes with model.router_bias and "
+                           "model.expert_bias (its fused layout has both; no other has either)");
     }
+    return 0;
+}
+
+static int check_moe(ctx_t *x, const mt_config *c) {
+    if (check_moe_options(x, c) < 0) return -1;
+    if (c->experts == 0) return 0;
     if (c->top_k > c->experts)
         return source_fail(x, LINE("model.top_k"), "model.top_k",
                            "%d is more than model.experts = %d", c->top_k, c->experts);
@@ -371,22 +389,37 @@ static int cross_check(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
-static const char *const rope_keys[] = {
-    "model.rope_scaling.factor", "model.rope_scaling.low_freq_factor",
-    "model.rope_scaling.high_freq_factor", "model.rope_scaling.original_max_position_embeddings"};
+// Each rope_scaling key, and the rope types it goes with (bit ROPE_*): required where marked.
+static const struct {
+    const char *key;
+    unsigned types, required;
+} rope_keys[] = {
+    {"model.rope_scaling.factor", 1u << ROPE_LLAMA3 | 1u << ROPE_YARN,
+     1u << ROPE_LLAMA3 | 1u << ROPE_YARN},
+    {"model.rope_scaling.low_freq_factor", 1u << ROPE_LLAMA3, 1u << ROPE_LLAMA3},
+    {"model.rope_scaling.high_freq_factor", 1u << ROPE_LLAMA3, 1u << ROPE_LLAMA3},
+    {"model.rope_scaling.original_max_position_embeddings", 1u << ROPE_LLAMA3 | 1u << ROPE_YARN,
+     1u << ROPE_LLAMA3 | 1u << ROPE_YARN},
+    {"model.rope_scaling.beta_fast", 1u << ROPE_YARN, 0},
+    {"model.rope_scaling.beta_slow", 1u << ROPE_YARN, 0},
+    {"model.rope_scaling.truncate", 1u << ROPE_YARN, 0},
+    {"model.rope_scaling.attention_factor", 1u << ROPE_YARN, 0},
+};
 
-// The four numbers go with rope_type "llama3", all of them (transformers demands them too: a
-// silent default would change the frequencies), and the blend between the two wavelengths
-// divides by high_freq_factor - low_freq_factor.
+// A rope type's numbers go with it, the required ones all of them (transformers demands them
+// too: a silent default would change the frequencies), and llama3's blend between the two
+// wavelengths divides by high_freq_factor - low_freq_factor.
 static int check_rope_scaling(ctx_t *x, const mt_config *c) {
     int llama3 = c->rope_type == ROPE_LLAMA3;
-    for (int i = 0; i < 4; i++) {
-        if (!llama3 && SEEN(rope_keys[i]))
-            return source_fail(x, LINE(rope_keys[i]), rope_keys[i],
-                               "only used with model.rope_scaling.rope_type = \"llama3\"");
-        if (llama3 && !c->model_dir[0] && !SEEN(rope_keys[i]))
-            return source_fail(x, LINE("model.rope_scaling.rope_type"), rope_keys[i],
-                               "missing (rope_type \"llama3\" needs it)");
+    const char *type = mt_choice_name(ROPE_TYPE_NAMES, c->rope_type);
+    for (size_t i = 0; i < sizeof rope_keys / sizeof *rope_keys; i++) {
+        const char *k = rope_keys[i].key;
+        if (!(rope_keys[i].types >> c->rope_type & 1) && SEEN(k))
+            return source_fail(x, LINE(k), k, "not used with model.rope_scaling.rope_type = \"%s\"",
+                               type);
+        if (rope_keys[i].required >> c->rope_type & 1 && !c->model_dir[0] && !SEEN(k))
+            return source_fail(x, LINE("model.rope_scaling.rope_type"), k,
+                               "missing (rope_type \"%s\" needs it)", type);
     }
     if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
         return source_fail(x, LINE("model.rope_scaling.high_freq_factor"),

@@ -30,8 +30,9 @@ const field_t config_schema[] = {
     FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
     FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
     BOOL("model.tied_embeddings", tied_embeddings, 1),
-    BOOL("model.qkv_bias", qkv_bias, 0), // Qwen2: biases on q, k, v
-    BOOL("model.o_bias", o_bias, 0),     // on o_proj too (Llama's attention_bias sets both)
+    BOOL("model.qkv_bias", qkv_bias, 0),     // Qwen2: biases on q, k, v
+    BOOL("model.o_bias", o_bias, 0),         // on o_proj too (Llama's attention_bias sets both)
+    BOOL("model.attn_sinks", attn_sinks, 0), // gpt-oss: a learned logit per head in the softmax
     INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
     // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
     ENUM("model.qk_norm", qk_norm, QK_NONE, QK_NORM_NAMES),
@@ -51,6 +52,12 @@ const field_t config_schema[] = {
     BOOL("model.router_aux", router_aux, 0),
     FLT("model.router_aux_coef", router_aux_coef, 0, 1e6, 0, 0.001),
     ENUM("model.moe_names", moe_names, MOE_NAMES_MLP, MOE_NAMES_NAMES),
+    // gpt-oss's router and experts: the softmax over the top k logits, a bias on the router's
+    // logits and on each expert's projections, the clamped SwiGLU (0: plain SwiGLU)
+    ENUM("model.router_softmax", router_softmax, ROUTER_SOFTMAX_ALL, ROUTER_SOFTMAX_NAMES),
+    BOOL("model.router_bias", router_bias, 0),
+    BOOL("model.expert_bias", expert_bias, 0),
+    FLT("model.swiglu_limit", swiglu_limit, 0, 1e6, 0, 0),
     INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
     INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
@@ -61,6 +68,12 @@ const field_t config_schema[] = {
     FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
     INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
         8192),
+    // YaRN's (rope_type "yarn"), with factor and original_max_position_embeddings above;
+    // attention_factor 0: 0.1 ln(factor) + 1
+    FLT("model.rope_scaling.beta_fast", rope_beta_fast, 0, 1e6, MIN_OPEN, 32),
+    FLT("model.rope_scaling.beta_slow", rope_beta_slow, 0, 1e6, MIN_OPEN, 1),
+    BOOL("model.rope_scaling.truncate", rope_truncate, 1),
+    FLT("model.rope_scaling.attention_factor", rope_attention_factor, 0, 1e6, 0, 0),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
     STR("data.path", data_path, 0, ""),
     ENUM("data.format", data_format, DATA_BYTES, DATA_FORMAT_NAMES),

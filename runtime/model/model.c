@@ -8,7 +8,7 @@
 static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, int rows, int cols,
                       int init, int role) {
     uint64_t numel = (uint64_t)rows * (cols ? cols : 1);
-    t[n] = (tensor_info){name, *off, numel, rows, cols, init, role, -1};
+    t[n] = (tensor_info){name, *off, numel, rows, cols, init, role, -1, HUB_PLAIN};
     *off += numel;
     return n + 1;
 }
@@ -70,8 +70,12 @@ void model_describe_layers(mt_config *c) {
         size_t len = next_type(&p, &e);
         int slides =
             c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
-        c->layer_kind[l] = (mt_layer_kind){ATTN_SOFTMAX, moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
-                                           slides ? c->sliding_window : 0};
+        c->layer_kind[l] = (mt_layer_kind){
+            .attention = ATTN_SOFTMAX,
+            .mlp = moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
+            .sinks = !!c->attn_sinks,
+            .window = slides ? c->sliding_window : 0,
+        };
     }
     c->n_described = n;
 }
@@ -94,12 +98,13 @@ int mt_moe_layers(const mt_config *c) {
 typedef struct {
     int role, present;
     const char *name, *bsm_name; // bsm_name: under moe_names "block_sparse_moe" (NULL: name)
-    int rows, cols, init;
+    const char *oss_name;        // under moe_names "gpt_oss" (NULL: name), laid out as oss_layout
+    int oss_layout, rows, cols, init;
 } role_row;
 
 static const role_row role_rows[] = {
-#define MT_ROLE_ROW(field, role, present, name, bsm, rows, cols, init)                             \
-    {role, present, name, bsm, rows, cols, init},
+#define MT_ROLE_ROW(field, role, present, name, bsm, oss, oss_layout, rows, cols, init)            \
+    {role, present, name, bsm, oss, oss_layout, rows, cols, init},
     MT_LAYER_ROLES(MT_ROLE_ROW)
 #undef MT_ROLE_ROW
 };
@@ -120,6 +125,12 @@ static int role_present(const mt_config *c, int layer, int present) {
         return moe && c->shared_ffn_dim > 0;
     case ROLE_O_BIAS:
         return c->o_bias;
+    case ROLE_SINKS:
+        return mt_layer_kind_of(c, layer)->sinks;
+    case ROLE_ROUTER_BIAS:
+        return moe && c->router_bias;
+    case ROLE_EXPERT_BIAS:
+        return moe && c->expert_bias;
     }
     return 1; // ROLE_ALWAYS
 }
@@ -147,22 +158,27 @@ static int dim_of(const mt_config *c, int dim) {
         return all ? c->heads * hd : hd;
     case DIM_KN:
         return all ? c->kv_heads * hd : hd;
+    case DIM_H:
+        return c->heads;
     }
     return 0; // DIM_NONE
 }
 
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
 static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
-    int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, n = 0;
+    int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = c->moe_names == MOE_NAMES_GPT_OSS;
+    int n = 0;
     for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
         const role_row *r = &role_rows[i];
         if (!role_present(c, layer, r->present)) continue;
         const char *name = bsm && r->bsm_name ? r->bsm_name : r->name;
-        int copies = r->present == ROLE_EXPERTS ? c->experts : 1;
-        for (int e = 0; e < copies; e++) {
+        if (oss && r->oss_name) name = r->oss_name;
+        int per_expert = r->present == ROLE_EXPERTS || r->present == ROLE_EXPERT_BIAS;
+        for (int e = 0; e < (per_expert ? c->experts : 1); e++) {
             n = add_tensor(t, n, name, off, dim_of(c, r->rows), dim_of(c, r->cols), r->init,
                            r->role);
-            if (r->present == ROLE_EXPERTS) t[n - 1].expert = e;
+            if (per_expert) t[n - 1].expert = e;
+            if (oss) t[n - 1].hub_layout = r->oss_layout;
         }
     }
     return n;

@@ -21,10 +21,12 @@
 // Each enum's values are in the order of its names, which config_schema.c gives the schema.
 enum { QK_NONE, QK_HEAD, QK_ALL }; // model.qk_norm
 #define QK_NORM_NAMES ((const char *const[]){"none", "head", "all", NULL})
-enum { MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE }; // model.moe_names
-#define MOE_NAMES_NAMES ((const char *const[]){"mlp", "block_sparse_moe", NULL})
-enum { ROPE_PLAIN, ROPE_LLAMA3 }; // model.rope_scaling.rope_type
-#define ROPE_TYPE_NAMES ((const char *const[]){"none", "llama3", NULL})
+enum { MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE, MOE_NAMES_GPT_OSS }; // model.moe_names
+#define MOE_NAMES_NAMES ((const char *const[]){"mlp", "block_sparse_moe", "gpt_oss", NULL})
+enum { ROUTER_SOFTMAX_ALL, ROUTER_SOFTMAX_TOP_K }; // model.router_softmax
+#define ROUTER_SOFTMAX_NAMES ((const char *const[]){"all", "top_k", NULL})
+enum { ROPE_PLAIN, ROPE_LLAMA3, ROPE_YARN }; // model.rope_scaling.rope_type
+#define ROPE_TYPE_NAMES ((const char *const[]){"none", "llama3", "yarn", NULL})
 enum { DATA_BYTES, DATA_TOKENS, DATA_SYNTHETIC }; // data.format
 #define DATA_FORMAT_NAMES ((const char *const[]){"bytes", "tokens", "synthetic", NULL})
 enum { PACK_NONE, PACK_DOCUMENTS }; // data.pack
@@ -55,6 +57,7 @@ enum { ATTN_SOFTMAX, ATTN_KINDS };      // softmax attention (GQA/MHA), with its
 enum { MLP_DENSE, MLP_MOE, MLP_KINDS }; // a SwiGLU; E experts behind a router
 typedef struct {
     unsigned char attention, mlp;
+    unsigned char sinks; // a learned logit per head joins the softmax's denominator (gpt-oss)
     int window; // the keys a query sees, itself included, as a sliding window; 0: all before it
 } mt_layer_kind;
 #define MT_MAX_LAYERS 4096 // model.layers' bound in the schema
@@ -66,6 +69,9 @@ typedef struct {
     int tied_embeddings;
     int qkv_bias; // biases on the q, k and v projections (Qwen2); not on o
     int o_bias;   // a bias on the attention's output projection too (Llama's attention_bias)
+    // Attention sinks (gpt-oss): one learned logit per query head joins each softmax's
+    // denominator and takes a share of the probability that no value carries.
+    int attn_sinks;
     // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
     // and Mistral-Nemo give one that differs from dim / heads.
     int head_dim;
@@ -85,22 +91,36 @@ typedef struct {
     // of ffn_dim. shared_ffn_dim > 0 adds a shared expert with a sigmoid gate (Qwen2-MoE).
     int experts, top_k, moe_ffn_dim, norm_topk_prob, shared_ffn_dim, moe_every;
     char dense_layers[256];
+    // gpt-oss's router and experts: router_softmax "top_k" takes the top k of the router's
+    // logits and a softmax over those k ("all": the softmax over every expert first);
+    // router_bias adds a bias to the logits; expert_bias a bias to each expert's gate, up and
+    // down projections; swiglu_limit > 0 makes the experts' activation the clamped SwiGLU
+    // (gate clamped above, up to +-limit, gate * sigmoid(1.702 gate) * (up + 1)).
+    int router_softmax, router_bias, expert_bias;
+    double swiglu_limit;
     // The load-balancing loss (transformers' load_balancing_loss_func, pooled over the MoE
     // layers) joins the loss with weight router_aux_coef when router_aux is set (config.json's
     // output_router_logits); it is reported either way.
     int router_aux;
     double router_aux_coef;
     // How the hub names a layer's MoE tensors: "mlp" (mlp.gate, mlp.experts.N.gate_proj/up_proj/
-    // down_proj) or "block_sparse_moe" (block_sparse_moe.gate, ...experts.N.w1/w3/w2)
+    // down_proj), "block_sparse_moe" (block_sparse_moe.gate, ...experts.N.w1/w3/w2) or
+    // "gpt_oss" (mlp.router, and the experts fused: mlp.experts.gate_up_proj [E, d, 2f] with gate
+    // and up interleaved, mlp.experts.down_proj [E, f, d], and their biases)
     int moe_names;
     // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
     // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
     int bos_id, eos_id;
     int eos_more[7], n_eos_more;
-    // model.rope_scaling: rope_type "none", or "llama3" (Llama 3.1) with its four parameters
+    // model.rope_scaling: rope_type "none", "llama3" (Llama 3.1) with its four parameters, or
+    // "yarn" (gpt-oss) with factor, original_max_position_embeddings, beta_fast, beta_slow,
+    // truncate and attention_factor (0: 0.1 ln(factor) + 1), as transformers'
+    // _compute_yarn_parameters
     int rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos; // original_max_position_embeddings
+    double rope_beta_fast, rope_beta_slow, rope_attention_factor;
+    int rope_truncate;
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
     int data_format;            // "bytes": raw text, one token per byte (vocab 256)
@@ -266,11 +286,13 @@ typedef struct {
     int rows, cols; // cols == 0 for vectors
     int init;
     int role;
-    int expert; // an expert's matrix: its index (the role's block holds experts 0..E-1 in turn)
+    int expert;     // an expert's matrix: its index (the role's block holds experts 0..E-1 in turn)
+    int hub_layout; // how the hub's tensor `name` holds this one (roles.h's HUB_*)
 } tensor_info;
 
-// A layer group lists each expert's tensors apart, as the hub names them.
-#define MODEL_MAX_TENSORS (24 + 3 * MOE_MAX_EXPERTS)
+// A layer group lists each expert's tensors apart (its three matrices and, with expert_bias,
+// three biases).
+#define MODEL_MAX_TENSORS (32 + 6 * MOE_MAX_EXPERTS)
 
 static inline int model_group_count(const mt_config *c) {
     return c->layers + 2;

@@ -11,13 +11,28 @@
 // options call for it (model.c's role_present).
 enum {
     ROLE_ALWAYS,
-    ROLE_DENSE_MLP, // the MLP kind is dense
-    ROLE_MOE,       // the MLP kind is MoE: its router
-    ROLE_EXPERTS,   // the MLP kind is MoE: one matrix per expert, expert-major
-    ROLE_QKV_BIAS,  // model.qkv_bias
-    ROLE_QK_NORM,   // model.qk_norm is "head" or "all"
-    ROLE_SHARED,    // the MLP kind is MoE with a shared expert (model.shared_ffn_dim > 0)
-    ROLE_O_BIAS,    // model.o_bias
+    ROLE_DENSE_MLP,   // the MLP kind is dense
+    ROLE_MOE,         // the MLP kind is MoE: its router
+    ROLE_EXPERTS,     // the MLP kind is MoE: one matrix per expert, expert-major
+    ROLE_QKV_BIAS,    // model.qkv_bias
+    ROLE_QK_NORM,     // model.qk_norm is "head" or "all"
+    ROLE_SHARED,      // the MLP kind is MoE with a shared expert (model.shared_ffn_dim > 0)
+    ROLE_O_BIAS,      // model.o_bias
+    ROLE_SINKS,       // model.attn_sinks
+    ROLE_ROUTER_BIAS, // the MLP kind is MoE with model.router_bias
+    ROLE_EXPERT_BIAS, // the MLP kind is MoE with model.expert_bias: one vector per expert
+};
+
+// How the hub's tensor holds one of ours, under moe_names "gpt_oss" (io/ reads and writes it):
+// the whole tensor as it is, or one expert's part of a fused [E, ...] tensor.
+enum {
+    HUB_PLAIN,        // the same shape and order
+    HUB_GATE_UP_EVEN, // gate_up_proj [E, d, 2f]: expert e's gate [f, d] is [e, :, 0::2]^T
+    HUB_GATE_UP_ODD,  // ... and its up [f, d] is [e, :, 1::2]^T
+    HUB_EXPERTS_T,    // down_proj [E, f, d]: expert e's down [d, f] is [e]^T
+    HUB_BIAS_EVEN,    // gate_up_proj_bias [E, 2f]: expert e's gate bias [f] is [e, 0::2]
+    HUB_BIAS_ODD,     // ... and its up bias [e, 1::2]
+    HUB_STACKED,      // down_proj_bias [E, d]: expert e's is [e]
 };
 
 // A shape's extents, resolved against the config by model.c's dim_of.
@@ -33,57 +48,81 @@ enum {
     DIM_S,  // shared_ffn_dim
     DIM_QN, // q_norm's width: head_dim ("head") or heads x head_dim ("all")
     DIM_KN, // k_norm's width: head_dim ("head") or kv_heads x head_dim ("all")
+    DIM_H,  // heads
 };
 
 // X(field, ROLE, present, hub name, hub name under moe_names "block_sparse_moe" (NULL: the
-// same), rows, cols, init). "%d" is the layer's index, "%e" the expert's.
+// same), hub name under moe_names "gpt_oss" (NULL: the same) and its HUB_* layout, rows, cols,
+// init). "%d" is the layer's index, "%e" the expert's.
 #define MT_LAYER_ROLES(X)                                                                          \
-    X(attn_norm, T_ATTN_NORM, ROLE_ALWAYS, "model.layers.%d.input_layernorm.weight", NULL, DIM_D,  \
-      DIM_NONE, TENSOR_ONES)                                                                       \
-    X(wq, T_WQ, ROLE_ALWAYS, "model.layers.%d.self_attn.q_proj.weight", NULL, DIM_Q, DIM_D,        \
-      TENSOR_NORMAL)                                                                               \
-    X(wk, T_WK, ROLE_ALWAYS, "model.layers.%d.self_attn.k_proj.weight", NULL, DIM_KV, DIM_D,       \
-      TENSOR_NORMAL)                                                                               \
-    X(wv, T_WV, ROLE_ALWAYS, "model.layers.%d.self_attn.v_proj.weight", NULL, DIM_KV, DIM_D,       \
-      TENSOR_NORMAL)                                                                               \
-    X(wo, T_WO, ROLE_ALWAYS, "model.layers.%d.self_attn.o_proj.weight", NULL, DIM_D, DIM_Q,        \
-      TENSOR_NORMAL)                                                                               \
+    X(attn_norm, T_ATTN_NORM, ROLE_ALWAYS, "model.layers.%d.input_layernorm.weight", NULL, NULL,   \
+      HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_ONES)                                                     \
+    X(wq, T_WQ, ROLE_ALWAYS, "model.layers.%d.self_attn.q_proj.weight", NULL, NULL, HUB_PLAIN,     \
+      DIM_Q, DIM_D, TENSOR_NORMAL)                                                                 \
+    X(wk, T_WK, ROLE_ALWAYS, "model.layers.%d.self_attn.k_proj.weight", NULL, NULL, HUB_PLAIN,     \
+      DIM_KV, DIM_D, TENSOR_NORMAL)                                                                \
+    X(wv, T_WV, ROLE_ALWAYS, "model.layers.%d.self_attn.v_proj.weight", NULL, NULL, HUB_PLAIN,     \
+      DIM_KV, DIM_D, TENSOR_NORMAL)                                                                \
+    X(wo, T_WO, ROLE_ALWAYS, "model.layers.%d.self_attn.o_proj.weight", NULL, NULL, HUB_PLAIN,     \
+      DIM_D, DIM_Q, TENSOR_NORMAL)                                                                 \
     X(ffn_norm, T_FFN_NORM, ROLE_ALWAYS, "model.layers.%d.post_attention_layernorm.weight", NULL,  \
-      DIM_D, DIM_NONE, TENSOR_ONES)                                                                \
-    X(w_gate, T_W_GATE, ROLE_DENSE_MLP, "model.layers.%d.mlp.gate_proj.weight", NULL, DIM_F,       \
-      DIM_D, TENSOR_NORMAL)                                                                        \
-    X(w_up, T_W_UP, ROLE_DENSE_MLP, "model.layers.%d.mlp.up_proj.weight", NULL, DIM_F, DIM_D,      \
-      TENSOR_NORMAL)                                                                               \
-    X(w_down, T_W_DOWN, ROLE_DENSE_MLP, "model.layers.%d.mlp.down_proj.weight", NULL, DIM_D,       \
-      DIM_F, TENSOR_NORMAL)                                                                        \
+      NULL, HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_ONES)                                               \
+    X(w_gate, T_W_GATE, ROLE_DENSE_MLP, "model.layers.%d.mlp.gate_proj.weight", NULL, NULL,        \
+      HUB_PLAIN, DIM_F, DIM_D, TENSOR_NORMAL)                                                      \
+    X(w_up, T_W_UP, ROLE_DENSE_MLP, "model.layers.%d.mlp.up_proj.weight", NULL, NULL, HUB_PLAIN,   \
+      DIM_F, DIM_D, TENSOR_NORMAL)                                                                 \
+    X(w_down, T_W_DOWN, ROLE_DENSE_MLP, "model.layers.%d.mlp.down_proj.weight", NULL, NULL,        \
+      HUB_PLAIN, DIM_D, DIM_F, TENSOR_NORMAL)                                                      \
     X(router, T_ROUTER, ROLE_MOE, "model.layers.%d.mlp.gate.weight",                               \
-      "model.layers.%d.block_sparse_moe.gate.weight", DIM_E, DIM_D, TENSOR_NORMAL)                 \
+      "model.layers.%d.block_sparse_moe.gate.weight", "model.layers.%d.mlp.router.weight",         \
+      HUB_PLAIN, DIM_E, DIM_D, TENSOR_NORMAL)                                                      \
     X(exp_gate, T_EXP_GATE, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.gate_proj.weight",       \
-      "model.layers.%d.block_sparse_moe.experts.%e.w1.weight", DIM_FE, DIM_D, TENSOR_NORMAL)       \
+      "model.layers.%d.block_sparse_moe.experts.%e.w1.weight",                                     \
+      "model.layers.%d.mlp.experts.gate_up_proj", HUB_GATE_UP_EVEN, DIM_FE, DIM_D, TENSOR_NORMAL)  \
     X(exp_up, T_EXP_UP, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.up_proj.weight",             \
-      "model.layers.%d.block_sparse_moe.experts.%e.w3.weight", DIM_FE, DIM_D, TENSOR_NORMAL)       \
+      "model.layers.%d.block_sparse_moe.experts.%e.w3.weight",                                     \
+      "model.layers.%d.mlp.experts.gate_up_proj", HUB_GATE_UP_ODD, DIM_FE, DIM_D, TENSOR_NORMAL)   \
     X(exp_down, T_EXP_DOWN, ROLE_EXPERTS, "model.layers.%d.mlp.experts.%e.down_proj.weight",       \
-      "model.layers.%d.block_sparse_moe.experts.%e.w2.weight", DIM_D, DIM_FE, TENSOR_NORMAL)       \
-    X(bq, T_BQ, ROLE_QKV_BIAS, "model.layers.%d.self_attn.q_proj.bias", NULL, DIM_Q, DIM_NONE,     \
-      TENSOR_ZEROS)                                                                                \
-    X(bk, T_BK, ROLE_QKV_BIAS, "model.layers.%d.self_attn.k_proj.bias", NULL, DIM_KV, DIM_NONE,    \
-      TENSOR_ZEROS)                                                                                \
-    X(bv, T_BV, ROLE_QKV_BIAS, "model.layers.%d.self_attn.v_proj.bias", NULL, DIM_KV, DIM_NONE,    \
-      TENSOR_ZEROS)                                                                                \
-    X(q_norm, T_Q_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.q_norm.weight", NULL, DIM_QN,     \
-      DIM_NONE, TENSOR_ONES)                                                                       \
-    X(k_norm, T_K_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.k_norm.weight", NULL, DIM_KN,     \
-      DIM_NONE, TENSOR_ONES)                                                                       \
+      "model.layers.%d.block_sparse_moe.experts.%e.w2.weight",                                     \
+      "model.layers.%d.mlp.experts.down_proj", HUB_EXPERTS_T, DIM_D, DIM_FE, TENSOR_NORMAL)        \
+    X(bq, T_BQ, ROLE_QKV_BIAS, "model.layers.%d.self_attn.q_proj.bias", NULL, NULL, HUB_PLAIN,     \
+      DIM_Q, DIM_NONE, TENSOR_ZEROS)                                                               \
+    X(bk, T_BK, ROLE_QKV_BIAS, "model.layers.%d.self_attn.k_proj.bias", NULL, NULL, HUB_PLAIN,     \
+      DIM_KV, DIM_NONE, TENSOR_ZEROS)                                                              \
+    X(bv, T_BV, ROLE_QKV_BIAS, "model.layers.%d.self_attn.v_proj.bias", NULL, NULL, HUB_PLAIN,     \
+      DIM_KV, DIM_NONE, TENSOR_ZEROS)                                                              \
+    X(q_norm, T_Q_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.q_norm.weight", NULL, NULL,       \
+      HUB_PLAIN, DIM_QN, DIM_NONE, TENSOR_ONES)                                                    \
+    X(k_norm, T_K_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.k_norm.weight", NULL, NULL,       \
+      HUB_PLAIN, DIM_KN, DIM_NONE, TENSOR_ONES)                                                    \
     X(sh_gate, T_SH_GATE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.gate_proj.weight", NULL, \
-      DIM_S, DIM_D, TENSOR_NORMAL)                                                                 \
-    X(sh_up, T_SH_UP, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL,       \
-      DIM_S, DIM_D, TENSOR_NORMAL)                                                                 \
-    X(sh_down, T_SH_DOWN, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL, \
-      DIM_D, DIM_S, TENSOR_NORMAL)                                                                 \
+      NULL, HUB_PLAIN, DIM_S, DIM_D, TENSOR_NORMAL)                                                \
+    X(sh_up, T_SH_UP, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL, NULL, \
+      HUB_PLAIN, DIM_S, DIM_D, TENSOR_NORMAL)                                                      \
+    X(sh_down, T_SH_DOWN, ROLE_SHARED,                                                             \
+      "model.layers.%d.mlp.shared_expert."                                                         \
+      "down_proj.weight",                                                                          \
+      NULL, NULL, HUB_PLAIN, DIM_D, DIM_S, TENSOR_NORMAL)                                          \
     X(sh_route, T_SH_ROUTE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert_gate.weight", NULL,    \
-      DIM_ONE, DIM_D, TENSOR_NORMAL)                                                               \
-    X(bo, T_BO, ROLE_O_BIAS, "model.layers.%d.self_attn.o_proj.bias", NULL, DIM_D, DIM_NONE,       \
-      TENSOR_ZEROS)
+      NULL, HUB_PLAIN, DIM_ONE, DIM_D, TENSOR_NORMAL)                                              \
+    X(bo, T_BO, ROLE_O_BIAS, "model.layers.%d.self_attn.o_proj.bias", NULL, NULL, HUB_PLAIN,       \
+      DIM_D, DIM_NONE, TENSOR_ZEROS)                                                               \
+    X(sinks, T_SINKS, ROLE_SINKS, "model.layers.%d.self_attn.sinks", NULL, NULL, HUB_PLAIN, DIM_H, \
+      DIM_NONE, TENSOR_NORMAL)                                                                     \
+    X(router_b, T_ROUTER_B, ROLE_ROUTER_BIAS, "model.layers.%d.mlp.router.bias", NULL, NULL,       \
+      HUB_PLAIN, DIM_E, DIM_NONE, TENSOR_NORMAL)                                                   \
+    X(exp_gate_b, T_EXP_GATE_B, ROLE_EXPERT_BIAS,                                                  \
+      "model.layers.%d.mlp.experts.gate_"                                                          \
+      "up_proj_bias",                                                                              \
+      NULL, NULL, HUB_BIAS_EVEN, DIM_FE, DIM_NONE, TENSOR_ZEROS)                                   \
+    X(exp_up_b, T_EXP_UP_B, ROLE_EXPERT_BIAS,                                                      \
+      "model.layers.%d.mlp.experts."                                                               \
+      "gate_up_proj_bias",                                                                         \
+      NULL, NULL, HUB_BIAS_ODD, DIM_FE, DIM_NONE, TENSOR_ZEROS)                                    \
+    X(exp_down_b, T_EXP_DOWN_B, ROLE_EXPERT_BIAS,                                                  \
+      "model.layers.%d.mlp."                                                                       \
+      "experts.down_proj_bias",                                                                    \
+      NULL, NULL, HUB_STACKED, DIM_D, DIM_NONE, TENSOR_ZEROS)
 
 // What a tensor is to the kernels: the embedding and the head's, then the layer's from the
 // table above, in its order.
