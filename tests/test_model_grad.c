@@ -215,6 +215,13 @@ static void make_window_moe(mt_config *c) {
     c->sliding_window = 2;
 }
 
+// gpt-oss's attention: sinks on every layer, layer 0 sliding (window 3), biases on q, k, v and o.
+static void make_sinks(mt_config *c) {
+    make_window(c);
+    make_llama_bias(c);
+    c->attn_sinks = 1;
+}
+
 typedef struct {
     const char *what;
     void (*make)(mt_config *c); // NULL: a plain Llama
@@ -311,6 +318,7 @@ int main(void) {
         {"MoE with shared expert, the aux loss alone (coef 20)", make_moe_shared, 0, 0, 0, 20},
         {"sliding window 3 on layer 0, layer 1 full", make_window, 0, 1, 1, 0},
         {"MoE, every layer a sliding window of 2", make_window_moe, 0, 0, 1, 0},
+        {"attention sinks, a sliding layer, q/k/v/o biases", make_sinks, 0, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);

@@ -1,6 +1,7 @@
 // Softmax attention's part of a decoder layer on the CPU backend (the kind ATTN_SOFTMAX): the
 // first norm, the q, k and v projections (with biases: Qwen2), qk_norm (Qwen3, OLMoE), RoPE and
-// grouped-query attention over the micro-batch; forward and backward side by side. The
+// grouped-query attention over the micro-batch, with the layer's sliding window and sinks
+// (gpt-oss); forward and backward side by side. The
 // token-wise work runs by chunks (mt_chunk_of, as on the GPU), on full-size buffers.
 #include "kernels/cpu/kernels_cpu.h"
 #include "runtime/engine/layer_parts.h"
@@ -48,7 +49,9 @@ static attn_args attention_args(const layer_call *k) {
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
-static attn_tensors attention_tensors(const layer_scratch *s) {
+// The sinks (gpt-oss) are the layer's weights: their gradient accumulates into its gradients.
+static attn_tensors attention_tensors(const layer_call *k) {
+    const layer_scratch *s = k->s;
     return (attn_tensors){.q = s->q,
                           .k = s->k,
                           .v = s->v,
@@ -57,7 +60,9 @@ static attn_tensors attention_tensors(const layer_scratch *s) {
                           .dout = s->d_att,
                           .dq = s->d_q,
                           .dk = s->d_k,
-                          .dv = s->d_v};
+                          .dv = s->d_v,
+                          .sinks = k->w->sinks,
+                          .dsinks = k->dw ? k->dw->sinks : NULL};
 }
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
@@ -84,7 +89,7 @@ static void softmax_forward(const layer_call *k, int have_att) {
     rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
     if (!have_att) {
         const attn_args a = attention_args(k);
-        const attn_tensors t = attention_tensors(s);
+        const attn_tensors t = attention_tensors(k);
         attention_forward(&a, &t);
     }
 }
@@ -116,7 +121,7 @@ static void softmax_backward(const layer_call *k, float *dx) {
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
     const attn_args a = attention_args(k);
-    const attn_tensors t = attention_tensors(s);
+    const attn_tensors t = attention_tensors(k);
     attention_backward(&a, &t);
     rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
     rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);

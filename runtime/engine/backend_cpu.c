@@ -262,8 +262,7 @@ static void cpu_slot_wait(backend *b, int slot) {}
 // The layer's working set, then MT_CPU_BACKEND's buffers and the routing statistics
 // (buffers.h).
 backend *backend_cpu_new(const mt_config *c) {
-    const char *gpt_oss = c->attn_sinks                             ? "model.attn_sinks"
-                          : c->router_bias                          ? "model.router_bias"
+    const char *gpt_oss = c->router_bias                            ? "model.router_bias"
                           : c->expert_bias                          ? "model.expert_bias"
                           : c->swiglu_limit > 0                     ? "model.swiglu_limit"
                           : c->router_softmax != ROUTER_SOFTMAX_ALL ? "model.router_softmax"
