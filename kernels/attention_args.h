@@ -22,6 +22,18 @@ typedef struct {
     int window;               // the most keys a query sees, itself included; 0: no limit
 } attn_args;
 
+// RoPE of q and k before attention (rotate_half pairs i and i + hd/2), the same on both sides
+// (kernels/cpu/rope.c, kernels/cuda/rope.cu): row (b, t) of x [B, T, heads, hd] turns by the
+// angle (float)pos * inv_freq[i], pos = t, or with packed documents t - doc_start[b * T + t].
+// cos and sin are multiplied by scale, as transformers does with YaRN's attention factor
+// (1: none, exactly the plain rotation).
+typedef struct {
+    const float *inv_freq; // [hd / 2]; on CUDA a device pointer
+    float scale;
+    int B, T, hd;
+    const int32_t *doc_start; // [B, T], or NULL; on CUDA a device pointer
+} rope_args;
+
 #ifdef __CUDACC__
 #define ATTN_HOST_DEVICE __host__ __device__
 #else

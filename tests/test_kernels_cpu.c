@@ -203,13 +203,24 @@ static void test_rmsnorm(void) {
 typedef struct {
     int B, T, heads, hd;
     float *x, *R, *out, *inv_freq;
+    float scale; // YaRN's attention factor on cos and sin
 } rope_case;
+
+static rope_args rope_of_case(const rope_case *c, const int32_t *doc_start) {
+    return (rope_args){.inv_freq = c->inv_freq,
+                       .scale = c->scale,
+                       .B = c->B,
+                       .T = c->T,
+                       .hd = c->hd,
+                       .doc_start = doc_start};
+}
 
 static double rope_loss(void *p) {
     rope_case *c = p;
     long n = (long)c->B * c->T * c->heads * c->hd;
     memcpy(c->out, c->x, sizeof(float) * n);
-    rope_forward(c->out, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
+    const rope_args r = rope_of_case(c, NULL);
+    rope_forward(c->out, c->heads, &r);
     return dot_d(c->out, c->R, n);
 }
 
@@ -217,13 +228,14 @@ static void rope_run(void *p, float *o) {
     rope_case *c = p;
     long n = (long)c->B * c->T * c->heads * c->hd;
     memcpy(o, c->x, sizeof(float) * n);
-    rope_forward(o, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
+    const rope_args r = rope_of_case(c, NULL);
+    rope_forward(o, c->heads, &r);
     memcpy(o + n, c->R, sizeof(float) * n);
-    rope_backward(o + n, c->inv_freq, c->B, c->T, c->heads, c->hd, NULL);
+    rope_backward(o + n, c->heads, &r);
 }
 
 static void test_rope(void) {
-    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = 8};
+    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = 8, .scale = 1.25f};
     long n = (long)c.B * c.T * c.heads * c.hd;
     int half = c.hd / 2;
     c.x = rand_vec(n), c.R = rand_vec(n), c.out = malloc(sizeof(float) * n);
@@ -238,7 +250,7 @@ static void test_rope(void) {
         int t = (int)(row / c.heads % c.T);
         const float *x = c.x + row * c.hd;
         for (int i = 0; i < half; i++) {
-            double a = (float)t * c.inv_freq[i], co = cos(a), si = sin(a);
+            double a = (float)t * c.inv_freq[i], co = c.scale * cos(a), si = c.scale * sin(a);
             ref[row * c.hd + i] = x[i] * co - x[i + half] * si;
             ref[row * c.hd + i + half] = x[i + half] * co + x[i] * si;
         }
@@ -247,7 +259,8 @@ static void test_rope(void) {
     fwd_check("rope", c.out, ref, n);
 
     float *dx = copy_vec(c.R, n); // in place, so no accumulation to check
-    rope_backward(dx, c.inv_freq, c.B, c.T, c.heads, c.hd, NULL);
+    const rope_args r = rope_of_case(&c, NULL);
+    rope_backward(dx, c.heads, &r);
     fd_check("rope dx", c.x, n, dx, rope_loss, &c);
     det_check("rope fwd+bwd", rope_run, &c, 2 * n);
     free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
@@ -262,20 +275,27 @@ static void test_rope_documents(void) {
     float *x = rand_vec(n), *got = copy_vec(x, n), *alone = calloc((size_t)T * n, sizeof(float));
     float inv_freq[hd / 2];
     rope_inv_freq(inv_freq, hd, 10000.0f);
-    rope_forward(got, inv_freq, 1, T, heads, hd, doc);
+    const rope_args packed = {.inv_freq = inv_freq,
+                              .scale = 1,
+                              .B = 1,
+                              .T = T,
+                              .hd = hd,
+                              .doc_start = doc},
+                    rows = {.inv_freq = inv_freq, .scale = 1, .B = T, .T = T, .hd = hd};
+    rope_forward(got, heads, &packed);
     // row t of `alone` holds token t's document at positions 0.., then zeros
     for (int t = 0; t < T; t++)
         for (int u = doc[t]; u <= t; u++)
             memcpy(alone + ((long)t * T + u - doc[t]) * heads * hd, x + (long)u * heads * hd,
                    sizeof(float) * heads * hd);
-    rope_forward(alone, inv_freq, T, T, heads, hd, NULL);
+    rope_forward(alone, heads, &rows);
     double err = 0.0;
     for (int t = 0; t < T; t++)
         for (long i = 0; i < heads * hd; i++)
             err = fmax(err, fabs(got[(long)t * heads * hd + i] -
                                  alone[((long)t * T + t - doc[t]) * heads * hd + i]));
     report(err == 0.0, "forward", "rope documents = each alone", err);
-    rope_backward(got, inv_freq, 1, T, heads, hd, doc); // and back: the rotation undone
+    rope_backward(got, heads, &packed); // and back: the rotation undone
     err = 0.0;
     for (long i = 0; i < n; i++) err = fmax(err, fabs(got[i] - x[i]));
     report(err < 1e-5, "backward", "rope documents undone", err);

@@ -222,15 +222,18 @@ static void test_rope(int B, int T, int heads, int hd, int docs) {
         CUDA_CHECK(cudaMalloc((void **)&d_ds, sizeof(int32_t) * B * T));
         CUDA_CHECK(cudaMemcpy(d_ds, ds, sizeof(int32_t) * B * T, cudaMemcpyHostToDevice));
     }
+    // scale: YaRN's attention factor on cos and sin, where the documents are not tested
+    const float scale = docs > 0 ? 1.0f : 1.25f;
+    const rope_args host = {inv_freq, scale, B, T, hd, ds}, dev = {d_freq, scale, B, T, hd, d_ds};
     for (int dir = 0; dir < 2; dir++) {
         float *x = rand_bf16_vec(ne, 2.0f), *ref = copy_vec(x, ne);
         bf16 *dx = dev_bf16(x, ne);
         if (dir == 0) {
-            rope_forward(ref, inv_freq, B, T, heads, hd, ds);
-            cuda_rope_forward(dx, d_freq, B, T, heads, hd, d_ds, 0);
+            rope_forward(ref, heads, &host);
+            cuda_rope_forward(dx, heads, &dev, 0);
         } else {
-            rope_backward(ref, inv_freq, B, T, heads, hd, ds);
-            cuda_rope_backward(dx, d_freq, B, T, heads, hd, d_ds, 0);
+            rope_backward(ref, heads, &host);
+            cuda_rope_backward(dx, heads, &dev, 0);
         }
         check_close(label("rope %s B=%d T=%d heads=%d hd=%d docs=%d", dir ? "bwd" : "fwd", B, T,
                           heads, hd, docs),

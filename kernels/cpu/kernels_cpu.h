@@ -44,10 +44,9 @@ typedef struct {
     int truncate; // floor / ceil the correction range; config.json without it: 1 (gpt-oss: 0)
 } rope_yarn;
 double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope_yarn *yarn);
-void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
-                  const int32_t *doc_start);
-void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
-                   const int32_t *doc_start);
+// In place on x [B, T, heads, hd]: the rotation r describes (kernels/attention_args.h).
+void rope_forward(float *x, int heads, const rope_args *r);
+void rope_backward(float *dx, int heads, const rope_args *r);
 
 // attention.c: causal grouped-query flash attention, the shape and each query's visible keys
 // in args (kernels/attention_args.h), the tensors in t. Memory is O(T) per row: no T x T matrix

@@ -83,7 +83,7 @@ double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope
 
 // cs[t * hd + i] = cos, cs[t * hd + hd/2 + i] = sin of the angle (float)t * inv_freq[i],
 // rounded in float like HF's freqs = inv_freq @ position_ids.
-static float *rope_table(const float *inv_freq, int T, int head_dim) {
+static float *rope_table(const float *inv_freq, float scale, int T, int head_dim) {
     int half = head_dim / 2;
     float *cs = malloc(sizeof(float) * (size_t)T * head_dim);
     if (!cs) abort();
@@ -91,22 +91,23 @@ static float *rope_table(const float *inv_freq, int T, int head_dim) {
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
             float angle = (float)t * inv_freq[i];
-            cs[(long)t * head_dim + i] = cosf(angle);
-            cs[(long)t * head_dim + half + i] = sinf(angle);
+            cs[(long)t * head_dim + i] = cosf(angle) * scale;
+            cs[(long)t * head_dim + half + i] = sinf(angle) * scale;
         }
     }
     return cs;
 }
 
-// Rotate every head of every row by +angle (sign = 1) or -angle (sign = -1). The rotation is
-// orthogonal, so the backward is the forward with the angle negated. A token's position is its
-// index in the row, or with packed documents its index in its document (t - doc_start[row]).
-static void rope_apply(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
-                       float sign, const int32_t *doc_start) {
-    int half = head_dim / 2;
-    float *cs = rope_table(inv_freq, T, head_dim);
+// Rotate every head of every row by +angle (sign = 1) or -angle (sign = -1), times r->scale. The
+// rotation is orthogonal, so the backward is the forward with the angle negated (the scale is
+// the same both ways). A token's position is its index in the row, or with packed documents its
+// index in its document (t - doc_start[row]).
+static void rope_apply(float *x, int heads, const rope_args *r, float sign) {
+    int head_dim = r->hd, half = head_dim / 2, T = r->T;
+    const int32_t *doc_start = r->doc_start;
+    float *cs = rope_table(r->inv_freq, r->scale, T, head_dim);
 #pragma omp parallel for schedule(static)
-    for (long row = 0; row < (long)B * T; row++) {
+    for (long row = 0; row < (long)r->B * T; row++) {
         long pos = row % T - (doc_start ? doc_start[row] : 0);
         const float *c = cs + pos * head_dim, *s = c + half;
         for (int h = 0; h < heads; h++) {
@@ -121,12 +122,10 @@ static void rope_apply(float *x, const float *inv_freq, int B, int T, int heads,
     free(cs);
 }
 
-void rope_forward(float *x, const float *inv_freq, int B, int T, int heads, int head_dim,
-                  const int32_t *doc_start) {
-    rope_apply(x, inv_freq, B, T, heads, head_dim, 1.0f, doc_start);
+void rope_forward(float *x, int heads, const rope_args *r) {
+    rope_apply(x, heads, r, 1.0f);
 }
 
-void rope_backward(float *dx, const float *inv_freq, int B, int T, int heads, int head_dim,
-                   const int32_t *doc_start) {
-    rope_apply(dx, inv_freq, B, T, heads, head_dim, -1.0f, doc_start);
+void rope_backward(float *dx, int heads, const rope_args *r) {
+    rope_apply(dx, heads, r, -1.0f);
 }

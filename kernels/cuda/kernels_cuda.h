@@ -48,12 +48,10 @@ void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w,
 void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const bf16 *w,
                            const float *rstd, int n, int dim, float *scratch, cudaStream_t stream);
 
-// rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16); positions t,
-// or with packed documents t - doc_start[b * T + t] (doc_start NULL: t).
-void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
-                       const int32_t *doc_start, cudaStream_t stream);
-void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
-                        const int32_t *doc_start, cudaStream_t stream);
+// rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16), as r describes
+// (kernels/attention_args.h).
+void cuda_rope_forward(bf16 *x, int heads, const rope_args *r, cudaStream_t stream);
+void cuda_rope_backward(bf16 *dx, int heads, const rope_args *r, cudaStream_t stream);
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
 // deterministic; scratch holds cuda_bias_scratch_floats(cols) floats).

@@ -19,15 +19,15 @@ const int THREADS = 256, MAX_HALF = 64; // hd <= 128
 // loads of both halves. sincosf, not __sincosf: the fast version loses accuracy for the large
 // angles of long contexts (t up to ~1e5 rad). The same math per element as one pair per thread.
 __global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, const int32_t *doc_start,
-                            int T, int heads, int hd, float sign) {
+                            int T, int heads, int hd, float sign, float scale) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     const int half = hd / 2;
     const int t = (int)(blockIdx.x % T) - (doc_start ? doc_start[blockIdx.x] : 0);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf((float)t * inv_freq[i], &s, &c);
-        cs[i] = c;
-        sn[i] = s * sign;
+        cs[i] = c * scale;
+        sn[i] = s * scale * sign;
     }
     __syncthreads();
     const int pairs2 = half / 2; // bf16x2 words per half-head
@@ -45,7 +45,7 @@ __global__ void rope_kernel(__nv_bfloat162 *x, const float *inv_freq, const int3
 // Odd half-heads (hd % 4 == 2), or x not 4-byte aligned: no word pairs, one element pair per
 // thread, as before.
 __global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, const int32_t *doc_start,
-                                long pairs, int T, int heads, int hd, float sign) {
+                                long pairs, int T, int heads, int hd, float sign, float scale) {
     int half = hd / 2;
     long stride = (long)gridDim.x * blockDim.x;
     for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += stride) {
@@ -56,40 +56,43 @@ __global__ void rope_kernel_odd(__nv_bfloat16 *x, const float *inv_freq, const i
         __nv_bfloat16 *x1 = x + head_row * hd + i, *x2 = x1 + half;
         float s, c;
         sincosf((float)t * inv_freq[i], &s, &c);
-        s *= sign;
+        c *= scale;
+        s *= scale * sign;
         float a = __bfloat162float(*x1), b = __bfloat162float(*x2);
         *x1 = __float2bfloat16(a * c - b * s);
         *x2 = __float2bfloat16(b * c + a * s);
     }
 }
 
-void rope_launch(bf16 *x, const float *inv_freq, const int32_t *doc_start, int B, int T, int heads,
-                 int hd, float sign, cudaStream_t stream) {
-    const long rows = (long)B * T;
+void rope_launch(bf16 *x, int heads, const rope_args *r, float sign, cudaStream_t stream) {
+    const float *inv_freq = r->inv_freq;
+    const int32_t *doc_start = r->doc_start;
+    const int T = r->T, hd = r->hd;
+    const float scale = r->scale;
+    const long rows = (long)r->B * T;
     if (rows <= 0 || hd < 2) return;
     if (hd % 4 == 0 && hd / 2 <= MAX_HALF && ((uintptr_t)x & 3) == 0) {
         rope_kernel<<<(unsigned)rows, THREADS, 0, stream>>>(
-            reinterpret_cast<__nv_bfloat162 *>(x), inv_freq, doc_start, T, heads, hd, sign);
+            reinterpret_cast<__nv_bfloat162 *>(x), inv_freq, doc_start, T, heads, hd, sign, scale);
     } else {
         long pairs = rows * heads * (hd / 2), blocks = (pairs + THREADS - 1) / THREADS;
         rope_kernel_odd<<<(unsigned)(blocks < 65535 ? blocks : 65535), THREADS, 0, stream>>>(
-            reinterpret_cast<__nv_bfloat16 *>(x), inv_freq, doc_start, pairs, T, heads, hd, sign);
+            reinterpret_cast<__nv_bfloat16 *>(x), inv_freq, doc_start, pairs, T, heads, hd, sign,
+            scale);
     }
     CUDA_CHECK_LAUNCH();
 }
 
 } // namespace
 
-extern "C" void cuda_rope_forward(bf16 *x, const float *inv_freq, int B, int T, int heads, int hd,
-                                  const int32_t *doc_start, cudaStream_t stream) {
+extern "C" void cuda_rope_forward(bf16 *x, int heads, const rope_args *r, cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
-    kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
-    rope_launch(x, inv_freq, doc_start, B, T, heads, hd, 1.0f, stream);
+    kt_work(stream, KT_ROPE, 0, 4.0 * r->B * r->T * heads * r->hd, "rope heads %d", heads);
+    rope_launch(x, heads, r, 1.0f, stream);
 }
 
-extern "C" void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads, int hd,
-                                   const int32_t *doc_start, cudaStream_t stream) {
+extern "C" void cuda_rope_backward(bf16 *dx, int heads, const rope_args *r, cudaStream_t stream) {
     KtScope kt(stream, KT_ROPE);
-    kt_work(stream, KT_ROPE, 0, 4.0 * B * T * heads * hd, "rope heads %d", heads);
-    rope_launch(dx, inv_freq, doc_start, B, T, heads, hd, -1.0f, stream);
+    kt_work(stream, KT_ROPE, 0, 4.0 * r->B * r->T * heads * r->hd, "rope heads %d", heads);
+    rope_launch(dx, heads, r, -1.0f, stream);
 }

@@ -49,6 +49,17 @@ static attn_args attention_args(const layer_call *k) {
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
+// The rotation of q and k: the micro-batch's positions (packed documents restart them).
+static rope_args rope_of(const layer_call *k) {
+    const layer_scratch *s = k->s;
+    return (rope_args){.inv_freq = s->inv_freq,
+                       .scale = s->rope_scale,
+                       .B = s->B,
+                       .T = s->T,
+                       .hd = mt_head_dim(k->c),
+                       .doc_start = s->doc_start};
+}
+
 // The sinks (gpt-oss) are the layer's weights: their gradient accumulates into its gradients.
 static attn_tensors attention_tensors(const layer_call *k) {
     const layer_scratch *s = k->s;
@@ -85,8 +96,9 @@ static void softmax_forward(const layer_call *k, int have_att) {
         linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
     }
     if (w->q_norm) qk_norm_forward(c, w, s, n);
-    rope_forward(s->q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
-    rope_forward(s->k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
+    const rope_args r = rope_of(k);
+    rope_forward(s->q, c->heads, &r);
+    rope_forward(s->k, c->kv_heads, &r);
     if (!have_att) {
         const attn_args a = attention_args(k);
         const attn_tensors t = attention_tensors(k);
@@ -123,8 +135,9 @@ static void softmax_backward(const layer_call *k, float *dx) {
     const attn_args a = attention_args(k);
     const attn_tensors t = attention_tensors(k);
     attention_backward(&a, &t);
-    rope_backward(s->d_q, s->inv_freq, B, T, c->heads, hd, s->doc_start);
-    rope_backward(s->d_k, s->inv_freq, B, T, c->kv_heads, hd, s->doc_start);
+    const rope_args r = rope_of(k);
+    rope_backward(s->d_q, c->heads, &r);
+    rope_backward(s->d_k, c->kv_heads, &r);
     if (k->w->q_norm) qk_norm_backward(c, k->w, k->dw, s, n);
     for (int t0 = 0; t0 < n; t0 += k->chunk)
         qkv_backward(k, dx, t0, mt_chunk_rows(n, t0, k->chunk));

@@ -66,6 +66,16 @@ static void qk_norm_backward(backend *b, const layer_w *w, const layer_g *g, bf1
     }
 }
 
+// The rotation of q and k, positions restarting at the documents' starts ds (or NULL).
+static rope_args rope_of(const backend *b, const int32_t *ds) {
+    return (rope_args){.inv_freq = b->inv_freq,
+                       .scale = b->rope_scale,
+                       .B = b->B,
+                       .T = b->T,
+                       .hd = mt_head_dim(b->c),
+                       .doc_start = ds};
+}
+
 // Attention's inputs and output for micro-batch m: q, k, v from the first norm chunk by chunk,
 // then RoPE and (unless its output is at hand) attention over every token.
 static void attention_part(backend *b, int l, int m, const layer_w *w, const float *x,
@@ -89,8 +99,9 @@ static void attention_part(backend *b, int l, int m, const layer_w *w, const flo
     }
     if (w->q_norm) qk_norm_forward(b, w, a);
     const int32_t *ds = doc_starts(b, m);
-    cuda_rope_forward(a->q, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
-    cuda_rope_forward(a->k, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
+    const rope_args r = rope_of(b, ds);
+    cuda_rope_forward(a->q, c->heads, &r, s);
+    cuda_rope_forward(a->k, c->kv_heads, &r, s);
     if (run_attention) {
         const attn_args args = attention_args(b, l, m);
         const cuda_attn_tensors t = {.q = a->q, .k = a->k, .v = a->v, .out = a->att, .lse = a->lse};
@@ -161,8 +172,9 @@ static void softmax_backward(const cu_layer_call *k, float *dx) {
                                  .dk = b->dk,
                                  .dv = b->dv};
     cuda_attention_backward(&args, &t, b->attn_scratch, s);
-    cuda_rope_backward(dq, b->inv_freq, b->B, b->T, c->heads, hd, ds, s);
-    cuda_rope_backward(b->dk, b->inv_freq, b->B, b->T, c->kv_heads, hd, ds, s);
+    const rope_args r = rope_of(b, ds);
+    cuda_rope_backward(dq, c->heads, &r, s);
+    cuda_rope_backward(b->dk, c->kv_heads, &r, s);
     if (w->q_norm) qk_norm_backward(b, w, g, dq, b->dk);
     if (g->bq) {
         cuda_bias_backward(g->bq, dq, tokens(b), Q, b->bias_scratch, s);

@@ -297,7 +297,7 @@ static void upload_inv_freq(backend *b) {
     int half = mt_head_dim(b->c) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
-    model_rope_inv_freq(b->c, host);
+    b->rope_scale = model_rope_inv_freq(b->c, host);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);
 }

@@ -64,7 +64,8 @@ struct backend {
     float *q_raw, *k_raw, *rstd_q, *rstd_k, *qk_scratch, *norm_qk;
     cudaStream_t s;
     cuda_gemm *gemm;
-    float *inv_freq;
+    float *inv_freq;  // RoPE's frequencies (device), model_rope_inv_freq's
+    float rope_scale; // and its factor on cos and sin (YaRN's attention factor; 1: none)
     int32_t *inputs, *targets;
     int32_t *doc_start; // [M * n] with data.pack "documents" (attention, RoPE), else NULL
     // per micro-batch: whether any of its rows holds a second document (else its starts are all

@@ -17,7 +17,7 @@ layer_scratch *layer_scratch_new(const mt_config *c, int B, int T) {
     mt_buffers_cpu_layer(&l, &shape);
     void **slots[] = {MT_CPU_LAYER(MT_BUFFER_SLOT, s, _)};
     s->bytes = host_buffers_new(&l, HOST_SLOTS(slots), "the layer working set");
-    model_rope_inv_freq(c, s->inv_freq);
+    s->rope_scale = model_rope_inv_freq(c, s->inv_freq);
     if (c->experts > 0) {
         s->moe = moe_scratch_new(c, B * T);
         s->bytes += moe_scratch_bytes(s->moe);

@@ -11,7 +11,8 @@ typedef struct {
     int B, T;
     float *n1, *rstd1, *q, *k, *v, *att, *lse, *h, *n2, *rstd2, *gate, *up, *act;
     float *d_act, *d_gate, *d_up, *d_n2, *d_h, *d_att, *d_q, *d_k, *d_v, *d_n1;
-    float *inv_freq; // RoPE frequencies, model_rope_inv_freq(c): plain, or rope_scaling's
+    float *inv_freq;  // RoPE frequencies, model_rope_inv_freq(c): plain, or rope_scaling's
+    float rope_scale; // and the factor on cos and sin (YaRN's attention factor; 1: none)
     // The micro-batch's packed documents (data.pack): each token's document start in its row,
     // for RoPE's positions and attention's mask; NULL: one document a row. Set per call.
     const int32_t *doc_start;

@@ -292,11 +292,21 @@ void head_params_bind(head_params *p, const mt_config *c, float *flat) {
     p->lm_head = c->tied_embeddings ? NULL : flat + c->dim;
 }
 
-void model_rope_inv_freq(const mt_config *c, float *inv_freq) {
+float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
+    if (c->rope_type == ROPE_YARN) {
+        const rope_yarn yarn = {.factor = c->rope_factor,
+                                .orig_ctx = c->rope_original_max_pos,
+                                .beta_fast = c->rope_beta_fast,
+                                .beta_slow = c->rope_beta_slow,
+                                .attention_factor = c->rope_attention_factor,
+                                .truncate = c->rope_truncate};
+        return (float)rope_yarn_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta, &yarn);
+    }
     rope_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta);
     if (c->rope_type == ROPE_LLAMA3)
         rope_llama3_scale(inv_freq, mt_head_dim(c), c->rope_factor, c->rope_low_freq_factor,
                           c->rope_high_freq_factor, c->rope_original_max_pos);
+    return 1.0f;
 }
 
 // model.c's names carry "%d" for the layer and "%e" for the expert; expanded by hand, not as

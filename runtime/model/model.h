@@ -375,8 +375,9 @@ typedef struct {
 void head_params_bind(head_params *p, const mt_config *c, float *flat);
 
 // RoPE's inv_freq[head_dim / 2] for c: rope_theta's plain table, rescaled when
-// model.rope_scaling asks for it. Both backends take their table from here.
-void model_rope_inv_freq(const mt_config *c, float *inv_freq);
+// model.rope_scaling asks for it, or YaRN's. Returns the factor cos and sin are multiplied by
+// (YaRN's attention factor; 1 otherwise). Both backends take their table from here.
+float model_rope_inv_freq(const mt_config *c, float *inv_freq);
 
 // ---- the schedule ----
 
