@@ -31,11 +31,13 @@ for what in "$@"; do
     peer-*) # micro-batches of 8 x 2048, or of fewer rows (as many more of them) where 8 do not
         # fit the GPU: the same 65,536 tokens a step (MT_PEER_MICROS: the rows to try, in turn)
         spec=${what#peer-}
+        extra=() # gpt-oss's sinks: transformers runs them in eager attention only
+        [ "${spec%%:*}" = gptoss ] && extra=(--attn eager)
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
         : >"$log"
         for micro in ${MT_PEER_MICROS:-8 4 2 1}; do # each attempt judged by its own output
             timeout 300 python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
-                --micro $micro --accum $((32 / micro)) >"$log.try" 2>&1
+                --micro $micro --accum $((32 / micro)) "${extra[@]}" >"$log.try" 2>&1
             cat "$log.try" >>"$log"
             grep -q "^MOE" "$log.try" && break
             grep -q "OutOfMemoryError\|out of memory" "$log.try" || break
