@@ -22,15 +22,17 @@ typedef struct {
     int window;               // the most keys a query sees, itself included; 0: no limit
 } attn_args;
 
-// RoPE of q and k before attention (rotate_half pairs i and i + hd/2), the same on both sides
-// (kernels/cpu/rope.c, kernels/cuda/rope.cu): row (b, t) of x [B, T, heads, hd] turns by the
-// angle (float)pos * inv_freq[i], pos = t, or with packed documents t - doc_start[b * T + t].
-// cos and sin are multiplied by scale, as transformers does with YaRN's attention factor
-// (1: none, exactly the plain rotation).
+// RoPE of q and k before attention, the same on both sides (kernels/cpu/rope.c,
+// kernels/cuda/rope.cu): in each head of x [B, T, heads, hd], the first rot elements turn
+// (rotate_half: element i pairs with i + rot/2, i < rot/2) and the rest pass unchanged
+// (transformers' partial_rotary_factor: rot = hd x factor; rot = hd turns all of it). Row (b, t)
+// turns by the angle (float)pos * inv_freq[i], pos = t, or with packed documents
+// t - doc_start[b * T + t]. cos and sin are multiplied by scale, as transformers does with
+// YaRN's attention factor (1: none, exactly the plain rotation).
 typedef struct {
-    const float *inv_freq; // [hd / 2]; on CUDA a device pointer
+    const float *inv_freq; // [rot / 2]; on CUDA a device pointer
     float scale;
-    int B, T, hd;
+    int B, T, hd, rot;        // rot: even, 2 <= rot <= hd
     const int32_t *doc_start; // [B, T], or NULL; on CUDA a device pointer
 } rope_args;
 

@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "rope") == 0) {
         mt_config c;
         hf_index_close(open_checked(argv[2], &c));
-        int half = mt_head_dim(&c) / 2;
+        int half = mt_rope_dim(&c) / 2;
         float *inv = malloc(sizeof(float) * half);
         model_rope_inv_freq(&c, inv);
         for (int i = 0; i < half; i++) {

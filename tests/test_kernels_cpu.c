@@ -201,7 +201,7 @@ static void test_rmsnorm(void) {
 // ---- rope --------------------------------------------------------------------------------
 
 typedef struct {
-    int B, T, heads, hd;
+    int B, T, heads, hd, rot; // rot: the elements of a head that turn (partial rotary)
     float *x, *R, *out, *inv_freq;
     float scale; // YaRN's attention factor on cos and sin
 } rope_case;
@@ -212,6 +212,7 @@ static rope_args rope_of_case(const rope_case *c, const int32_t *doc_start) {
                        .B = c->B,
                        .T = c->T,
                        .hd = c->hd,
+                       .rot = c->rot,
                        .doc_start = doc_start};
 }
 
@@ -234,21 +235,23 @@ static void rope_run(void *p, float *o) {
     rope_backward(o + n, c->heads, &r);
 }
 
-static void test_rope(void) {
-    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = 8, .scale = 1.25f};
+// The whole head turned, or its first rot elements (partial rotary: the rest pass unchanged).
+static void test_rope(int hd, int rot, float scale) {
+    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = hd, .rot = rot, .scale = scale};
     long n = (long)c.B * c.T * c.heads * c.hd;
-    int half = c.hd / 2;
+    int half = c.rot / 2;
     c.x = rand_vec(n), c.R = rand_vec(n), c.out = malloc(sizeof(float) * n);
     c.inv_freq = malloc(sizeof(float) * half);
-    rope_inv_freq(c.inv_freq, c.hd, 10000.0f);
+    rope_inv_freq(c.inv_freq, c.rot, 10000.0f);
 
     double *ref = malloc(sizeof(double) * n), inv_err = 0.0;
     for (int i = 0; i < half; i++)
-        inv_err = fmax(inv_err, fabs(c.inv_freq[i] * pow(10000.0, 2.0 * i / c.hd) - 1.0));
+        inv_err = fmax(inv_err, fabs(c.inv_freq[i] * pow(10000.0, 2.0 * i / c.rot) - 1.0));
     report(inv_err < 1e-6, "forward", "rope inv_freq", inv_err);
     for (long row = 0; row < (long)c.B * c.T * c.heads; row++) {
         int t = (int)(row / c.heads % c.T);
         const float *x = c.x + row * c.hd;
+        for (int i = c.rot; i < c.hd; i++) ref[row * c.hd + i] = x[i]; // not turned
         for (int i = 0; i < half; i++) {
             double a = (float)t * c.inv_freq[i], co = c.scale * cos(a), si = c.scale * sin(a);
             ref[row * c.hd + i] = x[i] * co - x[i + half] * si;
@@ -256,13 +259,15 @@ static void test_rope(void) {
         }
     }
     rope_loss(&c);
-    fwd_check("rope", c.out, ref, n);
+    char what[64];
+    snprintf(what, sizeof what, "rope hd %d rot %d scale %g", hd, rot, scale);
+    fwd_check(what, c.out, ref, n);
 
     float *dx = copy_vec(c.R, n); // in place, so no accumulation to check
     const rope_args r = rope_of_case(&c, NULL);
     rope_backward(dx, c.heads, &r);
-    fd_check("rope dx", c.x, n, dx, rope_loss, &c);
-    det_check("rope fwd+bwd", rope_run, &c, 2 * n);
+    fd_check(what, c.x, n, dx, rope_loss, &c);
+    det_check(what, rope_run, &c, 2 * n);
     free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
 }
 
@@ -280,8 +285,9 @@ static void test_rope_documents(void) {
                               .B = 1,
                               .T = T,
                               .hd = hd,
+                              .rot = hd,
                               .doc_start = doc},
-                    rows = {.inv_freq = inv_freq, .scale = 1, .B = T, .T = T, .hd = hd};
+                    rows = {.inv_freq = inv_freq, .scale = 1, .B = T, .T = T, .hd = hd, .rot = hd};
     rope_forward(got, heads, &packed);
     // row t of `alone` holds token t's document at positions 0.., then zeros
     for (int t = 0; t < T; t++)
@@ -652,7 +658,10 @@ int main(void) {
     omp_set_num_threads(1);
     test_embedding();
     test_rmsnorm();
-    test_rope();
+    test_rope(8, 8, 1.0f);
+    test_rope(8, 8, 1.25f); // YaRN's attention factor
+    test_rope(12, 4, 1.0f); // partial rotary: a third of each head turns
+    test_rope(10, 6, 1.25f);
     test_rope_llama3();
     test_rope_documents();
     test_attention(NULL, 0, 0, "");

@@ -210,10 +210,10 @@ static void test_rmsnorm(int n, int dim) {
 
 // docs > 0: packed documents of docs tokens (positions restart at each), against the CPU's
 // per-token positions.
-static void test_rope(int B, int T, int heads, int hd, int docs) {
+static void test_rope(int B, int T, int heads, int hd, int rot, int docs) {
     long ne = (long)B * T * heads * hd;
     float *inv_freq = hmalloc(sizeof(float) * (hd / 2));
-    rope_inv_freq(inv_freq, hd, 10000.0f);
+    rope_inv_freq(inv_freq, rot, 10000.0f);
     float *d_freq = dev_f32(inv_freq, hd / 2);
     int32_t *ds = NULL, *d_ds = NULL;
     if (docs > 0) {
@@ -224,7 +224,8 @@ static void test_rope(int B, int T, int heads, int hd, int docs) {
     }
     // scale: YaRN's attention factor on cos and sin, where the documents are not tested
     const float scale = docs > 0 ? 1.0f : 1.25f;
-    const rope_args host = {inv_freq, scale, B, T, hd, ds}, dev = {d_freq, scale, B, T, hd, d_ds};
+    const rope_args host = {inv_freq, scale, B, T, hd, rot, ds},
+                    dev = {d_freq, scale, B, T, hd, rot, d_ds};
     for (int dir = 0; dir < 2; dir++) {
         float *x = rand_bf16_vec(ne, 2.0f), *ref = copy_vec(x, ne);
         bf16 *dx = dev_bf16(x, ne);
@@ -235,8 +236,8 @@ static void test_rope(int B, int T, int heads, int hd, int docs) {
             rope_backward(ref, heads, &host);
             cuda_rope_backward(dx, heads, &dev, 0);
         }
-        check_close(label("rope %s B=%d T=%d heads=%d hd=%d docs=%d", dir ? "bwd" : "fwd", B, T,
-                          heads, hd, docs),
+        check_close(label("rope %s B=%d T=%d heads=%d hd=%d rot=%d docs=%d", dir ? "bwd" : "fwd", B,
+                          T, heads, hd, rot, docs),
                     host_bf16(dx, ne), ref, ne, TOL_BF16);
     }
     CUDA_CHECK(cudaFree(d_ds));
@@ -551,14 +552,17 @@ int main(int argc, char **argv) {
     test_rmsnorm(260, 8192); // backward's widest register layout
     test_rmsnorm(3, 16384);  // forward's widest; backward two-pass
     test_rmsnorm(5, 16400);  // both two-pass (vector)
-    test_rope(2, 37, 4, 24, 0);
-    test_rope(2, 37, 2, 32, 0);
-    test_rope(1, 3000, 2, 64, 0); // large angles
-    test_rope(2, 17, 4, 100, 0);  // the 3.4B's heads: word pairs across an odd half (50)
-    test_rope(1, 9, 3, 128, 0);
-    test_rope(1, 5, 3, 6, 0);     // hd % 4 == 2: the one-pair-per-thread kernel
-    test_rope(2, 300, 4, 128, 7); // packed documents: positions from each document's start
-    test_rope(2, 41, 3, 6, 5);
+    test_rope(2, 37, 4, 24, 24, 0);
+    test_rope(2, 37, 2, 32, 32, 0);
+    test_rope(1, 3000, 2, 64, 64, 0); // large angles
+    test_rope(2, 17, 4, 100, 100, 0); // the 3.4B's heads: word pairs across an odd half (50)
+    test_rope(1, 9, 3, 128, 128, 0);
+    test_rope(1, 5, 3, 6, 6, 0);       // rot % 4 == 2: the one-pair-per-thread kernel
+    test_rope(2, 300, 4, 128, 128, 7); // packed documents: positions from each document's start
+    test_rope(2, 41, 3, 6, 6, 5);
+    test_rope(2, 37, 4, 256, 64, 0); // partial rotary (Qwen3.5: 64 of 256)
+    test_rope(2, 19, 3, 24, 6, 0);   // partial, an odd half-rotation
+    test_rope(1, 33, 2, 256, 64, 5); // partial, with packed documents
     test_bias(300, 96);
     test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);

@@ -81,35 +81,36 @@ double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope
     return yarn_mscale(yarn->factor, 1.0);
 }
 
-// cs[t * hd + i] = cos, cs[t * hd + hd/2 + i] = sin of the angle (float)t * inv_freq[i],
-// rounded in float like HF's freqs = inv_freq @ position_ids.
-static float *rope_table(const float *inv_freq, float scale, int T, int head_dim) {
-    int half = head_dim / 2;
-    float *cs = malloc(sizeof(float) * (size_t)T * head_dim);
+// cs[t * rot + i] = cos, cs[t * rot + rot/2 + i] = sin of the angle (float)t * inv_freq[i],
+// rounded in float like HF's freqs = inv_freq @ position_ids, each times scale.
+static float *rope_table(const float *inv_freq, float scale, int T, int rot) {
+    int half = rot / 2;
+    float *cs = malloc(sizeof(float) * (size_t)T * rot);
     if (!cs) abort();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
             float angle = (float)t * inv_freq[i];
-            cs[(long)t * head_dim + i] = cosf(angle) * scale;
-            cs[(long)t * head_dim + half + i] = sinf(angle) * scale;
+            cs[(long)t * rot + i] = cosf(angle) * scale;
+            cs[(long)t * rot + half + i] = sinf(angle) * scale;
         }
     }
     return cs;
 }
 
-// Rotate every head of every row by +angle (sign = 1) or -angle (sign = -1), times r->scale. The
+// Rotate the first r->rot elements of every head of every row by +angle (sign = 1) or -angle
+// (sign = -1), times r->scale; the rest of the head is left as it is. The
 // rotation is orthogonal, so the backward is the forward with the angle negated (the scale is
 // the same both ways). A token's position is its index in the row, or with packed documents its
 // index in its document (t - doc_start[row]).
 static void rope_apply(float *x, int heads, const rope_args *r, float sign) {
-    int head_dim = r->hd, half = head_dim / 2, T = r->T;
+    int head_dim = r->hd, rot = r->rot, half = rot / 2, T = r->T;
     const int32_t *doc_start = r->doc_start;
-    float *cs = rope_table(r->inv_freq, r->scale, T, head_dim);
+    float *cs = rope_table(r->inv_freq, r->scale, T, rot);
 #pragma omp parallel for schedule(static)
     for (long row = 0; row < (long)r->B * T; row++) {
         long pos = row % T - (doc_start ? doc_start[row] : 0);
-        const float *c = cs + pos * head_dim, *s = c + half;
+        const float *c = cs + pos * rot, *s = c + half;
         for (int h = 0; h < heads; h++) {
             float *x1 = x + (row * heads + h) * head_dim, *x2 = x1 + half;
             for (int i = 0; i < half; i++) {

@@ -57,6 +57,7 @@ static rope_args rope_of(const layer_call *k) {
                        .B = s->B,
                        .T = s->T,
                        .hd = mt_head_dim(k->c),
+                       .rot = mt_rope_dim(k->c),
                        .doc_start = s->doc_start};
 }
 

@@ -73,6 +73,7 @@ static rope_args rope_of(const backend *b, const int32_t *ds) {
                        .B = b->B,
                        .T = b->T,
                        .hd = mt_head_dim(b->c),
+                       .rot = mt_rope_dim(b->c),
                        .doc_start = ds};
 }
 

@@ -294,7 +294,7 @@ void *backend_cuda_compute_stream(backend *b) {
 // The same float frequencies as the CPU reference (and transformers), computed once on the host,
 // into the layer set's inv_freq.
 static void upload_inv_freq(backend *b) {
-    int half = mt_head_dim(b->c) / 2;
+    int half = mt_rope_dim(b->c) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
     b->rope_scale = model_rope_inv_freq(b->c, host);

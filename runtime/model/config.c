@@ -325,6 +325,11 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(x, LINE(c->head_dim ? "model.head_dim" : "model.dim"),
                            c->head_dim ? "model.head_dim" : "model.dim",
                            "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
+    if (mt_rope_dim(c) % 2 || mt_rope_dim(c) < 2)
+        return source_fail(x, LINE("model.partial_rotary_factor"), "model.partial_rotary_factor",
+                           "%g of head dim %d turns %d elements: RoPE needs an even number, at "
+                           "least 2",
+                           c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
     if (check_moe(x, c) < 0) return -1;
     if (c->data_format == DATA_BYTES && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",

@@ -34,6 +34,8 @@ const field_t config_schema[] = {
     BOOL("model.o_bias", o_bias, 0),         // on o_proj too (Llama's attention_bias sets both)
     BOOL("model.attn_sinks", attn_sinks, 0), // gpt-oss: a learned logit per head in the softmax
     INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
+    // RoPE turns this share of each head (Qwen3.5: 0.25), the rest passes
+    FLT("model.partial_rotary_factor", partial_rotary_factor, 0, 1, MIN_OPEN, 1),
     // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
     ENUM("model.qk_norm", qk_norm, QK_NONE, QK_NORM_NAMES),
     // Mixture of Experts (docs/moe.md): 0 experts is a dense model

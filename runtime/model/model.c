@@ -300,11 +300,11 @@ float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
                                 .beta_slow = c->rope_beta_slow,
                                 .attention_factor = c->rope_attention_factor,
                                 .truncate = c->rope_truncate};
-        return (float)rope_yarn_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta, &yarn);
+        return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta, &yarn);
     }
-    rope_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta);
+    rope_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta);
     if (c->rope_type == ROPE_LLAMA3)
-        rope_llama3_scale(inv_freq, mt_head_dim(c), c->rope_factor, c->rope_low_freq_factor,
+        rope_llama3_scale(inv_freq, mt_rope_dim(c), c->rope_factor, c->rope_low_freq_factor,
                           c->rope_high_freq_factor, c->rope_original_max_pos);
     return 1.0f;
 }

@@ -75,6 +75,9 @@ typedef struct {
     // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
     // and Mistral-Nemo give one that differs from dim / heads.
     int head_dim;
+    // RoPE turns the first head_dim x partial_rotary_factor elements of each head (rounded down,
+    // as transformers' int(); even), the rest pass unchanged (Qwen3.5: 0.25)
+    double partial_rotary_factor;
     // RMSNorm on q and k before RoPE: "none", "head" (over each head's head_dim, one weight of
     // head_dim shared by the heads: Qwen3) or "all" (over the whole projection: OLMoE)
     int qk_norm;
@@ -227,6 +230,12 @@ static inline int mt_packs_documents(const mt_config *c) {
 static inline int mt_head_dim(const mt_config *c) {
     return c->head_dim ? c->head_dim : c->dim / c->heads;
 }
+// The elements of a head RoPE turns: head_dim x partial_rotary_factor, rounded down (a config
+// built by hand, with 0 there, turns the whole head).
+static inline int mt_rope_dim(const mt_config *c) {
+    double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
+    return (int)(mt_head_dim(c) * f);
+}
 // model.qk_norm: QK_NONE, QK_HEAD or QK_ALL.
 static inline int mt_qk_norm(const mt_config *c) {
     return c->qk_norm;
@@ -374,7 +383,7 @@ typedef struct {
 
 void head_params_bind(head_params *p, const mt_config *c, float *flat);
 
-// RoPE's inv_freq[head_dim / 2] for c: rope_theta's plain table, rescaled when
+// RoPE's inv_freq[mt_rope_dim(c) / 2] for c: rope_theta's plain table, rescaled when
 // model.rope_scaling asks for it, or YaRN's. Returns the factor cos and sin are multiplied by
 // (YaRN's attention factor; 1 otherwise). Both backends take their table from here.
 float model_rope_inv_freq(const mt_config *c, float *inv_freq);
