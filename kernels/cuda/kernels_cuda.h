@@ -56,10 +56,14 @@ void cuda_rope_backward(bf16 *dx, const float *inv_freq, int B, int T, int heads
                         const int32_t *doc_start, cudaStream_t stream);
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
-// deterministic; scratch holds cuda_bias_scratch_floats(cols) floats).
+// deterministic; scratch holds cuda_bias_scratch_floats(cols) floats). The _f32 pair is the
+// same on an fp32 x and dx (the residual stream: o_proj's bias).
 void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
 void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols, float *scratch,
                         cudaStream_t stream);
+void cuda_bias_forward_f32(float *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
+void cuda_bias_backward_f32(float *dbias, const float *dx, long rows, int cols, float *scratch,
+                            cudaStream_t stream);
 
 // swiglu.cu: out = silu(gate) * up. Backward writes dgate and dup (bf16, GEMM operands).
 void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
