@@ -122,6 +122,9 @@ void cuda_moe_gate_scale_backward(bf16 *dy, bf16 *d_gate_logit, const float *dou
 // documents: args->doc_start, device memory) are args (kernels/attention_args.h), as the CPU
 // reference's; the tensors t. No T x T matrix is ever stored. The forward reads q, k, v and
 // writes out and lse; the backward reads q, k, v, out, lse and dout and writes dq, dk, dv.
+// Attention sinks (gpt-oss), as the CPU reference's: sinks[h] joins each softmax row of query
+// head h as one more logit with no value (lse includes it); the backward adds its gradient,
+// -sum over the head's rows of exp(sinks[h] - lse) * D, to dsinks (fixed order: reproducible).
 // scratch, for both, is cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused
 // Hopper backward's fp32 dq accumulator and its turn counters, and for head dims of 8k + 4
 // padded copies of q, k, v and dout, for a run of heads each). dq may be q (in place: at long
@@ -133,6 +136,8 @@ typedef struct {
     float *lse;            // [B, H, T]
     const bf16 *dout;      // [B, T, H, hd]
     bf16 *dq, *dk, *dv;
+    const bf16 *sinks; // [H], or NULL: no sinks
+    float *dsinks;     // [H], accumulated, with sinks in a backward
 } cuda_attn_tensors;
 void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t, void *scratch,
                             cudaStream_t stream);
