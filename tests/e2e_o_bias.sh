@@ -3,7 +3,7 @@
 # model.qkv_bias), on the CPU backend through the real mtrun: it trains, its losses differ from
 # the model without it, -np 2 = -np 3 bitwise, and a stop and resume is bitwise the run that
 # was not stopped (the checkpoint records o_bias; a resume without it is refused). With a GPU:
-# the CUDA backend, which has no o_proj bias yet, refuses it in one line, exit 2.
+# the CUDA backend trains it too (-np 3 = -np 2 bitwise), each loss within 2% of the CPU's.
 # usage: e2e_o_bias.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/base.cfg"
@@ -27,10 +27,17 @@ rc=$?
 expect "a resume of it without o_bias is refused, exit 2 ($rc: $(tail -n 1 "$WORK/nobias.err"))" \
     bash -c "[ $rc -eq 2 ] && grep -q 'o_bias' '$WORK/nobias.err'"
 if have_gpu; then
-    small_config cuda "$WORK/gpu.cfg"
-    "$MTRUN" -np 2 "$WORK/gpu.cfg" --out "$WORK/gpu" "${BIAS[@]}" >"$WORK/gpu.out" 2>"$WORK/gpu.err"
-    rc=$?
-    expect "cuda refuses o_bias, exit 2 ($rc), naming it" \
-        bash -c "[ $rc -eq 2 ] && grep -q 'model.o_bias.*not on the CUDA backend yet' '$WORK/gpu.err' '$WORK/gpu.out'"
+    sed -e 's/^backend = .*/backend = "cuda";/' "$WORK/base.cfg" >"$WORK/gpu.cfg"
+    run_job gpu 2 "$WORK/gpu.cfg" "${BIAS[@]}" || show_log gpu
+    run_job gpu3 3 "$WORK/gpu.cfg" "${BIAS[@]}" || show_log gpu3
+    run_job gpuplain 2 "$WORK/gpu.cfg" || show_log gpuplain
+    expect "cuda: 6 steps with the biases" test "$(losses "$WORK/gpu" 2>/dev/null | wc -l)" -eq 6
+    expect "cuda: the biases change the losses after step 1" \
+        test -z "$(comm -12 <(losses "$WORK/gpuplain" | tail -n +2 | sort) <(losses "$WORK/gpu" | tail -n +2 | sort))"
+    expect "cuda: -np 3 = -np 2, bitwise" diff <(losses "$WORK/gpu") <(losses "$WORK/gpu3")
+    expect "cuda: each loss within 2% of the cpu's with the biases" awk -F: '
+        NR == FNR {cpu[FNR] = $NF; next}
+        {d = $NF - cpu[FNR]; if (d < 0) d = -d; if (d > 0.02 * cpu[FNR]) bad = 1}
+        END {exit bad || FNR != 6}' <(losses "$WORK/bias") <(losses "$WORK/gpu")
 fi
 finish

@@ -23,6 +23,11 @@ set_tests_properties(e2e_beside PROPERTIES LABELS "e2e;beside")
 add_test(NAME e2e_cuda_parity COMMAND bash ${MT_TEST_DIR}/e2e_cuda_parity.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77)
+# Attention sinks on the CUDA backend (skipped without a GPU).
+add_test(NAME e2e_cuda_sinks COMMAND bash ${MT_TEST_DIR}/e2e_cuda_sinks.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_cuda_sinks PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77
+                     LABELS e2e)
 # The NVMe tier's CUDA halves against the CUDA job in host memory (skipped without a GPU).
 add_test(NAME e2e_storage_cuda COMMAND bash ${MT_TEST_DIR}/e2e_storage_cuda.sh
          $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})

@@ -7,8 +7,9 @@
 // on its own. Every GPU output is poisoned (0xFF bytes: NaN) before each call, so an element
 // that a kernel fails to write shows up as a failure. Then the backward is rerun and must
 // give the same bits (no atomics). Packed documents (DOC_SHAPES) and sliding windows
-// (WINDOW_SHAPES) are checked the same way against the CPU reference's masks. Timings are
-// bench/attention_bench's.
+// (WINDOW_SHAPES) are checked the same way against the CPU reference's masks, and attention
+// sinks (SINK_SHAPES: gpt-oss's learned logit per head, forward and their gradient dsinks) with
+// and without them. Timings are bench/attention_bench's.
 //
 // Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
@@ -30,34 +31,35 @@ typedef struct {
     int B, T, H, KV, hd;
     const int *docs; // packed documents' lengths (doc_starts), 0-terminated; NULL: none
     int window;      // sliding window (attn_args); 0: none
+    int sinks;       // 1: attention sinks, one bf16 logit per query head
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
 // tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
 static const shape SHAPES[] = {
-    {2, 37, 4, 2, 16, NULL, 0},
-    {1, 130, 8, 8, 64, NULL, 0},
-    {2, 257, 8, 2, 128, NULL, 0},
-    {1, 1, 4, 1, 64, NULL, 0},
-    {1, 1, 8, 2, 128, NULL, 0},
-    {1, 64, 2, 1, 32, NULL, 0},
-    {1, 70, 6, 3, 24, NULL, 0},
-    {1, 200, 4, 4, 40, NULL, 0},
-    {1, 100, 4, 2, 96, NULL, 0},
-    {2, 130, 4, 2, 100, NULL, 0},
-    {1, 77, 3, 3, 100, NULL, 0},
+    {2, 37, 4, 2, 16, NULL, 0, 0},
+    {1, 130, 8, 8, 64, NULL, 0, 0},
+    {2, 257, 8, 2, 128, NULL, 0, 0},
+    {1, 1, 4, 1, 64, NULL, 0, 0},
+    {1, 1, 8, 2, 128, NULL, 0, 0},
+    {1, 64, 2, 1, 32, NULL, 0, 0},
+    {1, 70, 6, 3, 24, NULL, 0, 0},
+    {1, 200, 4, 4, 40, NULL, 0, 0},
+    {1, 100, 4, 2, 96, NULL, 0, 0},
+    {2, 130, 4, 2, 100, NULL, 0, 0},
+    {1, 77, 3, 3, 100, NULL, 0, 0},
     // The fused backward's turn order over many key tiles (whole tiles, three batch rows, GQA),
     // and a head dim it pads inside one tile (72 -> 128).
-    {3, 640, 6, 2, 128, NULL, 0},
-    {1, 300, 2, 2, 72, NULL, 0},
+    {3, 640, 6, 2, 128, NULL, 0, 0},
+    {1, 300, 2, 2, 72, NULL, 0, 0},
     // The fused backward at hd 64 (the warpgroups take turns at dq): GQA, three batch rows,
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
-    {3, 1000, 8, 2, 64, NULL, 0},
-    {1, 333, 4, 4, 48, NULL, 0},
+    {3, 1000, 8, 2, 64, NULL, 0, 0},
+    {1, 333, 4, 4, 48, NULL, 0, 0},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
-    {1, 32805, 2, 1, 128, NULL, 0},
-    {1, 32777, 2, 2, 100, NULL, 0},
-    {1, 32790, 4, 1, 64, NULL, 0},
+    {1, 32805, 2, 1, 128, NULL, 0, 0},
+    {1, 32777, 2, 2, 100, NULL, 0, 0},
+    {1, 32790, 4, 1, 64, NULL, 0, 0},
 };
 
 // Packed documents: boundaries on the 64- and 128-row tile edges and inside tiles, documents of
@@ -69,10 +71,12 @@ static const int MIXED[] = {300, 17, 1000, 2, 128, 0};
 static const int ONE[] = {1 << 30, 0};
 static const int LONG[] = {4096, 0};
 static const shape DOC_SHAPES[] = {
-    {2, 700, 4, 2, 128, EDGES, 0}, {3, 1000, 8, 2, 64, EDGES, 0},  {2, 130, 4, 2, 100, EDGES, 0},
-    {1, 200, 4, 2, 16, TINY, 0},   {1, 70, 6, 3, 24, TINY, 0},     {1, 300, 2, 2, 72, MIXED, 0},
-    {3, 640, 6, 2, 128, MIXED, 0}, {1, 4000, 4, 2, 64, MIXED, 0},  {2, 257, 8, 2, 128, ONE, 0},
-    {1, 333, 4, 4, 48, EDGES, 0},  {1, 32768, 2, 1, 128, LONG, 0},
+    {2, 700, 4, 2, 128, EDGES, 0, 0},  {3, 1000, 8, 2, 64, EDGES, 0, 0},
+    {2, 130, 4, 2, 100, EDGES, 0, 0},  {1, 200, 4, 2, 16, TINY, 0, 0},
+    {1, 70, 6, 3, 24, TINY, 0, 0},     {1, 300, 2, 2, 72, MIXED, 0, 0},
+    {3, 640, 6, 2, 128, MIXED, 0, 0},  {1, 4000, 4, 2, 64, MIXED, 0, 0},
+    {2, 257, 8, 2, 128, ONE, 0, 0},    {1, 333, 4, 4, 48, EDGES, 0, 0},
+    {1, 32768, 2, 1, 128, LONG, 0, 0},
 };
 
 // Sliding windows: of a whole 128-key TMA tile (the gpt-oss window) and of sizes that are no
@@ -81,14 +85,27 @@ static const shape DOC_SHAPES[] = {
 // the mma.sync and simple paths take; T up to 4096 and one long sequence; a window of 1 (each
 // query sees itself only) and one of T or more (no window: the same bits as without).
 static const shape WINDOW_SHAPES[] = {
-    {1, 4096, 4, 2, 128, NULL, 128}, {2, 4096, 8, 2, 64, NULL, 128},
-    {1, 4000, 4, 4, 128, NULL, 100}, {3, 1000, 8, 2, 64, NULL, 77},
-    {2, 700, 4, 2, 128, EDGES, 128}, {1, 4000, 4, 2, 64, MIXED, 100},
-    {3, 640, 6, 2, 128, MIXED, 200}, {2, 1030, 4, 2, 100, NULL, 128},
-    {2, 130, 4, 2, 100, EDGES, 33},  {1, 200, 4, 2, 16, TINY, 5},
-    {2, 257, 8, 2, 24, NULL, 40},    {1, 300, 2, 2, 72, NULL, 129},
-    {1, 200, 4, 2, 64, NULL, 1},     {1, 300, 2, 2, 128, NULL, 300},
-    {1, 32790, 4, 1, 64, NULL, 128}, {1, 32805, 2, 1, 128, LONG, 1000},
+    {1, 4096, 4, 2, 128, NULL, 128, 0}, {2, 4096, 8, 2, 64, NULL, 128, 0},
+    {1, 4000, 4, 4, 128, NULL, 100, 0}, {3, 1000, 8, 2, 64, NULL, 77, 0},
+    {2, 700, 4, 2, 128, EDGES, 128, 0}, {1, 4000, 4, 2, 64, MIXED, 100, 0},
+    {3, 640, 6, 2, 128, MIXED, 200, 0}, {2, 1030, 4, 2, 100, NULL, 128, 0},
+    {2, 130, 4, 2, 100, EDGES, 33, 0},  {1, 200, 4, 2, 16, TINY, 5, 0},
+    {2, 257, 8, 2, 24, NULL, 40, 0},    {1, 300, 2, 2, 72, NULL, 129, 0},
+    {1, 200, 4, 2, 64, NULL, 1, 0},     {1, 300, 2, 2, 128, NULL, 300, 0},
+    {1, 32790, 4, 1, 64, NULL, 128, 0}, {1, 32805, 2, 1, 128, LONG, 1000, 0},
+};
+
+// Attention sinks (one learned logit per query head, gpt-oss): hd 64 and GQA with gpt-oss's
+// window of 128 keys on a long row, and without it; alone and with packed documents, with and
+// without a window; hd 128, the padded 100 and the small head dims the mma.sync and simple paths
+// take; T = 1, where a row's one key meets the sink; the plain wgmma forward's causal hd 128.
+static const shape SINK_SHAPES[] = {
+    {2, 257, 8, 2, 64, NULL, 0, 1},     {1, 4096, 8, 2, 64, NULL, 128, 1},
+    {3, 1000, 8, 2, 64, EDGES, 0, 1},   {2, 700, 4, 2, 128, EDGES, 0, 1},
+    {3, 640, 6, 2, 128, MIXED, 200, 1}, {2, 257, 8, 2, 128, NULL, 0, 1},
+    {2, 130, 4, 2, 100, EDGES, 33, 1},  {2, 1030, 4, 2, 100, NULL, 128, 1},
+    {2, 37, 4, 2, 16, NULL, 0, 1},      {1, 200, 4, 2, 16, TINY, 5, 1},
+    {1, 70, 6, 3, 24, NULL, 40, 1},     {1, 1, 4, 1, 64, NULL, 0, 1},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -143,9 +160,9 @@ static double rel_err(const float *a, const float *b, long n) {
 }
 
 static void report(int ok, const char *path, const char *what, const shape *s, double err) {
-    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d%s window=%d  rel_err %.3g\n",
+    printf("%s %-6s %-6s B=%d T=%d H=%d KV=%d hd=%d%s window=%d%s  rel_err %.3g\n",
            ok ? "PASS" : "FAIL", path, what, s->B, s->T, s->H, s->KV, s->hd, s->docs ? " docs" : "",
-           s->window, err);
+           s->window, s->sinks ? " sinks" : "", err);
     if (ok)
         passed++;
     else
@@ -214,7 +231,9 @@ typedef struct {
     long nq, nkv, nl;
     float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv; // host reference (floats)
     bf16 *qb, *kb, *vb, *doutb, *outb;
-    int32_t *ds, *ds_dev; // packed documents' starts, on the host and the device; or NULL
+    int32_t *ds, *ds_dev;     // packed documents' starts, on the host and the device; or NULL
+    float *sinks, *dsinks;    // [H] each, with sinks (host reference); else NULL
+    bf16 *sinksb, *sinks_dev; // the sinks' bf16 bits, on the host and the device; or NULL
 } host_case;
 
 // Inputs and the CPU reference for shape s. q is scaled so that the scores' standard
@@ -238,17 +257,27 @@ static void host_case_init(host_case *c, const shape *s) {
     rand_bf16(c->k, c->kb, c->nkv, 1.0f);
     rand_bf16(c->v, c->vb, c->nkv, 1.0f);
     rand_bf16(c->dout, c->doutb, c->nq, 1.0f);
+    c->sinks = c->dsinks = NULL, c->sinksb = c->sinks_dev = NULL;
+    if (s->sinks) { // logits in [-2, 6): from below the rows' log-sum-exps to above most
+        c->sinks = xmalloc(sizeof(float) * s->H), c->sinksb = xmalloc(sizeof(bf16) * s->H);
+        c->dsinks = xmalloc(sizeof(float) * s->H);
+        memset(c->dsinks, 0, sizeof(float) * s->H); // the backward accumulates
+        for (int h = 0; h < s->H; h++) c->sinks[h] = 4.0f * rng_uniform() + 2.0f;
+        to_bf16(c->sinksb, c->sinks, s->H);
+        c->sinks_dev = dev_upload(c->sinksb, sizeof(bf16) * s->H);
+    }
     c->ds = doc_starts(s);
     c->ds_dev = c->ds ? dev_upload(c->ds, sizeof(int32_t) * s->B * s->T) : NULL;
     const attn_args a = args_of(s, c->ds);
-    attn_tensors t = {.q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse};
+    attn_tensors t = {
+        .q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse, .sinks = c->sinks};
     attention_forward(&a, &t);
     to_bf16(c->outb, c->out, c->nq); // the backward of both sides sees the bf16 out
     // The CPU backward accumulates: start from zero.
     memset(c->dq, 0, sizeof(float) * c->nq);
     memset(c->dk, 0, sizeof(float) * c->nkv);
     memset(c->dv, 0, sizeof(float) * c->nkv);
-    t.dout = c->dout, t.dq = c->dq, t.dk = c->dk, t.dv = c->dv;
+    t.dout = c->dout, t.dq = c->dq, t.dk = c->dk, t.dv = c->dv, t.dsinks = c->dsinks;
     attention_backward(&a, &t);
 }
 
@@ -257,7 +286,11 @@ static void host_case_free(host_case *c) {
                  c->dk, c->dv, c->qb, c->kb,   c->vb,  c->doutb, c->outb};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(c->ds);
+    free(c->sinks);
+    free(c->dsinks);
+    free(c->sinksb);
     CUDA_CHECK(cudaFree(c->ds_dev));
+    CUDA_CHECK(cudaFree(c->sinks_dev));
 }
 
 static void check_forward(const char *path, const shape *s, const host_case *c) {
@@ -269,8 +302,9 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
     poison(lse, sizeof(float) * c->nl);
     void *scratch = dev_alloc(cuda_attention_scratch_bytes(s->B, s->T, s->H, s->KV, s->hd));
     const attn_args a = args_of(s, c->ds_dev);
-    cuda_attention_forward(&a, &(cuda_attn_tensors){.q = q, .k = k, .v = v, .out = out, .lse = lse},
-                           scratch, 0);
+    const cuda_attn_tensors t = {
+        .q = q, .k = k, .v = v, .out = out, .lse = lse, .sinks = c->sinks_dev};
+    cuda_attention_forward(&a, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaFree(scratch));
 
@@ -286,6 +320,7 @@ static void check_forward(const char *path, const shape *s, const host_case *c) 
 
 typedef struct {
     bf16 *dq, *dk, *dv;
+    float *dsinks; // [H], with sinks
 } grads;
 
 static void run_backward(grads *g, const shape *s, const host_case *c, const int32_t *ds,
@@ -295,6 +330,7 @@ static void run_backward(grads *g, const shape *s, const host_case *c, const int
     poison(g->dk, sizeof(bf16) * c->nkv);
     poison(g->dv, sizeof(bf16) * c->nkv);
     poison(scratch, scratch_bytes);
+    if (g->dsinks) CUDA_CHECK(cudaMemset(g->dsinks, 0, sizeof(float) * s->H)); // accumulated
     const attn_args a = args_of(s, ds);
     const cuda_attn_tensors t = {.q = q,
                                  .k = k,
@@ -304,16 +340,19 @@ static void run_backward(grads *g, const shape *s, const host_case *c, const int
                                  .dout = dout,
                                  .dq = g->dq,
                                  .dk = g->dk,
-                                 .dv = g->dv};
+                                 .dv = g->dv,
+                                 .sinks = c->sinks_dev,
+                                 .dsinks = g->dsinks};
     cuda_attention_backward(&a, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-static int same_bits(const bf16 *a, const bf16 *b, long n) {
-    bf16 *ha = xmalloc(sizeof(bf16) * n), *hb = xmalloc(sizeof(bf16) * n);
-    CUDA_CHECK(cudaMemcpy(ha, a, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(hb, b, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
-    int same = memcmp(ha, hb, sizeof(bf16) * n) == 0;
+// Whether two device buffers of `bytes` bytes hold the same bits.
+static int same_bits(const void *a, const void *b, size_t bytes) {
+    void *ha = xmalloc(bytes), *hb = xmalloc(bytes);
+    CUDA_CHECK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    int same = memcmp(ha, hb, bytes) == 0;
     free(ha);
     free(hb);
     return same;
@@ -333,6 +372,7 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
         g[r].dq = dev_alloc(sizeof(bf16) * c->nq);
         g[r].dk = dev_alloc(sizeof(bf16) * c->nkv);
         g[r].dv = dev_alloc(sizeof(bf16) * c->nkv);
+        g[r].dsinks = s->sinks ? dev_alloc(sizeof(float) * s->H) : NULL;
         // One document a row (every start 0): the rerun goes without the starts, and must give
         // the same bits (the engine drops them where a micro-batch has no second document).
         const int32_t *ds = r == 1 && s->docs == ONE ? NULL : c->ds_dev;
@@ -346,8 +386,14 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
     check_close(path, "dk", s, got, c->dk, c->nkv, TOL_BF16);
     download_bf16(got, g[0].dv, c->nkv);
     check_close(path, "dv", s, got, c->dv, c->nkv, TOL_BF16);
-    int same = same_bits(g[0].dq, g[1].dq, c->nq) && same_bits(g[0].dk, g[1].dk, c->nkv) &&
-               same_bits(g[0].dv, g[1].dv, c->nkv);
+    if (s->sinks) {
+        CUDA_CHECK(cudaMemcpy(got, g[0].dsinks, sizeof(float) * s->H, cudaMemcpyDeviceToHost));
+        check_close(path, "dsinks", s, got, c->dsinks, s->H, TOL_LSE);
+    }
+    int same = same_bits(g[0].dq, g[1].dq, sizeof(bf16) * c->nq) &&
+               same_bits(g[0].dk, g[1].dk, sizeof(bf16) * c->nkv) &&
+               same_bits(g[0].dv, g[1].dv, sizeof(bf16) * c->nkv) &&
+               (!s->sinks || same_bits(g[0].dsinks, g[1].dsinks, sizeof(float) * s->H));
     report(same, path, "rerun", s, same ? 0.0 : 1.0);
     free(got);
 
@@ -357,6 +403,7 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
         CUDA_CHECK(cudaFree(g[r].dq));
         CUDA_CHECK(cudaFree(g[r].dk));
         CUDA_CHECK(cudaFree(g[r].dv));
+        CUDA_CHECK(cudaFree(g[r].dsinks));
     }
 }
 
@@ -368,15 +415,17 @@ int main(void) {
     }
     const int nplain = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
     const int ndocs = (int)(sizeof(DOC_SHAPES) / sizeof(DOC_SHAPES[0]));
-    const int nshapes = nplain + ndocs + (int)(sizeof(WINDOW_SHAPES) / sizeof(WINDOW_SHAPES[0]));
+    const int nwin = (int)(sizeof(WINDOW_SHAPES) / sizeof(WINDOW_SHAPES[0]));
+    const int nshapes = nplain + ndocs + nwin + (int)(sizeof(SINK_SHAPES) / sizeof(SINK_SHAPES[0]));
     const char *paths[] = {"simple", "mma", "wgmma", "wgmma-plain", "wgmma-runs"};
     const int npaths = cuda_attention_has_wgmma() ? 5 : 2;
     printf("paths: simple, mma%s\n",
            npaths == 5 ? ", wgmma, wgmma-plain, wgmma-runs" : " (no wgmma on this device/build)");
     for (int i = 0; i < nshapes; i++) {
-        const shape *s = i < nplain           ? &SHAPES[i]
-                         : i < nplain + ndocs ? &DOC_SHAPES[i - nplain]
-                                              : &WINDOW_SHAPES[i - nplain - ndocs];
+        const shape *s = i < nplain                  ? &SHAPES[i]
+                         : i < nplain + ndocs        ? &DOC_SHAPES[i - nplain]
+                         : i < nplain + ndocs + nwin ? &WINDOW_SHAPES[i - nplain - ndocs]
+                                                     : &SINK_SHAPES[i - nplain - ndocs - nwin];
         host_case c;
         host_case_init(&c, s);
         for (int p = 0; p < npaths; p++) {

@@ -273,7 +273,7 @@ static void test_swiglu(long n, int off) {
 // ---- bias ----------------------------------------------------------------------------------
 
 // Against a plain double sum; the backward accumulates onto a prior and runs twice with the
-// same bits (its order of summation is fixed).
+// same bits (its order of summation is fixed). Both the bf16 and the fp32 pair.
 static void test_bias(long rows, int cols) {
     long n = rows * cols;
     float *x = rand_bf16_vec(n, 2.0f), *b = rand_bf16_vec(cols, 1.0f),
@@ -299,6 +299,27 @@ static void test_bias(long rows, int cols) {
     check_delta(label("bias bwd rows=%ld cols=%d", rows, cols), db, dref, prior, cols, TOL_F32);
     check_bitwise(label("bias bwd deterministic rows=%ld cols=%d", rows, cols), db,
                   host_f32(d_db2, cols), cols);
+
+    // The fp32 pair (o_proj's bias on the residual stream): fp32 x and dx, not bf16-rounded.
+    float *xf = rand_vec(n, 2.0f);
+    for (long i = 0; i < n; i++) ref[i] = xf[i] + b[i % cols];
+    for (int c = 0; c < cols; c++) {
+        double sum = 0;
+        for (long r = 0; r < rows; r++) sum += xf[r * cols + c];
+        dref[c] = (float)(prior[c] + sum);
+    }
+    float *d_xf = dev_f32(xf, n), *d_dxf = dev_f32(xf, n);
+    cuda_bias_forward_f32(d_xf, d_b, rows, cols, 0);
+    check_close(label("bias fwd f32 rows=%ld cols=%d", rows, cols), host_f32(d_xf, n), ref, n,
+                TOL_F32);
+    float *d_dbf = dev_f32(prior, cols), *d_dbf2 = dev_f32(prior, cols);
+    cuda_bias_backward_f32(d_dbf, d_dxf, rows, cols, scratch, 0);
+    cuda_bias_backward_f32(d_dbf2, d_dxf, rows, cols, scratch, 0);
+    float *dbf = host_f32(d_dbf, cols);
+    check_delta(label("bias bwd f32 rows=%ld cols=%d", rows, cols), dbf, dref, prior, cols,
+                TOL_F32);
+    check_bitwise(label("bias bwd f32 deterministic rows=%ld cols=%d", rows, cols), dbf,
+                  host_f32(d_dbf2, cols), cols);
     release_all();
 }
 

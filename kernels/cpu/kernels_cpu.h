@@ -54,7 +54,7 @@ void rope_backward(float *dx, int heads, const rope_args *r);
 // softmax row, kept for the backward); the backward reads q, k, v, out, lse and dout and
 // accumulates dq, dk, dv. Attention sinks (gpt-oss): a learned logit per query head that joins
 // every softmax's denominator and carries no value, so a row's weights sum to less than 1; its
-// gradient accumulates into dsinks. The CPU reference has them; the CUDA kernels not yet.
+// gradient accumulates into dsinks. The CUDA kernels have them too.
 typedef struct {
     const float *q, *k, *v; // [B, T, H, hd], [B, T, KV, hd], [B, T, KV, hd]
     float *out, *lse;       // [B, T, H, hd], [B, H, T]

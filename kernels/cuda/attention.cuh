@@ -19,10 +19,12 @@
 // - simple (MT_ATTENTION=simple, or an hd / pointer alignment the tensor paths cannot take):
 //   one warp per output row, fp32 CUDA-core math, scalar loads. Slow, but easy to trust.
 //
-// Backward, every path: D = rowsum(dout * out) into scratch, then dq by query tile and dk, dv
-// by key tile in two separate kernels, where every output element has one owner; or, on
-// Hopper, one fused kernel whose dq adds run in key-tile order (attention_bwd_tma.cu). Every
-// sum runs in a fixed order, so results are bitwise reproducible.
+// Backward, every path: D = rowsum(dout * out) into scratch (with attention sinks, their
+// gradient from D and lse), then dq by query tile and dk, dv by key tile in two separate
+// kernels, where every output element has one owner; or, on Hopper, one fused kernel whose dq
+// adds run in key-tile order (attention_bwd_tma.cu). Every sum runs in a fixed order, so results
+// are bitwise reproducible. Sinks change no backward kernel: lse includes them, so the
+// probabilities recomputed from it are the forward's.
 //
 // Files: attention.cuh (this family's shared pieces: PTX and warp-GEMM helpers, tile copies, the
 // simple path's helpers, shapes and launch configuration), attention_mask.cuh (the keys each row
@@ -57,6 +59,11 @@ struct Dims {
     // The sliding window (attn_args): query t sees no key before t - window + 1; 0: none, also
     // for a window of T or more (make_dims), which hides nothing.
     int window;
+    // Attention sinks (gpt-oss): query head h's logit sinks[h] (natural-log units, like the
+    // scaled scores) joins each of its rows' softmax with no value; NULL: none. Every forward
+    // folds it in once its keys are done (sink_fold); every backward's probabilities come from
+    // lse, which includes it, and its gradient from D (attention_backward.cu).
+    const bf16 *sinks;
 };
 
 // What a kernel masks, a template choice: MASK_CAUSAL, every row's keys from 0; MASK_DOCS, from
@@ -321,6 +328,19 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&al
     }
 }
 
+// A row's sink (Dims.sinks), after its last key: the running max m (base-2 units) and the row's
+// whole sum l (the quad's, reduced) take it in as one more score; returns the factor the row's
+// unnormalized output takes for the new max (out = o * factor / l). Without sinks: 1, m and l
+// untouched, so those calls keep their bits.
+__device__ __forceinline__ float sink_fold(const Dims &d, int h, float &m, float &l) {
+    if (!d.sinks) return 1.0f;
+    const float sink = bf2f(d.sinks[h]) * LOG2E, mx = fmaxf(m, sink);
+    const float alpha = fast_exp2(m - mx); // m is finite: every row sees its own key
+    l = fmaf(l, alpha, fast_exp2(sink - mx));
+    m = mx;
+    return alpha;
+}
+
 template <int NS, int NO, bool RANGED = true>
 __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2],
                                              float (&l)[2], float scale_log2, bool mask, int row_lo,
@@ -427,7 +447,7 @@ __device__ __forceinline__ void store_key_grads(bf16 *dk, bf16 *dv, long stride,
 // The end of a forward for one warp's 16 rows of an m64 tile (rows row_lo and row_lo + 8 of
 // each thread, the warp's first row row0): each row's lse, and out = o / l, staged through the
 // warp's own `stage` (16 x (HDP + 8) bf16) for coalesced stores. l holds this thread's partial
-// row sums; the quad (4 lanes of a row) reduces them here.
+// row sums; the quad (4 lanes of a row) reduces them here, then the head's sink joins them.
 template <int HDP>
 __device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d, int b, int h,
                                             int row0, int row_lo, const float (&o)[HDP / 8][4],
@@ -436,13 +456,13 @@ __device__ __forceinline__ void finish_rows(bf16 *out, float *lse, const Dims &d
     float inv[1][2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float sum = l[r];
+        float sum = l[r], mr = m[r];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[0][r] = 1.0f / sum;
+        inv[0][r] = sink_fold(d, h, mr, sum) / sum;
         const int row = row_lo + 8 * r;
         if ((lane & 3) == 0 && row < d.T)
-            lse[((long)b * d.H + h) * d.T + row] = (m[r] + log2f(sum)) * LN2;
+            lse[((long)b * d.H + h) * d.T + row] = (mr + log2f(sum)) * LN2;
     }
     const long qs = (long)d.H * d.hd;
     store_rows<HDP, 1>(out + (long)b * d.T * qs + (long)h * d.hd, qs, row0, d.T, d.hd,
@@ -493,7 +513,7 @@ __device__ __forceinline__ RunElement run_element(long i, int hn, int per_head) 
     return RunElement{i / ((long)hn * per_head), (int)(i / per_head % hn), (int)(i % per_head)};
 }
 
-inline Dims make_dims(const attn_args &a) {
+inline Dims make_dims(const attn_args &a, const bf16 *sinks) {
     const int B = a.B, T = a.T, H = a.H, KV = a.KV, hd = a.hd;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd > 32 * MAXC) {
         fprintf(stderr, "megatrain: attention: unsupported shape B=%d T=%d H=%d KV=%d hd=%d\n", B,
@@ -513,7 +533,7 @@ inline Dims make_dims(const attn_args &a) {
     }
     float scale = 1.0f / sqrtf((float)hd);
     const int window = a.window < T ? a.window : 0; // T or more keys: no window, the same bits
-    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, a.doc_start, window};
+    return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, a.doc_start, window, sinks};
 }
 
 // A forward's FLOPs as bench/attention_bench.c counts them: Q K^T and P V over the (query, key)

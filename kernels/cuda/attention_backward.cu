@@ -1,6 +1,6 @@
-// Flash attention, backward: D = rowsum(dout * out), then dq by query tile and dk, dv by key
-// tile, on tensor cores or the simple path, and their launch (attention.cuh says how the
-// family works).
+// Flash attention, backward: D = rowsum(dout * out) (and from it and lse the sinks' gradient),
+// then dq by query tile and dk, dv by key tile, on tensor cores or the simple path, and their
+// launch (attention.cuh says how the family works).
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/ktime.cuh"
 
@@ -44,6 +44,33 @@ __global__ void attn_bwd_rowdot16(float *D, const bf16 *dout, const bf16 *out, D
     for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     long bt = row / d.H;
     if (valid && c == 0) D[(bt / d.T * d.H + row % d.H) * d.T + bt % d.T] = s;
+}
+
+// ---- backward: the sinks' gradient ----------------------------------------------------------
+
+constexpr int SINK_THREADS = 256;
+
+// dsinks[h] -= sum over head h's rows (b, t) of exp(sinks[h] - lse) * D: the softmax's gradient
+// for a score with no value, whose probability is exp(sink - lse) (lse includes the sink). One
+// block a head; thread i sums rows i, i + SINK_THREADS, ... in order, then a tree over the
+// threads in a fixed order: the same bits on every run, no atomics.
+__global__ void __launch_bounds__(SINK_THREADS)
+    attn_bwd_sinks(float *dsinks, const bf16 *sinks, const float *lse, const float *D, Dims d) {
+    __shared__ double part[SINK_THREADS];
+    const int h = blockIdx.x;
+    const float sink = bf2f(sinks[h]);
+    double sum = 0.0;
+    for (long r = threadIdx.x; r < (long)d.B * d.T; r += SINK_THREADS) {
+        const long i = (r / d.T * d.H + h) * d.T + r % d.T; // [B, H, T], as lse and D
+        sum += (double)expf(sink - lse[i]) * D[i];
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = SINK_THREADS / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dsinks[h] -= (float)part[0];
 }
 
 // ---- tensor-core backward: dq --------------------------------------------------------------
@@ -388,7 +415,7 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
 extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_tensors *t,
                                         void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    const Dims d = make_dims(*args);
+    const Dims d = make_dims(*args, t->sinks);
     const int B = d.B, T = d.T, H = d.H, KV = d.KV, hd = d.hd;
     bf16 *dq = t->dq, *dk = t->dk, *dv = t->dv;
     const bf16 *dout = t->dout, *out = t->out, *q = t->q, *k = t->k, *v = t->v;
@@ -402,9 +429,16 @@ extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_t
     // From hd 33 the fused TMA backward (attention_bwd_tma.cu) where it runs; without it, hd 64
     // and under run faster on mma.sync than on the plain wgmma kernels (2026-12-01).
     const AttnPath path = attention_path(hd, ptrs, 8, 33);
-    if (path == PATH_SIMPLE) {
+    if (path != PATH_SIMPLE && hd % 8 == 0)
+        attn_bwd_rowdot16<<<(unsigned)((qrows + 15) / 16), 256, 0, stream>>>(D, dout, out, d);
+    else
         attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
+    CUDA_CHECK_LAUNCH();
+    if (t->sinks) {
+        attn_bwd_sinks<<<H, SINK_THREADS, 0, stream>>>(t->dsinks, t->sinks, lse, D, d);
         CUDA_CHECK_LAUNCH();
+    }
+    if (path == PATH_SIMPLE) {
         attn_bwd_dkdv_simple<<<simple_blocks((long)B * KV * T), 32 * SIMPLE_WARPS, 0, stream>>>(
             dk, dv, dout, lse, D, q, k, v, d); // before dq, which may overwrite q
         CUDA_CHECK_LAUNCH();
@@ -413,11 +447,6 @@ extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_t
         CUDA_CHECK_LAUNCH();
         return;
     }
-    if (hd % 8 == 0)
-        attn_bwd_rowdot16<<<(unsigned)((qrows + 15) / 16), 256, 0, stream>>>(D, dout, out, d);
-    else
-        attn_bwd_rowdot<<<(unsigned)((qrows + 7) / 8), 256, 0, stream>>>(D, dout, out, d);
-    CUDA_CHECK_LAUNCH();
     if (path == PATH_WGMMA) {
         if (attention_backward_tma(dq, dk, dv, lse, dout, q, k, v, d, scratch, stream)) return;
         // Without the fused kernel, the plain wgmma kernels from hd 65 or when asked for; they

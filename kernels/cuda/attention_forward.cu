@@ -101,13 +101,13 @@ __global__ void __launch_bounds__(THREADS)
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float sum = l[mt][r];
+            float sum = l[mt][r], mr = m[mt][r];
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            inv[mt][r] = 1.0f / sum;
+            inv[mt][r] = sink_fold(d, h, mr, sum) / sum; // the head's sink, if any, joins the sum
             int row = wr0 + mt * 16 + (lane >> 2) + 8 * r;
             if ((lane & 3) == 0 && row < d.T)
-                lse[((long)b * d.H + h) * d.T + row] = (m[mt][r] + log2f(sum)) * LN2;
+                lse[((long)b * d.H + h) * d.T + row] = (mr + log2f(sum)) * LN2;
         }
     }
     // Each warp only ever read its own rows of sQ, so it can reuse them as staging.
@@ -155,10 +155,17 @@ __global__ void attn_fwd_simple(bf16 *out, float *lse, const bf16 *q, const bf16
                 if (lane + 32 * c < d.hd) acc[c] += pj * bf2f(vj[lane + 32 * c]);
         }
     }
+    float keep = 1.0f; // the head's sink (Dims.sinks), as sink_fold in natural-log units
+    if (d.sinks) {
+        const float sink = bf2f(d.sinks[h]), mx = fmaxf(m, sink);
+        keep = expf(m - mx);
+        l = l * keep + expf(sink - mx);
+        m = mx;
+    }
     bf16 *o = out + ((long)b * d.T + i) * qs + (long)h * d.hd;
 #pragma unroll
     for (int c = 0; c < MAXC; c++)
-        if (lane + 32 * c < d.hd) o[lane + 32 * c] = f2bf(acc[c] / l);
+        if (lane + 32 * c < d.hd) o[lane + 32 * c] = f2bf(acc[c] * keep / l);
     if (lane == 0) lse[((long)b * d.H + h) * d.T + i] = m + logf(l);
 }
 
@@ -183,7 +190,7 @@ void forward_tc(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 extern "C" void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t,
                                        void *scratch, cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
-    const Dims d = make_dims(*args);
+    const Dims d = make_dims(*args, t->sinks);
     const int B = d.B, T = d.T, H = d.H, hd = d.hd;
     bf16 *out = t->out;
     float *lse = t->lse;

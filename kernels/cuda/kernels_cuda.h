@@ -54,10 +54,14 @@ void cuda_rope_forward(bf16 *x, int heads, const rope_args *r, cudaStream_t stre
 void cuda_rope_backward(bf16 *dx, int heads, const rope_args *r, cudaStream_t stream);
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
-// deterministic; scratch holds cuda_bias_scratch_floats(cols) floats).
+// deterministic; scratch holds cuda_bias_scratch_floats(cols) floats). The _f32 pair is the
+// same on an fp32 x and dx (the residual stream: o_proj's bias).
 void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
 void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols, float *scratch,
                         cudaStream_t stream);
+void cuda_bias_forward_f32(float *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
+void cuda_bias_backward_f32(float *dbias, const float *dx, long rows, int cols, float *scratch,
+                            cudaStream_t stream);
 
 // swiglu.cu: out = silu(gate) * up. Backward writes dgate and dup (bf16, GEMM operands).
 void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
@@ -116,6 +120,9 @@ void cuda_moe_gate_scale_backward(bf16 *dy, bf16 *d_gate_logit, const float *dou
 // documents: args->doc_start, device memory) are args (kernels/attention_args.h), as the CPU
 // reference's; the tensors t. No T x T matrix is ever stored. The forward reads q, k, v and
 // writes out and lse; the backward reads q, k, v, out, lse and dout and writes dq, dk, dv.
+// Attention sinks (gpt-oss), as the CPU reference's: sinks[h] joins each softmax row of query
+// head h as one more logit with no value (lse includes it); the backward adds its gradient,
+// -sum over the head's rows of exp(sinks[h] - lse) * D, to dsinks (fixed order: reproducible).
 // scratch, for both, is cuda_attention_scratch_bytes() (D = rowsum(dout * out), the fused
 // Hopper backward's fp32 dq accumulator and its turn counters, and for head dims of 8k + 4
 // padded copies of q, k, v and dout, for a run of heads each). dq may be q (in place: at long
@@ -127,6 +134,8 @@ typedef struct {
     float *lse;            // [B, H, T]
     const bf16 *dout;      // [B, T, H, hd]
     bf16 *dq, *dk, *dv;
+    const bf16 *sinks; // [H], or NULL: no sinks
+    float *dsinks;     // [H], accumulated, with sinks in a backward
 } cuda_attn_tensors;
 void cuda_attention_forward(const attn_args *args, const cuda_attn_tensors *t, void *scratch,
                             cudaStream_t stream);

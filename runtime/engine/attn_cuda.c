@@ -1,7 +1,9 @@
 // Softmax attention's part of a decoder layer on the GPU (the kind ATTN_SOFTMAX): the first
 // norm, the q, k and v projections (with biases: Qwen2), qk_norm (Qwen3, OLMoE), RoPE and flash
-// attention over the micro-batch; forward and backward side by side. The projections run a
-// chunk of the micro-batch at a time (batch.seq_chunk), RoPE and attention over all of it.
+// attention over the micro-batch (with gpt-oss's sinks: a learned logit per head in each
+// softmax, its gradient into the layer's fp32 gradients); forward and backward side by side. The
+// projections run a chunk of the micro-batch at a time (batch.seq_chunk), RoPE and attention over
+// all of it.
 #include "runtime/engine/layer_parts_cuda.h"
 
 // out = in . w^T (+ bias) over `rows` tokens: the q, k and v projections.
@@ -105,7 +107,8 @@ static void attention_part(backend *b, int l, int m, const layer_w *w, const flo
     cuda_rope_forward(a->k, c->kv_heads, &r, s);
     if (run_attention) {
         const attn_args args = attention_args(b, l, m);
-        const cuda_attn_tensors t = {.q = a->q, .k = a->k, .v = a->v, .out = a->att, .lse = a->lse};
+        const cuda_attn_tensors t = {
+            .q = a->q, .k = a->k, .v = a->v, .out = a->att, .lse = a->lse, .sinks = w->sinks};
         cuda_attention_forward(&args, &t, b->attn_scratch, s);
     }
 }
@@ -171,7 +174,9 @@ static void softmax_backward(const cu_layer_call *k, float *dx) {
                                  .dout = b->d_att,
                                  .dq = dq,
                                  .dk = b->dk,
-                                 .dv = b->dv};
+                                 .dv = b->dv,
+                                 .sinks = w->sinks,
+                                 .dsinks = g->sinks};
     cuda_attention_backward(&args, &t, b->attn_scratch, s);
     const rope_args r = rope_of(b, ds);
     cuda_rope_backward(dq, c->heads, &r, s);

@@ -332,12 +332,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    // The o_proj bias is the CPU reference's so far (layer.c); the GPU's templates do not add it.
-    if (c->o_bias)
-        mt_refuse("model.o_bias (Llama's attention_bias): not on the CUDA backend yet; "
-                  "backend = \"cpu\" trains it");
-    const char *gpt_oss = c->attn_sinks                             ? "model.attn_sinks"
-                          : c->router_bias                          ? "model.router_bias"
+    const char *gpt_oss = c->router_bias                            ? "model.router_bias"
                           : c->expert_bias                          ? "model.expert_bias"
                           : c->swiglu_limit > 0                     ? "model.swiglu_limit"
                           : c->router_softmax != ROUTER_SOFTMAX_ALL ? "model.router_softmax"

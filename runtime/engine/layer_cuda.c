@@ -34,14 +34,15 @@ static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *wi
     return with;
 }
 
-// One chunk's h = x + att . wo^T (the residual add rides on the GEMM's beta) into h, and the
-// second norm of it into b->n2.
+// One chunk's h = x + att . wo^T (+ o_proj's bias: model.o_bias) into h (the residual add rides
+// on the GEMM's beta), and the second norm of it into b->n2.
 static void residual_and_norm(backend *b, const layer_w *w, const float *x, const layer_saved *a,
                               float *h, int t0, int rows) {
     const mt_config *c = b->c;
     int D = c->dim, Q = c->heads * mt_head_dim(c);
     cu_copy(b, h, x + (size_t)t0 * D, sizeof(float) * rows * D);
     cuda_linear_forward(b->gemm, h, 1, 1.0f, a->att + (size_t)t0 * Q, w->wo, rows, Q, D, b->s);
+    if (w->bo) cuda_bias_forward_f32(h, w->bo, rows, D, b->s);
     cuda_rmsnorm_forward(b->n2, b->rstd2, h, w->ffn_norm, rows, D, (float)c->norm_eps, b->s);
 }
 
@@ -64,7 +65,7 @@ void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x
 }
 
 // Below the MLP of one chunk, d_n2 at hand: the second norm's backward and the residual path
-// into dh (dx's chunk), and the output projection's into d_att.
+// into dh (dx's chunk), and the output projection's into d_att (its bias's from fp32 dh).
 static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, const float *dout,
                               float *dx, layer_saved *a, int t0, int rows) {
     const mt_config *c = b->c;
@@ -79,6 +80,7 @@ static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, co
     cuda_float_to_bf16(b->dh_b, dh, (long)rows * D, s);
     cuda_linear_backward_input(gm, b->d_att + (size_t)t0 * Q, 0, 0, b->dh_b, w->wo, rows, Q, D, s);
     cuda_linear_backward_weight(gm, g->wo, b->dh_b, a->att + (size_t)t0 * Q, rows, Q, D, s);
+    if (g->bo) cuda_bias_backward_f32(g->bo, dh, rows, D, b->bias_scratch, s);
 }
 
 // One chunk of the MLP block's backward: n2 again (from the kept h, or h itself recomputed),
