@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Attention sinks (model.attn_sinks: gpt-oss's learned logit per query head in each softmax) on
-# the CUDA backend, through the real mtrun, on a small Mixture-of-Experts model (the config takes
-# sinks with experts only): 6 steps of finite losses; -np 3 = -np 2 bitwise (the sinks' gradient
-# sums in a fixed order); the sinks change every step's loss (they start random, not zero); and
-# the same with a sliding window on one layer of two and packed documents (lines). The kernels
-# against the CPU reference: attention_cuda_vs_cpu. Skipped (exit 77) without a usable GPU.
+# the CUDA backend, through the real mtrun, on a small Mixture-of-Experts model (gpt-oss's
+# shape): 6 steps of finite losses; -np 3 = -np 2 bitwise (the sinks' gradient sums in a fixed
+# order); the sinks change every step's loss (they start random, not zero); the same with a
+# sliding window on one layer of two and packed documents (lines); and each loss within 2% of the
+# CPU reference's on the same job. The kernels against the CPU reference: attention_cuda_vs_cpu.
+# Skipped (exit 77) without a usable GPU.
 # usage: e2e_cuda_sinks.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
@@ -29,6 +30,8 @@ run_job sinks3 3 "$CFG" "$SINKS" || show_log sinks3
 run_job masks 2 "$CFG" "${MASKS[@]}" || show_log masks
 run_job masked 2 "$CFG" "$SINKS" "${MASKS[@]}" || show_log masked
 run_job masked3 3 "$CFG" "$SINKS" "${MASKS[@]}" || show_log masked3
+sed -e 's/^backend = .*/backend = "cpu";/' "$CFG" >"$WORK/cpu.cfg"
+run_job cpu 2 "$WORK/cpu.cfg" "$SINKS" "${MASKS[@]}" || show_log cpu
 finite() { losses "$WORK/$1" | awk -F: '$NF ~ /^[0-9.]+(e[-+]?[0-9]+)?$/ && $NF < 100 {n++} END {exit n != 6}'; }
 differ() { test -z "$(comm -12 <(losses "$WORK/$1" | sort) <(losses "$WORK/$2" | sort))"; }
 for r in plain sinks sinks3 masks masked masked3; do
@@ -39,4 +42,8 @@ expect "sinks change every step's loss" differ plain sinks
 expect "sinks with a window and packed documents: -np 3 = -np 2, bitwise" \
     diff <(losses "$WORK/masked") <(losses "$WORK/masked3")
 expect "sinks change every step's loss with a window and packed documents" differ masks masked
+expect "each loss within 2% of the cpu's, sinks with a window and packed documents" awk -F: '
+    NR == FNR {cpu[FNR] = $NF; next}
+    {d = $NF - cpu[FNR]; if (d < 0) d = -d; if (d > 0.02 * cpu[FNR]) bad = 1}
+    END {exit bad || FNR != 6}' <(losses "$WORK/cpu") <(losses "$WORK/masked")
 finish
