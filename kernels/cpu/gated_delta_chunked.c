@@ -26,7 +26,7 @@ static void *xcalloc(size_t n, size_t size) {
 typedef struct {
     const float *q, *k, *v, *g, *beta;
     long qk_stride, v_stride, g_stride;
-    int L, t0;
+    int L;
 } chunk_view;
 
 static chunk_view chunk_at(const gdn_args *a, const gdn_tensors *t, int b, int h, int t0, int t1) {
@@ -40,8 +40,7 @@ static chunk_view chunk_at(const gdn_args *a, const gdn_tensors *t, int b, int h
                         (long)a->HK * a->dk,
                         (long)a->H * a->dv,
                         a->H,
-                        t1 - t0,
-                        t0};
+                        t1 - t0};
 }
 
 static float dot(const float *x, const float *y, int n) {
@@ -59,17 +58,16 @@ static void state_read(float *out, const float *S, const float *x, int dk, int d
 
 // One worker's buffers.
 typedef struct {
-    float *gamma, *dgamma, *A, *Delta, *dDelta, *dR, *vec, *vec2, *kvec, *S, *dS, *dS0, *ckpt;
+    float *gamma, *dgamma, *A, *Delta, *dDelta, *dR, *vec, *vec2, *S, *dS, *dS0, *ckpt;
 } chunk_scratch;
 
 static chunk_scratch scratch_new(const gdn_args *a, long chunks) {
     size_t SS = (size_t)a->dk * a->dv, LV = (size_t)C * a->dv;
-    float *p =
-        xcalloc(2 * C + C * C + 3 * LV + 2 * a->dv + a->dk + SS * (3 + chunks), sizeof(float));
+    float *p = xcalloc(2 * C + C * C + 3 * LV + 2 * a->dv + SS * (3 + chunks), sizeof(float));
     chunk_scratch s = {.gamma = p, .dgamma = p + C, .A = p + 2 * C};
     s.Delta = s.A + C * C, s.dDelta = s.Delta + LV, s.dR = s.dDelta + LV, s.vec = s.dR + LV;
-    s.vec2 = s.vec + a->dv, s.kvec = s.vec2 + a->dv;
-    s.S = s.kvec + a->dk, s.dS = s.S + SS, s.dS0 = s.dS + SS, s.ckpt = s.dS0 + SS;
+    s.vec2 = s.vec + a->dv, s.S = s.vec2 + a->dv;
+    s.dS = s.S + SS, s.dS0 = s.dS + SS, s.ckpt = s.dS0 + SS;
     return s;
 }
 
@@ -124,8 +122,8 @@ static void chunk_advance(const gdn_args *a, const chunk_view *c, chunk_scratch 
 }
 
 // Walks row b of value head h chunk by chunk; keep_ckpt: store each chunk's S0 in s->ckpt.
-// out NULL: no outputs (the backward's state pass). Returns the number of chunks.
-static long walk_chunks(const gdn_args *a, const gdn_tensors *t, int b, int h, float *out,
+// out NULL: no outputs (the backward's state pass).
+static void walk_chunks(const gdn_args *a, const gdn_tensors *t, int b, int h, float *out,
                         int keep_ckpt, chunk_scratch *s) {
     size_t SS = (size_t)a->dk * a->dv;
     long n = 0;
@@ -138,7 +136,6 @@ static long walk_chunks(const gdn_args *a, const gdn_tensors *t, int b, int h, f
         if (out) chunk_outputs(a, &c, out + gdn_v_off(a, b, t0, h), (long)a->H * a->dv, s);
         chunk_advance(a, &c, s);
     }
-    return n;
 }
 
 static long count_chunks(const gdn_args *a) {
