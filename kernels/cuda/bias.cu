@@ -1,5 +1,7 @@
-// Projection biases (Qwen2's q, k and v), like kernels/cpu's linear bias:
-//   forward   x[r, c] += bias[c] on the GEMM's bf16 output, in place
+// Projection biases (Qwen2's q, k and v, gpt-oss's router and experts), like kernels/cpu's
+// linear bias:
+//   forward   x[r, c] += bias[c] on the GEMM's bf16 output (or fp32: the router's logits), in
+//             place
 //   backward  dbias[c] += sum over r of dx[r, c], accumulated in fp32
 // The backward sums in a fixed order whatever the launch (a partial sum per slab of rows,
 // then the partials in slab order), so the gradient is deterministic without atomics.
@@ -18,6 +20,12 @@ __global__ void bias_forward_kernel(__nv_bfloat16 *x, const __nv_bfloat16 *bias,
     long stride = (long)gridDim.x * blockDim.x;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[i % cols]));
+}
+
+__global__ void bias_forward_f32_kernel(float *x, const __nv_bfloat16 *bias, long n, int cols) {
+    long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] += __bfloat162float(bias[i % cols]);
 }
 
 // Block (column tile, slab): each thread sums its column over the slab's rows, in row order.
@@ -48,6 +56,16 @@ extern "C" void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols
     int grid = (int)(blocks < 4096 ? blocks : 4096);
     bias_forward_kernel<<<grid, THREADS, 0, stream>>>((__nv_bfloat16 *)x,
                                                       (const __nv_bfloat16 *)bias, n, cols);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void cuda_bias_forward_f32(float *x, const bf16 *bias, long rows, int cols,
+                                      cudaStream_t stream) {
+    KtScope kt(stream, KT_ELEMENTWISE);
+    long n = rows * cols, blocks = (n + THREADS - 1) / THREADS;
+    if (n <= 0) return;
+    int grid = (int)(blocks < 4096 ? blocks : 4096);
+    bias_forward_f32_kernel<<<grid, THREADS, 0, stream>>>(x, (const __nv_bfloat16 *)bias, n, cols);
     CUDA_CHECK(cudaGetLastError());
 }
 

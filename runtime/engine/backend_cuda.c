@@ -336,13 +336,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     if (c->o_bias)
         mt_refuse("model.o_bias (Llama's attention_bias): not on the CUDA backend yet; "
                   "backend = \"cpu\" trains it");
-    const char *gpt_oss = c->attn_sinks                             ? "model.attn_sinks"
-                          : c->router_bias                          ? "model.router_bias"
-                          : c->expert_bias                          ? "model.expert_bias"
-                          : c->swiglu_limit > 0                     ? "model.swiglu_limit"
-                          : c->router_softmax != ROUTER_SOFTMAX_ALL ? "model.router_softmax"
-                                                                    : NULL;
-    if (gpt_oss) mt_refuse("%s (gpt-oss): not on the CUDA backend yet", gpt_oss);
+    if (c->attn_sinks) mt_refuse("model.attn_sinks (gpt-oss): not on the CUDA backend yet");
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);
