@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The same config and seed on backend cuda vs cpu: per-step losses of a tiny model agree
 # within bf16 tolerance over 20 steps; the cuda run with the kernel-time profile on, whose report
-# must account for the stream's time. Skipped (exit 77) without a usable GPU.
+# must account for the stream's time. Then a gpt-oss MoE (router bias, softmax over the top k,
+# expert biases, clamped SwiGLU, the aux loss on): step 1 within 1%, every step within 5% (a
+# top-k choice on a near tie may flip on bf16 rounding, and the curves part from there), and the
+# aux losses within 5%. Skipped (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
 small_config cuda "$WORK/cuda.cfg"
@@ -23,4 +26,28 @@ expect "the report lists GEMM shapes with their calls" \
 expect "the classes' shares sum to 100%" awk '/KTIME [A-Za-z]/ && !/KTIME   / {
         for (i = 1; i <= NF; i++) if ($i ~ /%$/) s += $i } END { exit !(s > 99.5 && s < 100.5) }' \
     "$WORK/cuda.log"
+# gpt_oss BACKEND OUT: test-small.cfg with gpt-oss's MoE MLP on BACKEND
+gpt_oss() {
+    small_config "$1" "$2.tmp"
+    sed -e '/ffn_dim *= *160;/a\
+  experts = 8; top_k = 2; moe_ffn_dim = 48; moe_names = "gpt_oss"; router_softmax = "top_k";\
+  router_bias = true; expert_bias = true; swiglu_limit = 7.0; router_aux = true;' "$2.tmp" >"$2"
+}
+gpt_oss cpu "$WORK/oss_cpu.cfg"
+gpt_oss cuda "$WORK/oss_cuda.cfg"
+run_job oss_cpu 3 "$WORK/oss_cpu.cfg" || show_log oss_cpu
+run_job oss_cuda 3 "$WORK/oss_cuda.cfg" || show_log oss_cuda
+expect "gpt-oss: the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/oss_cuda.log"
+expect "gpt-oss: both runs logged 20 steps" \
+    test "$(losses "$WORK/oss_cpu" | wc -l)" -eq 20 -a "$(losses "$WORK/oss_cuda" | wc -l)" -eq 20
+auxes() { grep -o '"aux_loss":[^,]*' "$1/metrics.jsonl" | sed 's/.*://'; }
+paste -d' ' <(losses "$WORK/oss_cpu" | sed 's/.*"loss"://') \
+    <(losses "$WORK/oss_cuda" | sed 's/.*"loss"://') <(auxes "$WORK/oss_cpu") \
+    <(auxes "$WORK/oss_cuda") >"$WORK/oss_pairs"
+cat "$WORK/oss_pairs"
+expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 5%" \
+    awk 'function off(a, b, r, d) { d = a - b; if (d < 0) d = -d; return d > r * a }
+         NR == 1 && off($1, $2, 0.01) { bad = 1 }
+         off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
+         END { exit bad || NR != 20 }' "$WORK/oss_pairs"
 finish

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A Mixture-of-Experts model on the CPU backend, through the real mtrun: bitwise-identical
 # per-step losses and load-balancing losses across -np 2, 3 and 5, 2 nodes, and a resume (10
-# steps, resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some experts get
-# no tokens (expert_load in metrics.jsonl says how many); the loss falls. Then Hugging Face
-# folders (tests/hf_moe_fixture.py): Mixtral, Qwen2-MoE and OLMoE import, export and re-import
-# bitwise (test_hf roundtrip, found beside mtrun), and refusals, each one line with exit 2:
-# num_experts_per_tok > num_experts, a missing expert tensor, an expert tensor of the wrong
-# shape, clip_qkv (OLMoE), router_jitter_noise (Mixtral), GptOssForCausalLM.
+# steps, resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some
+# experts get no tokens (expert_load in metrics.jsonl says how many); the loss falls. The same
+# (but the nodes) for gpt-oss's router and experts: router bias, softmax over the top k, expert
+# biases, clamped SwiGLU. Then Hugging Face folders (tests/hf_moe_fixture.py): Mixtral,
+# Qwen2-MoE and OLMoE import, export and re-import bitwise (test_hf roundtrip, found beside
+# mtrun), and refusals, each one line with exit 2: num_experts_per_tok > num_experts, a missing
+# expert tensor, an expert tensor of the wrong shape, clip_qkv (OLMoE), router_jitter_noise
+# (Mixtral), GptOssForCausalLM.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 CFG=$WORK/moe.cfg
 cat >"$CFG" <<CFGEOF
@@ -23,41 +25,59 @@ steps = 20;
 backend = "cpu";
 checkpoint = { interval = 10; };
 CFGEOF
+# gpt-oss's router and experts: the router's bias and the softmax over the top k, the experts'
+# biases and the clamped SwiGLU, every layer MoE.
+OSS=$WORK/oss.cfg
+sed -e 's/^  experts = 16;.*/  experts = 8; top_k = 2; moe_ffn_dim = 24; moe_names = "gpt_oss";/' \
+    -e 's/^  dense_layers = .*/  router_softmax = "top_k"; router_bias = true; expert_bias = true; swiglu_limit = 7.0;/' \
+    "$CFG" >"$OSS"
 # The per-step aux losses, as written.
 auxes() { grep -o '"aux_loss":[^,]*' "$1/metrics.jsonl"; }
-for np in 2 3 5; do
-    run_job np$np $np "$CFG" || { show_log np$np; expect "-np $np job succeeds" false; }
-done
-for np in 2 3 5; do # (empty lists would compare equal below)
-    expect "-np $np ran 20 steps" test "$(losses "$WORK/np$np" 2>/dev/null | wc -l)" -eq 20
-done
-expect "every step reports aux_loss and expert_load" test \
-    "$(grep -c '"aux_loss":[0-9.e+-]*,"expert_load":\[{' "$WORK/np2/metrics.jsonl")" -eq 20
-for np in 3 5; do
-    expect "-np $np losses are bitwise those of -np 2" diff <(losses "$WORK/np2") <(losses "$WORK/np$np")
-    expect "-np $np aux losses are bitwise those of -np 2" diff <(auxes "$WORK/np2") <(auxes "$WORK/np$np")
-done
+# bitwise NAME CONFIG: 20 steps at -np 2, 3 and 5 ($WORK/NAME-np*) with bitwise the same losses
+# and aux losses, each reporting both; a run stopped at step 10 and resumed at -np 3 gives the
+# uninterrupted run's bits; the loss falls.
+bitwise() {
+    local name=$1 cfg=$2 np
+    for np in 2 3 5; do
+        run_job $name-np$np $np "$cfg" || { show_log $name-np$np; expect "$name: -np $np job succeeds" false; }
+    done
+    for np in 2 3 5; do # (empty lists would compare equal below)
+        expect "$name: -np $np ran 20 steps" test "$(losses "$WORK/$name-np$np" 2>/dev/null | wc -l)" -eq 20
+    done
+    expect "$name: every step reports aux_loss and expert_load" test \
+        "$(grep -c '"aux_loss":[0-9.e+-]*,"expert_load":\[{' "$WORK/$name-np2/metrics.jsonl")" -eq 20
+    for np in 3 5; do
+        expect "$name: -np $np losses are bitwise those of -np 2" \
+            diff <(losses "$WORK/$name-np2") <(losses "$WORK/$name-np$np")
+        expect "$name: -np $np aux losses are bitwise those of -np 2" \
+            diff <(auxes "$WORK/$name-np2") <(auxes "$WORK/$name-np$np")
+    done
+    run_job $name-split 3 "$cfg" --stop-at 10 || show_log $name-split
+    "$MTRUN" -np 3 "$cfg" --out "$WORK/$name-split" --resume "$WORK/$name-split" \
+        >"$WORK/$name-resume.log" 2>&1 || show_log $name-resume
+    expect "$name: the resumed run has 20 steps" test "$(losses "$WORK/$name-split" 2>/dev/null | wc -l)" -eq 20
+    expect "$name: resumed losses (steps 1-20) are bitwise the uninterrupted ones" \
+        diff <(losses "$WORK/$name-np3") <(losses "$WORK/$name-split")
+    expect "$name: resumed aux losses are bitwise the uninterrupted ones" \
+        diff <(auxes "$WORK/$name-np3") <(auxes "$WORK/$name-split")
+    local first last
+    first=$(losses "$WORK/$name-np2" | head -1 | sed 's/.*"loss"://')
+    last=$(losses "$WORK/$name-np2" | tail -1 | sed 's/.*"loss"://')
+    expect "$name: loss falls over 20 steps ($first -> $last)" \
+        awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'
+}
+bitwise moe "$CFG"
+bitwise gpt_oss "$OSS"
 # 2 nodes of 1 compute + 1 optimizer rank, a micro-batch each: the gradients and the aux loss's
 # per-expert sums meet over nodes in a fixed tree, so the node count changes no bit either
 MT_TEST_NODES=2 run_job nodes2 4 "$CFG" || show_log nodes2
 expect "2 nodes ran 20 steps" test "$(losses "$WORK/nodes2" 2>/dev/null | wc -l)" -eq 20
-expect "2 nodes: losses bitwise those of 1 node" diff <(losses "$WORK/np2") <(losses "$WORK/nodes2")
-expect "2 nodes: aux losses bitwise those of 1 node" diff <(auxes "$WORK/np2") <(auxes "$WORK/nodes2")
+expect "2 nodes: losses bitwise those of 1 node" diff <(losses "$WORK/moe-np2") <(losses "$WORK/nodes2")
+expect "2 nodes: aux losses bitwise those of 1 node" diff <(auxes "$WORK/moe-np2") <(auxes "$WORK/nodes2")
 expect "2 nodes: the step 20 checkpoint is 1 node's, bitwise" \
-    cmp -s "$WORK/np2/step_000020/state.bin" "$WORK/nodes2/step_000020/state.bin"
-idle=$(grep -o '"idle":[0-9]*' "$WORK/np2/metrics.jsonl" | awk -F: '{s += $2} END {print s + 0}')
+    cmp -s "$WORK/moe-np2/step_000020/state.bin" "$WORK/nodes2/step_000020/state.bin"
+idle=$(grep -o '"idle":[0-9]*' "$WORK/moe-np2/metrics.jsonl" | awk -F: '{s += $2} END {print s + 0}')
 expect "some experts got no tokens in some steps (idle expert-steps: $idle)" test "$idle" -gt 0
-run_job split 3 "$CFG" --stop-at 10 || show_log split
-"$MTRUN" -np 3 "$CFG" --out "$WORK/split" --resume "$WORK/split" >"$WORK/resume.log" 2>&1 ||
-    show_log resume
-expect "the resumed run has 20 steps" test "$(losses "$WORK/split" 2>/dev/null | wc -l)" -eq 20
-expect "resumed losses (steps 1-20) are bitwise the uninterrupted ones" \
-    diff <(losses "$WORK/np3") <(losses "$WORK/split")
-expect "resumed aux losses are bitwise the uninterrupted ones" \
-    diff <(auxes "$WORK/np3") <(auxes "$WORK/split")
-first=$(losses "$WORK/np2" | head -1 | sed 's/.*"loss"://')
-last=$(losses "$WORK/np2" | tail -1 | sed 's/.*"loss"://')
-expect "loss falls over 20 steps ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a - 0.3)}'
 TEST_HF=$(dirname "$MTRUN")/test_hf
 fixture() { python3 "$SRC/tests/hf_moe_fixture.py" "$WORK/hf/$1" "${@:2}"; }
 for f in mixtral qwen2_moe olmoe; do

@@ -2,9 +2,11 @@
 // on a backend, on inputs from a file, and writes the results; tests/layer_parity.py compares
 // them with transformers' LlamaDecoderLayer in fp32.
 //   layer_check cpu|cuda IN OUT
-// IN:  int32 dim, heads, kv_heads, ffn, B, T, qkv_bias; float32 theta, eps; weights (our flat
-//      layer layout, fp32: with qkv_bias the q, k, v biases after the nine weights);
-//      x [B*T, dim]; dout [B*T, dim]
+// IN:  int32 dim, heads, kv_heads, ffn, B, T, qkv_bias; float32 theta, eps; int32 experts,
+//      top_k, moe_ffn_dim, gpt_oss (experts > 0: the MLP is MoE; gpt_oss: with gpt-oss's router
+//      bias, softmax over the top k, expert biases and clamped SwiGLU of limit swiglu_limit);
+//      float32 swiglu_limit; weights (our flat layer layout, fp32: roles.h's order, each
+//      expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
 #include "runtime/engine/backend.h"
@@ -26,14 +28,20 @@ int main(int argc, char **argv) {
     if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) return perror(argv[2]), 2;
-    int32_t h[7];
-    float hf[2];
-    if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2)
+    int32_t h[7], moe[4];
+    float hf[2], limit;
+    if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2 || fread(moe, 4, 4, in) != 4 ||
+        fread(&limit, 4, 1, in) != 1)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
     c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
     c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1, c.qkv_bias = h[6];
+    c.experts = moe[0], c.top_k = moe[1], c.moe_ffn_dim = moe[2];
+    if (moe[3]) {
+        c.router_softmax = ROUTER_SOFTMAX_TOP_K, c.router_bias = c.expert_bias = 1;
+        c.moe_names = MOE_NAMES_GPT_OSS, c.swiglu_limit = limit;
+    }
     model_describe_layers(&c);
     size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;
     float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");

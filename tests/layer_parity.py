@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """One Llama decoder layer of ours (cpu or cuda backend) against transformers'
 LlamaDecoderLayer in fp32 on the same inputs: outputs, input gradients and every weight
-gradient; with "qwen2", a Qwen2DecoderLayer (q/k/v biases, and their gradients). Exit 77
-(skipped) when torch or transformers is missing, or the backend lacks the feature.
-usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2]"""
+gradient; with "qwen2", a Qwen2DecoderLayer (q/k/v biases, and their gradients); with
+"gpt_oss", the Llama layer's attention before transformers' GptOssMLP (8 experts, top 2: the
+router's bias and softmax over the top k, the experts' biases, the clamped SwiGLU of limit 7,
+a quarter of the gate and up features biased past the clamps). Exit 77 (skipped) when torch or
+transformers is missing, or the backend lacks the feature.
+usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2|gpt_oss]"""
 import os, struct, subprocess, sys, tempfile
 
 try:
@@ -11,13 +14,17 @@ try:
     from transformers import LlamaConfig, Qwen2Config
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
 binary, backend = sys.argv[1], sys.argv[2]
 qwen2 = sys.argv[3:] == ["qwen2"]
+gpt_oss = sys.argv[3:] == ["gpt_oss"]
 dim, heads, kv, ffn, B, T = 256, 4, 2, 688, 2, 96  # head_dim 64
+experts, top_k, moe_ffn, limit = (8, 2, 64, 7.0) if gpt_oss else (0, 0, 0, 0.0)
 theta, eps = 10000.0, 1e-5
 torch.manual_seed(0)
 common = dict(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads,
@@ -29,19 +36,60 @@ else:
     cfg = LlamaConfig(**common, attention_bias=False, mlp_bias=False)
 cfg._attn_implementation = "eager"
 layer = (Qwen2DecoderLayer if qwen2 else LlamaDecoderLayer)(cfg, layer_idx=0).float()
+
+
+class FirstOutput(torch.nn.Module):
+    """GptOssMLP returns (hidden, router_scores); the Llama layer wants the hidden states."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.moe = mlp
+
+    def forward(self, x):
+        return self.moe(x)[0]
+
+
+if gpt_oss:
+    oss = GptOssConfig(hidden_size=dim, intermediate_size=moe_ffn, num_local_experts=experts,
+                       num_experts_per_tok=top_k, swiglu_limit=limit)
+    oss._experts_implementation = "eager"
+    layer.mlp = FirstOutput(GptOssMLP(oss).float())
 with torch.no_grad():
     for n, p in layer.named_parameters():  # norm weights near 1, matrices and biases small
         p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in n else 0.05 * torch.randn_like(p))
+    if gpt_oss:  # gate (even columns) f % 4 == 0 above +7, up (odd) f % 4 == 1 above, 2 below
+        bias = layer.mlp.moe.experts.gate_up_proj_bias
+        bias[:, 0::8] += 10.0
+        bias[:, 3::8] += 10.0
+        bias[:, 5::8] -= 10.0
     # bf16-representable weights and inputs: the GPU backend streams bf16 weights
     for p in layer.parameters():
         p.copy_(p.bfloat16().float())
-order = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-         "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
-         "mlp.down_proj"]
+attn = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+        "self_attn.o_proj", "post_attention_layernorm"]
+dense = ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 params = dict(layer.named_parameters())
-names = [n + ".weight" for n in order]
+names = [n + ".weight" for n in attn + ([] if gpt_oss else dense)]
 if qwen2:  # our layout: the biases after the nine weights
     names += [f"self_attn.{x}_proj.bias" for x in "qkv"]
+
+
+def our_layout(name, t):
+    """A tensor (or its gradient) in our layout: the fused experts split per expert, gate and up
+    de-interleaved, the matrices as [out, in]."""
+    if name == "mlp.moe.experts.gate_up_proj":
+        return [t[:, :, 0::2].transpose(1, 2), t[:, :, 1::2].transpose(1, 2)]
+    if name == "mlp.moe.experts.down_proj":
+        return [t.transpose(1, 2)]
+    if name == "mlp.moe.experts.gate_up_proj_bias":
+        return [t[:, 0::2], t[:, 1::2]]
+    return [t]
+
+
+if gpt_oss:  # roles.h's order: router, the experts' gate, up, down; then the biases
+    names += ["mlp.moe.router.weight", "mlp.moe.experts.gate_up_proj",
+              "mlp.moe.experts.down_proj", "mlp.moe.router.bias",
+              "mlp.moe.experts.gate_up_proj_bias", "mlp.moe.experts.down_proj_bias"]
 x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
 rope = LlamaRotaryEmbedding(cfg)
@@ -56,13 +104,15 @@ with tempfile.TemporaryDirectory() as tmp:
     fin, fout = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
     with open(fin, "wb") as f:
         f.write(struct.pack("7i2f", dim, heads, kv, ffn, B, T, int(qwen2), theta, eps))
+        f.write(struct.pack("4if", experts, top_k, moe_ffn, int(gpt_oss), limit))
         for n in names:
-            f.write(params[n].detach().contiguous().numpy().tobytes())
+            for t in our_layout(n, params[n].detach()):
+                f.write(t.contiguous().numpy().tobytes())
         f.write(x.detach().numpy().tobytes())
         f.write(dout.numpy().tobytes())
     rc = subprocess.run([binary, backend, fin, fout]).returncode
     if rc == 77:
-        print(f"SKIPPED: backend {backend} unavailable{' for qwen2' if qwen2 else ''}")
+        print(f"SKIPPED: backend {backend} unavailable{' for ' + sys.argv[3] if sys.argv[3:] else ''}")
         sys.exit(77)
     assert rc == 0, f"layer_check exited {rc}"
     ours = torch.frombuffer(bytearray(open(fout, "rb").read()), dtype=torch.float32)
@@ -72,14 +122,25 @@ n = B * T * dim
 checks = [("output", ours[:n], out.detach().flatten()), ("dx", ours[n:2 * n], x.grad.flatten())]
 off = 2 * n
 for name in names:
-    g = params[name].grad.flatten()
-    checks.append(("d " + name, ours[off:off + g.numel()], g))
-    off += g.numel()
-failed = 0
+    parts = our_layout(name, params[name].grad)
+    for i, part in enumerate(parts):
+        g = part.flatten()
+        what = name + ("" if len(parts) == 1 else [" (gate)", " (up)"][i])
+        checks.append(("d " + what, ours[off:off + g.numel()], g))
+        off += g.numel()
+failed, extra = 0, 0
 for name, a, b in checks:
     err = ((a - b).norm() / b.norm()).item()
     ok = err < tol
     failed += not ok
     print(f"{'PASS' if ok else 'FAIL'}: {backend} {name}: relative error {err:.2e} < {tol:g}")
-print(f"{len(checks) - failed} passed, {failed} failed")
+for name, a, b in checks if gpt_oss else []:  # past a clamp no gradient passes
+    if "gate_up_proj_bias" in name:
+        blocked = b == 0
+        ok = bool(blocked.sum() >= experts) and bool((a[blocked] == 0).all())
+        failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'}: {backend} {name}: exactly 0 where transformers' is "
+              f"({int(blocked.sum())} of {b.numel()} features clamped)")
+        extra += 1
+print(f"{len(checks) + extra - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -43,8 +43,11 @@ foreach(b cpu cuda)
   # Qwen2DecoderLayer: q/k/v biases (skipped on cuda until backend_cuda.c has them)
   add_test(NAME layer_parity_qwen2_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
            $<TARGET_FILE:layer_check> ${b} qwen2)
-  set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} PROPERTIES SKIP_RETURN_CODE 77
-                       TIMEOUT 300)
+  # gpt-oss's MoE MLP (GptOssMLP) after the Llama attention
+  add_test(NAME layer_parity_gpt_oss_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+           $<TARGET_FILE:layer_check> ${b} gpt_oss)
+  set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} layer_parity_gpt_oss_${b}
+                       PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 
 # optimizer.device_groups = "auto": what the plan and the engine pick.

@@ -270,7 +270,49 @@ static void test_swiglu(long n, int off) {
     release_all();
 }
 
+// gpt-oss's clamped SwiGLU against kernels/cpu/swiglu_clamped.c on bf16 inputs over [-10, 10]
+// (both clamps and the gate's unclamped negative side), some exactly at +-7 (the gradient
+// passes there) and some just beyond (it does not).
+static void test_swiglu_clamped(long n) {
+    const swiglu_clamp c = {.alpha = 1.702f, .limit = 7.0f};
+    float *gate = rand_bf16_vec(n, 10.0f), *up = rand_bf16_vec(n, 10.0f), *g = rand_vec(n, 1.0f);
+    for (long i = 0; i + 3 < n; i += 97)
+        gate[i] = 7.0f, up[i + 1] = -7.0f, up[i + 2] = 7.0f, gate[i + 3] = 7.0625f;
+    float *ref = hmalloc(sizeof(float) * n), *dg_ref = zero_vec(n), *du_ref = zero_vec(n);
+    swiglu_clamped_forward(ref, gate, up, n, c);
+    swiglu_clamped_backward(dg_ref, du_ref, g, gate, up, n, c);
+    bf16 *d_gate = dev_bf16(gate, n), *d_up = dev_bf16(up, n), *d_out = dev_poisoned(2 * n);
+    cuda_swiglu_clamped_forward(d_out, d_gate, d_up, n, c, 0);
+    check_close(label("swiglu clamped fwd n=%ld", n), host_bf16(d_out, n), ref, n, TOL_BF16);
+    bf16 *d_dg = dev_poisoned(2 * n), *d_du = dev_poisoned(2 * n);
+    cuda_swiglu_clamped_backward(d_dg, d_du, dev_f32(g, n), d_gate, d_up, n, c, 0);
+    float *dg = host_bf16(d_dg, n), *du = host_bf16(d_du, n);
+    check_close(label("swiglu clamped bwd dgate n=%ld", n), dg, dg_ref, n, TOL_BF16);
+    check_close(label("swiglu clamped bwd dup n=%ld", n), du, du_ref, n, TOL_BF16);
+    int zero_beyond = 1, passes_at = 1;
+    for (long i = 0; i < n; i++) {
+        if (gate[i] > 7.0f) zero_beyond &= dg[i] == 0.0f;
+        if (fabsf(up[i]) > 7.0f) zero_beyond &= du[i] == 0.0f;
+        if (gate[i] == 7.0f) passes_at &= dg[i] != 0.0f;
+        if (fabsf(up[i]) == 7.0f) passes_at &= du[i] != 0.0f;
+    }
+    report(zero_beyond, "swiglu clamped: no gradient beyond the clamps", "");
+    report(passes_at, "swiglu clamped: the gradient passes exactly at +-7", "");
+    release_all();
+}
+
 // ---- bias ----------------------------------------------------------------------------------
+
+// The router's: a bf16 bias on fp32 logits.
+static void test_bias_f32(long rows, int cols) {
+    long n = rows * cols;
+    float *x = rand_vec(n, 2.0f), *b = rand_bf16_vec(cols, 1.0f), *ref = hmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) ref[i] = x[i] + b[i % cols];
+    float *d_x = dev_f32(x, n);
+    cuda_bias_forward_f32(d_x, dev_bf16(b, cols), rows, cols, 0);
+    check_bitwise(label("bias fwd fp32 rows=%ld cols=%d", rows, cols), host_f32(d_x, n), ref, n);
+    release_all();
+}
 
 // Against a plain double sum; the backward accumulates onto a prior and runs twice with the
 // same bits (its order of summation is fixed). Both the bf16 and the fp32 pair.
@@ -588,6 +630,8 @@ int main(int argc, char **argv) {
     test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);
     test_swiglu(74L * 160 + 3, 1);
+    test_swiglu_clamped(74L * 160 + 3);
+    test_bias_f32(1037, 32);
     test_linear(74, 96, 160);
     test_linear(37, 72, 103); // odd output width: unaligned rows
     test_linear(512, 1024, 768);

@@ -5,7 +5,9 @@
 // Then the MoE layer kinds: router, experts, shared expert and its gate, dense layers among
 // MoE ones, qk-norm over heads (an explicit head_dim) or the whole projection, and the
 // load-balancing loss joined to the loss as the backend joins it (backend_cpu.c moe_aux_of).
-// And sliding windows as layer kinds (model.sliding_window, model.layer_types). A finite difference
+// And sliding windows as layer kinds (model.sliding_window, model.layer_types), and gpt-oss's
+// router (its bias, the softmax over the top k) and experts (biases, the clamped SwiGLU, whose
+// gradient is exactly 0 past its clamps). A finite difference
 // across a top-k switch is meaningless: a trial whose perturbation moves any token's expert choice
 // is skipped and another drawn.
 #include "kernels/cpu/kernels_cpu.h"
@@ -115,7 +117,11 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
         max_grad = fmax(max_grad, fabs(m->grads[g][t->offset + i]));
     // An expert sees few tokens, so its gradients are small and the loss's float rounding
     // dominates their differences below a step of 4e-2; theirs is larger.
-    int expert = t->role >= T_EXP_GATE && t->role <= T_EXP_DOWN;
+    int expert = (t->role >= T_EXP_GATE && t->role <= T_EXP_DOWN) ||
+                 (t->role >= T_EXP_GATE_B && t->role <= T_EXP_DOWN_B);
+    // The clamped SwiGLU's (up + 1), up to limit + 1 = 8 where up is clamped, scales the
+    // curvature of its gate: a step of 4e-2 there leaves a truncation error of several percent.
+    float step = expert && !(m->c.swiglu_limit > 0) ? 4e-2f : 2e-2f;
     int bad = 0, done = 0, skipped = 0;
     double worst = 0;
     for (int trial = 0; trial < 40 && done < 6; trial++) {
@@ -124,7 +130,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
         // smallest gradients (a k bias's: q . b is nearly the same for every key). Where it
         // moves a token's expert choice, steps 4 and 16 times smaller are tried before the
         // trial is given up.
-        float saved = m->params[g][i], eps = expert ? 4e-2f : 2e-2f;
+        float saved = m->params[g][i], eps = step;
         double up = 0, down = 0;
         int moved = 1;
         for (int shrink = 0; shrink < 3 && moved; shrink++, eps /= 4) {
@@ -142,7 +148,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
         }
         eps *= 4; // the step that kept the routing
         // The loss's rounding enters the difference as 1 / eps: a smaller step's floor grows.
-        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i], full = expert ? 4e-2 : 2e-2;
+        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i], full = step;
         double floor = 1e-2 * max_grad * full / eps + 1e-6;
         double err = fabs(fd - an) / (fmax(fabs(fd), fabs(an)) + floor);
         worst = fmax(worst, err);
@@ -202,6 +208,14 @@ static void make_olmoe(mt_config *c) {
     c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16;
 }
 
+// gpt-oss-like: a router bias and the softmax over the top 2 logits, biases on every expert's
+// projections, the clamped SwiGLU (limit 7; init_params pushes a quarter of the experts' gate
+// and up features past the clamps).
+static void make_gpt_oss(mt_config *c) {
+    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16, c->router_softmax = ROUTER_SOFTMAX_TOP_K;
+    c->router_bias = c->expert_bias = 1, c->swiglu_limit = 7, c->moe_names = MOE_NAMES_GPT_OSS;
+}
+
 // Sliding windows as layer kinds: layer 0 sees 3 keys, layer 1 every key before it (gpt-oss's
 // alternation), over rows of 8 tokens.
 static void make_window(mt_config *c) {
@@ -243,6 +257,55 @@ static float *layer_grads(model *m, int threads) {
     return out;
 }
 
+// The clamped SwiGLU's features past a clamp, by their index f in an expert: the gate above
+// +limit (f % 4 == 0), the up above +limit (1) or below -limit (2); 3 stays inside.
+static float clamp_push(const mt_config *c, int role, uint64_t i) {
+    int f = (int)(i % (uint64_t)c->moe_ffn_dim) % 4;
+    float past = (float)c->swiglu_limit + 8.0f;
+    if (role == T_EXP_GATE_B) return f == 0 ? past : 0.0f;
+    return f == 1 ? past : f == 2 ? -past : 0.0f;
+}
+
+// With swiglu_limit: the gate and up biases of the features clamp_push names moved past the
+// clamps, far enough that no step of the check crosses back.
+static void push_past_clamps(model *m, int g, const tensor_info *t) {
+    if (!(m->c.swiglu_limit > 0) || (t->role != T_EXP_GATE_B && t->role != T_EXP_UP_B)) return;
+    for (uint64_t i = 0; i < t->numel; i++)
+        m->params[g][t->offset + i] += clamp_push(&m->c, t->role, i);
+}
+
+// Beyond a clamp no gradient passes: the bias and weight-row gradients of every expert's clamped
+// features are exactly 0, and those inside are not.
+static void check_clamped_zero(model *m) {
+    const mt_config *c = &m->c;
+    uint64_t D = (uint64_t)c->dim;
+    for (int g = 1; g < model_head_group(c); g++) {
+        tensor_info t[MODEL_MAX_TENSORS];
+        uint64_t numel;
+        int nt = model_group_tensors(c, g, t, &numel), zero = 1, inside = 0, seen = 0;
+        for (int k = 0; k < nt; k++) {
+            int bias = t[k].role == T_EXP_GATE_B || t[k].role == T_EXP_UP_B;
+            int weight = t[k].role == T_EXP_GATE || t[k].role == T_EXP_UP;
+            if (!bias && !weight) continue;
+            int role =
+                t[k].role == T_EXP_GATE || t[k].role == T_EXP_GATE_B ? T_EXP_GATE_B : T_EXP_UP_B;
+            seen = 1;
+            for (uint64_t i = 0; i < t[k].numel; i++) {
+                float gr = m->grads[g][t[k].offset + i];
+                if (clamp_push(c, role, bias ? i : i / D) != 0.0f)
+                    zero &= gr == 0.0f;
+                else
+                    inside |= gr != 0.0f;
+            }
+        }
+        if (!seen) continue;
+        int ok = zero && inside;
+        printf("%s: layer %d: gate and up gradients exactly 0 beyond the clamps, nonzero inside\n",
+               ok ? "PASS" : "FAIL", g - 1);
+        ok ? passed++ : failed++;
+    }
+}
+
 static void init_params(model *m, unsigned *seed) {
     const mt_config *c = &m->c;
     for (int g = 0; g < model_group_count(c); g++) {
@@ -259,10 +322,12 @@ static void init_params(model *m, unsigned *seed) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;
         int nt = model_group_tensors(c, g, t, &numel);
-        for (int k = 0; k < nt; k++)
+        for (int k = 0; k < nt; k++) {
             if (t[k].init == TENSOR_ZEROS)
                 for (uint64_t i = 0; i < t[k].numel; i++)
                     m->params[g][t[k].offset + i] = (rand_r(seed) % 1000) / 2500.0f - 0.2f;
+            push_past_clamps(m, g, &t[k]);
+        }
     }
 }
 
@@ -283,6 +348,7 @@ static void gradcheck(const variant *v) {
     m.s = layer_scratch_new(c, B, T);
     printf("-- %s, loss %.6f\n", v->what, run(&m, 1));
     memcpy(base, m.choice, sizeof(int32_t) * pairs);
+    if (c->swiglu_limit > 0) check_clamped_zero(&m);
     for (int g = 0; g < model_group_count(c); g++) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;
@@ -319,6 +385,9 @@ int main(void) {
         {"sliding window 3 on layer 0, layer 1 full", make_window, 0, 1, 1, 0},
         {"MoE, every layer a sliding window of 2", make_window_moe, 0, 0, 1, 0},
         {"attention sinks, a sliding layer, q/k/v/o biases", make_sinks, 0, 1, 1, 0},
+        {"gpt-oss MoE: router bias, softmax over the top 2, expert biases, clamped SwiGLU",
+         make_gpt_oss, 0, 1, 1, 0},
+        {"gpt-oss MoE with the aux loss (coef 1)", make_gpt_oss, 0, 0, 1, 1},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);

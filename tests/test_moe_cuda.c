@@ -160,7 +160,9 @@ static void check_bytes(const char *name, const void *a, const void *b, size_t b
 // ---- one routing case -----------------------------------------------------------------------
 
 typedef struct {
-    int n, E, k, D, renorm, gate, idle; // idle: every 4th expert never chosen
+    int n, E, k, D;
+    int weights;    // MOE_WEIGHTS_*
+    int gate, idle; // idle: every 4th expert never chosen
 } moe_case;
 
 // What a GPU pass produces, on the host: checked against the CPU, then against a rerun.
@@ -234,7 +236,7 @@ static void gpu_pass(const moe_inputs *in, gpu_outputs *o) {
     const long nk = (long)n * k, nE = (long)n * E, nD = (long)n * D, rD = nk * D;
     float *probs = dev_poisoned(sizeof(float) * nE), *weight = dev_poisoned(sizeof(float) * nk);
     int32_t *expert = dev_poisoned(sizeof(int32_t) * nk);
-    cuda_moe_route_forward(probs, expert, weight, dev_f32(in->logits, nE), n, E, k, c->renorm, 0);
+    cuda_moe_route_forward(probs, expert, weight, dev_f32(in->logits, nE), n, E, k, c->weights, 0);
     keep(o, OUT_PROBS, probs, sizeof(float) * nE);
     keep(o, OUT_EXPERT, expert, sizeof(int32_t) * nk);
     keep(o, OUT_WEIGHT, weight, sizeof(float) * nk);
@@ -272,9 +274,11 @@ static void gpu_pass(const moe_inputs *in, gpu_outputs *o) {
 
     bf16 *dlog = dev_poisoned(sizeof(bf16) * nE);
     float *dweight_in = dev_f32(in->d_weight, nk), *auxg_in = dev_f32(in->aux_g, E);
-    cuda_moe_route_backward(dlog, dweight_in, cprobs, cexpert, auxg_in, n, E, k, c->renorm, 0);
+    cuda_moe_route_backward(dlog, dweight_in, cprobs, cexpert, cweight, auxg_in, n, E, k,
+                            c->weights, 0);
     keep(o, OUT_DLOGITS, dlog, sizeof(bf16) * nE);
-    cuda_moe_route_backward(dlog, dweight_in, cprobs, cexpert, NULL, n, E, k, c->renorm, 0);
+    cuda_moe_route_backward(dlog, dweight_in, cprobs, cexpert, cweight, NULL, n, E, k, c->weights,
+                            0);
     keep(o, OUT_DLOGITS_NOAUX, dlog, sizeof(bf16) * nE);
 
     float *psum = dev_poisoned(sizeof(float) * E);
@@ -315,7 +319,10 @@ static void test_case(moe_case c) {
     const int n = c.n, E = c.E, k = c.k, D = c.D;
     const long nk = (long)n * k, nE = (long)n * E, nD = (long)n * D, rD = nk * D;
     char tag[96];
-    snprintf(tag, sizeof tag, "n=%d E=%d k=%d D=%d%s%s%s", n, E, k, D, c.renorm ? " renorm" : "",
+    snprintf(tag, sizeof tag, "n=%d E=%d k=%d D=%d%s%s%s", n, E, k, D,
+             c.weights == MOE_WEIGHTS_RENORM  ? " renorm"
+             : c.weights == MOE_WEIGHTS_TOP_K ? " top-k softmax"
+                                              : "",
              c.gate ? " gate" : "", c.idle ? " idle" : "");
     moe_inputs in = {.c = c};
 
@@ -331,7 +338,7 @@ static void test_case(moe_case c) {
     in.probs = hmalloc(sizeof(float) * nE);
     in.weight = hmalloc(sizeof(float) * nk);
     in.expert = hmalloc(sizeof(int32_t) * nk);
-    moe_route_forward(in.probs, in.expert, in.weight, in.logits, n, E, k, c.renorm);
+    moe_route_forward(in.probs, in.expert, in.weight, in.logits, n, E, k, c.weights);
     int32_t *counts = hmalloc(4 * E), *offsets = hmalloc(4 * (E + 1));
     int32_t *token_of = hmalloc(4 * nk);
     in.row_of = hmalloc(4 * nk);
@@ -396,11 +403,13 @@ static void test_case(moe_case c) {
 
     // Router backward, with and without the aux loss's gradient.
     float *dl_ref = zero_vec(nE);
-    moe_route_backward(dl_ref, in.d_weight, in.probs, in.expert, in.aux_g, n, E, k, c.renorm);
+    moe_route_backward(dl_ref, in.d_weight, in.probs, in.expert, in.weight, in.aux_g, n, E, k,
+                       c.weights);
     check_close(label("route bwd %s", tag), as_f32_from_bf16(g1.p[OUT_DLOGITS], nE), dl_ref, nE,
                 TOL_BF16);
     float *dl0_ref = zero_vec(nE);
-    moe_route_backward(dl0_ref, in.d_weight, in.probs, in.expert, NULL, n, E, k, c.renorm);
+    moe_route_backward(dl0_ref, in.d_weight, in.probs, in.expert, in.weight, NULL, n, E, k,
+                       c.weights);
     check_close(label("route bwd no aux %s", tag), as_f32_from_bf16(g1.p[OUT_DLOGITS_NOAUX], nE),
                 dl0_ref, nE, TOL_BF16);
 
@@ -525,15 +534,19 @@ int main(void) {
 
     // n not a multiple of the dispatch tile (2048 pairs) nor of 8 tokens; D = 64 and 2048; D = 100
     // and 37 take the scalar paths.
-    test_case((moe_case){.n = 1001, .E = 8, .k = 2, .D = 64, .renorm = 1});
-    test_case((moe_case){.n = 1001, .E = 8, .k = 2, .D = 2048, .renorm = 1, .idle = 1});
-    test_case((moe_case){.n = 777, .E = 128, .k = 8, .D = 2048, .renorm = 1, .idle = 1});
-    test_case((moe_case){.n = 3000, .E = 128, .k = 8, .D = 64, .renorm = 0});
-    test_case((moe_case){.n = 517, .E = 60, .k = 4, .D = 2048, .renorm = 0, .gate = 1, .idle = 1});
-    test_case((moe_case){.n = 300, .E = 60, .k = 4, .D = 100, .renorm = 1, .gate = 1});
-    test_case((moe_case){.n = 33, .E = 256, .k = 16, .D = 37, .renorm = 1, .gate = 1});
-    test_case((moe_case){.n = 5, .E = 3, .k = 3, .D = 64, .renorm = 1}); // k = E
-    test_case((moe_case){.n = 20000, .E = 128, .k = 8, .D = 64, .renorm = 1, .idle = 1});
+    test_case((moe_case){.n = 1001, .E = 8, .k = 2, .D = 64, .weights = 1});
+    test_case((moe_case){.n = 1001, .E = 8, .k = 2, .D = 2048, .weights = 1, .idle = 1});
+    test_case((moe_case){.n = 777, .E = 128, .k = 8, .D = 2048, .weights = 1, .idle = 1});
+    test_case((moe_case){.n = 3000, .E = 128, .k = 8, .D = 64, .weights = 0});
+    test_case((moe_case){.n = 517, .E = 60, .k = 4, .D = 2048, .weights = 0, .gate = 1, .idle = 1});
+    test_case((moe_case){.n = 300, .E = 60, .k = 4, .D = 100, .weights = 1, .gate = 1});
+    test_case((moe_case){.n = 33, .E = 256, .k = 16, .D = 37, .weights = 1, .gate = 1});
+    test_case((moe_case){.n = 5, .E = 3, .k = 3, .D = 64, .weights = 1}); // k = E
+    // gpt-oss's router: the softmax over the k largest logits (120b: 128 experts, top 4)
+    test_case((moe_case){.n = 1001, .E = 128, .k = 4, .D = 64, .weights = MOE_WEIGHTS_TOP_K});
+    test_case(
+        (moe_case){.n = 300, .E = 32, .k = 4, .D = 100, .weights = MOE_WEIGHTS_TOP_K, .idle = 1});
+    test_case((moe_case){.n = 20000, .E = 128, .k = 8, .D = 64, .weights = 1, .idle = 1});
 
     test_experts_gemm(300, 8, 2, 256, 384, 0);
     test_experts_gemm(257, 128, 8, 128, 96, 1);

@@ -10,6 +10,7 @@
 #define MT_KERNELS_CPU_H
 
 #include "kernels/attention_args.h"
+#include "kernels/moe_args.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -71,12 +72,9 @@ void swiglu_forward(float *out, const float *gate, const float *up, long n);
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, long n);
 
-// swiglu_clamped.c: gpt-oss's experts' activation on de-interleaved gate and up (n elements):
-// out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max = limit).
-// Backward as torch's clamp: no gradient through a clamped input; one exactly at a bound passes.
-typedef struct {
-    float alpha, limit; // config.json's swiglu_alpha (gpt-oss: 1.702) and swiglu_limit (7.0)
-} swiglu_clamp;
+// swiglu_clamped.c: gpt-oss's experts' activation (kernels/moe_args.h's swiglu_clamp) on n
+// elements. Backward as torch's clamp: no gradient through a clamped input; one exactly at a
+// bound passes.
 void swiglu_clamped_forward(float *out, const float *gate, const float *up, long n, swiglu_clamp c);
 void swiglu_clamped_backward(float *dgate, float *dup, const float *dout, const float *gate,
                              const float *up, long n, swiglu_clamp c);
@@ -100,10 +98,11 @@ void classifier_backward(float *dx, float *dw, const float *x, const float *w,
 
 // moe.c: Mixture-of-Experts routing around the experts' GEMMs (linear_* and swiglu_* on each
 // expert's rows). n tokens, E experts (at most MOE_MAX_EXPERTS), k chosen per token.
-// - route: probs[n, E] = softmax(logits) in fp32; expert[n, k] the k most probable (largest
-//   first, ties to the lower index); weight[n, k] their probabilities, divided by their sum when
-//   renorm. Backward: d_logits += the gradient through softmax, top-k and renormalisation of
-//   d_weight[n, k], plus aux_g[E] (NULL: none) as every token's gradient on its probabilities.
+// - route: probs[n, E] = softmax(logits) in fp32 (the load-balancing loss's, whatever the
+//   weights); expert[n, k] the k largest (largest first, ties to the lower index) and weight[n, k]
+//   as `weights` says (MOE_WEIGHTS_*). Backward: d_logits += the gradient of d_weight[n, k]
+//   through those weights (weight: the forward's), plus aux_g[E] (NULL: none) as every token's
+//   gradient on its probabilities.
 // - dispatch: counts[E], offsets[E + 1], and for each (token, slot) pair i = t * k + j its row
 //   row_of[i] in expert-sorted order, stable (an expert's rows in token order); token_of[row].
 // - gather: xp[r] = x[token_of[r]]; combine: out[t] += sum_j weight[t, j] * yp[row_of[t, j]],
@@ -116,9 +115,10 @@ void classifier_backward(float *dx, float *dw, const float *x, const float *w,
 //   with respect to each token's probability of e, E * c_e / (L n)^2, the same in every layer.
 #define MOE_MAX_EXPERTS 256
 void moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits, int n,
-                       int E, int k, int renorm);
+                       int E, int k, int weights);
 void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,
-                        const int32_t *expert, const float *aux_g, int n, int E, int k, int renorm);
+                        const int32_t *expert, const float *weight, const float *aux_g, int n,
+                        int E, int k, int weights);
 void moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
                   const int32_t *expert, int n, int E, int k);
 void moe_gather(float *xp, const float *x, const int32_t *token_of, int rows, int D);

@@ -24,8 +24,16 @@ static void top_k(int32_t *idx, const float *p, int E, int k) {
     }
 }
 
+// The k weights from the logits z: the softmax over the chosen logits alone, each less the
+// largest (the first chosen), as torch.softmax computes it on the top-k values.
+static void top_k_softmax(float *w, const float *z, const int32_t *idx, int k) {
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) s += w[j] = expf(z[idx[j]] - z[idx[0]]);
+    for (int j = 0; j < k; j++) w[j] /= s;
+}
+
 void moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits, int n,
-                       int E, int k, int renorm) {
+                       int E, int k, int weights) {
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         const float *z = logits + (size_t)t * E;
@@ -35,29 +43,48 @@ void moe_route_forward(float *probs, int32_t *expert, float *weight, const float
         for (int e = 0; e < E; e++) p[e] /= sum;
         int32_t *idx = expert + (size_t)t * k;
         float *w = weight + (size_t)t * k, s = 0.0f;
+        if (weights == MOE_WEIGHTS_TOP_K) {
+            top_k(idx, z, E, k);
+            top_k_softmax(w, z, idx, k);
+            continue;
+        }
         top_k(idx, p, E, k);
         for (int j = 0; j < k; j++) s += w[j] = p[idx[j]];
-        if (renorm)
+        if (weights == MOE_WEIGHTS_RENORM)
             for (int j = 0; j < k; j++) w[j] /= s;
     }
 }
 
+// dp[e] += d(loss)/d(p_e) from d_weight, for the weights taken from p (PROBS, RENORM): with
+// RENORM w_j = p_j / s, s the chosen probabilities' sum, dp_j = (dw_j - sum_i dw_i w_i) / s.
+static void weights_to_probs(float *dp, const float *dw, const float *p, const int32_t *idx, int k,
+                             int renorm) {
+    float s = 0.0f, dot_w = 0.0f;
+    for (int j = 0; j < k; j++) s += p[idx[j]];
+    for (int j = 0; j < k; j++) dot_w += dw[j] * p[idx[j]];
+    for (int j = 0; j < k; j++) dp[idx[j]] += renorm ? (dw[j] - dot_w / s) / s : dw[j];
+}
+
 void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,
-                        const int32_t *expert, const float *aux_g, int n, int E, int k,
-                        int renorm) {
+                        const int32_t *expert, const float *weight, const float *aux_g, int n,
+                        int E, int k, int weights) {
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         const float *p = probs + (size_t)t * E, *dw = d_weight + (size_t)t * k;
         const int32_t *idx = expert + (size_t)t * k;
-        float dp[MOE_MAX_EXPERTS], s = 0.0f, dot_w = 0.0f, dot_p = 0.0f;
+        float dp[MOE_MAX_EXPERTS], dot_p = 0.0f;
         for (int e = 0; e < E; e++) dp[e] = aux_g ? aux_g[e] : 0.0f;
-        for (int j = 0; j < k; j++) s += p[idx[j]];
-        // w_j = p_j / s with s the chosen probabilities' sum: dp_j = (dw_j - sum_i dw_i w_i) / s
-        for (int j = 0; j < k; j++) dot_w += dw[j] * p[idx[j]];
-        for (int j = 0; j < k; j++) dp[idx[j]] += renorm ? (dw[j] - dot_w / s) / s : dw[j];
+        if (weights != MOE_WEIGHTS_TOP_K)
+            weights_to_probs(dp, dw, p, idx, k, weights == MOE_WEIGHTS_RENORM);
         for (int e = 0; e < E; e++) dot_p += p[e] * dp[e];
         float *dz = d_logits + (size_t)t * E;
         for (int e = 0; e < E; e++) dz[e] += p[e] * (dp[e] - dot_p);
+        if (weights != MOE_WEIGHTS_TOP_K) continue;
+        // The softmax over the k chosen logits: dz_j += w_j (dw_j - sum_i dw_i w_i).
+        const float *w = weight + (size_t)t * k;
+        float dot_w = 0.0f;
+        for (int j = 0; j < k; j++) dot_w += dw[j] * w[j];
+        for (int j = 0; j < k; j++) dz[idx[j]] += w[j] * (dw[j] - dot_w);
     }
 }
 

@@ -1,5 +1,5 @@
-// Projection biases (Qwen2's q, k and v; o_proj's on the fp32 residual stream), like
-// kernels/cpu's linear bias:
+// Projection biases (Qwen2's q, k and v; o_proj's on the fp32 residual stream; gpt-oss's router
+// on its fp32 logits and experts), like kernels/cpu's linear bias:
 //   forward   x[r, c] += bias[c] on the GEMM's bf16 output (or fp32 x), in place
 //   backward  dbias[c] += sum over r of dx[r, c] (bf16 or fp32), accumulated in fp32
 // The backward sums in a fixed order whatever the launch (a partial sum per slab of rows,
@@ -35,6 +35,12 @@ __global__ void bias_forward_kernel(X *x, const __nv_bfloat16 *bias, long n, int
         from_f32(&x[i], to_f32(x[i]) + __bfloat162float(bias[i % cols]));
 }
 
+__global__ void bias_forward_f32_kernel(float *x, const __nv_bfloat16 *bias, long n, int cols) {
+    long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] += __bfloat162float(bias[i % cols]);
+}
+
 // Block (column tile, slab): each thread sums its column over the slab's rows, in row order.
 template <typename X>
 __global__ void bias_partial_kernel(float *partial, const X *dx, long rows, int cols) {
@@ -59,6 +65,7 @@ template <typename X>
 void bias_forward(X *x, const __nv_bfloat16 *bias, long rows, int cols, cudaStream_t stream) {
     KtScope kt(stream, KT_ELEMENTWISE);
     long n = rows * cols, blocks = (n + THREADS - 1) / THREADS;
+    if (n <= 0) return; // an expert no token chose
     int grid = (int)(blocks < 4096 ? blocks : 4096);
     bias_forward_kernel<X><<<grid, THREADS, 0, stream>>>(x, bias, n, cols);
     CUDA_CHECK(cudaGetLastError());

@@ -11,6 +11,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention_args.h"
 #include "kernels/bf16.h"
+#include "kernels/moe_args.h"
 #include "kernels/scratch.h" // the scratch sizes: plain C, which the plan reads too
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -55,7 +56,7 @@ void cuda_rope_backward(bf16 *dx, int heads, const rope_args *r, cudaStream_t st
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
 // deterministic; scratch holds cuda_bias_scratch_floats(cols) floats). The _f32 pair is the
-// same on an fp32 x and dx (the residual stream: o_proj's bias).
+// same on an fp32 x and dx (the residual stream: o_proj's bias; the router's logits).
 void cuda_bias_forward(bf16 *x, const bf16 *bias, long rows, int cols, cudaStream_t stream);
 void cuda_bias_backward(float *dbias, const bf16 *dx, long rows, int cols, float *scratch,
                         cudaStream_t stream);
@@ -67,6 +68,12 @@ void cuda_bias_backward_f32(float *dbias, const float *dx, long rows, int cols, 
 void cuda_swiglu_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n, cudaStream_t stream);
 void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                           const bf16 *up, long n, cudaStream_t stream);
+// gpt-oss's clamped SwiGLU (kernels/moe_args.h), as kernels/cpu/swiglu_clamped.c; the same
+// bf16 inputs and outputs as the plain one.
+void cuda_swiglu_clamped_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n,
+                                 swiglu_clamp c, cudaStream_t stream);
+void cuda_swiglu_clamped_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
+                                  const bf16 *up, long n, swiglu_clamp c, cudaStream_t stream);
 
 // moe.cu: Mixture-of-Experts routing, as kernels/cpu/moe.c (its header says what each computes),
 // deterministic (one owner per output, fixed-order sums: a rerun gives the same bits). n tokens,
@@ -74,7 +81,8 @@ void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 
 // Where the CPU accumulates, these WRITE the outputs that feed GEMMs (bf16: d_logits, d_yp, dy,
 // d_gate_logit) and d_weight; out and dx (fp32) accumulate.
 // - route_forward: probs, expert (equal to the CPU's but for fp32 near-ties), weight from fp32
-//   router logits. route_backward: d_logits (bf16) from d_weight and aux_g (NULL: none).
+//   router logits as `weights` says (MOE_WEIGHTS_*). route_backward: d_logits (bf16) from
+//   d_weight, the forward's weight and aux_g (NULL: none).
 // - dispatch: counts[E], offsets[E + 1] (offsets[E] = n * k), row_of[n * k], token_of[n * k],
 //   exactly the CPU's; scratch holds cuda_moe_dispatch_scratch_bytes(n, E, k).
 // - gather: xp[r] = x[token_of[r]]; combine: out[t] += sum_j weight[t, j] yp[row_of[t, j]];
@@ -89,10 +97,10 @@ void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, const bf16 
 #define MOE_MAX_EXPERTS 256
 #endif
 void cuda_moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits,
-                            int n, int E, int k, int renorm, cudaStream_t stream);
+                            int n, int E, int k, int weights, cudaStream_t stream);
 void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float *probs,
-                             const int32_t *expert, const float *aux_g, int n, int E, int k,
-                             int renorm, cudaStream_t stream);
+                             const int32_t *expert, const float *weight, const float *aux_g, int n,
+                             int E, int k, int weights, cudaStream_t stream);
 void cuda_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
                        const int32_t *expert, int n, int E, int k, void *scratch,
                        cudaStream_t stream);

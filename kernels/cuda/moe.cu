@@ -60,18 +60,19 @@ __device__ void store8(float *p, const float *d) {
 // ---- router: one warp per token, lane l holding experts l, l + 32, ... ----------------------
 
 __global__ void route_forward_kernel(float *probs, int32_t *expert, float *weight,
-                                     const float *logits, int n, int E, int k, int renorm) {
+                                     const float *logits, int n, int E, int k, int weights) {
     __shared__ float sw[WARPS][MOE_MAX_EXPERTS];
     __shared__ int32_t si[WARPS][MOE_MAX_EXPERTS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long t = (long)blockIdx.x * WARPS + warp;
     if (t >= n) return; // the whole warp: no block-wide barrier follows
     const float *z = logits + t * E;
-    float p[EPL], mx = -INFINITY, sum = 0.0f;
+    const bool top_k_softmax = weights == MOE_WEIGHTS_TOP_K;
+    float p[EPL], v[EPL], mx = -INFINITY, sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < EPL; i++) {
         int e = lane + 32 * i;
-        p[i] = e < E ? z[e] : -INFINITY;
+        v[i] = p[i] = e < E ? z[e] : -INFINITY;
         mx = fmaxf(mx, p[i]);
     }
     mx = warp_max(mx);
@@ -85,10 +86,10 @@ __global__ void route_forward_kernel(float *probs, int32_t *expert, float *weigh
     for (int i = 0; i < EPL; i++) {
         int e = lane + 32 * i;
         p[i] = p[i] / sum; // a division, as the CPU does: the same rounding for the same sum
-        if (e < E)
-            probs[t * E + e] = p[i];
-        else
-            p[i] = -INFINITY; // below every probability: never chosen
+        if (e < E) probs[t * E + e] = p[i];
+        // the candidates: the logits (-inf past E already) or the probabilities, -inf past E
+        // (below every probability: never chosen)
+        if (!top_k_softmax) v[i] = e < E ? p[i] : -INFINITY;
     }
     // Top-k: k rounds of a warp argmax, larger value first, equal values to the lower index
     // (the CPU's stable order); the winner is struck out with -inf.
@@ -98,7 +99,7 @@ __global__ void route_forward_kernel(float *probs, int32_t *expert, float *weigh
         int bi = INT_MAX;
 #pragma unroll
         for (int i = 0; i < EPL; i++)
-            if (p[i] > bv) bv = p[i], bi = lane + 32 * i; // increasing e: ties keep the lower
+            if (v[i] > bv) bv = v[i], bi = lane + 32 * i; // increasing e: ties keep the lower
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             float ov = __shfl_xor_sync(FULL, bv, o);
@@ -107,20 +108,25 @@ __global__ void route_forward_kernel(float *probs, int32_t *expert, float *weigh
         }
 #pragma unroll
         for (int i = 0; i < EPL; i++)
-            if (lane + 32 * i == bi) p[i] = -INFINITY;
+            if (lane + 32 * i == bi) v[i] = -INFINITY;
         s += bv; // every lane, in j order like the CPU
         if (lane == 0) sw[warp][j] = bv, si[warp][j] = bi;
     }
     __syncwarp();
+    if (top_k_softmax) { // the softmax over the k chosen logits, less the first (the largest)
+        s = 0.0f;
+        for (int j = 0; j < k; j++) s += expf(sw[warp][j] - sw[warp][0]);
+    }
     for (int j = lane; j < k; j += 32) {
         expert[t * k + j] = si[warp][j];
-        weight[t * k + j] = renorm ? sw[warp][j] / s : sw[warp][j];
+        float w = top_k_softmax ? expf(sw[warp][j] - sw[warp][0]) : sw[warp][j];
+        weight[t * k + j] = weights != MOE_WEIGHTS_PROBS ? w / s : w;
     }
 }
 
 __global__ void route_backward_kernel(bf *d_logits, const float *d_weight, const float *probs,
-                                      const int32_t *expert, const float *aux_g, int n, int E,
-                                      int k, int renorm) {
+                                      const int32_t *expert, const float *weight,
+                                      const float *aux_g, int n, int E, int k, int weights) {
     __shared__ float sdp[WARPS][MOE_MAX_EXPERTS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long t = (long)blockIdx.x * WARPS + warp;
@@ -129,23 +135,37 @@ __global__ void route_backward_kernel(bf *d_logits, const float *d_weight, const
     const int32_t *idx = expert + t * k;
     float *dp = sdp[warp];
     for (int e = lane; e < E; e += 32) dp[e] = aux_g ? aux_g[e] : 0.0f;
-    // The chosen probabilities' sum and dw . p over the k in j order, as the CPU sums them
-    // (every lane the same; k is small).
-    float s = 0.0f, dot_w = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float pj = p[idx[j]];
-        s += pj;
-        dot_w += dw[j] * pj;
+    __syncwarp();
+    if (weights != MOE_WEIGHTS_TOP_K) {
+        // The chosen probabilities' sum and dw . p over the k in j order, as the CPU sums them
+        // (every lane the same; k is small).
+        float s = 0.0f, dot_w = 0.0f;
+        for (int j = 0; j < k; j++) {
+            float pj = p[idx[j]];
+            s += pj;
+            dot_w += dw[j] * pj;
+        }
+        // w_j = p_j / s: dp_j = (dw_j - sum_i dw_i w_i) / s. The k experts differ: one writer
+        // each.
+        bool renorm = weights == MOE_WEIGHTS_RENORM;
+        for (int j = lane; j < k; j += 32) dp[idx[j]] += renorm ? (dw[j] - dot_w / s) / s : dw[j];
+        __syncwarp();
     }
-    __syncwarp();
-    // w_j = p_j / s: dp_j = (dw_j - sum_i dw_i w_i) / s. The k experts differ: one writer each.
-    for (int j = lane; j < k; j += 32) dp[idx[j]] += renorm ? (dw[j] - dot_w / s) / s : dw[j];
-    __syncwarp();
     float dot_p = 0.0f;
     for (int e = lane; e < E; e += 32) dot_p += p[e] * dp[e];
     dot_p = warp_sum(dot_p);
-    for (int e = lane; e < E; e += 32)
-        d_logits[t * E + e] = __float2bfloat16(p[e] * (dp[e] - dot_p));
+    for (int e = lane; e < E; e += 32) dp[e] = p[e] * (dp[e] - dot_p); // now d_logits
+    __syncwarp();
+    if (weights == MOE_WEIGHTS_TOP_K) {
+        // The softmax over the k chosen logits: dz_j += w_j (dw_j - sum_i dw_i w_i), the sum
+        // in j order on every lane.
+        const float *w = weight + t * k;
+        float dot_w = 0.0f;
+        for (int j = 0; j < k; j++) dot_w += dw[j] * w[j];
+        for (int j = lane; j < k; j += 32) dp[idx[j]] += w[j] * (dw[j] - dot_w);
+        __syncwarp();
+    }
+    for (int e = lane; e < E; e += 32) d_logits[t * E + e] = __float2bfloat16(dp[e]);
 }
 
 // ---- dispatch: one warp per tile of TILE pairs ----------------------------------------------
@@ -433,26 +453,27 @@ void check_experts(const char *fn, int E, int k) {
 } // namespace
 
 extern "C" void cuda_moe_route_forward(float *probs, int32_t *expert, float *weight,
-                                       const float *logits, int n, int E, int k, int renorm,
+                                       const float *logits, int n, int E, int k, int weights,
                                        cudaStream_t stream) {
     KtScope kt(stream, KT_MOE);
     check_experts("cuda_moe_route_forward", E, k);
     if (n <= 0) return;
     kt_work(stream, KT_MOE, 0, 8.0 * n * E + 8.0 * n * k, "moe route forward E %d k %d", E, k);
-    route_forward_kernel<<<warp_blocks(n, WARPS), WARPS * 32, 0, stream>>>(probs, expert, weight,
-                                                                           logits, n, E, k, renorm);
+    route_forward_kernel<<<warp_blocks(n, WARPS), WARPS * 32, 0, stream>>>(
+        probs, expert, weight, logits, n, E, k, weights);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float *probs,
-                                        const int32_t *expert, const float *aux_g, int n, int E,
-                                        int k, int renorm, cudaStream_t stream) {
+                                        const int32_t *expert, const float *weight,
+                                        const float *aux_g, int n, int E, int k, int weights,
+                                        cudaStream_t stream) {
     KtScope kt(stream, KT_MOE);
     check_experts("cuda_moe_route_backward", E, k);
     if (n <= 0) return;
     kt_work(stream, KT_MOE, 0, 6.0 * n * E + 8.0 * n * k, "moe route backward E %d k %d", E, k);
     route_backward_kernel<<<warp_blocks(n, WARPS), WARPS * 32, 0, stream>>>(
-        (bf *)d_logits, d_weight, probs, expert, aux_g, n, E, k, renorm);
+        (bf *)d_logits, d_weight, probs, expert, weight, aux_g, n, E, k, weights);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // SwiGLU of the Llama MLP, elementwise like kernels/cpu/swiglu.c:
 //   forward   out = silu(g) * up, silu(g) = g / (1 + exp(-g))
 //   backward  dgate = dout * up * s * (1 + g * (1 - s)), dup = dout * silu(g), s = sigmoid(g)
-// Unlike the CPU reference, the backward WRITES dgate and dup (bf16 GEMM operands).
+// Unlike the CPU reference, the backward WRITES dgate and dup (bf16 GEMM operands). Below them,
+// gpt-oss's clamped SwiGLU (kernels/cpu/swiglu_clamped.c), the same way.
 // expf, not __expf: these kernels are memory-bound, so the accurate version is free.
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/cuda/ktime.cuh"
@@ -67,6 +68,38 @@ __global__ void swiglu_backward_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
         swiglu_bwd(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
 }
 
+// gpt-oss's clamped SwiGLU, as kernels/cpu/swiglu_clamped.c: the comparisons let a NaN through
+// as torch.clamp does, and the gradient passes at a bound itself, not beyond it.
+__device__ float clamp_max(float x, float hi) {
+    return x > hi ? hi : x;
+}
+
+__global__ void swiglu_clamped_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *gate,
+                                              const __nv_bfloat16 *up, long n, swiglu_clamp c) {
+    long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float gi = __bfloat162float(gate[i]), ui = __bfloat162float(up[i]);
+        float g = clamp_max(gi, c.limit), u = ui < -c.limit ? -c.limit : clamp_max(ui, c.limit);
+        float s = 1.0f / (1.0f + expf(-(g * c.alpha)));
+        out[i] = __float2bfloat16((u + 1.0f) * (g * s));
+    }
+}
+
+__global__ void swiglu_clamped_backward_kernel(__nv_bfloat16 *dgate, __nv_bfloat16 *dup,
+                                               const float *dout, const __nv_bfloat16 *gate,
+                                               const __nv_bfloat16 *up, long n, swiglu_clamp c) {
+    long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float gi = __bfloat162float(gate[i]), ui = __bfloat162float(up[i]);
+        float g = clamp_max(gi, c.limit), u = ui < -c.limit ? -c.limit : clamp_max(ui, c.limit);
+        float s = 1.0f / (1.0f + expf(-(g * c.alpha)));
+        float dg =
+            gi <= c.limit ? dout[i] * (u + 1.0f) * (s * (1.0f + g * c.alpha * (1.0f - s))) : 0.0f;
+        float du = ui >= -c.limit && ui <= c.limit ? dout[i] * (g * s) : 0.0f;
+        dgate[i] = __float2bfloat16(dg), dup[i] = __float2bfloat16(du);
+    }
+}
+
 bool aligned16(const void *p) {
     return (uintptr_t)p % 16 == 0;
 }
@@ -102,5 +135,29 @@ extern "C" void cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dout, 
         reinterpret_cast<__nv_bfloat16 *>(dgate), reinterpret_cast<__nv_bfloat16 *>(dup), dout,
         reinterpret_cast<const __nv_bfloat16 *>(gate), reinterpret_cast<const __nv_bfloat16 *>(up),
         n, vec);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_swiglu_clamped_forward(bf16 *out, const bf16 *gate, const bf16 *up, long n,
+                                            swiglu_clamp c, cudaStream_t stream) {
+    KtScope kt(stream, KT_SWIGLU);
+    if (n <= 0) return;
+    kt_work(stream, KT_SWIGLU, 0, 6.0 * n, "swiglu clamped forward");
+    swiglu_clamped_forward_kernel<<<blocks_for(n, false), THREADS, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(gate),
+        reinterpret_cast<const __nv_bfloat16 *>(up), n, c);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_swiglu_clamped_backward(bf16 *dgate, bf16 *dup, const float *dout,
+                                             const bf16 *gate, const bf16 *up, long n,
+                                             swiglu_clamp c, cudaStream_t stream) {
+    KtScope kt(stream, KT_SWIGLU);
+    if (n <= 0) return;
+    kt_work(stream, KT_SWIGLU, 0, 12.0 * n, "swiglu clamped backward");
+    swiglu_clamped_backward_kernel<<<blocks_for(n, false), THREADS, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(dgate), reinterpret_cast<__nv_bfloat16 *>(dup), dout,
+        reinterpret_cast<const __nv_bfloat16 *>(gate), reinterpret_cast<const __nv_bfloat16 *>(up),
+        n, c);
     CUDA_CHECK_LAUNCH();
 }

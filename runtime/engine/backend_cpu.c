@@ -262,12 +262,6 @@ static void cpu_slot_wait(backend *b, int slot) {}
 // The layer's working set, then MT_CPU_BACKEND's buffers and the routing statistics
 // (buffers.h).
 backend *backend_cpu_new(const mt_config *c) {
-    const char *gpt_oss = c->router_bias                            ? "model.router_bias"
-                          : c->expert_bias                          ? "model.expert_bias"
-                          : c->swiglu_limit > 0                     ? "model.swiglu_limit"
-                          : c->router_softmax != ROUTER_SOFTMAX_ALL ? "model.router_softmax"
-                                                                    : NULL;
-    if (gpt_oss) mt_refuse("%s (gpt-oss): not in the CPU templates yet", gpt_oss);
     backend *b = cpu_alloc(NULL, sizeof *b);
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len;

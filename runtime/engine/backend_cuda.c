@@ -332,12 +332,6 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    const char *gpt_oss = c->router_bias                            ? "model.router_bias"
-                          : c->expert_bias                          ? "model.expert_bias"
-                          : c->swiglu_limit > 0                     ? "model.swiglu_limit"
-                          : c->router_softmax != ROUTER_SOFTMAX_ALL ? "model.router_softmax"
-                                                                    : NULL;
-    if (gpt_oss) mt_refuse("%s (gpt-oss): not on the CUDA backend yet", gpt_oss);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

@@ -6,6 +6,7 @@
 // own: they are too large to keep (top_k rows a token).
 #include "runtime/engine/moe_cuda.h"
 #include "runtime/engine/alloc_cuda.h"
+#include "runtime/engine/moe_mlp.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,8 @@ static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows
     moe_set *s = &b->moe;
     int E = c->experts, k = c->top_k;
     cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, c->dim, E, b->s);
-    cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, c->norm_topk_prob,
+    if (w->router_b) cuda_bias_forward_f32(s->logits, w->router_b, rows, E, b->s);
+    cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, moe_weights_of(c),
                            b->s);
     cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
                       s->dispatch_scratch, b->s);
@@ -71,7 +73,28 @@ static void route_again(backend *b, int l, int m, int t0, const layer_w *w, cons
     s->cnt = kept, s->off = kept + b->c->experts;
 }
 
-// Each expert's SwiGLU on its rows: yp = down(silu(gate(xp)) * up(xp)).
+// Each expert's bias (expert_bias: bias + e * cols) on its rows of x [P, cols], and back: the
+// column sums of each expert's rows of dx into its gradient. One call per expert with rows (the
+// GEMMs are per expert too), each a fixed-order sum.
+static void experts_bias_forward(backend *b, bf16 *x, const bf16 *bias, int cols) {
+    moe_set *s = &b->moe;
+    for (int e = 0; e < b->c->experts; e++)
+        if (s->cnt[e] > 0)
+            cuda_bias_forward(x + (size_t)s->off[e] * cols, bias + (size_t)e * cols, s->cnt[e],
+                              cols, b->s);
+}
+
+static void experts_bias_backward(backend *b, float *dbias, const bf16 *dx, int cols) {
+    moe_set *s = &b->moe;
+    for (int e = 0; e < b->c->experts; e++)
+        if (s->cnt[e] > 0)
+            cuda_bias_backward(dbias + (size_t)e * cols, dx + (size_t)s->off[e] * cols, s->cnt[e],
+                               cols, b->bias_scratch, b->s);
+}
+
+// Each expert's SwiGLU on its rows: yp = down(act(gate(xp), up(xp))), the activation gpt-oss's
+// clamped SwiGLU with swiglu_limit, with each projection's bias with expert_bias (the down
+// projection's inside the routing weight, as in transformers).
 static void experts_forward(backend *b, const layer_w *w, int rows) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
@@ -80,8 +103,16 @@ static void experts_forward(backend *b, const layer_w *w, int rows) {
     cuda_moe_gather(s->xp, b->n2, s->token_of, (int)P, D, b->s);
     cuda_experts_forward(b->gemm, s->gate, 0, 0, s->xp, w->exp_gate, E, s->cnt, s->off, D, F, b->s);
     cuda_experts_forward(b->gemm, s->up, 0, 0, s->xp, w->exp_up, E, s->cnt, s->off, D, F, b->s);
-    cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
+    if (w->exp_gate_b) {
+        experts_bias_forward(b, s->gate, w->exp_gate_b, F);
+        experts_bias_forward(b, s->up, w->exp_up_b, F);
+    }
+    if (c->swiglu_limit > 0)
+        cuda_swiglu_clamped_forward(s->act, s->gate, s->up, P * F, moe_clamp_of(c), b->s);
+    else
+        cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
     cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->cnt, s->off, F, D, b->s);
+    if (w->exp_down_b) experts_bias_forward(b, s->yp, w->exp_down_b, D);
 }
 
 static void shared_forward(backend *b, const layer_w *w, int rows) {
@@ -128,7 +159,16 @@ static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int
     cuda_experts_backward_input(b->gemm, s->d_act, 1, 0, s->d_yp, w->exp_down, E, cnt, off, F, D,
                                 b->s);
     cuda_experts_backward_weight(b->gemm, g->exp_down, s->d_yp, s->act, E, cnt, off, F, D, b->s);
-    cuda_swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F, b->s);
+    if (c->swiglu_limit > 0)
+        cuda_swiglu_clamped_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F,
+                                     moe_clamp_of(c), b->s);
+    else
+        cuda_swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F, b->s);
+    if (g->exp_gate_b) {
+        experts_bias_backward(b, g->exp_down_b, s->d_yp, D);
+        experts_bias_backward(b, g->exp_gate_b, s->d_gate, F);
+        experts_bias_backward(b, g->exp_up_b, s->d_up, F);
+    }
     cuda_experts_backward_input(b->gemm, s->d_xp, 0, 0, s->d_gate, w->exp_gate, E, cnt, off, D, F,
                                 b->s);
     cuda_experts_backward_input(b->gemm, s->d_xp, 0, 1.0f, s->d_up, w->exp_up, E, cnt, off, D, F,
@@ -171,8 +211,9 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
     cu_zero(b, d_n2, sizeof(float) * rows * D);
     cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
     const float *aux_g = c->router_aux ? s->aux_g + (size_t)m * E : NULL;
-    cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, aux_g, rows, E, k,
-                            c->norm_topk_prob, b->s);
+    cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g, rows,
+                            E, k, moe_weights_of(c), b->s);
+    if (g->router_b) cuda_bias_backward(g->router_b, s->d_logits, rows, E, b->bias_scratch, b->s);
     cuda_linear_backward_input(b->gemm, d_n2, 1, 1.0f, s->d_logits, w->router, rows, D, E, b->s);
     cuda_linear_backward_weight(b->gemm, g->router, s->d_logits, b->n2, rows, D, E, b->s);
     if (w->sh_gate) shared_backward(b, w, g, dy, d_n2, rows);

@@ -53,7 +53,30 @@ static int chunk_index(const mt_config *c, const moe_scratch *s, int t0) {
     return t0 / mt_chunk_of(c, s->n);
 }
 
-// Each expert's SwiGLU on its rows [offsets[e], offsets[e + 1]) of the chunk's pairs.
+// Expert e's vector of `len` in a role's block (NULL: the model has none).
+static float *expert_vec(float *v, int e, size_t len) {
+    return v ? v + e * len : NULL;
+}
+
+// The experts' activation: gpt-oss's clamped SwiGLU with swiglu_limit, else the plain one.
+static void act_forward(const mt_config *c, float *act, const float *gate, const float *up,
+                        long n) {
+    if (c->swiglu_limit > 0)
+        swiglu_clamped_forward(act, gate, up, n, moe_clamp_of(c));
+    else
+        swiglu_forward(act, gate, up, n);
+}
+
+static void act_backward(const mt_config *c, float *dgate, float *dup, const float *dact,
+                         const float *gate, const float *up, long n) {
+    if (c->swiglu_limit > 0)
+        swiglu_clamped_backward(dgate, dup, dact, gate, up, n, moe_clamp_of(c));
+    else
+        swiglu_backward(dgate, dup, dact, gate, up, n);
+}
+
+// Each expert's SwiGLU on its rows [offsets[e], offsets[e + 1]) of the chunk's pairs, with its
+// biases (expert_bias; the down projection's is inside the routing weight, as in transformers).
 static void experts_forward(const mt_config *c, const layer_params *w, moe_scratch *s, size_t p0,
                             const int32_t *offsets) {
     size_t D = c->dim, F = c->moe_ffn_dim;
@@ -62,10 +85,13 @@ static void experts_forward(const mt_config *c, const layer_params *w, moe_scrat
         int rows = offsets[e + 1] - offsets[e];
         if (!rows) continue;
         const float *x = s->xp + r0 * D;
-        linear_forward(s->gate + r0 * F, x, w->exp_gate + e * F * D, NULL, rows, D, F);
-        linear_forward(s->up + r0 * F, x, w->exp_up + e * F * D, NULL, rows, D, F);
-        swiglu_forward(s->act + r0 * F, s->gate + r0 * F, s->up + r0 * F, (long)rows * F);
-        linear_forward(s->yp + r0 * D, s->act + r0 * F, w->exp_down + e * D * F, NULL, rows, F, D);
+        linear_forward(s->gate + r0 * F, x, w->exp_gate + e * F * D,
+                       expert_vec(w->exp_gate_b, e, F), rows, D, F);
+        linear_forward(s->up + r0 * F, x, w->exp_up + e * F * D, expert_vec(w->exp_up_b, e, F),
+                       rows, D, F);
+        act_forward(c, s->act + r0 * F, s->gate + r0 * F, s->up + r0 * F, (long)rows * F);
+        linear_forward(s->yp + r0 * D, s->act + r0 * F, w->exp_down + e * D * F,
+                       expert_vec(w->exp_down_b, e, D), rows, F, D);
     }
 }
 
@@ -88,9 +114,9 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
     int32_t *counts = s->counts + (size_t)ci * (E + 1),
             *offsets = s->offsets + (size_t)ci * (E + 1);
     float *probs = s->probs + (size_t)t0 * E;
-    linear_forward(s->d_logits, n2, w->router, NULL, rows, D, E); // the logits, in scratch
+    linear_forward(s->d_logits, n2, w->router, w->router_b, rows, D, E); // the logits, in scratch
     moe_route_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
-                      c->norm_topk_prob);
+                      moe_weights_of(c));
     moe_dispatch(counts, offsets, s->row_of + p0, s->token_of + p0, s->expert + p0, rows, E, k);
     moe_gather(s->xp + p0 * D, n2, s->token_of + p0, rows * k, D);
     experts_forward(c, w, s, p0, offsets);
@@ -98,6 +124,9 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
     moe_combine(out, s->yp + p0 * D, s->row_of + p0, s->weight + p0, rows, k, D);
     if (w->sh_gate) shared_forward(c, w, s, n2, out, t0, rows);
     if (!io) return;
+    // The load-balancing loss's probabilities are the softmax over every expert whatever the
+    // weights: transformers gives load_balancing_loss_func the router's logits (gpt-oss's
+    // OutputRecorder takes GptOssTopKRouter's output 0, the logits with their bias).
     if (t0 == 0) memset(io->counts, 0, sizeof(int32_t) * E), memset(io->psum, 0, sizeof(float) * E);
     moe_prob_sums(s->psum, probs, rows, E);
     for (int e = 0; e < E; e++) io->counts[e] += counts[e], io->psum[e] += s->psum[e];
@@ -113,17 +142,19 @@ static void experts_backward(const mt_config *c, const layer_params *w, const la
         if (!rows) continue; // no tokens: the expert's gradient stays zero
         size_t rF = (size_t)rows * F;
         memset(s->d_act + r0 * F, 0, sizeof(float) * rF);
-        linear_backward(s->d_act + r0 * F, dw->exp_down + e * D * F, NULL, s->d_yp + r0 * D,
-                        s->act + r0 * F, w->exp_down + e * D * F, rows, F, D);
+        linear_backward(s->d_act + r0 * F, dw->exp_down + e * D * F,
+                        expert_vec(dw->exp_down_b, e, D), s->d_yp + r0 * D, s->act + r0 * F,
+                        w->exp_down + e * D * F, rows, F, D);
         memset(s->d_gate + r0 * F, 0, sizeof(float) * rF);
         memset(s->d_up + r0 * F, 0, sizeof(float) * rF);
-        swiglu_backward(s->d_gate + r0 * F, s->d_up + r0 * F, s->d_act + r0 * F, s->gate + r0 * F,
-                        s->up + r0 * F, (long)rF);
+        act_backward(c, s->d_gate + r0 * F, s->d_up + r0 * F, s->d_act + r0 * F, s->gate + r0 * F,
+                     s->up + r0 * F, (long)rF);
         memset(s->d_xp + r0 * D, 0, sizeof(float) * rows * D);
-        linear_backward(s->d_xp + r0 * D, dw->exp_gate + e * F * D, NULL, s->d_gate + r0 * F,
-                        s->xp + r0 * D, w->exp_gate + e * F * D, rows, D, F);
-        linear_backward(s->d_xp + r0 * D, dw->exp_up + e * F * D, NULL, s->d_up + r0 * F,
-                        s->xp + r0 * D, w->exp_up + e * F * D, rows, D, F);
+        linear_backward(s->d_xp + r0 * D, dw->exp_gate + e * F * D,
+                        expert_vec(dw->exp_gate_b, e, F), s->d_gate + r0 * F, s->xp + r0 * D,
+                        w->exp_gate + e * F * D, rows, D, F);
+        linear_backward(s->d_xp + r0 * D, dw->exp_up + e * F * D, expert_vec(dw->exp_up_b, e, F),
+                        s->d_up + r0 * F, s->xp + r0 * D, w->exp_up + e * F * D, rows, D, F);
     }
 }
 
@@ -161,7 +192,7 @@ void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_par
     moe_scatter_add(d_n2, s->d_xp + p0 * D, s->row_of + p0, rows, k, D);
     memset(s->d_logits, 0, sizeof(float) * rows * E);
     moe_route_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E, s->expert + p0,
-                       io ? io->aux_g : NULL, rows, E, k, c->norm_topk_prob);
-    linear_backward(d_n2, dw->router, NULL, s->d_logits, n2, w->router, rows, D, E);
+                       s->weight + p0, io ? io->aux_g : NULL, rows, E, k, moe_weights_of(c));
+    linear_backward(d_n2, dw->router, dw->router_b, s->d_logits, n2, w->router, rows, D, E);
     if (w->sh_gate) shared_backward(c, w, dw, s, n2, dout, d_n2, t0, rows);
 }

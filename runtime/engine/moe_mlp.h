@@ -4,7 +4,20 @@
 #ifndef MT_MOE_MLP_H
 #define MT_MOE_MLP_H
 
+#include "kernels/moe_args.h"
 #include "runtime/model/model.h"
+
+// The router's weights and the experts' activation as the config asks, for both backends.
+static inline int moe_weights_of(const mt_config *c) {
+    return c->router_softmax == ROUTER_SOFTMAX_TOP_K ? MOE_WEIGHTS_TOP_K
+           : c->norm_topk_prob                       ? MOE_WEIGHTS_RENORM
+                                                     : MOE_WEIGHTS_PROBS;
+}
+// swiglu_limit > 0: gpt-oss's clamped SwiGLU, whose sigmoid gain transformers fixes at 1.702
+// (5.17's GptOssExperts; later versions read config.json's swiglu_alpha, 1.702 in every release).
+static inline swiglu_clamp moe_clamp_of(const mt_config *c) {
+    return (swiglu_clamp){.alpha = 1.702f, .limit = (float)c->swiglu_limit};
+}
 
 // The internals of one layer over n tokens, kept from the forward for the backward; chunk by
 // chunk (the dispatch's rows are a chunk's own).

@@ -13,8 +13,9 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
         s->attn_scratch =
             cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
     s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
-    // the widest biased projection: q, k, v, or o_proj's dim (model.o_bias)
-    s->bias_scratch = cuda_bias_scratch_floats((int)most(most(s->Q, s->KV), s->D));
+    // q, k and v's biases; the router's and the experts' (gpt-oss)
+    s->bias_scratch = cuda_bias_scratch_floats((int)most(
+        most(s->Q, s->KV), most(most(s->D, (uint64_t)c->experts), (uint64_t)c->moe_ffn_dim)));
     // qk_norm's norms: over each head (rows of hd) or over the whole projections
     int all = mt_qk_norm(c) == QK_ALL;
     int rows = (int)(all ? s->n : s->n * s->H);

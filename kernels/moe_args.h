@@ -1,0 +1,20 @@
+// The choices of a MoE layer that both backends' kernels take (kernels/cpu/moe.c,
+// swiglu_clamped.c and their CUDA twins): plain C, shared by the C and CUDA headers.
+#ifndef MT_MOE_ARGS_H
+#define MT_MOE_ARGS_H
+
+// How a token's k weights come from its router logits; the first two pick the k most probable
+// experts, the last the k largest logits (the same k but for near-ties).
+enum {
+    MOE_WEIGHTS_PROBS,  // their probabilities in the softmax over every expert
+    MOE_WEIGHTS_RENORM, // those divided by their sum (norm_topk_prob)
+    MOE_WEIGHTS_TOP_K,  // the softmax over the k chosen logits alone (gpt-oss's router)
+};
+
+// gpt-oss's experts' clamped SwiGLU on de-interleaved gate and up:
+// out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max = limit).
+typedef struct {
+    float alpha, limit; // config.json's swiglu_alpha (gpt-oss: 1.702) and swiglu_limit (7.0)
+} swiglu_clamp;
+
+#endif
