@@ -35,12 +35,6 @@ __global__ void bias_forward_kernel(X *x, const __nv_bfloat16 *bias, long n, int
         from_f32(&x[i], to_f32(x[i]) + __bfloat162float(bias[i % cols]));
 }
 
-__global__ void bias_forward_f32_kernel(float *x, const __nv_bfloat16 *bias, long n, int cols) {
-    long stride = (long)gridDim.x * blockDim.x;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        x[i] += __bfloat162float(bias[i % cols]);
-}
-
 // Block (column tile, slab): each thread sums its column over the slab's rows, in row order.
 template <typename X>
 __global__ void bias_partial_kernel(float *partial, const X *dx, long rows, int cols) {
