@@ -13,7 +13,7 @@ usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
                   and newline, ids 0-97, with <|im_start|> and <|im_end|> as 98 and 99) and a
                   tokenizer_config.json whose chat_template is Qwen2's ChatML
   --corrupt MODE  one broken thing: truncated, overlap, out_of_range, big_header, dtype, shape,
-                  missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
+                  missing_shard, arch, rope (type longrope), rope_key (llama3 without its factor),
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
                   head_dim, head_dim_huge, arch_escape, short_header, mistral_window (and mistral_ok: a valid Mistral
@@ -151,7 +151,7 @@ def config(args):
         c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
     if args.corrupt == "rope":
-        c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+        c["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0}
     if args.corrupt == "rope_key":
         del c["rope_scaling"]["factor"]
     if args.corrupt == "rope_band":
