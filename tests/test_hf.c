@@ -38,7 +38,7 @@ static float *load_group(hf_index *ix, const mt_config *c, int g, int n_shards) 
         uint64_t lo = numel * k / n_shards, hi = numel * (k + 1) / n_shards;
         if (hf_read_group_slice(ix, c, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
             fprintf(stderr, "%s\n", err);
-            exit(1);
+            exit(2); // bad input, as the optimizer ranks exit
         }
     }
     return out;

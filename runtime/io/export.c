@@ -283,11 +283,14 @@ static void write_values(const mt_config *cfg, int fd, const float *v, uint64_t 
     }
 }
 
-// The plan entry of the hub tensor that holds group g's tensor t (ti: the group's tensors).
-static const plan_entry *entry_of(const export_plan *p, int g, const tensor_info *ti,
-                                  const tensor_info *t) {
+// The plan entry of the hub tensor that holds group g's tensor ti[k]: its own, or a fused one's
+// (of the same name: a per-expert tensor's pattern is the same for every expert, "%e").
+static const plan_entry *entry_of(const export_plan *p, int g, const tensor_info *ti, int k) {
+    const tensor_info *t = &ti[k];
     for (int i = 0; i < p->n; i++)
-        if (p->e[i].g == g && !strcmp(ti[p->e[i].k].name, t->name)) return &p->e[i];
+        if (p->e[i].g == g && (p->e[i].k == k || (t->hub_layout != HUB_PLAIN &&
+                                                  !strcmp(ti[p->e[i].k].name, t->name))))
+            return &p->e[i];
     mt_die("internal: group %d's tensor %s is in no export shard", g, t->name);
 }
 
@@ -313,7 +316,7 @@ void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t m
         uint64_t a = t->offset > lo ? t->offset : lo;
         uint64_t b = t->offset + t->numel < lo + len ? t->offset + t->numel : lo + len;
         if (a >= b) continue;
-        const plan_entry *e = entry_of(&p, g, ti, t);
+        const plan_entry *e = entry_of(&p, g, ti, k);
         char path[PATH_MAX];
         int fd = open_shard(&p, e->shard, tmp_dir, path, sizeof path);
         uint64_t es = export_size(cfg), staged = hub_place_of(cfg, t).staged;

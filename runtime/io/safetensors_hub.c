@@ -95,9 +95,9 @@ static int read_mxfp4(const hf_index *ix, const tensor_info *t, const char *name
         if (suspect)
             rc = failf(err, errlen,
                        "%s: tensor %s: %lld values infinite or under scale 255 (E8M0's NaN) in "
-                       "rows %llu-%llu: refused",
-                       hf_tensor_file(ix, bt), bn, (long long)suspect, (unsigned long long)first,
-                       (unsigned long long)(first + span - 1));
+                       "expert %lld's rows %lld-%lld: refused",
+                       hf_tensor_file(ix, bt), bn, (long long)suspect, (long long)(first / q.rows),
+                       (long long)(first % q.rows), (long long)((first + span - 1) % q.rows));
         for (uint64_t k = 0; k < n && rc == 0; k++) {
             uint64_t lo = (r + k) * K > off ? (r + k) * K : off;
             uint64_t hi = (r + k + 1) * K < off + count ? (r + k + 1) * K : off + count;

@@ -539,15 +539,20 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
 }
 
 // Qwen2's and Qwen3's window: off, or on with each layer's type listed (read back as written).
-// gpt-oss's layer_types always (its default alternates), its window null when none slides.
+// gpt-oss's layer_types always (its default alternates); when no layer slides, its window is
+// GptOssConfig's default, 128, which no layer uses: transformers' GptOssModel builds the sliding
+// mask for every forward and fails on a null window.
 static void write_layer_types(cJSON *r, const family *f, const mt_config *c) {
+    int window = c->sliding_window > 0 ? c->sliding_window : f->window == WINDOW_OSS ? 128 : 0;
     if (f->window == WINDOW_FLAG) {
         cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
         cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
     }
-    if (c->sliding_window <= 0) cJSON_AddNullToObject(r, "sliding_window");
-    if (c->sliding_window <= 0 && f->window == WINDOW_FLAG) return;
-    if (c->sliding_window > 0) cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
+    if (!window) {
+        cJSON_AddNullToObject(r, "sliding_window");
+        return;
+    }
+    cJSON_AddNumberToObject(r, "sliding_window", window);
     cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
     for (int l = 0; l < c->layers; l++)
         cJSON_AddItemToArray(list,
