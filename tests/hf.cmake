@@ -17,7 +17,8 @@ add_test(NAME hf_moe_config COMMAND bash ${MT_TEST_DIR}/hf_moe_config.sh $<TARGE
          ${MT_TEST_DIR})
 # gpt-oss folders (hf_oss.sh, standard library only): fused and MXFP4 experts in, the hub's
 # layout out, the refusals; against transformers when torch is there (hf_oss_transformers.py).
-add_test(NAME hf_oss COMMAND bash ${MT_TEST_DIR}/hf_oss.sh $<TARGET_FILE:test_hf> ${MT_TEST_DIR})
+add_test(NAME hf_oss COMMAND bash ${MT_TEST_DIR}/hf_oss.sh $<TARGET_FILE:test_hf> ${MT_TEST_DIR}
+         $<TARGET_FILE:mtrun>)
 add_test(NAME hf_oss_transformers COMMAND python3 ${MT_TEST_DIR}/hf_oss_transformers.py
          $<TARGET_FILE:test_hf> ${MT_TEST_DIR})
 set_tests_properties(hf_oss_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -6,8 +6,10 @@
 #   shards), re-import bitwise; the export's tensors are the source's, in the hub's layout;
 # - refusals, exit 2 and one line naming the file: shapes that disagree with config.json (fused
 #   and MXFP4 tensors), sliding_window 0 or less, bad layer_types, quantization we do not read,
-#   swiglu_alpha, yarn without its factor, an MXFP4 scale of 255.
-# usage: hf_oss.sh TEST_HF TESTS_DIR
+#   swiglu_alpha, yarn without its factor, an MXFP4 scale of 255;
+# - with MTRUN: `mtrun --dry-run` takes a train.cfg whose model_dir is a gpt-oss folder (plain and
+#   MXFP4), and refuses a model.* key that disagrees with it in one line.
+# usage: hf_oss.sh TEST_HF TESTS_DIR [MTRUN]
 set -u
 TEST_HF=$1
 T=$2
@@ -86,4 +88,27 @@ refuse quant_method "config.json: quantization_config quant_method awq not suppo
 refuse swiglu_alpha "config.json: swiglu_alpha not supported \(only 1.702\)" --set swiglu_alpha=1.5
 refuse yarn_factor "config.json: rope_scaling.factor must be a positive number \(rope_type yarn\)" \
     --set 'rope_scaling={"rope_type":"yarn","original_max_position_embeddings":64}'
+MTRUN=${3:-}
+[ -n "$MTRUN" ] || exit $FAILED
+# test-small.cfg without its model block, with model_dir
+SRC=$(cd "$T/.." && pwd)
+sed -e "s|\"\.\./data/|\"$SRC/data/|" "$SRC/configs/test-small.cfg" |
+    awk '/^model = {/{skip=1} !skip{print} skip&&/^};/{skip=0}' >"$WORK/base.cfg"
+for dir in f32 mxfp4; do
+    { cat "$WORK/base.cfg"; echo "model_dir = \"$dir\";"; } >"$WORK/$dir.cfg"
+    if "$MTRUN" -np 2 "$WORK/$dir.cfg" --dry-run >"$WORK/out" 2>&1; then
+        pass "mtrun --dry-run takes the $dir gpt-oss folder"
+    else
+        fail "mtrun --dry-run refuses the $dir gpt-oss folder: $(cat "$WORK/out")"
+    fi
+done
+{ cat "$WORK/base.cfg"; echo 'model_dir = "f32";'; echo 'model = { swiglu_limit = 5.0; };'; } >"$WORK/bad.cfg"
+"$MTRUN" -np 2 "$WORK/bad.cfg" --dry-run >/dev/null 2>"$WORK/err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] &&
+    grep -q "model.swiglu_limit: disagrees with $WORK/f32/config.json" "$WORK/err"; then
+    pass "a model.* key that disagrees with the folder: $(cat "$WORK/err")"
+else
+    fail "a disagreeing model.swiglu_limit: exit $rc, $(cat "$WORK/err")"
+fi
 exit $FAILED
