@@ -356,6 +356,7 @@ static void permute_slab(const mt_config *cfg, const export_plan *p, const plan_
 
 void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max, int writer,
                         int writers) {
+    if (cfg->moe_names != MOE_NAMES_GPT_OSS) return; // no fused tensor
     export_plan p;
     make_plan(cfg, max, &p);
     int turn = 0; // slabs are dealt to the writers in turn

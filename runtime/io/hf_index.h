@@ -1,5 +1,6 @@
-// The safetensors index's tensors, private to io/: safetensors.c keeps them, safetensors_hub.c
-// (gpt-oss's fused and MXFP4 expert tensors) reads through them.
+// The safetensors index's tensors, private to io/: safetensors.c keeps them and reads them;
+// safetensors_hub.c (gpt-oss's fused and MXFP4 expert tensors) and hf_weights.c (the model's
+// tensors found and read) read through them.
 #ifndef MT_HF_INDEX_H
 #define MT_HF_INDEX_H
 
@@ -17,8 +18,10 @@ typedef struct {
     uint64_t begin, end; // absolute byte offsets in the file
 } hf_tensor;
 
-// The tensor called name, NULL when the folder has none.
+// The tensor called name, NULL when the folder has none; the folder's tensors by index.
 const hf_tensor *hf_tensor_named(const hf_index *ix, const char *name);
+int hf_index_count(const hf_index *ix);
+const hf_tensor *hf_tensor_at(const hf_index *ix, int i);
 // The file that holds t, and the file that names the tensors (for messages).
 const char *hf_tensor_file(const hf_index *ix, const hf_tensor *t);
 const char *hf_index_path(const hf_index *ix);

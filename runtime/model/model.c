@@ -293,6 +293,10 @@ void head_params_bind(head_params *p, const mt_config *c, float *flat) {
 }
 
 void model_rope_inv_freq(const mt_config *c, float *inv_freq) {
+    // config.json's yarn is read (and exported) in every family; training it waits for the math
+    if (c->rope_type == ROPE_YARN)
+        mt_refuse("model.rope_scaling.rope_type \"yarn\": YaRN's frequencies and attention "
+                  "factor are not computed by the backends yet");
     rope_inv_freq(inv_freq, mt_head_dim(c), (float)c->rope_theta);
     if (c->rope_type == ROPE_LLAMA3)
         rope_llama3_scale(inv_freq, mt_head_dim(c), c->rope_factor, c->rope_low_freq_factor,
