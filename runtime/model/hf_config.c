@@ -16,6 +16,7 @@ static int rope_num(const json_ctx *j, const cJSON *rs, const char *obj, const c
                     int integer, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
         (integer && (v->valuedouble > INT_MAX || v->valuedouble != (double)(int)v->valuedouble)))
         return failf(j->err, j->errlen, "%s: %s.%s must be a positive %s (rope_type %s)", j->path,
@@ -57,9 +58,10 @@ static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_con
     if (rope_opt(j, rs, obj, "beta_fast", 32, &m->rope_beta_fast) < 0 ||
         rope_opt(j, rs, obj, "beta_slow", 1, &m->rope_beta_slow) < 0 ||
         rope_opt(j, rs, obj, "mscale", 0, &mscale) < 0 ||
-        rope_opt(j, rs, obj, "mscale_all_dim", 0, &mscale_all) < 0 ||
-        rope_opt(j, rs, obj, "attention_factor", 0, &af) < 0)
+        rope_opt(j, rs, obj, "mscale_all_dim", 0, &mscale_all) < 0)
         return -1;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rs, "attention_factor"); // 0 is no default
+    if (a && !cJSON_IsNull(a) && rope_num(j, rs, obj, "attention_factor", 0, &af) < 0) return -1;
     if (tr && !cJSON_IsNull(tr) && !cJSON_IsBool(tr))
         return failf(j->err, j->errlen, "%s: %s.truncate must be true or false", j->path, obj);
     m->rope_truncate = !tr || cJSON_IsNull(tr) || cJSON_IsTrue(tr);
