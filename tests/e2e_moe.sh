@@ -8,7 +8,7 @@
 # Qwen2-MoE and OLMoE import, export and re-import bitwise (test_hf roundtrip, found beside
 # mtrun), and refusals, each one line with exit 2: num_experts_per_tok > num_experts, a missing
 # expert tensor, an expert tensor of the wrong shape, clip_qkv (OLMoE), router_jitter_noise
-# (Mixtral), GptOssForCausalLM.
+# (Mixtral), Llama4ForCausalLM.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 CFG=$WORK/moe.cfg
 cat >"$CFG" <<CFGEOF
@@ -118,5 +118,5 @@ refuse shape 'experts\.1\.w3' mixtral --shape model.layers.0.block_sparse_moe.ex
 refuse clip 'clip_qkv' olmoe --set clip_qkv=8.0
 refuse jitter 'router_jitter_noise' mixtral --set router_jitter_noise=0.1
 refuse shared0 'shared_expert_intermediate_size, is not supported' qwen2_moe --set shared_expert_intermediate_size=0
-refuse gpt_oss 'GptOssForCausalLM' mixtral --set 'architectures=["GptOssForCausalLM"]'
+refuse llama4 'Llama4ForCausalLM not supported \(chunked attention' mixtral --set 'architectures=["Llama4ForCausalLM"]'
 finish

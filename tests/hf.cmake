@@ -15,6 +15,13 @@ set_tests_properties(hf_json_keys PROPERTIES TIMEOUT 900)
 # head_dim, ints written as floats (hf_moe_config.sh).
 add_test(NAME hf_moe_config COMMAND bash ${MT_TEST_DIR}/hf_moe_config.sh $<TARGET_FILE:test_hf>
          ${MT_TEST_DIR})
+# gpt-oss folders (hf_oss.sh, standard library only): fused and MXFP4 experts in, the hub's
+# layout out, the refusals; against transformers when torch is there (hf_oss_transformers.py).
+add_test(NAME hf_oss COMMAND bash ${MT_TEST_DIR}/hf_oss.sh $<TARGET_FILE:test_hf> ${MT_TEST_DIR}
+         $<TARGET_FILE:mtrun>)
+add_test(NAME hf_oss_transformers COMMAND python3 ${MT_TEST_DIR}/hf_oss_transformers.py
+         $<TARGET_FILE:test_hf> ${MT_TEST_DIR})
+set_tests_properties(hf_oss_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 add_test(NAME e2e_hf COMMAND bash ${MT_TEST_DIR}/hf_e2e.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:test_hf>)
 set_tests_properties(e2e_hf PROPERTIES TIMEOUT 900 LABELS e2e)
@@ -54,8 +61,11 @@ target_link_libraries(moe_aux_check PRIVATE mt_runtime)
 foreach(b cpu cuda)
   add_test(NAME hf_moe_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_moe_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_moe_parity_${b} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
-                       TIMEOUT 900)
+  # gpt-oss the same way (hf_oss_parity.py): skipped (77) while the backend refuses gpt-oss
+  add_test(NAME hf_oss_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_oss_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} PROPERTIES SKIP_RETURN_CODE 77
+                       RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
 # MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
 # experts, the HF round trip of Mixtral, Qwen2-MoE and OLMoE folders, and the refusals. Here

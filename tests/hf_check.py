@@ -33,6 +33,8 @@ def read_safetensors(path):
 
 
 def decode(dtype, raw):
+    if dtype == "U8":
+        return list(raw)
     n = len(raw) // {"F32": 4, "F16": 2, "BF16": 2}[dtype]
     if dtype == "F32":
         return list(struct.unpack(f"<{n}f", raw))
@@ -43,7 +45,7 @@ def decode(dtype, raw):
 
 
 def load_folder(d):
-    """name -> (dtype, shape, values)"""
+    """name -> (dtype, shape, values), U8 as byte values"""
     idx = os.path.join(d, "model.safetensors.index.json")
     files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) \
         else ["model.safetensors"]
@@ -73,7 +75,8 @@ def to_bf16(x):
 def check_structure(d, min_shards, bf16):
     dtype, torch_dtype, size = ("BF16", "bfloat16", 2) if bf16 else ("F32", "float32", 4)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    if cfg["architectures"][0] not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM") or \
+    if cfg["architectures"][0] not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
+                                       "GptOssForCausalLM") or \
             len(cfg["architectures"]) != 1 or cfg["torch_dtype"] != torch_dtype:
         fail(f"config.json: not a {torch_dtype} LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM")
     index = json.load(open(os.path.join(d, "model.safetensors.index.json")))

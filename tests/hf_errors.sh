@@ -57,7 +57,7 @@ expect dtype model.safetensors "dtype I(16|32) not supported" --dtypes mixed --c
 expect shape model.safetensors "up_proj.weight has shape \[159, 64\], config.json needs \[160, 64\]" --corrupt shape
 expect missing_shard model-00003-of-00003.safetensors "missing shard" --shards 3 --corrupt missing_shard
 expect arch config.json "architecture GPT2LMHeadModel not supported" --corrupt arch
-expect rope config.json "rope_scaling type yarn not supported \(only llama3\)" --corrupt rope
+expect rope config.json "rope_scaling type longrope not supported \(only llama3 and yarn\)" --corrupt rope
 expect rope_key config.json "rope_scaling.factor must be a positive number \(rope_type llama3\)" --corrupt rope_key
 expect rope_band config.json "high_freq_factor 1 must be greater than low_freq_factor 1" --corrupt rope_band
 expect attention_bias model.safetensors "no tensor model.layers.0.self_attn.q_proj.bias \(config.json needs it\)" --corrupt attention_bias

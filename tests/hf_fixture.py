@@ -3,17 +3,19 @@
 standard library only (struct + json): dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 256.
 
 usage: hf_fixture.py DIR [--dtypes f32|mixed] [--shards N] [--tied] [--specials]
-                         [--qwen2] [--llama3] [--corrupt MODE] [--seed S]
+                         [--qwen2] [--llama3] [--yarn] [--corrupt MODE] [--seed S]
   --dtypes mixed  embedding BF16, layer 0 F16, the rest F32 (every converter is exercised)
   --specials      F16 subnormals, infinities and NaN in layer 0's q_proj (round trip only)
   --qwen2         Qwen2ForCausalLM: q/k/v projection biases (random values, not zeros)
   --llama-bias    LlamaForCausalLM with attention_bias: biases on q, k, v and o_proj
   --llama3        rope_scaling llama3 (factor 8, low 1, high 4, original context 64)
+  --yarn          rope_scaling yarn (factor 4, beta_fast 32, beta_slow 1, truncate true, original
+                  context 64, attention_factor 1.25), every key as the export writes it
   --tokenizer     also tokenizer.json (byte-level BPE without merges over printable ASCII, tab
                   and newline, ids 0-97, with <|im_start|> and <|im_end|> as 98 and 99) and a
                   tokenizer_config.json whose chat_template is Qwen2's ChatML
   --corrupt MODE  one broken thing: truncated, overlap, out_of_range, big_header, dtype, shape,
-                  missing_shard, arch, rope (type yarn), rope_key (llama3 without its factor),
+                  missing_shard, arch, rope (type longrope), rope_key (llama3 without its factor),
                   rope_band (high_freq_factor <= low), attention_bias (Llama's, also on o_proj),
                   bias_tensor (a bias in a Llama), missing_bias and bias_shape (with --qwen2),
                   head_dim, head_dim_huge, arch_escape, short_header, mistral_window (and mistral_ok: a valid Mistral
@@ -150,8 +152,12 @@ def config(args):
     if args.llama3 or args.corrupt in ("rope_key", "rope_band"):
         c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    if args.yarn:
+        c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": True, "attention_factor": 1.25,
+                             "original_max_position_embeddings": 64}
     if args.corrupt == "rope":
-        c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+        c["rope_scaling"] = {"rope_type": "longrope", "factor": 4.0}
     if args.corrupt == "rope_key":
         del c["rope_scaling"]["factor"]
     if args.corrupt == "rope_band":
@@ -213,6 +219,7 @@ def main():
     ap.add_argument("--specials", action="store_true")
     ap.add_argument("--qwen2", action="store_true")
     ap.add_argument("--llama3", action="store_true")
+    ap.add_argument("--yarn", action="store_true")
     ap.add_argument("--llama-bias", action="store_true")
     ap.add_argument("--corrupt")
     ap.add_argument("--seed", type=int, default=7)

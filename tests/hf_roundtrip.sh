@@ -33,6 +33,7 @@ run tied_sharded 60000 float32 --tied --shards 2
 run bf16_export 60000 bfloat16 --dtypes mixed --specials --shards 2
 run qwen2_llama3 60000 float32 --qwen2 --llama3 --dtypes mixed --shards 2
 run llama3_bf16 5000000000 bfloat16 --llama3 --tied
+run qwen2_yarn 60000 float32 --qwen2 --yarn # YaRN's rope_scaling, in any family, comes back
 run mistral_window 60000 float32 --corrupt mistral_window # exported as Mistral, its window kept
 run qwen2_window 60000 float32 --qwen2 --corrupt qwen2_window # layer 1's window as layer_types
 run llama_bias 60000 float32 --llama-bias # Llama's attention_bias: q, k, v and o_proj biases

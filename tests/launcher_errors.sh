@@ -102,13 +102,17 @@ expect "missing data file" "^mtrun: bad\.cfg:$n: data\.path: cannot open $TMP/no
 n=$(line_of 'ffn_dim')
 RS='rope_type = "llama3"; factor = 8.0; low_freq_factor = 1.0; high_freq_factor = 4.0; original_max_position_embeddings = 64;'
 bad "${n}a\\  rope_scaling = { factor = 8.0; };"
-expect "rope factor without llama3" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.factor: only used with model\.rope_scaling\.rope_type = \"llama3\"$" -np 2 bad.cfg
+expect "rope factor without llama3 or yarn" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.factor: not used with model\.rope_scaling\.rope_type = \"none\"$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { rope_type = \"yarn\"; factor = 8.0; original_max_position_embeddings = 64; low_freq_factor = 1.0; };"
+expect "a llama3 number with yarn" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.low_freq_factor: not used with model\.rope_scaling\.rope_type = \"yarn\"$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { rope_type = \"yarn\"; factor = 8.0; };"
+expect "yarn without its original context" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.original_max_position_embeddings: missing \(rope_type \"yarn\" needs it\)$" -np 2 bad.cfg
 bad "${n}a\\  rope_scaling = { rope_type = \"llama3\"; factor = 8.0; };"
 expect "llama3 without its other numbers" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.low_freq_factor: missing \(rope_type \"llama3\" needs it\)$" -np 2 bad.cfg
 bad "${n}a\\  rope_scaling = { $(echo "$RS" | sed 's/high_freq_factor = 4.0/high_freq_factor = 0.5/') };"
 expect "llama3 with high <= low" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.high_freq_factor: 0\.5 must be greater than low_freq_factor = 1$" -np 2 bad.cfg
-bad "${n}a\\  rope_scaling = { rope_type = \"yarn\"; };"
-expect "unsupported rope type" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.rope_type: \"yarn\" is not one of \"none\", \"llama3\"$" -np 2 bad.cfg
+bad "${n}a\\  rope_scaling = { rope_type = \"longrope\"; };"
+expect "unsupported rope type" "^mtrun: bad\.cfg:$((n + 1)): model\.rope_scaling\.rope_type: \"longrope\" is not one of \"none\", \"llama3\", \"yarn\"$" -np 2 bad.cfg
 bad "${n}a\\  qkv_bias = true; rope_scaling = { $RS };"
 if ! "$MTRUN" --dry-run -np 2 bad.cfg > out.txt 2> err.txt; then
     echo "FAIL qkv_bias and llama3 rope_scaling on the cpu backend rejected: $(cat err.txt)"

@@ -38,7 +38,7 @@ static float *load_group(hf_index *ix, const mt_config *c, int g, int n_shards) 
         uint64_t lo = numel * k / n_shards, hi = numel * (k + 1) / n_shards;
         if (hf_read_group_slice(ix, c, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
             fprintf(stderr, "%s\n", err);
-            exit(1);
+            exit(2); // bad input, as the optimizer ranks exit
         }
     }
     return out;
@@ -77,6 +77,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
             uint64_t n = model_group_numel(&c, g), lo = n * k / 4, hi = n * (k + 1) / 4;
             hf_export_write_slice(&c, tmp, max, g, lo, hi - lo, ref[g] + lo);
         }
+    for (int k = 0; k < 4; k++) hf_export_assemble(&c, tmp, max, k, 4);
     hf_export_publish(tmp, out);
     if (hf_export_dir_check(out, err, sizeof err) == 0)
         return fprintf(stderr, "FAIL: %s empty\n", out), 1;
@@ -89,7 +90,14 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.rope_low_freq_factor == c.rope_low_freq_factor &&
           c2.rope_high_freq_factor == c.rope_high_freq_factor &&
           c2.rope_original_max_pos == c.rope_original_max_pos &&
-          c2.sliding_window == c.sliding_window && !strcmp(c2.layer_types, c.layer_types);
+          c2.sliding_window == c.sliding_window && !strcmp(c2.layer_types, c.layer_types) &&
+          c2.o_bias == c.o_bias && c2.experts == c.experts && c2.top_k == c.top_k &&
+          c2.moe_ffn_dim == c.moe_ffn_dim && c2.moe_names == c.moe_names &&
+          c2.attn_sinks == c.attn_sinks && c2.router_softmax == c.router_softmax &&
+          c2.router_bias == c.router_bias && c2.expert_bias == c.expert_bias &&
+          c2.swiglu_limit == c.swiglu_limit && c2.rope_beta_fast == c.rope_beta_fast &&
+          c2.rope_beta_slow == c.rope_beta_slow && c2.rope_truncate == c.rope_truncate &&
+          c2.rope_attention_factor == c.rope_attention_factor;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
         float *back = load_group(ix2, &c2, g, 2);

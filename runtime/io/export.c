@@ -1,7 +1,11 @@
 // Hugging Face weights out: config.json, safetensors shards and their index, written by the
 // optimizer ranks in parallel into a temporary folder that is renamed into place at the end.
+// gpt-oss's fused expert tensors (hub_layout.h) hold several of our tensors each: a writer
+// stages its slices in our layout inside them, and once all are written each slab is permuted
+// into the hub's order by one writer (hf_export_assemble).
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
+#include "runtime/io/hub_layout.h"
 #include "kernels/bf16.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -13,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// One hub tensor: the first of our tensors it holds (g, k) and where its bytes go.
 typedef struct {
     int g, k, shard;
     uint64_t rel; // byte offset in its shard's data
@@ -46,7 +51,8 @@ static void plan_tensors(const mt_config *cfg, uint64_t max, export_plan *p) {
         uint64_t numel;
         int n = model_group_tensors(cfg, g, ti, &numel);
         for (int k = 0; k < n; k++) {
-            uint64_t bytes = ti[k].numel * export_size(cfg);
+            if (!hub_first(&ti[k])) continue; // in the hub tensor of an earlier one
+            uint64_t bytes = hub_place_of(cfg, &ti[k]).numel * export_size(cfg);
             if (p->n == 0 || (used > 0 && used + bytes > max)) p->n_shards++, used = 0;
             if (p->n == cap && !(p->e = realloc(p->e, (cap = cap ? 2 * cap : 64) * sizeof *p->e)))
                 mt_die("out of memory");
@@ -76,11 +82,12 @@ static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uin
         cJSON *o = cJSON_AddObjectToObject(root, name);
         cJSON_AddStringToObject(o, "dtype", export_bf16(cfg) ? "BF16" : "F32");
         cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
-        cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->rows));
-        if (t->cols) cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->cols));
+        hub_place hub = hub_place_of(cfg, t);
+        for (int d = 0; d < hub.ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)hub.dims[d]));
         offs = cJSON_AddArrayToObject(o, "data_offsets");
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)p->e[i].rel));
-        uint64_t end = p->e[i].rel + t->numel * export_size(cfg);
+        uint64_t end = p->e[i].rel + hub.numel * export_size(cfg);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
     }
     char *json = cJSON_PrintUnformatted(root);
@@ -109,7 +116,7 @@ static void make_plan(const mt_config *cfg, uint64_t max, export_plan *p) {
     for (int i = 0; i < p->n; i++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256];
-        uint64_t numel = entry_info(cfg, &p->e[i], ti, name, sizeof name)->numel;
+        uint64_t numel = hub_place_of(cfg, entry_info(cfg, &p->e[i], ti, name, sizeof name)).numel;
         uint64_t end = p->e[i].rel + numel * export_size(cfg);
         p->data_bytes[p->e[i].shard] = end;
     }
@@ -142,17 +149,27 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
     cJSON_Delete(root);
 }
 
-// rope_scaling as transformers reads it back: null, or llama3's object.
+// rope_scaling as transformers reads it back: null (or the family's own, hf_write_family's),
+// llama3's object or yarn's.
 static void add_rope_scaling(cJSON *r, const mt_config *c) {
-    if (c->rope_type != ROPE_LLAMA3) {
+    if (cJSON_GetObjectItemCaseSensitive(r, "rope_scaling")) return;
+    if (c->rope_type == ROPE_PLAIN) {
         cJSON_AddNullToObject(r, "rope_scaling");
         return;
     }
     cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
-    cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    cJSON_AddStringToObject(rs, "rope_type", mt_choice_name(ROPE_TYPE_NAMES, c->rope_type));
     hf_add_float(rs, "factor", c->rope_factor);
-    hf_add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
-    hf_add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    if (c->rope_type == ROPE_LLAMA3) {
+        hf_add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
+        hf_add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    } else {
+        hf_add_float(rs, "beta_fast", c->rope_beta_fast);
+        hf_add_float(rs, "beta_slow", c->rope_beta_slow);
+        cJSON_AddBoolToObject(rs, "truncate", c->rope_truncate);
+        if (c->rope_attention_factor > 0)
+            hf_add_float(rs, "attention_factor", c->rope_attention_factor);
+    }
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
 }
 
@@ -183,9 +200,10 @@ static void write_config(const mt_config *c, const char *dir) {
     }
     cJSON_AddNumberToObject(r, "attention_dropout", 0);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
-    // llama3 scaling exists to reach past its original context: transformers expects more
+    // llama3 and yarn scaling exist to reach past the original context: transformers expects
+    // more (and warns when yarn's factor is not that ratio)
     int ctx = c->seq_len;
-    if (c->rope_type == ROPE_LLAMA3 && c->rope_factor * c->rope_original_max_pos > ctx)
+    if (c->rope_type != ROPE_PLAIN && c->rope_factor * c->rope_original_max_pos > ctx)
         ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
     cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
     cJSON_AddNumberToObject(r, "initializer_range", 0.02);
@@ -265,27 +283,90 @@ static void write_values(const mt_config *cfg, int fd, const float *v, uint64_t 
     }
 }
 
+// The plan entry of the hub tensor that holds group g's tensor ti[k]: its own, or a fused one's
+// (of the same name: a per-expert tensor's pattern is the same for every expert, "%e").
+static const plan_entry *entry_of(const export_plan *p, int g, const tensor_info *ti, int k) {
+    const tensor_info *t = &ti[k];
+    for (int i = 0; i < p->n; i++)
+        if (p->e[i].g == g && (p->e[i].k == k || (t->hub_layout != HUB_PLAIN &&
+                                                  !strcmp(ti[p->e[i].k].name, t->name))))
+            return &p->e[i];
+    mt_die("internal: group %d's tensor %s is in no export shard", g, t->name);
+}
+
+static int open_shard(const export_plan *p, int shard, const char *tmp_dir, char *path,
+                      size_t cap) {
+    char file[64];
+    shard_file(file, sizeof file, shard, p->n_shards);
+    snprintf(path, cap, "%s/%s", tmp_dir, file);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    return fd;
+}
+
 void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t max, int g,
                            uint64_t lo, uint64_t len, const float *data) {
     export_plan p;
     make_plan(cfg, max, &p);
-    for (int i = 0; i < p.n; i++) {
-        if (p.e[i].g != g) continue;
-        tensor_info ti[MODEL_MAX_TENSORS];
-        char name[256], file[64], path[PATH_MAX];
-        const tensor_info *t = entry_info(cfg, &p.e[i], ti, name, sizeof name);
+    tensor_info ti[MODEL_MAX_TENSORS];
+    uint64_t numel;
+    int n = model_group_tensors(cfg, g, ti, &numel);
+    for (int k = 0; k < n; k++) {
+        const tensor_info *t = &ti[k];
         uint64_t a = t->offset > lo ? t->offset : lo;
         uint64_t b = t->offset + t->numel < lo + len ? t->offset + t->numel : lo + len;
         if (a >= b) continue;
-        shard_file(file, sizeof file, p.e[i].shard, p.n_shards);
-        snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
-        int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) mt_die("%s: %s", path, strerror(errno));
-        uint64_t es = export_size(cfg);
-        off_t at = (off_t)(p.data_start[p.e[i].shard] + p.e[i].rel + (a - t->offset) * es);
+        const plan_entry *e = entry_of(&p, g, ti, k);
+        char path[PATH_MAX];
+        int fd = open_shard(&p, e->shard, tmp_dir, path, sizeof path);
+        uint64_t es = export_size(cfg), staged = hub_place_of(cfg, t).staged;
+        off_t at = (off_t)(p.data_start[e->shard] + e->rel + (staged + a - t->offset) * es);
         write_values(cfg, fd, data + (a - lo), b - a, at, path);
         SYS_CHECK(fsync(fd));
         SYS_CHECK(close(fd));
+    }
+    free_plan(&p);
+}
+
+static void read_all(int fd, void *buf, size_t n, off_t at, const char *path) {
+    for (size_t done = 0; done < n;) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, at + (off_t)done);
+        if (r <= 0) mt_die("%s: read failed: %s", path, r < 0 ? strerror(errno) : "end of file");
+        done += (size_t)r;
+    }
+}
+
+// One expert's slab of a fused tensor, staged -> the hub's order, in place.
+static void permute_slab(const mt_config *cfg, const export_plan *p, const plan_entry *e,
+                         const tensor_info *t, int expert, const char *tmp_dir) {
+    char path[PATH_MAX];
+    int fd = open_shard(p, e->shard, tmp_dir, path, sizeof path), es = (int)export_size(cfg);
+    size_t bytes = (size_t)hub_place_of(cfg, t).slab * es;
+    off_t at = (off_t)(p->data_start[e->shard] + e->rel + (uint64_t)expert * bytes);
+    unsigned char *staged = malloc(bytes), *hub = malloc(bytes);
+    if (!staged || !hub) mt_die("out of memory");
+    read_all(fd, staged, bytes, at, path);
+    hub_permute_slab(cfg, t, staged, hub, es);
+    write_all(fd, hub, bytes, at, path);
+    SYS_CHECK(fsync(fd));
+    SYS_CHECK(close(fd));
+    free(staged);
+    free(hub);
+}
+
+void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max, int writer,
+                        int writers) {
+    if (cfg->moe_names != MOE_NAMES_GPT_OSS) return; // no fused tensor
+    export_plan p;
+    make_plan(cfg, max, &p);
+    int turn = 0; // slabs are dealt to the writers in turn
+    for (int i = 0; i < p.n; i++) {
+        tensor_info ti[MODEL_MAX_TENSORS];
+        char name[256];
+        const tensor_info *t = entry_info(cfg, &p.e[i], ti, name, sizeof name);
+        if (!hub_permuted(t)) continue;
+        for (int e = 0; e < cfg->experts; e++)
+            if (turn++ % writers == writer) permute_slab(cfg, &p, &p.e[i], t, e, tmp_dir);
     }
     free_plan(&p);
 }

@@ -113,11 +113,16 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
 //  1. hf_export_prepare (one writer): creates tmp_dir with config.json, the index and every
 //     shard file at its final size with its header in place;
 //  2. hf_export_write_slice (every writer, for its slices): pwrite()s fp32 data, fsyncs;
-//  3. hf_export_publish (one writer, after all): renames tmp_dir to dir.
+//  3. hf_export_assemble (every writer, after all have written): gpt-oss's fused expert tensors
+//     permuted from the slices' layout into the hub's, one expert's slab at a time, each slab
+//     by one of the `writers` writers (nothing to do for other models);
+//  4. hf_export_publish (one writer, after all): renames tmp_dir to dir.
 // The layout is a pure function of (cfg, max_shard_bytes), so writers agree without talking.
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes);
 void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,
                            int g, uint64_t lo, uint64_t len, const float *data);
+void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,
+                        int writer, int writers);
 void hf_export_publish(const char *tmp_dir, const char *dir);
 // 0 when dir does not exist or is an empty folder; else -1 with a message.
 int hf_export_dir_check(const char *dir, char *err, size_t errlen);

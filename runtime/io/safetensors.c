@@ -1,4 +1,5 @@
-// Hugging Face weights in: safetensors headers, checked against the model, and slices read.
+// Hugging Face weights in: safetensors headers checked, and tensors read (matched to the model:
+// hf_weights.c).
 //
 // A safetensors file is: 8 bytes little-endian header length N, N bytes of JSON
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the
@@ -8,6 +9,7 @@
 // Hosts are little-endian (x86-64, aarch64), as the files are.
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
+#include "runtime/io/hf_index.h"
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,23 +23,14 @@
 #define HEADER_MAX (100u << 20) // safetensors' own limit on the JSON header
 #define INDEX_MAX (16u << 20)   // model.safetensors.index.json
 
-enum { DT_BF16, DT_F16, DT_F32 };
-static const char *const dtype_names[] = {"BF16", "F16", "F32"};
-static const int dtype_bytes[] = {2, 2, 4};
+static const char *const dtype_names[] = {"BF16", "F16", "F32", "U8"};
+static const int dtype_bytes[] = {2, 2, 4, 1};
 
 static int dtype_of(const char *name) {
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 4; d++)
         if (strcmp(name, dtype_names[d]) == 0) return d;
     return -1;
 }
-
-typedef struct {
-    char *name;
-    int dtype, ndim, file;
-    int64_t shape[8];
-    uint64_t numel;
-    uint64_t begin, end; // absolute byte offsets in the file
-} hf_tensor;
 
 struct hf_index {
     char index_path[PATH_MAX]; // the file that names the tensors (for "missing" messages)
@@ -51,6 +44,26 @@ static hf_tensor *find_tensor(const hf_index *ix, const char *name) {
     for (int i = 0; i < ix->n; i++)
         if (strcmp(ix->t[i].name, name) == 0) return &ix->t[i];
     return NULL;
+}
+
+const hf_tensor *hf_tensor_named(const hf_index *ix, const char *name) {
+    return find_tensor(ix, name);
+}
+
+const char *hf_tensor_file(const hf_index *ix, const hf_tensor *t) {
+    return ix->files[t->file];
+}
+
+const char *hf_index_path(const hf_index *ix) {
+    return ix->index_path;
+}
+
+int hf_index_count(const hf_index *ix) {
+    return ix->n;
+}
+
+const hf_tensor *hf_tensor_at(const hf_index *ix, int i) {
+    return &ix->t[i];
 }
 
 static int parse_u64(const cJSON *v, uint64_t *out) {
@@ -73,8 +86,8 @@ static int parse_entry(hf_index *ix, int f, const cJSON *e, uint64_t base, uint6
         !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
         return failf(err, errlen, "%s: tensor %s: malformed header entry", path, name);
     if ((t.dtype = dtype_of(dt->valuestring)) < 0)
-        return failf(err, errlen, "%s: tensor %s: dtype %s not supported (BF16, F16, F32)", path,
-                     name, dt->valuestring);
+        return failf(err, errlen, "%s: tensor %s: dtype %s not supported (BF16, F16, F32, U8)",
+                     path, name, dt->valuestring);
     const cJSON *d;
     cJSON_ArrayForEach(d, shape) {
         uint64_t dim;
@@ -248,63 +261,33 @@ void hf_index_close(hf_index *ix) {
 
 // ---- matching the model ----
 
-static int check_one(const hf_index *ix, const tensor_info *ti, const char *name, char *used,
-                     char *err, size_t errlen) {
+static void shape_text(char *out, size_t cap, const int64_t *dims, int ndim) {
+    snprintf(out, cap, "[");
+    for (int d = 0; d < ndim; d++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%lld", d ? ", " : "", (long long)dims[d]);
+    snprintf(out + strlen(out), cap - strlen(out), "]");
+}
+
+int hf_check_shape(const hf_index *ix, const char *name, const int64_t *want, int ndim, int u8,
+                   char *used, char *err, size_t errlen) {
     const hf_tensor *t = find_tensor(ix, name);
     if (!t)
         return failf(err, errlen, "%s: no tensor %s (config.json needs it)", ix->index_path, name);
     used[t - ix->t] = 1;
-    int ndim = ti->cols ? 2 : 1;
-    if (t->ndim != ndim || t->shape[0] != ti->rows || (ndim == 2 && t->shape[1] != ti->cols)) {
-        char got[64] = "[", want[32];
-        for (int d = 0; d < t->ndim; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                     (long long)t->shape[d]);
-        if (ti->cols)
-            snprintf(want, sizeof want, "[%d, %d]", ti->rows, ti->cols);
-        else
-            snprintf(want, sizeof want, "[%d]", ti->rows);
-        return failf(err, errlen, "%s: tensor %s has shape %s], config.json needs %s",
-                     ix->files[t->file], name, got, want);
+    if ((t->dtype == DT_U8) != u8)
+        return failf(err, errlen, "%s: tensor %s: dtype %s, config.json needs %s",
+                     ix->files[t->file], name, dtype_names[t->dtype],
+                     u8 ? "U8 (MXFP4 blocks and scales)" : "BF16, F16 or F32");
+    int same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == want[d];
+    if (!same) {
+        char got[160], need[160];
+        shape_text(got, sizeof got, t->shape, t->ndim);
+        shape_text(need, sizeof need, want, ndim);
+        return failf(err, errlen, "%s: tensor %s has shape %s, config.json needs %s",
+                     ix->files[t->file], name, got, need);
     }
     return 0;
-}
-
-// Leftovers that do not change the math: old checkpoints' RoPE tables, and lm_head.weight
-// saved beside tied embeddings (transformers ties it to the embedding on load, too).
-static int ignorable(const char *name, const mt_config *cfg) {
-    size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
-    if (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0) return 1;
-    return cfg->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
-}
-
-int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen) {
-    char *used = calloc(ix->n ? ix->n : 1, 1), name[256];
-    if (!used) mt_die("out of memory");
-    int rc = 0;
-    for (int g = 0; g < model_group_count(cfg) && rc == 0; g++) {
-        tensor_info ti[MODEL_MAX_TENSORS];
-        uint64_t numel;
-        int n = model_group_tensors(cfg, g, ti, &numel);
-        for (int k = 0; k < n && rc == 0; k++) {
-            model_tensor_name(name, sizeof name, &ti[k], g - 1);
-            rc = check_one(ix, &ti[k], name, used, err, errlen);
-        }
-    }
-    for (int i = 0; i < ix->n && rc == 0; i++) {
-        if (used[i] || ignorable(ix->t[i].name, cfg)) continue;
-        // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
-        const char *name = ix->t[i].name;
-        int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&
-                        (strstr(name, ".shared_expert.") || strstr(name, ".shared_expert_gate."));
-        rc = failf(err, errlen, "%s: unexpected tensor %s (%s)", ix->files[ix->t[i].file],
-                   ix->t[i].name,
-                   no_shared ? "a shared expert of width 0, config.json's "
-                               "shared_expert_intermediate_size, is not supported"
-                             : "config.json's model has none");
-    }
-    free(used);
-    return rc;
 }
 
 // ---- reading ----
@@ -350,54 +333,31 @@ int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t c
     if (!t) return failf(err, errlen, "%s: no tensor %s", ix->index_path, name);
     if (off > t->numel || count > t->numel - off)
         return failf(err, errlen, "%s: tensor %s: elements past its end", ix->index_path, name);
+    if (t->dtype == DT_U8)
+        return failf(err, errlen, "%s: tensor %s: U8 is not a weight", ix->files[t->file], name);
     enum { CHUNK = 1 << 16 }; // elements per pread: bounded memory, whatever the slice
     static __thread unsigned char buf[CHUNK * 4];
     size_t es = (size_t)dtype_bytes[t->dtype];
     while (count > 0) {
-        size_t n = count < CHUNK ? (size_t)count : CHUNK, want = n * es, got = 0;
-        off_t at = (off_t)(t->begin + off * es);
-        while (got < want) {
-            ssize_t r = pread(ix->fds[t->file], buf + got, want - got, at + (off_t)got);
-            if (r <= 0)
-                return failf(err, errlen, "%s: tensor %s: read failed: %s", ix->files[t->file],
-                             name, r < 0 ? strerror(errno) : "unexpected end of file");
-            got += (size_t)r;
-        }
+        size_t n = count < CHUNK ? (size_t)count : CHUNK;
+        if (hf_read_bytes(ix, t, off * es, n * es, buf, err, errlen) < 0) return -1;
         convert(t->dtype, buf, n, out);
         out += n, off += n, count -= n;
     }
     return 0;
 }
 
-int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
-                        float *out, char *err, size_t errlen) {
-    tensor_info ti[MODEL_MAX_TENSORS];
-    uint64_t numel;
-    char name[256];
-    int n = model_group_tensors(cfg, g, ti, &numel);
-    for (int k = 0; k < n; k++) {
-        uint64_t a = ti[k].offset > lo ? ti[k].offset : lo;
-        uint64_t b = ti[k].offset + ti[k].numel < lo + len ? ti[k].offset + ti[k].numel : lo + len;
-        if (a >= b) continue;
-        model_tensor_name(name, sizeof name, &ti[k], g - 1);
-        if (hf_read_range(ix, name, a - ti[k].offset, b - a, out + (a - lo), err, errlen) < 0)
-            return -1;
+int hf_read_bytes(const hf_index *ix, const hf_tensor *t, uint64_t off, size_t n, void *out,
+                  char *err, size_t errlen) {
+    if (off > t->end - t->begin || n > t->end - t->begin - off)
+        return failf(err, errlen, "%s: tensor %s: bytes past its end", ix->index_path, t->name);
+    off_t at = (off_t)(t->begin + off);
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(ix->fds[t->file], (char *)out + got, n - got, at + (off_t)got);
+        if (r <= 0)
+            return failf(err, errlen, "%s: tensor %s: read failed: %s", ix->files[t->file], t->name,
+                         r < 0 ? strerror(errno) : "unexpected end of file");
+        got += (size_t)r;
     }
     return 0;
-}
-
-int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, const float *data,
-                    char *err, size_t errlen) {
-    uint64_t i = 0;
-    while (i < len && isfinite(data[i])) i++;
-    if (i == len) return 0;
-    tensor_info ti[MODEL_MAX_TENSORS];
-    uint64_t numel, at = lo + i;
-    char name[256] = "?";
-    int n = model_group_tensors(cfg, g, ti, &numel), k = 0;
-    while (k < n - 1 && at >= ti[k].offset + ti[k].numel) k++;
-    model_tensor_name(name, sizeof name, &ti[k], g - 1);
-    return failf(err, errlen, "%s: tensor %s: element %llu is %s: non-finite weights are refused",
-                 cfg->model_dir, name, (unsigned long long)(at - ti[k].offset),
-                 isnan(data[i]) ? "NaN" : "infinite");
 }

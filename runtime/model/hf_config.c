@@ -11,25 +11,74 @@
 
 #define CONFIG_MAX (16u << 20)
 
-// One of llama3's four numbers: positive, and an integer where transformers wants one.
+// One of llama3's or yarn's numbers: positive, and an integer where transformers wants one.
 static int rope_num(const json_ctx *j, const cJSON *rs, const char *obj, const char *key,
                     int integer, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
         (integer && (v->valuedouble > INT_MAX || v->valuedouble != (double)(int)v->valuedouble)))
-        return failf(j->err, j->errlen, "%s: %s.%s must be a positive %s (rope_type llama3)",
-                     j->path, obj, key, integer ? "integer" : "number");
+        return failf(j->err, j->errlen, "%s: %s.%s must be a positive %s (rope_type %s)", j->path,
+                     obj, key, integer ? "integer" : "number",
+                     cJSON_IsString(t) ? t->valuestring : "llama3");
     *out = v->valuedouble;
     return 0;
 }
 
-// rope_scaling, or transformers 5's rope_parameters (which also carries rope_theta): absent,
-// null, rope_type "default", or "llama3" with its four numbers. Any other type is an error.
+// An optional yarn number: absent, null or 0 is def (transformers' `or`), else positive.
+static int rope_opt(const json_ctx *j, const cJSON *rs, const char *obj, const char *key,
+                    double def, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    *out = def;
+    if (!v || cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == 0)) return 0;
+    return rope_num(j, rs, obj, key, 0, out);
+}
+
+// transformers' yarn_get_mscale: the attention factor's part for a scale.
+static double yarn_mscale(double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+// YaRN (transformers' _compute_yarn_parameters): factor; original_max_position_embeddings, which
+// transformers takes from max_position_embeddings when left out; beta_fast 32 and beta_slow 1
+// when left out; truncate, true when left out; attention_factor, else from mscale and
+// mscale_all_dim when both are given (DeepSeek's), else 0 (0.1 ln(factor) + 1, model.h).
+static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_config *m) {
+    double orig = 0, mscale = 0, mscale_all = 0, af = 0;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+    if (rope_num(j, rs, obj, "factor", 0, &m->rope_factor) < 0) return -1;
+    if (o || !item(j, "max_position_embeddings")) {
+        if (rope_num(j, rs, obj, "original_max_position_embeddings", 1, &orig) < 0) return -1;
+    } else if (get_int(j, "max_position_embeddings", -1, &m->rope_original_max_pos) < 0) {
+        return -1;
+    }
+    if (orig > 0) m->rope_original_max_pos = (int)orig;
+    if (rope_opt(j, rs, obj, "beta_fast", 32, &m->rope_beta_fast) < 0 ||
+        rope_opt(j, rs, obj, "beta_slow", 1, &m->rope_beta_slow) < 0 ||
+        rope_opt(j, rs, obj, "mscale", 0, &mscale) < 0 ||
+        rope_opt(j, rs, obj, "mscale_all_dim", 0, &mscale_all) < 0)
+        return -1;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rs, "attention_factor"); // 0 is no default
+    if (a && !cJSON_IsNull(a) && rope_num(j, rs, obj, "attention_factor", 0, &af) < 0) return -1;
+    if (tr && !cJSON_IsNull(tr) && !cJSON_IsBool(tr))
+        return failf(j->err, j->errlen, "%s: %s.truncate must be true or false", j->path, obj);
+    m->rope_truncate = !tr || cJSON_IsNull(tr) || cJSON_IsTrue(tr);
+    if (!af && mscale > 0 && mscale_all > 0)
+        af = yarn_mscale(m->rope_factor, mscale) / yarn_mscale(m->rope_factor, mscale_all);
+    m->rope_attention_factor = af;
+    m->rope_type = ROPE_YARN;
+    return 0;
+}
+
+// rope_scaling, or transformers 5's rope_parameters (which also carries rope_theta): absent or
+// null (the family's default, hf_family.c's), rope_type "default", "llama3" with its four
+// numbers or "yarn" with its own. Any other type is an error.
 static int read_rope(const json_ctx *j, mt_config *m) {
     const char *obj = "rope_scaling";
     const cJSON *rs = item(j, obj);
     if (!rs) rs = item(j, obj = "rope_parameters");
-    m->rope_type = ROPE_PLAIN;
     if (!rs) return 0;
     if (!cJSON_IsObject(rs))
         return failf(j->err, j->errlen, "%s: %s must be an object or null", j->path, obj);
@@ -45,10 +94,13 @@ static int read_rope(const json_ctx *j, mt_config *m) {
     if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type"); // its name before transformers 4.43
     if (!cJSON_IsString(t))
         return failf(j->err, j->errlen, "%s: %s has no rope_type", j->path, obj);
+    m->rope_type = ROPE_PLAIN;
     if (strcmp(t->valuestring, "default") == 0) return 0;
+    if (strcmp(t->valuestring, "yarn") == 0) return read_yarn(j, rs, obj, m);
     if (strcmp(t->valuestring, "llama3") != 0)
-        return failf(j->err, j->errlen, "%s: rope_scaling type %s not supported (only llama3)",
-                     j->path, t->valuestring);
+        return failf(j->err, j->errlen,
+                     "%s: rope_scaling type %s not supported (only llama3 and yarn)", j->path,
+                     t->valuestring);
     double orig = 0;
     if (rope_num(j, rs, obj, "factor", 0, &m->rope_factor) < 0 ||
         rope_num(j, rs, obj, "low_freq_factor", 0, &m->rope_low_freq_factor) < 0 ||

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { WINDOW_NONE, WINDOW_MISTRAL, WINDOW_FLAG, WINDOW_PLAIN };
+enum { WINDOW_NONE, WINDOW_MISTRAL, WINDOW_FLAG, WINDOW_PLAIN, WINDOW_OSS };
 
 typedef struct {
     const char *arch, *model_type;
@@ -18,6 +18,7 @@ typedef struct {
     int window;   // how sliding_window is read (sliding_window() below)
     int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
     int attention_bias; // its attention_bias key puts biases on q, k, v and o_proj (Llama)
+    int bias_default;   // ... and is on when left out (gpt-oss)
     int qk_norm;        // QK_NONE, QK_HEAD or QK_ALL
     // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
     // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
@@ -25,8 +26,11 @@ typedef struct {
     // and sparse steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
     const char *experts_key, *experts_alias, *expert_ffn_key;
     int always_renorm, shared, sparse_steps;
-    int moe_names; // MOE_NAMES_MLP or MOE_NAMES_BLOCK_SPARSE
+    int moe_names; // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE or MOE_NAMES_GPT_OSS
     double aux_coef_default;
+    // gpt-oss: attention sinks, the router's bias and softmax over the top k, the experts'
+    // biases and clamped SwiGLU, YaRN when config.json names no rope, MXFP4 experts allowed
+    int oss;
 } family;
 
 // Named fields: a column a row leaves out is zero or NULL, so a new column defaults to off.
@@ -112,12 +116,28 @@ static const family families[] = {
      .expert_ffn_key = "intermediate_size",
      .moe_names = MOE_NAMES_MLP,
      .aux_coef_default = 0.01},
+    {.arch = "GptOssForCausalLM",
+     .model_type = "gpt_oss",
+     .kv_default = 8,
+     .head_dim_default = 64,
+     .eps_default = 1e-5,
+     .theta_default = 150000,
+     .window = WINDOW_OSS,
+     .attention_bias = 1,
+     .bias_default = 1,
+     .qk_norm = QK_NONE,
+     .experts_key = "num_local_experts",
+     .experts_alias = "num_experts",
+     .expert_ffn_key = "intermediate_size",
+     .always_renorm = 1,
+     .moe_names = MOE_NAMES_GPT_OSS,
+     .aux_coef_default = 0.001,
+     .oss = 1},
 };
 enum { N_FAMILIES = sizeof families / sizeof *families };
 
 // Architectures users bring that we do not train, with what would change the math.
 static const char *const refused[][2] = {
-    {"GptOssForCausalLM", "attention sinks and sliding windows"},
     {"Llama4ForCausalLM", "chunked attention and interleaved MoE layers"},
     {"Llama4ForConditionalGeneration", "chunked attention and interleaved MoE layers"},
     {"DeepseekV2ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
@@ -125,9 +145,9 @@ static const char *const refused[][2] = {
     {"SwitchTransformersForConditionalGeneration", "expert capacity factors that drop tokens"},
 };
 
-// The window as transformers reads it: Mistral's default is 4096 (null means none), the Qwen
-// families' counts only with use_sliding_window, Mixtral's only when given; Llama and OLMoE
-// have none. *window = 0 when there is none.
+// The window as transformers reads it: Mistral's default is 4096 and gpt-oss's 128 (null means
+// none), the Qwen families' counts only with use_sliding_window, Mixtral's only when given;
+// Llama and OLMoE have none. *window = 0 when there is none.
 static int sliding_window(const json_ctx *j, const family *f, double *window) {
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j->root, "sliding_window");
     int use = 1;
@@ -136,6 +156,7 @@ static int sliding_window(const json_ctx *j, const family *f, double *window) {
     if (f->window == WINDOW_FLAG && get_bool(j, "use_sliding_window", 0, &use) < 0) return -1;
     if (!use) return 0;
     if (!w && f->window == WINDOW_MISTRAL) return *window = 4096, 0;
+    if (!w && f->window == WINDOW_OSS) return *window = 128, 0;
     if (!w || cJSON_IsNull(w)) return 0;
     if (!cJSON_IsNumber(w) || !(w->valuedouble > 0))
         return failf(j->err, j->errlen, "%s: sliding_window must be a positive integer or null",
@@ -167,19 +188,21 @@ static const family *find_family(const json_ctx *j) {
     return NULL;
 }
 
-// Qwen2's and Qwen3's layer_types as transformers 5 sets them: config.json's list, or sliding
-// from max_window_layers (28 when absent) on when there is a window; written into
-// model.layer_types when some layer slides.
-static int read_layer_types(const json_ctx *j, double w, mt_config *m) {
+// Qwen2's, Qwen3's and gpt-oss's layer_types as transformers 5 sets them: config.json's list,
+// or by default Qwen's sliding from max_window_layers (28 when absent) on when there is a window,
+// gpt-oss's every other layer from layer 0; written into model.layer_types when some layer slides.
+static int read_layer_types(const json_ctx *j, const family *f, double w, mt_config *m) {
     const cJSON *list = item(j, "layer_types");
     int from = 28, sliding = 0;
     size_t used = 0; // of m->layer_types, which read_window has emptied
-    if (!list && get_int(j, "max_window_layers", 28, &from) < 0) return -1;
+    if (!list && f->window == WINDOW_FLAG && get_int(j, "max_window_layers", 28, &from) < 0)
+        return -1;
     if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
         return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
                      j->path, m->layers);
     for (int l = 0; l < m->layers; l++) {
-        const char *type = w > 0 && l >= from ? "sliding_attention" : "full_attention";
+        int slides_by_default = f->window == WINDOW_OSS ? l % 2 == 0 : w > 0 && l >= from;
+        const char *type = slides_by_default ? "sliding_attention" : "full_attention";
         if (list) {
             const cJSON *e = cJSON_GetArrayItem(list, l);
             if (!cJSON_IsString(e))
@@ -223,7 +246,8 @@ static int read_window(const json_ctx *j, const family *f, int seq_len, mt_confi
         return failf(j->err, j->errlen, "%s: sliding_window %g is not an integer up to 2^30",
                      j->path, w);
     if (f->window == WINDOW_MISTRAL) return m->sliding_window = (int)w, 0;
-    if (f->window == WINDOW_FLAG && !f->experts_key) return read_layer_types(j, w, m);
+    if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS)
+        return read_layer_types(j, f, w, m);
     if (w > 0 && w < seq_len)
         return failf(j->err, j->errlen,
                      "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet "
@@ -240,8 +264,23 @@ static int require_zero(const json_ctx *j, const char *key, const char *why) {
     return 0;
 }
 
+// quantization_config: only gpt-oss's MXFP4 experts, which io/ dequantizes as transformers does.
+static int check_quantization(const json_ctx *j, const family *f) {
+    const cJSON *q = item(j, "quantization_config");
+    if (!q) return 0;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    const char *method = cJSON_IsString(m) ? m->valuestring : "(none)";
+    if (!f->oss || strcmp(method, "mxfp4") != 0)
+        return failf(j->err, j->errlen,
+                     "%s: quantization_config quant_method %s not supported (only gpt-oss's "
+                     "mxfp4 experts, dequantized on load)",
+                     j->path, method);
+    return 0;
+}
+
 // Fields that would change the math and that we do not implement are errors, not ignored.
 static int check_unsupported(const json_ctx *j, const family *f) {
+    if (check_quantization(j, f) < 0) return -1;
     const cJSON *act = item(j, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
         return failf(j->err, j->errlen, "%s: hidden_act %s not supported (only silu)", j->path,
@@ -291,7 +330,8 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
         return -1;
     m->qkv_bias = f->qkv_bias == 1, m->o_bias = 0;
     if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
-    if (f->attention_bias && get_bool(j, "attention_bias", 0, &m->o_bias) < 0) return -1;
+    if (f->attention_bias && get_bool(j, "attention_bias", f->bias_default, &m->o_bias) < 0)
+        return -1;
     if (f->attention_bias) m->qkv_bias = m->o_bias; // q, k, v and o_proj alike
     m->qk_norm = f->qk_norm;
     return 0;
@@ -357,8 +397,23 @@ static int read_experts(const json_ctx *j, const family *f, mt_config *m) {
     return get_int(j, f->expert_ffn_key, -1, &m->moe_ffn_dim);
 }
 
+// gpt-oss's attention sinks, router and experts (all of them on; every other family's off).
+// swiglu_alpha, the clamped SwiGLU's sigmoid gain, is a key of transformers 5.25 (fixed at 1.702
+// before): only that value is supported.
+static int read_oss(const json_ctx *j, const family *f, mt_config *m) {
+    m->attn_sinks = m->router_bias = m->expert_bias = f->oss;
+    m->router_softmax = f->oss ? ROUTER_SOFTMAX_TOP_K : ROUTER_SOFTMAX_ALL;
+    m->swiglu_limit = 0;
+    if (!f->oss) return 0;
+    const cJSON *alpha = item(j, "swiglu_alpha");
+    if (alpha && !(cJSON_IsNumber(alpha) && alpha->valuedouble == 1.702))
+        return failf(j->err, j->errlen, "%s: swiglu_alpha not supported (only 1.702)", j->path);
+    return get_num(j, "swiglu_limit", 7.0, &m->swiglu_limit);
+}
+
 // The MoE fields; a dense family has none (experts 0).
 static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
+    if (read_oss(j, f, m) < 0) return -1;
     m->experts = 0, m->top_k = 2, m->moe_ffn_dim = m->ffn_dim, m->norm_topk_prob = 1;
     m->shared_ffn_dim = 0, m->moe_every = 1, m->router_aux = 0, m->router_aux_coef = 0.001;
     memset(m->dense_layers, 0, sizeof m->dense_layers);
@@ -387,11 +442,22 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
     return get_bool(j, "output_router_logits", 0, &m->router_aux);
 }
 
+// The RoPE of a config.json without rope_scaling: gpt-oss's YaRN (GptOssConfig's), else plain.
+// hf_config.c's read_rope replaces it with config.json's.
+static void default_rope(const family *f, mt_config *m) {
+    m->rope_type = f->oss ? ROPE_YARN : ROPE_PLAIN;
+    if (!f->oss) return;
+    m->rope_factor = 32, m->rope_original_max_pos = 4096;
+    m->rope_beta_fast = 32, m->rope_beta_slow = 1, m->rope_truncate = 0;
+    m->rope_attention_factor = 0;
+}
+
 int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
     const family *f = find_family(j);
     if (!f || check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
         read_window(j, f, seq_len, m) < 0)
         return -1;
+    default_rope(f, m);
     return read_moe(j, f, m);
 }
 
@@ -399,7 +465,7 @@ int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
 // the Llama it is), dense Qwen2 and Qwen3 any layer_types, the others none.
 static int writes_window(const family *f, const mt_config *c) {
     if (f->window == WINDOW_MISTRAL) return c->sliding_window > 0 && !c->layer_types[0];
-    if (f->window == WINDOW_FLAG && !f->experts_key) return 1;
+    if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS) return 1;
     return c->sliding_window == 0;
 }
 
@@ -410,6 +476,13 @@ static int carries_biases(const family *f, const mt_config *c) {
     return !c->o_bias && (f->qkv_bias == 2 || (f->qkv_bias == 1) == !!c->qkv_bias);
 }
 
+// gpt-oss's options come all together, in gpt-oss only.
+static int matches_oss(const family *f, const mt_config *c) {
+    int oss = c->attn_sinks && c->router_softmax == ROUTER_SOFTMAX_TOP_K && c->swiglu_limit > 0;
+    int none = !c->attn_sinks && c->router_softmax == ROUTER_SOFTMAX_ALL && c->swiglu_limit == 0;
+    return f->oss ? oss : none;
+}
+
 // The family an export writes: the first whose fields match c's, NULL when none does.
 static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
@@ -417,7 +490,7 @@ static const family *family_of(const mt_config *c) {
         int moe = f->experts_key != NULL;
         if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
         if (!carries_biases(f, c)) continue;
-        if (!writes_window(f, c)) continue;
+        if (!writes_window(f, c) || !matches_oss(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
             (!f->shared && c->shared_ffn_dim > 0) ||
@@ -462,17 +535,24 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
     }
     hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
     cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
+    if (f->oss) hf_add_float(r, "swiglu_limit", c->swiglu_limit);
 }
 
 // Qwen2's and Qwen3's window: off, or on with each layer's type listed (read back as written).
-static void write_layer_types(cJSON *r, const mt_config *c) {
-    cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
-    cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
-    if (c->sliding_window <= 0) {
+// gpt-oss's layer_types always (its default alternates); when no layer slides, its window is
+// GptOssConfig's default, 128, which no layer uses: transformers' GptOssModel builds the sliding
+// mask for every forward and fails on a null window.
+static void write_layer_types(cJSON *r, const family *f, const mt_config *c) {
+    int window = c->sliding_window > 0 ? c->sliding_window : f->window == WINDOW_OSS ? 128 : 0;
+    if (f->window == WINDOW_FLAG) {
+        cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
+        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+    }
+    if (!window) {
         cJSON_AddNullToObject(r, "sliding_window");
         return;
     }
-    cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
+    cJSON_AddNumberToObject(r, "sliding_window", window);
     cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
     for (int l = 0; l < c->layers; l++)
         cJSON_AddItemToArray(list,
@@ -490,8 +570,8 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? c->moe_ffn_dim
                                                                                 : c->ffn_dim;
     cJSON_AddNumberToObject(r, "intermediate_size", ffn);
-    if (f->window == WINDOW_FLAG)
-        write_layer_types(r, c);
+    if (f->window == WINDOW_FLAG || f->window == WINDOW_OSS)
+        write_layer_types(r, f, c);
     else if (f->window == WINDOW_PLAIN) {
         cJSON_AddNullToObject(r, "sliding_window");
     } else if (f->window == WINDOW_MISTRAL) {
@@ -501,5 +581,8 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", f->attention_bias && c->o_bias);
     if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
     if (f->experts_key) write_moe(r, f, c);
+    // gpt-oss without rope_scaling is YaRN: plain RoPE must be said (io/export.c adds the rest)
+    if (f->oss && c->rope_type == ROPE_PLAIN)
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "rope_scaling"), "rope_type", "default");
     return 0;
 }

@@ -453,8 +453,9 @@ static void receive_step(optimizer *o, int step) {
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
-// its fp32 master slices (of the device-updated groups, as the compute rank sends them back),
-// the leader renames the finished folder into place.
+// its fp32 master slices (of the device-updated groups, as the compute rank sends them back)
+// and then permutes its share of gpt-oss's fused expert tensors, the leader renames the
+// finished folder into place.
 static void export_hf(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
@@ -489,6 +490,8 @@ static void export_hf(optimizer *o) {
         }
     }
     free(piece);
+    MPI_CHECK(MPI_Barrier(job->opt_comm));
+    hf_export_assemble(&job->cfg, tmp, max, o->shard, job->n_shards); // gpt-oss's fused experts
     MPI_CHECK(MPI_Barrier(job->opt_comm));
     if (job->rank == 1) hf_export_publish(tmp, job->cfg.export_dir);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
