@@ -120,6 +120,14 @@ def check_conv(dump):
     compare("conv1d+silu dw (summed over the documents)", dw.numpy(), w.grad, GRAD_TOL)
 
 
+def gva(q, k, H):
+    """q and k repeated to the value heads, as Qwen3_5GatedDeltaNet.forward does before the rule
+    in transformers 5.17 (whose torch_*_gated_delta_rule take equal head counts; later releases
+    repeat inside). Autograd sums the copies' gradients back, as our kernels do."""
+    r = H // q.shape[2]
+    return (q.repeat_interleave(r, dim=2), k.repeat_interleave(r, dim=2)) if r > 1 else (q, k)
+
+
 def check_delta(dump):
     B, T, HK, H, dk, dv = dump.B, dump.T, dump.HK, dump.H, dump.dk, dump.dv
     shapes = [(B, T, HK, dk), (B, T, HK, dk), (B, T, H, dv), (B, T, H), (B, T, H)]
@@ -131,7 +139,8 @@ def check_delta(dump):
         out, *grads = dump.arrays(ours, [(B, T, H, dv)] + shapes)
         theirs, tgrads = per_document(
             dump, inputs, dout,
-            lambda q, k, v, g, beta: fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)[0])
+            lambda q, k, v, g, beta: fn(*gva(q, k, H), v, g=g, beta=beta,
+                                        use_qk_l2norm_in_kernel=True)[0])
         compare(f"delta rule {form} out vs {theirs_name}", out.numpy(), theirs, FWD_TOL)
         for name, mine, t in zip(("dq", "dk", "dv", "dg", "dbeta"), grads, tgrads):
             compare(f"delta rule {form} {name} vs {theirs_name}", mine.numpy(), t, GRAD_TOL)

@@ -78,6 +78,8 @@ def native(work, name, **extra):
     check(not diff, f"{name}: the export loads as GptOssForCausalLM, tensors bitwise {diff}")
     for key in ("layer_types", "sliding_window", "rope_parameters", "attention_bias",
                 "swiglu_limit", "num_local_experts", "num_experts_per_tok", "head_dim"):
+        if not hasattr(model.config, key):
+            continue  # swiglu_limit: a config attribute from transformers 5.25 on (5.17 fixes 7)
         a, b = getattr(model.config, key), getattr(back.config, key)
         if key == "rope_parameters":
             a, b = dict(a), dict(b)
