@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# gpt-oss on the GPU machine (bench/RESULTS.md): each argument one part, output under $OUT.
+#   peer       moe-gptoss-1l (gpt-oss-120b's first layer at full width, 65,536 tokens a step)
+#              beside moe_torch.py's gptoss on the same layer (eager attention: its sinks), the
+#              peer's micro-batches of MT_PEER_MICROS rows (default 2 then 1: 8 x 2048 tokens'
+#              logits alone are 13 GB in fp32) for the same 65,536 tokens a step
+#   slices20   gpt-oss-20b from its 2- and 4-layer slices (bench/run_slices.sh)
+#   slices120  gpt-oss-120b from its 1- and 2-layer slices
+#   busy       the 4-layer gpt-oss-20b slice at its plan's 95%-busy batch (11 micro-batches,
+#              180,224 tokens a step): the GPU's busy share against the plan
+#   usage: OUT=... bench/run_gptoss.sh [peer] [slices20] [slices120] [busy]
+set -u
+cd "$(dirname "$0")/.."
+source bench/device-setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+echo "build: $(($(date +%s) - t0)) s, commit $(git rev-parse --short HEAD 2>/dev/null)"
+for what in "$@"; do
+    case $what in
+    peer)
+        MT_PEER_MICROS=${MT_PEER_MICROS:-2 1} bash bench/run_moe.sh moe-gptoss-1l peer-gptoss:1 2>&1 |
+            grep -vE "^build:" ;;
+    slices20) bench/run_slices.sh build "$OUT" gpt-oss-20b 2>&1 | tail -n 25 ;;
+    slices120) bench/run_slices.sh build "$OUT" gpt-oss-120b 2>&1 | tail -n 25 ;;
+    busy)
+        MT_BENCH_ARGS="batch.micro_batches=11" MT_BENCH_TAG=be \
+            bench/run_bench.sh build "$OUT" slice-gpt-oss-20b-4l 2>&1 | grep -vE "^ +L[0-9]"
+        build/bin/mtrun --plan -np 5 bench/configs/slice-gpt-oss-20b-4l.cfg batch.micro_batches=11 \
+            2>&1 | grep -E "balance|  step " ;;
+    esac
+    echo "-- $what done at $(($(date +%s) - t0)) s"
+done
