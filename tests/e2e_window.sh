@@ -5,7 +5,8 @@
 # - a shorter one changes them, and -np 2 = -np 3 bitwise with it; a window on one layer of two
 #   (gpt-oss's alternation) differs from both;
 # - refused in one line, exit 2: a layer_types entry of another kind, the wrong count, a sliding
-#   layer without a window, a negative window, and an export_dir for a model no architecture we
+#   layer without a window, a negative window, a linear_attention layer without its dims or with
+#   value heads not a multiple of the key heads, and an export_dir for a model no architecture we
 #   write can describe (a window on some layers only).
 # - with a GPU, the same windows on the CUDA backend: -np 2 = -np 3 bitwise, and each step's
 #   loss within 2% of the CPU's.
@@ -38,13 +39,18 @@ expect "flops_per_token: window 8 on both layers counts 2 x (24576 - 10752) fewe
     awk -v a="$(fpt none)" -v b="$(fpt w8)" 'BEGIN {exit !(a - b == 27648)}'
 expect "flops_per_token: window 8 on one layer counts half that fewer ($(fpt mixed))" \
     awk -v a="$(fpt none)" -v b="$(fpt mixed)" 'BEGIN {exit !(a - b == 13824)}'
-refused_dry unknown 'model.layer_types: layer 1 is "local": not full_attention or sliding_attention$' \
+refused_dry unknown 'model.layer_types: layer 1 is "local": not full_attention, sliding_attention or linear_attention$' \
     model.sliding_window=8 'model.layer_types="full_attention,local"'
 refused_dry count 'model.layer_types: lists 3 layers; model.layers = 2$' model.sliding_window=8 \
     'model.layer_types="full_attention,full_attention,full_attention"'
 refused_dry no_window 'model.layer_types: layer 0 is sliding_attention, but model.sliding_window is 0$' \
     "$MIXED"
 refused_dry negative 'model.sliding_window: -1 is out of range' model.sliding_window=-1
+refused_dry linear_dims 'model.layer_types: layer 0 is linear_attention, but model.linear_k_heads, linear_v_heads, linear_k_dim and linear_v_dim are not all set$' \
+    'model.layer_types="linear_attention,full_attention"'
+refused_dry gva 'model.linear_v_heads: 3 is not a multiple of model.linear_k_heads = 2' \
+    'model.layer_types="linear_attention,full_attention"' model.linear_k_heads=2 \
+    model.linear_v_heads=3 model.linear_k_dim=8 model.linear_v_dim=8
 refused_dry export 'export_dir: no Hugging Face architecture we write has this model.s fields .*sliding_window 8 on the layers of model.layer_types' \
     model.sliding_window=8 "$MIXED" "export_dir=\"$WORK/export\""
 if have_gpu; then

@@ -262,6 +262,7 @@ static void cpu_slot_wait(backend *b, int slot) {}
 // The layer's working set, then MT_CPU_BACKEND's buffers and the routing statistics
 // (buffers.h).
 backend *backend_cpu_new(const mt_config *c) {
+    backend_refuse_pending(c, "not in the CPU templates yet");
     backend *b = cpu_alloc(NULL, sizeof *b);
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len;

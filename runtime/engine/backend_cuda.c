@@ -332,6 +332,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
+    backend_refuse_pending(c, "not on the CUDA backend yet");
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

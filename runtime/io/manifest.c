@@ -85,6 +85,8 @@ static const struct {
     {"attn_sinks", offsetof(mt_config, attn_sinks)},
     {"router_bias", offsetof(mt_config, router_bias)},
     {"expert_bias", offsetof(mt_config, expert_bias)},
+    {"attn_output_gate", offsetof(mt_config, attn_output_gate)},
+    {"norm_zero_centered", offsetof(mt_config, norm_zero_centered)},
 };
 
 static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,

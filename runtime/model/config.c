@@ -331,6 +331,11 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "least 2",
                            c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
     if (check_moe(x, c) < 0) return -1;
+    if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
+        return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
+                           "%d is not a multiple of model.linear_k_heads = %d (each key head "
+                           "serves as many value heads)",
+                           c->linear_v_heads, c->linear_k_heads);
     if (c->data_format == DATA_BYTES && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);

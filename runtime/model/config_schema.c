@@ -33,6 +33,14 @@ const field_t config_schema[] = {
     BOOL("model.qkv_bias", qkv_bias, 0),     // Qwen2: biases on q, k, v
     BOOL("model.o_bias", o_bias, 0),         // on o_proj too (Llama's attention_bias sets both)
     BOOL("model.attn_sinks", attn_sinks, 0), // gpt-oss: a learned logit per head in the softmax
+    BOOL("model.attn_output_gate", attn_output_gate, 0),     // Qwen3.5: sigmoid(gate) on the output
+    BOOL("model.norm_zero_centered", norm_zero_centered, 0), // Qwen3.5: RMSNorm by (1 + w)
+    // Gated DeltaNet, the layers layer_types names linear_attention (Qwen3.5, Qwen3-Next)
+    INT("model.linear_k_heads", linear_k_heads, 0, 1024, 0, 0),
+    INT("model.linear_v_heads", linear_v_heads, 0, 1024, 0, 0),
+    INT("model.linear_k_dim", linear_k_dim, 0, 1024, 0, 0),
+    INT("model.linear_v_dim", linear_v_dim, 0, 1024, 0, 0),
+    INT("model.linear_conv", linear_conv, 1, 64, 0, 4),
     INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
     // RoPE turns this share of each head (Qwen3.5: 0.25), the rest passes
     FLT("model.partial_rotary_factor", partial_rotary_factor, 0, 1, MIN_OPEN, 1),

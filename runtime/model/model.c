@@ -49,9 +49,19 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
     for (int l = 0; l < count; l++) {
         size_t len = next_type(&p, &e);
         int sliding = is_type(e, len, "sliding_attention");
-        if (!sliding && !is_type(e, len, "full_attention"))
-            return snprintf(why, n, "layer %d is \"%.*s\": not full_attention or sliding_attention",
+        int linear = is_type(e, len, "linear_attention");
+        if (!sliding && !linear && !is_type(e, len, "full_attention"))
+            return snprintf(why, n,
+                            "layer %d is \"%.*s\": not full_attention, sliding_attention or "
+                            "linear_attention",
                             l, (int)len, e),
+                   -1;
+        if (linear && !(c->linear_k_heads > 0 && c->linear_v_heads > 0 && c->linear_k_dim > 0 &&
+                        c->linear_v_dim > 0))
+            return snprintf(why, n,
+                            "layer %d is linear_attention, but model.linear_k_heads, "
+                            "linear_v_heads, linear_k_dim and linear_v_dim are not all set",
+                            l),
                    -1;
         if (sliding && c->sliding_window <= 0)
             return snprintf(why, n, "layer %d is sliding_attention, but model.sliding_window is 0",
@@ -71,7 +81,7 @@ void model_describe_layers(mt_config *c) {
         int slides =
             c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
         c->layer_kind[l] = (mt_layer_kind){
-            .attention = ATTN_SOFTMAX,
+            .attention = is_type(e, len, "linear_attention") ? ATTN_GDN : ATTN_SOFTMAX,
             .mlp = moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
             .sinks = !!c->attn_sinks,
             .window = slides ? c->sliding_window : 0,
@@ -111,22 +121,27 @@ static const role_row role_rows[] = {
 
 static int role_present(const mt_config *c, int layer, int present) {
     int moe = mt_layer_is_moe(c, layer);
+    int softmax = mt_layer_kind_of(c, layer)->attention == ATTN_SOFTMAX;
     switch (present) {
+    case ROLE_SOFTMAX:
+        return softmax;
+    case ROLE_GDN:
+        return mt_layer_kind_of(c, layer)->attention == ATTN_GDN;
     case ROLE_DENSE_MLP:
         return !moe;
     case ROLE_MOE:
     case ROLE_EXPERTS:
         return moe;
     case ROLE_QKV_BIAS:
-        return c->qkv_bias;
+        return softmax && c->qkv_bias;
     case ROLE_QK_NORM:
-        return mt_qk_norm(c) != QK_NONE;
+        return softmax && mt_qk_norm(c) != QK_NONE;
     case ROLE_SHARED:
         return moe && c->shared_ffn_dim > 0;
     case ROLE_O_BIAS:
-        return c->o_bias;
+        return softmax && c->o_bias;
     case ROLE_SINKS:
-        return mt_layer_kind_of(c, layer)->sinks;
+        return softmax && mt_layer_kind_of(c, layer)->sinks;
     case ROLE_ROUTER_BIAS:
         return moe && c->router_bias;
     case ROLE_EXPERT_BIAS:
@@ -160,6 +175,18 @@ static int dim_of(const mt_config *c, int dim) {
         return all ? c->kv_heads * hd : hd;
     case DIM_H:
         return c->heads;
+    case DIM_QW:
+        return c->heads * hd * (c->attn_output_gate ? 2 : 1);
+    case DIM_LA_CONV:
+        return 2 * c->linear_k_heads * c->linear_k_dim + c->linear_v_heads * c->linear_v_dim;
+    case DIM_LA_V:
+        return c->linear_v_heads * c->linear_v_dim;
+    case DIM_LA_H:
+        return c->linear_v_heads;
+    case DIM_LA_DV:
+        return c->linear_v_dim;
+    case DIM_LA_TAPS:
+        return c->linear_conv;
     }
     return 0; // DIM_NONE
 }
@@ -178,7 +205,8 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             n = add_tensor(t, n, name, off, dim_of(c, r->rows), dim_of(c, r->cols), r->init,
                            r->role);
             if (per_expert) t[n - 1].expert = e;
-            if (oss) t[n - 1].hub_layout = r->oss_layout;
+            // the layout goes with the gpt_oss name, or with the role's only name
+            if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
         }
     }
     return n;
@@ -191,7 +219,7 @@ int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *num
         n = add_tensor(t, n, "model.embed_tokens.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
                        T_EMBED);
     } else if (g == model_head_group(c)) {
-        n = add_tensor(t, n, "model.norm.weight", &off, c->dim, 0, TENSOR_ONES, T_FINAL_NORM);
+        n = add_tensor(t, n, "model.norm.weight", &off, c->dim, 0, TENSOR_NORM, T_FINAL_NORM);
         if (!c->tied_embeddings)
             n = add_tensor(t, n, "lm_head.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
                            T_LM_HEAD);
@@ -256,6 +284,19 @@ static float normal_at(uint64_t seed, int g, uint64_t i) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
+// Element i of group g under init (TENSOR_NORM resolved): a pure function of (seed, g, i).
+static float init_value(const mt_config *c, int init, int g, uint64_t i) {
+    switch (init) {
+    case TENSOR_ONES:
+        return 1.0f;
+    case TENSOR_ZEROS:
+        return 0.0f;
+    case TENSOR_A_LOG: // U(1, 16) from the normal draw's CDF, logged
+        return logf(1.0f + 15.0f * 0.5f * erfcf(-normal_at(c->seed, g, i) / sqrtf(2.0f)));
+    }
+    return 0.02f * normal_at(c->seed, g, i);
+}
+
 void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, float *out) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
@@ -265,11 +306,10 @@ void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, floa
         uint64_t b = t[k].offset + t[k].numel < lo + len ? t[k].offset + t[k].numel : lo + len;
         // Each value depends on (seed, group, index) alone: threads give the same bits, and a 7B
         // start no longer waits a minute on one core per optimizer rank.
+        int init = t[k].init;
+        if (init == TENSOR_NORM) init = c->norm_zero_centered ? TENSOR_ZEROS : TENSOR_ONES;
 #pragma omp parallel for schedule(static)
-        for (uint64_t i = a; i < b; i++)
-            out[i - lo] = t[k].init == TENSOR_ONES    ? 1.0f
-                          : t[k].init == TENSOR_ZEROS ? 0.0f
-                                                      : 0.02f * normal_at(c->seed, g, i);
+        for (uint64_t i = a; i < b; i++) out[i - lo] = init_value(c, init, g, i);
     }
 }
 

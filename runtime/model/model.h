@@ -53,7 +53,9 @@ int mt_choice_index(const char *const *names, const char *name);
 // A decoder layer is norm -> attention part -> residual -> norm -> MLP part -> residual, and
 // each part is a kind (docs/architecture.md). The model description lists every layer's kinds
 // once, at load (model_describe_layers); the rest of the system asks it, never a family's name.
-enum { ATTN_SOFTMAX, ATTN_KINDS };      // softmax attention (GQA/MHA), with its options
+// softmax attention (GQA/MHA), with its options; Gated DeltaNet linear attention (Qwen3.5's and
+// Qwen3-Next's linear_attention layers)
+enum { ATTN_SOFTMAX, ATTN_GDN, ATTN_KINDS };
 enum { MLP_DENSE, MLP_MOE, MLP_KINDS }; // a SwiGLU; E experts behind a router
 typedef struct {
     unsigned char attention, mlp;
@@ -72,6 +74,18 @@ typedef struct {
     // Attention sinks (gpt-oss): one learned logit per query head joins each softmax's
     // denominator and takes a share of the probability that no value carries.
     int attn_sinks;
+    // Qwen3.5 / Qwen3-Next's gated attention: q_proj emits each head's query and as many gate
+    // values ([q_h, gate_h] per head), and the attention output is multiplied by sigmoid(gate)
+    // before o_proj.
+    int attn_output_gate;
+    // RMSNorm weights stored zero-centred, applied as (1 + w) and initialised to 0 (Qwen3.5's
+    // Qwen3_5RMSNorm, Gemma's): the layers' two norms, the final norm, q_norm and k_norm; not
+    // the Gated DeltaNet's own gated norm, whose weight is plain.
+    int norm_zero_centered;
+    // Gated DeltaNet (layer_types "linear_attention"): key heads of linear_k_dim, value heads of
+    // linear_v_dim (linear_v_heads a multiple of linear_k_heads: each key head serves as many
+    // value heads, GVA), a causal depthwise conv1d of linear_conv taps over q, k and v.
+    int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, linear_conv;
     // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
     // and Mistral-Nemo give one that differs from dim / heads.
     int head_dim;
@@ -83,8 +97,9 @@ typedef struct {
     int qk_norm;
     // Sliding-window attention: a query of a sliding layer sees itself and the sliding_window - 1
     // keys before it (transformers' sliding_attention), the others every key before them (0: no
-    // layer slides). layer_types: "full_attention,sliding_attention,...", one entry a layer; ""
-    // makes every layer sliding when sliding_window > 0 (Mistral).
+    // layer slides). layer_types: "full_attention,sliding_attention,linear_attention,...", one
+    // entry a layer (linear_attention: a Gated DeltaNet layer); "" makes every layer sliding when
+    // sliding_window > 0 (Mistral).
     int sliding_window;
     char layer_types[4096];
     // Mixture of Experts (docs/moe.md). experts = 0: every layer's MLP is dense. Otherwise layer
@@ -285,7 +300,10 @@ static inline long mt_tokens_per_step(const mt_config *c) {
 
 // ---- parameter groups and tensors ----
 
-enum { TENSOR_NORMAL, TENSOR_ONES, TENSOR_ZEROS }; // how a tensor is initialized
+// How a tensor is initialized: N(0, 0.02); ones; zeros; an RMSNorm's weight (ones, or zeros
+// when model.norm_zero_centered); Gated DeltaNet's A_log, the log of U(1, 16) (transformers
+// draws from U(0, 16), which the log cannot take at 0).
+enum { TENSOR_NORMAL, TENSOR_ONES, TENSOR_ZEROS, TENSOR_NORM, TENSOR_A_LOG };
 
 #include "runtime/model/roles.h" // T_* roles, the layer's role table
 

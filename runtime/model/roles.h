@@ -11,6 +11,7 @@
 // options call for it (model.c's role_present).
 enum {
     ROLE_ALWAYS,
+    ROLE_SOFTMAX,     // the attention kind is softmax: its q, k, v and o projections
     ROLE_DENSE_MLP,   // the MLP kind is dense
     ROLE_MOE,         // the MLP kind is MoE: its router
     ROLE_EXPERTS,     // the MLP kind is MoE: one matrix per expert, expert-major
@@ -21,10 +22,12 @@ enum {
     ROLE_SINKS,       // model.attn_sinks
     ROLE_ROUTER_BIAS, // the MLP kind is MoE with model.router_bias
     ROLE_EXPERT_BIAS, // the MLP kind is MoE with model.expert_bias: one vector per expert
+    ROLE_GDN,         // the attention kind is Gated DeltaNet
 };
 
-// How the hub's tensor holds one of ours, under moe_names "gpt_oss" (io/ reads and writes it):
-// the whole tensor as it is, or one expert's part of a fused [E, ...] tensor.
+// How the hub's tensor holds one of ours (io/ reads and writes it): the whole tensor as it is,
+// one expert's part of a fused [E, ...] tensor (under moe_names "gpt_oss"), or the same elements
+// in another shape.
 enum {
     HUB_PLAIN,        // the same shape and order
     HUB_GATE_UP_EVEN, // gate_up_proj [E, d, 2f]: expert e's gate [f, d] is [e, :, 0::2]^T
@@ -33,40 +36,48 @@ enum {
     HUB_BIAS_EVEN,    // gate_up_proj_bias [E, 2f]: expert e's gate bias [f] is [e, 0::2]
     HUB_BIAS_ODD,     // ... and its up bias [e, 1::2]
     HUB_STACKED,      // down_proj_bias [E, d]: expert e's is [e]
+    HUB_CONV1D,       // a depthwise conv1d weight [channels, 1, taps]: ours [channels, taps]
 };
 
 // A shape's extents, resolved against the config by model.c's dim_of.
 enum {
     DIM_NONE, // cols of a vector
     DIM_ONE,
-    DIM_D,  // model.dim
-    DIM_Q,  // heads x head_dim
-    DIM_KV, // kv_heads x head_dim
-    DIM_F,  // ffn_dim
-    DIM_E,  // experts
-    DIM_FE, // moe_ffn_dim
-    DIM_S,  // shared_ffn_dim
-    DIM_QN, // q_norm's width: head_dim ("head") or heads x head_dim ("all")
-    DIM_KN, // k_norm's width: head_dim ("head") or kv_heads x head_dim ("all")
-    DIM_H,  // heads
+    DIM_D,       // model.dim
+    DIM_Q,       // heads x head_dim
+    DIM_KV,      // kv_heads x head_dim
+    DIM_F,       // ffn_dim
+    DIM_E,       // experts
+    DIM_FE,      // moe_ffn_dim
+    DIM_S,       // shared_ffn_dim
+    DIM_QN,      // q_norm's width: head_dim ("head") or heads x head_dim ("all")
+    DIM_KN,      // k_norm's width: head_dim ("head") or kv_heads x head_dim ("all")
+    DIM_H,       // heads
+    DIM_QW,      // q_proj's rows: heads x head_dim, twice that with attn_output_gate
+    DIM_LA_CONV, // Gated DeltaNet's q, k, v channels: 2 x k_heads x k_dim + v_heads x v_dim
+    DIM_LA_V,    // its value width: v_heads x v_dim
+    DIM_LA_H,    // its value heads
+    DIM_LA_DV,   // its value head dim (the gated norm's width)
+    DIM_LA_TAPS, // its conv1d's taps (linear_conv)
 };
 
 // X(field, ROLE, present, hub name, hub name under moe_names "block_sparse_moe" (NULL: the
-// same), hub name under moe_names "gpt_oss" (NULL: the same) and its HUB_* layout, rows, cols,
-// init). "%d" is the layer's index, "%e" the expert's.
+// same), hub name under moe_names "gpt_oss" (NULL: the same) and the HUB_* layout of that name
+// (of the only name, where the row has no gpt_oss one), rows, cols, init). "%d" is the layer's
+// index, "%e" the expert's.
 #define MT_LAYER_ROLES(X)                                                                          \
     X(attn_norm, T_ATTN_NORM, ROLE_ALWAYS, "model.layers.%d.input_layernorm.weight", NULL, NULL,   \
-      HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_ONES)                                                     \
-    X(wq, T_WQ, ROLE_ALWAYS, "model.layers.%d.self_attn.q_proj.weight", NULL, NULL, HUB_PLAIN,     \
-      DIM_Q, DIM_D, TENSOR_NORMAL)                                                                 \
-    X(wk, T_WK, ROLE_ALWAYS, "model.layers.%d.self_attn.k_proj.weight", NULL, NULL, HUB_PLAIN,     \
+      HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_NORM)                                                     \
+    X(wq, T_WQ, ROLE_SOFTMAX, "model.layers.%d.self_attn.q_proj.weight", NULL, NULL, HUB_PLAIN,    \
+      DIM_QW, DIM_D, TENSOR_NORMAL)                                                                \
+    X(wk, T_WK, ROLE_SOFTMAX, "model.layers.%d.self_attn.k_proj.weight", NULL, NULL, HUB_PLAIN,    \
       DIM_KV, DIM_D, TENSOR_NORMAL)                                                                \
-    X(wv, T_WV, ROLE_ALWAYS, "model.layers.%d.self_attn.v_proj.weight", NULL, NULL, HUB_PLAIN,     \
+    X(wv, T_WV, ROLE_SOFTMAX, "model.layers.%d.self_attn.v_proj.weight", NULL, NULL, HUB_PLAIN,    \
       DIM_KV, DIM_D, TENSOR_NORMAL)                                                                \
-    X(wo, T_WO, ROLE_ALWAYS, "model.layers.%d.self_attn.o_proj.weight", NULL, NULL, HUB_PLAIN,     \
+    X(wo, T_WO, ROLE_SOFTMAX, "model.layers.%d.self_attn.o_proj.weight", NULL, NULL, HUB_PLAIN,    \
       DIM_D, DIM_Q, TENSOR_NORMAL)                                                                 \
     X(ffn_norm, T_FFN_NORM, ROLE_ALWAYS, "model.layers.%d.post_attention_layernorm.weight", NULL,  \
-      NULL, HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_ONES)                                               \
+      NULL, HUB_PLAIN, DIM_D, DIM_NONE, TENSOR_NORM)                                               \
     X(w_gate, T_W_GATE, ROLE_DENSE_MLP, "model.layers.%d.mlp.gate_proj.weight", NULL, NULL,        \
       HUB_PLAIN, DIM_F, DIM_D, TENSOR_NORMAL)                                                      \
     X(w_up, T_W_UP, ROLE_DENSE_MLP, "model.layers.%d.mlp.up_proj.weight", NULL, NULL, HUB_PLAIN,   \
@@ -92,17 +103,15 @@ enum {
     X(bv, T_BV, ROLE_QKV_BIAS, "model.layers.%d.self_attn.v_proj.bias", NULL, NULL, HUB_PLAIN,     \
       DIM_KV, DIM_NONE, TENSOR_ZEROS)                                                              \
     X(q_norm, T_Q_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.q_norm.weight", NULL, NULL,       \
-      HUB_PLAIN, DIM_QN, DIM_NONE, TENSOR_ONES)                                                    \
+      HUB_PLAIN, DIM_QN, DIM_NONE, TENSOR_NORM)                                                    \
     X(k_norm, T_K_NORM, ROLE_QK_NORM, "model.layers.%d.self_attn.k_norm.weight", NULL, NULL,       \
-      HUB_PLAIN, DIM_KN, DIM_NONE, TENSOR_ONES)                                                    \
+      HUB_PLAIN, DIM_KN, DIM_NONE, TENSOR_NORM)                                                    \
     X(sh_gate, T_SH_GATE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.gate_proj.weight", NULL, \
       NULL, HUB_PLAIN, DIM_S, DIM_D, TENSOR_NORMAL)                                                \
     X(sh_up, T_SH_UP, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL, NULL, \
       HUB_PLAIN, DIM_S, DIM_D, TENSOR_NORMAL)                                                      \
-    X(sh_down, T_SH_DOWN, ROLE_SHARED,                                                             \
-      "model.layers.%d.mlp.shared_expert."                                                         \
-      "down_proj.weight",                                                                          \
-      NULL, NULL, HUB_PLAIN, DIM_D, DIM_S, TENSOR_NORMAL)                                          \
+    X(sh_down, T_SH_DOWN, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL, \
+      NULL, HUB_PLAIN, DIM_D, DIM_S, TENSOR_NORMAL)                                                \
     X(sh_route, T_SH_ROUTE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert_gate.weight", NULL,    \
       NULL, HUB_PLAIN, DIM_ONE, DIM_D, TENSOR_NORMAL)                                              \
     X(bo, T_BO, ROLE_O_BIAS, "model.layers.%d.self_attn.o_proj.bias", NULL, NULL, HUB_PLAIN,       \
@@ -111,18 +120,30 @@ enum {
       DIM_NONE, TENSOR_NORMAL)                                                                     \
     X(router_b, T_ROUTER_B, ROLE_ROUTER_BIAS, "model.layers.%d.mlp.router.bias", NULL, NULL,       \
       HUB_PLAIN, DIM_E, DIM_NONE, TENSOR_NORMAL)                                                   \
-    X(exp_gate_b, T_EXP_GATE_B, ROLE_EXPERT_BIAS,                                                  \
-      "model.layers.%d.mlp.experts.gate_"                                                          \
-      "up_proj_bias",                                                                              \
+    X(exp_gate_b, T_EXP_GATE_B, ROLE_EXPERT_BIAS, "model.layers.%d.mlp.experts.gate_up_proj_bias", \
       NULL, NULL, HUB_BIAS_EVEN, DIM_FE, DIM_NONE, TENSOR_ZEROS)                                   \
-    X(exp_up_b, T_EXP_UP_B, ROLE_EXPERT_BIAS,                                                      \
-      "model.layers.%d.mlp.experts."                                                               \
-      "gate_up_proj_bias",                                                                         \
+    X(exp_up_b, T_EXP_UP_B, ROLE_EXPERT_BIAS, "model.layers.%d.mlp.experts.gate_up_proj_bias",     \
       NULL, NULL, HUB_BIAS_ODD, DIM_FE, DIM_NONE, TENSOR_ZEROS)                                    \
-    X(exp_down_b, T_EXP_DOWN_B, ROLE_EXPERT_BIAS,                                                  \
-      "model.layers.%d.mlp."                                                                       \
-      "experts.down_proj_bias",                                                                    \
-      NULL, NULL, HUB_STACKED, DIM_D, DIM_NONE, TENSOR_ZEROS)
+    X(exp_down_b, T_EXP_DOWN_B, ROLE_EXPERT_BIAS, "model.layers.%d.mlp.experts.down_proj_bias",    \
+      NULL, NULL, HUB_STACKED, DIM_D, DIM_NONE, TENSOR_ZEROS)                                      \
+    X(la_qkv, T_LA_QKV, ROLE_GDN, "model.layers.%d.linear_attn.in_proj_qkv.weight", NULL, NULL,    \
+      HUB_PLAIN, DIM_LA_CONV, DIM_D, TENSOR_NORMAL)                                                \
+    X(la_z, T_LA_Z, ROLE_GDN, "model.layers.%d.linear_attn.in_proj_z.weight", NULL, NULL,          \
+      HUB_PLAIN, DIM_LA_V, DIM_D, TENSOR_NORMAL)                                                   \
+    X(la_b, T_LA_B, ROLE_GDN, "model.layers.%d.linear_attn.in_proj_b.weight", NULL, NULL,          \
+      HUB_PLAIN, DIM_LA_H, DIM_D, TENSOR_NORMAL)                                                   \
+    X(la_a, T_LA_A, ROLE_GDN, "model.layers.%d.linear_attn.in_proj_a.weight", NULL, NULL,          \
+      HUB_PLAIN, DIM_LA_H, DIM_D, TENSOR_NORMAL)                                                   \
+    X(la_conv, T_LA_CONV, ROLE_GDN, "model.layers.%d.linear_attn.conv1d.weight", NULL, NULL,       \
+      HUB_CONV1D, DIM_LA_CONV, DIM_LA_TAPS, TENSOR_NORMAL)                                         \
+    X(la_dt_bias, T_LA_DT_BIAS, ROLE_GDN, "model.layers.%d.linear_attn.dt_bias", NULL, NULL,       \
+      HUB_PLAIN, DIM_LA_H, DIM_NONE, TENSOR_ONES)                                                  \
+    X(la_a_log, T_LA_A_LOG, ROLE_GDN, "model.layers.%d.linear_attn.A_log", NULL, NULL, HUB_PLAIN,  \
+      DIM_LA_H, DIM_NONE, TENSOR_A_LOG)                                                            \
+    X(la_norm, T_LA_NORM, ROLE_GDN, "model.layers.%d.linear_attn.norm.weight", NULL, NULL,         \
+      HUB_PLAIN, DIM_LA_DV, DIM_NONE, TENSOR_ONES)                                                 \
+    X(la_out, T_LA_OUT, ROLE_GDN, "model.layers.%d.linear_attn.out_proj.weight", NULL, NULL,       \
+      HUB_PLAIN, DIM_D, DIM_LA_V, TENSOR_NORMAL)
 
 // What a tensor is to the kernels: the embedding and the head's, then the layer's from the
 // table above, in its order.
