@@ -77,13 +77,27 @@ def check_swiglu(folder):
     grad = gate_up.grad.reshape(-1, 2)
     pairs = [("out", y.detach().numpy(), out), ("dgate", grad[:, 0].numpy(), dgate),
              ("dup", grad[:, 1].numpy(), dup)]
+    # Ours passes the gradient at a clamp's bound itself, as torch 2.11 (the GPU machine's, with
+    # transformers 5.17) does; later torch blocks it there. Under such a torch, the inputs exactly
+    # at a bound are left out of the comparison (said below); every other one must agree.
+    probe = torch.tensor([7.0], requires_grad=True)
+    probe.clamp(max=7.0).backward()
+    passes = bool(probe.grad[0] != 0)
+    at_bound = ((gate == 7.0) | (up.abs() == 7.0)).numpy()
+    keep = np.ones_like(at_bound) if passes else ~at_bound
     for name, theirs, mine in pairs:
+        theirs, mine = theirs[keep], mine[keep]
         rel = np.max(np.abs(mine - theirs)) / max(np.max(np.abs(theirs)), 1e-30)
         zeros = int(np.sum((theirs == 0) != (mine == 0)))
         check(rel < 1e-6 and zeros == 0, f"clamped swiglu {name}: rel err {rel:.3g}, "
               f"{zeros} places where one is exactly 0 and the other not (of {len(mine)})")
     edge = (gate == 7.0) & (up.abs() < 7) & (up != -1)  # up = -1 zeroes (up + 1)
-    check(bool(torch.all(grad[edge, 0] != 0)), "torch passes the gradient at gate == 7")
+    if passes:
+        check(bool(torch.all(grad[edge, 0] != 0)), "torch passes the gradient at gate == 7")
+    else:
+        print(f"NOTE: torch {torch.__version__} blocks the gradient at a clamp's bound (torch "
+              f"2.11 passes it, as ours does): {int(at_bound.sum())} inputs exactly at +-7 left "
+              f"out of the comparison")
 
 
 def check_mxfp4(folder):
