@@ -6,7 +6,8 @@
 # - the loss falls;
 # - -np 3 gives the losses of -np 2 bitwise, and so does a run stopped at step 10 and resumed;
 # - the memory modes change no bit: every layer recomputed in the backward, with and without
-#   the attention outputs (the delta rule's, on the linear layers) kept from the forward.
+#   the attention outputs (the delta rule's, on the linear layers) kept from the forward;
+# - throughput counts the delta rule's FLOPs (plan_gdn_flops), not attention's, on its layers.
 # (The CUDA backend refuses these parts at its start yet: pending.c.)
 # usage: e2e_qwen35.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$@"
@@ -53,4 +54,11 @@ expect "recompute always, bitwise the losses of kept internals" \
     diff <(losses "$WORK/np2" | head -8) <(losses "$WORK/always")
 expect "kept attention outputs, bitwise the same losses" \
     diff <(losses "$WORK/always") <(losses "$WORK/kept_att")
+# 6 N + 12 dim seq for the one attention layer + 3 x each Gated DeltaNet layer's rule, forward:
+# 4 value heads x (6 dk dv + 2 x 64 x (dk + dv)) = 4 x (384 + 2048) = 9728 (docs/performance.md)
+params=$("$MTRUN" -np 2 "$CFG" --plan --json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["params"])')
+fpt=$(grep -o '"flops_per_token":[^,}]*' "$WORK/np2/metrics.jsonl" | head -1 | cut -d: -f2)
+expect "flops_per_token $fpt = 6 x $params + 12 x 32 x 80 + 3 x 3 x 9728" \
+    awk -v f="$fpt" -v n="$params" 'BEGIN {exit !(n > 0 && f == 6 * n + 30720 + 87552)}'
 finish
