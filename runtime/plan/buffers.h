@@ -21,12 +21,12 @@ typedef struct {
     uint64_t B, T, n, r, chunks; // n = B x T; r: tokens a chunk (mt_chunk_of), chunks of n
     uint64_t D, hd, Q, KV, F, H, KVH, M, V, L;
     uint64_t qk;   // 1 with qk_norm, else 0
+    uint64_t docs; // 1 with data.pack "documents", else 0
     uint64_t og;   // 1 with the gated attention (attn_output_gate), else 0
     // Gated DeltaNet, with such layers (all 0 without): 1, its conv channels LC, q (and k)
     // width LK, value width LV, value and key heads LH and LKH
     uint64_t gdn, LC, LK, LV, LH, LKH;
     uint64_t AO; // the attention part's output width: Q, or LV where a GDN layer's is wider
-    uint64_t docs; // 1 with data.pack "documents", else 0
     // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
     // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
