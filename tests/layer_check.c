@@ -5,8 +5,11 @@
 // IN:  int32 dim, heads, kv_heads, ffn, B, T, qkv_bias; float32 theta, eps; int32 experts,
 //      top_k, moe_ffn_dim, gpt_oss (experts > 0: the MLP is MoE; gpt_oss: with gpt-oss's router
 //      bias, softmax over the top k, expert biases and clamped SwiGLU of limit swiglu_limit);
-//      float32 swiglu_limit; weights (our flat layer layout, fp32: roles.h's order, each
-//      expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
+//      float32 swiglu_limit; int32 qwen35, linear, k_heads, v_heads, k_dim, v_dim, conv,
+//      head_dim; float32 partial_rotary (qwen35: Qwen3.5's layer, zero-centred norms, qk-norm per
+//      head, head_dim and partial rotary; the gated attention, or with linear a Gated DeltaNet
+//      of those heads, dims and conv taps); weights (our flat layer layout, fp32: roles.h's order,
+//      each expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
 #include "runtime/engine/backend.h"
@@ -28,10 +31,10 @@ int main(int argc, char **argv) {
     if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) return perror(argv[2]), 2;
-    int32_t h[7], moe[4];
-    float hf[2], limit;
+    int32_t h[7], moe[4], q35[8];
+    float hf[2], limit, rotary;
     if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2 || fread(moe, 4, 4, in) != 4 ||
-        fread(&limit, 4, 1, in) != 1)
+        fread(&limit, 4, 1, in) != 1 || fread(q35, 4, 8, in) != 8 || fread(&rotary, 4, 1, in) != 1)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
@@ -41,6 +44,13 @@ int main(int argc, char **argv) {
     if (moe[3]) {
         c.router_softmax = ROUTER_SOFTMAX_TOP_K, c.router_bias = c.expert_bias = 1;
         c.moe_names = MOE_NAMES_GPT_OSS, c.swiglu_limit = limit;
+    }
+    if (q35[0]) {
+        c.norm_zero_centered = 1, c.qk_norm = QK_HEAD, c.head_dim = q35[7];
+        c.partial_rotary_factor = rotary, c.attn_output_gate = !q35[1];
+        strcpy(c.layer_types, q35[1] ? "linear_attention" : "full_attention");
+        c.linear_k_heads = q35[2], c.linear_v_heads = q35[3], c.linear_k_dim = q35[4];
+        c.linear_v_dim = q35[5], c.linear_conv = q35[6];
     }
     model_describe_layers(&c);
     size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;

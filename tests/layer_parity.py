@@ -4,9 +4,12 @@ LlamaDecoderLayer in fp32 on the same inputs: outputs, input gradients and every
 gradient; with "qwen2", a Qwen2DecoderLayer (q/k/v biases, and their gradients); with
 "gpt_oss", the Llama layer's attention before transformers' GptOssMLP (8 experts, top 2: the
 router's bias and softmax over the top k, the experts' biases, the clamped SwiGLU of limit 7,
-a quarter of the gate and up features biased past the clamps). Exit 77 (skipped) when torch or
+a quarter of the gate and up features biased past the clamps); with "qwen35_attention", a
+Qwen3_5DecoderLayer of full attention (the output gate, zero-centred norms, qk-norm per head,
+a quarter of each head rotated), with "qwen35_linear" one of Gated DeltaNet (4 value heads over
+2 key heads, two chunks of the rule per row). Exit 77 (skipped) when torch or
 transformers is missing, or the backend lacks the feature.
-usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2|gpt_oss]"""
+usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2|gpt_oss|qwen35_attention|qwen35_linear]"""
 import os, struct, subprocess, sys, tempfile
 
 try:
@@ -16,6 +19,8 @@ try:
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
     from transformers import GptOssConfig
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+    from transformers import Qwen3_5TextConfig
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
@@ -23,7 +28,12 @@ except ImportError as e:
 binary, backend = sys.argv[1], sys.argv[2]
 qwen2 = sys.argv[3:] == ["qwen2"]
 gpt_oss = sys.argv[3:] == ["gpt_oss"]
+qwen35 = sys.argv[3:] in (["qwen35_attention"], ["qwen35_linear"])
+linear = sys.argv[3:] == ["qwen35_linear"]
 dim, heads, kv, ffn, B, T = 256, 4, 2, 688, 2, 96  # head_dim 64
+# Qwen3.5: head_dim 32 (8 of it rotated); Gated DeltaNet's key heads, value heads, key dim, value
+# dim and conv taps
+head_dim, rotary, gdn = (32, 0.25, (2, 4, 32, 16, 4)) if qwen35 else (0, 0.0, (0,) * 5)
 experts, top_k, moe_ffn, limit = (8, 2, 64, 7.0) if gpt_oss else (0, 0, 0, 0.0)
 theta, eps = 10000.0, 1e-5
 torch.manual_seed(0)
@@ -32,10 +42,29 @@ common = dict(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads,
               max_position_embeddings=4096)
 if qwen2:
     cfg = Qwen2Config(**common, use_sliding_window=False)
+elif qwen35:
+    eps = 1e-6
+    common.update(rms_norm_eps=eps, head_dim=head_dim)
+    del common["rope_theta"]
+    cfg = Qwen3_5TextConfig(
+        **common, num_hidden_layers=1, hidden_act="silu",
+        layer_types=["linear_attention" if linear else "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": theta,
+                         "partial_rotary_factor": rotary},
+        linear_num_key_heads=gdn[0], linear_num_value_heads=gdn[1], linear_key_head_dim=gdn[2],
+        linear_value_head_dim=gdn[3], linear_conv_kernel_dim=gdn[4])
 else:
     cfg = LlamaConfig(**common, attention_bias=False, mlp_bias=False)
 cfg._attn_implementation = "eager"
-layer = (Qwen2DecoderLayer if qwen2 else LlamaDecoderLayer)(cfg, layer_idx=0).float()
+if qwen35:
+    layer = q35.Qwen3_5DecoderLayer(cfg, layer_idx=0).float()
+    if linear:  # the torch reference on these CPU tensors, not a hub kernel
+        if hasattr(layer.linear_attn, "chunk_gated_delta_rule"):
+            layer.linear_attn.chunk_gated_delta_rule = q35.torch_chunk_gated_delta_rule
+        if hasattr(layer.linear_attn, "causal_conv1d_fn"):
+            layer.linear_attn.causal_conv1d_fn = None
+else:
+    layer = (Qwen2DecoderLayer if qwen2 else LlamaDecoderLayer)(cfg, layer_idx=0).float()
 
 
 class FirstOutput(torch.nn.Module):
@@ -54,9 +83,23 @@ if gpt_oss:
                        num_experts_per_tok=top_k, swiglu_limit=limit)
     oss._experts_implementation = "eager"
     layer.mlp = FirstOutput(GptOssMLP(oss).float())
+def initial(n, p):
+    """Norm weights near 1 (zero-centred ones near 0), matrices and biases small; Gated
+    DeltaNet's conv of some weight, dt_bias near 1, A_log as the module draws it."""
+    if n.endswith("A_log"):
+        return torch.empty_like(p).uniform_(1, 16).log()
+    if n.endswith("dt_bias"):
+        return 1.0 + 0.1 * torch.randn_like(p)
+    if "conv1d" in n:
+        return 0.3 * torch.randn_like(p)
+    if "norm" in n:
+        return (0.0 if qwen35 and "linear_attn" not in n else 1.0) + 0.1 * torch.randn_like(p)
+    return 0.05 * torch.randn_like(p)
+
+
 with torch.no_grad():
-    for n, p in layer.named_parameters():  # norm weights near 1, matrices and biases small
-        p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in n else 0.05 * torch.randn_like(p))
+    for n, p in layer.named_parameters():
+        p.copy_(initial(n, p))
     if gpt_oss:  # gate (even columns) f % 4 == 0 above +7, up (odd) f % 4 == 1 above, 2 below
         bias = layer.mlp.moe.experts.gate_up_proj_bias
         bias[:, 0::8] += 10.0
@@ -72,6 +115,14 @@ params = dict(layer.named_parameters())
 names = [n + ".weight" for n in attn + ([] if gpt_oss else dense)]
 if qwen2:  # our layout: the biases after the nine weights
     names += [f"self_attn.{x}_proj.bias" for x in "qkv"]
+if qwen35:  # roles.h's order: the norms after the MLP; Gated DeltaNet's tensors in place of
+    names += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"]  # the attention's
+    if linear:
+        gdn_names = ["in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight",
+                     "in_proj_a.weight", "conv1d.weight", "dt_bias", "A_log", "norm.weight",
+                     "out_proj.weight"]
+        names = ["input_layernorm.weight", "post_attention_layernorm.weight"] + \
+            [n + ".weight" for n in dense] + ["linear_attn." + n for n in gdn_names]
 
 
 def our_layout(name, t):
@@ -92,10 +143,12 @@ if gpt_oss:  # roles.h's order: router, the experts' gate, up, down; then the bi
               "mlp.moe.experts.gate_up_proj_bias", "mlp.moe.experts.down_proj_bias"]
 x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
-rope = LlamaRotaryEmbedding(cfg)
+rope = q35.Qwen3_5TextRotaryEmbedding(cfg) if qwen35 else LlamaRotaryEmbedding(cfg)
 pos = torch.arange(T).unsqueeze(0).expand(B, T)
 cos_sin = rope(x, pos)
 mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
+if linear:  # the text model gives its linear layers no mask without padding
+    mask = None
 out = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
 out = out[0] if isinstance(out, tuple) else out
 out.backward(dout)
@@ -105,6 +158,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(fin, "wb") as f:
         f.write(struct.pack("7i2f", dim, heads, kv, ffn, B, T, int(qwen2), theta, eps))
         f.write(struct.pack("4if", experts, top_k, moe_ffn, int(gpt_oss), limit))
+        f.write(struct.pack("8if", int(qwen35), int(linear), *gdn, head_dim, rotary))
         for n in names:
             for t in our_layout(n, params[n].detach()):
                 f.write(t.contiguous().numpy().tobytes())

@@ -153,28 +153,32 @@ static void test_embedding(void) {
 
 // ---- rmsnorm -----------------------------------------------------------------------------
 
+// offset: the weight applied as (offset + w), 1 for zero-centred weights (rmsnorm_offset_*).
 typedef struct {
     int n, dim;
-    float eps;
+    float eps, offset;
     float *x, *w, *R, *out, *rstd;
 } rms_case;
 
 static double rms_loss(void *p) {
     rms_case *c = p;
-    rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->n, c->dim, c->eps);
+    rmsnorm_offset_forward(c->out, c->rstd, c->x, c->w, c->offset, c->n, c->dim, c->eps);
     return dot_d(c->out, c->R, (long)c->n * c->dim);
 }
 
 static void rms_run(void *p, float *o) {
     rms_case *c = p;
-    rmsnorm_forward(o, o + (long)c->n * c->dim, c->x, c->w, c->n, c->dim, c->eps);
+    rmsnorm_offset_forward(o, o + (long)c->n * c->dim, c->x, c->w, c->offset, c->n, c->dim, c->eps);
     float *dx = o + (long)c->n * (c->dim + 1), *dw = dx + (long)c->n * c->dim;
-    rmsnorm_backward(dx, dw, c->R, c->x, c->w, o + (long)c->n * c->dim, c->n, c->dim);
+    rmsnorm_offset_backward(dx, dw, c->R, c->x, c->w, c->offset, o + (long)c->n * c->dim, c->n,
+                            c->dim);
 }
 
-static void test_rmsnorm(void) {
-    rms_case c = {.n = 9, .dim = 70, .eps = 1e-5f};
+// name: "rmsnorm", or the zero-centred form's.
+static void test_rmsnorm(const char *name, float offset) {
+    rms_case c = {.n = 9, .dim = 70, .eps = 1e-5f, .offset = offset};
     long nx = (long)c.n * c.dim;
+    char what[64];
     c.x = rand_vec(nx), c.w = rand_vec(c.dim), c.R = rand_vec(nx);
     c.out = malloc(sizeof(float) * nx), c.rstd = malloc(sizeof(float) * c.n);
 
@@ -182,18 +186,22 @@ static void test_rmsnorm(void) {
     for (int t = 0; t < c.n; t++) {
         const float *xt = c.x + (long)t * c.dim;
         double r = 1.0 / sqrt(dot_d(xt, xt, c.dim) / c.dim + c.eps);
-        for (int i = 0; i < c.dim; i++) ref[(long)t * c.dim + i] = xt[i] * r * c.w[i];
+        for (int i = 0; i < c.dim; i++)
+            ref[(long)t * c.dim + i] = xt[i] * r * ((double)offset + c.w[i]);
     }
     rms_loss(&c);
-    fwd_check("rmsnorm", c.out, ref, nx);
+    fwd_check(name, c.out, ref, nx);
 
     float *px = rand_vec(nx), *pw = rand_vec(c.dim);
     float *dx = copy_vec(px, nx), *dw = copy_vec(pw, c.dim);
-    rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, c.n, c.dim);
+    rmsnorm_offset_backward(dx, dw, c.R, c.x, c.w, offset, c.rstd, c.n, c.dim);
     float *gx = grad_delta(dx, px, nx), *gw = grad_delta(dw, pw, c.dim);
-    fd_check("rmsnorm dx", c.x, nx, gx, rms_loss, &c);
-    fd_check("rmsnorm dweight", c.w, c.dim, gw, rms_loss, &c);
-    det_check("rmsnorm fwd+bwd", rms_run, &c, nx * 3 + c.n + c.dim);
+    snprintf(what, sizeof what, "%s dx", name);
+    fd_check(what, c.x, nx, gx, rms_loss, &c);
+    snprintf(what, sizeof what, "%s dweight", name);
+    fd_check(what, c.w, c.dim, gw, rms_loss, &c);
+    snprintf(what, sizeof what, "%s fwd+bwd", name);
+    det_check(what, rms_run, &c, nx * 3 + c.n + c.dim);
     free(ref), free(px), free(pw), free(dx), free(dw), free(gx), free(gw);
     free(c.x), free(c.w), free(c.R), free(c.out), free(c.rstd);
 }
@@ -657,7 +665,8 @@ int main(void) {
     // that 3 threads give the same bits, hence the same gradients.
     omp_set_num_threads(1);
     test_embedding();
-    test_rmsnorm();
+    test_rmsnorm("rmsnorm", 0.0f);
+    test_rmsnorm("rmsnorm zero-centred (1 + w)", 1.0f);
     test_rope(8, 8, 1.0f);
     test_rope(8, 8, 1.25f); // YaRN's attention factor
     test_rope(12, 4, 1.0f); // partial rotary: a third of each head turns

@@ -7,7 +7,9 @@
 // load-balancing loss joined to the loss as the backend joins it (backend_cpu.c moe_aux_of).
 // And sliding windows as layer kinds (model.sliding_window, model.layer_types), and gpt-oss's
 // router (its bias, the softmax over the top k) and experts (biases, the clamped SwiGLU, whose
-// gradient is exactly 0 past its clamps). A finite difference
+// gradient is exactly 0 past its clamps). Then Qwen3.5's parts: Gated DeltaNet layers (GVA, the
+// conv and the rule restarting at packed documents) beside softmax ones, the gated attention,
+// zero-centred norms and partial rotary. A finite difference
 // across a top-k switch is meaningless: a trial whose perturbation moves any token's expert choice
 // is skipped and another drawn.
 #include "kernels/cpu/kernels_cpu.h"
@@ -26,6 +28,7 @@ typedef struct {
     mt_config c;
     float *params[8], *grads[8];
     int32_t in[B * T], tgt[B * T];
+    int32_t doc_start[B * T]; // packed documents, for the variants that pack
     layer_scratch *s;
     // The loss: ce_weight * the summed cross-entropy + aux_coef * the load-balancing loss.
     double ce_weight, aux_coef;
@@ -122,6 +125,10 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
     // The clamped SwiGLU's (up + 1), up to limit + 1 = 8 where up is clamped, scales the
     // curvature of its gate: a step of 4e-2 there leaves a truncation error of several percent.
     float step = expert && !(m->c.swiglu_limit > 0) ? 4e-2f : 2e-2f;
+    // Gated DeltaNet multiplies several projections of the same input (q . k, the decays, the
+    // gated norm): its loss curves more, and a step of 2e-2 leaves a truncation error of a few
+    // percent where 5e-3 leaves well under 1%.
+    if (mt_gdn_layers(&m->c)) step = 5e-3f;
     int bad = 0, done = 0, skipped = 0;
     double worst = 0;
     for (int trial = 0; trial < 40 && done < 6; trial++) {
@@ -236,12 +243,63 @@ static void make_sinks(mt_config *c) {
     c->attn_sinks = 1;
 }
 
+// Qwen3.5's Gated DeltaNet (layer_types linear_attention) beside softmax layers: 4 value heads
+// over 2 key heads (GVA), key dim 8, value dim 6, a conv of 4 taps.
+static void make_gdn(mt_config *c, const char *types) {
+    snprintf(c->layer_types, sizeof c->layer_types, "%s", types);
+    c->linear_k_heads = 2, c->linear_v_heads = 4, c->linear_k_dim = 8, c->linear_v_dim = 6;
+    c->linear_conv = 4;
+}
+static void make_gdn_first(mt_config *c) {
+    make_gdn(c, "linear_attention,full_attention");
+}
+static void make_gdn_second(mt_config *c) {
+    make_gdn(c, "full_attention,linear_attention");
+}
+// Both layers Gated DeltaNet, as many value heads as key heads, a conv of 3 taps.
+static void make_gdn_only(mt_config *c) {
+    make_gdn(c, "linear_attention,linear_attention");
+    c->linear_v_heads = 2, c->linear_conv = 3;
+}
+// The gated attention alone: sigmoid(gate) on each head's output.
+static void make_output_gate(mt_config *c) {
+    c->attn_output_gate = 1;
+}
+// Zero-centred norms, (1 + w), on the layers' norms, q_norm, k_norm and the final norm.
+static void make_zero_centered(mt_config *c) {
+    make_qk_head(c);
+    c->norm_zero_centered = 1;
+}
+// RoPE on half of each head (4 of 8 elements).
+static void make_partial_rotary(mt_config *c) {
+    c->partial_rotary_factor = 0.5;
+}
+// Qwen3.5's layer: Gated DeltaNet then gated attention with qk-norm per head, zero-centred norms
+// and a quarter of each head rotated (head_dim 16: 4 elements).
+static void make_qwen35(mt_config *c) {
+    make_gdn_first(c);
+    make_output_gate(c);
+    c->head_dim = 16, c->qk_norm = QK_HEAD, c->norm_zero_centered = 1;
+    c->partial_rotary_factor = 0.25;
+}
+
 typedef struct {
     const char *what;
     void (*make)(mt_config *c); // NULL: a plain Llama
     int tied, bits;             // bits: layer 1's gradients bitwise on 1 and 3 threads
     double ce_weight, aux_coef;
+    int packed; // the rows pack documents (row 0 starts one at 3, row 1 at 5 and 6)
 } variant;
+
+// The packed documents' starts: each token's document's first token in its row.
+static void pack_documents(int32_t *doc_start) {
+    static const int starts[B][3] = {{0, 3, T}, {0, 5, 6}};
+    for (int b = 0; b < B; b++)
+        for (int t = 0, d = 0; t < T; t++) {
+            while (d + 1 < 3 && t >= starts[b][d + 1]) d++;
+            doc_start[b * T + t] = starts[b][d];
+        }
+}
 
 // The layer gradients of one model as a run with `threads` OpenMP threads leaves them.
 static float *layer_grads(model *m, int threads) {
@@ -329,6 +387,21 @@ static void init_params(model *m, unsigned *seed) {
             push_past_clamps(m, g, &t[k]);
         }
     }
+    for (int g = 0; g < model_group_count(c); g++) { // zero-centred norm weights; A_log
+        tensor_info t[MODEL_MAX_TENSORS];
+        uint64_t numel;
+        int nt = model_group_tensors(c, g, t, &numel);
+        for (int k = 0; k < nt; k++) {
+            // off 0, where (1 + w) would hide a wrong offset's gradient less well
+            float lo = -0.5f, span = 1.0f;
+            if (t[k].init == TENSOR_A_LOG) // decays of exp(-0.1) to exp(-2) a token, not 0
+                lo = -2.0f, span = 2.0f;
+            else if (t[k].init != TENSOR_NORM || !c->norm_zero_centered)
+                continue;
+            for (uint64_t i = 0; i < t[k].numel; i++)
+                m->params[g][t[k].offset + i] = lo + span * (rand_r(seed) % 1000) / 1000.0f;
+        }
+    }
 }
 
 static void gradcheck(const variant *v) {
@@ -346,7 +419,9 @@ static void gradcheck(const variant *v) {
     for (int i = 0; i < B * T; i++)
         m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
     m.s = layer_scratch_new(c, B, T);
-    printf("-- %s, loss %.6f\n", v->what, run(&m, 1));
+    if (v->packed) pack_documents(m.doc_start);
+    m.s->doc_start = v->packed ? m.doc_start : NULL;
+    printf("-- %s%s, loss %.6f\n", v->what, v->packed ? ", packed documents" : "", run(&m, 1));
     memcpy(base, m.choice, sizeof(int32_t) * pairs);
     if (c->swiglu_limit > 0) check_clamped_zero(&m);
     for (int g = 0; g < model_group_count(c); g++) {
@@ -371,23 +446,33 @@ static void gradcheck(const variant *v) {
 int main(void) {
     omp_set_num_threads(1);
     static const variant all[] = {
-        {"tied embeddings", NULL, 1, 0, 1, 0},
-        {"untied embeddings", NULL, 0, 0, 1, 0},
-        {"q/k/v biases, llama3 rope", make_qwen2, 0, 1, 1, 0},
-        {"q/k/v and o_proj biases (Llama's attention_bias)", make_llama_bias, 0, 1, 1, 0},
-        {"MoE: 4 experts, top 2 renormalised", make_moe_renorm, 0, 1, 1, 0},
-        {"MoE: 6 experts, top 2, shared expert, layer 0 dense", make_moe_shared, 0, 1, 1, 0},
-        {"qk-norm per head, head_dim 12", make_qk_head, 0, 0, 1, 0},
-        {"MoE every 2nd layer, qk-norm per head, head_dim 12", make_qwen3_moe, 1, 0, 1, 0},
-        {"MoE, qk-norm over the projection", make_olmoe, 0, 0, 1, 0},
-        {"MoE renormalised, with the aux loss (coef 1)", make_moe_renorm, 0, 0, 1, 1},
-        {"MoE with shared expert, the aux loss alone (coef 20)", make_moe_shared, 0, 0, 0, 20},
-        {"sliding window 3 on layer 0, layer 1 full", make_window, 0, 1, 1, 0},
-        {"MoE, every layer a sliding window of 2", make_window_moe, 0, 0, 1, 0},
-        {"attention sinks, a sliding layer, q/k/v/o biases", make_sinks, 0, 1, 1, 0},
+        {"tied embeddings", NULL, 1, 0, 1, 0, 0},
+        {"untied embeddings", NULL, 0, 0, 1, 0, 0},
+        {"q/k/v biases, llama3 rope", make_qwen2, 0, 1, 1, 0, 0},
+        {"q/k/v and o_proj biases (Llama's attention_bias)", make_llama_bias, 0, 1, 1, 0, 0},
+        {"MoE: 4 experts, top 2 renormalised", make_moe_renorm, 0, 1, 1, 0, 0},
+        {"MoE: 6 experts, top 2, shared expert, layer 0 dense", make_moe_shared, 0, 1, 1, 0, 0},
+        {"qk-norm per head, head_dim 12", make_qk_head, 0, 0, 1, 0, 0},
+        {"MoE every 2nd layer, qk-norm per head, head_dim 12", make_qwen3_moe, 1, 0, 1, 0, 0},
+        {"MoE, qk-norm over the projection", make_olmoe, 0, 0, 1, 0, 0},
+        {"MoE renormalised, with the aux loss (coef 1)", make_moe_renorm, 0, 0, 1, 1, 0},
+        {"MoE with shared expert, the aux loss alone (coef 20)", make_moe_shared, 0, 0, 0, 20, 0},
+        {"sliding window 3 on layer 0, layer 1 full", make_window, 0, 1, 1, 0, 0},
+        {"MoE, every layer a sliding window of 2", make_window_moe, 0, 0, 1, 0, 0},
+        {"attention sinks, a sliding layer, q/k/v/o biases", make_sinks, 0, 1, 1, 0, 0},
         {"gpt-oss MoE: router bias, softmax over the top 2, expert biases, clamped SwiGLU",
-         make_gpt_oss, 0, 1, 1, 0},
-        {"gpt-oss MoE with the aux loss (coef 1)", make_gpt_oss, 0, 0, 1, 1},
+         make_gpt_oss, 0, 1, 1, 0, 0},
+        {"gpt-oss MoE with the aux loss (coef 1)", make_gpt_oss, 0, 0, 1, 1, 0},
+        {"Gated DeltaNet layer 0 (GVA: 4 value heads, 2 key heads), layer 1 full", make_gdn_first,
+         0, 0, 1, 0, 0},
+        {"layer 0 full, Gated DeltaNet layer 1 (GVA)", make_gdn_second, 0, 1, 1, 0, 0},
+        {"Gated DeltaNet on both layers", make_gdn_only, 1, 1, 1, 0, 1},
+        {"Gated DeltaNet layer 0 (GVA), layer 1 full", make_gdn_first, 0, 0, 1, 0, 1},
+        {"gated attention (attn_output_gate)", make_output_gate, 0, 1, 1, 0, 0},
+        {"zero-centred norms, qk-norm per head", make_zero_centered, 0, 0, 1, 0, 0},
+        {"partial rotary 0.5", make_partial_rotary, 0, 0, 1, 0, 1},
+        {"Qwen3.5: Gated DeltaNet, gated attention, zero-centred norms, rotary 0.25", make_qwen35,
+         1, 1, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);

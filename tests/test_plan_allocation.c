@@ -3,8 +3,9 @@
 // the backend makes it), on configs that each add buffers: dense, MoE (a shared expert, a dense
 // layer), long context (chunks shorter than the micro-batch), bf16 gradient slots, qk_norm per
 // head and over the projections, packed documents, a head dim of 8k + 4 (the attention
-// scratch's padded copies). At start, then per kept layer pass and per kept attention output;
-// on CUDA also the backend's host memory (pinned and plain).
+// scratch's padded copies), and on the CPU Qwen3.5's hybrid (Gated DeltaNet layers of a value
+// width above the attention's, the gated attention). At start, then per kept layer pass and per
+// kept attention output; on CUDA also the backend's host memory (pinned and plain).
 //   test_plan_allocation cuda|cpu
 // cuda: exits 77 ("SKIPPED: no CUDA device") without a GPU or a CUDA build.
 #include "runtime/engine/backend.h"
@@ -30,34 +31,41 @@ static mt_config dense(void) {
 typedef struct {
     const char *name;
     mt_config c;
+    int cpu_only; // parts the CUDA templates refuse yet (pending.c)
 } named_config;
 
 static int configs(named_config *out) {
     int n = 0;
-    out[n++] = (named_config){"dense", dense()};
+    out[n++] = (named_config){.name = "dense", .c = dense()};
     mt_config moe = dense();
     moe.experts = 8, moe.top_k = 2, moe.moe_ffn_dim = 64, moe.shared_ffn_dim = 32;
     moe.norm_topk_prob = 1, moe.moe_every = 1;
     strcpy(moe.dense_layers, "0");
-    out[n++] = (named_config){"moe", moe};
+    out[n++] = (named_config){.name = "moe", .c = moe};
     mt_config chunked = moe; // MoE too: its chunk-sized buffers and per-chunk counts
     chunked.micro_batch = 1, chunked.seq_len = 1024, chunked.seq_chunk = 256;
-    out[n++] = (named_config){"long context", chunked};
+    out[n++] = (named_config){.name = "long context", .c = chunked};
     mt_config bf16 = dense();
     bf16.grad_dtype = GRAD_DTYPE_BF16;
-    out[n++] = (named_config){"bf16 gradient slots", bf16};
+    out[n++] = (named_config){.name = "bf16 gradient slots", .c = bf16};
     mt_config head = moe;
     head.qk_norm = QK_HEAD;
-    out[n++] = (named_config){"qk_norm head", head};
+    out[n++] = (named_config){.name = "qk_norm head", .c = head};
     mt_config all = dense();
     all.qk_norm = QK_ALL;
-    out[n++] = (named_config){"qk_norm all", all};
+    out[n++] = (named_config){.name = "qk_norm all", .c = all};
     mt_config packed = dense();
     packed.data_pack = PACK_DOCUMENTS;
-    out[n++] = (named_config){"packed documents", packed};
+    out[n++] = (named_config){.name = "packed documents", .c = packed};
     mt_config hd100 = dense();
     hd100.dim = 400, hd100.ffn_dim = 512;
-    out[n++] = (named_config){"head dim 100", hd100};
+    out[n++] = (named_config){.name = "head dim 100", .c = hd100};
+    mt_config qwen35 = dense(); // value width 8 x 32 = 256 > heads x head_dim = 128
+    strcpy(qwen35.layer_types, "linear_attention,linear_attention,full_attention");
+    qwen35.linear_k_heads = 4, qwen35.linear_v_heads = 8, qwen35.linear_k_dim = 16;
+    qwen35.linear_v_dim = 32, qwen35.linear_conv = 4, qwen35.attn_output_gate = 1;
+    qwen35.qk_norm = QK_HEAD, qwen35.norm_zero_centered = 1, qwen35.data_pack = PACK_DOCUMENTS;
+    out[n++] = (named_config){.name = "Qwen3.5 hybrid", .c = qwen35, .cpu_only = 1};
     for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
     return n;
 }
@@ -98,6 +106,7 @@ static int run_cuda(const named_config *cs, int n) {
         return 77;
     }
     for (int i = 0; i < n; i++) {
+        if (cs[i].cpu_only) continue;
         size_t before = device_used();
         backend *b = backend_cuda_new(&cs[i].c, 0);
         if (!b) return printf("SKIPPED: no CUDA device\n"), 77;

@@ -24,6 +24,12 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weigh
                      float eps);
 void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
                       const float *weight, const float *rstd, int n, int dim);
+// The same with the weight applied as (offset + weight): offset 1 for zero-centred weights
+// (Qwen3.5's Qwen3_5RMSNorm, model.norm_zero_centered), 0 for the plain ones above.
+void rmsnorm_offset_forward(float *out, float *rstd, const float *x, const float *weight,
+                            float offset, int n, int dim, float eps);
+void rmsnorm_offset_backward(float *dx, float *dweight, const float *dout, const float *x,
+                             const float *weight, float offset, const float *rstd, int n, int dim);
 
 // rope.c: rotary embedding, Hugging Face "rotate_half" convention (pairs i and i + hd/2),
 // applied in place to x[B, T, heads, head_dim]; the position of row (b, t) is t, or with packed

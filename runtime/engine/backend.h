@@ -94,7 +94,7 @@ typedef struct {
 
 const backend_ops *backend_cpu_ops(void);
 backend *backend_cpu_new(const mt_config *c);
-// Refuses, one line and exit 2, a model option neither backend's templates compute yet
+// Refuses, one line and exit 2, a model option the CUDA templates do not compute yet
 // (pending.c); where: "not on the CUDA backend yet" or the like.
 void backend_refuse_pending(const mt_config *c, const char *where);
 #ifdef MT_HAVE_CUDA

@@ -199,14 +199,16 @@ static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *h
     head_params hp, gp;
     head_params_bind(&hp, c, (float *)head_w);
     const int32_t *targets = b->targets + (size_t)m * n;
-    rmsnorm_forward(b->xf, b->rstd_f, x, hp.final_norm, n, c->dim, (float)c->norm_eps);
+    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(c), n, c->dim,
+                           (float)c->norm_eps);
     b->loss += classifier_forward(b->xf, cls_w, targets, n, c->dim, c->vocab);
     if (dloss == 0) return;
     head_params_bind(&gp, c, head_g);
     memset(b->dxf, 0, sizeof(float) * n * c->dim);
     classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, c->dim, c->vocab, dloss);
     memset(dx, 0, sizeof(float) * n * c->dim);
-    rmsnorm_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, b->rstd_f, n, c->dim);
+    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(c),
+                            b->rstd_f, n, c->dim);
 }
 
 static double cpu_take_loss(backend *b) {
@@ -226,7 +228,8 @@ static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, c
     head_params hp;
     head_params_bind(&hp, c, (float *)head_w);
     const float *last = x + (size_t)(len - 1) * c->dim;
-    rmsnorm_forward(b->xf, b->rstd_f, last, hp.final_norm, 1, c->dim, (float)c->norm_eps);
+    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(c), 1, c->dim,
+                           (float)c->norm_eps);
     linear_forward(logits, b->xf, cls_w, NULL, 1, c->dim, c->vocab);
 }
 
@@ -262,7 +265,6 @@ static void cpu_slot_wait(backend *b, int slot) {}
 // The layer's working set, then MT_CPU_BACKEND's buffers and the routing statistics
 // (buffers.h).
 backend *backend_cpu_new(const mt_config *c) {
-    backend_refuse_pending(c, "not in the CPU templates yet");
     backend *b = cpu_alloc(NULL, sizeof *b);
     b->c = c;
     b->B = c->micro_batch, b->T = c->seq_len;

@@ -18,13 +18,25 @@ typedef struct {
     int chunk;
 } layer_call;
 
+// The output projection the skeleton runs on the attention part's output, by chunks (o_proj, or
+// Gated DeltaNet's out_proj): its input [n, width] and that input's gradient, its weight and
+// bias (NULL: none) and their gradients (in a backward).
+typedef struct {
+    float *in, *d_in;
+    const float *w, *b;
+    float *dw, *db;
+    int width;
+} attn_out;
+
 // Attention's part: forward fills s->att (and what its backward needs) for the whole
-// micro-batch from x, the first norm included; have_att: s->att is at hand, only what the
-// backward needs is redone. backward: from s->d_att, dx = s->d_h + the part's gradient (the
-// first norm's included), weight gradients into dw.
+// micro-batch from x, the first norm included, and the output projection's input; have_att:
+// s->att is at hand, only what the backward needs is redone. backward: from the projection
+// input's gradient, dx = s->d_h + the part's gradient (the first norm's included), weight
+// gradients into dw. out: the part's output projection.
 typedef struct {
     void (*forward)(const layer_call *k, int have_att);
     void (*backward)(const layer_call *k, float *dx);
+    attn_out (*out)(const layer_call *k);
 } attn_part;
 
 // The MLP part, for the chunk of `rows` tokens at t0: forward writes out = MLP(s->n2);
@@ -35,6 +47,7 @@ typedef struct {
 } mlp_part;
 
 extern const attn_part attn_softmax_cpu; // attn_cpu.c
+extern const attn_part attn_gdn_cpu;     // attn_gdn_cpu.c
 extern const mlp_part mlp_dense_cpu;     // mlp_cpu.c
 extern const mlp_part mlp_moe_cpu;       // mlp_cpu.c, on moe_mlp.c
 

@@ -5,6 +5,13 @@
 #include "runtime/engine/moe_mlp.h"
 #include "runtime/model/model.h"
 
+// A Gated DeltaNet layer's internals and their gradients (MT_CPU_GDN: buffers.h), all NULL in a
+// model without such layers.
+typedef struct {
+    float *mixed, *conv, *z, *b, *a, *q, *k, *v, *qn, *kn, *rq, *rk, *g, *beta, *rstd, *y;
+    float *d_y, *d_z, *d_qn, *d_kn, *d_q, *d_k, *d_v, *d_g, *d_beta, *d_a, *d_b, *d_conv, *d_mixed;
+} gdn_scratch;
+
 // Working set of one layer over one micro-batch (n = B*T tokens): allocated once, reused by
 // every layer and every micro-batch.
 typedef struct {
@@ -18,11 +25,15 @@ typedef struct {
     const int32_t *doc_start;
     // qk_norm: q and k before their norms, and the norms' statistics
     float *q_raw, *k_raw, *rstd_q, *rstd_k;
+    // the gated attention (attn_output_gate): q_proj's output [n, 2Q] (its gradient in the
+    // backward), the gates' logits, att * sigmoid(gate) (o_proj's input) and its gradient
+    float *qg, *gate_q, *att_g, *d_att_g;
+    gdn_scratch la;
     // MoE layers: their internals, and where the pass records its routing (set per call; NULL:
     // nowhere, and no load-balancing gradient)
     moe_scratch *moe;
     moe_route_io *route;
-    size_t bytes; // its buffers' (MT_CPU_LAYER and MT_CPU_MOE: buffers.h)
+    size_t bytes; // its buffers' (MT_CPU_LAYER, MT_CPU_GDN and MT_CPU_MOE: buffers.h)
 } layer_scratch;
 
 // The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.

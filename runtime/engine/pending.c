@@ -1,6 +1,7 @@
 // The model options the layer templates do not compute yet, refused at a backend's start with
 // one line (exit 2), so that no job trains a model other than the one its config describes.
-// Both backends ask the same list: the model description has them, their parts are on the way.
+// The CUDA backend asks it: the model description and the CPU templates have them, its parts are
+// on the way.
 #include "runtime/engine/backend.h"
 #include "shm/syscheck.h"
 

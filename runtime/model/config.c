@@ -336,6 +336,9 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "
                            "serves as many value heads)",
                            c->linear_v_heads, c->linear_k_heads);
+    if (c->attn_output_gate && c->qkv_bias) // q_proj's bias would need the gates' rows too
+        return source_fail(x, LINE("model.qkv_bias"), "model.qkv_bias",
+                           "not with model.attn_output_gate (q_proj's bias of the gates)");
     if (c->data_format == DATA_BYTES && c->vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
                            "%d, but data.format \"bytes\" needs 256", c->vocab);

@@ -103,6 +103,12 @@ int mt_moe_layers(const mt_config *c) {
     return n;
 }
 
+int mt_gdn_layers(const mt_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->layers; l++) n += mt_layer_kind_of(c, l)->attention == ATTN_GDN;
+    return n;
+}
+
 // The layer roles of roles.h, as data: each row's Hugging Face names, when it is present and
 // its shape.
 typedef struct {

@@ -251,6 +251,18 @@ static inline int mt_rope_dim(const mt_config *c) {
     double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
     return (int)(mt_head_dim(c) * f);
 }
+// What the RMSNorms' weights are applied with, (offset + w): 1 for zero-centred weights
+// (model.norm_zero_centered), else 0. The layers' norms, the final norm, q_norm and k_norm.
+static inline float mt_norm_offset(const mt_config *c) {
+    return c->norm_zero_centered ? 1.0f : 0.0f;
+}
+// Gated DeltaNet's widths: its q (and k) channels, key heads x key dim; its value channels.
+static inline int mt_gdn_key_width(const mt_config *c) {
+    return c->linear_k_heads * c->linear_k_dim;
+}
+static inline int mt_gdn_value_width(const mt_config *c) {
+    return c->linear_v_heads * c->linear_v_dim;
+}
 // model.qk_norm: QK_NONE, QK_HEAD or QK_ALL.
 static inline int mt_qk_norm(const mt_config *c) {
     return c->qk_norm;
@@ -270,6 +282,8 @@ static inline int mt_layer_is_moe(const mt_config *c, int l) {
 }
 // The MoE layers (the load-balancing loss pools over them).
 int mt_moe_layers(const mt_config *c);
+// The Gated DeltaNet layers (attention kind ATTN_GDN).
+int mt_gdn_layers(const mt_config *c);
 // At most this many tokens in one micro-batch (micro_batch x seq_len): 4M, 8x the longest
 // context we train, and under every kernel's grid and 32-bit limits.
 #define MT_MAX_MICRO_BATCH_TOKENS (1 << 22)

@@ -37,6 +37,13 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
     s->KVH = c->kv_heads, s->Q = s->H * s->hd, s->KV = s->KVH * s->hd;
     s->M = c->micro_batches, s->V = c->vocab, s->L = c->layers;
     s->qk = mt_qk_norm(c) != QK_NONE;
+    s->og = !!c->attn_output_gate;
+    s->AO = s->Q;
+    if (mt_gdn_layers(c) > 0) {
+        s->gdn = 1, s->LK = (uint64_t)mt_gdn_key_width(c), s->LV = (uint64_t)mt_gdn_value_width(c);
+        s->LC = 2 * s->LK + s->LV, s->LH = (uint64_t)c->linear_v_heads;
+        s->LKH = (uint64_t)c->linear_k_heads, s->AO = most(s->Q, s->LV);
+    }
     s->docs = mt_packs_documents(c);
     s->moe_layers = mt_moe_layers(c);
     if (c->experts > 0) {
@@ -91,6 +98,7 @@ LIST_BUILDER(mt_buffers_cuda_attention_slot, MT_CUDA_ATTENTION_SLOT, MT_CUDA_ATT
 LIST_BUILDER(mt_buffers_cuda_pinned, MT_CUDA_PINNED, 0)
 LIST_BUILDER(mt_buffers_cuda_host, MT_CUDA_HOST, 0)
 LIST_BUILDER(mt_buffers_cpu_layer, MT_CPU_LAYER, 0)
+LIST_BUILDER(mt_buffers_cpu_gdn, MT_CPU_GDN, 0)
 LIST_BUILDER(mt_buffers_cpu_moe, MT_CPU_MOE, 0)
 LIST_BUILDER(mt_buffers_cpu_backend, MT_CPU_BACKEND, 0)
 LIST_BUILDER(mt_buffers_cpu_moe_stats, MT_CPU_MOE_STATS, 0)

@@ -22,6 +22,11 @@ typedef struct {
     uint64_t D, hd, Q, KV, F, H, KVH, M, V, L;
     uint64_t qk;   // 1 with qk_norm, else 0
     uint64_t docs; // 1 with data.pack "documents", else 0
+    uint64_t og;   // 1 with the gated attention (attn_output_gate), else 0
+    // Gated DeltaNet, with such layers (all 0 without): 1, its conv channels LC, q (and k)
+    // width LK, value width LV, value and key heads LH and LKH
+    uint64_t gdn, LC, LK, LV, LH, LKH;
+    uint64_t AO; // the attention part's output width: Q, or LV where a GDN layer's is wider
     // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
     // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
@@ -170,8 +175,8 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, d_h, (s).n *(s).D)                                                                 \
     X(o, float, d_n1, (s).n *(s).D)                                                                \
     X(o, float, q, (s).n *(s).Q)                                                                   \
-    X(o, float, att, (s).n *(s).Q)                                                                 \
-    X(o, float, d_att, (s).n *(s).Q)                                                               \
+    X(o, float, att, (s).n *(s).AO)                                                                \
+    X(o, float, d_att, (s).n *(s).AO)                                                              \
     X(o, float, d_q, (s).n *(s).Q)                                                                 \
     X(o, float, k, (s).n *(s).KV)                                                                  \
     X(o, float, v, (s).n *(s).KV)                                                                  \
@@ -189,7 +194,46 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, q_raw, (s).qk *(s).n *(s).Q)                                                       \
     X(o, float, k_raw, (s).qk *(s).n *(s).KV)                                                      \
     X(o, float, rstd_q, (s).qk *(s).n *(s).H)                                                      \
-    X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)
+    X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)                                                    \
+    X(o, float, qg, (s).og * 2 * (s).n * (s).Q)                                                    \
+    X(o, float, gate_q, (s).og *(s).n *(s).Q)                                                      \
+    X(o, float, att_g, (s).og *(s).n *(s).Q)                                                       \
+    X(o, float, d_att_g, (s).og *(s).n *(s).Q)
+
+// A Gated DeltaNet layer's internals over the micro-batch (attn_gdn_cpu.c), with such layers:
+// the in projections' outputs (qkv mixed, z, b, a), the conv's output and its q, k, v split,
+// l2-normalised q and k with their norms, the gates g and beta, the gated norm's statistics and
+// output (y, out_proj's input; the rule's own output is the layer's att); then their gradients.
+#define MT_CPU_GDN(X, o, s)                                                                        \
+    X(o, float, la.mixed, (s).n *(s).LC)                                                           \
+    X(o, float, la.conv, (s).n *(s).LC)                                                            \
+    X(o, float, la.z, (s).n *(s).LV)                                                               \
+    X(o, float, la.b, (s).n *(s).LH)                                                               \
+    X(o, float, la.a, (s).n *(s).LH)                                                               \
+    X(o, float, la.q, (s).n *(s).LK)                                                               \
+    X(o, float, la.k, (s).n *(s).LK)                                                               \
+    X(o, float, la.v, (s).n *(s).LV)                                                               \
+    X(o, float, la.qn, (s).n *(s).LK)                                                              \
+    X(o, float, la.kn, (s).n *(s).LK)                                                              \
+    X(o, float, la.rq, (s).n *(s).LKH)                                                             \
+    X(o, float, la.rk, (s).n *(s).LKH)                                                             \
+    X(o, float, la.g, (s).n *(s).LH)                                                               \
+    X(o, float, la.beta, (s).n *(s).LH)                                                            \
+    X(o, float, la.rstd, (s).n *(s).LH)                                                            \
+    X(o, float, la.y, (s).n *(s).LV)                                                               \
+    X(o, float, la.d_y, (s).n *(s).LV)                                                             \
+    X(o, float, la.d_z, (s).n *(s).LV)                                                             \
+    X(o, float, la.d_qn, (s).n *(s).LK)                                                            \
+    X(o, float, la.d_kn, (s).n *(s).LK)                                                            \
+    X(o, float, la.d_q, (s).n *(s).LK)                                                             \
+    X(o, float, la.d_k, (s).n *(s).LK)                                                             \
+    X(o, float, la.d_v, (s).n *(s).LV)                                                             \
+    X(o, float, la.d_g, (s).n *(s).LH)                                                             \
+    X(o, float, la.d_beta, (s).n *(s).LH)                                                          \
+    X(o, float, la.d_a, (s).n *(s).LH)                                                             \
+    X(o, float, la.d_b, (s).n *(s).LH)                                                             \
+    X(o, float, la.d_conv, (s).n *(s).LC)                                                          \
+    X(o, float, la.d_mixed, (s).n *(s).LC)
 
 // A MoE MLP's internals over the micro-batch (moe_mlp.c's moe_scratch), Pn = n x top_k pairs,
 // each chunk its own counts and offsets.
@@ -245,7 +289,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 
 // A kept attention output on the CPU: fp32 output and statistics, an allocation each.
 #define MT_CPU_ATTENTION_SLOT(X, o, s)                                                             \
-    X(o, float, att, (s).n *(s).Q)                                                                 \
+    X(o, float, att, (s).n *(s).AO)                                                                \
     X(o, float, lse, (s).n *(s).H)
 
 // A list's buffers and their bytes. align 0: each buffer is an allocation of its own, of its
@@ -281,6 +325,7 @@ void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s)
 void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_gdn(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s);

@@ -1,5 +1,6 @@
 // The step estimate: how long a step takes on this machine and which part bounds each pass.
 #include "kernels/attention_args.h"
+#include "kernels/gated_delta_args.h"
 #include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include <math.h>
@@ -12,17 +13,45 @@
 double plan_attention_span(const mt_config *c) {
     double span = 0, T = c->seq_len, causal = attn_score_pairs(c->seq_len, 0);
     for (int l = 0; l < c->layers; l++) {
-        int w = mt_layer_kind_of(c, l)->window;
+        const mt_layer_kind *k = mt_layer_kind_of(c, l);
+        int w = k->window;
+        if (k->attention != ATTN_SOFTMAX) continue; // Gated DeltaNet: plan_gdn_flops
         span += w > 0 && w < c->seq_len ? T * attn_score_pairs(c->seq_len, w) / causal : T;
     }
     return span;
 }
 
+// The chunked delta rule of one Gated DeltaNet layer, forward, per token (gated_delta_chunked.c),
+// beyond its projections' (in the parameters' 6 N): per value head, reading the state (for the
+// correction and for the output) and advancing it, 2 dk dv each, and within its chunk of L
+// tokens the causal halves of k k^T and q k^T (L dk each), of the substitution and of the
+// output's sum over the chunk (L dv each). L: GDN_CHUNK, or the row when shorter.
+static double gdn_layer_flops(const mt_config *c) {
+    double dk = c->linear_k_dim, dv = c->linear_v_dim;
+    double L = c->seq_len < GDN_CHUNK ? c->seq_len : GDN_CHUNK;
+    return (double)c->linear_v_heads * (6.0 * dk * dv + 2.0 * L * (dk + dv));
+}
+
+double plan_gdn_flops(const mt_config *c) {
+    return mt_gdn_layers(c) * gdn_layer_flops(c);
+}
+
+// The token mixers' forward FLOPs per token, a layer's on average, beyond the parameters':
+// softmax attention over every key before a query (2 width seq: q k^T and p v, causal halves),
+// Gated DeltaNet's rule. The recompute's terms below take it.
+static double mixer_flops_per_layer(const mt_config *c) {
+    double width = (double)c->heads * mt_head_dim(c);
+    int softmax = c->layers - mt_gdn_layers(c);
+    return (softmax * 2.0 * width * c->seq_len + plan_gdn_flops(c)) / c->layers;
+}
+
 // 6 N + 12 dim (layers x seq) with N the active parameters, as MoE throughput is usually
 // counted (an MoE token meets top_k experts, not all of them), and a sliding layer's seq its
-// window's share (plan_attention_span).
+// window's share (plan_attention_span); a Gated DeltaNet layer 3 times its rule's forward
+// (plan_gdn_flops: forward and backward).
 double plan_model_flops_per_token(const mt_config *c) {
-    return 6.0 * (double)plan_active_params(c) + 12.0 * (double)c->dim * plan_attention_span(c);
+    return 6.0 * (double)plan_active_params(c) + 12.0 * (double)c->dim * plan_attention_span(c) +
+           3.0 * plan_gdn_flops(c);
 }
 
 double plan_peak_flops(int cuda, int cores) {
@@ -220,7 +249,11 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double gemm = tokens * (8.0 * A + 2.0 * layer_n * redo);
     // a sliding layer's share of the causal pairs (plan_attention_span), on average
     double span = plan_attention_span(c) / c->layers;
-    double attention = tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span;
+    // Gated DeltaNet's rule, as attention: forward 1, backward 2, recompute 1, a redone layer 1
+    // more, a kept output 1 less, its layers' share of the redone and kept passes
+    double gdn = plan_gdn_flops(c), share = gdn / c->layers;
+    double attention = tokens * ((8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span +
+                                 4.0 * gdn + (redo - kept_att) * share);
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? gpu_attention_rate(mt_head_dim(c)) : e->flops_rate;
@@ -228,12 +261,11 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
-    double redo_per_token =
-        2.0 * layer_n * redo / e->flops_rate +
-        2.0 * (redo - (kept_att - kept_bwd)) * width * (double)c->seq_len / e->attention_rate;
-    double again_per_token =
-        2.0 * (A - model_group_numel(c, 0)) / e->flops_rate +
-        2.0 * (c->layers - kept_bwd) * width * (double)c->seq_len / e->attention_rate;
+    double mixer = mixer_flops_per_layer(c);
+    double redo_per_token = 2.0 * layer_n * redo / e->flops_rate +
+                            (redo - (kept_att - kept_bwd)) * mixer / e->attention_rate;
+    double again_per_token = 2.0 * (A - model_group_numel(c, 0)) / e->flops_rate +
+                             (c->layers - kept_bwd) * mixer / e->attention_rate;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
@@ -248,7 +280,6 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
     e->disk_s = e->disk_bytes / p->disk_bw;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
-    if (p->cuda)
-        overlap_phases(p, e, tokens * (2.0 * A + 2.0 * c->layers * width * (double)c->seq_len));
+    if (p->cuda) overlap_phases(p, e, tokens * (2.0 * A + c->layers * mixer));
     e->tokens_per_s = tokens / e->step_s;
 }

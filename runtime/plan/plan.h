@@ -242,11 +242,15 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e);
 
 // Model FLOPs per token as throughput is reported (6 N + 12 layers dim seq, N the active
 // parameters, plan_active_params: the recompute is not counted; a sliding layer's seq its
-// window's share, plan_attention_span), and the peak MFU is measured against.
+// window's share, plan_attention_span; a Gated DeltaNet layer 3 x its rule's, plan_gdn_flops),
+// and the peak MFU is measured against.
 double plan_model_flops_per_token(const mt_config *c);
-// The attention FLOPs' sequence length summed over the layers, a sliding layer's scaled by the
-// share of the causal (query, key) pairs its window keeps (estimate.c).
+// The attention FLOPs' sequence length summed over the softmax layers, a sliding layer's scaled
+// by the share of the causal (query, key) pairs its window keeps (estimate.c).
 double plan_attention_span(const mt_config *c);
+// The Gated DeltaNet layers' delta rule, forward FLOPs per token summed over them (estimate.c;
+// docs/performance.md has the formula).
+double plan_gdn_flops(const mt_config *c);
 double plan_peak_flops(int cuda, int cores);
 
 #endif
