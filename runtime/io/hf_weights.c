@@ -41,7 +41,7 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
         const hf_tensor *t = hf_tensor_at(ix, i);
-        if (used[i] || ignorable(t->name, cfg)) continue;
+        if (used[i] || ignorable(t->name, cfg) || hf_carried(cfg, t->name)) continue;
         // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
         const char *name = t->name;
         int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&
