@@ -22,6 +22,14 @@ add_test(NAME hf_oss COMMAND bash ${MT_TEST_DIR}/hf_oss.sh $<TARGET_FILE:test_hf
 add_test(NAME hf_oss_transformers COMMAND python3 ${MT_TEST_DIR}/hf_oss_transformers.py
          $<TARGET_FILE:test_hf> ${MT_TEST_DIR})
 set_tests_properties(hf_oss_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Qwen3.5's VLM folders (hf_qwen35.sh, standard library
+# only): the hub's layouts in and out, the vision tower and mtp.* carried, the refusals, mtrun
+# --dry-run; against transformers when torch is there (hf_qwen35_transformers.py).
+add_test(NAME hf_qwen35 COMMAND bash ${MT_TEST_DIR}/hf_qwen35.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR} $<TARGET_FILE:mtrun>)
+add_test(NAME hf_qwen35_transformers COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_transformers.py
+         $<TARGET_FILE:test_hf>)
+set_tests_properties(hf_qwen35_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 add_test(NAME e2e_hf COMMAND bash ${MT_TEST_DIR}/hf_e2e.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:test_hf>)
 set_tests_properties(e2e_hf PROPERTIES TIMEOUT 900 LABELS e2e)

@@ -37,6 +37,9 @@ TEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_lay
                          "full_attention"])
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
            shared_expert_intermediate_size=48)
+# a VLM's mRoPE: its three position rows are one for text, so it is plain RoPE here
+MROPE = {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
+         "mrope_section": [1, 1, 0], "mrope_interleaved": True}
 VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
               num_position_embeddings=16, patch_size=4)
 
@@ -55,7 +58,7 @@ def classes():
         ("qwen3_next", tf.Qwen3NextForCausalLM,
          tf.Qwen3NextConfig(**(TEXT | MOE), mlp_only_layers=[2])),
         ("qwen3_5_vl", tf.Qwen3_5ForConditionalGeneration,
-         tf.Qwen3_5Config(text_config=TEXT, vision_config=VISION)),
+         tf.Qwen3_5Config(text_config=TEXT | {"rope_parameters": MROPE}, vision_config=VISION)),
         ("qwen3_5_moe_vl", tf.Qwen3_5MoeForConditionalGeneration,
          tf.Qwen3_5MoeConfig(text_config=moe_text, vision_config=VISION)),
     ]

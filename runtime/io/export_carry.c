@@ -146,10 +146,16 @@ static cJSON *source_config(const mt_config *cfg) {
     return root;
 }
 
-// ours' keys over into's (ours emptied).
+// ours' keys over into's (ours emptied). rope_parameters is merged: a VLM's mRoPE keys
+// (mrope_section, mrope_interleaved), which change nothing for text, stay for images.
 static void overlay(cJSON *into, cJSON *ours) {
     while (ours->child) {
         cJSON *item = cJSON_DetachItemViaPointer(ours, ours->child);
+        const cJSON *old = cJSON_GetObjectItemCaseSensitive(into, item->string);
+        if (cJSON_IsObject(item) && cJSON_IsObject(old) && !strcmp(item->string, "rope_parameters"))
+            for (const cJSON *k = old->child; k; k = k->next)
+                if (!cJSON_GetObjectItemCaseSensitive(item, k->string))
+                    cJSON_AddItemToObject(item, k->string, cJSON_Duplicate(k, 1));
         cJSON_DeleteItemFromObjectCaseSensitive(into, item->string);
         cJSON_AddItemToObject(into, item->string, item);
     }
