@@ -72,8 +72,12 @@ foreach(b cpu cuda)
   # gpt-oss the same way (hf_oss_parity.py): skipped (77) while the backend refuses gpt-oss
   add_test(NAME hf_oss_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_oss_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} PROPERTIES SKIP_RETURN_CODE 77
-                       RUN_SERIAL TRUE TIMEOUT 900)
+  # Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Qwen3.5's VLM the same way (hf_qwen35_parity.py):
+  # skipped (77) while the backend refuses linear attention
+  add_test(NAME hf_qwen35_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b} PROPERTIES
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
 # MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
 # experts, the HF round trip of Mixtral, Qwen2-MoE and OLMoE folders, and the refusals. Here
