@@ -5,10 +5,12 @@
 # the folder independently:
 # - each class in F32 and BF16, exported as float32 (many shards) and bfloat16, re-imported
 #   bitwise (test_hf); the export's tensors are the source's in the hub's layout (Qwen3-Next's
-#   fused in_proj_qkvz and in_proj_ba, the conv1d's [C, 1, K]), the vision tower and mtp.*
+#   fused in_proj_qkvz and in_proj_ba, the conv1d's [C, 1, K], Qwen3.5-MoE's experts per expert
+#   or fused as the hub stores them), the vision tower and mtp.*
 #   carried byte for byte, a VLM's config.json kept around its text_config;
 # - refusals, exit 2 and one line naming the file: an unknown layer_types entry, value heads not
-#   a multiple of key heads, a missing linear_attn tensor, wrong shapes (plain, conv1d, fused),
+#   a multiple of key heads, a missing linear_attn tensor, wrong shapes (plain, conv1d, fused
+#   projections and experts),
 #   a VLM without text_config or with a tie_word_embeddings that disagrees, RoPE we do not do;
 # - with MTRUN: `mtrun --dry-run` takes a train.cfg whose model_dir is each folder, and refuses a
 #   model.* key that disagrees with it in one line.
@@ -40,6 +42,8 @@ for f in qwen3_5 qwen3_5_moe qwen3_next qwen3_5_vl; do
     roundtrip ${f}_bf16_source 5000000000 float32 --family $f --dtype bf16
     roundtrip ${f}_bf16_export 60000 bfloat16 --family $f --mtp
 done
+roundtrip qwen3_5_moe_fused 60000 float32 --family qwen3_5_moe --fused-experts --mtp
+roundtrip qwen3_5_moe_fused_bf16 5000000000 bfloat16 --family qwen3_5_moe --fused-experts --dtype bf16
 roundtrip qwen3_5_interval 60000 float32 --family qwen3_5 --unset layer_types \
     --set full_attention_interval=2
 roundtrip qwen3_5_top_rotary 60000 float32 --family qwen3_5 --set partial_rotary_factor=0.5 \
@@ -78,6 +82,10 @@ refuse ba_shape "tensor $A0.in_proj_ba.weight has shape \[9, 64\], config.json n
     --family qwen3_next --shape $A0.in_proj_ba.weight
 refuse gate_shape "tensor model.language_model.layers.1.self_attn.q_proj.weight has shape \[129, 64\], config.json needs \[128, 64\]" \
     --family qwen3_5_vl --shape model.language_model.layers.1.self_attn.q_proj.weight
+refuse fused_shape "tensor model.layers.1.mlp.experts.gate_up_proj has shape \[5, 64, 64\], config.json needs \[4, 64, 64\]" \
+    --family qwen3_5_moe --fused-experts --shape model.layers.1.mlp.experts.gate_up_proj
+refuse fused_width "tensor model.layers.0.mlp.experts.gate_up_proj has shape \[4, 64, 64\], config.json needs \[4, 32, 64\]" \
+    --family qwen3_5_moe --fused-experts --set moe_intermediate_size=16
 refuse conv_taps "tensor $A0.conv1d.weight has shape \[96, 1, 4\], config.json needs \[96, 1, 3\]" \
     --family qwen3_5 --set linear_conv_kernel_dim=3
 refuse vlm_no_text "config.json: text_config must be an object" --family qwen3_5_vl --unset top.text_config

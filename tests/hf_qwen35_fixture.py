@@ -3,13 +3,16 @@
 library only, for hf_qwen35.sh: config.json as transformers 5 saves each class, the tensors
 named and shaped as its save_pretrained writes them, random values.
 
-usage: hf_qwen35_fixture.py DIR --family F [--dtype f32|bf16] [--mtp] [--set KEY=JSON]...
+usage: hf_qwen35_fixture.py DIR --family F [--dtype f32|bf16] [--mtp] [--fused-experts]
+                            [--set KEY=JSON]...
                             [--unset KEY]... [--shape NAME] [--drop NAME]
   --family   qwen3_5 (Qwen3_5ForCausalLM), qwen3_5_moe (Qwen3_5MoeForCausalLM), qwen3_next
              (Qwen3NextForCausalLM: fused in_proj_qkvz and in_proj_ba), qwen3_5_vl
              (Qwen3_5ForConditionalGeneration: text_config, model.language_model.*, a vision
              tower model.visual.*)
   --mtp      mtp.* tensors (BF16 and F32), as the hub's checkpoints hold them
+  --fused-experts  the MoE experts fused, mlp.experts.gate_up_proj [E, 2f, d] and down_proj
+             [E, d, f], as the hub's Qwen3.5-MoE checkpoints store them
   --set/--unset  change config.json (text_config's keys for qwen3_5_vl; "top.KEY" the top level)
   --shape NAME   tensor NAME gets one more entry in its first dimension
   --drop NAME    tensor NAME is left out
@@ -64,7 +67,7 @@ def config(family):
                               "model_type": "qwen3_5_vision"}}
 
 
-def tensors(family, mtp):
+def tensors(family, mtp, fused):
     pre = "model.language_model." if family == "qwen3_5_vl" else "model."
     t = {pre + "embed_tokens.weight": [V, D], pre + "norm.weight": [D], "lm_head.weight": [V, D]}
     for l in range(L):
@@ -93,7 +96,10 @@ def tensors(family, mtp):
                       m + "shared_expert.gate_proj.weight": [FS, D],
                       m + "shared_expert.up_proj.weight": [FS, D],
                       m + "shared_expert.down_proj.weight": [D, FS]})
-            for e in range(E):
+            if fused:  # as the hub's Qwen3.5-MoE checkpoints (transformers 5's layout)
+                t.update({m + "experts.gate_up_proj": [E, 2 * FE, D],
+                          m + "experts.down_proj": [E, D, FE]})
+            for e in range(0 if fused else E):
                 x = f"{m}experts.{e}."
                 t.update({x + "gate_proj.weight": [FE, D], x + "up_proj.weight": [FE, D],
                           x + "down_proj.weight": [D, FE]})
@@ -138,7 +144,7 @@ def write(out, cfg, shapes, dtype):
 
 def main():
     args = sys.argv[1:]
-    out, family, dtype, mtp, edits, i = args[0], None, "F32", False, [], 1
+    out, family, dtype, mtp, fused, edits, i = args[0], None, "F32", False, False, [], 1
     while i < len(args):
         a = args[i]
         if a == "--family":
@@ -147,10 +153,12 @@ def main():
             dtype, i = {"f32": "F32", "bf16": "BF16"}[args[i + 1]], i + 2
         elif a == "--mtp":
             mtp, i = True, i + 1
+        elif a == "--fused-experts":
+            fused, i = True, i + 1
         else:
             edits.append((a, args[i + 1]))
             i += 2
-    cfg, shapes = config(family), tensors(family, mtp)
+    cfg, shapes = config(family), tensors(family, mtp, fused)
     for op, arg in edits:
         top = cfg if family != "qwen3_5_vl" or arg.startswith("top.") else cfg["text_config"]
         arg = arg[4:] if arg.startswith("top.") else arg

@@ -9,7 +9,9 @@ torch and transformers):
   transformers loads the export as the same class with the same config fields, every tensor
   bitwise the original's (the vision tower's too) and the same logits; the mtp.* tensors come
   back byte for byte;
-- a bf16 export gives back transformers' tensors rounded to bf16, the vision tower's unchanged.
+- a bf16 export gives back transformers' tensors rounded to bf16, the vision tower's unchanged;
+- the MoE classes' experts fused as the hub's Qwen3.5-MoE checkpoints store them
+  (mlp.experts.gate_up_proj, down_proj) are read and exported fused, and load bitwise.
 
 usage: hf_qwen35_transformers.py TEST_HF
 """
@@ -80,6 +82,18 @@ def add_mtp(src):
     ix["weight_map"].update({n: "mtp.safetensors" for n in mtp})
     json.dump(ix, open(index, "w"))
     return mtp
+
+
+def fused_copy(model, src):
+    """src with each MoE layer's experts fused, mlp.experts.gate_up_proj [E, 2f, d] and
+    down_proj [E, d, f], as the hub's Qwen3.5-MoE checkpoints store them: the model's own
+    state_dict, which is transformers 5's in-memory layout."""
+    out = src + "_fused"
+    os.makedirs(out)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    subprocess.run(["cp", os.path.join(src, "config.json"), out], check=True)
+    return out
 
 
 def made_by_transformers(work, name, cls, cfg):
@@ -156,6 +170,16 @@ def one(work, name, cls, cfg):
     back = cls.from_pretrained(src + ".bf16", dtype=torch.float32)
     diff = same_state(model, back, rounded=True)
     check(not diff, f"{name}: bf16 export: transformers' tensors rounded to bf16 {diff}")
+    if "moe" not in name:
+        return
+    fused = fused_copy(model, src)
+    roundtrip(fused, fused + ".out")
+    t = exported_tensors(fused + ".out")
+    check(any(k.endswith("mlp.experts.gate_up_proj") for k in t),
+          f"{name}: fused experts exported fused")
+    back = cls.from_pretrained(fused + ".out", dtype=torch.float32)
+    diff = same_state(model, back)
+    check(not diff, f"{name}: fused experts: the export loads with every tensor bitwise {diff}")
 
 
 def main():

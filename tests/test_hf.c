@@ -22,7 +22,8 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
     c->seq_len = 32;
     hf_index *ix = NULL;
     if (hf_read_config(dir, c->seq_len, c, err, sizeof err) < 0 ||
-        !(ix = hf_index_open(dir, err, sizeof err)) || hf_index_check(ix, c, err, sizeof err) < 0) {
+        !(ix = hf_index_open(dir, err, sizeof err)) ||
+        (hf_index_layout(ix, c), hf_index_check(ix, c, err, sizeof err) < 0)) {
         fprintf(stderr, "%s\n", err);
         exit(2);
     }
@@ -106,7 +107,8 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.linear_conv == c.linear_conv && c2.attn_output_gate == c.attn_output_gate &&
           c2.norm_zero_centered == c.norm_zero_centered &&
           c2.partial_rotary_factor == c.partial_rotary_factor && c2.head_dim == c.head_dim &&
-          c2.hub_vlm == c.hub_vlm && c2.hub_gdn_fused == c.hub_gdn_fused && c2.bos_id == c.bos_id &&
+          c2.hub_vlm == c.hub_vlm && c2.hub_gdn_fused == c.hub_gdn_fused &&
+          c2.hub_experts_fused == c.hub_experts_fused && c2.bos_id == c.bos_id &&
           c2.eos_id == c.eos_id;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {

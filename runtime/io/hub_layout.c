@@ -85,6 +85,25 @@ hub_place hub_place_of(const mt_config *c, const tensor_info *t) {
     case HUB_STACKED: // [E, d]: our down bias [d] is row e
         p = (hub_place){.ndim = 2, .dims = {(int64_t)E, t->rows}, .row_step = 1, .slab = rows};
         break;
+    case HUB_FUSED_GATE: // [E, 2f, d]: our gate [f, d] is [e, :f], our up [e, f:]
+    case HUB_FUSED_UP:
+        p = (hub_place){.ndim = 3,
+                        .dims = {(int64_t)E, 2 * (int64_t)rows, t->cols},
+                        .row_step = cols,
+                        .col_step = 1,
+                        .slab = 2 * t->numel};
+        p.numel = E * p.slab;
+        p.base = p.staged = e * p.slab + (t->hub_layout == HUB_FUSED_UP ? t->numel : 0);
+        return p;
+    case HUB_FUSED_DOWN: // [E, d, f]: our down [d, f] is [e]
+        p = (hub_place){.ndim = 3,
+                        .dims = {(int64_t)E, t->rows, t->cols},
+                        .row_step = cols,
+                        .col_step = 1,
+                        .slab = t->numel};
+        p.numel = E * p.slab;
+        p.base = p.staged = e * p.slab;
+        return p;
     case HUB_CONV1D: // [channels, 1, taps]: the same elements
         p.ndim = 3;
         p.dims[0] = t->rows, p.dims[1] = 1, p.dims[2] = t->cols;
@@ -110,12 +129,14 @@ hub_place hub_place_of(const mt_config *c, const tensor_info *t) {
 int hub_first(const tensor_info *t) {
     return t->hub_layout == HUB_PLAIN ||
            (t->expert <= 0 && t->hub_layout != HUB_GATE_UP_ODD && t->hub_layout != HUB_BIAS_ODD &&
-            t->hub_layout != HUB_QKVZ_Z && t->hub_layout != HUB_BA_A);
+            t->hub_layout != HUB_QKVZ_Z && t->hub_layout != HUB_BA_A &&
+            t->hub_layout != HUB_FUSED_UP);
 }
 
 int hub_permuted(const tensor_info *t) {
     return t->hub_layout != HUB_PLAIN && t->hub_layout != HUB_STACKED &&
-           t->hub_layout != HUB_CONV1D;
+           t->hub_layout != HUB_CONV1D && t->hub_layout != HUB_FUSED_GATE &&
+           t->hub_layout != HUB_FUSED_UP && t->hub_layout != HUB_FUSED_DOWN;
 }
 
 int hub_row_mapped(const tensor_info *t) {

@@ -207,6 +207,14 @@ static void gdn_fused_name(tensor_info *t) {
         if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
 }
 
+// transformers 5's fused experts (model.hub_experts_fused) bear gpt-oss's names: the layout of
+// each, from gpt-oss's.
+static int fused_expert_layout(int oss_layout) {
+    return oss_layout == HUB_GATE_UP_EVEN  ? HUB_FUSED_GATE
+           : oss_layout == HUB_GATE_UP_ODD ? HUB_FUSED_UP
+                                           : HUB_FUSED_DOWN;
+}
+
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
 static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
     int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = c->moe_names == MOE_NAMES_GPT_OSS;
@@ -224,6 +232,10 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
             if (c->hub_gdn_fused) gdn_fused_name(&t[n - 1]);
+            if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
+                t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
+                t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
+            }
         }
     }
     return n;

@@ -187,6 +187,11 @@ typedef struct {
     // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
     // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
     int hub_vlm, hub_gdn_fused;
+    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
+    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
+    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
+    // tensor names (io's hf_index_layout), as config.json does not say.
+    int hub_experts_fused;
     // each layer's kinds, from the fields above (model_describe_layers); n_described: the
     // layers described, so that a config used before its description fails loudly
     mt_layer_kind layer_kind[MT_MAX_LAYERS];

@@ -44,6 +44,11 @@ enum {
     HUB_QKVZ_Z,   // our in_proj_z, from in_proj_qkvz
     HUB_BA_B,     // our in_proj_b, from in_proj_ba
     HUB_BA_A,     // our in_proj_a, from in_proj_ba
+    // Experts fused as transformers 5 holds them (model.hub_experts_fused), each expert's
+    // tensors whole and in our layout inside its slab
+    HUB_FUSED_GATE, // gate_up_proj [E, 2f, d]: expert e's gate [f, d] is [e, :f]
+    HUB_FUSED_UP,   // ... and its up [e, f:]
+    HUB_FUSED_DOWN, // down_proj [E, d, f]: expert e's down [d, f] is [e]
 };
 
 // Qwen3-Next's names for the roles its fused projections hold (model.hub_gdn_fused): X(role,
