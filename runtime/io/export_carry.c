@@ -106,8 +106,13 @@ static void write_carried(const hf_index *ix, const int *shard, int s, int n, co
     SYS_CHECK(close(fd));
 }
 
+// Whether model_dir may hold tensors to carry: only the families hf_carried names read it again.
+static int may_carry(const mt_config *cfg) {
+    return cfg->model_dir[0] && (cfg->hub_vlm || cfg->linear_k_heads > 0);
+}
+
 double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSON *map) {
-    if (!cfg->model_dir[0]) return 0;
+    if (!may_carry(cfg)) return 0;
     char err[PATH_MAX + 256];
     hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
     if (!ix) mt_die("export: %s", err);
@@ -162,7 +167,7 @@ static void overlay(cJSON *into, cJSON *ours) {
 }
 
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
-    if (!cfg->model_dir[0] || (!cfg->hub_vlm && cfg->linear_k_heads <= 0)) return ours;
+    if (!may_carry(cfg)) return ours;
     cJSON *src = source_config(cfg);
     if (!cfg->hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
         for (const cJSON *k = src->child; k; k = k->next)
