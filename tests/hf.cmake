@@ -22,6 +22,14 @@ add_test(NAME hf_oss COMMAND bash ${MT_TEST_DIR}/hf_oss.sh $<TARGET_FILE:test_hf
 add_test(NAME hf_oss_transformers COMMAND python3 ${MT_TEST_DIR}/hf_oss_transformers.py
          $<TARGET_FILE:test_hf> ${MT_TEST_DIR})
 set_tests_properties(hf_oss_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Qwen3.5's VLM folders (hf_qwen35.sh, standard library
+# only): the hub's layouts in and out, the vision tower and mtp.* carried, the refusals, mtrun
+# --dry-run; against transformers when torch is there (hf_qwen35_transformers.py).
+add_test(NAME hf_qwen35 COMMAND bash ${MT_TEST_DIR}/hf_qwen35.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR} $<TARGET_FILE:mtrun>)
+add_test(NAME hf_qwen35_transformers COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_transformers.py
+         $<TARGET_FILE:test_hf>)
+set_tests_properties(hf_qwen35_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 add_test(NAME e2e_hf COMMAND bash ${MT_TEST_DIR}/hf_e2e.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:test_hf>)
 set_tests_properties(e2e_hf PROPERTIES TIMEOUT 900 LABELS e2e)
@@ -64,8 +72,12 @@ foreach(b cpu cuda)
   # gpt-oss the same way (hf_oss_parity.py): skipped (77) while the backend refuses gpt-oss
   add_test(NAME hf_oss_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_oss_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} PROPERTIES SKIP_RETURN_CODE 77
-                       RUN_SERIAL TRUE TIMEOUT 900)
+  # Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Qwen3.5's VLM the same way (hf_qwen35_parity.py):
+  # skipped (77) while the backend refuses linear attention
+  add_test(NAME hf_qwen35_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b} PROPERTIES
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
 # MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
 # experts, the HF round trip of Mixtral, Qwen2-MoE and OLMoE folders, and the refusals. Here

@@ -22,7 +22,8 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
     c->seq_len = 32;
     hf_index *ix = NULL;
     if (hf_read_config(dir, c->seq_len, c, err, sizeof err) < 0 ||
-        !(ix = hf_index_open(dir, err, sizeof err)) || hf_index_check(ix, c, err, sizeof err) < 0) {
+        !(ix = hf_index_open(dir, err, sizeof err)) ||
+        (hf_index_layout(ix, c), hf_index_check(ix, c, err, sizeof err) < 0)) {
         fprintf(stderr, "%s\n", err);
         exit(2);
     }
@@ -59,6 +60,7 @@ static void as_exported(const mt_config *c, float *x, uint64_t n) {
 static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
     mt_config c, c2;
     hf_index *ix = open_checked(src, &c);
+    snprintf(c.model_dir, sizeof c.model_dir, "%s", src); // the export carries its other tensors
     c.export_dtype = mt_choice_index(EXPORT_DTYPE_NAMES, dtype);
     int ng = model_group_count(&c), ok = 1;
     float **ref = calloc(ng, sizeof *ref);
@@ -97,7 +99,17 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.router_bias == c.router_bias && c2.expert_bias == c.expert_bias &&
           c2.swiglu_limit == c.swiglu_limit && c2.rope_beta_fast == c.rope_beta_fast &&
           c2.rope_beta_slow == c.rope_beta_slow && c2.rope_truncate == c.rope_truncate &&
-          c2.rope_attention_factor == c.rope_attention_factor;
+          c2.rope_attention_factor == c.rope_attention_factor &&
+          c2.shared_ffn_dim == c.shared_ffn_dim && c2.norm_topk_prob == c.norm_topk_prob &&
+          c2.moe_every == c.moe_every && !strcmp(c2.dense_layers, c.dense_layers) &&
+          c2.linear_k_heads == c.linear_k_heads && c2.linear_v_heads == c.linear_v_heads &&
+          c2.linear_k_dim == c.linear_k_dim && c2.linear_v_dim == c.linear_v_dim &&
+          c2.linear_conv == c.linear_conv && c2.attn_output_gate == c.attn_output_gate &&
+          c2.norm_zero_centered == c.norm_zero_centered &&
+          c2.partial_rotary_factor == c.partial_rotary_factor && c2.head_dim == c.head_dim &&
+          c2.hub_vlm == c.hub_vlm && c2.hub_gdn_fused == c.hub_gdn_fused &&
+          c2.hub_experts_fused == c.hub_experts_fused && c2.bos_id == c.bos_id &&
+          c2.eos_id == c.eos_id;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
         float *back = load_group(ix2, &c2, g, 2);

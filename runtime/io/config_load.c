@@ -29,10 +29,12 @@ static int check_export_dir(config_source *src, mt_config *cfg) {
 
 // The weights' headers, once the shape is known to be sane: mtrun reports bad files before
 // anything starts (the ranks check them again before any shared memory exists).
-static int check_hf_weights(config_source *src, const mt_config *cfg) {
+// The folder's layout that config.json does not give (fused experts) is read here too.
+static int check_hf_weights(config_source *src, mt_config *cfg) {
     char err[MT_PATH_MAX + 512];
     if (!cfg->model_dir[0]) return 0;
     hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
+    if (ix) hf_index_layout(ix, cfg);
     int rc = ix ? hf_index_check(ix, cfg, err, sizeof err) : -1;
     hf_index_close(ix);
     return rc < 0 ? config_fail(src, "model_dir", "%s", err) : 0;

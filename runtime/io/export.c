@@ -5,6 +5,7 @@
 // into the hub's order by one writer (hf_export_assemble).
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
+#include "runtime/io/export_carry.h"
 #include "runtime/io/hub_layout.h"
 #include "kernels/bf16.h"
 #include <cjson/cJSON.h>
@@ -186,8 +187,11 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
     cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
     cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // cJSON prints doubles round-trip
-    add_rope_scaling(r, c);
+    // transformers 5's rope_parameters (the Gated DeltaNet families') carry rope_theta
+    if (!cJSON_GetObjectItemCaseSensitive(r, "rope_parameters")) {
+        cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // prints doubles round-trip
+        add_rope_scaling(r, c);
+    }
     cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
     cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
     if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
@@ -210,10 +214,11 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddNumberToObject(r, "pretraining_tp", 1);
     cJSON_AddBoolToObject(r, "use_cache", 1);
     cJSON_AddStringToObject(r, "torch_dtype", export_bf16(c) ? "bfloat16" : "float32");
-    write_json(dir, "config.json", r);
+    write_json(dir, "config.json", hf_export_config(c, r));
 }
 
-static void write_index(const mt_config *cfg, const export_plan *p, const char *dir) {
+// The index, with the carried tensors (copied here into their own shards) after ours.
+static void write_index(const mt_config *cfg, const export_plan *p, const char *dir, uint64_t max) {
     cJSON *r = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(r, "metadata");
     cJSON *map = cJSON_AddObjectToObject(r, "weight_map");
     double total = 0;
@@ -226,6 +231,8 @@ static void write_index(const mt_config *cfg, const export_plan *p, const char *
         shard_file(file, sizeof file, p->e[i].shard, p->n_shards);
         cJSON_AddStringToObject(map, name, file);
     }
+    total += hf_export_carry(cfg, dir, max, map);
+    cJSON_ReplaceItemInObject(meta, "total_size", cJSON_CreateNumber(total));
     write_json(dir, "model.safetensors.index.json", r);
 }
 
@@ -245,7 +252,7 @@ void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max) 
     if (remove_stale_temp(tmp_dir, err, sizeof err) < 0) mt_die("export: %s", err);
     if (mkdir(tmp_dir, 0755) != 0) mt_die("export: mkdir %s: %s", tmp_dir, strerror(errno));
     write_config(cfg, tmp_dir);
-    write_index(cfg, &p, tmp_dir);
+    write_index(cfg, &p, tmp_dir, max);
     for (int s = 0; s < p.n_shards; s++) {
         char file[64], path[PATH_MAX];
         shard_file(file, sizeof file, s, p.n_shards);
@@ -356,7 +363,6 @@ static void permute_slab(const mt_config *cfg, const export_plan *p, const plan_
 
 void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max, int writer,
                         int writers) {
-    if (cfg->moe_names != MOE_NAMES_GPT_OSS) return; // no fused tensor
     export_plan p;
     make_plan(cfg, max, &p);
     int turn = 0; // slabs are dealt to the writers in turn
@@ -365,7 +371,7 @@ void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max,
         char name[256];
         const tensor_info *t = entry_info(cfg, &p.e[i], ti, name, sizeof name);
         if (!hub_permuted(t)) continue;
-        for (int e = 0; e < cfg->experts; e++)
+        for (int e = 0; e < hub_slabs(cfg, t); e++)
             if (turn++ % writers == writer) permute_slab(cfg, &p, &p.e[i], t, e, tmp_dir);
     }
     free_plan(&p);

@@ -18,6 +18,8 @@ typedef struct {
     uint64_t begin, end; // absolute byte offsets in the file
 } hf_tensor;
 
+// safetensors' name of a DT_* dtype ("BF16").
+const char *hf_dtype_name(int dtype);
 // The tensor called name, NULL when the folder has none; the folder's tensors by index.
 const hf_tensor *hf_tensor_named(const hf_index *ix, const char *name);
 int hf_index_count(const hf_index *ix);

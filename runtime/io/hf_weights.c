@@ -25,6 +25,26 @@ static int ignorable(const char *name, const mt_config *cfg) {
     return cfg->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
 }
 
+void hf_index_layout(const hf_index *ix, mt_config *cfg) {
+    cfg->hub_experts_fused = 0;
+    if (cfg->experts <= 0 || cfg->moe_names != MOE_NAMES_MLP) return;
+    int l = 0;
+    while (l < cfg->layers && !mt_layer_is_moe(cfg, l)) l++;
+    if (l == cfg->layers) return;
+    tensor_info ti[MODEL_MAX_TENSORS];
+    uint64_t numel;
+    char name[256];
+    cfg->hub_experts_fused = 1; // its names, to look for
+    int n = model_group_tensors(cfg, model_layer_group(l), ti, &numel);
+    for (int k = 0; k < n; k++)
+        if (ti[k].role == T_EXP_GATE) {
+            model_tensor_name(name, sizeof name, &ti[k], l);
+            cfg->hub_experts_fused = hf_tensor_named(ix, name) != NULL;
+            return;
+        }
+    cfg->hub_experts_fused = 0;
+}
+
 int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen) {
     int n_tensors = hf_index_count(ix);
     char *used = calloc(n_tensors ? n_tensors : 1, 1), name[256];
@@ -41,7 +61,7 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
         const hf_tensor *t = hf_tensor_at(ix, i);
-        if (used[i] || ignorable(t->name, cfg)) continue;
+        if (used[i] || ignorable(t->name, cfg) || hf_carried(cfg, t->name)) continue;
         // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
         const char *name = t->name;
         int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&

@@ -94,6 +94,9 @@ typedef struct hf_index hf_index; // every tensor of a weights folder: file, dty
 // Opens dir's model.safetensors, or the shards model.safetensors.index.json names, and checks
 // every header (lengths, offsets inside the file, no overlaps, sizes = numel x dtype size).
 hf_index *hf_index_open(const char *dir, char *err, size_t errlen);
+// What config.json does not say of the folder's layout, told from its tensor names: whether
+// its MoE experts are fused (model.hub_experts_fused). Before hf_index_check.
+void hf_index_layout(const hf_index *ix, mt_config *cfg);
 // Every tensor cfg's model needs is there with its shape and a supported dtype, and nothing
 // else is (an unknown tensor, like a bias, would change the math).
 int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen);
@@ -104,6 +107,10 @@ int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t c
 int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
                         float *out, char *err, size_t errlen);
 void hf_index_close(hf_index *ix);
+// Whether model_dir's tensor name is one we do not train but carry, byte for byte, into the
+// export (export_carry.c): a Qwen3.5 VLM's vision tower (model.visual.*) and the
+// multi-token-prediction layers of the Gated DeltaNet families (mtp.*).
+int hf_carried(const mt_config *cfg, const char *name);
 // 0 when every element of a slice read from the files is finite; else -1 naming the tensor and
 // the element: a model that starts from NaN or Inf trains nothing but NaN.
 int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, const float *data,
@@ -111,11 +118,13 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
 
 // Export, in three phases so that writers can run in parallel (one per optimizer rank):
 //  1. hf_export_prepare (one writer): creates tmp_dir with config.json, the index and every
-//     shard file at its final size with its header in place;
+//     shard file at its final size with its header in place, and copies model_dir's carried
+//     tensors (hf_carried) into shards of their own;
 //  2. hf_export_write_slice (every writer, for its slices): pwrite()s fp32 data, fsyncs;
 //  3. hf_export_assemble (every writer, after all have written): gpt-oss's fused expert tensors
-//     permuted from the slices' layout into the hub's, one expert's slab at a time, each slab
-//     by one of the `writers` writers (nothing to do for other models);
+//     and Qwen3-Next's fused projections permuted from the slices' layout into the hub's, one
+//     slab (an expert's, or a whole projection) at a time, each slab by one of the `writers`
+//     writers (nothing to do for other models);
 //  4. hf_export_publish (one writer, after all): renames tmp_dir to dir.
 // The layout is a pure function of (cfg, max_shard_bytes), so writers agree without talking.
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes);

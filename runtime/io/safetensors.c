@@ -26,6 +26,10 @@
 static const char *const dtype_names[] = {"BF16", "F16", "F32", "U8"};
 static const int dtype_bytes[] = {2, 2, 4, 1};
 
+const char *hf_dtype_name(int dtype) {
+    return dtype >= 0 && dtype < 4 ? dtype_names[dtype] : "?";
+}
+
 static int dtype_of(const char *name) {
     for (int d = 0; d < 4; d++)
         if (strcmp(name, dtype_names[d]) == 0) return d;

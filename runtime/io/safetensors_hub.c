@@ -1,4 +1,5 @@
-// gpt-oss's fused expert tensors in (runtime/io/hf_index.h): each expert's gate, up and down
+// The hub's fused and reshaped tensors in (runtime/io/hf_index.h): Qwen3.5's conv1d, Qwen3-Next's
+// fused Gated DeltaNet projections, and gpt-oss's experts: each expert's gate, up and down
 // projections and their biases, read out of the hub's [E, ...] tensors (hub_layout.h says
 // where each element is), plain or, for the projections, as MXFP4 blocks and scales that are
 // dequantized exactly as transformers dequantizes them (mxfp4.h). Reads go a window of whole
@@ -142,9 +143,25 @@ static int read_plain(const hf_index *ix, const mt_config *cfg, const tensor_inf
     return rc;
 }
 
+// t's elements [off, off + count) from a fused projection whose rows are ours in another order
+// (Qwen3-Next's in_proj_qkvz and in_proj_ba): each of our rows is one hub row, read whole.
+static int read_rows(const hf_index *ix, const mt_config *cfg, const tensor_info *t,
+                     const char *name, uint64_t off, uint64_t count, float *out, char *err,
+                     size_t errlen) {
+    uint64_t cols = (uint64_t)t->cols, end = off + count;
+    for (uint64_t r = off / cols; r * cols < end; r++) {
+        uint64_t lo = r * cols > off ? r * cols : off,
+                 hi = (r + 1) * cols < end ? (r + 1) * cols : end;
+        uint64_t first = hub_row(cfg, t->hub_layout, r) * cols + (lo - r * cols);
+        if (hf_read_range(ix, name, first, hi - lo, out + (lo - off), err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
 int hf_hub_read(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
                 uint64_t off, uint64_t count, float *out, char *err, size_t errlen) {
     if (count == 0) return 0;
+    if (hub_row_mapped(t)) return read_rows(ix, cfg, t, name, off, count, out, err, errlen);
     if (t->hub_layout == HUB_STACKED) // our layout, expert after expert
         return hf_read_range(ix, name, hub_place_of(cfg, t).base + off, count, out, err, errlen);
     if (quantizable(t) && !hf_tensor_named(ix, name))

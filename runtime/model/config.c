@@ -237,6 +237,7 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     }
     memcpy(cfg->eos_more, hf.eos_more, sizeof cfg->eos_more); // not a key: Llama 3's eos list
     cfg->n_eos_more = hf.n_eos_more;
+    cfg->hub_vlm = hf.hub_vlm, cfg->hub_gdn_fused = hf.hub_gdn_fused; // the folder's layout
     return 0;
 }
 

@@ -116,6 +116,17 @@ static int read_rope(const json_ctx *j, mt_config *m) {
     return 0;
 }
 
+// The Gated DeltaNet families' RoPE: plain, over partial_rotary_factor of each head (an mRoPE's
+// mrope_section and mrope_interleaved change nothing for text: its three position rows are the
+// same). Their export writes rope_parameters of type default only.
+static int gdn_plain_rope(const json_ctx *j, const mt_config *m) {
+    if (m->linear_k_heads > 0 && m->rope_type != ROPE_PLAIN)
+        return failf(j->err, j->errlen,
+                     "%s: rope_type %s not supported for linear-attention models (only default)",
+                     j->path, mt_choice_name(ROPE_TYPE_NAMES, m->rope_type));
+    return 0;
+}
+
 // One special token id: absent or null is none (-1); present, it must name a token.
 static int token_id(const json_ctx *j, const char *key, const cJSON *v, int vocab, int *out) {
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
@@ -158,14 +169,16 @@ int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, si
     char why[256];
     cJSON *root = json_parse_strict(text, strlen(text), why, sizeof why);
     free(text);
-    json_ctx j = {path, root, err, errlen};
+    json_ctx j = {path, root, err, errlen, {0}};
     int rc = -1;
     if (!root)
         failf(err, errlen, "%s: %s", path, why);
     else if (!cJSON_IsObject(root))
         failf(err, errlen, "%s: not a JSON object", path);
     else if (hf_read_family(&j, seq_len, model) == 0)
-        rc = read_rope(&j, model) == 0 ? read_special(&j, model) : -1; // rope after rope_theta
+        rc = read_rope(&j, model) == 0 && gdn_plain_rope(&j, model) == 0
+                 ? read_special(&j, model)
+                 : -1; // rope after rope_theta
     if (rc == 0) model_describe_layers(model);
     cJSON_Delete(root);
     return rc;

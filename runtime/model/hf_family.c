@@ -26,11 +26,19 @@ typedef struct {
     // and sparse steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
     const char *experts_key, *experts_alias, *expert_ffn_key;
     int always_renorm, shared, sparse_steps;
-    int moe_names; // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE or MOE_NAMES_GPT_OSS
+    int renorm_default; // norm_topk_prob left out: this
+    int shared_default; // shared_expert_intermediate_size left out: this
+    int no_ffn_key;     // no intermediate_size (every layer MoE): ffn_dim is the experts'
+    int moe_names;      // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE or MOE_NAMES_GPT_OSS
     double aux_coef_default;
     // gpt-oss: attention sinks, the router's bias and softmax over the top k, the experts'
     // biases and clamped SwiGLU, YaRN when config.json names no rope, MXFP4 experts allowed
     int oss;
+    // Qwen3.5 / Qwen3-Next (hf_family_gdn.c): Gated DeltaNet layers beside gated softmax ones,
+    // zero-centred norms; gdn_fused: Qwen3-Next's fused in_proj_qkvz and in_proj_ba; vlm: a
+    // ConditionalGeneration checkpoint, its language model in text_config (model_type is
+    // text_config's) and under model.language_model.
+    int gdn, gdn_fused, vlm;
 } family;
 
 // Named fields: a column a row leaves out is zero or NULL, so a new column defaults to off.
@@ -89,6 +97,7 @@ static const family families[] = {
      .experts_key = "num_experts",
      .expert_ffn_key = "moe_intermediate_size",
      .shared = 1,
+     .shared_default = 5632,
      .sparse_steps = 1,
      .moe_names = MOE_NAMES_MLP,
      .aux_coef_default = 0.001},
@@ -133,6 +142,44 @@ static const family families[] = {
      .moe_names = MOE_NAMES_GPT_OSS,
      .aux_coef_default = 0.001,
      .oss = 1},
+#define QWEN35_TEXT                                                                                \
+    .kv_default = 4, .head_dim_default = 256, .eps_default = 1e-6, .theta_default = 1e4,           \
+    .window = WINDOW_NONE, .qk_norm = QK_HEAD, .gdn = 1
+#define QWEN35_MOE                                                                                 \
+    .kv_default = 2, .head_dim_default = 256, .eps_default = 1e-6, .theta_default = 1e4,           \
+    .window = WINDOW_NONE, .qk_norm = QK_HEAD, .gdn = 1, .experts_key = "num_experts",             \
+    .expert_ffn_key = "moe_intermediate_size", .always_renorm = 1, .shared = 1,                    \
+    .shared_default = 512, .no_ffn_key = 1, .moe_names = MOE_NAMES_MLP, .aux_coef_default = 0.001
+    {.arch = "Qwen3_5ForCausalLM", .model_type = "qwen3_5_text", QWEN35_TEXT},
+    {.arch = "Qwen3_5ForConditionalGeneration",
+     .model_type = "qwen3_5_text",
+     QWEN35_TEXT,
+     .vlm = 1},
+    {.arch = "Qwen3_5MoeForCausalLM", .model_type = "qwen3_5_moe_text", QWEN35_MOE},
+    {.arch = "Qwen3_5MoeForConditionalGeneration",
+     .model_type = "qwen3_5_moe_text",
+     QWEN35_MOE,
+     .vlm = 1},
+#undef QWEN35_TEXT
+#undef QWEN35_MOE
+    {.arch = "Qwen3NextForCausalLM",
+     .model_type = "qwen3_next",
+     .kv_default = 2,
+     .head_dim_default = 256,
+     .eps_default = 1e-6,
+     .theta_default = 1e4,
+     .window = WINDOW_NONE,
+     .qk_norm = QK_HEAD,
+     .experts_key = "num_experts",
+     .expert_ffn_key = "moe_intermediate_size",
+     .shared = 1,
+     .shared_default = 512,
+     .sparse_steps = 1,
+     .renorm_default = 1,
+     .moe_names = MOE_NAMES_MLP,
+     .aux_coef_default = 0.001,
+     .gdn = 1,
+     .gdn_fused = 1},
 };
 enum { N_FAMILIES = sizeof families / sizeof *families };
 
@@ -310,7 +357,7 @@ static int check_unsupported(const json_ctx *j, const family *f) {
 static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
     int head_dim = 0;
     if (get_int(j, "hidden_size", -1, &m->dim) < 0 ||
-        get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0 ||
+        (!f->no_ffn_key && get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0) ||
         get_int(j, "num_hidden_layers", -1, &m->layers) < 0 ||
         get_int(j, "num_attention_heads", -1, &m->heads) < 0 ||
         get_int(j, "vocab_size", -1, &m->vocab) < 0 ||
@@ -421,13 +468,17 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
     if (!f->experts_key) return 0;
     m->moe_names = f->moe_names;
     if (read_experts(j, f, m) < 0) return -1;
-    if (!f->always_renorm && get_bool(j, "norm_topk_prob", 0, &m->norm_topk_prob) < 0) return -1;
-    if (f->shared) { // absent: Qwen2MoeConfig's default, 5632, as transformers builds it
+    if (!f->always_renorm &&
+        get_bool(j, "norm_topk_prob", f->renorm_default, &m->norm_topk_prob) < 0)
+        return -1;
+    if (f->shared) { // absent: the config class's default, as transformers builds it
         const cJSON *s = item(j, "shared_expert_intermediate_size");
         if (!(s && cJSON_IsNumber(s) && s->valuedouble == 0) &&
-            get_int(j, "shared_expert_intermediate_size", 5632, &m->shared_ffn_dim) < 0)
+            get_int(j, "shared_expert_intermediate_size", f->shared_default, &m->shared_ffn_dim) <
+                0)
             return -1;
     }
+    if (f->no_ffn_key) m->ffn_dim = m->moe_ffn_dim;
     if (f->sparse_steps &&
         (get_int(j, "decoder_sparse_step", 1, &m->moe_every) < 0 || read_dense_layers(j, m) < 0))
         return -1;
@@ -452,11 +503,15 @@ static void default_rope(const family *f, mt_config *m) {
     m->rope_attention_factor = 0;
 }
 
-int hf_read_family(const json_ctx *j, int seq_len, mt_config *m) {
+int hf_read_family(json_ctx *j, int seq_len, mt_config *m) {
     const family *f = find_family(j);
-    if (!f || check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
-        read_window(j, f, seq_len, m) < 0)
+    int tied = 0;
+    if (!f || (f->vlm && gdn_enter_text_config(j, &tied) < 0)) return -1;
+    if (check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
+        (f->vlm && gdn_settle_tie(j, tied, m) < 0) || read_window(j, f, seq_len, m) < 0 ||
+        gdn_read(j, f->gdn, f->gdn_fused, m) < 0)
         return -1;
+    m->hub_vlm = f->vlm;
     default_rope(f, m);
     return read_moe(j, f, m);
 }
@@ -483,12 +538,21 @@ static int matches_oss(const family *f, const mt_config *c) {
     return f->oss ? oss : none;
 }
 
+// Qwen3.5's and Qwen3-Next's options come all together, in those families only, and the
+// folder's layout (a VLM's nesting, Qwen3-Next's fused projections) picks among them.
+static int matches_gdn(const family *f, const mt_config *c) {
+    int gdn = c->linear_k_heads > 0 && c->attn_output_gate && c->norm_zero_centered;
+    int none = c->linear_k_heads <= 0 && !c->attn_output_gate && !c->norm_zero_centered;
+    if (!f->gdn) return none && !c->hub_vlm && !c->hub_gdn_fused;
+    return gdn && f->vlm == !!c->hub_vlm && f->gdn_fused == !!c->hub_gdn_fused;
+}
+
 // The family an export writes: the first whose fields match c's, NULL when none does.
 static const family *family_of(const mt_config *c) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
-        if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm) continue;
+        if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm || !matches_gdn(f, c)) continue;
         if (!carries_biases(f, c)) continue;
         if (!writes_window(f, c) || !matches_oss(f, c)) continue;
         if (!moe) return f;
@@ -569,7 +633,8 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     // The MoE families with Mixtral's and OLMoE's naming read intermediate_size as the experts'.
     int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? c->moe_ffn_dim
                                                                                 : c->ffn_dim;
-    cJSON_AddNumberToObject(r, "intermediate_size", ffn);
+    if (!f->no_ffn_key) cJSON_AddNumberToObject(r, "intermediate_size", ffn);
+    if (f->gdn) gdn_write(r, c);
     if (f->window == WINDOW_FLAG || f->window == WINDOW_OSS)
         write_layer_types(r, f, c);
     else if (f->window == WINDOW_PLAIN) {

@@ -11,6 +11,7 @@ typedef struct {
     const cJSON *root;
     char *err;
     size_t errlen;
+    char text_path[MT_PATH_MAX + 16]; // path once inside a VLM's text_config
 } json_ctx;
 
 // The value of key, NULL when absent or null ("the default", as in transformers).
@@ -23,6 +24,18 @@ int get_bool(const json_ctx *j, const char *key, int def, int *out);
 
 // The architecture (architectures[0]) and the fields it defines: shape, attention's extras,
 // the experts. hf_family.c.
-int hf_read_family(const json_ctx *j, int seq_len, mt_config *m);
+// For a ConditionalGeneration class (hf_family.c's vlm rows), j moves into text_config.
+int hf_read_family(json_ctx *j, int seq_len, mt_config *m);
+
+// The Gated DeltaNet families' keys (hf_family_gdn.c). gdn_enter_text_config: j moves into a
+// VLM's text_config; *tied gets the top level's tie_word_embeddings, which gdn_settle_tie makes
+// the model's once the text config is read (text_config's own, when given, must agree).
+int gdn_enter_text_config(json_ctx *j, int *tied);
+int gdn_settle_tie(const json_ctx *j, int tied, mt_config *m);
+// The linear attention's fields, layer_types and partial_rotary_factor when gdn (fused:
+// Qwen3-Next's fused projections); with !gdn, those fields cleared. gdn_write: the same keys
+// written back.
+int gdn_read(const json_ctx *j, int gdn, int fused, mt_config *m);
+void gdn_write(cJSON *r, const mt_config *c);
 
 #endif

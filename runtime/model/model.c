@@ -8,7 +8,7 @@
 static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, int rows, int cols,
                       int init, int role) {
     uint64_t numel = (uint64_t)rows * (cols ? cols : 1);
-    t[n] = (tensor_info){name, *off, numel, rows, cols, init, role, -1, HUB_PLAIN};
+    t[n] = (tensor_info){name, *off, numel, rows, cols, init, role, -1, HUB_PLAIN, 0};
     *off += numel;
     return n + 1;
 }
@@ -197,6 +197,30 @@ static int dim_of(const mt_config *c, int dim) {
     return 0; // DIM_NONE
 }
 
+// Qwen3-Next's fused Gated DeltaNet projections (roles.h's MT_GDN_FUSED_NAMES): t's hub name
+// and layout when its role is one of them.
+static void gdn_fused_name(tensor_info *t) {
+    static const struct {
+        int role;
+        const char *name;
+        int layout;
+    } fused[] = {
+#define MT_FUSED_ROW(role, name, layout) {role, name, layout},
+        MT_GDN_FUSED_NAMES(MT_FUSED_ROW)
+#undef MT_FUSED_ROW
+    };
+    for (size_t i = 0; i < sizeof fused / sizeof *fused; i++)
+        if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
+}
+
+// transformers 5's fused experts (model.hub_experts_fused) bear gpt-oss's names: the layout of
+// each, from gpt-oss's.
+static int fused_expert_layout(int oss_layout) {
+    return oss_layout == HUB_GATE_UP_EVEN  ? HUB_FUSED_GATE
+           : oss_layout == HUB_GATE_UP_ODD ? HUB_FUSED_UP
+                                           : HUB_FUSED_DOWN;
+}
+
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
 static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
     int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = c->moe_names == MOE_NAMES_GPT_OSS;
@@ -213,6 +237,11 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             if (per_expert) t[n - 1].expert = e;
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
+            if (c->hub_gdn_fused) gdn_fused_name(&t[n - 1]);
+            if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
+                t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
+                t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
+            }
         }
     }
     return n;
@@ -232,6 +261,7 @@ int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *num
     } else {
         n = layer_tensors(c, g - 1, t, &off);
     }
+    for (int k = 0; k < n; k++) t[k].lm_nested = c->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
     *numel = off;
     return n;
 }
@@ -359,7 +389,13 @@ float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
 // a format string.
 void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer) {
     size_t n = 0;
-    for (const char *p = t->name; *p && n + 1 < cap; p++) {
+    const char *p = t->name;
+    if (t->lm_nested) { // "model." -> "model.language_model."
+        n = (size_t)snprintf(out, cap, "model.language_model.");
+        p += strlen("model.");
+        if (n >= cap) n = cap - 1;
+    }
+    for (; *p && n + 1 < cap; p++) {
         if (p[0] == '%' && (p[1] == 'd' || p[1] == 'e')) {
             n += snprintf(out + n, cap - n, "%d", p[1] == 'd' ? layer : t->expert);
             p++;

@@ -181,6 +181,17 @@ typedef struct {
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
     int export_dtype; // "float32" (the master weights, bitwise) or "bfloat16"
+    // How model_dir's folder lays the model out, read from its config.json (not train.cfg keys;
+    // config_apply_model_dir copies them): hub_vlm, a ConditionalGeneration checkpoint (Qwen3.5's
+    // VLMs), whose language model's tensors are under "model.language_model." (lm_head.weight
+    // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
+    // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
+    int hub_vlm, hub_gdn_fused;
+    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
+    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
+    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
+    // tensor names (io's hf_index_layout), as config.json does not say.
+    int hub_experts_fused;
     // each layer's kinds, from the fields above (model_describe_layers); n_described: the
     // layers described, so that a config used before its description fails loudly
     mt_layer_kind layer_kind[MT_MAX_LAYERS];
@@ -329,6 +340,7 @@ typedef struct {
     int role;
     int expert;     // an expert's matrix: its index (the role's block holds experts 0..E-1 in turn)
     int hub_layout; // how the hub's tensor `name` holds this one (roles.h's HUB_*)
+    int lm_nested;  // its "model." is "model.language_model." in the hub folder (hub_vlm)
 } tensor_info;
 
 // A layer group lists each expert's tensors apart (its three matrices and, with expert_bias,

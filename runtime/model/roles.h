@@ -37,7 +37,27 @@ enum {
     HUB_BIAS_ODD,     // ... and its up bias [e, 1::2]
     HUB_STACKED,      // down_proj_bias [E, d]: expert e's is [e]
     HUB_CONV1D,       // a depthwise conv1d weight [channels, 1, taps]: ours [channels, taps]
+    // Qwen3-Next's fused Gated DeltaNet projections, rows grouped by key head g (io/hub_layout.c):
+    // in_proj_qkvz's group g is [q_g, k_g, v_g, z_g] (k_dim, k_dim, r x v_dim, r x v_dim rows,
+    // r = v_heads / k_heads), in_proj_ba's [b_g, a_g] (r rows each)
+    HUB_QKVZ_QKV, // our in_proj_qkv [q | k | v], from in_proj_qkvz
+    HUB_QKVZ_Z,   // our in_proj_z, from in_proj_qkvz
+    HUB_BA_B,     // our in_proj_b, from in_proj_ba
+    HUB_BA_A,     // our in_proj_a, from in_proj_ba
+    // Experts fused as transformers 5 holds them (model.hub_experts_fused), each expert's
+    // tensors whole and in our layout inside its slab
+    HUB_FUSED_GATE, // gate_up_proj [E, 2f, d]: expert e's gate [f, d] is [e, :f]
+    HUB_FUSED_UP,   // ... and its up [e, f:]
+    HUB_FUSED_DOWN, // down_proj [E, d, f]: expert e's down [d, f] is [e]
 };
+
+// Qwen3-Next's names for the roles its fused projections hold (model.hub_gdn_fused): X(role,
+// hub name, HUB_* layout).
+#define MT_GDN_FUSED_NAMES(X)                                                                      \
+    X(T_LA_QKV, "model.layers.%d.linear_attn.in_proj_qkvz.weight", HUB_QKVZ_QKV)                   \
+    X(T_LA_Z, "model.layers.%d.linear_attn.in_proj_qkvz.weight", HUB_QKVZ_Z)                       \
+    X(T_LA_B, "model.layers.%d.linear_attn.in_proj_ba.weight", HUB_BA_B)                           \
+    X(T_LA_A, "model.layers.%d.linear_attn.in_proj_ba.weight", HUB_BA_A)
 
 // A shape's extents, resolved against the config by model.c's dim_of.
 enum {

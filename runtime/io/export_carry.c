@@ -1,0 +1,194 @@
+// What an export carries from model_dir unchanged (io.h's hf_carried): the tensors we do not
+// train, a Qwen3.5 VLM's vision tower and the multi-token-prediction layers, copied byte for
+// byte in their own dtype into shards of their own (model-carried-NNNNN-of-NNNNN.safetensors),
+// and the config.json keys of the checkpoint around the language model (a VLM's top level and
+// vision_config, the keys of text_config we do not read, the MTP layers' keys), so that the
+// exported folder is the whole checkpoint transformers and vLLM load.
+#include "runtime/base/base.h"
+#include "runtime/base/json_strict.h"
+#include "runtime/io/hf_index.h"
+#include "runtime/io/io.h"
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CONFIG_MAX (16u << 20)
+
+static int starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+int hf_carried(const mt_config *cfg, const char *name) {
+    return (cfg->hub_vlm && starts_with(name, "model.visual.")) ||
+           (cfg->linear_k_heads > 0 && starts_with(name, "mtp."));
+}
+
+static void carried_file(char *out, size_t cap, int s, int n) {
+    snprintf(out, cap, "model-carried-%05d-of-%05d.safetensors", s + 1, n);
+}
+
+static uint64_t bytes_of(const hf_tensor *t) {
+    return t->end - t->begin;
+}
+
+// Shard s's header, padded with spaces to a multiple of 8, for the carried tensors whose
+// shard[] is s.
+static char *carried_header(const hf_index *ix, const int *shard, int s, uint64_t *len) {
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    uint64_t at = 0;
+    for (int i = 0; i < hf_index_count(ix); i++) {
+        if (shard[i] != s) continue;
+        const hf_tensor *t = hf_tensor_at(ix, i);
+        cJSON *o = cJSON_AddObjectToObject(root, t->name);
+        cJSON_AddStringToObject(o, "dtype", hf_dtype_name(t->dtype));
+        cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        offs = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at += bytes_of(t))));
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    size_t n = json ? strlen(json) : 0, padded = (n + 7) & ~(size_t)7;
+    char *out = malloc(padded + 1);
+    if (!json || !out) mt_die("out of memory");
+    memcpy(out, json, n);
+    memset(out + n, ' ', padded - n);
+    out[padded] = 0;
+    free(json);
+    *len = padded;
+    return out;
+}
+
+static void put(int fd, const void *buf, size_t n, off_t at, const char *path) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, (const char *)buf + done, n - done, at + (off_t)done);
+        if (w < 0) mt_die("%s: write failed: %s", path, strerror(errno));
+        done += (size_t)w;
+    }
+}
+
+// Shard s: its header, then each of its tensors' bytes as model_dir holds them.
+static void write_carried(const hf_index *ix, const int *shard, int s, int n, const char *dir) {
+    char file[64], path[PATH_MAX], err[PATH_MAX + 256];
+    carried_file(file, sizeof file, s, n);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open_nofollow(path, "x");
+    if (fd < 0) mt_die("%s: %s", path, strerror(errno));
+    uint64_t hlen;
+    char *h = carried_header(ix, shard, s, &hlen);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+    put(fd, len8, 8, 0, path);
+    put(fd, h, hlen, 8, path);
+    free(h);
+    enum { CHUNK = 1 << 24 };
+    unsigned char *buf = malloc(CHUNK);
+    if (!buf) mt_die("out of memory");
+    off_t at = (off_t)(8 + hlen);
+    for (int i = 0; i < hf_index_count(ix); i++) {
+        if (shard[i] != s) continue;
+        const hf_tensor *t = hf_tensor_at(ix, i);
+        for (uint64_t done = 0; done < bytes_of(t);) {
+            size_t m = bytes_of(t) - done < CHUNK ? (size_t)(bytes_of(t) - done) : CHUNK;
+            if (hf_read_bytes(ix, t, done, m, buf, err, sizeof err) < 0) mt_die("export: %s", err);
+            put(fd, buf, m, at, path);
+            at += (off_t)m, done += m;
+        }
+    }
+    free(buf);
+    SYS_CHECK(fsync(fd));
+    SYS_CHECK(close(fd));
+}
+
+// Whether model_dir may hold tensors to carry: only the families hf_carried names read it again.
+static int may_carry(const mt_config *cfg) {
+    return cfg->model_dir[0] && (cfg->hub_vlm || cfg->linear_k_heads > 0);
+}
+
+double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSON *map) {
+    if (!may_carry(cfg)) return 0;
+    char err[PATH_MAX + 256];
+    hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
+    if (!ix) mt_die("export: %s", err);
+    int count = hf_index_count(ix), n = 0;
+    int *shard = malloc(sizeof *shard * (count ? count : 1));
+    if (!shard) mt_die("out of memory");
+    uint64_t used = 0;
+    double total = 0;
+    for (int i = 0; i < count; i++) { // a shard closes when the next tensor would overflow it
+        const hf_tensor *t = hf_tensor_at(ix, i);
+        shard[i] = -1;
+        if (!hf_carried(cfg, t->name)) continue;
+        if (n == 0 || (used > 0 && used + bytes_of(t) > max)) n++, used = 0;
+        shard[i] = n - 1, used += bytes_of(t), total += (double)bytes_of(t);
+    }
+    for (int s = 0; s < n; s++) write_carried(ix, shard, s, n, dir);
+    for (int i = 0; i < count; i++) {
+        char file[64];
+        if (shard[i] < 0) continue;
+        carried_file(file, sizeof file, shard[i], n);
+        cJSON_AddStringToObject(map, hf_tensor_at(ix, i)->name, file);
+    }
+    free(shard);
+    hf_index_close(ix);
+    return total;
+}
+
+static cJSON *source_config(const mt_config *cfg) {
+    char path[PATH_MAX], err[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/config.json", cfg->model_dir);
+    char *text = read_text(path, CONFIG_MAX, err, sizeof err);
+    if (!text) mt_die("export: %s", err);
+    cJSON *root = json_parse_strict(text, strlen(text), err, sizeof err);
+    free(text);
+    if (!root) mt_die("export: %s: %s", path, err);
+    return root;
+}
+
+// ours' keys over into's (ours emptied). rope_parameters is merged: a VLM's mRoPE keys
+// (mrope_section, mrope_interleaved), which change nothing for text, stay for images.
+static void overlay(cJSON *into, cJSON *ours) {
+    while (ours->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(ours, ours->child);
+        const cJSON *old = cJSON_GetObjectItemCaseSensitive(into, item->string);
+        if (cJSON_IsObject(item) && cJSON_IsObject(old) && !strcmp(item->string, "rope_parameters"))
+            for (const cJSON *k = old->child; k; k = k->next)
+                if (!cJSON_GetObjectItemCaseSensitive(item, k->string))
+                    cJSON_AddItemToObject(item, k->string, cJSON_Duplicate(k, 1));
+        cJSON_DeleteItemFromObjectCaseSensitive(into, item->string);
+        cJSON_AddItemToObject(into, item->string, item);
+    }
+}
+
+cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
+    if (!may_carry(cfg)) return ours;
+    cJSON *src = source_config(cfg);
+    if (!cfg->hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
+        for (const cJSON *k = src->child; k; k = k->next)
+            if (starts_with(k->string, "mtp_") &&
+                !cJSON_GetObjectItemCaseSensitive(ours, k->string))
+                cJSON_AddItemToObject(ours, k->string, cJSON_Duplicate(k, 1));
+        cJSON_Delete(src);
+        return ours;
+    }
+    // A VLM: our keys over its text_config's; its class, vision_config and token ids stay.
+    cJSON *text = cJSON_GetObjectItemCaseSensitive(src, "text_config");
+    if (!cJSON_IsObject(text)) mt_die("export: %s/config.json: no text_config", cfg->model_dir);
+    cJSON_DeleteItemFromObjectCaseSensitive(ours, "architectures");
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(ours, "tie_word_embeddings");
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(ours, "torch_dtype");
+    cJSON_DeleteItemFromObjectCaseSensitive(src, "tie_word_embeddings");
+    cJSON_AddBoolToObject(src, "tie_word_embeddings", cJSON_IsTrue(tie));
+    cJSON_DeleteItemFromObjectCaseSensitive(src, "dtype");
+    cJSON_DeleteItemFromObjectCaseSensitive(src, "torch_dtype");
+    if (cJSON_IsString(dtype)) cJSON_AddStringToObject(src, "torch_dtype", dtype->valuestring);
+    overlay(text, ours);
+    cJSON_Delete(ours);
+    return src;
+}
