@@ -25,7 +25,8 @@ and from there the curves part chaotically (qwen3_moe's from step 3). A check th
 comparison can fail: flipping norm_topk_prob moves transformers' step-1 loss by far more than
 the tolerance. A one-step cpu run's export_dir loads in transformers as the same class with no
 missing or unexpected tensor, and its logits equal those of the loop's weights after step 1
-(within 1e-5 of their scale).
+(within 3e-5 of their scale: 6e-6 with torch 2.11, 1.5e-5 with 2.15, whose fp32 kernels move the
+loop's first AdamW step, which takes the sign of each gradient, where a gradient is near 0).
 
 Exit 0 when nothing failed, 1 otherwise, 77 without torch/transformers or without the backend.
 """
@@ -249,7 +250,7 @@ def check_export(name, model, export, tokens):
     x, _ = batch(tokens, 0, 0)
     a, b = back(input_ids=x).logits.float(), model(input_ids=x).logits.float()
     err = float((a - b).abs().max() / b.abs().max())
-    ok = type(back) is type(model) and not odd and err < 1e-5
+    ok = type(back) is type(model) and not odd and err < 3e-5
     if os.environ.get("MT_MOE_DEBUG"):  # the tensors furthest from the loop's
         theirs = dict(model.named_parameters())
         diffs = sorted(((float((p - theirs[n]).abs().max() / theirs[n].abs().max()), n)
@@ -258,7 +259,7 @@ def check_export(name, model, export, tokens):
     report("PASS" if ok else "FAIL",
            f"{name}: transformers loads our export as {type(back).__name__}"
            f"{''.join(f' {k} {info[k]}' for k in odd)}; logits against the loop's weights after step 1 "
-           f"{err:.2e} of their scale (< 1e-5)")
+           f"{err:.2e} of their scale (< 3e-5)")
 
 
 def main():
