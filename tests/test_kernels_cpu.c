@@ -6,6 +6,8 @@
 // are checked against naive double-precision references, and every kernel must give bitwise
 // identical results with 1 and 3 OpenMP threads.
 #include "kernels/cpu/kernels_cpu.h"
+#include "tests/check.h"
+#include "tests/kernel_check.h"
 
 #include <math.h>
 #include <omp.h>
@@ -17,38 +19,11 @@
 enum { FD_COORDS = 30 };
 static const float FD_EPS = 1e-3f;
 static const double FD_TOL = 1e-2, FWD_TOL = 1e-5;
-static int passed, failed;
 
 // ---- helpers -----------------------------------------------------------------------------
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void) { // splitmix64
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_uniform(void) {
-    return (float)((rng_next() >> 40) * 0x1.0p-24) * 2.0f - 1.0f;
-}
-static int rng_int(int n) {
-    return (int)(rng_next() % (uint64_t)n);
-}
-
 static float *rand_vec(long n) {
-    float *p = malloc(sizeof(float) * n);
-    for (long i = 0; i < n; i++) p[i] = rng_uniform();
-    return p;
-}
-static float *copy_vec(const float *src, long n) {
-    float *p = malloc(sizeof(float) * n);
-    memcpy(p, src, sizeof(float) * n);
-    return p;
-}
-static double dot_d(const float *a, const float *b, long n) {
-    double s = 0.0;
-    for (long i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
+    return rand_in(n, -1.0f, 1.0f);
 }
 
 static void report(int ok, const char *what, const char *name, double err) {
@@ -59,33 +34,10 @@ static void report(int ok, const char *what, const char *name, double err) {
         failed++;
 }
 
-// Analytic gradient = (after - prior): the backward must have added, not overwritten.
-static float *grad_delta(const float *after, const float *prior, long n) {
-    float *g = malloc(sizeof(float) * n);
-    for (long i = 0; i < n; i++) g[i] = after[i] - prior[i];
-    return g;
-}
-
-// Central differences of loss(ctx) with respect to p[i] on FD_COORDS random coordinates,
-// compared with grad: max |grad - fd| / max(max |fd|, 1e-3) < FD_TOL.
-typedef double (*loss_fn)(void *ctx);
+// The backward's grad against central differences of loss on FD_COORDS coordinates of p.
 static void fd_check(const char *name, float *p, long n, const float *grad, loss_fn loss,
                      void *ctx) {
-    double max_err = 0.0, max_ref = 1e-3;
-    int coords = n < FD_COORDS ? (int)n : FD_COORDS;
-    for (int c = 0; c < coords; c++) {
-        long i = n <= FD_COORDS ? c : rng_int((int)n);
-        float saved = p[i], hi = saved + FD_EPS, lo = saved - FD_EPS;
-        p[i] = hi;
-        double lhi = loss(ctx);
-        p[i] = lo;
-        double llo = loss(ctx);
-        p[i] = saved;
-        double fd = (lhi - llo) / ((double)hi - (double)lo);
-        max_err = fmax(max_err, fabs(grad[i] - fd));
-        max_ref = fmax(max_ref, fabs(fd));
-    }
-    double rel = max_err / max_ref;
+    double rel = fd_rel_err(p, n, grad, loss, ctx, FD_EPS, FD_COORDS);
     report(rel < FD_TOL, "gradcheck", name, rel);
 }
 
@@ -99,16 +51,8 @@ static void fwd_check(const char *name, const float *got, const double *ref, lon
     report(rel < FWD_TOL, "forward", name, rel);
 }
 
-// Runs fn(ctx, out) with 1 and with 3 threads and compares the outputs bit for bit.
-typedef void (*run_fn)(void *ctx, float *out);
 static void det_check(const char *name, run_fn fn, void *ctx, long nout) {
-    float *a = calloc(nout, sizeof(float)), *b = calloc(nout, sizeof(float));
-    omp_set_num_threads(3);
-    fn(ctx, b);
-    omp_set_num_threads(1);
-    fn(ctx, a);
-    report(memcmp(a, b, sizeof(float) * nout) == 0, "determinism", name, 0.0);
-    free(a), free(b);
+    report(same_on_1_and_3_threads(fn, ctx, nout), "determinism", name, 0.0);
 }
 
 // ---- embedding ---------------------------------------------------------------------------

@@ -9,6 +9,8 @@
 // OpenMP threads.
 #include "kernels/cpu/kernels_gdn.h"
 #include "tests/check.h"
+#define KERNEL_CHECK_SEED 0x3243F6A8885A308Dull
+#include "tests/kernel_check.h"
 
 #include <math.h>
 #include <omp.h>
@@ -22,30 +24,8 @@ static const double FD_TOL = 1e-2, FWD_TOL = 1e-5;
 
 // ---- helpers -----------------------------------------------------------------------------
 
-static uint64_t rng_state = 0x3243F6A8885A308Dull;
-static uint64_t rng_next(void) { // splitmix64
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_range(float lo, float hi) {
-    return lo + (hi - lo) * (float)((rng_next() >> 40) * 0x1.0p-24);
-}
 static float *rand_vec(long n, float lo, float hi) {
-    float *p = malloc(sizeof(float) * n);
-    for (long i = 0; i < n; i++) p[i] = rng_range(lo, hi);
-    return p;
-}
-static float *copy_vec(const float *src, long n) {
-    float *p = malloc(sizeof(float) * n);
-    memcpy(p, src, sizeof(float) * n);
-    return p;
-}
-static double dot_d(const float *a, const float *b, long n) {
-    double s = 0.0;
-    for (long i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
+    return rand_in(n, lo, hi);
 }
 // max |x - y| / max(max |y|, 1e-6); infinite where x is not finite (fmax drops NaNs).
 static double rel_err(const float *x, const float *y, long n) {
@@ -63,46 +43,15 @@ static double rel_err_d(const float *x, const double *y, long n) {
     for (long i = 0; i < n; i++) err = fmax(err, fabs(x[i] - y[i])), ref = fmax(ref, fabs(y[i]));
     return err / ref;
 }
-// The gradient the backward added on top of prior.
-static float *grad_delta(const float *after, const float *prior, long n) {
-    float *g = malloc(sizeof(float) * n);
-    for (long i = 0; i < n; i++) g[i] = after[i] - prior[i];
-    return g;
-}
-
-// Central differences of loss(ctx) in p[i] on FD_COORDS random coordinates (all when fewer),
-// against grad: max |grad - fd| / max(max |fd|, 1e-3) < FD_TOL.
-typedef double (*loss_fn)(void *ctx);
+// The backward's grad against central differences of loss on FD_COORDS coordinates of p.
 static void fd_check(const char *name, float *p, long n, const float *grad, loss_fn loss,
                      void *ctx) {
-    double max_err = 0.0, max_ref = 1e-3;
-    int coords = n < FD_COORDS ? (int)n : FD_COORDS;
-    for (int c = 0; c < coords; c++) {
-        long i = n <= FD_COORDS ? c : (long)(rng_next() % (uint64_t)n);
-        float saved = p[i], hi = saved + FD_EPS, lo = saved - FD_EPS;
-        p[i] = hi;
-        double lhi = loss(ctx);
-        p[i] = lo;
-        double llo = loss(ctx);
-        p[i] = saved;
-        double fd = (lhi - llo) / ((double)hi - (double)lo);
-        max_err = isfinite(grad[i]) ? fmax(max_err, fabs(grad[i] - fd)) : INFINITY;
-        max_ref = fmax(max_ref, fabs(fd));
-    }
-    check(max_err / max_ref < FD_TOL, "%s against finite differences (rel err %.3g)", name,
-          max_err / max_ref);
+    double rel = fd_rel_err(p, n, grad, loss, ctx, FD_EPS, FD_COORDS);
+    check(rel < FD_TOL, "%s against finite differences (rel err %.3g)", name, rel);
 }
 
-// Runs fn(ctx, out) on 1 and on 3 threads and compares the outputs bit for bit.
-typedef void (*run_fn)(void *ctx, float *out);
 static void det_check(const char *name, run_fn fn, void *ctx, long nout) {
-    float *a = calloc(nout, sizeof(float)), *b = calloc(nout, sizeof(float));
-    omp_set_num_threads(3);
-    fn(ctx, b);
-    omp_set_num_threads(1);
-    fn(ctx, a);
-    check(memcmp(a, b, sizeof(float) * nout) == 0, "%s bitwise the same on 1 and 3 threads", name);
-    free(a), free(b);
+    check(same_on_1_and_3_threads(fn, ctx, nout), "%s bitwise the same on 1 and 3 threads", name);
 }
 
 static double silu_d(double x) {
