@@ -11,11 +11,8 @@
 set -u
 TEST_HF=$1
 T=$2
-WORK=$(mktemp -d /tmp/mt-hf-moe-config.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; FAILED=1; }
+FAMILY=hf_moe
+source "$T/hf_lib.sh" # WORK, FAILED, pass, fail, refuse (tests/hf_moe_fixture.py's folders)
 # accept NAME FIXTURE-ARGS...: test_hf check takes the folder
 accept() {
     local name=$1
@@ -25,21 +22,6 @@ accept() {
         pass "$name is taken"
     else
         fail "$name is refused: $(cat "$WORK/err")"
-    fi
-}
-# refuse NAME PROBLEM-REGEX FIXTURE-ARGS...: exit 2 and one line naming config.json or the
-# safetensors file, matching PROBLEM-REGEX
-refuse() {
-    local name=$1 problem=$2 rc
-    shift 2
-    python3 "$T/hf_moe_fixture.py" "$WORK/$name" "$@" || exit 1
-    "$TEST_HF" check "$WORK/$name" >/dev/null 2>"$WORK/err"
-    rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "$WORK/$name/" "$WORK/err" &&
-        grep -Eq -- "$problem" "$WORK/err"; then
-        pass "$name: $(cat "$WORK/err")"
-    else
-        fail "$name: exit $rc, '$(cat "$WORK/err")' does not say /$problem/ in one line"
     fi
 }
 # family, its own key, the attribute_map's other name, and its router (one row per expert)

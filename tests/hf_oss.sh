@@ -13,50 +13,14 @@
 set -u
 TEST_HF=$1
 T=$2
-WORK=$(mktemp -d /tmp/mt-hf-oss.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; FAILED=1; }
-# roundtrip NAME MAX_SHARD_BYTES DTYPE FIXTURE-ARGS...
-roundtrip() {
-    local name=$1 max=$2 dtype=$3 bf=
-    shift 3
-    [ "$dtype" = bfloat16 ] && bf=--bf16
-    python3 "$T/hf_oss_fixture.py" "$WORK/$name" "$@" || exit 1
-    if ! "$TEST_HF" roundtrip "$WORK/$name" "$WORK/$name.out" "$max" "$dtype" >"$WORK/log" 2>&1; then
-        fail "$name: round trip: $(cat "$WORK/log")"
-    elif python3 "$T/hf_oss_check.py" "$WORK/$name.out" "$WORK/$name" $bf >"$WORK/log" 2>&1; then
-        pass "$name: $(cat "$WORK/log")"
-    else
-        fail "$name: $(cat "$WORK/log")"
-    fi
-}
+FAMILY=hf_oss
+source "$T/hf_lib.sh" # WORK, FAILED, pass, fail, roundtrip, refuse
 roundtrip f32 60000 float32
 roundtrip bf16_source 5000000000 float32 --dtype bf16
 roundtrip bf16_export 60000 bfloat16
 roundtrip mxfp4 60000 float32 --mxfp4 --dtype bf16
 roundtrip mxfp4_bf16 5000000000 bfloat16 --mxfp4
 roundtrip full_layers 5000000000 float32 --set 'layer_types=["full_attention","full_attention"]'
-# refuse NAME PROBLEM-REGEX [roundtrip] FIXTURE-ARGS...: exit 2, one line naming the folder
-refuse() {
-    local name=$1 problem=$2 how=check rc
-    shift 2
-    [ "${1:-}" = roundtrip ] && how=roundtrip && shift
-    python3 "$T/hf_oss_fixture.py" "$WORK/$name" "$@" || exit 1
-    if [ $how = check ]; then
-        "$TEST_HF" check "$WORK/$name" >/dev/null 2>"$WORK/err"
-    else
-        "$TEST_HF" roundtrip "$WORK/$name" "$WORK/$name.out" 5000000000 >/dev/null 2>"$WORK/err"
-    fi
-    rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "$WORK/$name/" "$WORK/err" &&
-        grep -Eq -- "$problem" "$WORK/err"; then
-        pass "$name: $(cat "$WORK/err")"
-    else
-        fail "$name: exit $rc, '$(cat "$WORK/err")' does not say /$problem/ in one line"
-    fi
-}
 L0=model.layers.0.mlp.experts
 L1=model.layers.1.mlp.experts
 refuse window_0 "config.json: sliding_window must be a positive integer or null" --set sliding_window=0

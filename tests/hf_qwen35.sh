@@ -18,25 +18,8 @@
 set -u
 TEST_HF=$1
 T=$2
-WORK=$(mktemp -d /tmp/mt-hf-qwen35.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; FAILED=1; }
-# roundtrip NAME MAX_SHARD_BYTES DTYPE FIXTURE-ARGS...
-roundtrip() {
-    local name=$1 max=$2 dtype=$3 bf=
-    shift 3
-    [ "$dtype" = bfloat16 ] && bf=--bf16
-    python3 "$T/hf_qwen35_fixture.py" "$WORK/$name" "$@" || exit 1
-    if ! "$TEST_HF" roundtrip "$WORK/$name" "$WORK/$name.out" "$max" "$dtype" >"$WORK/log" 2>&1; then
-        fail "$name: round trip: $(cat "$WORK/log")"
-    elif python3 "$T/hf_qwen35_check.py" "$WORK/$name.out" "$WORK/$name" $bf >"$WORK/log" 2>&1; then
-        pass "$name: $(cat "$WORK/log")"
-    else
-        fail "$name: $(cat "$WORK/log")"
-    fi
-}
+FAMILY=hf_qwen35
+source "$T/hf_lib.sh" # WORK, FAILED, pass, fail, roundtrip, refuse
 for f in qwen3_5 qwen3_5_moe qwen3_next qwen3_5_vl; do
     roundtrip $f 60000 float32 --family $f --mtp
     roundtrip ${f}_bf16_source 5000000000 float32 --family $f --dtype bf16
@@ -48,20 +31,6 @@ roundtrip qwen3_5_interval 60000 float32 --family qwen3_5 --unset layer_types \
     --set full_attention_interval=2
 roundtrip qwen3_5_top_rotary 60000 float32 --family qwen3_5 --set partial_rotary_factor=0.5 \
     --set 'rope_parameters={"rope_type":"default","rope_theta":1000000.0}'
-# refuse NAME PROBLEM-REGEX FIXTURE-ARGS...: exit 2, one line naming the folder
-refuse() {
-    local name=$1 problem=$2 rc
-    shift 2
-    python3 "$T/hf_qwen35_fixture.py" "$WORK/$name" "$@" || exit 1
-    "$TEST_HF" check "$WORK/$name" >/dev/null 2>"$WORK/err"
-    rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "$WORK/$name/" "$WORK/err" &&
-        grep -Eq -- "$problem" "$WORK/err"; then
-        pass "$name: $(cat "$WORK/err")"
-    else
-        fail "$name: exit $rc, '$(cat "$WORK/err")' does not say /$problem/ in one line"
-    fi
-}
 A0=model.layers.0.linear_attn
 refuse types_kind 'config.json: layer_types\[1\] "sliding_attention" not supported \(linear_attention or full_attention\)' \
     --family qwen3_5 --set 'layer_types=["linear_attention","sliding_attention","linear_attention","full_attention"]'
