@@ -72,6 +72,20 @@ static const tensor_info *entry_info(const mt_config *cfg, const plan_entry *e, 
 }
 
 // The JSON header of shard s, padded with spaces to a multiple of 8 (aligned data).
+char *safetensors_header_text(cJSON *root, uint64_t *len) {
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    size_t n = json ? strlen(json) : 0, padded = (n + 7) & ~(size_t)7;
+    char *out = malloc(padded + 1);
+    if (!json || !out) mt_die("out of memory");
+    memcpy(out, json, n);
+    memset(out + n, ' ', padded - n);
+    out[padded] = 0;
+    free(json);
+    *len = padded;
+    return out;
+}
+
 static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uint64_t *len) {
     cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
@@ -91,17 +105,7 @@ static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uin
         uint64_t end = p->e[i].rel + hub.numel * export_size(cfg);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
     }
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    size_t n = strlen(json), padded = (n + 7) & ~(size_t)7;
-    char *out = malloc(padded + 1);
-    if (!json || !out) mt_die("out of memory");
-    memcpy(out, json, n);
-    memset(out + n, ' ', padded - n);
-    out[padded] = 0;
-    free(json);
-    *len = padded;
-    return out;
+    return safetensors_header_text(root, len);
 }
 
 static void make_plan(const mt_config *cfg, uint64_t max, export_plan *p) {

@@ -6,6 +6,7 @@
 // exported folder is the whole checkpoint transformers and vLLM load.
 #include "runtime/base/base.h"
 #include "runtime/base/json_strict.h"
+#include "runtime/io/export_carry.h"
 #include "runtime/io/hf_index.h"
 #include "runtime/io/io.h"
 #include <cjson/cJSON.h>
@@ -52,17 +53,7 @@ static char *carried_header(const hf_index *ix, const int *shard, int s, uint64_
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at += bytes_of(t))));
     }
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    size_t n = json ? strlen(json) : 0, padded = (n + 7) & ~(size_t)7;
-    char *out = malloc(padded + 1);
-    if (!json || !out) mt_die("out of memory");
-    memcpy(out, json, n);
-    memset(out + n, ' ', padded - n);
-    out[padded] = 0;
-    free(json);
-    *len = padded;
-    return out;
+    return safetensors_header_text(root, len);
 }
 
 static void put(int fd, const void *buf, size_t n, off_t at, const char *path) {
