@@ -149,7 +149,10 @@ __global__ void __launch_bounds__(THREADS)
         const bf *v = t.v + gdn_v_off(&a, b, t0, h) + n0;
         for (int e = threadIdx.x; e < Lc * COLS; e += blockDim.x) {
             int i = e / COLS, n = e % COLS;
-            if (n >= nc) continue;
+            if (n >= nc) { // a column past dv: zeros, which the state update keeps at 0
+                Dl[e] = Oa[e] = 0.0f;
+                continue;
+            }
             float sk = 0.0f, sq = 0.0f;
             for (int m = 0; m < dk; m++) {
                 float sv = S[m * COLS + n];
