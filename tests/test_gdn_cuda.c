@@ -8,7 +8,8 @@
 // before a call, so an element no kernel writes fails; weight gradients (accumulated) start from
 // random priors. Every call runs twice and must give the same bits (no atomics). Shapes: T not a
 // multiple of 64, grouped value heads (H = 2 HK, 3 HK), head dims 16, 32 and 128, dk != dv,
-// several rows, packed documents that start mid-chunk (1- and 2-token documents among them).
+// several rows, packed documents that start mid-chunk (1- and 2-token documents among them),
+// and rows of more chunks than one backward segment holds.
 //
 //   test_gdn_cuda            the checks; exit 0 all passed, 1 a check failed, 77 no CUDA device
 //   test_gdn_cuda --bench [--H 48 --HK 16 --dk 128 --dv 128 --T 4096,32768]
@@ -135,10 +136,18 @@ typedef struct {
 static const int MID[] = {100, 37, 1, 2, 130, 0}; // starts mid-chunk, tiny documents
 static const int EDGE[] = {64, 63, 65, 200, 0};
 static const gdn_shape GDN_SHAPES[] = {
-    {1, 150, 2, 1, 16, 16, NULL},    {2, 150, 4, 2, 32, 32, MID},
-    {1, 64, 2, 2, 16, 32, NULL},     {3, 200, 6, 3, 32, 16, MID},
-    {1, 1000, 2, 1, 128, 128, NULL}, {2, 1000, 4, 2, 128, 128, EDGE},
+    {1, 150, 2, 1, 16, 16, NULL},
+    {2, 150, 4, 2, 32, 32, MID},
+    {1, 64, 2, 2, 16, 32, NULL},
+    {3, 200, 6, 3, 32, 16, MID},
+    {1, 1000, 2, 1, 128, 128, NULL},
+    {2, 1000, 4, 2, 128, 128, EDGE},
     {2, 1000, 6, 2, 128, 128, MID},
+    // Over 32 chunks a row: the backward's segments, its checkpoints and the state gradient
+    // carried from one segment to the one before, within a document and across documents.
+    {1, 2200, 2, 1, 128, 128, NULL},
+    {2, 2500, 4, 2, 32, 32, MID},
+    {1, 4500, 3, 1, 16, 16, EDGE},
 };
 
 // The CPU reference's inputs and outputs for one shape, and their device copies.

@@ -12,11 +12,13 @@
 // - chunk_list_kernel: each row's chunk starts (a chunk starts where t - doc_start[t] is a
 //   multiple of 64: at each document's first token and every 64 tokens after).
 // - forward_pass_kernel: per (b, h, column slice) the chunks in order, S in shared memory; writes
-//   out (forward) or each chunk's entering state to `states` (backward).
-// - backward_pass_kernel: per (b, h, column slice) the chunks in reverse: the gradient of each
-//   chunk's final state into `dstates`, from dout, without Delta (dS0 needs M, P and dR only).
-// - grad_kernel: per (b, key head, chunk), all of a chunk's gradients from its S0 and dS_end,
-//   the key head's value heads one after the other, so dq and dk add up in a fixed order.
+//   out (forward), or keeps entering states (backward: a checkpoint every SEG chunks, then the
+//   states of one segment of SEG chunks from its checkpoint).
+// - backward_pass_kernel: per (b, h, column slice) a segment's chunks in reverse: the gradient of
+//   each chunk's final state, from dout, without Delta (dS0 needs M, P and dR only).
+// - grad_kernel: per (b, key head, chunk of the segment), all of a chunk's gradients from its S0
+//   and dS_end, the key head's value heads one after the other, so dq and dk add up in a fixed
+//   order.
 // No atomics anywhere: every output element has one owner thread.
 //
 // Next optimizations (this first version is CUDA-core fp32 throughout): the L x dk x dv and
@@ -24,8 +26,8 @@
 // grad kernel's S0 dR and dS_end Delta rows); the state-independent WY factors (I + A)^-1
 // diag(beta) V and (I + A)^-1 diag(beta exp(gamma)) K computed once per chunk in parallel, so that
 // the sequential pass is two small GEMMs a chunk; M and P computed once per (chunk, head) instead
-// of once per column slice; and states checkpointed every few chunks (recomputing the others per
-// segment) instead of kept for every chunk.
+// of once per column slice (and kept for the backward's three kernels); the backward's first
+// state pass fused with the forward (its checkpoints kept from the forward call).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta.cuh"
 #include "kernels/cuda/kernels_cuda.h"
@@ -37,6 +39,11 @@
 namespace {
 
 using namespace gdn;
+
+// Chunks a backward segment: the backward keeps ceil(max_chunks / SEG) checkpoints and 2 SEG + 1
+// states of every (b, h) (at 32k tokens 80 states instead of 2 x 512), and its grad launches
+// have SEG x HK x B blocks.
+const int SEG = 32;
 
 // ---- chunk lists -------------------------------------------------------------------------
 
@@ -116,35 +123,43 @@ __device__ void load_chunk(const PassSmem &s, const gdn_args &a, const Tensors &
     __syncthreads();
 }
 
-// states[((b H + h) max_chunks + c) dk dv + m dv + n]: chunk c's [dk, dv] state of (b, h).
-__device__ float *state_at(float *states, const gdn_args &a, int b, int h, int c, int max_chunks) {
-    return states + (((long)b * a.H + h) * max_chunks + c) * a.dk * a.dv;
-}
-
-// Columns n0 .. n0 + nc - 1 of a block-owned [dk, COLS] tile to or from a [dk, dv] state.
+// Columns n0 .. n0 + nc - 1 of a block-owned [dk, COLS] tile to a [dk, dv] state, and back
+// (columns past dv read as zeros).
 __device__ void store_slice(float *dst, const float *S, int dk, int dv, int n0, int nc) {
     for (int e = threadIdx.x; e < dk * COLS; e += blockDim.x)
         if (e % COLS < nc) dst[(long)(e / COLS) * dv + n0 + e % COLS] = S[e];
 }
+__device__ void load_slice(float *S, const float *src, int dk, int dv, int n0, int nc) {
+    for (int e = threadIdx.x; e < dk * COLS; e += blockDim.x)
+        S[e] = e % COLS < nc ? src[(long)(e / COLS) * dv + n0 + e % COLS] : 0.0f;
+}
 
-// Grid (column slices, H, B). out != NULL: writes the outputs; states != NULL: keeps each chunk's
-// entering state there.
+// Grid (column slices, H, B): the chunks of span. The state entering span.begin is slot
+// entry_slot of `entry` (NULL: zero, span.begin must be 0). out != NULL: writes the outputs;
+// keep.p != NULL: keeps the entering state of every keep.every-th chunk of the span.
 __global__ void __launch_bounds__(THREADS)
     forward_pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
-                        int max_chunks, float *states) {
+                        int max_chunks, Span span, StateBuf entry, int entry_slot, StateBuf keep) {
     extern __shared__ __align__(16) unsigned char smem[];
     int b = blockIdx.z, h = blockIdx.y, n0 = blockIdx.x * COLS, dk = a.dk;
-    int nc = min(COLS, a.dv - n0);
+    int nc = min(COLS, a.dv - n0), c1 = min(span.end, counts[b]);
+    if (span.begin >= c1) return; // the row has no chunk in the span
     PassSmem s = pass_smem(smem, dk);
     float *S = s.S, *Dl = s.X, *Oa = s.Y;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
-    for (int c = 0; c < counts[b]; c++) {
+    if (entry.p)
+        load_slice(S, state_at(entry, a, b, h, entry_slot), dk, a.dv, n0, nc);
+    else
+        for (int e = threadIdx.x; e < dk * COLS; e += blockDim.x) S[e] = 0.0f;
+    for (int c = span.begin; c < c1; c++) {
         int t0 = row[c], Lc = row[c + 1] - t0;
         __syncthreads(); // the previous chunk is done with the tiles
         if (starts_document(a, b, t0))
             for (int e = threadIdx.x; e < dk * COLS; e += blockDim.x) S[e] = 0.0f;
         load_chunk(s, a, t, b, h, t0, Lc);
-        if (states) store_slice(state_at(states, a, b, h, c, max_chunks), S, dk, a.dv, n0, nc);
+        if (keep.p && (c - span.begin) % keep.every == 0)
+            store_slice(state_at(keep, a, b, h, (c - span.begin) / keep.every), S, dk, a.dv, n0,
+                        nc);
         int ks = kstride(dk);
         const bf *v = t.v + gdn_v_off(&a, b, t0, h) + n0;
         for (int e = threadIdx.x; e < Lc * COLS; e += blockDim.x) {
@@ -184,23 +199,28 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-// Grid (column slices, H, B): walks the chunks back with dS (the gradient of the state leaving
-// the chunk), keeps it in dstates for each chunk, then moves it to the chunk's entering state:
+// Grid (column slices, H, B): walks the chunks of span back with dS (the gradient of the state
+// leaving the chunk; carry holds it for the span's last chunk on entry, [B, H, dk, dv], and
+// gets it for the chunk before the span on return), keeps it in slot c - span.begin of keep for
+// each chunk c, then moves it to the chunk's entering state:
 //   dDelta_j = w_j dS^T k_j + sum_{i >= j} P_ij dO_i,  dR = (I + A)^-T dDelta,
 //   dS0 = exp(gamma_last) dS + sum_i exp(gamma_i) q_i dO_i^T - sum_i beta_i exp(gamma_i) k_i
 //   dR_i^T,
 // with dO = scale dout; zero before a document's first token.
 __global__ void __launch_bounds__(THREADS)
     backward_pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
-                         int max_chunks, float *dstates) {
+                         int max_chunks, Span span, float *carry, StateBuf keep) {
     extern __shared__ __align__(16) unsigned char smem[];
     int b = blockIdx.z, h = blockIdx.y, n0 = blockIdx.x * COLS, dk = a.dk, ks = kstride(dk);
     int nc = min(COLS, a.dv - n0);
     PassSmem s = pass_smem(smem, dk);
     float *dS = s.S, *dO = s.X, *dR = s.Y;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
-    for (int e = threadIdx.x; e < dk * COLS; e += blockDim.x) dS[e] = 0.0f;
-    for (int c = counts[b] - 1; c >= 0; c--) {
+    int c1 = min(span.end, counts[b]);
+    if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
+    float *carry_bh = carry + ((long)b * a.H + h) * dk * a.dv;
+    load_slice(dS, carry_bh, dk, a.dv, n0, nc);
+    for (int c = c1 - 1; c >= span.begin; c--) {
         int t0 = row[c], Lc = row[c + 1] - t0;
         __syncthreads();
         const float *dout = t.dout + gdn_v_off(&a, b, t0, h) + n0;
@@ -209,7 +229,7 @@ __global__ void __launch_bounds__(THREADS)
             dO[e] = n < nc ? a.scale * dout[(long)i * a.H * a.dv + n] : 0.0f;
         }
         load_chunk(s, a, t, b, h, t0, Lc);
-        store_slice(state_at(dstates, a, b, h, c, max_chunks), dS, dk, a.dv, n0, nc);
+        store_slice(state_at(keep, a, b, h, c - span.begin), dS, dk, a.dv, n0, nc);
         for (int e = threadIdx.x; e < Lc * COLS; e += blockDim.x) {
             int j = e / COLS, n = e % COLS;
             float ds = 0.0f, po = 0.0f;
@@ -230,6 +250,8 @@ __global__ void __launch_bounds__(THREADS)
             dS[e] = reset ? 0.0f : acc;
         }
     }
+    __syncthreads();
+    store_slice(carry_bh, dS, dk, a.dv, n0, nc);
 }
 
 int slices(int dv) {
@@ -241,8 +263,15 @@ size_t lists_bytes(const gdn_args *a, int max_chunks) {
     return (n + 255) / 256 * 256;
 }
 
-size_t states_floats(const gdn_args *a, int max_chunks) {
-    return (size_t)a->B * a->H * max_chunks * a->dk * a->dv;
+// The backward's segments of SEG chunks: checkpoints at their starts, then per segment (last
+// first) the states of its chunks, their gradients and the gradient carried to the one before.
+int segments(int max_chunks) {
+    return (max_chunks + SEG - 1) / SEG;
+}
+
+// Floats of n states of every (b, h).
+size_t states_floats(const gdn_args *a, long n) {
+    return (size_t)a->B * a->H * n * a->dk * a->dv;
 }
 
 void check_shape(const gdn_args *a) {
@@ -280,13 +309,32 @@ void build_lists(const gdn_args *a, int max_chunks, void *scratch, int32_t **sta
     CUDA_CHECK_LAUNCH();
 }
 
-void forward_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-                  int max_chunks, float *states, cudaStream_t stream) {
-    size_t smem = pass_smem_bytes(a->dk);
+// The chunk lists and the passes' arguments, shared by the launches of one call.
+struct Call {
+    const gdn_args *a;
+    Tensors t;
+    const int32_t *starts, *counts;
+    int max_chunks;
+    cudaStream_t stream;
+};
+
+void forward_pass(const Call &c, Span span, StateBuf entry, int entry_slot, StateBuf keep) {
+    size_t smem = pass_smem_bytes(c.a->dk);
     CUDA_CHECK(cudaFuncSetAttribute(forward_pass_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(slices(a->dv), a->H, a->B);
-    forward_pass_kernel<<<grid, THREADS, smem, stream>>>(*a, t, starts, counts, max_chunks, states);
+    dim3 grid(slices(c.a->dv), c.a->H, c.a->B);
+    forward_pass_kernel<<<grid, THREADS, smem, c.stream>>>(
+        *c.a, c.t, c.starts, c.counts, c.max_chunks, span, entry, entry_slot, keep);
+    CUDA_CHECK_LAUNCH();
+}
+
+void backward_pass(const Call &c, Span span, float *carry, StateBuf keep) {
+    size_t smem = pass_smem_bytes(c.a->dk);
+    CUDA_CHECK(cudaFuncSetAttribute(backward_pass_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(slices(c.a->dv), c.a->H, c.a->B);
+    backward_pass_kernel<<<grid, THREADS, smem, c.stream>>>(*c.a, c.t, c.starts, c.counts,
+                                                            c.max_chunks, span, carry, keep);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -300,8 +348,8 @@ double forward_flops(const gdn_args *a) {
 } // namespace
 
 extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {
-    return lists_bytes(a, max_chunks) +
-           (backward ? 2 * sizeof(float) * states_floats(a, max_chunks) : 0);
+    long states = segments(max_chunks) + 2 * SEG + 1;
+    return lists_bytes(a, max_chunks) + (backward ? sizeof(float) * states_floats(a, states) : 0);
 }
 
 extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
@@ -313,10 +361,13 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     kt_work(stream, KT_ATTENTION, forward_flops(a), 0, "gated delta forward dk %d", a->dk);
     int32_t *starts, *counts;
     build_lists(a, max_chunks, scratch, &starts, &counts, stream);
-    Tensors tt = tensors_of(t);
-    forward_pass(a, tt, starts, counts, max_chunks, NULL, stream);
+    const Call c = {a, tensors_of(t), starts, counts, max_chunks, stream};
+    forward_pass(c, Span{0, max_chunks}, StateBuf{NULL, 0, 1}, 0, StateBuf{NULL, 0, 1});
 }
 
+// The states pass once over all chunks keeping a checkpoint every SEG chunks; then for each
+// segment from the last: its chunks' states again from its checkpoint, the gradient pass over
+// it (carry: the state gradient between segments), and its chunks' gradients.
 extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
                                           const cuda_gdn_tensors *t, void *scratch,
                                           cudaStream_t stream) {
@@ -326,18 +377,21 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
     kt_work(stream, KT_ATTENTION, 3.0 * forward_flops(a), 0, "gated delta backward dk %d", a->dk);
     int32_t *starts, *counts;
     build_lists(a, max_chunks, scratch, &starts, &counts, stream);
-    float *states =
+    int nseg = segments(max_chunks);
+    float *ckpt =
         reinterpret_cast<float *>(static_cast<char *>(scratch) + lists_bytes(a, max_chunks));
-    float *dstates = states + states_floats(a, max_chunks);
-    Tensors tt = tensors_of(t);
-    tt.out = NULL;
-    forward_pass(a, tt, starts, counts, max_chunks, states, stream);
-    size_t smem = pass_smem_bytes(a->dk);
-    CUDA_CHECK(cudaFuncSetAttribute(backward_pass_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(slices(a->dv), a->H, a->B);
-    backward_pass_kernel<<<grid, THREADS, smem, stream>>>(*a, tt, starts, counts, max_chunks,
-                                                          dstates);
-    CUDA_CHECK_LAUNCH();
-    grad_launch(a, tt, starts, counts, max_chunks, states, dstates, stream);
+    float *states = ckpt + states_floats(a, nseg), *dstates = states + states_floats(a, SEG);
+    float *carry = dstates + states_floats(a, SEG);
+    Call c = {a, tensors_of(t), starts, counts, max_chunks, stream};
+    c.t.out = NULL;
+    const StateBuf ckpts = {ckpt, nseg, SEG}, seg_states = {states, SEG, 1};
+    const StateBuf seg_dstates = {dstates, SEG, 1};
+    forward_pass(c, Span{0, max_chunks}, StateBuf{NULL, 0, 1}, 0, ckpts);
+    CUDA_CHECK(cudaMemsetAsync(carry, 0, sizeof(float) * states_floats(a, 1), stream));
+    for (int sg = nseg - 1; sg >= 0; sg--) {
+        Span span = {sg * SEG, sg * SEG + SEG < max_chunks ? sg * SEG + SEG : max_chunks};
+        forward_pass(c, span, ckpts, sg, seg_states);
+        backward_pass(c, span, carry, seg_dstates);
+        grad_launch(a, c.t, starts, counts, max_chunks, span, seg_states, seg_dstates, stream);
+    }
 }

@@ -141,10 +141,28 @@ struct Tensors {
     float *dq, *dk, *dv, *dg, *dbeta;
 };
 
-// gated_delta_grad.cu: every gradient of the chunks of each row, from each chunk's entering
-// state (states) and the gradient of its leaving state (dstates), [B, H, max_chunks, dk, dv].
+// A run of chunk indices [begin, end) of every row (each row's own chunks; a row with fewer has
+// fewer in the span, or none).
+struct Span {
+    int begin, end;
+};
+
+// Chunk states in global memory, fp32: slot i of (b, h) at p + ((b H + h) slots + i) dk dv,
+// [dk, dv] each. A pass that keeps states keeps those of every `every`-th chunk of its span.
+struct StateBuf {
+    float *p;
+    int slots, every;
+};
+
+inline __device__ float *state_at(const StateBuf &s, const gdn_args &a, int b, int h, int slot) {
+    return s.p + (((long)b * a.H + h) * s.slots + slot) * a.dk * a.dv;
+}
+
+// gated_delta_grad.cu: every gradient of the chunks of span, from each chunk's entering state
+// (states) and the gradient of its leaving state (dstates), both in slot c - span.begin.
 void grad_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-                 int max_chunks, const float *states, const float *dstates, cudaStream_t stream);
+                 int max_chunks, Span span, const StateBuf &states, const StateBuf &dstates,
+                 cudaStream_t stream);
 
 } // namespace gdn
 

@@ -188,13 +188,14 @@ __device__ void grad_scalars(const GradSmem &s, const gdn_args &a, const Tensors
     }
 }
 
-// Grid (max_chunks, HK, B): chunk c of row b, for each value head of key head hk in order.
+// Grid (span length, HK, B): chunk span.begin + blockIdx.x of row b, for each value head of key
+// head hk in order.
 __global__ void __launch_bounds__(THREADS)
     grad_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
-                const float *states, const float *dstates) {
+                Span span, StateBuf states, StateBuf dstates) {
     extern __shared__ __align__(16) unsigned char smem[];
-    int c = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.HK;
-    if (c >= counts[b]) return;
+    int c = span.begin + blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = a.H / a.HK;
+    if (c >= min(span.end, counts[b])) return;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     GradChunk g;
     g.b = b, g.hk = hk, g.t0 = row[c], g.Lc = row[c + 1] - g.t0;
@@ -203,8 +204,9 @@ __global__ void __launch_bounds__(THREADS)
     load_rows(s.K, t.k + gdn_qk_off(&a, b, g.t0, hk), qk_stride, g.Lc, a.dk);
     load_rows(s.Q, t.q + gdn_qk_off(&a, b, g.t0, hk), qk_stride, g.Lc, a.dk);
     for (int h = hk * group; h < (hk + 1) * group; h++) {
-        long so = (((long)b * a.H + h) * max_chunks + c) * a.dk * a.dv;
-        g.h = h, g.first = h == hk * group, g.S0 = states + so, g.dSe = dstates + so;
+        g.h = h, g.first = h == hk * group;
+        g.S0 = state_at(states, a, b, h, c - span.begin);
+        g.dSe = state_at(dstates, a, b, h, c - span.begin);
         g.v = t.v + gdn_v_off(&a, b, g.t0, h), g.dout = t.dout + gdn_v_off(&a, b, g.t0, h);
         __syncthreads(); // the previous head is done with the tiles
         long go = gdn_gate_off(&a, b, g.t0, h);
@@ -224,13 +226,13 @@ __global__ void __launch_bounds__(THREADS)
 } // namespace
 
 void gdn::grad_launch(const gdn_args *a, const Tensors &t, const int32_t *starts,
-                      const int32_t *counts, int max_chunks, const float *states,
-                      const float *dstates, cudaStream_t stream) {
+                      const int32_t *counts, int max_chunks, Span span, const StateBuf &states,
+                      const StateBuf &dstates, cudaStream_t stream) {
     size_t smem = grad_smem_bytes(a->dk, a->dv);
     CUDA_CHECK(
         cudaFuncSetAttribute(grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(max_chunks, a->HK, a->B);
-    grad_kernel<<<grid, THREADS, smem, stream>>>(*a, t, starts, counts, max_chunks, states,
+    dim3 grid(span.end - span.begin, a->HK, a->B);
+    grad_kernel<<<grid, THREADS, smem, stream>>>(*a, t, starts, counts, max_chunks, span, states,
                                                  dstates);
     CUDA_CHECK_LAUNCH();
 }

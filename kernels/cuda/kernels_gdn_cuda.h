@@ -31,8 +31,9 @@ extern "C" {
 // row (gdn_max_chunks: ceil(T / 64) without documents, more where documents start mid-chunk);
 // a row with more stops the kernels with a device trap. The forward writes out; the backward
 // reads q, k, v, g, beta and dout and writes dq, dk (summed over the value heads of a key head),
-// dv, dg and dbeta. scratch: cuda_gated_delta_scratch_bytes (the backward keeps every chunk's
-// entering state and its gradient there, fp32, 2 B H max_chunks dk dv floats).
+// dv, dg and dbeta, recomputing the chunk states. scratch: cuda_gated_delta_scratch_bytes (the
+// chunk lists; for the backward, fp32 states of every (b, h): a checkpoint every 32 chunks and
+// two segments' worth, (ceil(max_chunks / 32) + 65) B H dk dv floats).
 typedef struct {
     const bf16 *q, *k, *v; // [B, T, HK, dk], [B, T, HK, dk], [B, T, H, dv]
     const float *g, *beta; // [B, T, H]
