@@ -24,13 +24,20 @@ typedef struct {
 // start at its first token, so that a document's result does not depend on where it is packed.
 #define GDN_CHUNK 64
 
-static inline long gdn_qk_off(const gdn_args *a, int b, int t, int hk) {
+// The offsets are shared with the CUDA kernels (kernels/cuda/gated_delta.cu).
+#ifdef __CUDACC__
+#define GDN_HOST_DEVICE __host__ __device__
+#else
+#define GDN_HOST_DEVICE
+#endif
+
+static inline GDN_HOST_DEVICE long gdn_qk_off(const gdn_args *a, int b, int t, int hk) {
     return (((long)b * a->T + t) * a->HK + hk) * a->dk;
 }
-static inline long gdn_v_off(const gdn_args *a, int b, int t, int h) {
+static inline GDN_HOST_DEVICE long gdn_v_off(const gdn_args *a, int b, int t, int h) {
     return (((long)b * a->T + t) * a->H + h) * a->dv;
 }
-static inline long gdn_gate_off(const gdn_args *a, int b, int t, int h) {
+static inline GDN_HOST_DEVICE long gdn_gate_off(const gdn_args *a, int b, int t, int h) {
     return ((long)b * a->T + t) * a->H + h;
 }
 

@@ -1,0 +1,487 @@
+// The CUDA kernels of Gated DeltaNet (kernels/cuda/kernels_gdn_cuda.h) against the fp32 CPU
+// reference ops (kernels/cpu/kernels_gdn.h): the chunked gated delta rule forward and backward,
+// the causal conv1d + SiLU, l2norm, the gates and the gated RMSNorm.
+//
+// The bf16 inputs are rounded first, so both sides see the same values; the GPU's bf16 outputs
+// are compared at bf16's precision, its fp32 outputs (the delta rule's gradients, the norms'
+// statistics, the weight gradients) more tightly. Every GPU output is poisoned (0xFF: NaN)
+// before a call, so an element no kernel writes fails; weight gradients (accumulated) start from
+// random priors. Every call runs twice and must give the same bits (no atomics). Shapes: T not a
+// multiple of 64, grouped value heads (H = 2 HK, 3 HK), head dims 16, 32 and 128, dk != dv,
+// several rows, packed documents that start mid-chunk (1- and 2-token documents among them),
+// and rows of more chunks than one backward segment holds.
+//
+//   test_gdn_cuda            the checks; exit 0 all passed, 1 a check failed, 77 no CUDA device
+//   test_gdn_cuda --bench [--H 48 --HK 16 --dk 128 --dv 128 --T 4096,32768]
+//                            forward and backward ms and tokens/s of the delta rule, by default
+//                            at Qwen3.5-27B's linear attention heads (16 key, 48 value, 128)
+#define TEST_RNG_SEED 0x6A09E667F3BCC908ull
+#include "kernels/bf16.h"
+#include "kernels/cpu/kernels_gdn.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels_gdn_cuda.h"
+#include "tests/cuda_test_util.h"
+#include "tests/cuda_timer.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// bf16 outputs carry ~3 significant digits; fp32 outputs differ only by the order of sums.
+static const double TOL_BF16 = 1e-2, TOL_F32 = 1e-3;
+static int passed, failed;
+
+// ---- helpers -------------------------------------------------------------------------------
+
+// ||a - b|| / ||b||; infinite if a holds a NaN or Inf (an unwritten, poisoned element).
+static double rel_err(const float *a, const float *b, long n) {
+    double num = 0.0, den = 0.0;
+    for (long i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void report(int ok, const char *what, const char *shape, double err) {
+    printf("%s %-22s %s  rel_err %.3g\n", ok ? "PASS" : "FAIL", what, shape, err);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+static void check_close(const char *what, const char *shape, const float *got, const float *ref,
+                        long n, double tol) {
+    double err = rel_err(got, ref, n);
+    report(err < tol, what, shape, err);
+}
+
+static bf16 *to_dev_bf16(const float *f, long n) {
+    bf16 *h = hmalloc(sizeof(bf16) * n), *d = dmalloc(sizeof(bf16) * n);
+    for (long i = 0; i < n; i++) h[i] = bf16_from_float(f[i]);
+    CUDA_CHECK(cudaMemcpy(d, h, sizeof(bf16) * n, cudaMemcpyHostToDevice));
+    return d;
+}
+static float *to_dev(const float *f, long n) {
+    float *d = dmalloc(sizeof(float) * n);
+    CUDA_CHECK(cudaMemcpy(d, f, sizeof(float) * n, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *dev_poisoned(size_t bytes) {
+    void *d = dmalloc(bytes);
+    CUDA_CHECK(cudaMemset(d, 0xFF, bytes));
+    return d;
+}
+static float *from_dev(const float *d, long n) {
+    float *h = hmalloc(sizeof(float) * n);
+    CUDA_CHECK(cudaMemcpy(h, d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return h;
+}
+static float *from_dev_bf16(const bf16 *d, long n) {
+    bf16 *b = hmalloc(sizeof(bf16) * n);
+    CUDA_CHECK(cudaMemcpy(b, d, sizeof(bf16) * n, cudaMemcpyDeviceToHost));
+    float *h = hmalloc(sizeof(float) * n);
+    for (long i = 0; i < n; i++) h[i] = bf16_to_float(b[i]);
+    return h;
+}
+// Whether two device buffers hold the same bits.
+static int same_bits(const void *a, const void *b, size_t bytes) {
+    void *ha = hmalloc(bytes), *hb = hmalloc(bytes);
+    CUDA_CHECK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    return memcmp(ha, hb, bytes) == 0;
+}
+
+// Document starts [B, T] from lengths (0-terminated), cycled, row b starting b documents in.
+static int32_t *doc_starts(const int *docs, int B, int T) {
+    if (!docs) return NULL;
+    int n = 0;
+    while (docs[n]) n++;
+    int32_t *ds = hmalloc(sizeof(int32_t) * B * T);
+    for (int b = 0; b < B; b++) {
+        int i = b % n, start = 0, left = docs[i];
+        for (int t = 0; t < T; t++, left--) {
+            if (left == 0) i = (i + 1) % n, left = docs[i], start = t;
+            ds[(long)b * T + t] = start;
+        }
+    }
+    return ds;
+}
+
+// Rows of dim scaled to unit norm, then rounded to bf16 (the delta rule's q and k come out of
+// an l2norm; unnormalized keys let the state grow without bound).
+static float *unit_rows_bf16(long rows, int dim) {
+    float *x = rand_vec(rows * dim, 1.0f);
+    for (long r = 0; r < rows; r++) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[r * dim + i] * x[r * dim + i];
+        for (int i = 0; i < dim; i++)
+            x[r * dim + i] = bf16_to_float(bf16_from_float(x[r * dim + i] / (float)sqrt(ss)));
+    }
+    return x;
+}
+
+// ---- the gated delta rule ------------------------------------------------------------------
+
+typedef struct {
+    int B, T, H, HK, dk, dv;
+    const int *docs; // document lengths, 0-terminated; NULL: one document a row
+} gdn_shape;
+
+static const int MID[] = {100, 37, 1, 2, 130, 0}; // starts mid-chunk, tiny documents
+static const int EDGE[] = {64, 63, 65, 200, 0};
+static const gdn_shape GDN_SHAPES[] = {
+    {1, 150, 2, 1, 16, 16, NULL},
+    {2, 150, 4, 2, 32, 32, MID},
+    {1, 64, 2, 2, 16, 32, NULL},
+    {3, 200, 6, 3, 32, 16, MID},
+    {1, 1000, 2, 1, 128, 128, NULL},
+    {2, 1000, 4, 2, 128, 128, EDGE},
+    {2, 1000, 6, 2, 128, 128, MID},
+    // Over 32 chunks a row: the backward's segments, its checkpoints and the state gradient
+    // carried from one segment to the one before, within a document and across documents.
+    {1, 2200, 2, 1, 128, 128, NULL},
+    {2, 2500, 4, 2, 32, 32, MID},
+    {1, 4500, 3, 1, 16, 16, EDGE},
+};
+
+// The CPU reference's inputs and outputs for one shape, and their device copies.
+typedef struct {
+    gdn_args a;       // doc_start: the host copy
+    int32_t *ds_dev;  // the device copy, or NULL
+    long nqk, nv, ng; // elements of q (and k), v (and out), g (and beta)
+    float *q, *k, *v, *g, *beta, *dout, *out, *dq, *dk, *dv, *dg, *dbeta;
+    int max_chunks;
+} gdn_case;
+
+static void gdn_case_init(gdn_case *c, const gdn_shape *s) {
+    int32_t *ds = doc_starts(s->docs, s->B, s->T);
+    c->a = (gdn_args){s->B, s->T, s->H, s->HK, s->dk, s->dv, ds, 1.0f / sqrtf((float)s->dk)};
+    c->ds_dev = ds ? dmalloc(sizeof(int32_t) * s->B * s->T) : NULL;
+    if (ds)
+        CUDA_CHECK(
+            cudaMemcpy(c->ds_dev, ds, sizeof(int32_t) * s->B * s->T, cudaMemcpyHostToDevice));
+    c->nqk = (long)s->B * s->T * s->HK * s->dk;
+    c->nv = (long)s->B * s->T * s->H * s->dv;
+    c->ng = (long)s->B * s->T * s->H;
+    c->q = unit_rows_bf16(c->nqk / s->dk, s->dk);
+    c->k = unit_rows_bf16(c->nqk / s->dk, s->dk);
+    c->v = rand_bf16_vec(c->nv, 1.0f);
+    c->g = rand_vec(c->ng, 1.0f), c->beta = rand_vec(c->ng, 1.0f);
+    for (long i = 0; i < c->ng; i++) { // decays from 0.3 to 1, write strengths 0.12 to 0.88
+        c->g[i] = -0.6f * (c->g[i] + 1.0f);
+        c->beta[i] = 1.0f / (1.0f + expf(-2.0f * c->beta[i]));
+    }
+    c->dout = rand_vec(c->nv, 1.0f);
+    c->out = zero_vec(c->nv), c->dq = zero_vec(c->nqk), c->dk = zero_vec(c->nqk);
+    c->dv = zero_vec(c->nv), c->dg = zero_vec(c->ng), c->dbeta = zero_vec(c->ng);
+    gdn_tensors t = {c->q,    c->k,  c->v,  c->g,  c->beta, c->out,
+                     c->dout, c->dq, c->dk, c->dv, c->dg,   c->dbeta};
+    gated_delta_chunked_forward(&c->a, &t);
+    gated_delta_chunked_backward(&c->a, &t); // accumulates onto the zeros
+    c->max_chunks = gdn_max_chunks(ds, s->B, s->T);
+}
+
+typedef struct {
+    bf16 *out;
+    float *dq, *dk, *dv, *dg, *dbeta;
+} gdn_run;
+
+// One forward and one backward on the device into fresh poisoned outputs.
+static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in) {
+    gdn_run r = {dev_poisoned(sizeof(bf16) * c->nv),   dev_poisoned(sizeof(float) * c->nqk),
+                 dev_poisoned(sizeof(float) * c->nqk), dev_poisoned(sizeof(float) * c->nv),
+                 dev_poisoned(sizeof(float) * c->ng),  dev_poisoned(sizeof(float) * c->ng)};
+    gdn_args a = c->a;
+    a.doc_start = c->ds_dev;
+    size_t bytes = cuda_gated_delta_scratch_bytes(&a, c->max_chunks, 1);
+    void *scratch = dev_poisoned(bytes);
+    cuda_gdn_tensors t = *in;
+    t.out = r.out, t.dq = r.dq, t.dk = r.dk, t.dv = r.dv, t.dg = r.dg, t.dbeta = r.dbeta;
+    cuda_gated_delta_forward(&a, c->max_chunks, &t, scratch, 0);
+    cuda_gated_delta_backward(&a, c->max_chunks, &t, scratch, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return r;
+}
+
+static void check_gated_delta(const gdn_shape *s) {
+    gdn_case c;
+    gdn_case_init(&c, s);
+    char name[96];
+    snprintf(name, sizeof name, "B=%d T=%d H=%d HK=%d dk=%d dv=%d%s", s->B, s->T, s->H, s->HK,
+             s->dk, s->dv, s->docs ? " docs" : "");
+    cuda_gdn_tensors in = {.q = to_dev_bf16(c.q, c.nqk),
+                           .k = to_dev_bf16(c.k, c.nqk),
+                           .v = to_dev_bf16(c.v, c.nv),
+                           .g = to_dev(c.g, c.ng),
+                           .beta = to_dev(c.beta, c.ng),
+                           .dout = to_dev(c.dout, c.nv)};
+    gdn_run r[2] = {gdn_device_run(&c, &in), gdn_device_run(&c, &in)};
+    check_close("gdn out", name, from_dev_bf16(r[0].out, c.nv), c.out, c.nv, TOL_BF16);
+    check_close("gdn dq", name, from_dev(r[0].dq, c.nqk), c.dq, c.nqk, TOL_F32);
+    check_close("gdn dk", name, from_dev(r[0].dk, c.nqk), c.dk, c.nqk, TOL_F32);
+    check_close("gdn dv", name, from_dev(r[0].dv, c.nv), c.dv, c.nv, TOL_F32);
+    check_close("gdn dg", name, from_dev(r[0].dg, c.ng), c.dg, c.ng, TOL_F32);
+    check_close("gdn dbeta", name, from_dev(r[0].dbeta, c.ng), c.dbeta, c.ng, TOL_F32);
+    int same = same_bits(r[0].out, r[1].out, sizeof(bf16) * c.nv) &&
+               same_bits(r[0].dq, r[1].dq, sizeof(float) * c.nqk) &&
+               same_bits(r[0].dk, r[1].dk, sizeof(float) * c.nqk) &&
+               same_bits(r[0].dv, r[1].dv, sizeof(float) * c.nv) &&
+               same_bits(r[0].dg, r[1].dg, sizeof(float) * c.ng) &&
+               same_bits(r[0].dbeta, r[1].dbeta, sizeof(float) * c.ng);
+    report(same, "gdn rerun", name, same ? 0.0 : 1.0);
+    release_all();
+}
+
+// ---- the small ops ---------------------------------------------------------------------------
+
+// A weight gradient's prior (the backward accumulates), on the host and the device.
+typedef struct {
+    float *host, *dev;
+} prior;
+static prior prior_new(long n) {
+    prior p = {rand_vec(n, 1.0f), NULL};
+    p.dev = to_dev(p.host, n);
+    return p;
+}
+
+static void check_conv(int B, int T, int C, const int *docs) {
+    char name[64];
+    snprintf(name, sizeof name, "B=%d T=%d C=%d K=4%s", B, T, C, docs ? " docs" : "");
+    int32_t *ds = doc_starts(docs, B, T);
+    conv1d_args a = {B, T, C, 4, ds};
+    long n = (long)B * T * C;
+    float *x = rand_bf16_vec(n, 1.0f), *w = rand_bf16_vec((long)C * 4, 0.7f);
+    float *dout = rand_vec(n, 1.0f), *out = zero_vec(n), *dx = zero_vec(n);
+    prior dw = prior_new((long)C * 4);
+    float *dw_ref = copy_vec(dw.host, (long)C * 4);
+    causal_conv1d_silu_forward(out, x, w, &a);
+    causal_conv1d_silu_backward(dx, dw_ref, dout, x, w, &a);
+    conv1d_args ad = a;
+    ad.doc_start = ds ? dmalloc(sizeof(int32_t) * B * T) : NULL;
+    if (ds)
+        CUDA_CHECK(
+            cudaMemcpy((void *)ad.doc_start, ds, sizeof(int32_t) * B * T, cudaMemcpyHostToDevice));
+    bf16 *xd = to_dev_bf16(x, n), *wd = to_dev_bf16(w, (long)C * 4);
+    float *doutd = to_dev(dout, n),
+          *scratch = dmalloc(sizeof(float) * cuda_conv1d_scratch_floats(&a));
+    bf16 *o[2], *g[2];
+    float *dw_dev[2] = {dw.dev, to_dev(dw.host, (long)C * 4)};
+    for (int r = 0; r < 2; r++) {
+        o[r] = dev_poisoned(sizeof(bf16) * n), g[r] = dev_poisoned(sizeof(bf16) * n);
+        cuda_causal_conv1d_silu_forward(o[r], xd, wd, &ad, 0);
+        cuda_causal_conv1d_silu_backward(g[r], dw_dev[r], doutd, xd, wd, &ad, scratch, 0);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    check_close("conv out", name, from_dev_bf16(o[0], n), out, n, TOL_BF16);
+    check_close("conv dx", name, from_dev_bf16(g[0], n), dx, n, TOL_BF16);
+    check_close("conv dw", name, from_dev(dw_dev[0], (long)C * 4), dw_ref, (long)C * 4, TOL_F32);
+    int same = same_bits(o[0], o[1], sizeof(bf16) * n) && same_bits(g[0], g[1], sizeof(bf16) * n) &&
+               same_bits(dw_dev[0], dw_dev[1], sizeof(float) * C * 4);
+    report(same, "conv rerun", name, same ? 0.0 : 1.0);
+    release_all();
+}
+
+static void check_l2norm(long rows, int dim) {
+    char name[64];
+    snprintf(name, sizeof name, "rows=%ld dim=%d", rows, dim);
+    long n = rows * dim;
+    float *x = rand_bf16_vec(n, 1.0f), *dout = rand_vec(n, 1.0f);
+    float *out = zero_vec(n), *rnorm = zero_vec(rows), *dx = zero_vec(n);
+    l2norm_forward(out, rnorm, x, rows, dim, 1e-6f);
+    l2norm_backward(dx, dout, x, rnorm, rows, dim);
+    bf16 *xd = to_dev_bf16(x, n);
+    float *doutd = to_dev(dout, n);
+    bf16 *o[2];
+    float *rn[2], *g[2];
+    for (int r = 0; r < 2; r++) {
+        o[r] = dev_poisoned(sizeof(bf16) * n), rn[r] = dev_poisoned(sizeof(float) * rows);
+        g[r] = dev_poisoned(sizeof(float) * n);
+        cuda_l2norm_forward(o[r], rn[r], xd, rows, dim, 1e-6f, 0);
+        cuda_l2norm_backward(g[r], doutd, xd, rn[r], rows, dim, 0);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    check_close("l2norm out", name, from_dev_bf16(o[0], n), out, n, TOL_BF16);
+    check_close("l2norm rnorm", name, from_dev(rn[0], rows), rnorm, rows, TOL_F32);
+    check_close("l2norm dx", name, from_dev(g[0], n), dx, n, TOL_F32);
+    int same = same_bits(o[0], o[1], sizeof(bf16) * n) && same_bits(g[0], g[1], sizeof(float) * n);
+    report(same, "l2norm rerun", name, same ? 0.0 : 1.0);
+    release_all();
+}
+
+static void check_gates(long n, int H) {
+    char name[64];
+    snprintf(name, sizeof name, "n=%ld H=%d", n, H);
+    long e = n * H;
+    // a spans the softplus threshold (a + dt_bias > 20 on some tokens).
+    float *a = rand_bf16_vec(e, 12.0f), *b = rand_bf16_vec(e, 4.0f);
+    float *A_log = rand_bf16_vec(H, 1.0f), *dt_bias = rand_bf16_vec(H, 10.0f);
+    float *dg = rand_vec(e, 1.0f), *dbeta = rand_vec(e, 1.0f), *g = zero_vec(e),
+          *beta = zero_vec(e);
+    float *da = zero_vec(e), *db = zero_vec(e);
+    prior dA = prior_new(H), ddt = prior_new(H);
+    float *dA_ref = copy_vec(dA.host, H), *ddt_ref = copy_vec(ddt.host, H);
+    gdn_gate_tensors ref = {a, b, A_log, dt_bias, g, beta, dg, dbeta, da, db, dA_ref, ddt_ref};
+    gdn_gates_forward(&ref, n, H);
+    gdn_gates_backward(&ref, n, H);
+    cuda_gdn_gate_tensors t = {.a = to_dev_bf16(a, e),
+                               .b = to_dev_bf16(b, e),
+                               .A_log = to_dev_bf16(A_log, H),
+                               .dt_bias = to_dev_bf16(dt_bias, H),
+                               .dg = to_dev(dg, e),
+                               .dbeta = to_dev(dbeta, e)};
+    float *scratch = dmalloc(sizeof(float) * cuda_gdn_gates_scratch_floats(n, H));
+    cuda_gdn_gate_tensors run[2];
+    float *dAd[2] = {dA.dev, to_dev(dA.host, H)}, *ddtd[2] = {ddt.dev, to_dev(ddt.host, H)};
+    for (int r = 0; r < 2; r++) {
+        run[r] = t;
+        run[r].g = dev_poisoned(sizeof(float) * e), run[r].beta = dev_poisoned(sizeof(float) * e);
+        run[r].da = dev_poisoned(sizeof(bf16) * e), run[r].db = dev_poisoned(sizeof(bf16) * e);
+        run[r].dA_log = dAd[r], run[r].ddt_bias = ddtd[r];
+        cuda_gdn_gates_forward(&run[r], n, H, 0);
+        cuda_gdn_gates_backward(&run[r], n, H, scratch, 0);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    check_close("gates g", name, from_dev(run[0].g, e), g, e, TOL_F32);
+    check_close("gates beta", name, from_dev(run[0].beta, e), beta, e, TOL_F32);
+    check_close("gates da", name, from_dev_bf16(run[0].da, e), da, e, TOL_BF16);
+    check_close("gates db", name, from_dev_bf16(run[0].db, e), db, e, TOL_BF16);
+    check_close("gates dA_log", name, from_dev(dAd[0], H), dA_ref, H, TOL_F32);
+    check_close("gates ddt_bias", name, from_dev(ddtd[0], H), ddt_ref, H, TOL_F32);
+    int same = same_bits(run[0].g, run[1].g, sizeof(float) * e) &&
+               same_bits(run[0].da, run[1].da, sizeof(bf16) * e) &&
+               same_bits(dAd[0], dAd[1], sizeof(float) * H) &&
+               same_bits(ddtd[0], ddtd[1], sizeof(float) * H);
+    report(same, "gates rerun", name, same ? 0.0 : 1.0);
+    release_all();
+}
+
+static void check_rmsnorm_gated(int n, int dim) {
+    char name[64];
+    snprintf(name, sizeof name, "n=%d dim=%d", n, dim);
+    long e = (long)n * dim;
+    float *x = rand_bf16_vec(e, 1.0f), *z = rand_bf16_vec(e, 3.0f), *w = rand_bf16_vec(dim, 1.0f);
+    float *dout = rand_vec(e, 1.0f), *out = zero_vec(e), *rstd = zero_vec(n);
+    float *dx = zero_vec(e), *dz = zero_vec(e);
+    prior dw = prior_new(dim);
+    float *dw_ref = copy_vec(dw.host, dim);
+    rmsnorm_gated_forward(out, rstd, x, z, w, n, dim, 1e-6f);
+    rmsnorm_gated_backward(dx, dz, dw_ref, dout, x, z, w, rstd, n, dim);
+    bf16 *xd = to_dev_bf16(x, e), *zd = to_dev_bf16(z, e), *wd = to_dev_bf16(w, dim);
+    float *doutd = to_dev(dout, e);
+    float *scratch = dmalloc(sizeof(float) * cuda_rmsnorm_gated_scratch_floats(n, dim));
+    bf16 *o[2], *gz[2];
+    float *rs[2], *gx[2], *dwd[2] = {dw.dev, to_dev(dw.host, dim)};
+    for (int r = 0; r < 2; r++) {
+        o[r] = dev_poisoned(sizeof(bf16) * e), gz[r] = dev_poisoned(sizeof(bf16) * e);
+        rs[r] = dev_poisoned(sizeof(float) * n), gx[r] = dev_poisoned(sizeof(float) * e);
+        cuda_rmsnorm_gated_forward(o[r], rs[r], xd, zd, wd, n, dim, 1e-6f, 0);
+        cuda_rmsnorm_gated_backward(gx[r], gz[r], dwd[r], doutd, xd, zd, wd, rs[r], n, dim, scratch,
+                                    0);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    check_close("gated norm out", name, from_dev_bf16(o[0], e), out, e, TOL_BF16);
+    check_close("gated norm rstd", name, from_dev(rs[0], n), rstd, n, TOL_F32);
+    check_close("gated norm dx", name, from_dev(gx[0], e), dx, e, TOL_F32);
+    check_close("gated norm dz", name, from_dev_bf16(gz[0], e), dz, e, TOL_BF16);
+    check_close("gated norm dweight", name, from_dev(dwd[0], dim), dw_ref, dim, TOL_F32);
+    int same =
+        same_bits(o[0], o[1], sizeof(bf16) * e) && same_bits(gx[0], gx[1], sizeof(float) * e) &&
+        same_bits(gz[0], gz[1], sizeof(bf16) * e) && same_bits(dwd[0], dwd[1], sizeof(float) * dim);
+    report(same, "gated norm rerun", name, same ? 0.0 : 1.0);
+    release_all();
+}
+
+// ---- timing ----------------------------------------------------------------------------------
+
+// Forward and backward of the delta rule at one shape, best of 3 after a warm-up.
+static void bench_one(int T, int H, int HK, int dk, int dv) {
+    gdn_args a = {1, T, H, HK, dk, dv, NULL, 1.0f / sqrtf((float)dk)};
+    long nqk = (long)T * HK * dk, nv = (long)T * H * dv, ng = (long)T * H;
+    int chunks = gdn_max_chunks(NULL, 1, T);
+    float *g = rand_vec(ng, 1.0f), *beta = rand_vec(ng, 1.0f);
+    for (long i = 0; i < ng; i++) g[i] = -0.05f * (g[i] + 1.0f), beta[i] = 0.5f + 0.4f * beta[i];
+    cuda_gdn_tensors t = {.q = to_dev_bf16(unit_rows_bf16(nqk / dk, dk), nqk),
+                          .k = to_dev_bf16(unit_rows_bf16(nqk / dk, dk), nqk),
+                          .v = to_dev_bf16(rand_vec(nv, 1.0f), nv),
+                          .g = to_dev(g, ng),
+                          .beta = to_dev(beta, ng),
+                          .out = dmalloc(sizeof(bf16) * nv),
+                          .dout = to_dev(rand_vec(nv, 1.0f), nv),
+                          .dq = dmalloc(sizeof(float) * nqk),
+                          .dk = dmalloc(sizeof(float) * nqk),
+                          .dv = dmalloc(sizeof(float) * nv),
+                          .dg = dmalloc(sizeof(float) * ng),
+                          .dbeta = dmalloc(sizeof(float) * ng)};
+    size_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
+    void *scratch = dmalloc(bytes);
+    float best_f = INFINITY, best_b = INFINITY;
+    for (int rep = 0; rep < 4; rep++) {
+        cudaEvent_t t0 = timer_start();
+        cuda_gated_delta_forward(&a, chunks, &t, scratch, 0);
+        float f = timer_stop_ms(t0);
+        t0 = timer_start();
+        cuda_gated_delta_backward(&a, chunks, &t, scratch, 0);
+        float b = timer_stop_ms(t0);
+        if (rep > 0) best_f = f < best_f ? f : best_f, best_b = b < best_b ? b : best_b;
+    }
+    printf("gated delta T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
+           "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
+           T, H, HK, dk, dv, best_f, best_b, T / ((best_f + best_b) * 1e-3),
+           bytes / (double)(1ull << 30));
+    release_all();
+}
+
+static int bench(int argc, char **argv) {
+    int H = 48, HK = 16, dk = 128, dv = 128;
+    const char *Ts = "4096,32768";
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--H"))
+            H = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--HK"))
+            HK = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dk"))
+            dk = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dv"))
+            dv = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--T"))
+            Ts = argv[i + 1];
+        else {
+            fprintf(stderr, "test_gdn_cuda: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    for (const char *p = Ts; *p;) {
+        bench_one(atoi(p), H, HK, dk, dv);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
+    for (size_t i = 0; i < sizeof GDN_SHAPES / sizeof *GDN_SHAPES; i++)
+        check_gated_delta(&GDN_SHAPES[i]);
+    check_conv(2, 150, 96, NULL);
+    check_conv(3, 200, 70, MID);
+    check_l2norm(300, 128);
+    check_l2norm(301, 16);
+    check_gates(1000, 6);
+    check_gates(700, 48);
+    check_rmsnorm_gated(500, 128);
+    check_rmsnorm_gated(333, 16);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
