@@ -6,6 +6,7 @@
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
 #include "runtime/io/export_carry.h"
+#include "runtime/io/hf_index.h"
 #include "runtime/io/hub_layout.h"
 #include "kernels/bf16.h"
 #include <cjson/cJSON.h>
@@ -72,20 +73,6 @@ static const tensor_info *entry_info(const mt_config *cfg, const plan_entry *e, 
 }
 
 // The JSON header of shard s, padded with spaces to a multiple of 8 (aligned data).
-char *safetensors_header_text(cJSON *root, uint64_t *len) {
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    size_t n = json ? strlen(json) : 0, padded = (n + 7) & ~(size_t)7;
-    char *out = malloc(padded + 1);
-    if (!json || !out) mt_die("out of memory");
-    memcpy(out, json, n);
-    memset(out + n, ' ', padded - n);
-    out[padded] = 0;
-    free(json);
-    *len = padded;
-    return out;
-}
-
 static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uint64_t *len) {
     cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");

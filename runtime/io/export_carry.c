@@ -5,7 +5,6 @@
 // vision_config, the keys of text_config we do not read, the MTP layers' keys), so that the
 // exported folder is the whole checkpoint transformers and vLLM load.
 #include "runtime/base/base.h"
-#include "runtime/base/json_strict.h"
 #include "runtime/io/export_carry.h"
 #include "runtime/io/hf_index.h"
 #include "runtime/io/io.h"

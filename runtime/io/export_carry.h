@@ -13,8 +13,5 @@ double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSO
 // ours with model_dir's mtp_* keys for a text model with MTP layers, or for a VLM model_dir's
 // config.json with ours over its text_config (ours is consumed, the result returned).
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours);
-// A safetensors header's text from root (consumed): the JSON padded with spaces to a multiple of
-// 8 bytes, as the format asks for the data that follows; *len its length (export.c).
-char *safetensors_header_text(cJSON *root, uint64_t *len);
 
 #endif

@@ -43,4 +43,10 @@ int hf_hub_check(const hf_index *ix, const mt_config *cfg, const tensor_info *t,
 int hf_hub_read(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
                 uint64_t off, uint64_t count, float *out, char *err, size_t errlen);
 
+// A safetensors header's text from root (consumed): the JSON padded with spaces to a multiple of
+// 8 bytes, as the format asks of the data that follows; *len its length (safetensors.c; the
+// export's shards and its carried tensors' write it).
+struct cJSON;
+char *safetensors_header_text(struct cJSON *root, uint64_t *len);
+
 #endif

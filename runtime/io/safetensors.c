@@ -365,3 +365,19 @@ int hf_read_bytes(const hf_index *ix, const hf_tensor *t, uint64_t off, size_t n
     }
     return 0;
 }
+
+// ---- writing ----
+
+char *safetensors_header_text(cJSON *root, uint64_t *len) {
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    size_t n = json ? strlen(json) : 0, padded = (n + 7) & ~(size_t)7;
+    char *out = malloc(padded + 1);
+    if (!json || !out) mt_die("out of memory");
+    memcpy(out, json, n);
+    memset(out + n, ' ', padded - n);
+    out[padded] = 0;
+    free(json);
+    *len = padded;
+    return out;
+}

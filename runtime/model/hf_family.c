@@ -2,44 +2,12 @@
 // names and transformers' defaults for the keys it leaves out), read into the model fields of
 // an mt_config. The engine never asks for a family: it asks the fields (qk_norm, experts, ...).
 #include "runtime/base/base.h"
+#include "runtime/model/hf_window.h"
 #include "runtime/model/hf_json.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { WINDOW_NONE, WINDOW_MISTRAL, WINDOW_FLAG, WINDOW_PLAIN, WINDOW_OSS };
-
-typedef struct {
-    const char *arch, *model_type;
-    int kv_default;       // num_key_value_heads left out: this many (0: the heads)
-    int head_dim_default; // head_dim left out: this (0: hidden_size / num_attention_heads)
-    double eps_default, theta_default;
-    int window;   // how sliding_window is read (sliding_window() below)
-    int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
-    int attention_bias; // its attention_bias key puts biases on q, k, v and o_proj (Llama)
-    int bias_default;   // ... and is on when left out (gpt-oss)
-    int qk_norm;        // QK_NONE, QK_HEAD or QK_ALL
-    // Mixture of Experts: NULL for a dense family. Its key for the number of experts, the other
-    // name its config class's attribute_map gives it (NULL: none), the experts' width, whether the
-    // chosen weights are always renormalised (else norm_topk_prob), whether it has a shared expert
-    // and sparse steps (decoder_sparse_step, mlp_only_layers), and how the hub names the tensors.
-    const char *experts_key, *experts_alias, *expert_ffn_key;
-    int always_renorm, shared, sparse_steps;
-    int renorm_default; // norm_topk_prob left out: this
-    int shared_default; // shared_expert_intermediate_size left out: this
-    int no_ffn_key;     // no intermediate_size (every layer MoE): ffn_dim is the experts'
-    int moe_names;      // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE or MOE_NAMES_GPT_OSS
-    double aux_coef_default;
-    // gpt-oss: attention sinks, the router's bias and softmax over the top k, the experts'
-    // biases and clamped SwiGLU, YaRN when config.json names no rope, MXFP4 experts allowed
-    int oss;
-    // Qwen3.5 / Qwen3-Next (hf_family_gdn.c): Gated DeltaNet layers beside gated softmax ones,
-    // zero-centred norms; gdn_fused: Qwen3-Next's fused in_proj_qkvz and in_proj_ba; vlm: a
-    // ConditionalGeneration checkpoint, its language model in text_config (model_type is
-    // text_config's) and under model.language_model.
-    int gdn, gdn_fused, vlm;
-} family;
 
 // Named fields: a column a row leaves out is zero or NULL, so a new column defaults to off.
 static const family families[] = {
@@ -192,26 +160,6 @@ static const char *const refused[][2] = {
     {"SwitchTransformersForConditionalGeneration", "expert capacity factors that drop tokens"},
 };
 
-// The window as transformers reads it: Mistral's default is 4096 and gpt-oss's 128 (null means
-// none), the Qwen families' counts only with use_sliding_window, Mixtral's only when given;
-// Llama and OLMoE have none. *window = 0 when there is none.
-static int sliding_window(const json_ctx *j, const family *f, double *window) {
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j->root, "sliding_window");
-    int use = 1;
-    *window = 0;
-    if (f->window == WINDOW_NONE) return 0;
-    if (f->window == WINDOW_FLAG && get_bool(j, "use_sliding_window", 0, &use) < 0) return -1;
-    if (!use) return 0;
-    if (!w && f->window == WINDOW_MISTRAL) return *window = 4096, 0;
-    if (!w && f->window == WINDOW_OSS) return *window = 128, 0;
-    if (!w || cJSON_IsNull(w)) return 0;
-    if (!cJSON_IsNumber(w) || !(w->valuedouble > 0))
-        return failf(j->err, j->errlen, "%s: sliding_window must be a positive integer or null",
-                     j->path);
-    *window = w->valuedouble;
-    return 0;
-}
-
 static const family *find_family(const json_ctx *j) {
     const cJSON *a = item(j, "architectures"), *first = cJSON_GetArrayItem(a, 0);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 1 || !cJSON_IsString(first)) {
@@ -233,74 +181,6 @@ static const family *find_family(const json_ctx *j) {
                  families[i].arch);
     failf(j->err, j->errlen, "%s: architecture %s not supported (%s)", j->path, name, list);
     return NULL;
-}
-
-// Qwen2's, Qwen3's and gpt-oss's layer_types as transformers 5 sets them: config.json's list,
-// or by default Qwen's sliding from max_window_layers (28 when absent) on when there is a window,
-// gpt-oss's every other layer from layer 0; written into model.layer_types when some layer slides.
-static int read_layer_types(const json_ctx *j, const family *f, double w, mt_config *m) {
-    const cJSON *list = item(j, "layer_types");
-    int from = 28, sliding = 0;
-    size_t used = 0; // of m->layer_types, which read_window has emptied
-    if (!list && f->window == WINDOW_FLAG && get_int(j, "max_window_layers", 28, &from) < 0)
-        return -1;
-    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
-        return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
-                     j->path, m->layers);
-    for (int l = 0; l < m->layers; l++) {
-        int slides_by_default = f->window == WINDOW_OSS ? l % 2 == 0 : w > 0 && l >= from;
-        const char *type = slides_by_default ? "sliding_attention" : "full_attention";
-        if (list) {
-            const cJSON *e = cJSON_GetArrayItem(list, l);
-            if (!cJSON_IsString(e))
-                return failf(j->err, j->errlen, "%s: layer_types[%d] is not a string", j->path, l);
-            type = e->valuestring;
-        }
-        int slides = strcmp(type, "sliding_attention") == 0;
-        if (!slides && strcmp(type, "full_attention") != 0)
-            return failf(j->err, j->errlen,
-                         "%s: layer_types[%d] \"%s\" not supported (full_attention or "
-                         "sliding_attention)",
-                         j->path, l, type);
-        if (slides && !(w > 0))
-            return failf(j->err, j->errlen,
-                         "%s: layer_types[%d] is sliding_attention, but there is no window "
-                         "(use_sliding_window false or sliding_window null)",
-                         j->path, l);
-        sliding += slides;
-        int wrote = snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s",
-                             l ? "," : "", type);
-        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof m->layer_types)
-            return failf(j->err, j->errlen, "%s: layer_types: too many layers to list", j->path);
-        used += (size_t)wrote;
-    }
-    if (!sliding) memset(m->layer_types, 0, sizeof m->layer_types); // no layer slides
-    m->sliding_window = sliding ? (int)w : 0;
-    return 0;
-}
-
-// The window as the model's fields. Mistral's slides every layer (model.sliding_window, and
-// model.layer_types left empty), as transformers' MistralModel masks each layer with it; dense
-// Qwen2's and Qwen3's slide the layers of their layer_types. The other families' windows shorter
-// than the sequence are refused: how their layers take it is not read yet (a window at least as
-// long as the sequence changes nothing).
-static int read_window(const json_ctx *j, const family *f, int seq_len, mt_config *m) {
-    double w;
-    if (sliding_window(j, f, &w) < 0) return -1;
-    m->sliding_window = 0;
-    memset(m->layer_types, 0, sizeof m->layer_types);
-    if (w > (1 << 30) || w != (int)w)
-        return failf(j->err, j->errlen, "%s: sliding_window %g is not an integer up to 2^30",
-                     j->path, w);
-    if (f->window == WINDOW_MISTRAL) return m->sliding_window = (int)w, 0;
-    if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS)
-        return read_layer_types(j, f, w, m);
-    if (w > 0 && w < seq_len)
-        return failf(j->err, j->errlen,
-                     "%s: sliding_window %g is shorter than batch.seq_len %d: not supported yet "
-                     "for %s",
-                     j->path, w, seq_len, f->arch);
-    return 0;
 }
 
 // A key that must be absent, null or the value that changes nothing.
@@ -508,20 +388,12 @@ int hf_read_family(json_ctx *j, int seq_len, mt_config *m) {
     int tied = 0;
     if (!f || (f->vlm && gdn_enter_text_config(j, &tied) < 0)) return -1;
     if (check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
-        (f->vlm && gdn_settle_tie(j, tied, m) < 0) || read_window(j, f, seq_len, m) < 0 ||
+        (f->vlm && gdn_settle_tie(j, tied, m) < 0) || hf_read_window(j, f, seq_len, m) < 0 ||
         gdn_read(j, f->gdn, f->gdn_fused, m) < 0)
         return -1;
     m->hub_vlm = f->vlm;
     default_rope(f, m);
     return read_moe(j, f, m);
-}
-
-// Whether family f writes c's window: Mistral one every layer has (and a model without one is
-// the Llama it is), dense Qwen2 and Qwen3 any layer_types, the others none.
-static int writes_window(const family *f, const mt_config *c) {
-    if (f->window == WINDOW_MISTRAL) return c->sliding_window > 0 && !c->layer_types[0];
-    if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS) return 1;
-    return c->sliding_window == 0;
 }
 
 // Whether family f has c's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
@@ -554,7 +426,7 @@ static const family *family_of(const mt_config *c) {
         int moe = f->experts_key != NULL;
         if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm || !matches_gdn(f, c)) continue;
         if (!carries_biases(f, c)) continue;
-        if (!writes_window(f, c) || !matches_oss(f, c)) continue;
+        if (!hf_writes_window(f, c) || !matches_oss(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
             (!f->shared && c->shared_ffn_dim > 0) ||
@@ -576,16 +448,6 @@ static void add_dense_layers(cJSON *r, const mt_config *c) {
     }
 }
 
-// Shortest text that reads back to the same bits, with ".0" where it would read as an int
-// ("8.0", not "8"; transformers 5 refuses router_aux_loss_coef 0 as an int).
-void hf_add_float(cJSON *obj, const char *key, double v) {
-    char text[40];
-    snprintf(text, sizeof text, "%.15g", v);
-    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
-    if (!strpbrk(text, ".e")) strcat(text, ".0");
-    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
-}
-
 static void write_moe(cJSON *r, const family *f, const mt_config *c) {
     cJSON_AddNumberToObject(r, f->experts_key, c->experts);
     cJSON_AddNumberToObject(r, "num_experts_per_tok", c->top_k);
@@ -602,28 +464,6 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
     if (f->oss) hf_add_float(r, "swiglu_limit", c->swiglu_limit);
 }
 
-// Qwen2's and Qwen3's window: off, or on with each layer's type listed (read back as written).
-// gpt-oss's layer_types always (its default alternates); when no layer slides, its window is
-// GptOssConfig's default, 128, which no layer uses: transformers' GptOssModel builds the sliding
-// mask for every forward and fails on a null window.
-static void write_layer_types(cJSON *r, const family *f, const mt_config *c) {
-    int window = c->sliding_window > 0 ? c->sliding_window : f->window == WINDOW_OSS ? 128 : 0;
-    if (f->window == WINDOW_FLAG) {
-        cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
-        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
-    }
-    if (!window) {
-        cJSON_AddNullToObject(r, "sliding_window");
-        return;
-    }
-    cJSON_AddNumberToObject(r, "sliding_window", window);
-    cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
-    for (int l = 0; l < c->layers; l++)
-        cJSON_AddItemToArray(list,
-                             cJSON_CreateString(mt_layer_kind_of(c, l)->window ? "sliding_attention"
-                                                                               : "full_attention"));
-}
-
 int hf_write_family(cJSON *r, const mt_config *c) {
     const family *f = family_of(c);
     if (!f) return -1;
@@ -636,7 +476,7 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     if (!f->no_ffn_key) cJSON_AddNumberToObject(r, "intermediate_size", ffn);
     if (f->gdn) gdn_write(r, c);
     if (f->window == WINDOW_FLAG || f->window == WINDOW_OSS)
-        write_layer_types(r, f, c);
+        hf_write_layer_types(r, f, c);
     else if (f->window == WINDOW_PLAIN) {
         cJSON_AddNullToObject(r, "sliding_window");
     } else if (f->window == WINDOW_MISTRAL) {

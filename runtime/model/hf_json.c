@@ -4,6 +4,9 @@
 #include "runtime/base/base.h"
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const cJSON *item(const json_ctx *j, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
@@ -46,4 +49,14 @@ int get_bool(const json_ctx *j, const char *key, int def, int *out) {
         return failf(j->err, j->errlen, "%s: %s must be true or false", j->path, key);
     *out = cJSON_IsTrue(v);
     return 0;
+}
+
+// Shortest text that reads back to the same bits, with ".0" where it would read as an int
+// ("8.0", not "8"; transformers 5 refuses router_aux_loss_coef 0 as an int).
+void hf_add_float(cJSON *obj, const char *key, double v) {
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v) snprintf(text, sizeof text, "%.17g", v);
+    if (!strpbrk(text, ".e")) strcat(text, ".0");
+    cJSON_AddItemToObject(obj, key, cJSON_CreateRaw(text));
 }
