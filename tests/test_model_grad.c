@@ -125,6 +125,9 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
     // The clamped SwiGLU's (up + 1), up to limit + 1 = 8 where up is clamped, scales the
     // curvature of its gate: a step of 4e-2 there leaves a truncation error of several percent.
     float step = expert && !(m->c.swiglu_limit > 0) ? 4e-2f : 2e-2f;
+    // The noise floor below is calibrated at this step; a smaller step (Gated DeltaNet's, or a
+    // shrunk one) raises it, as the loss's rounding enters the difference as 1 / eps.
+    const double full = step;
     // Gated DeltaNet multiplies several projections of the same input (q . k, the decays, the
     // gated norm): its loss curves more, and a step of 2e-2 leaves a truncation error of a few
     // percent where 5e-3 leaves well under 1%.
@@ -155,7 +158,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
         }
         eps *= 4; // the step that kept the routing
         // The loss's rounding enters the difference as 1 / eps: a smaller step's floor grows.
-        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i], full = step;
+        double fd = (up - down) / (2.0 * eps), an = m->grads[g][i];
         double floor = 1e-2 * max_grad * full / eps + 1e-6;
         double err = fabs(fd - an) / (fmax(fabs(fd), fabs(an)) + floor);
         worst = fmax(worst, err);
