@@ -491,7 +491,7 @@ static void export_hf(optimizer *o) {
     }
     free(piece);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
-    hf_export_assemble(&job->cfg, tmp, max, o->shard, job->n_shards); // gpt-oss's fused experts
+    hf_export_assemble(&job->cfg, tmp, max, o->shard, job->n_shards); // fused hub layouts
     MPI_CHECK(MPI_Barrier(job->opt_comm));
     if (job->rank == 1) hf_export_publish(tmp, job->cfg.export_dir);
     MPI_CHECK(MPI_Barrier(job->opt_comm));
