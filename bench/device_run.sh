@@ -4,7 +4,7 @@
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
 #          [torch-NAME...] [attn[=T_LIST[/HD_LIST[/HEADS]]]] [bwdprof=T_LIST/HD_LIST/HEADS]
 #          [ncu=T/HD/HEADS] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...] [slices[=100b|120b]]
-#          [tier[=NAME]]
+#          [tier[=NAME]] [gdn[=T_LIST]]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
 #   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128; HEADS
@@ -18,6 +18,8 @@
 #   into build-base; then bitwise runs bench/bitwise_matrix.sh on the CUDA backend with both
 #   builds and compares them byte for byte, and basebench-NAME runs bench-NAME with build-base
 #   (its runs named NAME-base), so that a refactor's speed is compared in the same call.
+#   gdn times our chunked gated delta rule and flash-linear-attention's on Qwen3.5's linear heads
+#   (FLA's wheels carried in .whl, installed by the caller: the device README says how).
 #   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
 #   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
@@ -94,6 +96,16 @@ for what in "$@"; do
     dp=*)
         spec=${what#dp=}
         bench/run_dp_gpu.sh build "$OUT" "${spec%%:*}" $(echo "${spec#*:}" | tr , " ") ;;
+    gdn | gdn=*)
+        # ours and flash-linear-attention's delta rule (carried wheels in .whl) on Qwen3.5's
+        # linear heads (16 key heads of 128, 32 and 64 value heads), in the same call.
+        spec=${what#gdn}; spec=${spec#=}
+        for h in 32 64; do
+            build/bin/test_gdn_cuda --bench --H $h --HK 16 --T "${spec:-8192,32768}" 2>&1 |
+                tee -a "$OUT/gdn.log"
+        done
+        python3 bench/gdn_fla.py --T "${spec:-8192,32768}" --H 32,64 --HK 16 2>&1 |
+            tee -a "$OUT/gdn.log" | grep -v Warning ;;
     torch-*)
         ckpt=()
         [ "${what#torch-}" != 1b ] && ckpt=(--checkpointing)

@@ -145,7 +145,9 @@ x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
 rope = q35.Qwen3_5TextRotaryEmbedding(cfg) if qwen35 else LlamaRotaryEmbedding(cfg)
 pos = torch.arange(T).unsqueeze(0).expand(B, T)
-cos_sin = rope(x, pos)
+# Qwen3.5's mRoPE takes positions [3, B, T] (transformers 5.17 indexes them so; later versions
+# also expand [B, T]); text gives all three sections the same 1-D positions.
+cos_sin = rope(x, pos[None].expand(3, B, T) if qwen35 else pos)
 mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
 if linear:  # the text model gives its linear layers no mask without padding
     mask = None
