@@ -290,8 +290,60 @@ static int check_moe_options(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
+// DeepSeek's router: its options go with experts, the groups divide them.
+static int check_router(ctx_t *x, const mt_config *c) {
+    const char *keys[] = {"model.router_score", "model.router_correction", "model.router_groups"};
+    int set[] = {c->router_score != ROUTER_SCORE_SOFTMAX, c->router_correction,
+                 c->router_groups > 1};
+    for (int i = 0; i < 3; i++)
+        if (set[i] && c->experts == 0)
+            return source_fail(x, LINE(keys[i]), keys[i], "needs model.experts > 0");
+    int groups = c->router_groups > 1 ? c->router_groups : 1;
+    if (c->experts % groups)
+        return source_fail(x, LINE("model.router_groups"), "model.router_groups",
+                           "%d does not divide model.experts = %d", groups, c->experts);
+    if (c->router_groups > 1 && (c->router_topk_groups < 1 || c->router_topk_groups > groups))
+        return source_fail(x, LINE("model.router_topk_groups"), "model.router_topk_groups",
+                           "%d: needs 1..model.router_groups = %d", c->router_topk_groups, groups);
+    return 0;
+}
+
+// Multi-head latent attention's widths: all set together, the rotated part even.
+static int check_mla(ctx_t *x, const mt_config *c) {
+    if (c->mla_kv_rank <= 0) {
+        if (c->mla_q_rank > 0)
+            return source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
+                               "needs model.mla_kv_rank > 0 (multi-head latent attention)");
+        return 0;
+    }
+    const char *keys[] = {"model.mla_nope_dim", "model.mla_rope_dim", "model.mla_v_dim"};
+    int v[] = {c->mla_nope_dim, c->mla_rope_dim, c->mla_v_dim};
+    for (int i = 0; i < 3; i++)
+        if (v[i] <= 0)
+            return source_fail(x, LINE(keys[i]), keys[i],
+                               "must be set with model.mla_kv_rank (multi-head latent attention)");
+    if (c->mla_rope_dim % 2)
+        return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
+                           "%d must be even (RoPE rotates pairs)", c->mla_rope_dim);
+    return 0;
+}
+
+// Model options whose layer parts are not built yet: refused here, so that no job trains a
+// model other than the one its config describes.
+static int check_pending(ctx_t *x, const mt_config *c) {
+    if (c->mla_kv_rank > 0)
+        return source_fail(x, LINE("model.mla_kv_rank"), "model.mla_kv_rank",
+                           "multi-head latent attention is not built yet");
+    if (c->router_score != ROUTER_SCORE_SOFTMAX || c->router_correction || c->router_groups > 1 ||
+        c->router_scale != 1 || !c->shared_gate)
+        return source_fail(x, LINE("model.router_score"), "model.router_score",
+                           "DeepSeek's router (sigmoid scores, correction bias, groups, scale, "
+                           "ungated shared experts) is not built yet");
+    return 0;
+}
+
 static int check_moe(ctx_t *x, const mt_config *c) {
-    if (check_moe_options(x, c) < 0) return -1;
+    if (check_moe_options(x, c) < 0 || check_router(x, c) < 0) return -1;
     if (c->experts == 0) return 0;
     if (c->top_k > c->experts)
         return source_fail(x, LINE("model.top_k"), "model.top_k",
@@ -331,7 +383,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
                            c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (check_moe(x, c) < 0) return -1;
+    if (check_moe(x, c) < 0 || check_mla(x, c) < 0 || check_pending(x, c) < 0) return -1;
     if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "

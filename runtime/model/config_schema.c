@@ -35,6 +35,13 @@ const field_t config_schema[] = {
     BOOL("model.attn_sinks", attn_sinks, 0), // gpt-oss: a learned logit per head in the softmax
     BOOL("model.attn_output_gate", attn_output_gate, 0),     // Qwen3.5: sigmoid(gate) on the output
     BOOL("model.norm_zero_centered", norm_zero_centered, 0), // Qwen3.5: RMSNorm by (1 + w)
+    // multi-head latent attention (DeepSeek-V3, Kimi K2, GLM-4.7-Flash): kv_rank > 0 turns it on
+    INT("model.mla_q_rank", mla_q_rank, 0, 1 << 16, 0, 0), // 0: q_proj, no low-rank query path
+    INT("model.mla_kv_rank", mla_kv_rank, 0, 1 << 16, 0, 0),
+    INT("model.mla_nope_dim", mla_nope_dim, 0, 1024, 0, 0),
+    INT("model.mla_rope_dim", mla_rope_dim, 0, 1024, 0, 0),
+    INT("model.mla_v_dim", mla_v_dim, 0, 1024, 0, 0),
+    BOOL("model.rope_interleave", rope_interleave, 0), // RoPE on pairs (x0, x1), (x2, x3), ...
     // Gated DeltaNet, the layers layer_types names linear_attention (Qwen3.5, Qwen3-Next)
     INT("model.linear_k_heads", linear_k_heads, 0, 1024, 0, 0),
     INT("model.linear_v_heads", linear_v_heads, 0, 1024, 0, 0),
@@ -68,6 +75,13 @@ const field_t config_schema[] = {
     BOOL("model.router_bias", router_bias, 0),
     BOOL("model.expert_bias", expert_bias, 0),
     FLT("model.swiglu_limit", swiglu_limit, 0, 1e6, 0, 0),
+    // DeepSeek-V3's router: sigmoid scores, a frozen correction bias for the choice, groups
+    ENUM("model.router_score", router_score, ROUTER_SCORE_SOFTMAX, ROUTER_SCORE_NAMES),
+    BOOL("model.router_correction", router_correction, 0),
+    INT("model.router_groups", router_groups, 0, 1024, 0, 0),           // 0, 1: no group limit
+    INT("model.router_topk_groups", router_topk_groups, 0, 1024, 0, 0), // of router_groups
+    FLT("model.router_scale", router_scale, 0, 1e6, MIN_OPEN, 1),
+    BOOL("model.shared_gate", shared_gate, 1),             // 0: DeepSeek's shared experts, ungated
     INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
     INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
@@ -84,6 +98,8 @@ const field_t config_schema[] = {
     FLT("model.rope_scaling.beta_slow", rope_beta_slow, 0, 1e6, MIN_OPEN, 1),
     BOOL("model.rope_scaling.truncate", rope_truncate, 1),
     FLT("model.rope_scaling.attention_factor", rope_attention_factor, 0, 1e6, 0, 0),
+    FLT("model.rope_scaling.mscale", rope_mscale, 0, 1e6, 0, 0),
+    FLT("model.rope_scaling.mscale_all_dim", rope_mscale_all_dim, 0, 1e6, 0, 0),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
     STR("data.path", data_path, 0, ""),
     ENUM("data.format", data_format, DATA_BYTES, DATA_FORMAT_NAMES),

@@ -81,7 +81,9 @@ void model_describe_layers(mt_config *c) {
         int slides =
             c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
         c->layer_kind[l] = (mt_layer_kind){
-            .attention = is_type(e, len, "linear_attention") ? ATTN_GDN : ATTN_SOFTMAX,
+            .attention = is_type(e, len, "linear_attention") ? ATTN_GDN
+                         : c->mla_kv_rank > 0                ? ATTN_MLA
+                                                             : ATTN_SOFTMAX,
             .mlp = moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
             .sinks = !!c->attn_sinks,
             .window = slides ? c->sliding_window : 0,
@@ -152,6 +154,14 @@ static int role_present(const mt_config *c, int layer, int present) {
         return moe && c->router_bias;
     case ROLE_EXPERT_BIAS:
         return moe && c->expert_bias;
+    case ROLE_MLA:
+        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA;
+    case ROLE_MLA_Q:
+        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank <= 0;
+    case ROLE_MLA_QLORA:
+        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank > 0;
+    case ROLE_ROUTER_CORR:
+        return moe && c->router_correction;
     }
     return 1; // ROLE_ALWAYS
 }
@@ -193,6 +203,18 @@ static int dim_of(const mt_config *c, int dim) {
         return c->linear_v_dim;
     case DIM_LA_TAPS:
         return c->linear_conv;
+    case DIM_MLA_QR:
+        return c->mla_q_rank;
+    case DIM_MLA_KVR:
+        return c->mla_kv_rank;
+    case DIM_MLA_KVA:
+        return c->mla_kv_rank + c->mla_rope_dim;
+    case DIM_MLA_Q:
+        return c->heads * (c->mla_nope_dim + c->mla_rope_dim);
+    case DIM_MLA_KVB:
+        return c->heads * (c->mla_nope_dim + c->mla_v_dim);
+    case DIM_MLA_O:
+        return c->heads * c->mla_v_dim;
     }
     return 0; // DIM_NONE
 }

@@ -21,10 +21,13 @@
 // Each enum's values are in the order of its names, which config_schema.c gives the schema.
 enum { QK_NONE, QK_HEAD, QK_ALL }; // model.qk_norm
 #define QK_NORM_NAMES ((const char *const[]){"none", "head", "all", NULL})
-enum { MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE, MOE_NAMES_GPT_OSS }; // model.moe_names
-#define MOE_NAMES_NAMES ((const char *const[]){"mlp", "block_sparse_moe", "gpt_oss", NULL})
+enum { MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE, MOE_NAMES_GPT_OSS, MOE_NAMES_DEEPSEEK }; // moe_names
+#define MOE_NAMES_NAMES                                                                            \
+    ((const char *const[]){"mlp", "block_sparse_moe", "gpt_oss", "deepseek", NULL})
 enum { ROUTER_SOFTMAX_ALL, ROUTER_SOFTMAX_TOP_K }; // model.router_softmax
 #define ROUTER_SOFTMAX_NAMES ((const char *const[]){"all", "top_k", NULL})
+enum { ROUTER_SCORE_SOFTMAX, ROUTER_SCORE_SIGMOID }; // model.router_score
+#define ROUTER_SCORE_NAMES ((const char *const[]){"softmax", "sigmoid", NULL})
 enum { ROPE_PLAIN, ROPE_LLAMA3, ROPE_YARN }; // model.rope_scaling.rope_type
 #define ROPE_TYPE_NAMES ((const char *const[]){"none", "llama3", "yarn", NULL})
 enum { DATA_BYTES, DATA_TOKENS, DATA_SYNTHETIC }; // data.format
@@ -54,8 +57,9 @@ int mt_choice_index(const char *const *names, const char *name);
 // each part is a kind (docs/architecture.md). The model description lists every layer's kinds
 // once, at load (model_describe_layers); the rest of the system asks it, never a family's name.
 // softmax attention (GQA/MHA), with its options; Gated DeltaNet linear attention (Qwen3.5's and
-// Qwen3-Next's linear_attention layers)
-enum { ATTN_SOFTMAX, ATTN_GDN, ATTN_KINDS };
+// Qwen3-Next's linear_attention layers); multi-head latent attention (DeepSeek-V3, Kimi K2,
+// GLM-4.7-Flash: every softmax layer of a model with model.mla_kv_rank > 0)
+enum { ATTN_SOFTMAX, ATTN_GDN, ATTN_MLA, ATTN_KINDS };
 enum { MLP_DENSE, MLP_MOE, MLP_KINDS }; // a SwiGLU; E experts behind a router
 typedef struct {
     unsigned char attention, mlp;
@@ -86,6 +90,17 @@ typedef struct {
     // linear_v_dim (linear_v_heads a multiple of linear_k_heads: each key head serves as many
     // value heads, GVA), a causal depthwise conv1d of linear_conv taps over q, k and v.
     int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, linear_conv;
+    // Multi-head latent attention (the kind ATTN_MLA, every attention layer when mla_kv_rank >
+    // 0; transformers' DeepseekV3Attention): the queries from q_proj, or (mla_q_rank > 0) through
+    // q_a_proj -> RMSNorm -> q_b_proj; kv_a_proj_with_mqa gives a latent of mla_kv_rank, which an
+    // RMSNorm and kv_b_proj turn into each head's key part of mla_nope_dim and its value of
+    // mla_v_dim, and one key part of mla_rope_dim shared by the heads, which RoPE turns (as it
+    // turns each query's last mla_rope_dim). q and k are mla_nope_dim + mla_rope_dim wide, the
+    // values mla_v_dim; o_proj maps heads x mla_v_dim back to dim.
+    int mla_q_rank, mla_kv_rank, mla_nope_dim, mla_rope_dim, mla_v_dim;
+    // RoPE turns interleaved pairs (x0, x1), (x2, x3), ... (DeepSeek's rope_interleave) rather
+    // than the two halves of the rotated part
+    int rope_interleave;
     // Attention's width: q and o map dim to heads x head_dim and back (0: dim / heads). Qwen3
     // and Mistral-Nemo give one that differs from dim / heads.
     int head_dim;
@@ -116,6 +131,18 @@ typedef struct {
     // (gate clamped above, up to +-limit, gate * sigmoid(1.702 gate) * (up + 1)).
     int router_softmax, router_bias, expert_bias;
     double swiglu_limit;
+    // DeepSeek-V3's router (DeepseekV3TopkRouter, Glm4MoeTopkRouter): router_score "sigmoid"
+    // scores each expert by sigmoid(logit) in fp32 ("softmax": the softmax of router_softmax);
+    // router_correction adds a per-expert bias (e_score_correction_bias, a frozen buffer: never
+    // updated) to the scores for the choice only; with router_groups > 1 the experts fall in that
+    // many groups, each scored by the sum of its top 2, and only the best router_topk_groups
+    // groups' experts may be chosen; the k chosen scores (renormalised with norm_topk_prob) are
+    // multiplied by router_scale (routed_scaling_factor).
+    int router_score, router_groups, router_topk_groups, router_correction;
+    double router_scale;
+    // The shared expert's sigmoid gate (shared_expert_gate, Qwen2-MoE); 0: the shared experts
+    // add ungated (DeepSeek's n_shared_experts, their widths summed in shared_ffn_dim)
+    int shared_gate;
     // The load-balancing loss (transformers' load_balancing_loss_func, pooled over the MoE
     // layers) joins the loss with weight router_aux_coef when router_aux is set (config.json's
     // output_router_logits); it is reported either way.
@@ -124,7 +151,8 @@ typedef struct {
     // How the hub names a layer's MoE tensors: "mlp" (mlp.gate, mlp.experts.N.gate_proj/up_proj/
     // down_proj), "block_sparse_moe" (block_sparse_moe.gate, ...experts.N.w1/w3/w2) or
     // "gpt_oss" (mlp.router, and the experts fused: mlp.experts.gate_up_proj [E, d, 2f] with gate
-    // and up interleaved, mlp.experts.down_proj [E, f, d], and their biases)
+    // and up interleaved, mlp.experts.down_proj [E, f, d], and their biases) or "deepseek" (as
+    // "mlp", the shared experts as mlp.shared_experts.*: roles.h's MT_DEEPSEEK_SHARED_NAMES)
     int moe_names;
     // Special token ids, -1 for none: they change no math, but sampling stops at an eos and an
     // export writes them back. Llama 3 lists several eos ids: the first in eos_id, the rest here.
@@ -133,8 +161,11 @@ typedef struct {
     // model.rope_scaling: rope_type "none", "llama3" (Llama 3.1) with its four parameters, or
     // "yarn" (gpt-oss) with factor, original_max_position_embeddings, beta_fast, beta_slow,
     // truncate and attention_factor (0: 0.1 ln(factor) + 1), as transformers'
-    // _compute_yarn_parameters
+    // _compute_yarn_parameters; DeepSeek's mscale and mscale_all_dim (0: none) make the attention
+    // factor mscale(mscale) / mscale(mscale_all_dim), and multiply MLA's softmax scale by
+    // mscale(mscale_all_dim)^2 (yarn_apply_mscale)
     int rope_type;
+    double rope_mscale, rope_mscale_all_dim;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos; // original_max_position_embeddings
     double rope_beta_fast, rope_beta_slow, rope_attention_factor;

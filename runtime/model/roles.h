@@ -23,6 +23,10 @@ enum {
     ROLE_ROUTER_BIAS, // the MLP kind is MoE with model.router_bias
     ROLE_EXPERT_BIAS, // the MLP kind is MoE with model.expert_bias: one vector per expert
     ROLE_GDN,         // the attention kind is Gated DeltaNet
+    ROLE_MLA,         // the attention kind is MLA
+    ROLE_MLA_Q,       // MLA without a low-rank query path (model.mla_q_rank 0): q_proj
+    ROLE_MLA_QLORA,   // MLA with one (model.mla_q_rank > 0)
+    ROLE_ROUTER_CORR, // the MLP kind is MoE with model.router_correction (frozen)
 };
 
 // How the hub's tensor holds one of ours (io/ reads and writes it): the whole tensor as it is,
@@ -50,6 +54,13 @@ enum {
     HUB_FUSED_UP,   // ... and its up [e, f:]
     HUB_FUSED_DOWN, // down_proj [E, d, f]: expert e's down [d, f] is [e]
 };
+
+// DeepSeek's names for its shared experts (moe_names "deepseek"): X(role, hub name, HUB_*
+// layout).
+#define MT_DEEPSEEK_SHARED_NAMES(X)                                                                \
+    X(T_SH_GATE, "model.layers.%d.mlp.shared_experts.gate_proj.weight", HUB_PLAIN)                 \
+    X(T_SH_UP, "model.layers.%d.mlp.shared_experts.up_proj.weight", HUB_PLAIN)                     \
+    X(T_SH_DOWN, "model.layers.%d.mlp.shared_experts.down_proj.weight", HUB_PLAIN)
 
 // Qwen3-Next's names for the roles its fused projections hold (model.hub_gdn_fused): X(role,
 // hub name, HUB_* layout).
@@ -79,6 +90,12 @@ enum {
     DIM_LA_H,    // its value heads
     DIM_LA_DV,   // its value head dim (the gated norm's width)
     DIM_LA_TAPS, // its conv1d's taps (linear_conv)
+    DIM_MLA_QR,  // MLA's query rank (mla_q_rank)
+    DIM_MLA_KVR, // its latent's width (mla_kv_rank)
+    DIM_MLA_KVA, // kv_a_proj_with_mqa's rows: mla_kv_rank + mla_rope_dim
+    DIM_MLA_Q,   // the queries: heads x (mla_nope_dim + mla_rope_dim)
+    DIM_MLA_KVB, // kv_b_proj's rows: heads x (mla_nope_dim + mla_v_dim)
+    DIM_MLA_O,   // the attention's output: heads x mla_v_dim
 };
 
 // X(field, ROLE, present, hub name, hub name under moe_names "block_sparse_moe" (NULL: the
@@ -163,7 +180,27 @@ enum {
     X(la_norm, T_LA_NORM, ROLE_GDN, "model.layers.%d.linear_attn.norm.weight", NULL, NULL,         \
       HUB_PLAIN, DIM_LA_DV, DIM_NONE, TENSOR_ONES)                                                 \
     X(la_out, T_LA_OUT, ROLE_GDN, "model.layers.%d.linear_attn.out_proj.weight", NULL, NULL,       \
-      HUB_PLAIN, DIM_D, DIM_LA_V, TENSOR_NORMAL)
+      HUB_PLAIN, DIM_D, DIM_LA_V, TENSOR_NORMAL)                                                   \
+    X(mla_q, T_MLA_Q, ROLE_MLA_Q, "model.layers.%d.self_attn.q_proj.weight", NULL, NULL,           \
+      HUB_PLAIN, DIM_MLA_Q, DIM_D, TENSOR_NORMAL)                                                  \
+    X(mla_q_a, T_MLA_Q_A, ROLE_MLA_QLORA, "model.layers.%d.self_attn.q_a_proj.weight", NULL, NULL, \
+      HUB_PLAIN, DIM_MLA_QR, DIM_D, TENSOR_NORMAL)                                                 \
+    X(mla_q_a_norm, T_MLA_Q_A_NORM, ROLE_MLA_QLORA,                                                \
+      "model.layers.%d.self_attn.q_a_layernorm.weight", NULL, NULL, HUB_PLAIN, DIM_MLA_QR,         \
+      DIM_NONE, TENSOR_NORM)                                                                       \
+    X(mla_q_b, T_MLA_Q_B, ROLE_MLA_QLORA, "model.layers.%d.self_attn.q_b_proj.weight", NULL, NULL, \
+      HUB_PLAIN, DIM_MLA_Q, DIM_MLA_QR, TENSOR_NORMAL)                                             \
+    X(mla_kv_a, T_MLA_KV_A, ROLE_MLA, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", NULL, \
+      NULL, HUB_PLAIN, DIM_MLA_KVA, DIM_D, TENSOR_NORMAL)                                          \
+    X(mla_kv_a_norm, T_MLA_KV_A_NORM, ROLE_MLA, "model.layers.%d.self_attn.kv_a_layernorm.weight", \
+      NULL, NULL, HUB_PLAIN, DIM_MLA_KVR, DIM_NONE, TENSOR_NORM)                                   \
+    X(mla_kv_b, T_MLA_KV_B, ROLE_MLA, "model.layers.%d.self_attn.kv_b_proj.weight", NULL, NULL,    \
+      HUB_PLAIN, DIM_MLA_KVB, DIM_MLA_KVR, TENSOR_NORMAL)                                          \
+    X(mla_o, T_MLA_O, ROLE_MLA, "model.layers.%d.self_attn.o_proj.weight", NULL, NULL, HUB_PLAIN,  \
+      DIM_D, DIM_MLA_O, TENSOR_NORMAL)                                                             \
+    X(router_corr, T_ROUTER_CORR, ROLE_ROUTER_CORR,                                                \
+      "model.layers.%d.mlp.gate.e_score_correction_bias", NULL, NULL, HUB_PLAIN, DIM_E, DIM_NONE,  \
+      TENSOR_ZEROS)
 
 // What a tensor is to the kernels: the embedding and the head's, then the layer's from the
 // table above, in its order.
