@@ -4,7 +4,8 @@
 # per head, a quarter of each head rotated, rows of 80 tokens (the delta rule's chunks of 64 and a
 # remainder) packing the text's lines as documents. 20 steps:
 # - the loss falls;
-# - -np 3 gives the losses of -np 2 bitwise, and so does a run stopped at step 10 and resumed;
+# - -np 3 and -np 5 (8 steps) give the losses of -np 2 bitwise, and so does a run stopped at
+#   step 10 and resumed;
 # - the memory modes change no bit: every layer recomputed in the backward, with and without
 #   the attention outputs (the delta rule's, on the linear layers) kept from the forward;
 # - throughput counts the delta rule's FLOPs (plan_gdn_flops), not attention's, on its layers;
@@ -35,6 +36,9 @@ for r in np2 np3; do
     expect "$r ran 20 steps" test "$(losses "$WORK/$r" 2>/dev/null | wc -l)" -eq 20
 done
 expect "-np 3 losses are bitwise those of -np 2" diff <(losses "$WORK/np2") <(losses "$WORK/np3")
+run_job np5 5 "$CFG" --stop-at 8 || show_log np5
+expect "-np 5 losses (8 steps) are bitwise those of -np 2" \
+    diff <(losses "$WORK/np2" | head -8) <(losses "$WORK/np5")
 first=$(losses "$WORK/np2" | head -1 | sed 's/.*"loss"://')
 last=$(losses "$WORK/np2" | tail -1 | sed 's/.*"loss"://')
 expect "the loss falls over 20 steps ($first -> $last)" \
