@@ -3,7 +3,9 @@
 # (test_moe_cuda), the CUDA MoE path against the CPU one on tiny models (moe_check.sh), then
 # each named bench config (bench/configs/NAME.cfg) and, for peer-NAME, ../shared/anchors'
 # moe_torch.py carried in .anchors/, through bench/moe_peer.py (qwen3moe:6 is the peer on 6
-# layers, olmoe:16 the whole OLMoE-1B-7B).
+# layers, olmoe:16 the whole OLMoE-1B-7B, qwen35moe:4 and qwen35_27b:4 Qwen3.5's first 4 layers:
+# bench/run_qwen35.sh, which says how the peer gets flash-linear-attention past its refusal on
+# Hopper).
 #   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...] [gemm=qwen3moe|mixtral]
 #          [ktime-NAME]     output under $OUT
 set -u

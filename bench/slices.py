@@ -109,6 +109,7 @@ def main():
     sp = [plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", []) for run in (run_a, run_b)]
     planned = lambda q: {"host": q["host"], "gpu": q["gpu"]["total"]}
     pa, pb, pf = planned(sp[0]), planned(sp[1]), planned(p)
+    layer_params = (sp[1]["params"] - sp[0]["params"]) / d  # the mean layer, any kind of layer
     for k in ("host", "gpu"):  # the plan's count, plus the slices' measured excess over theirs
         over = b[k] - pb[k]
         full[k] = pf[k] + over + (L - lb) * (over - (a[k] - pa[k])) / d
@@ -141,18 +142,10 @@ def main():
     print(f"  slack per layer at {lb} layers: forward {b['layer_fwd_s'] * 1e3:.0f} ms vs AdamW "
           f"{b['layer_adamw_s'] * 1e3:.0f} ms ({(b['layer_fwd_s'] - b['layer_adamw_s']) * 1e3:+.0f}); "
           f"backward {b['layer_bwd_s'] * 1e3:.0f} ms vs AdamW ({(b['layer_bwd_s'] - b['layer_adamw_s']) * 1e3:+.0f}); "
-          f"vs a layer's fp32 fetch at 55 GB/s {layer_params(full_cfg) * 4 / 55e9 * 1e3:.0f} ms")
+          f"vs a layer's fp32 fetch at 55 GB/s {layer_params * 4 / 55e9 * 1e3:.0f} ms")
     print(f"  full model: {full['step_s']:.1f} s a step, "
           f"{p['estimate']['flops'] / full['step_s'] / 1e12:.0f} TFLOP/s executed, "
           f"busy {b['busy']:.1%} and optimizer stall {b['opt_stall']:.1%} at {lb} layers")
-
-
-def layer_params(cfg):
-    """One decoder layer's parameters (a Llama layer without biases)."""
-    text = open(cfg).read()
-    v = lambda k: int(re.search(rf"\b{k}\s*=\s*(\d+)", text).group(1))
-    D, F, H, KV = v("dim"), v("ffn_dim"), v("heads"), v("kv_heads")
-    return 2 * D + 2 * D * D + 2 * D * (D // H * KV) + 3 * D * F
 
 
 if __name__ == "__main__":

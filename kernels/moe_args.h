@@ -3,6 +3,11 @@
 #ifndef MT_MOE_ARGS_H
 #define MT_MOE_ARGS_H
 
+// The most experts a MoE layer may have (model.experts), for both backends' fixed arrays: the
+// CPU's per-token stack arrays, the CUDA router's per-lane registers (one per 32 experts) and its
+// shared-memory rows. 512: Qwen3.5-397B-A17B's and Qwen3-Next-80B-A3B's experts.
+#define MOE_MAX_EXPERTS 512
+
 // How a token's k weights come from its router logits; the first two pick the k most probable
 // experts, the last the k largest logits (the same k but for near-ties).
 enum {

@@ -103,7 +103,8 @@ void classifier_backward(float *dx, float *dw, const float *x, const float *w,
                          const int32_t *targets, int n, int dim, int vocab, float dloss);
 
 // moe.c: Mixture-of-Experts routing around the experts' GEMMs (linear_* and swiglu_* on each
-// expert's rows). n tokens, E experts (at most MOE_MAX_EXPERTS), k chosen per token.
+// expert's rows). n tokens, E experts (at most kernels/moe_args.h's MOE_MAX_EXPERTS), k chosen
+// per token.
 // - route: probs[n, E] = softmax(logits) in fp32 (the load-balancing loss's, whatever the
 //   weights); expert[n, k] the k largest (largest first, ties to the lower index) and weight[n, k]
 //   as `weights` says (MOE_WEIGHTS_*). Backward: d_logits += the gradient of d_weight[n, k]
@@ -119,7 +120,6 @@ void classifier_backward(float *dx, float *dw, const float *x, const float *w,
 //   from their counts[layers, E] and psum[layers, E]: E * sum_e (c_e / (L n)) (P_e / (L n)),
 //   c and P summed over the layers. aux_g[e] (NULL: not wanted) gets scale times its gradient
 //   with respect to each token's probability of e, E * c_e / (L n)^2, the same in every layer.
-#define MOE_MAX_EXPERTS 256
 void moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits, int n,
                        int E, int k, int weights);
 void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,

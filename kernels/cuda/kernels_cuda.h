@@ -93,9 +93,6 @@ void cuda_swiglu_clamped_backward(bf16 *dgate, bf16 *dup, const float *dout, con
 //   psum[layers, E], as moe_aux_loss.
 // - gate_scale (a shared expert's gate): out[t] += sigmoid(g[t]) y[t]; backward writes
 //   dy = sigmoid(g) dout and d_gate_logit[t] = (dout[t] . y[t]) s (1 - s).
-#ifndef MOE_MAX_EXPERTS
-#define MOE_MAX_EXPERTS 256
-#endif
 void cuda_moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits,
                             int n, int E, int k, int weights, cudaStream_t stream);
 void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float *probs,

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Qwen3.5 on the GPU machine (bench/RESULTS.md): each argument one part, output under $OUT.
+#   peer    the first 4 layers (three Gated DeltaNet, one gated attention) of Qwen3.5-27B and of
+#           Qwen3.5-35B-A3B at full width, 65,536 tokens a step (bench/configs/moe-qwen3.5-*-4l),
+#           each beside the peer on the same layers (bench/moe_peer.py: qwen35_27b, and
+#           moe_torch.py's qwen35moe), the peer's micro-batches of MT_PEER_MICROS rows (default 4,
+#           2 then 1: 8 x 2048 tokens' logits over 248,320 words are 16 GB in fp32, beside 65 to
+#           70 GB of the slice's weights, gradients and AdamW states) for the same 65,536 tokens
+#   slices  Qwen3.5-27B and Qwen3.5-35B-A3B from their 4- and 8-layer slices (bench/run_slices.sh)
+#   long    4 layers of Qwen3.5-27B at 131,072 tokens, one step (bench/run_long.sh)
+#   usage: OUT=... bench/run_qwen35.sh [peer] [slices] [long]
+# The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
+# in .whl, install them into /tmp/site and run this with PYTHONPATH=/tmp/site; without it
+# transformers runs its torch fallback, far slower (the peer's MOE line says which ran). FLA
+# refuses its gated backward on Hopper with Triton 3.4 to 3.7.0, and the machine's Triton is 3.6:
+# bench/moe_peer.py lifts the refusal as bench/gdn_fla.py does (fla.ops.common.chunk_o.
+# TRITON_ABOVE_3_7_1 = True) and prints a line when it does.
+# Our side needs the CUDA backend's Gated DeltaNet: until it trains one, mtrun refuses these
+# configs at the start and only the peer's lines come back.
+set -u
+cd "$(dirname "$0")/.."
+source bench/device-setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+echo "build: $(($(date +%s) - t0)) s, commit $(git rev-parse --short HEAD 2>/dev/null)"
+for what in "$@"; do
+    case $what in
+    peer)
+        python3 -c 'import fla, triton; print("FLA", fla.__version__, "Triton", triton.__version__)' 2>&1 |
+            tail -n 1
+        MT_PEER_MICROS=${MT_PEER_MICROS:-4 2 1} bash bench/run_moe.sh moe-qwen3.5-27b-4l \
+            peer-qwen35_27b:4 moe-qwen3.5-35b-a3b-4l peer-qwen35moe:4 2>&1 | grep -vE "^build:" ;;
+    slices) bench/run_slices.sh build "$OUT" qwen3.5-27b qwen3.5-35b-a3b 2>&1 | tail -n 50 ;;
+    long) bench/run_long.sh build "$OUT" qwen3.5-27b-4l-128k 2>&1 | tail -n 25 ;;
+    *) echo "run_qwen35.sh: $what: not a part (peer, slices, long)" >&2; exit 2 ;;
+    esac
+    echo "-- $what done at $(($(date +%s) - t0)) s"
+done
