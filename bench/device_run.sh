@@ -24,17 +24,10 @@
 #   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
 cd "$(dirname "$0")/.."
-source bench/device-setup.sh
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} # cuBLASLt says why, should a matmul fail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
 nvidia-smi -L; nproc; free -g | head -2
 m=$(command -v mpirun) && echo "mpirun: $m -> $(readlink -f "$m") ($(head -c 2 "$(readlink -f "$m")" | od -An -c | tr -d ' '), $(mpirun --version 2>&1 | head -n 1))"
-t0=$(date +%s)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+source bench/device-build.sh
 # attn=T_LIST/HD_LIST/HEADS as attention_bench's arguments (args) and the heads alone (heads).
 attn_args() {
     local spec=${1#=}

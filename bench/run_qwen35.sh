@@ -19,14 +19,7 @@
 # configs at the start and only the peer's lines come back.
 set -u
 cd "$(dirname "$0")/.."
-source bench/device-setup.sh
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build -j16 >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
-echo "build: $(($(date +%s) - t0)) s, commit $(git rev-parse --short HEAD 2>/dev/null)"
+source bench/device-build.sh
 for what in "$@"; do
     case $what in
     peer)
