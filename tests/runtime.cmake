@@ -49,12 +49,14 @@ foreach(b cpu cuda)
   set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} layer_parity_gpt_oss_${b}
                        PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
-# Qwen3_5DecoderLayer: the gated full attention, and the Gated DeltaNet (the CPU templates; the
-# CUDA backend refuses them yet)
-foreach(kind attention linear)
-  add_test(NAME layer_parity_qwen35_${kind}_cpu COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
-           $<TARGET_FILE:layer_check> cpu qwen35_${kind})
-  set_tests_properties(layer_parity_qwen35_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# Qwen3_5DecoderLayer: the gated full attention, and the Gated DeltaNet, on both backends
+foreach(b cpu cuda)
+  foreach(kind attention linear)
+    add_test(NAME layer_parity_qwen35_${kind}_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+             $<TARGET_FILE:layer_check> ${b} qwen35_${kind})
+    set_tests_properties(layer_parity_qwen35_${kind}_${b} PROPERTIES SKIP_RETURN_CODE 77
+                         TIMEOUT 300)
+  endforeach()
 endforeach()
 # A whole tiny Qwen3_5ForCausalLM (hybrid layers) against the CPU templates: loss and every
 # parameter's gradient (skipped without torch).
