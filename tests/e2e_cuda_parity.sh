@@ -60,7 +60,7 @@ expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 
 # qwen35 BACKEND OUT [MOE]: a tiny Qwen3.5 on BACKEND, with MOE a Qwen3.5-MoE
 qwen35() {
     local moe=""
-    [ -n "${3:-}" ] && moe="experts = 4; top_k = 2; moe_ffn_dim = 32; shared_ffn_dim = 32;
+    [ -n "${3:-}" ] && moe="experts = 8; top_k = 2; moe_ffn_dim = 32; shared_ffn_dim = 32;
   norm_topk_prob = true; router_aux = true;"
     cat >"$2" <<CFGEOF
 model = {

@@ -22,7 +22,7 @@ set_tests_properties(e2e_beside PROPERTIES LABELS "e2e;beside")
 
 add_test(NAME e2e_cuda_parity COMMAND bash ${MT_TEST_DIR}/e2e_cuda_parity.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
-set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77)
+set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 900 SKIP_RETURN_CODE 77)
 # Attention sinks on the CUDA backend (skipped without a GPU).
 add_test(NAME e2e_cuda_sinks COMMAND bash ${MT_TEST_DIR}/e2e_cuda_sinks.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
