@@ -38,6 +38,8 @@ static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *wi
 
 static const cu_attn_part *const attn_parts[ATTN_KINDS] = {
     [ATTN_SOFTMAX] = &attn_softmax_cuda, [ATTN_GDN] = &attn_gdn_cuda};
+static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
+    [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
 static const cu_attn_part *attn_of(const cu_layer_call *k) {
     return attn_parts[mt_layer_kind_of(k->b->c, k->l)->attention];
@@ -55,8 +57,6 @@ static void residual_and_norm(const cu_layer_call *k, float *h, int t0, int rows
     if (o.bias) cuda_bias_forward_f32(h, o.bias, rows, D, b->s);
     cu_norm_forward(b, b->n2, b->rstd2, h, k->w->ffn_norm, rows, D);
 }
-static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
-    [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
 // With its attention output at hand the attention part does only what its output projection
 // needs (softmax attention without the output gate: nothing).
