@@ -14,6 +14,7 @@
 #include "kernels/bf16.h"
 #include "runtime/engine/backend.h"
 #include "runtime/model/model.h"
+#include "runtime/plan/plan.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,10 +93,10 @@ int main(int argc, char **argv) {
     ops->upload(b, dxin, x, nD * 4);
     ops->upload(b, dres, dout, nD * 4);
     // A slot reserved up front: the recomputing path must not depend on whether there are any.
-    // The CUDA backend keeps no pass of Qwen3.5's layers (qk-norm's fp32 inputs, the gates'
-    // logits and Gated DeltaNet's internals are not in a kept slot): there the recomputing path
-    // alone is checked.
-    int kept = ops->keep_reserve(b, 1), keeps = !(strcmp(argv[1], "cuda") == 0 && q35[0]);
+    // The CUDA backend keeps no pass of some models (plan_cuda_keeps_passes: Qwen3.5's layers):
+    // there the recomputing path alone is checked.
+    int kept = ops->keep_reserve(b, 1);
+    int keeps = strcmp(argv[1], "cuda") != 0 || plan_cuda_keeps_passes(&c);
     if (kept != keeps)
         return fprintf(stderr, "layer_check: %d kept slots, expected %d\n", kept, keeps), 1;
     ops->zero(b, dg, numel * 4);

@@ -101,10 +101,8 @@ static int cu_keep_reserve(backend *b, int wanted) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 1);
     size_t bytes = mt_buffer_list_bytes(&l), free_bytes, total;
-    if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
-    if (mt_qk_norm(b->c) != QK_NONE) wanted = 0;  // the norms' fp32 inputs are not kept
-    // nor the gates' logits (attn_output_gate), nor Gated DeltaNet's internals
-    if (b->c->attn_output_gate || mt_gdn_layers(b->c) > 0) wanted = 0;
+    if (b->seq_chunk < b->max_tokens) wanted = 0;  // chunked: the backward recomputes by chunk
+    if (!plan_cuda_keeps_passes(b->c)) wanted = 0; // a kept slot lacks what their backward reads
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const char *env = getenv("MT_GPU_MARGIN_GIB");
     double gib = env && atof(env) > 0 ? atof(env) : 1.0;

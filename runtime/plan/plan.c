@@ -77,6 +77,10 @@ static uint64_t cuda_saved_bytes(const mt_config *c, int whole) {
     return mt_buffer_list_bytes(&l);
 }
 
+int plan_cuda_keeps_passes(const mt_config *c) {
+    return mt_qk_norm(c) == QK_NONE && !c->attn_output_gate && mt_gdn_layers(c) == 0;
+}
+
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
     return cuda ? cuda_saved_bytes(c, 1) : cpu_layer_bytes(c);
 }
