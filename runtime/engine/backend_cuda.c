@@ -34,11 +34,13 @@ static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *tar
     size_t bytes = sizeof(int32_t) * count * tokens(b);
     CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
+    // Tokens without document starts (sampling's context) hold one document a row: the last
+    // batch's starts, of another shape, must not be read for them.
+    if (b->has_docs) memset(b->has_docs, 0, (size_t)count);
     if (b->doc_start && doc_start) {
         CUDA_CHECK(cudaMemcpyAsync(b->doc_start, doc_start, bytes, cudaMemcpyHostToDevice, b->s));
         for (int m = 0; m < count; m++) {
             const int32_t *ds = doc_start + (size_t)m * tokens(b);
-            b->has_docs[m] = 0;
             for (int i = 0; i < tokens(b) && !b->has_docs[m]; i++) b->has_docs[m] = ds[i] != 0;
             if (b->gdn_chunks) b->gdn_chunks[m] = gdn_max_chunks(ds, b->B, b->T);
         }
