@@ -45,8 +45,8 @@ __global__ void split_kernel(void *q, float *gate, const float *qg, long n, int 
     }
 }
 
-__global__ void join_kernel(__nv_bfloat16 *dqg, const __nv_bfloat16 *dq, const float *dgate,
-                            long n, int hd) {
+__global__ void join_kernel(__nv_bfloat16 *dqg, const __nv_bfloat16 *dq, const float *dgate, long n,
+                            int hd) {
     long stride = (long)gridDim.x * blockDim.x;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         dqg[qg_index(i, hd, 0)] = dq[i];
@@ -91,9 +91,9 @@ extern "C" void cuda_output_gate_join(bf16 *dqg, const bf16 *dq, const float *dg
     KtScope kt(stream, KT_ELEMENTWISE);
     long n = rows * heads * hd;
     if (n <= 0) return;
-    join_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(dqg), reinterpret_cast<const __nv_bfloat16 *>(dq),
-        dgate, n, hd);
+    join_kernel<<<blocks_for(n), THREADS, 0, stream>>>(reinterpret_cast<__nv_bfloat16 *>(dqg),
+                                                       reinterpret_cast<const __nv_bfloat16 *>(dq),
+                                                       dgate, n, hd);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -102,8 +102,8 @@ extern "C" void cuda_output_gate_forward(bf16 *out, const bf16 *att, const float
     KtScope kt(stream, KT_ELEMENTWISE);
     if (n <= 0) return;
     forward_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(att),
-        gate, n);
+        reinterpret_cast<__nv_bfloat16 *>(out), reinterpret_cast<const __nv_bfloat16 *>(att), gate,
+        n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -114,7 +114,7 @@ extern "C" void cuda_output_gate_backward(bf16 *datt, float *dgate, const bf16 *
     if (n <= 0) return;
     backward_kernel<<<blocks_for(n), THREADS, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16 *>(datt), dgate,
-        reinterpret_cast<const __nv_bfloat16 *>(dout),
-        reinterpret_cast<const __nv_bfloat16 *>(att), gate, n);
+        reinterpret_cast<const __nv_bfloat16 *>(dout), reinterpret_cast<const __nv_bfloat16 *>(att),
+        gate, n);
     CUDA_CHECK_LAUNCH();
 }

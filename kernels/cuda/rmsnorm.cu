@@ -212,8 +212,7 @@ __global__ void __launch_bounds__(BWD_WARPS * 32, 1)
 #pragma unroll
     for (int j = 0; j < V; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int k = 0; k < SLAB / G; k++)
-        backward_row<V, W>(acc, dx, dout, x, wr, woff, rstd, row0 + k * G, n, dim, t,
-                           red[k & 1]);
+        backward_row<V, W>(acc, dx, dout, x, wr, woff, rstd, row0 + k * G, n, dim, t, red[k & 1]);
     block_dw_sums<V, W>(sums, acc, group, t);
     write_slab_partial(partial + (long)slab * dim, sums, chunks);
 }
@@ -222,8 +221,8 @@ __global__ void __launch_bounds__(BWD_WARPS * 32, 1)
 // warp and V = 1, 2, 4, 8, then V = 8 and W = 2, 4, 8, 16 (32 registers of x a thread).
 // Backward: V = 1, 2, 4, then V = 4 and W = 2, 4, 8, 16 (dout, x, dx and the dw sums, 64
 // registers a thread, within the 128 that one 512-thread block an SM allows).
-typedef void (*ForwardLaunch)(__nv_bfloat16 *, float *, const float *, const __nv_bfloat16 *,
-                              float, int, int, float, cudaStream_t);
+typedef void (*ForwardLaunch)(__nv_bfloat16 *, float *, const float *, const __nv_bfloat16 *, float,
+                              int, int, float, cudaStream_t);
 typedef void (*BackwardLaunch)(float *, float *, const float *, const float *,
                                const __nv_bfloat16 *, float, const float *, int, int, cudaStream_t);
 

@@ -206,7 +206,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // A kept attention output (keep_attention): the bf16 output and the fp32 statistics, in one
 // allocation per slot, each 256-byte aligned.
 #define MT_CUDA_ATTENTION_SLOT(X, o, s)                                                            \
-    X(o, bf16, att, (s).n *(s).AO)                                                                  \
+    X(o, bf16, att, (s).n *(s).AO)                                                                 \
     X(o, float, lse, (s).n *(s).H)
 #define MT_CUDA_ATTENTION_SLOT_ALIGN 256
 
