@@ -10,7 +10,9 @@
 # tokens (the delta rule's chunks of 64 and a remainder) packing lines as documents; the MoE one
 # with a shared expert and the aux loss: step 1 within 1%, every step's loss (and aux loss)
 # within 5%, and each run again with every layer recomputed and the attention outputs (the
-# delta rule's, on the linear layers) kept from the forward, bitwise the same losses on cuda.
+# delta rule's, on the linear layers) kept from the forward, bitwise the same losses on cuda;
+# and by chunks of 48 tokens (batch.seq_chunk: the projections and norms a chunk at a time, the
+# conv and the delta rule over the micro-batch) within 0.2% of the whole micro-batch on cuda.
 # Skipped (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
@@ -79,7 +81,7 @@ backend = "$1";
 CFGEOF
 }
 # qwen35_pair NAME [MOE]: both backends, 20 steps; the cuda run again with every layer
-# recomputed and its attention outputs kept (8 steps)
+# recomputed, with its attention outputs kept, and by chunks (8 steps)
 qwen35_pair() {
     qwen35 cpu "$WORK/$1_cpu.cfg" "${2:-}"
     qwen35 cuda "$WORK/$1_cuda.cfg" "${2:-}"
@@ -105,6 +107,13 @@ qwen35_pair() {
         grep -q 'keeping the attention output of [1-9]' "$WORK/$1_kept.log"
     expect "$1: cuda, kept attention outputs give the losses of recomputed ones bitwise" \
         diff <(losses "$WORK/$1_always") <(losses "$WORK/$1_kept")
+    run_job "$1_chunked" 2 "$WORK/$1_cuda.cfg" --stop-at 8 recompute='"always"' \
+        batch.seq_chunk=48 || show_log "$1_chunked"
+    paste -d' ' <(losses "$WORK/$1_always" | sed 's/.*"loss"://') \
+        <(losses "$WORK/$1_chunked" | sed 's/.*"loss"://') >"$WORK/$1_chunk_pairs"
+    expect "$1: cuda, chunks of 48 tokens within 0.2% of the whole micro-batch, 8 steps" \
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.002 * $1) bad = 1 }
+             END { exit bad || NR != 8 }' "$WORK/$1_chunk_pairs"
 }
 qwen35_pair qwen35
 qwen35_pair qwen35_moe moe
