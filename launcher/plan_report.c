@@ -258,7 +258,10 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             "once the buffers before them are there)\n",
             p->choices.offload ? "offloaded" : "kept on the GPU");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
-    if (c->recompute == RECOMPUTE_AUTO)
+    if (c->recompute == RECOMPUTE_AUTO && p->cuda && !plan_cuda_keeps_passes(c))
+        fprintf(f, "  kept          none: the GPU keeps no layer pass of this model (qk_norm, the "
+                   "output gate or Gated DeltaNet: its backward recomputes each one)\n");
+    else if (c->recompute == RECOMPUTE_AUTO)
         fprintf(f,
                 "  kept          %11s  per layer x micro-batch pass, as many of %d as the %s "
                 "left over holds (recompute = \"auto\"): each one kept is a layer forward the "

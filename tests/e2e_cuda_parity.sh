@@ -4,7 +4,16 @@
 # must account for the stream's time. Then a gpt-oss MoE (router bias, softmax over the top k,
 # expert biases, clamped SwiGLU, the aux loss on): step 1 within 1%, every step within 5% (a
 # top-k choice on a near tie may flip on bf16 rounding, and the curves part from there), and the
-# aux losses within 5%. Skipped (exit 77) without a usable GPU.
+# aux losses within 5%. Then Qwen3.5's hybrid, dense and MoE (qwen35 below): Gated DeltaNet
+# layers (8 value heads over 2 key heads, a value width above attention's), gated full
+# attention with qk-norm and a quarter of each head rotated, zero-centred norms, rows of 80
+# tokens (the delta rule's chunks of 64 and a remainder) packing lines as documents; the MoE one
+# with a shared expert and the aux loss: step 1 within 1%, every step's loss (and aux loss)
+# within 5%, and each run again with every layer recomputed and the attention outputs (the
+# delta rule's, on the linear layers) kept from the forward, bitwise the same losses on cuda;
+# and by chunks of 48 tokens (batch.seq_chunk: the projections and norms a chunk at a time, the
+# conv and the delta rule over the micro-batch) within 0.2% of the whole micro-batch on cuda.
+# Skipped (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
 small_config cuda "$WORK/cuda.cfg"
@@ -50,4 +59,62 @@ expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/oss_pairs"
+# qwen35 BACKEND OUT [MOE]: a tiny Qwen3.5 on BACKEND, with MOE a Qwen3.5-MoE
+qwen35() {
+    local moe=""
+    [ -n "${3:-}" ] && moe="experts = 8; top_k = 2; moe_ffn_dim = 32; shared_ffn_dim = 32;
+  norm_topk_prob = true; router_aux = true;"
+    cat >"$2" <<CFGEOF
+model = {
+  dim = 64; layers = 4; heads = 4; kv_heads = 2; head_dim = 16; ffn_dim = 128;
+  qk_norm = "head"; attn_output_gate = true; norm_zero_centered = true;
+  partial_rotary_factor = 0.25;
+  layer_types = "linear_attention,linear_attention,linear_attention,full_attention";
+  linear_k_heads = 2; linear_v_heads = 8; linear_k_dim = 16; linear_v_dim = 16; linear_conv = 4;
+  $moe
+};
+data = { path = "$SRC/data/tinyshakespeare.txt"; pack = "documents"; eot = 10; };
+batch = { micro_batch = 2; micro_batches = 2; seq_len = 80; };
+optimizer = { lr = 3e-3; };
+steps = 20;
+backend = "$1";
+CFGEOF
+}
+# qwen35_pair NAME [MOE]: both backends, 20 steps; the cuda run again with every layer
+# recomputed, with its attention outputs kept, and by chunks (8 steps)
+qwen35_pair() {
+    qwen35 cpu "$WORK/$1_cpu.cfg" "${2:-}"
+    qwen35 cuda "$WORK/$1_cuda.cfg" "${2:-}"
+    run_job "$1_cpu" 3 "$WORK/$1_cpu.cfg" || show_log "$1_cpu"
+    run_job "$1_cuda" 3 "$WORK/$1_cuda.cfg" || show_log "$1_cuda"
+    expect "$1: the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/$1_cuda.log"
+    expect "$1: both runs logged 20 steps" test "$(losses "$WORK/$1_cpu" | wc -l)" -eq 20 \
+        -a "$(losses "$WORK/$1_cuda" | wc -l)" -eq 20
+    paste -d' ' <(losses "$WORK/$1_cpu" | sed 's/.*"loss"://') \
+        <(losses "$WORK/$1_cuda" | sed 's/.*"loss"://') <(auxes "$WORK/$1_cpu") \
+        <(auxes "$WORK/$1_cuda") >"$WORK/$1_pairs"
+    cat "$WORK/$1_pairs"
+    expect "$1: step 1's loss within 1%, every step's loss and aux loss within 5%" \
+        awk 'function off(a, b, r, d) { d = a - b; if (d < 0) d = -d; return d > r * a }
+             NR == 1 && off($1, $2, 0.01) { bad = 1 }
+             off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
+             END { exit bad || NR != 20 }' "$WORK/$1_pairs"
+    run_job "$1_always" 2 "$WORK/$1_cuda.cfg" --stop-at 8 recompute='"always"' keep_attention=0 ||
+        show_log "$1_always"
+    run_job "$1_kept" 2 "$WORK/$1_cuda.cfg" --stop-at 8 recompute='"always"' keep_attention=8 ||
+        show_log "$1_kept"
+    expect "$1: keep_attention kept attention outputs on cuda" \
+        grep -q 'keeping the attention output of [1-9]' "$WORK/$1_kept.log"
+    expect "$1: cuda, kept attention outputs give the losses of recomputed ones bitwise" \
+        diff <(losses "$WORK/$1_always") <(losses "$WORK/$1_kept")
+    run_job "$1_chunked" 2 "$WORK/$1_cuda.cfg" --stop-at 8 recompute='"always"' \
+        batch.seq_chunk=48 || show_log "$1_chunked"
+    paste -d' ' <(losses "$WORK/$1_always" | sed 's/.*"loss"://') \
+        <(losses "$WORK/$1_chunked" | sed 's/.*"loss"://') >"$WORK/$1_chunk_pairs"
+    expect "$1: cuda, chunks of 48 tokens within 0.2% of the whole micro-batch, 8 steps" \
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.002 * $1) bad = 1 }
+             END { exit bad || NR != 8 }' "$WORK/$1_chunk_pairs"
+}
+qwen35_pair qwen35
+qwen35_pair qwen35_moe moe
 finish

@@ -11,7 +11,7 @@
 # - throughput counts the delta rule's FLOPs (plan_gdn_flops), not attention's, on its layers;
 # - q/k/v biases with the output gate are refused in one line (q_proj's bias would need the
 #   gates' rows).
-# (The CUDA backend refuses these parts at its start yet: pending.c.)
+# (The CUDA backend against this CPU one: e2e_cuda_parity.)
 # usage: e2e_qwen35.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 CFG=$WORK/qwen35.cfg

@@ -26,7 +26,7 @@ ways and part from there, as the MoE families' top-k near-ties do. The export's 
 bitwise by hf_qwen35_transformers (the same tensors, the same logits).
 
 Exit 0 when nothing failed, 1 otherwise, 77 without torch/transformers or without the backend
-(the backends refuse linear attention until their templates compute it: SKIP lines then).
+(cuda: without a GPU; SKIP lines then).
 """
 import os
 import random
@@ -138,12 +138,6 @@ def compare(name, backend, ours, ref, is_moe):
                f"(pytorch {ref[-1][0]:.4f}); max relative {worst:.2e} (< {tol:g})")
 
 
-def refused(e):
-    """The backend's one-line refusal while its templates do not compute these layers."""
-    text = str(e)
-    return "templates yet" in text or "on the CUDA backend yet" in text
-
-
 def main():
     build, backends = mtparity.parse_args(__doc__, torch.cuda.is_available())
     torch.set_num_threads(min(8, os.cpu_count() or 1))
@@ -158,12 +152,7 @@ def main():
             sensitivity(name, model, tokens, moe.first_loss(model, tokens))
             ref = None
             for backend in backends:
-                try:
-                    ours, why = moe.our_curve(build, work, backend)
-                except RuntimeError as e:
-                    if not refused(e):
-                        raise
-                    ours, why = None, str(e).strip().splitlines()[-1]
+                ours, why = moe.our_curve(build, work, backend)
                 if why:
                     print(f"SKIP: {name}/{backend}: {why}", flush=True)
                     continue

@@ -22,7 +22,7 @@ set_tests_properties(e2e_beside PROPERTIES LABELS "e2e;beside")
 
 add_test(NAME e2e_cuda_parity COMMAND bash ${MT_TEST_DIR}/e2e_cuda_parity.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
-set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 600 SKIP_RETURN_CODE 77)
+set_tests_properties(e2e_cuda_parity PROPERTIES RUN_SERIAL TRUE TIMEOUT 900 SKIP_RETURN_CODE 77)
 # Attention sinks on the CUDA backend (skipped without a GPU).
 add_test(NAME e2e_cuda_sinks COMMAND bash ${MT_TEST_DIR}/e2e_cuda_sinks.sh $<TARGET_FILE:mtrun>
          ${CMAKE_SOURCE_DIR})
@@ -49,12 +49,14 @@ foreach(b cpu cuda)
   set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} layer_parity_gpt_oss_${b}
                        PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
-# Qwen3_5DecoderLayer: the gated full attention, and the Gated DeltaNet (the CPU templates; the
-# CUDA backend refuses them yet)
-foreach(kind attention linear)
-  add_test(NAME layer_parity_qwen35_${kind}_cpu COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
-           $<TARGET_FILE:layer_check> cpu qwen35_${kind})
-  set_tests_properties(layer_parity_qwen35_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# Qwen3_5DecoderLayer: the gated full attention, and the Gated DeltaNet, on both backends
+foreach(b cpu cuda)
+  foreach(kind attention linear)
+    add_test(NAME layer_parity_qwen35_${kind}_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+             $<TARGET_FILE:layer_check> ${b} qwen35_${kind})
+    set_tests_properties(layer_parity_qwen35_${kind}_${b} PROPERTIES SKIP_RETURN_CODE 77
+                         TIMEOUT 300)
+  endforeach()
 endforeach()
 # A whole tiny Qwen3_5ForCausalLM (hybrid layers) against the CPU templates: loss and every
 # parameter's gradient (skipped without torch).

@@ -172,35 +172,52 @@ static void test_embedding(int n, int dim, int vocab) {
 
 // ---- rmsnorm ------------------------------------------------------------------------------
 
-static void test_rmsnorm(int n, int dim) {
+// off: the weight applied as (off + w) (1: zero-centred weights, the _offset pair), else the
+// plain calls.
+static void norm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, float off, int n,
+                         int dim, float eps) {
+    if (off != 0.0f)
+        cuda_rmsnorm_offset_forward(out, rstd, x, w, off, n, dim, eps, 0);
+    else
+        cuda_rmsnorm_forward(out, rstd, x, w, n, dim, eps, 0);
+}
+static void norm_backward(float *dx, float *dw, const float *g, const float *x, const bf16 *w,
+                          float off, const float *rstd, int n, int dim, float *scratch) {
+    if (off != 0.0f)
+        cuda_rmsnorm_offset_backward(dx, dw, g, x, w, off, rstd, n, dim, scratch, 0);
+    else
+        cuda_rmsnorm_backward(dx, dw, g, x, w, rstd, n, dim, scratch, 0);
+}
+
+static void test_rmsnorm(int n, int dim, float off) {
     long nd = (long)n * dim;
     const float eps = 1e-5f;
     float *x = rand_vec(nd, 2.0f), *w = rand_vec(dim, 0.5f);
-    for (int i = 0; i < dim; i++) w[i] = bf16_to_float(bf16_from_float(1.0f + w[i]));
+    for (int i = 0; i < dim; i++) w[i] = bf16_to_float(bf16_from_float(1.0f - off + w[i]));
     float *ref = hmalloc(sizeof(float) * nd), *rstd_ref = hmalloc(sizeof(float) * n);
-    rmsnorm_forward(ref, rstd_ref, x, w, n, dim, eps);
+    rmsnorm_offset_forward(ref, rstd_ref, x, w, off, n, dim, eps);
 
     float *dx_in = dev_f32(x, nd), *drstd = dev_poisoned(sizeof(float) * n);
     bf16 *dw_b = dev_bf16(w, dim), *dout_b = dev_poisoned(sizeof(bf16) * nd);
-    cuda_rmsnorm_forward(dout_b, drstd, dx_in, dw_b, n, dim, eps, 0);
-    check_close(label("rmsnorm fwd out n=%d dim=%d", n, dim), host_bf16(dout_b, nd), ref, nd,
-                TOL_BF16);
+    norm_forward(dout_b, drstd, dx_in, dw_b, off, n, dim, eps);
+    check_close(label("rmsnorm fwd out n=%d dim=%d off=%g", n, dim, off), host_bf16(dout_b, nd),
+                ref, nd, TOL_BF16);
     check_close(label("rmsnorm fwd rstd n=%d dim=%d", n, dim), host_f32(drstd, n), rstd_ref, n,
                 TOL_F32);
 
     float *g = rand_vec(nd, 1.0f), *dx_prior = rand_vec(nd, 1.0f), *dw_prior = rand_vec(dim, 1.0f);
     float *dx_ref = copy_vec(dx_prior, nd), *dw_ref = copy_vec(dw_prior, dim);
-    rmsnorm_backward(dx_ref, dw_ref, g, x, w, rstd_ref, n, dim);
+    rmsnorm_offset_backward(dx_ref, dw_ref, g, x, w, off, rstd_ref, n, dim);
     float *d_g = dev_f32(g, nd), *d_dx = dev_f32(dx_prior, nd), *d_dw = dev_f32(dw_prior, dim);
     float *scratch = dev_poisoned(sizeof(float) * cuda_rmsnorm_scratch_floats(n, dim));
-    cuda_rmsnorm_backward(d_dx, d_dw, d_g, dx_in, dw_b, drstd, n, dim, scratch, 0);
-    check_delta(label("rmsnorm bwd dx n=%d dim=%d", n, dim), host_f32(d_dx, nd), dx_ref, dx_prior,
-                nd, TOL_F32);
+    norm_backward(d_dx, d_dw, d_g, dx_in, dw_b, off, drstd, n, dim, scratch);
+    check_delta(label("rmsnorm bwd dx n=%d dim=%d off=%g", n, dim, off), host_f32(d_dx, nd), dx_ref,
+                dx_prior, nd, TOL_F32);
     float *dw_first = host_f32(d_dw, dim);
     check_delta(label("rmsnorm bwd dw n=%d dim=%d", n, dim), dw_first, dw_ref, dw_prior, dim,
                 TOL_F32);
     CUDA_CHECK(cudaMemcpy(d_dw, dw_prior, sizeof(float) * dim, cudaMemcpyHostToDevice));
-    cuda_rmsnorm_backward(d_dx, d_dw, d_g, dx_in, dw_b, drstd, n, dim, scratch, 0);
+    norm_backward(d_dx, d_dw, d_g, dx_in, dw_b, off, drstd, n, dim, scratch);
     check_bitwise(label("rmsnorm bwd dw rerun bitwise n=%d", n), host_f32(d_dw, dim), dw_first,
                   dim);
     release_all();
@@ -604,17 +621,21 @@ int main(int argc, char **argv) {
     test_convert(1027);
     test_embedding(74, 96, 103);
     test_embedding(600, 77, 20); // many repeats across the 256-token scan steps; scalar path
-    test_rmsnorm(74, 96);
-    test_rmsnorm(600, 77); // three dw slabs, the last partial; scalar path
-    test_rmsnorm(37, 4096);
+    test_rmsnorm(74, 96, 0.0f);
+    test_rmsnorm(600, 77, 0.0f); // three dw slabs, the last partial; scalar path
+    test_rmsnorm(37, 4096, 0.0f);
     // Register kernels: rows filling their layout in part (3200: 800 chunks of 1024 held; 520:
     // 130 of 256), one row, a last slab of 4 rows, and the widest of each direction.
-    test_rmsnorm(600, 3200);
-    test_rmsnorm(1, 3200);
-    test_rmsnorm(300, 520);
-    test_rmsnorm(260, 8192); // backward's widest register layout
-    test_rmsnorm(3, 16384);  // forward's widest; backward two-pass
-    test_rmsnorm(5, 16400);  // both two-pass (vector)
+    test_rmsnorm(600, 3200, 0.0f);
+    test_rmsnorm(1, 3200, 0.0f);
+    test_rmsnorm(300, 520, 0.0f);
+    test_rmsnorm(260, 8192, 0.0f); // backward's widest register layout
+    test_rmsnorm(3, 16384, 0.0f);  // forward's widest; backward two-pass
+    test_rmsnorm(5, 16400, 0.0f);  // both two-pass (vector)
+    // zero-centred weights (model.norm_zero_centered): each path once
+    test_rmsnorm(74, 96, 1.0f);
+    test_rmsnorm(600, 77, 1.0f);
+    test_rmsnorm(5, 16400, 1.0f);
     test_rope(2, 37, 4, 24, 24, 0);
     test_rope(2, 37, 2, 32, 32, 0);
     test_rope(1, 3000, 2, 64, 64, 0); // large angles

@@ -3,9 +3,9 @@
 // the backend makes it), on configs that each add buffers: dense, MoE (a shared expert, a dense
 // layer), long context (chunks shorter than the micro-batch), bf16 gradient slots, qk_norm per
 // head and over the projections, packed documents, a head dim of 8k + 4 (the attention
-// scratch's padded copies), and on the CPU Qwen3.5's hybrid (Gated DeltaNet layers of a value
-// width above the attention's, the gated attention). At start, then per kept layer pass and per
-// kept attention output; on CUDA also the backend's host memory (pinned and plain).
+// scratch's padded copies), and Qwen3.5's hybrid (Gated DeltaNet layers of a value width above
+// the attention's, the gated attention, packed documents). At start, then per kept layer pass and
+// per kept attention output; on CUDA also the backend's host memory (pinned and plain).
 //   test_plan_allocation cuda|cpu
 // cuda: exits 77 ("SKIPPED: no CUDA device") without a GPU or a CUDA build.
 #include "runtime/engine/backend.h"
@@ -31,7 +31,6 @@ static mt_config dense(void) {
 typedef struct {
     const char *name;
     mt_config c;
-    int cpu_only; // parts the CUDA templates refuse yet (pending.c)
 } named_config;
 
 static int configs(named_config *out) {
@@ -65,7 +64,7 @@ static int configs(named_config *out) {
     qwen35.linear_k_heads = 4, qwen35.linear_v_heads = 8, qwen35.linear_k_dim = 16;
     qwen35.linear_v_dim = 32, qwen35.linear_conv = 4, qwen35.attn_output_gate = 1;
     qwen35.qk_norm = QK_HEAD, qwen35.norm_zero_centered = 1, qwen35.data_pack = PACK_DOCUMENTS;
-    out[n++] = (named_config){.name = "Qwen3.5 hybrid", .c = qwen35, .cpu_only = 1};
+    out[n++] = (named_config){.name = "Qwen3.5 hybrid", .c = qwen35};
     for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
     return n;
 }
@@ -106,7 +105,6 @@ static int run_cuda(const named_config *cs, int n) {
         return 77;
     }
     for (int i = 0; i < n; i++) {
-        if (cs[i].cpu_only) continue;
         size_t before = device_used();
         backend *b = backend_cuda_new(&cs[i].c, 0);
         if (!b) return printf("SKIPPED: no CUDA device\n"), 77;

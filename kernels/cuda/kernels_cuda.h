@@ -48,11 +48,31 @@ void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w,
                           float eps, cudaStream_t stream);
 void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const bf16 *w,
                            const float *rstd, int n, int dim, float *scratch, cudaStream_t stream);
+// The same with the weight applied as (off + w): off 1 for zero-centred weights
+// (model.norm_zero_centered, mt_norm_offset), as kernels/cpu/rmsnorm.c's rmsnorm_offset_*.
+void cuda_rmsnorm_offset_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, float off,
+                                 int n, int dim, float eps, cudaStream_t stream);
+void cuda_rmsnorm_offset_backward(float *dx, float *dw, const float *dout, const float *x,
+                                  const bf16 *w, float off, const float *rstd, int n, int dim,
+                                  float *scratch, cudaStream_t stream);
 
 // rope.cu: Hugging Face rotate_half RoPE in place on x[B, T, heads, hd] (bf16), as r describes
 // (kernels/attention_args.h).
 void cuda_rope_forward(bf16 *x, int heads, const rope_args *r, cudaStream_t stream);
 void cuda_rope_backward(bf16 *dx, int heads, const rope_args *r, cudaStream_t stream);
+
+// output_gate.cu: the gated attention (attn_output_gate). split: q_proj's fp32 [rows, heads,
+// 2, hd] into q (fp32 when q_f32, else bf16) and the gates' logits (fp32); join: their
+// gradients back into q_proj's (bf16). forward: out = att * sigmoid(gate) over n values;
+// backward: datt and dgate from dout (in place allowed: datt == dout, dgate == gate).
+void cuda_output_gate_split(void *q, int q_f32, float *gate, const float *qg, long rows, int heads,
+                            int hd, cudaStream_t stream);
+void cuda_output_gate_join(bf16 *dqg, const bf16 *dq, const float *dgate, long rows, int heads,
+                           int hd, cudaStream_t stream);
+void cuda_output_gate_forward(bf16 *out, const bf16 *att, const float *gate, long n,
+                              cudaStream_t stream);
+void cuda_output_gate_backward(bf16 *datt, float *dgate, const bf16 *dout, const bf16 *att,
+                               const float *gate, long n, cudaStream_t stream);
 
 // bias.cu: x[rows, cols] += bias (bf16, in place); dbias += column sums of dx (fp32,
 // deterministic; scratch holds cuda_bias_scratch_floats(cols) floats). The _f32 pair is the

@@ -1,4 +1,5 @@
-// RMSNorm (Llama), fp32 statistics like kernels/cpu/rmsnorm.c:
+// RMSNorm (Llama), fp32 statistics like kernels/cpu/rmsnorm.c; the _offset pair applies the
+// weight as (off + w) (off 1: zero-centred weights, Qwen3.5; the weight's gradient is the same):
 //   forward   out = bf16((x * rstd) * w), rstd = 1 / sqrt(mean(x^2) + eps)
 //   backward  dx += rstd * w * g - rstd^3 / dim * x * sum_j(g_j * w_j * x_j)   (g = dout)
 //             dw += sum_t g[t] * (x[t] * rstd[t])
@@ -52,6 +53,11 @@ __device__ uint2 scale_bf16x4(float4 a, float r, float4 w) {
                       bf16x2_bits((a.z * r) * w.z, (a.w * r) * w.w));
 }
 
+// A weight's four columns as the norm applies them: off + w (off 1 for zero-centred weights).
+__device__ float4 offset4(float4 w, float off) {
+    return make_float4(w.x + off, w.y + off, w.z + off, w.w + off);
+}
+
 __device__ float4 add4(float4 a, float4 b) {
     return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
@@ -101,7 +107,7 @@ __host__ __device__ constexpr int fwd_warps(int W) {
 template <int V, int W>
 __global__ void __launch_bounds__(fwd_warps(W) * 32)
     rmsnorm_forward_reg_kernel(__nv_bfloat16 *out, float *rstd, const float *x,
-                               const __nv_bfloat16 *w, int n, int dim, float eps) {
+                               const __nv_bfloat16 *w, float woff, int n, int dim, float eps) {
     __shared__ float red[fwd_warps(W)];
     int t = threadIdx.x % (32 * W), row = blockIdx.x * (fwd_warps(W) / W) + threadIdx.x / (32 * W);
     int chunks = dim / 4;
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(fwd_warps(W) * 32)
     for (int j = 0; j < V; j++) {
         int i = t + 32 * W * j;
         if (i >= chunks) break;
-        orow[i] = scale_bf16x4(v[j], r, load4(w, i));
+        orow[i] = scale_bf16x4(v[j], r, offset4(load4(w, i), woff));
     }
     if (t == 0) rstd[row] = r;
 }
@@ -130,8 +136,8 @@ __global__ void __launch_bounds__(fwd_warps(W) * 32)
 // three loads' latencies overlap.
 template <int V, int W>
 __device__ void backward_row(float4 (&acc)[V], float *dx, const float *dout, const float *x,
-                             const uint2 (&wr)[V], const float *rstd, int row, int n, int dim,
-                             int t, float *red) {
+                             const uint2 (&wr)[V], float woff, const float *rstd, int row, int n,
+                             int dim, int t, float *red) {
     int chunks = dim / 4;
     bool live = row < n;
     long off = live ? (long)row * dim : 0;
@@ -142,7 +148,7 @@ __device__ void backward_row(float4 (&acc)[V], float *dx, const float *dout, con
     float r = live ? rstd[row] : 0.0f, c = 0.0f;
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        float4 wv = to_float4(wr[j]);
+        float4 wv = offset4(to_float4(wr[j]), woff);
         c += g[j].x * wv.x * v[j].x + g[j].y * wv.y * v[j].y + g[j].z * wv.z * v[j].z +
              g[j].w * wv.w * v[j].w;
     }
@@ -153,7 +159,7 @@ __device__ void backward_row(float4 (&acc)[V], float *dx, const float *dout, con
     for (int j = 0; j < V; j++) {
         int i = t + 32 * W * j;
         if (i >= chunks) break;
-        float4 wv = to_float4(wr[j]);
+        float4 wv = offset4(to_float4(wr[j]), woff);
         d[j].x += r * wv.x * g[j].x - k * v[j].x;
         d[j].y += r * wv.y * g[j].y - k * v[j].y;
         d[j].z += r * wv.z * g[j].z - k * v[j].z;
@@ -194,7 +200,7 @@ __device__ void write_slab_partial(float *partial, const float4 *sums, int chunk
 template <int V, int W>
 __global__ void __launch_bounds__(BWD_WARPS * 32, 1)
     rmsnorm_backward_kernel(float *dx, float *partial, const float *dout, const float *x,
-                            const __nv_bfloat16 *w, const float *rstd, int n, int dim) {
+                            const __nv_bfloat16 *w, float woff, const float *rstd, int n, int dim) {
     const int G = BWD_WARPS / W;        // row groups a block
     __shared__ float red[2][BWD_WARPS]; // by row parity: one barrier a row is enough
     __shared__ float4 sums[V * 32 * W];
@@ -206,7 +212,7 @@ __global__ void __launch_bounds__(BWD_WARPS * 32, 1)
 #pragma unroll
     for (int j = 0; j < V; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int k = 0; k < SLAB / G; k++)
-        backward_row<V, W>(acc, dx, dout, x, wr, rstd, row0 + k * G, n, dim, t, red[k & 1]);
+        backward_row<V, W>(acc, dx, dout, x, wr, woff, rstd, row0 + k * G, n, dim, t, red[k & 1]);
     block_dw_sums<V, W>(sums, acc, group, t);
     write_slab_partial(partial + (long)slab * dim, sums, chunks);
 }
@@ -215,24 +221,25 @@ __global__ void __launch_bounds__(BWD_WARPS * 32, 1)
 // warp and V = 1, 2, 4, 8, then V = 8 and W = 2, 4, 8, 16 (32 registers of x a thread).
 // Backward: V = 1, 2, 4, then V = 4 and W = 2, 4, 8, 16 (dout, x, dx and the dw sums, 64
 // registers a thread, within the 128 that one 512-thread block an SM allows).
-typedef void (*ForwardLaunch)(__nv_bfloat16 *, float *, const float *, const __nv_bfloat16 *, int,
-                              int, float, cudaStream_t);
+typedef void (*ForwardLaunch)(__nv_bfloat16 *, float *, const float *, const __nv_bfloat16 *, float,
+                              int, int, float, cudaStream_t);
 typedef void (*BackwardLaunch)(float *, float *, const float *, const float *,
-                               const __nv_bfloat16 *, const float *, int, int, cudaStream_t);
+                               const __nv_bfloat16 *, float, const float *, int, int, cudaStream_t);
 
 template <int V, int W>
-void forward_reg(__nv_bfloat16 *out, float *rstd, const float *x, const __nv_bfloat16 *w, int n,
-                 int dim, float eps, cudaStream_t stream) {
+void forward_reg(__nv_bfloat16 *out, float *rstd, const float *x, const __nv_bfloat16 *w,
+                 float woff, int n, int dim, float eps, cudaStream_t stream) {
     const int rows = fwd_warps(W) / W;
-    rmsnorm_forward_reg_kernel<V, W>
-        <<<(n + rows - 1) / rows, fwd_warps(W) * 32, 0, stream>>>(out, rstd, x, w, n, dim, eps);
+    rmsnorm_forward_reg_kernel<V, W><<<(n + rows - 1) / rows, fwd_warps(W) * 32, 0, stream>>>(
+        out, rstd, x, w, woff, n, dim, eps);
 }
 
 template <int V, int W>
 void backward_reg(float *dx, float *partial, const float *dout, const float *x,
-                  const __nv_bfloat16 *w, const float *rstd, int n, int dim, cudaStream_t stream) {
+                  const __nv_bfloat16 *w, float woff, const float *rstd, int n, int dim,
+                  cudaStream_t stream) {
     rmsnorm_backward_kernel<V, W><<<(n + SLAB - 1) / SLAB, BWD_WARPS * 32, 0, stream>>>(
-        dx, partial, dout, x, w, rstd, n, dim);
+        dx, partial, dout, x, w, woff, rstd, n, dim);
 }
 
 const ForwardLaunch FORWARD_REG[] = {forward_reg<1, 1>, forward_reg<2, 1>, forward_reg<4, 1>,
@@ -255,7 +262,8 @@ int layout(int dim, int layouts) {
 // aligned, so each lane moves 4 columns per step.
 template <bool VEC>
 __global__ void rmsnorm_forward_kernel(__nv_bfloat16 *out, float *rstd, const float *x,
-                                       const __nv_bfloat16 *w, int n, int dim, float eps) {
+                                       const __nv_bfloat16 *w, float woff, int n, int dim,
+                                       float eps) {
     int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n) return; // the whole warp leaves together
     const float *xr = x + (long)row * dim;
@@ -272,10 +280,11 @@ __global__ void rmsnorm_forward_kernel(__nv_bfloat16 *out, float *rstd, const fl
     float r = 1.0f / sqrtf(warp_sum(ss) / (float)dim + eps);
     if (VEC) {
         for (int i = lane; i < dim / 4; i += 32)
-            reinterpret_cast<uint2 *>(orow)[i] = scale_bf16x4(load4(xr, i), r, load4(w, i));
+            reinterpret_cast<uint2 *>(orow)[i] =
+                scale_bf16x4(load4(xr, i), r, offset4(load4(w, i), woff));
     } else {
         for (int i = lane; i < dim; i += 32)
-            orow[i] = __float2bfloat16((xr[i] * r) * __bfloat162float(w[i]));
+            orow[i] = __float2bfloat16((xr[i] * r) * (__bfloat162float(w[i]) + woff));
     }
     if (lane == 0) rstd[row] = r;
 }
@@ -283,7 +292,8 @@ __global__ void rmsnorm_forward_kernel(__nv_bfloat16 *out, float *rstd, const fl
 // dx, one warp per row (same VEC contract as the forward).
 template <bool VEC>
 __global__ void rmsnorm_dx_kernel(float *dx, const float *dout, const float *x,
-                                  const __nv_bfloat16 *w, const float *rstd, int n, int dim) {
+                                  const __nv_bfloat16 *w, float woff, const float *rstd, int n,
+                                  int dim) {
     int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n) return;
     long off = (long)row * dim;
@@ -292,17 +302,18 @@ __global__ void rmsnorm_dx_kernel(float *dx, const float *dout, const float *x,
     float c = 0.0f;
     if (VEC) {
         for (int i = lane; i < dim / 4; i += 32) {
-            float4 g = load4(gr, i), wv = load4(w, i), v = load4(xr, i);
+            float4 g = load4(gr, i), wv = offset4(load4(w, i), woff), v = load4(xr, i);
             c += g.x * wv.x * v.x + g.y * wv.y * v.y + g.z * wv.z * v.z + g.w * wv.w * v.w;
         }
     } else {
-        for (int i = lane; i < dim; i += 32) c += gr[i] * __bfloat162float(w[i]) * xr[i];
+        for (int i = lane; i < dim; i += 32) c += gr[i] * (__bfloat162float(w[i]) + woff) * xr[i];
     }
     float r = rstd[row];
     float k = r * r * r * warp_sum(c) / (float)dim;
     if (VEC) {
         for (int i = lane; i < dim / 4; i += 32) {
-            float4 g = load4(gr, i), wv = load4(w, i), v = load4(xr, i), d = load4(dxr, i);
+            float4 g = load4(gr, i), wv = offset4(load4(w, i), woff), v = load4(xr, i),
+                   d = load4(dxr, i);
             d.x += r * wv.x * g.x - k * v.x;
             d.y += r * wv.y * g.y - k * v.y;
             d.z += r * wv.z * g.z - k * v.z;
@@ -311,7 +322,7 @@ __global__ void rmsnorm_dx_kernel(float *dx, const float *dout, const float *x,
         }
     } else {
         for (int i = lane; i < dim; i += 32)
-            dxr[i] += r * __bfloat162float(w[i]) * gr[i] - k * xr[i];
+            dxr[i] += r * (__bfloat162float(w[i]) + woff) * gr[i] - k * xr[i];
     }
 }
 
@@ -352,25 +363,25 @@ int row_blocks(int n) {
 }
 
 void forward_two_pass(__nv_bfloat16 *out, float *rstd, const float *x, const __nv_bfloat16 *w,
-                      int n, int dim, float eps, bool vec, cudaStream_t stream) {
+                      float woff, int n, int dim, float eps, bool vec, cudaStream_t stream) {
     if (vec)
         rmsnorm_forward_kernel<true>
-            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(out, rstd, x, w, n, dim, eps);
+            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(out, rstd, x, w, woff, n, dim, eps);
     else
         rmsnorm_forward_kernel<false>
-            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(out, rstd, x, w, n, dim, eps);
+            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(out, rstd, x, w, woff, n, dim, eps);
 }
 
 // dx, then the slab partials of dw from dout and x read again.
 void backward_two_pass(float *dx, float *partial, const float *dout, const float *x,
-                       const __nv_bfloat16 *w, const float *rstd, int n, int dim, bool vec,
-                       cudaStream_t stream) {
+                       const __nv_bfloat16 *w, float woff, const float *rstd, int n, int dim,
+                       bool vec, cudaStream_t stream) {
     if (vec)
         rmsnorm_dx_kernel<true>
-            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(dx, dout, x, w, rstd, n, dim);
+            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(dx, dout, x, w, woff, rstd, n, dim);
     else
         rmsnorm_dx_kernel<false>
-            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(dx, dout, x, w, rstd, n, dim);
+            <<<row_blocks(n), ROW_WARPS * 32, 0, stream>>>(dx, dout, x, w, woff, rstd, n, dim);
     CUDA_CHECK_LAUNCH();
     int slabs = (n + SLAB - 1) / SLAB, col_blocks = (dim + COL_THREADS - 1) / COL_THREADS;
     dim3 grid(col_blocks, slabs < 65535 ? slabs : 65535); // grid.y is capped; the kernel strides
@@ -380,8 +391,9 @@ void backward_two_pass(float *dx, float *partial, const float *dout, const float
 
 } // namespace
 
-extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, int n,
-                                     int dim, float eps, cudaStream_t stream) {
+extern "C" void cuda_rmsnorm_offset_forward(bf16 *out, float *rstd, const float *x, const bf16 *w,
+                                            float off, int n, int dim, float eps,
+                                            cudaStream_t stream) {
     KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
     // x in (fp32), out (bf16); w and rstd are small.
@@ -392,15 +404,21 @@ extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, con
     bool vec = vec_ok(dim, x, x, w) && (uintptr_t)out % 8 == 0;
     int l = vec ? layout(dim, sizeof FORWARD_REG / sizeof *FORWARD_REG) : -1;
     if (l >= 0)
-        FORWARD_REG[l](o, rstd, x, wb, n, dim, eps, stream);
+        FORWARD_REG[l](o, rstd, x, wb, off, n, dim, eps, stream);
     else
-        forward_two_pass(o, rstd, x, wb, n, dim, eps, vec, stream);
+        forward_two_pass(o, rstd, x, wb, off, n, dim, eps, vec, stream);
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
-                                      const bf16 *w, const float *rstd, int n, int dim,
-                                      float *scratch, cudaStream_t stream) {
+extern "C" void cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const bf16 *w, int n,
+                                     int dim, float eps, cudaStream_t stream) {
+    cuda_rmsnorm_offset_forward(out, rstd, x, w, 0.0f, n, dim, eps, stream);
+}
+
+extern "C" void cuda_rmsnorm_offset_backward(float *dx, float *dw, const float *dout,
+                                             const float *x, const bf16 *w, float off,
+                                             const float *rstd, int n, int dim, float *scratch,
+                                             cudaStream_t stream) {
     KtScope kt(stream, KT_NORM);
     if (n <= 0 || dim <= 0) return;
     const __nv_bfloat16 *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
@@ -412,11 +430,17 @@ extern "C" void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, c
     // dout, x and dx in, dx out (fp32 all); the two-pass kernels read dout and x again for dw.
     kt_work(stream, KT_NORM, 0, (l >= 0 ? 16.0 : 24.0) * n * dim, "rmsnorm backward dim %d", dim);
     if (l >= 0)
-        BACKWARD_REG[l](dx, scratch, dout, x, wb, rstd, n, dim, stream);
+        BACKWARD_REG[l](dx, scratch, dout, x, wb, off, rstd, n, dim, stream);
     else
-        backward_two_pass(dx, scratch, dout, x, wb, rstd, n, dim, vec, stream);
+        backward_two_pass(dx, scratch, dout, x, wb, off, rstd, n, dim, vec, stream);
     CUDA_CHECK_LAUNCH();
     int slabs = (n + SLAB - 1) / SLAB, col_blocks = (dim + COL_THREADS - 1) / COL_THREADS;
     rmsnorm_dw_reduce_kernel<<<col_blocks, COL_THREADS, 0, stream>>>(dw, scratch, dim, slabs);
     CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
+                                      const bf16 *w, const float *rstd, int n, int dim,
+                                      float *scratch, cudaStream_t stream) {
+    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, 0.0f, rstd, n, dim, scratch, stream);
 }

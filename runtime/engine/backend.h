@@ -94,9 +94,6 @@ typedef struct {
 
 const backend_ops *backend_cpu_ops(void);
 backend *backend_cpu_new(const mt_config *c);
-// Refuses, one line and exit 2, a model option the CUDA templates do not compute yet
-// (pending.c); where: "not on the CUDA backend yet" or the like.
-void backend_refuse_pending(const mt_config *c, const char *where);
 #ifdef MT_HAVE_CUDA
 const backend_ops *backend_cuda_ops(void);
 // On GPU `device` of the host's (modulo their count: virtual nodes may share one); NULL when

@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/kernels_gdn_cuda.h"
 #include "runtime/engine/alloc_cuda.h"
 #include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer_cuda.h"
@@ -33,12 +34,15 @@ static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *tar
     size_t bytes = sizeof(int32_t) * count * tokens(b);
     CUDA_CHECK(cudaMemcpyAsync(b->inputs, inputs, bytes, cudaMemcpyHostToDevice, b->s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, bytes, cudaMemcpyHostToDevice, b->s));
+    // Tokens without document starts (sampling's context) hold one document a row: the last
+    // batch's starts, of another shape, must not be read for them.
+    if (b->has_docs) memset(b->has_docs, 0, (size_t)count);
     if (b->doc_start && doc_start) {
         CUDA_CHECK(cudaMemcpyAsync(b->doc_start, doc_start, bytes, cudaMemcpyHostToDevice, b->s));
         for (int m = 0; m < count; m++) {
             const int32_t *ds = doc_start + (size_t)m * tokens(b);
-            b->has_docs[m] = 0;
             for (int i = 0; i < tokens(b) && !b->has_docs[m]; i++) b->has_docs[m] = ds[i] != 0;
+            if (b->gdn_chunks) b->gdn_chunks[m] = gdn_max_chunks(ds, b->B, b->T);
         }
     }
     // The host buffers are reused for the next batch: the copies must have read them.
@@ -85,7 +89,7 @@ static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, co
                            int len, float *host_logits) {
     const mt_config *c = b->c;
     const float *last = x + (size_t)(len - 1) * c->dim;
-    cuda_rmsnorm_forward(b->xf, b->rstd_f, last, head_w, 1, c->dim, (float)c->norm_eps, b->s);
+    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, c->dim);
     cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->dim, c->vocab, b->s);
     CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->vocab,
                                cudaMemcpyDeviceToHost, b->s));
@@ -99,8 +103,8 @@ static int cu_keep_reserve(backend *b, int wanted) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 1);
     size_t bytes = mt_buffer_list_bytes(&l), free_bytes, total;
-    if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
-    if (mt_qk_norm(b->c) != QK_NONE) wanted = 0;  // the norms' fp32 inputs are not kept
+    if (b->seq_chunk < b->max_tokens) wanted = 0;  // chunked: the backward recomputes by chunk
+    if (!plan_cuda_keeps_passes(b->c)) wanted = 0; // a kept slot lacks what their backward reads
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const char *env = getenv("MT_GPU_MARGIN_GIB");
     double gib = env && atof(env) > 0 ? atof(env) : 1.0;
@@ -144,7 +148,7 @@ static int cu_attention_reserve(backend *b, int slots) {
 }
 
 // The layer's working set (buffers.h): its saved tensors for a chunk in one allocation, the
-// rest of its buffers, and qk_norm's.
+// rest of its buffers, qk_norm's, the output gate's and Gated DeltaNet's.
 static void alloc_layer_set(backend *b) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 0);
@@ -156,6 +160,12 @@ static void alloc_layer_set(backend *b) {
     mt_buffers_cuda_qk_norm(&l, &b->shape);
     void **qk[] = {MT_CUDA_QK_NORM(MT_BUFFER_SLOT, b, _)};
     cu_carve(b, &l, CU_SLOTS(qk));
+    mt_buffers_cuda_gate(&l, &b->shape);
+    void **gate[] = {MT_CUDA_GATE(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(gate));
+    mt_buffers_cuda_gdn(&l, &b->shape);
+    void **gdn[] = {MT_CUDA_GDN(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(gdn));
 }
 
 static void alloc_head_set(backend *b) {
@@ -332,7 +342,6 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    backend_refuse_pending(c, "not on the CUDA backend yet");
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);
@@ -341,8 +350,10 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     mt_buffer_shape_of(&b->shape, c, b->B, b->T);
-    for (int l = 0; l < c->layers; l++)
-        model_layer_offsets(c, l, b->offsets[mt_layer_kind_of(c, l)->mlp]);
+    for (int l = 0; l < c->layers; l++) {
+        const mt_layer_kind *kind = mt_layer_kind_of(c, l);
+        model_layer_offsets(c, l, b->offsets[kind->attention][kind->mlp]);
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);
     offload_streams_new(b);

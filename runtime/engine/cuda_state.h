@@ -44,6 +44,15 @@ typedef struct {
     double aux;
 } moe_set;
 
+// A Gated DeltaNet layer's internals over the micro-batch (attn_gdn_cuda.c; buffers.h's
+// MT_CUDA_GDN lists them): recomputed from x before each backward, never kept.
+typedef struct {
+    bf16 *mixed, *conv, *z, *b, *a, *q, *k, *v, *qn, *kn, *y, *d_z, *d_a, *d_b, *d_mixed;
+    float *rq, *rk, *g, *beta, *rstd, *d_y, *d_o, *d_qn, *d_kn, *d_v, *d_g, *d_beta, *d_q, *d_k;
+    float *d_conv;
+    unsigned char *scratch;
+} gdn_set;
+
 // What a layer's backward needs from its forward beyond x and cannot cheaply redo: the
 // normalized inputs (n1, n2) and the SwiGLU product are recomputed from x, h, gate and up.
 // Attention's part (q, k, v, att, lse) spans the micro-batch; the rest (h, gate, up) spans
@@ -58,10 +67,16 @@ struct backend {
     // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
     // buffers are a chunk's; attention and RoPE see the whole micro-batch.
     int B, T, max_tokens, seq_chunk, chunk, loss_micro;
-    uint64_t offsets[MLP_KINDS][T_ROLES]; // each role's offset in a layer of each MLP kind
+    uint64_t offsets[ATTN_KINDS][MLP_KINDS][T_ROLES]; // each role's offset in a layer of each kind
     moe_set moe;
     // qk_norm: q and k from their projections in fp32 (the norm's input), the norms' statistics
     float *q_raw, *k_raw, *rstd_q, *rstd_k, *qk_scratch, *norm_qk;
+    // the gated attention (attn_output_gate): q_proj's chunk [r, 2Q], the gates' logits over the
+    // micro-batch, a chunk's gated output
+    float *qg, *gate_q;
+    bf16 *att_g;
+    gdn_set la;      // Gated DeltaNet's internals, with such layers
+    int *gdn_chunks; // per micro-batch with packed documents: its delta rule's chunks a row
     cudaStream_t s;
     cuda_gemm *gemm;
     float *inv_freq;  // RoPE's frequencies (device), model_rope_inv_freq's
@@ -116,6 +131,21 @@ static inline void cu_copy(backend *b, void *dst, const void *src, size_t bytes)
 
 static inline int tokens(const backend *b) {
     return b->B * b->T;
+}
+
+// The model's RMSNorms (the layers' two, the final norm, q_norm and k_norm), their weights
+// applied as (mt_norm_offset + w): zero-centred weights (Qwen3.5) or plain ones.
+static inline void cu_norm_forward(backend *b, bf16 *out, float *rstd, const float *x,
+                                   const bf16 *w, int rows, int dim) {
+    const mt_config *c = b->c;
+    cuda_rmsnorm_offset_forward(out, rstd, x, w, mt_norm_offset(c), rows, dim, (float)c->norm_eps,
+                                b->s);
+}
+static inline void cu_norm_backward(backend *b, float *dx, float *dw, const float *dout,
+                                    const float *x, const bf16 *w, const float *rstd, int rows,
+                                    int dim, float *scratch) {
+    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, mt_norm_offset(b->c), rstd, rows, dim, scratch,
+                                 b->s);
 }
 
 #endif

@@ -11,14 +11,16 @@
 // base plus the role's offset in the layer's layout, NULL where it has none.
 static layer_w bind_w(const backend *b, int l, const void *w) {
     const bf16 *base = w;
-    const uint64_t *off = b->offsets[mt_layer_kind_of(b->c, l)->mlp];
+    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_w weights, *r = &weights;
     MT_LAYER_ROLES(MT_ROLE_BIND)
     return weights;
 }
 
 static layer_g bind_g(const backend *b, int l, float *base) {
-    const uint64_t *off = b->offsets[mt_layer_kind_of(b->c, l)->mlp];
+    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_g grads, *r = &grads;
     MT_LAYER_ROLES(MT_ROLE_BIND)
     return grads;
@@ -34,53 +36,64 @@ static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *wi
     return with;
 }
 
-// One chunk's h = x + att . wo^T (+ o_proj's bias: model.o_bias) into h (the residual add rides
-// on the GEMM's beta), and the second norm of it into b->n2.
-static void residual_and_norm(backend *b, const layer_w *w, const float *x, const layer_saved *a,
-                              float *h, int t0, int rows) {
-    const mt_config *c = b->c;
-    int D = c->dim, Q = c->heads * mt_head_dim(c);
-    cu_copy(b, h, x + (size_t)t0 * D, sizeof(float) * rows * D);
-    cuda_linear_forward(b->gemm, h, 1, 1.0f, a->att + (size_t)t0 * Q, w->wo, rows, Q, D, b->s);
-    if (w->bo) cuda_bias_forward_f32(h, w->bo, rows, D, b->s);
-    cuda_rmsnorm_forward(b->n2, b->rstd2, h, w->ffn_norm, rows, D, (float)c->norm_eps, b->s);
-}
-
-static const cu_attn_part *const attn_parts[ATTN_KINDS] = {[ATTN_SOFTMAX] = &attn_softmax_cuda};
+static const cu_attn_part *const attn_parts[ATTN_KINDS] = {
+    [ATTN_SOFTMAX] = &attn_softmax_cuda, [ATTN_GDN] = &attn_gdn_cuda};
 static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
-// With its attention output at hand a pass needs no q, k or v: only the MLP block is run.
+static const cu_attn_part *attn_of(const cu_layer_call *k) {
+    return attn_parts[mt_layer_kind_of(k->b->c, k->l)->attention];
+}
+
+// One chunk's h = x + o(att) (o the attention part's output projection, with o_proj's bias:
+// model.o_bias) into h (the residual add rides on the GEMM's beta), and the second norm of it
+// into b->n2.
+static void residual_and_norm(const cu_layer_call *k, float *h, int t0, int rows) {
+    backend *b = k->b;
+    int D = b->c->dim;
+    const cu_attn_out o = attn_of(k)->out(k, t0, rows);
+    cu_copy(b, h, k->x + (size_t)t0 * D, sizeof(float) * rows * D);
+    cuda_linear_forward(b->gemm, h, 1, 1.0f, o.in, o.w, rows, o.width, D, b->s);
+    if (o.bias) cuda_bias_forward_f32(h, o.bias, rows, D, b->s);
+    cu_norm_forward(b, b->n2, b->rstd2, h, k->w->ffn_norm, rows, D);
+}
+
+// With its attention output at hand the attention part does only what its output projection
+// needs (softmax attention without the output gate: nothing).
 void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x, float *out,
                       int keep, att_ref att) {
     const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
     layer_w w = bind_w(b, l, wbuf);
     layer_saved with;
     cu_layer_call k = {b, l, m, keep, att, &w, NULL, x, internals(b, keep, att, &with)};
-    if (!att_ready(keep, att)) attn_parts[kind->attention]->forward(&k, 1);
+    attn_parts[kind->attention]->forward(&k, !att_ready(keep, att));
     FOR_CHUNKS(b, t0, rows) { // a kept slot is whole: then the only chunk is the micro-batch
-        residual_and_norm(b, &w, x, k.a, k.a->h, t0, rows);
+        residual_and_norm(&k, k.a->h, t0, rows);
         mlp_parts[kind->mlp]->forward(&k, out, t0, rows);
     }
 }
 
 // Below the MLP of one chunk, d_n2 at hand: the second norm's backward and the residual path
-// into dh (dx's chunk), and the output projection's into d_att (its bias's from fp32 dh).
-static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, const float *dout,
-                              float *dx, layer_saved *a, int t0, int rows) {
-    const mt_config *c = b->c;
-    int D = c->dim, Q = c->heads * mt_head_dim(c);
+// into dh (dx's chunk), and the output projection's into its input's gradient (its bias's from
+// fp32 dh).
+static void mlp_tail_backward(const cu_layer_call *k, const float *dout, float *dx, int t0,
+                              int rows) {
+    backend *b = k->b;
+    int D = b->c->dim;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const float *dy = dout + (size_t)t0 * D;
     float *dh = dx + (size_t)t0 * D;
     if (dh != dy) cu_copy(b, dh, dy, sizeof(float) * rows * D); // the engine passes dx = dout
-    cuda_rmsnorm_backward(dh, g->ffn_norm, b->d_n2, a->h, w->ffn_norm, b->rstd2, rows, D,
-                          b->norm_scratch, s);
+    cu_norm_backward(b, dh, k->g->ffn_norm, b->d_n2, k->a->h, k->w->ffn_norm, b->rstd2, rows, D,
+                     b->norm_scratch);
     cuda_float_to_bf16(b->dh_b, dh, (long)rows * D, s);
-    cuda_linear_backward_input(gm, b->d_att + (size_t)t0 * Q, 0, 0, b->dh_b, w->wo, rows, Q, D, s);
-    cuda_linear_backward_weight(gm, g->wo, b->dh_b, a->att + (size_t)t0 * Q, rows, Q, D, s);
-    if (g->bo) cuda_bias_backward_f32(g->bo, dh, rows, D, b->bias_scratch, s);
+    const cu_attn_out o = attn_of(k)->out(k, t0, rows);
+    size_t at = (size_t)t0 * o.width * (o.d_f32 ? sizeof(float) : sizeof(bf16));
+    cuda_linear_backward_input(gm, (char *)o.d_in + at, o.d_f32, 0, b->dh_b, o.w, rows, o.width, D,
+                               s);
+    cuda_linear_backward_weight(gm, o.dw, b->dh_b, o.in, rows, o.width, D, s);
+    if (o.dbias) cuda_bias_backward_f32(o.dbias, dh, rows, D, b->bias_scratch, s);
 }
 
 // One chunk of the MLP block's backward: n2 again (from the kept h, or h itself recomputed),
@@ -88,14 +101,12 @@ static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, co
 static void block_backward(const cu_layer_call *k, const cu_mlp_part *mlp, const float *dout,
                            float *dx, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
     if (k->keep >= 0)
-        cuda_rmsnorm_forward(b->n2, b->rstd2, k->a->h, k->w->ffn_norm, rows, c->dim,
-                             (float)c->norm_eps, b->s);
+        cu_norm_forward(b, b->n2, b->rstd2, k->a->h, k->w->ffn_norm, rows, b->c->dim);
     else
-        residual_and_norm(b, k->w, k->x, k->a, k->a->h, t0, rows);
+        residual_and_norm(k, k->a->h, t0, rows);
     mlp->backward(k, dout, t0, rows);
-    mlp_tail_backward(b, k->w, k->g, dout, dx, k->a, t0, rows);
+    mlp_tail_backward(k, dout, dx, t0, rows);
 }
 
 // dx = dout + d(attention block) + d(MLP block); weight gradients accumulate in fp32. The
@@ -128,7 +139,7 @@ void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, f
     FOR_CHUNKS(b, t0, rows) {
         const float *xc = x + (size_t)t0 * D;
         int logit_rows = b->chunk < rows ? b->chunk : rows;
-        cuda_rmsnorm_forward(b->xf, b->rstd_f, xc, final_norm, rows, D, (float)c->norm_eps, b->s);
+        cu_norm_forward(b, b->xf, b->rstd_f, xc, final_norm, rows, D);
         if (dloss == 0) {
             cuda_classifier(b->gemm, losses + t0, NULL, NULL, b->xf, cls_w, targets + t0, rows, D,
                             c->vocab, 0, b->cls_scratch, logit_rows, b->s);
@@ -139,7 +150,7 @@ void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, f
         cuda_classifier(b->gemm, losses + t0, b->dxf, cls_g, b->xf, cls_w, targets + t0, rows, D,
                         c->vocab, dloss, b->cls_scratch, logit_rows, b->s);
         cu_zero(b, dxc, sizeof(float) * rows * D);
-        cuda_rmsnorm_backward(dxc, head_g, b->dxf, xc, final_norm, b->rstd_f, rows, D,
-                              b->norm_scratch, b->s);
+        cu_norm_backward(b, dxc, head_g, b->dxf, xc, final_norm, b->rstd_f, rows, D,
+                         b->norm_scratch);
     }
 }

@@ -30,15 +30,34 @@ static inline int att_ready(int keep, att_ref att) {
     return keep < 0 && att.slot >= 0 && att.ready;
 }
 
-// Attention's part. forward: its output a->att (and what its backward needs) for the whole
-// micro-batch, the first norm included; with run_attention 0, only what the backward needs (the
-// output is at hand). prepare: before the MLP's backward, what the part's backward needs again
-// (recomputed, or the first norm alone for a kept pass). backward: from b->d_att, dx (holding
-// the residual path) gains the part's gradient, weight gradients into g.
+// The output projection the skeleton runs on the attention part's output, for a chunk: its
+// input's rows of the chunk (bf16), weight and bias (NULL: none) and their gradients, its width;
+// d_in: where the input's gradient goes over the micro-batch, fp32 when d_f32, else bf16.
+typedef struct {
+    const bf16 *in, *w, *bias;
+    float *dw, *dbias;
+    void *d_in;
+    int d_f32, width;
+} cu_attn_out;
+
+// Micro-batch m's document starts (data.pack "documents", device), or NULL: one document a row,
+// also where packing found no second document in any row of it (all starts 0: the same bits).
+static inline const int32_t *cu_doc_starts(const backend *b, int m) {
+    return b->doc_start && b->has_docs[m] ? b->doc_start + (size_t)m * tokens(b) : NULL;
+}
+
+// Attention's part. forward: its output a->att (and what its backward needs, and the output
+// projection's input) for the whole micro-batch, the first norm included; with run_attention
+// 0, the output is at hand: only what the backward and the projection's input need. prepare:
+// before the MLP's backward, what the part's backward needs again (recomputed, or the first
+// norm alone for a kept pass). backward: from the projection input's gradient (out's d_in), dx
+// (holding the residual path) gains the part's gradient, weight gradients into g. out: the
+// output projection for the chunk of `rows` tokens at t0.
 typedef struct {
     void (*forward)(const cu_layer_call *k, int run_attention);
     void (*prepare)(const cu_layer_call *k);
     void (*backward)(const cu_layer_call *k, float *dx);
+    cu_attn_out (*out)(const cu_layer_call *k, int t0, int rows);
 } cu_attn_part;
 
 // The MLP part, for the chunk of `rows` tokens at t0, with a->h (the residual stream after
@@ -51,6 +70,7 @@ typedef struct {
 } cu_mlp_part;
 
 extern const cu_attn_part attn_softmax_cuda; // attn_cuda.c
+extern const cu_attn_part attn_gdn_cuda;     // attn_gdn_cuda.c
 extern const cu_mlp_part mlp_dense_cuda;     // mlp_cuda.c
 extern const cu_mlp_part mlp_moe_cuda;       // mlp_cuda.c, on moe_cuda.c
 

@@ -1,6 +1,9 @@
 #include "runtime/plan/buffers.h"
 #include "kernels/scratch.h"
 #include "shm/syscheck.h"
+#ifdef MT_HAVE_CUDA
+#include "kernels/cuda/kernels_gdn_cuda.h"
+#endif
 
 static uint64_t most(uint64_t a, uint64_t b) {
     return a > b ? a : b;
@@ -28,6 +31,28 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, c->experts, c->top_k) : 0;
 }
 
+// Gated DeltaNet's kernels' scratch on CUDA: the largest any of them asks for (they run in turn
+// on one stream), by their own size functions. The delta rule's grows with the chunks of a row,
+// which packed documents split (gdn_max_chunks): at most one a token. A build without CUDA runs
+// none of them.
+static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
+#ifdef MT_HAVE_CUDA
+    int B = (int)s->B, T = (int)s->T, H = (int)s->LH;
+    const gdn_args a = {B, T, H, (int)s->LKH, c->linear_k_dim, c->linear_v_dim, NULL, 1.0f};
+    int chunks = s->docs ? T : (T + GDN_CHUNK - 1) / GDN_CHUNK;
+    const conv1d_args conv = {.B = B, .T = T, .C = (int)s->LC, .K = c->linear_conv};
+    uint64_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
+    bytes = most(bytes, cuda_gated_delta_scratch_bytes(&a, chunks, 0));
+    bytes = most(bytes, sizeof(float) * cuda_conv1d_scratch_floats(&conv));
+    bytes = most(bytes, sizeof(float) * cuda_gdn_gates_scratch_floats((long)s->n, H));
+    return most(bytes,
+                sizeof(float) * cuda_rmsnorm_gated_scratch_floats((int)s->n * H, c->linear_v_dim));
+#else
+    (void)s, (void)c;
+    return 0;
+#endif
+}
+
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
     *s = (mt_buffer_shape){0};
     s->B = (uint64_t)B, s->T = (uint64_t)T, s->n = s->B * s->T;
@@ -53,6 +78,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
         s->stat_rows = s->M * most(s->moe_layers, 1);
     }
     kernel_scratch(s, c);
+    if (s->gdn) s->gdn_scratch = gdn_scratch(s, c);
 }
 
 void mt_buffer_add(mt_buffer_list *l, const char *name, uint64_t bytes) {
@@ -92,6 +118,8 @@ void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whol
     }
 LIST_BUILDER(mt_buffers_cuda_layer, MT_CUDA_LAYER, 0)
 LIST_BUILDER(mt_buffers_cuda_qk_norm, MT_CUDA_QK_NORM, 0)
+LIST_BUILDER(mt_buffers_cuda_gate, MT_CUDA_GATE, 0)
+LIST_BUILDER(mt_buffers_cuda_gdn, MT_CUDA_GDN, 0)
 LIST_BUILDER(mt_buffers_cuda_head, MT_CUDA_HEAD, 0)
 LIST_BUILDER(mt_buffers_cuda_moe, MT_CUDA_MOE, 0)
 LIST_BUILDER(mt_buffers_cuda_attention_slot, MT_CUDA_ATTENTION_SLOT, MT_CUDA_ATTENTION_SLOT_ALIGN)

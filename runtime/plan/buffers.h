@@ -34,18 +34,20 @@ typedef struct {
     uint64_t moe, E, P, Pn, MF, S, sh, moe_layers, stat_rows;
     // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
     uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
+    uint64_t gdn_scratch; // Gated DeltaNet's kernels on CUDA, one scratch they take in turn
 } mt_buffer_shape;
 
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 
 // The CUDA backend (backend_cuda.c, moe_cuda.c). A layer pass's saved tensors (layer_saved):
 // attention's span the micro-batch, h, gate and up `rows` tokens (a chunk in the working set,
-// the micro-batch in a kept slot). One allocation, each part 256-byte aligned.
+// the micro-batch in a kept slot); att is the attention part's output (a Gated DeltaNet layer's:
+// its delta rule's, LV wide). One allocation, each part 256-byte aligned.
 #define MT_CUDA_SAVED(X, o, s, rows)                                                               \
     X(o, bf16, q, (s).n *(s).Q)                                                                    \
     X(o, bf16, k, (s).n *(s).KV)                                                                   \
     X(o, bf16, v, (s).n *(s).KV)                                                                   \
-    X(o, bf16, att, (s).n *(s).Q)                                                                  \
+    X(o, bf16, att, (s).n *(s).AO)                                                                 \
     X(o, bf16, gate, (rows) * (s).F)                                                               \
     X(o, bf16, up, (rows) * (s).F)                                                                 \
     X(o, float, lse, (s).n *(s).H)                                                                 \
@@ -86,6 +88,52 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)                                                    \
     X(o, float, qk_scratch, (s).qk * 2 * (s).n * (s).Q)                                            \
     X(o, float, norm_qk, (s).qk *(s).norm_qk)
+
+// The gated attention (attn_output_gate, attn_cuda.c): a chunk's q_proj output [r, 2Q] in fp32
+// (the backward's bf16 gradient of it, too), the gates' logits over the micro-batch (their
+// gradient in the backward), and a chunk's gated output, o_proj's input.
+#define MT_CUDA_GATE(X, o, s)                                                                      \
+    X(o, float, qg, (s).og * 2 * (s).r * (s).Q)                                                    \
+    X(o, float, gate_q, (s).og *(s).n *(s).Q)                                                      \
+    X(o, bf16, att_g, (s).og *(s).r *(s).Q)
+
+// A Gated DeltaNet layer's internals over the micro-batch on CUDA (attn_gdn_cuda.c), with such
+// layers: the in projections' outputs (qkv mixed, z, b, a), the conv's output and its q, k, v
+// split, l2-normalised q and k, the gated norm's output y (out_proj's input), in bf16 as the
+// kernels take them (kernels_gdn_cuda.h); the norms' statistics and the gates in fp32; then the
+// gradients, and the kernels' scratch. The delta rule's output is the layer's att.
+#define MT_CUDA_GDN(X, o, s)                                                                       \
+    X(o, bf16, la.mixed, (s).n *(s).LC)                                                            \
+    X(o, bf16, la.conv, (s).n *(s).LC)                                                             \
+    X(o, bf16, la.z, (s).n *(s).LV)                                                                \
+    X(o, bf16, la.b, (s).n *(s).LH)                                                                \
+    X(o, bf16, la.a, (s).n *(s).LH)                                                                \
+    X(o, bf16, la.q, (s).n *(s).LK)                                                                \
+    X(o, bf16, la.k, (s).n *(s).LK)                                                                \
+    X(o, bf16, la.v, (s).n *(s).LV)                                                                \
+    X(o, bf16, la.qn, (s).n *(s).LK)                                                               \
+    X(o, bf16, la.kn, (s).n *(s).LK)                                                               \
+    X(o, bf16, la.y, (s).n *(s).LV)                                                                \
+    X(o, float, la.rq, (s).n *(s).LKH)                                                             \
+    X(o, float, la.rk, (s).n *(s).LKH)                                                             \
+    X(o, float, la.g, (s).n *(s).LH)                                                               \
+    X(o, float, la.beta, (s).n *(s).LH)                                                            \
+    X(o, float, la.rstd, (s).n *(s).LH)                                                            \
+    X(o, float, la.d_y, (s).n *(s).LV)                                                             \
+    X(o, float, la.d_o, (s).n *(s).LV)                                                             \
+    X(o, bf16, la.d_z, (s).n *(s).LV)                                                              \
+    X(o, float, la.d_qn, (s).n *(s).LK)                                                            \
+    X(o, float, la.d_kn, (s).n *(s).LK)                                                            \
+    X(o, float, la.d_v, (s).n *(s).LV)                                                             \
+    X(o, float, la.d_g, (s).n *(s).LH)                                                             \
+    X(o, float, la.d_beta, (s).n *(s).LH)                                                          \
+    X(o, float, la.d_q, (s).n *(s).LK)                                                             \
+    X(o, float, la.d_k, (s).n *(s).LK)                                                             \
+    X(o, float, la.d_conv, (s).n *(s).LC)                                                          \
+    X(o, bf16, la.d_a, (s).n *(s).LH)                                                              \
+    X(o, bf16, la.d_b, (s).n *(s).LH)                                                              \
+    X(o, bf16, la.d_mixed, (s).n *(s).LC)                                                          \
+    X(o, unsigned char, la.scratch, (s).gdn_scratch)
 
 // The head: the final norm's output for a chunk, every micro-batch's losses and tokens, one
 // row of logits for sampling, the classifier's scratch.
@@ -148,6 +196,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // reuses.
 #define MT_CUDA_HOST(X, o, s)                                                                      \
     X(o, unsigned char, has_docs, (s).docs *(s).M)                                                 \
+    X(o, int, gdn_chunks, (s).docs *(s).gdn *(s).M)                                                \
     X(o, int, moe.moe_index, (s).moe *(s).L)                                                       \
     X(o, int32_t, moe.counts_all, (s).stat_rows *(s).E)                                            \
     X(o, float, moe.psum_host, (s).stat_rows *(s).E)                                               \
@@ -157,7 +206,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // A kept attention output (keep_attention): the bf16 output and the fp32 statistics, in one
 // allocation per slot, each 256-byte aligned.
 #define MT_CUDA_ATTENTION_SLOT(X, o, s)                                                            \
-    X(o, bf16, att, (s).n *(s).Q)                                                                  \
+    X(o, bf16, att, (s).n *(s).AO)                                                                 \
     X(o, float, lse, (s).n *(s).H)
 #define MT_CUDA_ATTENTION_SLOT_ALIGN 256
 
@@ -319,6 +368,8 @@ uint64_t mt_buffer_list_bytes(const mt_buffer_list *l);
 void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whole);
 void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_gate(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_gdn(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);

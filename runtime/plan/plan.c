@@ -77,16 +77,22 @@ static uint64_t cuda_saved_bytes(const mt_config *c, int whole) {
     return mt_buffer_list_bytes(&l);
 }
 
+int plan_cuda_keeps_passes(const mt_config *c) {
+    return mt_qk_norm(c) == QK_NONE && !c->attn_output_gate && mt_gdn_layers(c) == 0;
+}
+
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
     return cuda ? cuda_saved_bytes(c, 1) : cpu_layer_bytes(c);
 }
 
-// backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's
-// and the qk norms' buffers, and an MoE model's (plan_moe_work_bytes).
+// backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's,
+// the qk norms', the output gate's and Gated DeltaNet's buffers, and an MoE model's
+// (plan_moe_work_bytes).
 static uint64_t cuda_layer_set_bytes(const mt_config *c) {
     mt_buffer_shape s = buffer_shape(c);
     return cuda_saved_bytes(c, 0) + list_bytes(mt_buffers_cuda_layer, &s) +
-           list_bytes(mt_buffers_cuda_qk_norm, &s) + plan_moe_work_bytes(c);
+           list_bytes(mt_buffers_cuda_qk_norm, &s) + list_bytes(mt_buffers_cuda_gate, &s) +
+           list_bytes(mt_buffers_cuda_gdn, &s) + plan_moe_work_bytes(c);
 }
 
 // backend_cuda.c's head set and the cuBLASLt workspace.

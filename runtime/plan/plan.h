@@ -161,6 +161,10 @@ double plan_attention_saved(const mt_config *c, const plan_choices *ch);
 
 // One kept layer x micro-batch pass (recompute = "auto"), on the GPU or the CPU reference.
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
+// Whether the CUDA backend keeps layer passes whole: not where its kept slot (MT_CUDA_SAVED)
+// lacks what the backward reads, qk_norm's fp32 inputs, the output gate's logits or Gated
+// DeltaNet's internals; such passes are always recomputed.
+int plan_cuda_keeps_passes(const mt_config *c);
 
 // Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
 // (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
