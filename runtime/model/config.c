@@ -290,6 +290,41 @@ static int check_moe_options(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
+// The correction bias, the groups and the scale are the sigmoid router's.
+static int check_softmax_router(ctx_t *x, const mt_config *c) {
+    const char *keys[] = {"model.router_correction", "model.router_groups", "model.router_scale"};
+    int set[] = {c->router_correction, c->router_groups > 1, c->router_scale != 1};
+    for (int i = 0; i < 3; i++)
+        if (set[i])
+            return source_fail(x, LINE(keys[i]), keys[i],
+                               "goes with model.router_score = \"sigmoid\" (DeepSeek's router)");
+    return 0;
+}
+
+// DeepSeek's router (DeepseekV3TopkRouter): each group's score is its top 2 (torch.topk(2)
+// needs two experts a group), the k chosen come from the kept groups, the weights are the
+// scores (never gpt-oss's top-k softmax), and transformers adds no load-balancing loss.
+static int check_sigmoid_router(ctx_t *x, const mt_config *c, int groups) {
+    int per = c->experts / groups;
+    if (per < 2)
+        return source_fail(x, LINE("model.router_groups"), "model.router_groups",
+                           "%d groups of model.experts = %d: each group needs 2 experts at least",
+                           groups, c->experts);
+    int kept = c->router_groups > 1 ? c->router_topk_groups * per : c->experts;
+    if (c->top_k > kept)
+        return source_fail(x, LINE("model.top_k"), "model.top_k",
+                           "%d is more than the %d experts of the model.router_topk_groups kept",
+                           c->top_k, kept);
+    if (c->router_softmax != ROUTER_SOFTMAX_ALL)
+        return source_fail(x, LINE("model.router_softmax"), "model.router_softmax",
+                           "must be \"all\" with model.router_score = \"sigmoid\"");
+    if (c->router_aux)
+        return source_fail(x, LINE("model.router_aux"), "model.router_aux",
+                           "transformers adds no load-balancing loss for the sigmoid router "
+                           "(DeepSeek-V3, GLM-4.5): set it false");
+    return 0;
+}
+
 // DeepSeek's router: its options go with experts, the groups divide them.
 static int check_router(ctx_t *x, const mt_config *c) {
     const char *keys[] = {"model.router_score", "model.router_correction", "model.router_groups"};
@@ -305,7 +340,8 @@ static int check_router(ctx_t *x, const mt_config *c) {
     if (c->router_groups > 1 && (c->router_topk_groups < 1 || c->router_topk_groups > groups))
         return source_fail(x, LINE("model.router_topk_groups"), "model.router_topk_groups",
                            "%d: needs 1..model.router_groups = %d", c->router_topk_groups, groups);
-    return 0;
+    return c->router_score == ROUTER_SCORE_SIGMOID ? check_sigmoid_router(x, c, groups)
+                                                   : check_softmax_router(x, c);
 }
 
 // Multi-head latent attention's widths: all set together, the rotated part even.
@@ -334,11 +370,6 @@ static int check_pending(ctx_t *x, const mt_config *c) {
     if (c->mla_kv_rank > 0)
         return source_fail(x, LINE("model.mla_kv_rank"), "model.mla_kv_rank",
                            "multi-head latent attention is not built yet");
-    if (c->router_score != ROUTER_SCORE_SOFTMAX || c->router_correction || c->router_groups > 1 ||
-        c->router_scale != 1 || !c->shared_gate)
-        return source_fail(x, LINE("model.router_score"), "model.router_score",
-                           "DeepSeek's router (sigmoid scores, correction bias, groups, scale, "
-                           "ungated shared experts) is not built yet");
     return 0;
 }
 
