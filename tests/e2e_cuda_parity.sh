@@ -4,7 +4,9 @@
 # must account for the stream's time. Then a gpt-oss MoE (router bias, softmax over the top k,
 # expert biases, clamped SwiGLU, the aux loss on): step 1 within 1%, every step within 5% (a
 # top-k choice on a near tie may flip on bf16 rounding, and the curves part from there), and the
-# aux losses within 5%. Skipped (exit 77) without a usable GPU.
+# aux losses within 5%. The same for DeepSeek-V3's MoE (sigmoid router with its correction bias,
+# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss. Skipped
+# (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
 small_config cuda "$WORK/cuda.cfg"
@@ -50,4 +52,26 @@ expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/oss_pairs"
+# deepseek BACKEND OUT: test-small.cfg with DeepSeek-V3's MoE MLP on BACKEND
+deepseek() {
+    small_config "$1" "$2.tmp"
+    sed -e '/ffn_dim *= *160;/a\
+  experts = 8; top_k = 2; moe_ffn_dim = 48; moe_names = "deepseek"; router_score = "sigmoid";\
+  router_correction = true; router_groups = 4; router_topk_groups = 2; router_scale = 2.5;\
+  norm_topk_prob = true; shared_ffn_dim = 96; shared_gate = false;' "$2.tmp" >"$2"
+}
+deepseek cpu "$WORK/ds_cpu.cfg"
+deepseek cuda "$WORK/ds_cuda.cfg"
+run_job ds_cpu 3 "$WORK/ds_cpu.cfg" || show_log ds_cpu
+run_job ds_cuda 3 "$WORK/ds_cuda.cfg" || show_log ds_cuda
+expect "deepseek: both runs logged 20 steps" \
+    test "$(losses "$WORK/ds_cpu" | wc -l)" -eq 20 -a "$(losses "$WORK/ds_cuda" | wc -l)" -eq 20
+paste -d' ' <(losses "$WORK/ds_cpu" | sed 's/.*"loss"://') \
+    <(losses "$WORK/ds_cuda" | sed 's/.*"loss"://') >"$WORK/ds_pairs"
+cat "$WORK/ds_pairs"
+expect "deepseek: step 1's loss within 1%, every step's within 5%" \
+    awk 'function off(a, b, r, d) { d = a - b; if (d < 0) d = -d; return d > r * a }
+         NR == 1 && off($1, $2, 0.01) { bad = 1 }
+         off($1, $2, 0.05) { bad = 1 }
+         END { exit bad || NR != 20 }' "$WORK/ds_pairs"
 finish
