@@ -4,10 +4,12 @@
 # bias per layer, trained with DeepSeek's router (sigmoid scores, the bias for the choice, 2
 # groups of which 1 is kept, scale 2.5) for 4 steps with weight decay 0.1 through the real
 # mtrun, exports each layer's bias bitwise as imported while the router's weights move; the
-# same with the embedding and layer 0 updated by the compute rank (optimizer.device_groups).
+# same with the embedding and layer 0 updated by the compute rank (optimizer.device_groups),
+# and with the master, m and v in the NVMe tier (storage.master).
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 python3 "$SRC/tests/hf_moe_fixture.py" "$WORK/hf" qwen3_moe --correction 1
-# frozen NAME EXTRA-OPTIMIZER-KEYS: trains $WORK/hf into $WORK/NAME, exported to $WORK/NAME.out
+# frozen NAME EXTRA-OPTIMIZER-KEYS [mtrun args...]: trains $WORK/hf into $WORK/NAME, exported to
+# $WORK/NAME.out
 frozen() {
     cat >"$WORK/$1.cfg" <<CFGEOF
 model_dir = "$WORK/hf";
@@ -20,7 +22,7 @@ steps = 4;
 backend = "cpu";
 export_dir = "$WORK/$1.out";
 CFGEOF
-    run_job "$1" 3 "$WORK/$1.cfg" || show_log "$1"
+    run_job "$1" 3 "$WORK/$1.cfg" "${@:3}" || show_log "$1"
     expect "$1: ran 4 steps" test "$(losses "$WORK/$1" 2>/dev/null | wc -l)" -eq 4
     expect "$1: every layer's e_score_correction_bias exported bitwise as imported" \
         python3 - "$WORK/hf/model.safetensors" "$WORK/$1.out" e_score_correction_bias same <<'PY'
@@ -48,4 +50,9 @@ PY
 }
 frozen host ""
 frozen device "device_groups = 2;"
+# the NVMe tier holding the master beside m and v, in pieces of 1000 floats that cut across the
+# bias (each layer's group starts a new piece sequence)
+mkdir "$WORK/disk"
+MT_TEST_PIECE_FLOATS=1000 frozen tier "" storage.dir="$WORK/disk" storage.adam=true \
+    storage.master=true
 finish
