@@ -16,6 +16,14 @@ enum {
     MOE_WEIGHTS_TOP_K,  // the softmax over the k chosen logits alone (gpt-oss's router)
 };
 
+// DeepSeek-V3's sigmoid router (kernels/moe_router.h says what it computes).
+typedef struct {
+    const float *correction; // [E] e_score_correction_bias, for the choice only (NULL: none)
+    int groups, topk_groups; // the experts' groups, of which the best topk_groups are kept
+    int renorm;              // norm_topk_prob: the k weights divided by their sum (+ 1e-20)
+    float scale;             // routed_scaling_factor: the weights' factor
+} moe_sigmoid_route;
+
 // gpt-oss's experts' clamped SwiGLU on de-interleaved gate and up:
 // out = (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max = limit).
 typedef struct {

@@ -5,8 +5,10 @@ add_test(NAME config_one_value COMMAND bash ${MT_TEST_DIR}/config_one_value.sh $
 add_test(NAME config_int64 COMMAND bash ${MT_TEST_DIR}/config_int64.sh ${MTRUN} ${CMAKE_SOURCE_DIR})
 add_test(NAME config_dense_layers COMMAND bash ${MT_TEST_DIR}/config_dense_layers.sh ${MTRUN}
          ${CMAKE_SOURCE_DIR})
-set_tests_properties(config_one_value config_int64 config_dense_layers PROPERTIES TIMEOUT 120
-                     LABELS launcher)
+add_test(NAME config_router COMMAND bash ${MT_TEST_DIR}/config_router.sh ${MTRUN}
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(config_one_value config_int64 config_dense_layers config_router
+                     PROPERTIES TIMEOUT 120 LABELS launcher)
 # Exit code 2 for bad input that a rank finds (or that mtrun now finds before the ranks start).
 add_test(NAME e2e_bad_input_exit COMMAND bash ${MT_TEST_DIR}/e2e_bad_input_exit.sh ${MTRUN}
          ${CMAKE_SOURCE_DIR})

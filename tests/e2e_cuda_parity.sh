@@ -13,7 +13,9 @@
 # delta rule's, on the linear layers) kept from the forward, bitwise the same losses on cuda;
 # and by chunks of 48 tokens (batch.seq_chunk: the projections and norms a chunk at a time, the
 # conv and the delta rule over the micro-batch) within 0.2% of the whole micro-batch on cuda.
-# Skipped (exit 77) without a usable GPU.
+# Then DeepSeek-V3's MoE as gpt-oss's (sigmoid router with its correction bias,
+# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss. Skipped
+# (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
 small_config cuda "$WORK/cuda.cfg"
@@ -117,4 +119,26 @@ qwen35_pair() {
 }
 qwen35_pair qwen35
 qwen35_pair qwen35_moe moe
+# deepseek BACKEND OUT: test-small.cfg with DeepSeek-V3's MoE MLP on BACKEND
+deepseek() {
+    small_config "$1" "$2.tmp"
+    sed -e '/ffn_dim *= *160;/a\
+  experts = 8; top_k = 2; moe_ffn_dim = 48; moe_names = "deepseek"; router_score = "sigmoid";\
+  router_correction = true; router_groups = 4; router_topk_groups = 2; router_scale = 2.5;\
+  norm_topk_prob = true; shared_ffn_dim = 96; shared_gate = false;' "$2.tmp" >"$2"
+}
+deepseek cpu "$WORK/ds_cpu.cfg"
+deepseek cuda "$WORK/ds_cuda.cfg"
+run_job ds_cpu 3 "$WORK/ds_cpu.cfg" || show_log ds_cpu
+run_job ds_cuda 3 "$WORK/ds_cuda.cfg" || show_log ds_cuda
+expect "deepseek: both runs logged 20 steps" \
+    test "$(losses "$WORK/ds_cpu" | wc -l)" -eq 20 -a "$(losses "$WORK/ds_cuda" | wc -l)" -eq 20
+paste -d' ' <(losses "$WORK/ds_cpu" | sed 's/.*"loss"://') \
+    <(losses "$WORK/ds_cuda" | sed 's/.*"loss"://') >"$WORK/ds_pairs"
+cat "$WORK/ds_pairs"
+expect "deepseek: step 1's loss within 1%, every step's within 5%" \
+    awk 'function off(a, b, r, d) { d = a - b; if (d < 0) d = -d; return d > r * a }
+         NR == 1 && off($1, $2, 0.01) { bad = 1 }
+         off($1, $2, 0.05) { bad = 1 }
+         END { exit bad || NR != 20 }' "$WORK/ds_pairs"
 finish

@@ -4,7 +4,8 @@
 # steps, resume, 10 more), with 16 experts, top 2, and 16 tokens a micro-batch, so that some
 # experts get no tokens (expert_load in metrics.jsonl says how many); the loss falls. The same
 # (but the nodes) for gpt-oss's router and experts: router bias, softmax over the top k, expert
-# biases, clamped SwiGLU. Then Hugging Face folders (tests/hf_moe_fixture.py): Mixtral,
+# biases, clamped SwiGLU; and for DeepSeek-V3's sigmoid router, its frozen correction bias and
+# ungated shared experts. Then Hugging Face folders (tests/hf_moe_fixture.py): Mixtral,
 # Qwen2-MoE and OLMoE import, export and re-import bitwise (test_hf roundtrip, found beside
 # mtrun), and refusals, each one line with exit 2: num_experts_per_tok > num_experts, a missing
 # expert tensor, an expert tensor of the wrong shape, clip_qkv (OLMoE), router_jitter_noise
@@ -31,6 +32,12 @@ OSS=$WORK/oss.cfg
 sed -e 's/^  experts = 16;.*/  experts = 8; top_k = 2; moe_ffn_dim = 24; moe_names = "gpt_oss";/' \
     -e 's/^  dense_layers = .*/  router_softmax = "top_k"; router_bias = true; expert_bias = true; swiglu_limit = 7.0;/' \
     "$CFG" >"$OSS"
+# DeepSeek-V3's MoE: the sigmoid router with a correction bias, 2 of 4 groups, top 2, scale
+# 2.5, two ungated shared experts; no load-balancing loss (transformers has none for it).
+DS=$WORK/deepseek.cfg
+sed -e 's/^  dense_layers = .*/  moe_names = "deepseek"; router_score = "sigmoid"; router_correction = true;\
+  router_groups = 4; router_topk_groups = 2; router_scale = 2.5; shared_gate = false;/' \
+    -e 's/^  router_aux = .*//' "$CFG" >"$DS"
 # The per-step aux losses, as written.
 auxes() { grep -o '"aux_loss":[^,]*' "$1/metrics.jsonl"; }
 # bitwise NAME CONFIG: 20 steps at -np 2, 3 and 5 ($WORK/NAME-np*) with bitwise the same losses
@@ -68,6 +75,7 @@ bitwise() {
 }
 bitwise moe "$CFG"
 bitwise gpt_oss "$OSS"
+bitwise deepseek "$DS"
 # 2 nodes of 1 compute + 1 optimizer rank, a micro-batch each: the gradients and the aux loss's
 # per-expert sums meet over nodes in a fixed tree, so the node count changes no bit either
 MT_TEST_NODES=2 run_job nodes2 4 "$CFG" || show_log nodes2

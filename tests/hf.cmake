@@ -84,6 +84,11 @@ endforeach()
 # rather than in runtime.cmake's e2e list because it needs test_hf beside mtrun.
 add_test(NAME e2e_moe COMMAND bash ${MT_TEST_DIR}/e2e_moe.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_moe PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS e2e)
+# DeepSeek's correction bias is frozen: exported bitwise after steps with weight decay, on the
+# optimizer ranks and in device groups (e2e_moe_frozen.sh)
+add_test(NAME e2e_moe_frozen COMMAND bash ${MT_TEST_DIR}/e2e_moe_frozen.sh $<TARGET_FILE:mtrun>
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(e2e_moe_frozen PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS e2e)
 # Qwen3.5's hybrid layers end to end on the CPU backend (e2e_qwen35.sh): Gated DeltaNet and gated
 # attention train, bitwise across -np 2/3, resume and the memory modes.
 add_test(NAME e2e_qwen35 COMMAND bash ${MT_TEST_DIR}/e2e_qwen35.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})

@@ -5,8 +5,9 @@ library only, for e2e_moe.sh and hf_moe_config.sh: hub tensor names of Mixtral, 
 head_dim: hidden / heads) or OLMoE (q/k norms over the whole projections).
 
 usage: hf_moe_fixture.py DIR mixtral|qwen2_moe|qwen3_moe|olmoe [--drop NAME] [--shape NAME]
-                         [--set KEY=JSON]... [--unset KEY]...
---drop leaves tensor NAME out, --shape gives it one row too many, --set changes config.json
+                         [--set KEY=JSON]... [--unset KEY]... [--correction 1]
+--drop leaves tensor NAME out, --shape gives it one row too many, --correction adds each MoE
+layer's mlp.gate.e_score_correction_bias [E] (DeepSeek's router), --set changes config.json
 (a new key goes last), --unset leaves KEY out of it; --set and --unset apply in their order.
 The tensors follow the config: Qwen2-MoE's shared expert is transformers' default of 5632 when
 shared_expert_intermediate_size is absent; there are always 4 experts."""
@@ -84,6 +85,7 @@ def main():
     args = sys.argv[1:]
     out, family = args[0], args[1]
     drop = shape = None
+    correction = False
     c = config(family)
     i = 2
     while i < len(args):
@@ -96,8 +98,12 @@ def main():
             c[k] = json.loads(v)
         elif args[i] == "--unset":
             del c[args[i + 1]]
+        elif args[i] == "--correction":
+            correction = True
         i += 2
     t = tensors(family, c)
+    for name in [n for n in t if correction and n.endswith("mlp.gate.weight")]:
+        t[name.replace("weight", "e_score_correction_bias")] = [E]
     if drop:
         del t[drop]
     if shape:

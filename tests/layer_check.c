@@ -3,13 +3,16 @@
 // them with transformers' LlamaDecoderLayer in fp32.
 //   layer_check cpu|cuda IN OUT
 // IN:  int32 dim, heads, kv_heads, ffn, B, T, qkv_bias; float32 theta, eps; int32 experts,
-//      top_k, moe_ffn_dim, gpt_oss (experts > 0: the MLP is MoE; gpt_oss: with gpt-oss's router
-//      bias, softmax over the top k, expert biases and clamped SwiGLU of limit swiglu_limit);
+//      top_k, moe_ffn_dim, router (experts > 0: the MLP is MoE; router 1: gpt-oss's, with its
+//      bias, softmax over the top k, expert biases and clamped SwiGLU of limit swiglu_limit; 2:
+//      DeepSeek-V3's, below);
 //      float32 swiglu_limit; int32 qwen35, linear, k_heads, v_heads, k_dim, v_dim, conv,
 //      head_dim; float32 partial_rotary (qwen35: Qwen3.5's layer, zero-centred norms, qk-norm per
 //      head, head_dim and partial rotary; the gated attention, or with linear a Gated DeltaNet
-//      of those heads, dims and conv taps); weights (our flat layer layout, fp32: roles.h's order,
-//      each expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
+//      of those heads, dims and conv taps); int32 groups, topk_groups, norm_topk, shared_ffn;
+//      float32 scale (router 2: sigmoid scores, a correction bias, groups, routed_scaling_factor,
+//      ungated shared experts of shared_ffn); weights (our flat layer layout, fp32: roles.h's
+//      order, each expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
 #include "runtime/engine/backend.h"
@@ -42,17 +45,22 @@ int main(int argc, char **argv) {
     if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) return perror(argv[2]), 2;
-    int32_t h[7], moe[4], q35[8];
-    float hf[2], limit, rotary;
+    int32_t h[7], moe[4], q35[8], ds[4];
+    float hf[2], limit, rotary, scale;
     if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2 || fread(moe, 4, 4, in) != 4 ||
-        fread(&limit, 4, 1, in) != 1 || fread(q35, 4, 8, in) != 8 || fread(&rotary, 4, 1, in) != 1)
+        fread(&limit, 4, 1, in) != 1 || fread(q35, 4, 8, in) != 8 ||
+        fread(&rotary, 4, 1, in) != 1 || fread(ds, 4, 4, in) != 4 || fread(&scale, 4, 1, in) != 1)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
     c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
     c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1, c.qkv_bias = h[6];
     c.experts = moe[0], c.top_k = moe[1], c.moe_ffn_dim = moe[2];
-    if (moe[3]) {
+    if (moe[3] == 2) {
+        c.router_score = ROUTER_SCORE_SIGMOID, c.router_correction = 1, c.router_groups = ds[0];
+        c.router_topk_groups = ds[1], c.norm_topk_prob = ds[2], c.shared_ffn_dim = ds[3];
+        c.router_scale = scale, c.moe_names = MOE_NAMES_DEEPSEEK;
+    } else if (moe[3]) {
         c.router_softmax = ROUTER_SOFTMAX_TOP_K, c.router_bias = c.expert_bias = 1;
         c.moe_names = MOE_NAMES_GPT_OSS, c.swiglu_limit = limit;
     }

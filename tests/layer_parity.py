@@ -4,12 +4,16 @@ LlamaDecoderLayer in fp32 on the same inputs: outputs, input gradients and every
 gradient; with "qwen2", a Qwen2DecoderLayer (q/k/v biases, and their gradients); with
 "gpt_oss", the Llama layer's attention before transformers' GptOssMLP (8 experts, top 2: the
 router's bias and softmax over the top k, the experts' biases, the clamped SwiGLU of limit 7,
-a quarter of the gate and up features biased past the clamps); with "qwen35_attention", a
+a quarter of the gate and up features biased past the clamps); with "deepseek", the Llama
+layer's attention before transformers' DeepseekV3MoE (16 experts in 4 groups of which 2 are
+kept, top 4, sigmoid scores with a correction bias that turns some negative, renormalised and
+scaled by 2.5, two ungated shared experts); with "qwen35_attention", a
 Qwen3_5DecoderLayer of full attention (the output gate, zero-centred norms, qk-norm per head,
 a quarter of each head rotated), with "qwen35_linear" one of Gated DeltaNet (4 value heads over
 2 key heads, two chunks of the rule per row). Exit 77 (skipped) when torch or
 transformers is missing, or the backend lacks the feature.
-usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda [qwen2|gpt_oss|qwen35_attention|qwen35_linear]"""
+usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda
+       [qwen2|gpt_oss|deepseek|qwen35_attention|qwen35_linear]"""
 import os, struct, subprocess, sys, tempfile
 
 try:
@@ -21,6 +25,8 @@ try:
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
     from transformers import Qwen3_5TextConfig
     from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
@@ -34,7 +40,12 @@ dim, heads, kv, ffn, B, T = 256, 4, 2, 688, 2, 96  # head_dim 64
 # Qwen3.5: head_dim 32 (8 of it rotated); Gated DeltaNet's key heads, value heads, key dim, value
 # dim and conv taps
 head_dim, rotary, gdn = (32, 0.25, (2, 4, 32, 16, 4)) if qwen35 else (0, 0.0, (0,) * 5)
+deepseek = sys.argv[3:] == ["deepseek"]
 experts, top_k, moe_ffn, limit = (8, 2, 64, 7.0) if gpt_oss else (0, 0, 0, 0.0)
+# DeepSeek's groups, groups kept, norm_topk_prob, shared experts (their widths summed), scale
+ds = (4, 2, 1, 2 * 48, 2.5) if deepseek else (0, 0, 0, 0, 0.0)
+if deepseek:
+    experts, top_k, moe_ffn = 16, 4, 48
 theta, eps = 10000.0, 1e-5
 torch.manual_seed(0)
 common = dict(hidden_size=dim, intermediate_size=ffn, num_attention_heads=heads,
@@ -83,6 +94,15 @@ if gpt_oss:
                        num_experts_per_tok=top_k, swiglu_limit=limit)
     oss._experts_implementation = "eager"
     layer.mlp = FirstOutput(GptOssMLP(oss).float())
+if deepseek:
+    dsc = DeepseekV3Config(hidden_size=dim, intermediate_size=ffn, moe_intermediate_size=moe_ffn,
+                           n_routed_experts=experts, num_experts_per_tok=top_k, n_group=ds[0],
+                           topk_group=ds[1], norm_topk_prob=bool(ds[2]), n_shared_experts=2,
+                           routed_scaling_factor=ds[4])
+    dsc._experts_implementation = "eager"
+    layer.mlp = DeepseekV3MoE(dsc).float()
+
+
 def initial(n, p):
     """Norm weights near 1 (zero-centred ones near 0), matrices and biases small; Gated
     DeltaNet's conv of some weight, dt_bias near 1, A_log as the module draws it."""
@@ -105,14 +125,18 @@ with torch.no_grad():
         bias[:, 0::8] += 10.0
         bias[:, 3::8] += 10.0
         bias[:, 5::8] -= 10.0
+    if deepseek:  # the router's logits larger, and a correction bias that moves choices and,
+        # at -0.6 and below, makes scores negative (where masking with 0 would differ from -inf)
+        layer.mlp.gate.weight.mul_(6.0)
+        layer.mlp.gate.e_score_correction_bias.copy_(0.4 * torch.randn(experts) - 0.3)
     # bf16-representable weights and inputs: the GPU backend streams bf16 weights
-    for p in layer.parameters():
+    for p in list(layer.parameters()) + list(layer.buffers()):
         p.copy_(p.bfloat16().float())
 attn = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
         "self_attn.o_proj", "post_attention_layernorm"]
 dense = ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 params = dict(layer.named_parameters())
-names = [n + ".weight" for n in attn + ([] if gpt_oss else dense)]
+names = [n + ".weight" for n in attn + ([] if gpt_oss or deepseek else dense)]
 if qwen2:  # our layout: the biases after the nine weights
     names += [f"self_attn.{x}_proj.bias" for x in "qkv"]
 if qwen35:  # roles.h's order: the norms after the MLP; Gated DeltaNet's tensors in place of
@@ -134,6 +158,8 @@ def our_layout(name, t):
         return [t.transpose(1, 2)]
     if name == "mlp.moe.experts.gate_up_proj_bias":
         return [t[:, 0::2], t[:, 1::2]]
+    if name == "mlp.experts.gate_up_proj":  # DeepSeek's: gate rows, then up rows
+        return [t[:, :moe_ffn], t[:, moe_ffn:]]
     return [t]
 
 
@@ -141,6 +167,11 @@ if gpt_oss:  # roles.h's order: router, the experts' gate, up, down; then the bi
     names += ["mlp.moe.router.weight", "mlp.moe.experts.gate_up_proj",
               "mlp.moe.experts.down_proj", "mlp.moe.router.bias",
               "mlp.moe.experts.gate_up_proj_bias", "mlp.moe.experts.down_proj_bias"]
+if deepseek:  # roles.h's order: router, experts, shared experts, the correction bias last
+    names += ["mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    names += [f"mlp.shared_experts.{x}_proj.weight" for x in ("gate", "up", "down")]
+    names += ["mlp.gate.e_score_correction_bias"]
+    params.update(dict(layer.named_buffers()))
 x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
 rope = q35.Qwen3_5TextRotaryEmbedding(cfg) if qwen35 else LlamaRotaryEmbedding(cfg)
@@ -159,8 +190,10 @@ with tempfile.TemporaryDirectory() as tmp:
     fin, fout = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
     with open(fin, "wb") as f:
         f.write(struct.pack("7i2f", dim, heads, kv, ffn, B, T, int(qwen2), theta, eps))
-        f.write(struct.pack("4if", experts, top_k, moe_ffn, int(gpt_oss), limit))
+        router = 1 if gpt_oss else 2 if deepseek else 0
+        f.write(struct.pack("4if", experts, top_k, moe_ffn, router, limit))
         f.write(struct.pack("8if", int(qwen35), int(linear), *gdn, head_dim, rotary))
+        f.write(struct.pack("4if", *ds))
         for n in names:
             for t in our_layout(n, params[n].detach()):
                 f.write(t.contiguous().numpy().tobytes())
@@ -178,7 +211,10 @@ n = B * T * dim
 checks = [("output", ours[:n], out.detach().flatten()), ("dx", ours[n:2 * n], x.grad.flatten())]
 off = 2 * n
 for name in names:
-    parts = our_layout(name, params[name].grad)
+    grad = params[name].grad
+    if grad is None:  # a buffer (the correction bias): no gradient, ours exactly 0
+        grad = torch.zeros_like(params[name])
+    parts = our_layout(name, grad)
     for i, part in enumerate(parts):
         g = part.flatten()
         what = name + ("" if len(parts) == 1 else [" (gate)", " (up)"][i])
@@ -186,6 +222,11 @@ for name in names:
         off += g.numel()
 failed, extra = 0, 0
 for name, a, b in checks:
+    if b.norm() == 0:  # a buffer's gradient: exactly 0, checked bitwise
+        ok = bool((a == 0).all())
+        failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'}: {backend} {name}: exactly 0, as transformers' buffer")
+        continue
     err = ((a - b).norm() / b.norm()).item()
     ok = err < tol
     failed += not ok

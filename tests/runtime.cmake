@@ -46,8 +46,12 @@ foreach(b cpu cuda)
   # gpt-oss's MoE MLP (GptOssMLP) after the Llama attention
   add_test(NAME layer_parity_gpt_oss_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
            $<TARGET_FILE:layer_check> ${b} gpt_oss)
+  # DeepSeek-V3's MoE (DeepseekV3MoE: the sigmoid router, groups, correction bias, scale,
+  # ungated shared experts) after the Llama attention
+  add_test(NAME layer_parity_deepseek_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+           $<TARGET_FILE:layer_check> ${b} deepseek)
   set_tests_properties(layer_parity_${b} layer_parity_qwen2_${b} layer_parity_gpt_oss_${b}
-                       PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+                       layer_parity_deepseek_${b} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 # Qwen3_5DecoderLayer: the gated full attention, and the Gated DeltaNet, on both backends
 foreach(b cpu cuda)

@@ -196,7 +196,25 @@ static void make_moe_renorm(mt_config *c) {
 // biases, and layer 0 a dense MLP.
 static void make_moe_shared(mt_config *c) {
     c->experts = 6, c->top_k = 2, c->moe_ffn_dim = 12, c->shared_ffn_dim = 20, c->qkv_bias = 1;
+    c->shared_gate = 1;
     snprintf(c->dense_layers, sizeof c->dense_layers, "0");
+}
+
+// DeepSeek-V3's router: sigmoid scores, a correction bias (init_params moves it off zero, so it
+// changes choices), 8 experts in 4 groups of which the best 2 are kept, top 3, renormalised,
+// scaled by 2.5; two ungated shared experts (their widths summed); layer 0 dense.
+static void make_deepseek(mt_config *c) {
+    c->experts = 8, c->top_k = 3, c->moe_ffn_dim = 8, c->shared_ffn_dim = 16, c->shared_gate = 0;
+    c->router_score = ROUTER_SCORE_SIGMOID, c->router_correction = 1, c->router_groups = 4;
+    c->router_topk_groups = 2, c->router_scale = 2.5, c->norm_topk_prob = 1;
+    c->moe_names = MOE_NAMES_DEEPSEEK;
+    snprintf(c->dense_layers, sizeof c->dense_layers, "0");
+}
+// ... not renormalised (norm_topk_prob false), one group (GLM-4.5's n_group 1), scale 1.8.
+static void make_deepseek_plain(mt_config *c) {
+    make_deepseek(c);
+    c->norm_topk_prob = 0, c->router_groups = 1, c->router_topk_groups = 1, c->router_scale = 1.8;
+    c->dense_layers[0] = 0;
 }
 
 // Qwen3-like dense: RMSNorm over each head of q and k, head_dim 12 != dim / heads = 8.
@@ -466,6 +484,11 @@ int main(void) {
         {"gpt-oss MoE: router bias, softmax over the top 2, expert biases, clamped SwiGLU",
          make_gpt_oss, 0, 1, 1, 0, 0},
         {"gpt-oss MoE with the aux loss (coef 1)", make_gpt_oss, 0, 0, 1, 1, 0},
+        {"DeepSeek router: sigmoid, correction bias, 2 of 4 groups, top 3 renormalised, scale "
+         "2.5, ungated shared experts",
+         make_deepseek, 0, 1, 1, 0, 0},
+        {"DeepSeek router: one group, not renormalised, scale 1.8", make_deepseek_plain, 1, 1, 1, 0,
+         0},
         {"Gated DeltaNet layer 0 (GVA: 4 value heads, 2 key heads), layer 1 full", make_gdn_first,
          0, 0, 1, 0, 0},
         {"layer 0 full, Gated DeltaNet layer 1 (GVA)", make_gdn_second, 0, 1, 1, 0, 0},

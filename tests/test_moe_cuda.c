@@ -9,6 +9,7 @@
 // prob_sums and the aux loss within 1e-5 relative. Every line prints its max abs error. Then the
 // whole GPU pass runs again and must give the same bits. Written outputs start as NaN bytes, so
 // an unwritten element fails. Run under MT_EXPERT_GEMM=grouped to test the grouped GEMM path.
+// DeepSeek-V3's sigmoid router and the ungated shared experts' add: test_sigmoid_route.
 // Exit 77 (skip) without a CUDA device.
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -520,6 +521,79 @@ static void test_experts_gemm(int n, int E, int k, int ic, int oc, int idle) {
     release_all();
 }
 
+// DeepSeek-V3's sigmoid router (kernels/moe_router.h) on both sides from the same logits and
+// correction bias (negative enough to turn scores negative, and exact ties between experts):
+// experts exactly equal, scores and weights within 1e-6 of the weight's scale, d_logits (bf16)
+// within 1e-2; then the ungated shared experts' add (gate_scale without a gate): out += y and
+// dy = dout exactly. A rerun gives the same bits.
+static void test_sigmoid_route(int n, int E, int k, int groups, int topk_groups, int renorm,
+                               float scale) {
+    long nE = (long)n * E, nk = (long)n * k;
+    float *logits = hmalloc(sizeof(float) * nE), *bias = hmalloc(sizeof(float) * E);
+    float *dw = hmalloc(sizeof(float) * nk);
+    for (long i = 0; i < nE; i++) logits[i] = 4.0f * rng_uniform();
+    for (long t = 0; t < n; t += 7) logits[t * E + 1] = logits[t * E]; // exact ties
+    for (int e = 0; e < E; e++) bias[e] = 0.5f * rng_uniform() - 0.3f;
+    for (long i = 0; i < nk; i++) dw[i] = rng_uniform();
+    moe_sigmoid_route r = {.correction = bias,
+                           .groups = groups,
+                           .topk_groups = topk_groups,
+                           .renorm = renorm,
+                           .scale = scale};
+    float *score = hmalloc(sizeof(float) * nE), *w = hmalloc(sizeof(float) * nk);
+    float *dz = hmalloc(sizeof(float) * nE);
+    int32_t *ex = hmalloc(sizeof(int32_t) * nk);
+    memset(dz, 0, sizeof(float) * nE);
+    moe_route_sigmoid_forward(score, ex, w, logits, n, E, k, &r);
+    moe_route_sigmoid_backward(dz, dw, score, ex, n, E, k, &r);
+    const char *tag = label("n %d E %d k %d groups %d/%d renorm %d scale %g", n, E, k, topk_groups,
+                            groups, renorm, scale);
+    char name[160];
+    snprintf(name, sizeof name, "%s", tag);
+    void *first[4] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        moe_sigmoid_route rd = r;
+        rd.correction = dev_f32(bias, E);
+        float *d_score = dev_poisoned(sizeof(float) * nE), *d_w = dev_poisoned(sizeof(float) * nk);
+        int32_t *d_ex = dev_poisoned(sizeof(int32_t) * nk);
+        bf16 *d_dz = dev_poisoned(sizeof(bf16) * nE);
+        cuda_moe_route_sigmoid_forward(d_score, d_ex, d_w, dev_f32(logits, nE), n, E, k, &rd, 0);
+        cuda_moe_route_sigmoid_backward(d_dz, dev_f32(dw, nk), d_score, d_ex, n, E, k, &rd, 0);
+        void *got[4] = {host_f32(d_score, nE), host_i32(d_ex, nk), host_f32(d_w, nk),
+                        host_copy(d_dz, sizeof(bf16) * nE)};
+        size_t bytes[4] = {sizeof(float) * nE, sizeof(int32_t) * nk, sizeof(float) * nk,
+                           sizeof(bf16) * nE};
+        if (pass == 1) {
+            for (int i = 0; i < 4; i++)
+                check_bytes(label("sigmoid route rerun bitwise [%d] %s", i, name), got[i], first[i],
+                            bytes[i]);
+            break;
+        }
+        memcpy(first, got, sizeof got);
+        check_abs(label("sigmoid route scores %s", name), got[0], score, nE, TOL_ROUTE);
+        check_equal_i32(label("sigmoid route expert %s", name), got[1], ex, nk);
+        check_abs(label("sigmoid route weight %s", name), got[2], w, nk, TOL_ROUTE * scale);
+        float *dzf = hmalloc(sizeof(float) * nE);
+        for (long i = 0; i < nE; i++) dzf[i] = bf16_to_float(((bf16 *)got[3])[i]);
+        check_close(label("sigmoid route d_logits bf16 %s", name), dzf, dz, nE, TOL_BF16);
+    }
+    int D = 64; // the ungated shared experts: out += y, dy = dout, bitwise
+    float *y = hmalloc(sizeof(float) * n * D), *out = hmalloc(sizeof(float) * n * D);
+    for (long i = 0; i < (long)n * D; i++)
+        y[i] = bf16_to_float(bf16_from_float(rng_uniform())), out[i] = rng_uniform();
+    float *ref = hmalloc(sizeof(float) * n * D), *d_out = dev_f32(out, (long)n * D);
+    for (long i = 0; i < (long)n * D; i++) ref[i] = out[i] + y[i];
+    bf16 *d_y = dev_bf16(y, (long)n * D), *d_dy = dev_poisoned(sizeof(bf16) * n * D);
+    cuda_moe_gate_scale_forward(d_out, d_y, NULL, n, D, 0);
+    cuda_moe_gate_scale_backward(d_dy, NULL, dev_f32(out, (long)n * D), d_y, NULL, n, D, 0);
+    check_abs(label("ungated shared add %s", name), host_f32(d_out, (long)n * D), ref, (long)n * D,
+              0.0);
+    float *dy = host_bf16(d_dy, (long)n * D), *dy_ref = hmalloc(sizeof(float) * n * D);
+    for (long i = 0; i < (long)n * D; i++) dy_ref[i] = bf16_to_float(bf16_from_float(out[i]));
+    check_abs(label("ungated shared dy %s", name), dy, dy_ref, (long)n * D, 0.0);
+    release_all();
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -547,6 +621,12 @@ int main(void) {
     test_case(
         (moe_case){.n = 300, .E = 32, .k = 4, .D = 100, .weights = MOE_WEIGHTS_TOP_K, .idle = 1});
     test_case((moe_case){.n = 20000, .E = 128, .k = 8, .D = 64, .weights = 1, .idle = 1});
+
+    // DeepSeek-V3's router: 256 experts in 8 groups of which 4 are kept, top 8, scale 2.5;
+    // GLM-4.5's one group; not renormalised; 64 experts, top 6 of 2 groups of 8
+    test_sigmoid_route(1001, 256, 8, 8, 4, 1, 2.5f);
+    test_sigmoid_route(300, 160, 8, 1, 1, 1, 2.5f);
+    test_sigmoid_route(517, 64, 6, 8, 2, 0, 1.8f);
 
     test_experts_gemm(300, 8, 2, 256, 384, 0);
     test_experts_gemm(257, 128, 8, 128, 96, 1);

@@ -38,7 +38,7 @@ static int configs(named_config *out) {
     out[n++] = (named_config){.name = "dense", .c = dense()};
     mt_config moe = dense();
     moe.experts = 8, moe.top_k = 2, moe.moe_ffn_dim = 64, moe.shared_ffn_dim = 32;
-    moe.norm_topk_prob = 1, moe.moe_every = 1;
+    moe.norm_topk_prob = 1, moe.moe_every = 1, moe.shared_gate = 1;
     strcpy(moe.dense_layers, "0");
     out[n++] = (named_config){.name = "moe", .c = moe};
     mt_config chunked = moe; // MoE too: its chunk-sized buffers and per-chunk counts

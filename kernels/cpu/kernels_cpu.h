@@ -125,6 +125,13 @@ void moe_route_forward(float *probs, int32_t *expert, float *weight, const float
 void moe_route_backward(float *d_logits, const float *d_weight, const float *probs,
                         const int32_t *expert, const float *weight, const float *aux_g, int n,
                         int E, int k, int weights);
+// moe_sigmoid.c: DeepSeek-V3's router (kernels/moe_router.h): scores[n, E] the sigmoids,
+// expert[n, k] and weight[n, k]; backward: d_logits += the weights' gradient through them.
+void moe_route_sigmoid_forward(float *scores, int32_t *expert, float *weight, const float *logits,
+                               int n, int E, int k, const moe_sigmoid_route *r);
+void moe_route_sigmoid_backward(float *d_logits, const float *d_weight, const float *scores,
+                                const int32_t *expert, int n, int E, int k,
+                                const moe_sigmoid_route *r);
 void moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *row_of, int32_t *token_of,
                   const int32_t *expert, int n, int E, int k);
 void moe_gather(float *xp, const float *x, const int32_t *token_of, int rows, int D);

@@ -112,7 +112,17 @@ void cuda_swiglu_clamped_backward(bf16 *dgate, bf16 *dup, const float *dout, con
 // - aux_loss: *loss (one float) and aux_g[E] (NULL: not wanted) from counts[layers, E] and
 //   psum[layers, E], as moe_aux_loss.
 // - gate_scale (a shared expert's gate): out[t] += sigmoid(g[t]) y[t]; backward writes
-//   dy = sigmoid(g) dout and d_gate_logit[t] = (dout[t] . y[t]) s (1 - s).
+//   dy = sigmoid(g) dout and d_gate_logit[t] = (dout[t] . y[t]) s (1 - s). gate_logit NULL:
+//   ungated (s = 1, DeepSeek's shared experts), and no d_gate_logit.
+// moe_sigmoid.cu: DeepSeek-V3's router (kernels/moe_router.h), one thread per token, as
+// kernels/cpu/moe_sigmoid.c: scores[n, E], expert[n, k], weight[n, k]; r->correction is device
+// memory (fp32). Backward WRITES d_logits[n, E] (bf16; 0 but for the chosen experts).
+void cuda_moe_route_sigmoid_forward(float *scores, int32_t *expert, float *weight,
+                                    const float *logits, int n, int E, int k,
+                                    const moe_sigmoid_route *r, cudaStream_t stream);
+void cuda_moe_route_sigmoid_backward(bf16 *d_logits, const float *d_weight, const float *scores,
+                                     const int32_t *expert, int n, int E, int k,
+                                     const moe_sigmoid_route *r, cudaStream_t stream);
 void cuda_moe_route_forward(float *probs, int32_t *expert, float *weight, const float *logits,
                             int n, int E, int k, int weights, cudaStream_t stream);
 void cuda_moe_route_backward(bf16 *d_logits, const float *d_weight, const float *probs,

@@ -379,7 +379,7 @@ __global__ void gate_forward_kernel(float *out, const bf *y, const float *gate_l
     if (vec) {
         int nv = D / VEC;
         for (long i = id; i < n * nv; i += stride) {
-            float s = sigmoid(gate_logit[i / nv]), acc[VEC];
+            float s = gate_logit ? sigmoid(gate_logit[i / nv]) : 1.0f, acc[VEC];
             bf16x8 yv = reinterpret_cast<const bf16x8 *>(y)[i];
             load8(acc, out + i * VEC);
 #pragma unroll
@@ -388,18 +388,19 @@ __global__ void gate_forward_kernel(float *out, const bf *y, const float *gate_l
         }
     } else {
         for (long i = id; i < n * D; i += stride)
-            out[i] += sigmoid(gate_logit[i / D]) * __bfloat162float(y[i]);
+            out[i] += (gate_logit ? sigmoid(gate_logit[i / D]) : 1.0f) * __bfloat162float(y[i]);
     }
 }
 
-// One warp per token: dy = s * dout (bf16); d_gate_logit = (dout . y) s (1 - s), a fixed-order
+// One warp per token (no gate_logit: s = 1, DeepSeek's ungated shared experts, and no
+// d_gate_logit): dy = s * dout (bf16); d_gate_logit = (dout . y) s (1 - s), a fixed-order
 // warp reduction.
 __global__ void gate_backward_kernel(bf *dy, bf *d_gate_logit, const float *dout, const bf *y,
                                      const float *gate_logit, int n, int D, bool vec) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long t = (long)blockIdx.x * WARPS + warp;
     if (t >= n) return;
-    const float s = sigmoid(gate_logit[t]), *g = dout + t * D;
+    const float s = gate_logit ? sigmoid(gate_logit[t]) : 1.0f, *g = dout + t * D;
     const bf *yt = y + t * D;
     bf *dyt = dy + t * D;
     float dot = 0.0f;
@@ -422,7 +423,7 @@ __global__ void gate_backward_kernel(bf *dy, bf *d_gate_logit, const float *dout
         }
     }
     dot = warp_sum(dot);
-    if (lane == 0) d_gate_logit[t] = __float2bfloat16(dot * s * (1.0f - s));
+    if (lane == 0 && d_gate_logit) d_gate_logit[t] = __float2bfloat16(dot * s * (1.0f - s));
 }
 
 bool aligned16(const void *p) {

@@ -59,10 +59,22 @@ void device_groups_weights(device_groups *d, int g, void *w) {
     d->ops->weights_of(d->be, w, *slot(d, g, 0), d->job->group_numel[g]);
 }
 
+// AdamW around the group's frozen tensors (model_frozen_spans), whose state stays as it is and
+// whose weights are their master's, as a fetch brings them.
 void device_groups_update(device_groups *d, int g, const adamw_params *hp, const float *grads,
                           void *w) {
-    d->ops->adamw(d->be, *slot(d, g, 0), *slot(d, g, 1), *slot(d, g, 2), w, grads,
-                  d->job->group_numel[g], hp);
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], n = d->job->group_numel[g];
+    int spans = model_frozen_spans(&d->job->cfg, g, lo, hi), frozen;
+    float *p = *slot(d, g, 0), *m = *slot(d, g, 1), *v = *slot(d, g, 2);
+    char *wb = w;
+    size_t es = (size_t)d->ops->weight_bytes;
+    for (uint64_t a = 0, b; a < n; a = b) {
+        b = model_frozen_run(lo, hi, spans, a, n, &frozen);
+        if (frozen)
+            d->ops->weights_of(d->be, wb + a * es, p + a, b - a);
+        else
+            d->ops->adamw(d->be, p + a, m + a, v + a, wb + a * es, grads + a, b - a, hp);
+    }
 }
 
 void device_groups_send_back(device_groups *d, int arrays) {

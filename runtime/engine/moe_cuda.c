@@ -34,6 +34,13 @@ static int32_t *routed_of(backend *b, int l, int m, int t0) {
     return s->routed + i * (2 * b->c->experts + 1);
 }
 
+// DeepSeek's router for the layer: its correction bias widened to fp32 (the fetch brings bf16).
+static moe_sigmoid_route sigmoid_route(backend *b, const layer_w *w) {
+    moe_set *s = &b->moe;
+    if (w->router_corr) cuda_bf16_to_float(s->correction, w->router_corr, b->c->experts, b->s);
+    return moe_sigmoid_route_of(b->c, w->router_corr ? s->correction : NULL);
+}
+
 // The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.
 static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows) {
     const mt_config *c = b->c;
@@ -41,8 +48,14 @@ static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows
     int E = c->experts, k = c->top_k;
     cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, c->dim, E, b->s);
     if (w->router_b) cuda_bias_forward_f32(s->logits, w->router_b, rows, E, b->s);
-    cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, moe_weights_of(c),
-                           b->s);
+    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = sigmoid_route(b, w);
+        cuda_moe_route_sigmoid_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, &r,
+                                       b->s);
+    } else {
+        cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k,
+                               moe_weights_of(c), b->s);
+    }
     cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
                       s->dispatch_scratch, b->s);
 }
@@ -123,7 +136,8 @@ static void shared_forward(backend *b, const layer_w *w, int rows) {
     cuda_linear_forward(b->gemm, s->sh_up, 0, 0, b->n2, w->sh_up, rows, D, S, b->s);
     cuda_swiglu_forward(s->sh_act, s->sh_gate, s->sh_up, (long)rows * S, b->s);
     cuda_linear_forward(b->gemm, s->sh_y, 0, 0, s->sh_act, w->sh_down, rows, S, D, b->s);
-    cuda_linear_forward(b->gemm, s->sh_logit, 1, 0, b->n2, w->sh_route, rows, D, 1, b->s);
+    if (w->sh_route) // Qwen2-MoE's gate; DeepSeek's shared experts have none
+        cuda_linear_forward(b->gemm, s->sh_logit, 1, 0, b->n2, w->sh_route, rows, D, 1, b->s);
 }
 
 // Micro-batch m's routing statistics in MoE layer l: tokens per expert (host) and probability
@@ -135,6 +149,10 @@ static void record(backend *b, int l, int m, int t0, int rows) {
     size_t at = ((size_t)m * s->layers + s->moe_index[l]) * E;
     if (t0 == 0) memset(s->counts_all + at, 0, sizeof(int32_t) * E);
     for (int e = 0; e < E; e++) s->counts_all[at + e] += s->counts_host[e];
+    if (c->router_score == ROUTER_SCORE_SIGMOID) { // no load-balancing loss: its sums stay 0
+        if (t0 == 0) CUDA_CHECK(cudaMemsetAsync(s->psum_all + at, 0, sizeof(float) * E, b->s));
+        return;
+    }
     cuda_moe_prob_sums(s->psum_all + at, s->probs, rows, E, t0 > 0, b->s);
 }
 
@@ -147,7 +165,7 @@ void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int 
     cuda_moe_combine(out, s->yp, s->row_of, s->weight, rows, c->top_k, c->dim, b->s);
     if (!w->sh_gate) return;
     shared_forward(b, w, rows);
-    cuda_moe_gate_scale_forward(out, s->sh_y, s->sh_logit, rows, c->dim, b->s);
+    cuda_moe_gate_scale_forward(out, s->sh_y, w->sh_route ? s->sh_logit : NULL, rows, c->dim, b->s);
 }
 
 static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int rows) {
@@ -185,16 +203,19 @@ static void shared_backward(backend *b, const layer_w *w, const layer_g *g, cons
     cudaStream_t st = b->s;
     cuda_gemm *gm = b->gemm;
     shared_forward(b, w, rows);
-    cuda_moe_gate_scale_backward(s->d_sh_y, s->d_sh_logit, dy, s->sh_y, s->sh_logit, rows, D, st);
+    const float *logit = w->sh_route ? s->sh_logit : NULL; // NULL: ungated (DeepSeek)
+    cuda_moe_gate_scale_backward(s->d_sh_y, logit ? s->d_sh_logit : NULL, dy, s->sh_y, logit, rows,
+                                 D, st);
     cuda_linear_backward_input(gm, s->sh_dact, 1, 0, s->d_sh_y, w->sh_down, rows, S, D, st);
     cuda_linear_backward_weight(gm, g->sh_down, s->d_sh_y, s->sh_act, rows, S, D, st);
     cuda_swiglu_backward(s->d_sh_gate, s->d_sh_up, s->sh_dact, s->sh_gate, s->sh_up, (long)rows * S,
                          st);
     cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_gate, w->sh_gate, rows, D, S, st);
     cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_up, w->sh_up, rows, D, S, st);
-    cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_logit, w->sh_route, rows, D, 1, st);
     cuda_linear_backward_weight(gm, g->sh_gate, s->d_sh_gate, b->n2, rows, D, S, st);
     cuda_linear_backward_weight(gm, g->sh_up, s->d_sh_up, b->n2, rows, D, S, st);
+    if (!logit) return;
+    cuda_linear_backward_input(gm, d_n2, 1, 1.0f, s->d_sh_logit, w->sh_route, rows, D, 1, st);
     cuda_linear_backward_weight(gm, g->sh_route, s->d_sh_logit, b->n2, rows, D, 1, st);
 }
 
@@ -211,8 +232,14 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
     cu_zero(b, d_n2, sizeof(float) * rows * D);
     cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
     const float *aux_g = c->router_aux ? s->aux_g + (size_t)m * E : NULL;
-    cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g, rows,
-                            E, k, moe_weights_of(c), b->s);
+    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr ? s->correction : NULL);
+        cuda_moe_route_sigmoid_backward(s->d_logits, s->d_weight, s->probs, s->expert, rows, E, k,
+                                        &r, b->s); // route_again left the bias in s->correction
+    } else {
+        cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g,
+                                rows, E, k, moe_weights_of(c), b->s);
+    }
     if (g->router_b) cuda_bias_backward(g->router_b, s->d_logits, rows, E, b->bias_scratch, b->s);
     cuda_linear_backward_input(b->gemm, d_n2, 1, 1.0f, s->d_logits, w->router, rows, D, E, b->s);
     cuda_linear_backward_weight(b->gemm, g->router, s->d_logits, b->n2, rows, D, E, b->s);

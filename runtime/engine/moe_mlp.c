@@ -103,8 +103,27 @@ static void shared_forward(const mt_config *c, const layer_params *w, moe_scratc
     linear_forward(s->sh_up + t * S, n2, w->sh_up, NULL, rows, D, S);
     swiglu_forward(s->sh_act + t * S, s->sh_gate + t * S, s->sh_up + t * S, (long)rows * S);
     linear_forward(s->sh_y + t * D, s->sh_act + t * S, w->sh_down, NULL, rows, S, D);
+    if (!w->sh_route) { // DeepSeek's shared experts: added as they are
+        for (size_t i = 0; i < (size_t)rows * D; i++) out[i] += s->sh_y[t * D + i];
+        return;
+    }
     linear_forward(s->sh_logit + t, n2, w->sh_route, NULL, rows, D, 1);
     moe_gate_scale_forward(out, s->sh_y + t * D, s->sh_logit + t, rows, D);
+}
+
+// The chunk's logits (in d_logits, as scratch) to its scores, choices and weights: the softmax
+// routers' probabilities, or DeepSeek's sigmoid scores (model.router_score).
+static void route_forward(const mt_config *c, const layer_params *w, moe_scratch *s, float *probs,
+                          size_t p0, int rows) {
+    int E = c->experts, k = c->top_k;
+    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
+        moe_route_sigmoid_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
+                                  &r);
+    } else {
+        moe_route_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
+                          moe_weights_of(c));
+    }
 }
 
 void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, moe_route_io *io,
@@ -115,8 +134,7 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
             *offsets = s->offsets + (size_t)ci * (E + 1);
     float *probs = s->probs + (size_t)t0 * E;
     linear_forward(s->d_logits, n2, w->router, w->router_b, rows, D, E); // the logits, in scratch
-    moe_route_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
-                      moe_weights_of(c));
+    route_forward(c, w, s, probs, p0, rows);
     moe_dispatch(counts, offsets, s->row_of + p0, s->token_of + p0, s->expert + p0, rows, E, k);
     moe_gather(s->xp + p0 * D, n2, s->token_of + p0, rows * k, D);
     experts_forward(c, w, s, p0, offsets);
@@ -127,9 +145,12 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
     // The load-balancing loss's probabilities are the softmax over every expert whatever the
     // weights: transformers gives load_balancing_loss_func the router's logits (gpt-oss's
     // OutputRecorder takes GptOssTopKRouter's output 0, the logits with their bias).
+    // DeepSeek's sigmoid router has no such loss in transformers: its sums stay zero.
     if (t0 == 0) memset(io->counts, 0, sizeof(int32_t) * E), memset(io->psum, 0, sizeof(float) * E);
+    for (int e = 0; e < E; e++) io->counts[e] += counts[e];
+    if (c->router_score == ROUTER_SCORE_SIGMOID) return;
     moe_prob_sums(s->psum, probs, rows, E);
-    for (int e = 0; e < E; e++) io->counts[e] += counts[e], io->psum[e] += s->psum[e];
+    for (int e = 0; e < E; e++) io->psum[e] += s->psum[e];
 }
 
 // The experts' backward from d_yp: their weight gradients, and d_xp for their inputs.
@@ -164,8 +185,11 @@ static void shared_backward(const mt_config *c, const layer_params *w, const lay
     size_t D = c->dim, S = c->shared_ffn_dim, t = t0, rS = (size_t)rows * S;
     memset(s->d_sh_y, 0, sizeof(float) * rows * D);
     memset(s->d_sh_logit, 0, sizeof(float) * rows);
-    moe_gate_scale_backward(s->d_sh_y, s->d_sh_logit, dout, s->sh_y + t * D, s->sh_logit + t, rows,
-                            D);
+    if (w->sh_route)
+        moe_gate_scale_backward(s->d_sh_y, s->d_sh_logit, dout, s->sh_y + t * D, s->sh_logit + t,
+                                rows, D);
+    else // ungated: its output's gradient is the MLP's
+        memcpy(s->d_sh_y, dout, sizeof(float) * rows * D);
     memset(s->d_sh_act, 0, sizeof(float) * rS);
     linear_backward(s->d_sh_act, dw->sh_down, NULL, s->d_sh_y, s->sh_act + t * S, w->sh_down, rows,
                     S, D);
@@ -175,7 +199,8 @@ static void shared_backward(const mt_config *c, const layer_params *w, const lay
                     (long)rS);
     linear_backward(d_n2, dw->sh_gate, NULL, s->d_sh_gate, n2, w->sh_gate, rows, D, S);
     linear_backward(d_n2, dw->sh_up, NULL, s->d_sh_up, n2, w->sh_up, rows, D, S);
-    linear_backward(d_n2, dw->sh_route, NULL, s->d_sh_logit, n2, w->sh_route, rows, D, 1);
+    if (w->sh_route)
+        linear_backward(d_n2, dw->sh_route, NULL, s->d_sh_logit, n2, w->sh_route, rows, D, 1);
 }
 
 void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
@@ -191,8 +216,14 @@ void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_par
     experts_backward(c, w, dw, s, p0, offsets);
     moe_scatter_add(d_n2, s->d_xp + p0 * D, s->row_of + p0, rows, k, D);
     memset(s->d_logits, 0, sizeof(float) * rows * E);
-    moe_route_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E, s->expert + p0,
-                       s->weight + p0, io ? io->aux_g : NULL, rows, E, k, moe_weights_of(c));
+    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
+        moe_route_sigmoid_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E,
+                                   s->expert + p0, rows, E, k, &r);
+    } else {
+        moe_route_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E, s->expert + p0,
+                           s->weight + p0, io ? io->aux_g : NULL, rows, E, k, moe_weights_of(c));
+    }
     linear_backward(d_n2, dw->router, dw->router_b, s->d_logits, n2, w->router, rows, D, E);
     if (w->sh_gate) shared_backward(c, w, dw, s, n2, dout, d_n2, t0, rows);
 }

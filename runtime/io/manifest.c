@@ -87,6 +87,7 @@ static const struct {
     {"expert_bias", offsetof(mt_config, expert_bias)},
     {"attn_output_gate", offsetof(mt_config, attn_output_gate)},
     {"norm_zero_centered", offsetof(mt_config, norm_zero_centered)},
+    {"router_correction", offsetof(mt_config, router_correction)},
 };
 
 static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,

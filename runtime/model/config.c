@@ -133,13 +133,6 @@ static int config_dir(ctx_t *x, char *out, size_t n) {
 
 // ---- derived defaults and cross-field rules ----
 
-// The line of key k, 0 if it was not set; also points messages at the file that set it.
-static int line_of(ctx_t *x, const char *k) {
-    int i = (int)(find_field(k) - schema);
-    x->file = x->file_of[i];
-    return x->line[i];
-}
-#define LINE(k) line_of(x, k)
 #define SEEN(k) (x->line[find_field(k) - schema] != 0)
 
 int config_resolve_paths(config_source *x, mt_config *cfg) {
@@ -241,73 +234,6 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     return 0;
 }
 
-// Whether the list's entries before at name layer v.
-static int listed_before(const char *list, const char *at, long v) {
-    for (const char *p = list; p < at; p = strchr(p, ',') + 1)
-        if (strtol(p, NULL, 10) == v) return 1;
-    return 0;
-}
-
-// model.dense_layers: layer indices below model.layers, comma-separated, digits only, each once
-// ("0,", " 1" and "1,1" are refused rather than read loosely).
-static int check_dense_layers(ctx_t *x, const mt_config *c) {
-    const char *k = "model.dense_layers", *list = c->dense_layers;
-    for (const char *p = list; *p;) {
-        char *end;
-        errno = 0;
-        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
-        if (v < 0 || errno || v >= c->layers || (*end && (*end != ',' || !end[1])))
-            return source_fail(x, LINE(k), k,
-                               "\"%s\" must list layer indices below model.layers = %d, "
-                               "comma-separated, digits only",
-                               list, c->layers);
-        if (listed_before(list, p, v))
-            return source_fail(x, LINE(k), k, "\"%s\" lists layer %ld twice", list, v);
-        p = *end ? end + 1 : end;
-    }
-    return 0;
-}
-
-// gpt-oss's router and expert options go with experts; their biases have hub names only in
-// gpt-oss's fused layout (moe_names "gpt_oss"), which has both.
-static int check_moe_options(ctx_t *x, const mt_config *c) {
-    const char *keys[] = {"model.shared_ffn_dim", "model.router_bias", "model.expert_bias",
-                          "model.swiglu_limit", "model.router_softmax"};
-    int set[] = {c->shared_ffn_dim > 0, c->router_bias, c->expert_bias, c->swiglu_limit > 0,
-                 c->router_softmax != ROUTER_SOFTMAX_ALL};
-    for (int i = 0; i < 5; i++)
-        if (set[i] && c->experts == 0)
-            return source_fail(x, LINE(keys[i]), keys[i], "needs model.experts > 0");
-    int oss = c->moe_names == MOE_NAMES_GPT_OSS;
-    if (oss != !!c->router_bias || oss != !!c->expert_bias) {
-        const char *k = oss              ? "model.moe_names"
-                        : c->router_bias ? "model.router_bias"
-                                         : "model.expert_bias";
-        return source_fail(x, LINE(k), k,
-                           "model.moe_names = \"gpt_oss\" goes with model.router_bias and "
-                           "model.expert_bias (its fused layout has both; no other has either)");
-    }
-    return 0;
-}
-
-// DeepSeek's router: its options go with experts, the groups divide them.
-static int check_router(ctx_t *x, const mt_config *c) {
-    const char *keys[] = {"model.router_score", "model.router_correction", "model.router_groups"};
-    int set[] = {c->router_score != ROUTER_SCORE_SOFTMAX, c->router_correction,
-                 c->router_groups > 1};
-    for (int i = 0; i < 3; i++)
-        if (set[i] && c->experts == 0)
-            return source_fail(x, LINE(keys[i]), keys[i], "needs model.experts > 0");
-    int groups = c->router_groups > 1 ? c->router_groups : 1;
-    if (c->experts % groups)
-        return source_fail(x, LINE("model.router_groups"), "model.router_groups",
-                           "%d does not divide model.experts = %d", groups, c->experts);
-    if (c->router_groups > 1 && (c->router_topk_groups < 1 || c->router_topk_groups > groups))
-        return source_fail(x, LINE("model.router_topk_groups"), "model.router_topk_groups",
-                           "%d: needs 1..model.router_groups = %d", c->router_topk_groups, groups);
-    return 0;
-}
-
 // Multi-head latent attention's widths: all set together, the rotated part even.
 static int check_mla(ctx_t *x, const mt_config *c) {
     if (c->mla_kv_rank <= 0) {
@@ -334,21 +260,7 @@ static int check_pending(ctx_t *x, const mt_config *c) {
     if (c->mla_kv_rank > 0)
         return source_fail(x, LINE("model.mla_kv_rank"), "model.mla_kv_rank",
                            "multi-head latent attention is not built yet");
-    if (c->router_score != ROUTER_SCORE_SOFTMAX || c->router_correction || c->router_groups > 1 ||
-        c->router_scale != 1 || !c->shared_gate)
-        return source_fail(x, LINE("model.router_score"), "model.router_score",
-                           "DeepSeek's router (sigmoid scores, correction bias, groups, scale, "
-                           "ungated shared experts) is not built yet");
     return 0;
-}
-
-static int check_moe(ctx_t *x, const mt_config *c) {
-    if (check_moe_options(x, c) < 0 || check_router(x, c) < 0) return -1;
-    if (c->experts == 0) return 0;
-    if (c->top_k > c->experts)
-        return source_fail(x, LINE("model.top_k"), "model.top_k",
-                           "%d is more than model.experts = %d", c->top_k, c->experts);
-    return check_dense_layers(x, c);
 }
 
 // model.layer_types: one known entry a layer, a sliding one only with a window (model.c).
@@ -383,7 +295,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
                            c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (check_moe(x, c) < 0 || check_mla(x, c) < 0 || check_pending(x, c) < 0) return -1;
+    if (config_check_moe(x, c) < 0 || check_mla(x, c) < 0 || check_pending(x, c) < 0) return -1;
     if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "

@@ -238,3 +238,9 @@ int config_join_path(char *out, size_t n, const char *base, const char *rel) {
     if (np == 0) snprintf(out, n, "/");
     return 0;
 }
+
+int source_line(ctx_t *x, const char *key) {
+    int i = (int)(find_field(key) - config_schema);
+    x->file = x->file_of[i];
+    return x->line[i];
+}

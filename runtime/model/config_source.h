@@ -44,6 +44,11 @@ int source_fail(ctx_t *x, int line, const char *key, const char *fmt, ...)
 int source_store(ctx_t *x, mt_config *cfg, const field_t *f, const config_setting_t *s);
 // base/rel with ".", ".." and repeated slashes removed, lexically; -1 when it does not fit.
 int config_join_path(char *out, size_t n, const char *base, const char *rel);
+// The line of key k, 0 if it was not set; also points messages at the file that set it.
+int source_line(ctx_t *x, const char *key);
+#define LINE(k) source_line(x, k)
+// config_moe.c: the Mixture-of-Experts fields' rules between them.
+int config_check_moe(ctx_t *x, const mt_config *c);
 // config_override.c: x->overrides[0 .. n-1] applied over the file's settings.
 int config_apply_overrides(ctx_t *x, mt_config *cfg, int n);
 

@@ -343,6 +343,7 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
     if (read_oss(j, f, m) < 0) return -1;
     m->experts = 0, m->top_k = 2, m->moe_ffn_dim = m->ffn_dim, m->norm_topk_prob = 1;
     m->shared_ffn_dim = 0, m->moe_every = 1, m->router_aux = 0, m->router_aux_coef = 0.001;
+    m->shared_gate = 1; // Qwen2-MoE's shared expert has its gate
     memset(m->dense_layers, 0, sizeof m->dense_layers);
     m->moe_names = MOE_NAMES_MLP;
     if (!f->experts_key) return 0;

@@ -162,6 +162,8 @@ static int role_present(const mt_config *c, int layer, int present) {
         return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank > 0;
     case ROLE_ROUTER_CORR:
         return moe && c->router_correction;
+    case ROLE_SHARED_GATE:
+        return moe && c->shared_ffn_dim > 0 && c->shared_gate;
     }
     return 1; // ROLE_ALWAYS
 }
@@ -235,6 +237,22 @@ static void gdn_fused_name(tensor_info *t) {
         if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
 }
 
+// DeepSeek's shared experts (roles.h's MT_DEEPSEEK_SHARED_NAMES): t's hub name when its role
+// is one of them.
+static void deepseek_shared_name(tensor_info *t) {
+    static const struct {
+        int role;
+        const char *name;
+        int layout;
+    } shared[] = {
+#define MT_SHARED_ROW(role, name, layout) {role, name, layout},
+        MT_DEEPSEEK_SHARED_NAMES(MT_SHARED_ROW)
+#undef MT_SHARED_ROW
+    };
+    for (size_t i = 0; i < sizeof shared / sizeof *shared; i++)
+        if (shared[i].role == t->role) t->name = shared[i].name, t->hub_layout = shared[i].layout;
+}
+
 // transformers 5's fused experts (model.hub_experts_fused) bear gpt-oss's names: the layout of
 // each, from gpt-oss's.
 static int fused_expert_layout(int oss_layout) {
@@ -260,6 +278,7 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
             if (c->hub_gdn_fused) gdn_fused_name(&t[n - 1]);
+            if (c->moe_names == MOE_NAMES_DEEPSEEK) deepseek_shared_name(&t[n - 1]);
             if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
                 t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
                 t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
@@ -286,6 +305,43 @@ int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *num
     for (int k = 0; k < n; k++) t[k].lm_nested = c->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
     *numel = off;
     return n;
+}
+
+static int role_frozen(int role) {
+#define MT_FROZEN_CASE(r) case r:
+    switch (role) {
+        MT_FROZEN_ROLES(MT_FROZEN_CASE)
+        return 1;
+    }
+#undef MT_FROZEN_CASE
+    return 0;
+}
+
+int model_frozen_spans(const mt_config *c, int g, uint64_t lo[MODEL_MAX_FROZEN],
+                       uint64_t hi[MODEL_MAX_FROZEN]) {
+    static _Thread_local tensor_info t[MODEL_MAX_TENSORS];
+    uint64_t numel;
+    int n = model_group_tensors(c, g, t, &numel), spans = 0;
+    for (int i = 0; i < n; i++) {
+        if (!role_frozen(t[i].role)) continue;
+        if (spans == MODEL_MAX_FROZEN) mt_die("group %d: more than %d frozen tensors", g, spans);
+        lo[spans] = t[i].offset, hi[spans] = t[i].offset + t[i].numel, spans++;
+    }
+    return spans;
+}
+
+uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uint64_t at,
+                          uint64_t end, int *frozen) {
+    *frozen = 0;
+    for (int i = 0; i < spans; i++) {
+        if (at >= hi[i]) continue;
+        if (at >= lo[i]) {
+            *frozen = 1;
+            return hi[i] < end ? hi[i] : end;
+        }
+        return lo[i] < end ? lo[i] : end; // trained up to the next frozen span
+    }
+    return end;
 }
 
 uint64_t model_group_numel(const mt_config *c, int g) {

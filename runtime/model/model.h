@@ -434,6 +434,15 @@ void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer);
 // UINT64_MAX where the layer has no such tensor.
 void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]);
 
+// The frozen tensors of group g (roles.h's MT_FROZEN_ROLES: never trained) as element ranges
+// [lo[i], hi[i]) in order; returns how many. model_frozen_run: the run of [at, end) that starts
+// at `at`, wholly frozen or wholly trained (*frozen says which); returns where it ends.
+#define MODEL_MAX_FROZEN 8
+int model_frozen_spans(const mt_config *c, int g, uint64_t lo[MODEL_MAX_FROZEN],
+                       uint64_t hi[MODEL_MAX_FROZEN]);
+uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uint64_t at,
+                          uint64_t end, int *frozen);
+
 // Initial value of element i of group g: N(0, 0.02) for matrices, ones for norm weights and
 // zeros for biases, as transformers initializes Llama and Qwen2. It is a pure function of
 // (seed, g, i), so every optimizer rank initializes its own slice and any sharding gives the

@@ -27,6 +27,7 @@ enum {
     ROLE_MLA_Q,       // MLA without a low-rank query path (model.mla_q_rank 0): q_proj
     ROLE_MLA_QLORA,   // MLA with one (model.mla_q_rank > 0)
     ROLE_ROUTER_CORR, // the MLP kind is MoE with model.router_correction (frozen)
+    ROLE_SHARED_GATE, // a shared expert with its sigmoid gate (model.shared_gate, Qwen2-MoE)
 };
 
 // How the hub's tensor holds one of ours (io/ reads and writes it): the whole tensor as it is,
@@ -61,6 +62,11 @@ enum {
     X(T_SH_GATE, "model.layers.%d.mlp.shared_experts.gate_proj.weight", HUB_PLAIN)                 \
     X(T_SH_UP, "model.layers.%d.mlp.shared_experts.up_proj.weight", HUB_PLAIN)                     \
     X(T_SH_DOWN, "model.layers.%d.mlp.shared_experts.down_proj.weight", HUB_PLAIN)
+
+// The roles that are never trained (transformers' buffers): the optimizer leaves their master
+// weights, m and v exactly as loaded, whatever the gradient or the weight decay, and the export
+// writes them back unchanged. X(role).
+#define MT_FROZEN_ROLES(X) X(T_ROUTER_CORR)
 
 // Qwen3-Next's names for the roles its fused projections hold (model.hub_gdn_fused): X(role,
 // hub name, HUB_* layout).
@@ -149,8 +155,8 @@ enum {
       HUB_PLAIN, DIM_S, DIM_D, TENSOR_NORMAL)                                                      \
     X(sh_down, T_SH_DOWN, ROLE_SHARED, "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL, \
       NULL, HUB_PLAIN, DIM_D, DIM_S, TENSOR_NORMAL)                                                \
-    X(sh_route, T_SH_ROUTE, ROLE_SHARED, "model.layers.%d.mlp.shared_expert_gate.weight", NULL,    \
-      NULL, HUB_PLAIN, DIM_ONE, DIM_D, TENSOR_NORMAL)                                              \
+    X(sh_route, T_SH_ROUTE, ROLE_SHARED_GATE, "model.layers.%d.mlp.shared_expert_gate.weight",     \
+      NULL, NULL, HUB_PLAIN, DIM_ONE, DIM_D, TENSOR_NORMAL)                                        \
     X(bo, T_BO, ROLE_O_BIAS, "model.layers.%d.self_attn.o_proj.bias", NULL, NULL, HUB_PLAIN,       \
       DIM_D, DIM_NONE, TENSOR_ZEROS)                                                               \
     X(sinks, T_SINKS, ROLE_SINKS, "model.layers.%d.self_attn.sinks", NULL, NULL, HUB_PLAIN, DIM_H, \

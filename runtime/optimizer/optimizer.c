@@ -316,6 +316,28 @@ static void sleep_through_signals(int ms) {
         if (errno != EINTR) SYS_CHECK(-1);
 }
 
+// AdamW over n elements that start at element `first` of group g, around its frozen tensors
+// (model_frozen_spans): their master, m and v stay as they are, and copy (NULL: none) gets the
+// master's bf16 bits as the update would have written them.
+static void adamw_trainable(const mt_config *c, int g, uint64_t first, float *master, float *m,
+                            float *v, bf16 *copy, const char *grads, int grad_bytes, uint64_t n,
+                            const adamw_params *hp) {
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN];
+    int spans = model_frozen_spans(c, g, lo, hi), frozen;
+    for (uint64_t a = 0, b; a < n; a = b) {
+        b = model_frozen_run(lo, hi, spans, first + a, first + n, &frozen) - first;
+        bf16 *cp = copy ? copy + a : NULL;
+        const char *gr = grads + a * grad_bytes;
+        if (frozen) {
+            for (uint64_t i = a; cp && i < b; i++) copy[i] = bf16_from_float(master[i]);
+        } else if (grad_bytes == 2) { // bf16 slots: rounded once on the compute rank
+            adamw_update_bf16_grads(master + a, m + a, v + a, cp, (const bf16 *)gr, b - a, hp);
+        } else {
+            adamw_update(master + a, m + a, v + a, cp, (const float *)gr, b - a, hp);
+        }
+    }
+}
+
 // Elements [at, at + n) of this rank's part of group g: AdamW from the gradients at `grads`
 // (their element `at`), with moments from memory or the NVMe tier's windows.
 static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, const char *grads,
@@ -334,10 +356,8 @@ static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, co
     else
         master += o->part_lo[g] + at;
     grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
-    if (job->grad_bytes == 2) // bf16 slots: rounded once on the compute rank
-        adamw_update_bf16_grads(master, m, v, copy, (const bf16 *)grads, n, hp);
-    else
-        adamw_update(master, m, v, copy, (const float *)grads, n, hp);
+    uint64_t first = job->layouts[o->shard].lo[g] + o->part_lo[g] + at;
+    adamw_trainable(&job->cfg, g, first, master, m, v, copy, grads, job->grad_bytes, n, hp);
     if (copy) { // fresh, still in the window: to the ring, and its copy to disk
         storage_write_copy(o->tier, g, k);
         ring_put(o, g, k, step + 1, master, n);

@@ -181,7 +181,8 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, sh_logit, (s).sh *(s).r)                                                           \
     X(o, bf16, d_sh_logit, (s).sh *(s).r)                                                          \
     X(o, float, psum_all, (s).stat_rows *(s).E)                                                    \
-    X(o, float, aux_g, (s).M *(s).E)
+    X(o, float, aux_g, (s).M *(s).E)                                                               \
+    X(o, float, correction, (s).E)
 
 // The CUDA backend's host memory, pinned: every micro-batch's losses copied back, and a MoE
 // chunk's expert counts and offsets (the experts' GEMMs are sized on the host).

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# DeepSeek's correction bias (mlp.gate.e_score_correction_bias) is a buffer in transformers,
+# never trained: a tiny MoE folder (tests/hf_moe_fixture.py, Qwen3-MoE's names) with a nonzero
+# bias per layer, trained with DeepSeek's router (sigmoid scores, the bias for the choice, 2
+# groups of which 1 is kept, scale 2.5) for 4 steps with weight decay 0.1 through the real
+# mtrun, exports each layer's bias bitwise as imported while the router's weights move; the
+# same with the embedding and layer 0 updated by the compute rank (optimizer.device_groups),
+# and with the master, m and v in the NVMe tier (storage.master).
+source "$(dirname "$0")/e2e_lib.sh" "$@"
+python3 "$SRC/tests/hf_moe_fixture.py" "$WORK/hf" qwen3_moe --correction 1
+# frozen NAME EXTRA-OPTIMIZER-KEYS [mtrun args...]: trains $WORK/hf into $WORK/NAME, exported to
+# $WORK/NAME.out
+frozen() {
+    cat >"$WORK/$1.cfg" <<CFGEOF
+model_dir = "$WORK/hf";
+model = { router_score = "sigmoid"; router_correction = true; router_groups = 2;
+          router_topk_groups = 1; router_scale = 2.5; router_aux = false; };
+data = { path = "$SRC/data/tinyshakespeare.txt"; };
+batch = { micro_batch = 2; micro_batches = 2; seq_len = 8; };
+optimizer = { lr = 1e-2; weight_decay = 0.1; $2 };
+steps = 4;
+backend = "cpu";
+export_dir = "$WORK/$1.out";
+CFGEOF
+    run_job "$1" 3 "$WORK/$1.cfg" "${@:3}" || show_log "$1"
+    expect "$1: ran 4 steps" test "$(losses "$WORK/$1" 2>/dev/null | wc -l)" -eq 4
+    expect "$1: every layer's e_score_correction_bias exported bitwise as imported" \
+        python3 - "$WORK/hf/model.safetensors" "$WORK/$1.out" e_score_correction_bias same <<'PY'
+import glob, json, struct, sys
+def tensors(path):
+    out = {}
+    for f in [path] if path.endswith(".safetensors") else sorted(glob.glob(path + "/*.safetensors")):
+        raw = open(f, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        for k, v in json.loads(raw[8:8 + n]).items():
+            if k != "__metadata__":
+                a, b = v["data_offsets"]
+                out[k] = (v["dtype"], raw[8 + n + a:8 + n + b])
+    return out
+before, after, suffix, want = tensors(sys.argv[1]), tensors(sys.argv[2]), sys.argv[3], sys.argv[4]
+names = [k for k in before if k.endswith(suffix)]
+ok = bool(names) and all(k in after for k in names)  # an export without them proves nothing
+same = [before[k] == after[k] for k in names if k in after]
+print(f"{suffix}: {sum(same)} of {len(names)} exported unchanged")
+sys.exit(0 if ok and (all(same) if want == "same" else not any(same)) else 1)
+PY
+    expect "$1: every router's weights moved" \
+        python3 - "$WORK/hf/model.safetensors" "$WORK/$1.out" mlp.gate.weight moved \
+        < <(sed -n '/^import glob/,/^sys.exit/p' "$0")
+}
+frozen host ""
+frozen device "device_groups = 2;"
+# the NVMe tier holding the master beside m and v, in pieces of 1000 floats that cut across the
+# bias (each layer's group starts a new piece sequence)
+mkdir "$WORK/disk"
+MT_TEST_PIECE_FLOATS=1000 frozen tier "" storage.dir="$WORK/disk" storage.adam=true \
+    storage.master=true
+finish
