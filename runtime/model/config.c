@@ -331,9 +331,6 @@ static int check_mla(ctx_t *x, const mt_config *c) {
 // Model options whose layer parts are not built yet: refused here, so that no job trains a
 // model other than the one its config describes.
 static int check_pending(ctx_t *x, const mt_config *c) {
-    if (c->mla_kv_rank > 0)
-        return source_fail(x, LINE("model.mla_kv_rank"), "model.mla_kv_rank",
-                           "multi-head latent attention is not built yet");
     if (c->router_score != ROUTER_SCORE_SOFTMAX || c->router_correction || c->router_groups > 1 ||
         c->router_scale != 1 || !c->shared_gate)
         return source_fail(x, LINE("model.router_score"), "model.router_score",

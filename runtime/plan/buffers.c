@@ -11,7 +11,7 @@ static uint64_t most(uint64_t a, uint64_t b) {
 static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     if (c->kv_heads > 0)
         s->attn_scratch =
-            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
+            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, (int)s->KVH, (int)s->hd);
     s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
     // q, k and v's biases; the router's and the experts' (gpt-oss)
     s->bias_scratch = cuda_bias_scratch_floats((int)most(
@@ -26,6 +26,17 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
     s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, c->dim, c->vocab);
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, c->experts, c->top_k) : 0;
+}
+
+// Multi-head latent attention (every attention layer when mla_kv_rank > 0): q, k and v in the
+// softmax buffers, one key head a query head, at the wider of q's and v's head widths (the CUDA
+// kernels take one head width: attn_mla_cuda.c pads the narrower to it).
+static void mla_shape(mt_buffer_shape *s, const mt_config *c) {
+    s->mla = 1, s->QR = c->mla_q_rank > 0 ? (uint64_t)c->mla_q_rank : 0;
+    s->KR = (uint64_t)c->mla_kv_rank, s->RD = (uint64_t)c->mla_rope_dim;
+    s->KB = s->H * (uint64_t)(c->mla_nope_dim + c->mla_v_dim);
+    s->hd = most((uint64_t)mt_mla_qk_dim(c), (uint64_t)c->mla_v_dim);
+    s->KVH = s->H, s->Q = s->KV = s->H * s->hd, s->AO = most(s->AO, s->Q);
 }
 
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
@@ -44,6 +55,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
         s->LC = 2 * s->LK + s->LV, s->LH = (uint64_t)c->linear_v_heads;
         s->LKH = (uint64_t)c->linear_k_heads, s->AO = most(s->Q, s->LV);
     }
+    if (c->mla_kv_rank > 0) mla_shape(s, c);
     s->docs = mt_packs_documents(c);
     s->moe_layers = mt_moe_layers(c);
     if (c->experts > 0) {
@@ -99,6 +111,7 @@ LIST_BUILDER(mt_buffers_cuda_pinned, MT_CUDA_PINNED, 0)
 LIST_BUILDER(mt_buffers_cuda_host, MT_CUDA_HOST, 0)
 LIST_BUILDER(mt_buffers_cpu_layer, MT_CPU_LAYER, 0)
 LIST_BUILDER(mt_buffers_cpu_gdn, MT_CPU_GDN, 0)
+LIST_BUILDER(mt_buffers_cpu_mla, MT_CPU_MLA, 0)
 LIST_BUILDER(mt_buffers_cpu_moe, MT_CPU_MOE, 0)
 LIST_BUILDER(mt_buffers_cpu_backend, MT_CPU_BACKEND, 0)
 LIST_BUILDER(mt_buffers_cpu_moe_stats, MT_CPU_MOE_STATS, 0)

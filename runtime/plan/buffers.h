@@ -27,6 +27,10 @@ typedef struct {
     // width LK, value width LV, value and key heads LH and LKH
     uint64_t gdn, LC, LK, LV, LH, LKH;
     uint64_t AO; // the attention part's output width: Q, or LV where a GDN layer's is wider
+    // Multi-head latent attention, with such layers (all 0 without): 1; its query rank QR, latent
+    // KR, rotated width RD and kv_b_proj's output KB (heads x (nope + v)). Its q, k and v take
+    // the softmax buffers, KVH = H heads of hd = the larger of q's and v's head widths.
+    uint64_t mla, QR, KR, RD, KB;
     // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
     // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
@@ -235,6 +239,26 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, la.d_conv, (s).n *(s).LC)                                                          \
     X(o, float, la.d_mixed, (s).n *(s).LC)
 
+// A multi-head latent attention layer's internals over the micro-batch (attn_mla_cpu.c), with
+// such layers: the low-rank query path's q_a_proj output, its norm and statistics; kv_a_proj's
+// output, its latent and rotated parts, the latent's norm and statistics, kv_b_proj's output
+// (per head k's nope part, then v); then their gradients.
+#define MT_CPU_MLA(X, o, s)                                                                        \
+    X(o, float, mla.qa, (s).n *(s).QR)                                                             \
+    X(o, float, mla.qan, (s).n *(s).QR)                                                            \
+    X(o, float, mla.rstd_qa, ((s).QR > 0) * (s).n)                                                 \
+    X(o, float, mla.kva, (s).n *((s).KR + (s).RD))                                                 \
+    X(o, float, mla.lat, (s).n *(s).KR)                                                            \
+    X(o, float, mla.krot, (s).n *(s).RD)                                                           \
+    X(o, float, mla.kvn, (s).n *(s).KR)                                                            \
+    X(o, float, mla.rstd_kv, (s).mla *(s).n)                                                       \
+    X(o, float, mla.kvb, (s).n *(s).KB)                                                            \
+    X(o, float, mla.d_qan, (s).n *(s).QR)                                                          \
+    X(o, float, mla.d_qa, (s).n *(s).QR)                                                           \
+    X(o, float, mla.d_kvn, (s).n *(s).KR)                                                          \
+    X(o, float, mla.d_lat, (s).n *(s).KR)                                                          \
+    X(o, float, mla.d_krot, (s).n *(s).RD)
+
 // A MoE MLP's internals over the micro-batch (moe_mlp.c's moe_scratch), Pn = n x top_k pairs,
 // each chunk its own counts and offsets.
 #define MT_CPU_MOE(X, o, s)                                                                        \
@@ -326,6 +350,7 @@ void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_gdn(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_mla(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s);

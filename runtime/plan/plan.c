@@ -39,12 +39,12 @@ static uint64_t list_bytes(buffer_list_of list, const mt_buffer_shape *s) {
     return mt_buffer_list_bytes(&l);
 }
 
-// layer.c's layer_scratch_new (Gated DeltaNet's internals too), with an MoE model's
-// moe_scratch_new.
+// layer.c's layer_scratch_new (Gated DeltaNet's and latent attention's internals too), with an
+// MoE model's moe_scratch_new.
 static uint64_t cpu_layer_bytes(const mt_config *c) {
     mt_buffer_shape s = buffer_shape(c);
     return list_bytes(mt_buffers_cpu_layer, &s) + list_bytes(mt_buffers_cpu_gdn, &s) +
-           plan_moe_cpu_bytes(c);
+           list_bytes(mt_buffers_cpu_mla, &s) + plan_moe_cpu_bytes(c);
 }
 
 // The int32 arrays a step's tokens fill, one value a token of each micro-batch: inputs and
