@@ -56,6 +56,13 @@ foreach(kind attention linear)
            $<TARGET_FILE:layer_check> cpu qwen35_${kind})
   set_tests_properties(layer_parity_qwen35_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
+# DeepseekV3DecoderLayer (a dense MLP): multi-head latent attention with q_proj and plain RoPE,
+# and with the low-rank query path, interleaved RoPE and YaRN's mscale_all_dim (the CPU template)
+foreach(kind deepseek_v3 deepseek_v3_lora)
+  add_test(NAME layer_parity_${kind}_cpu COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+           $<TARGET_FILE:layer_check> cpu ${kind})
+  set_tests_properties(layer_parity_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
 # A whole tiny Qwen3_5ForCausalLM (hybrid layers) against the CPU templates: loss and every
 # parameter's gradient (skipped without torch).
 add_executable(model_check ${MT_TEST_DIR}/model_check.c)

@@ -181,8 +181,8 @@ static void query_backward(const layer_call *k, const mla_dims *m, int t0, int r
     memset(a->d_qan + r, 0, len);
     linear_backward(a->d_qan + r, dw->mla_q_b, NULL, dq, a->qan + r, w->mla_q_b, rows, m->QR, HQ);
     memset(a->d_qa + r, 0, len);
-    rmsnorm_offset_backward(a->d_qa + r, dw->mla_q_a_norm, a->d_qan + r, a->qa + r,
-                            w->mla_q_a_norm, mt_norm_offset(c), a->rstd_qa + t0, rows, m->QR);
+    rmsnorm_offset_backward(a->d_qa + r, dw->mla_q_a_norm, a->d_qan + r, a->qa + r, w->mla_q_a_norm,
+                            mt_norm_offset(c), a->rstd_qa + t0, rows, m->QR);
     linear_backward(dn1, dw->mla_q_a, NULL, a->d_qa + r, n1, w->mla_q_a, rows, D, m->QR);
 }
 
