@@ -4,7 +4,9 @@
 # must account for the stream's time. Then a gpt-oss MoE (router bias, softmax over the top k,
 # expert biases, clamped SwiGLU, the aux loss on): step 1 within 1%, every step within 5% (a
 # top-k choice on a near tie may flip on bf16 rounding, and the curves part from there), and the
-# aux losses within 5%. Skipped (exit 77) without a usable GPU.
+# aux losses within 5%. Then multi-head latent attention (a query rank, values of 16 padded to q's
+# and k's 24 on the GPU, interleaved RoPE, YaRN with mscale_all_dim, packed documents): every
+# step within 2%. Skipped (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
 small_config cuda "$WORK/cuda.cfg"
@@ -50,4 +52,26 @@ expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/oss_pairs"
+# mla BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND
+mla() {
+    small_config "$1" "$2.tmp"
+    sed -e 's/kv_heads = 2;/kv_heads = 4;/' -e '/ffn_dim *= *160;/a\
+  mla_q_rank = 24; mla_kv_rank = 32; mla_nope_dim = 16; mla_rope_dim = 8; mla_v_dim = 16;\
+  rope_interleave = true;\
+  rope_scaling = { rope_type = "yarn"; factor = 4.0; original_max_position_embeddings = 8;\
+                   mscale = 1.0; mscale_all_dim = 0.8; };' \
+        -e '/^data = {/a\
+  pack = "documents"; eot = 10;' "$2.tmp" >"$2"
+}
+mla cpu "$WORK/mla_cpu.cfg"
+mla cuda "$WORK/mla_cuda.cfg"
+run_job mla_cpu 3 "$WORK/mla_cpu.cfg" || show_log mla_cpu
+run_job mla_cuda 3 "$WORK/mla_cuda.cfg" || show_log mla_cuda
+expect "MLA: the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/mla_cuda.log"
+paste -d' ' <(losses "$WORK/mla_cpu" | sed 's/.*"loss"://') \
+    <(losses "$WORK/mla_cuda" | sed 's/.*"loss"://') >"$WORK/mla_pairs"
+cat "$WORK/mla_pairs"
+expect "MLA: every step's loss agrees within 2% over 20 steps" \
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad || NR != 20 }' \
+    "$WORK/mla_pairs"
 finish

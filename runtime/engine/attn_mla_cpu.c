@@ -12,10 +12,6 @@
 #include "runtime/engine/layer_parts.h"
 #include <string.h>
 
-// q_a_layernorm and kv_a_layernorm: transformers builds them with DeepseekV3RMSNorm's default
-// eps, not config.rms_norm_eps (the decoder's norms take that).
-#define MLA_LATENT_NORM_EPS 1e-6f
-
 // The widths: heads, k's nope and rope parts, q's and k's head (dqk), v's head, the latent, the
 // query rank (0: q_proj), kv_a_proj's output (KA) and kv_b_proj's (KB).
 typedef struct {
@@ -103,7 +99,7 @@ static void project_forward(const layer_call *k, int t0, int rows) {
         float *qa = a->qa + (size_t)t0 * m.QR, *qan = a->qan + (size_t)t0 * m.QR;
         linear_forward(qa, n1, w->mla_q_a, NULL, rows, D, m.QR);
         rmsnorm_offset_forward(qan, a->rstd_qa + t0, qa, w->mla_q_a_norm, off, rows, m.QR,
-                               MLA_LATENT_NORM_EPS);
+                               MT_MLA_LATENT_NORM_EPS);
         linear_forward(q, qan, w->mla_q_b, NULL, rows, m.QR, HQ);
     } else {
         linear_forward(q, n1, w->mla_q, NULL, rows, D, HQ);
@@ -114,7 +110,7 @@ static void project_forward(const layer_call *k, int t0, int rows) {
     columns_split(lat, kva, rows, m.KA, 0, m.R);
     columns_split(a->krot + (size_t)t0 * m.dr, kva, rows, m.KA, m.R, m.dr);
     rmsnorm_offset_forward(kvn, a->rstd_kv + t0, lat, w->mla_kv_a_norm, off, rows, m.R,
-                           MLA_LATENT_NORM_EPS);
+                           MT_MLA_LATENT_NORM_EPS);
     linear_forward(a->kvb + (size_t)t0 * m.KB, kvn, w->mla_kv_b, NULL, rows, m.R, m.KB);
 }
 

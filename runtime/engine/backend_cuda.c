@@ -144,7 +144,7 @@ static int cu_attention_reserve(backend *b, int slots) {
 }
 
 // The layer's working set (buffers.h): its saved tensors for a chunk in one allocation, the
-// rest of its buffers, and qk_norm's.
+// rest of its buffers, qk_norm's and the latent attention's.
 static void alloc_layer_set(backend *b) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 0);
@@ -156,6 +156,9 @@ static void alloc_layer_set(backend *b) {
     mt_buffers_cuda_qk_norm(&l, &b->shape);
     void **qk[] = {MT_CUDA_QK_NORM(MT_BUFFER_SLOT, b, _)};
     cu_carve(b, &l, CU_SLOTS(qk));
+    mt_buffers_cuda_mla(&l, &b->shape);
+    void **mla[] = {MT_CUDA_MLA(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(mla));
 }
 
 static void alloc_head_set(backend *b) {

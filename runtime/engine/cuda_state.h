@@ -53,6 +53,12 @@ typedef struct {
     float *lse, *h;
 } layer_saved;
 
+// Multi-head latent attention's working set (MT_CUDA_MLA: buffers.h), NULL without it.
+typedef struct {
+    float *qa, *rstd_qa, *lat, *rstd_kv, *krot_f, *d_a, *d_x, *norm_scratch;
+    bf16 *qan, *kvn, *kvb, *krot, *pad, *dpad, *d_b;
+} mla_set;
+
 struct backend {
     const mt_config *c;
     // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
@@ -62,6 +68,7 @@ struct backend {
     moe_set moe;
     // qk_norm: q and k from their projections in fp32 (the norm's input), the norms' statistics
     float *q_raw, *k_raw, *rstd_q, *rstd_k, *qk_scratch, *norm_qk;
+    mla_set mla;
     cudaStream_t s;
     cuda_gemm *gemm;
     float *inv_freq;  // RoPE's frequencies (device), model_rope_inv_freq's

@@ -34,19 +34,30 @@ static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *wi
     return with;
 }
 
+// o_proj's weight and input width: the softmax attention's wo over heads x head_dim, or multi-head
+// latent attention's (attn_mla_cuda.c) over its compact heads x mla_v_dim.
+static const bf16 *out_weight(const layer_w *w) {
+    return w->mla_o ? w->mla_o : w->wo;
+}
+static int out_width(const mt_config *c) {
+    return c->mla_kv_rank > 0 ? c->heads * c->mla_v_dim : c->heads * mt_head_dim(c);
+}
+
 // One chunk's h = x + att . wo^T (+ o_proj's bias: model.o_bias) into h (the residual add rides
 // on the GEMM's beta), and the second norm of it into b->n2.
 static void residual_and_norm(backend *b, const layer_w *w, const float *x, const layer_saved *a,
                               float *h, int t0, int rows) {
     const mt_config *c = b->c;
-    int D = c->dim, Q = c->heads * mt_head_dim(c);
+    int D = c->dim, Q = out_width(c);
     cu_copy(b, h, x + (size_t)t0 * D, sizeof(float) * rows * D);
-    cuda_linear_forward(b->gemm, h, 1, 1.0f, a->att + (size_t)t0 * Q, w->wo, rows, Q, D, b->s);
+    cuda_linear_forward(b->gemm, h, 1, 1.0f, a->att + (size_t)t0 * Q, out_weight(w), rows, Q, D,
+                        b->s);
     if (w->bo) cuda_bias_forward_f32(h, w->bo, rows, D, b->s);
     cuda_rmsnorm_forward(b->n2, b->rstd2, h, w->ffn_norm, rows, D, (float)c->norm_eps, b->s);
 }
 
-static const cu_attn_part *const attn_parts[ATTN_KINDS] = {[ATTN_SOFTMAX] = &attn_softmax_cuda};
+static const cu_attn_part *const attn_parts[ATTN_KINDS] = {
+    [ATTN_SOFTMAX] = &attn_softmax_cuda, [ATTN_MLA] = &attn_mla_cuda};
 static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
@@ -69,7 +80,7 @@ void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x
 static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, const float *dout,
                               float *dx, layer_saved *a, int t0, int rows) {
     const mt_config *c = b->c;
-    int D = c->dim, Q = c->heads * mt_head_dim(c);
+    int D = c->dim, Q = out_width(c);
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const float *dy = dout + (size_t)t0 * D;
@@ -78,8 +89,10 @@ static void mlp_tail_backward(backend *b, const layer_w *w, const layer_g *g, co
     cuda_rmsnorm_backward(dh, g->ffn_norm, b->d_n2, a->h, w->ffn_norm, b->rstd2, rows, D,
                           b->norm_scratch, s);
     cuda_float_to_bf16(b->dh_b, dh, (long)rows * D, s);
-    cuda_linear_backward_input(gm, b->d_att + (size_t)t0 * Q, 0, 0, b->dh_b, w->wo, rows, Q, D, s);
-    cuda_linear_backward_weight(gm, g->wo, b->dh_b, a->att + (size_t)t0 * Q, rows, Q, D, s);
+    cuda_linear_backward_input(gm, b->d_att + (size_t)t0 * Q, 0, 0, b->dh_b, out_weight(w), rows, Q,
+                               D, s);
+    cuda_linear_backward_weight(gm, g->mla_o ? g->mla_o : g->wo, b->dh_b, a->att + (size_t)t0 * Q,
+                                rows, Q, D, s);
     if (g->bo) cuda_bias_backward_f32(g->bo, dh, rows, D, b->bias_scratch, s);
 }
 

@@ -325,6 +325,15 @@ static int check_mla(ctx_t *x, const mt_config *c) {
     if (c->mla_rope_dim % 2)
         return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
                            "%d must be even (RoPE rotates pairs)", c->mla_rope_dim);
+    // the options of softmax attention's projections, which the latent attention does not have
+    const char *other[] = {"model.qkv_bias", "model.o_bias", "model.qk_norm",
+                           "model.attn_output_gate", "model.attn_sinks"};
+    int has[] = {c->qkv_bias, c->o_bias, mt_qk_norm(c) != QK_NONE, c->attn_output_gate,
+                 c->attn_sinks};
+    for (int i = 0; i < 5; i++)
+        if (has[i])
+            return source_fail(x, LINE(other[i]), other[i],
+                               "not with model.mla_kv_rank (multi-head latent attention)");
     return 0;
 }
 

@@ -287,6 +287,10 @@ static inline int mt_packs_documents(const mt_config *c) {
 static inline int mt_head_dim(const mt_config *c) {
     return c->head_dim ? c->head_dim : c->dim / c->heads;
 }
+// Multi-head latent attention's norms of its query rank and latent (q_a_layernorm,
+// kv_a_layernorm): transformers builds them with DeepseekV3RMSNorm's default eps, not
+// config.rms_norm_eps (the decoder's norms take that).
+#define MT_MLA_LATENT_NORM_EPS 1e-6f
 // Multi-head latent attention's query and key head width (mla_nope_dim + mla_rope_dim).
 static inline int mt_mla_qk_dim(const mt_config *c) {
     return c->mla_nope_dim + c->mla_rope_dim;

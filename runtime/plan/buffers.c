@@ -21,6 +21,9 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     int rows = (int)(all ? s->n : s->n * s->H);
     s->norm_qk = most(cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->Q : s->hd)),
                       cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->KV : s->hd)));
+    if (s->mla)
+        s->norm_mla = most(cuda_rmsnorm_scratch_floats((int)s->r, (int)s->QR),
+                           cuda_rmsnorm_scratch_floats((int)s->r, (int)s->KR));
     // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
     long chunk = c->vocab > 0 ? (256l << 20) / ((long)c->vocab * 6) : 1;
     s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
@@ -37,6 +40,7 @@ static void mla_shape(mt_buffer_shape *s, const mt_config *c) {
     s->KB = s->H * (uint64_t)(c->mla_nope_dim + c->mla_v_dim);
     s->hd = most((uint64_t)mt_mla_qk_dim(c), (uint64_t)c->mla_v_dim);
     s->KVH = s->H, s->Q = s->KV = s->H * s->hd, s->AO = most(s->AO, s->Q);
+    s->LR = most(s->QR, s->KR);
 }
 
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
@@ -104,6 +108,7 @@ void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whol
     }
 LIST_BUILDER(mt_buffers_cuda_layer, MT_CUDA_LAYER, 0)
 LIST_BUILDER(mt_buffers_cuda_qk_norm, MT_CUDA_QK_NORM, 0)
+LIST_BUILDER(mt_buffers_cuda_mla, MT_CUDA_MLA, 0)
 LIST_BUILDER(mt_buffers_cuda_head, MT_CUDA_HEAD, 0)
 LIST_BUILDER(mt_buffers_cuda_moe, MT_CUDA_MOE, 0)
 LIST_BUILDER(mt_buffers_cuda_attention_slot, MT_CUDA_ATTENTION_SLOT, MT_CUDA_ATTENTION_SLOT_ALIGN)

@@ -30,7 +30,7 @@ typedef struct {
     // Multi-head latent attention, with such layers (all 0 without): 1; its query rank QR, latent
     // KR, rotated width RD and kv_b_proj's output KB (heads x (nope + v)). Its q, k and v take
     // the softmax buffers, KVH = H heads of hd = the larger of q's and v's head widths.
-    uint64_t mla, QR, KR, RD, KB;
+    uint64_t mla, QR, KR, RD, KB, LR; // LR: the wider of QR and KR
     // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
     // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
@@ -38,6 +38,7 @@ typedef struct {
     uint64_t moe, E, P, Pn, MF, S, sh, moe_layers, stat_rows;
     // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
     uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
+    uint64_t norm_mla; // the latent attention's norms' (a chunk of rows of QR and of KR)
 } mt_buffer_shape;
 
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
@@ -90,6 +91,31 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, rstd_k, (s).qk *(s).n *(s).KVH)                                                    \
     X(o, float, qk_scratch, (s).qk * 2 * (s).n * (s).Q)                                            \
     X(o, float, norm_qk, (s).qk *(s).norm_qk)
+
+// Multi-head latent attention (attn_mla_cuda.c), with such layers: a chunk's q_a_proj output
+// (fp32, its norm's input), its norm and statistics, the latent (fp32) and its norm and
+// statistics, kv_b_proj's output (its gradient in the backward); the micro-batch's rotated key
+// part (fp32 from kv_a_proj, then bf16 for RoPE; their gradients in the backward); attention's
+// output and its gradient padded from v_dim to q's and k's head width (the attention kernels
+// take one: 2 n H (nope + rope) bf16, what padding costs beside the kernels' work on the zeros);
+// the norms' fp32 gradients (dout and dx) and dx in bf16 for the projections, a chunk of the
+// wider of the two ranks; the norms' weight-gradient scratch.
+#define MT_CUDA_MLA(X, o, s)                                                                       \
+    X(o, float, mla.qa, (s).r *(s).QR)                                                             \
+    X(o, bf16, mla.qan, (s).r *(s).QR)                                                             \
+    X(o, float, mla.rstd_qa, ((s).QR > 0) * (s).r)                                                 \
+    X(o, float, mla.lat, (s).r *(s).KR)                                                            \
+    X(o, bf16, mla.kvn, (s).r *(s).KR)                                                             \
+    X(o, float, mla.rstd_kv, (s).mla *(s).r)                                                       \
+    X(o, bf16, mla.kvb, (s).r *(s).KB)                                                             \
+    X(o, float, mla.krot_f, (s).n *(s).RD)                                                         \
+    X(o, bf16, mla.krot, (s).n *(s).RD)                                                            \
+    X(o, bf16, mla.pad, (s).mla *(s).n *(s).Q)                                                     \
+    X(o, bf16, mla.dpad, (s).mla *(s).n *(s).Q)                                                    \
+    X(o, float, mla.d_a, (s).r *(s).LR)                                                            \
+    X(o, float, mla.d_x, (s).r *(s).LR)                                                            \
+    X(o, bf16, mla.d_b, (s).r *(s).LR)                                                             \
+    X(o, float, mla.norm_scratch, (s).norm_mla)
 
 // The head: the final norm's output for a chunk, every micro-batch's losses and tokens, one
 // row of logits for sampling, the classifier's scratch.
@@ -343,6 +369,7 @@ uint64_t mt_buffer_list_bytes(const mt_buffer_list *l);
 void mt_buffers_cuda_saved(mt_buffer_list *l, const mt_buffer_shape *s, int whole);
 void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_mla(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);

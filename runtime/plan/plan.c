@@ -81,12 +81,13 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
     return cuda ? cuda_saved_bytes(c, 1) : cpu_layer_bytes(c);
 }
 
-// backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's
-// and the qk norms' buffers, and an MoE model's (plan_moe_work_bytes).
+// backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's,
+// the qk norms' and the latent attention's buffers, and an MoE model's (plan_moe_work_bytes).
 static uint64_t cuda_layer_set_bytes(const mt_config *c) {
     mt_buffer_shape s = buffer_shape(c);
     return cuda_saved_bytes(c, 0) + list_bytes(mt_buffers_cuda_layer, &s) +
-           list_bytes(mt_buffers_cuda_qk_norm, &s) + plan_moe_work_bytes(c);
+           list_bytes(mt_buffers_cuda_qk_norm, &s) + list_bytes(mt_buffers_cuda_mla, &s) +
+           plan_moe_work_bytes(c);
 }
 
 // backend_cuda.c's head set and the cuBLASLt workspace.
