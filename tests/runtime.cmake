@@ -57,11 +57,14 @@ foreach(kind attention linear)
   set_tests_properties(layer_parity_qwen35_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 # DeepseekV3DecoderLayer (a dense MLP): multi-head latent attention with q_proj and plain RoPE,
-# and with the low-rank query path, interleaved RoPE and YaRN's mscale_all_dim (the CPU template)
-foreach(kind deepseek_v3 deepseek_v3_lora)
-  add_test(NAME layer_parity_${kind}_cpu COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
-           $<TARGET_FILE:layer_check> cpu ${kind})
-  set_tests_properties(layer_parity_${kind}_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# and with the low-rank query path, interleaved RoPE and YaRN's mscale_all_dim (cuda: skipped
+# without a GPU)
+foreach(b cpu cuda)
+  foreach(kind deepseek_v3 deepseek_v3_lora)
+    add_test(NAME layer_parity_${kind}_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+             $<TARGET_FILE:layer_check> ${b} ${kind})
+    set_tests_properties(layer_parity_${kind}_${b} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endforeach()
 endforeach()
 # A whole tiny Qwen3_5ForCausalLM (hybrid layers) against the CPU templates: loss and every
 # parameter's gradient (skipped without torch).

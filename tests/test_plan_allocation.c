@@ -73,9 +73,9 @@ static int configs(named_config *out) {
     mla.mla_rope_dim = 16, mla.mla_v_dim = 24, mla.rope_interleave = 1;
     mla.data_pack = PACK_DOCUMENTS;
     out[n++] = (named_config){.name = "multi-head latent attention", .c = mla};
-    mt_config mla_q = mla; // q_proj, values wider than q and k
+    mt_config mla_q = mla; // q_proj, values wider than q and k (which the GPU refuses)
     mla_q.mla_q_rank = 0, mla_q.mla_v_dim = 56, mla_q.data_pack = PACK_NONE;
-    out[n++] = (named_config){.name = "MLA without a query rank", .c = mla_q};
+    out[n++] = (named_config){.name = "MLA without a query rank", .c = mla_q, .cpu_only = 1};
     for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
     return n;
 }
