@@ -308,32 +308,26 @@ static int check_router(ctx_t *x, const mt_config *c) {
     return 0;
 }
 
-// Multi-head latent attention's widths: all set together, the rotated part even.
+// Multi-head latent attention's widths: all set together, the rotated part even; none of softmax
+// attention's options (biases, qk_norm, the output gate, sinks), which it does not have.
 static int check_mla(ctx_t *x, const mt_config *c) {
-    if (c->mla_kv_rank <= 0) {
-        if (c->mla_q_rank > 0)
-            return source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
-                               "needs model.mla_kv_rank > 0 (multi-head latent attention)");
-        return 0;
-    }
-    const char *keys[] = {"model.mla_nope_dim", "model.mla_rope_dim", "model.mla_v_dim"};
-    int v[] = {c->mla_nope_dim, c->mla_rope_dim, c->mla_v_dim};
-    for (int i = 0; i < 3; i++)
-        if (v[i] <= 0)
-            return source_fail(x, LINE(keys[i]), keys[i],
-                               "must be set with model.mla_kv_rank (multi-head latent attention)");
+    if (c->mla_kv_rank <= 0)
+        return c->mla_q_rank <= 0 ? 0
+                                  : source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
+                                                "needs model.mla_kv_rank > 0 (latent attention)");
+    const char *keys[] = {"model.mla_nope_dim",     "model.mla_rope_dim", "model.mla_v_dim",
+                          "model.qkv_bias",         "model.o_bias",       "model.qk_norm",
+                          "model.attn_output_gate", "model.attn_sinks"};
+    int bad[] = {
+        c->mla_nope_dim <= 0,     c->mla_rope_dim <= 0, c->mla_v_dim <= 0, c->qkv_bias, c->o_bias,
+        mt_qk_norm(c) != QK_NONE, c->attn_output_gate,  c->attn_sinks};
+    for (int i = 0; i < 8; i++)
+        if (bad[i])
+            return source_fail(x, LINE(keys[i]), keys[i], "%s model.mla_kv_rank (latent attention)",
+                               i < 3 ? "must be set with" : "is not for");
     if (c->mla_rope_dim % 2)
         return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
                            "%d must be even (RoPE rotates pairs)", c->mla_rope_dim);
-    // the options of softmax attention's projections, which the latent attention does not have
-    const char *other[] = {"model.qkv_bias", "model.o_bias", "model.qk_norm",
-                           "model.attn_output_gate", "model.attn_sinks"};
-    int has[] = {c->qkv_bias, c->o_bias, mt_qk_norm(c) != QK_NONE, c->attn_output_gate,
-                 c->attn_sinks};
-    for (int i = 0; i < 5; i++)
-        if (has[i])
-            return source_fail(x, LINE(other[i]), other[i],
-                               "not with model.mla_kv_rank (multi-head latent attention)");
     return 0;
 }
 
