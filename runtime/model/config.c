@@ -360,21 +360,21 @@ static int check_layer_types(ctx_t *x, const mt_config *c) {
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
-    if (check_layer_types(x, c) < 0) return -1;
+    if (check_layer_types(x, c) < 0 || check_mla(x, c) < 0) return -1;
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
     int values[] = {c->bos_id, c->eos_id};
     for (int i = 0; i < 2; i++)
         if (values[i] >= c->vocab)
             return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
                                values[i], c->vocab);
-    if (!c->head_dim && c->dim % c->heads)
+    if (!c->head_dim && c->mla_kv_rank <= 0 && c->dim % c->heads) // MLA: its own widths
         return source_fail(x, LINE("model.dim"), "model.dim",
                            "%d is not divisible by model.heads = %d (or set model.head_dim)",
                            c->dim, c->heads);
     if (c->heads % c->kv_heads)
         return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
                            "%d does not divide model.heads = %d", c->kv_heads, c->heads);
-    if (mt_head_dim(c) % 2)
+    if (mt_head_dim(c) % 2 && c->mla_kv_rank <= 0)
         return source_fail(x, LINE(c->head_dim ? "model.head_dim" : "model.dim"),
                            c->head_dim ? "model.head_dim" : "model.dim",
                            "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
@@ -383,7 +383,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
                            c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (check_moe(x, c) < 0 || check_mla(x, c) < 0 || check_pending(x, c) < 0) return -1;
+    if (check_moe(x, c) < 0 || check_pending(x, c) < 0) return -1;
     if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "
