@@ -52,19 +52,8 @@ expect "gpt-oss: step 1's loss within 1%, every step's loss and aux loss within 
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) || off($3, $4, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/oss_pairs"
-# mla BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND
-mla() {
-    small_config "$1" "$2.tmp"
-    sed -e 's/kv_heads = 2;/kv_heads = 4;/' -e '/ffn_dim *= *160;/a\
-  mla_q_rank = 24; mla_kv_rank = 32; mla_nope_dim = 16; mla_rope_dim = 8; mla_v_dim = 16;\
-  rope_interleave = true;\
-  rope_scaling = { rope_type = "yarn"; factor = 4.0; original_max_position_embeddings = 8;\
-                   mscale = 1.0; mscale_all_dim = 0.8; };' \
-        -e '/^data = {/a\
-  pack = "documents"; eot = 10;' "$2.tmp" >"$2"
-}
-mla cpu "$WORK/mla_cpu.cfg"
-mla cuda "$WORK/mla_cuda.cfg"
+mla_config cpu "$WORK/mla_cpu.cfg"
+mla_config cuda "$WORK/mla_cuda.cfg"
 run_job mla_cpu 3 "$WORK/mla_cpu.cfg" || show_log mla_cpu
 run_job mla_cuda 3 "$WORK/mla_cuda.cfg" || show_log mla_cuda
 expect "MLA: the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/mla_cuda.log"

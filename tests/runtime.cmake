@@ -10,7 +10,7 @@ foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning dev
           stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk
           data_parallel run_lock beside overrides tensorboard grad_ring storage
           foreign_names run_lock_user run_swap run_trust window o_bias
-          metrics_full mpirun_killed)
+          metrics_full mpirun_killed mla)
   add_test(NAME e2e_${t} COMMAND bash ${MT_TEST_DIR}/e2e_${t}.sh $<TARGET_FILE:mtrun>
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_${t} PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS e2e)
