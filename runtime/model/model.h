@@ -295,8 +295,8 @@ static inline int mt_head_dim(const mt_config *c) {
 static inline int mt_mla_qk_dim(const mt_config *c) {
     return c->mla_nope_dim + c->mla_rope_dim;
 }
-// The elements of a head RoPE turns (MLA: mla_rope_dim, the last of q's and k's heads): head_dim x partial_rotary_factor, rounded down (a config
-// built by hand, with 0 there, turns the whole head).
+// The elements of a head RoPE turns (MLA: mla_rope_dim, the last of q's and k's heads): head_dim x
+// partial_rotary_factor, rounded down (a config built by hand, with 0 there, turns the whole head).
 static inline int mt_rope_dim(const mt_config *c) {
     if (c->mla_kv_rank > 0) return c->mla_rope_dim; // MLA: the rotated part of q and k
     double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
