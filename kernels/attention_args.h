@@ -3,8 +3,10 @@
 // tensors come in each backend's own struct (attn_tensors, fp32, kernels_cpu.h;
 // cuda_attn_tensors, bf16, kernels_cuda.h).
 //
-// Causal grouped-query attention, scale 1/sqrt(hd): q, out [B, T, H, hd]; k, v [B, T, KV, hd];
-// lse [B, H, T]; query head h reads kv head h / (H / KV). Query t of row b sees the keys
+// Causal grouped-query attention, scale 1/sqrt(hd) (or `scale`): q [B, T, H, hd], k [B, T, KV,
+// hd]; v [B, T, KV, dv], out [B, T, H, dv] (dv: hd unless set; multi-head latent attention's values
+// are narrower than its queries and keys; the CPU reference takes any dv, the CUDA kernels dv = hd
+// only); lse [B, H, T]; query head h reads kv head h / (H / KV). Query t of row b sees the keys
 // first .. t, where first is the later of
 // - the start of its document, doc_start[b * T + t] (packed documents, data.pack), non-decreasing
 //   along a row and <= t; NULL: every row is one document from 0. On CUDA a device pointer;
@@ -20,6 +22,8 @@ typedef struct {
     int B, T, H, KV, hd;
     const int32_t *doc_start; // [B, T], or NULL
     int window;               // the most keys a query sees, itself included; 0: no limit
+    int dv;                   // the values' and the output's head dim; 0: hd
+    float scale;              // the scores' scale; 0: 1/sqrt(hd)
 } attn_args;
 
 // RoPE of q and k before attention, the same on both sides (kernels/cpu/rope.c,
@@ -28,12 +32,18 @@ typedef struct {
 // (transformers' partial_rotary_factor: rot = hd x factor; rot = hd turns all of it). Row (b, t)
 // turns by the angle (float)pos * inv_freq[i], pos = t, or with packed documents
 // t - doc_start[b * T + t]. cos and sin are multiplied by scale, as transformers does with
-// YaRN's attention factor (1: none, exactly the plain rotation).
+// YaRN's attention factor (1: none, exactly the plain rotation). Multi-head latent attention
+// turns the last rot elements of a head instead: they start at `off` (0: the first), and with
+// `interleave` (DeepSeek's rope_interleave) element 2i pairs with 2i + 1, rather than i with
+// i + rot/2. transformers' interleaved rotation also de-interleaves its output (evens, then odds);
+// the order within the rotated part is the same for q and k, so their dot products, and all that
+// attention computes from them, do not depend on it: ours keeps the pairs in place.
 typedef struct {
     const float *inv_freq; // [rot / 2]; on CUDA a device pointer
     float scale;
-    int B, T, hd, rot;        // rot: even, 2 <= rot <= hd
+    int B, T, hd, rot;        // rot: even, 2 <= rot <= hd - off
     const int32_t *doc_start; // [B, T], or NULL; on CUDA a device pointer
+    int off, interleave;      // the rotated part's first element; pairs (2i, 2i + 1)
 } rope_args;
 
 #ifdef __CUDACC__

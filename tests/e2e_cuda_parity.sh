@@ -14,7 +14,9 @@
 # and by chunks of 48 tokens (batch.seq_chunk: the projections and norms a chunk at a time, the
 # conv and the delta rule over the micro-batch) within 0.2% of the whole micro-batch on cuda.
 # Then DeepSeek-V3's MoE as gpt-oss's (sigmoid router with its correction bias,
-# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss. Skipped
+# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss. Then
+# multi-head latent attention (a query rank, values of 16 padded to q's and k's 24 on the GPU,
+# interleaved RoPE, YaRN with mscale_all_dim, packed documents): every step within 2%. Skipped
 # (exit 77) without a usable GPU.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 require_gpu
@@ -141,4 +143,15 @@ expect "deepseek: step 1's loss within 1%, every step's within 5%" \
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/ds_pairs"
+mla_config cpu "$WORK/mla_cpu.cfg"
+mla_config cuda "$WORK/mla_cuda.cfg"
+run_job mla_cpu 3 "$WORK/mla_cpu.cfg" || show_log mla_cpu
+run_job mla_cuda 3 "$WORK/mla_cuda.cfg" || show_log mla_cuda
+expect "MLA: the cuda run used the cuda backend" grep -q 'backend cuda' "$WORK/mla_cuda.log"
+paste -d' ' <(losses "$WORK/mla_cpu" | sed 's/.*"loss"://') \
+    <(losses "$WORK/mla_cuda" | sed 's/.*"loss"://') >"$WORK/mla_pairs"
+cat "$WORK/mla_pairs"
+expect "MLA: every step's loss agrees within 2% over 20 steps" \
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 0.02 * $1) bad = 1 } END { exit bad || NR != 20 }' \
+    "$WORK/mla_pairs"
 finish

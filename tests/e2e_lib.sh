@@ -29,6 +29,19 @@ small_config() {
         "$SRC/configs/test-small.cfg" >"$2"
 }
 
+# mla_config BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND:
+# a query rank, values of 16 (q and k 16 + 8), interleaved RoPE, YaRN with mscale_all_dim,
+# packed documents (the lines of the text).
+mla_config() {
+    small_config "$1" "$2.tmp"
+    sed -e 's/kv_heads = 2;/kv_heads = 4;/' -e '/ffn_dim *= *160;/a\
+  mla_q_rank = 24; mla_kv_rank = 32; mla_nope_dim = 16; mla_rope_dim = 8; mla_v_dim = 16;\
+  rope_interleave = true;\
+  rope_scaling = { rope_type = "yarn"; factor = 4.0; original_max_position_embeddings = 8;\
+                   mscale = 1.0; mscale_all_dim = 0.8; };' \
+        -e '/^data = {/a\
+  pack = "documents"; eot = 10;' "$2.tmp" >"$2"
+}
 # run_job NAME NP CONFIG [mtrun args...]: output in $WORK/NAME.log, run dir $WORK/NAME
 run_job() {
     local name=$1 np=$2 cfg=$3

@@ -11,8 +11,11 @@
 //      head, head_dim and partial rotary; the gated attention, or with linear a Gated DeltaNet
 //      of those heads, dims and conv taps); int32 groups, topk_groups, norm_topk, shared_ffn;
 //      float32 scale (router 2: sigmoid scores, a correction bias, groups, routed_scaling_factor,
-//      ungated shared experts of shared_ffn); weights (our flat layer layout, fp32: roles.h's
-//      order, each expert's matrices in turn, then the biases); x [B*T, dim]; dout [B*T, dim]
+//      ungated shared experts of shared_ffn); int32 mla, q_rank, kv_rank, nope, rope, v,
+//      interleave; float32 yarn factor, original context, mscale, mscale_all_dim (mla: multi-head
+//      latent attention of those widths, every head its own key head; factor 0: plain RoPE);
+//      weights (our flat layer layout, fp32: roles.h's order, each expert's matrices in turn,
+//      then the biases); x [B*T, dim]; dout [B*T, dim]
 // OUT: out [B*T, dim]; dx [B*T, dim]; dweights (flat, fp32)
 #include "kernels/bf16.h"
 #include "runtime/engine/backend.h"
@@ -45,11 +48,12 @@ int main(int argc, char **argv) {
     if (argc != 4) return fprintf(stderr, "usage: layer_check cpu|cuda IN OUT\n"), 2;
     FILE *in = fopen(argv[2], "rb");
     if (!in) return perror(argv[2]), 2;
-    int32_t h[7], moe[4], q35[8], ds[4];
-    float hf[2], limit, rotary, scale;
+    int32_t h[7], moe[4], q35[8], ds[4], mla[7];
+    float hf[2], limit, rotary, scale, yarn[4];
     if (fread(h, 4, 7, in) != 7 || fread(hf, 4, 2, in) != 2 || fread(moe, 4, 4, in) != 4 ||
         fread(&limit, 4, 1, in) != 1 || fread(q35, 4, 8, in) != 8 ||
-        fread(&rotary, 4, 1, in) != 1 || fread(ds, 4, 4, in) != 4 || fread(&scale, 4, 1, in) != 1)
+        fread(&rotary, 4, 1, in) != 1 || fread(ds, 4, 4, in) != 4 || fread(&scale, 4, 1, in) != 1 ||
+        fread(mla, 4, 7, in) != 7 || fread(yarn, 4, 4, in) != 4)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
     c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
@@ -70,6 +74,14 @@ int main(int argc, char **argv) {
         strcpy(c.layer_types, q35[1] ? "linear_attention" : "full_attention");
         c.linear_k_heads = q35[2], c.linear_v_heads = q35[3], c.linear_k_dim = q35[4];
         c.linear_v_dim = q35[5], c.linear_conv = q35[6];
+    }
+    if (mla[0]) {
+        c.mla_q_rank = mla[1], c.mla_kv_rank = mla[2], c.mla_nope_dim = mla[3];
+        c.mla_rope_dim = mla[4], c.mla_v_dim = mla[5], c.rope_interleave = mla[6];
+    }
+    if (yarn[0] > 0) {
+        c.rope_type = ROPE_YARN, c.rope_factor = yarn[0], c.rope_original_max_pos = (int)yarn[1];
+        c.rope_mscale = yarn[2], c.rope_mscale_all_dim = yarn[3], c.rope_truncate = 1;
     }
     model_describe_layers(&c);
     size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;

@@ -10,10 +10,15 @@ kept, top 4, sigmoid scores with a correction bias that turns some negative, ren
 scaled by 2.5, two ungated shared experts); with "qwen35_attention", a
 Qwen3_5DecoderLayer of full attention (the output gate, zero-centred norms, qk-norm per head,
 a quarter of each head rotated), with "qwen35_linear" one of Gated DeltaNet (4 value heads over
-2 key heads, two chunks of the rule per row). Exit 77 (skipped) when torch or
-transformers is missing, or the backend lacks the feature.
+2 key heads, two chunks of the rule per row); with "deepseek_v3", a DeepseekV3DecoderLayer with a
+dense MLP (first_k_dense_replace covers it) whose multi-head latent attention has no low-rank
+query path (q_lora_rank null) and plain RoPE halves, with "deepseek_v3_lora" one with q_lora_rank,
+rope_interleave and YaRN (mscale and mscale_all_dim); values narrower than q and k in both, and
+rms_norm_eps 1e-5 against the latent norms' 1e-6. Exit 77 (skipped) when torch or transformers
+is missing, or the backend lacks the feature.
 usage: layer_parity.py LAYER_CHECK_BINARY cpu|cuda
-       [qwen2|gpt_oss|deepseek|qwen35_attention|qwen35_linear]"""
+           [qwen2|gpt_oss|deepseek|qwen35_attention|qwen35_linear|deepseek_v3|
+            deepseek_v3_lora]"""
 import os, struct, subprocess, sys, tempfile
 
 try:
@@ -26,7 +31,7 @@ try:
     from transformers import Qwen3_5TextConfig
     from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
     from transformers import DeepseekV3Config
-    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds3
 except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
@@ -36,15 +41,21 @@ qwen2 = sys.argv[3:] == ["qwen2"]
 gpt_oss = sys.argv[3:] == ["gpt_oss"]
 qwen35 = sys.argv[3:] in (["qwen35_attention"], ["qwen35_linear"])
 linear = sys.argv[3:] == ["qwen35_linear"]
+mla_layer = sys.argv[3:] in (["deepseek_v3"], ["deepseek_v3_lora"])
+lora = sys.argv[3:] == ["deepseek_v3_lora"]
 dim, heads, kv, ffn, B, T = 256, 4, 2, 688, 2, 96  # head_dim 64
+# DeepSeek's MLA: query rank (0: q_proj), latent, nope, rope and value head dims, interleaved
+# pairs, YaRN (factor, original context, mscale, mscale_all_dim; factor 0: none)
+mla = (48 if lora else 0, 64, 32, 16, 24, int(lora)) if mla_layer else (0,) * 6
+yarn = (4.0, 32.0, 1.0, 0.8) if lora else (0.0,) * 4
 # Qwen3.5: head_dim 32 (8 of it rotated); Gated DeltaNet's key heads, value heads, key dim, value
 # dim and conv taps
 head_dim, rotary, gdn = (32, 0.25, (2, 4, 32, 16, 4)) if qwen35 else (0, 0.0, (0,) * 5)
-deepseek = sys.argv[3:] == ["deepseek"]
+ds_moe = sys.argv[3:] == ["deepseek"]
 experts, top_k, moe_ffn, limit = (8, 2, 64, 7.0) if gpt_oss else (0, 0, 0, 0.0)
 # DeepSeek's groups, groups kept, norm_topk_prob, shared experts (their widths summed), scale
-ds = (4, 2, 1, 2 * 48, 2.5) if deepseek else (0, 0, 0, 0, 0.0)
-if deepseek:
+ds = (4, 2, 1, 2 * 48, 2.5) if ds_moe else (0, 0, 0, 0, 0.0)
+if ds_moe:
     experts, top_k, moe_ffn = 16, 4, 48
 theta, eps = 10000.0, 1e-5
 torch.manual_seed(0)
@@ -64,6 +75,20 @@ elif qwen35:
                          "partial_rotary_factor": rotary},
         linear_num_key_heads=gdn[0], linear_num_value_heads=gdn[1], linear_key_head_dim=gdn[2],
         linear_value_head_dim=gdn[3], linear_conv_kernel_dim=gdn[4])
+elif mla_layer:
+    kv = heads
+    common.update(num_key_value_heads=kv, max_position_embeddings=128)
+    del common["rope_theta"]
+    rope_parameters = {"rope_type": "default", "rope_theta": theta}
+    if lora:
+        rope_parameters.update(rope_type="yarn", factor=yarn[0],
+                               original_max_position_embeddings=int(yarn[1]), mscale=yarn[2],
+                               mscale_all_dim=yarn[3])
+    cfg = DeepseekV3Config(**common, num_hidden_layers=1, first_k_dense_replace=1,
+                           q_lora_rank=mla[0] or None, kv_lora_rank=mla[1],
+                           qk_nope_head_dim=mla[2], qk_rope_head_dim=mla[3], v_head_dim=mla[4],
+                           rope_interleave=bool(mla[5]), rope_parameters=rope_parameters,
+                           attention_bias=False)
 else:
     cfg = LlamaConfig(**common, attention_bias=False, mlp_bias=False)
 cfg._attn_implementation = "eager"
@@ -74,6 +99,8 @@ if qwen35:
             layer.linear_attn.chunk_gated_delta_rule = q35.torch_chunk_gated_delta_rule
         if hasattr(layer.linear_attn, "causal_conv1d_fn"):
             layer.linear_attn.causal_conv1d_fn = None
+elif mla_layer:
+    layer = ds3.DeepseekV3DecoderLayer(cfg, layer_idx=0).float()
 else:
     layer = (Qwen2DecoderLayer if qwen2 else LlamaDecoderLayer)(cfg, layer_idx=0).float()
 
@@ -94,13 +121,13 @@ if gpt_oss:
                        num_experts_per_tok=top_k, swiglu_limit=limit)
     oss._experts_implementation = "eager"
     layer.mlp = FirstOutput(GptOssMLP(oss).float())
-if deepseek:
+if ds_moe:
     dsc = DeepseekV3Config(hidden_size=dim, intermediate_size=ffn, moe_intermediate_size=moe_ffn,
                            n_routed_experts=experts, num_experts_per_tok=top_k, n_group=ds[0],
                            topk_group=ds[1], norm_topk_prob=bool(ds[2]), n_shared_experts=2,
                            routed_scaling_factor=ds[4])
     dsc._experts_implementation = "eager"
-    layer.mlp = DeepseekV3MoE(dsc).float()
+    layer.mlp = ds3.DeepseekV3MoE(dsc).float()
 
 
 def initial(n, p):
@@ -125,7 +152,7 @@ with torch.no_grad():
         bias[:, 0::8] += 10.0
         bias[:, 3::8] += 10.0
         bias[:, 5::8] -= 10.0
-    if deepseek:  # the router's logits larger, and a correction bias that moves choices and,
+    if ds_moe:  # the router's logits larger, and a correction bias that moves choices and,
         # at -0.6 and below, makes scores negative (where masking with 0 would differ from -inf)
         layer.mlp.gate.weight.mul_(6.0)
         layer.mlp.gate.e_score_correction_bias.copy_(0.4 * torch.randn(experts) - 0.3)
@@ -136,7 +163,7 @@ attn = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_
         "self_attn.o_proj", "post_attention_layernorm"]
 dense = ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 params = dict(layer.named_parameters())
-names = [n + ".weight" for n in attn + ([] if gpt_oss or deepseek else dense)]
+names = [n + ".weight" for n in attn + ([] if gpt_oss or ds_moe else dense)]
 if qwen2:  # our layout: the biases after the nine weights
     names += [f"self_attn.{x}_proj.bias" for x in "qkv"]
 if qwen35:  # roles.h's order: the norms after the MLP; Gated DeltaNet's tensors in place of
@@ -147,6 +174,11 @@ if qwen35:  # roles.h's order: the norms after the MLP; Gated DeltaNet's tensors
                      "out_proj.weight"]
         names = ["input_layernorm.weight", "post_attention_layernorm.weight"] + \
             [n + ".weight" for n in dense] + ["linear_attn." + n for n in gdn_names]
+if mla_layer:  # roles.h's order: the norms and the MLP, then the latent attention's tensors
+    mla_names = ["q_a_proj", "q_a_layernorm", "q_b_proj"] if lora else ["q_proj"]
+    mla_names += ["kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj"]
+    names = ["input_layernorm.weight", "post_attention_layernorm.weight"] + \
+        [n + ".weight" for n in dense] + [f"self_attn.{n}.weight" for n in mla_names]
 
 
 def our_layout(name, t):
@@ -167,14 +199,15 @@ if gpt_oss:  # roles.h's order: router, the experts' gate, up, down; then the bi
     names += ["mlp.moe.router.weight", "mlp.moe.experts.gate_up_proj",
               "mlp.moe.experts.down_proj", "mlp.moe.router.bias",
               "mlp.moe.experts.gate_up_proj_bias", "mlp.moe.experts.down_proj_bias"]
-if deepseek:  # roles.h's order: router, experts, shared experts, the correction bias last
+if ds_moe:  # roles.h's order: router, experts, shared experts, the correction bias last
     names += ["mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
     names += [f"mlp.shared_experts.{x}_proj.weight" for x in ("gate", "up", "down")]
     names += ["mlp.gate.e_score_correction_bias"]
     params.update(dict(layer.named_buffers()))
 x = torch.randn(B, T, dim).bfloat16().float().requires_grad_(True)
 dout = torch.randn(B, T, dim).bfloat16().float()
-rope = q35.Qwen3_5TextRotaryEmbedding(cfg) if qwen35 else LlamaRotaryEmbedding(cfg)
+rope = q35.Qwen3_5TextRotaryEmbedding(cfg) if qwen35 else \
+    ds3.DeepseekV3RotaryEmbedding(cfg) if mla_layer else LlamaRotaryEmbedding(cfg)
 pos = torch.arange(T).unsqueeze(0).expand(B, T)
 # Qwen3.5's mRoPE takes positions [3, B, T] (transformers 5.17 indexes them so; later versions
 # also expand [B, T]); text gives all three sections the same 1-D positions.
@@ -190,10 +223,11 @@ with tempfile.TemporaryDirectory() as tmp:
     fin, fout = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
     with open(fin, "wb") as f:
         f.write(struct.pack("7i2f", dim, heads, kv, ffn, B, T, int(qwen2), theta, eps))
-        router = 1 if gpt_oss else 2 if deepseek else 0
+        router = 1 if gpt_oss else 2 if ds_moe else 0
         f.write(struct.pack("4if", experts, top_k, moe_ffn, router, limit))
         f.write(struct.pack("8if", int(qwen35), int(linear), *gdn, head_dim, rotary))
         f.write(struct.pack("4if", *ds))
+        f.write(struct.pack("7i4f", int(mla_layer), *mla, *yarn))
         for n in names:
             for t in our_layout(n, params[n].detach()):
                 f.write(t.contiguous().numpy().tobytes())

@@ -10,7 +10,7 @@ foreach(t sharding_invariance resume shm_cleanup demo_loss recompute pinning dev
           stall_advice grad_dtype planted_links nonfinite disk stop watchdog segments seq_chunk
           data_parallel run_lock beside overrides tensorboard grad_ring storage
           foreign_names run_lock_user run_swap run_trust window o_bias
-          metrics_full mpirun_killed)
+          metrics_full mpirun_killed mla)
   add_test(NAME e2e_${t} COMMAND bash ${MT_TEST_DIR}/e2e_${t}.sh $<TARGET_FILE:mtrun>
            ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_${t} PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS e2e)
@@ -60,6 +60,16 @@ foreach(b cpu cuda)
              $<TARGET_FILE:layer_check> ${b} qwen35_${kind})
     set_tests_properties(layer_parity_qwen35_${kind}_${b} PROPERTIES SKIP_RETURN_CODE 77
                          TIMEOUT 300)
+  endforeach()
+endforeach()
+# DeepseekV3DecoderLayer (a dense MLP): multi-head latent attention with q_proj and plain RoPE,
+# and with the low-rank query path, interleaved RoPE and YaRN's mscale_all_dim (cuda: skipped
+# without a GPU)
+foreach(b cpu cuda)
+  foreach(kind deepseek_v3 deepseek_v3_lora)
+    add_test(NAME layer_parity_${kind}_${b} COMMAND python3 ${MT_TEST_DIR}/layer_parity.py
+             $<TARGET_FILE:layer_check> ${b} ${kind})
+    set_tests_properties(layer_parity_${kind}_${b} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
   endforeach()
 endforeach()
 # A whole tiny Qwen3_5ForCausalLM (hybrid layers) against the CPU templates: loss and every

@@ -56,6 +56,10 @@ static const shape SHAPES[] = {
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
     {3, 1000, 8, 2, 64, NULL, 0, 0},
     {1, 333, 4, 4, 48, NULL, 0, 0},
+    // Multi-head latent attention's heads, past the tensor paths' 128: DeepSeek-V3's 192 and
+    // GLM-4.7-Flash's 256, which every path hands to the simple one.
+    {1, 70, 4, 4, 192, NULL, 0, 0},
+    {2, 33, 2, 2, 256, NULL, 0, 0},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
     {1, 32805, 2, 1, 128, NULL, 0, 0},
     {1, 32777, 2, 2, 100, NULL, 0, 0},

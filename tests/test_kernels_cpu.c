@@ -154,6 +154,7 @@ static void test_rmsnorm(const char *name, float offset) {
 
 typedef struct {
     int B, T, heads, hd, rot; // rot: the elements of a head that turn (partial rotary)
+    int off, interleave;      // the first that turns (MLA: the last rot); pairs (2i, 2i + 1)
     float *x, *R, *out, *inv_freq;
     float scale; // YaRN's attention factor on cos and sin
 } rope_case;
@@ -165,6 +166,8 @@ static rope_args rope_of_case(const rope_case *c, const int32_t *doc_start) {
                        .T = c->T,
                        .hd = c->hd,
                        .rot = c->rot,
+                       .off = c->off,
+                       .interleave = c->interleave,
                        .doc_start = doc_start};
 }
 
@@ -187,9 +190,17 @@ static void rope_run(void *p, float *o) {
     rope_backward(o + n, c->heads, &r);
 }
 
-// The whole head turned, or its first rot elements (partial rotary: the rest pass unchanged).
-static void test_rope(int hd, int rot, float scale) {
-    rope_case c = {.B = 2, .T = 9, .heads = 3, .hd = hd, .rot = rot, .scale = scale};
+// The whole head turned, or rot elements of it from off (partial rotary, or MLA's last rot: the
+// rest pass unchanged), pairs (i, i + rot/2) or interleaved (2i, 2i + 1).
+static void test_rope_at(int hd, int rot, int off, int interleave, float scale) {
+    rope_case c = {.B = 2,
+                   .T = 9,
+                   .heads = 3,
+                   .hd = hd,
+                   .rot = rot,
+                   .off = off,
+                   .interleave = interleave,
+                   .scale = scale};
     long n = (long)c.B * c.T * c.heads * c.hd;
     int half = c.rot / 2;
     c.x = rand_vec(n), c.R = rand_vec(n), c.out = malloc(sizeof(float) * n);
@@ -203,16 +214,18 @@ static void test_rope(int hd, int rot, float scale) {
     for (long row = 0; row < (long)c.B * c.T * c.heads; row++) {
         int t = (int)(row / c.heads % c.T);
         const float *x = c.x + row * c.hd;
-        for (int i = c.rot; i < c.hd; i++) ref[row * c.hd + i] = x[i]; // not turned
+        for (int i = 0; i < c.hd; i++) ref[row * c.hd + i] = x[i]; // not turned
         for (int i = 0; i < half; i++) {
+            int e1 = off + (interleave ? 2 * i : i), e2 = e1 + (interleave ? 1 : half);
             double a = (float)t * c.inv_freq[i], co = c.scale * cos(a), si = c.scale * sin(a);
-            ref[row * c.hd + i] = x[i] * co - x[i + half] * si;
-            ref[row * c.hd + i + half] = x[i + half] * co + x[i] * si;
+            ref[row * c.hd + e1] = x[e1] * co - x[e2] * si;
+            ref[row * c.hd + e2] = x[e2] * co + x[e1] * si;
         }
     }
     rope_loss(&c);
     char what[64];
-    snprintf(what, sizeof what, "rope hd %d rot %d scale %g", hd, rot, scale);
+    snprintf(what, sizeof what, "rope hd %d rot %d from %d%s scale %g", hd, rot, off,
+             interleave ? " interleaved" : "", scale);
     fwd_check(what, c.out, ref, n);
 
     float *dx = copy_vec(c.R, n); // in place, so no accumulation to check
@@ -221,6 +234,9 @@ static void test_rope(int hd, int rot, float scale) {
     fd_check(what, c.x, n, dx, rope_loss, &c);
     det_check(what, rope_run, &c, 2 * n);
     free(ref), free(dx), free(c.x), free(c.R), free(c.out), free(c.inv_freq);
+}
+static void test_rope(int hd, int rot, float scale) {
+    test_rope_at(hd, rot, 0, 0, scale);
 }
 
 // Packed documents: RoPE with document starts gives each token, bit for bit, what the plain
@@ -306,6 +322,16 @@ static long attn_nq(const attn_args *a) {
 static long attn_nkv(const attn_args *a) {
     return (long)a->B * a->T * a->KV * a->hd;
 }
+// v's and out's elements: dv wide (multi-head latent attention's values), or hd
+static int attn_dv(const attn_args *a) {
+    return a->dv ? a->dv : a->hd;
+}
+static long attn_nv(const attn_args *a) {
+    return (long)a->B * a->T * a->KV * attn_dv(a);
+}
+static long attn_no(const attn_args *a) {
+    return (long)a->B * a->T * a->H * attn_dv(a);
+}
 
 static double attn_loss(void *p) {
     attn_case *c = p;
@@ -313,17 +339,22 @@ static double attn_loss(void *p) {
         &c->a,
         &(attn_tensors){
             .q = c->q, .k = c->k, .v = c->v, .out = c->out, .lse = c->lse, .sinks = c->sinks});
-    return dot_d(c->out, c->R, attn_nq(&c->a));
+    return dot_d(c->out, c->R, attn_no(&c->a));
 }
 
 // o: out, lse, dq, dk, dv (and dsinks, H more, with sinks).
 static void attn_run(void *p, float *o) {
     attn_case *c = p;
-    long nq = attn_nq(&c->a), nkv = attn_nkv(&c->a);
-    attn_tensors t = {
-        .q = c->q, .k = c->k, .v = c->v, .out = o, .lse = o + nq, .dout = c->R, .sinks = c->sinks};
+    long nq = attn_nq(&c->a), nkv = attn_nkv(&c->a), nv = attn_nv(&c->a);
+    attn_tensors t = {.q = c->q,
+                      .k = c->k,
+                      .v = c->v,
+                      .out = o,
+                      .lse = o + attn_no(&c->a),
+                      .dout = c->R,
+                      .sinks = c->sinks};
     t.dq = t.lse + (long)c->a.B * c->a.H * c->a.T, t.dk = t.dq + nq, t.dv = t.dk + nkv;
-    t.dsinks = c->sinks ? t.dv + nkv : NULL;
+    t.dsinks = c->sinks ? t.dv + nv : NULL;
     attention_forward(&c->a, &t);
     attention_backward(&c->a, &t);
 }
@@ -332,7 +363,8 @@ static void attn_run(void *p, float *o) {
 // document, and outside its sliding window (transformers' kv_idx > q_idx - sliding_window), are
 // masked like those after it; a sink joins the sum with no value.
 static void attn_reference(const attn_case *c, double *ref) {
-    int T = c->a.T, H = c->a.H, KV = c->a.KV, hd = c->a.hd;
+    int T = c->a.T, H = c->a.H, KV = c->a.KV, hd = c->a.hd, dv = attn_dv(&c->a);
+    double scale = c->a.scale ? c->a.scale : 1.0 / sqrt(hd);
     const int32_t *doc = c->a.doc_start;
     double *s = malloc(sizeof(double) * T);
     for (int b = 0; b < c->a.B; b++) {
@@ -342,7 +374,7 @@ static void attn_reference(const attn_case *c, double *ref) {
                 const float *qt = c->q + (((long)b * T + t) * H + h) * hd;
                 double m = c->sinks ? c->sinks[h] : -INFINITY, l = 0.0;
                 for (int j = 0; j < T; j++) {
-                    s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) / sqrt(hd);
+                    s[j] = dot_d(qt, c->k + (((long)b * T + j) * KV + kvh) * hd, hd) * scale;
                     if (j > t) s[j] = -INFINITY; // causal mask
                     if (doc && j < doc[(long)b * T + t]) s[j] = -INFINITY;
                     if (c->a.window > 0 && !(j > t - c->a.window)) s[j] = -INFINITY;
@@ -350,11 +382,11 @@ static void attn_reference(const attn_case *c, double *ref) {
                 }
                 for (int j = 0; j < T; j++) l += s[j] = exp(s[j] - m);
                 if (c->sinks) l += exp(c->sinks[h] - m); // a score with no value
-                double *o = ref + (((long)b * T + t) * H + h) * hd;
-                for (int i = 0; i < hd; i++) {
+                double *o = ref + (((long)b * T + t) * H + h) * dv;
+                for (int i = 0; i < dv; i++) {
                     o[i] = 0.0;
                     for (int j = 0; j < T; j++)
-                        o[i] += s[j] / l * c->v[(((long)b * T + j) * KV + kvh) * hd + i];
+                        o[i] += s[j] / l * c->v[(((long)b * T + j) * KV + kvh) * dv + i];
                 }
             }
         }
@@ -363,27 +395,36 @@ static void attn_reference(const attn_case *c, double *ref) {
 }
 
 // doc: the rows' document starts, or NULL (one causal document a row); window: the sliding
-// window (0: none); sinks: with gpt-oss's sinks (their gradient checked too); what names the
-// checks.
-static void test_attention(const int32_t *doc, int window, int sinks, const char *what) {
-    attn_case c = {
-        .a = {.B = 2, .T = 7, .H = 4, .KV = 2, .hd = 8, .doc_start = doc, .window = window}};
+// window (0: none); sinks: with gpt-oss's sinks (their gradient checked too); dv, scale: the
+// values' head dim and the scores' scale (0: hd's, multi-head latent attention's others); what
+// names the checks.
+static void test_attention_dv(const int32_t *doc, int window, int sinks, int vd, float scale,
+                              const char *what) {
+    attn_case c = {.a = {.B = 2,
+                         .T = 7,
+                         .H = 4,
+                         .KV = 2,
+                         .hd = 8,
+                         .doc_start = doc,
+                         .window = window,
+                         .dv = vd,
+                         .scale = scale}};
     char name[96];
-    long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a);
-    c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nkv), c.R = rand_vec(nq);
+    long nq = attn_nq(&c.a), nkv = attn_nkv(&c.a), nv = attn_nv(&c.a), no = attn_no(&c.a);
+    c.q = rand_vec(nq), c.k = rand_vec(nkv), c.v = rand_vec(nv), c.R = rand_vec(no);
     c.sinks = sinks ? rand_vec(c.a.H) : NULL;
     float *psink = rand_vec(c.a.H), *dsinks = copy_vec(psink, c.a.H);
-    c.out = malloc(sizeof(float) * nq), c.lse = malloc(sizeof(float) * c.a.B * c.a.H * c.a.T);
+    c.out = malloc(sizeof(float) * no), c.lse = malloc(sizeof(float) * c.a.B * c.a.H * c.a.T);
     for (long i = 0; i < nq; i++) c.q[i] *= 2.0f; // peakier softmax rows
 
-    double *ref = malloc(sizeof(double) * nq);
+    double *ref = malloc(sizeof(double) * no);
     attn_reference(&c, ref);
     attn_loss(&c);
     snprintf(name, sizeof name, "attention%s (naive T x T)", what);
-    fwd_check(name, c.out, ref, nq);
+    fwd_check(name, c.out, ref, no);
 
-    float *pq = rand_vec(nq), *pk = rand_vec(nkv), *pv = rand_vec(nkv);
-    float *dq = copy_vec(pq, nq), *dk = copy_vec(pk, nkv), *dv = copy_vec(pv, nkv);
+    float *pq = rand_vec(nq), *pk = rand_vec(nkv), *pv = rand_vec(nv);
+    float *dq = copy_vec(pq, nq), *dk = copy_vec(pk, nkv), *dv = copy_vec(pv, nv);
     attention_backward(&c.a, &(attn_tensors){.q = c.q,
                                              .k = c.k,
                                              .v = c.v,
@@ -402,19 +443,23 @@ static void test_attention(const int32_t *doc, int window, int sinks, const char
         fd_check(name, c.sinks, c.a.H, gs, attn_loss, &c);
         free(gs);
     }
-    float *gv = grad_delta(dv, pv, nkv);
+    float *gv = grad_delta(dv, pv, nv);
     snprintf(name, sizeof name, "attention%s dq", what);
     fd_check(name, c.q, nq, gq, attn_loss, &c);
     snprintf(name, sizeof name, "attention%s dk", what);
     fd_check(name, c.k, nkv, gk, attn_loss, &c);
     snprintf(name, sizeof name, "attention%s dv", what);
-    fd_check(name, c.v, nkv, gv, attn_loss, &c);
+    fd_check(name, c.v, nv, gv, attn_loss, &c);
     snprintf(name, sizeof name, "attention%s fwd+bwd", what);
-    det_check(name, attn_run, &c, 2 * nq + 2 * nkv + c.a.B * c.a.H * c.a.T + (sinks ? c.a.H : 0));
+    det_check(name, attn_run, &c, no + nq + nkv + nv + c.a.B * c.a.H * c.a.T + (sinks ? c.a.H : 0));
     free(psink), free(dsinks), free(c.sinks), free(ref), free(pq), free(pk), free(pv), free(dq),
         free(dk), free(dv);
     free(gq), free(gk), free(gv), free(c.q), free(c.k), free(c.v), free(c.R), free(c.out),
         free(c.lse);
+}
+
+static void test_attention(const int32_t *doc, int window, int sinks, const char *what) {
+    test_attention_dv(doc, window, sinks, 0, 0.0f, what);
 }
 
 // A window of T keys or more hides nothing: forward and backward give the bits of no window.
@@ -617,6 +662,9 @@ int main(void) {
     test_rope(10, 6, 1.25f);
     test_rope_llama3();
     test_rope_documents();
+    test_rope_at(10, 4, 6, 0, 1.0f);  // MLA: the last 4 of q's and k's heads of 10
+    test_rope_at(10, 4, 6, 1, 1.25f); // the same, interleaved pairs (DeepSeek's rope_interleave)
+    test_rope_at(8, 8, 0, 1, 1.0f);   // a whole head interleaved
     test_attention(NULL, 0, 0, "");
     // two rows of packed documents: lengths 3, 1, 3, then 1, 6 (a length-1 document first)
     static const int32_t doc[2 * 7] = {0, 0, 0, 3, 4, 4, 4, 0, 1, 1, 1, 1, 1, 1};
@@ -629,6 +677,8 @@ int main(void) {
     // gpt-oss: sinks alone, and with its sliding window
     test_attention(NULL, 0, 1, " sinks");
     test_attention(doc, 3, 1, " sinks window 3 documents");
+    test_attention_dv(NULL, 0, 0, 5, 0.0f, " dv 5"); // MLA: values narrower than q and k
+    test_attention_dv(doc, 0, 0, 12, 0.41f, " dv 12 scale 0.41 documents"); // and wider
     test_attention_wide_window(NULL, "");
     test_attention_wide_window(doc, " documents");
     test_swiglu();

@@ -226,8 +226,10 @@ static void test_rmsnorm(int n, int dim, float off) {
 // ---- rope ---------------------------------------------------------------------------------
 
 // docs > 0: packed documents of docs tokens (positions restart at each), against the CPU's
-// per-token positions.
-static void test_rope(int B, int T, int heads, int hd, int rot, int docs) {
+// per-token positions. off, interleave: the rotated part from element off of a head, in pairs
+// (2i, 2i + 1) (multi-head latent attention's last rot, DeepSeek's rope_interleave).
+static void test_rope_at(int B, int T, int heads, int hd, int rot, int docs, int off,
+                         int interleave) {
     long ne = (long)B * T * heads * hd;
     float *inv_freq = hmalloc(sizeof(float) * (hd / 2));
     rope_inv_freq(inv_freq, rot, 10000.0f);
@@ -241,8 +243,8 @@ static void test_rope(int B, int T, int heads, int hd, int rot, int docs) {
     }
     // scale: YaRN's attention factor on cos and sin, where the documents are not tested
     const float scale = docs > 0 ? 1.0f : 1.25f;
-    const rope_args host = {inv_freq, scale, B, T, hd, rot, ds},
-                    dev = {d_freq, scale, B, T, hd, rot, d_ds};
+    const rope_args host = {inv_freq, scale, B, T, hd, rot, ds, off, interleave},
+                    dev = {d_freq, scale, B, T, hd, rot, d_ds, off, interleave};
     for (int dir = 0; dir < 2; dir++) {
         float *x = rand_bf16_vec(ne, 2.0f), *ref = copy_vec(x, ne);
         bf16 *dx = dev_bf16(x, ne);
@@ -253,12 +255,16 @@ static void test_rope(int B, int T, int heads, int hd, int rot, int docs) {
             rope_backward(ref, heads, &host);
             cuda_rope_backward(dx, heads, &dev, 0);
         }
-        check_close(label("rope %s B=%d T=%d heads=%d hd=%d rot=%d docs=%d", dir ? "bwd" : "fwd", B,
-                          T, heads, hd, rot, docs),
+        check_close(label("rope %s B=%d T=%d heads=%d hd=%d rot=%d docs=%d off=%d%s",
+                          dir ? "bwd" : "fwd", B, T, heads, hd, rot, docs, off,
+                          interleave ? " interleaved" : ""),
                     host_bf16(dx, ne), ref, ne, TOL_BF16);
     }
     CUDA_CHECK(cudaFree(d_ds));
     release_all();
+}
+static void test_rope(int B, int T, int heads, int hd, int rot, int docs) {
+    test_rope_at(B, T, heads, hd, rot, docs, 0, 0);
 }
 
 // ---- swiglu -------------------------------------------------------------------------------
@@ -644,9 +650,12 @@ int main(int argc, char **argv) {
     test_rope(1, 5, 3, 6, 6, 0);       // rot % 4 == 2: the one-pair-per-thread kernel
     test_rope(2, 300, 4, 128, 128, 7); // packed documents: positions from each document's start
     test_rope(2, 41, 3, 6, 6, 5);
-    test_rope(2, 37, 4, 256, 64, 0); // partial rotary (Qwen3.5: 64 of 256)
-    test_rope(2, 19, 3, 24, 6, 0);   // partial, an odd half-rotation
-    test_rope(1, 33, 2, 256, 64, 5); // partial, with packed documents
+    test_rope(2, 37, 4, 256, 64, 0);            // partial rotary (Qwen3.5: 64 of 256)
+    test_rope(2, 19, 3, 24, 6, 0);              // partial, an odd half-rotation
+    test_rope(1, 33, 2, 256, 64, 5);            // partial, with packed documents
+    test_rope_at(2, 37, 4, 192, 64, 0, 128, 0); // DeepSeek-V3's queries: the last 64 of 192
+    test_rope_at(2, 37, 4, 192, 64, 5, 128, 1); // interleaved, packed documents
+    test_rope_at(2, 21, 1, 64, 64, 0, 0, 1);    // the shared rotated key part, interleaved
     test_bias(300, 96);
     test_bias(1037, 200);
     test_swiglu(74L * 160 + 3, 0);

@@ -9,7 +9,8 @@
 // router (its bias, the softmax over the top k) and experts (biases, the clamped SwiGLU, whose
 // gradient is exactly 0 past its clamps). Then Qwen3.5's parts: Gated DeltaNet layers (GVA, the
 // conv and the rule restarting at packed documents) beside softmax ones, the gated attention,
-// zero-centred norms and partial rotary. A finite difference
+// zero-centred norms and partial rotary. Multi-head latent attention with and without the
+// low-rank query path, interleaved RoPE and YaRN's mscale_all_dim. A finite difference
 // across a top-k switch is meaningless: a trial whose perturbation moves any token's expert choice
 // is skipped and another drawn.
 #include "kernels/cpu/kernels_cpu.h"
@@ -304,6 +305,21 @@ static void make_qwen35(mt_config *c) {
     c->partial_rotary_factor = 0.25;
 }
 
+// Multi-head latent attention (DeepSeek-V3's): q_proj, a latent of 12, k's nope part 6 and
+// rope part 4 (plain halves), values of 5 (narrower than q and k's 10).
+static void make_mla(mt_config *c) {
+    c->mla_kv_rank = 12, c->mla_nope_dim = 6, c->mla_rope_dim = 4, c->mla_v_dim = 5;
+    c->kv_heads = c->heads;
+}
+// With the low-rank query path (rank 10), interleaved RoPE pairs and YaRN (factor 4 over an
+// original context of 4) whose mscale_all_dim scales the softmax and, with mscale, the rotation.
+static void make_mla_lora(mt_config *c) {
+    make_mla(c);
+    c->mla_q_rank = 10, c->rope_interleave = 1, c->mla_v_dim = 7;
+    c->rope_type = ROPE_YARN, c->rope_factor = 4, c->rope_original_max_pos = 4;
+    c->rope_mscale = 1, c->rope_mscale_all_dim = 0.7;
+}
+
 typedef struct {
     const char *what;
     void (*make)(mt_config *c); // NULL: a plain Llama
@@ -499,6 +515,11 @@ int main(void) {
         {"partial rotary 0.5", make_partial_rotary, 0, 0, 1, 0, 1},
         {"Qwen3.5: Gated DeltaNet, gated attention, zero-centred norms, rotary 0.25", make_qwen35,
          1, 1, 1, 0, 1},
+        {"MLA: q_proj, latent 12, nope 6 + rope 4, values 5", make_mla, 0, 1, 1, 0, 0},
+        {"MLA: q rank 10, interleaved rope, YaRN with mscale_all_dim", make_mla_lora, 0, 1, 1, 0,
+         0},
+        {"MLA: q rank 10, interleaved rope, YaRN", make_mla_lora, 1, 0, 1, 0, 1},
+        {"MLA: q_proj", make_mla, 0, 0, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) gradcheck(&all[i]);
     printf("%d passed, %d failed\n", passed, failed);

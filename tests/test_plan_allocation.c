@@ -3,9 +3,11 @@
 // the backend makes it), on configs that each add buffers: dense, MoE (a shared expert, a dense
 // layer), long context (chunks shorter than the micro-batch), bf16 gradient slots, qk_norm per
 // head and over the projections, packed documents, a head dim of 8k + 4 (the attention
-// scratch's padded copies), and Qwen3.5's hybrid (Gated DeltaNet layers of a value width above
-// the attention's, the gated attention, packed documents). At start, then per kept layer pass and
-// per kept attention output; on CUDA also the backend's host memory (pinned and plain).
+// scratch's padded copies), Qwen3.5's hybrid (Gated DeltaNet layers of a value width above
+// the attention's, the gated attention, packed documents), and multi-head latent attention with
+// and without the low-rank query path (values narrower than q and k, and on the CPU wider). At
+// start, then per kept layer pass and per kept attention output; on CUDA also the backend's host
+// memory (pinned and plain).
 //   test_plan_allocation cuda|cpu
 // cuda: exits 77 ("SKIPPED: no CUDA device") without a GPU or a CUDA build.
 #include "runtime/engine/backend.h"
@@ -31,6 +33,7 @@ static mt_config dense(void) {
 typedef struct {
     const char *name;
     mt_config c;
+    int cpu_only; // a model the CUDA backend refuses (cu_layers_check)
 } named_config;
 
 static int configs(named_config *out) {
@@ -65,6 +68,14 @@ static int configs(named_config *out) {
     qwen35.linear_v_dim = 32, qwen35.linear_conv = 4, qwen35.attn_output_gate = 1;
     qwen35.qk_norm = QK_HEAD, qwen35.norm_zero_centered = 1, qwen35.data_pack = PACK_DOCUMENTS;
     out[n++] = (named_config){.name = "Qwen3.5 hybrid", .c = qwen35};
+    mt_config mla = dense(); // q, k 32 + 16 wide, values 24: the buffers at 48 a head
+    mla.kv_heads = mla.heads, mla.mla_q_rank = 48, mla.mla_kv_rank = 64, mla.mla_nope_dim = 32;
+    mla.mla_rope_dim = 16, mla.mla_v_dim = 24, mla.rope_interleave = 1;
+    mla.data_pack = PACK_DOCUMENTS;
+    out[n++] = (named_config){.name = "multi-head latent attention", .c = mla};
+    mt_config mla_q = mla; // q_proj, values wider than q and k (which the GPU refuses)
+    mla_q.mla_q_rank = 0, mla_q.mla_v_dim = 56, mla_q.data_pack = PACK_NONE;
+    out[n++] = (named_config){.name = "MLA without a query rank", .c = mla_q, .cpu_only = 1};
     for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
     return n;
 }
@@ -105,6 +116,7 @@ static int run_cuda(const named_config *cs, int n) {
         return 77;
     }
     for (int i = 0; i < n; i++) {
+        if (cs[i].cpu_only) continue;
         size_t before = device_used();
         backend *b = backend_cuda_new(&cs[i].c, 0);
         if (!b) return printf("SKIPPED: no CUDA device\n"), 77;

@@ -2,7 +2,8 @@
 // the softmax is summarized by its log-sum-exp, and the backward recomputes probabilities
 // from it instead of storing a T x T matrix.
 //
-// Layouts: q, out, dq: [B, T, H, hd]; k, v, dk, dv: [B, T, KV, hd]; lse: [B, H, T].
+// Layouts: q, dq: [B, T, H, hd]; k, dk: [B, T, KV, hd]; v, dv: [B, T, KV, dv]; out, dout:
+// [B, T, H, dv] (dv = hd but in multi-head latent attention); lse: [B, H, T].
 // Query head h reads kv head h / (H / KV).
 //
 // Which keys query t sees: attn_args (kernels/attention_args.h), keys first_key .. t. Packed
@@ -22,7 +23,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    int B, T, H, KV, hd;
+    int B, T, H, KV, hd, dv;
     float scale;
     const int32_t *doc_start; // [B, T] or NULL
     int window;               // 0: none
@@ -58,6 +59,13 @@ static long qoff(const attn_dims *d, int b, int t, int h) {
 static long kvoff(const attn_dims *d, int b, int t, int kvh) {
     return (((long)b * d->T + t) * d->KV + kvh) * d->hd;
 }
+// v's and out's rows, dv wide
+static long voff(const attn_dims *d, int b, int t, int kvh) {
+    return (((long)b * d->T + t) * d->KV + kvh) * d->dv;
+}
+static long ooff(const attn_dims *d, int b, int t, int h) {
+    return (((long)b * d->T + t) * d->H + h) * d->dv;
+}
 static long lseoff(const attn_dims *d, int b, int h, int t) {
     return ((long)b * d->H + h) * d->T + t;
 }
@@ -72,7 +80,7 @@ static void *xmalloc(size_t n) {
 static void attn_row_forward(const attn_dims *d, float *out, float *lse, const float *q,
                              const float *k, const float *v, const float *sinks, int b, int h,
                              int t, float *s, float *acc) {
-    int kvh = h / (d->H / d->KV), hd = d->hd;
+    int kvh = h / (d->H / d->KV), hd = d->hd, dv = d->dv;
     const float *qt = q + qoff(d, b, t, h);
     float m = -INFINITY;
     int j0 = first_key(d, b, t);
@@ -82,30 +90,31 @@ static void attn_row_forward(const attn_dims *d, float *out, float *lse, const f
     }
     if (sinks && sinks[h] > m) m = sinks[h];
     float l = 0.0f;
-    for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+    for (int i = 0; i < dv; i++) acc[i] = 0.0f;
     for (int j = j0; j <= t; j++) {
         float p = expf(s[j] - m);
         l += p;
-        axpy(acc, p, v + kvoff(d, b, j, kvh), hd);
+        axpy(acc, p, v + voff(d, b, j, kvh), dv);
     }
     if (sinks) l += expf(sinks[h] - m);
-    float *ot = out + qoff(d, b, t, h);
-    for (int i = 0; i < hd; i++) ot[i] = acc[i] / l;
+    float *ot = out + ooff(d, b, t, h);
+    for (int i = 0; i < dv; i++) ot[i] = acc[i] / l;
     lse[lseoff(d, b, h, t)] = m + logf(l);
 }
 
 static attn_dims dims_of(const attn_args *a) {
-    const float scale = 1.0f / sqrtf((float)a->hd);
-    return (attn_dims){a->B, a->T, a->H, a->KV, a->hd, scale, a->doc_start, a->window};
+    const float scale = a->scale ? a->scale : 1.0f / sqrtf((float)a->hd);
+    const int dv = a->dv ? a->dv : a->hd;
+    return (attn_dims){a->B, a->T, a->H, a->KV, a->hd, dv, scale, a->doc_start, a->window};
 }
 
 void attention_forward(const attn_args *args, const attn_tensors *ts) {
     const attn_dims d = dims_of(args);
-    const int T = d.T, H = d.H, hd = d.hd;
+    const int T = d.T, H = d.H;
     long rows = (long)d.B * H * T;
 #pragma omp parallel
     {
-        float *s = xmalloc(sizeof(float) * (T + hd)), *acc = s + T;
+        float *s = xmalloc(sizeof(float) * (T + d.dv)), *acc = s + T;
         // Row cost grows with t, so hand out rows dynamically; each row is still computed by
         // exactly one thread, so the schedule does not change any bits.
 #pragma omp for schedule(dynamic, 16)
@@ -127,16 +136,16 @@ static float attn_prob(const attn_dims *d, const float *qt, const float *kj, flo
 static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *dout,
                         const float *out, const float *lse, const float *q, const float *k,
                         const float *v, int b, int h, int t, float *acc) {
-    int kvh = h / (d->H / d->KV), hd = d->hd;
-    long qo = qoff(d, b, t, h), lo = lseoff(d, b, h, t);
-    const float *qt = q + qo, *gt = dout + qo;
-    float Dt = dot(gt, out + qo, hd);
+    int kvh = h / (d->H / d->KV), hd = d->hd, dv = d->dv;
+    long qo = qoff(d, b, t, h), oo = ooff(d, b, t, h), lo = lseoff(d, b, h, t);
+    const float *qt = q + qo, *gt = dout + oo;
+    float Dt = dot(gt, out + oo, dv);
     D[lo] = Dt;
     for (int i = 0; i < hd; i++) acc[i] = 0.0f;
     for (int j = first_key(d, b, t); j <= t; j++) {
-        const float *kj = k + kvoff(d, b, j, kvh), *vj = v + kvoff(d, b, j, kvh);
+        const float *kj = k + kvoff(d, b, j, kvh), *vj = v + voff(d, b, j, kvh);
         float p = attn_prob(d, qt, kj, lse[lo]);
-        axpy(acc, p * (dot(gt, vj, hd) - Dt), kj, hd);
+        axpy(acc, p * (dot(gt, vj, dv) - Dt), kj, hd);
     }
     axpy(dq + qo, d->scale, acc, hd);
 }
@@ -148,21 +157,22 @@ static void attn_row_dq(const attn_dims *d, float *dq, float *D, const float *do
 static void attn_row_dkv(const attn_dims *d, float *dk, float *dv, const float *dout,
                          const float *lse, const float *D, const float *q, const float *k,
                          const float *v, int b, int kvh, int j, float *acck, float *accv) {
-    int group = d->H / d->KV, hd = d->hd;
-    long ko = kvoff(d, b, j, kvh);
-    const float *kj = k + ko, *vj = v + ko;
-    for (int i = 0; i < hd; i++) acck[i] = accv[i] = 0.0f;
+    int group = d->H / d->KV, hd = d->hd, vd = d->dv;
+    long ko = kvoff(d, b, j, kvh), vo = voff(d, b, j, kvh);
+    const float *kj = k + ko, *vj = v + vo;
+    for (int i = 0; i < hd; i++) acck[i] = 0.0f;
+    for (int i = 0; i < vd; i++) accv[i] = 0.0f;
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         for (int t = j; t < d->T && attends(d, b, t, j); t++) {
             long qo = qoff(d, b, t, h), lo = lseoff(d, b, h, t);
-            const float *qt = q + qo, *gt = dout + qo;
+            const float *qt = q + qo, *gt = dout + ooff(d, b, t, h);
             float p = attn_prob(d, qt, kj, lse[lo]);
-            axpy(accv, p, gt, hd);
-            axpy(acck, p * (dot(gt, vj, hd) - D[lo]), qt, hd);
+            axpy(accv, p, gt, vd);
+            axpy(acck, p * (dot(gt, vj, vd) - D[lo]), qt, hd);
         }
     }
     axpy(dk + ko, d->scale, acck, hd);
-    axpy(dv + ko, 1.0f, accv, hd);
+    axpy(dv + vo, 1.0f, accv, vd);
 }
 
 // The sinks' gradient: per query head, -sum of p_sink * D over its rows, in row order (one
@@ -190,7 +200,7 @@ void attention_backward(const attn_args *args, const attn_tensors *ts) {
     float *D = xmalloc(sizeof(float) * qrows);
 #pragma omp parallel
     {
-        float *acc = xmalloc(sizeof(float) * 2 * hd);
+        float *acc = xmalloc(sizeof(float) * (hd + d.dv)); // dq's (or dk's), then dv's
 #pragma omp for schedule(dynamic, 16)
         for (long r = 0; r < qrows; r++) {
             int t = (int)(r % T), h = (int)(r / T % H), b = (int)(r / ((long)T * H));

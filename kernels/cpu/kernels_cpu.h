@@ -51,6 +51,8 @@ typedef struct {
     int truncate; // floor / ceil the correction range; config.json without it: 1 (gpt-oss: 0)
 } rope_yarn;
 double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope_yarn *yarn);
+// YaRN's mscale (transformers' yarn_get_mscale): 0.1 mscale ln(factor) + 1, 1 for factor <= 1.
+double rope_yarn_mscale(double factor, double mscale);
 // In place on x [B, T, heads, hd]: the rotation r describes (kernels/attention_args.h).
 void rope_forward(float *x, int heads, const rope_args *r);
 void rope_backward(float *dx, int heads, const rope_args *r);

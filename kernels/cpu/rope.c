@@ -40,7 +40,7 @@ void rope_llama3_scale(float *inv_freq, int head_dim, double factor, double low_
 
 // YaRN's mscale (transformers' yarn_get_mscale): 0.1 * mscale * ln(factor) + 1, or 1 when the
 // factor does not stretch.
-static double yarn_mscale(double factor, double mscale) {
+double rope_yarn_mscale(double factor, double mscale) {
     return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
 }
 
@@ -76,9 +76,9 @@ double rope_yarn_inv_freq(float *inv_freq, int head_dim, float theta, const rope
     }
     if (yarn->attention_factor) return yarn->attention_factor;
     if (yarn->mscale && yarn->mscale_all_dim)
-        return yarn_mscale(yarn->factor, yarn->mscale) /
-               yarn_mscale(yarn->factor, yarn->mscale_all_dim);
-    return yarn_mscale(yarn->factor, 1.0);
+        return rope_yarn_mscale(yarn->factor, yarn->mscale) /
+               rope_yarn_mscale(yarn->factor, yarn->mscale_all_dim);
+    return rope_yarn_mscale(yarn->factor, 1.0);
 }
 
 // cs[t * rot + i] = cos, cs[t * rot + rot/2 + i] = sin of the angle (float)t * inv_freq[i],
@@ -98,13 +98,15 @@ static float *rope_table(const float *inv_freq, float scale, int T, int rot) {
     return cs;
 }
 
-// Rotate the first r->rot elements of every head of every row by +angle (sign = 1) or -angle
-// (sign = -1), times r->scale; the rest of the head is left as it is. The
+// Rotate r->rot elements of every head of every row, from r->off, by +angle (sign = 1) or -angle
+// (sign = -1), times r->scale; the rest of the head is left as it is. Pair i is (i, i + rot/2),
+// or with r->interleave (2i, 2i + 1). The
 // rotation is orthogonal, so the backward is the forward with the angle negated (the scale is
 // the same both ways). A token's position is its index in the row, or with packed documents its
 // index in its document (t - doc_start[row]).
 static void rope_apply(float *x, int heads, const rope_args *r, float sign) {
     int head_dim = r->hd, rot = r->rot, half = rot / 2, T = r->T;
+    int step = r->interleave ? 2 : 1, partner = r->interleave ? 1 : half; // pair i's elements
     const int32_t *doc_start = r->doc_start;
     float *cs = rope_table(r->inv_freq, r->scale, T, rot);
 #pragma omp parallel for schedule(static)
@@ -112,11 +114,11 @@ static void rope_apply(float *x, int heads, const rope_args *r, float sign) {
         long pos = row % T - (doc_start ? doc_start[row] : 0);
         const float *c = cs + pos * rot, *s = c + half;
         for (int h = 0; h < heads; h++) {
-            float *x1 = x + (row * heads + h) * head_dim, *x2 = x1 + half;
+            float *x1 = x + (row * heads + h) * head_dim + r->off, *x2 = x1 + partner;
             for (int i = 0; i < half; i++) {
-                float a = x1[i], b = x2[i], si = sign * s[i];
-                x1[i] = a * c[i] - b * si;
-                x2[i] = b * c[i] + a * si;
+                float a = x1[i * step], b = x2[i * step], si = sign * s[i];
+                x1[i * step] = a * c[i] - b * si;
+                x2[i * step] = b * c[i] + a * si;
             }
         }
     }

@@ -1,15 +1,15 @@
 // Causal grouped-query flash attention (FlashAttention-2 scheme) for bf16 q, k, v.
 //
-// The math is exactly kernels/cpu/attention.c: scale 1/sqrt(hd), query head h reads kv head
-// h / (H / KV), lse = natural-log log-sum-exp of each row's scaled scores. Memory is O(T): a
-// CTA holds one tile of 64 or 128 query (or key) rows and streams the other side through
+// The math is exactly kernels/cpu/attention.c: scale 1/sqrt(hd) (or attn_args.scale), query head h
+// reads kv head h / (H / KV), lse = natural-log log-sum-exp of each row's scaled scores. Memory is
+// O(T): a CTA holds one tile of 64 or 128 query (or key) rows and streams the other side through
 // shared memory; the T x T probabilities are recomputed from lse in the backward, never stored.
 //
 // Three paths, each checked against the CPU reference by tests/test_attention_cuda.c:
 // - mma.sync (any GPU): m16n8k16 bf16 with fp32 accumulation, ldmatrix from padded shared
 //   memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128 with zeros in
 //   shared memory, so every hd <= 128 that is a multiple of 4 runs on it (rows of hd % 8 == 4,
-//   e.g. 100, move in 8-byte chunks).
+//   e.g. 100, move in 8-byte chunks). Wider heads (to 256) take the simple path.
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
 //   reading 128-byte-swizzled shared memory. Where TMA can take the rows (hd >= 64 forward,
 //   > 64 backward, hd % 8 == 0: a TMA box must start on a 16-byte boundary, and hd 100's odd
@@ -487,7 +487,9 @@ __device__ __forceinline__ int key_tiles(int q0, int rows, int T, int bc) {
 // Lane l scores key (or query) j0 + l of each chunk of 32; the chunk's weights are then
 // broadcast by shuffles and each lane accumulates dims lane, lane + 32, ... of the row.
 
-constexpr int SIMPLE_WARPS = 4, MAXC = 4; // 4 warps per block; hd <= 32 * MAXC
+// 4 warps per block; hd <= 32 * MAXC (above 128, multi-head latent attention's 192 and 256, the
+// simple path alone: attention_path)
+constexpr int SIMPLE_WARPS = 4, MAXC = 8;
 
 // dot(row vector in shared memory (fp32), bf16 global row)
 __device__ __forceinline__ float dot_sg(const float *a, const bf16 *b, int n) {
@@ -531,7 +533,11 @@ inline Dims make_dims(const attn_args &a, const bf16 *sinks) {
         fprintf(stderr, "megatrain: attention: a sliding window of %d keys\n", a.window);
         exit(1);
     }
-    float scale = 1.0f / sqrtf((float)hd);
+    if (a.dv && a.dv != hd) {
+        fprintf(stderr, "megatrain: attention: values of %d, not the head dim %d\n", a.dv, hd);
+        exit(1);
+    }
+    float scale = a.scale ? a.scale : 1.0f / sqrtf((float)hd); // MLA: model_mla_softmax_scale
     const int window = a.window < T ? a.window : 0; // T or more keys: no window, the same bits
     return Dims{B, T, H, KV, hd, H / KV, scale, scale * LOG2E, a.doc_start, window, sinks};
 }
@@ -592,7 +598,7 @@ enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 inline AttnPath attention_path(int hd, const void *const *ptrs, int n, int wgmma_from) {
     const char *e = getenv("MT_ATTENTION");
     if (e && strcmp(e, "simple") == 0) return PATH_SIMPLE;
-    if (hd % 4 != 0) return PATH_SIMPLE;
+    if (hd % 4 != 0 || hd > 128) return PATH_SIMPLE; // the tensor paths' tiles end at 128
     for (int i = 0; i < n; i++)
         if (!aligned16(ptrs[i])) return PATH_SIMPLE;
     if (e && strcmp(e, "mma") == 0) return PATH_MMA;

@@ -22,6 +22,26 @@
 extern "C" {
 #endif
 
+// mla.cu: multi-head latent attention's layouts (runtime/engine/attn_mla_cuda.c). rows tokens of
+// H heads; q and k heads of P = dn + dr elements (k: its nope part dn, then the rotated part dr
+// that every head shares, krot [rows, dr]); v and attention's output padded to P, their first dv
+// meaningful (dv <= P); kv_b_proj's output kvb [rows, H, dn + dv].
+typedef struct {
+    long rows;
+    int H, dn, dr, dv, P;
+} mla_layout;
+// k's nope parts and v (zero past dv) from kvb; k's rotated parts from krot.
+void cuda_mla_split(bf16 *k, bf16 *v, const bf16 *kvb, const mla_layout *L, cudaStream_t stream);
+void cuda_mla_rope_broadcast(bf16 *k, const bf16 *krot, const mla_layout *L, cudaStream_t stream);
+// Their backward: dkvb from dk's nope parts and dv's first dv; dkrot (fp32) = the sum over the
+// heads of dk's rotated parts, in head order.
+void cuda_mla_join(bf16 *dkvb, const bf16 *dk, const bf16 *dv, const mla_layout *L,
+                   cudaStream_t stream);
+void cuda_mla_rope_reduce(float *dkrot, const bf16 *dk, const mla_layout *L, cudaStream_t stream);
+// Attention's output (or its gradient) [rows x H, dv] to [rows x H, P], zero past dv, and back.
+void cuda_mla_pad(bf16 *dst, const bf16 *src, const mla_layout *L, cudaStream_t stream);
+void cuda_mla_compact(bf16 *dst, const bf16 *src, const mla_layout *L, cudaStream_t stream);
+
 // reduce.cu: *out = sum of x[i]^2 in double, in a fixed order (deterministic).
 void cuda_sum_squares(double *out, const float *x, long n, void *scratch, cudaStream_t stream);
 size_t cuda_sum_squares_scratch_bytes(void);

@@ -148,7 +148,7 @@ static int cu_attention_reserve(backend *b, int slots) {
 }
 
 // The layer's working set (buffers.h): its saved tensors for a chunk in one allocation, the
-// rest of its buffers, qk_norm's, the output gate's and Gated DeltaNet's.
+// rest of its buffers, qk_norm's, the output gate's, Gated DeltaNet's and the latent attention's.
 static void alloc_layer_set(backend *b) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 0);
@@ -166,6 +166,9 @@ static void alloc_layer_set(backend *b) {
     mt_buffers_cuda_gdn(&l, &b->shape);
     void **gdn[] = {MT_CUDA_GDN(MT_BUFFER_SLOT, b, _)};
     cu_carve(b, &l, CU_SLOTS(gdn));
+    mt_buffers_cuda_mla(&l, &b->shape);
+    void **mla[] = {MT_CUDA_MLA(MT_BUFFER_SLOT, b, _)};
+    cu_carve(b, &l, CU_SLOTS(mla));
 }
 
 static void alloc_head_set(backend *b) {
@@ -342,6 +345,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
+    cu_layers_check(c);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);

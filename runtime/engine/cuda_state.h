@@ -63,6 +63,12 @@ typedef struct {
     float *lse, *h;
 } layer_saved;
 
+// Multi-head latent attention's working set (MT_CUDA_MLA: buffers.h), NULL without it.
+typedef struct {
+    float *qa, *rstd_qa, *lat, *rstd_kv, *krot_f, *d_a, *d_x, *norm_scratch;
+    bf16 *qan, *kvn, *kvb, *krot, *pad, *dpad, *d_b;
+} mla_set;
+
 struct backend {
     const mt_config *c;
     // A layer's token-wise work runs seq_chunk tokens at a time (batch.seq_chunk), so its
@@ -78,6 +84,7 @@ struct backend {
     bf16 *att_g;
     gdn_set la;      // Gated DeltaNet's internals, with such layers
     int *gdn_chunks; // per micro-batch with packed documents: its delta rule's chunks a row
+    mla_set mla;
     cudaStream_t s;
     cuda_gemm *gemm;
     float *inv_freq;  // RoPE's frequencies (device), model_rope_inv_freq's

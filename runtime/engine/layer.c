@@ -17,7 +17,7 @@ static void add_into(float *dst, const float *a, const float *b, size_t n) {
 // unchunked sequence of calls.
 
 static const attn_part *const attn_parts[ATTN_KINDS] = {
-    [ATTN_SOFTMAX] = &attn_softmax_cpu, [ATTN_GDN] = &attn_gdn_cpu};
+    [ATTN_SOFTMAX] = &attn_softmax_cpu, [ATTN_GDN] = &attn_gdn_cpu, [ATTN_MLA] = &attn_mla_cpu};
 static const mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cpu, [MLP_MOE] = &mlp_moe_cpu};
 

@@ -37,7 +37,7 @@ static layer_saved *internals(backend *b, int keep, att_ref att, layer_saved *wi
 }
 
 static const cu_attn_part *const attn_parts[ATTN_KINDS] = {
-    [ATTN_SOFTMAX] = &attn_softmax_cuda, [ATTN_GDN] = &attn_gdn_cuda};
+    [ATTN_SOFTMAX] = &attn_softmax_cuda, [ATTN_GDN] = &attn_gdn_cuda, [ATTN_MLA] = &attn_mla_cuda};
 static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 

@@ -48,6 +48,7 @@ typedef struct {
 
 extern const attn_part attn_softmax_cpu; // attn_cpu.c
 extern const attn_part attn_gdn_cpu;     // attn_gdn_cpu.c
+extern const attn_part attn_mla_cpu;     // attn_mla_cpu.c
 extern const mlp_part mlp_dense_cpu;     // mlp_cpu.c
 extern const mlp_part mlp_moe_cpu;       // mlp_cpu.c, on moe_mlp.c
 

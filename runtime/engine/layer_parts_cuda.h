@@ -71,6 +71,7 @@ typedef struct {
 
 extern const cu_attn_part attn_softmax_cuda; // attn_cuda.c
 extern const cu_attn_part attn_gdn_cuda;     // attn_gdn_cuda.c
+extern const cu_attn_part attn_mla_cuda;     // attn_mla_cuda.c
 extern const cu_mlp_part mlp_dense_cuda;     // mlp_cuda.c
 extern const cu_mlp_part mlp_moe_cuda;       // mlp_cuda.c, on moe_cuda.c
 

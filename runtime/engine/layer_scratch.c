@@ -6,7 +6,7 @@
 #include "shm/syscheck.h"
 #include <stdlib.h>
 
-// The buffers are MT_CPU_LAYER's and MT_CPU_GDN's (buffers.h).
+// The buffers are MT_CPU_LAYER's, MT_CPU_GDN's and MT_CPU_MLA's (buffers.h).
 layer_scratch *layer_scratch_new(const mt_config *c, int B, int T) {
     layer_scratch *s = calloc(1, sizeof *s);
     if (!s) mt_die("out of memory");
@@ -20,6 +20,9 @@ layer_scratch *layer_scratch_new(const mt_config *c, int B, int T) {
     mt_buffers_cpu_gdn(&l, &shape);
     void **gdn[] = {MT_CPU_GDN(MT_BUFFER_SLOT, s, _)};
     s->bytes += host_buffers_new(&l, HOST_SLOTS(gdn), "the Gated DeltaNet working set");
+    mt_buffers_cpu_mla(&l, &shape);
+    void **mla[] = {MT_CPU_MLA(MT_BUFFER_SLOT, s, _)};
+    s->bytes += host_buffers_new(&l, HOST_SLOTS(mla), "the latent attention working set");
     s->rope_scale = model_rope_inv_freq(c, s->inv_freq);
     if (c->experts > 0) {
         s->moe = moe_scratch_new(c, B * T);
@@ -34,6 +37,8 @@ void layer_scratch_free(layer_scratch *s) {
     host_buffers_free(HOST_SLOTS(slots));
     void **gdn[] = {MT_CPU_GDN(MT_BUFFER_SLOT, s, _)};
     host_buffers_free(HOST_SLOTS(gdn));
+    void **mla[] = {MT_CPU_MLA(MT_BUFFER_SLOT, s, _)};
+    host_buffers_free(HOST_SLOTS(mla));
     moe_scratch_free(s->moe);
     free(s);
 }

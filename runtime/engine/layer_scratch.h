@@ -12,6 +12,13 @@ typedef struct {
     float *d_y, *d_z, *d_qn, *d_kn, *d_q, *d_k, *d_v, *d_g, *d_beta, *d_a, *d_b, *d_conv, *d_mixed;
 } gdn_scratch;
 
+// A multi-head latent attention layer's internals and their gradients (MT_CPU_MLA: buffers.h),
+// all NULL in a model without such layers; its q, k, v and their gradients are the layer's.
+typedef struct {
+    float *qa, *qan, *rstd_qa, *kva, *lat, *krot, *kvn, *rstd_kv, *kvb;
+    float *d_qan, *d_qa, *d_kvn, *d_lat, *d_krot;
+} mla_scratch;
+
 // Working set of one layer over one micro-batch (n = B*T tokens): allocated once, reused by
 // every layer and every micro-batch.
 typedef struct {
@@ -29,11 +36,12 @@ typedef struct {
     // backward), the gates' logits, att * sigmoid(gate) (o_proj's input) and its gradient
     float *qg, *gate_q, *att_g, *d_att_g;
     gdn_scratch la;
+    mla_scratch mla;
     // MoE layers: their internals, and where the pass records its routing (set per call; NULL:
     // nowhere, and no load-balancing gradient)
     moe_scratch *moe;
     moe_route_io *route;
-    size_t bytes; // its buffers' (MT_CPU_LAYER, MT_CPU_GDN and MT_CPU_MOE: buffers.h)
+    size_t bytes; // its buffers' (MT_CPU_LAYER, MT_CPU_GDN, MT_CPU_MLA, MT_CPU_MOE: buffers.h)
 } layer_scratch;
 
 // The scratch computes c's RoPE frequencies itself, so no caller can pass an unscaled table.

@@ -234,32 +234,26 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     return 0;
 }
 
-// Multi-head latent attention's widths: all set together, the rotated part even.
+// Multi-head latent attention's widths: all set together, the rotated part even; none of softmax
+// attention's options (biases, qk_norm, the output gate, sinks), which it does not have.
 static int check_mla(ctx_t *x, const mt_config *c) {
-    if (c->mla_kv_rank <= 0) {
-        if (c->mla_q_rank > 0)
-            return source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
-                               "needs model.mla_kv_rank > 0 (multi-head latent attention)");
-        return 0;
-    }
-    const char *keys[] = {"model.mla_nope_dim", "model.mla_rope_dim", "model.mla_v_dim"};
-    int v[] = {c->mla_nope_dim, c->mla_rope_dim, c->mla_v_dim};
-    for (int i = 0; i < 3; i++)
-        if (v[i] <= 0)
-            return source_fail(x, LINE(keys[i]), keys[i],
-                               "must be set with model.mla_kv_rank (multi-head latent attention)");
+    if (c->mla_kv_rank <= 0)
+        return c->mla_q_rank <= 0 ? 0
+                                  : source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
+                                                "needs model.mla_kv_rank > 0 (latent attention)");
+    const char *keys[] = {"model.mla_nope_dim",     "model.mla_rope_dim", "model.mla_v_dim",
+                          "model.qkv_bias",         "model.o_bias",       "model.qk_norm",
+                          "model.attn_output_gate", "model.attn_sinks"};
+    int bad[] = {
+        c->mla_nope_dim <= 0,     c->mla_rope_dim <= 0, c->mla_v_dim <= 0, c->qkv_bias, c->o_bias,
+        mt_qk_norm(c) != QK_NONE, c->attn_output_gate,  c->attn_sinks};
+    for (int i = 0; i < 8; i++)
+        if (bad[i])
+            return source_fail(x, LINE(keys[i]), keys[i], "%s model.mla_kv_rank (latent attention)",
+                               i < 3 ? "must be set with" : "is not for");
     if (c->mla_rope_dim % 2)
         return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
                            "%d must be even (RoPE rotates pairs)", c->mla_rope_dim);
-    return 0;
-}
-
-// Model options whose layer parts are not built yet: refused here, so that no job trains a
-// model other than the one its config describes.
-static int check_pending(ctx_t *x, const mt_config *c) {
-    if (c->mla_kv_rank > 0)
-        return source_fail(x, LINE("model.mla_kv_rank"), "model.mla_kv_rank",
-                           "multi-head latent attention is not built yet");
     return 0;
 }
 
@@ -272,21 +266,21 @@ static int check_layer_types(ctx_t *x, const mt_config *c) {
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
-    if (check_layer_types(x, c) < 0) return -1;
+    if (check_layer_types(x, c) < 0 || check_mla(x, c) < 0) return -1;
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
     int values[] = {c->bos_id, c->eos_id};
     for (int i = 0; i < 2; i++)
         if (values[i] >= c->vocab)
             return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
                                values[i], c->vocab);
-    if (!c->head_dim && c->dim % c->heads)
+    if (!c->head_dim && c->mla_kv_rank <= 0 && c->dim % c->heads) // MLA: its own widths
         return source_fail(x, LINE("model.dim"), "model.dim",
                            "%d is not divisible by model.heads = %d (or set model.head_dim)",
                            c->dim, c->heads);
     if (c->heads % c->kv_heads)
         return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
                            "%d does not divide model.heads = %d", c->kv_heads, c->heads);
-    if (mt_head_dim(c) % 2)
+    if (mt_head_dim(c) % 2 && c->mla_kv_rank <= 0)
         return source_fail(x, LINE(c->head_dim ? "model.head_dim" : "model.dim"),
                            c->head_dim ? "model.head_dim" : "model.dim",
                            "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
@@ -295,7 +289,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
                            c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (config_check_moe(x, c) < 0 || check_mla(x, c) < 0 || check_pending(x, c) < 0) return -1;
+    if (config_check_moe(x, c) < 0) return -1;
     if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "

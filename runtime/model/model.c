@@ -453,6 +453,8 @@ float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
                                 .beta_fast = c->rope_beta_fast,
                                 .beta_slow = c->rope_beta_slow,
                                 .attention_factor = c->rope_attention_factor,
+                                .mscale = c->rope_mscale,
+                                .mscale_all_dim = c->rope_mscale_all_dim,
                                 .truncate = c->rope_truncate};
         return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta, &yarn);
     }
@@ -461,6 +463,15 @@ float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
         rope_llama3_scale(inv_freq, mt_rope_dim(c), c->rope_factor, c->rope_low_freq_factor,
                           c->rope_high_freq_factor, c->rope_original_max_pos);
     return 1.0f;
+}
+
+float model_mla_softmax_scale(const mt_config *c) {
+    double scale = pow(mt_mla_qk_dim(c), -0.5);
+    if (c->rope_type != ROPE_PLAIN && c->rope_mscale_all_dim) {
+        double m = rope_yarn_mscale(c->rope_factor, c->rope_mscale_all_dim);
+        scale = scale * m * m;
+    }
+    return (float)scale;
 }
 
 // model.c's names carry "%d" for the layer and "%e" for the expert; expanded by hand, not as

@@ -287,9 +287,18 @@ static inline int mt_packs_documents(const mt_config *c) {
 static inline int mt_head_dim(const mt_config *c) {
     return c->head_dim ? c->head_dim : c->dim / c->heads;
 }
-// The elements of a head RoPE turns: head_dim x partial_rotary_factor, rounded down (a config
-// built by hand, with 0 there, turns the whole head).
+// Multi-head latent attention's norms of its query rank and latent (q_a_layernorm,
+// kv_a_layernorm): transformers builds them with DeepseekV3RMSNorm's default eps, not
+// config.rms_norm_eps (the decoder's norms take that).
+#define MT_MLA_LATENT_NORM_EPS 1e-6f
+// Multi-head latent attention's query and key head width (mla_nope_dim + mla_rope_dim).
+static inline int mt_mla_qk_dim(const mt_config *c) {
+    return c->mla_nope_dim + c->mla_rope_dim;
+}
+// The elements of a head RoPE turns (MLA: mla_rope_dim, the last of q's and k's heads): head_dim x
+// partial_rotary_factor, rounded down (a config built by hand, with 0 there, turns the whole head).
 static inline int mt_rope_dim(const mt_config *c) {
+    if (c->mla_kv_rank > 0) return c->mla_rope_dim; // MLA: the rotated part of q and k
     double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
     return (int)(mt_head_dim(c) * f);
 }
@@ -471,6 +480,9 @@ void head_params_bind(head_params *p, const mt_config *c, float *flat);
 // model.rope_scaling asks for it, or YaRN's. Returns the factor cos and sin are multiplied by
 // (YaRN's attention factor; 1 otherwise). Both backends take their table from here.
 float model_rope_inv_freq(const mt_config *c, float *inv_freq);
+// Multi-head latent attention's softmax scale: mt_mla_qk_dim^-0.5, times mscale(mscale_all_dim)^2
+// with rope_scaling (transformers' yarn_apply_mscale), in double as their Python, then float.
+float model_mla_softmax_scale(const mt_config *c);
 
 // ---- the schedule ----
 

@@ -14,7 +14,7 @@ static uint64_t most(uint64_t a, uint64_t b) {
 static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     if (c->kv_heads > 0)
         s->attn_scratch =
-            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, c->kv_heads, (int)s->hd);
+            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, (int)s->KVH, (int)s->hd);
     s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
     // q, k and v's biases; the router's and the experts' (gpt-oss)
     s->bias_scratch = cuda_bias_scratch_floats((int)most(
@@ -24,6 +24,9 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
     int rows = (int)(all ? s->n : s->n * s->H);
     s->norm_qk = most(cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->Q : s->hd)),
                       cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->KV : s->hd)));
+    if (s->mla)
+        s->norm_mla = most(cuda_rmsnorm_scratch_floats((int)s->r, (int)s->QR),
+                           cuda_rmsnorm_scratch_floats((int)s->r, (int)s->KR));
     // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
     long chunk = c->vocab > 0 ? (256l << 20) / ((long)c->vocab * 6) : 1;
     s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
@@ -53,6 +56,18 @@ static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
 #endif
 }
 
+// Multi-head latent attention (every attention layer when mla_kv_rank > 0): q, k and v in the
+// softmax buffers, one key head a query head, at the wider of q's and v's head widths (the CUDA
+// kernels take one head width: attn_mla_cuda.c pads the narrower to it).
+static void mla_shape(mt_buffer_shape *s, const mt_config *c) {
+    s->mla = 1, s->QR = c->mla_q_rank > 0 ? (uint64_t)c->mla_q_rank : 0;
+    s->KR = (uint64_t)c->mla_kv_rank, s->RD = (uint64_t)c->mla_rope_dim;
+    s->KB = s->H * (uint64_t)(c->mla_nope_dim + c->mla_v_dim);
+    s->hd = most((uint64_t)mt_mla_qk_dim(c), (uint64_t)c->mla_v_dim);
+    s->KVH = s->H, s->Q = s->KV = s->H * s->hd, s->AO = most(s->AO, s->Q);
+    s->LR = most(s->QR, s->KR);
+}
+
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
     *s = (mt_buffer_shape){0};
     s->B = (uint64_t)B, s->T = (uint64_t)T, s->n = s->B * s->T;
@@ -69,6 +84,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
         s->LC = 2 * s->LK + s->LV, s->LH = (uint64_t)c->linear_v_heads;
         s->LKH = (uint64_t)c->linear_k_heads, s->AO = most(s->Q, s->LV);
     }
+    if (c->mla_kv_rank > 0) mla_shape(s, c);
     s->docs = mt_packs_documents(c);
     s->moe_layers = mt_moe_layers(c);
     if (c->experts > 0) {
@@ -120,6 +136,7 @@ LIST_BUILDER(mt_buffers_cuda_layer, MT_CUDA_LAYER, 0)
 LIST_BUILDER(mt_buffers_cuda_qk_norm, MT_CUDA_QK_NORM, 0)
 LIST_BUILDER(mt_buffers_cuda_gate, MT_CUDA_GATE, 0)
 LIST_BUILDER(mt_buffers_cuda_gdn, MT_CUDA_GDN, 0)
+LIST_BUILDER(mt_buffers_cuda_mla, MT_CUDA_MLA, 0)
 LIST_BUILDER(mt_buffers_cuda_head, MT_CUDA_HEAD, 0)
 LIST_BUILDER(mt_buffers_cuda_moe, MT_CUDA_MOE, 0)
 LIST_BUILDER(mt_buffers_cuda_attention_slot, MT_CUDA_ATTENTION_SLOT, MT_CUDA_ATTENTION_SLOT_ALIGN)
@@ -127,6 +144,7 @@ LIST_BUILDER(mt_buffers_cuda_pinned, MT_CUDA_PINNED, 0)
 LIST_BUILDER(mt_buffers_cuda_host, MT_CUDA_HOST, 0)
 LIST_BUILDER(mt_buffers_cpu_layer, MT_CPU_LAYER, 0)
 LIST_BUILDER(mt_buffers_cpu_gdn, MT_CPU_GDN, 0)
+LIST_BUILDER(mt_buffers_cpu_mla, MT_CPU_MLA, 0)
 LIST_BUILDER(mt_buffers_cpu_moe, MT_CPU_MOE, 0)
 LIST_BUILDER(mt_buffers_cpu_backend, MT_CPU_BACKEND, 0)
 LIST_BUILDER(mt_buffers_cpu_moe_stats, MT_CPU_MOE_STATS, 0)

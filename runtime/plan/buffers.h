@@ -27,6 +27,10 @@ typedef struct {
     // width LK, value width LV, value and key heads LH and LKH
     uint64_t gdn, LC, LK, LV, LH, LKH;
     uint64_t AO; // the attention part's output width: Q, or LV where a GDN layer's is wider
+    // Multi-head latent attention, with such layers (all 0 without): 1; its query rank QR, latent
+    // KR, rotated width RD and kv_b_proj's output KB (heads x (nope + v)). Its q, k and v take
+    // the softmax buffers, KVH = H heads of hd = the larger of q's and v's head widths.
+    uint64_t mla, QR, KR, RD, KB, LR; // LR: the wider of QR and KR
     // MoE (all 0 for a dense model): E experts; P and Pn (token, slot) pairs of a chunk and of
     // the micro-batch; MF, S the experts' and the shared expert's widths, sh 1 with a shared
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
@@ -35,6 +39,7 @@ typedef struct {
     // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
     uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
     uint64_t gdn_scratch; // Gated DeltaNet's kernels on CUDA, one scratch they take in turn
+    uint64_t norm_mla;    // the latent attention's norms' (a chunk of rows of QR and of KR)
 } mt_buffer_shape;
 
 void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
@@ -134,6 +139,30 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, bf16, la.d_b, (s).n *(s).LH)                                                              \
     X(o, bf16, la.d_mixed, (s).n *(s).LC)                                                          \
     X(o, unsigned char, la.scratch, (s).gdn_scratch)
+// Multi-head latent attention (attn_mla_cuda.c), with such layers: a chunk's q_a_proj output
+// (fp32, its norm's input), its norm and statistics, the latent (fp32) and its norm and
+// statistics, kv_b_proj's output (its gradient in the backward); the micro-batch's rotated key
+// part (fp32 from kv_a_proj, then bf16 for RoPE; their gradients in the backward); attention's
+// output and its gradient padded from v_dim to q's and k's head width (the attention kernels
+// take one: 2 n H (nope + rope) bf16, what padding costs beside the kernels' work on the zeros);
+// the norms' fp32 gradients (dout and dx) and dx in bf16 for the projections, a chunk of the
+// wider of the two ranks; the norms' weight-gradient scratch.
+#define MT_CUDA_MLA(X, o, s)                                                                       \
+    X(o, float, mla.qa, (s).r *(s).QR)                                                             \
+    X(o, bf16, mla.qan, (s).r *(s).QR)                                                             \
+    X(o, float, mla.rstd_qa, ((s).QR > 0) * (s).r)                                                 \
+    X(o, float, mla.lat, (s).r *(s).KR)                                                            \
+    X(o, bf16, mla.kvn, (s).r *(s).KR)                                                             \
+    X(o, float, mla.rstd_kv, (s).mla *(s).r)                                                       \
+    X(o, bf16, mla.kvb, (s).r *(s).KB)                                                             \
+    X(o, float, mla.krot_f, (s).n *(s).RD)                                                         \
+    X(o, bf16, mla.krot, (s).n *(s).RD)                                                            \
+    X(o, bf16, mla.pad, (s).mla *(s).n *(s).Q)                                                     \
+    X(o, bf16, mla.dpad, (s).mla *(s).n *(s).Q)                                                    \
+    X(o, float, mla.d_a, (s).r *(s).LR)                                                            \
+    X(o, float, mla.d_x, (s).r *(s).LR)                                                            \
+    X(o, bf16, mla.d_b, (s).r *(s).LR)                                                             \
+    X(o, float, mla.norm_scratch, (s).norm_mla)
 
 // The head: the final norm's output for a chunk, every micro-batch's losses and tokens, one
 // row of logits for sampling, the classifier's scratch.
@@ -285,6 +314,26 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, float, la.d_conv, (s).n *(s).LC)                                                          \
     X(o, float, la.d_mixed, (s).n *(s).LC)
 
+// A multi-head latent attention layer's internals over the micro-batch (attn_mla_cpu.c), with
+// such layers: the low-rank query path's q_a_proj output, its norm and statistics; kv_a_proj's
+// output, its latent and rotated parts, the latent's norm and statistics, kv_b_proj's output
+// (per head k's nope part, then v); then their gradients.
+#define MT_CPU_MLA(X, o, s)                                                                        \
+    X(o, float, mla.qa, (s).n *(s).QR)                                                             \
+    X(o, float, mla.qan, (s).n *(s).QR)                                                            \
+    X(o, float, mla.rstd_qa, ((s).QR > 0) * (s).n)                                                 \
+    X(o, float, mla.kva, (s).n *((s).KR + (s).RD))                                                 \
+    X(o, float, mla.lat, (s).n *(s).KR)                                                            \
+    X(o, float, mla.krot, (s).n *(s).RD)                                                           \
+    X(o, float, mla.kvn, (s).n *(s).KR)                                                            \
+    X(o, float, mla.rstd_kv, (s).mla *(s).n)                                                       \
+    X(o, float, mla.kvb, (s).n *(s).KB)                                                            \
+    X(o, float, mla.d_qan, (s).n *(s).QR)                                                          \
+    X(o, float, mla.d_qa, (s).n *(s).QR)                                                           \
+    X(o, float, mla.d_kvn, (s).n *(s).KR)                                                          \
+    X(o, float, mla.d_lat, (s).n *(s).KR)                                                          \
+    X(o, float, mla.d_krot, (s).n *(s).RD)
+
 // A MoE MLP's internals over the micro-batch (moe_mlp.c's moe_scratch), Pn = n x top_k pairs,
 // each chunk its own counts and offsets.
 #define MT_CPU_MOE(X, o, s)                                                                        \
@@ -371,6 +420,7 @@ void mt_buffers_cuda_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_qk_norm(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_gate(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_gdn(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cuda_mla(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_head(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);
@@ -378,6 +428,7 @@ void mt_buffers_cuda_pinned(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cuda_host(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_layer(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_gdn(mt_buffer_list *l, const mt_buffer_shape *s);
+void mt_buffers_cpu_mla(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s);

@@ -15,7 +15,7 @@ double plan_attention_span(const mt_config *c) {
     for (int l = 0; l < c->layers; l++) {
         const mt_layer_kind *k = mt_layer_kind_of(c, l);
         int w = k->window;
-        if (k->attention != ATTN_SOFTMAX) continue; // Gated DeltaNet: plan_gdn_flops
+        if (k->attention == ATTN_GDN) continue; // plan_gdn_flops
         span += w > 0 && w < c->seq_len ? T * attn_score_pairs(c->seq_len, w) / causal : T;
     }
     return span;
@@ -36,11 +36,25 @@ double plan_gdn_flops(const mt_config *c) {
     return mt_gdn_layers(c) * gdn_layer_flops(c);
 }
 
+// Attention's width: heads x head_dim (Qwen3's differs from dim); multi-head latent attention's
+// the mean of its q k^T and p v widths, heads x (nope + rope + v) / 2.
+static double attention_width(const mt_config *c) {
+    if (c->mla_kv_rank > 0) return c->heads * (mt_mla_qk_dim(c) + c->mla_v_dim) / 2.0;
+    return (double)c->heads * mt_head_dim(c);
+}
+// The head width the GPU's attention runs at: MLA's q, k and v padded to the wider
+// (attn_mla_cuda.c).
+static int attention_head_dim(const mt_config *c) {
+    if (c->mla_kv_rank > 0)
+        return mt_mla_qk_dim(c) > c->mla_v_dim ? mt_mla_qk_dim(c) : c->mla_v_dim;
+    return mt_head_dim(c);
+}
+
 // The token mixers' forward FLOPs per token, a layer's on average, beyond the parameters':
 // softmax attention over every key before a query (2 width seq: q k^T and p v, causal halves),
 // Gated DeltaNet's rule. The recompute's terms below take it.
 static double mixer_flops_per_layer(const mt_config *c) {
-    double width = (double)c->heads * mt_head_dim(c);
+    double width = attention_width(c);
     int softmax = c->layers - mt_gdn_layers(c);
     return (softmax * 2.0 * width * c->seq_len + plan_gdn_flops(c)) / c->layers;
 }
@@ -236,8 +250,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double head = (double)model_group_numel(c, model_head_group(c));
     double layer_n = (A - (double)model_group_numel(c, 0) - head) / c->layers;
     double redo = plan_recomputed_layers(c->layers, p->choices.boundary_every);
-    // attention's width: heads x head_dim (Qwen3's differs from dim)
-    double width = (double)c->heads * mt_head_dim(c);
+    double width = attention_width(c);
     memset(e, 0, sizeof *e);
     e->active_params = A;
     // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
@@ -256,7 +269,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
                                  4.0 * gdn + (redo - kept_att) * share);
     e->flops = gemm + attention;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->attention_rate = p->cuda ? gpu_attention_rate(mt_head_dim(c)) : e->flops_rate;
+    e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(c)) : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
     if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its

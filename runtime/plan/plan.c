@@ -39,12 +39,12 @@ static uint64_t list_bytes(buffer_list_of list, const mt_buffer_shape *s) {
     return mt_buffer_list_bytes(&l);
 }
 
-// layer.c's layer_scratch_new (Gated DeltaNet's internals too), with an MoE model's
-// moe_scratch_new.
+// layer.c's layer_scratch_new (Gated DeltaNet's and latent attention's internals too), with an
+// MoE model's moe_scratch_new.
 static uint64_t cpu_layer_bytes(const mt_config *c) {
     mt_buffer_shape s = buffer_shape(c);
     return list_bytes(mt_buffers_cpu_layer, &s) + list_bytes(mt_buffers_cpu_gdn, &s) +
-           plan_moe_cpu_bytes(c);
+           list_bytes(mt_buffers_cpu_mla, &s) + plan_moe_cpu_bytes(c);
 }
 
 // The int32 arrays a step's tokens fill, one value a token of each micro-batch: inputs and
@@ -86,13 +86,14 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
 }
 
 // backend_cuda.c's layer working set: its saved tensors for a chunk, the rest of the layer's,
-// the qk norms', the output gate's and Gated DeltaNet's buffers, and an MoE model's
-// (plan_moe_work_bytes).
+// the qk norms', the output gate's, Gated DeltaNet's and the latent attention's buffers, and an
+// MoE model's (plan_moe_work_bytes).
 static uint64_t cuda_layer_set_bytes(const mt_config *c) {
     mt_buffer_shape s = buffer_shape(c);
     return cuda_saved_bytes(c, 0) + list_bytes(mt_buffers_cuda_layer, &s) +
            list_bytes(mt_buffers_cuda_qk_norm, &s) + list_bytes(mt_buffers_cuda_gate, &s) +
-           list_bytes(mt_buffers_cuda_gdn, &s) + plan_moe_work_bytes(c);
+           list_bytes(mt_buffers_cuda_gdn, &s) + list_bytes(mt_buffers_cuda_mla, &s) +
+           plan_moe_work_bytes(c);
 }
 
 // backend_cuda.c's head set and the cuBLASLt workspace.
