@@ -15,7 +15,6 @@
 // (MT_CUDA_MLA), and the copies. The chunk's latent, its norms and q_a_proj's output are
 // recomputed in the backward (two small products), so a kept pass keeps only q, k, v and the
 // output.
-#include "runtime/engine/layer_cuda.h"
 #include "runtime/engine/layer_parts_cuda.h"
 #include "shm/syscheck.h"
 

@@ -8,6 +8,7 @@
 #include "runtime/engine/alloc_cuda.h"
 #include "runtime/engine/host_buffers.h"
 #include "runtime/engine/layer_cuda.h"
+#include "runtime/engine/layer_parts_cuda.h"
 #include "runtime/engine/moe_cuda.h"
 #include "runtime/model/model.h"
 #include "shm/syscheck.h"

@@ -9,9 +9,6 @@ void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x
                       int keep, att_ref att);
 void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att);
-// Refuses (one line, exit 2) a model the layer parts on the GPU cannot run: multi-head latent
-// attention's values wider than its q and k heads, or heads over the attention kernels' 256.
-void cu_layers_check(const mt_config *c);
 void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
              const float *x, float *dx, int m, float dloss);
 
