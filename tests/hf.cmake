@@ -88,3 +88,8 @@ set_tests_properties(e2e_moe PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS 
 # attention train, bitwise across -np 2/3, resume and the memory modes.
 add_test(NAME e2e_qwen35 COMMAND bash ${MT_TEST_DIR}/e2e_qwen35.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_qwen35 PROPERTIES TIMEOUT 600 LABELS e2e)
+# DeepSeek's block-scaled FP8 (runtime/io/fp8.c): all 256 E4M3 codes and a ragged scale grid
+# against the format's definition.
+add_executable(test_fp8 ${MT_TEST_DIR}/test_fp8.c)
+target_link_libraries(test_fp8 PRIVATE mt_io)
+add_test(NAME fp8_dequantize COMMAND test_fp8)

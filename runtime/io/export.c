@@ -161,6 +161,8 @@ static void add_rope_scaling(cJSON *r, const mt_config *c) {
         cJSON_AddBoolToObject(rs, "truncate", c->rope_truncate);
         if (c->rope_attention_factor > 0)
             hf_add_float(rs, "attention_factor", c->rope_attention_factor);
+        if (c->rope_mscale > 0) hf_add_float(rs, "mscale", c->rope_mscale);
+        if (c->rope_mscale_all_dim > 0) hf_add_float(rs, "mscale_all_dim", c->rope_mscale_all_dim);
     }
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
 }
@@ -176,7 +178,8 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
     cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
-    cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
+    if (!cJSON_GetObjectItemCaseSensitive(r, "head_dim")) // MLA's is its rotated width
+        cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
     cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
     // transformers 5's rope_parameters (the Gated DeltaNet families') carry rope_theta
     if (!cJSON_GetObjectItemCaseSensitive(r, "rope_parameters")) {

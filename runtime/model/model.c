@@ -235,6 +235,22 @@ static void gdn_fused_name(tensor_info *t) {
         if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
 }
 
+// DeepSeek's shared experts (roles.h's MT_DEEPSEEK_SHARED_NAMES, moe_names "deepseek"): t's hub
+// name when its role is one of them.
+static void deepseek_shared_name(tensor_info *t) {
+    static const struct {
+        int role;
+        const char *name;
+        int layout;
+    } shared[] = {
+#define MT_SHARED_ROW(role, name, layout) {role, name, layout},
+        MT_DEEPSEEK_SHARED_NAMES(MT_SHARED_ROW)
+#undef MT_SHARED_ROW
+    };
+    for (size_t i = 0; i < sizeof shared / sizeof *shared; i++)
+        if (shared[i].role == t->role) t->name = shared[i].name, t->hub_layout = shared[i].layout;
+}
+
 // transformers 5's fused experts (model.hub_experts_fused) bear gpt-oss's names: the layout of
 // each, from gpt-oss's.
 static int fused_expert_layout(int oss_layout) {
@@ -250,6 +266,7 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
     for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
         const role_row *r = &role_rows[i];
         if (!role_present(c, layer, r->present)) continue;
+        if (r->role == T_SH_ROUTE && !c->shared_gate) continue; // DeepSeek's: ungated
         const char *name = bsm && r->bsm_name ? r->bsm_name : r->name;
         if (oss && r->oss_name) name = r->oss_name;
         int per_expert = r->present == ROLE_EXPERTS || r->present == ROLE_EXPERT_BIAS;
@@ -260,6 +277,7 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
             if (c->hub_gdn_fused) gdn_fused_name(&t[n - 1]);
+            if (c->moe_names == MOE_NAMES_DEEPSEEK) deepseek_shared_name(&t[n - 1]);
             if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
                 t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
                 t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
