@@ -76,7 +76,12 @@ foreach(b cpu cuda)
   # skipped (77) while the backend refuses linear attention
   add_test(NAME hf_qwen35_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b} PROPERTIES
+  # DeepSeek-V3 (q_lora_rank set and null), GLM-4.5 and GLM-4.7-Flash the same way
+  # (hf_deepseek_parity.py): skipped (77) while config.c refuses MLA and DeepSeek's router
+  add_test(NAME hf_deepseek_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_deepseek_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b}
+                       hf_deepseek_parity_${b} PROPERTIES
                        SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
 # MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
