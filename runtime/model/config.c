@@ -367,7 +367,7 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         if (values[i] >= c->vocab)
             return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
                                values[i], c->vocab);
-    if (!c->head_dim && c->dim % c->heads)
+    if (!c->head_dim && c->mla_kv_rank <= 0 && c->dim % c->heads) // MLA: its own widths
         return source_fail(x, LINE("model.dim"), "model.dim",
                            "%d is not divisible by model.heads = %d (or set model.head_dim)",
                            c->dim, c->heads);
