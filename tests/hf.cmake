@@ -105,3 +105,8 @@ add_test(NAME fp8_dequantize COMMAND test_fp8)
 add_test(NAME hf_deepseek_transformers COMMAND python3 ${MT_TEST_DIR}/hf_deepseek_transformers.py
          $<TARGET_FILE:test_hf>)
 set_tests_properties(hf_deepseek_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash folders without torch (hf_deepseek.sh, standard library
+# only): import, export and re-import bitwise, FP8 dequantized, the MTP layer carried, the
+# refusals; mtrun --dry-run takes the folders (SKIP lines while MLA and the router are refused).
+add_test(NAME hf_deepseek COMMAND bash ${MT_TEST_DIR}/hf_deepseek.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR} $<TARGET_FILE:mtrun>)

@@ -276,6 +276,11 @@ static int check_unsupported(const json_ctx *j, const family *f) {
     // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
     // Llama's attention_bias is read with the shape (read_shape).
     if (!f->qkv_bias && !f->attention_bias && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
+    if (b && f->mla)
+        return failf(j->err, j->errlen,
+                     "%s: attention_bias = true not supported (MLA's biases on q_a_proj, "
+                     "kv_a_proj_with_mqa and o_proj)",
+                     j->path);
     if (b)
         return failf(j->err, j->errlen,
                      "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
