@@ -2,7 +2,8 @@
 """An export of a DeepSeek-V3-family folder checked against its source with the standard library
 only: every trained source tensor is in the export under the same name and shape, its values the
 source's decoded here (an F8_E4M3 weight: each code's value times its block's weight_scale_inv,
-one product rounded to fp32 as torch rounds it; bf16 rounded as torch rounds with --bf16); the
+one product rounded to fp32 as torch rounds it; bf16 rounded as torch rounds with --bf16, but
+the router's weight and correction bias, F32 as transformers keeps them); the
 MTP layer (model.layers.L.*, L = num_hidden_layers) keeps its dtype and bytes, its scales too;
 no weight_scale_inv of a trained weight is exported; config.json names the source's class, has
 no quantization_config and keeps num_nextn_predict_layers.
@@ -69,7 +70,10 @@ def main():
             continue
         want = (dequantized(shape, raw, src[name + "_scale_inv"]) if dtype == "F8_E4M3"
                 else values(dtype, raw))
-        if rounded:
+        fp32 = name.endswith(("mlp.gate.weight", "e_score_correction_bias"))
+        if rounded and fp32 and out[name][0] != "F32":
+            problems.append(f"{name}: {out[name][0]}, but transformers keeps it in fp32")
+        if rounded and not fp32:
             want = [bf16(v) for v in want]
         got = values(out[name][0], out[name][2])
         if struct.pack(f"<{len(got)}f", *got) != struct.pack(f"<{len(want)}f", *want):

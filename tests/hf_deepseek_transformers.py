@@ -10,7 +10,8 @@ without torch and transformers):
   checkpoints hold it, is imported and exported by test_hf (many shards); transformers loads the
   export as the same class with the same config fields, every tensor bitwise the original's and
   the same logits; the MTP layer comes back byte for byte, num_nextn_predict_layers with it;
-- a bf16 export gives back transformers' tensors rounded to bf16;
+- a bf16 export gives back transformers' tensors rounded to bf16, but the routers' weight and
+  e_score_correction_bias, which it keeps in fp32 (F32 in the export);
 - the first DeepSeek-V3 quantized as the hub ships it (F8_E4M3 weights with one F32
   weight_scale_inv per 128 x 128 block, hidden_size 192 so that grids are cut short, an FP8 MTP
   layer, quantization_config fp8 [128, 128]): the export holds, bitwise, each code times its
@@ -126,8 +127,9 @@ def same_state(a, b, rounded=False):
     sa, sb = a.state_dict(), b.state_dict()
     if set(sa) != set(sb):
         return f"names differ: {sorted(set(sa) ^ set(sb))[:6]}"
-    for k in sa:
-        x = sa[k].to(torch.bfloat16).float() if rounded else sa[k].float()
+    for k in sa:  # the router's weight and correction bias stay fp32, as transformers keeps them
+        fp32 = k.endswith(("mlp.gate.weight", "e_score_correction_bias"))
+        x = sa[k].to(torch.bfloat16).float() if rounded and not fp32 else sa[k].float()
         if not torch.equal(x, sb[k].float()):
             return f"{k} differs"
     return ""
