@@ -10,8 +10,8 @@
 # - refusals, exit 2 and one line naming the file: a router transformers does not compute
 #   (scoring_func, topk_method, moe_layer_freq), n_shared_experts 0, FP8 of another block or
 #   format, an FP8 weight without its scales or with scales of another grid, MLA's
-#   attention_bias, mlp_layer_types against first_k_dense_replace, missing or misshapen MLA and
-#   shared-expert tensors, more experts than MOE_MAX_EXPERTS;
+#   attention_bias and a partial_rotary_factor, mlp_layer_types against first_k_dense_replace,
+#   missing or misshapen MLA and shared-expert tensors, more experts than MOE_MAX_EXPERTS;
 # - with MTRUN: `mtrun --dry-run` takes a train.cfg whose model_dir is each folder (a SKIP line
 #   while config.c refuses MLA and DeepSeek's router: their layer parts are not built yet).
 # usage: hf_deepseek.sh TEST_HF TESTS_DIR [MTRUN]
@@ -47,6 +47,8 @@ refuse fp8_scale_grid "tensor $A.o_proj.weight_scale_inv: F32 \[2, 1\] expected"
     --family deepseek_v3 --fp8 --shape $A.o_proj.weight_scale_inv
 refuse mla_bias "config.json: attention_bias = true not supported \(MLA's biases on q_a_proj" --family deepseek_v3 \
     --set attention_bias=true
+refuse mla_partial "config.json: partial_rotary_factor not supported with MLA" \
+    --family glm4_moe_lite --set partial_rotary_factor=0.5
 refuse lite_types "config.json: first_k_dense_replace 1 disagrees with mlp_layer_types" \
     --family glm4_moe_lite --set 'mlp_layer_types=["dense","dense","sparse"]'
 refuse lite_kind "config.json: mlp_layer_types\[1\] must be dense or sparse" \

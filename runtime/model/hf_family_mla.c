@@ -137,6 +137,14 @@ static int read_mla(const json_ctx *j, const family *f, mt_config *m) {
         read_width(j, "v_head_dim", f->v_default, 1024, &m->mla_v_dim) < 0 ||
         get_bool(j, "rope_interleave", 1, &m->rope_interleave) < 0)
         return -1;
+    const cJSON *rp = item(j, "rope_parameters"), *partial = item(j, "partial_rotary_factor");
+    if (cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor"))
+        partial = cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor");
+    if (partial && !(cJSON_IsNumber(partial) && partial->valuedouble == 1))
+        return failf(j->err, j->errlen,
+                     "%s: partial_rotary_factor not supported with MLA (only 1: RoPE turns the "
+                     "whole qk_rope_head_dim)",
+                     j->path);
     m->kv_heads = m->heads, m->head_dim = 0, m->partial_rotary_factor = 1;
     return 0;
 }
