@@ -76,7 +76,12 @@ foreach(b cpu cuda)
   # skipped (77) without torch, and on cuda without a GPU
   add_test(NAME hf_qwen35_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_qwen35_parity.py
            ${CMAKE_BINARY_DIR} ${b})
-  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b} PROPERTIES
+  # DeepSeek-V3 (q_lora_rank set and null), GLM-4.5 and GLM-4.7-Flash the same way
+  # (hf_deepseek_parity.py): skipped (77) while config.c refuses MLA and DeepSeek's router
+  add_test(NAME hf_deepseek_parity_${b} COMMAND python3 ${MT_TEST_DIR}/hf_deepseek_parity.py
+           ${CMAKE_BINARY_DIR} ${b})
+  set_tests_properties(hf_moe_parity_${b} hf_oss_parity_${b} hf_qwen35_parity_${b}
+                       hf_deepseek_parity_${b} PROPERTIES
                        SKIP_RETURN_CODE 77 RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
 # MoE end to end on the CPU backend (e2e_moe.sh): bitwise across -np 2/3/5 and resume with idle
@@ -93,3 +98,20 @@ set_tests_properties(e2e_moe_frozen PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 L
 # attention train, bitwise across -np 2/3, resume and the memory modes.
 add_test(NAME e2e_qwen35 COMMAND bash ${MT_TEST_DIR}/e2e_qwen35.sh $<TARGET_FILE:mtrun> ${CMAKE_SOURCE_DIR})
 set_tests_properties(e2e_qwen35 PROPERTIES TIMEOUT 600 LABELS e2e)
+# DeepSeek's block-scaled FP8 (runtime/io/fp8.c): all 256 E4M3 codes and a ragged scale grid
+# against the format's definition.
+add_executable(test_fp8 ${MT_TEST_DIR}/test_fp8.c)
+target_link_libraries(test_fp8 PRIVATE mt_io)
+add_test(NAME fp8_dequantize COMMAND test_fp8)
+# DeepSeek-V3 (q_lora_rank set and null), GLM-4.5 and GLM-4.7-Flash folders made by transformers,
+# and a block-scaled FP8 DeepSeek-V3 (hf_deepseek_transformers.py; skipped, exit 77, without
+# torch and transformers): import, export, re-import bitwise; transformers loads the export with
+# every tensor and the logits bitwise; the MTP layers carried byte for byte; FP8 dequantized.
+add_test(NAME hf_deepseek_transformers COMMAND python3 ${MT_TEST_DIR}/hf_deepseek_transformers.py
+         $<TARGET_FILE:test_hf>)
+set_tests_properties(hf_deepseek_transformers PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash folders without torch (hf_deepseek.sh, standard library
+# only): import, export and re-import bitwise, FP8 dequantized, the MTP layer carried, the
+# refusals; mtrun --dry-run takes the folders (SKIP lines while MLA and the router are refused).
+add_test(NAME hf_deepseek COMMAND bash ${MT_TEST_DIR}/hf_deepseek.sh $<TARGET_FILE:test_hf>
+         ${MT_TEST_DIR} $<TARGET_FILE:mtrun>)

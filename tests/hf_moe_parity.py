@@ -128,7 +128,7 @@ def lr_at_step(s):  # runtime/model/schedule.c
 
 
 def make_model(cfg_cls, model_cls, extra):
-    cfg = cfg_cls(**COMMON, **extra)
+    cfg = cfg_cls(**(COMMON | extra))  # extra may override COMMON
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     model = model_cls(cfg).float()

@@ -35,8 +35,15 @@ typedef struct {
 static int export_bf16(const mt_config *cfg) {
     return cfg->export_dtype == EXPORT_BFLOAT16;
 }
-static uint64_t export_size(const mt_config *cfg) {
-    return export_bf16(cfg) ? 2 : 4;
+
+int hf_export_fp32(const mt_config *cfg, const tensor_info *t) {
+    return t->role == T_ROUTER_CORR ||
+           (t->role == T_ROUTER && cfg->moe_names == MOE_NAMES_DEEPSEEK);
+}
+
+// Bytes an element of t takes in the export: bf16 ones but where transformers keeps fp32.
+static uint64_t export_size(const mt_config *cfg, const tensor_info *t) {
+    return export_bf16(cfg) && !hf_export_fp32(cfg, t) ? 2 : 4;
 }
 
 static void shard_file(char *out, size_t cap, int s, int n) {
@@ -54,7 +61,7 @@ static void plan_tensors(const mt_config *cfg, uint64_t max, export_plan *p) {
         int n = model_group_tensors(cfg, g, ti, &numel);
         for (int k = 0; k < n; k++) {
             if (!hub_first(&ti[k])) continue; // in the hub tensor of an earlier one
-            uint64_t bytes = hub_place_of(cfg, &ti[k]).numel * export_size(cfg);
+            uint64_t bytes = hub_place_of(cfg, &ti[k]).numel * export_size(cfg, &ti[k]);
             if (p->n == 0 || (used > 0 && used + bytes > max)) p->n_shards++, used = 0;
             if (p->n == cap && !(p->e = realloc(p->e, (cap = cap ? 2 * cap : 64) * sizeof *p->e)))
                 mt_die("out of memory");
@@ -82,14 +89,14 @@ static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uin
         char name[256];
         const tensor_info *t = entry_info(cfg, &p->e[i], ti, name, sizeof name);
         cJSON *o = cJSON_AddObjectToObject(root, name);
-        cJSON_AddStringToObject(o, "dtype", export_bf16(cfg) ? "BF16" : "F32");
+        cJSON_AddStringToObject(o, "dtype", export_size(cfg, t) == 2 ? "BF16" : "F32");
         cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
         hub_place hub = hub_place_of(cfg, t);
         for (int d = 0; d < hub.ndim; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)hub.dims[d]));
         offs = cJSON_AddArrayToObject(o, "data_offsets");
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)p->e[i].rel));
-        uint64_t end = p->e[i].rel + hub.numel * export_size(cfg);
+        uint64_t end = p->e[i].rel + hub.numel * export_size(cfg, t);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
     }
     return safetensors_header_text(root, len);
@@ -108,8 +115,8 @@ static void make_plan(const mt_config *cfg, uint64_t max, export_plan *p) {
     for (int i = 0; i < p->n; i++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256];
-        uint64_t numel = hub_place_of(cfg, entry_info(cfg, &p->e[i], ti, name, sizeof name)).numel;
-        uint64_t end = p->e[i].rel + numel * export_size(cfg);
+        const tensor_info *t = entry_info(cfg, &p->e[i], ti, name, sizeof name);
+        uint64_t end = p->e[i].rel + hub_place_of(cfg, t).numel * export_size(cfg, t);
         p->data_bytes[p->e[i].shard] = end;
     }
 }
@@ -161,6 +168,8 @@ static void add_rope_scaling(cJSON *r, const mt_config *c) {
         cJSON_AddBoolToObject(rs, "truncate", c->rope_truncate);
         if (c->rope_attention_factor > 0)
             hf_add_float(rs, "attention_factor", c->rope_attention_factor);
+        if (c->rope_mscale > 0) hf_add_float(rs, "mscale", c->rope_mscale);
+        if (c->rope_mscale_all_dim > 0) hf_add_float(rs, "mscale_all_dim", c->rope_mscale_all_dim);
     }
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
 }
@@ -176,7 +185,8 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
     cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
-    cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
+    if (!cJSON_GetObjectItemCaseSensitive(r, "head_dim")) // MLA's is its rotated width
+        cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
     cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
     // transformers 5's rope_parameters (the Gated DeltaNet families') carry rope_theta
     if (!cJSON_GetObjectItemCaseSensitive(r, "rope_parameters")) {
@@ -264,10 +274,10 @@ void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max) 
     free_plan(&p);
 }
 
-// fp32 as is, or rounded to bf16 (nearest even, as torch) a bounded chunk at a time.
-static void write_values(const mt_config *cfg, int fd, const float *v, uint64_t n, off_t at,
+// fp32 as is (es 4), or rounded to bf16 (nearest even, as torch) a bounded chunk at a time.
+static void write_values(uint64_t es, int fd, const float *v, uint64_t n, off_t at,
                          const char *path) {
-    if (!export_bf16(cfg)) {
+    if (es == 4) {
         write_all(fd, v, n * 4, at, path);
         return;
     }
@@ -317,9 +327,9 @@ void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t m
         const plan_entry *e = entry_of(&p, g, ti, k);
         char path[PATH_MAX];
         int fd = open_shard(&p, e->shard, tmp_dir, path, sizeof path);
-        uint64_t es = export_size(cfg), staged = hub_place_of(cfg, t).staged;
+        uint64_t es = export_size(cfg, t), staged = hub_place_of(cfg, t).staged;
         off_t at = (off_t)(p.data_start[e->shard] + e->rel + (staged + a - t->offset) * es);
-        write_values(cfg, fd, data + (a - lo), b - a, at, path);
+        write_values(es, fd, data + (a - lo), b - a, at, path);
         SYS_CHECK(fsync(fd));
         SYS_CHECK(close(fd));
     }
@@ -338,7 +348,7 @@ static void read_all(int fd, void *buf, size_t n, off_t at, const char *path) {
 static void permute_slab(const mt_config *cfg, const export_plan *p, const plan_entry *e,
                          const tensor_info *t, int expert, const char *tmp_dir) {
     char path[PATH_MAX];
-    int fd = open_shard(p, e->shard, tmp_dir, path, sizeof path), es = (int)export_size(cfg);
+    int fd = open_shard(p, e->shard, tmp_dir, path, sizeof path), es = (int)export_size(cfg, t);
     size_t bytes = (size_t)hub_place_of(cfg, t).slab * es;
     off_t at = (off_t)(p->data_start[e->shard] + e->rel + (uint64_t)expert * bytes);
     unsigned char *staged = malloc(bytes), *hub = malloc(bytes);

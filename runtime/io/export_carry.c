@@ -1,5 +1,6 @@
 // What an export carries from model_dir unchanged (io.h's hf_carried): the tensors we do not
-// train, a Qwen3.5 VLM's vision tower and the multi-token-prediction layers, copied byte for
+// train, a Qwen3.5 VLM's vision tower and the multi-token-prediction layers (Qwen3.5's mtp.*,
+// DeepSeek's and GLM's decoder layers past the last), copied byte for
 // byte in their own dtype into shards of their own (model-carried-NNNNN-of-NNNNN.safetensors),
 // and the config.json keys of the checkpoint around the language model (a VLM's top level and
 // vision_config, the keys of text_config we do not read, the MTP layers' keys), so that the
@@ -21,9 +22,19 @@ static int starts_with(const char *s, const char *prefix) {
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+// DeepSeek's and GLM's multi-token-prediction layers are decoder layers past the last
+// (model.layers.61.* of DeepSeek-V3's 61), which transformers does not load.
+static int past_last_layer(const mt_config *cfg, const char *name) {
+    const char *p = "model.layers.";
+    if (cfg->moe_names != MOE_NAMES_DEEPSEEK || !starts_with(name, p)) return 0;
+    char *end;
+    long layer = strtol(name + strlen(p), &end, 10);
+    return end != name + strlen(p) && *end == '.' && layer >= cfg->layers;
+}
+
 int hf_carried(const mt_config *cfg, const char *name) {
     return (cfg->hub_vlm && starts_with(name, "model.visual.")) ||
-           (cfg->linear_k_heads > 0 && starts_with(name, "mtp."));
+           (cfg->linear_k_heads > 0 && starts_with(name, "mtp.")) || past_last_layer(cfg, name);
 }
 
 static void carried_file(char *out, size_t cap, int s, int n) {
@@ -98,7 +109,8 @@ static void write_carried(const hf_index *ix, const int *shard, int s, int n, co
 
 // Whether model_dir may hold tensors to carry: only the families hf_carried names read it again.
 static int may_carry(const mt_config *cfg) {
-    return cfg->model_dir[0] && (cfg->hub_vlm || cfg->linear_k_heads > 0);
+    return cfg->model_dir[0] &&
+           (cfg->hub_vlm || cfg->linear_k_heads > 0 || cfg->moe_names == MOE_NAMES_DEEPSEEK);
 }
 
 double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSON *map) {
@@ -161,7 +173,8 @@ cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
     cJSON *src = source_config(cfg);
     if (!cfg->hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
         for (const cJSON *k = src->child; k; k = k->next)
-            if (starts_with(k->string, "mtp_") &&
+            if ((starts_with(k->string, "mtp_") ||
+                 !strcmp(k->string, "num_nextn_predict_layers")) &&
                 !cJSON_GetObjectItemCaseSensitive(ours, k->string))
                 cJSON_AddItemToObject(ours, k->string, cJSON_Duplicate(k, 1));
         cJSON_Delete(src);

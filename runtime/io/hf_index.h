@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { DT_BF16, DT_F16, DT_F32, DT_U8 };
+enum { DT_BF16, DT_F16, DT_F32, DT_U8, DT_F8 }; // DT_F8: F8_E4M3, block-scaled (fp8_read.c)
 
 typedef struct {
     char *name;
@@ -34,6 +34,13 @@ int hf_read_bytes(const hf_index *ix, const hf_tensor *t, uint64_t off, size_t n
 // used[]; else -1 with one line naming the file and the tensor.
 int hf_check_shape(const hf_index *ix, const char *name, const int64_t *want, int ndim, int u8,
                    char *used, char *err, size_t errlen);
+
+// A block-scaled FP8 weight t (DT_F8, 2-D): its NAME_scale_inv is there, F32, of the grid
+// fp8.h says, and is marked in used[] (when not NULL); and elements [off, off + count) of t
+// dequantized (fp8_read.c).
+int fp8_check_scale(const hf_index *ix, const hf_tensor *t, char *used, char *err, size_t errlen);
+int fp8_read_range(const hf_index *ix, const hf_tensor *t, uint64_t off, uint64_t count, float *out,
+                   char *err, size_t errlen);
 
 // gpt-oss's fused tensors (safetensors_hub.c): t's hub tensor (name) checked against the config
 // once, at its first tensor: plain, or MXFP4 blocks and scales (name_blocks, name_scales) for

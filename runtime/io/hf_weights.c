@@ -1,7 +1,7 @@
 // Hugging Face weights matched to the model (io.h's hf_index_check, hf_read_group_slice,
 // hf_check_finite): each tensor the model's groups list is found in the folder with its shape,
-// and read into the groups' flat layout: plain tensors by safetensors.c, gpt-oss's fused and
-// MXFP4 expert tensors by safetensors_hub.c.
+// and read into the groups' flat layout: plain tensors by safetensors.c, block-scaled FP8 ones
+// by fp8_read.c, gpt-oss's fused and MXFP4 expert tensors by safetensors_hub.c.
 #include "runtime/base/base.h"
 #include "runtime/io/hf_index.h"
 #include <math.h>
@@ -14,7 +14,9 @@ static int check_one(const hf_index *ix, const mt_config *cfg, const tensor_info
                      const char *name, char *used, char *err, size_t errlen) {
     if (ti->hub_layout != HUB_PLAIN) return hf_hub_check(ix, cfg, ti, name, used, err, errlen);
     int64_t want[2] = {ti->rows, ti->cols};
-    return hf_check_shape(ix, name, want, ti->cols ? 2 : 1, 0, used, err, errlen);
+    if (hf_check_shape(ix, name, want, ti->cols ? 2 : 1, 0, used, err, errlen) < 0) return -1;
+    const hf_tensor *t = hf_tensor_named(ix, name);
+    return t->dtype == DT_F8 ? fp8_check_scale(ix, t, used, err, errlen) : 0;
 }
 
 // Leftovers that do not change the math: old checkpoints' RoPE tables, and lm_head.weight
@@ -88,7 +90,10 @@ int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_
         uint64_t b = ti[k].offset + ti[k].numel < lo + len ? ti[k].offset + ti[k].numel : lo + len;
         if (a >= b) continue;
         model_tensor_name(name, sizeof name, &ti[k], g - 1);
-        int rc = ti[k].hub_layout == HUB_PLAIN
+        const hf_tensor *t = hf_tensor_named(ix, name);
+        int fp8 = ti[k].hub_layout == HUB_PLAIN && t && t->dtype == DT_F8;
+        int rc = fp8 ? fp8_read_range(ix, t, a - ti[k].offset, b - a, out + (a - lo), err, errlen)
+                 : ti[k].hub_layout == HUB_PLAIN
                      ? hf_read_range(ix, name, a - ti[k].offset, b - a, out + (a - lo), err, errlen)
                      : hf_hub_read(ix, cfg, &ti[k], name, a - ti[k].offset, b - a, out + (a - lo),
                                    err, errlen);

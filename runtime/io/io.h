@@ -128,6 +128,9 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
 //  4. hf_export_publish (one writer, after all): renames tmp_dir to dir.
 // The layout is a pure function of (cfg, max_shard_bytes), so writers agree without talking.
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes);
+// Whether t stays F32 in a bfloat16 export: what transformers keeps in fp32 (DeepSeek-V3's and
+// GLM's router weight and its frozen e_score_correction_bias, _keep_in_fp32_modules_strict).
+int hf_export_fp32(const mt_config *cfg, const tensor_info *t);
 void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,
                            int g, uint64_t lo, uint64_t len, const float *data);
 void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,

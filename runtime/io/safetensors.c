@@ -23,15 +23,16 @@
 #define HEADER_MAX (100u << 20) // safetensors' own limit on the JSON header
 #define INDEX_MAX (16u << 20)   // model.safetensors.index.json
 
-static const char *const dtype_names[] = {"BF16", "F16", "F32", "U8"};
-static const int dtype_bytes[] = {2, 2, 4, 1};
+static const char *const dtype_names[] = {"BF16", "F16", "F32", "U8", "F8_E4M3"};
+static const int dtype_bytes[] = {2, 2, 4, 1, 1};
+enum { N_DTYPES = sizeof dtype_bytes / sizeof *dtype_bytes };
 
 const char *hf_dtype_name(int dtype) {
-    return dtype >= 0 && dtype < 4 ? dtype_names[dtype] : "?";
+    return dtype >= 0 && dtype < N_DTYPES ? dtype_names[dtype] : "?";
 }
 
 static int dtype_of(const char *name) {
-    for (int d = 0; d < 4; d++)
+    for (int d = 0; d < N_DTYPES; d++)
         if (strcmp(name, dtype_names[d]) == 0) return d;
     return -1;
 }
@@ -90,8 +91,9 @@ static int parse_entry(hf_index *ix, int f, const cJSON *e, uint64_t base, uint6
         !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
         return failf(err, errlen, "%s: tensor %s: malformed header entry", path, name);
     if ((t.dtype = dtype_of(dt->valuestring)) < 0)
-        return failf(err, errlen, "%s: tensor %s: dtype %s not supported (BF16, F16, F32, U8)",
-                     path, name, dt->valuestring);
+        return failf(err, errlen,
+                     "%s: tensor %s: dtype %s not supported (BF16, F16, F32, U8, F8_E4M3)", path,
+                     name, dt->valuestring);
     const cJSON *d;
     cJSON_ArrayForEach(d, shape) {
         uint64_t dim;
@@ -339,6 +341,9 @@ int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t c
         return failf(err, errlen, "%s: tensor %s: elements past its end", ix->index_path, name);
     if (t->dtype == DT_U8)
         return failf(err, errlen, "%s: tensor %s: U8 is not a weight", ix->files[t->file], name);
+    if (t->dtype == DT_F8) // hf_weights.c reads it through fp8_read_range, with its scales
+        return failf(err, errlen, "%s: tensor %s: F8_E4M3 without its scales", ix->files[t->file],
+                     name);
     enum { CHUNK = 1 << 16 }; // elements per pread: bounded memory, whatever the slice
     static __thread unsigned char buf[CHUNK * 4];
     size_t es = (size_t)dtype_bytes[t->dtype];

@@ -68,6 +68,7 @@ static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_con
     if (!af && mscale > 0 && mscale_all > 0)
         af = yarn_mscale(m->rope_factor, mscale) / yarn_mscale(m->rope_factor, mscale_all);
     m->rope_attention_factor = af;
+    m->rope_mscale = mscale, m->rope_mscale_all_dim = mscale_all;
     m->rope_type = ROPE_YARN;
     return 0;
 }

@@ -148,6 +148,47 @@ static const family families[] = {
      .aux_coef_default = 0.001,
      .gdn = 1,
      .gdn_fused = 1},
+#define DEEPSEEK_MOE                                                                               \
+    .theta_default = 1e4, .window = WINDOW_NONE, .qk_norm = QK_NONE,                               \
+    .experts_key = "n_routed_experts", .experts_alias = "num_local_experts",                       \
+    .expert_ffn_key = "moe_intermediate_size", .renorm_default = 1,                                \
+    .moe_names = MOE_NAMES_DEEPSEEK, .deepseek = 1
+    {.arch = "DeepseekV3ForCausalLM",
+     .model_type = "deepseek_v3",
+     DEEPSEEK_MOE,
+     .eps_default = 1e-6,
+     .mla = 1,
+     .dense_first_default = 3,
+     .groups_default = 8,
+     .topk_groups_default = 4,
+     .scale_default = 2.5,
+     .q_rank_default = 1536,
+     .nope_default = 128,
+     .v_default = 128},
+    {.arch = "Glm4MoeForCausalLM",
+     .model_type = "glm4_moe",
+     DEEPSEEK_MOE,
+     .kv_default = 8,
+     .eps_default = 1e-5,
+     .qkv_bias = 3,
+     .glm = 1,
+     .dense_first_default = 1,
+     .groups_default = 1,
+     .topk_groups_default = 1,
+     .scale_default = 1},
+    {.arch = "Glm4MoeLiteForCausalLM",
+     .model_type = "glm4_moe_lite",
+     DEEPSEEK_MOE,
+     .eps_default = 1e-5,
+     .mla = 1,
+     .dense_list = 1,
+     .groups_default = 1,
+     .topk_groups_default = 1,
+     .scale_default = 1.8,
+     .q_rank_default = 768,
+     .nope_default = 192,
+     .v_default = 256},
+#undef DEEPSEEK_MOE
 };
 enum { N_FAMILIES = sizeof families / sizeof *families };
 
@@ -156,7 +197,6 @@ static const char *const refused[][2] = {
     {"Llama4ForCausalLM", "chunked attention and interleaved MoE layers"},
     {"Llama4ForConditionalGeneration", "chunked attention and interleaved MoE layers"},
     {"DeepseekV2ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
-    {"DeepseekV3ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
     {"SwitchTransformersForConditionalGeneration", "expert capacity factors that drop tokens"},
 };
 
@@ -191,16 +231,36 @@ static int require_zero(const json_ctx *j, const char *key, const char *why) {
     return 0;
 }
 
-// quantization_config: only gpt-oss's MXFP4 experts, which io/ dequantizes as transformers does.
+// FP8 with 128 x 128 blocks (DeepSeek-V3's, Kimi K2's), the block io/'s fp8.h dequantizes.
+static int check_fp8(const json_ctx *j, const cJSON *q) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(q, "fmt");
+    int square = cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2;
+    for (int i = 0; square && i < 2; i++)
+        square = cJSON_IsNumber(cJSON_GetArrayItem(b, i)) &&
+                 cJSON_GetArrayItem(b, i)->valuedouble == 128;
+    if (b && !square)
+        return failf(j->err, j->errlen,
+                     "%s: quantization_config.weight_block_size not supported (only [128, 128])",
+                     j->path);
+    if (fmt && !(cJSON_IsString(fmt) && strcmp(fmt->valuestring, "e4m3") == 0))
+        return failf(j->err, j->errlen, "%s: quantization_config.fmt not supported (only e4m3)",
+                     j->path);
+    return 0;
+}
+
+// quantization_config: gpt-oss's MXFP4 experts, or block-scaled FP8 weights, which io/
+// dequantizes on load as transformers does.
 static int check_quantization(const json_ctx *j, const family *f) {
     const cJSON *q = item(j, "quantization_config");
     if (!q) return 0;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
     const char *method = cJSON_IsString(m) ? m->valuestring : "(none)";
+    if (strcmp(method, "fp8") == 0) return check_fp8(j, q);
     if (!f->oss || strcmp(method, "mxfp4") != 0)
         return failf(j->err, j->errlen,
                      "%s: quantization_config quant_method %s not supported (only gpt-oss's "
-                     "mxfp4 experts, dequantized on load)",
+                     "mxfp4 experts and fp8 128 x 128 blocks, dequantized on load)",
                      j->path, method);
     return 0;
 }
@@ -216,6 +276,11 @@ static int check_unsupported(const json_ctx *j, const family *f) {
     // Qwen2's biases are fixed by its architecture (q, k, v); its config has no such keys.
     // Llama's attention_bias is read with the shape (read_shape).
     if (!f->qkv_bias && !f->attention_bias && get_bool(j, "attention_bias", 0, &b) < 0) return -1;
+    if (b && f->mla)
+        return failf(j->err, j->errlen,
+                     "%s: attention_bias = true not supported (MLA's biases on q_a_proj, "
+                     "kv_a_proj_with_mqa and o_proj)",
+                     j->path);
     if (b)
         return failf(j->err, j->errlen,
                      "%s: attention_bias = true (biases on q, k, v and o_proj) not supported yet; "
@@ -257,6 +322,7 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
         return -1;
     m->qkv_bias = f->qkv_bias == 1, m->o_bias = 0;
     if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
+    if (f->qkv_bias == 3 && get_bool(j, "attention_bias", 0, &m->qkv_bias) < 0) return -1;
     if (f->attention_bias && get_bool(j, "attention_bias", f->bias_default, &m->o_bias) < 0)
         return -1;
     if (f->attention_bias) m->qkv_bias = m->o_bias; // q, k, v and o_proj alike
@@ -378,6 +444,7 @@ static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
 // hf_config.c's read_rope replaces it with config.json's.
 static void default_rope(const family *f, mt_config *m) {
     m->rope_type = f->oss ? ROPE_YARN : ROPE_PLAIN;
+    m->rope_mscale = m->rope_mscale_all_dim = 0;
     if (!f->oss) return;
     m->rope_factor = 32, m->rope_original_max_pos = 4096;
     m->rope_beta_fast = 32, m->rope_beta_slow = 1, m->rope_truncate = 0;
@@ -394,12 +461,13 @@ int hf_read_family(json_ctx *j, int seq_len, mt_config *m) {
         return -1;
     m->hub_vlm = f->vlm;
     default_rope(f, m);
-    return read_moe(j, f, m);
+    return read_moe(j, f, m) < 0 ? -1 : ds_read(j, f, m);
 }
 
 // Whether family f has c's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
 // on q, k and v (Qwen2-MoE's as its qkv_bias says), the others none.
 static int carries_biases(const family *f, const mt_config *c) {
+    if (f->qkv_bias == 3) return !c->o_bias;
     if (f->attention_bias) return !!c->qkv_bias == !!c->o_bias;
     return !c->o_bias && (f->qkv_bias == 2 || (f->qkv_bias == 1) == !!c->qkv_bias);
 }
@@ -420,22 +488,33 @@ static int matches_gdn(const family *f, const mt_config *c) {
     return gdn && f->vlm == !!c->hub_vlm && f->gdn_fused == !!c->hub_gdn_fused;
 }
 
-// The family an export writes: the first whose fields match c's, NULL when none does.
-static const family *family_of(const mt_config *c) {
+// The family an export writes: the first whose fields match c's (named arch, when not NULL),
+// NULL when none does.
+static const family *family_named(const mt_config *c, const char *arch) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
-        if (moe != (c->experts > 0) || f->qk_norm != c->qk_norm || !matches_gdn(f, c)) continue;
+        int qk = f->qk_norm == c->qk_norm || (f->glm && c->qk_norm == QK_HEAD);
+        if (arch && strcmp(arch, f->arch)) continue;
+        if (moe != (c->experts > 0) || !qk || !matches_gdn(f, c) || !ds_matches(f, c)) continue;
         if (!carries_biases(f, c)) continue;
         if (!hf_writes_window(f, c) || !matches_oss(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
-            (!f->shared && c->shared_ffn_dim > 0) ||
-            (!f->sparse_steps && (c->moe_every != 1 || c->dense_layers[0])))
+            (!f->shared && !f->deepseek && c->shared_ffn_dim > 0) ||
+            (!f->sparse_steps && !f->deepseek && (c->moe_every != 1 || c->dense_layers[0])))
             continue;
         return f;
     }
     return NULL;
+}
+
+// model_dir's class when it has c's fields (DeepSeek-V3's and GLM-4.7-Flash's are the same
+// fields), else the first that has them.
+static const family *family_of(const mt_config *c) {
+    char arch[128];
+    const family *f = hf_source_arch(c, arch, sizeof arch) ? family_named(c, arch) : NULL;
+    return f ? f : family_named(c, NULL);
 }
 
 static void add_dense_layers(cJSON *r, const mt_config *c) {
@@ -460,7 +539,7 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
         cJSON_AddNumberToObject(r, "decoder_sparse_step", c->moe_every);
         add_dense_layers(r, c);
     }
-    hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
+    if (!f->deepseek) hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
     cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
     if (f->oss) hf_add_float(r, "swiglu_limit", c->swiglu_limit);
 }
@@ -485,8 +564,10 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     }
     if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
     if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", f->attention_bias && c->o_bias);
+    if (f->qkv_bias == 3) cJSON_AddBoolToObject(r, "attention_bias", c->qkv_bias);
     if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
     if (f->experts_key) write_moe(r, f, c);
+    ds_write(r, f, c);
     // gpt-oss without rope_scaling is YaRN: plain RoPE must be said (io/export.c adds the rest)
     if (f->oss && c->rope_type == ROPE_PLAIN)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "rope_scaling"), "rope_type", "default");

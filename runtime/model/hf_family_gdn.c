@@ -64,14 +64,14 @@ static int read_types(const json_ctx *j, mt_config *m) {
 }
 
 // partial_rotary_factor: rope_parameters' (transformers 5 moves it there), else the top level's
-// (older config.json files), else 0.25, the classes' default. At most 1, and RoPE must turn an
+// (older config.json files), else def, the class's default. At most 1, and RoPE must turn an
 // even number of each head's elements.
-static int read_partial_rotary(const json_ctx *j, mt_config *m) {
+int hf_read_partial_rotary(const json_ctx *j, double def, mt_config *m) {
     const cJSON *rp = item(j, "rope_parameters");
     const cJSON *v =
         cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
     if (!v) v = item(j, "partial_rotary_factor");
-    m->partial_rotary_factor = v ? (cJSON_IsNumber(v) ? v->valuedouble : -1) : 0.25;
+    m->partial_rotary_factor = v ? (cJSON_IsNumber(v) ? v->valuedouble : -1) : def;
     if (!(m->partial_rotary_factor > 0 && m->partial_rotary_factor <= 1))
         return failf(j->err, j->errlen, "%s: partial_rotary_factor must be a number in (0, 1]",
                      j->path);
@@ -106,7 +106,7 @@ int gdn_read(const json_ctx *j, int gdn, int fused, mt_config *m) {
                      "%s: linear attention's heads and head dims are at most 1024, "
                      "linear_conv_kernel_dim at most 64",
                      j->path);
-    return read_types(j, m) < 0 ? -1 : read_partial_rotary(j, m);
+    return read_types(j, m) < 0 ? -1 : hf_read_partial_rotary(j, 0.25, m);
 }
 
 void gdn_write(cJSON *r, const mt_config *c) {

@@ -36,6 +36,12 @@ int gdn_settle_tie(const json_ctx *j, int tied, mt_config *m);
 // Qwen3-Next's fused projections); with !gdn, those fields cleared. gdn_write: the same keys
 // written back.
 int gdn_read(const json_ctx *j, int gdn, int fused, mt_config *m);
+// partial_rotary_factor (rope_parameters', else the top level's, else def), checked
+// (hf_family_gdn.c).
+int hf_read_partial_rotary(const json_ctx *j, double def, mt_config *m);
+// c->model_dir's config.json's class into arch (hf_family_mla.c): 1, or 0 when it has none
+// (no model_dir, no file, no single class).
+int hf_source_arch(const mt_config *c, char *arch, size_t cap);
 void gdn_write(cJSON *r, const mt_config *c);
 
 #endif

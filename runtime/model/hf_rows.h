@@ -13,8 +13,10 @@ typedef struct {
     int kv_default;       // num_key_value_heads left out: this many (0: the heads)
     int head_dim_default; // head_dim left out: this (0: hidden_size / num_attention_heads)
     double eps_default, theta_default;
-    int window;   // how sliding_window is read (sliding_window() below)
-    int qkv_bias; // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on
+    int window; // how sliding_window is read (sliding_window() below)
+    // 1: q/k/v biases fixed by the architecture; 2: its qkv_bias key, default on; 3: its
+    // attention_bias key, on q, k and v only (GLM-4.5)
+    int qkv_bias;
     int attention_bias; // its attention_bias key puts biases on q, k, v and o_proj (Llama)
     int bias_default;   // ... and is on when left out (gpt-oss)
     int qk_norm;        // QK_NONE, QK_HEAD or QK_ALL
@@ -27,7 +29,7 @@ typedef struct {
     int renorm_default; // norm_topk_prob left out: this
     int shared_default; // shared_expert_intermediate_size left out: this
     int no_ffn_key;     // no intermediate_size (every layer MoE): ffn_dim is the experts'
-    int moe_names;      // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE or MOE_NAMES_GPT_OSS
+    int moe_names;      // MOE_NAMES_MLP, MOE_NAMES_BLOCK_SPARSE, _GPT_OSS or _DEEPSEEK
     double aux_coef_default;
     // gpt-oss: attention sinks, the router's bias and softmax over the top k, the experts'
     // biases and clamped SwiGLU, YaRN when config.json names no rope, MXFP4 experts allowed
@@ -37,6 +39,22 @@ typedef struct {
     // ConditionalGeneration checkpoint, its language model in text_config (model_type is
     // text_config's) and under model.language_model.
     int gdn, gdn_fused, vlm;
+    // DeepSeek-V3's MoE and its kin (hf_family_mla.c): n_shared_experts ungated, dense layers
+    // first (first_k_dense_replace; dense_list: GLM-4.7-Flash's mlp_layer_types), the sigmoid
+    // router with its correction bias, groups and scale; mla: multi-head latent attention; glm:
+    // GLM-4.5's use_qk_norm and partial_rotary_factor (0.5 when left out).
+    int deepseek, dense_list, mla, glm;
+    int dense_first_default; // first_k_dense_replace left out: this
+    int groups_default, topk_groups_default;
+    double scale_default;                        // routed_scaling_factor left out: this
+    int q_rank_default, nope_default, v_default; // q_lora_rank, qk_nope_head_dim, v_head_dim
 } family;
+
+// The DeepSeek-like families' keys (hf_family_mla.c), after the shape and the experts are read;
+// ds_write: the same keys written back, and whether c's fields fit row f (its dense layers first,
+// its shared experts whole multiples of an expert).
+int ds_read(const json_ctx *j, const family *f, mt_config *m);
+void ds_write(cJSON *r, const family *f, const mt_config *c);
+int ds_matches(const family *f, const mt_config *c);
 
 #endif

@@ -237,8 +237,8 @@ static void gdn_fused_name(tensor_info *t) {
         if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
 }
 
-// DeepSeek's shared experts (roles.h's MT_DEEPSEEK_SHARED_NAMES): t's hub name when its role
-// is one of them.
+// DeepSeek's shared experts (roles.h's MT_DEEPSEEK_SHARED_NAMES, moe_names "deepseek"): t's hub
+// name when its role is one of them.
 static void deepseek_shared_name(tensor_info *t) {
     static const struct {
         int role;
