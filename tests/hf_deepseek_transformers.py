@@ -254,7 +254,11 @@ def fp8(work, model, src):
     exp_cfg = json.load(open(os.path.join(out + ".out", "config.json")))
     check("quantization_config" not in exp_cfg, "fp8: the export has no quantization_config")
     try:
-        hf = tf.DeepseekV3ForCausalLM.from_pretrained(out, dtype=torch.float32).state_dict()
+        # dequantize=True: with a GPU at hand transformers would otherwise keep the FP8 codes
+        # (its FP8 linear layers) instead of the values it dequantizes to without one
+        q = tf.FineGrainedFP8Config(weight_block_size=[128, 128], dequantize=True)
+        hf = tf.DeepseekV3ForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                      quantization_config=q).state_dict()
     except Exception as e:  # noqa: BLE001  (transformers' own limits, reported)
         print(f"INFO fp8: transformers {tf.__version__} does not load the folder: {e}")
         return

@@ -240,7 +240,11 @@ with tempfile.TemporaryDirectory() as tmp:
     assert rc == 0, f"layer_check exited {rc}"
     ours = torch.frombuffer(bytearray(open(fout, "rb").read()), dtype=torch.float32)
 
-tol = 1e-4 if backend == "cpu" else 2e-2
+# bf16 on the GPU: 2e-2; 3e-2 for a Gated DeltaNet layer, whose gradients into in_proj_qkv and
+# the conv cross twice the bf16 roundings of attention's (the projection's output, the conv's,
+# q and k normalised, and the gradient of the projection's output), where an H100 measured
+# 2.4e-2 and 2.6e-2 (the rule's own kernels agree with the CPU's to 1e-6: gdn_cuda_vs_cpu)
+tol = 1e-4 if backend == "cpu" else 3e-2 if linear else 2e-2
 n = B * T * dim
 checks = [("output", ours[:n], out.detach().flatten()), ("dx", ours[n:2 * n], x.grad.flatten())]
 off = 2 * n
