@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # DeepSeek's correction bias (mlp.gate.e_score_correction_bias) is a buffer in transformers,
-# never trained: a tiny MoE folder (tests/hf_moe_fixture.py, Qwen3-MoE's names) with a nonzero
-# bias per layer, trained with DeepSeek's router (sigmoid scores, the bias for the choice, 2
-# groups of which 1 is kept, scale 2.5) for 4 steps with weight decay 0.1 through the real
+# never trained: a tiny DeepseekV3ForCausalLM folder (tests/hf_deepseek_fixture.py: multi-head
+# latent attention, the first layer dense, a random bias on each MoE layer; the router's sigmoid
+# scores, the bias for the choice, 2 groups of which 1 is kept, scale 2.5) trained 4 steps with
+# weight decay 0.1 through the real
 # mtrun, exports each layer's bias bitwise as imported while the router's weights move; the
-# same with the embedding and layer 0 updated by the compute rank (optimizer.device_groups),
+# same with the embedding and layers 0 and 1 (the first MoE one) updated by the compute rank
+# (optimizer.device_groups),
 # and with the master, m and v in the NVMe tier (storage.master).
 source "$(dirname "$0")/e2e_lib.sh" "$@"
-python3 "$SRC/tests/hf_moe_fixture.py" "$WORK/hf" qwen3_moe --correction 1
+python3 "$SRC/tests/hf_deepseek_fixture.py" "$WORK/hf" --family deepseek_v3
 # frozen NAME EXTRA-OPTIMIZER-KEYS [mtrun args...]: trains $WORK/hf into $WORK/NAME, exported to
 # $WORK/NAME.out
 frozen() {
     cat >"$WORK/$1.cfg" <<CFGEOF
 model_dir = "$WORK/hf";
-model = { router_score = "sigmoid"; router_correction = true; router_groups = 2;
-          router_topk_groups = 1; router_scale = 2.5; router_aux = false; };
 data = { path = "$SRC/data/tinyshakespeare.txt"; };
 batch = { micro_batch = 2; micro_batches = 2; seq_len = 8; };
 optimizer = { lr = 1e-2; weight_decay = 0.1; $2 };
@@ -49,7 +49,7 @@ PY
         < <(sed -n '/^import glob/,/^sys.exit/p' "$0")
 }
 frozen host ""
-frozen device "device_groups = 2;"
+frozen device "device_groups = 3;"
 # the NVMe tier holding the master beside m and v, in pieces of 1000 floats that cut across the
 # bias (each layer's group starts a new piece sequence)
 mkdir "$WORK/disk"
