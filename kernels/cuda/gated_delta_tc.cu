@@ -15,7 +15,7 @@
 // V' and entering states). Kernels, in call order:
 // - chunk_list_kernel (gated_delta.cu): each row's chunk starts.
 // - prep_kernel, grid (chunks of the segment, H, B): KK^T, A, T, W and U (and for the backward
-//   P) of one (chunk, value head).
+//   P, T and M) of one (chunk, value head).
 // - pass_kernel, grid (dv / 32 column blocks, H, B): the segment's chunks in order, the state's
 //   [dk, 32] columns in shared memory: V' = U - W S, S = decay S + K^T diag(w) V'; keeps each
 //   chunk's entering state and V'; carries the state to the next segment.
@@ -146,7 +146,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     gates_of(s.g, a, t, b, t0, h, Lc);
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
-    solve_lower(s.X, L, L, s.M, s.g.beta, Lc); // X = T; ends with a barrier
+    solve_lower(s.X, L, L, s.M, s.g.beta, Lc);                        // X = T; ends with a barrier
+    for (int e = threadIdx.x; with_p && e < L * L; e += blockDim.x) { // the backward's M and T
+        f.m[idx * L * L + e] = s.M[e];
+        bf hi = __float2bfloat16(s.X[e]);
+        f.thi[idx * L * L + e] = hi;
+        f.tlo[idx * L * L + e] = __float2bfloat16(s.X[e] - __bfloat162float(hi));
+    }
     // W = (T diag(beta exp(gamma))) K, through the stage to split it.
     scaled_t(s, s.g.eg);
     __syncthreads();

@@ -150,27 +150,38 @@ inline __device__ void scale_tile_rows(float *p, int ld, const float *mul) {
 
 // One segment's chunk factors in global memory, per (b, h, chunk of the segment): W = T diag(beta
 // exp(gamma)) K split (hi, lo: [L, dk] bf16 each), U = T diag(beta) V ([L, dv] fp32), V' = U - W
-// S0 ([L, dv] fp32) and, for the backward, P split ([L, L] bf16 hi and lo).
+// S0 ([L, dv] fp32) and, for the backward (with_p), the rest: P and T split ([L, L] bf16 hi and
+// lo), M = D KK^T (strictly lower, [L, L] fp32), dV' and dR ([L, dv] fp32), the pair terms dPD
+// and dAB split ([L, L]), the rows' partial dgamma and dbeta ([L] fp32 each), and each value
+// head's share of dq and dk ([L, dk] fp32 each).
 struct Factors {
-    bf *whi, *wlo, *phi, *plo;
-    float *u, *vp;
+    bf *whi, *wlo, *phi, *plo, *thi, *tlo, *dpdhi, *dpdlo, *dabhi, *dablo;
+    float *u, *vp, *m, *dvp, *dr, *rowg, *rowb, *dqh, *dkh;
 };
 
-inline __device__ long factor_index(const gdn_args &a, int b, int h, int slot) {
+inline __host__ __device__ long factor_index(const gdn_args &a, int b, int h, int slot) {
     return ((long)b * a.H + h) * TC_SEG + slot;
 }
 
 // Bytes of one segment's factors; carves them from p (NULL: counts).
 inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, const gdn_args &a,
                                                 bool with_p) {
-    long n = (long)a.B * a.H * TC_SEG;
+    long n = (long)a.B * a.H * TC_SEG, nb = with_p ? n : 0;
     Carve cv = {p, 0};
     f->whi = cv.take<bf>(n * L * a.dk);
     f->wlo = cv.take<bf>(n * L * a.dk);
     f->u = cv.take<float>(n * L * a.dv);
     f->vp = cv.take<float>(n * L * a.dv);
-    f->phi = with_p ? cv.take<bf>(n * L * L) : NULL;
-    f->plo = with_p ? cv.take<bf>(n * L * L) : NULL;
+    bf **halves[] = {&f->phi,   &f->plo,   &f->thi,   &f->tlo,
+                     &f->dpdhi, &f->dpdlo, &f->dabhi, &f->dablo};
+    for (int i = 0; i < 8; i++) *halves[i] = with_p ? cv.take<bf>(nb * L * L) : NULL;
+    f->m = with_p ? cv.take<float>(nb * L * L) : NULL;
+    f->dvp = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
+    f->dr = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
+    f->rowg = with_p ? cv.take<float>(nb * L) : NULL;
+    f->rowb = with_p ? cv.take<float>(nb * L) : NULL;
+    f->dqh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
+    f->dkh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
     return (cv.off + 255) / 256 * 256;
 }
 
@@ -184,6 +195,13 @@ void tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const i
 void tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
              int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
              StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream);
+
+// gated_delta_tc_grad.cu: every gradient of the span's chunks from the factors (prep with P,
+// pass keeping V', dpass keeping dV'), each chunk's entering state (states) and its leaving
+// state's gradient (dstates), in slot c - span.begin.
+void tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+             int max_chunks, Span span, const Factors &f, StateBuf states, StateBuf dstates,
+             cudaStream_t stream);
 
 // The profiling marks of cuda_gated_delta_profile (kernels_gdn_cuda.h): a launch of phase ph
 // between mark_begin and mark_end is timed when profiling is on.

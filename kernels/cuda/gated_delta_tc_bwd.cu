@@ -13,8 +13,9 @@
 // - for each segment from the last: prep_kernel (W, U and P), pass_kernel from the segment's
 //   checkpoint (keeping each chunk's entering state), dpass_kernel (grid dv / 32 column blocks,
 //   H, B: the segment's chunks in reverse, keeping each chunk's leaving-state gradient, carrying
-//   dS to the segment before), and grad_kernel (gated_delta_grad.cu: every gradient of a chunk
-//   from its entering state and its leaving state's gradient, on CUDA cores).
+//   dS to the segment before, and each chunk's dV'), and tc_grad's kernels
+//   (gated_delta_tc_grad.cu: every gradient of a chunk from its factors, its entering state and
+//   its leaving state's gradient).
 // No atomics: a rerun gives the same bits.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_tc.cuh"
@@ -138,8 +139,12 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         dpass_dvprime(s, dk, bv);
         __syncthreads();
-        for (int e = threadIdx.x; e < L * bv; e += blockDim.x)
-            split_store(s.DVs, e / bv, e % bv, s.DV[e / bv * ldv + e % bv]);
+        float *dvp = f.dvp + factor_index(a, b, h, slot) * L * dv + n0;
+        for (int e = threadIdx.x; e < L * bv; e += blockDim.x) {
+            float x = s.DV[e / bv * ldv + e % bv];
+            dvp[(long)(e / bv) * dv + e % bv] = x; // for the chunk's gradients
+            split_store(s.DVs, e / bv, e % bv, x);
+        }
         __syncthreads();
         dpass_update(s, dk, bv, s.eg[Lc - 1], starts_document(a, b, t0));
     }
@@ -232,8 +237,6 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
         tc_pass(a, tt, starts, counts, max_chunks, span, s.f, sg > 0 ? s.ckpt : none, sg, none, 0,
                 s.states, stream);
         dpass_launch(a, tt, starts, counts, max_chunks, span, s, stream);
-        phase_begin(GDN_PHASE_GRAD, stream);
-        grad_launch(a, tt, starts, counts, max_chunks, span, s.states, s.dstates, stream);
-        phase_end(stream);
+        tc_grad(a, tt, starts, counts, max_chunks, span, s.f, s.states, s.dstates, stream);
     }
 }
