@@ -1,5 +1,7 @@
-// The chunked gated delta rule on the GPU: the math of kernels/cpu/gated_delta_chunked.c (its
-// header states it), in fp32 from bf16 q, k, v. Within a chunk of L <= 64 tokens entered with
+// The chunked gated delta rule on CUDA cores (cuda_gated_delta_*_ref): the reference the
+// tensor-core kernels (gated_delta_tc.cu) are checked against, and the path of head dims that
+// are not multiples of 16. The math of kernels/cpu/gated_delta_chunked.c (its header states it),
+// in fp32 from bf16 q, k, v. Within a chunk of L <= 64 tokens entered with
 // state S0, with gamma the cumulative sum of g and D_ij = exp(gamma_i - gamma_j):
 //   M_ij = D_ij k_i.k_j (j < i), A_ij = beta_i M_ij, P_ij = D_ij q_i.k_j (j <= i);
 //   Delta = (I + A)^-1 R, R_i = beta_i (v_i - exp(gamma_i) S0^T k_i)   (fp32 substitution);
@@ -20,14 +22,6 @@
 //   and dS_end, the key head's value heads one after the other, so dq and dk add up in a fixed
 //   order.
 // No atomics anywhere: every output element has one owner thread.
-//
-// Next optimizations (this first version is CUDA-core fp32 throughout): the L x dk x dv and
-// L x L x dk products on tensor cores (mma.sync bf16 or tf32: K S0, Q S0, the state update, the
-// grad kernel's S0 dR and dS_end Delta rows); the state-independent WY factors (I + A)^-1
-// diag(beta) V and (I + A)^-1 diag(beta exp(gamma)) K computed once per chunk in parallel, so that
-// the sequential pass is two small GEMMs a chunk; M and P computed once per (chunk, head) instead
-// of once per column slice (and kept for the backward's three kernels); the backward's first
-// state pass fused with the forward (its checkpoints kept from the forward call).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta.cuh"
 #include "kernels/cuda/kernels_cuda.h"

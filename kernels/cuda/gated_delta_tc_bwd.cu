@@ -224,9 +224,11 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
     tt.out = NULL;
     const StateBuf none = {NULL, 0, 1};
     int nseg = segments_of(max_chunks);
+    Factors fwd_only = s.f; // the sweep needs W and U alone
+    fwd_only.phi = NULL;
     for (int sg = 0; sg + 1 < nseg; sg++) { // the checkpoints: the state entering each segment
         Span span = span_of(sg, max_chunks);
-        tc_prep(a, tt, starts, counts, max_chunks, span, s.f, stream);
+        tc_prep(a, tt, starts, counts, max_chunks, span, fwd_only, stream);
         tc_pass(a, tt, starts, counts, max_chunks, span, s.f, sg > 0 ? s.ckpt : none, sg, s.ckpt,
                 sg + 1, none, stream);
     }
