@@ -49,8 +49,7 @@ __host__ __device__ Gates take_gates(Carve &cv) {
 __device__ void gates_of(const Gates &g, const gdn_args &a, const Tensors &t, int b, int t0, int h,
                          int Lc) {
     long go = gdn_gate_off(&a, b, t0, h);
-    if (threadIdx.x == 0)
-        load_gates_padded(g.gam, g.beta, g.eg, g.w, t.g + go, t.beta + go, a.H, Lc);
+    load_gates_padded(g.gam, g.beta, g.eg, g.w, t.g + go, t.beta + go, a.H, Lc);
 }
 
 // Where a block's (b, h, chunk) is: the chunk's first token and length, or false where row b

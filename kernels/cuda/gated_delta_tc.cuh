@@ -124,20 +124,34 @@ inline __device__ void load_split_rows(const Split &s, const float *src, long st
     }
 }
 
-// The chunk's gates for value head h (one thread): gamma (the cumulative sum of g), beta,
-// exp(gamma) and w_j = exp(gamma_last - gamma_j) for j < Lc; zeros on the rows past Lc, so that
-// padded rows drop out of every product.
+// The chunk's gates for value head h, by warp 0 (lane l owns tokens l and l + 32): gamma (the
+// cumulative sum of g, a fixed shuffle scan), beta, exp(gamma) and w_j = exp(gamma_last -
+// gamma_j) for j < Lc; zeros on the rows past Lc, so that padded rows drop out of every product.
+// The other warps return at once; a barrier must follow before anyone reads the gates.
 inline __device__ void load_gates_padded(float *gam, float *beta, float *eg, float *w,
                                          const float *g, const float *bt, long stride, int Lc) {
-    float acc = 0.0f;
-    for (int i = 0; i < L; i++) {
-        bool live = i < Lc;
-        if (live) acc += g[i * stride];
-        gam[i] = live ? acc : 0.0f;
-        beta[i] = live ? bt[i * stride] : 0.0f;
-        eg[i] = live ? expf(acc) : 0.0f;
+    if (threadIdx.x >= 32) return;
+    int lane = threadIdx.x;
+    float x[2];
+    for (int half = 0; half < 2; half++) {
+        int i = lane + 32 * half;
+        x[half] = i < Lc ? g[i * stride] : 0.0f;
+        for (int o = 1; o < 32; o *= 2) {
+            float y = __shfl_up_sync(0xffffffffu, x[half], o);
+            if (lane >= o) x[half] += y;
+        }
     }
-    for (int i = 0; i < L; i++) w[i] = i < Lc ? expf(acc - gam[i]) : 0.0f;
+    x[1] += __shfl_sync(0xffffffffu, x[0], 31);
+    int last = Lc - 1;
+    float glast = __shfl_sync(0xffffffffu, x[last / 32], last % 32);
+    for (int half = 0; half < 2; half++) {
+        int i = lane + 32 * half;
+        bool live = i < Lc;
+        gam[i] = live ? x[half] : 0.0f;
+        beta[i] = live ? bt[i * stride] : 0.0f;
+        eg[i] = live ? expf(x[half]) : 0.0f;
+        w[i] = live ? expf(glast - x[half]) : 0.0f;
+    }
 }
 
 // Scales row r of the warp's 16 x 16 fp32 tile at p (row stride ld) by mul[r] (one warp).

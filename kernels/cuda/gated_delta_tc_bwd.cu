@@ -65,8 +65,7 @@ __device__ void dpass_load(const DpassSmem &s, const gdn_args &a, const Tensors 
     load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    if (threadIdx.x == 0)
-        load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     __syncthreads();
 }
 

@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
     load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) s.M[e] = f.m[idx * L * L + e];
-    if (threadIdx.x == 0)
-        load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     __syncthreads();
     for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) { // dR = T^T dV'
         int m0 = id % 4 * 16, n0 = id / 4 * 16;
@@ -329,10 +328,9 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_bf16_rows(s.DAB.lo, f.dablo + idx * L * L, L, L, L);
     load_split_rows(s.A, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.B, dSe, dv, dk, dk, dv, NULL, 1.0f);
-    if (threadIdx.x == 0) {
-        load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
-        for (int i = 0; i < L; i++) s.nbe[i] = -s.beta[i] * s.eg[i];
-    }
+    load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
+        s.nbe[i] = -s.beta[i] * s.eg[i];
     float sd = state_dot(s, S0, dSe, dk * dv); // ends with a barrier
     rows_z(s, dk, dv);
     __syncthreads();
