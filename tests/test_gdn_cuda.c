@@ -1,7 +1,9 @@
 // The CUDA kernels of Gated DeltaNet (kernels/cuda/kernels_gdn_cuda.h) against the fp32 CPU
 // reference ops (kernels/cpu/kernels_gdn.h): the chunked gated delta rule forward and backward
-// (the tensor-core path, and the CUDA-core _ref path; the first also against the second), the
-// causal conv1d + SiLU, l2norm, the gates and the gated RMSNorm.
+// (the tensor-core path "gdn", and the CUDA-core _ref path "gdn ref"; the first also against the
+// second, and "gdn passes": the tensor-core state passes with the CUDA-core per-chunk gradients,
+// which tells a fault of the passes from one of the gradients' kernels), the causal conv1d +
+// SiLU, l2norm, the gates and the gated RMSNorm.
 //
 // The bf16 inputs are rounded first, so both sides see the same values; the GPU's bf16 outputs
 // are compared at bf16's precision, its fp32 outputs (the delta rule's gradients, the norms'
@@ -279,6 +281,10 @@ static void check_gated_delta(const gdn_shape *s) {
     gdn_run r[2] = {gdn_device_run(&c, &in, &TC), gdn_device_run(&c, &in, &TC)};
     check_outputs("gdn", name, &c, &r[0], &want);
     check_outputs("gdn vs ref", name, &c, &r[0], &old); // the tensor cores against the old path
+    cuda_gated_delta_ref_grads(1); // the tensor-core state passes with the CUDA-core gradients
+    gdn_run mixed = gdn_device_run(&c, &in, &TC);
+    cuda_gated_delta_ref_grads(0);
+    check_outputs("gdn passes", name, &c, &mixed, &want);
     int same = same_bits(r[0].out, r[1].out, sizeof(bf16) * c.nv) &&
                same_bits(r[0].dq, r[1].dq, sizeof(float) * c.nqk) &&
                same_bits(r[0].dk, r[1].dk, sizeof(float) * c.nqk) &&

@@ -196,7 +196,14 @@ void dpass_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     phase_end(stream);
 }
 
+// cuda_gated_delta_ref_grads: the chunks' gradients on gated_delta_grad.cu's kernel.
+bool ref_grads;
+
 } // namespace
+
+extern "C" void cuda_gated_delta_ref_grads(int on) {
+    ref_grads = on != 0;
+}
 
 size_t gdn::tc_backward_bytes(const gdn_args *a, int max_chunks) {
     BwdScratch s;
@@ -238,6 +245,12 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
         tc_pass(a, tt, starts, counts, max_chunks, span, s.f, sg > 0 ? s.ckpt : none, sg, none, 0,
                 s.states, stream);
         dpass_launch(a, tt, starts, counts, max_chunks, span, s, stream);
-        tc_grad(a, tt, starts, counts, max_chunks, span, s.f, s.states, s.dstates, stream);
+        if (!ref_grads) {
+            tc_grad(a, tt, starts, counts, max_chunks, span, s.f, s.states, s.dstates, stream);
+            continue;
+        }
+        phase_begin(GDN_PHASE_GRAD, stream);
+        grad_launch(a, tt, starts, counts, max_chunks, span, s.states, s.dstates, stream);
+        phase_end(stream);
     }
 }

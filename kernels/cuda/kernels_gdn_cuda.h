@@ -58,6 +58,11 @@ void cuda_gated_delta_forward_ref(const gdn_args *a, int max_chunks, const cuda_
 void cuda_gated_delta_backward_ref(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t,
                                    void *scratch, cudaStream_t stream);
 
+// For test_gdn_cuda, to tell a fault of the state passes from one of the gradients' kernels:
+// while on, the tensor-core backward takes each chunk's gradients from the CUDA-core kernel
+// (gated_delta_grad.cu) that the _ref path uses.
+void cuda_gated_delta_ref_grads(int on);
+
 // Per-kernel times of the tensor-core path, for test_gdn_cuda --bench: while on, each launch is
 // bracketed by events; cuda_gated_delta_profile_ms waits for them, adds them up by phase into
 // ms and forgets them.
