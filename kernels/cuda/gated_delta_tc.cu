@@ -18,7 +18,8 @@
 //   P, T and M) of one (chunk, value head).
 // - pass_kernel, grid (dv / 32 column blocks, H, B): the segment's chunks in order, the state's
 //   [dk, 32] columns in shared memory: V' = U - W S, S = decay S + K^T diag(w) V'; keeps each
-//   chunk's entering state and V'; carries the state to the next segment.
+//   chunk's entering state and V'; carries the state to the next segment. The next chunk's
+//   inputs load into registers while a chunk computes.
 // - out_kernel, grid (chunks of the segment, H, B): O of one (chunk, value head).
 // The backward (gated_delta_tc_bwd.cu) reuses prep and pass. No atomics: every output element
 // has one owner thread, so a rerun gives the same bits.
@@ -221,19 +222,68 @@ __device__ void slice_out(float *dst, const float *S, int dk, int dv, int n0, in
         dst[(long)(e / bv) * dv + n0 + e % bv] = S[e / bv * ld + e % bv];
 }
 
-// The chunk's W, K, U's columns and gates; S zero where the chunk starts a document. Ends with
-// a barrier.
-__device__ void pass_load(const PassSmem &s, const gdn_args &a, const Tensors &t, const Factors &f,
-                          long idx, int b, int h, int t0, int Lc, int n0, int bv) {
-    int dk = a.dk, dv = a.dv, ldv = ldf32(bv);
-    load_bf16_rows(s.W.hi, f.whi + idx * L * dk, dk, L, dk);
-    load_bf16_rows(s.W.lo, f.wlo + idx * L * dk, dk, L, dk);
-    load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK)), (long)a.HK * dk, Lc, dk);
+// A chunk's pass inputs in registers, fetched while the chunk before it computes, so that their
+// latency is off the pass's critical path: W (hi, lo) and K rows as 16-byte vectors, U's
+// columns as float4 (element e = threadIdx.x + r TC_THREADS of each), warp 0's raw gates, and
+// whether the chunk starts a document.
+const int PF_W = 4; // L dk / 8 / TC_THREADS, dk <= 128
+const int PF_U = 2; // L bv / 4 / TC_THREADS, bv <= 32
+struct PassFetch {
+    uint4 whi[PF_W], wlo[PF_W], k[PF_W];
+    float4 u[PF_U];
+    RawGates gates;
+    bool reset;
+};
+
+__device__ PassFetch pass_fetch(const gdn_args &a, const Tensors &t, const Factors &f, long idx,
+                                int b, int h, int t0, int Lc, int n0, int bv) {
+    PassFetch p;
+    int dk = a.dk, dv = a.dv, vecs = dk / 8, uvecs = bv / 4;
+    const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
+    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo + idx * L * dk;
+    long ks = (long)a.HK * dk;
+    uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < PF_W; r++) {
+        int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
+        bool in = e < L * vecs;
+        p.whi[r] = in ? *reinterpret_cast<const uint4 *>(whi + i * dk + m) : zero;
+        p.wlo[r] = in ? *reinterpret_cast<const uint4 *>(wlo + i * dk + m) : zero;
+        p.k[r] = in && i < Lc ? *reinterpret_cast<const uint4 *>(k + i * ks + m) : zero;
+    }
     const float *u = f.u + idx * L * dv + n0;
-    for (int e = threadIdx.x; e < L * bv; e += blockDim.x)
-        s.Vp[e / bv * ldv + e % bv] = u[(long)(e / bv) * dv + e % bv];
-    gates_of(s.g, a, t, b, t0, h, Lc);
-    if (starts_document(a, b, t0)) slice_in(s.S, NULL, dk, dv, n0, bv);
+#pragma unroll
+    for (int r = 0; r < PF_U; r++) {
+        int e = threadIdx.x + r * TC_THREADS, i = e / uvecs, n = e % uvecs * 4;
+        p.u[r] = e < L * uvecs ? *reinterpret_cast<const float4 *>(u + (long)i * dv + n)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    long go = gdn_gate_off(&a, b, t0, h);
+    p.gates = RawGates{{0.0f, 0.0f}, {0.0f, 0.0f}, Lc};
+    if (threadIdx.x < 32) p.gates = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
+    p.reset = starts_document(a, b, t0);
+    return p;
+}
+
+// The fetched chunk into shared memory: W, K, U's columns and the gates; S zero where the chunk
+// starts a document. Ends with a barrier.
+__device__ void pass_commit(const PassSmem &s, const PassFetch &p, int dk, int dv, int n0, int bv) {
+    int vecs = dk / 8, uvecs = bv / 4, ld = ldb16(dk), ldv = ldf32(bv);
+#pragma unroll
+    for (int r = 0; r < PF_W; r++) {
+        int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
+        if (e >= L * vecs) continue;
+        *reinterpret_cast<uint4 *>(s.W.hi + i * ld + m) = p.whi[r];
+        *reinterpret_cast<uint4 *>(s.W.lo + i * ld + m) = p.wlo[r];
+        *reinterpret_cast<uint4 *>(s.K + i * ld + m) = p.k[r];
+    }
+#pragma unroll
+    for (int r = 0; r < PF_U; r++) {
+        int e = threadIdx.x + r * TC_THREADS, i = e / uvecs, n = e % uvecs * 4;
+        if (e < L * uvecs) *reinterpret_cast<float4 *>(s.Vp + i * ldv + n) = p.u[r];
+    }
+    store_gates(p.gates, s.g.gam, s.g.beta, s.g.eg, s.g.w);
+    if (p.reset) slice_in(s.S, NULL, dk, dv, n0, bv);
     __syncthreads();
 }
 
@@ -280,11 +330,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     PassSmem s = pass_smem(smem, dk, bv, &bytes);
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     slice_in(s.S, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dk, dv, n0, bv);
+    PassFetch next = pass_fetch(a, t, f, factor_index(a, b, h, 0), b, h, row[span.begin],
+                                row[span.begin + 1] - row[span.begin], n0, bv);
     for (int c = span.begin; c < c1; c++) {
-        int slot = c - span.begin, t0 = row[c], Lc = row[c + 1] - t0;
+        int slot = c - span.begin, Lc = row[c + 1] - row[c];
         long idx = factor_index(a, b, h, slot);
         __syncthreads(); // the previous chunk is done with the tiles
-        pass_load(s, a, t, f, idx, b, h, t0, Lc, n0, bv);
+        pass_commit(s, next, dk, dv, n0, bv);
+        if (c + 1 < c1) // the next chunk's loads fly while this one computes
+            next = pass_fetch(a, t, f, idx + 1, b, h, row[c + 1], row[c + 2] - row[c + 1], n0, bv);
         if (keep.p) slice_out(state_at(keep, a, b, h, slot), s.S, dk, dv, n0, bv);
         for (int e = threadIdx.x; e < dk * bv; e += blockDim.x)
             split_store(s.Ss, e / bv, e % bv, s.S[e / bv * ldf32(bv) + e % bv]);

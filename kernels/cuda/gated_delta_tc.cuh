@@ -124,34 +124,56 @@ inline __device__ void load_split_rows(const Split &s, const float *src, long st
     }
 }
 
-// The chunk's gates for value head h, by warp 0 (lane l owns tokens l and l + 32): gamma (the
-// cumulative sum of g, a fixed shuffle scan), beta, exp(gamma) and w_j = exp(gamma_last -
-// gamma_j) for j < Lc; zeros on the rows past Lc, so that padded rows drop out of every product.
-// The other warps return at once; a barrier must follow before anyone reads the gates.
-inline __device__ void load_gates_padded(float *gam, float *beta, float *eg, float *w,
-                                         const float *g, const float *bt, long stride, int Lc) {
-    if (threadIdx.x >= 32) return;
-    int lane = threadIdx.x;
-    float x[2];
+// A chunk's raw gates in warp 0's registers: lane l holds g and beta of tokens l and l + 32
+// (zeros past Lc). Fetched a chunk ahead by the state pass, so their latency overlaps work.
+struct RawGates {
+    float g[2], beta[2];
+    int Lc;
+};
+
+inline __device__ RawGates fetch_gates(const float *g, const float *bt, long stride, int Lc) {
+    RawGates r;
+    r.Lc = Lc;
     for (int half = 0; half < 2; half++) {
-        int i = lane + 32 * half;
-        x[half] = i < Lc ? g[i * stride] : 0.0f;
+        int i = threadIdx.x % 32 + 32 * half;
+        r.g[half] = i < Lc ? g[i * stride] : 0.0f;
+        r.beta[half] = i < Lc ? bt[i * stride] : 0.0f;
+    }
+    return r;
+}
+
+// From warp 0's raw gates: gamma (the cumulative sum of g, a fixed shuffle scan), beta,
+// exp(gamma) and w_j = exp(gamma_last - gamma_j) for j < Lc; zeros on the rows past Lc, so that
+// padded rows drop out of every product. Other warps return at once; a barrier must follow
+// before anyone reads the gates.
+inline __device__ void store_gates(const RawGates &r, float *gam, float *beta, float *eg,
+                                   float *w) {
+    if (threadIdx.x >= 32) return;
+    int lane = threadIdx.x, Lc = r.Lc;
+    float x[2] = {r.g[0], r.g[1]};
+    for (int half = 0; half < 2; half++)
         for (int o = 1; o < 32; o *= 2) {
             float y = __shfl_up_sync(0xffffffffu, x[half], o);
             if (lane >= o) x[half] += y;
         }
-    }
     x[1] += __shfl_sync(0xffffffffu, x[0], 31);
     int last = Lc - 1;
-    float glast = __shfl_sync(0xffffffffu, x[last / 32], last % 32);
+    float glast = __shfl_sync(0xffffffffu, last < 32 ? x[0] : x[1], last % 32);
     for (int half = 0; half < 2; half++) {
         int i = lane + 32 * half;
         bool live = i < Lc;
         gam[i] = live ? x[half] : 0.0f;
-        beta[i] = live ? bt[i * stride] : 0.0f;
+        beta[i] = live ? r.beta[half] : 0.0f;
         eg[i] = live ? expf(x[half]) : 0.0f;
         w[i] = live ? expf(glast - x[half]) : 0.0f;
     }
+}
+
+// The chunk's gates for value head h, by warp 0 (fetch_gates and store_gates).
+inline __device__ void load_gates_padded(float *gam, float *beta, float *eg, float *w,
+                                         const float *g, const float *bt, long stride, int Lc) {
+    if (threadIdx.x >= 32) return;
+    store_gates(fetch_gates(g, bt, stride, Lc), gam, beta, eg, w);
 }
 
 // Scales row r of the warp's 16 x 16 fp32 tile at p (row stride ld) by mul[r] (one warp).
