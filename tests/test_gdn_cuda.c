@@ -1,6 +1,9 @@
 // The CUDA kernels of Gated DeltaNet (kernels/cuda/kernels_gdn_cuda.h) against the fp32 CPU
-// reference ops (kernels/cpu/kernels_gdn.h): the chunked gated delta rule forward and backward,
-// the causal conv1d + SiLU, l2norm, the gates and the gated RMSNorm.
+// reference ops (kernels/cpu/kernels_gdn.h): the chunked gated delta rule forward and backward
+// (the tensor-core path "gdn", and the CUDA-core _ref path "gdn ref"; the first also against the
+// second, and "gdn passes": the tensor-core state passes with the CUDA-core per-chunk gradients,
+// which tells a fault of the passes from one of the gradients' kernels), the causal conv1d +
+// SiLU, l2norm, the gates and the gated RMSNorm.
 //
 // The bf16 inputs are rounded first, so both sides see the same values; the GPU's bf16 outputs
 // are compared at bf16's precision, its fp32 outputs (the delta rule's gradients, the norms'
@@ -13,8 +16,10 @@
 //
 //   test_gdn_cuda            the checks; exit 0 all passed, 1 a check failed, 77 no CUDA device
 //   test_gdn_cuda --bench [--H 48 --HK 16 --dk 128 --dv 128 --T 4096,32768]
-//                            forward and backward ms and tokens/s of the delta rule, by default
-//                            at Qwen3.5-27B's linear attention heads (16 key, 48 value, 128)
+//                            forward and backward ms and tokens/s of the delta rule, tensor
+//                            cores (gdn) and the CUDA-core reference (gdn ref), with each
+//                            tensor-core kernel's share; by default at Qwen3.5-27B's linear
+//                            attention heads (16 key, 48 value, 128)
 #define TEST_RNG_SEED 0x6A09E667F3BCC908ull
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_gdn.h"
@@ -192,21 +197,70 @@ typedef struct {
     float *dq, *dk, *dv, *dg, *dbeta;
 } gdn_run;
 
-// One forward and one backward on the device into fresh poisoned outputs.
-static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in) {
+// A path through the delta rule: the tensor-core kernels, or the CUDA-core reference.
+typedef struct {
+    const char *name;
+    void (*forward)(const gdn_args *, int, const cuda_gdn_tensors *, void *, cudaStream_t);
+    void (*backward)(const gdn_args *, int, const cuda_gdn_tensors *, void *, cudaStream_t);
+} gdn_path;
+static const gdn_path TC = {"gdn", cuda_gated_delta_forward, cuda_gated_delta_backward};
+static const gdn_path REF = {"gdn ref", cuda_gated_delta_forward_ref,
+                             cuda_gated_delta_backward_ref};
+
+// Scratch bytes that serve both paths.
+static size_t gdn_scratch_bytes(const gdn_args *a, int max_chunks) {
+    size_t tc = cuda_gated_delta_scratch_bytes(a, max_chunks, 1);
+    size_t ref = cuda_gated_delta_scratch_bytes_ref(a, max_chunks, 1);
+    return tc > ref ? tc : ref;
+}
+
+// One forward and one backward of path p on the device into fresh poisoned outputs.
+static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, const gdn_path *p) {
     gdn_run r = {dev_poisoned(sizeof(bf16) * c->nv),   dev_poisoned(sizeof(float) * c->nqk),
                  dev_poisoned(sizeof(float) * c->nqk), dev_poisoned(sizeof(float) * c->nv),
                  dev_poisoned(sizeof(float) * c->ng),  dev_poisoned(sizeof(float) * c->ng)};
     gdn_args a = c->a;
     a.doc_start = c->ds_dev;
-    size_t bytes = cuda_gated_delta_scratch_bytes(&a, c->max_chunks, 1);
-    void *scratch = dev_poisoned(bytes);
+    void *scratch = dev_poisoned(gdn_scratch_bytes(&a, c->max_chunks));
     cuda_gdn_tensors t = *in;
     t.out = r.out, t.dq = r.dq, t.dk = r.dk, t.dv = r.dv, t.dg = r.dg, t.dbeta = r.dbeta;
-    cuda_gated_delta_forward(&a, c->max_chunks, &t, scratch, 0);
-    cuda_gated_delta_backward(&a, c->max_chunks, &t, scratch, 0);
+    p->forward(&a, c->max_chunks, &t, scratch, 0);
+    p->backward(&a, c->max_chunks, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     return r;
+}
+
+// A run's outputs on the host (fp32).
+typedef struct {
+    float *out, *dq, *dk, *dv, *dg, *dbeta;
+} gdn_outputs;
+
+static gdn_outputs gdn_outputs_of(const gdn_case *c, const gdn_run *r) {
+    return (gdn_outputs){from_dev_bf16(r->out, c->nv), from_dev(r->dq, c->nqk),
+                         from_dev(r->dk, c->nqk),      from_dev(r->dv, c->nv),
+                         from_dev(r->dg, c->ng),       from_dev(r->dbeta, c->ng)};
+}
+
+// A device run against expected outputs: out at bf16's precision, the gradients at fp32's.
+static void check_outputs(const char *path, const char *shape, const gdn_case *c, const gdn_run *r,
+                          const gdn_outputs *want) {
+    gdn_outputs got = gdn_outputs_of(c, r);
+    const struct {
+        const char *what;
+        const float *got, *want;
+        long n;
+        double tol;
+    } rows[] = {{"out", got.out, want->out, c->nv, TOL_BF16},
+                {"dq", got.dq, want->dq, c->nqk, TOL_F32},
+                {"dk", got.dk, want->dk, c->nqk, TOL_F32},
+                {"dv", got.dv, want->dv, c->nv, TOL_F32},
+                {"dg", got.dg, want->dg, c->ng, TOL_F32},
+                {"dbeta", got.dbeta, want->dbeta, c->ng, TOL_F32}};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "%s %s", path, rows[i].what);
+        check_close(what, shape, rows[i].got, rows[i].want, rows[i].n, rows[i].tol);
+    }
 }
 
 static void check_gated_delta(const gdn_shape *s) {
@@ -221,13 +275,16 @@ static void check_gated_delta(const gdn_shape *s) {
                            .g = to_dev(c.g, c.ng),
                            .beta = to_dev(c.beta, c.ng),
                            .dout = to_dev(c.dout, c.nv)};
-    gdn_run r[2] = {gdn_device_run(&c, &in), gdn_device_run(&c, &in)};
-    check_close("gdn out", name, from_dev_bf16(r[0].out, c.nv), c.out, c.nv, TOL_BF16);
-    check_close("gdn dq", name, from_dev(r[0].dq, c.nqk), c.dq, c.nqk, TOL_F32);
-    check_close("gdn dk", name, from_dev(r[0].dk, c.nqk), c.dk, c.nqk, TOL_F32);
-    check_close("gdn dv", name, from_dev(r[0].dv, c.nv), c.dv, c.nv, TOL_F32);
-    check_close("gdn dg", name, from_dev(r[0].dg, c.ng), c.dg, c.ng, TOL_F32);
-    check_close("gdn dbeta", name, from_dev(r[0].dbeta, c.ng), c.dbeta, c.ng, TOL_F32);
+    gdn_run ref = gdn_device_run(&c, &in, &REF);
+    gdn_outputs want = {c.out, c.dq, c.dk, c.dv, c.dg, c.dbeta}, old = gdn_outputs_of(&c, &ref);
+    check_outputs("gdn ref", name, &c, &ref, &want);
+    gdn_run r[2] = {gdn_device_run(&c, &in, &TC), gdn_device_run(&c, &in, &TC)};
+    check_outputs("gdn", name, &c, &r[0], &want);
+    check_outputs("gdn vs ref", name, &c, &r[0], &old); // the tensor cores against the old path
+    cuda_gated_delta_ref_grads(1); // the tensor-core state passes with the CUDA-core gradients
+    gdn_run mixed = gdn_device_run(&c, &in, &TC);
+    cuda_gated_delta_ref_grads(0);
+    check_outputs("gdn passes", name, &c, &mixed, &want);
     int same = same_bits(r[0].out, r[1].out, sizeof(bf16) * c.nv) &&
                same_bits(r[0].dq, r[1].dq, sizeof(float) * c.nqk) &&
                same_bits(r[0].dk, r[1].dk, sizeof(float) * c.nqk) &&
@@ -399,7 +456,40 @@ static void check_rmsnorm_gated(int n, int dim) {
 
 // ---- timing ----------------------------------------------------------------------------------
 
-// Forward and backward of the delta rule at one shape, best of 3 after a warm-up.
+// Best of 3 forward and backward ms of path p after a warm-up.
+static void bench_path(const gdn_path *p, const gdn_args *a, int chunks, const cuda_gdn_tensors *t,
+                       void *scratch, float *fwd, float *bwd) {
+    *fwd = *bwd = INFINITY;
+    for (int rep = 0; rep < 4; rep++) {
+        cudaEvent_t t0 = timer_start();
+        p->forward(a, chunks, t, scratch, 0);
+        float f = timer_stop_ms(t0);
+        t0 = timer_start();
+        p->backward(a, chunks, t, scratch, 0);
+        float b = timer_stop_ms(t0);
+        if (rep > 0) *fwd = f < *fwd ? f : *fwd, *bwd = b < *bwd ? b : *bwd;
+    }
+}
+
+// The tensor-core path's kernels' shares of one forward and one backward (timed apart: the
+// events around each launch slow the whole a little).
+static void bench_shares(const gdn_args *a, int chunks, const cuda_gdn_tensors *t, void *scratch) {
+    static const char *names[GDN_PHASES] = {"prep", "state pass", "out", "dstate pass", "grad"};
+    float fwd[GDN_PHASES], bwd[GDN_PHASES], fsum = 0.0f, bsum = 0.0f;
+    cuda_gated_delta_profile(1);
+    cuda_gated_delta_forward(a, chunks, t, scratch, 0);
+    cuda_gated_delta_profile_ms(fwd);
+    cuda_gated_delta_backward(a, chunks, t, scratch, 0);
+    cuda_gated_delta_profile_ms(bwd);
+    cuda_gated_delta_profile(0);
+    for (int p = 0; p < GDN_PHASES; p++) fsum += fwd[p], bsum += bwd[p];
+    for (int p = 0; p < GDN_PHASES; p++)
+        printf("  %-12s forward %8.3f ms (%4.1f%%)  backward %8.3f ms (%4.1f%%)\n", names[p],
+               fwd[p], 100.0f * fwd[p] / fsum, bwd[p], 100.0f * bwd[p] / bsum);
+}
+
+// Forward and backward of the delta rule at one shape on both paths, and the tensor-core
+// path's kernels' shares.
 static void bench_one(int T, int H, int HK, int dk, int dv) {
     gdn_args a = {1, T, H, HK, dk, dv, NULL, 1.0f / sqrtf((float)dk)};
     long nqk = (long)T * HK * dk, nv = (long)T * H * dv, ng = (long)T * H;
@@ -418,22 +508,18 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
                           .dv = dmalloc(sizeof(float) * nv),
                           .dg = dmalloc(sizeof(float) * ng),
                           .dbeta = dmalloc(sizeof(float) * ng)};
-    size_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
+    size_t bytes = gdn_scratch_bytes(&a, chunks);
     void *scratch = dmalloc(bytes);
-    float best_f = INFINITY, best_b = INFINITY;
-    for (int rep = 0; rep < 4; rep++) {
-        cudaEvent_t t0 = timer_start();
-        cuda_gated_delta_forward(&a, chunks, &t, scratch, 0);
-        float f = timer_stop_ms(t0);
-        t0 = timer_start();
-        cuda_gated_delta_backward(&a, chunks, &t, scratch, 0);
-        float b = timer_stop_ms(t0);
-        if (rep > 0) best_f = f < best_f ? f : best_f, best_b = b < best_b ? b : best_b;
+    const gdn_path *paths[] = {&TC, &REF};
+    for (int p = 0; p < 2; p++) {
+        float f, b;
+        bench_path(paths[p], &a, chunks, &t, scratch, &f, &b);
+        printf("%-7s T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
+               "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
+               paths[p]->name, T, H, HK, dk, dv, f, b, T / ((f + b) * 1e-3),
+               bytes / (double)(1ull << 30));
+        if (p == 0) bench_shares(&a, chunks, &t, scratch);
     }
-    printf("gated delta T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
-           "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
-           T, H, HK, dk, dv, best_f, best_b, T / ((best_f + best_b) * 1e-3),
-           bytes / (double)(1ull << 30));
     release_all();
 }
 

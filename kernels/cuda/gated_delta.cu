@@ -1,5 +1,7 @@
-// The chunked gated delta rule on the GPU: the math of kernels/cpu/gated_delta_chunked.c (its
-// header states it), in fp32 from bf16 q, k, v. Within a chunk of L <= 64 tokens entered with
+// The chunked gated delta rule on CUDA cores (cuda_gated_delta_*_ref): the reference the
+// tensor-core kernels (gated_delta_tc.cu) are checked against, and the path of head dims that
+// are not multiples of 16. The math of kernels/cpu/gated_delta_chunked.c (its header states it),
+// in fp32 from bf16 q, k, v. Within a chunk of L <= 64 tokens entered with
 // state S0, with gamma the cumulative sum of g and D_ij = exp(gamma_i - gamma_j):
 //   M_ij = D_ij k_i.k_j (j < i), A_ij = beta_i M_ij, P_ij = D_ij q_i.k_j (j <= i);
 //   Delta = (I + A)^-1 R, R_i = beta_i (v_i - exp(gamma_i) S0^T k_i)   (fp32 substitution);
@@ -20,14 +22,6 @@
 //   and dS_end, the key head's value heads one after the other, so dq and dk add up in a fixed
 //   order.
 // No atomics anywhere: every output element has one owner thread.
-//
-// Next optimizations (this first version is CUDA-core fp32 throughout): the L x dk x dv and
-// L x L x dk products on tensor cores (mma.sync bf16 or tf32: K S0, Q S0, the state update, the
-// grad kernel's S0 dR and dS_end Delta rows); the state-independent WY factors (I + A)^-1
-// diag(beta) V and (I + A)^-1 diag(beta exp(gamma)) K computed once per chunk in parallel, so that
-// the sequential pass is two small GEMMs a chunk; M and P computed once per (chunk, head) instead
-// of once per column slice (and kept for the backward's three kernels); the backward's first
-// state pass fused with the forward (its checkpoints kept from the forward call).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta.cuh"
 #include "kernels/cuda/kernels_cuda.h"
@@ -258,11 +252,6 @@ int slices(int dv) {
     return (dv + COLS - 1) / COLS;
 }
 
-size_t lists_bytes(const gdn_args *a, int max_chunks) {
-    size_t n = sizeof(int32_t) * ((size_t)a->B * (max_chunks + 1) + a->B);
-    return (n + 255) / 256 * 256;
-}
-
 // The backward's segments of SEG chunks: checkpoints at their starts, then per segment (last
 // first) the states of its chunks, their gradients and the gradient carried to the one before.
 int segments(int max_chunks) {
@@ -272,41 +261,6 @@ int segments(int max_chunks) {
 // Floats of n states of every (b, h).
 size_t states_floats(const gdn_args *a, long n) {
     return (size_t)a->B * a->H * n * a->dk * a->dv;
-}
-
-void check_shape(const gdn_args *a) {
-    if (a->dk > MAX_DIM || a->dv > MAX_DIM || a->dk < 1 || a->dv < 1 || a->H % a->HK != 0) {
-        fprintf(stderr,
-                "megatrain: gated_delta.cu: dk %d, dv %d, H %d, HK %d: need dk, dv <= %d "
-                "and H a multiple of HK\n",
-                a->dk, a->dv, a->H, a->HK, MAX_DIM);
-        exit(2);
-    }
-}
-
-Tensors tensors_of(const cuda_gdn_tensors *t) {
-    return Tensors{reinterpret_cast<const bf *>(t->q),
-                   reinterpret_cast<const bf *>(t->k),
-                   reinterpret_cast<const bf *>(t->v),
-                   t->g,
-                   t->beta,
-                   reinterpret_cast<bf *>(t->out),
-                   t->dout,
-                   t->dq,
-                   t->dk,
-                   t->dv,
-                   t->dg,
-                   t->dbeta};
-}
-
-// The chunk lists at the start of scratch; returns (starts, counts).
-void build_lists(const gdn_args *a, int max_chunks, void *scratch, int32_t **starts,
-                 int32_t **counts, cudaStream_t stream) {
-    *starts = static_cast<int32_t *>(scratch);
-    *counts = *starts + (size_t)a->B * (max_chunks + 1);
-    chunk_list_kernel<<<a->B, LIST_THREADS, 0, stream>>>(*starts, *counts, a->doc_start, a->T,
-                                                         max_chunks);
-    CUDA_CHECK_LAUNCH();
 }
 
 // The chunk lists and the passes' arguments, shared by the launches of one call.
@@ -338,23 +292,64 @@ void backward_pass(const Call &c, Span span, float *carry, StateBuf keep) {
     CUDA_CHECK_LAUNCH();
 }
 
+} // namespace
+
+size_t gdn::lists_bytes(const gdn_args *a, int max_chunks) {
+    size_t n = sizeof(int32_t) * ((size_t)a->B * (max_chunks + 1) + a->B);
+    return (n + 255) / 256 * 256;
+}
+
+void gdn::check_shape(const gdn_args *a) {
+    if (a->dk > MAX_DIM || a->dv > MAX_DIM || a->dk < 1 || a->dv < 1 || a->H % a->HK != 0) {
+        fprintf(stderr,
+                "megatrain: gated_delta.cu: dk %d, dv %d, H %d, HK %d: need dk, dv <= %d "
+                "and H a multiple of HK\n",
+                a->dk, a->dv, a->H, a->HK, MAX_DIM);
+        exit(2);
+    }
+}
+
+Tensors gdn::tensors_of(const cuda_gdn_tensors *t) {
+    return Tensors{reinterpret_cast<const bf *>(t->q),
+                   reinterpret_cast<const bf *>(t->k),
+                   reinterpret_cast<const bf *>(t->v),
+                   t->g,
+                   t->beta,
+                   reinterpret_cast<bf *>(t->out),
+                   t->dout,
+                   t->dq,
+                   t->dk,
+                   t->dv,
+                   t->dg,
+                   t->dbeta};
+}
+
+// The chunk lists at the start of scratch; returns (starts, counts).
+void gdn::build_lists(const gdn_args *a, int max_chunks, void *scratch, int32_t **starts,
+                      int32_t **counts, cudaStream_t stream) {
+    *starts = static_cast<int32_t *>(scratch);
+    *counts = *starts + (size_t)a->B * (max_chunks + 1);
+    chunk_list_kernel<<<a->B, LIST_THREADS, 0, stream>>>(*starts, *counts, a->doc_start, a->T,
+                                                         max_chunks);
+    CUDA_CHECK_LAUNCH();
+}
+
 // Multiply-adds a token and value head, the chunked form's (M, P, the state reads and update,
 // the solve); the backward counts as 3 forwards.
-double forward_flops(const gdn_args *a) {
+double gdn::forward_flops(const gdn_args *a) {
     double per = 2.0 * L * a->dk + 3.0 * a->dk * a->dv + 1.5 * L * a->dv;
     return 2.0 * per * a->B * a->T * a->H;
 }
 
-} // namespace
-
-extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {
+extern "C" size_t cuda_gated_delta_scratch_bytes_ref(const gdn_args *a, int max_chunks,
+                                                     int backward) {
     long states = segments(max_chunks) + 2 * SEG + 1;
     return lists_bytes(a, max_chunks) + (backward ? sizeof(float) * states_floats(a, states) : 0);
 }
 
-extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
-                                         const cuda_gdn_tensors *t, void *scratch,
-                                         cudaStream_t stream) {
+extern "C" void cuda_gated_delta_forward_ref(const gdn_args *a, int max_chunks,
+                                             const cuda_gdn_tensors *t, void *scratch,
+                                             cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
     if (a->B <= 0 || a->T <= 0) return;
     check_shape(a);
@@ -368,9 +363,9 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
 // The states pass once over all chunks keeping a checkpoint every SEG chunks; then for each
 // segment from the last: its chunks' states again from its checkpoint, the gradient pass over
 // it (carry: the state gradient between segments), and its chunks' gradients.
-extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
-                                          const cuda_gdn_tensors *t, void *scratch,
-                                          cudaStream_t stream) {
+extern "C" void cuda_gated_delta_backward_ref(const gdn_args *a, int max_chunks,
+                                              const cuda_gdn_tensors *t, void *scratch,
+                                              cudaStream_t stream) {
     KtScope kt(stream, KT_ATTENTION);
     if (a->B <= 0 || a->T <= 0) return;
     check_shape(a);

@@ -158,6 +158,24 @@ inline __device__ float *state_at(const StateBuf &s, const gdn_args &a, int b, i
     return s.p + (((long)b * a.H + h) * s.slots + slot) * a.dk * a.dv;
 }
 
+// gated_delta.cu's host helpers, shared with the tensor-core path (gated_delta_tc.cu): the
+// chunk lists at the start of scratch (their bytes; build_lists returns starts and counts), the
+// shape check (exit 2), the kernels' view of the tensors, and the multiply-adds ktime reports.
+size_t lists_bytes(const gdn_args *a, int max_chunks);
+void build_lists(const gdn_args *a, int max_chunks, void *scratch, int32_t **starts,
+                 int32_t **counts, cudaStream_t stream);
+void check_shape(const gdn_args *a);
+Tensors tensors_of(const cuda_gdn_tensors *t);
+double forward_flops(const gdn_args *a);
+
+// Whether the tensor-core path takes a shape: its tiles are 16 wide.
+inline bool gdn_tc_shape(const gdn_args *a) {
+    return a->dk % 16 == 0 && a->dv % 16 == 0 && a->dk <= MAX_DIM && a->dv <= MAX_DIM;
+}
+
+// gated_delta_tc_bwd.cu: the tensor-core backward's scratch bytes.
+size_t tc_backward_bytes(const gdn_args *a, int max_chunks);
+
 // gated_delta_grad.cu: every gradient of the chunks of span, from each chunk's entering state
 // (states) and the gradient of its leaving state (dstates), both in slot c - span.begin.
 void grad_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,

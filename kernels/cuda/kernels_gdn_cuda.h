@@ -26,14 +26,16 @@
 extern "C" {
 #endif
 
-// gated_delta.cu: the chunked gated delta rule (the WY/UT form of gated_delta_chunked.c), dk and
-// dv at most 128. a->doc_start is a device pointer (or NULL). max_chunks bounds the chunks of any
-// row (gdn_max_chunks: ceil(T / 64) without documents, more where documents start mid-chunk);
-// a row with more stops the kernels with a device trap. The forward writes out; the backward
-// reads q, k, v, g, beta and dout and writes dq, dk (summed over the value heads of a key head),
-// dv, dg and dbeta, recomputing the chunk states. scratch: cuda_gated_delta_scratch_bytes (the
-// chunk lists; for the backward, fp32 states of every (b, h): a checkpoint every 32 chunks and
-// two segments' worth, (ceil(max_chunks / 32) + 65) B H dk dv floats).
+// gated_delta_tc.cu: the chunked gated delta rule (the WY/UT form of gated_delta_chunked.c) on
+// tensor cores, dk and dv at most 128 (multiples of 16; other sizes run the _ref kernels).
+// a->doc_start is a device pointer (or NULL). max_chunks bounds the chunks of any row
+// (gdn_max_chunks: ceil(T / 64) without documents, more where documents start mid-chunk); a row
+// with more stops the kernels with a device trap. The forward writes out; the backward reads q, k,
+// v, g, beta and dout and writes dq, dk (summed over the value heads of a key head), dv, dg and
+// dbeta, recomputing the chunk states. scratch: cuda_gated_delta_scratch_bytes (the chunk lists;
+// one segment of 32 chunks' factors and states; for the backward also a fp32 checkpoint state every
+// 32 chunks: at dk = dv = 128 about (ceil(max_chunks / 32) + 220) B H dk dv floats, 480 MB at 32k
+// tokens and 32 heads).
 typedef struct {
     const bf16 *q, *k, *v; // [B, T, HK, dk], [B, T, HK, dk], [B, T, H, dv]
     const float *g, *beta; // [B, T, H]
@@ -47,6 +49,33 @@ void cuda_gated_delta_forward(const gdn_args *a, int max_chunks, const cuda_gdn_
                               void *scratch, cudaStream_t stream);
 void cuda_gated_delta_backward(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t,
                                void *scratch, cudaStream_t stream);
+
+// The CUDA-core kernels of the same math (gated_delta.cu, gated_delta_grad.cu): the reference
+// test_gdn_cuda checks the tensor-core path against, and the path of dims not a multiple of 16.
+size_t cuda_gated_delta_scratch_bytes_ref(const gdn_args *a, int max_chunks, int backward);
+void cuda_gated_delta_forward_ref(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t,
+                                  void *scratch, cudaStream_t stream);
+void cuda_gated_delta_backward_ref(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t,
+                                   void *scratch, cudaStream_t stream);
+
+// For test_gdn_cuda, to tell a fault of the state passes from one of the gradients' kernels:
+// while on, the tensor-core backward takes each chunk's gradients from the CUDA-core kernel
+// (gated_delta_grad.cu) that the _ref path uses.
+void cuda_gated_delta_ref_grads(int on);
+
+// Per-kernel times of the tensor-core path, for test_gdn_cuda --bench: while on, each launch is
+// bracketed by events; cuda_gated_delta_profile_ms waits for them, adds them up by phase into
+// ms and forgets them.
+enum {
+    GDN_PHASE_PREP,  // the chunks' W, U (and P): parallel
+    GDN_PHASE_PASS,  // the state pass over chunks, in order
+    GDN_PHASE_OUT,   // the outputs: parallel
+    GDN_PHASE_DPASS, // the backward's state-gradient pass, in reverse order
+    GDN_PHASE_GRAD,  // the backward's per-chunk gradients: parallel
+    GDN_PHASES
+};
+void cuda_gated_delta_profile(int on);
+void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]);
 
 // The most chunks of any row (chunks start at each document's first token, GDN_CHUNK tokens
 // apart within it), from a HOST copy of the document starts ([B, T], or NULL).

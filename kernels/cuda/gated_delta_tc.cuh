@@ -1,0 +1,249 @@
+// The tensor-core pieces of the chunked gated delta rule (gated_delta_tc.cu's header has the
+// math): shared-memory carving, bf16 wmma tiles (16 x 16 x 16, fp32 accumulation), and the
+// hi/lo split that keeps fp32 operands at fp32's precision on bf16 tensor cores.
+//
+// A fp32 matrix X enters a product as two bf16 matrices, hi = bf16(X) and lo = bf16(X - hi), and
+// X Y = hi Y + lo Y (+ X hi_Y + ...): the dropped lo x lo term is 2^-16 relative, so the chunk
+// products keep the fp32 reference's accuracy at two or three bf16 products each. q, k and v
+// are bf16 already and enter once.
+#ifndef MT_GATED_DELTA_TC_CUH
+#define MT_GATED_DELTA_TC_CUH
+
+#include "kernels/cuda/gated_delta.cuh"
+
+#include <mma.h>
+
+namespace gdn {
+
+namespace wmma = nvcuda::wmma;
+
+const int TC_THREADS = 256; // 8 warps
+const int TC_WARPS = TC_THREADS / 32;
+const int TC_SEG = 32; // chunks a segment: the scratch holds one segment's chunk factors
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+
+// Row strides of the shared tiles: bf16 rows padded by 8 (16 bytes), fp32 rows by 4, which
+// keeps wmma's alignment (ldm a multiple of 16 bytes, tiles at 32-byte offsets) and spreads
+// the rows over the banks.
+inline __host__ __device__ int ldb16(int width) {
+    return width + 8;
+}
+inline __host__ __device__ int ldf32(int width) {
+    return width + 4;
+}
+
+// Carves one block's dynamic shared memory into 128-byte aligned arrays. With base NULL it only
+// counts: the host sizes a kernel's shared memory with the same code the kernel carves it with.
+struct Carve {
+    unsigned char *base;
+    size_t off;
+    template <typename T> __host__ __device__ T *take(size_t n) {
+        off = (off + 127) / 128 * 128;
+        T *p = reinterpret_cast<T *>(base + off);
+        off += n * sizeof(T);
+        return p;
+    }
+};
+
+// A fp32 matrix split for the tensor cores: hi and lo bf16 tiles with one row stride.
+struct Split {
+    bf *hi, *lo;
+    int ld;
+};
+
+inline __host__ __device__ Split take_split(Carve &cv, int rows, int width) {
+    Split s;
+    s.ld = ldb16(width);
+    s.hi = cv.take<bf>((size_t)rows * s.ld);
+    s.lo = cv.take<bf>((size_t)rows * s.ld);
+    return s;
+}
+
+inline __device__ void split_store(const Split &s, int r, int c, float x) {
+    bf h = __float2bfloat16(x);
+    s.hi[r * s.ld + c] = h;
+    s.lo[r * s.ld + c] = __float2bfloat16(x - __bfloat162float(h));
+}
+
+// The address of the 16 x 16 tile at (row r0, col c0) of a matrix whose element (r, c) is at
+// p[r ld + c] (row_major) or p[c ld + r] (col_major: the transpose of what is stored).
+template <typename Layout> inline __device__ const bf *tile_at(const bf *p, int ld, int r0, int c0);
+template <>
+inline __device__ const bf *tile_at<wmma::row_major>(const bf *p, int ld, int r0, int c0) {
+    return p + r0 * ld + c0;
+}
+template <>
+inline __device__ const bf *tile_at<wmma::col_major>(const bf *p, int ld, int r0, int c0) {
+    return p + c0 * ld + r0;
+}
+
+// acc += A[m0 .. m0 + 16, 0 .. K) B[0 .. K, n0 .. n0 + 16), K a multiple of 16.
+template <typename LA, typename LB>
+inline __device__ void mma_tile(FragC &acc, const bf *A, int lda, const bf *B, int ldb, int m0,
+                                int n0, int K) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, LB> fb;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        wmma::load_matrix_sync(fa, tile_at<LA>(A, lda, m0, k0), lda);
+        wmma::load_matrix_sync(fb, tile_at<LB>(B, ldb, k0, n0), ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
+// The same with split operands: acc += A B, A = Ahi + Alo, B = Bhi + Blo (Alo or Blo NULL: that
+// operand is exact in bf16). The small terms go first.
+template <typename LA, typename LB>
+inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int lda, const bf *Bhi,
+                                 const bf *Blo, int ldb, int m0, int n0, int K) {
+    if (Alo) mma_tile<LA, LB>(acc, Alo, lda, Bhi, ldb, m0, n0, K);
+    if (Blo) mma_tile<LA, LB>(acc, Ahi, lda, Blo, ldb, m0, n0, K);
+    mma_tile<LA, LB>(acc, Ahi, lda, Bhi, ldb, m0, n0, K);
+}
+
+// Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a
+// [L, ldb16(width)] tile, rows from `rows` to L zero. width a multiple of 8, 16-byte copies.
+inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
+    int ld = ldb16(width), vecs = width / 8;
+    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (i < rows) x = *reinterpret_cast<const uint4 *>(src + i * stride + m);
+        *reinterpret_cast<uint4 *>(dst + i * ld + m) = x;
+    }
+}
+
+// Rows [0, n) of a fp32 global matrix (columns [0, width), row stride `stride`), times
+// mul[i] (NULL: 1) and `scale`, split into s; rows from n to `pad_rows` zero.
+inline __device__ void load_split_rows(const Split &s, const float *src, long stride, int n,
+                                       int pad_rows, int width, const float *mul, float scale) {
+    for (int e = threadIdx.x; e < pad_rows * width; e += blockDim.x) {
+        int i = e / width, m = e % width;
+        float x = i < n ? src[i * stride + m] * scale * (mul ? mul[i] : 1.0f) : 0.0f;
+        split_store(s, i, m, x);
+    }
+}
+
+// A chunk's raw gates in warp 0's registers: lane l holds g and beta of tokens l and l + 32
+// (zeros past Lc). Fetched a chunk ahead by the state pass, so their latency overlaps work.
+struct RawGates {
+    float g[2], beta[2];
+    int Lc;
+};
+
+inline __device__ RawGates fetch_gates(const float *g, const float *bt, long stride, int Lc) {
+    RawGates r;
+    r.Lc = Lc;
+    for (int half = 0; half < 2; half++) {
+        int i = threadIdx.x % 32 + 32 * half;
+        r.g[half] = i < Lc ? g[i * stride] : 0.0f;
+        r.beta[half] = i < Lc ? bt[i * stride] : 0.0f;
+    }
+    return r;
+}
+
+// From warp 0's raw gates: gamma (the cumulative sum of g, a fixed shuffle scan), beta,
+// exp(gamma) and w_j = exp(gamma_last - gamma_j) for j < Lc; zeros on the rows past Lc, so that
+// padded rows drop out of every product. Other warps return at once; a barrier must follow
+// before anyone reads the gates.
+inline __device__ void store_gates(const RawGates &r, float *gam, float *beta, float *eg,
+                                   float *w) {
+    if (threadIdx.x >= 32) return;
+    int lane = threadIdx.x, Lc = r.Lc;
+    float x[2] = {r.g[0], r.g[1]};
+    for (int half = 0; half < 2; half++)
+        for (int o = 1; o < 32; o *= 2) {
+            float y = __shfl_up_sync(0xffffffffu, x[half], o);
+            if (lane >= o) x[half] += y;
+        }
+    x[1] += __shfl_sync(0xffffffffu, x[0], 31);
+    int last = Lc - 1;
+    float glast = __shfl_sync(0xffffffffu, last < 32 ? x[0] : x[1], last % 32);
+    for (int half = 0; half < 2; half++) {
+        int i = lane + 32 * half;
+        bool live = i < Lc;
+        gam[i] = live ? x[half] : 0.0f;
+        beta[i] = live ? r.beta[half] : 0.0f;
+        eg[i] = live ? expf(x[half]) : 0.0f;
+        w[i] = live ? expf(glast - x[half]) : 0.0f;
+    }
+}
+
+// The chunk's gates for value head h, by warp 0 (fetch_gates and store_gates).
+inline __device__ void load_gates_padded(float *gam, float *beta, float *eg, float *w,
+                                         const float *g, const float *bt, long stride, int Lc) {
+    if (threadIdx.x >= 32) return;
+    store_gates(fetch_gates(g, bt, stride, Lc), gam, beta, eg, w);
+}
+
+// Scales row r of the warp's 16 x 16 fp32 tile at p (row stride ld) by mul[r] (one warp).
+inline __device__ void scale_tile_rows(float *p, int ld, const float *mul) {
+    int lane = threadIdx.x % 32;
+    __syncwarp();
+    for (int e = lane; e < 256; e += 32) p[(e / 16) * ld + e % 16] *= mul[e / 16];
+    __syncwarp();
+}
+
+// One segment's chunk factors in global memory, per (b, h, chunk of the segment): W = T diag(beta
+// exp(gamma)) K split (hi, lo: [L, dk] bf16 each), U = T diag(beta) V ([L, dv] fp32), V' = U - W
+// S0 ([L, dv] fp32) and, for the backward (with_p), the rest: P and T split ([L, L] bf16 hi and
+// lo), M = D KK^T (strictly lower, [L, L] fp32), dV' and dR ([L, dv] fp32), the pair terms dPD
+// and dAB split ([L, L]), the rows' partial dgamma and dbeta ([L] fp32 each), and each value
+// head's share of dq and dk ([L, dk] fp32 each).
+struct Factors {
+    bf *whi, *wlo, *phi, *plo, *thi, *tlo, *dpdhi, *dpdlo, *dabhi, *dablo;
+    float *u, *vp, *m, *dvp, *dr, *rowg, *rowb, *dqh, *dkh;
+};
+
+inline __host__ __device__ long factor_index(const gdn_args &a, int b, int h, int slot) {
+    return ((long)b * a.H + h) * TC_SEG + slot;
+}
+
+// Bytes of one segment's factors; carves them from p (NULL: counts).
+inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, const gdn_args &a,
+                                                bool with_p) {
+    long n = (long)a.B * a.H * TC_SEG, nb = with_p ? n : 0;
+    Carve cv = {p, 0};
+    f->whi = cv.take<bf>(n * L * a.dk);
+    f->wlo = cv.take<bf>(n * L * a.dk);
+    f->u = cv.take<float>(n * L * a.dv);
+    f->vp = cv.take<float>(n * L * a.dv);
+    bf **halves[] = {&f->phi,   &f->plo,   &f->thi,   &f->tlo,
+                     &f->dpdhi, &f->dpdlo, &f->dabhi, &f->dablo};
+    for (int i = 0; i < 8; i++) *halves[i] = with_p ? cv.take<bf>(nb * L * L) : NULL;
+    f->m = with_p ? cv.take<float>(nb * L * L) : NULL;
+    f->dvp = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
+    f->dr = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
+    f->rowg = with_p ? cv.take<float>(nb * L) : NULL;
+    f->rowb = with_p ? cv.take<float>(nb * L) : NULL;
+    f->dqh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
+    f->dkh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
+    return (cv.off + 255) / 256 * 256;
+}
+
+// gated_delta_tc.cu's launches, shared with the backward (gated_delta_tc_bwd.cu). Span: the
+// segment's chunks (at most TC_SEG). prep: W, U (and P with f.phi) of the span's chunks. pass:
+// the span's chunks in order from the state in slot entry_slot of entry (entry.p NULL: zero),
+// leaving the last state in slot leave_slot of leave (leave.p NULL: dropped), keeping each chunk's
+// entering state in slot c - span.begin of keep and its V' in f.vp (keep.p NULL: neither).
+void tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+             int max_chunks, Span span, const Factors &f, cudaStream_t stream);
+void tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+             int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
+             StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream);
+
+// gated_delta_tc_grad.cu: every gradient of the span's chunks from the factors (prep with P,
+// pass keeping V', dpass keeping dV'), each chunk's entering state (states) and its leaving
+// state's gradient (dstates), in slot c - span.begin.
+void tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+             int max_chunks, Span span, const Factors &f, StateBuf states, StateBuf dstates,
+             cudaStream_t stream);
+
+// The profiling marks of cuda_gated_delta_profile (kernels_gdn_cuda.h): a launch of phase ph
+// between mark_begin and mark_end is timed when profiling is on.
+void phase_begin(int ph, cudaStream_t stream);
+void phase_end(cudaStream_t stream);
+
+} // namespace gdn
+
+#endif

@@ -1,0 +1,395 @@
+// The gated delta rule's gradients a chunk at a time on tensor cores (the last kernels of
+// gated_delta_tc_bwd.cu's segments), from the chunk's factors (gated_delta_tc.cu's notation:
+// T, W, U, V', P, M = D KK^T), its entering state S0, its leaving state's gradient dS_e and dV'
+// (the state-gradient pass's). With dO = scale dout:
+//   dR = T^T dV',  dv = diag(beta) dR,  dP = dO V'^T (j <= i),  dA = -dR V'^T (j < i);
+//   X = dO S0^T,  Y = dR S0^T,  Z = V' dS_e^T                              ([L, dk] each);
+//   dq = diag(exp(gamma)) X + dPD K,
+//   dk = diag(w) Z - diag(beta exp(gamma)) Y + (dAB + dAB^T) K + dPD^T Q,
+// with dPD = dP D and dAB_ij = dA_ij beta_i D_ij;
+//   dbeta_i = v_i.dR_i - exp(gamma_i) k_i.Y_i + sum_j dA_ij M_ij;
+//   dgamma_i = exp(gamma_i) q_i.X_i - beta_i exp(gamma_i) k_i.Y_i - w_i k_i.Z_i
+//              + sum_j (e_ij - e_ji),  e_ij = dP_ij P_ij + dA_ij beta_i M_ij,
+// and on the last token exp(gamma_last) <S0, dS_e> + sum_j w_j k_j.Z_j; dg is dgamma summed from
+// the chunk's end. Kernels, in call order:
+// - pairs_kernel, grid (chunks, H, B): dR, dv, dPD, dAB and the rows' pair terms (the [L, dv]
+//   and [L, L] products);
+// - rows_kernel, grid (chunks, H, B): X, Y, Z, the value head's dq and dk, dbeta and dg;
+// - heads_kernel, grid (chunks, HK, B): dq and dk, the sum over a key head's value heads in
+//   order (no atomics).
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gated_delta_tc.cuh"
+
+namespace {
+
+using namespace gdn;
+using wmma::col_major;
+using wmma::row_major;
+
+__device__ bool chunk_of(const int32_t *starts, const int32_t *counts, int max_chunks, Span span,
+                         int b, int c, int *t0, int *Lc) {
+    if (c >= min(span.end, counts[b])) return false;
+    const int32_t *row = starts + (long)b * (max_chunks + 1);
+    *t0 = row[c], *Lc = row[c + 1] - row[c];
+    return true;
+}
+
+__device__ void split_global(bf *hi, bf *lo, long i, float x) {
+    bf h = __float2bfloat16(x);
+    hi[i] = h;
+    lo[i] = __float2bfloat16(x - __bfloat162float(h));
+}
+
+// ---- pairs: dR, dv and the [L, L] terms --------------------------------------------------
+
+struct PairsSmem {
+    Split Vp, G, dO, T, P; // V', dV' then dR, dO [L, dv]; T, P [L, L]
+    float *M, *stage;      // [L, L]; [L, ldf32(128)]: dR, then dP | dA side by side
+    float *gam, *beta, *eg, *w, *vdr;
+};
+
+const int STAGE_W = 128; // the stage's columns: dv, or dP and dA
+
+__host__ __device__ PairsSmem pairs_smem(unsigned char *base, int dv, size_t *bytes) {
+    Carve cv = {base, 0};
+    PairsSmem s;
+    s.Vp = take_split(cv, L, dv);
+    s.G = take_split(cv, L, dv);
+    s.dO = take_split(cv, L, dv);
+    s.T = take_split(cv, L, L);
+    s.P = take_split(cv, L, L);
+    s.M = cv.take<float>(L * L);
+    s.stage = cv.take<float>(L * ldf32(STAGE_W));
+    float *g = cv.take<float>(5 * L);
+    s.gam = g, s.beta = g + L, s.eg = g + 2 * L, s.w = g + 3 * L, s.vdr = g + 4 * L;
+    *bytes = cv.off;
+    return s;
+}
+
+// dP = dO V'^T into the stage's columns [0, L), dR V'^T into [L, 2L) (a warp a tile).
+__device__ void pairs_products(const PairsSmem &s, int dv) {
+    int lds = ldf32(STAGE_W);
+    for (int id = threadIdx.x / 32; id < 32; id += TC_WARPS) {
+        int m0 = id % 16 / 4 * 16, n0 = id % 4 * 16;
+        const Split &A = id < 16 ? s.dO : s.G;
+        FragC acc;
+        wmma::fill_fragment(acc, 0.0f);
+        mma_split<row_major, col_major>(acc, A.hi, A.lo, A.ld, s.Vp.hi, s.Vp.lo, s.Vp.ld, m0, n0,
+                                        dv);
+        wmma::store_matrix_sync(s.stage + m0 * lds + (id < 16 ? 0 : L) + n0, acc, lds,
+                                wmma::mem_row_major);
+    }
+}
+
+// From dP and dR V'^T in the stage: dPD and dAB (split, to f), and in place e_ij (columns
+// [0, L)) and dA_ij M_ij (columns [L, 2L)).
+__device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int Lc) {
+    int lds = ldf32(STAGE_W);
+    for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
+        int i = e / L, j = e % L;
+        bool lower = i < Lc && j <= i;
+        float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
+        float *dp = s.stage + i * lds + j, *da = dp + L;
+        float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
+        float p =
+            __bfloat162float(s.P.hi[i * s.P.ld + j]) + __bfloat162float(s.P.lo[i * s.P.ld + j]);
+        float m = s.M[e];
+        split_global(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
+        split_global(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
+        *dp = dpv * p + dav * s.beta[i] * m;
+        *da = dav * m;
+    }
+}
+
+// Grid (chunks of the span, H, B).
+__global__ void __launch_bounds__(TC_THREADS)
+    pairs_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
+                 int max_chunks, Span span, Factors f) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
+    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
+    int dv = a.dv, lds = ldf32(STAGE_W), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t bytes;
+    PairsSmem s = pairs_smem(smem, dv, &bytes);
+    long idx = factor_index(a, b, h, slot), vs = (long)a.H * dv, go = gdn_gate_off(&a, b, t0, h);
+    load_split_rows(s.Vp, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    load_split_rows(s.G, f.dvp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    load_split_rows(s.dO, t.dout + gdn_v_off(&a, b, t0, h), vs, Lc, L, dv, NULL, a.scale);
+    load_bf16_rows(s.T.hi, f.thi + idx * L * L, L, L, L);
+    load_bf16_rows(s.T.lo, f.tlo + idx * L * L, L, L, L);
+    load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
+    load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
+    for (int e = threadIdx.x; e < L * L; e += blockDim.x) s.M[e] = f.m[idx * L * L + e];
+    load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    __syncthreads();
+    for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) { // dR = T^T dV'
+        int m0 = id % 4 * 16, n0 = id / 4 * 16;
+        FragC acc;
+        wmma::fill_fragment(acc, 0.0f);
+        mma_split<col_major, row_major>(acc, s.T.hi, s.T.lo, s.T.ld, s.G.hi, s.G.lo, s.G.ld, m0, n0,
+                                        L);
+        wmma::store_matrix_sync(s.stage + m0 * lds + n0, acc, lds, wmma::mem_row_major);
+    }
+    __syncthreads();
+    const bf *v = t.v + gdn_v_off(&a, b, t0, h);
+    float *dvo = t.dv + gdn_v_off(&a, b, t0, h);
+    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
+        int i = e / dv, n = e % dv;
+        float r = s.stage[i * lds + n];
+        split_store(s.G, i, n, r);
+        f.dr[idx * L * dv + e] = r;
+        if (i < Lc) dvo[i * vs + n] = s.beta[i] * r;
+    }
+    for (int i = warp; i < L; i += TC_WARPS) { // v_i . dR_i
+        float acc = 0.0f;
+        for (int n = lane; n < dv && i < Lc; n += 32)
+            acc += __bfloat162float(v[i * vs + n]) * s.stage[i * lds + n];
+        acc = warp_sum(acc);
+        if (lane == 0) s.vdr[i] = acc;
+    }
+    __syncthreads();
+    pairs_products(s, dv);
+    __syncthreads();
+    pairs_terms(s, f, idx, Lc);
+    __syncthreads();
+    int i = threadIdx.x;
+    if (i < L) {
+        float pg = 0.0f, pb = 0.0f;
+        for (int j = 0; j < L && i < Lc; j++) {
+            pg += s.stage[i * lds + j] - s.stage[j * lds + i];
+            pb += s.stage[i * lds + L + j];
+        }
+        f.rowg[idx * L + i] = pg;
+        f.rowb[idx * L + i] = i < Lc ? s.vdr[i] + pb : 0.0f;
+    }
+}
+
+// ---- rows: X, Y, Z, dq and dk of the value head, dbeta and dg ------------------------------
+
+struct RowsSmem {
+    bf *Q, *K;      // [L, ldb16(dk)]
+    Split A, B;     // [L, dv]: V', dO, dR in turn; [dk, dv]: dS_e, then S0
+    Split DPD, DAB; // [L, L]
+    float *stage;   // [L, ldf32(dk)]: diag(w) Z
+    float *tmp;     // a [16, 20] tile a warp
+    float *pq, *py; // [L, 8]: the rows' dot products, a column a 16-wide tile
+    float *gam, *beta, *eg, *w, *z, *nbe, *dgam, *red;
+};
+
+const int TMP_LD = 20;
+
+__host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, size_t *bytes) {
+    Carve cv = {base, 0};
+    RowsSmem s;
+    s.Q = cv.take<bf>(L * ldb16(dk));
+    s.K = cv.take<bf>(L * ldb16(dk));
+    s.A = take_split(cv, L, dv);
+    s.B = take_split(cv, dk, dv);
+    s.DPD = take_split(cv, L, L);
+    s.DAB = take_split(cv, L, L);
+    s.stage = cv.take<float>(L * ldf32(dk));
+    s.tmp = cv.take<float>(TC_WARPS * 16 * TMP_LD);
+    s.pq = cv.take<float>(L * 8);
+    s.py = cv.take<float>(L * 8);
+    float *g = cv.take<float>(7 * L + TC_THREADS);
+    s.gam = g, s.beta = g + L, s.eg = g + 2 * L, s.w = g + 3 * L, s.z = g + 4 * L;
+    s.nbe = g + 5 * L, s.dgam = g + 6 * L, s.red = g + 7 * L;
+    *bytes = cv.off;
+    return s;
+}
+
+// The warp's tile of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
+__device__ void rows_abt(FragC &acc, const RowsSmem &s, int m0, int c0, int dv) {
+    wmma::fill_fragment(acc, 0.0f);
+    mma_split<row_major, col_major>(acc, s.A.hi, s.A.lo, s.A.ld, s.B.hi, s.B.lo, s.B.ld, m0, c0,
+                                    dv);
+}
+
+// acc through the warp's tmp tile: each row's dot product with rows m0.. of V (columns c0..)
+// into dots[row 8 + c0 / 16], and the rows scaled by mul.
+__device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int ldv, int m0, int c0,
+                               float *dots, const float *mul) {
+    float *tmp = s.tmp + threadIdx.x / 32 * 16 * TMP_LD;
+    int lane = threadIdx.x % 32;
+    __syncwarp();
+    wmma::store_matrix_sync(tmp, acc, TMP_LD, wmma::mem_row_major);
+    __syncwarp();
+    if (lane < 16) {
+        float d = 0.0f;
+        for (int c = 0; c < 16; c++) d += f(V[(m0 + lane) * ldv + c0 + c]) * tmp[lane * TMP_LD + c];
+        dots[(m0 + lane) * 8 + c0 / 16] = d;
+    }
+    scale_tile_rows(tmp, TMP_LD, mul + m0);
+    wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
+}
+
+// dq of the value head: X = dO S0^T, then diag(exp(gamma)) X + dPD K, to f.dqh.
+__device__ void rows_dq(const RowsSmem &s, const Factors &f, long idx, int dk, int dv) {
+    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
+        int m0 = id % 4 * 16, c0 = id / 4 * 16;
+        FragC acc;
+        rows_abt(acc, s, m0, c0, dv);
+        rows_dot_scale(acc, s, s.Q, ldb16(dk), m0, c0, s.pq, s.eg);
+        mma_split<row_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ldb16(dk), m0,
+                                        c0, L);
+        wmma::store_matrix_sync(f.dqh + idx * L * dk + m0 * dk + c0, acc, dk, wmma::mem_row_major);
+    }
+}
+
+// dk of the value head: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
+// + dPD^T Q, to f.dkh.
+__device__ void rows_dk(const RowsSmem &s, const Factors &f, long idx, int dk, int dv) {
+    int ld = ldb16(dk), lds = ldf32(dk);
+    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
+        int m0 = id % 4 * 16, c0 = id / 4 * 16;
+        FragC acc, wz;
+        rows_abt(acc, s, m0, c0, dv);
+        rows_dot_scale(acc, s, s.K, ld, m0, c0, s.py, s.nbe);
+        wmma::load_matrix_sync(wz, s.stage + m0 * lds + c0, lds, wmma::mem_row_major);
+        for (int i = 0; i < acc.num_elements; i++) acc.x[i] += wz.x[i];
+        mma_split<row_major, row_major>(acc, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld, m0, c0,
+                                        L);
+        mma_split<col_major, row_major>(acc, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld, m0, c0,
+                                        L);
+        mma_split<col_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld, m0, c0,
+                                        L);
+        wmma::store_matrix_sync(f.dkh + idx * L * dk + m0 * dk + c0, acc, dk, wmma::mem_row_major);
+    }
+}
+
+// Z = V' dS_e^T into the stage; z_i = k_i.Z_i; the stage's rows scaled by w.
+__device__ void rows_z(const RowsSmem &s, int dk, int dv) {
+    int lds = ldf32(dk), ld = ldb16(dk), lane = threadIdx.x % 32;
+    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
+        int m0 = id % 4 * 16, c0 = id / 4 * 16;
+        FragC acc;
+        rows_abt(acc, s, m0, c0, dv);
+        wmma::store_matrix_sync(s.stage + m0 * lds + c0, acc, lds, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x / 32; i < L; i += TC_WARPS) { // a warp owns row i
+        float d = 0.0f;
+        for (int m = lane; m < dk; m += 32) d += f(s.K[i * ld + m]) * s.stage[i * lds + m];
+        d = warp_sum(d);
+        for (int m = lane; m < dk; m += 32) s.stage[i * lds + m] *= s.w[i];
+        if (lane == 0) s.z[i] = d;
+    }
+}
+
+// dbeta and dg of the chunk's tokens (the header's sums); sd = <S0, dS_e>.
+__device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors &t,
+                             const Factors &f, long idx, int b, int t0, int h, int Lc, float sd) {
+    int i = threadIdx.x, nt = a.dk / 16;
+    if (i < Lc) {
+        float sq = 0.0f, sy = 0.0f;
+        for (int c = 0; c < nt; c++) sq += s.pq[i * 8 + c], sy += s.py[i * 8 + c];
+        // pq and py hold q.X and k.Y: rows_dot_scale takes the dots before it scales the rows.
+        s.dgam[i] = f.rowg[idx * L + i] + s.eg[i] * sq - s.beta[i] * s.eg[i] * sy - s.w[i] * s.z[i];
+        t.dbeta[gdn_gate_off(&a, b, t0 + i, h)] = f.rowb[idx * L + i] - s.eg[i] * sy;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float last = s.eg[Lc - 1] * sd;
+        for (int j = 0; j < Lc; j++) last += s.w[j] * s.z[j];
+        s.dgam[Lc - 1] += last;
+        float acc = 0.0f;
+        for (int r = Lc - 1; r >= 0; r--) t.dg[gdn_gate_off(&a, b, t0 + r, h)] = acc += s.dgam[r];
+    }
+}
+
+// <S0, dS_e> in a fixed order: strided partial sums, then thread 0 over them.
+__device__ float state_dot(const RowsSmem &s, const float *S0, const float *dSe, int n) {
+    float part = 0.0f;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) part += S0[e] * dSe[e];
+    s.red[threadIdx.x] = part;
+    __syncthreads();
+    float sum = 0.0f;
+    for (int r = 0; r < (int)blockDim.x; r++) sum += s.red[r];
+    return sum;
+}
+
+// Grid (chunks of the span, H, B).
+__global__ void __launch_bounds__(TC_THREADS)
+    rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
+                Span span, Factors f, StateBuf states, StateBuf dstates) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
+    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
+    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK);
+    size_t bytes;
+    RowsSmem s = rows_smem(smem, dk, dv, &bytes);
+    long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk, go = gdn_gate_off(&a, b, t0, h);
+    const float *S0 = state_at(states, a, b, h, slot), *dSe = state_at(dstates, a, b, h, slot);
+    load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
+    load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
+    load_bf16_rows(s.DPD.hi, f.dpdhi + idx * L * L, L, L, L);
+    load_bf16_rows(s.DPD.lo, f.dpdlo + idx * L * L, L, L, L);
+    load_bf16_rows(s.DAB.hi, f.dabhi + idx * L * L, L, L, L);
+    load_bf16_rows(s.DAB.lo, f.dablo + idx * L * L, L, L, L);
+    load_split_rows(s.A, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    load_split_rows(s.B, dSe, dv, dk, dk, dv, NULL, 1.0f);
+    load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
+        s.nbe[i] = -s.beta[i] * s.eg[i];
+    float sd = state_dot(s, S0, dSe, dk * dv); // ends with a barrier
+    rows_z(s, dk, dv);
+    __syncthreads();
+    load_split_rows(s.A, t.dout + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, L, dv, NULL,
+                    a.scale);
+    load_split_rows(s.B, S0, dv, dk, dk, dv, NULL, 1.0f);
+    __syncthreads();
+    rows_dq(s, f, idx, dk, dv);
+    __syncthreads();
+    load_split_rows(s.A, f.dr + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    __syncthreads();
+    rows_dk(s, f, idx, dk, dv);
+    __syncthreads();
+    rows_scalars(s, a, t, f, idx, b, t0, h, Lc, sd);
+}
+
+// ---- heads: dq and dk summed over a key head's value heads ---------------------------------
+
+// Grid (chunks of the span, HK, B).
+__global__ void __launch_bounds__(TC_THREADS)
+    heads_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
+                 int max_chunks, Span span, Factors f) {
+    int slot = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, t0, Lc, group = a.H / a.HK;
+    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
+    int dk = a.dk;
+    for (int e = threadIdx.x; e < Lc * dk; e += blockDim.x) {
+        float q = 0.0f, k = 0.0f;
+        for (int h = hk * group; h < (hk + 1) * group; h++) {
+            long o = factor_index(a, b, h, slot) * L * dk + e;
+            q += f.dqh[o];
+            k += f.dkh[o];
+        }
+        long o = gdn_qk_off(&a, b, t0 + e / dk, hk) + e % dk;
+        t.dq[o] = q;
+        t.dk[o] = k;
+    }
+}
+
+} // namespace
+
+void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+                  int max_chunks, Span span, const Factors &f, StateBuf states, StateBuf dstates,
+                  cudaStream_t stream) {
+    dim3 grid(span.end - span.begin, a->H, a->B);
+    size_t pb, rb;
+    pairs_smem(NULL, a->dv, &pb);
+    rows_smem(NULL, a->dk, a->dv, &rb);
+    CUDA_CHECK(
+        cudaFuncSetAttribute(pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
+    phase_begin(GDN_PHASE_GRAD, stream);
+    pairs_kernel<<<grid, TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks, span, f);
+    CUDA_CHECK_LAUNCH();
+    rows_kernel<<<grid, TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks, span, f,
+                                                  states, dstates);
+    CUDA_CHECK_LAUNCH();
+    heads_kernel<<<dim3(span.end - span.begin, a->HK, a->B), TC_THREADS, 0, stream>>>(
+        *a, t, starts, counts, max_chunks, span, f);
+    CUDA_CHECK_LAUNCH();
+    phase_end(stream);
+}
