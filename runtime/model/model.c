@@ -221,36 +221,21 @@ static int dim_of(const mt_config *c, int dim) {
     return 0; // DIM_NONE
 }
 
-// Qwen3-Next's fused Gated DeltaNet projections (roles.h's MT_GDN_FUSED_NAMES): t's hub name
+// A family's own hub names for some roles (roles.h's X(role, name, layout) lists): t's hub name
 // and layout when its role is one of them.
-static void gdn_fused_name(tensor_info *t) {
-    static const struct {
-        int role;
-        const char *name;
-        int layout;
-    } fused[] = {
-#define MT_FUSED_ROW(role, name, layout) {role, name, layout},
-        MT_GDN_FUSED_NAMES(MT_FUSED_ROW)
-#undef MT_FUSED_ROW
-    };
-    for (size_t i = 0; i < sizeof fused / sizeof *fused; i++)
-        if (fused[i].role == t->role) t->name = fused[i].name, t->hub_layout = fused[i].layout;
-}
+typedef struct {
+    int role;
+    const char *name;
+    int layout;
+} hub_rename;
+#define MT_RENAME_ROW(role, name, layout) {role, name, layout},
+static const hub_rename gdn_fused[] = {MT_GDN_FUSED_NAMES(MT_RENAME_ROW)}; // Qwen3-Next's
+static const hub_rename deepseek_shared[] = {MT_DEEPSEEK_SHARED_NAMES(MT_RENAME_ROW)};
+#undef MT_RENAME_ROW
 
-// DeepSeek's shared experts (roles.h's MT_DEEPSEEK_SHARED_NAMES, moe_names "deepseek"): t's hub
-// name when its role is one of them.
-static void deepseek_shared_name(tensor_info *t) {
-    static const struct {
-        int role;
-        const char *name;
-        int layout;
-    } shared[] = {
-#define MT_SHARED_ROW(role, name, layout) {role, name, layout},
-        MT_DEEPSEEK_SHARED_NAMES(MT_SHARED_ROW)
-#undef MT_SHARED_ROW
-    };
-    for (size_t i = 0; i < sizeof shared / sizeof *shared; i++)
-        if (shared[i].role == t->role) t->name = shared[i].name, t->hub_layout = shared[i].layout;
+static void rename_by(const hub_rename *rows, size_t n, tensor_info *t) {
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].role == t->role) t->name = rows[i].name, t->hub_layout = rows[i].layout;
 }
 
 // transformers 5's fused experts (model.hub_experts_fused) bear gpt-oss's names: the layout of
@@ -277,8 +262,11 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
             if (per_expert) t[n - 1].expert = e;
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
-            if (c->hub_gdn_fused) gdn_fused_name(&t[n - 1]);
-            if (c->moe_names == MOE_NAMES_DEEPSEEK) deepseek_shared_name(&t[n - 1]);
+            if (c->hub_gdn_fused)
+                rename_by(gdn_fused, sizeof gdn_fused / sizeof *gdn_fused, &t[n - 1]);
+            if (c->moe_names == MOE_NAMES_DEEPSEEK)
+                rename_by(deepseek_shared, sizeof deepseek_shared / sizeof *deepseek_shared,
+                          &t[n - 1]);
             if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
                 t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
                 t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
