@@ -35,8 +35,19 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 
+from hf_tflib import FAILED, check, exported_tensors  # noqa: E402 (after the skip)
+from hf_tflib import roundtrip as tf_roundtrip  # noqa: E402
+from hf_tflib import same_state as tf_same_state  # noqa: E402
+
 TEST_HF = sys.argv[1]
-FAILED = []
+
+
+def roundtrip(src, out, dtype="float32"):
+    tf_roundtrip(TEST_HF, src, out, dtype)
+
+
+def same_state(a, b, rounded=False):
+    return tf_same_state(a, b, rounded, kept=lambda k: k.endswith(("mlp.gate.weight", "e_score_correction_bias")))
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=4, moe_intermediate_size=32,
               n_routed_experts=8, num_experts_per_tok=2, eos_token_id=2, bos_token_id=0,
@@ -64,12 +75,6 @@ def classes():
             **COMMON, **MLA, q_lora_rank=48, n_shared_experts=1, routed_scaling_factor=1.8,
             mlp_layer_types=["sparse", "dense", "sparse"])),
     ]
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        FAILED.append(what)
 
 
 def made_by_transformers(work, name, cls, cfg):
@@ -114,33 +119,6 @@ def add_mtp(src, layers, dim, fp8=False):
     cfg["num_nextn_predict_layers"] = 1
     json.dump(cfg, open(os.path.join(src, "config.json"), "w"), indent=2)
     return mtp
-
-
-def roundtrip(src, out, dtype="float32"):
-    r = subprocess.run([TEST_HF, "roundtrip", src, out, "60000", dtype], capture_output=True,
-                       text=True)
-    check(r.returncode == 0, f"test_hf roundtrip {os.path.basename(src)} ({dtype}): "
-          f"{(r.stdout + r.stderr).strip()}")
-
-
-def same_state(a, b, rounded=False):
-    sa, sb = a.state_dict(), b.state_dict()
-    if set(sa) != set(sb):
-        return f"names differ: {sorted(set(sa) ^ set(sb))[:6]}"
-    for k in sa:  # the router's weight and correction bias stay fp32, as transformers keeps them
-        fp32 = k.endswith(("mlp.gate.weight", "e_score_correction_bias"))
-        x = sa[k].to(torch.bfloat16).float() if rounded and not fp32 else sa[k].float()
-        if not torch.equal(x, sb[k].float()):
-            return f"{k} differs"
-    return ""
-
-
-def exported_tensors(out):
-    ix = json.load(open(os.path.join(out, "model.safetensors.index.json")))["weight_map"]
-    t = {}
-    for f in set(ix.values()):
-        t.update(load_file(os.path.join(out, f)))
-    return t
 
 
 def carried(t, mtp):

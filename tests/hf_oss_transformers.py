@@ -24,32 +24,19 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 
+from hf_tflib import FAILED, check  # noqa: E402 (after the skip)
+from hf_tflib import roundtrip as tf_roundtrip  # noqa: E402
+from hf_tflib import same_state as tf_same_state  # noqa: E402
+
 TEST_HF, T = sys.argv[1], sys.argv[2]
-FAILED = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        FAILED.append(what)
 
 
 def roundtrip(src, out, dtype="float32"):
-    r = subprocess.run([TEST_HF, "roundtrip", src, out, "60000", dtype], capture_output=True,
-                       text=True)
-    check(r.returncode == 0, f"test_hf roundtrip {os.path.basename(src)} ({dtype}): "
-          f"{(r.stdout + r.stderr).strip()}")
+    tf_roundtrip(TEST_HF, src, out, dtype)
 
 
 def same_state(a, b, rounded=False):
-    sa, sb = a.state_dict(), b.state_dict()
-    if set(sa) != set(sb):
-        return f"names differ: {sorted(set(sa) ^ set(sb))}"
-    for k in sa:
-        x = sa[k].to(torch.bfloat16).float() if rounded else sa[k].float()
-        if not torch.equal(x, sb[k].float()):
-            return f"{k} differs"
-    return ""
+    return tf_same_state(a, b, rounded)
 
 
 def made_by_transformers(work, name, **extra):

@@ -29,8 +29,19 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 
+from hf_tflib import FAILED, check, exported_tensors  # noqa: E402 (after the skip)
+from hf_tflib import roundtrip as tf_roundtrip  # noqa: E402
+from hf_tflib import same_state as tf_same_state  # noqa: E402
+
 TEST_HF = sys.argv[1]
-FAILED = []
+
+
+def roundtrip(src, out, dtype="float32"):
+    tf_roundtrip(TEST_HF, src, out, dtype)
+
+
+def same_state(a, b, rounded=False):
+    return tf_same_state(a, b, rounded, kept=lambda k: k.startswith("model.visual."))
 TEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
             linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=2,
@@ -44,12 +55,6 @@ MROPE = {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.2
          "mrope_section": [1, 1, 0], "mrope_interleaved": True}
 VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
               num_position_embeddings=16, patch_size=4)
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        FAILED.append(what)
 
 
 def classes():
@@ -105,35 +110,6 @@ def made_by_transformers(work, name, cls, cfg):
     src = os.path.join(work, name)
     model.save_pretrained(src)
     return model, src
-
-
-def roundtrip(src, out, dtype="float32"):
-    r = subprocess.run([TEST_HF, "roundtrip", src, out, "60000", dtype], capture_output=True,
-                       text=True)
-    check(r.returncode == 0, f"test_hf roundtrip {os.path.basename(src)} ({dtype}): "
-          f"{(r.stdout + r.stderr).strip()}")
-
-
-def same_state(a, b, rounded=False):
-    """'' when b's tensors are a's (rounded to bf16, with rounded, but for the vision tower,
-    which the export carries unchanged), else the first that is not."""
-    sa, sb = a.state_dict(), b.state_dict()
-    if set(sa) != set(sb):
-        return f"names differ: {sorted(set(sa) ^ set(sb))[:6]}"
-    for k in sa:
-        trained = not k.startswith("model.visual.")
-        x = sa[k].to(torch.bfloat16).float() if rounded and trained else sa[k].float()
-        if not torch.equal(x, sb[k].float()):
-            return f"{k} differs"
-    return ""
-
-
-def exported_tensors(out):
-    ix = json.load(open(os.path.join(out, "model.safetensors.index.json")))["weight_map"]
-    t = {}
-    for f in set(ix.values()):
-        t.update(load_file(os.path.join(out, f)))
-    return t
 
 
 def text_config(cfg):
