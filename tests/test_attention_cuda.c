@@ -35,7 +35,8 @@ typedef struct {
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
-// tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
+// tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128; 160 -> 192) besides the real 64, 128,
+// 192 and 256.
 static const shape SHAPES[] = {
     {2, 37, 4, 2, 16, NULL, 0, 0},
     {1, 130, 8, 8, 64, NULL, 0, 0},
@@ -56,10 +57,16 @@ static const shape SHAPES[] = {
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
     {3, 1000, 8, 2, 64, NULL, 0, 0},
     {1, 333, 4, 4, 48, NULL, 0, 0},
-    // Multi-head latent attention's heads, past the tensor paths' 128: DeepSeek-V3's 192 and
-    // GLM-4.7-Flash's 256, which every path hands to the simple one.
+    // Heads past the Hopper kernels' 128, which mma.sync takes on every path but simple
+    // (wgmma's runs are mma.sync's): DeepSeek-V3's MLA at 192; Qwen3.5's gated attention and
+    // GLM-4.7-Flash's MLA at 256, with GQA over many key tiles and a tail; 160 and 132 (8-byte
+    // rows) padded inside 192 columns.
     {1, 70, 4, 4, 192, NULL, 0, 0},
     {2, 33, 2, 2, 256, NULL, 0, 0},
+    {2, 333, 6, 2, 256, NULL, 0, 0},
+    {1, 300, 4, 1, 192, NULL, 0, 0},
+    {1, 130, 2, 2, 160, NULL, 0, 0},
+    {1, 77, 3, 3, 132, NULL, 0, 0},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
     {1, 32805, 2, 1, 128, NULL, 0, 0},
     {1, 32777, 2, 2, 100, NULL, 0, 0},
@@ -80,14 +87,16 @@ static const shape DOC_SHAPES[] = {
     {1, 70, 6, 3, 24, TINY, 0, 0},     {1, 300, 2, 2, 72, MIXED, 0, 0},
     {3, 640, 6, 2, 128, MIXED, 0, 0},  {1, 4000, 4, 2, 64, MIXED, 0, 0},
     {2, 257, 8, 2, 128, ONE, 0, 0},    {1, 333, 4, 4, 48, EDGES, 0, 0},
-    {1, 32768, 2, 1, 128, LONG, 0, 0},
+    {1, 32768, 2, 1, 128, LONG, 0, 0}, {2, 700, 4, 2, 256, EDGES, 0, 0},
+    {1, 300, 2, 2, 192, MIXED, 0, 0},
 };
 
 // Sliding windows: of a whole 128-key TMA tile (the gpt-oss window) and of sizes that are no
 // multiple of any tile (32, 64, 128), so that windows start inside tiles; alone and with packed
 // documents longer and shorter than the window; hd 64, 128, the padded 100 and the small ones
-// the mma.sync and simple paths take; T up to 4096 and one long sequence; a window of 1 (each
-// query sees itself only) and one of T or more (no window: the same bits as without).
+// the mma.sync and simple paths take, and the wide 192 and 256; T up to 4096 and one long
+// sequence; a window of 1 (each query sees itself only) and one of T or more (no window: the same
+// bits as without).
 static const shape WINDOW_SHAPES[] = {
     {1, 4096, 4, 2, 128, NULL, 128, 0}, {2, 4096, 8, 2, 64, NULL, 128, 0},
     {1, 4000, 4, 4, 128, NULL, 100, 0}, {3, 1000, 8, 2, 64, NULL, 77, 0},
@@ -97,12 +106,14 @@ static const shape WINDOW_SHAPES[] = {
     {2, 257, 8, 2, 24, NULL, 40, 0},    {1, 300, 2, 2, 72, NULL, 129, 0},
     {1, 200, 4, 2, 64, NULL, 1, 0},     {1, 300, 2, 2, 128, NULL, 300, 0},
     {1, 32790, 4, 1, 64, NULL, 128, 0}, {1, 32805, 2, 1, 128, LONG, 1000, 0},
+    {1, 1000, 4, 2, 256, NULL, 100, 0}, {2, 700, 4, 2, 192, EDGES, 128, 0},
 };
 
 // Attention sinks (one learned logit per query head, gpt-oss): hd 64 and GQA with gpt-oss's
 // window of 128 keys on a long row, and without it; alone and with packed documents, with and
-// without a window; hd 128, the padded 100 and the small head dims the mma.sync and simple paths
-// take; T = 1, where a row's one key meets the sink; the plain wgmma forward's causal hd 128.
+// without a window; hd 128, the padded 100, the small head dims the mma.sync and simple paths
+// take and the wide 256; T = 1, where a row's one key meets the sink; the plain wgmma forward's
+// causal hd 128.
 static const shape SINK_SHAPES[] = {
     {2, 257, 8, 2, 64, NULL, 0, 1},     {1, 4096, 8, 2, 64, NULL, 128, 1},
     {3, 1000, 8, 2, 64, EDGES, 0, 1},   {2, 700, 4, 2, 128, EDGES, 0, 1},
@@ -110,6 +121,7 @@ static const shape SINK_SHAPES[] = {
     {2, 130, 4, 2, 100, EDGES, 33, 1},  {2, 1030, 4, 2, 100, NULL, 128, 1},
     {2, 37, 4, 2, 16, NULL, 0, 1},      {1, 200, 4, 2, 16, TINY, 5, 1},
     {1, 70, 6, 3, 24, NULL, 40, 1},     {1, 1, 4, 1, 64, NULL, 0, 1},
+    {2, 257, 4, 2, 256, NULL, 0, 1},    {1, 700, 4, 2, 256, EDGES, 77, 1},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
