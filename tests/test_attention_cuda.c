@@ -11,7 +11,9 @@
 // sinks (SINK_SHAPES: gpt-oss's learned logit per head, forward and their gradient dsinks) with
 // and without them. Timings are bench/attention_bench's.
 //
-// Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
+// usage: test_attention_cuda [hd,hd,...]: with a list, only the shapes of those head dims (a
+// short run, e.g. 192,256); without, every shape (ctest).
+// Exit codes: 0 all passed, 1 a check failed, 2 a bad argument, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
@@ -423,7 +425,19 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
     }
 }
 
-int main(void) {
+// Whether head dim hd is in the comma-separated list (NULL: every head dim is).
+static int hd_selected(const char *list, int hd) {
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (atoi(p) == hd) return 1;
+    return list == NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *hds = argc > 1 ? argv[1] : NULL;
+    if (argc > 2 || (hds && atoi(hds) <= 0)) {
+        fprintf(stderr, "usage: %s [hd,hd,...]: the head dims to check (default: all)\n", argv[0]);
+        return 2;
+    }
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -442,6 +456,7 @@ int main(void) {
                          : i < nplain + ndocs        ? &DOC_SHAPES[i - nplain]
                          : i < nplain + ndocs + nwin ? &WINDOW_SHAPES[i - nplain - ndocs]
                                                      : &SINK_SHAPES[i - nplain - ndocs - nwin];
+        if (!hd_selected(hds, s->hd)) continue;
         host_case c;
         host_case_init(&c, s);
         for (int p = 0; p < npaths; p++) {
@@ -465,5 +480,9 @@ int main(void) {
     unsetenv("MT_ATTN_DQ_CAP");
 
     printf("%d passed, %d failed\n", passed, failed);
+    if (passed + failed == 0) {
+        fprintf(stderr, "%s: no shape has a head dim in %s\n", argv[0], hds);
+        return 2;
+    }
     return failed ? 1 : 0;
 }
