@@ -11,8 +11,11 @@
 // and each line gives the forward + backward time per token: a window's cost is linear in T
 // (window 128: compare T 2048 and 32768).
 //
-//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads] [--B rows]
-//                          [--docs N] [--window W] [--paths mma,wgmma,wgmma-plain]
+//   usage: attention_bench [--T 2048,8192,...] [--hd 64,100,128] [--H heads] [--KV kv heads]
+//                          [--B rows] [--docs N] [--window W] [--paths mma,wgmma,wgmma-plain]
+//
+// Heads past 128 (192, 256) run on mma.sync whatever --paths says (simple times the simple
+// path): e.g. Qwen3.5-27B's gated attention, --hd 256 --H 24 --KV 4 --B 1 --T 2048.
 #include "kernels/bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -38,13 +41,18 @@ typedef struct {
 // 128). 16k tokens a call up to T = 16k (8 x 2048 at 2k, as the training bench); past 32k one
 // sequence, with 8 heads from 128k on so that a 512k backward stays within seconds. heads > 0
 // overrides the head count (--H: how the kernels fare with fewer or more heads at one length),
-// rows > 0 the batch rows.
-static shape shape_for(int T, int hd, int heads, int rows, int docs) {
+// kv_heads > 0 the kv heads (a divisor of the heads; without, 1/8 of them at hd 64, all of them
+// otherwise), rows > 0 the batch rows.
+static shape shape_for(int T, int hd, int heads, int kv_heads, int rows, int docs) {
     shape s = {.B = T >= 16384 ? 1 : 16384 / T, .T = T, .H = T >= 131072 ? 8 : 32, .hd = hd};
     if (heads > 0) s.H = heads;
     if (rows > 0) s.B = rows;
     s.docs = docs <= 0 ? 0 : docs < T ? docs : T; // docs >= T: one document a row, packed
-    s.KV = hd == 64 ? s.H / 8 : s.H;
+    if (kv_heads > 0 && s.H % kv_heads != 0) {
+        fprintf(stderr, "attention_bench: --KV %d does not divide the %d heads\n", kv_heads, s.H);
+        exit(2);
+    }
+    s.KV = kv_heads > 0 ? kv_heads : hd == 64 ? s.H / 8 : s.H;
     return s;
 }
 
@@ -172,7 +180,7 @@ int main(int argc, char **argv) {
     int Ts[16] = {2048, 8192, 32768, 131072, 524288}, nT = 5;
     int hds[8] = {64, 100, 128}, nhd = 3;
     const char *paths = "mma,wgmma";
-    int heads = 0, rows = 0, docs = 0, window = 0;
+    int heads = 0, kv_heads = 0, rows = 0, docs = 0, window = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--T") == 0)
             nT = parse_list(argv[i + 1], Ts, 16);
@@ -180,6 +188,8 @@ int main(int argc, char **argv) {
             nhd = parse_list(argv[i + 1], hds, 8);
         else if (strcmp(argv[i], "--H") == 0 && atoi(argv[i + 1]) % 8 == 0)
             heads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--KV") == 0 && atoi(argv[i + 1]) > 0)
+            kv_heads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--B") == 0 && atoi(argv[i + 1]) > 0)
             rows = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--docs") == 0 && atoi(argv[i + 1]) >= 0)
@@ -191,7 +201,8 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--T 2048,...] [--hd 64,100,128] [--H heads, a multiple of 8]\n"
-                    "       [--B rows] [--docs N, packed documents of N tokens]\n"
+                    "       [--KV kv heads, dividing the heads] [--B rows]\n"
+                    "       [--docs N, packed documents of N tokens]\n"
                     "       [--window W, a sliding window of W keys]\n"
                     "       [--paths mma,wgmma,wgmma-plain]\n",
                     argv[0]);
@@ -203,7 +214,7 @@ int main(int argc, char **argv) {
            has_wgmma ? "available" : "not available (mma runs instead)");
     for (int h = 0; h < nhd; h++) {
         for (int t = 0; t < nT; t++) {
-            shape s = shape_for(Ts[t], hds[h], heads, rows, docs);
+            shape s = shape_for(Ts[t], hds[h], heads, kv_heads, rows, docs);
             s.window = window;
             buffers b;
             buffers_init(&b, &s);

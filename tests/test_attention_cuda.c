@@ -11,7 +11,9 @@
 // sinks (SINK_SHAPES: gpt-oss's learned logit per head, forward and their gradient dsinks) with
 // and without them. Timings are bench/attention_bench's.
 //
-// Exit codes: 0 all passed, 1 a check failed, 77 no CUDA device (ctest: skipped).
+// usage: test_attention_cuda [hd,hd,...]: with a list, only the shapes of those head dims (a
+// short run, e.g. 192,256); without, every shape (ctest).
+// Exit codes: 0 all passed, 1 a check failed, 2 a bad argument, 77 no CUDA device (ctest: skipped).
 #include "kernels/bf16.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cuda/cuda_check.h"
@@ -35,7 +37,8 @@ typedef struct {
 } shape;
 
 // Tails (T not a multiple of 64 or 128), T = 1, GQA groups of 1..4, and hd padded inside the
-// tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128) besides the real 64 and 128.
+// tensor-core path (16, 24 -> 32; 40, 48 -> 64; 96 -> 128; 160 -> 192) besides the real 64, 128,
+// 192 and 256.
 static const shape SHAPES[] = {
     {2, 37, 4, 2, 16, NULL, 0, 0},
     {1, 130, 8, 8, 64, NULL, 0, 0},
@@ -56,10 +59,16 @@ static const shape SHAPES[] = {
     // T not a multiple of 128; and hd 48, which pads inside its 64 columns.
     {3, 1000, 8, 2, 64, NULL, 0, 0},
     {1, 333, 4, 4, 48, NULL, 0, 0},
-    // Multi-head latent attention's heads, past the tensor paths' 128: DeepSeek-V3's 192 and
-    // GLM-4.7-Flash's 256, which every path hands to the simple one.
+    // Heads past the Hopper kernels' 128, which mma.sync takes on every path but simple
+    // (wgmma's runs are mma.sync's): DeepSeek-V3's MLA at 192; Qwen3.5's gated attention and
+    // GLM-4.7-Flash's MLA at 256, with GQA over many key tiles and a tail; 160 and 132 (8-byte
+    // rows) padded inside 192 columns.
     {1, 70, 4, 4, 192, NULL, 0, 0},
     {2, 33, 2, 2, 256, NULL, 0, 0},
+    {2, 333, 6, 2, 256, NULL, 0, 0},
+    {1, 300, 4, 1, 192, NULL, 0, 0},
+    {1, 130, 2, 2, 160, NULL, 0, 0},
+    {1, 77, 3, 3, 132, NULL, 0, 0},
     // Long: over 32k tokens, T not a multiple of any tile (64, 128), GQA; hd 128, 100 and 64.
     {1, 32805, 2, 1, 128, NULL, 0, 0},
     {1, 32777, 2, 2, 100, NULL, 0, 0},
@@ -80,14 +89,16 @@ static const shape DOC_SHAPES[] = {
     {1, 70, 6, 3, 24, TINY, 0, 0},     {1, 300, 2, 2, 72, MIXED, 0, 0},
     {3, 640, 6, 2, 128, MIXED, 0, 0},  {1, 4000, 4, 2, 64, MIXED, 0, 0},
     {2, 257, 8, 2, 128, ONE, 0, 0},    {1, 333, 4, 4, 48, EDGES, 0, 0},
-    {1, 32768, 2, 1, 128, LONG, 0, 0},
+    {1, 32768, 2, 1, 128, LONG, 0, 0}, {2, 700, 4, 2, 256, EDGES, 0, 0},
+    {1, 300, 2, 2, 192, MIXED, 0, 0},
 };
 
 // Sliding windows: of a whole 128-key TMA tile (the gpt-oss window) and of sizes that are no
 // multiple of any tile (32, 64, 128), so that windows start inside tiles; alone and with packed
 // documents longer and shorter than the window; hd 64, 128, the padded 100 and the small ones
-// the mma.sync and simple paths take; T up to 4096 and one long sequence; a window of 1 (each
-// query sees itself only) and one of T or more (no window: the same bits as without).
+// the mma.sync and simple paths take, and the wide 192 and 256; T up to 4096 and one long
+// sequence; a window of 1 (each query sees itself only) and one of T or more (no window: the same
+// bits as without).
 static const shape WINDOW_SHAPES[] = {
     {1, 4096, 4, 2, 128, NULL, 128, 0}, {2, 4096, 8, 2, 64, NULL, 128, 0},
     {1, 4000, 4, 4, 128, NULL, 100, 0}, {3, 1000, 8, 2, 64, NULL, 77, 0},
@@ -97,12 +108,14 @@ static const shape WINDOW_SHAPES[] = {
     {2, 257, 8, 2, 24, NULL, 40, 0},    {1, 300, 2, 2, 72, NULL, 129, 0},
     {1, 200, 4, 2, 64, NULL, 1, 0},     {1, 300, 2, 2, 128, NULL, 300, 0},
     {1, 32790, 4, 1, 64, NULL, 128, 0}, {1, 32805, 2, 1, 128, LONG, 1000, 0},
+    {1, 1000, 4, 2, 256, NULL, 100, 0}, {2, 700, 4, 2, 192, EDGES, 128, 0},
 };
 
 // Attention sinks (one learned logit per query head, gpt-oss): hd 64 and GQA with gpt-oss's
 // window of 128 keys on a long row, and without it; alone and with packed documents, with and
-// without a window; hd 128, the padded 100 and the small head dims the mma.sync and simple paths
-// take; T = 1, where a row's one key meets the sink; the plain wgmma forward's causal hd 128.
+// without a window; hd 128, the padded 100, the small head dims the mma.sync and simple paths
+// take and the wide 256; T = 1, where a row's one key meets the sink; the plain wgmma forward's
+// causal hd 128.
 static const shape SINK_SHAPES[] = {
     {2, 257, 8, 2, 64, NULL, 0, 1},     {1, 4096, 8, 2, 64, NULL, 128, 1},
     {3, 1000, 8, 2, 64, EDGES, 0, 1},   {2, 700, 4, 2, 128, EDGES, 0, 1},
@@ -110,6 +123,7 @@ static const shape SINK_SHAPES[] = {
     {2, 130, 4, 2, 100, EDGES, 33, 1},  {2, 1030, 4, 2, 100, NULL, 128, 1},
     {2, 37, 4, 2, 16, NULL, 0, 1},      {1, 200, 4, 2, 16, TINY, 5, 1},
     {1, 70, 6, 3, 24, NULL, 40, 1},     {1, 1, 4, 1, 64, NULL, 0, 1},
+    {2, 257, 4, 2, 256, NULL, 0, 1},    {1, 700, 4, 2, 256, EDGES, 77, 1},
 };
 
 // ---- helpers -----------------------------------------------------------------------------
@@ -411,7 +425,19 @@ static void check_backward(const char *path, const shape *s, const host_case *c)
     }
 }
 
-int main(void) {
+// Whether head dim hd is in the comma-separated list (NULL: every head dim is).
+static int hd_selected(const char *list, int hd) {
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (atoi(p) == hd) return 1;
+    return list == NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *hds = argc > 1 ? argv[1] : NULL;
+    if (argc > 2 || (hds && atoi(hds) <= 0)) {
+        fprintf(stderr, "usage: %s [hd,hd,...]: the head dims to check (default: all)\n", argv[0]);
+        return 2;
+    }
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -430,6 +456,7 @@ int main(void) {
                          : i < nplain + ndocs        ? &DOC_SHAPES[i - nplain]
                          : i < nplain + ndocs + nwin ? &WINDOW_SHAPES[i - nplain - ndocs]
                                                      : &SINK_SHAPES[i - nplain - ndocs - nwin];
+        if (!hd_selected(hds, s->hd)) continue;
         host_case c;
         host_case_init(&c, s);
         for (int p = 0; p < npaths; p++) {
@@ -453,5 +480,9 @@ int main(void) {
     unsetenv("MT_ATTN_DQ_CAP");
 
     printf("%d passed, %d failed\n", passed, failed);
+    if (passed + failed == 0) {
+        fprintf(stderr, "%s: no shape has a head dim in %s\n", argv[0], hds);
+        return 2;
+    }
     return failed ? 1 : 0;
 }

@@ -7,9 +7,10 @@
 //
 // Three paths, each checked against the CPU reference by tests/test_attention_cuda.c:
 // - mma.sync (any GPU): m16n8k16 bf16 with fp32 accumulation, ldmatrix from padded shared
-//   memory, cp.async double buffering. head_dim is padded up to 32, 64 or 128 with zeros in
-//   shared memory, so every hd <= 128 that is a multiple of 4 runs on it (rows of hd % 8 == 4,
-//   e.g. 100, move in 8-byte chunks). Wider heads (to 256) take the simple path.
+//   memory, cp.async double buffering. head_dim is padded up to 32, 64, 128, 192 or 256 with
+//   zeros in shared memory, so every hd <= 256 that is a multiple of 4 runs on it (rows of
+//   hd % 8 == 4, e.g. 100, move in 8-byte chunks). The only tensor-core path above 128 (Qwen3.5's
+//   gated attention and GLM-4.7-Flash's MLA at 256, DeepSeek-V3's MLA at 192): Cfg's tiles.
 // - wgmma (Hopper, sm_90a builds; attention_wgmma.cu): the same tiles' math on warpgroup MMAs
 //   reading 128-byte-swizzled shared memory. Where TMA can take the rows (hd >= 64 forward,
 //   > 64 backward, hd % 8 == 0: a TMA box must start on a 16-byte boundary, and hd 100's odd
@@ -487,8 +488,7 @@ __device__ __forceinline__ int key_tiles(int q0, int rows, int T, int bc) {
 // Lane l scores key (or query) j0 + l of each chunk of 32; the chunk's weights are then
 // broadcast by shuffles and each lane accumulates dims lane, lane + 32, ... of the row.
 
-// 4 warps per block; hd <= 32 * MAXC (above 128, multi-head latent attention's 192 and 256, the
-// simple path alone: attention_path)
+// 4 warps per block; hd <= 32 * MAXC, the widest head any path takes (make_dims)
 constexpr int SIMPLE_WARPS = 4, MAXC = 8;
 
 // dot(row vector in shared memory (fp32), bf16 global row)
@@ -588,7 +588,8 @@ inline bool aligned16(const void *p) {
 enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 
 // The tensor-core paths need rows of whole 8-byte chunks (hd % 4 == 0) and 16-byte aligned
-// bases for cp.async and the vector stores; anything else takes the simple path. Otherwise, by
+// bases for cp.async and the vector stores; anything else takes the simple path. Heads wider
+// than the Hopper kernels' 128 columns (to 256) take mma.sync, whatever was asked. Otherwise, by
 // measurement on the H200 (bench/RESULTS.md, 2026-12-01), wgmma from head dim `wgmma_from` up
 // and mma.sync below: the forward passes 64 (its warp-specialized TMA kernel beats mma.sync
 // there by 1.29x), the backward 65 (its wgmma kernels are a third faster at 128 but slower at
@@ -598,10 +599,10 @@ enum AttnPath { PATH_SIMPLE, PATH_MMA, PATH_WGMMA };
 inline AttnPath attention_path(int hd, const void *const *ptrs, int n, int wgmma_from) {
     const char *e = getenv("MT_ATTENTION");
     if (e && strcmp(e, "simple") == 0) return PATH_SIMPLE;
-    if (hd % 4 != 0 || hd > 128) return PATH_SIMPLE; // the tensor paths' tiles end at 128
+    if (hd % 4 != 0 || hd > 256) return PATH_SIMPLE; // mma.sync's tiles end at 256
     for (int i = 0; i < n; i++)
         if (!aligned16(ptrs[i])) return PATH_SIMPLE;
-    if (e && strcmp(e, "mma") == 0) return PATH_MMA;
+    if (hd > 128 || (e && strcmp(e, "mma") == 0)) return PATH_MMA;
     const bool wanted = (e && strcmp(e, "wgmma") == 0) || hd >= wgmma_from;
     return wanted && cuda_attention_has_wgmma() ? PATH_WGMMA : PATH_MMA;
 }
@@ -623,7 +624,7 @@ inline int pairs_in_flight(int tiles) {
 }
 
 inline int padded_hd(int hd) {
-    return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+    return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : hd <= 192 ? 192 : 256;
 }
 
 // Raise the kernel's dynamic shared-memory limit (above 48 KB needs it). Cheap, and setting it
@@ -638,10 +639,15 @@ template <typename K> void set_smem_limit(K kernel, size_t smem) {
 // registers), and the dk/dv kernel's query tile BQ. Shared memory: fwd and dq hold 64*MT query
 // rows (q, and dout for dq) plus two K/V stages; dk/dv holds 64*MT K and V rows plus two stages
 // of BQ q and dout rows with their lse, D and document starts.
+// WIDE heads (192, 256; not timed yet): a warp's 16 x HDP fp32 accumulator alone takes HDP / 2
+// registers, so one m-tile a warp, and the dk/dv kernel computes dk and dv in separate CTAs
+// (KV_SPLIT: both would take HDP registers); at 256 the dq and dk/dv kernels stream 16-row
+// tiles, so that every kernel's shared memory stays under 113 KB: two CTAs an SM.
 template <int HDP> struct Cfg {
-    static constexpr int LD = HDP + 8, FWD_MT = 2, FWD_BC = HDP <= 64 ? 64 : 32;
-    static constexpr int DQ_MT = 2, DQ_BC = FWD_BC;
-    static constexpr int KV_MT = HDP <= 64 ? 2 : 1, KV_BQ = 32;
+    static constexpr bool WIDE = HDP > 128, KV_SPLIT = WIDE;
+    static constexpr int LD = HDP + 8, FWD_MT = WIDE ? 1 : 2, FWD_BC = HDP <= 64 ? 64 : 32;
+    static constexpr int DQ_MT = FWD_MT, DQ_BC = HDP > 192 ? 16 : FWD_BC;
+    static constexpr int KV_MT = HDP <= 64 ? 2 : 1, KV_BQ = HDP > 192 ? 16 : 32;
     static constexpr size_t fwd_smem =
         (size_t)(16 * WARPS * FWD_MT + 4 * FWD_BC) * LD * sizeof(bf16);
     static constexpr size_t dq_smem =
@@ -649,6 +655,8 @@ template <int HDP> struct Cfg {
     static constexpr size_t kv_smem =
         (size_t)(2 * 16 * WARPS * KV_MT + 4 * KV_BQ) * LD * sizeof(bf16) +
         4 * KV_BQ * sizeof(float) + 2 * KV_BQ * sizeof(int);
+    static_assert(fwd_smem <= 227 * 1024 && dq_smem <= 227 * 1024 && kv_smem <= 227 * 1024,
+                  "a CTA's shared memory is at most 227 KB");
 };
 
 __host__ __device__ inline int cdiv(int a, int b) {

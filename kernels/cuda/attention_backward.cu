@@ -23,16 +23,17 @@ __global__ void attn_bwd_rowdot(float *D, const bf16 *dout, const bf16 *out, Dim
     if (lane == 0) D[(bt / d.T * d.H + row % d.H) * d.T + bt % d.T] = s;
 }
 
-// The tensor-core path's rows (hd % 8 == 0, 16-byte aligned): 16 lanes per row, one 16-byte
-// chunk of dout and out per lane, so that this memory-bound pass runs at full bandwidth.
+// The tensor-core path's rows (hd % 8 == 0, 16-byte aligned): 16 lanes per row, 16-byte chunks
+// c, c + 16 of dout and out in lane c (the second above 128 columns), so that this memory-bound
+// pass runs at full bandwidth.
 __global__ void attn_bwd_rowdot16(float *D, const bf16 *dout, const bf16 *out, Dims d) {
     long row = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 16;
     int c = threadIdx.x & 15;
     bool valid = row < (long)d.B * d.T * d.H; // no early return: the shuffles need all lanes
     float s = 0.0f;
-    if (valid && c * 8 < d.hd) {
-        uint4 g = *(const uint4 *)(dout + row * d.hd + c * 8);
-        uint4 o = *(const uint4 *)(out + row * d.hd + c * 8);
+    for (int col = c * 8; valid && col < d.hd; col += 16 * 8) {
+        uint4 g = *(const uint4 *)(dout + row * d.hd + col);
+        uint4 o = *(const uint4 *)(out + row * d.hd + col);
         const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, ow[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -179,8 +180,10 @@ __global__ void __launch_bounds__(THREADS)
 // document; with a sliding window: to key + W at most, key_end). Computing S^T = K Q^T directly
 // puts the keys on the MMA rows, so dv += P^T dout and dk += dS^T q need no cross-warp reduction.
 // M: packed documents and the window, compiled in only where there are some, as in the forward
-// (attn_fwd_tc): without, sS is never touched.
-template <int HDP, int MT, int BQ, Mask M>
+// (attn_fwd_tc): without, sS is never touched. SPLIT (Cfg::KV_SPLIT, wide heads): a CTA keeps
+// one of the two in registers, dk (blockIdx.z 0) or dv (1), each recomputing P: 5 GEMMs a tile
+// pair for the two CTAs instead of 4, and twice the CTAs.
+template <int HDP, int MT, int BQ, Mask M, bool SPLIT>
 __global__ void __launch_bounds__(THREADS)
     attn_bwd_dkdv_tc(bf16 *dk, bf16 *dv, const bf16 *dout, const float *lse, const float *D,
                      const bf16 *q, const bf16 *k, const bf16 *v, Dims d) {
@@ -202,6 +205,7 @@ __global__ void __launch_bounds__(THREADS)
     const long kvoff = (long)b * d.T * kvs + (long)kvh * d.hd;
     const int qt0 = k0 / BQ, items_end = RANGED ? key_end<WIN>(d, b, min(k0 + BK, d.T) - 1) : d.T;
     const int nqt = (items_end + BQ - 1) / BQ - qt0, items = d.group * nqt;
+    const bool want_dk = !SPLIT || blockIdx.z == 0, want_dv = !SPLIT || blockIdx.z == 1;
 
     // Work item it: query head kvh * group + it / nqt, query tile qt0 + it % nqt.
     auto load_item = [&](int it, int st) {
@@ -232,10 +236,11 @@ __global__ void __launch_bounds__(THREADS)
     };
 
     load_tile<HDP, BK>(sK, k + kvoff, k0, d.T, kvs, d.hd);
-    load_tile<HDP, BK>(sV, v + kvoff, k0, d.T, kvs, d.hd);
+    if (want_dk) load_tile<HDP, BK>(sV, v + kvoff, k0, d.T, kvs, d.hd); // for dP
     load_item(0, 0);
     cp_async_commit();
 
+    // With SPLIT, dka holds whichever of dk and dv this CTA computes, and dva is unused.
     float dka[MT][NO][4] = {}, dva[MT][NO][4] = {};
     bf16 *sKw = sK + warp * 16 * MT * LD, *sVw = sV + warp * 16 * MT * LD;
     for (int it = 0; it < items; it++) {
@@ -258,7 +263,7 @@ __global__ void __launch_bounds__(THREADS)
         if (qbase + BQ - 1 >= wk0 && (!RANGED || qfirst(0) <= wk1)) {
             float s[MT][NQ][4] = {}, dp[MT][NQ][4] = {};
             mma_ss_nt<MT, KS, NQ>(s, sKw, sQ, LD, lane);
-            mma_ss_nt<MT, KS, NQ>(dp, sVw, sdO, LD, lane);
+            if (want_dk) mma_ss_nt<MT, KS, NQ>(dp, sVw, sdO, LD, lane);
             const bool mask = wk1 > qbase || qbase + BQ > d.T || (RANGED && qfirst(qlast) > wk0);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -271,16 +276,25 @@ __global__ void __launch_bounds__(THREADS)
                         float p = fast_exp2(fmaf(s[mt][nt][i], d.scale_log2, -L[col] * LOG2E));
                         if (mask && (row >= d.T || key > row || (RANGED && qfirst(col) > key)))
                             p = 0.0f;
-                        s[mt][nt][i] = p;
-                        dp[mt][nt][i] = p * (dp[mt][nt][i] - Dq[col]);
+                        const float ds = p * (dp[mt][nt][i] - Dq[col]);
+                        if (SPLIT) // s: the operand of this CTA's gradient, dS or P
+                            s[mt][nt][i] = want_dk ? ds : p;
+                        else
+                            s[mt][nt][i] = p, dp[mt][nt][i] = ds;
                     }
                 }
             }
-            uint32_t pf[MT][KQ][4], dsf[MT][KQ][4];
-            acc_to_a<MT, KQ>(pf, s);
-            acc_to_a<MT, KQ>(dsf, dp);
-            mma_rs_t<MT, KQ, NO>(dva, pf, sdO, LD, lane);
-            mma_rs_t<MT, KQ, NO>(dka, dsf, sQ, LD, lane);
+            if constexpr (SPLIT) {
+                uint32_t af[MT][KQ][4];
+                acc_to_a<MT, KQ>(af, s);
+                mma_rs_t<MT, KQ, NO>(dka, af, want_dk ? sQ : sdO, LD, lane);
+            } else {
+                uint32_t pf[MT][KQ][4], dsf[MT][KQ][4];
+                acc_to_a<MT, KQ>(pf, s);
+                acc_to_a<MT, KQ>(dsf, dp);
+                mma_rs_t<MT, KQ, NO>(dva, pf, sdO, LD, lane);
+                mma_rs_t<MT, KQ, NO>(dka, dsf, sQ, LD, lane);
+            }
         }
         __syncthreads();
     }
@@ -291,8 +305,9 @@ __global__ void __launch_bounds__(THREADS)
         kmul[mt][0] = kmul[mt][1] = d.scale;
         vmul[mt][0] = vmul[mt][1] = 1.0f;
     }
-    store_rows<HDP, MT>(dk + kvoff, kvs, wk0, d.T, d.hd, dka, kmul, sKw, lane);
-    store_rows<HDP, MT>(dv + kvoff, kvs, wk0, d.T, d.hd, dva, vmul, sVw, lane);
+    if (want_dk) store_rows<HDP, MT>(dk + kvoff, kvs, wk0, d.T, d.hd, dka, kmul, sKw, lane);
+    if (want_dv)
+        store_rows<HDP, MT>(dv + kvoff, kvs, wk0, d.T, d.hd, SPLIT ? dka : dva, vmul, sVw, lane);
 }
 
 // ---- simple path (helpers in attention.cuh) ------------------------------------------------
@@ -393,10 +408,12 @@ void backward_tc(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const float *ls
     // dk and dv first: they read every row of q, which dq may overwrite (dq == q is allowed:
     // the dq kernel reads only the q rows it writes, all before it writes them).
     const Mask mask = mask_of(d);
-    auto kv_kernel = mask == MASK_WINDOW ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_WINDOW>
-                     : mask == MASK_DOCS ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_DOCS>
-                                         : attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_CAUSAL>;
-    dim3 gk(d.B * d.KV, cdiv(d.T, 16 * WARPS * C::KV_MT));
+    constexpr bool SP = C::KV_SPLIT;
+    auto kv_kernel =
+        mask == MASK_WINDOW ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_WINDOW, SP>
+        : mask == MASK_DOCS ? attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_DOCS, SP>
+                            : attn_bwd_dkdv_tc<HDP, C::KV_MT, C::KV_BQ, MASK_CAUSAL, SP>;
+    dim3 gk(d.B * d.KV, cdiv(d.T, 16 * WARPS * C::KV_MT), SP ? 2 : 1); // z: dk, dv with SPLIT
     set_smem_limit(kv_kernel, C::kv_smem);
     kv_kernel<<<gk, THREADS, C::kv_smem, stream>>>(dk, dv, dout, lse, D, q, k, v, d);
     CUDA_CHECK_LAUNCH();
@@ -463,8 +480,14 @@ extern "C" void cuda_attention_backward(const attn_args *args, const cuda_attn_t
     case 64:
         backward_tc<64>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
         break;
-    default:
+    case 128:
         backward_tc<128>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
+        break;
+    case 192:
+        backward_tc<192>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
+        break;
+    default:
+        backward_tc<256>(dq, dk, dv, dout, lse, D, q, k, v, d, stream);
         break;
     }
 }

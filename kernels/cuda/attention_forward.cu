@@ -219,8 +219,14 @@ extern "C" void cuda_attention_forward(const attn_args *args, const cuda_attn_te
     case 64:
         forward_tc<64>(out, lse, q, k, v, d, stream);
         break;
-    default:
+    case 128:
         forward_tc<128>(out, lse, q, k, v, d, stream);
+        break;
+    case 192:
+        forward_tc<192>(out, lse, q, k, v, d, stream);
+        break;
+    default:
+        forward_tc<256>(out, lse, q, k, v, d, stream);
         break;
     }
 }
