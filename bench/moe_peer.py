@@ -8,6 +8,11 @@ on the shapes it knows and on two it does not:
   heads of 256, Gated DeltaNet with 16 key and 48 value heads of 128, SwiGLU of 17408, vocab
   248,320, untied); moe_torch.py's qwen35 is transformers' Qwen3_5TextConfig defaults, a d4096
   model of 32 value heads.
+- glm45air_hub: GLM-4.5-Air's layers as its config.json has them (configs/glm-4.5-air.cfg: d4096,
+  96 query heads of 128 sharing 8 kv heads, biases on q, k and v, RoPE on half of each head,
+  rope_theta 1e6); moe_torch.py's glm45air is transformers' Glm4MoeConfig defaults, which set no
+  head_dim (so 4096 / 96 = 42 wide heads) and no biases. Its glm47flash needs nothing: the
+  Glm4MoeLiteConfig defaults are GLM-4.7-Flash's shape (rope_theta apart, which moves no FLOPs).
 
 The Qwen3.5 family's linear attention is flash-linear-attention's when the package imports
 (transformers takes it then). FLA refuses its gated backward on Hopper with Triton 3.4 to 3.7.0
@@ -48,6 +53,8 @@ moe_torch.SHAPES.setdefault("qwen35_27b", dict(
     num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=48,
     linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
     vocab_size=248320, tie_word_embeddings=False))
+moe_torch.SHAPES.setdefault("glm45air_hub", dict(
+    cls="Glm4MoeConfig", head_dim=128, attention_bias=True, rope_theta=1e6))
 if sys.argv[2] in GATED_DELTANET:
     lift_fla_hopper_refusal()
 sys.argv = [sys.argv[0]] + sys.argv[2:]

@@ -5,7 +5,7 @@
 # moe_torch.py carried in .anchors/, through bench/moe_peer.py (qwen3moe:6 is the peer on 6
 # layers, olmoe:16 the whole OLMoE-1B-7B, qwen35moe:4 and qwen35_27b:4 Qwen3.5's first 4 layers:
 # bench/run_qwen35.sh, which says how the peer gets flash-linear-attention past its refusal on
-# Hopper).
+# Hopper); MT_PEER_STEPS: the peer's steps (moe_torch.py's default, 6, when unset).
 #   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...] [gemm=qwen3moe|mixtral]
 #          [ktime-NAME]     output under $OUT
 set -u
@@ -32,7 +32,8 @@ for what in "$@"; do
         : >"$log"
         for micro in ${MT_PEER_MICROS:-8 4 2 1}; do # each attempt judged by its own output
             timeout 300 python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
-                --micro $micro --accum $((32 / micro)) "${extra[@]}" >"$log.try" 2>&1
+                --micro $micro --accum $((32 / micro)) ${MT_PEER_STEPS:+--steps $MT_PEER_STEPS} \
+                "${extra[@]}" >"$log.try" 2>&1
             cat "$log.try" >>"$log"
             grep -q "^MOE" "$log.try" && break
             grep -q "OutOfMemoryError\|out of memory" "$log.try" || break
@@ -45,7 +46,7 @@ for what in "$@"; do
         free -g | awk 'NR == 2 {print "host memory: " $7 " GiB available"}'
         timeout -s TERM "${MT_MOE_BENCH_LIMIT:-300}" bench/run_bench.sh build "$OUT" "$what" 2>&1 |
             grep -vE "^ +L[0-9]"
-        grep -E '"step":8,' "$OUT/run-$what/metrics.jsonl" | cut -c1-600 ;;
+        grep -E '^\{"step":[0-9]+,"loss"' "$OUT/run-$what/metrics.jsonl" | tail -n 1 | cut -c1-600 ;; # the last step
     esac
     echo "-- $what done at $(( $(date +%s) - t0 )) s"
 done

@@ -10,8 +10,11 @@ as it grew from A to B. Printed beside `mtrun --plan` of the full config with th
 settings.
 
 usage: bench/slices.py MTRUN FULL_CONFIG OVERRIDES RUN_A RUN_B
-  OVERRIDES: the key=value settings that make the full config run as the slices do (a comma
-  list); RUN_*: run folders of bench/run_bench.sh, with host-peak beside them (bytes)."""
+  FULL_CONFIG: the whole model's config, or - for the slices and their per-layer difference
+  alone (where the slices' layers are not the model's mean layer, e.g. DeepSeek-V3's dense
+  first layers beside its MoE ones); OVERRIDES: the key=value settings that make the full
+  config run as the slices do (a comma list); RUN_*: run folders of bench/run_bench.sh, with
+  host-peak beside them (bytes)."""
 import json
 import os
 import re
@@ -92,40 +95,34 @@ def layers_of(cfg):
     return int(m.group(1))
 
 
-def main():
-    if len(sys.argv) != 6:
-        sys.exit(__doc__)
-    mtrun, full_cfg, overrides, run_a, run_b = sys.argv[1:]
-    overrides = [o for o in overrides.split(",") if o]
-    a, b = run_facts(run_a), run_facts(run_b)
-    la = int(re.search(r"-(\d+)l$", run_a).group(1))
-    lb = int(re.search(r"-(\d+)l$", run_b).group(1))
+GIB = 2 ** 30
+
+
+def print_slices(a, b, la, lb, sp, per):
+    """Each slice beside its own plan, and what one more layer cost."""
+    for n, f, q in ((la, a, sp[0]), (lb, b, sp[1])):
+        print(f"  {n} layers: step {f['step_s']:.3f} s, {f['tflops']:.1f} TFLOP/s, busy {f['busy']:.1%}, "
+              f"optimizer stall {f['opt_stall']:.1%} (host wait {f['opt_wait']:.1%}), H2D {f['h2d']:.1f} GB/s, "
+              f"GPU {f['gpu'] / GIB:.2f} GiB, host peak {f['host'] / GIB:.2f} GiB; its plan: step "
+              f"{q['estimate']['step_s']:.3f} s, GPU {q['gpu']['total'] / GIB:.2f} GiB, host {q['host'] / GIB:.2f} GiB")
+    print(f"  per layer: {per['step_s']:.3f} s of the step, GPU {per['gpu'] / GIB:.3f} GiB, "
+          f"host {per['host'] / GIB:.3f} GiB")
+    print(f"  per layer at {lb} layers (trace): forward {b['layer_fwd_s'] * 1e3:.0f} ms, backward with "
+          f"recompute {b['layer_bwd_s'] * 1e3:.0f} ms, AdamW (slowest rank) {b['layer_adamw_s'] * 1e3:.0f} ms")
+
+
+def print_full(mtrun, full_cfg, overrides, a, b, la, lb, sp, per):
+    """The whole model: the larger slice plus its missing layers, beside its own plan."""
     L = layers_of(full_cfg)
     d = lb - la
-    per = {k: (b[k] - a[k]) / d for k in ("step_s", "gpu", "host")}
     full = {k: b[k] + (L - lb) * per[k] for k in per}
     p = plan(mtrun, full_cfg, overrides)
-    here = os.path.dirname(os.path.abspath(__file__))
-    sp = [plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", []) for run in (run_a, run_b)]
     planned = lambda q: {"host": q["host"], "gpu": q["gpu"]["total"]}
     pa, pb, pf = planned(sp[0]), planned(sp[1]), planned(p)
     layer_params = (sp[1]["params"] - sp[0]["params"]) / d  # the mean layer, any kind of layer
     for k in ("host", "gpu"):  # the plan's count, plus the slices' measured excess over theirs
         over = b[k] - pb[k]
         full[k] = pf[k] + over + (L - lb) * (over - (a[k] - pa[k])) / d
-    gib = 2 ** 30
-    name = os.path.basename(full_cfg)
-    print(f"== {name}: {L} layers, from slices of {la} and {lb} layers "
-          f"({a['steps']} and {b['steps']} steps, medians of the steady ones)")
-    for n, f, q in ((la, a, sp[0]), (lb, b, sp[1])):
-        print(f"  {n} layers: step {f['step_s']:.3f} s, {f['tflops']:.1f} TFLOP/s, busy {f['busy']:.1%}, "
-              f"optimizer stall {f['opt_stall']:.1%} (host wait {f['opt_wait']:.1%}), H2D {f['h2d']:.1f} GB/s, "
-              f"GPU {f['gpu'] / gib:.2f} GiB, host peak {f['host'] / gib:.2f} GiB; its plan: step "
-              f"{q['estimate']['step_s']:.3f} s, GPU {q['gpu']['total'] / gib:.2f} GiB, host {q['host'] / gib:.2f} GiB")
-    print(f"  per layer: {per['step_s']:.3f} s of the step, GPU {per['gpu'] / gib:.3f} GiB, "
-          f"host {per['host'] / gib:.3f} GiB")
-    print(f"  per layer at {lb} layers (trace): forward {b['layer_fwd_s'] * 1e3:.0f} ms, backward with "
-          f"recompute {b['layer_bwd_s'] * 1e3:.0f} ms, AdamW (slowest rank) {b['layer_adamw_s'] * 1e3:.0f} ms")
     est = p["estimate"]
     plan_gpu = p["gpu"]["total"]
     rows = [("step", full["step_s"], est["step_s"], "s"),
@@ -135,7 +132,7 @@ def main():
           f"plan: forward {est['forward_phase_s']:.2f} s, backward {est['backward_phase_s']:.2f} s, "
           f"compute {est['compute_s']:.2f} s, PCIe {est['pcie_s']:.2f} s, optimizer {est['optimizer_s']:.2f} s):")
     for what, got, want, unit in rows:
-        scale = gib if unit == "GiB" else 1
+        scale = GIB if unit == "GiB" else 1
         print(f"    {what:9s} {got / scale:10.2f} {unit} vs plan {want / scale:10.2f} {unit}: "
               f"{(got - want) / want:+.1%}")
     # Slack per layer at full width: what the compute leaves the PCIe copies and the optimizer.
@@ -146,6 +143,26 @@ def main():
     print(f"  full model: {full['step_s']:.1f} s a step, "
           f"{p['estimate']['flops'] / full['step_s'] / 1e12:.0f} TFLOP/s executed, "
           f"busy {b['busy']:.1%} and optimizer stall {b['opt_stall']:.1%} at {lb} layers")
+
+
+def main():
+    if len(sys.argv) != 6:
+        sys.exit(__doc__)
+    mtrun, full_cfg, overrides, run_a, run_b = sys.argv[1:]
+    overrides = [o for o in overrides.split(",") if o]
+    a, b = run_facts(run_a), run_facts(run_b)
+    la = int(re.search(r"-(\d+)l$", run_a).group(1))
+    lb = int(re.search(r"-(\d+)l$", run_b).group(1))
+    per = {k: (b[k] - a[k]) / (lb - la) for k in ("step_s", "gpu", "host")}
+    here = os.path.dirname(os.path.abspath(__file__))
+    sp = [plan(mtrun, f"{here}/configs/{os.path.basename(run)[4:]}.cfg", []) for run in (run_a, run_b)]
+    whole = f"{os.path.basename(full_cfg)}: {layers_of(full_cfg)} layers" if full_cfg != "-" else \
+        os.path.basename(run_b)[4:].rsplit("-", 1)[0]
+    print(f"== {whole}, from slices of {la} and {lb} layers "
+          f"({a['steps']} and {b['steps']} steps, medians of the steady ones)")
+    print_slices(a, b, la, lb, sp, per)
+    if full_cfg != "-":
+        print_full(mtrun, full_cfg, overrides, a, b, la, lb, sp, per)
 
 
 if __name__ == "__main__":

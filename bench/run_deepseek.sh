@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# DeepSeek-V3 and the GLM models on the GPU machine (multi-head latent attention, DeepSeek's
+# sigmoid router): each argument one part, output under $OUT, carrying .deb and .anchors (a copy
+# of ../shared/anchors).
+#   peer    full-width slices at 65,536 tokens a step beside the peer (bench/run_moe.sh:
+#           moe_torch.py, PyTorch + transformers all on the GPU, through bench/moe_peer.py), ours
+#           on the layers the peer fits: GLM-4.7-Flash's first 6 layers, or 5 where the peer's 6
+#           run out of GPU memory (moe-glm47flash-*l), and GLM-4.5-Air's first 2
+#           (moe-glm45air-2l; its 3 are past 80 GB in the peer's fp32 state); the peer's
+#           micro-batches of MT_PEER_MICROS rows (default 2 then 1), MT_PEER_STEPS steps
+#           (default 5)
+#   slices  DeepSeek-V3 from its 2- and 3-layer slices, its own first layers, all dense (none of
+#           its MoE layers fits the GPU or the host: bench/configs/slice-deepseek-v3-2l.cfg)
+#   busy    moe-glm47flash-6l at the batch where its plan on this machine (125 GiB host) puts the
+#           GPU 95% busy, rounded up to whole micro-batches: the GPU's busy share against the plan
+#   usage: OUT=... bench/run_deepseek.sh [peer] [slices] [busy]
+set -u
+cd "$(dirname "$0")/.."
+source bench/device-build.sh
+export MT_PEER_MICROS=${MT_PEER_MICROS:-2 1} MT_PEER_STEPS=${MT_PEER_STEPS:-5}
+export MT_MOE_BENCH_LIMIT=${MT_MOE_BENCH_LIMIT:-150}
+host_bytes=125000000000 # the GPU machine's host; MemAvailable undercounts it at start (a balloon)
+
+# The number after "TFLOP/s " in a line
+tflops_of() { sed -n 's/.* TFLOP\/s \([0-9.]*\) .*/\1/p' | head -n 1; }
+
+# The peer on the first of LAYERS... that it fits, then ours on as many layers (CONFIG-Nl), and
+# ours over the peer; fewer layers only when the peer ran out of GPU memory, ours on the most
+# when it failed otherwise.
+peer_then_ours() {
+    local shape=$1 config=$2 layers log
+    shift 2
+    for layers in "$@"; do
+        log=$OUT/peer-$shape-$layers.log
+        bash bench/run_moe.sh "peer-$shape:$layers" 2>&1 | grep -vE "^build:"
+        grep -q "^MOE" "$log" && break
+        grep -q "OutOfMemoryError\|out of memory" "$log" || { layers=$1; break; }
+        echo "peer $shape: $layers layers do not fit the GPU"
+    done
+    bash bench/run_moe.sh "$config-${layers}l" 2>&1 | grep -vE "^build:"
+    local ours peer
+    ours=$(python3 bench/summarize.py "$OUT/run-$config-${layers}l" 2>/dev/null | tflops_of)
+    peer=$(grep "^MOE" "$OUT/peer-$shape-$layers.log" | tflops_of)
+    [ -n "$ours" ] && [ -n "$peer" ] &&
+        awk -v o="$ours" -v p="$peer" -v c="$config-${layers}l" \
+            'BEGIN {printf "RATIO %s: ours %.1f TFLOP/s / the peer %.1f = %.2fx\n", c, o, p, o / p}'
+}
+
+for what in "$@"; do
+    case $what in
+    peer)
+        peer_then_ours glm47flash moe-glm47flash 6 5
+        peer_then_ours glm45air_hub moe-glm45air 2 ;;
+    slices)
+        timeout -s TERM 300 bench/run_slices.sh build "$OUT" deepseek-v3 2>&1 | grep -vE "^ +L[0-9]" ;;
+    busy)
+        cfg=bench/configs/moe-glm47flash-6l.cfg
+        plan() { MT_PLAN_MEM_LIMIT=$host_bytes build/bin/mtrun --plan -np 5 "$cfg" "$@"; }
+        tokens=$(plan --json 2>/dev/null | python3 -c 'import json, math, sys
+print(math.ceil(json.load(sys.stdin)["estimate"]["stream_break_even_tokens"]))')
+        micro=$(plan | sed -n 's/^batch: \([0-9]*\) sequences x \([0-9]*\) tokens.*/\1 \2/p' |
+            awk '{print $1 * $2}') # the tokens of one micro-batch
+        [ -n "$tokens" ] && [ -n "$micro" ] || { echo "busy: no plan for $cfg"; continue; }
+        n=$(((tokens + micro - 1) / micro))
+        echo "busy: the plan's 95% from $tokens tokens a step: $n micro-batches of $micro"
+        MT_BENCH_ARGS="batch.micro_batches=$n" MT_BENCH_TAG=be timeout -s TERM 200 \
+            bench/run_bench.sh build "$OUT" moe-glm47flash-6l 2>&1 | grep -vE "^ +L[0-9]"
+        plan "batch.micro_batches=$n" 2>&1 | grep -E "balance|  step " ;;
+    *) echo "unknown part $what (peer, slices, busy)" ;;
+    esac
+    echo "-- $what done at $(($(date +%s) - t0)) s"
+done
