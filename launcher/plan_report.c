@@ -285,6 +285,8 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
             "  compute    %sFLOP (GEMMs 8 N per token at %sFLOP/s, causal attention 8 layers dim "
             "seq at %sFLOP/s",
             SI(e->flops), SI(e->flops_rate), SI(e->attention_rate));
+    if (p->cuda && mt_gdn_layers(p->c) > 0)
+        fprintf(f, ", Gated DeltaNet's rule at %sFLOP/s", SI(e->gdn_rate));
     if (!p->cuda) fprintf(f, "; %sFLOP/s per core x %d", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
     fprintf(f, "): %s\n", T(e->compute_s));
     if (p->cuda)

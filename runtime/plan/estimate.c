@@ -52,11 +52,13 @@ static int attention_head_dim(const mt_config *c) {
 
 // The token mixers' forward FLOPs per token, a layer's on average, beyond the parameters':
 // softmax attention over every key before a query (2 width seq: q k^T and p v, causal halves),
-// Gated DeltaNet's rule. The recompute's terms below take it.
-static double mixer_flops_per_layer(const mt_config *c) {
-    double width = attention_width(c);
+// and Gated DeltaNet's rule, which runs at a rate of its own.
+static double softmax_mixer_flops(const mt_config *c) {
     int softmax = c->layers - mt_gdn_layers(c);
-    return (softmax * 2.0 * width * c->seq_len + plan_gdn_flops(c)) / c->layers;
+    return softmax * 2.0 * attention_width(c) * c->seq_len / c->layers;
+}
+static double gdn_mixer_flops(const mt_config *c) {
+    return plan_gdn_flops(c) / c->layers;
 }
 
 // 6 N + 12 dim (layers x seq) with N the active parameters, as MoE throughput is usually
@@ -78,6 +80,7 @@ double plan_peak_flops(int cuda, int cores) {
 // they take head dim 128's time for fewer counted FLOPs.
 static double gpu_attention_rate(int head_dim) {
     if (head_dim <= 64) return PLAN_GPU_ATTENTION_FLOPS_HD64;
+    if (head_dim > 128) return PLAN_GPU_ATTENTION_FLOPS_WIDE;
     return PLAN_GPU_ATTENTION_FLOPS * (head_dim < 128 ? head_dim / 128.0 : 1.0);
 }
 
@@ -205,10 +208,10 @@ static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk)
 // the H200 with full-width 100B and 120B slices (bench/RESULTS.md, bench/run_slices.sh).
 // The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
 // AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
-static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_flops) {
+static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
-    e->forward_s = forward_flops / e->flops_rate + 3.0 * expert_calls(p->c) * PLAN_EXPERT_CALL_S;
+    e->forward_s = forward_s + 3.0 * expert_calls(p->c) * PLAN_EXPERT_CALL_S;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
     double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
@@ -265,20 +268,22 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     // Gated DeltaNet's rule, as attention: forward 1, backward 2, recompute 1, a redone layer 1
     // more, a kept output 1 less, its layers' share of the redone and kept passes
     double gdn = plan_gdn_flops(c), share = gdn / c->layers;
-    double attention = tokens * ((8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span +
-                                 4.0 * gdn + (redo - kept_att) * share);
-    e->flops = gemm + attention;
+    double attention = tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span;
+    double rule = tokens * (4.0 * gdn + (redo - kept_att) * share);
+    e->flops = gemm + attention + rule;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
     e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(c)) : e->flops_rate;
-    e->compute_s = gemm / e->flops_rate + attention / e->attention_rate;
+    e->gdn_rate = p->cuda ? PLAN_GPU_GDN_FLOPS : e->flops_rate;
+    e->compute_s = gemm / e->flops_rate + attention / e->attention_rate + rule / e->gdn_rate;
     if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
     // recompute: the backward's forward of every layer (2 of the layer's GEMM 8 N, 2 of its
     // attention's 8), and the redone segment layers' forward once more
-    double mixer = mixer_flops_per_layer(c);
-    double redo_per_token = 2.0 * layer_n * redo / e->flops_rate +
-                            (redo - (kept_att - kept_bwd)) * mixer / e->attention_rate;
-    double again_per_token = 2.0 * (A - model_group_numel(c, 0)) / e->flops_rate +
-                             (c->layers - kept_bwd) * mixer / e->attention_rate;
+    double soft = softmax_mixer_flops(c), rule_s = gdn_mixer_flops(c) / e->gdn_rate;
+    double mixer_s = soft / e->attention_rate + rule_s; // the recompute's, a layer's
+    double redo_per_token =
+        2.0 * layer_n * redo / e->flops_rate + (redo - (kept_att - kept_bwd)) * mixer_s;
+    double again_per_token =
+        2.0 * (A - model_group_numel(c, 0)) / e->flops_rate + (c->layers - kept_bwd) * mixer_s;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
@@ -293,6 +298,8 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
     e->disk_s = e->disk_bytes / p->disk_bw;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
-    if (p->cuda) overlap_phases(p, e, tokens * (2.0 * A + c->layers * mixer));
+    if (p->cuda) // the forward: softmax attention counted at the GEMMs' rate, as it overlaps them
+        overlap_phases(
+            p, e, tokens * ((2.0 * A + c->layers * soft) / e->flops_rate + c->layers * rule_s));
     e->tokens_per_s = tokens / e->step_s;
 }

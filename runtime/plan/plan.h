@@ -26,6 +26,15 @@
 // 288.0 s a step (2026-12-02, the fused TMA backward at hd 64).
 #define PLAN_GPU_ATTENTION_FLOPS 375e12
 #define PLAN_GPU_ATTENTION_FLOPS_HD64 296e12
+// Heads of 129 to 256 (Qwen3.5's 256, MLA's 192 and 256) run on the mma.sync kernels: on an H100
+// (2026-12-06, bench/RESULTS.md) forward 205, backward 120-129 TFLOP/s at 8 x 2,048 tokens, so
+// forward, backward (twice its FLOPs) and recompute together about 155.
+#define PLAN_GPU_ATTENTION_FLOPS_WIDE 155e12
+// Gated DeltaNet's chunked rule (plan_gdn_flops' count) on the tensor-core kernels, in the layers
+// of Qwen3.5-27B's slice on an H100 (2026-12-06, MT_KERNEL_TIMES): forward 7.2, backward 7.4
+// TFLOP/s. The rule's products enter the tensor cores as bf16 halves of fp32: far below the
+// GEMMs, and the rate to raise.
+#define PLAN_GPU_GDN_FLOPS 7.3e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9 // fp32 reference kernels, per core (also the MFU peak)
 // PCIe 5 x16, one direction, achieved: a 120B layer's fp32 weights in 90 ms (the slices' trace).
 #define PLAN_PCIE_BYTES_PER_S 55e9
@@ -219,7 +228,7 @@ uint64_t plan_cuda_backend_host_bytes(const mt_config *c);
 // Per step: FLOPs the GPU or CPU executes (GEMMs 8 N per token, as the backward recomputes
 // the forward, plus redone segment layers; causal attention as it runs) and bytes moved.
 typedef struct {
-    double flops, flops_rate, attention_rate, compute_s;
+    double flops, flops_rate, attention_rate, gdn_rate, compute_s;
     double recompute_s, redo_s; // of compute_s: forwards run again (all), segments' redo
     double pcie_bytes, pcie_s;
     double opt_bytes, opt_s;
