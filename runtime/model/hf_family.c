@@ -152,7 +152,7 @@ static const family families[] = {
     .theta_default = 1e4, .window = WINDOW_NONE, .qk_norm = QK_NONE,                               \
     .experts_key = "n_routed_experts", .experts_alias = "num_local_experts",                       \
     .expert_ffn_key = "moe_intermediate_size", .renorm_default = 1,                                \
-    .moe_names = MOE_NAMES_DEEPSEEK, .deepseek = 1
+    .moe_names = MOE_NAMES_DEEPSEEK, .sigmoid_router = 1
     {.arch = "DeepseekV3ForCausalLM",
      .model_type = "deepseek_v3",
      DEEPSEEK_MOE,
@@ -171,7 +171,7 @@ static const family families[] = {
      .kv_default = 8,
      .eps_default = 1e-5,
      .qkv_bias = 3,
-     .glm = 1,
+     .qk_norm_key = 1,
      .dense_first_default = 1,
      .groups_default = 1,
      .topk_groups_default = 1,
@@ -461,7 +461,7 @@ int hf_read_family(json_ctx *j, int seq_len, mt_config *m) {
         return -1;
     m->hub_vlm = f->vlm;
     default_rope(f, m);
-    return read_moe(j, f, m) < 0 ? -1 : ds_read(j, f, m);
+    return read_moe(j, f, m) < 0 ? -1 : sigmoid_moe_read(j, f, m);
 }
 
 // Whether family f has c's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
@@ -494,15 +494,16 @@ static const family *family_named(const mt_config *c, const char *arch) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
-        int qk = f->qk_norm == c->qk_norm || (f->glm && c->qk_norm == QK_HEAD);
+        int qk = f->qk_norm == c->qk_norm || (f->qk_norm_key && c->qk_norm == QK_HEAD);
         if (arch && strcmp(arch, f->arch)) continue;
-        if (moe != (c->experts > 0) || !qk || !matches_gdn(f, c) || !ds_matches(f, c)) continue;
+        if (moe != (c->experts > 0) || !qk || !matches_gdn(f, c) || !sigmoid_moe_matches(f, c))
+            continue;
         if (!carries_biases(f, c)) continue;
         if (!hf_writes_window(f, c) || !matches_oss(f, c)) continue;
         if (!moe) return f;
         if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
-            (!f->shared && !f->deepseek && c->shared_ffn_dim > 0) ||
-            (!f->sparse_steps && !f->deepseek && (c->moe_every != 1 || c->dense_layers[0])))
+            (!f->shared && !f->sigmoid_router && c->shared_ffn_dim > 0) ||
+            (!f->sparse_steps && !f->sigmoid_router && (c->moe_every != 1 || c->dense_layers[0])))
             continue;
         return f;
     }
@@ -539,7 +540,7 @@ static void write_moe(cJSON *r, const family *f, const mt_config *c) {
         cJSON_AddNumberToObject(r, "decoder_sparse_step", c->moe_every);
         add_dense_layers(r, c);
     }
-    if (!f->deepseek) hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
+    if (!f->sigmoid_router) hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
     cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
     if (f->oss) hf_add_float(r, "swiglu_limit", c->swiglu_limit);
 }
@@ -567,7 +568,7 @@ int hf_write_family(cJSON *r, const mt_config *c) {
     if (f->qkv_bias == 3) cJSON_AddBoolToObject(r, "attention_bias", c->qkv_bias);
     if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
     if (f->experts_key) write_moe(r, f, c);
-    ds_write(r, f, c);
+    sigmoid_moe_write(r, f, c);
     // gpt-oss without rope_scaling is YaRN: plain RoPE must be said (io/export.c adds the rest)
     if (f->oss && c->rope_type == ROPE_PLAIN)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "rope_scaling"), "rope_type", "default");

@@ -156,16 +156,16 @@ static void reset(mt_config *m) {
     m->rope_interleave = 0;
 }
 
-int ds_read(const json_ctx *j, const family *f, mt_config *m) {
+int sigmoid_moe_read(const json_ctx *j, const family *f, mt_config *m) {
     reset(m);
-    if (f->glm) {
+    if (f->qk_norm_key) {
         int qk = 0;
         if (get_bool(j, "use_qk_norm", 0, &qk) < 0 || hf_read_partial_rotary(j, 0.5, m) < 0)
             return -1;
         m->qk_norm = qk ? QK_HEAD : QK_NONE;
     }
     if (f->mla && read_mla(j, f, m) < 0) return -1;
-    return f->deepseek ? read_router(j, f, m) : 0;
+    return f->sigmoid_router ? read_router(j, f, m) : 0;
 }
 
 // How many layers lead densely, -1 when the dense layers are not 0..k-1.
@@ -177,16 +177,16 @@ static int dense_prefix(const mt_config *c) {
     return k;
 }
 
-int ds_matches(const family *f, const mt_config *c) {
-    int deepseek = c->moe_names == MOE_NAMES_DEEPSEEK && c->router_score == ROUTER_SCORE_SIGMOID &&
-                   c->router_correction && !c->shared_gate && c->shared_ffn_dim > 0 &&
-                   c->shared_ffn_dim % c->moe_ffn_dim == 0 && c->moe_every == 1;
+int sigmoid_moe_matches(const family *f, const mt_config *c) {
+    int sigmoid = c->moe_names == MOE_NAMES_DEEPSEEK && c->router_score == ROUTER_SCORE_SIGMOID &&
+                  c->router_correction && !c->shared_gate && c->shared_ffn_dim > 0 &&
+                  c->shared_ffn_dim % c->moe_ffn_dim == 0 && c->moe_every == 1;
     int none = c->moe_names != MOE_NAMES_DEEPSEEK && c->router_score == ROUTER_SCORE_SOFTMAX &&
                !c->router_correction && c->router_groups <= 1 && c->router_scale == 1 &&
                c->shared_gate;
-    if (!f->deepseek) return none && c->mla_kv_rank <= 0 && !c->rope_interleave;
-    if (!deepseek || f->mla != (c->mla_kv_rank > 0) || (!f->mla && c->rope_interleave)) return 0;
-    if (!f->glm && c->partial_rotary_factor != 1) return 0;
+    if (!f->sigmoid_router) return none && c->mla_kv_rank <= 0 && !c->rope_interleave;
+    if (!sigmoid || f->mla != (c->mla_kv_rank > 0) || (!f->mla && c->rope_interleave)) return 0;
+    if (!f->qk_norm_key && c->partial_rotary_factor != 1) return 0;
     return f->dense_list || dense_prefix(c) >= 0;
 }
 
@@ -209,13 +209,13 @@ static void write_mla(cJSON *r, const mt_config *c) {
     cJSON_AddBoolToObject(r, "rope_interleave", c->rope_interleave);
 }
 
-void ds_write(cJSON *r, const family *f, const mt_config *c) {
-    if (f->glm) {
+void sigmoid_moe_write(cJSON *r, const family *f, const mt_config *c) {
+    if (f->qk_norm_key) {
         cJSON_AddBoolToObject(r, "use_qk_norm", c->qk_norm == QK_HEAD);
         hf_add_float(r, "partial_rotary_factor", c->partial_rotary_factor);
     }
     if (f->mla) write_mla(r, c);
-    if (!f->deepseek) return;
+    if (!f->sigmoid_router) return;
     cJSON_AddNumberToObject(r, "n_shared_experts", c->shared_ffn_dim / c->moe_ffn_dim);
     if (f->dense_list)
         write_layer_types(r, c);

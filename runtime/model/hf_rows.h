@@ -39,11 +39,11 @@ typedef struct {
     // ConditionalGeneration checkpoint, its language model in text_config (model_type is
     // text_config's) and under model.language_model.
     int gdn, gdn_fused, vlm;
-    // DeepSeek-V3's MoE and its kin (hf_family_mla.c): n_shared_experts ungated, dense layers
-    // first (first_k_dense_replace; dense_list: GLM-4.7-Flash's mlp_layer_types), the sigmoid
-    // router with its correction bias, groups and scale; mla: multi-head latent attention; glm:
-    // GLM-4.5's use_qk_norm and partial_rotary_factor (0.5 when left out).
-    int deepseek, dense_list, mla, glm;
+    // sigmoid_router (hf_family_mla.c): the MoE of DeepSeek-V3 and its kin, n_shared_experts
+    // ungated, dense layers first (first_k_dense_replace; dense_list: mlp_layer_types instead),
+    // the sigmoid router with its correction bias, groups and scale; mla: multi-head latent
+    // attention; qk_norm_key: the keys use_qk_norm and partial_rotary_factor (0.5 when left out).
+    int sigmoid_router, dense_list, mla, qk_norm_key;
     int dense_first_default; // first_k_dense_replace left out: this
     int groups_default, topk_groups_default;
     double scale_default;                        // routed_scaling_factor left out: this
@@ -51,10 +51,10 @@ typedef struct {
 } family;
 
 // The DeepSeek-like families' keys (hf_family_mla.c), after the shape and the experts are read;
-// ds_write: the same keys written back, and whether c's fields fit row f (its dense layers first,
-// its shared experts whole multiples of an expert).
-int ds_read(const json_ctx *j, const family *f, mt_config *m);
-void ds_write(cJSON *r, const family *f, const mt_config *c);
-int ds_matches(const family *f, const mt_config *c);
+// sigmoid_moe_write: the same keys written back, and whether c's fields fit row f (its dense layers
+// first, its shared experts whole multiples of an expert).
+int sigmoid_moe_read(const json_ctx *j, const family *f, mt_config *m);
+void sigmoid_moe_write(cJSON *r, const family *f, const mt_config *c);
+int sigmoid_moe_matches(const family *f, const mt_config *c);
 
 #endif
