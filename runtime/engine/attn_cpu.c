@@ -66,21 +66,6 @@ static rope_args rope_of(const layer_call *k) {
 }
 
 // The sinks (gpt-oss) are the layer's weights: their gradient accumulates into its gradients.
-static attn_tensors attention_tensors(const layer_call *k) {
-    const layer_scratch *s = k->s;
-    return (attn_tensors){.q = s->q,
-                          .k = s->k,
-                          .v = s->v,
-                          .out = s->att,
-                          .lse = s->lse,
-                          .dout = s->d_att,
-                          .dq = s->d_q,
-                          .dk = s->d_k,
-                          .dv = s->d_v,
-                          .sinks = k->w->sinks,
-                          .dsinks = k->dw ? k->dw->sinks : NULL};
-}
-
 // The output gate (attn_output_gate): q_proj's rows are, per head, the query's hd then the
 // gate's hd (transformers' view(..., heads, 2 hd) then chunk). The chunk's [rows, 2Q] split into
 // q [rows, Q] and the gate's logits [rows, Q] (join: the gradients back into [rows, 2Q]).
@@ -161,7 +146,7 @@ static void softmax_forward(const layer_call *k, int have_att) {
     rope_forward(s->k, c->kv_heads, &r);
     if (!have_att) {
         const attn_args a = attention_args(k);
-        const attn_tensors t = attention_tensors(k);
+        const attn_tensors t = layer_attn_tensors(k);
         attention_forward(&a, &t);
     }
     if (c->attn_output_gate) gate_forward(s, (size_t)n * Q);
@@ -201,7 +186,7 @@ static void softmax_backward(const layer_call *k, float *dx) {
     memset(s->d_v, 0, sizeof(float) * n * KV);
     if (c->attn_output_gate) gate_backward(s, (size_t)n * Q);
     const attn_args a = attention_args(k);
-    const attn_tensors t = attention_tensors(k);
+    const attn_tensors t = layer_attn_tensors(k);
     attention_backward(&a, &t);
     const rope_args r = rope_of(k);
     rope_backward(s->d_q, c->heads, &r);

@@ -45,19 +45,6 @@ static attn_args attention_args(const layer_call *k) {
                        .window = k->kind->window};
 }
 
-static attn_tensors attention_tensors(const layer_call *k) {
-    const layer_scratch *s = k->s;
-    return (attn_tensors){.q = s->q,
-                          .k = s->k,
-                          .v = s->v,
-                          .out = s->att,
-                          .lse = s->lse,
-                          .dout = s->d_att,
-                          .dq = s->d_q,
-                          .dk = s->d_k,
-                          .dv = s->d_v};
-}
-
 // RoPE on the last dr of each query head (heads of dqk), or (shared) on the rotated key part
 // alone (rows of dr).
 static rope_args rope_of(const layer_call *k, int shared) {
@@ -138,7 +125,7 @@ static void mla_forward(const layer_call *k, int have_att) {
     keys_values(&m, s, n);
     if (!have_att) {
         const attn_args a = attention_args(k);
-        const attn_tensors t = attention_tensors(k);
+        const attn_tensors t = layer_attn_tensors(k);
         attention_forward(&a, &t);
     }
 }
@@ -226,7 +213,7 @@ static void mla_backward(const layer_call *k, float *dx) {
     memset(s->d_k, 0, sizeof(float) * n * m.H * m.dqk);
     memset(s->d_v, 0, sizeof(float) * n * m.H * m.dv);
     const attn_args a = attention_args(k);
-    const attn_tensors t = attention_tensors(k);
+    const attn_tensors t = layer_attn_tensors(k);
     attention_backward(&a, &t);
     keys_values_backward(&m, s, n);
     const rope_args rq = rope_of(k, 0), rk = rope_of(k, 1);

@@ -18,6 +18,23 @@ typedef struct {
     int chunk;
 } layer_call;
 
+// The softmax kernels' tensors in the working set: q, k, v, the output and its statistics, their
+// gradients, and the sinks where the layer has them (softmax attention and MLA alike).
+static inline attn_tensors layer_attn_tensors(const layer_call *k) {
+    const layer_scratch *s = k->s;
+    return (attn_tensors){.q = s->q,
+                          .k = s->k,
+                          .v = s->v,
+                          .out = s->att,
+                          .lse = s->lse,
+                          .dout = s->d_att,
+                          .dq = s->d_q,
+                          .dk = s->d_k,
+                          .dv = s->d_v,
+                          .sinks = k->w->sinks,
+                          .dsinks = k->dw ? k->dw->sinks : NULL};
+}
+
 // The output projection the skeleton runs on the attention part's output, by chunks (o_proj, or
 // Gated DeltaNet's out_proj): its input [n, width] and that input's gradient, its weight and
 // bias (NULL: none) and their gradients (in a backward).
