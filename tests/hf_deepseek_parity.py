@@ -137,11 +137,7 @@ def main():
                 if backend == "cpu":
                     moe.our_curve(build, work, backend, 1)
                     moe.check_export(name, model, os.path.join(work, "export-cpu"), tokens)
-    print(f"{moe.failures} failed" if moe.failures else "all passed")
-    if moe.failures:
-        sys.exit(1)
-    if ran == 0:
-        sys.exit(77)
+    moe.finish(ran)
 
 
 if __name__ == "__main__":

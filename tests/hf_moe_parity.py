@@ -92,6 +92,15 @@ def report(status, msg):
     print(f"{status}: {msg}", flush=True)
 
 
+def finish(ran):
+    """The run's summary line and exit: 1 on a failure, 77 (skipped) when no backend ran."""
+    print(f"{failures} failed" if failures else "all passed")
+    if failures:
+        sys.exit(1)
+    if ran == 0:
+        sys.exit(77)
+
+
 def check_aux_formula(build):
     """moe_aux_loss against load_balancing_loss_func: 3 layers of 40 tokens, 8 experts, top 2."""
     exe = os.path.join(build, "bin", "moe_aux_check")
@@ -310,11 +319,7 @@ def main():
                 if backend == "cpu":
                     our_curve(build, work, backend, 1)
                     check_export(name, model, os.path.join(work, "export-cpu"), tokens)
-    print(f"{failures} failed" if failures else "all passed")
-    if failures:
-        sys.exit(1)
-    if ran == 0:
-        sys.exit(77)
+    finish(ran)
 
 
 if __name__ == "__main__":
