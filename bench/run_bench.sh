@@ -11,6 +11,7 @@ OUT=$2
 shift 2
 names=${*:-1b 3b 7b}
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 np=${MT_BENCH_NP:-5}
 read -r -a extra <<<"${MT_BENCH_ARGS:-}"
 # Each rank process's proportional set (PSS: a shared page counted in part by each process that
@@ -39,18 +40,17 @@ for config in $names; do
     [ -n "${MT_BENCH_STOP:-}" ] && stop=(--stop-at "$MT_BENCH_STOP")
     # The host bytes the job holds: peak of MemTotal - MemAvailable (shared regions included:
     # tmpfs pages are not available) over the run, less what it was before, sampled every second.
-    used() { awk '/^MemTotal:/ {t = $2} /^MemAvailable:/ {a = $2} END {printf "%.0f\n", (t - a) * 1024}' /proc/meminfo; }
-    base=$(used)
+    base=$(host_used_bytes)
     : >"$OUT/ranks-$name"
-    (peak=0; while :; do
-        now=$(used); [ "$now" -gt "$peak" ] && peak=$now
-        echo "$peak" >"$OUT/peak-$name"; rank_sample >>"$OUT/ranks-$name"; sleep 1; done) &
+    track_peak "$OUT/peak-$name" host_used_bytes &
     sampler=$!
+    (while :; do rank_sample >>"$OUT/ranks-$name"; sleep 1; done) &
+    ranks=$!
     # --force: the GPU machines grow their RAM on demand, so MemAvailable at start undercounts.
     /usr/bin/time -v "$BUILD/bin/mtrun" --force -np "$np" "$cfg" --out "$OUT/run-$name" "${stop[@]}" \
         "${extra[@]}" >"$log" 2>&1
     rc=$?
-    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    kill "$sampler" "$ranks" 2>/dev/null; wait "$sampler" "$ranks" 2>/dev/null
     echo "== $name (exit $rc)"
     awk -v b="$base" '{printf "host peak (MemTotal - MemAvailable, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/peak-$name"
     awk -v b="$base" '{printf "%.0f\n", $1 - b}' "$OUT/peak-$name" >"$OUT/run-$name.host-peak"

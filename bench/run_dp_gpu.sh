@@ -14,7 +14,7 @@ names=${*:-1b 3b}
 here=$(cd "$(dirname "$0")" && pwd)
 np=${MT_BENCH_NP:-5} # ranks per GPU: 1 compute + 4 optimizer
 steps=${MT_BENCH_STOP:-8}
-used() { awk '/^MemTotal:/ {t = $2} /^MemAvailable:/ {a = $2} END {print (t - a) * 1024}' /proc/meminfo; }
+source "$here/lib.sh"
 median_tps() {
     python3 - "$1" <<'PY'
 import json, statistics, sys
@@ -30,8 +30,8 @@ run() { # run NAME CFG NP [mtrun args]: the job, its host peak, its summary
     shift 3
     rm -rf "$OUT/run-$name"
     local base peak=0
-    base=$(used)
-    (p=0; while :; do now=$(used); [ "$now" -gt "$p" ] && p=$now; echo "$p" >"$OUT/peak-$name"; sleep 1; done) &
+    base=$(host_used_bytes)
+    track_peak "$OUT/peak-$name" host_used_bytes &
     local sampler=$!
     "$BUILD/bin/mtrun" --force -np "$n" "$@" "$cfg" --out "$OUT/run-$name" --stop-at "$steps" \
         >"$OUT/$name.log" 2>&1

@@ -10,8 +10,8 @@ BUILD=$1
 OUT=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 np=${MT_BENCH_NP:-5}
-used() { awk '/^MemTotal:/ {t = $2} /^MemAvailable:/ {a = $2} END {print (t - a) * 1024}' /proc/meminfo; }
 gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -n 1; }
 for spec in "$@"; do
     name=${spec%%:*} stop=()
@@ -21,27 +21,26 @@ for spec in "$@"; do
     rm -rf "$OUT/run-long-$name"
     "$BUILD/bin/mtrun" --force --plan --json -np "$np" "$cfg" >"$OUT/plan-$name.json" 2>/dev/null
     "$BUILD/bin/mtrun" --force --plan -np "$np" "$cfg" >"$OUT/plan-$name.txt" 2>&1
-    base=$(used) gbase=$(gpu_used)
-    (peak=0 gpeak=0; while :; do
-        now=$(used) g=$(gpu_used); [ "$now" -gt "$peak" ] && peak=$now
-        [ "$g" -gt "$gpeak" ] && gpeak=$g
-        echo "$peak $gpeak" >"$OUT/peak-long-$name"; sleep 1; done) &
+    base=$(host_used_bytes) gbase=$(gpu_used)
+    track_peak "$OUT/peak-long-$name" host_used_bytes &
     sampler=$!
+    track_peak "$OUT/gpu-peak-long-$name" gpu_used &
+    gpu_sampler=$!
     /usr/bin/time -v "$BUILD/bin/mtrun" --force -np "$np" "$cfg" --out "$OUT/run-long-$name" \
         "${stop[@]}" >"$log" 2>&1
     rc=$?
-    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    kill "$sampler" "$gpu_sampler" 2>/dev/null; wait "$sampler" "$gpu_sampler" 2>/dev/null
     echo "== long-$name (exit $rc)"
     grep -E '^compute rank: (keeping every|offloading)|^step|Elapsed' "$log" | tail -n 4
-    python3 - "$OUT/run-long-$name" "$OUT/plan-$name.json" "$OUT/peak-long-$name" "$base" "$gbase" \
-        "$cfg" <<'PY'
+    python3 - "$OUT/run-long-$name" "$OUT/plan-$name.json" "$OUT/peak-long-$name" \
+        "$OUT/gpu-peak-long-$name" "$base" "$gbase" "$cfg" <<'PY'
 import json, re, sys
-run, plan_path, peak_path, base, gbase, cfg_path = sys.argv[1:7]
+run, plan_path, peak_path, gpu_peak_path, base, gbase, cfg_path = sys.argv[1:8]
 text = open(cfg_path).read()
 L, D, S = (int(re.search(r"\b%s\s*=\s*(\d+)" % k, text).group(1)) for k in ("layers", "dim", "seq_len"))
 steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
 plan = json.load(open(plan_path))
-host_peak, gpu_peak = map(float, open(peak_path).read().split())
+host_peak, gpu_peak = (float(open(path).read()) for path in (peak_path, gpu_peak_path))
 N = plan["params"]
 last = steps[-1]
 tps = last["tokens_per_s"]
