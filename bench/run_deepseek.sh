@@ -12,14 +12,15 @@
 #   slices  DeepSeek-V3 from its 2- and 3-layer slices, its own first layers, all dense (none of
 #           its MoE layers fits the GPU or the host: bench/configs/slice-deepseek-v3-2l.cfg)
 #   busy    moe-glm47flash-6l at the batch where its plan on this machine (125 GiB host) puts the
-#           GPU 95% busy, rounded up to whole micro-batches: the GPU's busy share against the plan
+#           GPU 95% busy, rounded up to whole micro-batches (bench/lib.sh busy_at_break_even: 9
+#           of 16,384 tokens, a step of 2.82 s planned): the GPU's busy share against the plan
 #   usage: OUT=... bench/run_deepseek.sh [peer] [slices] [busy]
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-build.sh
+source bench/lib.sh
 export MT_PEER_MICROS=${MT_PEER_MICROS:-2 1} MT_PEER_STEPS=${MT_PEER_STEPS:-5}
 export MT_MOE_BENCH_LIMIT=${MT_MOE_BENCH_LIMIT:-150}
-host_bytes=125000000000 # the GPU machine's host; MemAvailable undercounts it at start (a balloon)
 
 # The number after "TFLOP/s " in a line
 tflops_of() { sed -n 's/.* TFLOP\/s \([0-9.]*\) .*/\1/p' | head -n 1; }
@@ -53,19 +54,7 @@ for what in "$@"; do
         peer_then_ours glm45air_hub moe-glm45air 2 ;;
     slices)
         timeout -s TERM 300 bench/run_slices.sh build "$OUT" deepseek-v3 2>&1 | grep -vE "^ +L[0-9]" ;;
-    busy)
-        cfg=bench/configs/moe-glm47flash-6l.cfg
-        plan() { MT_PLAN_MEM_LIMIT=$host_bytes build/bin/mtrun --plan -np 5 "$cfg" "$@"; }
-        tokens=$(plan --json 2>/dev/null | python3 -c 'import json, math, sys
-print(math.ceil(json.load(sys.stdin)["estimate"]["stream_break_even_tokens"]))')
-        micro=$(plan | sed -n 's/^batch: \([0-9]*\) sequences x \([0-9]*\) tokens.*/\1 \2/p' |
-            awk '{print $1 * $2}') # the tokens of one micro-batch
-        [ -n "$tokens" ] && [ -n "$micro" ] || { echo "busy: no plan for $cfg"; continue; }
-        n=$(((tokens + micro - 1) / micro))
-        echo "busy: the plan's 95% from $tokens tokens a step: $n micro-batches of $micro"
-        MT_BENCH_ARGS="batch.micro_batches=$n" MT_BENCH_TAG=be timeout -s TERM 200 \
-            bench/run_bench.sh build "$OUT" moe-glm47flash-6l 2>&1 | grep -vE "^ +L[0-9]"
-        plan "batch.micro_batches=$n" 2>&1 | grep -E "balance|  step " ;;
+    busy) busy_at_break_even moe-glm47flash-6l ;;
     *) echo "unknown part $what (peer, slices, busy)" ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"

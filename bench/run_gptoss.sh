@@ -6,12 +6,14 @@
 #              logits alone are 13 GB in fp32) for the same 65,536 tokens a step
 #   slices20   gpt-oss-20b from its 2- and 4-layer slices (bench/run_slices.sh)
 #   slices120  gpt-oss-120b from its 1- and 2-layer slices
-#   busy       the 4-layer gpt-oss-20b slice at its plan's 95%-busy batch (11 micro-batches,
-#              180,224 tokens a step): the GPU's busy share against the plan
+#   busy       the 4-layer gpt-oss-20b slice at its plan's 95%-busy batch, rounded up to whole
+#              micro-batches (bench/lib.sh busy_at_break_even: 11, 180,224 tokens a step, a
+#              step of 3.92 s planned): the GPU's busy share against the plan
 #   usage: OUT=... bench/run_gptoss.sh [peer] [slices20] [slices120] [busy]
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-build.sh
+source bench/lib.sh
 for what in "$@"; do
     case $what in
     peer)
@@ -19,11 +21,8 @@ for what in "$@"; do
             grep -vE "^build:" ;;
     slices20) bench/run_slices.sh build "$OUT" gpt-oss-20b 2>&1 | tail -n 25 ;;
     slices120) bench/run_slices.sh build "$OUT" gpt-oss-120b 2>&1 | tail -n 25 ;;
-    busy)
-        MT_BENCH_ARGS="batch.micro_batches=11" MT_BENCH_TAG=be \
-            bench/run_bench.sh build "$OUT" slice-gpt-oss-20b-4l 2>&1 | grep -vE "^ +L[0-9]"
-        build/bin/mtrun --plan -np 5 bench/configs/slice-gpt-oss-20b-4l.cfg batch.micro_batches=11 \
-            2>&1 | grep -E "balance|  step " ;;
+    busy) busy_at_break_even slice-gpt-oss-20b-4l ;;
+    *) echo "run_gptoss.sh: $what: not a part (peer, slices20, slices120, busy)" >&2; exit 2 ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done

@@ -8,18 +8,23 @@
 #           70 GB of the slice's weights, gradients and AdamW states) for the same 65,536 tokens
 #   slices  Qwen3.5-27B and Qwen3.5-35B-A3B from their 4- and 8-layer slices (bench/run_slices.sh)
 #   long    4 layers of Qwen3.5-27B at 131,072 tokens, one step (bench/run_long.sh)
-#   usage: OUT=... bench/run_qwen35.sh [peer] [slices] [long]
+#   busy    those 4 layers of Qwen3.5-27B (moe-qwen3.5-27b-4l) at the batch where the plan on
+#           this machine puts the GPU 95% busy, rounded up to whole micro-batches (bench/lib.sh
+#           busy_at_break_even; on an 80 GB H100: 8 of 16,384 tokens, 131,072 a step, its fp32
+#           master, m and v of the embedding and layer 0 kept on the host rather than the GPU;
+#           GPU 54 GiB, host 56 GiB, a step of 7.9 s planned), 6 steps: the GPU's busy share
+#           against the plan
+#   usage: OUT=... bench/run_qwen35.sh [peer] [slices] [long] [busy]
 # The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
 # in .whl, install them into /tmp/site and run this with PYTHONPATH=/tmp/site; without it
 # transformers runs its torch fallback, far slower (the peer's MOE line says which ran). FLA
 # refuses its gated backward on Hopper with Triton 3.4 to 3.7.0, and the machine's Triton is 3.6:
 # bench/moe_peer.py lifts the refusal as bench/gdn_fla.py does (fla.ops.common.chunk_o.
 # TRITON_ABOVE_3_7_1 = True) and prints a line when it does.
-# Our side needs the CUDA backend's Gated DeltaNet: until it trains one, mtrun refuses these
-# configs at the start and only the peer's lines come back.
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-build.sh
+source bench/lib.sh
 for what in "$@"; do
     case $what in
     peer)
@@ -29,7 +34,8 @@ for what in "$@"; do
             peer-qwen35_27b:4 moe-qwen3.5-35b-a3b-4l peer-qwen35moe:4 2>&1 | grep -vE "^build:" ;;
     slices) bench/run_slices.sh build "$OUT" qwen3.5-27b qwen3.5-35b-a3b 2>&1 | tail -n 50 ;;
     long) bench/run_long.sh build "$OUT" qwen3.5-27b-4l-128k 2>&1 | tail -n 25 ;;
-    *) echo "run_qwen35.sh: $what: not a part (peer, slices, long)" >&2; exit 2 ;;
+    busy) busy_at_break_even moe-qwen3.5-27b-4l 240 6 ;;
+    *) echo "run_qwen35.sh: $what: not a part (peer, slices, long, busy)" >&2; exit 2 ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done
