@@ -14,7 +14,11 @@
 #   busy    moe-glm47flash-6l at the batch where its plan on this machine (125 GiB host) puts the
 #           GPU 95% busy, rounded up to whole micro-batches (bench/lib.sh busy_at_break_even: 9
 #           of 16,384 tokens, a step of 2.82 s planned): the GPU's busy share against the plan
-#   usage: OUT=... bench/run_deepseek.sh [peer] [slices] [busy]
+#   tier    GLM-4.7-Flash with every byte of state on disk: its first 6 layers, the most whose
+#           state fits the disk (bench/configs/tier-glm47flash-6l.cfg: 52.06 GiB of it; the whole
+#           model's is 440.2 GiB), 3 steps through bench/run_tier.sh (dd, the plans, the steps,
+#           the disk's peak use) without its rerun in host memory
+#   usage: OUT=... bench/run_deepseek.sh [peer] [slices] [busy] [tier]
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-build.sh
@@ -55,7 +59,10 @@ for what in "$@"; do
     slices)
         timeout -s TERM 300 bench/run_slices.sh build "$OUT" deepseek-v3 2>&1 | grep -vE "^ +L[0-9]" ;;
     busy) busy_at_break_even moe-glm47flash-6l ;;
-    *) echo "unknown part $what (peer, slices, busy)" ;;
+    tier)
+        MT_TIER_RAM=0 timeout -s TERM 300 bench/run_tier.sh build "$OUT" tier-glm47flash-6l 2>&1 |
+            grep -vE "^ +L[0-9]" ;;
+    *) echo "unknown part $what (peer, slices, busy, tier)" ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done

@@ -13,6 +13,7 @@ OUT=$2
 shift 2
 names=${*:-tier-10b tier-adam-1b}
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 dir=$here/../tier
 mkdir -p "$dir"
 df -h "$dir" | tail -n 1
@@ -21,16 +22,24 @@ dd if=/dev/zero of="$dir/dd.bin" bs=16M count=512 oflag=direct conv=fdatasync 2>
 dd if="$dir/dd.bin" of=/dev/null bs=16M iflag=direct 2>&1 | tail -n 1
 rm -f "$dir/dd.bin"
 np=${MT_BENCH_NP:-5}
+# The bytes in use on storage.dir's disk: the tier's files have no names (unlinked once open)
+disk_used_bytes() { df -B1 --output=used "$dir" | tail -n 1 | tr -d ' '; }
 for name in $names; do
     cfg=$here/configs/$name.cfg
     echo "== $name"
     echo "plan without the tier:"
-    "$BUILD/bin/mtrun" --plan -np "$np" "$cfg" storage.grads=false storage.adam=false 2>&1 |
+    "$BUILD/bin/mtrun" --plan -np "$np" "$cfg" storage.grads=false storage.adam=false \
+        storage.master=false 2>&1 |
         grep -E '^host total|host memory  |^mtrun:'
     echo "plan with it:"
     "$BUILD/bin/mtrun" --plan -np "$np" "$cfg" 2>&1 |
         grep -E '^host total|NVMe tier|a step at|storage.dir  |host memory  |  step  |^mtrun:'
+    disk_base=$(disk_used_bytes)
+    track_peak "$OUT/disk-peak-$name" disk_used_bytes &
+    sampler=$!
     MT_STORAGE_INFO=1 "$here/run_bench.sh" "$BUILD" "$OUT" "$name"
+    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    awk -v b="$disk_base" '{printf "disk peak (df used on storage.dir, less the %.1f GiB before): %.2f GiB\n", b / 2^30, ($1 - b) / 2^30}' "$OUT/disk-peak-$name"
     grep -E '^storage: ' "$OUT/bench-$name.log"
     ls -A "$dir" | head
     grep -qE '(^|[{; ])master *= *true' "$cfg" || continue
