@@ -197,17 +197,21 @@ typedef struct {
     float *dq, *dk, *dv, *dg, *dbeta;
 } gdn_run;
 
-// A path through the delta rule: the tensor-core kernels, or the CUDA-core reference.
+// A path through the delta rule: the tensor-core kernels at bf16 operands (the default) or in
+// the exact mode (cuda_gated_delta_exact), or the CUDA-core reference.
 typedef struct {
     const char *name;
     void (*forward)(const gdn_args *, int, const cuda_gdn_tensors *, void *, cudaStream_t);
     void (*backward)(const gdn_args *, int, const cuda_gdn_tensors *, void *, cudaStream_t);
+    int exact;
 } gdn_path;
-static const gdn_path TC = {"gdn", cuda_gated_delta_forward, cuda_gated_delta_backward};
-static const gdn_path REF = {"gdn ref", cuda_gated_delta_forward_ref,
-                             cuda_gated_delta_backward_ref};
+static const gdn_path TC = {"gdn", cuda_gated_delta_forward, cuda_gated_delta_backward, 0};
+static const gdn_path TC_EXACT = {"gdn exact", cuda_gated_delta_forward, cuda_gated_delta_backward,
+                                  1};
+static const gdn_path REF = {"gdn ref", cuda_gated_delta_forward_ref, cuda_gated_delta_backward_ref,
+                             0};
 
-// Scratch bytes that serve both paths.
+// Scratch bytes that serve both paths in the current mode (the exact one's are the larger).
 static size_t gdn_scratch_bytes(const gdn_args *a, int max_chunks) {
     size_t tc = cuda_gated_delta_scratch_bytes(a, max_chunks, 1);
     size_t ref = cuda_gated_delta_scratch_bytes_ref(a, max_chunks, 1);
@@ -221,6 +225,7 @@ static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, con
                  dev_poisoned(sizeof(float) * c->ng),  dev_poisoned(sizeof(float) * c->ng)};
     gdn_args a = c->a;
     a.doc_start = c->ds_dev;
+    cuda_gated_delta_exact(p->exact);
     void *scratch = dev_poisoned(gdn_scratch_bytes(&a, c->max_chunks));
     cuda_gdn_tensors t = *in;
     t.out = r.out, t.dq = r.dq, t.dk = r.dk, t.dv = r.dv, t.dg = r.dg, t.dbeta = r.dbeta;
@@ -241,9 +246,10 @@ static gdn_outputs gdn_outputs_of(const gdn_case *c, const gdn_run *r) {
                          from_dev(r->dg, c->ng),       from_dev(r->dbeta, c->ng)};
 }
 
-// A device run against expected outputs: out at bf16's precision, the gradients at fp32's.
+// A device run against expected outputs: out at bf16's precision, the gradients at grad_tol
+// (fp32's where every product keeps it, bf16's where its operands are rounded to bf16).
 static void check_outputs(const char *path, const char *shape, const gdn_case *c, const gdn_run *r,
-                          const gdn_outputs *want) {
+                          const gdn_outputs *want, double grad_tol) {
     gdn_outputs got = gdn_outputs_of(c, r);
     const struct {
         const char *what;
@@ -251,16 +257,26 @@ static void check_outputs(const char *path, const char *shape, const gdn_case *c
         long n;
         double tol;
     } rows[] = {{"out", got.out, want->out, c->nv, TOL_BF16},
-                {"dq", got.dq, want->dq, c->nqk, TOL_F32},
-                {"dk", got.dk, want->dk, c->nqk, TOL_F32},
-                {"dv", got.dv, want->dv, c->nv, TOL_F32},
-                {"dg", got.dg, want->dg, c->ng, TOL_F32},
-                {"dbeta", got.dbeta, want->dbeta, c->ng, TOL_F32}};
+                {"dq", got.dq, want->dq, c->nqk, grad_tol},
+                {"dk", got.dk, want->dk, c->nqk, grad_tol},
+                {"dv", got.dv, want->dv, c->nv, grad_tol},
+                {"dg", got.dg, want->dg, c->ng, grad_tol},
+                {"dbeta", got.dbeta, want->dbeta, c->ng, grad_tol}};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         char what[48];
         snprintf(what, sizeof what, "%s %s", path, rows[i].what);
         check_close(what, shape, rows[i].got, rows[i].want, rows[i].n, rows[i].tol);
     }
+}
+
+// Whether two runs gave the same bits.
+static int same_run(const gdn_case *c, const gdn_run *x, const gdn_run *y) {
+    return same_bits(x->out, y->out, sizeof(bf16) * c->nv) &&
+           same_bits(x->dq, y->dq, sizeof(float) * c->nqk) &&
+           same_bits(x->dk, y->dk, sizeof(float) * c->nqk) &&
+           same_bits(x->dv, y->dv, sizeof(float) * c->nv) &&
+           same_bits(x->dg, y->dg, sizeof(float) * c->ng) &&
+           same_bits(x->dbeta, y->dbeta, sizeof(float) * c->ng);
 }
 
 static void check_gated_delta(const gdn_shape *s) {
@@ -277,20 +293,21 @@ static void check_gated_delta(const gdn_shape *s) {
                            .dout = to_dev(c.dout, c.nv)};
     gdn_run ref = gdn_device_run(&c, &in, &REF);
     gdn_outputs want = {c.out, c.dq, c.dk, c.dv, c.dg, c.dbeta}, old = gdn_outputs_of(&c, &ref);
-    check_outputs("gdn ref", name, &c, &ref, &want);
-    gdn_run r[2] = {gdn_device_run(&c, &in, &TC), gdn_device_run(&c, &in, &TC)};
-    check_outputs("gdn", name, &c, &r[0], &want);
-    check_outputs("gdn vs ref", name, &c, &r[0], &old); // the tensor cores against the old path
+    check_outputs("gdn ref", name, &c, &ref, &want, TOL_F32);
+    // the exact mode: fp32's precision, against the CPU and the CUDA-core path
+    gdn_run r[2] = {gdn_device_run(&c, &in, &TC_EXACT), gdn_device_run(&c, &in, &TC_EXACT)};
+    check_outputs("gdn exact", name, &c, &r[0], &want, TOL_F32);
+    check_outputs("gdn exact vs ref", name, &c, &r[0], &old, TOL_F32);
     cuda_gated_delta_ref_grads(1); // the tensor-core state passes with the CUDA-core gradients
-    gdn_run mixed = gdn_device_run(&c, &in, &TC);
+    gdn_run mixed = gdn_device_run(&c, &in, &TC_EXACT);
     cuda_gated_delta_ref_grads(0);
-    check_outputs("gdn passes", name, &c, &mixed, &want);
-    int same = same_bits(r[0].out, r[1].out, sizeof(bf16) * c.nv) &&
-               same_bits(r[0].dq, r[1].dq, sizeof(float) * c.nqk) &&
-               same_bits(r[0].dk, r[1].dk, sizeof(float) * c.nqk) &&
-               same_bits(r[0].dv, r[1].dv, sizeof(float) * c.nv) &&
-               same_bits(r[0].dg, r[1].dg, sizeof(float) * c.ng) &&
-               same_bits(r[0].dbeta, r[1].dbeta, sizeof(float) * c.ng);
+    check_outputs("gdn passes", name, &c, &mixed, &want, TOL_F32);
+    int same = same_run(&c, &r[0], &r[1]);
+    report(same, "gdn exact rerun", name, same ? 0.0 : 1.0);
+    // the default: bf16 operands, within bf16's precision of the same reference
+    gdn_run d[2] = {gdn_device_run(&c, &in, &TC), gdn_device_run(&c, &in, &TC)};
+    check_outputs("gdn", name, &c, &d[0], &want, TOL_BF16);
+    same = same_run(&c, &d[0], &d[1]);
     report(same, "gdn rerun", name, same ? 0.0 : 1.0);
     release_all();
 }
@@ -508,11 +525,13 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
                           .dv = dmalloc(sizeof(float) * nv),
                           .dg = dmalloc(sizeof(float) * ng),
                           .dbeta = dmalloc(sizeof(float) * ng)};
+    cuda_gated_delta_exact(1); // the larger scratch serves every path
     size_t bytes = gdn_scratch_bytes(&a, chunks);
     void *scratch = dmalloc(bytes);
-    const gdn_path *paths[] = {&TC, &REF};
-    for (int p = 0; p < 2; p++) {
+    const gdn_path *paths[] = {&TC, &TC_EXACT, &REF};
+    for (int p = 0; p < 3; p++) {
         float f, b;
+        cuda_gated_delta_exact(paths[p]->exact);
         bench_path(paths[p], &a, chunks, &t, scratch, &f, &b);
         printf("%-7s T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
                "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",

@@ -8,18 +8,18 @@
 //   O = scale (diag(exp(gamma)) Q S0 + P V'),  P_ij = D_ij q_i.k_j (j <= i).
 // Only V' and S_end need the chunk before; they are two [L, dk] x [dk, dv]-sized products a
 // chunk. Every product runs on bf16 tensor cores (wmma) with fp32 accumulation; fp32 operands
-// enter split in two bf16 halves (gated_delta_tc.cuh), so the results keep fp32's precision.
-// The triangular solve, the gates' exponentials and the state stay fp32.
+// enter rounded to bf16, or split in two bf16 halves in the exact mode (gated_delta_tc.cuh). The
+// triangular solve, the gates' exponentials and the state stay fp32.
 //
 // The forward works a segment of TC_SEG chunks at a time (its scratch holds one segment's W, U,
 // V' and entering states). Kernels, in call order:
 // - chunk_list_kernel (gated_delta.cu): each row's chunk starts.
 // - prep_kernel, grid (chunks of the segment, H, B): KK^T, A, T, W and U (and for the backward
 //   P, T and M) of one (chunk, value head).
-// - pass_kernel, grid (dv / 32 column blocks, H, B): the segment's chunks in order, the state's
-//   [dk, 32] columns in shared memory: V' = U - W S, S = decay S + K^T diag(w) V'; keeps each
-//   chunk's entering state and V'; carries the state to the next segment. The next chunk's
-//   inputs load into registers while a chunk computes.
+// - pass_kernel, grid (dv / bv column blocks, H, B; bv = pass_cols, 16 or 32): the segment's
+//   chunks in order, the state's [dk, bv] columns in shared memory: V' = U - W S, S = decay S + K^T
+//   diag(w) V'; keeps each chunk's entering state and V'; carries the state to the next segment.
+//   The next chunk's inputs load into registers while a chunk computes.
 // - out_kernel, grid (chunks of the segment, H, B): O of one (chunk, value head).
 // The backward (gated_delta_tc_bwd.cu) reuses prep and pass. No atomics: every output element
 // has one owner thread, so a rerun gives the same bits.
@@ -65,14 +65,17 @@ __device__ bool chunk_at(const int32_t *starts, const int32_t *counts, int max_c
 
 // ---- prep: the chunk's state-independent factors -------------------------------------------
 
+// M and X for the solve; the products' tiles pass through each warp's tile (tmp) on their way
+// to global memory, which keeps the block small enough for two a multiprocessor.
 struct PrepSmem {
     bf *K, *V, *Q;
     Gates g;
-    float *M, *X, *Pf, *stage; // [L, L] x 3; [L, ldf32(dk)]
-    Split T;                   // T with its columns scaled, [L, L]
+    float *M, *X, *tmp; // [L, L] x 2; TC_WARPS 16 x 16 tiles
+    Split T;            // T with its columns scaled, [L, L]
 };
 
-__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, size_t *bytes) {
+__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool exact,
+                                       size_t *bytes) {
     Carve cv = {base, 0};
     PrepSmem s;
     s.K = cv.take<bf>(L * ldb16(dk));
@@ -81,9 +84,8 @@ __host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, size
     s.g = take_gates(cv);
     s.M = cv.take<float>(L * L);
     s.X = cv.take<float>(L * L);
-    s.Pf = cv.take<float>(L * L);
-    s.stage = cv.take<float>(L * ldf32(dk));
-    s.T = take_split(cv, L, L);
+    s.tmp = take_warp_tiles(cv);
+    s.T = take_split(cv, L, L, exact);
     *bytes = cv.off;
     return s;
 }
@@ -96,34 +98,56 @@ __device__ void scaled_t(const PrepSmem &s, const float *eg) {
     }
 }
 
-// KK^T into M and (with_p) QK^T into Pf, then A's M = D KK^T (strict lower), P = D QK^T
-// (lower, split into the factors) and X = I.
+// P = D QK^T (lower, with the diagonal) of the 16 x 16 tile at (m0, n0), from Q, K and the
+// gates in shared memory, into the split matrix (hi, lo) at p (row stride L) or, with p NULL,
+// into the shared split P.
+__device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
+                       int m0, int n0, int dk, bf *phi, bf *plo, const Split *P) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+    mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, n0, dk);
+    tile_stage(tmp, acc);
+    for (int e = threadIdx.x % 32; e < 256; e += 32) {
+        int i = m0 + e / 16, j = n0 + e % 16;
+        float x = i < Lc && j <= i ? expf(gam[i] - gam[j]) * tmp[e / 16 * TMP_LD + e % 16] : 0.0f;
+        if (P)
+            split_store(*P, i, j, x);
+        else
+            split_put(phi, plo, (long)i * L + j, x);
+    }
+}
+
+// The warp's accumulator tile at (m0, n0) of a [., width] matrix into global memory, split
+// (hi, lo) at row stride width.
+__device__ void tile_to_global(float *tmp, const FragC &acc, bf *hi, bf *lo, int width, int m0,
+                               int n0) {
+    tile_stage(tmp, acc);
+    for (int e = threadIdx.x % 32; e < 256; e += 32)
+        split_put(hi, lo, (long)(m0 + e / 16) * width + n0 + e % 16, tmp[e / 16 * TMP_LD + e % 16]);
+}
+
+// KK^T into M and (with_p) P = D QK^T (lower, split into the factors), then A's M = D KK^T
+// (strict lower) and X = I.
 __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc, int dk,
                           bool with_p) {
     int ld = ldb16(dk);
+    float *tmp = warp_tile(s.tmp);
     for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS) {
         int m0 = id / 4 * 16, n0 = id % 4 * 16;
         FragC acc;
         wmma::fill_fragment(acc, 0.0f);
         mma_tile<row_major, col_major>(acc, s.K, ld, s.K, ld, m0, n0, dk);
         wmma::store_matrix_sync(s.M + m0 * L + n0, acc, L, wmma::mem_row_major);
-        if (!with_p) continue;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_tile<row_major, col_major>(acc, s.Q, ld, s.K, ld, m0, n0, dk);
-        wmma::store_matrix_sync(s.Pf + m0 * L + n0, acc, L, wmma::mem_row_major);
+        if (with_p)
+            p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, m0, n0, dk, f.phi + idx * L * L,
+                   f.plo ? f.plo + idx * L * L : NULL, NULL);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
         int i = e / L, j = e % L;
-        float D = i < Lc && j <= i ? expf(s.g.gam[i] - s.g.gam[j]) : 0.0f;
-        s.M[e] = j < i ? D * s.M[e] : 0.0f;
+        float D = i < Lc && j < i ? expf(s.g.gam[i] - s.g.gam[j]) : 0.0f;
+        s.M[e] = D * s.M[e];
         s.X[e] = i == j ? 1.0f : 0.0f;
-        if (with_p) {
-            float p = D * s.Pf[e];
-            bf hi = __float2bfloat16(p);
-            f.phi[idx * L * L + e] = hi;
-            f.plo[idx * L * L + e] = __float2bfloat16(p - __bfloat162float(hi));
-        }
     }
     __syncthreads();
 }
@@ -138,7 +162,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK), warp = threadIdx.x / 32;
     bool with_p = f.phi != NULL;
     size_t bytes;
-    PrepSmem s = prep_smem(smem, dk, dv, &bytes);
+    PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     if (with_p) load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
@@ -149,30 +173,22 @@ __global__ void __launch_bounds__(TC_THREADS)
     solve_lower(s.X, L, L, s.M, s.g.beta, Lc);                        // X = T; ends with a barrier
     for (int e = threadIdx.x; with_p && e < L * L; e += blockDim.x) { // the backward's M and T
         f.m[idx * L * L + e] = s.M[e];
-        bf hi = __float2bfloat16(s.X[e]);
-        f.thi[idx * L * L + e] = hi;
-        f.tlo[idx * L * L + e] = __float2bfloat16(s.X[e] - __bfloat162float(hi));
+        split_put(f.thi, f.tlo, idx * L * L + e, s.X[e]);
     }
-    // W = (T diag(beta exp(gamma))) K, through the stage to split it.
+    // W = (T diag(beta exp(gamma))) K, split on its way out.
     scaled_t(s, s.g.eg);
     __syncthreads();
-    int lds = ldf32(dk);
+    float *tmp = warp_tile(s.tmp);
     for (int id = warp; id < 4 * (dk / 16); id += TC_WARPS) {
         int m0 = id % 4 * 16, n0 = id / 4 * 16;
         FragC acc;
         wmma::fill_fragment(acc, 0.0f);
         mma_split<row_major, row_major>(acc, s.T.hi, s.T.lo, s.T.ld, s.K, NULL, ldb16(dk), m0, n0,
                                         L);
-        wmma::store_matrix_sync(s.stage + m0 * lds + n0, acc, lds, wmma::mem_row_major);
+        tile_to_global(tmp, acc, f.whi + idx * L * dk, f.wlo ? f.wlo + idx * L * dk : NULL, dk, m0,
+                       n0);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
-        int i = e / dk, m = e % dk;
-        float x = s.stage[i * lds + m];
-        bf hi = __float2bfloat16(x);
-        f.whi[idx * L * dk + e] = hi;
-        f.wlo[idx * L * dk + e] = __float2bfloat16(x - __bfloat162float(hi));
-    }
     // U = (T diag(beta)) V, straight to global memory.
     scaled_t(s, NULL);
     __syncthreads();
@@ -195,14 +211,15 @@ struct PassSmem {
     Gates g;
 };
 
-__host__ __device__ PassSmem pass_smem(unsigned char *base, int dk, int bv, size_t *bytes) {
+__host__ __device__ PassSmem pass_smem(unsigned char *base, int dk, int bv, bool exact,
+                                       size_t *bytes) {
     Carve cv = {base, 0};
     PassSmem s;
     s.S = cv.take<float>(dk * ldf32(bv));
     s.Vp = cv.take<float>(L * ldf32(bv));
-    s.Ss = take_split(cv, dk, bv);
-    s.W = take_split(cv, L, dk);
-    s.X = take_split(cv, L, bv);
+    s.Ss = take_split(cv, dk, bv, exact);
+    s.W = take_split(cv, L, dk, exact);
+    s.X = take_split(cv, L, bv, exact);
     s.K = cv.take<bf>(L * ldb16(dk));
     s.g = take_gates(cv);
     *bytes = cv.off;
@@ -225,7 +242,7 @@ __device__ void slice_out(float *dst, const float *S, int dk, int dv, int n0, in
 // A chunk's pass inputs in registers, fetched while the chunk before it computes, so that their
 // latency is off the pass's critical path: W (hi, lo) and K rows as 16-byte vectors, U's
 // columns as float4 (element e = threadIdx.x + r TC_THREADS of each), warp 0's raw gates, and
-// whether the chunk starts a document.
+// whether the chunk starts a document. W's lo rows in the exact mode only.
 const int PF_W = 4; // L dk / 8 / TC_THREADS, dk <= 128
 const int PF_U = 2; // L bv / 4 / TC_THREADS, bv <= 32
 struct PassFetch {
@@ -240,7 +257,7 @@ __device__ PassFetch pass_fetch(const gdn_args &a, const Tensors &t, const Facto
     PassFetch p;
     int dk = a.dk, dv = a.dv, vecs = dk / 8, uvecs = bv / 4;
     const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
-    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo + idx * L * dk;
+    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo ? f.wlo + idx * L * dk : NULL;
     long ks = (long)a.HK * dk;
     uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -248,7 +265,7 @@ __device__ PassFetch pass_fetch(const gdn_args &a, const Tensors &t, const Facto
         int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
         bool in = e < L * vecs;
         p.whi[r] = in ? *reinterpret_cast<const uint4 *>(whi + i * dk + m) : zero;
-        p.wlo[r] = in ? *reinterpret_cast<const uint4 *>(wlo + i * dk + m) : zero;
+        p.wlo[r] = in && wlo ? *reinterpret_cast<const uint4 *>(wlo + i * dk + m) : zero;
         p.k[r] = in && i < Lc ? *reinterpret_cast<const uint4 *>(k + i * ks + m) : zero;
     }
     const float *u = f.u + idx * L * dv + n0;
@@ -274,7 +291,7 @@ __device__ void pass_commit(const PassSmem &s, const PassFetch &p, int dk, int d
         int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
         if (e >= L * vecs) continue;
         *reinterpret_cast<uint4 *>(s.W.hi + i * ld + m) = p.whi[r];
-        *reinterpret_cast<uint4 *>(s.W.lo + i * ld + m) = p.wlo[r];
+        if (s.W.lo) *reinterpret_cast<uint4 *>(s.W.lo + i * ld + m) = p.wlo[r];
         *reinterpret_cast<uint4 *>(s.K + i * ld + m) = p.k[r];
     }
 #pragma unroll
@@ -327,7 +344,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     int c1 = min(span.end, counts[b]), ldv = ldf32(bv);
     if (span.begin >= c1) return; // the row has no chunk in the span
     size_t bytes;
-    PassSmem s = pass_smem(smem, dk, bv, &bytes);
+    PassSmem s = pass_smem(smem, dk, bv, f.wlo != NULL, &bytes);
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     slice_in(s.S, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dk, dv, n0, bv);
     PassFetch next = pass_fetch(a, t, f, factor_index(a, b, h, 0), b, h, row[span.begin],
@@ -364,42 +381,48 @@ __global__ void __launch_bounds__(TC_THREADS)
 struct OutSmem {
     bf *Q, *K;
     Split S, V, P; // S0 [dk, dv], V' [L, dv], P [L, L]
-    float *Pf, *O; // [L, L], [L, ldf32(dv)]
+    float *tmp;    // TC_WARPS 16 x 16 tiles
     Gates g;
 };
 
-__host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, size_t *bytes) {
+__host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, bool exact,
+                                     size_t *bytes) {
     Carve cv = {base, 0};
     OutSmem s;
     s.Q = cv.take<bf>(L * ldb16(dk));
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.S = take_split(cv, dk, dv);
-    s.V = take_split(cv, L, dv);
-    s.P = take_split(cv, L, L);
-    s.Pf = cv.take<float>(L * L);
-    s.O = cv.take<float>(L * ldf32(dv));
+    s.S = take_split(cv, dk, dv, exact);
+    s.V = take_split(cv, L, dv, exact);
+    s.P = take_split(cv, L, L, exact);
+    s.tmp = take_warp_tiles(cv);
     s.g = take_gates(cv);
     *bytes = cv.off;
     return s;
 }
 
-// O's tiles: diag(exp(gamma)) Q S0 through the stage (its rows scaled), then + P V', times scale.
-__device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale) {
-    int ldo = ldf32(dv);
+// O's tiles: diag(exp(gamma)) Q S0 through the warp's tile (its rows scaled), then + P V',
+// times scale, to out's rows below Lc (row stride ostride) in bf16.
+__device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out, long ostride,
+                          int Lc) {
+    float *tmp = warp_tile(s.tmp);
     for (int id = threadIdx.x / 32; id < 4 * (dv / 16); id += TC_WARPS) {
         int m0 = id % 4 * 16, n0 = id / 4 * 16;
-        float *o = s.O + m0 * ldo + n0;
         FragC acc;
         wmma::fill_fragment(acc, 0.0f);
         mma_split<row_major, row_major>(acc, s.Q, NULL, ldb16(dk), s.S.hi, s.S.lo, s.S.ld, m0, n0,
                                         dk);
-        wmma::store_matrix_sync(o, acc, ldo, wmma::mem_row_major);
-        scale_tile_rows(o, ldo, s.g.eg + m0);
-        wmma::load_matrix_sync(acc, o, ldo, wmma::mem_row_major);
+        tile_stage(tmp, acc);
+        scale_tile_rows(tmp, TMP_LD, s.g.eg + m0);
+        wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
         mma_split<row_major, row_major>(acc, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld, m0, n0,
                                         L);
-        for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= scale;
-        wmma::store_matrix_sync(o, acc, ldo, wmma::mem_row_major);
+        tile_stage(tmp, acc);
+        for (int e = threadIdx.x % 32; e < 256; e += 32) {
+            int i = m0 + e / 16;
+            if (i < Lc)
+                out[i * ostride + n0 + e % 16] =
+                    __float2bfloat16(scale * tmp[e / 16 * TMP_LD + e % 16]);
+        }
     }
 }
 
@@ -413,7 +436,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK), ld = ldb16(dk);
     size_t bytes;
-    OutSmem s = out_smem(smem, dk, dv, &bytes);
+    OutSmem s = out_smem(smem, dk, dv, f.wlo != NULL, &bytes);
+    float *tmp = warp_tile(s.tmp);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
@@ -421,35 +445,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_split_rows(s.V, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     gates_of(s.g, a, t, b, t0, h, Lc);
     __syncthreads();
-    for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS) {
-        int m0 = id / 4 * 16, n0 = id % 4 * 16;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_tile<row_major, col_major>(acc, s.Q, ld, s.K, ld, m0, n0, dk);
-        wmma::store_matrix_sync(s.Pf + m0 * L + n0, acc, L, wmma::mem_row_major);
-    }
+    for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS)
+        p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, id / 4 * 16, id % 4 * 16, dk, NULL, NULL, &s.P);
     __syncthreads();
-    for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-        int i = e / L, j = e % L;
-        float D = i < Lc && j <= i ? expf(s.g.gam[i] - s.g.gam[j]) : 0.0f;
-        split_store(s.P, i, j, D * s.Pf[e]);
-    }
-    __syncthreads();
-    out_tiles(s, dk, dv, a.scale);
-    __syncthreads();
-    bf *out = t.out + gdn_v_off(&a, b, t0, h);
-    for (int e = threadIdx.x; e < Lc * dv; e += blockDim.x) {
-        int i = e / dv, n = e % dv;
-        out[(long)i * a.H * dv + n] = __float2bfloat16(s.O[i * ldf32(dv) + n]);
-    }
+    out_tiles(s, dk, dv, a.scale, t.out + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc);
 }
 
 // ---- host side -----------------------------------------------------------------------------
-
-// State columns a pass block owns: 32, or 16 where dv is an odd multiple of 16.
-int pass_cols(int dv) {
-    return dv % 32 == 0 ? 32 : 16;
-}
 
 template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -458,7 +460,7 @@ template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
 void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                 int max_chunks, Span span, const Factors &f, StateBuf states, cudaStream_t stream) {
     size_t bytes;
-    out_smem(NULL, a->dk, a->dv, &bytes);
+    out_smem(NULL, a->dk, a->dv, tc_exact(), &bytes);
     allow_smem(out_kernel, bytes);
     phase_begin(GDN_PHASE_OUT, stream);
     out_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
@@ -466,6 +468,9 @@ void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, cons
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }
+
+// cuda_gated_delta_exact: the hi/lo split of every fp32 operand.
+bool exact_mode;
 
 // The phases' events while profiling: a begin and an end event a launch.
 const int MAX_MARKS = 4096;
@@ -478,10 +483,28 @@ struct Profile {
 
 } // namespace
 
+// State columns a pass block owns: 32, or 16 where dv is an odd multiple of 16 or where blocks
+// of 32 would not give every multiprocessor two blocks (a long row of few heads: the pass is a
+// chain of dependent steps, and a second block on a multiprocessor hides the first's latency).
+int gdn::pass_cols(const gdn_args *a) {
+    static int sms;
+    if (!sms) CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    bool few = (long)(a->dv / 32) * a->H * a->B < 2L * sms;
+    return a->dv % 32 == 0 && !few ? 32 : 16;
+}
+
+bool gdn::tc_exact() {
+    return exact_mode;
+}
+
+extern "C" void cuda_gated_delta_exact(int on) {
+    exact_mode = on != 0;
+}
+
 void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, cudaStream_t stream) {
     size_t bytes;
-    prep_smem(NULL, a->dk, a->dv, &bytes);
+    prep_smem(NULL, a->dk, a->dv, tc_exact(), &bytes);
     allow_smem(prep_kernel, bytes);
     phase_begin(GDN_PHASE_PREP, stream);
     prep_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
@@ -493,9 +516,9 @@ void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, co
 void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
                   StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
-    int bv = pass_cols(a->dv);
+    int bv = pass_cols(a);
     size_t bytes;
-    pass_smem(NULL, a->dk, bv, &bytes);
+    pass_smem(NULL, a->dk, bv, tc_exact(), &bytes);
     allow_smem(pass_kernel, bytes);
     phase_begin(GDN_PHASE_PASS, stream);
     pass_kernel<<<dim3(a->dv / bv, a->H, a->B), TC_THREADS, bytes, stream>>>(
@@ -542,7 +565,7 @@ extern "C" void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]) {
 // The forward's scratch after the chunk lists: one segment's factors, its chunks' entering
 // states, and the state carried between segments.
 static size_t forward_bytes(const gdn_args *a, Factors *f, unsigned char *p) {
-    size_t n = factors_carve(f, p, *a, false);
+    size_t n = factors_carve(f, p, *a, false, tc_exact());
     return n + sizeof(float) * (size_t)a->B * a->H * (TC_SEG + 1) * a->dk * a->dv;
 }
 
@@ -569,7 +592,7 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     build_lists(a, max_chunks, scratch, &starts, &counts, stream);
     unsigned char *p = static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks);
     Factors f;
-    size_t fbytes = factors_carve(&f, p, *a, false);
+    size_t fbytes = factors_carve(&f, p, *a, false, tc_exact());
     float *states = reinterpret_cast<float *>(p + fbytes);
     const StateBuf keep = {states, TC_SEG, 1};
     const StateBuf carry = {states + (size_t)a->B * a->H * TC_SEG * a->dk * a->dv, 1, 1};

@@ -1,11 +1,15 @@
 // The tensor-core pieces of the chunked gated delta rule (gated_delta_tc.cu's header has the
 // math): shared-memory carving, bf16 wmma tiles (16 x 16 x 16, fp32 accumulation), and the
-// hi/lo split that keeps fp32 operands at fp32's precision on bf16 tensor cores.
+// optional hi/lo split that keeps fp32 operands at fp32's precision on bf16 tensor cores.
 //
-// A fp32 matrix X enters a product as two bf16 matrices, hi = bf16(X) and lo = bf16(X - hi), and
-// X Y = hi Y + lo Y (+ X hi_Y + ...): the dropped lo x lo term is 2^-16 relative, so the chunk
-// products keep the fp32 reference's accuracy at two or three bf16 products each. q, k and v
-// are bf16 already and enter once.
+// By default every fp32 operand (the state, V', T, P and their gradients) enters a product
+// rounded to bf16 once, with fp32 accumulation: the precision flash-linear-attention's kernels
+// run at, and what the layer's bf16 activations around the rule already allow. With the exact
+// mode on (cuda_gated_delta_exact, for tests against the fp32 reference) such an operand X
+// enters as two bf16 matrices, hi = bf16(X) and lo = bf16(X - hi), and X Y = hi Y + lo Y
+// (+ X hi_Y + ...): the dropped lo x lo term is 2^-16 relative, at two or three bf16 products
+// each. A Split's lo is NULL when the mode is off, and every product and store skips it. q, k
+// and v are bf16 already and enter once.
 #ifndef MT_GATED_DELTA_TC_CUH
 #define MT_GATED_DELTA_TC_CUH
 
@@ -46,24 +50,36 @@ struct Carve {
     }
 };
 
-// A fp32 matrix split for the tensor cores: hi and lo bf16 tiles with one row stride.
+// A fp32 matrix for the tensor cores: its bf16 rounding hi and (exact mode) the remainder lo,
+// NULL otherwise, with one row stride.
 struct Split {
     bf *hi, *lo;
     int ld;
 };
 
-inline __host__ __device__ Split take_split(Carve &cv, int rows, int width) {
+inline __host__ __device__ Split take_split(Carve &cv, int rows, int width, bool exact) {
     Split s;
     s.ld = ldb16(width);
     s.hi = cv.take<bf>((size_t)rows * s.ld);
-    s.lo = cv.take<bf>((size_t)rows * s.ld);
+    s.lo = exact ? cv.take<bf>((size_t)rows * s.ld) : NULL;
     return s;
 }
 
-inline __device__ void split_store(const Split &s, int r, int c, float x) {
+// x at hi[i] and its remainder at lo[i] (lo NULL: the rounding alone).
+inline __device__ void split_put(bf *hi, bf *lo, long i, float x) {
     bf h = __float2bfloat16(x);
-    s.hi[r * s.ld + c] = h;
-    s.lo[r * s.ld + c] = __float2bfloat16(x - __bfloat162float(h));
+    hi[i] = h;
+    if (lo) lo[i] = __float2bfloat16(x - __bfloat162float(h));
+}
+
+inline __device__ void split_store(const Split &s, int r, int c, float x) {
+    split_put(s.hi, s.lo, (long)r * s.ld + c, x);
+}
+
+// The value a split holds at (r, c).
+inline __device__ float split_value(const Split &s, int r, int c) {
+    int i = r * s.ld + c;
+    return __bfloat162float(s.hi[i]) + (s.lo ? __bfloat162float(s.lo[i]) : 0.0f);
 }
 
 // The address of the 16 x 16 tile at (row r0, col c0) of a matrix whose element (r, c) is at
@@ -104,6 +120,7 @@ inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int l
 // Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a
 // [L, ldb16(width)] tile, rows from `rows` to L zero. width a multiple of 8, 16-byte copies.
 inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
+    if (!dst) return; // a split's lo outside the exact mode
     int ld = ldb16(width), vecs = width / 8;
     for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
         int i = e / vecs, m = e % vecs * 8;
@@ -114,13 +131,30 @@ inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int r
 }
 
 // Rows [0, n) of a fp32 global matrix (columns [0, width), row stride `stride`), times
-// mul[i] (NULL: 1) and `scale`, split into s; rows from n to `pad_rows` zero.
+// mul[i] (NULL: 1) and `scale`, split into s; rows from n to `pad_rows` zero. width a multiple
+// of 4 and stride of 4 floats: float4 loads, a batch of them in flight before any is stored.
 inline __device__ void load_split_rows(const Split &s, const float *src, long stride, int n,
                                        int pad_rows, int width, const float *mul, float scale) {
-    for (int e = threadIdx.x; e < pad_rows * width; e += blockDim.x) {
-        int i = e / width, m = e % width;
-        float x = i < n ? src[i * stride + m] * scale * (mul ? mul[i] : 1.0f) : 0.0f;
-        split_store(s, i, m, x);
+    const int BATCH = 4;
+    int vecs = width / 4, total = pad_rows * vecs;
+    for (int e0 = threadIdx.x; e0 < total; e0 += BATCH * blockDim.x) {
+        float4 x[BATCH];
+#pragma unroll
+        for (int r = 0; r < BATCH; r++) {
+            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 4;
+            x[r] = e < total && i < n ? *reinterpret_cast<const float4 *>(src + i * stride + m)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int r = 0; r < BATCH; r++) {
+            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 4;
+            if (e >= total) continue;
+            float k = scale * (mul && i < n ? mul[i] : 1.0f);
+            split_store(s, i, m, x[r].x * k);
+            split_store(s, i, m + 1, x[r].y * k);
+            split_store(s, i, m + 2, x[r].z * k);
+            split_store(s, i, m + 3, x[r].w * k);
+        }
     }
 }
 
@@ -176,6 +210,25 @@ inline __device__ void load_gates_padded(float *gam, float *beta, float *eg, flo
     store_gates(fetch_gates(g, bt, stride, Lc), gam, beta, eg, w);
 }
 
+// A warp's own 16 x 16 fp32 tile in shared memory (a block carves TC_WARPS of them): where an
+// accumulator goes to be read element by element, since wmma's fragment layout is opaque.
+const int TMP_LD = 20;
+
+inline __host__ __device__ float *take_warp_tiles(Carve &cv) {
+    return cv.take<float>(TC_WARPS * 16 * TMP_LD);
+}
+
+inline __device__ float *warp_tile(float *tiles) {
+    return tiles + threadIdx.x / 32 * 16 * TMP_LD;
+}
+
+// acc into the warp's tile (tmp), readable by every lane when it returns.
+inline __device__ void tile_stage(float *tmp, const FragC &acc) {
+    __syncwarp();
+    wmma::store_matrix_sync(tmp, acc, TMP_LD, wmma::mem_row_major);
+    __syncwarp();
+}
+
 // Scales row r of the warp's 16 x 16 fp32 tile at p (row stride ld) by mul[r] (one warp).
 inline __device__ void scale_tile_rows(float *p, int ld, const float *mul) {
     int lane = threadIdx.x % 32;
@@ -184,8 +237,9 @@ inline __device__ void scale_tile_rows(float *p, int ld, const float *mul) {
     __syncwarp();
 }
 
-// One segment's chunk factors in global memory, per (b, h, chunk of the segment): W = T diag(beta
-// exp(gamma)) K split (hi, lo: [L, dk] bf16 each), U = T diag(beta) V ([L, dv] fp32), V' = U - W
+// One segment's chunk factors in global memory, per (b, h, chunk of the segment) (every "split"
+// one has its lo half in the exact mode only, NULL otherwise): W = T diag(beta exp(gamma)) K split
+// (hi, lo: [L, dk] bf16 each), U = T diag(beta) V ([L, dv] fp32), V' = U - W
 // S0 ([L, dv] fp32) and, for the backward (with_p), the rest: P and T split ([L, L] bf16 hi and
 // lo), M = D KK^T (strictly lower, [L, L] fp32), dV' and dR ([L, dv] fp32), the pair terms dPD
 // and dAB split ([L, L]), the rows' partial dgamma and dbeta ([L] fp32 each), and each value
@@ -201,16 +255,17 @@ inline __host__ __device__ long factor_index(const gdn_args &a, int b, int h, in
 
 // Bytes of one segment's factors; carves them from p (NULL: counts).
 inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, const gdn_args &a,
-                                                bool with_p) {
+                                                bool with_p, bool exact) {
     long n = (long)a.B * a.H * TC_SEG, nb = with_p ? n : 0;
     Carve cv = {p, 0};
     f->whi = cv.take<bf>(n * L * a.dk);
-    f->wlo = cv.take<bf>(n * L * a.dk);
+    f->wlo = exact ? cv.take<bf>(n * L * a.dk) : NULL;
     f->u = cv.take<float>(n * L * a.dv);
     f->vp = cv.take<float>(n * L * a.dv);
     bf **halves[] = {&f->phi,   &f->plo,   &f->thi,   &f->tlo,
                      &f->dpdhi, &f->dpdlo, &f->dabhi, &f->dablo};
-    for (int i = 0; i < 8; i++) *halves[i] = with_p ? cv.take<bf>(nb * L * L) : NULL;
+    for (int i = 0; i < 8; i++) // the lo halves at odd indices
+        *halves[i] = with_p && (exact || i % 2 == 0) ? cv.take<bf>(nb * L * L) : NULL;
     f->m = with_p ? cv.take<float>(nb * L * L) : NULL;
     f->dvp = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
     f->dr = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
@@ -220,6 +275,12 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
     f->dkh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
     return (cv.off + 255) / 256 * 256;
 }
+
+// The state columns of a pass block (tc_pass's and the backward's dpass): 16 or 32.
+int pass_cols(const gdn_args *a);
+
+// Whether the exact mode is on (cuda_gated_delta_exact; a kernel asks its factors: f.wlo).
+bool tc_exact();
 
 // gated_delta_tc.cu's launches, shared with the backward (gated_delta_tc_bwd.cu). Span: the
 // segment's chunks (at most TC_SEG). prep: W, U (and P with f.phi) of the span's chunks. pass:

@@ -11,9 +11,9 @@
 // - a sweep over the segments of 32 chunks, prep_kernel and pass_kernel (gated_delta_tc.cu),
 //   keeping the state entering each segment (the checkpoints);
 // - for each segment from the last: prep_kernel (W, U and P), pass_kernel from the segment's
-//   checkpoint (keeping each chunk's entering state), dpass_kernel (grid dv / 32 column blocks,
-//   H, B: the segment's chunks in reverse, keeping each chunk's leaving-state gradient, carrying
-//   dS to the segment before, and each chunk's dV'), and tc_grad's kernels
+//   checkpoint (keeping each chunk's entering state), dpass_kernel (grid dv / pass_cols
+//   column blocks, H, B: the segment's chunks in reverse, keeping each chunk's leaving-state
+//   gradient, carrying dS to the segment before, and each chunk's dV'), and tc_grad's kernels
 //   (gated_delta_tc_grad.cu: every gradient of a chunk from its factors, its entering state and
 //   its leaving state's gradient).
 // No atomics: a rerun gives the same bits.
@@ -35,17 +35,18 @@ struct DpassSmem {
     float *gam, *beta, *eg, *w;
 };
 
-__host__ __device__ DpassSmem dpass_smem(unsigned char *base, int dk, int bv, size_t *bytes) {
+__host__ __device__ DpassSmem dpass_smem(unsigned char *base, int dk, int bv, bool exact,
+                                         size_t *bytes) {
     Carve cv = {base, 0};
     DpassSmem s;
     s.dS = cv.take<float>(dk * ldf32(bv));
     s.DV = cv.take<float>(L * ldf32(bv));
-    s.dSs = take_split(cv, dk, bv);
-    s.W = take_split(cv, L, dk);
-    s.P = take_split(cv, L, L);
-    s.dO = take_split(cv, L, bv);
-    s.EO = take_split(cv, L, bv);
-    s.DVs = take_split(cv, L, bv);
+    s.dSs = take_split(cv, dk, bv, exact);
+    s.W = take_split(cv, L, dk, exact);
+    s.P = take_split(cv, L, L, exact);
+    s.dO = take_split(cv, L, bv, exact);
+    s.EO = take_split(cv, L, bv, exact);
+    s.DVs = take_split(cv, L, bv, exact);
     s.K = cv.take<bf>(L * ldb16(dk));
     s.Q = cv.take<bf>(L * ldb16(dk));
     float *g = cv.take<float>(4 * L);
@@ -60,9 +61,9 @@ __device__ void dpass_load(const DpassSmem &s, const gdn_args &a, const Tensors 
     int dk = a.dk, hk = h / (a.H / a.HK);
     long qks = (long)a.HK * dk, go = gdn_gate_off(&a, b, t0, h);
     load_bf16_rows(s.W.hi, f.whi + idx * L * dk, dk, L, dk);
-    load_bf16_rows(s.W.lo, f.wlo + idx * L * dk, dk, L, dk);
+    if (f.wlo) load_bf16_rows(s.W.lo, f.wlo + idx * L * dk, dk, L, dk);
     load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
-    load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
+    if (f.plo) load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     int c1 = min(span.end, counts[b]), lds = ldf32(bv), ldv = ldf32(bv);
     if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
     size_t bytes;
-    DpassSmem s = dpass_smem(smem, dk, bv, &bytes);
+    DpassSmem s = dpass_smem(smem, dk, bv, f.wlo != NULL, &bytes);
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float *carry_bh = carry + ((long)b * a.H + h) * dk * dv;
     for (int e = threadIdx.x; e < dk * bv; e += blockDim.x)
@@ -166,7 +167,7 @@ struct BwdScratch {
 };
 
 size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
-    size_t fbytes = factors_carve(&s->f, p, *a, true);
+    size_t fbytes = factors_carve(&s->f, p, *a, true, tc_exact());
     size_t one = (size_t)a->B * a->H * a->dk * a->dv;
     int nseg = segments_of(max_chunks);
     float *base = reinterpret_cast<float *>(p + fbytes);
@@ -184,9 +185,9 @@ Span span_of(int sg, int max_chunks) {
 
 void dpass_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const BwdScratch &s, cudaStream_t stream) {
-    int bv = a->dv % 32 == 0 ? 32 : 16;
+    int bv = pass_cols(a);
     size_t bytes;
-    dpass_smem(NULL, a->dk, bv, &bytes);
+    dpass_smem(NULL, a->dk, bv, tc_exact(), &bytes);
     CUDA_CHECK(cudaFuncSetAttribute(dpass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)bytes));
     phase_begin(GDN_PHASE_DPASS, stream);

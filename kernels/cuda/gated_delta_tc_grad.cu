@@ -34,12 +34,6 @@ __device__ bool chunk_of(const int32_t *starts, const int32_t *counts, int max_c
     return true;
 }
 
-__device__ void split_global(bf *hi, bf *lo, long i, float x) {
-    bf h = __float2bfloat16(x);
-    hi[i] = h;
-    lo[i] = __float2bfloat16(x - __bfloat162float(h));
-}
-
 // ---- pairs: dR, dv and the [L, L] terms --------------------------------------------------
 
 struct PairsSmem {
@@ -50,14 +44,14 @@ struct PairsSmem {
 
 const int STAGE_W = 128; // the stage's columns: dv, or dP and dA
 
-__host__ __device__ PairsSmem pairs_smem(unsigned char *base, int dv, size_t *bytes) {
+__host__ __device__ PairsSmem pairs_smem(unsigned char *base, int dv, bool exact, size_t *bytes) {
     Carve cv = {base, 0};
     PairsSmem s;
-    s.Vp = take_split(cv, L, dv);
-    s.G = take_split(cv, L, dv);
-    s.dO = take_split(cv, L, dv);
-    s.T = take_split(cv, L, L);
-    s.P = take_split(cv, L, L);
+    s.Vp = take_split(cv, L, dv, exact);
+    s.G = take_split(cv, L, dv, exact);
+    s.dO = take_split(cv, L, dv, exact);
+    s.T = take_split(cv, L, L, exact);
+    s.P = take_split(cv, L, L, exact);
     s.M = cv.take<float>(L * L);
     s.stage = cv.take<float>(L * ldf32(STAGE_W));
     float *g = cv.take<float>(5 * L);
@@ -91,11 +85,9 @@ __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int 
         float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
         float *dp = s.stage + i * lds + j, *da = dp + L;
         float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
-        float p =
-            __bfloat162float(s.P.hi[i * s.P.ld + j]) + __bfloat162float(s.P.lo[i * s.P.ld + j]);
-        float m = s.M[e];
-        split_global(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
-        split_global(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
+        float p = split_value(s.P, i, j), m = s.M[e];
+        split_put(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
+        split_put(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
         *dp = dpv * p + dav * s.beta[i] * m;
         *da = dav * m;
     }
@@ -110,15 +102,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dv = a.dv, lds = ldf32(STAGE_W), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t bytes;
-    PairsSmem s = pairs_smem(smem, dv, &bytes);
+    PairsSmem s = pairs_smem(smem, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), vs = (long)a.H * dv, go = gdn_gate_off(&a, b, t0, h);
     load_split_rows(s.Vp, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.G, f.dvp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.dO, t.dout + gdn_v_off(&a, b, t0, h), vs, Lc, L, dv, NULL, a.scale);
     load_bf16_rows(s.T.hi, f.thi + idx * L * L, L, L, L);
-    load_bf16_rows(s.T.lo, f.tlo + idx * L * L, L, L, L);
+    if (f.tlo) load_bf16_rows(s.T.lo, f.tlo + idx * L * L, L, L, L);
     load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
-    load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
+    if (f.plo) load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) s.M[e] = f.m[idx * L * L + e];
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     __syncthreads();
@@ -176,19 +168,18 @@ struct RowsSmem {
     float *gam, *beta, *eg, *w, *z, *nbe, *dgam, *red;
 };
 
-const int TMP_LD = 20;
-
-__host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, size_t *bytes) {
+__host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool exact,
+                                       size_t *bytes) {
     Carve cv = {base, 0};
     RowsSmem s;
     s.Q = cv.take<bf>(L * ldb16(dk));
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.A = take_split(cv, L, dv);
-    s.B = take_split(cv, dk, dv);
-    s.DPD = take_split(cv, L, L);
-    s.DAB = take_split(cv, L, L);
+    s.A = take_split(cv, L, dv, exact);
+    s.B = take_split(cv, dk, dv, exact);
+    s.DPD = take_split(cv, L, L, exact);
+    s.DAB = take_split(cv, L, L, exact);
     s.stage = cv.take<float>(L * ldf32(dk));
-    s.tmp = cv.take<float>(TC_WARPS * 16 * TMP_LD);
+    s.tmp = take_warp_tiles(cv);
     s.pq = cv.take<float>(L * 8);
     s.py = cv.take<float>(L * 8);
     float *g = cv.take<float>(7 * L + TC_THREADS);
@@ -300,6 +291,7 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
 // <S0, dS_e> in a fixed order: strided partial sums, then thread 0 over them.
 __device__ float state_dot(const RowsSmem &s, const float *S0, const float *dSe, int n) {
     float part = 0.0f;
+#pragma unroll 8
     for (int e = threadIdx.x; e < n; e += blockDim.x) part += S0[e] * dSe[e];
     s.red[threadIdx.x] = part;
     __syncthreads();
@@ -317,15 +309,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK);
     size_t bytes;
-    RowsSmem s = rows_smem(smem, dk, dv, &bytes);
+    RowsSmem s = rows_smem(smem, dk, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk, go = gdn_gate_off(&a, b, t0, h);
     const float *S0 = state_at(states, a, b, h, slot), *dSe = state_at(dstates, a, b, h, slot);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.DPD.hi, f.dpdhi + idx * L * L, L, L, L);
-    load_bf16_rows(s.DPD.lo, f.dpdlo + idx * L * L, L, L, L);
+    if (f.dpdlo) load_bf16_rows(s.DPD.lo, f.dpdlo + idx * L * L, L, L, L);
     load_bf16_rows(s.DAB.hi, f.dabhi + idx * L * L, L, L, L);
-    load_bf16_rows(s.DAB.lo, f.dablo + idx * L * L, L, L, L);
+    if (f.dablo) load_bf16_rows(s.DAB.lo, f.dablo + idx * L * L, L, L, L);
     load_split_rows(s.A, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.B, dSe, dv, dk, dk, dv, NULL, 1.0f);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
@@ -376,8 +368,8 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   cudaStream_t stream) {
     dim3 grid(span.end - span.begin, a->H, a->B);
     size_t pb, rb;
-    pairs_smem(NULL, a->dv, &pb);
-    rows_smem(NULL, a->dk, a->dv, &rb);
+    pairs_smem(NULL, a->dv, tc_exact(), &pb);
+    rows_smem(NULL, a->dk, a->dv, tc_exact(), &rb);
     CUDA_CHECK(
         cudaFuncSetAttribute(pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
     CUDA_CHECK(

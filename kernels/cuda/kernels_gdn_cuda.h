@@ -63,6 +63,13 @@ void cuda_gated_delta_backward_ref(const gdn_args *a, int max_chunks, const cuda
 // (gated_delta_grad.cu) that the _ref path uses.
 void cuda_gated_delta_ref_grads(int on);
 
+// The tensor-core path's precision: off (the default), fp32 operands (the state, V', the chunk
+// factors and their gradients) enter the bf16 products rounded once, as flash-linear-attention's
+// kernels run; on, split in two bf16 halves, for fp32's precision at two to three times the
+// tensor-core work and twice the factors' bytes (test_gdn_cuda's checks against the fp32
+// reference). Set before sizing the scratch: the scratch bytes follow it.
+void cuda_gated_delta_exact(int on);
+
 // Per-kernel times of the tensor-core path, for test_gdn_cuda --bench: while on, each launch is
 // bracketed by events; cuda_gated_delta_profile_ms waits for them, adds them up by phase into
 // ms and forgets them.
