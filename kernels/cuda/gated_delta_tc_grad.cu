@@ -38,7 +38,7 @@ __device__ bool chunk_of(const int32_t *starts, const int32_t *counts, int max_c
 
 struct PairsSmem {
     Split Vp, G, dO, T, P; // V', dV' then dR, dO [L, dv]; T, P [L, L]
-    float *M, *stage;      // [L, L]; [L, ldf32(128)]: dR, then dP | dA side by side
+    float *stage;          // [L, ldf32(128)]: dR, then dP | dA side by side
     float *gam, *beta, *eg, *w, *vdr;
 };
 
@@ -52,7 +52,6 @@ __host__ __device__ PairsSmem pairs_smem(unsigned char *base, int dv, bool exact
     s.dO = take_split(cv, L, dv, exact);
     s.T = take_split(cv, L, L, exact);
     s.P = take_split(cv, L, L, exact);
-    s.M = cv.take<float>(L * L);
     s.stage = cv.take<float>(L * ldf32(STAGE_W));
     float *g = cv.take<float>(5 * L);
     s.gam = g, s.beta = g + L, s.eg = g + 2 * L, s.w = g + 3 * L, s.vdr = g + 4 * L;
@@ -76,7 +75,8 @@ __device__ void pairs_products(const PairsSmem &s, int dv) {
 }
 
 // From dP and dR V'^T in the stage: dPD and dAB (split, to f), and in place e_ij (columns
-// [0, L)) and dA_ij M_ij (columns [L, 2L)).
+// [0, L)) and dA_ij M_ij (columns [L, 2L)). M is read where the prep left it, element by
+// element: a copy in shared memory would cost the block its second place on a multiprocessor.
 __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int Lc) {
     int lds = ldf32(STAGE_W);
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
@@ -85,7 +85,7 @@ __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int 
         float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
         float *dp = s.stage + i * lds + j, *da = dp + L;
         float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
-        float p = split_value(s.P, i, j), m = s.M[e];
+        float p = split_value(s.P, i, j), m = f.m[idx * L * L + e];
         split_put(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
         split_put(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
         *dp = dpv * p + dav * s.beta[i] * m;
@@ -111,7 +111,6 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (f.tlo) load_bf16_rows(s.T.lo, f.tlo + idx * L * L, L, L, L);
     load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
     if (f.plo) load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
-    for (int e = threadIdx.x; e < L * L; e += blockDim.x) s.M[e] = f.m[idx * L * L + e];
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     __syncthreads();
     for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) { // dR = T^T dV'
