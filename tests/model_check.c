@@ -35,15 +35,16 @@ static int read_config(FILE *in, mt_config *c) {
     int32_t h[14];
     float f[3];
     if (fread(h, 4, 14, in) != 14 || fread(f, 4, 3, in) != 3 ||
-        fread(c->layer_types, 1, 256, in) != 256)
+        fread(c->model.layer_types, 1, 256, in) != 256)
         return -1;
-    c->dim = h[0], c->layers = h[1], c->heads = h[2], c->kv_heads = h[3], c->head_dim = h[4];
-    c->ffn_dim = h[5], c->vocab = h[6], c->micro_batch = h[7], c->seq_len = h[8];
-    c->linear_k_heads = h[9], c->linear_v_heads = h[10], c->linear_k_dim = h[11];
-    c->linear_v_dim = h[12], c->linear_conv = h[13], c->micro_batches = 1;
-    c->norm_eps = f[0], c->rope_theta = f[1], c->partial_rotary_factor = f[2];
-    c->tied_embeddings = 1, c->norm_zero_centered = 1, c->qk_norm = QK_HEAD;
-    c->attn_output_gate = 1;
+    c->model.dim = h[0], c->model.layers = h[1], c->model.heads = h[2], c->model.kv_heads = h[3],
+    c->model.head_dim = h[4];
+    c->model.ffn_dim = h[5], c->model.vocab = h[6], c->micro_batch = h[7], c->seq_len = h[8];
+    c->model.linear_k_heads = h[9], c->model.linear_v_heads = h[10], c->model.linear_k_dim = h[11];
+    c->model.linear_v_dim = h[12], c->model.linear_conv = h[13], c->micro_batches = 1;
+    c->model.norm_eps = f[0], c->model.rope_theta = f[1], c->model.partial_rotary_factor = f[2];
+    c->model.tied_embeddings = 1, c->model.norm_zero_centered = 1, c->model.qk_norm = QK_HEAD;
+    c->model.attn_output_gate = 1;
     model_describe_layers(c);
     return 0;
 }
@@ -51,7 +52,8 @@ static int read_config(FILE *in, mt_config *c) {
 // The loss over the n tokens, and with grads every group's gradient.
 static double run(const mt_config *c, float **params, float **grads, const int32_t *tokens,
                   const int32_t *targets) {
-    int n = c->micro_batch * c->seq_len, D = c->dim, L = c->layers, H = model_head_group(c);
+    int n = c->micro_batch * c->seq_len, D = c->model.dim, L = c->model.layers,
+        H = model_head_group(c);
     layer_scratch *s = layer_scratch_new(c, c->micro_batch, c->seq_len);
     float *acts = zeros((size_t)(L + 1) * n * D), *xf = zeros((size_t)n * D), *rstd = zeros(n);
     float *dres = zeros((size_t)n * D), *dxf = zeros((size_t)n * D), *tmp = zeros((size_t)n * D);
@@ -66,9 +68,9 @@ static double run(const mt_config *c, float **params, float **grads, const int32
     head_params_bind(&hg, c, grads[H]);
     const float *last = acts + (size_t)L * n * D;
     float off = mt_norm_offset(c);
-    rmsnorm_offset_forward(xf, rstd, last, hp.final_norm, off, n, D, (float)c->norm_eps);
-    double loss = classifier_forward(xf, params[0], targets, n, D, c->vocab);
-    classifier_backward(dxf, grads[0], xf, params[0], targets, n, D, c->vocab, 1.0f);
+    rmsnorm_offset_forward(xf, rstd, last, hp.final_norm, off, n, D, (float)c->model.norm_eps);
+    double loss = classifier_forward(xf, params[0], targets, n, D, c->model.vocab);
+    classifier_backward(dxf, grads[0], xf, params[0], targets, n, D, c->model.vocab, 1.0f);
     rmsnorm_offset_backward(dres, hg.final_norm, dxf, last, hp.final_norm, off, rstd, n, D);
     for (int l = L - 1; l >= 0; l--) {
         layer_params p, dp;

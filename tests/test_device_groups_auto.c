@@ -11,8 +11,9 @@
 static mt_config llama(int layers) {
     mt_config c;
     memset(&c, 0, sizeof c);
-    c.dim = 4096, c.layers = layers, c.heads = 32, c.kv_heads = 32, c.ffn_dim = 11008;
-    c.vocab = 32000, c.tied_embeddings = 0, c.device_groups = -1;
+    c.model.dim = 4096, c.model.layers = layers, c.model.heads = 32, c.model.kv_heads = 32,
+    c.model.ffn_dim = 11008;
+    c.model.vocab = 32000, c.model.tied_embeddings = 0, c.device_groups = -1;
     model_describe_layers(&c);
     return c;
 }

@@ -46,7 +46,7 @@ static float *zeros(size_t n) {
 static const float *cls_weights(model *m) {
     head_params hp;
     head_params_bind(&hp, &m->c, m->params[model_head_group(&m->c)]);
-    return m->c.tied_embeddings ? m->params[0] : hp.lm_head;
+    return m->c.model.tied_embeddings ? m->params[0] : hp.lm_head;
 }
 
 // Where MoE layer l records its routing, as backend_cpu.c's route_of says; NULL: dense.
@@ -54,7 +54,7 @@ static moe_route_io *route_of(model *m, int l, moe_route_io *io) {
     if (!mt_layer_is_moe(&m->c, l)) return NULL;
     int i = 0;
     for (int j = 0; j < l; j++) i += mt_layer_is_moe(&m->c, j);
-    size_t at = (size_t)i * m->c.experts;
+    size_t at = (size_t)i * m->c.model.experts;
     *io = (moe_route_io){m->counts + at, m->psum + at, m->aux_g};
     return io;
 }
@@ -62,7 +62,7 @@ static moe_route_io *route_of(model *m, int l, moe_route_io *io) {
 // Forward (and, with want_grads, backward) of the loss over B*T tokens.
 static double run(model *m, int want_grads) {
     const mt_config *c = &m->c;
-    int n = B * T, D = c->dim, L = c->layers, k = c->top_k;
+    int n = B * T, D = c->model.dim, L = c->model.layers, k = c->model.top_k;
     float *acts = zeros((size_t)(L + 1) * n * D), *xf = zeros(n * D), *rstd = zeros(n);
     float *dres = zeros(n * D), *dxf = zeros(n * D), *tmp = zeros(n * D);
     moe_route_io io;
@@ -80,17 +80,18 @@ static double run(model *m, int want_grads) {
     int H = model_head_group(c);
     head_params_bind(&hp, c, m->params[H]);
     float *x_last = acts + (size_t)L * n * D;
-    rmsnorm_forward(xf, rstd, x_last, hp.final_norm, n, D, (float)c->norm_eps);
-    double loss = m->ce_weight * classifier_forward(xf, cls_weights(m), m->tgt, n, D, c->vocab);
+    rmsnorm_forward(xf, rstd, x_last, hp.final_norm, n, D, (float)c->model.norm_eps);
+    double loss =
+        m->ce_weight * classifier_forward(xf, cls_weights(m), m->tgt, n, D, c->model.vocab);
     // As the backend: the MoE layers' statistics pooled, aux_g scaled by the loss's weight on
     // the aux loss (moe_aux_of's daux), and each router's backward adds it.
     if (mt_moe_layers(c))
         loss += m->aux_coef * moe_aux_loss(m->aux_g, m->counts, m->psum, mt_moe_layers(c), n,
-                                           c->experts, (float)m->aux_coef);
+                                           c->model.experts, (float)m->aux_coef);
     if (want_grads) {
         head_params_bind(&hg, c, m->grads[H]);
-        classifier_backward(dxf, c->tied_embeddings ? m->grads[0] : hg.lm_head, xf, cls_weights(m),
-                            m->tgt, n, D, c->vocab, (float)m->ce_weight);
+        classifier_backward(dxf, c->model.tied_embeddings ? m->grads[0] : hg.lm_head, xf,
+                            cls_weights(m), m->tgt, n, D, c->model.vocab, (float)m->ce_weight);
         rmsnorm_backward(dres, hg.final_norm, dxf, x_last, hp.final_norm, rstd, n, D);
         for (int l = L - 1; l >= 0; l--) {
             layer_params p, dp;
@@ -110,7 +111,7 @@ static double run(model *m, int want_grads) {
 
 // Whether the last run routed every token of every MoE layer as `base` records.
 static int same_routing(const model *m, const int32_t *base) {
-    size_t pairs = (size_t)m->c.layers * B * T * m->c.top_k;
+    size_t pairs = (size_t)m->c.model.layers * B * T * m->c.model.top_k;
     return !pairs || memcmp(m->choice, base, sizeof(int32_t) * pairs) == 0;
 }
 
@@ -125,7 +126,7 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
                  (t->role >= T_EXP_GATE_B && t->role <= T_EXP_DOWN_B);
     // The clamped SwiGLU's (up + 1), up to limit + 1 = 8 where up is clamped, scales the
     // curvature of its gate: a step of 4e-2 there leaves a truncation error of several percent.
-    float step = expert && !(m->c.swiglu_limit > 0) ? 4e-2f : 2e-2f;
+    float step = expert && !(m->c.model.swiglu_limit > 0) ? 4e-2f : 2e-2f;
     // The noise floor below is calibrated at this step; a smaller step (Gated DeltaNet's, or a
     // shrunk one) raises it, as the loss's rounding enters the difference as 1 / eps.
     const double full = step;
@@ -177,100 +178,109 @@ static void check_tensor(model *m, int g, const tensor_info *t, const int32_t *b
 // Qwen2's biases, and llama3 frequencies whose blended band holds one of the four pairs
 // (head dim 8: wavelengths 6.3, 63, 628, 6283 against 16 / 4 and 16 / 1).
 static void make_qwen2(mt_config *c) {
-    c->qkv_bias = 1;
-    c->rope_type = ROPE_LLAMA3;
-    c->rope_factor = 4, c->rope_low_freq_factor = 1, c->rope_high_freq_factor = 4;
-    c->rope_original_max_pos = 16;
+    c->model.qkv_bias = 1;
+    c->model.rope_type = ROPE_LLAMA3;
+    c->model.rope_factor = 4, c->model.rope_low_freq_factor = 1, c->model.rope_high_freq_factor = 4;
+    c->model.rope_original_max_pos = 16;
 }
 
 // Llama with attention_bias: biases on q, k, v and o_proj.
 static void make_llama_bias(mt_config *c) {
-    c->qkv_bias = 1, c->o_bias = 1;
+    c->model.qkv_bias = 1, c->model.o_bias = 1;
 }
 
 // Mixtral-like: every layer MoE, 4 experts, top 2, renormalised over the two.
 static void make_moe_renorm(mt_config *c) {
-    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16, c->norm_topk_prob = 1;
+    c->model.experts = 4, c->model.top_k = 2, c->model.moe_ffn_dim = 16,
+    c->model.norm_topk_prob = 1;
 }
 
 // Qwen2-MoE-like: 6 experts, top 2 not renormalised, a shared expert with its gate, q/k/v
 // biases, and layer 0 a dense MLP.
 static void make_moe_shared(mt_config *c) {
-    c->experts = 6, c->top_k = 2, c->moe_ffn_dim = 12, c->shared_ffn_dim = 20, c->qkv_bias = 1;
-    c->shared_gate = 1;
-    snprintf(c->dense_layers, sizeof c->dense_layers, "0");
+    c->model.experts = 6, c->model.top_k = 2, c->model.moe_ffn_dim = 12,
+    c->model.shared_ffn_dim = 20, c->model.qkv_bias = 1;
+    c->model.shared_gate = 1;
+    snprintf(c->model.dense_layers, sizeof c->model.dense_layers, "0");
 }
 
 // DeepSeek-V3's router: sigmoid scores, a correction bias (init_params moves it off zero, so it
 // changes choices), 8 experts in 4 groups of which the best 2 are kept, top 3, renormalised,
 // scaled by 2.5; two ungated shared experts (their widths summed); layer 0 dense.
 static void make_deepseek(mt_config *c) {
-    c->experts = 8, c->top_k = 3, c->moe_ffn_dim = 8, c->shared_ffn_dim = 16, c->shared_gate = 0;
-    c->router_score = ROUTER_SCORE_SIGMOID, c->router_correction = 1, c->router_groups = 4;
-    c->router_topk_groups = 2, c->router_scale = 2.5, c->norm_topk_prob = 1;
-    c->moe_names = MOE_NAMES_DEEPSEEK;
-    snprintf(c->dense_layers, sizeof c->dense_layers, "0");
+    c->model.experts = 8, c->model.top_k = 3, c->model.moe_ffn_dim = 8,
+    c->model.shared_ffn_dim = 16, c->model.shared_gate = 0;
+    c->model.router_score = ROUTER_SCORE_SIGMOID, c->model.router_correction = 1,
+    c->model.router_groups = 4;
+    c->model.router_topk_groups = 2, c->model.router_scale = 2.5, c->model.norm_topk_prob = 1;
+    c->model.moe_names = MOE_NAMES_DEEPSEEK;
+    snprintf(c->model.dense_layers, sizeof c->model.dense_layers, "0");
 }
 // ... not renormalised (norm_topk_prob false), one group (GLM-4.5's n_group 1), scale 1.8.
 static void make_deepseek_plain(mt_config *c) {
     make_deepseek(c);
-    c->norm_topk_prob = 0, c->router_groups = 1, c->router_topk_groups = 1, c->router_scale = 1.8;
-    c->dense_layers[0] = 0;
+    c->model.norm_topk_prob = 0, c->model.router_groups = 1, c->model.router_topk_groups = 1,
+    c->model.router_scale = 1.8;
+    c->model.dense_layers[0] = 0;
 }
 
 // Qwen3-like dense: RMSNorm over each head of q and k, head_dim 12 != dim / heads = 8.
 static void make_qk_head(mt_config *c) {
-    c->head_dim = 12;
-    c->qk_norm = QK_HEAD;
+    c->model.head_dim = 12;
+    c->model.qk_norm = QK_HEAD;
 }
 
 // Qwen3-MoE-like: qk-norm per head, explicit head_dim, MoE renormalised, odd moe_every so
 // layer 0 is dense.
 static void make_qwen3_moe(mt_config *c) {
     make_qk_head(c);
-    c->experts = 5, c->top_k = 3, c->moe_ffn_dim = 10, c->norm_topk_prob = 1, c->moe_every = 2;
+    c->model.experts = 5, c->model.top_k = 3, c->model.moe_ffn_dim = 10,
+    c->model.norm_topk_prob = 1, c->model.moe_every = 2;
 }
 
 // OLMoE-like: RMSNorm over the whole q and k projections, MoE not renormalised.
 static void make_olmoe(mt_config *c) {
-    c->qk_norm = QK_ALL;
-    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16;
+    c->model.qk_norm = QK_ALL;
+    c->model.experts = 4, c->model.top_k = 2, c->model.moe_ffn_dim = 16;
 }
 
 // gpt-oss-like: a router bias and the softmax over the top 2 logits, biases on every expert's
 // projections, the clamped SwiGLU (limit 7; init_params pushes a quarter of the experts' gate
 // and up features past the clamps).
 static void make_gpt_oss(mt_config *c) {
-    c->experts = 4, c->top_k = 2, c->moe_ffn_dim = 16, c->router_softmax = ROUTER_SOFTMAX_TOP_K;
-    c->router_bias = c->expert_bias = 1, c->swiglu_limit = 7, c->moe_names = MOE_NAMES_GPT_OSS;
+    c->model.experts = 4, c->model.top_k = 2, c->model.moe_ffn_dim = 16,
+    c->model.router_softmax = ROUTER_SOFTMAX_TOP_K;
+    c->model.router_bias = c->model.expert_bias = 1, c->model.swiglu_limit = 7,
+    c->model.moe_names = MOE_NAMES_GPT_OSS;
 }
 
 // Sliding windows as layer kinds: layer 0 sees 3 keys, layer 1 every key before it (gpt-oss's
 // alternation), over rows of 8 tokens.
 static void make_window(mt_config *c) {
-    c->sliding_window = 3;
-    snprintf(c->layer_types, sizeof c->layer_types, "sliding_attention,full_attention");
+    c->model.sliding_window = 3;
+    snprintf(c->model.layer_types, sizeof c->model.layer_types, "sliding_attention,full_attention");
 }
 
 // Mistral-like, MoE: every layer slides, window 2.
 static void make_window_moe(mt_config *c) {
     make_moe_renorm(c);
-    c->sliding_window = 2;
+    c->model.sliding_window = 2;
 }
 
 // gpt-oss's attention: sinks on every layer, layer 0 sliding (window 3), biases on q, k, v and o.
 static void make_sinks(mt_config *c) {
     make_window(c);
     make_llama_bias(c);
-    c->attn_sinks = 1;
+    c->model.attn_sinks = 1;
 }
 
 // Qwen3.5's Gated DeltaNet (layer_types linear_attention) beside softmax layers: 4 value heads
 // over 2 key heads (GVA), key dim 8, value dim 6, a conv of 4 taps.
 static void make_gdn(mt_config *c, const char *types) {
-    snprintf(c->layer_types, sizeof c->layer_types, "%s", types);
-    c->linear_k_heads = 2, c->linear_v_heads = 4, c->linear_k_dim = 8, c->linear_v_dim = 6;
-    c->linear_conv = 4;
+    snprintf(c->model.layer_types, sizeof c->model.layer_types, "%s", types);
+    c->model.linear_k_heads = 2, c->model.linear_v_heads = 4, c->model.linear_k_dim = 8,
+    c->model.linear_v_dim = 6;
+    c->model.linear_conv = 4;
 }
 static void make_gdn_first(mt_config *c) {
     make_gdn(c, "linear_attention,full_attention");
@@ -281,43 +291,44 @@ static void make_gdn_second(mt_config *c) {
 // Both layers Gated DeltaNet, as many value heads as key heads, a conv of 3 taps.
 static void make_gdn_only(mt_config *c) {
     make_gdn(c, "linear_attention,linear_attention");
-    c->linear_v_heads = 2, c->linear_conv = 3;
+    c->model.linear_v_heads = 2, c->model.linear_conv = 3;
 }
 // The gated attention alone: sigmoid(gate) on each head's output.
 static void make_output_gate(mt_config *c) {
-    c->attn_output_gate = 1;
+    c->model.attn_output_gate = 1;
 }
 // Zero-centred norms, (1 + w), on the layers' norms, q_norm, k_norm and the final norm.
 static void make_zero_centered(mt_config *c) {
     make_qk_head(c);
-    c->norm_zero_centered = 1;
+    c->model.norm_zero_centered = 1;
 }
 // RoPE on half of each head (4 of 8 elements).
 static void make_partial_rotary(mt_config *c) {
-    c->partial_rotary_factor = 0.5;
+    c->model.partial_rotary_factor = 0.5;
 }
 // Qwen3.5's layer: Gated DeltaNet then gated attention with qk-norm per head, zero-centred norms
 // and a quarter of each head rotated (head_dim 16: 4 elements).
 static void make_qwen35(mt_config *c) {
     make_gdn_first(c);
     make_output_gate(c);
-    c->head_dim = 16, c->qk_norm = QK_HEAD, c->norm_zero_centered = 1;
-    c->partial_rotary_factor = 0.25;
+    c->model.head_dim = 16, c->model.qk_norm = QK_HEAD, c->model.norm_zero_centered = 1;
+    c->model.partial_rotary_factor = 0.25;
 }
 
 // Multi-head latent attention (DeepSeek-V3's): q_proj, a latent of 12, k's nope part 6 and
 // rope part 4 (plain halves), values of 5 (narrower than q and k's 10).
 static void make_mla(mt_config *c) {
-    c->mla_kv_rank = 12, c->mla_nope_dim = 6, c->mla_rope_dim = 4, c->mla_v_dim = 5;
-    c->kv_heads = c->heads;
+    c->model.mla_kv_rank = 12, c->model.mla_nope_dim = 6, c->model.mla_rope_dim = 4,
+    c->model.mla_v_dim = 5;
+    c->model.kv_heads = c->model.heads;
 }
 // With the low-rank query path (rank 10), interleaved RoPE pairs and YaRN (factor 4 over an
 // original context of 4) whose mscale_all_dim scales the softmax and, with mscale, the rotation.
 static void make_mla_lora(mt_config *c) {
     make_mla(c);
-    c->mla_q_rank = 10, c->rope_interleave = 1, c->mla_v_dim = 7;
-    c->rope_type = ROPE_YARN, c->rope_factor = 4, c->rope_original_max_pos = 4;
-    c->rope_mscale = 1, c->rope_mscale_all_dim = 0.7;
+    c->model.mla_q_rank = 10, c->model.rope_interleave = 1, c->model.mla_v_dim = 7;
+    c->model.rope_type = ROPE_YARN, c->model.rope_factor = 4, c->model.rope_original_max_pos = 4;
+    c->model.rope_mscale = 1, c->model.rope_mscale_all_dim = 0.7;
 }
 
 typedef struct {
@@ -355,8 +366,8 @@ static float *layer_grads(model *m, int threads) {
 // The clamped SwiGLU's features past a clamp, by their index f in an expert: the gate above
 // +limit (f % 4 == 0), the up above +limit (1) or below -limit (2); 3 stays inside.
 static float clamp_push(const mt_config *c, int role, uint64_t i) {
-    int f = (int)(i % (uint64_t)c->moe_ffn_dim) % 4;
-    float past = (float)c->swiglu_limit + 8.0f;
+    int f = (int)(i % (uint64_t)c->model.moe_ffn_dim) % 4;
+    float past = (float)c->model.swiglu_limit + 8.0f;
     if (role == T_EXP_GATE_B) return f == 0 ? past : 0.0f;
     return f == 1 ? past : f == 2 ? -past : 0.0f;
 }
@@ -364,7 +375,8 @@ static float clamp_push(const mt_config *c, int role, uint64_t i) {
 // With swiglu_limit: the gate and up biases of the features clamp_push names moved past the
 // clamps, far enough that no step of the check crosses back.
 static void push_past_clamps(model *m, int g, const tensor_info *t) {
-    if (!(m->c.swiglu_limit > 0) || (t->role != T_EXP_GATE_B && t->role != T_EXP_UP_B)) return;
+    if (!(m->c.model.swiglu_limit > 0) || (t->role != T_EXP_GATE_B && t->role != T_EXP_UP_B))
+        return;
     for (uint64_t i = 0; i < t->numel; i++)
         m->params[g][t->offset + i] += clamp_push(&m->c, t->role, i);
 }
@@ -373,7 +385,7 @@ static void push_past_clamps(model *m, int g, const tensor_info *t) {
 // features are exactly 0, and those inside are not.
 static void check_clamped_zero(model *m) {
     const mt_config *c = &m->c;
-    uint64_t D = (uint64_t)c->dim;
+    uint64_t D = (uint64_t)c->model.dim;
     for (int g = 1; g < model_head_group(c); g++) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;
@@ -433,7 +445,7 @@ static void init_params(model *m, unsigned *seed) {
             float lo = -0.5f, span = 1.0f;
             if (t[k].init == TENSOR_A_LOG) // decays of exp(-0.1) to exp(-2) a token, not 0
                 lo = -2.0f, span = 2.0f;
-            else if (t[k].init != TENSOR_NORM || !c->norm_zero_centered)
+            else if (t[k].init != TENSOR_NORM || !c->model.norm_zero_centered)
                 continue;
             for (uint64_t i = 0; i < t[k].numel; i++)
                 m->params[g][t[k].offset + i] = lo + span * (rand_r(seed) % 1000) / 1000.0f;
@@ -444,23 +456,26 @@ static void init_params(model *m, unsigned *seed) {
 static void gradcheck(const variant *v) {
     model m = {.ce_weight = v->ce_weight, .aux_coef = v->aux_coef};
     mt_config *c = &m.c;
-    c->dim = 32, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 48, c->vocab = 37;
-    c->rope_theta = 10000, c->norm_eps = 1e-5, c->tied_embeddings = v->tied, c->seed = 5;
+    c->model.dim = 32, c->model.layers = 2, c->model.heads = 4, c->model.kv_heads = 2,
+    c->model.ffn_dim = 48, c->model.vocab = 37;
+    c->model.rope_theta = 10000, c->model.norm_eps = 1e-5, c->model.tied_embeddings = v->tied,
+    c->seed = 5;
     if (v->make) v->make(c);
     model_describe_layers(c);
     unsigned seed = 11;
     init_params(&m, &seed);
-    size_t pairs = (size_t)c->layers * B * T * c->top_k, per = (size_t)c->layers * c->experts;
+    size_t pairs = (size_t)c->model.layers * B * T * c->model.top_k,
+           per = (size_t)c->model.layers * c->model.experts;
     m.counts = calloc(per + 1, 4), m.psum = zeros(per), m.choice = calloc(pairs + 1, 4);
     int32_t *base = calloc(pairs + 1, 4);
     for (int i = 0; i < B * T; i++)
-        m.in[i] = rand_r(&seed) % c->vocab, m.tgt[i] = rand_r(&seed) % c->vocab;
+        m.in[i] = rand_r(&seed) % c->model.vocab, m.tgt[i] = rand_r(&seed) % c->model.vocab;
     m.s = layer_scratch_new(c, B, T);
     if (v->packed) pack_documents(m.doc_start);
     m.s->doc_start = v->packed ? m.doc_start : NULL;
     printf("-- %s%s, loss %.6f\n", v->what, v->packed ? ", packed documents" : "", run(&m, 1));
     memcpy(base, m.choice, sizeof(int32_t) * pairs);
-    if (c->swiglu_limit > 0) check_clamped_zero(&m);
+    if (c->model.swiglu_limit > 0) check_clamped_zero(&m);
     for (int g = 0; g < model_group_count(c); g++) {
         tensor_info t[MODEL_MAX_TENSORS];
         uint64_t numel;

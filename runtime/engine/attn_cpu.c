@@ -15,10 +15,10 @@ static int qk_norm_width(const mt_config *c, int heads) {
 }
 
 static void qk_norm_forward(const mt_config *c, const layer_params *w, layer_scratch *s, int n) {
-    int wq = qk_norm_width(c, c->heads), wk = qk_norm_width(c, c->kv_heads);
-    long nq = (long)n * c->heads * mt_head_dim(c) / wq,
-         nk = (long)n * c->kv_heads * mt_head_dim(c) / wk;
-    float eps = (float)c->norm_eps, off = mt_norm_offset(c);
+    int wq = qk_norm_width(c, c->model.heads), wk = qk_norm_width(c, c->model.kv_heads);
+    long nq = (long)n * c->model.heads * mt_head_dim(c) / wq,
+         nk = (long)n * c->model.kv_heads * mt_head_dim(c) / wk;
+    float eps = (float)c->model.norm_eps, off = mt_norm_offset(c);
     rmsnorm_offset_forward(s->q, s->rstd_q, s->q_raw, w->q_norm, off, (int)nq, wq, eps);
     rmsnorm_offset_forward(s->k, s->rstd_k, s->k_raw, w->k_norm, off, (int)nk, wk, eps);
 }
@@ -26,8 +26,9 @@ static void qk_norm_forward(const mt_config *c, const layer_params *w, layer_scr
 // d_q, d_k: the gradients of the normalized q and k, replaced by those of q_raw and k_raw.
 static void qk_norm_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                              layer_scratch *s, int n) {
-    int hd = mt_head_dim(c), wq = qk_norm_width(c, c->heads), wk = qk_norm_width(c, c->kv_heads);
-    size_t Q = (size_t)n * c->heads * hd, KV = (size_t)n * c->kv_heads * hd;
+    int hd = mt_head_dim(c), wq = qk_norm_width(c, c->model.heads),
+        wk = qk_norm_width(c, c->model.kv_heads);
+    size_t Q = (size_t)n * c->model.heads * hd, KV = (size_t)n * c->model.kv_heads * hd;
     float off = mt_norm_offset(c);
     float *dq = s->d_att; // free once attention's backward is done, and as large
     memset(dq, 0, sizeof(float) * Q);
@@ -47,8 +48,8 @@ static attn_args attention_args(const layer_call *k) {
     const mt_config *c = k->c;
     return (attn_args){.B = k->s->B,
                        .T = k->s->T,
-                       .H = c->heads,
-                       .KV = c->kv_heads,
+                       .H = c->model.heads,
+                       .KV = c->model.kv_heads,
                        .hd = mt_head_dim(c),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
@@ -110,15 +111,15 @@ static void gate_backward(layer_scratch *s, size_t count) {
 static void q_forward(const layer_call *k, float *q, int t0, int rows) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
-    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd;
     const float *n1 = s->n1 + (size_t)t0 * D;
-    if (!c->attn_output_gate) {
+    if (!c->model.attn_output_gate) {
         linear_forward(q + (size_t)t0 * Q, n1, k->w->wq, k->w->bq, rows, D, Q);
         return;
     }
     float *qg = s->qg + (size_t)t0 * 2 * Q;
     linear_forward(qg, n1, k->w->wq, NULL, rows, D, 2 * Q); // config.c: no bias with the gate
-    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, c->heads, hd);
+    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, c->model.heads, hd);
 }
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
@@ -127,13 +128,13 @@ static void softmax_forward(const layer_call *k, int have_att) {
     const mt_config *c = k->c;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c);
-    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    int B = s->B, T = s->T, n = B * T, D = c->model.dim, hd = mt_head_dim(c);
+    int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += k->chunk) {
         int rows = mt_chunk_rows(n, t0, k->chunk);
         size_t d = (size_t)t0 * D;
         rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                               rows, D, (float)c->norm_eps);
+                               rows, D, (float)c->model.norm_eps);
         // biases (Qwen2) before RoPE, or NULL
         float *q = w->q_norm ? s->q_raw : s->q, *kk = w->q_norm ? s->k_raw : s->k;
         q_forward(k, q, t0, rows);
@@ -142,14 +143,14 @@ static void softmax_forward(const layer_call *k, int have_att) {
     }
     if (w->q_norm) qk_norm_forward(c, w, s, n);
     const rope_args r = rope_of(k);
-    rope_forward(s->q, c->heads, &r);
-    rope_forward(s->k, c->kv_heads, &r);
+    rope_forward(s->q, c->model.heads, &r);
+    rope_forward(s->k, c->model.kv_heads, &r);
     if (!have_att) {
         const attn_args a = attention_args(k);
         const attn_tensors t = layer_attn_tensors(k);
         attention_forward(&a, &t);
     }
-    if (c->attn_output_gate) gate_forward(s, (size_t)n * Q);
+    if (c->model.attn_output_gate) gate_forward(s, (size_t)n * Q);
 }
 
 // One chunk of the q, k, v projections' backward (d_q, d_k with RoPE undone, and d_v are their
@@ -159,12 +160,12 @@ static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
     const mt_config *c = k->c;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     size_t d = (size_t)t0 * D, q = (size_t)t0 * Q, kv = (size_t)t0 * KV;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
-    if (c->attn_output_gate) { // qg, free in the backward, takes the projection's gradient
+    if (c->model.attn_output_gate) { // qg, free in the backward, takes the projection's gradient
         float *dqg = s->qg + 2 * q;
-        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, c->heads, hd);
+        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, c->model.heads, hd);
         linear_backward(s->d_n1 + d, dw->wq, NULL, dqg, s->n1 + d, w->wq, rows, D, 2 * Q);
     } else {
         linear_backward(s->d_n1 + d, dw->wq, dw->bq, s->d_q + q, s->n1 + d, w->wq, rows, D, Q);
@@ -180,17 +181,17 @@ static void softmax_backward(const layer_call *k, float *dx) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
     int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(c);
-    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
-    if (c->attn_output_gate) gate_backward(s, (size_t)n * Q);
+    if (c->model.attn_output_gate) gate_backward(s, (size_t)n * Q);
     const attn_args a = attention_args(k);
     const attn_tensors t = layer_attn_tensors(k);
     attention_backward(&a, &t);
     const rope_args r = rope_of(k);
-    rope_backward(s->d_q, c->heads, &r);
-    rope_backward(s->d_k, c->kv_heads, &r);
+    rope_backward(s->d_q, c->model.heads, &r);
+    rope_backward(s->d_k, c->model.kv_heads, &r);
     if (k->w->q_norm) qk_norm_backward(c, k->w, k->dw, s, n);
     for (int t0 = 0; t0 < n; t0 += k->chunk)
         qkv_backward(k, dx, t0, mt_chunk_rows(n, t0, k->chunk));
@@ -199,14 +200,14 @@ static void softmax_backward(const layer_call *k, float *dx) {
 // o_proj, on attention's output or, with the output gate, on att_g.
 static attn_out softmax_out(const layer_call *k) {
     layer_scratch *s = k->s;
-    int gated = k->c->attn_output_gate;
+    int gated = k->c->model.attn_output_gate;
     return (attn_out){.in = gated ? s->att_g : s->att,
                       .d_in = gated ? s->d_att_g : s->d_att,
                       .w = k->w->wo,
                       .b = k->w->bo,
                       .dw = k->dw ? k->dw->wo : NULL,
                       .db = k->dw ? k->dw->bo : NULL,
-                      .width = k->c->heads * mt_head_dim(k->c)};
+                      .width = k->c->model.heads * mt_head_dim(k->c)};
 }
 
 const attn_part attn_softmax_cpu = {softmax_forward, softmax_backward, softmax_out};

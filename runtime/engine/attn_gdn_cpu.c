@@ -19,7 +19,7 @@ static conv1d_args conv_of(const layer_call *k) {
     return (conv1d_args){.B = k->s->B,
                          .T = k->s->T,
                          .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
-                         .K = c->linear_conv,
+                         .K = c->model.linear_conv,
                          .doc_start = k->s->doc_start};
 }
 
@@ -27,12 +27,12 @@ static gdn_args rule_of(const layer_call *k) {
     const mt_config *c = k->c;
     return (gdn_args){.B = k->s->B,
                       .T = k->s->T,
-                      .H = c->linear_v_heads,
-                      .HK = c->linear_k_heads,
-                      .dk = c->linear_k_dim,
-                      .dv = c->linear_v_dim,
+                      .H = c->model.linear_v_heads,
+                      .HK = c->model.linear_k_heads,
+                      .dk = c->model.linear_k_dim,
+                      .dv = c->model.linear_v_dim,
                       .doc_start = k->s->doc_start,
-                      .scale = 1.0f / sqrtf((float)c->linear_k_dim)};
+                      .scale = 1.0f / sqrtf((float)c->model.linear_k_dim)};
 }
 
 // The columns [c0, c0 + w) of the n rows of x [n, C] to out [n, w], or (join) back.
@@ -51,11 +51,11 @@ static void in_forward(const layer_call *k, int t0, int rows) {
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
+    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
     int LC = 2 * mt_gdn_key_width(c) + LV;
     size_t d = (size_t)t0 * D;
     rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                           rows, D, (float)c->norm_eps);
+                           rows, D, (float)c->model.norm_eps);
     linear_forward(g->mixed + (size_t)t0 * LC, s->n1 + d, w->la_qkv, NULL, rows, D, LC);
     linear_forward(g->z + (size_t)t0 * LV, s->n1 + d, w->la_z, NULL, rows, D, LV);
     linear_forward(g->b + (size_t)t0 * H, s->n1 + d, w->la_b, NULL, rows, D, H);
@@ -104,15 +104,15 @@ static void gdn_forward(const layer_call *k, int have_att) {
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
     int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads;
+    int HK = c->model.linear_k_heads, H = c->model.linear_v_heads;
     for (int t0 = 0; t0 < n; t0 += k->chunk) in_forward(k, t0, mt_chunk_rows((int)n, t0, k->chunk));
     const conv1d_args ca = conv_of(k);
     causal_conv1d_silu_forward(g->conv, g->mixed, k->w->la_conv, &ca);
     columns_split(g->q, g->conv, n, LC, 0, LK);
     columns_split(g->k, g->conv, n, LC, LK, LK);
     columns_split(g->v, g->conv, n, LC, 2 * LK, LV);
-    l2norm_forward(g->qn, g->rq, g->q, n * HK, c->linear_k_dim, GDN_L2NORM_EPS);
-    l2norm_forward(g->kn, g->rk, g->k, n * HK, c->linear_k_dim, GDN_L2NORM_EPS);
+    l2norm_forward(g->qn, g->rq, g->q, n * HK, c->model.linear_k_dim, GDN_L2NORM_EPS);
+    l2norm_forward(g->kn, g->rk, g->k, n * HK, c->model.linear_k_dim, GDN_L2NORM_EPS);
     const gdn_gate_tensors gt = gate_tensors(k);
     gdn_gates_forward(&gt, n, H);
     if (!have_att) {
@@ -120,8 +120,8 @@ static void gdn_forward(const layer_call *k, int have_att) {
         const gdn_tensors t = rule_tensors(k);
         gated_delta_chunked_forward(&a, &t);
     }
-    rmsnorm_gated_forward(g->y, g->rstd, s->att, g->z, k->w->la_norm, (int)(n * H), c->linear_v_dim,
-                          (float)c->norm_eps);
+    rmsnorm_gated_forward(g->y, g->rstd, s->att, g->z, k->w->la_norm, (int)(n * H),
+                          c->model.linear_v_dim, (float)c->model.norm_eps);
 }
 
 // One chunk of the in projections' backward and the first norm's: dx = d_h + their gradient.
@@ -130,7 +130,7 @@ static void in_backward(const layer_call *k, float *dx, int t0, int rows) {
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
+    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
     int LC = 2 * mt_gdn_key_width(c) + LV;
     size_t d = (size_t)t0 * D;
     const float *n1 = s->n1 + d;
@@ -157,10 +157,10 @@ static void gdn_backward(const layer_call *k, float *dx) {
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
     int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads, dk = c->linear_k_dim;
+    int HK = c->model.linear_k_heads, H = c->model.linear_v_heads, dk = c->model.linear_k_dim;
     zero(s->d_att, n * LV), zero(g->d_z, n * LV);
     rmsnorm_gated_backward(s->d_att, g->d_z, k->dw->la_norm, g->d_y, s->att, g->z, k->w->la_norm,
-                           g->rstd, (int)(n * H), c->linear_v_dim);
+                           g->rstd, (int)(n * H), c->model.linear_v_dim);
     zero(g->d_qn, n * LK), zero(g->d_kn, n * LK), zero(g->d_v, n * LV);
     zero(g->d_g, n * H), zero(g->d_beta, n * H);
     const gdn_args a = rule_of(k);

@@ -23,7 +23,7 @@ static conv1d_args conv_of(const cu_layer_call *k) {
     return (conv1d_args){.B = b->B,
                          .T = b->T,
                          .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
-                         .K = c->linear_conv,
+                         .K = c->model.linear_conv,
                          .doc_start = cu_doc_starts(b, k->m)};
 }
 
@@ -32,12 +32,12 @@ static gdn_args rule_of(const cu_layer_call *k) {
     const mt_config *c = b->c;
     return (gdn_args){.B = b->B,
                       .T = b->T,
-                      .H = c->linear_v_heads,
-                      .HK = c->linear_k_heads,
-                      .dk = c->linear_k_dim,
-                      .dv = c->linear_v_dim,
+                      .H = c->model.linear_v_heads,
+                      .HK = c->model.linear_k_heads,
+                      .dk = c->model.linear_k_dim,
+                      .dv = c->model.linear_v_dim,
                       .doc_start = cu_doc_starts(b, k->m),
-                      .scale = 1.0f / sqrtf((float)c->linear_k_dim)};
+                      .scale = 1.0f / sqrtf((float)c->model.linear_k_dim)};
 }
 
 // The most chunks of a row of micro-batch m: counted on the host as its tokens came in
@@ -71,7 +71,7 @@ static void in_forward(const cu_layer_call *k, int t0, int rows) {
     const mt_config *c = b->c;
     const layer_w *w = k->w;
     gdn_set *la = &b->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
+    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
     int LC = 2 * mt_gdn_key_width(c) + LV;
     cu_norm_forward(b, b->n1, b->rstd1, k->x + (size_t)t0 * D, w->attn_norm, rows, D);
     cuda_linear_forward(b->gemm, la->mixed + (size_t)t0 * LC, 0, 0, b->n1, w->la_qkv, rows, D, LC,
@@ -122,15 +122,15 @@ static void gdn_forward(const cu_layer_call *k, int run_attention) {
     gdn_set *la = &b->la;
     long n = tokens(b);
     int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads;
+    int HK = c->model.linear_k_heads, H = c->model.linear_v_heads;
     FOR_CHUNKS(b, t0, rows) in_forward(k, t0, rows);
     const conv1d_args ca = conv_of(k);
     cuda_causal_conv1d_silu_forward(la->conv, la->mixed, k->w->la_conv, &ca, b->s);
     columns_split(b, la->q, la->conv, n, LC, 0, LK, sizeof(bf16));
     columns_split(b, la->k, la->conv, n, LC, LK, LK, sizeof(bf16));
     columns_split(b, la->v, la->conv, n, LC, 2 * LK, LV, sizeof(bf16));
-    cuda_l2norm_forward(la->qn, la->rq, la->q, n * HK, c->linear_k_dim, GDN_L2NORM_EPS, b->s);
-    cuda_l2norm_forward(la->kn, la->rk, la->k, n * HK, c->linear_k_dim, GDN_L2NORM_EPS, b->s);
+    cuda_l2norm_forward(la->qn, la->rq, la->q, n * HK, c->model.linear_k_dim, GDN_L2NORM_EPS, b->s);
+    cuda_l2norm_forward(la->kn, la->rk, la->k, n * HK, c->model.linear_k_dim, GDN_L2NORM_EPS, b->s);
     const cuda_gdn_gate_tensors gt = gate_tensors(k);
     cuda_gdn_gates_forward(&gt, n, H, b->s);
     if (run_attention) {
@@ -139,7 +139,7 @@ static void gdn_forward(const cu_layer_call *k, int run_attention) {
         cuda_gated_delta_forward(&a, rule_chunks(k), &t, la->scratch, b->s);
     }
     cuda_rmsnorm_gated_forward(la->y, la->rstd, k->a->att, la->z, k->w->la_norm, (int)(n * H),
-                               c->linear_v_dim, (float)c->norm_eps, b->s);
+                               c->model.linear_v_dim, (float)c->model.norm_eps, b->s);
 }
 
 // Everything the backward reads, from x again (the rule's output from its slot when ready).
@@ -169,7 +169,7 @@ static void in_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     gdn_set *la = &b->la;
     cuda_gemm *gm = b->gemm;
     cudaStream_t s = b->s;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
+    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
     int LC = 2 * mt_gdn_key_width(c) + LV;
     const float *xc = k->x + (size_t)t0 * D;
     const bf16 *d_mixed = la->d_mixed + (size_t)t0 * LC, *d_z = la->d_z + (size_t)t0 * LV;
@@ -197,10 +197,10 @@ static void gdn_backward(const cu_layer_call *k, float *dx) {
     float *scratch = (float *)la->scratch; // the kernels take it in turn
     long n = tokens(b);
     int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads, dk = c->linear_k_dim;
+    int HK = c->model.linear_k_heads, H = c->model.linear_v_heads, dk = c->model.linear_k_dim;
     cuda_rmsnorm_gated_backward(la->d_o, la->d_z, k->g->la_norm, la->d_y, k->a->att, la->z,
-                                k->w->la_norm, la->rstd, (int)(n * H), c->linear_v_dim, scratch,
-                                b->s);
+                                k->w->la_norm, la->rstd, (int)(n * H), c->model.linear_v_dim,
+                                scratch, b->s);
     const gdn_args a = rule_of(k);
     const cuda_gdn_tensors t = rule_tensors(k);
     cuda_gated_delta_backward(&a, rule_chunks(k), &t, la->scratch, b->s);

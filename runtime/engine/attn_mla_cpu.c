@@ -19,16 +19,16 @@ typedef struct {
 } mla_dims;
 
 static mla_dims dims_of(const mt_config *c) {
-    int dn = c->mla_nope_dim, dr = c->mla_rope_dim, dv = c->mla_v_dim;
-    return (mla_dims){.H = c->heads,
+    int dn = c->model.mla_nope_dim, dr = c->model.mla_rope_dim, dv = c->model.mla_v_dim;
+    return (mla_dims){.H = c->model.heads,
                       .dn = dn,
                       .dr = dr,
                       .dqk = dn + dr,
                       .dv = dv,
-                      .R = c->mla_kv_rank,
-                      .QR = c->mla_q_rank > 0 ? c->mla_q_rank : 0,
-                      .KA = c->mla_kv_rank + dr,
-                      .KB = c->heads * (dn + dv)};
+                      .R = c->model.mla_kv_rank,
+                      .QR = c->model.mla_q_rank > 0 ? c->model.mla_q_rank : 0,
+                      .KA = c->model.mla_kv_rank + dr,
+                      .KB = c->model.heads * (dn + dv)};
 }
 
 // Every head is its own key head (the keys are expanded from the latent per head).
@@ -57,7 +57,7 @@ static rope_args rope_of(const layer_call *k, int shared) {
                        .hd = shared ? m.dr : m.dqk,
                        .rot = m.dr,
                        .off = shared ? 0 : m.dn,
-                       .interleave = k->c->rope_interleave,
+                       .interleave = k->c->model.rope_interleave,
                        .doc_start = s->doc_start};
 }
 
@@ -77,11 +77,11 @@ static void project_forward(const layer_call *k, int t0, int rows) {
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
     const mla_dims m = dims_of(c);
-    int D = c->dim, HQ = m.H * m.dqk;
+    int D = c->model.dim, HQ = m.H * m.dqk;
     float off = mt_norm_offset(c);
     float *n1 = s->n1 + (size_t)t0 * D, *q = s->q + (size_t)t0 * HQ;
     rmsnorm_offset_forward(n1, s->rstd1 + t0, k->x + (size_t)t0 * D, w->attn_norm, off, rows, D,
-                           (float)c->norm_eps);
+                           (float)c->model.norm_eps);
     if (m.QR) {
         float *qa = a->qa + (size_t)t0 * m.QR, *qan = a->qan + (size_t)t0 * m.QR;
         linear_forward(qa, n1, w->mla_q_a, NULL, rows, D, m.QR);
@@ -153,7 +153,7 @@ static void query_backward(const layer_call *k, const mla_dims *m, int t0, int r
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->dim, HQ = m->H * m->dqk;
+    int D = c->model.dim, HQ = m->H * m->dqk;
     const float *n1 = s->n1 + (size_t)t0 * D, *dq = s->d_q + (size_t)t0 * HQ;
     float *dn1 = s->d_n1 + (size_t)t0 * D;
     if (!m->QR) {
@@ -176,7 +176,7 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->dim;
+    int D = c->model.dim;
     size_t r = (size_t)t0 * m->R, len = sizeof(float) * rows * m->R;
     float *dkva = a->kva + (size_t)t0 * m->KA;
     memset(a->d_kvn + r, 0, len);
@@ -195,7 +195,7 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
 static void project_backward(const layer_call *k, const mla_dims *m, float *dx, int t0, int rows) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
-    int D = c->dim;
+    int D = c->model.dim;
     size_t d = (size_t)t0 * D;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
     query_backward(k, m, t0, rows);
@@ -230,7 +230,7 @@ static attn_out mla_out(const layer_call *k) {
                       .d_in = s->d_att,
                       .w = k->w->mla_o,
                       .dw = k->dw ? k->dw->mla_o : NULL,
-                      .width = k->c->heads * k->c->mla_v_dim};
+                      .width = k->c->model.heads * k->c->model.mla_v_dim};
 }
 
 const attn_part attn_mla_cpu = {mla_forward, mla_backward, mla_out};

@@ -21,10 +21,10 @@
 static mla_layout layout_of(const backend *b, long rows) {
     const mt_config *c = b->c;
     return (mla_layout){.rows = rows,
-                        .H = c->heads,
-                        .dn = c->mla_nope_dim,
-                        .dr = c->mla_rope_dim,
-                        .dv = c->mla_v_dim,
+                        .H = c->model.heads,
+                        .dn = c->model.mla_nope_dim,
+                        .dr = c->model.mla_rope_dim,
+                        .dv = c->model.mla_v_dim,
                         .P = mt_mla_qk_dim(c)};
 }
 
@@ -33,8 +33,8 @@ static attn_args attention_args(const backend *b, int l, int m) {
     const mt_config *c = b->c;
     return (attn_args){.B = b->B,
                        .T = b->T,
-                       .H = c->heads,
-                       .KV = c->heads,
+                       .H = c->model.heads,
+                       .KV = c->model.heads,
                        .hd = mt_mla_qk_dim(c),
                        .scale = model_mla_softmax_scale(c),
                        .doc_start = cu_doc_starts(b, m),
@@ -48,10 +48,10 @@ static rope_args rope_of(const backend *b, const int32_t *ds, int shared) {
                        .scale = b->rope_scale,
                        .B = b->B,
                        .T = b->T,
-                       .hd = shared ? c->mla_rope_dim : mt_mla_qk_dim(c),
-                       .rot = c->mla_rope_dim,
-                       .off = shared ? 0 : c->mla_nope_dim,
-                       .interleave = c->rope_interleave,
+                       .hd = shared ? c->model.mla_rope_dim : mt_mla_qk_dim(c),
+                       .rot = c->model.mla_rope_dim,
+                       .off = shared ? 0 : c->model.mla_nope_dim,
+                       .interleave = c->model.rope_interleave,
                        .doc_start = ds};
 }
 
@@ -60,7 +60,7 @@ static rope_args rope_of(const backend *b, const int32_t *ds, int shared) {
 static void latents(backend *b, const layer_w *w, const float *x, int t0, int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->dim, QR = c->mla_q_rank, R = c->mla_kv_rank;
+    int D = c->model.dim, QR = c->model.mla_q_rank, R = c->model.mla_kv_rank;
     cudaStream_t s = b->s;
     cu_norm_forward(b, b->n1, b->rstd1, x + (size_t)t0 * D, w->attn_norm, rows, D);
     if (QR > 0) {
@@ -78,13 +78,14 @@ static void project(backend *b, const layer_w *w, const float *x, layer_saved *a
                     int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), R = c->mla_kv_rank, dr = c->mla_rope_dim;
-    int KB = c->heads * (c->mla_nope_dim + c->mla_v_dim);
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), R = c->model.mla_kv_rank,
+        dr = c->model.mla_rope_dim;
+    int KB = c->model.heads * (c->model.mla_nope_dim + c->model.mla_v_dim);
     cudaStream_t s = b->s;
     latents(b, w, x, t0, rows);
     bf16 *q = a->q + (size_t)t0 * HQ;
-    if (c->mla_q_rank > 0)
-        cuda_linear_forward(b->gemm, q, 0, 0, m->qan, w->mla_q_b, rows, c->mla_q_rank, HQ, s);
+    if (c->model.mla_q_rank > 0)
+        cuda_linear_forward(b->gemm, q, 0, 0, m->qan, w->mla_q_b, rows, c->model.mla_q_rank, HQ, s);
     else
         cuda_linear_forward(b->gemm, q, 0, 0, b->n1, w->mla_q, rows, D, HQ, s);
     cuda_linear_forward(b->gemm, m->krot_f + (size_t)t0 * dr, 1, 0, b->n1,
@@ -102,10 +103,10 @@ static void attention_part(backend *b, int l, int m, const layer_w *w, const flo
     mla_set *ms = &b->mla;
     cudaStream_t s = b->s;
     FOR_CHUNKS(b, t0, rows) project(b, w, x, a, t0, rows);
-    cuda_float_to_bf16(ms->krot, ms->krot_f, (long)tokens(b) * c->mla_rope_dim, s);
+    cuda_float_to_bf16(ms->krot, ms->krot_f, (long)tokens(b) * c->model.mla_rope_dim, s);
     const int32_t *ds = cu_doc_starts(b, m);
     const rope_args rq = rope_of(b, ds, 0), rk = rope_of(b, ds, 1);
-    cuda_rope_forward(a->q, c->heads, &rq, s);
+    cuda_rope_forward(a->q, c->model.heads, &rq, s);
     cuda_rope_forward(ms->krot, 1, &rk, s);
     const mla_layout L = layout_of(b, tokens(b));
     cuda_mla_rope_broadcast(a->k, ms->krot, &L, s);
@@ -131,7 +132,7 @@ static void query_backward(backend *b, const layer_w *w, const layer_g *g, const
                            int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), QR = c->mla_q_rank;
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), QR = c->model.mla_q_rank;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     if (QR <= 0) {
@@ -155,8 +156,9 @@ static void latent_backward(backend *b, const layer_w *w, const layer_g *g, cons
                             int t0, int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), R = c->mla_kv_rank, dr = c->mla_rope_dim;
-    int KB = c->heads * (c->mla_nope_dim + c->mla_v_dim);
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), R = c->model.mla_kv_rank,
+        dr = c->model.mla_rope_dim;
+    int KB = c->model.heads * (c->model.mla_nope_dim + c->model.mla_v_dim);
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const mla_layout L = layout_of(b, rows);
@@ -180,7 +182,7 @@ static void latent_backward(backend *b, const layer_w *w, const layer_g *g, cons
 static void chunk_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     backend *b = k->b;
     const mt_config *c = b->c;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c);
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c);
     latents(b, k->w, k->x, t0, rows);
     query_backward(b, k->w, k->g, k->a->q + (size_t)t0 * HQ, rows);
     latent_backward(b, k->w, k->g, b->mla.krot, t0, rows);
@@ -212,19 +214,19 @@ static void mla_backward(const cu_layer_call *k, float *dx) {
     cuda_attention_backward(&args, &t, b->attn_scratch, s);
     const int32_t *ds = cu_doc_starts(b, k->m);
     const rope_args rq = rope_of(b, ds, 0), rk = rope_of(b, ds, 1);
-    cuda_rope_backward(a->q, c->heads, &rq, s);
+    cuda_rope_backward(a->q, c->model.heads, &rq, s);
     cuda_mla_rope_reduce(m->krot_f, b->dk, &L, s);
-    cuda_float_to_bf16(m->krot, m->krot_f, (long)tokens(b) * c->mla_rope_dim, s);
+    cuda_float_to_bf16(m->krot, m->krot_f, (long)tokens(b) * c->model.mla_rope_dim, s);
     cuda_rope_backward(m->krot, 1, &rk, s);
     FOR_CHUNKS(b, t0, rows) chunk_backward(k, dx, t0, rows);
 }
 
 void cu_layers_check(const mt_config *c) {
-    if (c->mla_kv_rank <= 0) return;
-    if (c->mla_v_dim > mt_mla_qk_dim(c))
+    if (c->model.mla_kv_rank <= 0) return;
+    if (c->model.mla_v_dim > mt_mla_qk_dim(c))
         mt_refuse("model.mla_v_dim: values of %d, wider than q's and k's heads of %d: not on the "
                   "CUDA backend (its values are padded to the q and k heads' width)",
-                  c->mla_v_dim, mt_mla_qk_dim(c));
+                  c->model.mla_v_dim, mt_mla_qk_dim(c));
     if (mt_mla_qk_dim(c) > 256)
         mt_refuse("model.mla_nope_dim + model.mla_rope_dim: heads of %d, over the CUDA attention "
                   "kernels' 256",
@@ -235,7 +237,7 @@ void cu_layers_check(const mt_config *c) {
 static cu_attn_out mla_out(const cu_layer_call *k, int t0, int rows) {
     (void)rows;
     const mt_config *c = k->b->c;
-    int O = c->heads * c->mla_v_dim;
+    int O = c->model.heads * c->model.mla_v_dim;
     return (cu_attn_out){.in = k->a->att + (size_t)t0 * O,
                          .w = k->w->mla_o,
                          .dw = k->g ? k->g->mla_o : NULL,

@@ -51,13 +51,13 @@ static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *tar
 }
 
 static void cu_embed_forward(backend *b, float *out, const void *table, int m) {
-    cuda_embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->dim,
-                           b->s);
+    cuda_embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b),
+                           b->c->model.dim, b->s);
 }
 
 static void cu_embed_backward(backend *b, float *dtable, const float *dout, int m) {
-    cuda_embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim,
-                            b->s);
+    cuda_embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b),
+                            b->c->model.dim, b->s);
 }
 
 // Summed on the host in token order: deterministic, and one small copy per step.
@@ -89,10 +89,11 @@ static void cu_set_shape(backend *b, int B, int T) {
 static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                            int len, float *host_logits) {
     const mt_config *c = b->c;
-    const float *last = x + (size_t)(len - 1) * c->dim;
-    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, c->dim);
-    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->dim, c->vocab, b->s);
-    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->vocab,
+    const float *last = x + (size_t)(len - 1) * c->model.dim;
+    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, c->model.dim);
+    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->model.dim, c->model.vocab,
+                        b->s);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->model.vocab,
                                cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
@@ -355,7 +356,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     mt_buffer_shape_of(&b->shape, c, b->B, b->T);
-    for (int l = 0; l < c->layers; l++) {
+    for (int l = 0; l < c->model.layers; l++) {
         const mt_layer_kind *kind = mt_layer_kind_of(c, l);
         model_layer_offsets(c, l, b->offsets[kind->attention][kind->mlp]);
     }

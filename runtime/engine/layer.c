@@ -26,12 +26,12 @@ static void block_forward(const layer_call *k, const mlp_part *mlp, const attn_o
                           int t0, int rows) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
-    int D = c->dim;
+    int D = c->model.dim;
     size_t d = (size_t)t0 * D;
     linear_forward(out + d, o->in + (size_t)t0 * o->width, o->w, o->b, rows, o->width, D);
     add_into(s->h + d, k->x + d, out + d, (size_t)rows * D);
     rmsnorm_offset_forward(s->n2 + d, s->rstd2 + t0, s->h + d, k->w->ffn_norm, mt_norm_offset(c),
-                           rows, D, (float)c->norm_eps);
+                           rows, D, (float)c->model.norm_eps);
     mlp->forward(k, out, t0, rows);
     add_into(out + d, s->h + d, out + d, (size_t)rows * D);
 }
@@ -56,7 +56,7 @@ static void block_backward(const layer_call *k, const mlp_part *mlp, const attn_
     const mt_config *c = k->c;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->dim;
+    int D = c->model.dim;
     size_t d = (size_t)t0 * D, rD = (size_t)rows * D, a = (size_t)t0 * o->width;
     memset(s->d_n2 + d, 0, sizeof(float) * rD);
     mlp->backward(k, dout, t0, rows);

@@ -61,7 +61,7 @@ static float *expert_vec(float *v, int e, size_t len) {
 // The experts' activation: gpt-oss's clamped SwiGLU with swiglu_limit, else the plain one.
 static void act_forward(const mt_config *c, float *act, const float *gate, const float *up,
                         long n) {
-    if (c->swiglu_limit > 0)
+    if (c->model.swiglu_limit > 0)
         swiglu_clamped_forward(act, gate, up, n, moe_clamp_of(c));
     else
         swiglu_forward(act, gate, up, n);
@@ -69,7 +69,7 @@ static void act_forward(const mt_config *c, float *act, const float *gate, const
 
 static void act_backward(const mt_config *c, float *dgate, float *dup, const float *dact,
                          const float *gate, const float *up, long n) {
-    if (c->swiglu_limit > 0)
+    if (c->model.swiglu_limit > 0)
         swiglu_clamped_backward(dgate, dup, dact, gate, up, n, moe_clamp_of(c));
     else
         swiglu_backward(dgate, dup, dact, gate, up, n);
@@ -79,8 +79,8 @@ static void act_backward(const mt_config *c, float *dgate, float *dup, const flo
 // biases (expert_bias; the down projection's is inside the routing weight, as in transformers).
 static void experts_forward(const mt_config *c, const layer_params *w, moe_scratch *s, size_t p0,
                             const int32_t *offsets) {
-    size_t D = c->dim, F = c->moe_ffn_dim;
-    for (int e = 0; e < c->experts; e++) {
+    size_t D = c->model.dim, F = c->model.moe_ffn_dim;
+    for (int e = 0; e < c->model.experts; e++) {
         size_t r0 = p0 + offsets[e];
         int rows = offsets[e + 1] - offsets[e];
         if (!rows) continue;
@@ -98,7 +98,7 @@ static void experts_forward(const mt_config *c, const layer_params *w, moe_scrat
 // The shared expert's SwiGLU and its gate's logit, then out += sigmoid(logit) * its output.
 static void shared_forward(const mt_config *c, const layer_params *w, moe_scratch *s,
                            const float *n2, float *out, int t0, int rows) {
-    size_t D = c->dim, S = c->shared_ffn_dim, t = t0;
+    size_t D = c->model.dim, S = c->model.shared_ffn_dim, t = t0;
     linear_forward(s->sh_gate + t * S, n2, w->sh_gate, NULL, rows, D, S);
     linear_forward(s->sh_up + t * S, n2, w->sh_up, NULL, rows, D, S);
     swiglu_forward(s->sh_act + t * S, s->sh_gate + t * S, s->sh_up + t * S, (long)rows * S);
@@ -115,8 +115,8 @@ static void shared_forward(const mt_config *c, const layer_params *w, moe_scratc
 // routers' probabilities, or DeepSeek's sigmoid scores (model.router_score).
 static void route_forward(const mt_config *c, const layer_params *w, moe_scratch *s, float *probs,
                           size_t p0, int rows) {
-    int E = c->experts, k = c->top_k;
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+    int E = c->model.experts, k = c->model.top_k;
+    if (c->model.router_score == ROUTER_SCORE_SIGMOID) {
         moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
         moe_route_sigmoid_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
                                   &r);
@@ -128,7 +128,7 @@ static void route_forward(const mt_config *c, const layer_params *w, moe_scratch
 
 void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, moe_route_io *io,
                      const float *n2, float *out, int t0, int rows) {
-    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    int E = c->model.experts, k = c->model.top_k, D = c->model.dim, ci = chunk_index(c, s, t0);
     size_t p0 = (size_t)t0 * k;
     int32_t *counts = s->counts + (size_t)ci * (E + 1),
             *offsets = s->offsets + (size_t)ci * (E + 1);
@@ -148,7 +148,7 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
     // DeepSeek's sigmoid router has no such loss in transformers: its sums stay zero.
     if (t0 == 0) memset(io->counts, 0, sizeof(int32_t) * E), memset(io->psum, 0, sizeof(float) * E);
     for (int e = 0; e < E; e++) io->counts[e] += counts[e];
-    if (c->router_score == ROUTER_SCORE_SIGMOID) return;
+    if (c->model.router_score == ROUTER_SCORE_SIGMOID) return;
     moe_prob_sums(s->psum, probs, rows, E);
     for (int e = 0; e < E; e++) io->psum[e] += s->psum[e];
 }
@@ -156,8 +156,8 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
 // The experts' backward from d_yp: their weight gradients, and d_xp for their inputs.
 static void experts_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                              moe_scratch *s, size_t p0, const int32_t *offsets) {
-    size_t D = c->dim, F = c->moe_ffn_dim;
-    for (int e = 0; e < c->experts; e++) {
+    size_t D = c->model.dim, F = c->model.moe_ffn_dim;
+    for (int e = 0; e < c->model.experts; e++) {
         size_t r0 = p0 + offsets[e];
         int rows = offsets[e + 1] - offsets[e];
         if (!rows) continue; // no tokens: the expert's gradient stays zero
@@ -182,7 +182,7 @@ static void experts_backward(const mt_config *c, const layer_params *w, const la
 static void shared_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                             moe_scratch *s, const float *n2, const float *dout, float *d_n2, int t0,
                             int rows) {
-    size_t D = c->dim, S = c->shared_ffn_dim, t = t0, rS = (size_t)rows * S;
+    size_t D = c->model.dim, S = c->model.shared_ffn_dim, t = t0, rS = (size_t)rows * S;
     memset(s->d_sh_y, 0, sizeof(float) * rows * D);
     memset(s->d_sh_logit, 0, sizeof(float) * rows);
     if (w->sh_route)
@@ -206,7 +206,7 @@ static void shared_backward(const mt_config *c, const layer_params *w, const lay
 void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                       moe_scratch *s, const moe_route_io *io, const float *n2, const float *dout,
                       float *d_n2, int t0, int rows) {
-    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    int E = c->model.experts, k = c->model.top_k, D = c->model.dim, ci = chunk_index(c, s, t0);
     size_t p0 = (size_t)t0 * k;
     const int32_t *offsets = s->offsets + (size_t)ci * (E + 1);
     memset(s->d_yp + p0 * D, 0, sizeof(float) * rows * k * D);
@@ -216,7 +216,7 @@ void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_par
     experts_backward(c, w, dw, s, p0, offsets);
     moe_scatter_add(d_n2, s->d_xp + p0 * D, s->row_of + p0, rows, k, D);
     memset(s->d_logits, 0, sizeof(float) * rows * E);
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+    if (c->model.router_score == ROUTER_SCORE_SIGMOID) {
         moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
         moe_route_sigmoid_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E,
                                    s->expert + p0, rows, E, k, &r);

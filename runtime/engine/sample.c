@@ -4,9 +4,9 @@
 #include <math.h>
 
 int sample_is_eos(const mt_config *c, int tok) {
-    if (tok == c->eos_id) return 1;
-    for (int i = 0; i < c->n_eos_more; i++)
-        if (tok == c->eos_more[i]) return 1;
+    if (tok == c->model.eos_id) return 1;
+    for (int i = 0; i < c->model.n_eos_more; i++)
+        if (tok == c->model.eos_more[i]) return 1;
     return 0;
 }
 

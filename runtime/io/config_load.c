@@ -164,9 +164,9 @@ static int check_export_family(config_source *src, const mt_config *cfg) {
     return config_fail(src, "export_dir",
                        "no Hugging Face architecture we write has this model's fields (qk_norm "
                        "%s, experts %d, sliding_window %d%s): train without export_dir",
-                       mt_choice_name(QK_NORM_NAMES, cfg->qk_norm), cfg->experts,
-                       cfg->sliding_window,
-                       cfg->layer_types[0] ? " on the layers of model.layer_types" : "");
+                       mt_choice_name(QK_NORM_NAMES, cfg->model.qk_norm), cfg->model.experts,
+                       cfg->model.sliding_window,
+                       cfg->model.layer_types[0] ? " on the layers of model.layer_types" : "");
 }
 
 int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,

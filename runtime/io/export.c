@@ -38,7 +38,7 @@ static int export_bf16(const mt_config *cfg) {
 
 int hf_export_fp32(const mt_config *cfg, const tensor_info *t) {
     return t->role == T_ROUTER_CORR ||
-           (t->role == T_ROUTER && cfg->moe_names == MOE_NAMES_DEEPSEEK);
+           (t->role == T_ROUTER && cfg->model.moe_names == MOE_NAMES_DEEPSEEK);
 }
 
 // Bytes an element of t takes in the export: bf16 ones but where transformers keeps fp32.
@@ -152,26 +152,27 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
 // llama3's object or yarn's.
 static void add_rope_scaling(cJSON *r, const mt_config *c) {
     if (cJSON_GetObjectItemCaseSensitive(r, "rope_scaling")) return;
-    if (c->rope_type == ROPE_PLAIN) {
+    if (c->model.rope_type == ROPE_PLAIN) {
         cJSON_AddNullToObject(r, "rope_scaling");
         return;
     }
     cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
-    cJSON_AddStringToObject(rs, "rope_type", mt_choice_name(ROPE_TYPE_NAMES, c->rope_type));
-    hf_add_float(rs, "factor", c->rope_factor);
-    if (c->rope_type == ROPE_LLAMA3) {
-        hf_add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
-        hf_add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddStringToObject(rs, "rope_type", mt_choice_name(ROPE_TYPE_NAMES, c->model.rope_type));
+    hf_add_float(rs, "factor", c->model.rope_factor);
+    if (c->model.rope_type == ROPE_LLAMA3) {
+        hf_add_float(rs, "low_freq_factor", c->model.rope_low_freq_factor);
+        hf_add_float(rs, "high_freq_factor", c->model.rope_high_freq_factor);
     } else {
-        hf_add_float(rs, "beta_fast", c->rope_beta_fast);
-        hf_add_float(rs, "beta_slow", c->rope_beta_slow);
-        cJSON_AddBoolToObject(rs, "truncate", c->rope_truncate);
-        if (c->rope_attention_factor > 0)
-            hf_add_float(rs, "attention_factor", c->rope_attention_factor);
-        if (c->rope_mscale > 0) hf_add_float(rs, "mscale", c->rope_mscale);
-        if (c->rope_mscale_all_dim > 0) hf_add_float(rs, "mscale_all_dim", c->rope_mscale_all_dim);
+        hf_add_float(rs, "beta_fast", c->model.rope_beta_fast);
+        hf_add_float(rs, "beta_slow", c->model.rope_beta_slow);
+        cJSON_AddBoolToObject(rs, "truncate", c->model.rope_truncate);
+        if (c->model.rope_attention_factor > 0)
+            hf_add_float(rs, "attention_factor", c->model.rope_attention_factor);
+        if (c->model.rope_mscale > 0) hf_add_float(rs, "mscale", c->model.rope_mscale);
+        if (c->model.rope_mscale_all_dim > 0)
+            hf_add_float(rs, "mscale_all_dim", c->model.rope_mscale_all_dim);
     }
-    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->model.rope_original_max_pos);
 }
 
 // The architecture whose fields are c's (a Mistral input comes out as Llama: the same math
@@ -180,36 +181,38 @@ static void write_config(const mt_config *c, const char *dir) {
     cJSON *r = cJSON_CreateObject();
     if (hf_write_family(r, c) < 0)
         mt_die("%s: no Hugging Face architecture has this model's fields (qk_norm %s, experts %d)",
-               dir, mt_choice_name(QK_NORM_NAMES, c->qk_norm), c->experts);
-    cJSON_AddNumberToObject(r, "hidden_size", c->dim);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
-    cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
-    cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
+               dir, mt_choice_name(QK_NORM_NAMES, c->model.qk_norm), c->model.experts);
+    cJSON_AddNumberToObject(r, "hidden_size", c->model.dim);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", c->model.layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", c->model.heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", c->model.kv_heads);
     if (!cJSON_GetObjectItemCaseSensitive(r, "head_dim")) // MLA's is its rotated width
         cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
-    cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(r, "vocab_size", c->model.vocab);
     // transformers 5's rope_parameters (the Gated DeltaNet families') carry rope_theta
     if (!cJSON_GetObjectItemCaseSensitive(r, "rope_parameters")) {
-        cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // prints doubles round-trip
+        cJSON_AddNumberToObject(r, "rope_theta", c->model.rope_theta); // prints doubles round-trip
         add_rope_scaling(r, c);
     }
-    cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
-    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
-    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
-    if (c->eos_id >= 0 && c->n_eos_more == 0) cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
-    if (c->eos_id >= 0 && c->n_eos_more > 0) {
+    cJSON_AddNumberToObject(r, "rms_norm_eps", c->model.norm_eps);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->model.tied_embeddings);
+    if (c->model.bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->model.bos_id);
+    if (c->model.eos_id >= 0 && c->model.n_eos_more == 0)
+        cJSON_AddNumberToObject(r, "eos_token_id", c->model.eos_id);
+    if (c->model.eos_id >= 0 && c->model.n_eos_more > 0) {
         cJSON *eos = cJSON_AddArrayToObject(r, "eos_token_id");
-        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_id));
-        for (int i = 0; i < c->n_eos_more; i++)
-            cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_more[i]));
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->model.eos_id));
+        for (int i = 0; i < c->model.n_eos_more; i++)
+            cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->model.eos_more[i]));
     }
     cJSON_AddNumberToObject(r, "attention_dropout", 0);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
     // llama3 and yarn scaling exist to reach past the original context: transformers expects
     // more (and warns when yarn's factor is not that ratio)
     int ctx = c->seq_len;
-    if (c->rope_type != ROPE_PLAIN && c->rope_factor * c->rope_original_max_pos > ctx)
-        ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
+    if (c->model.rope_type != ROPE_PLAIN &&
+        c->model.rope_factor * c->model.rope_original_max_pos > ctx)
+        ctx = (int)fmin(c->model.rope_factor * c->model.rope_original_max_pos, INT_MAX);
     cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
     cJSON_AddNumberToObject(r, "initializer_range", 0.02);
     cJSON_AddNumberToObject(r, "pretraining_tp", 1);

@@ -26,15 +26,16 @@ static int starts_with(const char *s, const char *prefix) {
 // (model.layers.61.* of DeepSeek-V3's 61), which transformers does not load.
 static int past_last_layer(const mt_config *cfg, const char *name) {
     const char *p = "model.layers.";
-    if (cfg->moe_names != MOE_NAMES_DEEPSEEK || !starts_with(name, p)) return 0;
+    if (cfg->model.moe_names != MOE_NAMES_DEEPSEEK || !starts_with(name, p)) return 0;
     char *end;
     long layer = strtol(name + strlen(p), &end, 10);
-    return end != name + strlen(p) && *end == '.' && layer >= cfg->layers;
+    return end != name + strlen(p) && *end == '.' && layer >= cfg->model.layers;
 }
 
 int hf_carried(const mt_config *cfg, const char *name) {
-    return (cfg->hub_vlm && starts_with(name, "model.visual.")) ||
-           (cfg->linear_k_heads > 0 && starts_with(name, "mtp.")) || past_last_layer(cfg, name);
+    return (cfg->model.hub_vlm && starts_with(name, "model.visual.")) ||
+           (cfg->model.linear_k_heads > 0 && starts_with(name, "mtp.")) ||
+           past_last_layer(cfg, name);
 }
 
 static void carried_file(char *out, size_t cap, int s, int n) {
@@ -109,8 +110,8 @@ static void write_carried(const hf_index *ix, const int *shard, int s, int n, co
 
 // Whether model_dir may hold tensors to carry: only the families hf_carried names read it again.
 static int may_carry(const mt_config *cfg) {
-    return cfg->model_dir[0] &&
-           (cfg->hub_vlm || cfg->linear_k_heads > 0 || cfg->moe_names == MOE_NAMES_DEEPSEEK);
+    return cfg->model_dir[0] && (cfg->model.hub_vlm || cfg->model.linear_k_heads > 0 ||
+                                 cfg->model.moe_names == MOE_NAMES_DEEPSEEK);
 }
 
 double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSON *map) {
@@ -171,7 +172,7 @@ static void overlay(cJSON *into, cJSON *ours) {
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
     if (!may_carry(cfg)) return ours;
     cJSON *src = source_config(cfg);
-    if (!cfg->hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
+    if (!cfg->model.hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
         for (const cJSON *k = src->child; k; k = k->next)
             if ((starts_with(k->string, "mtp_") ||
                  !strcmp(k->string, "num_nextn_predict_layers")) &&

@@ -24,27 +24,27 @@ static int check_one(const hf_index *ix, const mt_config *cfg, const tensor_info
 static int ignorable(const char *name, const mt_config *cfg) {
     size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
     if (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0) return 1;
-    return cfg->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
+    return cfg->model.tied_embeddings && strcmp(name, "lm_head.weight") == 0;
 }
 
 void hf_index_layout(const hf_index *ix, mt_config *cfg) {
-    cfg->hub_experts_fused = 0;
-    if (cfg->experts <= 0 || cfg->moe_names != MOE_NAMES_MLP) return;
+    cfg->model.hub_experts_fused = 0;
+    if (cfg->model.experts <= 0 || cfg->model.moe_names != MOE_NAMES_MLP) return;
     int l = 0;
-    while (l < cfg->layers && !mt_layer_is_moe(cfg, l)) l++;
-    if (l == cfg->layers) return;
+    while (l < cfg->model.layers && !mt_layer_is_moe(cfg, l)) l++;
+    if (l == cfg->model.layers) return;
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
     char name[256];
-    cfg->hub_experts_fused = 1; // its names, to look for
+    cfg->model.hub_experts_fused = 1; // its names, to look for
     int n = model_group_tensors(cfg, model_layer_group(l), ti, &numel);
     for (int k = 0; k < n; k++)
         if (ti[k].role == T_EXP_GATE) {
             model_tensor_name(name, sizeof name, &ti[k], l);
-            cfg->hub_experts_fused = hf_tensor_named(ix, name) != NULL;
+            cfg->model.hub_experts_fused = hf_tensor_named(ix, name) != NULL;
             return;
         }
-    cfg->hub_experts_fused = 0;
+    cfg->model.hub_experts_fused = 0;
 }
 
 int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen) {
@@ -66,7 +66,7 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
         if (used[i] || ignorable(t->name, cfg) || hf_carried(cfg, t->name)) continue;
         // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
         const char *name = t->name;
-        int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&
+        int no_shared = cfg->model.shared_ffn_dim == 0 && cfg->model.experts > 0 &&
                         (strstr(name, ".shared_expert.") || strstr(name, ".shared_expert_gate."));
         rc = failf(err, errlen, "%s: unexpected tensor %s (%s)", hf_tensor_file(ix, t), name,
                    no_shared ? "a shared expert of width 0, config.json's "

@@ -9,8 +9,8 @@ static int row_mapped(int layout) {
 // Rows of our tensor of a row-mapped layout: in_proj_qkv's q, k and v, in_proj_z's and in_proj_b's
 // and in_proj_a's value heads.
 static uint64_t mapped_rows(const mt_config *c, int layout) {
-    uint64_t kh = (uint64_t)c->linear_k_heads, vh = (uint64_t)c->linear_v_heads;
-    uint64_t dk = (uint64_t)c->linear_k_dim, dv = (uint64_t)c->linear_v_dim;
+    uint64_t kh = (uint64_t)c->model.linear_k_heads, vh = (uint64_t)c->model.linear_v_heads;
+    uint64_t dk = (uint64_t)c->model.linear_k_dim, dv = (uint64_t)c->model.linear_v_dim;
     switch (layout) {
     case HUB_QKVZ_QKV:
         return 2 * kh * dk + vh * dv;
@@ -21,8 +21,9 @@ static uint64_t mapped_rows(const mt_config *c, int layout) {
 }
 
 uint64_t hub_row(const mt_config *c, int layout, uint64_t r) {
-    uint64_t kh = (uint64_t)c->linear_k_heads, vh = (uint64_t)c->linear_v_heads;
-    uint64_t dk = (uint64_t)c->linear_k_dim, dv = (uint64_t)c->linear_v_dim, per = vh / kh;
+    uint64_t kh = (uint64_t)c->model.linear_k_heads, vh = (uint64_t)c->model.linear_v_heads;
+    uint64_t dk = (uint64_t)c->model.linear_k_dim, dv = (uint64_t)c->model.linear_v_dim,
+             per = vh / kh;
     uint64_t group = 2 * dk + 2 * per * dv; // in_proj_qkvz's rows of one key head
     switch (layout) {
     case HUB_QKVZ_QKV:
@@ -57,7 +58,7 @@ static hub_place mapped_place(const mt_config *c, const tensor_info *t) {
 }
 
 hub_place hub_place_of(const mt_config *c, const tensor_info *t) {
-    uint64_t E = (uint64_t)c->experts, rows = (uint64_t)t->rows;
+    uint64_t E = (uint64_t)c->model.experts, rows = (uint64_t)t->rows;
     uint64_t cols = t->cols ? (uint64_t)t->cols : 1, e = t->expert > 0 ? (uint64_t)t->expert : 0;
     int odd = t->hub_layout == HUB_GATE_UP_ODD || t->hub_layout == HUB_BIAS_ODD;
     hub_place p = {.row_step = cols, .col_step = 1, .slab = t->numel};
@@ -144,7 +145,7 @@ int hub_row_mapped(const tensor_info *t) {
 }
 
 int hub_slabs(const mt_config *c, const tensor_info *t) {
-    return row_mapped(t->hub_layout) ? 1 : c->experts;
+    return row_mapped(t->hub_layout) ? 1 : c->model.experts;
 }
 
 // A fused projection, staged (the even tensor's rows, then the odd one's) -> the hub's row order.

@@ -80,14 +80,14 @@ static const struct {
     const char *key;
     size_t off;
 } tensor_options[] = {
-    {"qkv_bias", offsetof(mt_config, qkv_bias)},
-    {"o_bias", offsetof(mt_config, o_bias)},
-    {"attn_sinks", offsetof(mt_config, attn_sinks)},
-    {"router_bias", offsetof(mt_config, router_bias)},
-    {"expert_bias", offsetof(mt_config, expert_bias)},
-    {"attn_output_gate", offsetof(mt_config, attn_output_gate)},
-    {"norm_zero_centered", offsetof(mt_config, norm_zero_centered)},
-    {"router_correction", offsetof(mt_config, router_correction)},
+    {"qkv_bias", offsetof(mt_config, model.qkv_bias)},
+    {"o_bias", offsetof(mt_config, model.o_bias)},
+    {"attn_sinks", offsetof(mt_config, model.attn_sinks)},
+    {"router_bias", offsetof(mt_config, model.router_bias)},
+    {"expert_bias", offsetof(mt_config, model.expert_bias)},
+    {"attn_output_gate", offsetof(mt_config, model.attn_output_gate)},
+    {"norm_zero_centered", offsetof(mt_config, model.norm_zero_centered)},
+    {"router_correction", offsetof(mt_config, model.router_correction)},
 };
 
 static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,
@@ -95,7 +95,8 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) return snprintf(err, errlen, "%s: no \"model\" object", path), -1;
     const char *keys[] = {"dim", "layers", "heads", "kv_heads", "ffn_dim", "vocab"};
-    const int want[] = {c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim, c->vocab};
+    const int want[] = {c->model.dim,      c->model.layers,  c->model.heads,
+                        c->model.kv_heads, c->model.ffn_dim, c->model.vocab};
     for (int i = 0; i < 6; i++) {
         double v;
         if (manifest_get_uint(model, keys[i], path, "model.", &v, err, errlen) != 0) return -1;
@@ -107,10 +108,10 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
     const cJSON *tied = cJSON_GetObjectItemCaseSensitive(model, "tied_embeddings");
     if (!cJSON_IsBool(tied))
         return snprintf(err, errlen, "%s: model.tied_embeddings missing or not a bool", path), -1;
-    if (!!cJSON_IsTrue(tied) != !!c->tied_embeddings)
+    if (!!cJSON_IsTrue(tied) != !!c->model.tied_embeddings)
         return snprintf(err, errlen, "%s: model.tied_embeddings %s != config %s", path,
                         cJSON_IsTrue(tied) ? "true" : "false",
-                        c->tied_embeddings ? "true" : "false"),
+                        c->model.tied_embeddings ? "true" : "false"),
                -1;
     // The options that add tensors; absent in checkpoints from before each option, whose models
     // have none.
@@ -236,13 +237,13 @@ int manifest_check(const char *step_dir, const mt_job *job, uint64_t file_bytes,
 
 static cJSON *manifest_model(const mt_config *c) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "dim", c->dim);
-    cJSON_AddNumberToObject(m, "layers", c->layers);
-    cJSON_AddNumberToObject(m, "heads", c->heads);
-    cJSON_AddNumberToObject(m, "kv_heads", c->kv_heads);
-    cJSON_AddNumberToObject(m, "ffn_dim", c->ffn_dim);
-    cJSON_AddNumberToObject(m, "vocab", c->vocab);
-    cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
+    cJSON_AddNumberToObject(m, "dim", c->model.dim);
+    cJSON_AddNumberToObject(m, "layers", c->model.layers);
+    cJSON_AddNumberToObject(m, "heads", c->model.heads);
+    cJSON_AddNumberToObject(m, "kv_heads", c->model.kv_heads);
+    cJSON_AddNumberToObject(m, "ffn_dim", c->model.ffn_dim);
+    cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
+    cJSON_AddBoolToObject(m, "tied_embeddings", c->model.tied_embeddings);
     for (size_t i = 0; i < sizeof tensor_options / sizeof *tensor_options; i++)
         cJSON_AddBoolToObject(m, tensor_options[i].key,
                               *(const int *)((const char *)c + tensor_options[i].off));

@@ -51,7 +51,7 @@ static int check_mxfp4(const hf_index *ix, const mt_config *cfg, const tensor_in
                      "(config.json's sizes)",
                      hf_tensor_file(ix, b), blocks, t->cols);
     mxfp4_rows q = mxfp4_rows_of(t);
-    int64_t want[4] = {cfg->experts, q.rows, q.groups, MXFP4_GROUP_BYTES};
+    int64_t want[4] = {cfg->model.experts, q.rows, q.groups, MXFP4_GROUP_BYTES};
     return hf_check_shape(ix, blocks, want, 4, 1, used, err, errlen) < 0 ||
                    hf_check_shape(ix, scales, want, 3, 1, used, err, errlen) < 0
                ? -1

@@ -35,10 +35,10 @@ static int read_layer_types(const json_ctx *j, const family *f, double w, mt_con
     size_t used = 0; // of m->layer_types, which read_window has emptied
     if (!list && f->window == WINDOW_FLAG && get_int(j, "max_window_layers", 28, &from) < 0)
         return -1;
-    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
+    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->model.layers))
         return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
-                     j->path, m->layers);
-    for (int l = 0; l < m->layers; l++) {
+                     j->path, m->model.layers);
+    for (int l = 0; l < m->model.layers; l++) {
         int slides_by_default = f->window == WINDOW_OSS ? l % 2 == 0 : w > 0 && l >= from;
         const char *type = slides_by_default ? "sliding_attention" : "full_attention";
         if (list) {
@@ -59,14 +59,14 @@ static int read_layer_types(const json_ctx *j, const family *f, double w, mt_con
                          "(use_sliding_window false or sliding_window null)",
                          j->path, l);
         sliding += slides;
-        int wrote = snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s",
-                             l ? "," : "", type);
-        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof m->layer_types)
+        int wrote = snprintf(m->model.layer_types + used, sizeof m->model.layer_types - used,
+                             "%s%s", l ? "," : "", type);
+        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof m->model.layer_types)
             return failf(j->err, j->errlen, "%s: layer_types: too many layers to list", j->path);
         used += (size_t)wrote;
     }
-    if (!sliding) memset(m->layer_types, 0, sizeof m->layer_types); // no layer slides
-    m->sliding_window = sliding ? (int)w : 0;
+    if (!sliding) memset(m->model.layer_types, 0, sizeof m->model.layer_types); // no layer slides
+    m->model.sliding_window = sliding ? (int)w : 0;
     return 0;
 }
 
@@ -78,12 +78,12 @@ static int read_layer_types(const json_ctx *j, const family *f, double w, mt_con
 int hf_read_window(const json_ctx *j, const family *f, int seq_len, mt_config *m) {
     double w;
     if (sliding_window(j, f, &w) < 0) return -1;
-    m->sliding_window = 0;
-    memset(m->layer_types, 0, sizeof m->layer_types);
+    m->model.sliding_window = 0;
+    memset(m->model.layer_types, 0, sizeof m->model.layer_types);
     if (w > (1 << 30) || w != (int)w)
         return failf(j->err, j->errlen, "%s: sliding_window %g is not an integer up to 2^30",
                      j->path, w);
-    if (f->window == WINDOW_MISTRAL) return m->sliding_window = (int)w, 0;
+    if (f->window == WINDOW_MISTRAL) return m->model.sliding_window = (int)w, 0;
     if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS)
         return read_layer_types(j, f, w, m);
     if (w > 0 && w < seq_len)
@@ -97,9 +97,9 @@ int hf_read_window(const json_ctx *j, const family *f, int seq_len, mt_config *m
 // Whether family f writes c's window: Mistral one every layer has (and a model without one is
 // the Llama it is), dense Qwen2 and Qwen3 any layer_types, the others none.
 int hf_writes_window(const family *f, const mt_config *c) {
-    if (f->window == WINDOW_MISTRAL) return c->sliding_window > 0 && !c->layer_types[0];
+    if (f->window == WINDOW_MISTRAL) return c->model.sliding_window > 0 && !c->model.layer_types[0];
     if ((f->window == WINDOW_FLAG && !f->experts_key) || f->window == WINDOW_OSS) return 1;
-    return c->sliding_window == 0;
+    return c->model.sliding_window == 0;
 }
 
 // Qwen2's and Qwen3's window: off, or on with each layer's type listed (read back as written).
@@ -107,10 +107,12 @@ int hf_writes_window(const family *f, const mt_config *c) {
 // GptOssConfig's default, 128, which no layer uses: transformers' GptOssModel builds the sliding
 // mask for every forward and fails on a null window.
 void hf_write_layer_types(cJSON *r, const family *f, const mt_config *c) {
-    int window = c->sliding_window > 0 ? c->sliding_window : f->window == WINDOW_OSS ? 128 : 0;
+    int window = c->model.sliding_window > 0 ? c->model.sliding_window
+                 : f->window == WINDOW_OSS   ? 128
+                                             : 0;
     if (f->window == WINDOW_FLAG) {
-        cJSON_AddBoolToObject(r, "use_sliding_window", c->sliding_window > 0);
-        cJSON_AddNumberToObject(r, "max_window_layers", c->layers);
+        cJSON_AddBoolToObject(r, "use_sliding_window", c->model.sliding_window > 0);
+        cJSON_AddNumberToObject(r, "max_window_layers", c->model.layers);
     }
     if (!window) {
         cJSON_AddNullToObject(r, "sliding_window");
@@ -118,7 +120,7 @@ void hf_write_layer_types(cJSON *r, const family *f, const mt_config *c) {
     }
     cJSON_AddNumberToObject(r, "sliding_window", window);
     cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
-    for (int l = 0; l < c->layers; l++)
+    for (int l = 0; l < c->model.layers; l++)
         cJSON_AddItemToArray(list,
                              cJSON_CreateString(mt_layer_kind_of(c, l)->window ? "sliding_attention"
                                                                                : "full_attention"));

@@ -16,8 +16,9 @@ static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, in
 // model.moe_every and model.dense_layers ("0,5,7", checked by config.c) as transformers reads
 // decoder_sparse_step and mlp_only_layers.
 static int moe_by_fields(const mt_config *c, int l) {
-    if (c->experts <= 0 || (l + 1) % (c->moe_every > 0 ? c->moe_every : 1)) return 0;
-    for (const char *p = c->dense_layers; *p;) {
+    if (c->model.experts <= 0 || (l + 1) % (c->model.moe_every > 0 ? c->model.moe_every : 1))
+        return 0;
+    for (const char *p = c->model.dense_layers; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p) break;
@@ -40,12 +41,12 @@ static size_t next_type(const char **p, const char **entry) {
 }
 
 int model_check_layer_types(const mt_config *c, char *why, size_t n) {
-    if (!c->layer_types[0]) return 0;
+    if (!c->model.layer_types[0]) return 0;
     int count = 1;
-    for (const char *p = c->layer_types; *p; p++) count += *p == ',';
-    if (count != c->layers)
-        return snprintf(why, n, "lists %d layers; model.layers = %d", count, c->layers), -1;
-    const char *p = c->layer_types, *e;
+    for (const char *p = c->model.layer_types; *p; p++) count += *p == ',';
+    if (count != c->model.layers)
+        return snprintf(why, n, "lists %d layers; model.layers = %d", count, c->model.layers), -1;
+    const char *p = c->model.layer_types, *e;
     for (int l = 0; l < count; l++) {
         size_t len = next_type(&p, &e);
         int sliding = is_type(e, len, "sliding_attention");
@@ -56,14 +57,14 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
                             "linear_attention",
                             l, (int)len, e),
                    -1;
-        if (linear && !(c->linear_k_heads > 0 && c->linear_v_heads > 0 && c->linear_k_dim > 0 &&
-                        c->linear_v_dim > 0))
+        if (linear && !(c->model.linear_k_heads > 0 && c->model.linear_v_heads > 0 &&
+                        c->model.linear_k_dim > 0 && c->model.linear_v_dim > 0))
             return snprintf(why, n,
                             "layer %d is linear_attention, but model.linear_k_heads, "
                             "linear_v_heads, linear_k_dim and linear_v_dim are not all set",
                             l),
                    -1;
-        if (sliding && c->sliding_window <= 0)
+        if (sliding && c->model.sliding_window <= 0)
             return snprintf(why, n, "layer %d is sliding_attention, but model.sliding_window is 0",
                             l),
                    -1;
@@ -74,40 +75,41 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
 // A layer slides when the model has a window and layer_types (checked by config.c) says so, or
 // is empty: then every layer does.
 void model_describe_layers(mt_config *c) {
-    int n = c->layers > 0 && c->layers <= MT_MAX_LAYERS ? c->layers : 0; // else out of range
-    const char *p = c->layer_types, *e;
+    int n = c->model.layers > 0 && c->model.layers <= MT_MAX_LAYERS ? c->model.layers
+                                                                    : 0; // else out of range
+    const char *p = c->model.layer_types, *e;
     for (int l = 0; l < n; l++) {
         size_t len = next_type(&p, &e);
-        int slides =
-            c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
-        c->layer_kind[l] = (mt_layer_kind){
+        int slides = c->model.sliding_window > 0 &&
+                     (!c->model.layer_types[0] || is_type(e, len, "sliding_attention"));
+        c->model.layer_kind[l] = (mt_layer_kind){
             .attention = is_type(e, len, "linear_attention") ? ATTN_GDN
-                         : c->mla_kv_rank > 0                ? ATTN_MLA
+                         : c->model.mla_kv_rank > 0          ? ATTN_MLA
                                                              : ATTN_SOFTMAX,
             .mlp = moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
-            .sinks = !!c->attn_sinks,
-            .window = slides ? c->sliding_window : 0,
+            .sinks = !!c->model.attn_sinks,
+            .window = slides ? c->model.sliding_window : 0,
         };
     }
-    c->n_described = n;
+    c->model.n_described = n;
 }
 
 const mt_layer_kind *mt_layer_kind_of(const mt_config *c, int l) {
-    if (c->n_described != c->layers || l < 0 || l >= c->layers)
+    if (c->model.n_described != c->model.layers || l < 0 || l >= c->model.layers)
         mt_die("internal: layer %d's kinds asked of a model description of %d layers, %d described",
-               l, c->layers, c->n_described);
-    return &c->layer_kind[l];
+               l, c->model.layers, c->model.n_described);
+    return &c->model.layer_kind[l];
 }
 
 int mt_moe_layers(const mt_config *c) {
     int n = 0;
-    for (int l = 0; l < c->layers; l++) n += mt_layer_is_moe(c, l);
+    for (int l = 0; l < c->model.layers; l++) n += mt_layer_is_moe(c, l);
     return n;
 }
 
 int mt_gdn_layers(const mt_config *c) {
     int n = 0;
-    for (int l = 0; l < c->layers; l++) n += mt_layer_kind_of(c, l)->attention == ATTN_GDN;
+    for (int l = 0; l < c->model.layers; l++) n += mt_layer_kind_of(c, l)->attention == ATTN_GDN;
     return n;
 }
 
@@ -141,29 +143,29 @@ static int role_present(const mt_config *c, int layer, int present) {
     case ROLE_EXPERTS:
         return moe;
     case ROLE_QKV_BIAS:
-        return softmax && c->qkv_bias;
+        return softmax && c->model.qkv_bias;
     case ROLE_QK_NORM:
         return softmax && mt_qk_norm(c) != QK_NONE;
     case ROLE_SHARED:
-        return moe && c->shared_ffn_dim > 0;
+        return moe && c->model.shared_ffn_dim > 0;
     case ROLE_O_BIAS:
-        return softmax && c->o_bias;
+        return softmax && c->model.o_bias;
     case ROLE_SINKS:
         return softmax && mt_layer_kind_of(c, layer)->sinks;
     case ROLE_ROUTER_BIAS:
-        return moe && c->router_bias;
+        return moe && c->model.router_bias;
     case ROLE_EXPERT_BIAS:
-        return moe && c->expert_bias;
+        return moe && c->model.expert_bias;
     case ROLE_MLA:
         return mt_layer_kind_of(c, layer)->attention == ATTN_MLA;
     case ROLE_MLA_Q:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank <= 0;
+        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->model.mla_q_rank <= 0;
     case ROLE_MLA_QLORA:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank > 0;
+        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->model.mla_q_rank > 0;
     case ROLE_ROUTER_CORR:
-        return moe && c->router_correction;
+        return moe && c->model.router_correction;
     case ROLE_SHARED_GATE:
-        return moe && c->shared_ffn_dim > 0 && c->shared_gate;
+        return moe && c->model.shared_ffn_dim > 0 && c->model.shared_gate;
     }
     return 1; // ROLE_ALWAYS
 }
@@ -174,49 +176,50 @@ static int dim_of(const mt_config *c, int dim) {
     case DIM_ONE:
         return 1;
     case DIM_D:
-        return c->dim;
+        return c->model.dim;
     case DIM_Q:
-        return c->heads * hd;
+        return c->model.heads * hd;
     case DIM_KV:
-        return c->kv_heads * hd;
+        return c->model.kv_heads * hd;
     case DIM_F:
-        return c->ffn_dim;
+        return c->model.ffn_dim;
     case DIM_E:
-        return c->experts;
+        return c->model.experts;
     case DIM_FE:
-        return c->moe_ffn_dim;
+        return c->model.moe_ffn_dim;
     case DIM_S:
-        return c->shared_ffn_dim;
+        return c->model.shared_ffn_dim;
     case DIM_QN:
-        return all ? c->heads * hd : hd;
+        return all ? c->model.heads * hd : hd;
     case DIM_KN:
-        return all ? c->kv_heads * hd : hd;
+        return all ? c->model.kv_heads * hd : hd;
     case DIM_H:
-        return c->heads;
+        return c->model.heads;
     case DIM_QW:
-        return c->heads * hd * (c->attn_output_gate ? 2 : 1);
+        return c->model.heads * hd * (c->model.attn_output_gate ? 2 : 1);
     case DIM_LA_CONV:
-        return 2 * c->linear_k_heads * c->linear_k_dim + c->linear_v_heads * c->linear_v_dim;
+        return 2 * c->model.linear_k_heads * c->model.linear_k_dim +
+               c->model.linear_v_heads * c->model.linear_v_dim;
     case DIM_LA_V:
-        return c->linear_v_heads * c->linear_v_dim;
+        return c->model.linear_v_heads * c->model.linear_v_dim;
     case DIM_LA_H:
-        return c->linear_v_heads;
+        return c->model.linear_v_heads;
     case DIM_LA_DV:
-        return c->linear_v_dim;
+        return c->model.linear_v_dim;
     case DIM_LA_TAPS:
-        return c->linear_conv;
+        return c->model.linear_conv;
     case DIM_MLA_QR:
-        return c->mla_q_rank;
+        return c->model.mla_q_rank;
     case DIM_MLA_KVR:
-        return c->mla_kv_rank;
+        return c->model.mla_kv_rank;
     case DIM_MLA_KVA:
-        return c->mla_kv_rank + c->mla_rope_dim;
+        return c->model.mla_kv_rank + c->model.mla_rope_dim;
     case DIM_MLA_Q:
-        return c->heads * (c->mla_nope_dim + c->mla_rope_dim);
+        return c->model.heads * (c->model.mla_nope_dim + c->model.mla_rope_dim);
     case DIM_MLA_KVB:
-        return c->heads * (c->mla_nope_dim + c->mla_v_dim);
+        return c->model.heads * (c->model.mla_nope_dim + c->model.mla_v_dim);
     case DIM_MLA_O:
-        return c->heads * c->mla_v_dim;
+        return c->model.heads * c->model.mla_v_dim;
     }
     return 0; // DIM_NONE
 }
@@ -248,7 +251,8 @@ static int fused_expert_layout(int oss_layout) {
 
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
 static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
-    int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = c->moe_names == MOE_NAMES_GPT_OSS;
+    int bsm = c->model.moe_names == MOE_NAMES_BLOCK_SPARSE,
+        oss = c->model.moe_names == MOE_NAMES_GPT_OSS;
     int n = 0;
     for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
         const role_row *r = &role_rows[i];
@@ -256,18 +260,18 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
         const char *name = bsm && r->bsm_name ? r->bsm_name : r->name;
         if (oss && r->oss_name) name = r->oss_name;
         int per_expert = r->present == ROLE_EXPERTS || r->present == ROLE_EXPERT_BIAS;
-        for (int e = 0; e < (per_expert ? c->experts : 1); e++) {
+        for (int e = 0; e < (per_expert ? c->model.experts : 1); e++) {
             n = add_tensor(t, n, name, off, dim_of(c, r->rows), dim_of(c, r->cols), r->init,
                            r->role);
             if (per_expert) t[n - 1].expert = e;
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
-            if (c->hub_gdn_fused)
+            if (c->model.hub_gdn_fused)
                 rename_by(gdn_fused, sizeof gdn_fused / sizeof *gdn_fused, &t[n - 1]);
-            if (c->moe_names == MOE_NAMES_DEEPSEEK)
+            if (c->model.moe_names == MOE_NAMES_DEEPSEEK)
                 rename_by(deepseek_shared, sizeof deepseek_shared / sizeof *deepseek_shared,
                           &t[n - 1]);
-            if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
+            if (c->model.hub_experts_fused && r->present == ROLE_EXPERTS) {
                 t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
                 t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
             }
@@ -280,17 +284,18 @@ int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *num
     uint64_t off = 0;
     int n = 0;
     if (g == 0) {
-        n = add_tensor(t, n, "model.embed_tokens.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
-                       T_EMBED);
+        n = add_tensor(t, n, "model.embed_tokens.weight", &off, c->model.vocab, c->model.dim,
+                       TENSOR_NORMAL, T_EMBED);
     } else if (g == model_head_group(c)) {
-        n = add_tensor(t, n, "model.norm.weight", &off, c->dim, 0, TENSOR_NORM, T_FINAL_NORM);
-        if (!c->tied_embeddings)
-            n = add_tensor(t, n, "lm_head.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
-                           T_LM_HEAD);
+        n = add_tensor(t, n, "model.norm.weight", &off, c->model.dim, 0, TENSOR_NORM, T_FINAL_NORM);
+        if (!c->model.tied_embeddings)
+            n = add_tensor(t, n, "lm_head.weight", &off, c->model.vocab, c->model.dim,
+                           TENSOR_NORMAL, T_LM_HEAD);
     } else {
         n = layer_tensors(c, g - 1, t, &off);
     }
-    for (int k = 0; k < n; k++) t[k].lm_nested = c->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
+    for (int k = 0; k < n; k++)
+        t[k].lm_nested = c->model.hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
     *numel = off;
     return n;
 }
@@ -341,7 +346,7 @@ uint64_t model_group_numel(const mt_config *c, int g) {
 
 uint64_t model_largest_layer(const mt_config *c) {
     uint64_t most = 0;
-    for (int l = 0; l < c->layers; l++) {
+    for (int l = 0; l < c->model.layers; l++) {
         uint64_t n = model_group_numel(c, model_layer_group(l));
         most = n > most ? n : most;
     }
@@ -357,7 +362,7 @@ uint64_t model_param_count(const mt_config *c) {
 void model_grad_order(const mt_config *c, int *order) {
     int n = 0;
     order[n++] = model_head_group(c);
-    for (int l = c->layers - 1; l >= 0; l--) order[n++] = model_layer_group(l);
+    for (int l = c->model.layers - 1; l >= 0; l--) order[n++] = model_layer_group(l);
     order[n++] = 0;
 }
 
@@ -409,7 +414,7 @@ void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, floa
         // Each value depends on (seed, group, index) alone: threads give the same bits, and a 7B
         // start no longer waits a minute on one core per optimizer rank.
         int init = t[k].init;
-        if (init == TENSOR_NORM) init = c->norm_zero_centered ? TENSOR_ZEROS : TENSOR_ONES;
+        if (init == TENSOR_NORM) init = c->model.norm_zero_centered ? TENSOR_ZEROS : TENSOR_ONES;
 #pragma omp parallel for schedule(static)
         for (uint64_t i = a; i < b; i++) out[i - lo] = init_value(c, init, g, i);
     }
@@ -431,32 +436,34 @@ void layer_params_bind(layer_params *r, const mt_config *c, int layer, float *ba
 
 void head_params_bind(head_params *p, const mt_config *c, float *flat) {
     p->final_norm = flat;
-    p->lm_head = c->tied_embeddings ? NULL : flat + c->dim;
+    p->lm_head = c->model.tied_embeddings ? NULL : flat + c->model.dim;
 }
 
 float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
-    if (c->rope_type == ROPE_YARN) {
-        const rope_yarn yarn = {.factor = c->rope_factor,
-                                .orig_ctx = c->rope_original_max_pos,
-                                .beta_fast = c->rope_beta_fast,
-                                .beta_slow = c->rope_beta_slow,
-                                .attention_factor = c->rope_attention_factor,
-                                .mscale = c->rope_mscale,
-                                .mscale_all_dim = c->rope_mscale_all_dim,
-                                .truncate = c->rope_truncate};
-        return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta, &yarn);
+    if (c->model.rope_type == ROPE_YARN) {
+        const rope_yarn yarn = {.factor = c->model.rope_factor,
+                                .orig_ctx = c->model.rope_original_max_pos,
+                                .beta_fast = c->model.rope_beta_fast,
+                                .beta_slow = c->model.rope_beta_slow,
+                                .attention_factor = c->model.rope_attention_factor,
+                                .mscale = c->model.rope_mscale,
+                                .mscale_all_dim = c->model.rope_mscale_all_dim,
+                                .truncate = c->model.rope_truncate};
+        return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(c), (float)c->model.rope_theta,
+                                         &yarn);
     }
-    rope_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta);
-    if (c->rope_type == ROPE_LLAMA3)
-        rope_llama3_scale(inv_freq, mt_rope_dim(c), c->rope_factor, c->rope_low_freq_factor,
-                          c->rope_high_freq_factor, c->rope_original_max_pos);
+    rope_inv_freq(inv_freq, mt_rope_dim(c), (float)c->model.rope_theta);
+    if (c->model.rope_type == ROPE_LLAMA3)
+        rope_llama3_scale(inv_freq, mt_rope_dim(c), c->model.rope_factor,
+                          c->model.rope_low_freq_factor, c->model.rope_high_freq_factor,
+                          c->model.rope_original_max_pos);
     return 1.0f;
 }
 
 float model_mla_softmax_scale(const mt_config *c) {
     double scale = pow(mt_mla_qk_dim(c), -0.5);
-    if (c->rope_type != ROPE_PLAIN && c->rope_mscale_all_dim) {
-        double m = rope_yarn_mscale(c->rope_factor, c->rope_mscale_all_dim);
+    if (c->model.rope_type != ROPE_PLAIN && c->model.rope_mscale_all_dim) {
+        double m = rope_yarn_mscale(c->model.rope_factor, c->model.rope_mscale_all_dim);
         scale = scale * m * m;
     }
     return (float)scale;

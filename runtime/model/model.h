@@ -68,8 +68,10 @@ typedef struct {
 } mt_layer_kind;
 #define MT_MAX_LAYERS 4096 // model.layers' bound in the schema
 
+// The model: its shape, its layers' kinds and options, its tokens; what a layer's math, the
+// plan's bytes and FLOPs, config.json and the hub's tensor layout depend on, and nothing of a
+// run. Code that needs only the model takes a const mt_model *.
 typedef struct {
-    // model
     int dim, layers, heads, kv_heads, ffn_dim, vocab;
     double rope_theta, norm_eps;
     int tied_embeddings;
@@ -170,6 +172,26 @@ typedef struct {
     int rope_original_max_pos; // original_max_position_embeddings
     double rope_beta_fast, rope_beta_slow, rope_attention_factor;
     int rope_truncate;
+    // How model_dir's folder lays the model out, read from its config.json (not train.cfg keys;
+    // config_apply_model_dir copies them): hub_vlm, a ConditionalGeneration checkpoint (Qwen3.5's
+    // VLMs), whose language model's tensors are under "model.language_model." (lm_head.weight
+    // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
+    // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
+    int hub_vlm, hub_gdn_fused;
+    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
+    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
+    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
+    // tensor names (io's hf_index_layout), as config.json does not say.
+    int hub_experts_fused;
+    // each layer's kinds, from the fields above (model_describe_layers); n_described: the
+    // layers described, so that a config used before its description fails loudly
+    mt_layer_kind layer_kind[MT_MAX_LAYERS];
+    int n_described;
+} mt_model;
+
+// A job: its model (train.cfg's model.* keys, or model_dir's config.json) and how to train it.
+typedef struct {
+    mt_model model;
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
     int data_format;            // "bytes": raw text, one token per byte (vocab 256)
@@ -212,21 +234,6 @@ typedef struct {
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
     int export_dtype; // "float32" (the master weights, bitwise) or "bfloat16"
-    // How model_dir's folder lays the model out, read from its config.json (not train.cfg keys;
-    // config_apply_model_dir copies them): hub_vlm, a ConditionalGeneration checkpoint (Qwen3.5's
-    // VLMs), whose language model's tensors are under "model.language_model." (lm_head.weight
-    // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
-    // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
-    int hub_vlm, hub_gdn_fused;
-    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
-    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
-    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
-    // tensor names (io's hf_index_layout), as config.json does not say.
-    int hub_experts_fused;
-    // each layer's kinds, from the fields above (model_describe_layers); n_described: the
-    // layers described, so that a config used before its description fails loudly
-    mt_layer_kind layer_kind[MT_MAX_LAYERS];
-    int n_described;
     // where it came from: the file, and the key=value settings given after it on the command
     // line (mtrun ... CONFIG optimizer.lr=1e-4), applied over the file in order; a checkpoint
     // records them, so that its resume trains on with them
@@ -285,7 +292,7 @@ static inline int mt_packs_documents(const mt_config *c) {
 }
 
 static inline int mt_head_dim(const mt_config *c) {
-    return c->head_dim ? c->head_dim : c->dim / c->heads;
+    return c->model.head_dim ? c->model.head_dim : c->model.dim / c->model.heads;
 }
 // Multi-head latent attention's norms of its query rank and latent (q_a_layernorm,
 // kv_a_layernorm): transformers builds them with DeepseekV3RMSNorm's default eps, not
@@ -293,30 +300,30 @@ static inline int mt_head_dim(const mt_config *c) {
 #define MT_MLA_LATENT_NORM_EPS 1e-6f
 // Multi-head latent attention's query and key head width (mla_nope_dim + mla_rope_dim).
 static inline int mt_mla_qk_dim(const mt_config *c) {
-    return c->mla_nope_dim + c->mla_rope_dim;
+    return c->model.mla_nope_dim + c->model.mla_rope_dim;
 }
 // The elements of a head RoPE turns (MLA: mla_rope_dim, the last of q's and k's heads): head_dim x
 // partial_rotary_factor, rounded down (a config built by hand, with 0 there, turns the whole head).
 static inline int mt_rope_dim(const mt_config *c) {
-    if (c->mla_kv_rank > 0) return c->mla_rope_dim; // MLA: the rotated part of q and k
-    double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
+    if (c->model.mla_kv_rank > 0) return c->model.mla_rope_dim; // MLA: the rotated part of q and k
+    double f = c->model.partial_rotary_factor > 0 ? c->model.partial_rotary_factor : 1.0;
     return (int)(mt_head_dim(c) * f);
 }
 // What the RMSNorms' weights are applied with, (offset + w): 1 for zero-centred weights
 // (model.norm_zero_centered), else 0. The layers' norms, the final norm, q_norm and k_norm.
 static inline float mt_norm_offset(const mt_config *c) {
-    return c->norm_zero_centered ? 1.0f : 0.0f;
+    return c->model.norm_zero_centered ? 1.0f : 0.0f;
 }
 // Gated DeltaNet's widths: its q (and k) channels, key heads x key dim; its value channels.
 static inline int mt_gdn_key_width(const mt_config *c) {
-    return c->linear_k_heads * c->linear_k_dim;
+    return c->model.linear_k_heads * c->model.linear_k_dim;
 }
 static inline int mt_gdn_value_width(const mt_config *c) {
-    return c->linear_v_heads * c->linear_v_dim;
+    return c->model.linear_v_heads * c->model.linear_v_dim;
 }
 // model.qk_norm: QK_NONE, QK_HEAD or QK_ALL.
 static inline int mt_qk_norm(const mt_config *c) {
-    return c->qk_norm;
+    return c->model.qk_norm;
 }
 // model.layer_types: 0, or -1 with the reason in why (an entry neither full_attention nor
 // sliding_attention, the wrong count, a sliding layer without a window). config.c's check.
@@ -388,10 +395,10 @@ typedef struct {
 #define MODEL_MAX_TENSORS (32 + 6 * MOE_MAX_EXPERTS)
 
 static inline int model_group_count(const mt_config *c) {
-    return c->layers + 2;
+    return c->model.layers + 2;
 }
 static inline int model_head_group(const mt_config *c) {
-    return c->layers + 1;
+    return c->model.layers + 1;
 }
 static inline int model_layer_group(int layer) {
     return layer + 1;

@@ -20,7 +20,7 @@ void moe_load_summary(const mt_config *c, const int64_t *load, double *worst, in
     for (int l = 0; l < mt_moe_layers(c); l++) {
         double r;
         int i;
-        layer_load(load + (size_t)l * c->experts, c->experts, &r, &i);
+        layer_load(load + (size_t)l * c->model.experts, c->model.experts, &r, &i);
         *worst = r > *worst ? r : *worst;
         *idle += i;
     }
@@ -31,7 +31,7 @@ void moe_load_json(FILE *f, const mt_config *c, double aux, const int64_t *load)
     for (int l = 0; l < mt_moe_layers(c); l++) {
         double r;
         int idle;
-        layer_load(load + (size_t)l * c->experts, c->experts, &r, &idle);
+        layer_load(load + (size_t)l * c->model.experts, c->model.experts, &r, &idle);
         fprintf(f, "%s{\"max_over_mean\":%.4f,\"idle\":%d}", l ? "," : "", r, idle);
     }
     fputc(']', f);

@@ -78,7 +78,7 @@ static uint64_t cuda_saved_bytes(const mt_config *c, int whole) {
 }
 
 int plan_cuda_keeps_passes(const mt_config *c) {
-    return mt_qk_norm(c) == QK_NONE && !c->attn_output_gate && mt_gdn_layers(c) == 0;
+    return mt_qk_norm(c) == QK_NONE && !c->model.attn_output_gate && mt_gdn_layers(c) == 0;
 }
 
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
@@ -121,7 +121,7 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     // its weights are needed first), a whole layer's AdamW where layers are large (a
     // Mixtral-8x7B layer of 1.45B parameters: 0.36 s on a 16-core host, bench/RESULTS.md
     // 2026-12-05), and the GPU updates it in milliseconds.
-    int most = (c->layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
+    int most = (c->model.layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
     for (; layers < most; layers++) {
         uint64_t layer = 18 * model_group_numel(c, model_layer_group(layers));
         if (used + layer > (layers == 0 ? device_free / 4 : budget)) break;
@@ -259,22 +259,23 @@ uint64_t plan_attention_slot_bytes(const mt_config *c, int cuda) {
 }
 
 double plan_attention_saved(const mt_config *c, const plan_choices *ch) {
-    int *order = malloc(sizeof(int) * (size_t)c->layers), M = c->micro_batches;
+    int *order = malloc(sizeof(int) * (size_t)c->model.layers), M = c->micro_batches;
     if (!order) return 0;
-    plan_attention_order(c->layers, ch->boundary_every, order);
+    plan_attention_order(c->model.layers, ch->boundary_every, order);
     double saved = 0;
     for (int i = 0; i < ch->att_slots; i++)
-        saved += (1.0 + plan_redone_layer(c->layers, ch->boundary_every, order[i / M])) / M;
+        saved += (1.0 + plan_redone_layer(c->model.layers, ch->boundary_every, order[i / M])) / M;
     free(order);
     return saved;
 }
 
 int plan_boundary_slots(const mt_config *c, const plan_choices *ch) {
-    return ch->offload ? 2 + ch->boundary_every - 1 : segment_slots(c->layers, ch->boundary_every);
+    return ch->offload ? 2 + ch->boundary_every - 1
+                       : segment_slots(c->model.layers, ch->boundary_every);
 }
 
 int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch) {
-    return ch->offload ? (c->layers - 1) / ch->boundary_every + 1 : 0;
+    return ch->offload ? (c->model.layers - 1) / ch->boundary_every + 1 : 0;
 }
 
 // The k whose slots fit in `fit` boundaries' worth, fewest recomputed layers first (the
@@ -302,8 +303,8 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
     ch->device_groups = plan_device_groups(c, cuda, room);
     ch->boundary_every = c->boundary_every > 0 ? c->boundary_every : 1;
-    if (ch->boundary_every > c->layers) ch->boundary_every = c->layers;
-    int pairs = c->layers * c->micro_batches;
+    if (ch->boundary_every > c->model.layers) ch->boundary_every = c->model.layers;
+    int pairs = c->model.layers * c->micro_batches;
     ch->att_slots = c->keep_attention < 0       ? 0
                     : c->keep_attention < pairs ? c->keep_attention
                                                 : pairs;
@@ -318,9 +319,9 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     int keeps = c->recompute != RECOMPUTE_ALWAYS && s.r == s.n;
     uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
     if (!ch->offload) {
-        if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
+        if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->model.layers, fit);
         if (c->offload_activations == OFFLOAD_AUTO &&
-            (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
+            (uint64_t)segment_slots(c->model.layers, ch->boundary_every) > fit)
             ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
     }
     if (c->keep_attention >= 0 || keeps) return;
@@ -506,7 +507,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     if (p->n_groups > SHM_MAX_GROUPS) {
         snprintf(err, errlen,
                  "%s: model.layers: %d layers make %d parameter groups, at most %d fit",
-                 c->source_path, c->layers, p->n_groups, SHM_MAX_GROUPS);
+                 c->source_path, c->model.layers, p->n_groups, SHM_MAX_GROUPS);
         return -1;
     }
     uint64_t numel[SHM_MAX_GROUPS];
