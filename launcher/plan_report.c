@@ -212,13 +212,13 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
     char off[96] = "";
-    int on_host = plan_offloaded_boundaries(c, &p->choices);
+    int on_host = plan_offloaded_boundaries(&c->model, &p->choices);
     if (offloaded)
         snprintf(off, sizeof off, " (%d boundaries offloaded to pinned host memory, %s)", on_host,
                  H((double)on_host * c->micro_batches * n * c->model.dim * 4));
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
-            "activations", H(b->activations), plan_boundary_slots(c, &p->choices), c->micro_batches,
-            n, c->model.dim, off);
+            "activations", H(b->activations), plan_boundary_slots(&c->model, &p->choices),
+            c->micro_batches, n, c->model.dim, off);
     if (every > 1)
         fprintf(f,
                 "  segments      boundary_every = %d%s: boundaries 0, %d, %d, ... stay%s, and the "
@@ -260,7 +260,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             "once the buffers before them are there)\n",
             p->choices.offload ? "offloaded" : "kept on the GPU");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
-    if (c->recompute == RECOMPUTE_AUTO && p->cuda && !plan_cuda_keeps_passes(c))
+    if (c->recompute == RECOMPUTE_AUTO && p->cuda && !plan_cuda_keeps_passes(&c->model))
         fprintf(f, "  kept          none: the GPU keeps no layer pass of this model (qk_norm, the "
                    "output gate or Gated DeltaNet: its backward recomputes each one)\n");
     else if (c->recompute == RECOMPUTE_AUTO)
@@ -287,7 +287,7 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
             "  compute    %sFLOP (GEMMs 8 N per token at %sFLOP/s, causal attention 8 layers dim "
             "seq at %sFLOP/s",
             SI(e->flops), SI(e->flops_rate), SI(e->attention_rate));
-    if (p->cuda && mt_gdn_layers(p->c) > 0)
+    if (p->cuda && mt_gdn_layers(&p->c->model) > 0)
         fprintf(f, ", Gated DeltaNet's rule at %sFLOP/s", SI(e->gdn_rate));
     if (!p->cuda) fprintf(f, "; %sFLOP/s per core x %d", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
     fprintf(f, "): %s\n", T(e->compute_s));
@@ -428,9 +428,9 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
         fprintf(f,
                 "MoE: %d of %d layers, %d experts of ffn %d, top %d%s; %s active parameters a "
                 "token (experts %s of all)\n",
-                mt_moe_layers(c), c->model.layers, c->model.experts, c->model.moe_ffn_dim,
+                mt_moe_layers(&c->model), c->model.layers, c->model.experts, c->model.moe_ffn_dim,
                 c->model.top_k, c->model.shared_ffn_dim ? ", a shared expert" : "",
-                G(plan_active_params(c)), G(plan_expert_params(c)));
+                G(plan_active_params(&c->model)), G(plan_expert_params(&c->model)));
     fprintf(f, "batch: %d sequences x %d tokens x %d micro-batches = %s tokens/step\n",
             c->micro_batch, c->seq_len, c->micro_batches, G(mt_tokens_per_step(c)));
     print_rank_table(f, p);

@@ -91,8 +91,8 @@ int main(int argc, char **argv) {
         c.model.rope_mscale = yarn[2], c.model.rope_mscale_all_dim = yarn[3],
         c.model.rope_truncate = 1;
     }
-    model_describe_layers(&c);
-    size_t numel = model_group_numel(&c, model_layer_group(0)),
+    model_describe_layers(&c.model);
+    size_t numel = model_group_numel(&c.model, model_layer_group(0)),
            nD = (size_t)h[4] * h[5] * c.model.dim;
     float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");
     float *dout = read_exact(in, nD * 4, "dout");
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     // The CUDA backend keeps no pass of some models (plan_cuda_keeps_passes: Qwen3.5's layers):
     // there the recomputing path alone is checked.
     int kept = ops->keep_reserve(b, 1);
-    int keeps = strcmp(argv[1], "cuda") != 0 || plan_cuda_keeps_passes(&c);
+    int keeps = strcmp(argv[1], "cuda") != 0 || plan_cuda_keeps_passes(&c.model);
     if (kept != keeps)
         return fprintf(stderr, "layer_check: %d kept slots, expected %d\n", kept, keeps), 1;
     ops->zero(b, dg, numel * 4);

@@ -21,9 +21,9 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
     memset(c, 0, sizeof *c);
     c->seq_len = 32;
     hf_index *ix = NULL;
-    if (hf_read_config(dir, c->seq_len, c, err, sizeof err) < 0 ||
+    if (hf_read_config(dir, c->seq_len, &c->model, err, sizeof err) < 0 ||
         !(ix = hf_index_open(dir, err, sizeof err)) ||
-        (hf_index_layout(ix, c), hf_index_check(ix, c, err, sizeof err) < 0)) {
+        (hf_index_layout(ix, &c->model), hf_index_check(ix, &c->model, err, sizeof err) < 0)) {
         fprintf(stderr, "%s\n", err);
         exit(2);
     }
@@ -31,13 +31,13 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
 }
 
 // Group g read as n_shards ranks would read it, each its own contiguous slice.
-static float *load_group(hf_index *ix, const mt_config *c, int g, int n_shards) {
-    uint64_t numel = model_group_numel(c, g);
+static float *load_group(hf_index *ix, const mt_model *m, int g, int n_shards) {
+    uint64_t numel = model_group_numel(m, g);
     float *out = malloc(numel * sizeof *out + 1);
     char err[8192];
     for (int k = 0; k < n_shards; k++) {
         uint64_t lo = numel * k / n_shards, hi = numel * (k + 1) / n_shards;
-        if (hf_read_group_slice(ix, c, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
+        if (hf_read_group_slice(ix, m, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
             fprintf(stderr, "%s\n", err);
             exit(2); // bad input, as the optimizer ranks exit
         }
@@ -56,10 +56,10 @@ static int same(const float *a, const float *b, uint64_t n, const char *what, in
 static void as_exported(const mt_config *c, int g, float *x) {
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(c, g, ti, &numel);
+    int n = model_group_tensors(&c->model, g, ti, &numel);
     for (int k = 0; k < n && c->export_dtype == EXPORT_BFLOAT16; k++)
         for (uint64_t i = ti[k].offset; i < ti[k].offset + ti[k].numel; i++)
-            if (!hf_export_fp32(c, &ti[k])) x[i] = bf16_to_float(bf16_from_float(x[i]));
+            if (!hf_export_fp32(&c->model, &ti[k])) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
 static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
@@ -67,12 +67,12 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_index *ix = open_checked(src, &c);
     snprintf(c.model_dir, sizeof c.model_dir, "%s", src); // the export carries its other tensors
     c.export_dtype = mt_choice_index(EXPORT_DTYPE_NAMES, dtype);
-    int ng = model_group_count(&c), ok = 1;
+    int ng = model_group_count(&c.model), ok = 1;
     float **ref = calloc(ng, sizeof *ref);
     for (int g = 0; g < ng; g++) {
-        ref[g] = load_group(ix, &c, g, 3);
-        float *whole = load_group(ix, &c, g, 1);
-        ok &= same(ref[g], whole, model_group_numel(&c, g), "3-way and 1-way loads", g);
+        ref[g] = load_group(ix, &c.model, g, 3);
+        float *whole = load_group(ix, &c.model, g, 1);
+        ok &= same(ref[g], whole, model_group_numel(&c.model, g), "3-way and 1-way loads", g);
         free(whole);
     }
     char tmp[MT_PATH_MAX + 32], err[8192];
@@ -81,7 +81,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_export_prepare(&c, tmp, max);
     for (int k = 3; k >= 0; k--) // writers finish in any order
         for (int g = 0; g < ng; g++) {
-            uint64_t n = model_group_numel(&c, g), lo = n * k / 4, hi = n * (k + 1) / 4;
+            uint64_t n = model_group_numel(&c.model, g), lo = n * k / 4, hi = n * (k + 1) / 4;
             hf_export_write_slice(&c, tmp, max, g, lo, hi - lo, ref[g] + lo);
         }
     for (int k = 0; k < 4; k++) hf_export_assemble(&c, tmp, max, k, 4);
@@ -130,9 +130,9 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
           c2.model.bos_id == c.model.bos_id && c2.model.eos_id == c.model.eos_id;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
-        float *back = load_group(ix2, &c2, g, 2);
+        float *back = load_group(ix2, &c2.model, g, 2);
         as_exported(&c, g, ref[g]);
-        ok &= same(ref[g], back, model_group_numel(&c, g), "load and load-export-load", g);
+        ok &= same(ref[g], back, model_group_numel(&c.model, g), "load and load-export-load", g);
         free(back);
         free(ref[g]);
     }
@@ -141,7 +141,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_index_close(ix2);
     if (ok)
         printf("ok: %d groups, %llu parameters bitwise through export\n", ng,
-               (unsigned long long)model_param_count(&c));
+               (unsigned long long)model_param_count(&c.model));
     return ok ? 0 : 1;
 }
 
@@ -155,9 +155,9 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "rope") == 0) {
         mt_config c;
         hf_index_close(open_checked(argv[2], &c));
-        int half = mt_rope_dim(&c) / 2;
+        int half = mt_rope_dim(&c.model) / 2;
         float *inv = malloc(sizeof(float) * half);
-        model_rope_inv_freq(&c, inv);
+        model_rope_inv_freq(&c.model, inv);
         for (int i = 0; i < half; i++) {
             uint32_t bits;
             memcpy(&bits, &inv[i], 4);

@@ -82,7 +82,7 @@ static int configs(named_config *out) {
     mt_config mla_q = mla; // q_proj, values wider than q and k (which the GPU refuses)
     mla_q.model.mla_q_rank = 0, mla_q.model.mla_v_dim = 56, mla_q.data_pack = PACK_NONE;
     out[n++] = (named_config){.name = "MLA without a query rank", .c = mla_q, .cpu_only = 1};
-    for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
+    for (int i = 0; i < n; i++) model_describe_layers(&out[i].c.model);
     return n;
 }
 

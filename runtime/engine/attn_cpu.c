@@ -10,26 +10,25 @@
 
 // qk_norm: RMSNorm of q and k (from q_raw, k_raw) before RoPE, over each head ("head": rows of
 // head_dim) or the whole projection ("all").
-static int qk_norm_width(const mt_config *c, int heads) {
-    return mt_qk_norm(c) == QK_ALL ? heads * mt_head_dim(c) : mt_head_dim(c);
+static int qk_norm_width(const mt_model *m, int heads) {
+    return mt_qk_norm(m) == QK_ALL ? heads * mt_head_dim(m) : mt_head_dim(m);
 }
 
-static void qk_norm_forward(const mt_config *c, const layer_params *w, layer_scratch *s, int n) {
-    int wq = qk_norm_width(c, c->model.heads), wk = qk_norm_width(c, c->model.kv_heads);
-    long nq = (long)n * c->model.heads * mt_head_dim(c) / wq,
-         nk = (long)n * c->model.kv_heads * mt_head_dim(c) / wk;
-    float eps = (float)c->model.norm_eps, off = mt_norm_offset(c);
+static void qk_norm_forward(const mt_model *m, const layer_params *w, layer_scratch *s, int n) {
+    int wq = qk_norm_width(m, m->heads), wk = qk_norm_width(m, m->kv_heads);
+    long nq = (long)n * m->heads * mt_head_dim(m) / wq,
+         nk = (long)n * m->kv_heads * mt_head_dim(m) / wk;
+    float eps = (float)m->norm_eps, off = mt_norm_offset(m);
     rmsnorm_offset_forward(s->q, s->rstd_q, s->q_raw, w->q_norm, off, (int)nq, wq, eps);
     rmsnorm_offset_forward(s->k, s->rstd_k, s->k_raw, w->k_norm, off, (int)nk, wk, eps);
 }
 
 // d_q, d_k: the gradients of the normalized q and k, replaced by those of q_raw and k_raw.
-static void qk_norm_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+static void qk_norm_backward(const mt_model *m, const layer_params *w, const layer_params *dw,
                              layer_scratch *s, int n) {
-    int hd = mt_head_dim(c), wq = qk_norm_width(c, c->model.heads),
-        wk = qk_norm_width(c, c->model.kv_heads);
-    size_t Q = (size_t)n * c->model.heads * hd, KV = (size_t)n * c->model.kv_heads * hd;
-    float off = mt_norm_offset(c);
+    int hd = mt_head_dim(m), wq = qk_norm_width(m, m->heads), wk = qk_norm_width(m, m->kv_heads);
+    size_t Q = (size_t)n * m->heads * hd, KV = (size_t)n * m->kv_heads * hd;
+    float off = mt_norm_offset(m);
     float *dq = s->d_att; // free once attention's backward is done, and as large
     memset(dq, 0, sizeof(float) * Q);
     rmsnorm_offset_backward(dq, dw->q_norm, s->d_q, s->q_raw, w->q_norm, off, s->rstd_q,
@@ -50,7 +49,7 @@ static attn_args attention_args(const layer_call *k) {
                        .T = k->s->T,
                        .H = c->model.heads,
                        .KV = c->model.kv_heads,
-                       .hd = mt_head_dim(c),
+                       .hd = mt_head_dim(&c->model),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
@@ -61,8 +60,8 @@ static rope_args rope_of(const layer_call *k) {
                        .scale = s->rope_scale,
                        .B = s->B,
                        .T = s->T,
-                       .hd = mt_head_dim(k->c),
-                       .rot = mt_rope_dim(k->c),
+                       .hd = mt_head_dim(&k->c->model),
+                       .rot = mt_rope_dim(&k->c->model),
                        .doc_start = s->doc_start};
 }
 
@@ -111,7 +110,7 @@ static void gate_backward(layer_scratch *s, size_t count) {
 static void q_forward(const layer_call *k, float *q, int t0, int rows) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
-    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd;
     const float *n1 = s->n1 + (size_t)t0 * D;
     if (!c->model.attn_output_gate) {
         linear_forward(q + (size_t)t0 * Q, n1, k->w->wq, k->w->bq, rows, D, Q);
@@ -128,20 +127,20 @@ static void softmax_forward(const layer_call *k, int have_att) {
     const mt_config *c = k->c;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, D = c->model.dim, hd = mt_head_dim(c);
+    int B = s->B, T = s->T, n = B * T, D = c->model.dim, hd = mt_head_dim(&c->model);
     int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += k->chunk) {
         int rows = mt_chunk_rows(n, t0, k->chunk);
         size_t d = (size_t)t0 * D;
-        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                               rows, D, (float)c->model.norm_eps);
+        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm,
+                               mt_norm_offset(&c->model), rows, D, (float)c->model.norm_eps);
         // biases (Qwen2) before RoPE, or NULL
         float *q = w->q_norm ? s->q_raw : s->q, *kk = w->q_norm ? s->k_raw : s->k;
         q_forward(k, q, t0, rows);
         linear_forward(kk + (size_t)t0 * KV, s->n1 + d, w->wk, w->bk, rows, D, KV);
         linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
     }
-    if (w->q_norm) qk_norm_forward(c, w, s, n);
+    if (w->q_norm) qk_norm_forward(&c->model, w, s, n);
     const rope_args r = rope_of(k);
     rope_forward(s->q, c->model.heads, &r);
     rope_forward(s->k, c->model.kv_heads, &r);
@@ -160,7 +159,8 @@ static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
     const mt_config *c = k->c;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd,
+        KV = c->model.kv_heads * hd;
     size_t d = (size_t)t0 * D, q = (size_t)t0 * Q, kv = (size_t)t0 * KV;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
     if (c->model.attn_output_gate) { // qg, free in the backward, takes the projection's gradient
@@ -174,13 +174,13 @@ static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
     linear_backward(s->d_n1 + d, dw->wv, dw->bv, s->d_v + kv, s->n1 + d, w->wv, rows, D, KV);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, dw->attn_norm, s->d_n1 + d, k->x + d, w->attn_norm,
-                            mt_norm_offset(c), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(&c->model), s->rstd1 + t0, rows, D);
 }
 
 static void softmax_backward(const layer_call *k, float *dx) {
     const mt_config *c = k->c;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(c);
+    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(&c->model);
     int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
@@ -192,7 +192,7 @@ static void softmax_backward(const layer_call *k, float *dx) {
     const rope_args r = rope_of(k);
     rope_backward(s->d_q, c->model.heads, &r);
     rope_backward(s->d_k, c->model.kv_heads, &r);
-    if (k->w->q_norm) qk_norm_backward(c, k->w, k->dw, s, n);
+    if (k->w->q_norm) qk_norm_backward(&c->model, k->w, k->dw, s, n);
     for (int t0 = 0; t0 < n; t0 += k->chunk)
         qkv_backward(k, dx, t0, mt_chunk_rows(n, t0, k->chunk));
 }
@@ -207,7 +207,7 @@ static attn_out softmax_out(const layer_call *k) {
                       .b = k->w->bo,
                       .dw = k->dw ? k->dw->wo : NULL,
                       .db = k->dw ? k->dw->bo : NULL,
-                      .width = k->c->model.heads * mt_head_dim(k->c)};
+                      .width = k->c->model.heads * mt_head_dim(&k->c->model)};
 }
 
 const attn_part attn_softmax_cpu = {softmax_forward, softmax_backward, softmax_out};

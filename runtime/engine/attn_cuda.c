@@ -22,21 +22,21 @@ static attn_args attention_args(const backend *b, int l, int m) {
                        .T = b->T,
                        .H = c->model.heads,
                        .KV = c->model.kv_heads,
-                       .hd = mt_head_dim(c),
+                       .hd = mt_head_dim(&c->model),
                        .doc_start = cu_doc_starts(b, m),
-                       .window = mt_layer_kind_of(c, l)->window};
+                       .window = mt_layer_kind_of(&c->model, l)->window};
 }
 
 // qk_norm's rows: a head's head_dim ("head"), or a token's whole projection ("all").
-static int qk_width(const mt_config *c, int heads) {
-    return mt_qk_norm(c) == QK_ALL ? heads * mt_head_dim(c) : mt_head_dim(c);
+static int qk_width(const mt_model *m, int heads) {
+    return mt_qk_norm(m) == QK_ALL ? heads * mt_head_dim(m) : mt_head_dim(m);
 }
 
 static void qk_norm_forward(backend *b, const layer_w *w, layer_saved *a) {
     const mt_config *c = b->c;
-    long nq = (long)tokens(b) * c->model.heads * mt_head_dim(c),
+    long nq = (long)tokens(b) * c->model.heads * mt_head_dim(&c->model),
          nk = nq / c->model.heads * c->model.kv_heads;
-    int wq = qk_width(c, c->model.heads), wk = qk_width(c, c->model.kv_heads);
+    int wq = qk_width(&c->model, c->model.heads), wk = qk_width(&c->model, c->model.kv_heads);
     cu_norm_forward(b, a->q, b->rstd_q, b->q_raw, w->q_norm, (int)(nq / wq), wq);
     cu_norm_forward(b, a->k, b->rstd_k, b->k_raw, w->k_norm, (int)(nk / wk), wk);
 }
@@ -44,7 +44,7 @@ static void qk_norm_forward(backend *b, const layer_w *w, layer_saved *a) {
 // dq, dk (bf16, in place): the normalized q's and k's gradients become q_raw's and k_raw's.
 static void qk_norm_backward(backend *b, const layer_w *w, const layer_g *g, bf16 *dq, bf16 *dk) {
     const mt_config *c = b->c;
-    long nq = (long)tokens(b) * c->model.heads * mt_head_dim(c),
+    long nq = (long)tokens(b) * c->model.heads * mt_head_dim(&c->model),
          nk = nq / c->model.heads * c->model.kv_heads;
     struct {
         bf16 *d;
@@ -54,8 +54,9 @@ static void qk_norm_backward(backend *b, const layer_w *w, const layer_g *g, bf1
         const bf16 *w;
         float *dw;
     } parts[] = {
-        {dq, nq, qk_width(c, c->model.heads), b->q_raw, b->rstd_q, w->q_norm, g->q_norm},
-        {dk, nk, qk_width(c, c->model.kv_heads), b->k_raw, b->rstd_k, w->k_norm, g->k_norm}};
+        {dq, nq, qk_width(&c->model, c->model.heads), b->q_raw, b->rstd_q, w->q_norm, g->q_norm},
+        {dk, nk, qk_width(&c->model, c->model.kv_heads), b->k_raw, b->rstd_k, w->k_norm,
+         g->k_norm}};
     for (int i = 0; i < 2; i++) {
         float *dout = (float *)b->qk_scratch, *dx = dout + nq; // two [tokens, Q] fp32 halves
         cuda_bf16_to_float(dout, parts[i].d, parts[i].n, b->s);
@@ -72,8 +73,8 @@ static rope_args rope_of(const backend *b, const int32_t *ds) {
                        .scale = b->rope_scale,
                        .B = b->B,
                        .T = b->T,
-                       .hd = mt_head_dim(b->c),
-                       .rot = mt_rope_dim(b->c),
+                       .hd = mt_head_dim(&b->c->model),
+                       .rot = mt_rope_dim(&b->c->model),
                        .doc_start = ds};
 }
 
@@ -82,7 +83,7 @@ static rope_args rope_of(const backend *b, const int32_t *ds) {
 // (config.c refuses a bias with the gate, and with qk_norm on CUDA).
 static void q_forward(backend *b, const layer_w *w, layer_saved *a, int t0, int rows) {
     const mt_config *c = b->c;
-    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd;
     size_t at = (size_t)t0 * Q;
     if (c->model.attn_output_gate) {
         cuda_linear_forward(b->gemm, b->qg, 1, 0, b->n1, w->wq, rows, D, 2 * Q, b->s);
@@ -101,7 +102,7 @@ static void q_forward(backend *b, const layer_w *w, layer_saved *a, int t0, int 
 static void attention_part(backend *b, int l, int m, const layer_w *w, const float *x,
                            layer_saved *a, int run_attention) {
     const mt_config *c = b->c;
-    int D = c->model.dim, KV = c->model.kv_heads * mt_head_dim(c);
+    int D = c->model.dim, KV = c->model.kv_heads * mt_head_dim(&c->model);
     cudaStream_t s = b->s;
     FOR_CHUNKS(b, t0, rows) {
         cu_norm_forward(b, b->n1, b->rstd1, x + (size_t)t0 * D, w->attn_norm, rows, D);
@@ -138,7 +139,7 @@ static void softmax_forward(const cu_layer_call *k, int run_attention) {
 static cu_attn_out softmax_out(const cu_layer_call *k, int t0, int rows) {
     backend *b = k->b;
     const mt_config *c = b->c;
-    int Q = c->model.heads * mt_head_dim(c);
+    int Q = c->model.heads * mt_head_dim(&c->model);
     const bf16 *in = k->a->att + (size_t)t0 * Q;
     if (c->model.attn_output_gate) {
         cuda_output_gate_forward(b->att_g, in, b->gate_q + (size_t)t0 * Q, (long)rows * Q, b->s);
@@ -170,7 +171,8 @@ static void softmax_prepare(const cu_layer_call *k) {
 static void qkv_backward(backend *b, const layer_w *w, const layer_g *g, const bf16 *dq_all,
                          const float *x, float *dx, int t0, int rows) {
     const mt_config *c = b->c;
-    int D = c->model.dim, hd = mt_head_dim(c), Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
+    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd,
+        KV = c->model.kv_heads * hd;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const bf16 *dq = dq_all + (size_t)t0 * Q, *dk = b->dk + (size_t)t0 * KV,
@@ -203,7 +205,7 @@ static void softmax_backward(const cu_layer_call *k, float *dx) {
     const layer_w *w = k->w;
     const layer_g *g = k->g;
     layer_saved *a = k->a;
-    int hd = mt_head_dim(c), Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
+    int hd = mt_head_dim(&c->model), Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
     cudaStream_t s = b->s;
     bf16 *dq = a->q; // in place: q is not read again (at 512k tokens, 4 GiB on a 7B)
     if (c->model.attn_output_gate)

@@ -18,7 +18,7 @@ static conv1d_args conv_of(const layer_call *k) {
     const mt_config *c = k->c;
     return (conv1d_args){.B = k->s->B,
                          .T = k->s->T,
-                         .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
+                         .C = 2 * mt_gdn_key_width(&c->model) + mt_gdn_value_width(&c->model),
                          .K = c->model.linear_conv,
                          .doc_start = k->s->doc_start};
 }
@@ -51,11 +51,11 @@ static void in_forward(const layer_call *k, int t0, int rows) {
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = c->model.dim, LV = mt_gdn_value_width(&c->model), H = c->model.linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(&c->model) + LV;
     size_t d = (size_t)t0 * D;
-    rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                           rows, D, (float)c->model.norm_eps);
+    rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm,
+                           mt_norm_offset(&c->model), rows, D, (float)c->model.norm_eps);
     linear_forward(g->mixed + (size_t)t0 * LC, s->n1 + d, w->la_qkv, NULL, rows, D, LC);
     linear_forward(g->z + (size_t)t0 * LV, s->n1 + d, w->la_z, NULL, rows, D, LV);
     linear_forward(g->b + (size_t)t0 * H, s->n1 + d, w->la_b, NULL, rows, D, H);
@@ -103,7 +103,7 @@ static void gdn_forward(const layer_call *k, int have_att) {
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
+    int LK = mt_gdn_key_width(&c->model), LV = mt_gdn_value_width(&c->model), LC = 2 * LK + LV;
     int HK = c->model.linear_k_heads, H = c->model.linear_v_heads;
     for (int t0 = 0; t0 < n; t0 += k->chunk) in_forward(k, t0, mt_chunk_rows((int)n, t0, k->chunk));
     const conv1d_args ca = conv_of(k);
@@ -130,8 +130,8 @@ static void in_backward(const layer_call *k, float *dx, int t0, int rows) {
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = c->model.dim, LV = mt_gdn_value_width(&c->model), H = c->model.linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(&c->model) + LV;
     size_t d = (size_t)t0 * D;
     const float *n1 = s->n1 + d;
     float *dn1 = s->d_n1 + d;
@@ -142,8 +142,8 @@ static void in_backward(const layer_call *k, float *dx, int t0, int rows) {
     linear_backward(dn1, dw->la_b, NULL, g->d_b + (size_t)t0 * H, n1, w->la_b, rows, D, H);
     linear_backward(dn1, dw->la_a, NULL, g->d_a + (size_t)t0 * H, n1, w->la_a, rows, D, H);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
-    rmsnorm_offset_backward(dx + d, dw->attn_norm, dn1, k->x + d, w->attn_norm, mt_norm_offset(c),
-                            s->rstd1 + t0, rows, D);
+    rmsnorm_offset_backward(dx + d, dw->attn_norm, dn1, k->x + d, w->attn_norm,
+                            mt_norm_offset(&c->model), s->rstd1 + t0, rows, D);
 }
 
 static void zero(float *p, long count) {
@@ -156,7 +156,7 @@ static void gdn_backward(const layer_call *k, float *dx) {
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
+    int LK = mt_gdn_key_width(&c->model), LV = mt_gdn_value_width(&c->model), LC = 2 * LK + LV;
     int HK = c->model.linear_k_heads, H = c->model.linear_v_heads, dk = c->model.linear_k_dim;
     zero(s->d_att, n * LV), zero(g->d_z, n * LV);
     rmsnorm_gated_backward(s->d_att, g->d_z, k->dw->la_norm, g->d_y, s->att, g->z, k->w->la_norm,
@@ -189,7 +189,7 @@ static attn_out gdn_out(const layer_call *k) {
                       .d_in = k->s->la.d_y,
                       .w = k->w->la_out,
                       .dw = k->dw ? k->dw->la_out : NULL,
-                      .width = mt_gdn_value_width(k->c)};
+                      .width = mt_gdn_value_width(&k->c->model)};
 }
 
 const attn_part attn_gdn_cpu = {gdn_forward, gdn_backward, gdn_out};

@@ -22,7 +22,7 @@ static conv1d_args conv_of(const cu_layer_call *k) {
     const mt_config *c = b->c;
     return (conv1d_args){.B = b->B,
                          .T = b->T,
-                         .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
+                         .C = 2 * mt_gdn_key_width(&c->model) + mt_gdn_value_width(&c->model),
                          .K = c->model.linear_conv,
                          .doc_start = cu_doc_starts(b, k->m)};
 }
@@ -71,8 +71,8 @@ static void in_forward(const cu_layer_call *k, int t0, int rows) {
     const mt_config *c = b->c;
     const layer_w *w = k->w;
     gdn_set *la = &b->la;
-    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = c->model.dim, LV = mt_gdn_value_width(&c->model), H = c->model.linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(&c->model) + LV;
     cu_norm_forward(b, b->n1, b->rstd1, k->x + (size_t)t0 * D, w->attn_norm, rows, D);
     cuda_linear_forward(b->gemm, la->mixed + (size_t)t0 * LC, 0, 0, b->n1, w->la_qkv, rows, D, LC,
                         b->s);
@@ -121,7 +121,7 @@ static void gdn_forward(const cu_layer_call *k, int run_attention) {
     const mt_config *c = b->c;
     gdn_set *la = &b->la;
     long n = tokens(b);
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
+    int LK = mt_gdn_key_width(&c->model), LV = mt_gdn_value_width(&c->model), LC = 2 * LK + LV;
     int HK = c->model.linear_k_heads, H = c->model.linear_v_heads;
     FOR_CHUNKS(b, t0, rows) in_forward(k, t0, rows);
     const conv1d_args ca = conv_of(k);
@@ -150,7 +150,7 @@ static void gdn_prepare(const cu_layer_call *k) {
 // out_proj, on the gated norm's output; its input's gradient in fp32 (the gated norm's dout).
 static cu_attn_out gdn_out(const cu_layer_call *k, int t0, int rows) {
     backend *b = k->b;
-    int LV = mt_gdn_value_width(b->c);
+    int LV = mt_gdn_value_width(&b->c->model);
     return (cu_attn_out){.in = b->la.y + (size_t)t0 * LV,
                          .w = k->w->la_out,
                          .dw = k->g ? k->g->la_out : NULL,
@@ -169,8 +169,8 @@ static void in_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     gdn_set *la = &b->la;
     cuda_gemm *gm = b->gemm;
     cudaStream_t s = b->s;
-    int D = c->model.dim, LV = mt_gdn_value_width(c), H = c->model.linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = c->model.dim, LV = mt_gdn_value_width(&c->model), H = c->model.linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(&c->model) + LV;
     const float *xc = k->x + (size_t)t0 * D;
     const bf16 *d_mixed = la->d_mixed + (size_t)t0 * LC, *d_z = la->d_z + (size_t)t0 * LV;
     const bf16 *d_b = la->d_b + (size_t)t0 * H, *d_a = la->d_a + (size_t)t0 * H;
@@ -196,7 +196,7 @@ static void gdn_backward(const cu_layer_call *k, float *dx) {
     gdn_set *la = &b->la;
     float *scratch = (float *)la->scratch; // the kernels take it in turn
     long n = tokens(b);
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
+    int LK = mt_gdn_key_width(&c->model), LV = mt_gdn_value_width(&c->model), LC = 2 * LK + LV;
     int HK = c->model.linear_k_heads, H = c->model.linear_v_heads, dk = c->model.linear_k_dim;
     cuda_rmsnorm_gated_backward(la->d_o, la->d_z, k->g->la_norm, la->d_y, k->a->att, la->z,
                                 k->w->la_norm, la->rstd, (int)(n * H), c->model.linear_v_dim,

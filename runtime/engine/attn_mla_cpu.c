@@ -18,29 +18,29 @@ typedef struct {
     int H, dn, dr, dqk, dv, R, QR, KA, KB;
 } mla_dims;
 
-static mla_dims dims_of(const mt_config *c) {
-    int dn = c->model.mla_nope_dim, dr = c->model.mla_rope_dim, dv = c->model.mla_v_dim;
-    return (mla_dims){.H = c->model.heads,
+static mla_dims dims_of(const mt_model *m) {
+    int dn = m->mla_nope_dim, dr = m->mla_rope_dim, dv = m->mla_v_dim;
+    return (mla_dims){.H = m->heads,
                       .dn = dn,
                       .dr = dr,
                       .dqk = dn + dr,
                       .dv = dv,
-                      .R = c->model.mla_kv_rank,
-                      .QR = c->model.mla_q_rank > 0 ? c->model.mla_q_rank : 0,
-                      .KA = c->model.mla_kv_rank + dr,
-                      .KB = c->model.heads * (dn + dv)};
+                      .R = m->mla_kv_rank,
+                      .QR = m->mla_q_rank > 0 ? m->mla_q_rank : 0,
+                      .KA = m->mla_kv_rank + dr,
+                      .KB = m->heads * (dn + dv)};
 }
 
 // Every head is its own key head (the keys are expanded from the latent per head).
 static attn_args attention_args(const layer_call *k) {
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     return (attn_args){.B = k->s->B,
                        .T = k->s->T,
                        .H = m.H,
                        .KV = m.H,
                        .hd = m.dqk,
                        .dv = m.dv,
-                       .scale = model_mla_softmax_scale(k->c),
+                       .scale = model_mla_softmax_scale(&k->c->model),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
@@ -49,7 +49,7 @@ static attn_args attention_args(const layer_call *k) {
 // alone (rows of dr).
 static rope_args rope_of(const layer_call *k, int shared) {
     const layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     return (rope_args){.inv_freq = s->inv_freq,
                        .scale = s->rope_scale,
                        .B = s->B,
@@ -76,9 +76,9 @@ static void project_forward(const layer_call *k, int t0, int rows) {
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    const mla_dims m = dims_of(c);
+    const mla_dims m = dims_of(&c->model);
     int D = c->model.dim, HQ = m.H * m.dqk;
-    float off = mt_norm_offset(c);
+    float off = mt_norm_offset(&c->model);
     float *n1 = s->n1 + (size_t)t0 * D, *q = s->q + (size_t)t0 * HQ;
     rmsnorm_offset_forward(n1, s->rstd1 + t0, k->x + (size_t)t0 * D, w->attn_norm, off, rows, D,
                            (float)c->model.norm_eps);
@@ -116,7 +116,7 @@ static void keys_values(const mla_dims *m, layer_scratch *s, long n) {
 
 static void mla_forward(const layer_call *k, int have_att) {
     layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     int n = s->B * s->T;
     for (int t0 = 0; t0 < n; t0 += k->chunk) project_forward(k, t0, mt_chunk_rows(n, t0, k->chunk));
     const rope_args rq = rope_of(k, 0), rk = rope_of(k, 1);
@@ -165,7 +165,7 @@ static void query_backward(const layer_call *k, const mla_dims *m, int t0, int r
     linear_backward(a->d_qan + r, dw->mla_q_b, NULL, dq, a->qan + r, w->mla_q_b, rows, m->QR, HQ);
     memset(a->d_qa + r, 0, len);
     rmsnorm_offset_backward(a->d_qa + r, dw->mla_q_a_norm, a->d_qan + r, a->qa + r, w->mla_q_a_norm,
-                            mt_norm_offset(c), a->rstd_qa + t0, rows, m->QR);
+                            mt_norm_offset(&c->model), a->rstd_qa + t0, rows, m->QR);
     linear_backward(dn1, dw->mla_q_a, NULL, a->d_qa + r, n1, w->mla_q_a, rows, D, m->QR);
 }
 
@@ -184,7 +184,8 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
                     w->mla_kv_b, rows, m->R, m->KB);
     memset(a->d_lat + r, 0, len);
     rmsnorm_offset_backward(a->d_lat + r, dw->mla_kv_a_norm, a->d_kvn + r, a->lat + r,
-                            w->mla_kv_a_norm, mt_norm_offset(c), a->rstd_kv + t0, rows, m->R);
+                            w->mla_kv_a_norm, mt_norm_offset(&c->model), a->rstd_kv + t0, rows,
+                            m->R);
     columns_join(dkva, a->d_lat + r, rows, m->KA, 0, m->R);
     columns_join(dkva, a->d_krot + (size_t)t0 * m->dr, rows, m->KA, m->R, m->dr);
     linear_backward(s->d_n1 + (size_t)t0 * D, dw->mla_kv_a, NULL, dkva, s->n1 + (size_t)t0 * D,
@@ -202,12 +203,12 @@ static void project_backward(const layer_call *k, const mla_dims *m, float *dx, 
     latent_backward(k, m, t0, rows);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, k->dw->attn_norm, s->d_n1 + d, k->x + d, k->w->attn_norm,
-                            mt_norm_offset(c), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(&c->model), s->rstd1 + t0, rows, D);
 }
 
 static void mla_backward(const layer_call *k, float *dx) {
     layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     int n = s->B * s->T;
     memset(s->d_q, 0, sizeof(float) * n * m.H * m.dqk);
     memset(s->d_k, 0, sizeof(float) * n * m.H * m.dqk);

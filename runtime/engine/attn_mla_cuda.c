@@ -25,7 +25,7 @@ static mla_layout layout_of(const backend *b, long rows) {
                         .dn = c->model.mla_nope_dim,
                         .dr = c->model.mla_rope_dim,
                         .dv = c->model.mla_v_dim,
-                        .P = mt_mla_qk_dim(c)};
+                        .P = mt_mla_qk_dim(&c->model)};
 }
 
 // Every head its own key head, q and k (and the padded v) nope + rope wide.
@@ -35,10 +35,10 @@ static attn_args attention_args(const backend *b, int l, int m) {
                        .T = b->T,
                        .H = c->model.heads,
                        .KV = c->model.heads,
-                       .hd = mt_mla_qk_dim(c),
-                       .scale = model_mla_softmax_scale(c),
+                       .hd = mt_mla_qk_dim(&c->model),
+                       .scale = model_mla_softmax_scale(&c->model),
                        .doc_start = cu_doc_starts(b, m),
-                       .window = mt_layer_kind_of(c, l)->window};
+                       .window = mt_layer_kind_of(&c->model, l)->window};
 }
 
 // RoPE on the last mla_rope_dim of each query head, or (shared) on the rotated key part alone.
@@ -48,7 +48,7 @@ static rope_args rope_of(const backend *b, const int32_t *ds, int shared) {
                        .scale = b->rope_scale,
                        .B = b->B,
                        .T = b->T,
-                       .hd = shared ? c->model.mla_rope_dim : mt_mla_qk_dim(c),
+                       .hd = shared ? c->model.mla_rope_dim : mt_mla_qk_dim(&c->model),
                        .rot = c->model.mla_rope_dim,
                        .off = shared ? 0 : c->model.mla_nope_dim,
                        .interleave = c->model.rope_interleave,
@@ -78,7 +78,7 @@ static void project(backend *b, const layer_w *w, const float *x, layer_saved *a
                     int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), R = c->model.mla_kv_rank,
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(&c->model), R = c->model.mla_kv_rank,
         dr = c->model.mla_rope_dim;
     int KB = c->model.heads * (c->model.mla_nope_dim + c->model.mla_v_dim);
     cudaStream_t s = b->s;
@@ -132,7 +132,7 @@ static void query_backward(backend *b, const layer_w *w, const layer_g *g, const
                            int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), QR = c->model.mla_q_rank;
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(&c->model), QR = c->model.mla_q_rank;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     if (QR <= 0) {
@@ -156,7 +156,7 @@ static void latent_backward(backend *b, const layer_w *w, const layer_g *g, cons
                             int t0, int rows) {
     const mt_config *c = b->c;
     mla_set *m = &b->mla;
-    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c), R = c->model.mla_kv_rank,
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(&c->model), R = c->model.mla_kv_rank,
         dr = c->model.mla_rope_dim;
     int KB = c->model.heads * (c->model.mla_nope_dim + c->model.mla_v_dim);
     cudaStream_t s = b->s;
@@ -182,7 +182,7 @@ static void latent_backward(backend *b, const layer_w *w, const layer_g *g, cons
 static void chunk_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     backend *b = k->b;
     const mt_config *c = b->c;
-    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(c);
+    int D = c->model.dim, HQ = c->model.heads * mt_mla_qk_dim(&c->model);
     latents(b, k->w, k->x, t0, rows);
     query_backward(b, k->w, k->g, k->a->q + (size_t)t0 * HQ, rows);
     latent_backward(b, k->w, k->g, b->mla.krot, t0, rows);
@@ -221,16 +221,16 @@ static void mla_backward(const cu_layer_call *k, float *dx) {
     FOR_CHUNKS(b, t0, rows) chunk_backward(k, dx, t0, rows);
 }
 
-void cu_layers_check(const mt_config *c) {
-    if (c->model.mla_kv_rank <= 0) return;
-    if (c->model.mla_v_dim > mt_mla_qk_dim(c))
+void cu_layers_check(const mt_model *model) {
+    if (model->mla_kv_rank <= 0) return;
+    if (model->mla_v_dim > mt_mla_qk_dim(model))
         mt_refuse("model.mla_v_dim: values of %d, wider than q's and k's heads of %d: not on the "
                   "CUDA backend (its values are padded to the q and k heads' width)",
-                  c->model.mla_v_dim, mt_mla_qk_dim(c));
-    if (mt_mla_qk_dim(c) > 256)
+                  model->mla_v_dim, mt_mla_qk_dim(model));
+    if (mt_mla_qk_dim(model) > 256)
         mt_refuse("model.mla_nope_dim + model.mla_rope_dim: heads of %d, over the CUDA attention "
                   "kernels' 256",
-                  mt_mla_qk_dim(c));
+                  mt_mla_qk_dim(model));
 }
 
 // o_proj on the compact output [rows, heads x mla_v_dim]; its input's gradient into d_att.

@@ -134,7 +134,7 @@ static moe_route_io *route_of(backend *b, int l, int m) {
 static void cpu_layer_forward(backend *b, int l, int m, const void *w, const float *x, float *out,
                               int keep, att_ref att) {
     layer_params p;
-    layer_params_bind(&p, b->c, l, (float *)w);
+    layer_params_bind(&p, &b->c->model, l, (float *)w);
     if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
     layer_scratch *s = for_micro(b, internals(b, keep), m);
     s->route = route_of(b, l, m);
@@ -146,8 +146,8 @@ static void cpu_layer_forward(backend *b, int l, int m, const void *w, const flo
 static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *dw, const float *x,
                                const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
-    layer_params_bind(&p, b->c, l, (float *)w);
-    layer_params_bind(&dp, b->c, l, dw);
+    layer_params_bind(&p, &b->c->model, l, (float *)w);
+    layer_params_bind(&dp, &b->c->model, l, dw);
     if (keep >= 0) {
         layer_scratch *k = for_micro(b, b->kept[keep], m);
         k->route = route_of(b, l, m);
@@ -183,14 +183,14 @@ static double cpu_take_aux(backend *b, int64_t *load) {
 // MT_CPU_MOE_STATS's buffers (buffers.h), with MoE layers.
 static void moe_stats_new(backend *b) {
     const mt_config *c = b->c;
-    b->moe_layers = mt_moe_layers(c);
+    b->moe_layers = mt_moe_layers(&c->model);
     if (!b->moe_layers) return;
     mt_buffer_list l;
     mt_buffers_cpu_moe_stats(&l, &b->shape);
     void **slots[] = {MT_CPU_MOE_STATS(MT_BUFFER_SLOT, b, _)};
     b->allocated += host_buffers_new(&l, HOST_SLOTS(slots), "the routing statistics");
     for (int l = 0, i = 0; l < c->model.layers; l++)
-        b->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+        b->moe_index[l] = mt_layer_is_moe(&c->model, l) ? i++ : -1;
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
@@ -199,18 +199,18 @@ static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *h
     int n = tokens(b);
     moe_aux_of(b, m, daux);
     head_params hp, gp;
-    head_params_bind(&hp, c, (float *)head_w);
+    head_params_bind(&hp, &c->model, (float *)head_w);
     const int32_t *targets = b->targets + (size_t)m * n;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(c), n, c->model.dim,
-                           (float)c->model.norm_eps);
+    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(&c->model), n,
+                           c->model.dim, (float)c->model.norm_eps);
     b->loss += classifier_forward(b->xf, cls_w, targets, n, c->model.dim, c->model.vocab);
     if (dloss == 0) return;
-    head_params_bind(&gp, c, head_g);
+    head_params_bind(&gp, &c->model, head_g);
     memset(b->dxf, 0, sizeof(float) * n * c->model.dim);
     classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, c->model.dim, c->model.vocab,
                         dloss);
     memset(dx, 0, sizeof(float) * n * c->model.dim);
-    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(c),
+    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(&c->model),
                             b->rstd_f, n, c->model.dim);
 }
 
@@ -229,9 +229,9 @@ static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, c
                             int len, float *logits) {
     const mt_config *c = b->c;
     head_params hp;
-    head_params_bind(&hp, c, (float *)head_w);
+    head_params_bind(&hp, &c->model, (float *)head_w);
     const float *last = x + (size_t)(len - 1) * c->model.dim;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(c), 1,
+    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(&c->model), 1,
                            c->model.dim, (float)c->model.norm_eps);
     linear_forward(logits, b->xf, cls_w, NULL, 1, c->model.dim, c->model.vocab);
 }

@@ -105,8 +105,9 @@ static int cu_keep_reserve(backend *b, int wanted) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 1);
     size_t bytes = mt_buffer_list_bytes(&l), free_bytes, total;
-    if (b->seq_chunk < b->max_tokens) wanted = 0;  // chunked: the backward recomputes by chunk
-    if (!plan_cuda_keeps_passes(b->c)) wanted = 0; // a kept slot lacks what their backward reads
+    if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
+    if (!plan_cuda_keeps_passes(&b->c->model))
+        wanted = 0; // a kept slot lacks what their backward reads
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const char *env = getenv("MT_GPU_MARGIN_GIB");
     double gib = env && atof(env) > 0 ? atof(env) : 1.0;
@@ -309,10 +310,10 @@ void *backend_cuda_compute_stream(backend *b) {
 // The same float frequencies as the CPU reference (and transformers), computed once on the host,
 // into the layer set's inv_freq.
 static void upload_inv_freq(backend *b) {
-    int half = mt_rope_dim(b->c) / 2;
+    int half = mt_rope_dim(&b->c->model) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
-    b->rope_scale = model_rope_inv_freq(b->c, host);
+    b->rope_scale = model_rope_inv_freq(&b->c->model, host);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);
 }
@@ -347,7 +348,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    cu_layers_check(c);
+    cu_layers_check(&c->model);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);
@@ -357,8 +358,8 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     mt_buffer_shape_of(&b->shape, c, b->B, b->T);
     for (int l = 0; l < c->model.layers; l++) {
-        const mt_layer_kind *kind = mt_layer_kind_of(c, l);
-        model_layer_offsets(c, l, b->offsets[kind->attention][kind->mlp]);
+        const mt_layer_kind *kind = mt_layer_kind_of(&c->model, l);
+        model_layer_offsets(&c->model, l, b->offsets[kind->attention][kind->mlp]);
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);

@@ -146,14 +146,14 @@ static inline int tokens(const backend *b) {
 static inline void cu_norm_forward(backend *b, bf16 *out, float *rstd, const float *x,
                                    const bf16 *w, int rows, int dim) {
     const mt_config *c = b->c;
-    cuda_rmsnorm_offset_forward(out, rstd, x, w, mt_norm_offset(c), rows, dim,
+    cuda_rmsnorm_offset_forward(out, rstd, x, w, mt_norm_offset(&c->model), rows, dim,
                                 (float)c->model.norm_eps, b->s);
 }
 static inline void cu_norm_backward(backend *b, float *dx, float *dw, const float *dout,
                                     const float *x, const bf16 *w, const float *rstd, int rows,
                                     int dim, float *scratch) {
-    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, mt_norm_offset(b->c), rstd, rows, dim, scratch,
-                                 b->s);
+    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, mt_norm_offset(&b->c->model), rstd, rows, dim,
+                                 scratch, b->s);
 }
 
 #endif

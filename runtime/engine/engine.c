@@ -104,7 +104,7 @@ static void keep_attention(engine *e) {
 static void own_groups(engine *e) {
     int cuda = strcmp(e->ops->name, "cuda") == 0;
     int groups = e->job->device_groups; // engine_new checked that they fit (plan_check_device)
-    size_t layer = model_largest_layer(e->c), wb = e->ops->weight_bytes;
+    size_t layer = model_largest_layer(&e->c->model), wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
     for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
@@ -157,7 +157,7 @@ static void wait_for_optimizer_state(engine *e) {
                 printf("compute rank: waiting for the optimizer ranks to %s the fp32 state of "
                        "%.2fB parameters\n",
                        job->resume_path[0] ? "load" : "initialize",
-                       model_param_count(&job->cfg) / 1e9);
+                       model_param_count(&job->cfg.model) / 1e9);
             show_state_progress(job, transfer_groups_ready(&e->xfer, job->start_step), now - t0,
                                 tty);
             shown = 1, last = now;
@@ -209,8 +209,8 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     job->device_groups = ch.device_groups;
     e->offload = ch.offload;
     e->every = ch.boundary_every;
-    e->slots = plan_boundary_slots(e->c, &ch);
-    e->offloaded = plan_offloaded_boundaries(e->c, &ch);
+    e->slots = plan_boundary_slots(&e->c->model, &ch);
+    e->offloaded = plan_offloaded_boundaries(&e->c->model, &ch);
     e->att_planned = ch.att_slots;
     return e;
 }
@@ -253,8 +253,8 @@ static void engine_init(engine *e) {
     dataset_open(&e->data, c);
     e->n = c->micro_batch * c->seq_len;
     size_t nD = (size_t)e->n * c->model.dim, M = c->micro_batches, wb = e->ops->weight_bytes;
-    size_t layer = model_largest_layer(c);
-    size_t head = job->group_numel[model_head_group(c)], emb = job->group_numel[0];
+    size_t layer = model_largest_layer(&c->model);
+    size_t head = job->group_numel[model_head_group(&c->model)], emb = job->group_numel[0];
     weight_buffer_init(&e->xfer, &e->emb, device_alloc(e, emb, wb));
     weight_buffer_init(&e->xfer, &e->head, device_alloc(e, head, wb));
     grad_buffer_init(&e->xfer, &e->emb_g, device_alloc(e, emb, 4));
@@ -279,7 +279,8 @@ static void engine_init(engine *e) {
     if (!e->inputs || !e->targets || (mt_packs_documents(c) && !e->doc_start))
         mt_die("out of memory");
     micro_sums_init(e, layer, head, emb);
-    if (c->model.experts && !(e->moe_load = calloc((size_t)mt_moe_layers(c) * c->model.experts, 8)))
+    if (c->model.experts &&
+        !(e->moe_load = calloc((size_t)mt_moe_layers(&c->model) * c->model.experts, 8)))
         mt_die("out of memory");
 }
 

@@ -30,15 +30,15 @@ static void block_forward(const layer_call *k, const mlp_part *mlp, const attn_o
     size_t d = (size_t)t0 * D;
     linear_forward(out + d, o->in + (size_t)t0 * o->width, o->w, o->b, rows, o->width, D);
     add_into(s->h + d, k->x + d, out + d, (size_t)rows * D);
-    rmsnorm_offset_forward(s->n2 + d, s->rstd2 + t0, s->h + d, k->w->ffn_norm, mt_norm_offset(c),
-                           rows, D, (float)c->model.norm_eps);
+    rmsnorm_offset_forward(s->n2 + d, s->rstd2 + t0, s->h + d, k->w->ffn_norm,
+                           mt_norm_offset(&c->model), rows, D, (float)c->model.norm_eps);
     mlp->forward(k, out, t0, rows);
     add_into(out + d, s->h + d, out + d, (size_t)rows * D);
 }
 
 void layer_forward(const mt_config *c, int l, const layer_params *w, layer_scratch *s,
                    const float *x, float *out, int have_att) {
-    const mt_layer_kind *kind = mt_layer_kind_of(c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&c->model, l);
     int n = s->B * s->T;
     layer_call k = {c, kind, w, NULL, s, x, mt_chunk_of(c, n)};
     const attn_part *att = attn_parts[kind->attention];
@@ -62,14 +62,14 @@ static void block_backward(const layer_call *k, const mlp_part *mlp, const attn_
     mlp->backward(k, dout, t0, rows);
     memcpy(s->d_h + d, dout + d, sizeof(float) * rD); // the residual path
     rmsnorm_offset_backward(s->d_h + d, dw->ffn_norm, s->d_n2 + d, s->h + d, w->ffn_norm,
-                            mt_norm_offset(c), s->rstd2 + t0, rows, D);
+                            mt_norm_offset(&c->model), s->rstd2 + t0, rows, D);
     memset(o->d_in + a, 0, sizeof(float) * rows * o->width);
     linear_backward(o->d_in + a, o->dw, o->db, s->d_h + d, o->in + a, o->w, rows, o->width, D);
 }
 
 void layer_backward(const mt_config *c, int l, const layer_params *w, const layer_params *dw,
                     layer_scratch *s, const float *x, const float *dout, float *dx) {
-    const mt_layer_kind *kind = mt_layer_kind_of(c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&c->model, l);
     int n = s->B * s->T;
     layer_call k = {c, kind, w, dw, s, x, mt_chunk_of(c, n)};
     const attn_part *att = attn_parts[kind->attention];

@@ -11,7 +11,7 @@
 // base plus the role's offset in the layer's layout, NULL where it has none.
 static layer_w bind_w(const backend *b, int l, const void *w) {
     const bf16 *base = w;
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_w weights, *r = &weights;
     MT_LAYER_ROLES(MT_ROLE_BIND)
@@ -19,7 +19,7 @@ static layer_w bind_w(const backend *b, int l, const void *w) {
 }
 
 static layer_g bind_g(const backend *b, int l, float *base) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_g grads, *r = &grads;
     MT_LAYER_ROLES(MT_ROLE_BIND)
@@ -42,7 +42,7 @@ static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
 static const cu_attn_part *attn_of(const cu_layer_call *k) {
-    return attn_parts[mt_layer_kind_of(k->b->c, k->l)->attention];
+    return attn_parts[mt_layer_kind_of(&k->b->c->model, k->l)->attention];
 }
 
 // One chunk's h = x + o(att) (o the attention part's output projection, with o_proj's bias:
@@ -62,7 +62,7 @@ static void residual_and_norm(const cu_layer_call *k, float *h, int t0, int rows
 // needs (softmax attention without the output gate: nothing).
 void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x, float *out,
                       int keep, att_ref att) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     layer_w w = bind_w(b, l, wbuf);
     layer_saved with;
     cu_layer_call k = {b, l, m, keep, att, &w, NULL, x, internals(b, keep, att, &with)};
@@ -115,7 +115,7 @@ static void block_backward(const cu_layer_call *k, const cu_mlp_part *mlp, const
 // same inputs: the same bits as the forward's).
 void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     layer_w w = bind_w(b, l, wbuf);
     layer_g g = bind_g(b, l, dwbuf);
     layer_saved with;

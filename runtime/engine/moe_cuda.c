@@ -21,9 +21,9 @@ void cu_moe_alloc(backend *b) {
     mt_buffers_cuda_moe(&l, &b->shape);
     void **slots[] = {MT_CUDA_MOE(MT_BUFFER_SLOT, s, _)};
     cu_carve(b, &l, CU_SLOTS(slots));
-    s->layers = mt_moe_layers(c);
+    s->layers = mt_moe_layers(&c->model);
     for (int l = 0, i = 0; l < c->model.layers; l++)
-        s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+        s->moe_index[l] = mt_layer_is_moe(&c->model, l) ? i++ : -1;
     s->chunks = (int)b->shape.chunks;
     CUDA_CHECK(cudaMemset(s->aux_g, 0, (size_t)c->micro_batches * c->model.experts * 4));
 }
@@ -40,7 +40,7 @@ static moe_sigmoid_route sigmoid_route(backend *b, const layer_w *w) {
     moe_set *s = &b->moe;
     if (w->router_corr)
         cuda_bf16_to_float(s->correction, w->router_corr, b->c->model.experts, b->s);
-    return moe_sigmoid_route_of(b->c, w->router_corr ? s->correction : NULL);
+    return moe_sigmoid_route_of(&b->c->model, w->router_corr ? s->correction : NULL);
 }
 
 // The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.
@@ -56,7 +56,7 @@ static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows
                                        b->s);
     } else {
         cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k,
-                               moe_weights_of(c), b->s);
+                               moe_weights_of(&c->model), b->s);
     }
     cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
                       s->dispatch_scratch, b->s);
@@ -123,7 +123,7 @@ static void experts_forward(backend *b, const layer_w *w, int rows) {
         experts_bias_forward(b, s->up, w->exp_up_b, F);
     }
     if (c->model.swiglu_limit > 0)
-        cuda_swiglu_clamped_forward(s->act, s->gate, s->up, P * F, moe_clamp_of(c), b->s);
+        cuda_swiglu_clamped_forward(s->act, s->gate, s->up, P * F, moe_clamp_of(&c->model), b->s);
     else
         cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
     cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->cnt, s->off, F, D, b->s);
@@ -182,7 +182,7 @@ static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int
     cuda_experts_backward_weight(b->gemm, g->exp_down, s->d_yp, s->act, E, cnt, off, F, D, b->s);
     if (c->model.swiglu_limit > 0)
         cuda_swiglu_clamped_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F,
-                                     moe_clamp_of(c), b->s);
+                                     moe_clamp_of(&c->model), b->s);
     else
         cuda_swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F, b->s);
     if (g->exp_gate_b) {
@@ -236,12 +236,13 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
     cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
     const float *aux_g = c->model.router_aux ? s->aux_g + (size_t)m * E : NULL;
     if (c->model.router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr ? s->correction : NULL);
+        moe_sigmoid_route r =
+            moe_sigmoid_route_of(&c->model, w->router_corr ? s->correction : NULL);
         cuda_moe_route_sigmoid_backward(s->d_logits, s->d_weight, s->probs, s->expert, rows, E, k,
                                         &r, b->s); // route_again left the bias in s->correction
     } else {
         cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g,
-                                rows, E, k, moe_weights_of(c), b->s);
+                                rows, E, k, moe_weights_of(&c->model), b->s);
     }
     if (g->router_b) cuda_bias_backward(g->router_b, s->d_logits, rows, E, b->bias_scratch, b->s);
     cuda_linear_backward_input(b->gemm, d_n2, 1, 1.0f, s->d_logits, w->router, rows, D, E, b->s);

@@ -126,7 +126,7 @@ static void fetch_next(engine *e, int l, int64_t version) {
     if (l + 1 < e->c->model.layers)
         fetch_async(&e->xfer, layer_weights(e, l + 1), model_layer_group(l + 1), version);
     else
-        fetch_async(&e->xfer, &e->head, model_head_group(e->c), version);
+        fetch_async(&e->xfer, &e->head, model_head_group(&e->c->model), version);
 }
 
 // Forward through every layer for M micro-batches. Training keeps every boundary activation
@@ -383,7 +383,7 @@ static double step_loss(engine *e) {
 // the embedding's when they are tied), and over nodes its loss is taken on its own.
 static void head_pass(engine *e, int m, float dloss, float daux) {
     const mt_config *c = e->c;
-    size_t head = e->job->group_numel[model_head_group(c)], emb = e->job->group_numel[0];
+    size_t head = e->job->group_numel[model_head_group(&c->model)], emb = e->job->group_numel[0];
     float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
     float *cls_g = c->model.tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
                                             : head_g + c->model.dim;
@@ -405,7 +405,7 @@ static float aux_weight(const engine *e) {
 static void step_aux(engine *e) {
     const mt_config *c = e->c;
     if (!e->moe_load) return;
-    size_t n = (size_t)mt_moe_layers(c) * c->model.experts;
+    size_t n = (size_t)mt_moe_layers(&c->model) * c->model.experts;
     memset(e->moe_load, 0, n * sizeof *e->moe_load);
     double aux = e->ops->take_aux(e->be, e->moe_load);
     if (e->job->nodes > 1) {
@@ -419,7 +419,7 @@ static void step_aux(engine *e) {
 double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
-    size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(c)];
+    size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(&c->model)];
     stop_if_requested(e, step, 1);
     load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
     // Counted over nodes here, at the step's start, while no gradient sum is in flight: MPI
@@ -436,7 +436,7 @@ double train_step(engine *e, int64_t step) {
     span_end(e, "head", -1);
     buffer_done(&e->head);
     inject_nan(e, step);
-    offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
+    offload_async(&e->xfer, &e->head_g, model_head_group(&c->model), step);
     int pending = backward_layers(e, step);
     span_begin(e, "embed bwd", -1);
     for (int m = 0; m < M; m++) // tied: micro-batch m's buffer holds its classifier part already
@@ -497,7 +497,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
                               ATT_NONE);
         buffer_done(w);
     }
-    fetch_async(&e->xfer, &e->head, model_head_group(c), version);
+    fetch_async(&e->xfer, &e->head, model_head_group(&c->model), version);
     fetch_wait(&e->head);
     e->ops->last_logits(e->be, e->head.dst, classifier_weights(e), act(e, c->model.layers % 2, 0),
                         len, logits);
@@ -519,7 +519,7 @@ void sample_text(engine *e, metrics *mx, int64_t version) {
         int start = len > c->seq_len ? len - c->seq_len : 0;
         last_logits(e, version, ctx + start, len - start, logits);
         int tok = sample_token(logits, c->model.vocab, 0.8f, c->seed ^ splitmix64((uint64_t)i));
-        if (sample_is_eos(c, tok)) break;
+        if (sample_is_eos(&c->model, tok)) break;
         ctx[len++] = tok;
         text[i] = (tok >= 32 && tok < 127) || tok == '\n' ? (char)tok : '?';
     }

@@ -210,7 +210,7 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     if (config_resolve(x, "model_dir", cfg->model_dir, sizeof cfg->model_dir) < 0) return -1;
     static mt_config hf; // large (paths): not on the stack
     hf = *cfg;
-    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf, err, sizeof err) < 0)
+    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf.model, err, sizeof err) < 0)
         return source_fail(x, LINE("model_dir"), "model_dir", "%s", err);
     for (int i = 0; i < NFIELDS; i++) {
         const field_t *f = &schema[i];
@@ -239,43 +239,37 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
 
 // Multi-head latent attention's widths: all set together, the rotated part even; none of softmax
 // attention's options (biases, qk_norm, the output gate, sinks), which it does not have.
-static int check_mla(ctx_t *x, const mt_config *c) {
-    if (c->model.mla_kv_rank <= 0)
-        return c->model.mla_q_rank <= 0
-                   ? 0
-                   : source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
-                                 "needs model.mla_kv_rank > 0 (latent attention)");
+static int check_mla(ctx_t *x, const mt_model *m) {
+    if (m->mla_kv_rank <= 0)
+        return m->mla_q_rank <= 0 ? 0
+                                  : source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
+                                                "needs model.mla_kv_rank > 0 (latent attention)");
     const char *keys[] = {"model.mla_nope_dim",     "model.mla_rope_dim", "model.mla_v_dim",
                           "model.qkv_bias",         "model.o_bias",       "model.qk_norm",
                           "model.attn_output_gate", "model.attn_sinks"};
-    int bad[] = {c->model.mla_nope_dim <= 0,
-                 c->model.mla_rope_dim <= 0,
-                 c->model.mla_v_dim <= 0,
-                 c->model.qkv_bias,
-                 c->model.o_bias,
-                 mt_qk_norm(c) != QK_NONE,
-                 c->model.attn_output_gate,
-                 c->model.attn_sinks};
+    int bad[] = {
+        m->mla_nope_dim <= 0,     m->mla_rope_dim <= 0, m->mla_v_dim <= 0, m->qkv_bias, m->o_bias,
+        mt_qk_norm(m) != QK_NONE, m->attn_output_gate,  m->attn_sinks};
     for (int i = 0; i < 8; i++)
         if (bad[i])
             return source_fail(x, LINE(keys[i]), keys[i], "%s model.mla_kv_rank (latent attention)",
                                i < 3 ? "must be set with" : "is not for");
-    if (c->model.mla_rope_dim % 2)
+    if (m->mla_rope_dim % 2)
         return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
-                           "%d must be even (RoPE rotates pairs)", c->model.mla_rope_dim);
+                           "%d must be even (RoPE rotates pairs)", m->mla_rope_dim);
     return 0;
 }
 
 // model.layer_types: one known entry a layer, a sliding one only with a window (model.c).
-static int check_layer_types(ctx_t *x, const mt_config *c) {
+static int check_layer_types(ctx_t *x, const mt_model *m) {
     char why[160];
-    if (model_check_layer_types(c, why, sizeof why) < 0)
+    if (model_check_layer_types(m, why, sizeof why) < 0)
         return source_fail(x, LINE("model.layer_types"), "model.layer_types", "%s", why);
     return 0;
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
-    if (check_layer_types(x, c) < 0 || check_mla(x, c) < 0) return -1;
+    if (check_layer_types(x, &c->model) < 0 || check_mla(x, &c->model) < 0) return -1;
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
     int values[] = {c->model.bos_id, c->model.eos_id};
     for (int i = 0; i < 2; i++)
@@ -291,16 +285,17 @@ static int cross_check(ctx_t *x, const mt_config *c) {
         return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
                            "%d does not divide model.heads = %d", c->model.kv_heads,
                            c->model.heads);
-    if (mt_head_dim(c) % 2 && c->model.mla_kv_rank <= 0)
+    if (mt_head_dim(&c->model) % 2 && c->model.mla_kv_rank <= 0)
         return source_fail(x, LINE(c->model.head_dim ? "model.head_dim" : "model.dim"),
                            c->model.head_dim ? "model.head_dim" : "model.dim",
-                           "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
-    if (mt_rope_dim(c) % 2 || mt_rope_dim(c) < 2)
+                           "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(&c->model));
+    if (mt_rope_dim(&c->model) % 2 || mt_rope_dim(&c->model) < 2)
         return source_fail(x, LINE("model.partial_rotary_factor"), "model.partial_rotary_factor",
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
-                           c->model.partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (config_check_moe(x, c) < 0) return -1;
+                           c->model.partial_rotary_factor, mt_head_dim(&c->model),
+                           mt_rope_dim(&c->model));
+    if (config_check_moe(x, &c->model) < 0) return -1;
     if (c->model.linear_k_heads > 0 && c->model.linear_v_heads % c->model.linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "

@@ -13,7 +13,7 @@
 double plan_attention_span(const mt_config *c) {
     double span = 0, T = c->seq_len, causal = attn_score_pairs(c->seq_len, 0);
     for (int l = 0; l < c->model.layers; l++) {
-        const mt_layer_kind *k = mt_layer_kind_of(c, l);
+        const mt_layer_kind *k = mt_layer_kind_of(&c->model, l);
         int w = k->window;
         if (k->attention == ATTN_GDN) continue; // plan_gdn_flops
         span += w > 0 && w < c->seq_len ? T * attn_score_pairs(c->seq_len, w) / causal : T;
@@ -33,30 +33,29 @@ static double gdn_layer_flops(const mt_config *c) {
 }
 
 double plan_gdn_flops(const mt_config *c) {
-    return mt_gdn_layers(c) * gdn_layer_flops(c);
+    return mt_gdn_layers(&c->model) * gdn_layer_flops(c);
 }
 
 // Attention's width: heads x head_dim (Qwen3's differs from dim); multi-head latent attention's
 // the mean of its q k^T and p v widths, heads x (nope + rope + v) / 2.
-static double attention_width(const mt_config *c) {
-    if (c->model.mla_kv_rank > 0)
-        return c->model.heads * (mt_mla_qk_dim(c) + c->model.mla_v_dim) / 2.0;
-    return (double)c->model.heads * mt_head_dim(c);
+static double attention_width(const mt_model *m) {
+    if (m->mla_kv_rank > 0) return m->heads * (mt_mla_qk_dim(m) + m->mla_v_dim) / 2.0;
+    return (double)m->heads * mt_head_dim(m);
 }
 // The head width the GPU's attention runs at: MLA's q, k and v padded to the wider
 // (attn_mla_cuda.c).
-static int attention_head_dim(const mt_config *c) {
-    if (c->model.mla_kv_rank > 0)
-        return mt_mla_qk_dim(c) > c->model.mla_v_dim ? mt_mla_qk_dim(c) : c->model.mla_v_dim;
-    return mt_head_dim(c);
+static int attention_head_dim(const mt_model *m) {
+    if (m->mla_kv_rank > 0)
+        return mt_mla_qk_dim(m) > m->mla_v_dim ? mt_mla_qk_dim(m) : m->mla_v_dim;
+    return mt_head_dim(m);
 }
 
 // The token mixers' forward FLOPs per token, a layer's on average, beyond the parameters':
 // softmax attention over every key before a query (2 width seq: q k^T and p v, causal halves),
 // and Gated DeltaNet's rule, which runs at a rate of its own.
 static double softmax_mixer_flops(const mt_config *c) {
-    int softmax = c->model.layers - mt_gdn_layers(c);
-    return softmax * 2.0 * attention_width(c) * c->seq_len / c->model.layers;
+    int softmax = c->model.layers - mt_gdn_layers(&c->model);
+    return softmax * 2.0 * attention_width(&c->model) * c->seq_len / c->model.layers;
 }
 static double gdn_mixer_flops(const mt_config *c) {
     return plan_gdn_flops(c) / c->model.layers;
@@ -67,7 +66,7 @@ static double gdn_mixer_flops(const mt_config *c) {
 // window's share (plan_attention_span); a Gated DeltaNet layer 3 times its rule's forward
 // (plan_gdn_flops: forward and backward).
 double plan_model_flops_per_token(const mt_config *c) {
-    return 6.0 * (double)plan_active_params(c) +
+    return 6.0 * (double)plan_active_params(&c->model) +
            12.0 * (double)c->model.dim * plan_attention_span(c) + 3.0 * plan_gdn_flops(c);
 }
 
@@ -99,7 +98,7 @@ static double gpu_attention_rate(int head_dim) {
 static double expert_calls(const mt_config *c) {
     long n = (long)c->micro_batch * c->seq_len, chunk = mt_seq_chunk(c);
     double chunks = (double)((n + chunk - 1) / (chunk > 0 ? chunk : 1));
-    return (double)mt_moe_layers(c) * c->micro_batches * chunks * c->model.experts;
+    return (double)mt_moe_layers(&c->model) * c->micro_batches * chunks * c->model.experts;
 }
 
 // With the ring a group is updated once its gradients land, in the backward's order, and its
@@ -114,26 +113,27 @@ static double expert_calls(const mt_config *c) {
 // its update its share of the update's time.
 static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
     const mt_config *c = p->c;
-    int n = model_group_count(c), R = p->ring_depth;
+    int n = model_group_count(&c->model), R = p->ring_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
     double *end = malloc(sizeof(double) * (size_t)n); // the ranks' updates, in turn
     if (!order || !end) {
         free(order), free(end);
         return fmax(compute, fmax(pcie, update));
     }
-    model_grad_order(c, order);
-    int head = model_head_group(c);
-    double N = (double)p->params, embedding = (double)model_group_numel(c, 0);
-    double A = (double)plan_active_params(c) - embedding; // what the backward computes with
-    double layers = N - embedding - (double)model_group_numel(c, head);
-    double layer_active = layers > 0 ? (A - (double)model_group_numel(c, head)) / layers : 1;
+    model_grad_order(&c->model, order);
+    int head = model_head_group(&c->model);
+    double N = (double)p->params, embedding = (double)model_group_numel(&c->model, 0);
+    double A = (double)plan_active_params(&c->model) - embedding; // what the backward computes with
+    double layers = N - embedding - (double)model_group_numel(&c->model, head);
+    double layer_active =
+        layers > 0 ? (A - (double)model_group_numel(&c->model, head)) / layers : 1;
     double updated = N; // the parameters the optimizer ranks update
-    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(c, g);
+    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(&c->model, g);
     double landed = 0, last_end = 0;
     int h = 0; // the optimizer ranks' groups so far: the ring's slots are theirs
     for (int i = 0; i < n; i++) {
         int g = order[i];
-        double n_g = (double)model_group_numel(c, g);
+        double n_g = (double)model_group_numel(&c->model, g);
         double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
         landed += fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
         if (g < p->device_groups || updated <= 0) continue;
@@ -250,11 +250,11 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
     // Compute meets the active parameters (all but the idle experts); a redone layer is taken as
     // the mean layer's active part. PCIe and the optimizer move all N.
-    double A = (double)plan_active_params(c);
-    double head = (double)model_group_numel(c, model_head_group(c));
-    double layer_n = (A - (double)model_group_numel(c, 0) - head) / c->model.layers;
+    double A = (double)plan_active_params(&c->model);
+    double head = (double)model_group_numel(&c->model, model_head_group(&c->model));
+    double layer_n = (A - (double)model_group_numel(&c->model, 0) - head) / c->model.layers;
     double redo = plan_recomputed_layers(c->model.layers, p->choices.boundary_every);
-    double width = attention_width(c);
+    double width = attention_width(&c->model);
     memset(e, 0, sizeof *e);
     e->active_params = A;
     // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
@@ -274,7 +274,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double rule = tokens * (4.0 * gdn + (redo - kept_att) * share);
     e->flops = gemm + attention + rule;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(c)) : e->flops_rate;
+    e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(&c->model)) : e->flops_rate;
     e->gdn_rate = p->cuda ? PLAN_GPU_GDN_FLOPS : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate + rule / e->gdn_rate;
     if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
@@ -284,7 +284,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double mixer_s = soft / e->attention_rate + rule_s; // the recompute's, a layer's
     double redo_per_token =
         2.0 * layer_n * redo / e->flops_rate + (redo - (kept_att - kept_bwd)) * mixer_s;
-    double again_per_token = 2.0 * (A - model_group_numel(c, 0)) / e->flops_rate +
+    double again_per_token = 2.0 * (A - model_group_numel(&c->model, 0)) / e->flops_rate +
                              (c->model.layers - kept_bwd) * mixer_s;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
@@ -294,7 +294,7 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
     double on_device = 0; // the groups the compute rank updates: no optimizer rank touches them
-    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(c, g);
+    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(&c->model, g);
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
