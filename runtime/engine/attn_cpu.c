@@ -44,12 +44,12 @@ static void qk_norm_backward(const mt_model *m, const layer_params *w, const lay
 // The micro-batch's attention: its shape, packed documents and the layer's sliding window, and
 // its tensors, forward's and backward's.
 static attn_args attention_args(const layer_call *k) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     return (attn_args){.B = k->s->B,
                        .T = k->s->T,
-                       .H = c->model.heads,
-                       .KV = c->model.kv_heads,
-                       .hd = mt_head_dim(&c->model),
+                       .H = m->heads,
+                       .KV = m->kv_heads,
+                       .hd = mt_head_dim(m),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
@@ -108,64 +108,63 @@ static void gate_backward(layer_scratch *s, size_t count) {
 // The chunk's q projection: straight into q (or q_raw before qk_norm), or with the output gate
 // through qg, split into the query and the gate's logits.
 static void q_forward(const layer_call *k, float *q, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
-    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd;
+    int D = m->dim, hd = mt_head_dim(m), Q = m->heads * hd;
     const float *n1 = s->n1 + (size_t)t0 * D;
-    if (!c->model.attn_output_gate) {
+    if (!m->attn_output_gate) {
         linear_forward(q + (size_t)t0 * Q, n1, k->w->wq, k->w->bq, rows, D, Q);
         return;
     }
     float *qg = s->qg + (size_t)t0 * 2 * Q;
     linear_forward(qg, n1, k->w->wq, NULL, rows, D, 2 * Q); // config.c: no bias with the gate
-    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, c->model.heads, hd);
+    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, m->heads, hd);
 }
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it; with the output gate, att_g.
 static void softmax_forward(const layer_call *k, int have_att) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, D = c->model.dim, hd = mt_head_dim(&c->model);
-    int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
+    int B = s->B, T = s->T, n = B * T, D = m->dim, hd = mt_head_dim(m);
+    int Q = m->heads * hd, KV = m->kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += k->chunk) {
         int rows = mt_chunk_rows(n, t0, k->chunk);
         size_t d = (size_t)t0 * D;
-        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm,
-                               mt_norm_offset(&c->model), rows, D, (float)c->model.norm_eps);
+        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(m),
+                               rows, D, (float)m->norm_eps);
         // biases (Qwen2) before RoPE, or NULL
         float *q = w->q_norm ? s->q_raw : s->q, *kk = w->q_norm ? s->k_raw : s->k;
         q_forward(k, q, t0, rows);
         linear_forward(kk + (size_t)t0 * KV, s->n1 + d, w->wk, w->bk, rows, D, KV);
         linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
     }
-    if (w->q_norm) qk_norm_forward(&c->model, w, s, n);
+    if (w->q_norm) qk_norm_forward(m, w, s, n);
     const rope_args r = rope_of(k);
-    rope_forward(s->q, c->model.heads, &r);
-    rope_forward(s->k, c->model.kv_heads, &r);
+    rope_forward(s->q, m->heads, &r);
+    rope_forward(s->k, m->kv_heads, &r);
     if (!have_att) {
         const attn_args a = attention_args(k);
         const attn_tensors t = layer_attn_tensors(k);
         attention_forward(&a, &t);
     }
-    if (c->model.attn_output_gate) gate_forward(s, (size_t)n * Q);
+    if (m->attn_output_gate) gate_forward(s, (size_t)n * Q);
 }
 
 // One chunk of the q, k, v projections' backward (d_q, d_k with RoPE undone, and d_v are their
 // outputs' gradients; the bias gradients their column sums, in token order) and the first
 // norm's: dx = d_h + the attention block's gradient.
 static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->model.dim, hd = mt_head_dim(&c->model), Q = c->model.heads * hd,
-        KV = c->model.kv_heads * hd;
+    int D = m->dim, hd = mt_head_dim(m), Q = m->heads * hd, KV = m->kv_heads * hd;
     size_t d = (size_t)t0 * D, q = (size_t)t0 * Q, kv = (size_t)t0 * KV;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
-    if (c->model.attn_output_gate) { // qg, free in the backward, takes the projection's gradient
+    if (m->attn_output_gate) { // qg, free in the backward, takes the projection's gradient
         float *dqg = s->qg + 2 * q;
-        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, c->model.heads, hd);
+        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, m->heads, hd);
         linear_backward(s->d_n1 + d, dw->wq, NULL, dqg, s->n1 + d, w->wq, rows, D, 2 * Q);
     } else {
         linear_backward(s->d_n1 + d, dw->wq, dw->bq, s->d_q + q, s->n1 + d, w->wq, rows, D, Q);
@@ -174,25 +173,25 @@ static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
     linear_backward(s->d_n1 + d, dw->wv, dw->bv, s->d_v + kv, s->n1 + d, w->wv, rows, D, KV);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, dw->attn_norm, s->d_n1 + d, k->x + d, w->attn_norm,
-                            mt_norm_offset(&c->model), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(m), s->rstd1 + t0, rows, D);
 }
 
 static void softmax_backward(const layer_call *k, float *dx) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(&c->model);
-    int Q = c->model.heads * hd, KV = c->model.kv_heads * hd;
+    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(m);
+    int Q = m->heads * hd, KV = m->kv_heads * hd;
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
-    if (c->model.attn_output_gate) gate_backward(s, (size_t)n * Q);
+    if (m->attn_output_gate) gate_backward(s, (size_t)n * Q);
     const attn_args a = attention_args(k);
     const attn_tensors t = layer_attn_tensors(k);
     attention_backward(&a, &t);
     const rope_args r = rope_of(k);
-    rope_backward(s->d_q, c->model.heads, &r);
-    rope_backward(s->d_k, c->model.kv_heads, &r);
-    if (k->w->q_norm) qk_norm_backward(&c->model, k->w, k->dw, s, n);
+    rope_backward(s->d_q, m->heads, &r);
+    rope_backward(s->d_k, m->kv_heads, &r);
+    if (k->w->q_norm) qk_norm_backward(m, k->w, k->dw, s, n);
     for (int t0 = 0; t0 < n; t0 += k->chunk)
         qkv_backward(k, dx, t0, mt_chunk_rows(n, t0, k->chunk));
 }

@@ -72,16 +72,16 @@ static void columns_join(float *x, const float *in, long n, int C, int c0, int w
 // One chunk's projections: the first norm, the queries, kv_a_proj split into the latent and
 // the rotated key part, the latent's norm and kv_b_proj.
 static void project_forward(const layer_call *k, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    const mla_dims m = dims_of(&c->model);
-    int D = c->model.dim, HQ = m.H * m.dqk;
-    float off = mt_norm_offset(&c->model);
+    const mla_dims m = dims_of(model);
+    int D = model->dim, HQ = m.H * m.dqk;
+    float off = mt_norm_offset(model);
     float *n1 = s->n1 + (size_t)t0 * D, *q = s->q + (size_t)t0 * HQ;
     rmsnorm_offset_forward(n1, s->rstd1 + t0, k->x + (size_t)t0 * D, w->attn_norm, off, rows, D,
-                           (float)c->model.norm_eps);
+                           (float)model->norm_eps);
     if (m.QR) {
         float *qa = a->qa + (size_t)t0 * m.QR, *qan = a->qan + (size_t)t0 * m.QR;
         linear_forward(qa, n1, w->mla_q_a, NULL, rows, D, m.QR);
@@ -149,11 +149,11 @@ static void keys_values_backward(const mla_dims *m, layer_scratch *s, long n) {
 
 // The queries' projections backward for one chunk: d_n1 += their input gradient.
 static void query_backward(const layer_call *k, const mla_dims *m, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->model.dim, HQ = m->H * m->dqk;
+    int D = model->dim, HQ = m->H * m->dqk;
     const float *n1 = s->n1 + (size_t)t0 * D, *dq = s->d_q + (size_t)t0 * HQ;
     float *dn1 = s->d_n1 + (size_t)t0 * D;
     if (!m->QR) {
@@ -165,18 +165,18 @@ static void query_backward(const layer_call *k, const mla_dims *m, int t0, int r
     linear_backward(a->d_qan + r, dw->mla_q_b, NULL, dq, a->qan + r, w->mla_q_b, rows, m->QR, HQ);
     memset(a->d_qa + r, 0, len);
     rmsnorm_offset_backward(a->d_qa + r, dw->mla_q_a_norm, a->d_qan + r, a->qa + r, w->mla_q_a_norm,
-                            mt_norm_offset(&c->model), a->rstd_qa + t0, rows, m->QR);
+                            mt_norm_offset(model), a->rstd_qa + t0, rows, m->QR);
     linear_backward(dn1, dw->mla_q_a, NULL, a->d_qa + r, n1, w->mla_q_a, rows, D, m->QR);
 }
 
 // kv_b_proj, the latent's norm and kv_a_proj backward for one chunk (kv_a's output gradient
 // joined in kva, free in the backward): d_n1 += their input gradient.
 static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->model.dim;
+    int D = model->dim;
     size_t r = (size_t)t0 * m->R, len = sizeof(float) * rows * m->R;
     float *dkva = a->kva + (size_t)t0 * m->KA;
     memset(a->d_kvn + r, 0, len);
@@ -184,8 +184,7 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
                     w->mla_kv_b, rows, m->R, m->KB);
     memset(a->d_lat + r, 0, len);
     rmsnorm_offset_backward(a->d_lat + r, dw->mla_kv_a_norm, a->d_kvn + r, a->lat + r,
-                            w->mla_kv_a_norm, mt_norm_offset(&c->model), a->rstd_kv + t0, rows,
-                            m->R);
+                            w->mla_kv_a_norm, mt_norm_offset(model), a->rstd_kv + t0, rows, m->R);
     columns_join(dkva, a->d_lat + r, rows, m->KA, 0, m->R);
     columns_join(dkva, a->d_krot + (size_t)t0 * m->dr, rows, m->KA, m->R, m->dr);
     linear_backward(s->d_n1 + (size_t)t0 * D, dw->mla_kv_a, NULL, dkva, s->n1 + (size_t)t0 * D,
@@ -194,16 +193,16 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
 
 // One chunk's projections backward and the first norm's: dx = d_h + the block's gradient.
 static void project_backward(const layer_call *k, const mla_dims *m, float *dx, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     layer_scratch *s = k->s;
-    int D = c->model.dim;
+    int D = model->dim;
     size_t d = (size_t)t0 * D;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
     query_backward(k, m, t0, rows);
     latent_backward(k, m, t0, rows);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, k->dw->attn_norm, s->d_n1 + d, k->x + d, k->w->attn_norm,
-                            mt_norm_offset(&c->model), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(model), s->rstd1 + t0, rows, D);
 }
 
 static void mla_backward(const layer_call *k, float *dx) {

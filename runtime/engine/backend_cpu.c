@@ -164,11 +164,11 @@ static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *d
 
 // Micro-batch m's load-balancing loss, from its MoE layers' routing, and its gradient.
 static void moe_aux_of(backend *b, int m, float daux) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     if (!b->moe_layers) return;
-    size_t at = (size_t)m * b->moe_layers * c->model.experts;
-    b->aux += moe_aux_loss(b->aux_g + (size_t)m * c->model.experts, b->counts + at, b->psum + at,
-                           b->moe_layers, tokens(b), c->model.experts, daux);
+    size_t at = (size_t)m * b->moe_layers * model->experts;
+    b->aux += moe_aux_loss(b->aux_g + (size_t)m * model->experts, b->counts + at, b->psum + at,
+                           b->moe_layers, tokens(b), model->experts, daux);
     if (m + 1 > b->aux_micro) b->aux_micro = m + 1;
 }
 
@@ -182,36 +182,34 @@ static double cpu_take_aux(backend *b, int64_t *load) {
 
 // MT_CPU_MOE_STATS's buffers (buffers.h), with MoE layers.
 static void moe_stats_new(backend *b) {
-    const mt_config *c = b->c;
-    b->moe_layers = mt_moe_layers(&c->model);
+    const mt_model *m = &b->c->model;
+    b->moe_layers = mt_moe_layers(m);
     if (!b->moe_layers) return;
     mt_buffer_list l;
     mt_buffers_cpu_moe_stats(&l, &b->shape);
     void **slots[] = {MT_CPU_MOE_STATS(MT_BUFFER_SLOT, b, _)};
     b->allocated += host_buffers_new(&l, HOST_SLOTS(slots), "the routing statistics");
-    for (int l = 0, i = 0; l < c->model.layers; l++)
-        b->moe_index[l] = mt_layer_is_moe(&c->model, l) ? i++ : -1;
+    for (int l = 0, i = 0; l < m->layers; l++) b->moe_index[l] = mt_layer_is_moe(m, l) ? i++ : -1;
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
                      const float *x, float *dx, int m, float dloss, float daux) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     int n = tokens(b);
     moe_aux_of(b, m, daux);
     head_params hp, gp;
-    head_params_bind(&hp, &c->model, (float *)head_w);
+    head_params_bind(&hp, model, (float *)head_w);
     const int32_t *targets = b->targets + (size_t)m * n;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(&c->model), n,
-                           c->model.dim, (float)c->model.norm_eps);
-    b->loss += classifier_forward(b->xf, cls_w, targets, n, c->model.dim, c->model.vocab);
+    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(model), n, model->dim,
+                           (float)model->norm_eps);
+    b->loss += classifier_forward(b->xf, cls_w, targets, n, model->dim, model->vocab);
     if (dloss == 0) return;
-    head_params_bind(&gp, &c->model, head_g);
-    memset(b->dxf, 0, sizeof(float) * n * c->model.dim);
-    classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, c->model.dim, c->model.vocab,
-                        dloss);
-    memset(dx, 0, sizeof(float) * n * c->model.dim);
-    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(&c->model),
-                            b->rstd_f, n, c->model.dim);
+    head_params_bind(&gp, model, head_g);
+    memset(b->dxf, 0, sizeof(float) * n * model->dim);
+    classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, model->dim, model->vocab, dloss);
+    memset(dx, 0, sizeof(float) * n * model->dim);
+    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(model),
+                            b->rstd_f, n, model->dim);
 }
 
 static double cpu_take_loss(backend *b) {
@@ -227,13 +225,13 @@ static void cpu_set_shape(backend *b, int B, int T) {
 
 static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                             int len, float *logits) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     head_params hp;
-    head_params_bind(&hp, &c->model, (float *)head_w);
-    const float *last = x + (size_t)(len - 1) * c->model.dim;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(&c->model), 1,
-                           c->model.dim, (float)c->model.norm_eps);
-    linear_forward(logits, b->xf, cls_w, NULL, 1, c->model.dim, c->model.vocab);
+    head_params_bind(&hp, m, (float *)head_w);
+    const float *last = x + (size_t)(len - 1) * m->dim;
+    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(m), 1, m->dim,
+                           (float)m->norm_eps);
+    linear_forward(logits, b->xf, cls_w, NULL, 1, m->dim, m->vocab);
 }
 
 static void cpu_destroy(backend *b) {

@@ -88,12 +88,11 @@ static void cu_set_shape(backend *b, int B, int T) {
 
 static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                            int len, float *host_logits) {
-    const mt_config *c = b->c;
-    const float *last = x + (size_t)(len - 1) * c->model.dim;
-    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, c->model.dim);
-    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->model.dim, c->model.vocab,
-                        b->s);
-    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->model.vocab,
+    const mt_model *m = &b->c->model;
+    const float *last = x + (size_t)(len - 1) * m->dim;
+    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, m->dim);
+    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, m->dim, m->vocab, b->s);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * m->vocab,
                                cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }

@@ -57,15 +57,15 @@ static const char *ordinal_suffix(int k) {
 }
 
 static void choose_offload(engine *e) {
-    const mt_config *c = e->c;
+    const mt_model *m = &e->c->model;
     const char *where = e->ops->async ? "GPU" : "backend";
-    int k = e->every, redo = plan_recomputed_layers(c->model.layers, k);
+    int k = e->every, redo = plan_recomputed_layers(m->layers, k);
     double gib = layer_act_bytes(e) * e->offloaded / 1073741824.0;
     if (e->offload && k > 1)
         printf("compute rank: offloading every %d%s layer boundary (%d of %d, %.2f GiB) to pinned "
                "host memory, two on the %s with a segment's %d; the backward recomputes the %d "
                "between them\n",
-               k, ordinal_suffix(k), e->offloaded, c->model.layers + 1, gib, where, k - 1, redo);
+               k, ordinal_suffix(k), e->offloaded, m->layers + 1, gib, where, k - 1, redo);
     else if (e->offload)
         printf("compute rank: offloading the boundary activations (%.2f GiB) to pinned host "
                "memory, two layers' worth on the %s\n",
@@ -73,7 +73,7 @@ static void choose_offload(engine *e) {
     else if (k > 1)
         printf("compute rank: keeping every %d%s layer boundary on the %s (%d of %d); the "
                "backward recomputes the %d between them\n",
-               k, ordinal_suffix(k), where, c->model.layers / k + 1, c->model.layers + 1, redo);
+               k, ordinal_suffix(k), where, m->layers / k + 1, m->layers + 1, redo);
 }
 
 // After the boundaries, as the plan counts them: the slots the plan chose, for the pairs in

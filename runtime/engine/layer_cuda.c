@@ -130,8 +130,8 @@ void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf,
 // dx's chunk (the head's share of the residual stream's gradient).
 void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
              const float *x, float *dx, int m, float dloss) {
-    const mt_config *c = b->c;
-    int n = tokens(b), D = c->model.dim;
+    const mt_model *model = &b->c->model;
+    int n = tokens(b), D = model->dim;
     const bf16 *final_norm = head_w;
     float *losses = b->losses + (size_t)m * n;
     const int32_t *targets = b->targets + (size_t)m * n;
@@ -142,13 +142,13 @@ void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, f
         cu_norm_forward(b, b->xf, b->rstd_f, xc, final_norm, rows, D);
         if (dloss == 0) {
             cuda_classifier(b->gemm, losses + t0, NULL, NULL, b->xf, cls_w, targets + t0, rows, D,
-                            c->model.vocab, 0, b->cls_scratch, logit_rows, b->s);
+                            model->vocab, 0, b->cls_scratch, logit_rows, b->s);
             continue;
         }
         float *dxc = dx + (size_t)t0 * D;
         cu_zero(b, b->dxf, sizeof(float) * rows * D);
         cuda_classifier(b->gemm, losses + t0, b->dxf, cls_g, b->xf, cls_w, targets + t0, rows, D,
-                        c->model.vocab, dloss, b->cls_scratch, logit_rows, b->s);
+                        model->vocab, dloss, b->cls_scratch, logit_rows, b->s);
         cu_zero(b, dxc, sizeof(float) * rows * D);
         cu_norm_backward(b, dxc, head_g, b->dxf, xc, final_norm, b->rstd_f, rows, D,
                          b->norm_scratch);

@@ -6,10 +6,10 @@
 #include <string.h>
 
 static void dense_forward(const layer_call *k, float *out, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int D = c->model.dim, F = c->model.ffn_dim;
+    int D = m->dim, F = m->ffn_dim;
     size_t d = (size_t)t0 * D, f = (size_t)t0 * F;
     linear_forward(s->gate + f, s->n2 + d, w->w_gate, NULL, rows, D, F);
     linear_forward(s->up + f, s->n2 + d, w->w_up, NULL, rows, D, F);
@@ -18,10 +18,10 @@ static void dense_forward(const layer_call *k, float *out, int t0, int rows) {
 }
 
 static void dense_backward(const layer_call *k, const float *dout, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->model.dim, F = c->model.ffn_dim;
+    int D = m->dim, F = m->ffn_dim;
     size_t d = (size_t)t0 * D, f = (size_t)t0 * F, rF = (size_t)rows * F;
     memset(s->d_act + f, 0, sizeof(float) * rF);
     linear_backward(s->d_act + f, dw->w_down, NULL, dout + d, s->act + f, w->w_down, rows, F, D);

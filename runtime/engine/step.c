@@ -132,7 +132,7 @@ static void fetch_next(engine *e, int l, int64_t version) {
 // Forward through every layer for M micro-batches. Training keeps every boundary activation
 // for the backward; evaluation only needs two, so it ping-pongs between them.
 static void forward_layers(engine *e, int64_t version, int M, int keep) {
-    const mt_config *c = e->c;
+    const mt_model *model = &e->c->model;
     fetch_async(&e->xfer, &e->emb, 0, version);
     if (!e->ops->async) fetch_next(e, -1, version); // as in the loop below
     e->ops->load_tokens(e->be, e->inputs, e->targets, e->doc_start, M);
@@ -142,7 +142,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     span_end(e, "embed", -1);
     if (keep) act_out(e, 0);
     if (e->ops->async) fetch_next(e, -1, version);
-    for (int l = 0; l < c->model.layers; l++) {
+    for (int l = 0; l < model->layers; l++) {
         weight_buffer *w = layer_weights(e, l);
         fetch_wait(w);
         // The next fetch may wait for an optimizer. A backend that computes in the call fetches
@@ -161,7 +161,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
             if (fetch_early(e) && m == 0) fetch_next(e, l, version);
         }
         span_end(e, "fwd", l);
-        if (keep) metrics_progress(e->mx, version, "forward", l + 1, c->model.layers);
+        if (keep) metrics_progress(e->mx, version, "forward", l + 1, model->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
         if (e->ops->async && !fetch_early(e)) fetch_next(e, l, version);
@@ -382,13 +382,13 @@ static double step_loss(engine *e) {
 // The head over micro-batch m: its gradients go where micro_grads says (the classifier's into
 // the embedding's when they are tied), and over nodes its loss is taken on its own.
 static void head_pass(engine *e, int m, float dloss, float daux) {
-    const mt_config *c = e->c;
-    size_t head = e->job->group_numel[model_head_group(&c->model)], emb = e->job->group_numel[0];
+    const mt_model *model = &e->c->model;
+    size_t head = e->job->group_numel[model_head_group(model)], emb = e->job->group_numel[0];
     float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
-    float *cls_g = c->model.tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
-                                            : head_g + c->model.dim;
-    e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g,
-                 act(e, c->model.layers, m), dres(e, m), m, dloss, daux);
+    float *cls_g = model->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
+                                          : head_g + model->dim;
+    e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, model->layers, m),
+                 dres(e, m), m, dloss, daux);
     if (e->micro_loss) e->micro_loss[m] = e->ops->take_loss(e->be);
 }
 

@@ -112,28 +112,27 @@ static double expert_calls(const mt_config *c) {
 // Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
 // its update its share of the update's time.
 static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
-    const mt_config *c = p->c;
-    int n = model_group_count(&c->model), R = p->ring_depth;
+    const mt_model *m = &p->c->model;
+    int n = model_group_count(m), R = p->ring_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
     double *end = malloc(sizeof(double) * (size_t)n); // the ranks' updates, in turn
     if (!order || !end) {
         free(order), free(end);
         return fmax(compute, fmax(pcie, update));
     }
-    model_grad_order(&c->model, order);
-    int head = model_head_group(&c->model);
-    double N = (double)p->params, embedding = (double)model_group_numel(&c->model, 0);
-    double A = (double)plan_active_params(&c->model) - embedding; // what the backward computes with
-    double layers = N - embedding - (double)model_group_numel(&c->model, head);
-    double layer_active =
-        layers > 0 ? (A - (double)model_group_numel(&c->model, head)) / layers : 1;
+    model_grad_order(m, order);
+    int head = model_head_group(m);
+    double N = (double)p->params, embedding = (double)model_group_numel(m, 0);
+    double A = (double)plan_active_params(m) - embedding; // what the backward computes with
+    double layers = N - embedding - (double)model_group_numel(m, head);
+    double layer_active = layers > 0 ? (A - (double)model_group_numel(m, head)) / layers : 1;
     double updated = N; // the parameters the optimizer ranks update
-    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(&c->model, g);
+    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(m, g);
     double landed = 0, last_end = 0;
     int h = 0; // the optimizer ranks' groups so far: the ring's slots are theirs
     for (int i = 0; i < n; i++) {
         int g = order[i];
-        double n_g = (double)model_group_numel(&c->model, g);
+        double n_g = (double)model_group_numel(m, g);
         double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
         landed += fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
         if (g < p->device_groups || updated <= 0) continue;
