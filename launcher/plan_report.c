@@ -186,7 +186,7 @@ static void print_numa(FILE *f, const mt_plan *p, const placement *pl) {
 
 static void print_kept_attention(FILE *f, const mt_plan *p, const plan_buffers *b) {
     const mt_config *c = p->c;
-    int slots = p->choices.att_slots, pairs = c->layers * c->micro_batches;
+    int slots = p->choices.att_slots, pairs = c->model.layers * c->micro_batches;
     double saved = plan_attention_saved(c, &p->choices);
     double redo = saved - (double)slots / c->micro_batches;
     char also[96] = "";
@@ -212,32 +212,34 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
     char off[96] = "";
-    int on_host = plan_offloaded_boundaries(c, &p->choices);
+    int on_host = plan_offloaded_boundaries(&c->model, &p->choices);
     if (offloaded)
         snprintf(off, sizeof off, " (%d boundaries offloaded to pinned host memory, %s)", on_host,
-                 H((double)on_host * c->micro_batches * n * c->dim * 4));
+                 H((double)on_host * c->micro_batches * n * c->model.dim * 4));
     fprintf(f, "  %-13s %11s  %d boundaries x %d micro-batches x %ld tokens x %d dim x 4 B%s\n",
-            "activations", H(b->activations), plan_boundary_slots(c, &p->choices), c->micro_batches,
-            n, c->dim, off);
+            "activations", H(b->activations), plan_boundary_slots(&c->model, &p->choices),
+            c->micro_batches, n, c->model.dim, off);
     if (every > 1)
         fprintf(f,
                 "  segments      boundary_every = %d%s: boundaries 0, %d, %d, ... stay%s, and the "
                 "backward recomputes the forward of the %d layers between them (%.0f%% more "
                 "layer forwards)\n",
                 every, c->boundary_every ? "" : " (auto: all would not fit)", every, 2 * every,
-                offloaded ? " (in host memory)" : "", plan_recomputed_layers(c->layers, every),
-                100.0 * plan_recomputed_layers(c->layers, every) / c->layers);
+                offloaded ? " (in host memory)" : "",
+                plan_recomputed_layers(c->model.layers, every),
+                100.0 * plan_recomputed_layers(c->model.layers, every) / c->model.layers);
     if (p->choices.att_slots > 0) print_kept_attention(f, p, b);
     fprintf(f, "  %-13s %11s  %d micro-batches x %ld tokens x %d dim x 4 B\n", "residual grad",
-            H(b->residual), c->micro_batches, n, c->dim);
+            H(b->residual), c->micro_batches, n, c->model.dim);
     fprintf(f, "  %-13s %11s  one layer's internals, the head%s, token ids\n", "working set",
             H(b->working), p->cuda ? "'s classifier chunks, cuBLASLt workspace" : "");
     if (b->moe)
         fprintf(f,
                 "  of it MoE     %11s  the MoE MLP's: %s (token, expert) pairs (top_k x %s), "
                 "routing, the aux loss's statistics%s\n",
-                H(b->moe), G((uint64_t)c->top_k * (p->cuda ? mt_seq_chunk(c) : n)),
-                p->cuda ? "chunk" : "micro-batch", c->shared_ffn_dim ? ", the shared expert" : "");
+                H(b->moe), G((uint64_t)c->model.top_k * (p->cuda ? mt_seq_chunk(c) : n)),
+                p->cuda ? "chunk" : "micro-batch",
+                c->model.shared_ffn_dim ? ", the shared expert" : "");
     if (p->cuda)
         fprintf(f,
                 "  chunk         %11s  tokens at a time (batch.seq_chunk%s) of %ld: a layer's "
@@ -258,7 +260,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
             "once the buffers before them are there)\n",
             p->choices.offload ? "offloaded" : "kept on the GPU");
     uint64_t pass = plan_kept_pass_bytes(c, p->cuda);
-    if (c->recompute == RECOMPUTE_AUTO && p->cuda && !plan_cuda_keeps_passes(c))
+    if (c->recompute == RECOMPUTE_AUTO && p->cuda && !plan_cuda_keeps_passes(&c->model))
         fprintf(f, "  kept          none: the GPU keeps no layer pass of this model (qk_norm, the "
                    "output gate or Gated DeltaNet: its backward recomputes each one)\n");
     else if (c->recompute == RECOMPUTE_AUTO)
@@ -266,9 +268,9 @@ static void print_buffers(FILE *f, const mt_plan *p) {
                 "  kept          %11s  per layer x micro-batch pass, as many of %d as the %s "
                 "left over holds (recompute = \"auto\"): each one kept is a layer forward the "
                 "backward does not redo; all of them: %s\n",
-                H(pass), c->layers * c->micro_batches,
+                H(pass), c->model.layers * c->micro_batches,
                 p->cuda ? "GPU memory" : "eighth of free host memory",
-                H(pass * c->layers * c->micro_batches));
+                H(pass * c->model.layers * c->micro_batches));
     if (p->cuda)
         fprintf(f,
                 "  plus the CUDA context (about 0.5 GiB); the offload and device_groups "
@@ -285,7 +287,7 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
             "  compute    %sFLOP (GEMMs 8 N per token at %sFLOP/s, causal attention 8 layers dim "
             "seq at %sFLOP/s",
             SI(e->flops), SI(e->flops_rate), SI(e->attention_rate));
-    if (p->cuda && mt_gdn_layers(p->c) > 0)
+    if (p->cuda && mt_gdn_layers(&p->c->model) > 0)
         fprintf(f, ", Gated DeltaNet's rule at %sFLOP/s", SI(e->gdn_rate));
     if (!p->cuda) fprintf(f, "; %sFLOP/s per core x %d", SI(PLAN_CPU_FLOPS_PER_CORE), cores);
     fprintf(f, "): %s\n", T(e->compute_s));
@@ -297,8 +299,9 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
     if (p->cuda)
         fprintf(f, "  PCIe       %sB (the weights in %.2f times, gradients out) at %sB/s: %s\n",
                 SI(e->pcie_bytes),
-                2.0 + (double)plan_recomputed_layers(p->c->layers, p->choices.boundary_every) /
-                          p->c->layers,
+                2.0 +
+                    (double)plan_recomputed_layers(p->c->model.layers, p->choices.boundary_every) /
+                        p->c->model.layers,
                 SI(PLAN_PCIE_BYTES_PER_S), T(e->pcie_s));
     fprintf(f, "  optimizer  %sB (%.0f B/param) at %sB/s: %s\n", SI(e->opt_bytes),
             PLAN_OPT_BYTES_PER_PARAM, SI(PLAN_OPT_BYTES_PER_S), T(e->opt_s));
@@ -418,15 +421,16 @@ void plan_print(FILE *f, const mt_plan *p, const host_probe *h, const placement 
     fprintf(f,
             "model: %s parameters in %d groups (dim %d, %d layers, %d heads, %d kv heads, ffn "
             "%d, vocab %d, %s embeddings)\n",
-            G(p->params), p->n_groups, c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim,
-            c->vocab, c->tied_embeddings ? "tied" : "untied");
-    if (c->experts > 0)
+            G(p->params), p->n_groups, c->model.dim, c->model.layers, c->model.heads,
+            c->model.kv_heads, c->model.ffn_dim, c->model.vocab,
+            c->model.tied_embeddings ? "tied" : "untied");
+    if (c->model.experts > 0)
         fprintf(f,
                 "MoE: %d of %d layers, %d experts of ffn %d, top %d%s; %s active parameters a "
                 "token (experts %s of all)\n",
-                mt_moe_layers(c), c->layers, c->experts, c->moe_ffn_dim, c->top_k,
-                c->shared_ffn_dim ? ", a shared expert" : "", G(plan_active_params(c)),
-                G(plan_expert_params(c)));
+                mt_moe_layers(&c->model), c->model.layers, c->model.experts, c->model.moe_ffn_dim,
+                c->model.top_k, c->model.shared_ffn_dim ? ", a shared expert" : "",
+                G(plan_active_params(&c->model)), G(plan_expert_params(&c->model)));
     fprintf(f, "batch: %d sequences x %d tokens x %d micro-batches = %s tokens/step\n",
             c->micro_batch, c->seq_len, c->micro_batches, G(mt_tokens_per_step(c)));
     print_rank_table(f, p);

@@ -56,35 +56,44 @@ int main(int argc, char **argv) {
         fread(mla, 4, 7, in) != 7 || fread(yarn, 4, 4, in) != 4)
         return fprintf(stderr, "bad header\n"), 2;
     mt_config c = {0};
-    c.dim = h[0], c.heads = h[1], c.kv_heads = h[2], c.ffn_dim = h[3], c.layers = 1;
-    c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.vocab = 256;
-    c.rope_theta = hf[0], c.norm_eps = hf[1], c.tied_embeddings = 1, c.qkv_bias = h[6];
-    c.experts = moe[0], c.top_k = moe[1], c.moe_ffn_dim = moe[2];
+    c.model.dim = h[0], c.model.heads = h[1], c.model.kv_heads = h[2], c.model.ffn_dim = h[3],
+    c.model.layers = 1;
+    c.micro_batch = h[4], c.seq_len = h[5], c.micro_batches = 1, c.model.vocab = 256;
+    c.model.rope_theta = hf[0], c.model.norm_eps = hf[1], c.model.tied_embeddings = 1,
+    c.model.qkv_bias = h[6];
+    c.model.experts = moe[0], c.model.top_k = moe[1], c.model.moe_ffn_dim = moe[2];
     if (moe[3] == 2) {
-        c.router_score = ROUTER_SCORE_SIGMOID, c.router_correction = 1, c.router_groups = ds[0];
-        c.router_topk_groups = ds[1], c.norm_topk_prob = ds[2], c.shared_ffn_dim = ds[3];
-        c.router_scale = scale, c.moe_names = MOE_NAMES_DEEPSEEK;
+        c.model.router_score = ROUTER_SCORE_SIGMOID, c.model.router_correction = 1,
+        c.model.router_groups = ds[0];
+        c.model.router_topk_groups = ds[1], c.model.norm_topk_prob = ds[2],
+        c.model.shared_ffn_dim = ds[3];
+        c.model.router_scale = scale, c.model.moe_names = MOE_NAMES_DEEPSEEK;
     } else if (moe[3]) {
-        c.router_softmax = ROUTER_SOFTMAX_TOP_K, c.router_bias = c.expert_bias = 1;
-        c.moe_names = MOE_NAMES_GPT_OSS, c.swiglu_limit = limit;
+        c.model.router_softmax = ROUTER_SOFTMAX_TOP_K,
+        c.model.router_bias = c.model.expert_bias = 1;
+        c.model.moe_names = MOE_NAMES_GPT_OSS, c.model.swiglu_limit = limit;
     }
     if (q35[0]) {
-        c.norm_zero_centered = 1, c.qk_norm = QK_HEAD, c.head_dim = q35[7];
-        c.partial_rotary_factor = rotary, c.attn_output_gate = !q35[1];
-        strcpy(c.layer_types, q35[1] ? "linear_attention" : "full_attention");
-        c.linear_k_heads = q35[2], c.linear_v_heads = q35[3], c.linear_k_dim = q35[4];
-        c.linear_v_dim = q35[5], c.linear_conv = q35[6];
+        c.model.norm_zero_centered = 1, c.model.qk_norm = QK_HEAD, c.model.head_dim = q35[7];
+        c.model.partial_rotary_factor = rotary, c.model.attn_output_gate = !q35[1];
+        strcpy(c.model.layer_types, q35[1] ? "linear_attention" : "full_attention");
+        c.model.linear_k_heads = q35[2], c.model.linear_v_heads = q35[3],
+        c.model.linear_k_dim = q35[4];
+        c.model.linear_v_dim = q35[5], c.model.linear_conv = q35[6];
     }
     if (mla[0]) {
-        c.mla_q_rank = mla[1], c.mla_kv_rank = mla[2], c.mla_nope_dim = mla[3];
-        c.mla_rope_dim = mla[4], c.mla_v_dim = mla[5], c.rope_interleave = mla[6];
+        c.model.mla_q_rank = mla[1], c.model.mla_kv_rank = mla[2], c.model.mla_nope_dim = mla[3];
+        c.model.mla_rope_dim = mla[4], c.model.mla_v_dim = mla[5], c.model.rope_interleave = mla[6];
     }
     if (yarn[0] > 0) {
-        c.rope_type = ROPE_YARN, c.rope_factor = yarn[0], c.rope_original_max_pos = (int)yarn[1];
-        c.rope_mscale = yarn[2], c.rope_mscale_all_dim = yarn[3], c.rope_truncate = 1;
+        c.model.rope_type = ROPE_YARN, c.model.rope_factor = yarn[0],
+        c.model.rope_original_max_pos = (int)yarn[1];
+        c.model.rope_mscale = yarn[2], c.model.rope_mscale_all_dim = yarn[3],
+        c.model.rope_truncate = 1;
     }
-    model_describe_layers(&c);
-    size_t numel = model_group_numel(&c, model_layer_group(0)), nD = (size_t)h[4] * h[5] * c.dim;
+    model_describe_layers(&c.model);
+    size_t numel = model_group_numel(&c.model, model_layer_group(0)),
+           nD = (size_t)h[4] * h[5] * c.model.dim;
     float *w = read_exact(in, numel * 4, "weights"), *x = read_exact(in, nD * 4, "x");
     float *dout = read_exact(in, nD * 4, "dout");
     fclose(in);
@@ -116,7 +125,7 @@ int main(int argc, char **argv) {
     // The CUDA backend keeps no pass of some models (plan_cuda_keeps_passes: Qwen3.5's layers):
     // there the recomputing path alone is checked.
     int kept = ops->keep_reserve(b, 1);
-    int keeps = strcmp(argv[1], "cuda") != 0 || plan_cuda_keeps_passes(&c);
+    int keeps = strcmp(argv[1], "cuda") != 0 || plan_cuda_keeps_passes(&c.model);
     if (kept != keeps)
         return fprintf(stderr, "layer_check: %d kept slots, expected %d\n", kept, keeps), 1;
     ops->zero(b, dg, numel * 4);

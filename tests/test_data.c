@@ -74,7 +74,7 @@ static void config_for(mt_config *c, const char *format, const char *path, int v
     memset(c, 0, sizeof *c);
     c->data_format = mt_choice_index(DATA_FORMAT_NAMES, format);
     snprintf(c->data_path, sizeof c->data_path, "%s", path);
-    c->vocab = vocab;
+    c->model.vocab = vocab;
     c->seq_len = T;
     c->val_fraction = 0.1;
 }

@@ -11,16 +11,17 @@
 static mt_config llama(int layers) {
     mt_config c;
     memset(&c, 0, sizeof c);
-    c.dim = 4096, c.layers = layers, c.heads = 32, c.kv_heads = 32, c.ffn_dim = 11008;
-    c.vocab = 32000, c.tied_embeddings = 0, c.device_groups = -1;
-    model_describe_layers(&c);
+    c.model.dim = 4096, c.model.layers = layers, c.model.heads = 32, c.model.kv_heads = 32,
+    c.model.ffn_dim = 11008;
+    c.model.vocab = 32000, c.model.tied_embeddings = 0, c.device_groups = -1;
+    model_describe_layers(&c.model);
     return c;
 }
 
 int main(void) {
     mt_config c = llama(32);
-    uint64_t emb = 12 * model_group_numel(&c, 0);
-    uint64_t layer = 18 * model_group_numel(&c, model_layer_group(0)); // state + own buffers
+    uint64_t emb = 12 * model_group_numel(&c.model, 0);
+    uint64_t layer = 18 * model_group_numel(&c.model, model_layer_group(0)); // state + own buffers
     check(plan_device_groups(&c, 1, UINT64_MAX) == 5, "7B shape, room: embedding + 4 layers");
     check(plan_device_groups(&c, 0, UINT64_MAX) == 0, "cpu backend: none");
     check(plan_device_groups(&c, 1, 8 * (emb + 2 * layer)) == 3,

@@ -21,9 +21,9 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
     memset(c, 0, sizeof *c);
     c->seq_len = 32;
     hf_index *ix = NULL;
-    if (hf_read_config(dir, c->seq_len, c, err, sizeof err) < 0 ||
+    if (hf_read_config(dir, c->seq_len, &c->model, err, sizeof err) < 0 ||
         !(ix = hf_index_open(dir, err, sizeof err)) ||
-        (hf_index_layout(ix, c), hf_index_check(ix, c, err, sizeof err) < 0)) {
+        (hf_index_layout(ix, &c->model), hf_index_check(ix, &c->model, err, sizeof err) < 0)) {
         fprintf(stderr, "%s\n", err);
         exit(2);
     }
@@ -31,13 +31,13 @@ static hf_index *open_checked(const char *dir, mt_config *c) {
 }
 
 // Group g read as n_shards ranks would read it, each its own contiguous slice.
-static float *load_group(hf_index *ix, const mt_config *c, int g, int n_shards) {
-    uint64_t numel = model_group_numel(c, g);
+static float *load_group(hf_index *ix, const mt_model *m, int g, int n_shards) {
+    uint64_t numel = model_group_numel(m, g);
     float *out = malloc(numel * sizeof *out + 1);
     char err[8192];
     for (int k = 0; k < n_shards; k++) {
         uint64_t lo = numel * k / n_shards, hi = numel * (k + 1) / n_shards;
-        if (hf_read_group_slice(ix, c, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
+        if (hf_read_group_slice(ix, m, g, lo, hi - lo, out + lo, err, sizeof err) < 0) {
             fprintf(stderr, "%s\n", err);
             exit(2); // bad input, as the optimizer ranks exit
         }
@@ -56,10 +56,10 @@ static int same(const float *a, const float *b, uint64_t n, const char *what, in
 static void as_exported(const mt_config *c, int g, float *x) {
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(c, g, ti, &numel);
+    int n = model_group_tensors(&c->model, g, ti, &numel);
     for (int k = 0; k < n && c->export_dtype == EXPORT_BFLOAT16; k++)
         for (uint64_t i = ti[k].offset; i < ti[k].offset + ti[k].numel; i++)
-            if (!hf_export_fp32(c, &ti[k])) x[i] = bf16_to_float(bf16_from_float(x[i]));
+            if (!hf_export_fp32(&c->model, &ti[k])) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
 static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
@@ -67,12 +67,12 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_index *ix = open_checked(src, &c);
     snprintf(c.model_dir, sizeof c.model_dir, "%s", src); // the export carries its other tensors
     c.export_dtype = mt_choice_index(EXPORT_DTYPE_NAMES, dtype);
-    int ng = model_group_count(&c), ok = 1;
+    int ng = model_group_count(&c.model), ok = 1;
     float **ref = calloc(ng, sizeof *ref);
     for (int g = 0; g < ng; g++) {
-        ref[g] = load_group(ix, &c, g, 3);
-        float *whole = load_group(ix, &c, g, 1);
-        ok &= same(ref[g], whole, model_group_numel(&c, g), "3-way and 1-way loads", g);
+        ref[g] = load_group(ix, &c.model, g, 3);
+        float *whole = load_group(ix, &c.model, g, 1);
+        ok &= same(ref[g], whole, model_group_numel(&c.model, g), "3-way and 1-way loads", g);
         free(whole);
     }
     char tmp[MT_PATH_MAX + 32], err[8192];
@@ -81,7 +81,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_export_prepare(&c, tmp, max);
     for (int k = 3; k >= 0; k--) // writers finish in any order
         for (int g = 0; g < ng; g++) {
-            uint64_t n = model_group_numel(&c, g), lo = n * k / 4, hi = n * (k + 1) / 4;
+            uint64_t n = model_group_numel(&c.model, g), lo = n * k / 4, hi = n * (k + 1) / 4;
             hf_export_write_slice(&c, tmp, max, g, lo, hi - lo, ref[g] + lo);
         }
     for (int k = 0; k < 4; k++) hf_export_assemble(&c, tmp, max, k, 4);
@@ -89,37 +89,50 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     if (hf_export_dir_check(out, err, sizeof err) == 0)
         return fprintf(stderr, "FAIL: %s empty\n", out), 1;
     hf_index *ix2 = open_checked(out, &c2);
-    ok &= c2.dim == c.dim && c2.layers == c.layers && c2.heads == c.heads &&
-          c2.kv_heads == c.kv_heads && c2.ffn_dim == c.ffn_dim && c2.vocab == c.vocab &&
-          c2.rope_theta == c.rope_theta && c2.norm_eps == c.norm_eps &&
-          c2.tied_embeddings == c.tied_embeddings && c2.qkv_bias == c.qkv_bias &&
-          c2.rope_type == c.rope_type && c2.rope_factor == c.rope_factor &&
-          c2.rope_low_freq_factor == c.rope_low_freq_factor &&
-          c2.rope_high_freq_factor == c.rope_high_freq_factor &&
-          c2.rope_original_max_pos == c.rope_original_max_pos &&
-          c2.sliding_window == c.sliding_window && !strcmp(c2.layer_types, c.layer_types) &&
-          c2.o_bias == c.o_bias && c2.experts == c.experts && c2.top_k == c.top_k &&
-          c2.moe_ffn_dim == c.moe_ffn_dim && c2.moe_names == c.moe_names &&
-          c2.attn_sinks == c.attn_sinks && c2.router_softmax == c.router_softmax &&
-          c2.router_bias == c.router_bias && c2.expert_bias == c.expert_bias &&
-          c2.swiglu_limit == c.swiglu_limit && c2.rope_beta_fast == c.rope_beta_fast &&
-          c2.rope_beta_slow == c.rope_beta_slow && c2.rope_truncate == c.rope_truncate &&
-          c2.rope_attention_factor == c.rope_attention_factor &&
-          c2.shared_ffn_dim == c.shared_ffn_dim && c2.norm_topk_prob == c.norm_topk_prob &&
-          c2.moe_every == c.moe_every && !strcmp(c2.dense_layers, c.dense_layers) &&
-          c2.linear_k_heads == c.linear_k_heads && c2.linear_v_heads == c.linear_v_heads &&
-          c2.linear_k_dim == c.linear_k_dim && c2.linear_v_dim == c.linear_v_dim &&
-          c2.linear_conv == c.linear_conv && c2.attn_output_gate == c.attn_output_gate &&
-          c2.norm_zero_centered == c.norm_zero_centered &&
-          c2.partial_rotary_factor == c.partial_rotary_factor && c2.head_dim == c.head_dim &&
-          c2.hub_vlm == c.hub_vlm && c2.hub_gdn_fused == c.hub_gdn_fused &&
-          c2.hub_experts_fused == c.hub_experts_fused && c2.bos_id == c.bos_id &&
-          c2.eos_id == c.eos_id;
+    ok &= c2.model.dim == c.model.dim && c2.model.layers == c.model.layers &&
+          c2.model.heads == c.model.heads && c2.model.kv_heads == c.model.kv_heads &&
+          c2.model.ffn_dim == c.model.ffn_dim && c2.model.vocab == c.model.vocab &&
+          c2.model.rope_theta == c.model.rope_theta && c2.model.norm_eps == c.model.norm_eps &&
+          c2.model.tied_embeddings == c.model.tied_embeddings &&
+          c2.model.qkv_bias == c.model.qkv_bias && c2.model.rope_type == c.model.rope_type &&
+          c2.model.rope_factor == c.model.rope_factor &&
+          c2.model.rope_low_freq_factor == c.model.rope_low_freq_factor &&
+          c2.model.rope_high_freq_factor == c.model.rope_high_freq_factor &&
+          c2.model.rope_original_max_pos == c.model.rope_original_max_pos &&
+          c2.model.sliding_window == c.model.sliding_window &&
+          !strcmp(c2.model.layer_types, c.model.layer_types) && c2.model.o_bias == c.model.o_bias &&
+          c2.model.experts == c.model.experts && c2.model.top_k == c.model.top_k &&
+          c2.model.moe_ffn_dim == c.model.moe_ffn_dim && c2.model.moe_names == c.model.moe_names &&
+          c2.model.attn_sinks == c.model.attn_sinks &&
+          c2.model.router_softmax == c.model.router_softmax &&
+          c2.model.router_bias == c.model.router_bias &&
+          c2.model.expert_bias == c.model.expert_bias &&
+          c2.model.swiglu_limit == c.model.swiglu_limit &&
+          c2.model.rope_beta_fast == c.model.rope_beta_fast &&
+          c2.model.rope_beta_slow == c.model.rope_beta_slow &&
+          c2.model.rope_truncate == c.model.rope_truncate &&
+          c2.model.rope_attention_factor == c.model.rope_attention_factor &&
+          c2.model.shared_ffn_dim == c.model.shared_ffn_dim &&
+          c2.model.norm_topk_prob == c.model.norm_topk_prob &&
+          c2.model.moe_every == c.model.moe_every &&
+          !strcmp(c2.model.dense_layers, c.model.dense_layers) &&
+          c2.model.linear_k_heads == c.model.linear_k_heads &&
+          c2.model.linear_v_heads == c.model.linear_v_heads &&
+          c2.model.linear_k_dim == c.model.linear_k_dim &&
+          c2.model.linear_v_dim == c.model.linear_v_dim &&
+          c2.model.linear_conv == c.model.linear_conv &&
+          c2.model.attn_output_gate == c.model.attn_output_gate &&
+          c2.model.norm_zero_centered == c.model.norm_zero_centered &&
+          c2.model.partial_rotary_factor == c.model.partial_rotary_factor &&
+          c2.model.head_dim == c.model.head_dim && c2.model.hub_vlm == c.model.hub_vlm &&
+          c2.model.hub_gdn_fused == c.model.hub_gdn_fused &&
+          c2.model.hub_experts_fused == c.model.hub_experts_fused &&
+          c2.model.bos_id == c.model.bos_id && c2.model.eos_id == c.model.eos_id;
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
-        float *back = load_group(ix2, &c2, g, 2);
+        float *back = load_group(ix2, &c2.model, g, 2);
         as_exported(&c, g, ref[g]);
-        ok &= same(ref[g], back, model_group_numel(&c, g), "load and load-export-load", g);
+        ok &= same(ref[g], back, model_group_numel(&c.model, g), "load and load-export-load", g);
         free(back);
         free(ref[g]);
     }
@@ -128,7 +141,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     hf_index_close(ix2);
     if (ok)
         printf("ok: %d groups, %llu parameters bitwise through export\n", ng,
-               (unsigned long long)model_param_count(&c));
+               (unsigned long long)model_param_count(&c.model));
     return ok ? 0 : 1;
 }
 
@@ -142,9 +155,9 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "rope") == 0) {
         mt_config c;
         hf_index_close(open_checked(argv[2], &c));
-        int half = mt_rope_dim(&c) / 2;
+        int half = mt_rope_dim(&c.model) / 2;
         float *inv = malloc(sizeof(float) * half);
-        model_rope_inv_freq(&c, inv);
+        model_rope_inv_freq(&c.model, inv);
         for (int i = 0; i < half; i++) {
             uint32_t bits;
             memcpy(&bits, &inv[i], 4);

@@ -23,9 +23,11 @@
 static mt_config dense(void) {
     mt_config c;
     memset(&c, 0, sizeof c);
-    c.dim = 128, c.layers = 3, c.heads = 4, c.kv_heads = 2, c.ffn_dim = 256, c.vocab = 512;
-    c.micro_batch = 2, c.seq_len = 64, c.micro_batches = 2, c.rope_theta = 10000;
-    c.norm_eps = 1e-5, c.tied_embeddings = 1, c.device_groups = -1, c.keep_attention = -1;
+    c.model.dim = 128, c.model.layers = 3, c.model.heads = 4, c.model.kv_heads = 2,
+    c.model.ffn_dim = 256, c.model.vocab = 512;
+    c.micro_batch = 2, c.seq_len = 64, c.micro_batches = 2, c.model.rope_theta = 10000;
+    c.model.norm_eps = 1e-5, c.model.tied_embeddings = 1, c.device_groups = -1,
+    c.keep_attention = -1;
     c.grad_dtype = GRAD_DTYPE_FP32;
     return c;
 }
@@ -40,9 +42,10 @@ static int configs(named_config *out) {
     int n = 0;
     out[n++] = (named_config){.name = "dense", .c = dense()};
     mt_config moe = dense();
-    moe.experts = 8, moe.top_k = 2, moe.moe_ffn_dim = 64, moe.shared_ffn_dim = 32;
-    moe.norm_topk_prob = 1, moe.moe_every = 1, moe.shared_gate = 1;
-    strcpy(moe.dense_layers, "0");
+    moe.model.experts = 8, moe.model.top_k = 2, moe.model.moe_ffn_dim = 64,
+    moe.model.shared_ffn_dim = 32;
+    moe.model.norm_topk_prob = 1, moe.model.moe_every = 1, moe.model.shared_gate = 1;
+    strcpy(moe.model.dense_layers, "0");
     out[n++] = (named_config){.name = "moe", .c = moe};
     mt_config chunked = moe; // MoE too: its chunk-sized buffers and per-chunk counts
     chunked.micro_batch = 1, chunked.seq_len = 1024, chunked.seq_chunk = 256;
@@ -51,32 +54,35 @@ static int configs(named_config *out) {
     bf16.grad_dtype = GRAD_DTYPE_BF16;
     out[n++] = (named_config){.name = "bf16 gradient slots", .c = bf16};
     mt_config head = moe;
-    head.qk_norm = QK_HEAD;
+    head.model.qk_norm = QK_HEAD;
     out[n++] = (named_config){.name = "qk_norm head", .c = head};
     mt_config all = dense();
-    all.qk_norm = QK_ALL;
+    all.model.qk_norm = QK_ALL;
     out[n++] = (named_config){.name = "qk_norm all", .c = all};
     mt_config packed = dense();
     packed.data_pack = PACK_DOCUMENTS;
     out[n++] = (named_config){.name = "packed documents", .c = packed};
     mt_config hd100 = dense();
-    hd100.dim = 400, hd100.ffn_dim = 512;
+    hd100.model.dim = 400, hd100.model.ffn_dim = 512;
     out[n++] = (named_config){.name = "head dim 100", .c = hd100};
     mt_config qwen35 = dense(); // value width 8 x 32 = 256 > heads x head_dim = 128
-    strcpy(qwen35.layer_types, "linear_attention,linear_attention,full_attention");
-    qwen35.linear_k_heads = 4, qwen35.linear_v_heads = 8, qwen35.linear_k_dim = 16;
-    qwen35.linear_v_dim = 32, qwen35.linear_conv = 4, qwen35.attn_output_gate = 1;
-    qwen35.qk_norm = QK_HEAD, qwen35.norm_zero_centered = 1, qwen35.data_pack = PACK_DOCUMENTS;
+    strcpy(qwen35.model.layer_types, "linear_attention,linear_attention,full_attention");
+    qwen35.model.linear_k_heads = 4, qwen35.model.linear_v_heads = 8,
+    qwen35.model.linear_k_dim = 16;
+    qwen35.model.linear_v_dim = 32, qwen35.model.linear_conv = 4, qwen35.model.attn_output_gate = 1;
+    qwen35.model.qk_norm = QK_HEAD, qwen35.model.norm_zero_centered = 1,
+    qwen35.data_pack = PACK_DOCUMENTS;
     out[n++] = (named_config){.name = "Qwen3.5 hybrid", .c = qwen35};
     mt_config mla = dense(); // q, k 32 + 16 wide, values 24: the buffers at 48 a head
-    mla.kv_heads = mla.heads, mla.mla_q_rank = 48, mla.mla_kv_rank = 64, mla.mla_nope_dim = 32;
-    mla.mla_rope_dim = 16, mla.mla_v_dim = 24, mla.rope_interleave = 1;
+    mla.model.kv_heads = mla.model.heads, mla.model.mla_q_rank = 48, mla.model.mla_kv_rank = 64,
+    mla.model.mla_nope_dim = 32;
+    mla.model.mla_rope_dim = 16, mla.model.mla_v_dim = 24, mla.model.rope_interleave = 1;
     mla.data_pack = PACK_DOCUMENTS;
     out[n++] = (named_config){.name = "multi-head latent attention", .c = mla};
     mt_config mla_q = mla; // q_proj, values wider than q and k (which the GPU refuses)
-    mla_q.mla_q_rank = 0, mla_q.mla_v_dim = 56, mla_q.data_pack = PACK_NONE;
+    mla_q.model.mla_q_rank = 0, mla_q.model.mla_v_dim = 56, mla_q.data_pack = PACK_NONE;
     out[n++] = (named_config){.name = "MLA without a query rank", .c = mla_q, .cpu_only = 1};
-    for (int i = 0; i < n; i++) model_describe_layers(&out[i].c);
+    for (int i = 0; i < n; i++) model_describe_layers(&out[i].c.model);
     return n;
 }
 

@@ -10,25 +10,25 @@
 
 // qk_norm: RMSNorm of q and k (from q_raw, k_raw) before RoPE, over each head ("head": rows of
 // head_dim) or the whole projection ("all").
-static int qk_norm_width(const mt_config *c, int heads) {
-    return mt_qk_norm(c) == QK_ALL ? heads * mt_head_dim(c) : mt_head_dim(c);
+static int qk_norm_width(const mt_model *m, int heads) {
+    return mt_qk_norm(m) == QK_ALL ? heads * mt_head_dim(m) : mt_head_dim(m);
 }
 
-static void qk_norm_forward(const mt_config *c, const layer_params *w, layer_scratch *s, int n) {
-    int wq = qk_norm_width(c, c->heads), wk = qk_norm_width(c, c->kv_heads);
-    long nq = (long)n * c->heads * mt_head_dim(c) / wq,
-         nk = (long)n * c->kv_heads * mt_head_dim(c) / wk;
-    float eps = (float)c->norm_eps, off = mt_norm_offset(c);
+static void qk_norm_forward(const mt_model *m, const layer_params *w, layer_scratch *s, int n) {
+    int wq = qk_norm_width(m, m->heads), wk = qk_norm_width(m, m->kv_heads);
+    long nq = (long)n * m->heads * mt_head_dim(m) / wq,
+         nk = (long)n * m->kv_heads * mt_head_dim(m) / wk;
+    float eps = (float)m->norm_eps, off = mt_norm_offset(m);
     rmsnorm_offset_forward(s->q, s->rstd_q, s->q_raw, w->q_norm, off, (int)nq, wq, eps);
     rmsnorm_offset_forward(s->k, s->rstd_k, s->k_raw, w->k_norm, off, (int)nk, wk, eps);
 }
 
 // d_q, d_k: the gradients of the normalized q and k, replaced by those of q_raw and k_raw.
-static void qk_norm_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+static void qk_norm_backward(const mt_model *m, const layer_params *w, const layer_params *dw,
                              layer_scratch *s, int n) {
-    int hd = mt_head_dim(c), wq = qk_norm_width(c, c->heads), wk = qk_norm_width(c, c->kv_heads);
-    size_t Q = (size_t)n * c->heads * hd, KV = (size_t)n * c->kv_heads * hd;
-    float off = mt_norm_offset(c);
+    int hd = mt_head_dim(m), wq = qk_norm_width(m, m->heads), wk = qk_norm_width(m, m->kv_heads);
+    size_t Q = (size_t)n * m->heads * hd, KV = (size_t)n * m->kv_heads * hd;
+    float off = mt_norm_offset(m);
     float *dq = s->d_att; // free once attention's backward is done, and as large
     memset(dq, 0, sizeof(float) * Q);
     rmsnorm_offset_backward(dq, dw->q_norm, s->d_q, s->q_raw, w->q_norm, off, s->rstd_q,
@@ -44,12 +44,12 @@ static void qk_norm_backward(const mt_config *c, const layer_params *w, const la
 // The micro-batch's attention: its shape, packed documents and the layer's sliding window, and
 // its tensors, forward's and backward's.
 static attn_args attention_args(const layer_call *k) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     return (attn_args){.B = k->s->B,
                        .T = k->s->T,
-                       .H = c->heads,
-                       .KV = c->kv_heads,
-                       .hd = mt_head_dim(c),
+                       .H = m->heads,
+                       .KV = m->kv_heads,
+                       .hd = mt_head_dim(m),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
@@ -60,8 +60,8 @@ static rope_args rope_of(const layer_call *k) {
                        .scale = s->rope_scale,
                        .B = s->B,
                        .T = s->T,
-                       .hd = mt_head_dim(k->c),
-                       .rot = mt_rope_dim(k->c),
+                       .hd = mt_head_dim(&k->c->model),
+                       .rot = mt_rope_dim(&k->c->model),
                        .doc_start = s->doc_start};
 }
 
@@ -108,63 +108,63 @@ static void gate_backward(layer_scratch *s, size_t count) {
 // The chunk's q projection: straight into q (or q_raw before qk_norm), or with the output gate
 // through qg, split into the query and the gate's logits.
 static void q_forward(const layer_call *k, float *q, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
-    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd;
+    int D = m->dim, hd = mt_head_dim(m), Q = m->heads * hd;
     const float *n1 = s->n1 + (size_t)t0 * D;
-    if (!c->attn_output_gate) {
+    if (!m->attn_output_gate) {
         linear_forward(q + (size_t)t0 * Q, n1, k->w->wq, k->w->bq, rows, D, Q);
         return;
     }
     float *qg = s->qg + (size_t)t0 * 2 * Q;
     linear_forward(qg, n1, k->w->wq, NULL, rows, D, 2 * Q); // config.c: no bias with the gate
-    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, c->heads, hd);
+    gate_split(q + (size_t)t0 * Q, s->gate_q + (size_t)t0 * Q, qg, rows, m->heads, hd);
 }
 
 // q, k and v for the whole micro-batch (the first norm and projections by chunk), RoPE, and
 // attention over all of it; with the output gate, att_g.
 static void softmax_forward(const layer_call *k, int have_att) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, D = c->dim, hd = mt_head_dim(c);
-    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    int B = s->B, T = s->T, n = B * T, D = m->dim, hd = mt_head_dim(m);
+    int Q = m->heads * hd, KV = m->kv_heads * hd;
     for (int t0 = 0; t0 < n; t0 += k->chunk) {
         int rows = mt_chunk_rows(n, t0, k->chunk);
         size_t d = (size_t)t0 * D;
-        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                               rows, D, (float)c->norm_eps);
+        rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(m),
+                               rows, D, (float)m->norm_eps);
         // biases (Qwen2) before RoPE, or NULL
         float *q = w->q_norm ? s->q_raw : s->q, *kk = w->q_norm ? s->k_raw : s->k;
         q_forward(k, q, t0, rows);
         linear_forward(kk + (size_t)t0 * KV, s->n1 + d, w->wk, w->bk, rows, D, KV);
         linear_forward(s->v + (size_t)t0 * KV, s->n1 + d, w->wv, w->bv, rows, D, KV);
     }
-    if (w->q_norm) qk_norm_forward(c, w, s, n);
+    if (w->q_norm) qk_norm_forward(m, w, s, n);
     const rope_args r = rope_of(k);
-    rope_forward(s->q, c->heads, &r);
-    rope_forward(s->k, c->kv_heads, &r);
+    rope_forward(s->q, m->heads, &r);
+    rope_forward(s->k, m->kv_heads, &r);
     if (!have_att) {
         const attn_args a = attention_args(k);
         const attn_tensors t = layer_attn_tensors(k);
         attention_forward(&a, &t);
     }
-    if (c->attn_output_gate) gate_forward(s, (size_t)n * Q);
+    if (m->attn_output_gate) gate_forward(s, (size_t)n * Q);
 }
 
 // One chunk of the q, k, v projections' backward (d_q, d_k with RoPE undone, and d_v are their
 // outputs' gradients; the bias gradients their column sums, in token order) and the first
 // norm's: dx = d_h + the attention block's gradient.
 static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->dim, hd = mt_head_dim(c), Q = c->heads * hd, KV = c->kv_heads * hd;
+    int D = m->dim, hd = mt_head_dim(m), Q = m->heads * hd, KV = m->kv_heads * hd;
     size_t d = (size_t)t0 * D, q = (size_t)t0 * Q, kv = (size_t)t0 * KV;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
-    if (c->attn_output_gate) { // qg, free in the backward, takes the projection's gradient
+    if (m->attn_output_gate) { // qg, free in the backward, takes the projection's gradient
         float *dqg = s->qg + 2 * q;
-        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, c->heads, hd);
+        gate_join(dqg, s->d_q + q, s->gate_q + q, rows, m->heads, hd);
         linear_backward(s->d_n1 + d, dw->wq, NULL, dqg, s->n1 + d, w->wq, rows, D, 2 * Q);
     } else {
         linear_backward(s->d_n1 + d, dw->wq, dw->bq, s->d_q + q, s->n1 + d, w->wq, rows, D, Q);
@@ -173,25 +173,25 @@ static void qkv_backward(const layer_call *k, float *dx, int t0, int rows) {
     linear_backward(s->d_n1 + d, dw->wv, dw->bv, s->d_v + kv, s->n1 + d, w->wv, rows, D, KV);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, dw->attn_norm, s->d_n1 + d, k->x + d, w->attn_norm,
-                            mt_norm_offset(c), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(m), s->rstd1 + t0, rows, D);
 }
 
 static void softmax_backward(const layer_call *k, float *dx) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
-    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(c);
-    int Q = c->heads * hd, KV = c->kv_heads * hd;
+    int B = s->B, T = s->T, n = B * T, hd = mt_head_dim(m);
+    int Q = m->heads * hd, KV = m->kv_heads * hd;
     memset(s->d_q, 0, sizeof(float) * n * Q);
     memset(s->d_k, 0, sizeof(float) * n * KV);
     memset(s->d_v, 0, sizeof(float) * n * KV);
-    if (c->attn_output_gate) gate_backward(s, (size_t)n * Q);
+    if (m->attn_output_gate) gate_backward(s, (size_t)n * Q);
     const attn_args a = attention_args(k);
     const attn_tensors t = layer_attn_tensors(k);
     attention_backward(&a, &t);
     const rope_args r = rope_of(k);
-    rope_backward(s->d_q, c->heads, &r);
-    rope_backward(s->d_k, c->kv_heads, &r);
-    if (k->w->q_norm) qk_norm_backward(c, k->w, k->dw, s, n);
+    rope_backward(s->d_q, m->heads, &r);
+    rope_backward(s->d_k, m->kv_heads, &r);
+    if (k->w->q_norm) qk_norm_backward(m, k->w, k->dw, s, n);
     for (int t0 = 0; t0 < n; t0 += k->chunk)
         qkv_backward(k, dx, t0, mt_chunk_rows(n, t0, k->chunk));
 }
@@ -199,14 +199,14 @@ static void softmax_backward(const layer_call *k, float *dx) {
 // o_proj, on attention's output or, with the output gate, on att_g.
 static attn_out softmax_out(const layer_call *k) {
     layer_scratch *s = k->s;
-    int gated = k->c->attn_output_gate;
+    int gated = k->c->model.attn_output_gate;
     return (attn_out){.in = gated ? s->att_g : s->att,
                       .d_in = gated ? s->d_att_g : s->d_att,
                       .w = k->w->wo,
                       .b = k->w->bo,
                       .dw = k->dw ? k->dw->wo : NULL,
                       .db = k->dw ? k->dw->bo : NULL,
-                      .width = k->c->heads * mt_head_dim(k->c)};
+                      .width = k->c->model.heads * mt_head_dim(&k->c->model)};
 }
 
 const attn_part attn_softmax_cpu = {softmax_forward, softmax_backward, softmax_out};

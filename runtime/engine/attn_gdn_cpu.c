@@ -15,24 +15,24 @@
 #define GDN_L2NORM_EPS 1e-6f
 
 static conv1d_args conv_of(const layer_call *k) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     return (conv1d_args){.B = k->s->B,
                          .T = k->s->T,
-                         .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
-                         .K = c->linear_conv,
+                         .C = 2 * mt_gdn_key_width(m) + mt_gdn_value_width(m),
+                         .K = m->linear_conv,
                          .doc_start = k->s->doc_start};
 }
 
 static gdn_args rule_of(const layer_call *k) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     return (gdn_args){.B = k->s->B,
                       .T = k->s->T,
-                      .H = c->linear_v_heads,
-                      .HK = c->linear_k_heads,
-                      .dk = c->linear_k_dim,
-                      .dv = c->linear_v_dim,
+                      .H = m->linear_v_heads,
+                      .HK = m->linear_k_heads,
+                      .dk = m->linear_k_dim,
+                      .dv = m->linear_v_dim,
                       .doc_start = k->s->doc_start,
-                      .scale = 1.0f / sqrtf((float)c->linear_k_dim)};
+                      .scale = 1.0f / sqrtf((float)m->linear_k_dim)};
 }
 
 // The columns [c0, c0 + w) of the n rows of x [n, C] to out [n, w], or (join) back.
@@ -47,15 +47,15 @@ static void columns_join(float *x, const float *in, long n, int C, int c0, int w
 
 // One chunk of the first norm and the four in projections.
 static void in_forward(const layer_call *k, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = m->dim, LV = mt_gdn_value_width(m), H = m->linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(m) + LV;
     size_t d = (size_t)t0 * D;
-    rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(c),
-                           rows, D, (float)c->norm_eps);
+    rmsnorm_offset_forward(s->n1 + d, s->rstd1 + t0, k->x + d, w->attn_norm, mt_norm_offset(m),
+                           rows, D, (float)m->norm_eps);
     linear_forward(g->mixed + (size_t)t0 * LC, s->n1 + d, w->la_qkv, NULL, rows, D, LC);
     linear_forward(g->z + (size_t)t0 * LV, s->n1 + d, w->la_z, NULL, rows, D, LV);
     linear_forward(g->b + (size_t)t0 * H, s->n1 + d, w->la_b, NULL, rows, D, H);
@@ -99,20 +99,20 @@ static gdn_gate_tensors gate_tensors(const layer_call *k) {
 // s->att: the rule's output [n, Hv x dv]; la.y: the gated norm's, out_proj's input. have_att:
 // the rule's output is at hand (a kept attention output), only what the backward reads is redone.
 static void gdn_forward(const layer_call *k, int have_att) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads;
+    int LK = mt_gdn_key_width(m), LV = mt_gdn_value_width(m), LC = 2 * LK + LV;
+    int HK = m->linear_k_heads, H = m->linear_v_heads;
     for (int t0 = 0; t0 < n; t0 += k->chunk) in_forward(k, t0, mt_chunk_rows((int)n, t0, k->chunk));
     const conv1d_args ca = conv_of(k);
     causal_conv1d_silu_forward(g->conv, g->mixed, k->w->la_conv, &ca);
     columns_split(g->q, g->conv, n, LC, 0, LK);
     columns_split(g->k, g->conv, n, LC, LK, LK);
     columns_split(g->v, g->conv, n, LC, 2 * LK, LV);
-    l2norm_forward(g->qn, g->rq, g->q, n * HK, c->linear_k_dim, GDN_L2NORM_EPS);
-    l2norm_forward(g->kn, g->rk, g->k, n * HK, c->linear_k_dim, GDN_L2NORM_EPS);
+    l2norm_forward(g->qn, g->rq, g->q, n * HK, m->linear_k_dim, GDN_L2NORM_EPS);
+    l2norm_forward(g->kn, g->rk, g->k, n * HK, m->linear_k_dim, GDN_L2NORM_EPS);
     const gdn_gate_tensors gt = gate_tensors(k);
     gdn_gates_forward(&gt, n, H);
     if (!have_att) {
@@ -120,18 +120,18 @@ static void gdn_forward(const layer_call *k, int have_att) {
         const gdn_tensors t = rule_tensors(k);
         gated_delta_chunked_forward(&a, &t);
     }
-    rmsnorm_gated_forward(g->y, g->rstd, s->att, g->z, k->w->la_norm, (int)(n * H), c->linear_v_dim,
-                          (float)c->norm_eps);
+    rmsnorm_gated_forward(g->y, g->rstd, s->att, g->z, k->w->la_norm, (int)(n * H), m->linear_v_dim,
+                          (float)m->norm_eps);
 }
 
 // One chunk of the in projections' backward and the first norm's: dx = d_h + their gradient.
 static void in_backward(const layer_call *k, float *dx, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = m->dim, LV = mt_gdn_value_width(m), H = m->linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(m) + LV;
     size_t d = (size_t)t0 * D;
     const float *n1 = s->n1 + d;
     float *dn1 = s->d_n1 + d;
@@ -142,7 +142,7 @@ static void in_backward(const layer_call *k, float *dx, int t0, int rows) {
     linear_backward(dn1, dw->la_b, NULL, g->d_b + (size_t)t0 * H, n1, w->la_b, rows, D, H);
     linear_backward(dn1, dw->la_a, NULL, g->d_a + (size_t)t0 * H, n1, w->la_a, rows, D, H);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
-    rmsnorm_offset_backward(dx + d, dw->attn_norm, dn1, k->x + d, w->attn_norm, mt_norm_offset(c),
+    rmsnorm_offset_backward(dx + d, dw->attn_norm, dn1, k->x + d, w->attn_norm, mt_norm_offset(m),
                             s->rstd1 + t0, rows, D);
 }
 
@@ -152,15 +152,15 @@ static void zero(float *p, long count) {
 
 // From la.d_y (out_proj's input gradient) back to dx, in the forward's steps reversed.
 static void gdn_backward(const layer_call *k, float *dx) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     layer_scratch *s = k->s;
     gdn_scratch *g = &s->la;
     long n = (long)s->B * s->T;
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads, dk = c->linear_k_dim;
+    int LK = mt_gdn_key_width(m), LV = mt_gdn_value_width(m), LC = 2 * LK + LV;
+    int HK = m->linear_k_heads, H = m->linear_v_heads, dk = m->linear_k_dim;
     zero(s->d_att, n * LV), zero(g->d_z, n * LV);
     rmsnorm_gated_backward(s->d_att, g->d_z, k->dw->la_norm, g->d_y, s->att, g->z, k->w->la_norm,
-                           g->rstd, (int)(n * H), c->linear_v_dim);
+                           g->rstd, (int)(n * H), m->linear_v_dim);
     zero(g->d_qn, n * LK), zero(g->d_kn, n * LK), zero(g->d_v, n * LV);
     zero(g->d_g, n * H), zero(g->d_beta, n * H);
     const gdn_args a = rule_of(k);
@@ -189,7 +189,7 @@ static attn_out gdn_out(const layer_call *k) {
                       .d_in = k->s->la.d_y,
                       .w = k->w->la_out,
                       .dw = k->dw ? k->dw->la_out : NULL,
-                      .width = mt_gdn_value_width(k->c)};
+                      .width = mt_gdn_value_width(&k->c->model)};
 }
 
 const attn_part attn_gdn_cpu = {gdn_forward, gdn_backward, gdn_out};

@@ -19,25 +19,25 @@
 
 static conv1d_args conv_of(const cu_layer_call *k) {
     const backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     return (conv1d_args){.B = b->B,
                          .T = b->T,
-                         .C = 2 * mt_gdn_key_width(c) + mt_gdn_value_width(c),
-                         .K = c->linear_conv,
+                         .C = 2 * mt_gdn_key_width(model) + mt_gdn_value_width(model),
+                         .K = model->linear_conv,
                          .doc_start = cu_doc_starts(b, k->m)};
 }
 
 static gdn_args rule_of(const cu_layer_call *k) {
     const backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     return (gdn_args){.B = b->B,
                       .T = b->T,
-                      .H = c->linear_v_heads,
-                      .HK = c->linear_k_heads,
-                      .dk = c->linear_k_dim,
-                      .dv = c->linear_v_dim,
+                      .H = model->linear_v_heads,
+                      .HK = model->linear_k_heads,
+                      .dk = model->linear_k_dim,
+                      .dv = model->linear_v_dim,
                       .doc_start = cu_doc_starts(b, k->m),
-                      .scale = 1.0f / sqrtf((float)c->linear_k_dim)};
+                      .scale = 1.0f / sqrtf((float)model->linear_k_dim)};
 }
 
 // The most chunks of a row of micro-batch m: counted on the host as its tokens came in
@@ -68,11 +68,11 @@ static void columns_join(backend *b, void *x, const void *in, long n, int C, int
 // One chunk of the first norm and the four in projections.
 static void in_forward(const cu_layer_call *k, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     const layer_w *w = k->w;
     gdn_set *la = &b->la;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = m->dim, LV = mt_gdn_value_width(m), H = m->linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(m) + LV;
     cu_norm_forward(b, b->n1, b->rstd1, k->x + (size_t)t0 * D, w->attn_norm, rows, D);
     cuda_linear_forward(b->gemm, la->mixed + (size_t)t0 * LC, 0, 0, b->n1, w->la_qkv, rows, D, LC,
                         b->s);
@@ -118,19 +118,19 @@ static cuda_gdn_gate_tensors gate_tensors(const cu_layer_call *k) {
 // run_attention 0 the rule's output is at hand (an attention slot): the rest is redone.
 static void gdn_forward(const cu_layer_call *k, int run_attention) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     gdn_set *la = &b->la;
     long n = tokens(b);
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads;
+    int LK = mt_gdn_key_width(m), LV = mt_gdn_value_width(m), LC = 2 * LK + LV;
+    int HK = m->linear_k_heads, H = m->linear_v_heads;
     FOR_CHUNKS(b, t0, rows) in_forward(k, t0, rows);
     const conv1d_args ca = conv_of(k);
     cuda_causal_conv1d_silu_forward(la->conv, la->mixed, k->w->la_conv, &ca, b->s);
     columns_split(b, la->q, la->conv, n, LC, 0, LK, sizeof(bf16));
     columns_split(b, la->k, la->conv, n, LC, LK, LK, sizeof(bf16));
     columns_split(b, la->v, la->conv, n, LC, 2 * LK, LV, sizeof(bf16));
-    cuda_l2norm_forward(la->qn, la->rq, la->q, n * HK, c->linear_k_dim, GDN_L2NORM_EPS, b->s);
-    cuda_l2norm_forward(la->kn, la->rk, la->k, n * HK, c->linear_k_dim, GDN_L2NORM_EPS, b->s);
+    cuda_l2norm_forward(la->qn, la->rq, la->q, n * HK, m->linear_k_dim, GDN_L2NORM_EPS, b->s);
+    cuda_l2norm_forward(la->kn, la->rk, la->k, n * HK, m->linear_k_dim, GDN_L2NORM_EPS, b->s);
     const cuda_gdn_gate_tensors gt = gate_tensors(k);
     cuda_gdn_gates_forward(&gt, n, H, b->s);
     if (run_attention) {
@@ -139,7 +139,7 @@ static void gdn_forward(const cu_layer_call *k, int run_attention) {
         cuda_gated_delta_forward(&a, rule_chunks(k), &t, la->scratch, b->s);
     }
     cuda_rmsnorm_gated_forward(la->y, la->rstd, k->a->att, la->z, k->w->la_norm, (int)(n * H),
-                               c->linear_v_dim, (float)c->norm_eps, b->s);
+                               m->linear_v_dim, (float)m->norm_eps, b->s);
 }
 
 // Everything the backward reads, from x again (the rule's output from its slot when ready).
@@ -150,7 +150,7 @@ static void gdn_prepare(const cu_layer_call *k) {
 // out_proj, on the gated norm's output; its input's gradient in fp32 (the gated norm's dout).
 static cu_attn_out gdn_out(const cu_layer_call *k, int t0, int rows) {
     backend *b = k->b;
-    int LV = mt_gdn_value_width(b->c);
+    int LV = mt_gdn_value_width(&b->c->model);
     return (cu_attn_out){.in = b->la.y + (size_t)t0 * LV,
                          .w = k->w->la_out,
                          .dw = k->g ? k->g->la_out : NULL,
@@ -163,14 +163,14 @@ static cu_attn_out gdn_out(const cu_layer_call *k, int t0, int rows) {
 // path) gains their gradient.
 static void in_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     const layer_w *w = k->w;
     const layer_g *g = k->g;
     gdn_set *la = &b->la;
     cuda_gemm *gm = b->gemm;
     cudaStream_t s = b->s;
-    int D = c->dim, LV = mt_gdn_value_width(c), H = c->linear_v_heads;
-    int LC = 2 * mt_gdn_key_width(c) + LV;
+    int D = m->dim, LV = mt_gdn_value_width(m), H = m->linear_v_heads;
+    int LC = 2 * mt_gdn_key_width(m) + LV;
     const float *xc = k->x + (size_t)t0 * D;
     const bf16 *d_mixed = la->d_mixed + (size_t)t0 * LC, *d_z = la->d_z + (size_t)t0 * LV;
     const bf16 *d_b = la->d_b + (size_t)t0 * H, *d_a = la->d_a + (size_t)t0 * H;
@@ -192,14 +192,14 @@ static void in_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
 // kernels write their activation gradients (no zeroing) and add into the weight gradients.
 static void gdn_backward(const cu_layer_call *k, float *dx) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     gdn_set *la = &b->la;
     float *scratch = (float *)la->scratch; // the kernels take it in turn
     long n = tokens(b);
-    int LK = mt_gdn_key_width(c), LV = mt_gdn_value_width(c), LC = 2 * LK + LV;
-    int HK = c->linear_k_heads, H = c->linear_v_heads, dk = c->linear_k_dim;
+    int LK = mt_gdn_key_width(m), LV = mt_gdn_value_width(m), LC = 2 * LK + LV;
+    int HK = m->linear_k_heads, H = m->linear_v_heads, dk = m->linear_k_dim;
     cuda_rmsnorm_gated_backward(la->d_o, la->d_z, k->g->la_norm, la->d_y, k->a->att, la->z,
-                                k->w->la_norm, la->rstd, (int)(n * H), c->linear_v_dim, scratch,
+                                k->w->la_norm, la->rstd, (int)(n * H), m->linear_v_dim, scratch,
                                 b->s);
     const gdn_args a = rule_of(k);
     const cuda_gdn_tensors t = rule_tensors(k);

@@ -18,29 +18,29 @@ typedef struct {
     int H, dn, dr, dqk, dv, R, QR, KA, KB;
 } mla_dims;
 
-static mla_dims dims_of(const mt_config *c) {
-    int dn = c->mla_nope_dim, dr = c->mla_rope_dim, dv = c->mla_v_dim;
-    return (mla_dims){.H = c->heads,
+static mla_dims dims_of(const mt_model *m) {
+    int dn = m->mla_nope_dim, dr = m->mla_rope_dim, dv = m->mla_v_dim;
+    return (mla_dims){.H = m->heads,
                       .dn = dn,
                       .dr = dr,
                       .dqk = dn + dr,
                       .dv = dv,
-                      .R = c->mla_kv_rank,
-                      .QR = c->mla_q_rank > 0 ? c->mla_q_rank : 0,
-                      .KA = c->mla_kv_rank + dr,
-                      .KB = c->heads * (dn + dv)};
+                      .R = m->mla_kv_rank,
+                      .QR = m->mla_q_rank > 0 ? m->mla_q_rank : 0,
+                      .KA = m->mla_kv_rank + dr,
+                      .KB = m->heads * (dn + dv)};
 }
 
 // Every head is its own key head (the keys are expanded from the latent per head).
 static attn_args attention_args(const layer_call *k) {
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     return (attn_args){.B = k->s->B,
                        .T = k->s->T,
                        .H = m.H,
                        .KV = m.H,
                        .hd = m.dqk,
                        .dv = m.dv,
-                       .scale = model_mla_softmax_scale(k->c),
+                       .scale = model_mla_softmax_scale(&k->c->model),
                        .doc_start = k->s->doc_start,
                        .window = k->kind->window};
 }
@@ -49,7 +49,7 @@ static attn_args attention_args(const layer_call *k) {
 // alone (rows of dr).
 static rope_args rope_of(const layer_call *k, int shared) {
     const layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     return (rope_args){.inv_freq = s->inv_freq,
                        .scale = s->rope_scale,
                        .B = s->B,
@@ -57,7 +57,7 @@ static rope_args rope_of(const layer_call *k, int shared) {
                        .hd = shared ? m.dr : m.dqk,
                        .rot = m.dr,
                        .off = shared ? 0 : m.dn,
-                       .interleave = k->c->rope_interleave,
+                       .interleave = k->c->model.rope_interleave,
                        .doc_start = s->doc_start};
 }
 
@@ -72,16 +72,16 @@ static void columns_join(float *x, const float *in, long n, int C, int c0, int w
 // One chunk's projections: the first norm, the queries, kv_a_proj split into the latent and
 // the rotated key part, the latent's norm and kv_b_proj.
 static void project_forward(const layer_call *k, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    const mla_dims m = dims_of(c);
-    int D = c->dim, HQ = m.H * m.dqk;
-    float off = mt_norm_offset(c);
+    const mla_dims m = dims_of(model);
+    int D = model->dim, HQ = m.H * m.dqk;
+    float off = mt_norm_offset(model);
     float *n1 = s->n1 + (size_t)t0 * D, *q = s->q + (size_t)t0 * HQ;
     rmsnorm_offset_forward(n1, s->rstd1 + t0, k->x + (size_t)t0 * D, w->attn_norm, off, rows, D,
-                           (float)c->norm_eps);
+                           (float)model->norm_eps);
     if (m.QR) {
         float *qa = a->qa + (size_t)t0 * m.QR, *qan = a->qan + (size_t)t0 * m.QR;
         linear_forward(qa, n1, w->mla_q_a, NULL, rows, D, m.QR);
@@ -116,7 +116,7 @@ static void keys_values(const mla_dims *m, layer_scratch *s, long n) {
 
 static void mla_forward(const layer_call *k, int have_att) {
     layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     int n = s->B * s->T;
     for (int t0 = 0; t0 < n; t0 += k->chunk) project_forward(k, t0, mt_chunk_rows(n, t0, k->chunk));
     const rope_args rq = rope_of(k, 0), rk = rope_of(k, 1);
@@ -149,11 +149,11 @@ static void keys_values_backward(const mla_dims *m, layer_scratch *s, long n) {
 
 // The queries' projections backward for one chunk: d_n1 += their input gradient.
 static void query_backward(const layer_call *k, const mla_dims *m, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->dim, HQ = m->H * m->dqk;
+    int D = model->dim, HQ = m->H * m->dqk;
     const float *n1 = s->n1 + (size_t)t0 * D, *dq = s->d_q + (size_t)t0 * HQ;
     float *dn1 = s->d_n1 + (size_t)t0 * D;
     if (!m->QR) {
@@ -165,18 +165,18 @@ static void query_backward(const layer_call *k, const mla_dims *m, int t0, int r
     linear_backward(a->d_qan + r, dw->mla_q_b, NULL, dq, a->qan + r, w->mla_q_b, rows, m->QR, HQ);
     memset(a->d_qa + r, 0, len);
     rmsnorm_offset_backward(a->d_qa + r, dw->mla_q_a_norm, a->d_qan + r, a->qa + r, w->mla_q_a_norm,
-                            mt_norm_offset(c), a->rstd_qa + t0, rows, m->QR);
+                            mt_norm_offset(model), a->rstd_qa + t0, rows, m->QR);
     linear_backward(dn1, dw->mla_q_a, NULL, a->d_qa + r, n1, w->mla_q_a, rows, D, m->QR);
 }
 
 // kv_b_proj, the latent's norm and kv_a_proj backward for one chunk (kv_a's output gradient
 // joined in kva, free in the backward): d_n1 += their input gradient.
 static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
     mla_scratch *a = &s->mla;
-    int D = c->dim;
+    int D = model->dim;
     size_t r = (size_t)t0 * m->R, len = sizeof(float) * rows * m->R;
     float *dkva = a->kva + (size_t)t0 * m->KA;
     memset(a->d_kvn + r, 0, len);
@@ -184,7 +184,7 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
                     w->mla_kv_b, rows, m->R, m->KB);
     memset(a->d_lat + r, 0, len);
     rmsnorm_offset_backward(a->d_lat + r, dw->mla_kv_a_norm, a->d_kvn + r, a->lat + r,
-                            w->mla_kv_a_norm, mt_norm_offset(c), a->rstd_kv + t0, rows, m->R);
+                            w->mla_kv_a_norm, mt_norm_offset(model), a->rstd_kv + t0, rows, m->R);
     columns_join(dkva, a->d_lat + r, rows, m->KA, 0, m->R);
     columns_join(dkva, a->d_krot + (size_t)t0 * m->dr, rows, m->KA, m->R, m->dr);
     linear_backward(s->d_n1 + (size_t)t0 * D, dw->mla_kv_a, NULL, dkva, s->n1 + (size_t)t0 * D,
@@ -193,21 +193,21 @@ static void latent_backward(const layer_call *k, const mla_dims *m, int t0, int 
 
 // One chunk's projections backward and the first norm's: dx = d_h + the block's gradient.
 static void project_backward(const layer_call *k, const mla_dims *m, float *dx, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *model = &k->c->model;
     layer_scratch *s = k->s;
-    int D = c->dim;
+    int D = model->dim;
     size_t d = (size_t)t0 * D;
     memset(s->d_n1 + d, 0, sizeof(float) * rows * D);
     query_backward(k, m, t0, rows);
     latent_backward(k, m, t0, rows);
     memcpy(dx + d, s->d_h + d, sizeof(float) * rows * D);
     rmsnorm_offset_backward(dx + d, k->dw->attn_norm, s->d_n1 + d, k->x + d, k->w->attn_norm,
-                            mt_norm_offset(c), s->rstd1 + t0, rows, D);
+                            mt_norm_offset(model), s->rstd1 + t0, rows, D);
 }
 
 static void mla_backward(const layer_call *k, float *dx) {
     layer_scratch *s = k->s;
-    const mla_dims m = dims_of(k->c);
+    const mla_dims m = dims_of(&k->c->model);
     int n = s->B * s->T;
     memset(s->d_q, 0, sizeof(float) * n * m.H * m.dqk);
     memset(s->d_k, 0, sizeof(float) * n * m.H * m.dqk);
@@ -230,7 +230,7 @@ static attn_out mla_out(const layer_call *k) {
                       .d_in = s->d_att,
                       .w = k->w->mla_o,
                       .dw = k->dw ? k->dw->mla_o : NULL,
-                      .width = k->c->heads * k->c->mla_v_dim};
+                      .width = k->c->model.heads * k->c->model.mla_v_dim};
 }
 
 const attn_part attn_mla_cpu = {mla_forward, mla_backward, mla_out};

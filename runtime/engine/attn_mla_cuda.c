@@ -19,48 +19,48 @@
 #include "shm/syscheck.h"
 
 static mla_layout layout_of(const backend *b, long rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     return (mla_layout){.rows = rows,
-                        .H = c->heads,
-                        .dn = c->mla_nope_dim,
-                        .dr = c->mla_rope_dim,
-                        .dv = c->mla_v_dim,
-                        .P = mt_mla_qk_dim(c)};
+                        .H = m->heads,
+                        .dn = m->mla_nope_dim,
+                        .dr = m->mla_rope_dim,
+                        .dv = m->mla_v_dim,
+                        .P = mt_mla_qk_dim(m)};
 }
 
 // Every head its own key head, q and k (and the padded v) nope + rope wide.
 static attn_args attention_args(const backend *b, int l, int m) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     return (attn_args){.B = b->B,
                        .T = b->T,
-                       .H = c->heads,
-                       .KV = c->heads,
-                       .hd = mt_mla_qk_dim(c),
-                       .scale = model_mla_softmax_scale(c),
+                       .H = model->heads,
+                       .KV = model->heads,
+                       .hd = mt_mla_qk_dim(model),
+                       .scale = model_mla_softmax_scale(model),
                        .doc_start = cu_doc_starts(b, m),
-                       .window = mt_layer_kind_of(c, l)->window};
+                       .window = mt_layer_kind_of(model, l)->window};
 }
 
 // RoPE on the last mla_rope_dim of each query head, or (shared) on the rotated key part alone.
 static rope_args rope_of(const backend *b, const int32_t *ds, int shared) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     return (rope_args){.inv_freq = b->inv_freq,
                        .scale = b->rope_scale,
                        .B = b->B,
                        .T = b->T,
-                       .hd = shared ? c->mla_rope_dim : mt_mla_qk_dim(c),
-                       .rot = c->mla_rope_dim,
-                       .off = shared ? 0 : c->mla_nope_dim,
-                       .interleave = c->rope_interleave,
+                       .hd = shared ? m->mla_rope_dim : mt_mla_qk_dim(m),
+                       .rot = m->mla_rope_dim,
+                       .off = shared ? 0 : m->mla_nope_dim,
+                       .interleave = m->rope_interleave,
                        .doc_start = ds};
 }
 
 // One chunk's first norm, q_a_proj's output and its norm (with a query rank), and the latent
 // and its norm: what the projections and their backward read.
 static void latents(backend *b, const layer_w *w, const float *x, int t0, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     mla_set *m = &b->mla;
-    int D = c->dim, QR = c->mla_q_rank, R = c->mla_kv_rank;
+    int D = model->dim, QR = model->mla_q_rank, R = model->mla_kv_rank;
     cudaStream_t s = b->s;
     cu_norm_forward(b, b->n1, b->rstd1, x + (size_t)t0 * D, w->attn_norm, rows, D);
     if (QR > 0) {
@@ -76,15 +76,16 @@ static void latents(backend *b, const layer_w *w, const float *x, int t0, int ro
 // One chunk's q, the rotated key part (fp32, before RoPE), and k's nope parts and v.
 static void project(backend *b, const layer_w *w, const float *x, layer_saved *a, int t0,
                     int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), R = c->mla_kv_rank, dr = c->mla_rope_dim;
-    int KB = c->heads * (c->mla_nope_dim + c->mla_v_dim);
+    int D = model->dim, HQ = model->heads * mt_mla_qk_dim(model), R = model->mla_kv_rank,
+        dr = model->mla_rope_dim;
+    int KB = model->heads * (model->mla_nope_dim + model->mla_v_dim);
     cudaStream_t s = b->s;
     latents(b, w, x, t0, rows);
     bf16 *q = a->q + (size_t)t0 * HQ;
-    if (c->mla_q_rank > 0)
-        cuda_linear_forward(b->gemm, q, 0, 0, m->qan, w->mla_q_b, rows, c->mla_q_rank, HQ, s);
+    if (model->mla_q_rank > 0)
+        cuda_linear_forward(b->gemm, q, 0, 0, m->qan, w->mla_q_b, rows, model->mla_q_rank, HQ, s);
     else
         cuda_linear_forward(b->gemm, q, 0, 0, b->n1, w->mla_q, rows, D, HQ, s);
     cuda_linear_forward(b->gemm, m->krot_f + (size_t)t0 * dr, 1, 0, b->n1,
@@ -98,14 +99,14 @@ static void project(backend *b, const layer_w *w, const float *x, layer_saved *a
 // compact into a->att for o_proj.
 static void attention_part(backend *b, int l, int m, const layer_w *w, const float *x,
                            layer_saved *a, int run_attention) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     mla_set *ms = &b->mla;
     cudaStream_t s = b->s;
     FOR_CHUNKS(b, t0, rows) project(b, w, x, a, t0, rows);
-    cuda_float_to_bf16(ms->krot, ms->krot_f, (long)tokens(b) * c->mla_rope_dim, s);
+    cuda_float_to_bf16(ms->krot, ms->krot_f, (long)tokens(b) * model->mla_rope_dim, s);
     const int32_t *ds = cu_doc_starts(b, m);
     const rope_args rq = rope_of(b, ds, 0), rk = rope_of(b, ds, 1);
-    cuda_rope_forward(a->q, c->heads, &rq, s);
+    cuda_rope_forward(a->q, model->heads, &rq, s);
     cuda_rope_forward(ms->krot, 1, &rk, s);
     const mla_layout L = layout_of(b, tokens(b));
     cuda_mla_rope_broadcast(a->k, ms->krot, &L, s);
@@ -129,9 +130,9 @@ static void mla_prepare(const cu_layer_call *k) {
 // The queries' projections backward for one chunk: d_n1 = their input gradient.
 static void query_backward(backend *b, const layer_w *w, const layer_g *g, const bf16 *dq,
                            int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), QR = c->mla_q_rank;
+    int D = model->dim, HQ = model->heads * mt_mla_qk_dim(model), QR = model->mla_q_rank;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     if (QR <= 0) {
@@ -153,10 +154,11 @@ static void query_backward(backend *b, const layer_w *w, const layer_g *g, const
 // input gradient. dkrot: the micro-batch's rotated key part's gradient, RoPE undone.
 static void latent_backward(backend *b, const layer_w *w, const layer_g *g, const bf16 *dkrot,
                             int t0, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     mla_set *m = &b->mla;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c), R = c->mla_kv_rank, dr = c->mla_rope_dim;
-    int KB = c->heads * (c->mla_nope_dim + c->mla_v_dim);
+    int D = model->dim, HQ = model->heads * mt_mla_qk_dim(model), R = model->mla_kv_rank,
+        dr = model->mla_rope_dim;
+    int KB = model->heads * (model->mla_nope_dim + model->mla_v_dim);
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const mla_layout L = layout_of(b, rows);
@@ -179,8 +181,8 @@ static void latent_backward(backend *b, const layer_w *w, const layer_g *g, cons
 // One chunk: its latents again, the projections' backward, the first norm's into dx.
 static void chunk_backward(const cu_layer_call *k, float *dx, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
-    int D = c->dim, HQ = c->heads * mt_mla_qk_dim(c);
+    const mt_model *m = &b->c->model;
+    int D = m->dim, HQ = m->heads * mt_mla_qk_dim(m);
     latents(b, k->w, k->x, t0, rows);
     query_backward(b, k->w, k->g, k->a->q + (size_t)t0 * HQ, rows);
     latent_backward(b, k->w, k->g, b->mla.krot, t0, rows);
@@ -192,7 +194,7 @@ static void chunk_backward(const cu_layer_call *k, float *dx, int t0, int rows) 
 // the rotated key part's gradient summed over the heads, then the chunks.
 static void mla_backward(const cu_layer_call *k, float *dx) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     layer_saved *a = k->a;
     mla_set *m = &b->mla;
     cudaStream_t s = b->s;
@@ -212,30 +214,30 @@ static void mla_backward(const cu_layer_call *k, float *dx) {
     cuda_attention_backward(&args, &t, b->attn_scratch, s);
     const int32_t *ds = cu_doc_starts(b, k->m);
     const rope_args rq = rope_of(b, ds, 0), rk = rope_of(b, ds, 1);
-    cuda_rope_backward(a->q, c->heads, &rq, s);
+    cuda_rope_backward(a->q, model->heads, &rq, s);
     cuda_mla_rope_reduce(m->krot_f, b->dk, &L, s);
-    cuda_float_to_bf16(m->krot, m->krot_f, (long)tokens(b) * c->mla_rope_dim, s);
+    cuda_float_to_bf16(m->krot, m->krot_f, (long)tokens(b) * model->mla_rope_dim, s);
     cuda_rope_backward(m->krot, 1, &rk, s);
     FOR_CHUNKS(b, t0, rows) chunk_backward(k, dx, t0, rows);
 }
 
-void cu_layers_check(const mt_config *c) {
-    if (c->mla_kv_rank <= 0) return;
-    if (c->mla_v_dim > mt_mla_qk_dim(c))
+void cu_layers_check(const mt_model *model) {
+    if (model->mla_kv_rank <= 0) return;
+    if (model->mla_v_dim > mt_mla_qk_dim(model))
         mt_refuse("model.mla_v_dim: values of %d, wider than q's and k's heads of %d: not on the "
                   "CUDA backend (its values are padded to the q and k heads' width)",
-                  c->mla_v_dim, mt_mla_qk_dim(c));
-    if (mt_mla_qk_dim(c) > 256)
+                  model->mla_v_dim, mt_mla_qk_dim(model));
+    if (mt_mla_qk_dim(model) > 256)
         mt_refuse("model.mla_nope_dim + model.mla_rope_dim: heads of %d, over the CUDA attention "
                   "kernels' 256",
-                  mt_mla_qk_dim(c));
+                  mt_mla_qk_dim(model));
 }
 
 // o_proj on the compact output [rows, heads x mla_v_dim]; its input's gradient into d_att.
 static cu_attn_out mla_out(const cu_layer_call *k, int t0, int rows) {
     (void)rows;
-    const mt_config *c = k->b->c;
-    int O = c->heads * c->mla_v_dim;
+    const mt_model *m = &k->b->c->model;
+    int O = m->heads * m->mla_v_dim;
     return (cu_attn_out){.in = k->a->att + (size_t)t0 * O,
                          .w = k->w->mla_o,
                          .dw = k->g ? k->g->mla_o : NULL,

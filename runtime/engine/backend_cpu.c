@@ -69,11 +69,11 @@ static layer_scratch *for_micro(backend *b, layer_scratch *s, int m) {
 }
 
 static void cpu_embed_forward(backend *b, float *out, const void *table, int m) {
-    embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->dim);
+    embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->model.dim);
 }
 
 static void cpu_embed_backward(backend *b, float *dtable, const float *dout, int m) {
-    embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim);
+    embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->model.dim);
 }
 
 // A slot is a whole working set, gradient scratch included: simple, and the CPU reference
@@ -124,7 +124,7 @@ static void put_back(layer_scratch *s, float *att, float *lse) {
 // Where MoE layer l's pass over micro-batch m records its routing, and the load-balancing
 // gradient it takes in its backward; NULL for a dense layer.
 static moe_route_io *route_of(backend *b, int l, int m) {
-    int i = b->moe_index ? b->moe_index[l] : -1, E = b->c->experts;
+    int i = b->moe_index ? b->moe_index[l] : -1, E = b->c->model.experts;
     if (i < 0) return NULL;
     size_t at = ((size_t)m * b->moe_layers + i) * E;
     b->route = (moe_route_io){b->counts + at, b->psum + at, b->aux_g + (size_t)m * E};
@@ -134,7 +134,7 @@ static moe_route_io *route_of(backend *b, int l, int m) {
 static void cpu_layer_forward(backend *b, int l, int m, const void *w, const float *x, float *out,
                               int keep, att_ref att) {
     layer_params p;
-    layer_params_bind(&p, b->c, l, (float *)w);
+    layer_params_bind(&p, &b->c->model, l, (float *)w);
     if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
     layer_scratch *s = for_micro(b, internals(b, keep), m);
     s->route = route_of(b, l, m);
@@ -146,8 +146,8 @@ static void cpu_layer_forward(backend *b, int l, int m, const void *w, const flo
 static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *dw, const float *x,
                                const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
-    layer_params_bind(&p, b->c, l, (float *)w);
-    layer_params_bind(&dp, b->c, l, dw);
+    layer_params_bind(&p, &b->c->model, l, (float *)w);
+    layer_params_bind(&dp, &b->c->model, l, dw);
     if (keep >= 0) {
         layer_scratch *k = for_micro(b, b->kept[keep], m);
         k->route = route_of(b, l, m);
@@ -164,16 +164,17 @@ static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *d
 
 // Micro-batch m's load-balancing loss, from its MoE layers' routing, and its gradient.
 static void moe_aux_of(backend *b, int m, float daux) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     if (!b->moe_layers) return;
-    size_t at = (size_t)m * b->moe_layers * c->experts;
-    b->aux += moe_aux_loss(b->aux_g + (size_t)m * c->experts, b->counts + at, b->psum + at,
-                           b->moe_layers, tokens(b), c->experts, daux);
+    size_t at = (size_t)m * b->moe_layers * model->experts;
+    b->aux += moe_aux_loss(b->aux_g + (size_t)m * model->experts, b->counts + at, b->psum + at,
+                           b->moe_layers, tokens(b), model->experts, daux);
     if (m + 1 > b->aux_micro) b->aux_micro = m + 1;
 }
 
 static double cpu_take_aux(backend *b, int64_t *load) {
-    if (load) moe_sum_load(load, b->counts, b->aux_micro, (size_t)b->moe_layers * b->c->experts);
+    if (load)
+        moe_sum_load(load, b->counts, b->aux_micro, (size_t)b->moe_layers * b->c->model.experts);
     double aux = b->aux;
     b->aux = 0, b->aux_micro = 0;
     return aux;
@@ -181,34 +182,34 @@ static double cpu_take_aux(backend *b, int64_t *load) {
 
 // MT_CPU_MOE_STATS's buffers (buffers.h), with MoE layers.
 static void moe_stats_new(backend *b) {
-    const mt_config *c = b->c;
-    b->moe_layers = mt_moe_layers(c);
+    const mt_model *m = &b->c->model;
+    b->moe_layers = mt_moe_layers(m);
     if (!b->moe_layers) return;
     mt_buffer_list l;
     mt_buffers_cpu_moe_stats(&l, &b->shape);
     void **slots[] = {MT_CPU_MOE_STATS(MT_BUFFER_SLOT, b, _)};
     b->allocated += host_buffers_new(&l, HOST_SLOTS(slots), "the routing statistics");
-    for (int l = 0, i = 0; l < c->layers; l++) b->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+    for (int l = 0, i = 0; l < m->layers; l++) b->moe_index[l] = mt_layer_is_moe(m, l) ? i++ : -1;
 }
 
 static void cpu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
                      const float *x, float *dx, int m, float dloss, float daux) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     int n = tokens(b);
     moe_aux_of(b, m, daux);
     head_params hp, gp;
-    head_params_bind(&hp, c, (float *)head_w);
+    head_params_bind(&hp, model, (float *)head_w);
     const int32_t *targets = b->targets + (size_t)m * n;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(c), n, c->dim,
-                           (float)c->norm_eps);
-    b->loss += classifier_forward(b->xf, cls_w, targets, n, c->dim, c->vocab);
+    rmsnorm_offset_forward(b->xf, b->rstd_f, x, hp.final_norm, mt_norm_offset(model), n, model->dim,
+                           (float)model->norm_eps);
+    b->loss += classifier_forward(b->xf, cls_w, targets, n, model->dim, model->vocab);
     if (dloss == 0) return;
-    head_params_bind(&gp, c, head_g);
-    memset(b->dxf, 0, sizeof(float) * n * c->dim);
-    classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, c->dim, c->vocab, dloss);
-    memset(dx, 0, sizeof(float) * n * c->dim);
-    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(c),
-                            b->rstd_f, n, c->dim);
+    head_params_bind(&gp, model, head_g);
+    memset(b->dxf, 0, sizeof(float) * n * model->dim);
+    classifier_backward(b->dxf, cls_g, b->xf, cls_w, targets, n, model->dim, model->vocab, dloss);
+    memset(dx, 0, sizeof(float) * n * model->dim);
+    rmsnorm_offset_backward(dx, gp.final_norm, b->dxf, x, hp.final_norm, mt_norm_offset(model),
+                            b->rstd_f, n, model->dim);
 }
 
 static double cpu_take_loss(backend *b) {
@@ -224,13 +225,13 @@ static void cpu_set_shape(backend *b, int B, int T) {
 
 static void cpu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                             int len, float *logits) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     head_params hp;
-    head_params_bind(&hp, c, (float *)head_w);
-    const float *last = x + (size_t)(len - 1) * c->dim;
-    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(c), 1, c->dim,
-                           (float)c->norm_eps);
-    linear_forward(logits, b->xf, cls_w, NULL, 1, c->dim, c->vocab);
+    head_params_bind(&hp, m, (float *)head_w);
+    const float *last = x + (size_t)(len - 1) * m->dim;
+    rmsnorm_offset_forward(b->xf, b->rstd_f, last, hp.final_norm, mt_norm_offset(m), 1, m->dim,
+                           (float)m->norm_eps);
+    linear_forward(logits, b->xf, cls_w, NULL, 1, m->dim, m->vocab);
 }
 
 static void cpu_destroy(backend *b) {

@@ -51,13 +51,13 @@ static void cu_load_tokens(backend *b, const int32_t *inputs, const int32_t *tar
 }
 
 static void cu_embed_forward(backend *b, float *out, const void *table, int m) {
-    cuda_embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b), b->c->dim,
-                           b->s);
+    cuda_embedding_forward(out, b->inputs + (size_t)m * tokens(b), table, tokens(b),
+                           b->c->model.dim, b->s);
 }
 
 static void cu_embed_backward(backend *b, float *dtable, const float *dout, int m) {
-    cuda_embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b), b->c->dim,
-                            b->s);
+    cuda_embedding_backward(dtable, dout, b->inputs + (size_t)m * tokens(b), tokens(b),
+                            b->c->model.dim, b->s);
 }
 
 // Summed on the host in token order: deterministic, and one small copy per step.
@@ -88,11 +88,11 @@ static void cu_set_shape(backend *b, int B, int T) {
 
 static void cu_last_logits(backend *b, const void *head_w, const void *cls_w, const float *x,
                            int len, float *host_logits) {
-    const mt_config *c = b->c;
-    const float *last = x + (size_t)(len - 1) * c->dim;
-    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, c->dim);
-    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, c->dim, c->vocab, b->s);
-    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * c->vocab,
+    const mt_model *m = &b->c->model;
+    const float *last = x + (size_t)(len - 1) * m->dim;
+    cu_norm_forward(b, b->xf, b->rstd_f, last, head_w, 1, m->dim);
+    cuda_linear_forward(b->gemm, b->logits, 1, 0, b->xf, cls_w, 1, m->dim, m->vocab, b->s);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, b->logits, sizeof(float) * m->vocab,
                                cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(cudaStreamSynchronize(b->s));
 }
@@ -104,8 +104,9 @@ static int cu_keep_reserve(backend *b, int wanted) {
     mt_buffer_list l;
     mt_buffers_cuda_saved(&l, &b->shape, 1);
     size_t bytes = mt_buffer_list_bytes(&l), free_bytes, total;
-    if (b->seq_chunk < b->max_tokens) wanted = 0;  // chunked: the backward recomputes by chunk
-    if (!plan_cuda_keeps_passes(b->c)) wanted = 0; // a kept slot lacks what their backward reads
+    if (b->seq_chunk < b->max_tokens) wanted = 0; // chunked: the backward recomputes by chunk
+    if (!plan_cuda_keeps_passes(&b->c->model))
+        wanted = 0; // a kept slot lacks what their backward reads
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const char *env = getenv("MT_GPU_MARGIN_GIB");
     double gib = env && atof(env) > 0 ? atof(env) : 1.0;
@@ -308,10 +309,10 @@ void *backend_cuda_compute_stream(backend *b) {
 // The same float frequencies as the CPU reference (and transformers), computed once on the host,
 // into the layer set's inv_freq.
 static void upload_inv_freq(backend *b) {
-    int half = mt_rope_dim(b->c) / 2;
+    int half = mt_rope_dim(&b->c->model) / 2;
     float *host = malloc(sizeof(float) * half);
     if (!host) mt_die("out of memory");
-    b->rope_scale = model_rope_inv_freq(b->c, host);
+    b->rope_scale = model_rope_inv_freq(&b->c->model, host);
     CUDA_CHECK(cudaMemcpy(b->inv_freq, host, sizeof(float) * half, cudaMemcpyHostToDevice));
     free(host);
 }
@@ -346,7 +347,7 @@ backend *backend_cuda_new(const mt_config *c, int device) {
         cudaGetLastError(); // clear the sticky "no device" error
         return NULL;
     }
-    cu_layers_check(c);
+    cu_layers_check(&c->model);
     CUDA_CHECK(cudaSetDevice(device % count));
     run_near_gpu(device % count);
     backend *b = calloc(1, sizeof *b);
@@ -355,9 +356,9 @@ backend *backend_cuda_new(const mt_config *c, int device) {
     b->B = c->micro_batch, b->T = c->seq_len, b->max_tokens = b->B * b->T;
     b->seq_chunk = mt_chunk_of(c, b->max_tokens);
     mt_buffer_shape_of(&b->shape, c, b->B, b->T);
-    for (int l = 0; l < c->layers; l++) {
-        const mt_layer_kind *kind = mt_layer_kind_of(c, l);
-        model_layer_offsets(c, l, b->offsets[kind->attention][kind->mlp]);
+    for (int l = 0; l < c->model.layers; l++) {
+        const mt_layer_kind *kind = mt_layer_kind_of(&c->model, l);
+        model_layer_offsets(&c->model, l, b->offsets[kind->attention][kind->mlp]);
     }
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     cuda_ktime_enable(b->s);

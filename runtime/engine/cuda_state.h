@@ -145,15 +145,15 @@ static inline int tokens(const backend *b) {
 // applied as (mt_norm_offset + w): zero-centred weights (Qwen3.5) or plain ones.
 static inline void cu_norm_forward(backend *b, bf16 *out, float *rstd, const float *x,
                                    const bf16 *w, int rows, int dim) {
-    const mt_config *c = b->c;
-    cuda_rmsnorm_offset_forward(out, rstd, x, w, mt_norm_offset(c), rows, dim, (float)c->norm_eps,
+    const mt_model *m = &b->c->model;
+    cuda_rmsnorm_offset_forward(out, rstd, x, w, mt_norm_offset(m), rows, dim, (float)m->norm_eps,
                                 b->s);
 }
 static inline void cu_norm_backward(backend *b, float *dx, float *dw, const float *dout,
                                     const float *x, const bf16 *w, const float *rstd, int rows,
                                     int dim, float *scratch) {
-    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, mt_norm_offset(b->c), rstd, rows, dim, scratch,
-                                 b->s);
+    cuda_rmsnorm_offset_backward(dx, dw, dout, x, w, mt_norm_offset(&b->c->model), rstd, rows, dim,
+                                 scratch, b->s);
 }
 
 #endif

@@ -64,7 +64,7 @@ void device_groups_weights(device_groups *d, int g, void *w) {
 void device_groups_update(device_groups *d, int g, const adamw_params *hp, const float *grads,
                           void *w) {
     uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], n = d->job->group_numel[g];
-    int spans = model_frozen_spans(&d->job->cfg, g, lo, hi), frozen;
+    int spans = model_frozen_spans(&d->job->cfg.model, g, lo, hi), frozen;
     float *p = *slot(d, g, 0), *m = *slot(d, g, 1), *v = *slot(d, g, 2);
     char *wb = w;
     size_t es = (size_t)d->ops->weight_bytes;

@@ -20,7 +20,7 @@
 // A run of one step reserves none, but still reports its device memory.
 static void reserve_kept(engine *e, metrics *mx, int more_steps) {
     const mt_config *c = e->c;
-    int pairs = c->layers * c->micro_batches, wanted = more_steps ? pairs : 0;
+    int pairs = c->model.layers * c->micro_batches, wanted = more_steps ? pairs : 0;
     const char *cap = getenv("MT_KEEP_MAX"); // at most this many (tests; leaving memory free)
     if (cap && atoi(cap) >= 0 && atoi(cap) < wanted) wanted = atoi(cap);
     e->kept = c->recompute == RECOMPUTE_ALWAYS || !wanted ? 0 : e->ops->keep_reserve(e->be, wanted);
@@ -57,15 +57,15 @@ static const char *ordinal_suffix(int k) {
 }
 
 static void choose_offload(engine *e) {
-    const mt_config *c = e->c;
+    const mt_model *m = &e->c->model;
     const char *where = e->ops->async ? "GPU" : "backend";
-    int k = e->every, redo = plan_recomputed_layers(c->layers, k);
+    int k = e->every, redo = plan_recomputed_layers(m->layers, k);
     double gib = layer_act_bytes(e) * e->offloaded / 1073741824.0;
     if (e->offload && k > 1)
         printf("compute rank: offloading every %d%s layer boundary (%d of %d, %.2f GiB) to pinned "
                "host memory, two on the %s with a segment's %d; the backward recomputes the %d "
                "between them\n",
-               k, ordinal_suffix(k), e->offloaded, c->layers + 1, gib, where, k - 1, redo);
+               k, ordinal_suffix(k), e->offloaded, m->layers + 1, gib, where, k - 1, redo);
     else if (e->offload)
         printf("compute rank: offloading the boundary activations (%.2f GiB) to pinned host "
                "memory, two layers' worth on the %s\n",
@@ -73,19 +73,19 @@ static void choose_offload(engine *e) {
     else if (k > 1)
         printf("compute rank: keeping every %d%s layer boundary on the %s (%d of %d); the "
                "backward recomputes the %d between them\n",
-               k, ordinal_suffix(k), where, c->layers / k + 1, c->layers + 1, redo);
+               k, ordinal_suffix(k), where, m->layers / k + 1, m->layers + 1, redo);
 }
 
 // After the boundaries, as the plan counts them: the slots the plan chose, for the pairs in
 // plan_attention_order's order.
 static void keep_attention(engine *e) {
     const mt_config *c = e->c;
-    int M = c->micro_batches, pairs = c->layers * M;
+    int M = c->micro_batches, pairs = c->model.layers * M;
     e->att_of = malloc(sizeof(int) * (size_t)pairs);
-    int *order = malloc(sizeof(int) * (size_t)c->layers);
+    int *order = malloc(sizeof(int) * (size_t)c->model.layers);
     if (!e->att_of || !order) mt_die("out of memory");
     e->n_att = e->att_planned ? e->ops->attention_reserve(e->be, e->att_planned) : 0;
-    plan_attention_order(c->layers, e->every, order);
+    plan_attention_order(c->model.layers, e->every, order);
     for (int i = 0; i < pairs; i++) e->att_of[i] = -1;
     for (int i = 0; i < e->n_att; i++) e->att_of[order[i / M] * M + i % M] = i;
     free(order);
@@ -104,7 +104,7 @@ static void keep_attention(engine *e) {
 static void own_groups(engine *e) {
     int cuda = strcmp(e->ops->name, "cuda") == 0;
     int groups = e->job->device_groups; // engine_new checked that they fit (plan_check_device)
-    size_t layer = model_largest_layer(e->c), wb = e->ops->weight_bytes;
+    size_t layer = model_largest_layer(&e->c->model), wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
     for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
@@ -157,7 +157,7 @@ static void wait_for_optimizer_state(engine *e) {
                 printf("compute rank: waiting for the optimizer ranks to %s the fp32 state of "
                        "%.2fB parameters\n",
                        job->resume_path[0] ? "load" : "initialize",
-                       model_param_count(&job->cfg) / 1e9);
+                       model_param_count(&job->cfg.model) / 1e9);
             show_state_progress(job, transfer_groups_ready(&e->xfer, job->start_step), now - t0,
                                 tty);
             shown = 1, last = now;
@@ -209,8 +209,8 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     job->device_groups = ch.device_groups;
     e->offload = ch.offload;
     e->every = ch.boundary_every;
-    e->slots = plan_boundary_slots(e->c, &ch);
-    e->offloaded = plan_offloaded_boundaries(e->c, &ch);
+    e->slots = plan_boundary_slots(&e->c->model, &ch);
+    e->offloaded = plan_offloaded_boundaries(&e->c->model, &ch);
     e->att_planned = ch.att_slots;
     return e;
 }
@@ -252,9 +252,9 @@ static void engine_init(engine *e) {
     transfer_init(&e->xfer, job, stream);
     dataset_open(&e->data, c);
     e->n = c->micro_batch * c->seq_len;
-    size_t nD = (size_t)e->n * c->dim, M = c->micro_batches, wb = e->ops->weight_bytes;
-    size_t layer = model_largest_layer(c);
-    size_t head = job->group_numel[model_head_group(c)], emb = job->group_numel[0];
+    size_t nD = (size_t)e->n * c->model.dim, M = c->micro_batches, wb = e->ops->weight_bytes;
+    size_t layer = model_largest_layer(&c->model);
+    size_t head = job->group_numel[model_head_group(&c->model)], emb = job->group_numel[0];
     weight_buffer_init(&e->xfer, &e->emb, device_alloc(e, emb, wb));
     weight_buffer_init(&e->xfer, &e->head, device_alloc(e, head, wb));
     grad_buffer_init(&e->xfer, &e->emb_g, device_alloc(e, emb, 4));
@@ -267,9 +267,9 @@ static void engine_init(engine *e) {
     wait_for_optimizer_state(e);
     choose_offload(e);
     e->acts = device_alloc(e, (size_t)e->slots * M * nD, 4);
-    e->passes = calloc(2 * (size_t)c->layers, sizeof *e->passes);
+    e->passes = calloc(2 * (size_t)c->model.layers, sizeof *e->passes);
     if (!e->passes) mt_die("out of memory");
-    e->n_passes = backward_passes(c->layers, e->every, e->passes);
+    e->n_passes = backward_passes(c->model.layers, e->every, e->passes);
     if (e->offload) e->acts_host = e->ops->host_alloc(e->be, layer_act_bytes(e) * e->offloaded);
     e->dres = device_alloc(e, M * nD, 4);
     keep_attention(e);
@@ -279,7 +279,8 @@ static void engine_init(engine *e) {
     if (!e->inputs || !e->targets || (mt_packs_documents(c) && !e->doc_start))
         mt_die("out of memory");
     micro_sums_init(e, layer, head, emb);
-    if (c->experts && !(e->moe_load = calloc((size_t)mt_moe_layers(c) * c->experts, 8)))
+    if (c->model.experts &&
+        !(e->moe_load = calloc((size_t)mt_moe_layers(&c->model) * c->model.experts, 8)))
         mt_die("out of memory");
 }
 

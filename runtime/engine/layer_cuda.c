@@ -11,7 +11,7 @@
 // base plus the role's offset in the layer's layout, NULL where it has none.
 static layer_w bind_w(const backend *b, int l, const void *w) {
     const bf16 *base = w;
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_w weights, *r = &weights;
     MT_LAYER_ROLES(MT_ROLE_BIND)
@@ -19,7 +19,7 @@ static layer_w bind_w(const backend *b, int l, const void *w) {
 }
 
 static layer_g bind_g(const backend *b, int l, float *base) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     const uint64_t *off = b->offsets[kind->attention][kind->mlp];
     layer_g grads, *r = &grads;
     MT_LAYER_ROLES(MT_ROLE_BIND)
@@ -42,7 +42,7 @@ static const cu_mlp_part *const mlp_parts[MLP_KINDS] = {
     [MLP_DENSE] = &mlp_dense_cuda, [MLP_MOE] = &mlp_moe_cuda};
 
 static const cu_attn_part *attn_of(const cu_layer_call *k) {
-    return attn_parts[mt_layer_kind_of(k->b->c, k->l)->attention];
+    return attn_parts[mt_layer_kind_of(&k->b->c->model, k->l)->attention];
 }
 
 // One chunk's h = x + o(att) (o the attention part's output projection, with o_proj's bias:
@@ -50,7 +50,7 @@ static const cu_attn_part *attn_of(const cu_layer_call *k) {
 // into b->n2.
 static void residual_and_norm(const cu_layer_call *k, float *h, int t0, int rows) {
     backend *b = k->b;
-    int D = b->c->dim;
+    int D = b->c->model.dim;
     const cu_attn_out o = attn_of(k)->out(k, t0, rows);
     cu_copy(b, h, k->x + (size_t)t0 * D, sizeof(float) * rows * D);
     cuda_linear_forward(b->gemm, h, 1, 1.0f, o.in, o.w, rows, o.width, D, b->s);
@@ -62,7 +62,7 @@ static void residual_and_norm(const cu_layer_call *k, float *h, int t0, int rows
 // needs (softmax attention without the output gate: nothing).
 void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x, float *out,
                       int keep, att_ref att) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     layer_w w = bind_w(b, l, wbuf);
     layer_saved with;
     cu_layer_call k = {b, l, m, keep, att, &w, NULL, x, internals(b, keep, att, &with)};
@@ -79,7 +79,7 @@ void cu_layer_forward(backend *b, int l, int m, const void *wbuf, const float *x
 static void mlp_tail_backward(const cu_layer_call *k, const float *dout, float *dx, int t0,
                               int rows) {
     backend *b = k->b;
-    int D = b->c->dim;
+    int D = b->c->model.dim;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     const float *dy = dout + (size_t)t0 * D;
@@ -102,7 +102,7 @@ static void block_backward(const cu_layer_call *k, const cu_mlp_part *mlp, const
                            float *dx, int t0, int rows) {
     backend *b = k->b;
     if (k->keep >= 0)
-        cu_norm_forward(b, b->n2, b->rstd2, k->a->h, k->w->ffn_norm, rows, b->c->dim);
+        cu_norm_forward(b, b->n2, b->rstd2, k->a->h, k->w->ffn_norm, rows, b->c->model.dim);
     else
         residual_and_norm(k, k->a->h, t0, rows);
     mlp->backward(k, dout, t0, rows);
@@ -115,7 +115,7 @@ static void block_backward(const cu_layer_call *k, const cu_mlp_part *mlp, const
 // same inputs: the same bits as the forward's).
 void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf, const float *x,
                        const float *dout, float *dx, int keep, att_ref att) {
-    const mt_layer_kind *kind = mt_layer_kind_of(b->c, l);
+    const mt_layer_kind *kind = mt_layer_kind_of(&b->c->model, l);
     layer_w w = bind_w(b, l, wbuf);
     layer_g g = bind_g(b, l, dwbuf);
     layer_saved with;
@@ -130,8 +130,8 @@ void cu_layer_backward(backend *b, int l, int m, const void *wbuf, float *dwbuf,
 // dx's chunk (the head's share of the residual stream's gradient).
 void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, float *cls_g,
              const float *x, float *dx, int m, float dloss) {
-    const mt_config *c = b->c;
-    int n = tokens(b), D = c->dim;
+    const mt_model *model = &b->c->model;
+    int n = tokens(b), D = model->dim;
     const bf16 *final_norm = head_w;
     float *losses = b->losses + (size_t)m * n;
     const int32_t *targets = b->targets + (size_t)m * n;
@@ -142,13 +142,13 @@ void cu_head(backend *b, const void *head_w, const void *cls_w, float *head_g, f
         cu_norm_forward(b, b->xf, b->rstd_f, xc, final_norm, rows, D);
         if (dloss == 0) {
             cuda_classifier(b->gemm, losses + t0, NULL, NULL, b->xf, cls_w, targets + t0, rows, D,
-                            c->vocab, 0, b->cls_scratch, logit_rows, b->s);
+                            model->vocab, 0, b->cls_scratch, logit_rows, b->s);
             continue;
         }
         float *dxc = dx + (size_t)t0 * D;
         cu_zero(b, b->dxf, sizeof(float) * rows * D);
         cuda_classifier(b->gemm, losses + t0, b->dxf, cls_g, b->xf, cls_w, targets + t0, rows, D,
-                        c->vocab, dloss, b->cls_scratch, logit_rows, b->s);
+                        model->vocab, dloss, b->cls_scratch, logit_rows, b->s);
         cu_zero(b, dxc, sizeof(float) * rows * D);
         cu_norm_backward(b, dxc, head_g, b->dxf, xc, final_norm, b->rstd_f, rows, D,
                          b->norm_scratch);

@@ -72,7 +72,7 @@ typedef struct {
 // Refuses (one line, exit 2) a model the layer parts on the GPU cannot run: multi-head latent
 // attention's values wider than its q and k heads, or heads over the attention kernels' 256
 // (attn_mla_cuda.c).
-void cu_layers_check(const mt_config *c);
+void cu_layers_check(const mt_model *m);
 
 extern const cu_attn_part attn_softmax_cuda; // attn_cuda.c
 extern const cu_attn_part attn_gdn_cuda;     // attn_gdn_cuda.c

@@ -23,8 +23,8 @@ layer_scratch *layer_scratch_new(const mt_config *c, int B, int T) {
     mt_buffers_cpu_mla(&l, &shape);
     void **mla[] = {MT_CPU_MLA(MT_BUFFER_SLOT, s, _)};
     s->bytes += host_buffers_new(&l, HOST_SLOTS(mla), "the latent attention working set");
-    s->rope_scale = model_rope_inv_freq(c, s->inv_freq);
-    if (c->experts > 0) {
+    s->rope_scale = model_rope_inv_freq(&c->model, s->inv_freq);
+    if (c->model.experts > 0) {
         s->moe = moe_scratch_new(c, B * T);
         s->bytes += moe_scratch_bytes(s->moe);
     }

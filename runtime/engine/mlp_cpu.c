@@ -6,10 +6,10 @@
 #include <string.h>
 
 static void dense_forward(const layer_call *k, float *out, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w;
     layer_scratch *s = k->s;
-    int D = c->dim, F = c->ffn_dim;
+    int D = m->dim, F = m->ffn_dim;
     size_t d = (size_t)t0 * D, f = (size_t)t0 * F;
     linear_forward(s->gate + f, s->n2 + d, w->w_gate, NULL, rows, D, F);
     linear_forward(s->up + f, s->n2 + d, w->w_up, NULL, rows, D, F);
@@ -18,10 +18,10 @@ static void dense_forward(const layer_call *k, float *out, int t0, int rows) {
 }
 
 static void dense_backward(const layer_call *k, const float *dout, int t0, int rows) {
-    const mt_config *c = k->c;
+    const mt_model *m = &k->c->model;
     const layer_params *w = k->w, *dw = k->dw;
     layer_scratch *s = k->s;
-    int D = c->dim, F = c->ffn_dim;
+    int D = m->dim, F = m->ffn_dim;
     size_t d = (size_t)t0 * D, f = (size_t)t0 * F, rF = (size_t)rows * F;
     memset(s->d_act + f, 0, sizeof(float) * rF);
     linear_backward(s->d_act + f, dw->w_down, NULL, dout + d, s->act + f, w->w_down, rows, F, D);
@@ -36,12 +36,12 @@ const mlp_part mlp_dense_cpu = {dense_forward, dense_backward};
 
 // The MLP part's row of the kind MLP_MOE (layer_parts.h).
 static void moe_part_forward(const layer_call *k, float *out, int t0, int rows) {
-    size_t d = (size_t)t0 * k->c->dim;
+    size_t d = (size_t)t0 * k->c->model.dim;
     moe_mlp_forward(k->c, k->w, k->s->moe, k->s->route, k->s->n2 + d, out + d, t0, rows);
 }
 
 static void moe_part_backward(const layer_call *k, const float *dout, int t0, int rows) {
-    size_t d = (size_t)t0 * k->c->dim;
+    size_t d = (size_t)t0 * k->c->model.dim;
     moe_mlp_backward(k->c, k->w, k->dw, k->s->moe, k->s->route, k->s->n2 + d, dout + d,
                      k->s->d_n2 + d, t0, rows);
 }

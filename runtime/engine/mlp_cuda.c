@@ -7,8 +7,8 @@
 // gate and up from n2 into a's chunk buffers (whole in a kept slot, whose one chunk is the
 // micro-batch), and their SwiGLU product into b->act.
 static void dense_inputs(backend *b, const layer_w *w, const layer_saved *a, int rows) {
-    const mt_config *c = b->c;
-    int D = c->dim, F = c->ffn_dim;
+    const mt_model *m = &b->c->model;
+    int D = m->dim, F = m->ffn_dim;
     cuda_linear_forward(b->gemm, a->gate, 0, 0, b->n2, w->w_gate, rows, D, F, b->s);
     cuda_linear_forward(b->gemm, a->up, 0, 0, b->n2, w->w_up, rows, D, F, b->s);
     cuda_swiglu_forward(b->act, a->gate, a->up, (long)rows * F, b->s);
@@ -16,8 +16,8 @@ static void dense_inputs(backend *b, const layer_w *w, const layer_saved *a, int
 
 static void dense_forward(const cu_layer_call *k, float *out, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
-    int D = c->dim, F = c->ffn_dim;
+    const mt_model *m = &b->c->model;
+    int D = m->dim, F = m->ffn_dim;
     dense_inputs(b, k->w, k->a, rows);
     float *o = out + (size_t)t0 * D;
     cu_copy(b, o, k->a->h, sizeof(float) * rows * D);
@@ -26,11 +26,11 @@ static void dense_forward(const cu_layer_call *k, float *out, int t0, int rows) 
 
 static void dense_backward(const cu_layer_call *k, const float *dout, int t0, int rows) {
     backend *b = k->b;
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     const layer_w *w = k->w;
     const layer_g *g = k->g;
     const layer_saved *a = k->a;
-    int D = c->dim, F = c->ffn_dim;
+    int D = m->dim, F = m->ffn_dim;
     cudaStream_t s = b->s;
     cuda_gemm *gm = b->gemm;
     if (k->keep >= 0) // gate and up are kept: only the SwiGLU product is redone
@@ -54,14 +54,15 @@ const cu_mlp_part mlp_dense_cuda = {dense_forward, dense_backward};
 // internals (moe_cuda.c).
 static void moe_forward(const cu_layer_call *k, float *out, int t0, int rows) {
     backend *b = k->b;
-    float *o = out + (size_t)t0 * b->c->dim;
-    cu_copy(b, o, k->a->h, sizeof(float) * rows * b->c->dim);
+    float *o = out + (size_t)t0 * b->c->model.dim;
+    cu_copy(b, o, k->a->h, sizeof(float) * rows * b->c->model.dim);
     cu_moe_forward(b, k->l, k->m, k->w, o, t0, rows);
 }
 
 static void moe_backward(const cu_layer_call *k, const float *dout, int t0, int rows) {
     backend *b = k->b;
-    cu_moe_backward(b, k->l, k->m, k->w, k->g, dout + (size_t)t0 * b->c->dim, b->d_n2, t0, rows);
+    cu_moe_backward(b, k->l, k->m, k->w, k->g, dout + (size_t)t0 * b->c->model.dim, b->d_n2, t0,
+                    rows);
 }
 
 const cu_mlp_part mlp_moe_cuda = {moe_forward, moe_backward};

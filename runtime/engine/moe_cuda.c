@@ -16,45 +16,47 @@
 void cu_moe_alloc(backend *b) {
     const mt_config *c = b->c;
     moe_set *s = &b->moe;
-    if (c->experts <= 0) return;
+    if (c->model.experts <= 0) return;
     mt_buffer_list l;
     mt_buffers_cuda_moe(&l, &b->shape);
     void **slots[] = {MT_CUDA_MOE(MT_BUFFER_SLOT, s, _)};
     cu_carve(b, &l, CU_SLOTS(slots));
-    s->layers = mt_moe_layers(c);
-    for (int l = 0, i = 0; l < c->layers; l++) s->moe_index[l] = mt_layer_is_moe(c, l) ? i++ : -1;
+    s->layers = mt_moe_layers(&c->model);
+    for (int l = 0, i = 0; l < c->model.layers; l++)
+        s->moe_index[l] = mt_layer_is_moe(&c->model, l) ? i++ : -1;
     s->chunks = (int)b->shape.chunks;
-    CUDA_CHECK(cudaMemset(s->aux_g, 0, (size_t)c->micro_batches * c->experts * 4));
+    CUDA_CHECK(cudaMemset(s->aux_g, 0, (size_t)c->micro_batches * c->model.experts * 4));
 }
 
 // Where micro-batch m's chunk at token t0 of MoE layer l keeps its counts (then offsets).
 static int32_t *routed_of(backend *b, int l, int m, int t0) {
     moe_set *s = &b->moe;
     size_t i = ((size_t)s->moe_index[l] * b->c->micro_batches + m) * s->chunks + t0 / b->seq_chunk;
-    return s->routed + i * (2 * b->c->experts + 1);
+    return s->routed + i * (2 * b->c->model.experts + 1);
 }
 
 // DeepSeek's router for the layer: its correction bias widened to fp32 (the fetch brings bf16).
 static moe_sigmoid_route sigmoid_route(backend *b, const layer_w *w) {
     moe_set *s = &b->moe;
-    if (w->router_corr) cuda_bf16_to_float(s->correction, w->router_corr, b->c->experts, b->s);
-    return moe_sigmoid_route_of(b->c, w->router_corr ? s->correction : NULL);
+    if (w->router_corr)
+        cuda_bf16_to_float(s->correction, w->router_corr, b->c->model.experts, b->s);
+    return moe_sigmoid_route_of(&b->c->model, w->router_corr ? s->correction : NULL);
 }
 
 // The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.
 static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    int E = c->experts, k = c->top_k;
-    cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, c->dim, E, b->s);
+    int E = m->experts, k = m->top_k;
+    cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, m->dim, E, b->s);
     if (w->router_b) cuda_bias_forward_f32(s->logits, w->router_b, rows, E, b->s);
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
+    if (m->router_score == ROUTER_SCORE_SIGMOID) {
         moe_sigmoid_route r = sigmoid_route(b, w);
         cuda_moe_route_sigmoid_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, &r,
                                        b->s);
     } else {
         cuda_moe_route_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k,
-                               moe_weights_of(c), b->s);
+                               moe_weights_of(m), b->s);
     }
     cuda_moe_dispatch(s->counts, s->offsets, s->row_of, s->token_of, s->expert, rows, E, k,
                       s->dispatch_scratch, b->s);
@@ -64,7 +66,7 @@ static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows
 // there: the host waits for the router here), kept for the chunk's backward.
 static void route(backend *b, int l, int m, int t0, const layer_w *w, const bf16 *n2, int rows) {
     moe_set *s = &b->moe;
-    int E = b->c->experts;
+    int E = b->c->model.experts;
     route_kernels(b, w, n2, rows);
     CUDA_CHECK(cudaMemcpyAsync(s->counts_host, s->counts, E * 4, cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(
@@ -83,7 +85,7 @@ static void route_again(backend *b, int l, int m, int t0, const layer_w *w, cons
     moe_set *s = &b->moe;
     route_kernels(b, w, n2, rows);
     const int32_t *kept = routed_of(b, l, m, t0);
-    s->cnt = kept, s->off = kept + b->c->experts;
+    s->cnt = kept, s->off = kept + b->c->model.experts;
 }
 
 // Each expert's bias (expert_bias: bias + e * cols) on its rows of x [P, cols], and back: the
@@ -91,7 +93,7 @@ static void route_again(backend *b, int l, int m, int t0, const layer_w *w, cons
 // GEMMs are per expert too), each a fixed-order sum.
 static void experts_bias_forward(backend *b, bf16 *x, const bf16 *bias, int cols) {
     moe_set *s = &b->moe;
-    for (int e = 0; e < b->c->experts; e++)
+    for (int e = 0; e < b->c->model.experts; e++)
         if (s->cnt[e] > 0)
             cuda_bias_forward(x + (size_t)s->off[e] * cols, bias + (size_t)e * cols, s->cnt[e],
                               cols, b->s);
@@ -99,7 +101,7 @@ static void experts_bias_forward(backend *b, bf16 *x, const bf16 *bias, int cols
 
 static void experts_bias_backward(backend *b, float *dbias, const bf16 *dx, int cols) {
     moe_set *s = &b->moe;
-    for (int e = 0; e < b->c->experts; e++)
+    for (int e = 0; e < b->c->model.experts; e++)
         if (s->cnt[e] > 0)
             cuda_bias_backward(dbias + (size_t)e * cols, dx + (size_t)s->off[e] * cols, s->cnt[e],
                                cols, b->bias_scratch, b->s);
@@ -109,10 +111,10 @@ static void experts_bias_backward(backend *b, float *dbias, const bf16 *dx, int 
 // clamped SwiGLU with swiglu_limit, with each projection's bias with expert_bias (the down
 // projection's inside the routing weight, as in transformers).
 static void experts_forward(backend *b, const layer_w *w, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
-    long P = (long)rows * c->top_k;
+    int E = m->experts, D = m->dim, F = m->moe_ffn_dim;
+    long P = (long)rows * m->top_k;
     cuda_moe_gather(s->xp, b->n2, s->token_of, (int)P, D, b->s);
     cuda_experts_forward(b->gemm, s->gate, 0, 0, s->xp, w->exp_gate, E, s->cnt, s->off, D, F, b->s);
     cuda_experts_forward(b->gemm, s->up, 0, 0, s->xp, w->exp_up, E, s->cnt, s->off, D, F, b->s);
@@ -120,8 +122,8 @@ static void experts_forward(backend *b, const layer_w *w, int rows) {
         experts_bias_forward(b, s->gate, w->exp_gate_b, F);
         experts_bias_forward(b, s->up, w->exp_up_b, F);
     }
-    if (c->swiglu_limit > 0)
-        cuda_swiglu_clamped_forward(s->act, s->gate, s->up, P * F, moe_clamp_of(c), b->s);
+    if (m->swiglu_limit > 0)
+        cuda_swiglu_clamped_forward(s->act, s->gate, s->up, P * F, moe_clamp_of(m), b->s);
     else
         cuda_swiglu_forward(s->act, s->gate, s->up, P * F, b->s);
     cuda_experts_forward(b->gemm, s->yp, 0, 0, s->act, w->exp_down, E, s->cnt, s->off, F, D, b->s);
@@ -129,9 +131,9 @@ static void experts_forward(backend *b, const layer_w *w, int rows) {
 }
 
 static void shared_forward(backend *b, const layer_w *w, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    int D = c->dim, S = c->shared_ffn_dim;
+    int D = m->dim, S = m->shared_ffn_dim;
     cuda_linear_forward(b->gemm, s->sh_gate, 0, 0, b->n2, w->sh_gate, rows, D, S, b->s);
     cuda_linear_forward(b->gemm, s->sh_up, 0, 0, b->n2, w->sh_up, rows, D, S, b->s);
     cuda_swiglu_forward(s->sh_act, s->sh_gate, s->sh_up, (long)rows * S, b->s);
@@ -143,13 +145,13 @@ static void shared_forward(backend *b, const layer_w *w, int rows) {
 // Micro-batch m's routing statistics in MoE layer l: tokens per expert (host) and probability
 // sums (device), summed over its chunks in order.
 static void record(backend *b, int l, int m, int t0, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     moe_set *s = &b->moe;
-    int E = c->experts;
+    int E = model->experts;
     size_t at = ((size_t)m * s->layers + s->moe_index[l]) * E;
     if (t0 == 0) memset(s->counts_all + at, 0, sizeof(int32_t) * E);
     for (int e = 0; e < E; e++) s->counts_all[at + e] += s->counts_host[e];
-    if (c->router_score == ROUTER_SCORE_SIGMOID) { // no load-balancing loss: its sums stay 0
+    if (model->router_score == ROUTER_SCORE_SIGMOID) { // no load-balancing loss: its sums stay 0
         if (t0 == 0) CUDA_CHECK(cudaMemsetAsync(s->psum_all + at, 0, sizeof(float) * E, b->s));
         return;
     }
@@ -157,29 +159,30 @@ static void record(backend *b, int l, int m, int t0, int rows) {
 }
 
 void cu_moe_forward(backend *b, int l, int m, const layer_w *w, float *out, int t0, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     moe_set *s = &b->moe;
     route(b, l, m, t0, w, b->n2, rows);
     record(b, l, m, t0, rows);
     experts_forward(b, w, rows);
-    cuda_moe_combine(out, s->yp, s->row_of, s->weight, rows, c->top_k, c->dim, b->s);
+    cuda_moe_combine(out, s->yp, s->row_of, s->weight, rows, model->top_k, model->dim, b->s);
     if (!w->sh_gate) return;
     shared_forward(b, w, rows);
-    cuda_moe_gate_scale_forward(out, s->sh_y, w->sh_route ? s->sh_logit : NULL, rows, c->dim, b->s);
+    cuda_moe_gate_scale_forward(out, s->sh_y, w->sh_route ? s->sh_logit : NULL, rows, model->dim,
+                                b->s);
 }
 
 static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    int E = c->experts, D = c->dim, F = c->moe_ffn_dim;
+    int E = m->experts, D = m->dim, F = m->moe_ffn_dim;
     const int32_t *cnt = s->cnt, *off = s->off;
-    long P = (long)rows * c->top_k;
+    long P = (long)rows * m->top_k;
     cuda_experts_backward_input(b->gemm, s->d_act, 1, 0, s->d_yp, w->exp_down, E, cnt, off, F, D,
                                 b->s);
     cuda_experts_backward_weight(b->gemm, g->exp_down, s->d_yp, s->act, E, cnt, off, F, D, b->s);
-    if (c->swiglu_limit > 0)
+    if (m->swiglu_limit > 0)
         cuda_swiglu_clamped_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F,
-                                     moe_clamp_of(c), b->s);
+                                     moe_clamp_of(m), b->s);
     else
         cuda_swiglu_backward(s->d_gate, s->d_up, s->d_act, s->gate, s->up, P * F, b->s);
     if (g->exp_gate_b) {
@@ -197,9 +200,9 @@ static void experts_backward(backend *b, const layer_w *w, const layer_g *g, int
 
 static void shared_backward(backend *b, const layer_w *w, const layer_g *g, const float *dy,
                             float *d_n2, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    int D = c->dim, S = c->shared_ffn_dim;
+    int D = m->dim, S = m->shared_ffn_dim;
     cudaStream_t st = b->s;
     cuda_gemm *gm = b->gemm;
     shared_forward(b, w, rows);
@@ -221,9 +224,9 @@ static void shared_backward(backend *b, const layer_w *w, const layer_g *g, cons
 
 void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *g, const float *dy,
                      float *d_n2, int t0, int rows) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     moe_set *s = &b->moe;
-    int E = c->experts, k = c->top_k, D = c->dim;
+    int E = model->experts, k = model->top_k, D = model->dim;
     route_again(b, l, m, t0, w, b->n2, rows);
     experts_forward(b, w, rows);
     cuda_moe_combine_backward(s->d_yp, s->d_weight, dy, s->yp, s->row_of, s->weight, rows, k, D,
@@ -231,14 +234,14 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
     experts_backward(b, w, g, rows);
     cu_zero(b, d_n2, sizeof(float) * rows * D);
     cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
-    const float *aux_g = c->router_aux ? s->aux_g + (size_t)m * E : NULL;
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr ? s->correction : NULL);
+    const float *aux_g = model->router_aux ? s->aux_g + (size_t)m * E : NULL;
+    if (model->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(model, w->router_corr ? s->correction : NULL);
         cuda_moe_route_sigmoid_backward(s->d_logits, s->d_weight, s->probs, s->expert, rows, E, k,
                                         &r, b->s); // route_again left the bias in s->correction
     } else {
         cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g,
-                                rows, E, k, moe_weights_of(c), b->s);
+                                rows, E, k, moe_weights_of(model), b->s);
     }
     if (g->router_b) cuda_bias_backward(g->router_b, s->d_logits, rows, E, b->bias_scratch, b->s);
     cuda_linear_backward_input(b->gemm, d_n2, 1, 1.0f, s->d_logits, w->router, rows, D, E, b->s);
@@ -249,10 +252,10 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
 // Micro-batch m's load-balancing loss from its MoE layers' statistics (on the host: they are
 // E numbers a layer), and its gradient for the layers' backwards.
 void cu_moe_head(backend *b, int m, float daux) {
-    const mt_config *c = b->c;
+    const mt_model *model = &b->c->model;
     moe_set *s = &b->moe;
     if (!s->layers) return;
-    int E = c->experts;
+    int E = model->experts;
     size_t per = (size_t)s->layers * E, at = (size_t)m * per;
     CUDA_CHECK(cudaMemcpyAsync(s->psum_host + at, s->psum_all + at, per * 4, cudaMemcpyDeviceToHost,
                                b->s));
@@ -267,7 +270,8 @@ void cu_moe_head(backend *b, int m, float daux) {
 
 double cu_moe_take_aux(backend *b, int64_t *load) {
     moe_set *s = &b->moe;
-    if (load) moe_sum_load(load, s->counts_all, s->aux_micro, (size_t)s->layers * b->c->experts);
+    if (load)
+        moe_sum_load(load, s->counts_all, s->aux_micro, (size_t)s->layers * b->c->model.experts);
     double aux = s->aux;
     s->aux = 0, s->aux_micro = 0;
     return aux;

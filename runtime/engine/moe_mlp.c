@@ -59,28 +59,27 @@ static float *expert_vec(float *v, int e, size_t len) {
 }
 
 // The experts' activation: gpt-oss's clamped SwiGLU with swiglu_limit, else the plain one.
-static void act_forward(const mt_config *c, float *act, const float *gate, const float *up,
-                        long n) {
-    if (c->swiglu_limit > 0)
-        swiglu_clamped_forward(act, gate, up, n, moe_clamp_of(c));
+static void act_forward(const mt_model *m, float *act, const float *gate, const float *up, long n) {
+    if (m->swiglu_limit > 0)
+        swiglu_clamped_forward(act, gate, up, n, moe_clamp_of(m));
     else
         swiglu_forward(act, gate, up, n);
 }
 
-static void act_backward(const mt_config *c, float *dgate, float *dup, const float *dact,
+static void act_backward(const mt_model *m, float *dgate, float *dup, const float *dact,
                          const float *gate, const float *up, long n) {
-    if (c->swiglu_limit > 0)
-        swiglu_clamped_backward(dgate, dup, dact, gate, up, n, moe_clamp_of(c));
+    if (m->swiglu_limit > 0)
+        swiglu_clamped_backward(dgate, dup, dact, gate, up, n, moe_clamp_of(m));
     else
         swiglu_backward(dgate, dup, dact, gate, up, n);
 }
 
 // Each expert's SwiGLU on its rows [offsets[e], offsets[e + 1]) of the chunk's pairs, with its
 // biases (expert_bias; the down projection's is inside the routing weight, as in transformers).
-static void experts_forward(const mt_config *c, const layer_params *w, moe_scratch *s, size_t p0,
+static void experts_forward(const mt_model *m, const layer_params *w, moe_scratch *s, size_t p0,
                             const int32_t *offsets) {
-    size_t D = c->dim, F = c->moe_ffn_dim;
-    for (int e = 0; e < c->experts; e++) {
+    size_t D = m->dim, F = m->moe_ffn_dim;
+    for (int e = 0; e < m->experts; e++) {
         size_t r0 = p0 + offsets[e];
         int rows = offsets[e + 1] - offsets[e];
         if (!rows) continue;
@@ -89,16 +88,16 @@ static void experts_forward(const mt_config *c, const layer_params *w, moe_scrat
                        expert_vec(w->exp_gate_b, e, F), rows, D, F);
         linear_forward(s->up + r0 * F, x, w->exp_up + e * F * D, expert_vec(w->exp_up_b, e, F),
                        rows, D, F);
-        act_forward(c, s->act + r0 * F, s->gate + r0 * F, s->up + r0 * F, (long)rows * F);
+        act_forward(m, s->act + r0 * F, s->gate + r0 * F, s->up + r0 * F, (long)rows * F);
         linear_forward(s->yp + r0 * D, s->act + r0 * F, w->exp_down + e * D * F,
                        expert_vec(w->exp_down_b, e, D), rows, F, D);
     }
 }
 
 // The shared expert's SwiGLU and its gate's logit, then out += sigmoid(logit) * its output.
-static void shared_forward(const mt_config *c, const layer_params *w, moe_scratch *s,
+static void shared_forward(const mt_model *m, const layer_params *w, moe_scratch *s,
                            const float *n2, float *out, int t0, int rows) {
-    size_t D = c->dim, S = c->shared_ffn_dim, t = t0;
+    size_t D = m->dim, S = m->shared_ffn_dim, t = t0;
     linear_forward(s->sh_gate + t * S, n2, w->sh_gate, NULL, rows, D, S);
     linear_forward(s->sh_up + t * S, n2, w->sh_up, NULL, rows, D, S);
     swiglu_forward(s->sh_act + t * S, s->sh_gate + t * S, s->sh_up + t * S, (long)rows * S);
@@ -113,34 +112,34 @@ static void shared_forward(const mt_config *c, const layer_params *w, moe_scratc
 
 // The chunk's logits (in d_logits, as scratch) to its scores, choices and weights: the softmax
 // routers' probabilities, or DeepSeek's sigmoid scores (model.router_score).
-static void route_forward(const mt_config *c, const layer_params *w, moe_scratch *s, float *probs,
+static void route_forward(const mt_model *m, const layer_params *w, moe_scratch *s, float *probs,
                           size_t p0, int rows) {
-    int E = c->experts, k = c->top_k;
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
+    int E = m->experts, k = m->top_k;
+    if (m->router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(m, w->router_corr);
         moe_route_sigmoid_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
                                   &r);
     } else {
         moe_route_forward(probs, s->expert + p0, s->weight + p0, s->d_logits, rows, E, k,
-                          moe_weights_of(c));
+                          moe_weights_of(m));
     }
 }
 
 void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, moe_route_io *io,
                      const float *n2, float *out, int t0, int rows) {
-    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    int E = c->model.experts, k = c->model.top_k, D = c->model.dim, ci = chunk_index(c, s, t0);
     size_t p0 = (size_t)t0 * k;
     int32_t *counts = s->counts + (size_t)ci * (E + 1),
             *offsets = s->offsets + (size_t)ci * (E + 1);
     float *probs = s->probs + (size_t)t0 * E;
     linear_forward(s->d_logits, n2, w->router, w->router_b, rows, D, E); // the logits, in scratch
-    route_forward(c, w, s, probs, p0, rows);
+    route_forward(&c->model, w, s, probs, p0, rows);
     moe_dispatch(counts, offsets, s->row_of + p0, s->token_of + p0, s->expert + p0, rows, E, k);
     moe_gather(s->xp + p0 * D, n2, s->token_of + p0, rows * k, D);
-    experts_forward(c, w, s, p0, offsets);
+    experts_forward(&c->model, w, s, p0, offsets);
     memset(out, 0, sizeof(float) * rows * D);
     moe_combine(out, s->yp + p0 * D, s->row_of + p0, s->weight + p0, rows, k, D);
-    if (w->sh_gate) shared_forward(c, w, s, n2, out, t0, rows);
+    if (w->sh_gate) shared_forward(&c->model, w, s, n2, out, t0, rows);
     if (!io) return;
     // The load-balancing loss's probabilities are the softmax over every expert whatever the
     // weights: transformers gives load_balancing_loss_func the router's logits (gpt-oss's
@@ -148,16 +147,16 @@ void moe_mlp_forward(const mt_config *c, const layer_params *w, moe_scratch *s, 
     // DeepSeek's sigmoid router has no such loss in transformers: its sums stay zero.
     if (t0 == 0) memset(io->counts, 0, sizeof(int32_t) * E), memset(io->psum, 0, sizeof(float) * E);
     for (int e = 0; e < E; e++) io->counts[e] += counts[e];
-    if (c->router_score == ROUTER_SCORE_SIGMOID) return;
+    if (c->model.router_score == ROUTER_SCORE_SIGMOID) return;
     moe_prob_sums(s->psum, probs, rows, E);
     for (int e = 0; e < E; e++) io->psum[e] += s->psum[e];
 }
 
 // The experts' backward from d_yp: their weight gradients, and d_xp for their inputs.
-static void experts_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+static void experts_backward(const mt_model *m, const layer_params *w, const layer_params *dw,
                              moe_scratch *s, size_t p0, const int32_t *offsets) {
-    size_t D = c->dim, F = c->moe_ffn_dim;
-    for (int e = 0; e < c->experts; e++) {
+    size_t D = m->dim, F = m->moe_ffn_dim;
+    for (int e = 0; e < m->experts; e++) {
         size_t r0 = p0 + offsets[e];
         int rows = offsets[e + 1] - offsets[e];
         if (!rows) continue; // no tokens: the expert's gradient stays zero
@@ -168,7 +167,7 @@ static void experts_backward(const mt_config *c, const layer_params *w, const la
                         w->exp_down + e * D * F, rows, F, D);
         memset(s->d_gate + r0 * F, 0, sizeof(float) * rF);
         memset(s->d_up + r0 * F, 0, sizeof(float) * rF);
-        act_backward(c, s->d_gate + r0 * F, s->d_up + r0 * F, s->d_act + r0 * F, s->gate + r0 * F,
+        act_backward(m, s->d_gate + r0 * F, s->d_up + r0 * F, s->d_act + r0 * F, s->gate + r0 * F,
                      s->up + r0 * F, (long)rF);
         memset(s->d_xp + r0 * D, 0, sizeof(float) * rows * D);
         linear_backward(s->d_xp + r0 * D, dw->exp_gate + e * F * D,
@@ -179,10 +178,10 @@ static void experts_backward(const mt_config *c, const layer_params *w, const la
     }
 }
 
-static void shared_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
+static void shared_backward(const mt_model *m, const layer_params *w, const layer_params *dw,
                             moe_scratch *s, const float *n2, const float *dout, float *d_n2, int t0,
                             int rows) {
-    size_t D = c->dim, S = c->shared_ffn_dim, t = t0, rS = (size_t)rows * S;
+    size_t D = m->dim, S = m->shared_ffn_dim, t = t0, rS = (size_t)rows * S;
     memset(s->d_sh_y, 0, sizeof(float) * rows * D);
     memset(s->d_sh_logit, 0, sizeof(float) * rows);
     if (w->sh_route)
@@ -206,24 +205,25 @@ static void shared_backward(const mt_config *c, const layer_params *w, const lay
 void moe_mlp_backward(const mt_config *c, const layer_params *w, const layer_params *dw,
                       moe_scratch *s, const moe_route_io *io, const float *n2, const float *dout,
                       float *d_n2, int t0, int rows) {
-    int E = c->experts, k = c->top_k, D = c->dim, ci = chunk_index(c, s, t0);
+    int E = c->model.experts, k = c->model.top_k, D = c->model.dim, ci = chunk_index(c, s, t0);
     size_t p0 = (size_t)t0 * k;
     const int32_t *offsets = s->offsets + (size_t)ci * (E + 1);
     memset(s->d_yp + p0 * D, 0, sizeof(float) * rows * k * D);
     memset(s->d_weight + p0, 0, sizeof(float) * rows * k);
     moe_combine_backward(s->d_yp + p0 * D, s->d_weight + p0, dout, s->yp + p0 * D, s->row_of + p0,
                          s->weight + p0, rows, k, D);
-    experts_backward(c, w, dw, s, p0, offsets);
+    experts_backward(&c->model, w, dw, s, p0, offsets);
     moe_scatter_add(d_n2, s->d_xp + p0 * D, s->row_of + p0, rows, k, D);
     memset(s->d_logits, 0, sizeof(float) * rows * E);
-    if (c->router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = moe_sigmoid_route_of(c, w->router_corr);
+    if (c->model.router_score == ROUTER_SCORE_SIGMOID) {
+        moe_sigmoid_route r = moe_sigmoid_route_of(&c->model, w->router_corr);
         moe_route_sigmoid_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E,
                                    s->expert + p0, rows, E, k, &r);
     } else {
         moe_route_backward(s->d_logits, s->d_weight + p0, s->probs + (size_t)t0 * E, s->expert + p0,
-                           s->weight + p0, io ? io->aux_g : NULL, rows, E, k, moe_weights_of(c));
+                           s->weight + p0, io ? io->aux_g : NULL, rows, E, k,
+                           moe_weights_of(&c->model));
     }
     linear_backward(d_n2, dw->router, dw->router_b, s->d_logits, n2, w->router, rows, D, E);
-    if (w->sh_gate) shared_backward(c, w, dw, s, n2, dout, d_n2, t0, rows);
+    if (w->sh_gate) shared_backward(&c->model, w, dw, s, n2, dout, d_n2, t0, rows);
 }

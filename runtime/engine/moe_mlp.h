@@ -8,24 +8,24 @@
 #include "runtime/model/model.h"
 
 // The router's weights and the experts' activation as the config asks, for both backends.
-static inline int moe_weights_of(const mt_config *c) {
-    return c->router_softmax == ROUTER_SOFTMAX_TOP_K ? MOE_WEIGHTS_TOP_K
-           : c->norm_topk_prob                       ? MOE_WEIGHTS_RENORM
+static inline int moe_weights_of(const mt_model *m) {
+    return m->router_softmax == ROUTER_SOFTMAX_TOP_K ? MOE_WEIGHTS_TOP_K
+           : m->norm_topk_prob                       ? MOE_WEIGHTS_RENORM
                                                      : MOE_WEIGHTS_PROBS;
 }
 // DeepSeek-V3's router (router_score "sigmoid") as the config asks, with the layer's correction
 // bias (NULL: none; an fp32 vector on both backends).
-static inline moe_sigmoid_route moe_sigmoid_route_of(const mt_config *c, const float *correction) {
+static inline moe_sigmoid_route moe_sigmoid_route_of(const mt_model *m, const float *correction) {
     return (moe_sigmoid_route){.correction = correction,
-                               .groups = c->router_groups > 1 ? c->router_groups : 1,
-                               .topk_groups = c->router_groups > 1 ? c->router_topk_groups : 1,
-                               .renorm = c->norm_topk_prob,
-                               .scale = (float)c->router_scale};
+                               .groups = m->router_groups > 1 ? m->router_groups : 1,
+                               .topk_groups = m->router_groups > 1 ? m->router_topk_groups : 1,
+                               .renorm = m->norm_topk_prob,
+                               .scale = (float)m->router_scale};
 }
 // swiglu_limit > 0: gpt-oss's clamped SwiGLU, whose sigmoid gain transformers fixes at 1.702
 // (5.17's GptOssExperts; later versions read config.json's swiglu_alpha, 1.702 in every release).
-static inline swiglu_clamp moe_clamp_of(const mt_config *c) {
-    return (swiglu_clamp){.alpha = 1.702f, .limit = (float)c->swiglu_limit};
+static inline swiglu_clamp moe_clamp_of(const mt_model *m) {
+    return (swiglu_clamp){.alpha = 1.702f, .limit = (float)m->swiglu_limit};
 }
 
 // The internals of one layer over n tokens, kept from the forward for the backward; chunk by

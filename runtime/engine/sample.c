@@ -3,10 +3,10 @@
 #include "runtime/base/base.h"
 #include <math.h>
 
-int sample_is_eos(const mt_config *c, int tok) {
-    if (tok == c->eos_id) return 1;
-    for (int i = 0; i < c->n_eos_more; i++)
-        if (tok == c->eos_more[i]) return 1;
+int sample_is_eos(const mt_model *m, int tok) {
+    if (tok == m->eos_id) return 1;
+    for (int i = 0; i < m->n_eos_more; i++)
+        if (tok == m->eos_more[i]) return 1;
     return 0;
 }
 

@@ -8,6 +8,6 @@
 // A token drawn from softmax(logits / temperature), a pure function of the logits and key.
 int sample_token(const float *logits, int vocab, float temperature, uint64_t key);
 // Whether tok ends a text: the config's eos id, or one of Llama 3's further ones.
-int sample_is_eos(const mt_config *c, int tok);
+int sample_is_eos(const mt_model *m, int tok);
 
 #endif

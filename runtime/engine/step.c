@@ -27,18 +27,18 @@ static int act_set(const engine *e, int l) {
 static size_t act_slot(const engine *e, int l) {
     int k = e->every;
     if (e->offload) return kept_boundary(e, l) ? (size_t)act_set(e, l) : (size_t)(1 + l % k);
-    return l % k == 0 ? (size_t)(l / k) : (size_t)(e->c->layers / k + l % k);
+    return l % k == 0 ? (size_t)(l / k) : (size_t)(e->c->model.layers / k + l % k);
 }
 static float *act(engine *e, int l, int m) {
-    return e->acts + (act_slot(e, l) * e->c->micro_batches + m) * e->n * e->c->dim;
+    return e->acts + (act_slot(e, l) * e->c->micro_batches + m) * e->n * e->c->model.dim;
 }
 static float *act_host(engine *e, int l) {
-    return e->acts_host + (size_t)(l / e->every) * e->c->micro_batches * e->n * e->c->dim;
+    return e->acts_host + (size_t)(l / e->every) * e->c->micro_batches * e->n * e->c->model.dim;
 }
 
 // Forward: kept boundary l (all micro-batches) goes out once the compute that makes it is done.
 static void act_out(engine *e, int l) {
-    if (e->offload && l < e->c->layers && kept_boundary(e, l))
+    if (e->offload && l < e->c->model.layers && kept_boundary(e, l))
         e->ops->to_host(e->be, act_host(e, l), act(e, l, 0), layer_act_bytes(e), act_set(e, l));
 }
 // The compute that touches kept boundary l's set waits for the set's last copy: in the forward,
@@ -50,12 +50,12 @@ static void act_wait(engine *e, int l) {
 // Backward: kept boundary l comes back into its set (once what used the set is done). The last
 // segment's first boundary never left the GPU's set.
 static void act_in(engine *e, int l) {
-    int last = (e->c->layers - 1) / e->every * e->every;
+    int last = (e->c->model.layers - 1) / e->every * e->every;
     if (e->offload && l >= 0 && l < last)
         e->ops->from_host(e->be, act(e, l, 0), act_host(e, l), layer_act_bytes(e), act_set(e, l));
 }
 static float *dres(engine *e, int m) {
-    return e->dres + (size_t)m * e->n * e->c->dim;
+    return e->dres + (size_t)m * e->n * e->c->model.dim;
 }
 
 static weight_buffer *layer_weights(engine *e, int l) {
@@ -68,7 +68,7 @@ static grad_buffer *layer_grads(engine *e, int l) {
 // The last layers' internals are kept first (any choice saves the same recompute); pairs
 // past the reserved slots are recomputed in the backward.
 static int keep_slot(const engine *e, int l, int m) {
-    int slot = (e->c->layers - 1 - l) * e->c->micro_batches + m;
+    int slot = (e->c->model.layers - 1 - l) * e->c->micro_batches + m;
     return slot < e->kept ? slot : -1;
 }
 // Pair (l, m)'s attention slot, which the training forward fills and the redo and the
@@ -103,14 +103,14 @@ static void span_end(engine *e, const char *name, int layer) {
 }
 
 static const void *classifier_weights(engine *e) {
-    if (e->c->tied_embeddings) return e->emb.dst;
-    return (const char *)e->head.dst + (size_t)e->c->dim * e->ops->weight_bytes;
+    if (e->c->model.tied_embeddings) return e->emb.dst;
+    return (const char *)e->head.dst + (size_t)e->c->model.dim * e->ops->weight_bytes;
 }
 
 // Whether the backend waits for the device within a layer's calls (a MoE layer's routing): the
 // host is then not ahead of the device, and each copy must be issued as early as it can be.
 static int syncs_in_layers(const engine *e) {
-    return e->c->experts > 0;
+    return e->c->model.experts > 0;
 }
 
 // Whether the forward fetches the next layer once the first micro-batch is queued: where the
@@ -123,16 +123,16 @@ static int fetch_early(const engine *e) {
 
 // In the forward, after layer l: layer l + 1, or the head.
 static void fetch_next(engine *e, int l, int64_t version) {
-    if (l + 1 < e->c->layers)
+    if (l + 1 < e->c->model.layers)
         fetch_async(&e->xfer, layer_weights(e, l + 1), model_layer_group(l + 1), version);
     else
-        fetch_async(&e->xfer, &e->head, model_head_group(e->c), version);
+        fetch_async(&e->xfer, &e->head, model_head_group(&e->c->model), version);
 }
 
 // Forward through every layer for M micro-batches. Training keeps every boundary activation
 // for the backward; evaluation only needs two, so it ping-pongs between them.
 static void forward_layers(engine *e, int64_t version, int M, int keep) {
-    const mt_config *c = e->c;
+    const mt_model *model = &e->c->model;
     fetch_async(&e->xfer, &e->emb, 0, version);
     if (!e->ops->async) fetch_next(e, -1, version); // as in the loop below
     e->ops->load_tokens(e->be, e->inputs, e->targets, e->doc_start, M);
@@ -142,7 +142,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
     span_end(e, "embed", -1);
     if (keep) act_out(e, 0);
     if (e->ops->async) fetch_next(e, -1, version);
-    for (int l = 0; l < c->layers; l++) {
+    for (int l = 0; l < model->layers; l++) {
         weight_buffer *w = layer_weights(e, l);
         fetch_wait(w);
         // The next fetch may wait for an optimizer. A backend that computes in the call fetches
@@ -161,7 +161,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
             if (fetch_early(e) && m == 0) fetch_next(e, l, version);
         }
         span_end(e, "fwd", l);
-        if (keep) metrics_progress(e->mx, version, "forward", l + 1, c->layers);
+        if (keep) metrics_progress(e->mx, version, "forward", l + 1, model->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
         if (e->ops->async && !fetch_early(e)) fetch_next(e, l, version);
@@ -382,12 +382,12 @@ static double step_loss(engine *e) {
 // The head over micro-batch m: its gradients go where micro_grads says (the classifier's into
 // the embedding's when they are tied), and over nodes its loss is taken on its own.
 static void head_pass(engine *e, int m, float dloss, float daux) {
-    const mt_config *c = e->c;
-    size_t head = e->job->group_numel[model_head_group(c)], emb = e->job->group_numel[0];
+    const mt_model *model = &e->c->model;
+    size_t head = e->job->group_numel[model_head_group(model)], emb = e->job->group_numel[0];
     float *head_g = micro_grads(e, e->head_g.src, MICRO_HEAD, m, head, 1);
-    float *cls_g =
-        c->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1) : head_g + c->dim;
-    e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, c->layers, m),
+    float *cls_g = model->tied_embeddings ? micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, 1)
+                                          : head_g + model->dim;
+    e->ops->head(e->be, e->head.dst, classifier_weights(e), head_g, cls_g, act(e, model->layers, m),
                  dres(e, m), m, dloss, daux);
     if (e->micro_loss) e->micro_loss[m] = e->ops->take_loss(e->be);
 }
@@ -397,15 +397,15 @@ static void head_pass(engine *e, int m, float dloss, float daux) {
 // model.router_aux_coef when model.router_aux lets it join the loss.
 static float aux_weight(const engine *e) {
     const mt_config *c = e->c;
-    if (!c->experts || !c->router_aux) return 0.0f;
-    return (float)(c->router_aux_coef / ((double)c->micro_batches * e->job->nodes));
+    if (!c->model.experts || !c->model.router_aux) return 0.0f;
+    return (float)(c->model.router_aux_coef / ((double)c->micro_batches * e->job->nodes));
 }
 
 // The step's load-balancing loss and expert load, every node's.
 static void step_aux(engine *e) {
     const mt_config *c = e->c;
     if (!e->moe_load) return;
-    size_t n = (size_t)mt_moe_layers(c) * c->experts;
+    size_t n = (size_t)mt_moe_layers(&c->model) * c->model.experts;
     memset(e->moe_load, 0, n * sizeof *e->moe_load);
     double aux = e->ops->take_aux(e->be, e->moe_load);
     if (e->job->nodes > 1) {
@@ -419,7 +419,7 @@ static void step_aux(engine *e) {
 double train_step(engine *e, int64_t step) {
     const mt_config *c = e->c;
     int M = c->micro_batches;
-    size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(c)];
+    size_t emb = e->job->group_numel[0], head = e->job->group_numel[model_head_group(&c->model)];
     stop_if_requested(e, step, 1);
     load_batches(e, SPLIT_TRAIN, step, e->job->first_micro, M);
     // Counted over nodes here, at the step's start, while no gradient sum is in flight: MPI
@@ -436,13 +436,13 @@ double train_step(engine *e, int64_t step) {
     span_end(e, "head", -1);
     buffer_done(&e->head);
     inject_nan(e, step);
-    offload_async(&e->xfer, &e->head_g, model_head_group(c), step);
+    offload_async(&e->xfer, &e->head_g, model_head_group(&c->model), step);
     int pending = backward_layers(e, step);
     span_begin(e, "embed bwd", -1);
     for (int m = 0; m < M; m++) // tied: micro-batch m's buffer holds its classifier part already
-        e->ops->embed_backward(e->be,
-                               micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, !c->tied_embeddings),
-                               dres(e, m), m);
+        e->ops->embed_backward(
+            e->be, micro_grads(e, e->emb_g.src, MICRO_EMB, m, emb, !c->model.tied_embeddings),
+            dres(e, m), m);
     sum_micro(e, e->emb_g.src, MICRO_EMB, emb);
     span_end(e, "embed bwd", -1);
     offload_layer(e, &pending, step);
@@ -471,7 +471,7 @@ double eval_loss(engine *e, int64_t version) {
         forward_layers(e, version, M, 0);
         for (int m = 0; m < M; m++)
             e->ops->head(e->be, e->head.dst, classifier_weights(e), NULL, NULL,
-                         act(e, c->layers % 2, m), NULL, m, 0, 0);
+                         act(e, c->model.layers % 2, m), NULL, m, 0, 0);
         buffer_done(&e->head);
         buffer_done(&e->emb);
         done += M;
@@ -489,7 +489,7 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
     fetch_async(&e->xfer, &e->emb, 0, version);
     fetch_wait(&e->emb);
     e->ops->embed_forward(e->be, act(e, 0, 0), e->emb.dst, 0);
-    for (int l = 0; l < c->layers; l++) {
+    for (int l = 0; l < c->model.layers; l++) {
         weight_buffer *w = layer_weights(e, l);
         fetch_async(&e->xfer, w, model_layer_group(l), version);
         fetch_wait(w);
@@ -497,10 +497,10 @@ static void last_logits(engine *e, int64_t version, const int32_t *ctx, int len,
                               ATT_NONE);
         buffer_done(w);
     }
-    fetch_async(&e->xfer, &e->head, model_head_group(c), version);
+    fetch_async(&e->xfer, &e->head, model_head_group(&c->model), version);
     fetch_wait(&e->head);
-    e->ops->last_logits(e->be, e->head.dst, classifier_weights(e), act(e, c->layers % 2, 0), len,
-                        logits);
+    e->ops->last_logits(e->be, e->head.dst, classifier_weights(e), act(e, c->model.layers % 2, 0),
+                        len, logits);
     buffer_done(&e->head);
     buffer_done(&e->emb);
     e->ops->set_shape(e->be, c->micro_batch, c->seq_len);
@@ -511,15 +511,15 @@ void sample_text(engine *e, metrics *mx, int64_t version) {
     const mt_config *c = e->c;
     int n = c->sample_tokens, len = 1;
     int32_t *ctx = calloc(n + 1, sizeof(int32_t));
-    float *logits = calloc(c->vocab, sizeof(float));
+    float *logits = calloc(c->model.vocab, sizeof(float));
     char *text = calloc(n + 1, 1);
     if (!ctx || !logits || !text) mt_die("out of memory");
     ctx[0] = '\n';
     for (int i = 0; i < n; i++) {
         int start = len > c->seq_len ? len - c->seq_len : 0;
         last_logits(e, version, ctx + start, len - start, logits);
-        int tok = sample_token(logits, c->vocab, 0.8f, c->seed ^ splitmix64((uint64_t)i));
-        if (sample_is_eos(c, tok)) break;
+        int tok = sample_token(logits, c->model.vocab, 0.8f, c->seed ^ splitmix64((uint64_t)i));
+        if (sample_is_eos(&c->model, tok)) break;
         ctx[len++] = tok;
         text[i] = (tok >= 32 && tok < 127) || tok == '\n' ? (char)tok : '?';
     }

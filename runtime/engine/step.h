@@ -67,7 +67,7 @@ enum { MICRO_LAYER, MICRO_HEAD, MICRO_EMB };
 
 // One boundary activation's bytes over all micro-batches.
 static inline size_t layer_act_bytes(const engine *e) {
-    return sizeof(float) * e->c->micro_batches * e->n * e->c->dim;
+    return sizeof(float) * e->c->micro_batches * e->n * e->c->model.dim;
 }
 
 // The backward's passes for `layers` layers that keep every k-th boundary; returns how many

@@ -34,8 +34,8 @@ static int check_hf_weights(config_source *src, mt_config *cfg) {
     char err[MT_PATH_MAX + 512];
     if (!cfg->model_dir[0]) return 0;
     hf_index *ix = hf_index_open(cfg->model_dir, err, sizeof err);
-    if (ix) hf_index_layout(ix, cfg);
-    int rc = ix ? hf_index_check(ix, cfg, err, sizeof err) : -1;
+    if (ix) hf_index_layout(ix, &cfg->model);
+    int rc = ix ? hf_index_check(ix, &cfg->model, err, sizeof err) : -1;
     hf_index_close(ix);
     return rc < 0 ? config_fail(src, "model_dir", "%s", err) : 0;
 }
@@ -158,15 +158,15 @@ static int check_export_family(config_source *src, const mt_config *cfg) {
     if (!cfg->export_dir[0]) return 0;
     cJSON *probe = cJSON_CreateObject();
     if (!probe) mt_die("out of memory");
-    int rc = hf_write_family(probe, cfg);
+    int rc = hf_write_family(probe, &cfg->model, cfg->model_dir);
     cJSON_Delete(probe);
     if (rc == 0) return 0;
     return config_fail(src, "export_dir",
                        "no Hugging Face architecture we write has this model's fields (qk_norm "
                        "%s, experts %d, sliding_window %d%s): train without export_dir",
-                       mt_choice_name(QK_NORM_NAMES, cfg->qk_norm), cfg->experts,
-                       cfg->sliding_window,
-                       cfg->layer_types[0] ? " on the layers of model.layer_types" : "");
+                       mt_choice_name(QK_NORM_NAMES, cfg->model.qk_norm), cfg->model.experts,
+                       cfg->model.sliding_window,
+                       cfg->model.layer_types[0] ? " on the layers of model.layer_types" : "");
 }
 
 int mt_config_load_with(mt_config *cfg, const char *path, const char *const *overrides, int n,
@@ -176,7 +176,7 @@ int mt_config_load_with(mt_config *cfg, const char *path, const char *const *ove
     if (rc == 0) rc = check_export_dir(src, cfg);
     if (rc == 0) rc = config_apply_model_dir(src, cfg);
     if (rc == 0) rc = config_check(src, cfg);
-    if (rc == 0) model_describe_layers(cfg);
+    if (rc == 0) model_describe_layers(&cfg->model);
     if (rc == 0) rc = check_export_family(src, cfg);
     if (rc == 0) rc = check_hf_weights(src, cfg);
     if (rc == 0) rc = config_resolve_paths(src, cfg);

@@ -321,7 +321,7 @@ static void need_targets(const char *path, const data_shard *s, int ns) {
 // The stream of path in c's format, opened and scanned; returns its token count.
 static size_t open_stream(const mt_config *c, const char *path, data_shard **out, int *nout) {
     if (c->data_format == DATA_TOKENS)
-        open_tokens(out, nout, path, c->vocab);
+        open_tokens(out, nout, path, c->model.vocab);
     else
         open_bytes(out, nout, path);
     need_targets(path, *out, *nout);
@@ -344,7 +344,7 @@ static void too_short(const char *path, size_t n, int seq_len, size_t need) {
 
 void dataset_open(dataset *ds, const mt_config *c) {
     memset(ds, 0, sizeof *ds);
-    ds->vocab = c->vocab;
+    ds->vocab = c->model.vocab;
     if (c->data_format == DATA_SYNTHETIC) { // for benchmarks: no file to read
         ds->n = (size_t)1 << 40;
         ds->n_train = ds->n - (ds->n >> 4);

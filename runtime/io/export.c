@@ -36,14 +36,13 @@ static int export_bf16(const mt_config *cfg) {
     return cfg->export_dtype == EXPORT_BFLOAT16;
 }
 
-int hf_export_fp32(const mt_config *cfg, const tensor_info *t) {
-    return t->role == T_ROUTER_CORR ||
-           (t->role == T_ROUTER && cfg->moe_names == MOE_NAMES_DEEPSEEK);
+int hf_export_fp32(const mt_model *m, const tensor_info *t) {
+    return t->role == T_ROUTER_CORR || (t->role == T_ROUTER && m->moe_names == MOE_NAMES_DEEPSEEK);
 }
 
 // Bytes an element of t takes in the export: bf16 ones but where transformers keeps fp32.
 static uint64_t export_size(const mt_config *cfg, const tensor_info *t) {
-    return export_bf16(cfg) && !hf_export_fp32(cfg, t) ? 2 : 4;
+    return export_bf16(cfg) && !hf_export_fp32(&cfg->model, t) ? 2 : 4;
 }
 
 static void shard_file(char *out, size_t cap, int s, int n) {
@@ -55,13 +54,13 @@ static void plan_tensors(const mt_config *cfg, uint64_t max, export_plan *p) {
     int cap = 0;
     uint64_t used = 0;
     memset(p, 0, sizeof *p);
-    for (int g = 0; g < model_group_count(cfg); g++) {
+    for (int g = 0; g < model_group_count(&cfg->model); g++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         uint64_t numel;
-        int n = model_group_tensors(cfg, g, ti, &numel);
+        int n = model_group_tensors(&cfg->model, g, ti, &numel);
         for (int k = 0; k < n; k++) {
             if (!hub_first(&ti[k])) continue; // in the hub tensor of an earlier one
-            uint64_t bytes = hub_place_of(cfg, &ti[k]).numel * export_size(cfg, &ti[k]);
+            uint64_t bytes = hub_place_of(&cfg->model, &ti[k]).numel * export_size(cfg, &ti[k]);
             if (p->n == 0 || (used > 0 && used + bytes > max)) p->n_shards++, used = 0;
             if (p->n == cap && !(p->e = realloc(p->e, (cap = cap ? 2 * cap : 64) * sizeof *p->e)))
                 mt_die("out of memory");
@@ -71,10 +70,10 @@ static void plan_tensors(const mt_config *cfg, uint64_t max, export_plan *p) {
     }
 }
 
-static const tensor_info *entry_info(const mt_config *cfg, const plan_entry *e, tensor_info *ti,
+static const tensor_info *entry_info(const mt_model *m, const plan_entry *e, tensor_info *ti,
                                      char *name, size_t cap) {
     uint64_t numel;
-    model_group_tensors(cfg, e->g, ti, &numel);
+    model_group_tensors(m, e->g, ti, &numel);
     model_tensor_name(name, cap, &ti[e->k], e->g - 1);
     return &ti[e->k];
 }
@@ -87,11 +86,11 @@ static char *shard_header(const mt_config *cfg, const export_plan *p, int s, uin
         if (p->e[i].shard != s) continue;
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256];
-        const tensor_info *t = entry_info(cfg, &p->e[i], ti, name, sizeof name);
+        const tensor_info *t = entry_info(&cfg->model, &p->e[i], ti, name, sizeof name);
         cJSON *o = cJSON_AddObjectToObject(root, name);
         cJSON_AddStringToObject(o, "dtype", export_size(cfg, t) == 2 ? "BF16" : "F32");
         cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
-        hub_place hub = hub_place_of(cfg, t);
+        hub_place hub = hub_place_of(&cfg->model, t);
         for (int d = 0; d < hub.ndim; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)hub.dims[d]));
         offs = cJSON_AddArrayToObject(o, "data_offsets");
@@ -115,8 +114,8 @@ static void make_plan(const mt_config *cfg, uint64_t max, export_plan *p) {
     for (int i = 0; i < p->n; i++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256];
-        const tensor_info *t = entry_info(cfg, &p->e[i], ti, name, sizeof name);
-        uint64_t end = p->e[i].rel + hub_place_of(cfg, t).numel * export_size(cfg, t);
+        const tensor_info *t = entry_info(&cfg->model, &p->e[i], ti, name, sizeof name);
+        uint64_t end = p->e[i].rel + hub_place_of(&cfg->model, t).numel * export_size(cfg, t);
         p->data_bytes[p->e[i].shard] = end;
     }
 }
@@ -150,66 +149,75 @@ static void write_json(const char *dir, const char *file, cJSON *root) {
 
 // rope_scaling as transformers reads it back: null (or the family's own, hf_write_family's),
 // llama3's object or yarn's.
-static void add_rope_scaling(cJSON *r, const mt_config *c) {
+static void add_rope_scaling(cJSON *r, const mt_model *m) {
     if (cJSON_GetObjectItemCaseSensitive(r, "rope_scaling")) return;
-    if (c->rope_type == ROPE_PLAIN) {
+    if (m->rope_type == ROPE_PLAIN) {
         cJSON_AddNullToObject(r, "rope_scaling");
         return;
     }
     cJSON *rs = cJSON_AddObjectToObject(r, "rope_scaling");
-    cJSON_AddStringToObject(rs, "rope_type", mt_choice_name(ROPE_TYPE_NAMES, c->rope_type));
-    hf_add_float(rs, "factor", c->rope_factor);
-    if (c->rope_type == ROPE_LLAMA3) {
-        hf_add_float(rs, "low_freq_factor", c->rope_low_freq_factor);
-        hf_add_float(rs, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddStringToObject(rs, "rope_type", mt_choice_name(ROPE_TYPE_NAMES, m->rope_type));
+    hf_add_float(rs, "factor", m->rope_factor);
+    if (m->rope_type == ROPE_LLAMA3) {
+        hf_add_float(rs, "low_freq_factor", m->rope_low_freq_factor);
+        hf_add_float(rs, "high_freq_factor", m->rope_high_freq_factor);
     } else {
-        hf_add_float(rs, "beta_fast", c->rope_beta_fast);
-        hf_add_float(rs, "beta_slow", c->rope_beta_slow);
-        cJSON_AddBoolToObject(rs, "truncate", c->rope_truncate);
-        if (c->rope_attention_factor > 0)
-            hf_add_float(rs, "attention_factor", c->rope_attention_factor);
-        if (c->rope_mscale > 0) hf_add_float(rs, "mscale", c->rope_mscale);
-        if (c->rope_mscale_all_dim > 0) hf_add_float(rs, "mscale_all_dim", c->rope_mscale_all_dim);
+        hf_add_float(rs, "beta_fast", m->rope_beta_fast);
+        hf_add_float(rs, "beta_slow", m->rope_beta_slow);
+        cJSON_AddBoolToObject(rs, "truncate", m->rope_truncate);
+        if (m->rope_attention_factor > 0)
+            hf_add_float(rs, "attention_factor", m->rope_attention_factor);
+        if (m->rope_mscale > 0) hf_add_float(rs, "mscale", m->rope_mscale);
+        if (m->rope_mscale_all_dim > 0) hf_add_float(rs, "mscale_all_dim", m->rope_mscale_all_dim);
     }
-    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
+    cJSON_AddNumberToObject(rs, "original_max_position_embeddings", m->rope_original_max_pos);
 }
 
-// The architecture whose fields are c's (a Mistral input comes out as Llama: the same math
-// within its window), then the shape every family shares.
-static void write_config(const mt_config *c, const char *dir) {
+// The model's keys: the architecture whose fields are m's (model_dir's class first; a Mistral
+// input comes out as Llama: the same math within its window), then the shape every family
+// shares. NULL when no architecture has m's fields.
+static cJSON *model_config_json(const mt_model *m, const char *model_dir) {
     cJSON *r = cJSON_CreateObject();
-    if (hf_write_family(r, c) < 0)
-        mt_die("%s: no Hugging Face architecture has this model's fields (qk_norm %s, experts %d)",
-               dir, mt_choice_name(QK_NORM_NAMES, c->qk_norm), c->experts);
-    cJSON_AddNumberToObject(r, "hidden_size", c->dim);
-    cJSON_AddNumberToObject(r, "num_hidden_layers", c->layers);
-    cJSON_AddNumberToObject(r, "num_attention_heads", c->heads);
-    cJSON_AddNumberToObject(r, "num_key_value_heads", c->kv_heads);
+    if (hf_write_family(r, m, model_dir) < 0) return cJSON_Delete(r), NULL;
+    cJSON_AddNumberToObject(r, "hidden_size", m->dim);
+    cJSON_AddNumberToObject(r, "num_hidden_layers", m->layers);
+    cJSON_AddNumberToObject(r, "num_attention_heads", m->heads);
+    cJSON_AddNumberToObject(r, "num_key_value_heads", m->kv_heads);
     if (!cJSON_GetObjectItemCaseSensitive(r, "head_dim")) // MLA's is its rotated width
-        cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(c));
-    cJSON_AddNumberToObject(r, "vocab_size", c->vocab);
+        cJSON_AddNumberToObject(r, "head_dim", mt_head_dim(m));
+    cJSON_AddNumberToObject(r, "vocab_size", m->vocab);
     // transformers 5's rope_parameters (the Gated DeltaNet families') carry rope_theta
     if (!cJSON_GetObjectItemCaseSensitive(r, "rope_parameters")) {
-        cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta); // prints doubles round-trip
-        add_rope_scaling(r, c);
+        cJSON_AddNumberToObject(r, "rope_theta", m->rope_theta); // prints doubles round-trip
+        add_rope_scaling(r, m);
     }
-    cJSON_AddNumberToObject(r, "rms_norm_eps", c->norm_eps);
-    cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tied_embeddings);
-    if (c->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", c->bos_id);
-    if (c->eos_id >= 0 && c->n_eos_more == 0) cJSON_AddNumberToObject(r, "eos_token_id", c->eos_id);
-    if (c->eos_id >= 0 && c->n_eos_more > 0) {
+    cJSON_AddNumberToObject(r, "rms_norm_eps", m->norm_eps);
+    cJSON_AddBoolToObject(r, "tie_word_embeddings", m->tied_embeddings);
+    if (m->bos_id >= 0) cJSON_AddNumberToObject(r, "bos_token_id", m->bos_id);
+    if (m->eos_id >= 0 && m->n_eos_more == 0) cJSON_AddNumberToObject(r, "eos_token_id", m->eos_id);
+    if (m->eos_id >= 0 && m->n_eos_more > 0) {
         cJSON *eos = cJSON_AddArrayToObject(r, "eos_token_id");
-        cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_id));
-        for (int i = 0; i < c->n_eos_more; i++)
-            cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos_more[i]));
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(m->eos_id));
+        for (int i = 0; i < m->n_eos_more; i++)
+            cJSON_AddItemToArray(eos, cJSON_CreateNumber(m->eos_more[i]));
     }
     cJSON_AddNumberToObject(r, "attention_dropout", 0);
     cJSON_AddStringToObject(r, "hidden_act", "silu");
+    return r;
+}
+
+// The model's keys, then the run's: the context it trained for, the dtype it is written in.
+static void write_config(const mt_config *c, const char *dir) {
+    cJSON *r = model_config_json(&c->model, c->model_dir);
+    if (!r)
+        mt_die("%s: no Hugging Face architecture has this model's fields (qk_norm %s, experts %d)",
+               dir, mt_choice_name(QK_NORM_NAMES, c->model.qk_norm), c->model.experts);
     // llama3 and yarn scaling exist to reach past the original context: transformers expects
     // more (and warns when yarn's factor is not that ratio)
     int ctx = c->seq_len;
-    if (c->rope_type != ROPE_PLAIN && c->rope_factor * c->rope_original_max_pos > ctx)
-        ctx = (int)fmin(c->rope_factor * c->rope_original_max_pos, INT_MAX);
+    if (c->model.rope_type != ROPE_PLAIN &&
+        c->model.rope_factor * c->model.rope_original_max_pos > ctx)
+        ctx = (int)fmin(c->model.rope_factor * c->model.rope_original_max_pos, INT_MAX);
     cJSON_AddNumberToObject(r, "max_position_embeddings", ctx);
     cJSON_AddNumberToObject(r, "initializer_range", 0.02);
     cJSON_AddNumberToObject(r, "pretraining_tp", 1);
@@ -228,7 +236,7 @@ static void write_index(const mt_config *cfg, const export_plan *p, const char *
     for (int i = 0; i < p->n; i++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256], file[64];
-        entry_info(cfg, &p->e[i], ti, name, sizeof name);
+        entry_info(&cfg->model, &p->e[i], ti, name, sizeof name);
         shard_file(file, sizeof file, p->e[i].shard, p->n_shards);
         cJSON_AddStringToObject(map, name, file);
     }
@@ -318,7 +326,7 @@ void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t m
     make_plan(cfg, max, &p);
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(cfg, g, ti, &numel);
+    int n = model_group_tensors(&cfg->model, g, ti, &numel);
     for (int k = 0; k < n; k++) {
         const tensor_info *t = &ti[k];
         uint64_t a = t->offset > lo ? t->offset : lo;
@@ -327,7 +335,7 @@ void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t m
         const plan_entry *e = entry_of(&p, g, ti, k);
         char path[PATH_MAX];
         int fd = open_shard(&p, e->shard, tmp_dir, path, sizeof path);
-        uint64_t es = export_size(cfg, t), staged = hub_place_of(cfg, t).staged;
+        uint64_t es = export_size(cfg, t), staged = hub_place_of(&cfg->model, t).staged;
         off_t at = (off_t)(p.data_start[e->shard] + e->rel + (staged + a - t->offset) * es);
         write_values(es, fd, data + (a - lo), b - a, at, path);
         SYS_CHECK(fsync(fd));
@@ -349,12 +357,12 @@ static void permute_slab(const mt_config *cfg, const export_plan *p, const plan_
                          const tensor_info *t, int expert, const char *tmp_dir) {
     char path[PATH_MAX];
     int fd = open_shard(p, e->shard, tmp_dir, path, sizeof path), es = (int)export_size(cfg, t);
-    size_t bytes = (size_t)hub_place_of(cfg, t).slab * es;
+    size_t bytes = (size_t)hub_place_of(&cfg->model, t).slab * es;
     off_t at = (off_t)(p->data_start[e->shard] + e->rel + (uint64_t)expert * bytes);
     unsigned char *staged = malloc(bytes), *hub = malloc(bytes);
     if (!staged || !hub) mt_die("out of memory");
     read_all(fd, staged, bytes, at, path);
-    hub_permute_slab(cfg, t, staged, hub, es);
+    hub_permute_slab(&cfg->model, t, staged, hub, es);
     write_all(fd, hub, bytes, at, path);
     SYS_CHECK(fsync(fd));
     SYS_CHECK(close(fd));
@@ -370,9 +378,9 @@ void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max,
     for (int i = 0; i < p.n; i++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         char name[256];
-        const tensor_info *t = entry_info(cfg, &p.e[i], ti, name, sizeof name);
+        const tensor_info *t = entry_info(&cfg->model, &p.e[i], ti, name, sizeof name);
         if (!hub_permuted(t)) continue;
-        for (int e = 0; e < hub_slabs(cfg, t); e++)
+        for (int e = 0; e < hub_slabs(&cfg->model, t); e++)
             if (turn++ % writers == writer) permute_slab(cfg, &p, &p.e[i], t, e, tmp_dir);
     }
     free_plan(&p);

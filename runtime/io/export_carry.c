@@ -24,17 +24,17 @@ static int starts_with(const char *s, const char *prefix) {
 
 // DeepSeek's and GLM's multi-token-prediction layers are decoder layers past the last
 // (model.layers.61.* of DeepSeek-V3's 61), which transformers does not load.
-static int past_last_layer(const mt_config *cfg, const char *name) {
+static int past_last_layer(const mt_model *m, const char *name) {
     const char *p = "model.layers.";
-    if (cfg->moe_names != MOE_NAMES_DEEPSEEK || !starts_with(name, p)) return 0;
+    if (m->moe_names != MOE_NAMES_DEEPSEEK || !starts_with(name, p)) return 0;
     char *end;
     long layer = strtol(name + strlen(p), &end, 10);
-    return end != name + strlen(p) && *end == '.' && layer >= cfg->layers;
+    return end != name + strlen(p) && *end == '.' && layer >= m->layers;
 }
 
-int hf_carried(const mt_config *cfg, const char *name) {
-    return (cfg->hub_vlm && starts_with(name, "model.visual.")) ||
-           (cfg->linear_k_heads > 0 && starts_with(name, "mtp.")) || past_last_layer(cfg, name);
+int hf_carried(const mt_model *m, const char *name) {
+    return (m->hub_vlm && starts_with(name, "model.visual.")) ||
+           (m->linear_k_heads > 0 && starts_with(name, "mtp.")) || past_last_layer(m, name);
 }
 
 static void carried_file(char *out, size_t cap, int s, int n) {
@@ -109,8 +109,8 @@ static void write_carried(const hf_index *ix, const int *shard, int s, int n, co
 
 // Whether model_dir may hold tensors to carry: only the families hf_carried names read it again.
 static int may_carry(const mt_config *cfg) {
-    return cfg->model_dir[0] &&
-           (cfg->hub_vlm || cfg->linear_k_heads > 0 || cfg->moe_names == MOE_NAMES_DEEPSEEK);
+    return cfg->model_dir[0] && (cfg->model.hub_vlm || cfg->model.linear_k_heads > 0 ||
+                                 cfg->model.moe_names == MOE_NAMES_DEEPSEEK);
 }
 
 double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSON *map) {
@@ -126,7 +126,7 @@ double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSO
     for (int i = 0; i < count; i++) { // a shard closes when the next tensor would overflow it
         const hf_tensor *t = hf_tensor_at(ix, i);
         shard[i] = -1;
-        if (!hf_carried(cfg, t->name)) continue;
+        if (!hf_carried(&cfg->model, t->name)) continue;
         if (n == 0 || (used > 0 && used + bytes_of(t) > max)) n++, used = 0;
         shard[i] = n - 1, used += bytes_of(t), total += (double)bytes_of(t);
     }
@@ -171,7 +171,7 @@ static void overlay(cJSON *into, cJSON *ours) {
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
     if (!may_carry(cfg)) return ours;
     cJSON *src = source_config(cfg);
-    if (!cfg->hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
+    if (!cfg->model.hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
         for (const cJSON *k = src->child; k; k = k->next)
             if ((starts_with(k->string, "mtp_") ||
                  !strcmp(k->string, "num_nextn_predict_layers")) &&

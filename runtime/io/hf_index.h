@@ -45,9 +45,9 @@ int fp8_read_range(const hf_index *ix, const hf_tensor *t, uint64_t off, uint64_
 // gpt-oss's fused tensors (safetensors_hub.c): t's hub tensor (name) checked against the config
 // once, at its first tensor: plain, or MXFP4 blocks and scales (name_blocks, name_scales) for
 // the experts' projections; and elements [off, off + count) of t read from it.
-int hf_hub_check(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
+int hf_hub_check(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
                  char *used, char *err, size_t errlen);
-int hf_hub_read(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
+int hf_hub_read(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
                 uint64_t off, uint64_t count, float *out, char *err, size_t errlen);
 
 // A safetensors header's text from root (consumed): the JSON padded with spaces to a multiple of

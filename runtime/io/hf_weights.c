@@ -10,9 +10,9 @@
 
 // ---- matching the model ----
 
-static int check_one(const hf_index *ix, const mt_config *cfg, const tensor_info *ti,
-                     const char *name, char *used, char *err, size_t errlen) {
-    if (ti->hub_layout != HUB_PLAIN) return hf_hub_check(ix, cfg, ti, name, used, err, errlen);
+static int check_one(const hf_index *ix, const mt_model *m, const tensor_info *ti, const char *name,
+                     char *used, char *err, size_t errlen) {
+    if (ti->hub_layout != HUB_PLAIN) return hf_hub_check(ix, m, ti, name, used, err, errlen);
     int64_t want[2] = {ti->rows, ti->cols};
     if (hf_check_shape(ix, name, want, ti->cols ? 2 : 1, 0, used, err, errlen) < 0) return -1;
     const hf_tensor *t = hf_tensor_named(ix, name);
@@ -21,52 +21,52 @@ static int check_one(const hf_index *ix, const mt_config *cfg, const tensor_info
 
 // Leftovers that do not change the math: old checkpoints' RoPE tables, and lm_head.weight
 // saved beside tied embeddings (transformers ties it to the embedding on load, too).
-static int ignorable(const char *name, const mt_config *cfg) {
+static int ignorable(const char *name, const mt_model *m) {
     size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
     if (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0) return 1;
-    return cfg->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
+    return m->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
 }
 
-void hf_index_layout(const hf_index *ix, mt_config *cfg) {
-    cfg->hub_experts_fused = 0;
-    if (cfg->experts <= 0 || cfg->moe_names != MOE_NAMES_MLP) return;
+void hf_index_layout(const hf_index *ix, mt_model *m) {
+    m->hub_experts_fused = 0;
+    if (m->experts <= 0 || m->moe_names != MOE_NAMES_MLP) return;
     int l = 0;
-    while (l < cfg->layers && !mt_layer_is_moe(cfg, l)) l++;
-    if (l == cfg->layers) return;
+    while (l < m->layers && !mt_layer_is_moe(m, l)) l++;
+    if (l == m->layers) return;
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
     char name[256];
-    cfg->hub_experts_fused = 1; // its names, to look for
-    int n = model_group_tensors(cfg, model_layer_group(l), ti, &numel);
+    m->hub_experts_fused = 1; // its names, to look for
+    int n = model_group_tensors(m, model_layer_group(l), ti, &numel);
     for (int k = 0; k < n; k++)
         if (ti[k].role == T_EXP_GATE) {
             model_tensor_name(name, sizeof name, &ti[k], l);
-            cfg->hub_experts_fused = hf_tensor_named(ix, name) != NULL;
+            m->hub_experts_fused = hf_tensor_named(ix, name) != NULL;
             return;
         }
-    cfg->hub_experts_fused = 0;
+    m->hub_experts_fused = 0;
 }
 
-int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen) {
+int hf_index_check(const hf_index *ix, const mt_model *m, char *err, size_t errlen) {
     int n_tensors = hf_index_count(ix);
     char *used = calloc(n_tensors ? n_tensors : 1, 1), name[256];
     if (!used) mt_die("out of memory");
     int rc = 0;
-    for (int g = 0; g < model_group_count(cfg) && rc == 0; g++) {
+    for (int g = 0; g < model_group_count(m) && rc == 0; g++) {
         tensor_info ti[MODEL_MAX_TENSORS];
         uint64_t numel;
-        int n = model_group_tensors(cfg, g, ti, &numel);
+        int n = model_group_tensors(m, g, ti, &numel);
         for (int k = 0; k < n && rc == 0; k++) {
             model_tensor_name(name, sizeof name, &ti[k], g - 1);
-            rc = check_one(ix, cfg, &ti[k], name, used, err, errlen);
+            rc = check_one(ix, m, &ti[k], name, used, err, errlen);
         }
     }
     for (int i = 0; i < n_tensors && rc == 0; i++) {
         const hf_tensor *t = hf_tensor_at(ix, i);
-        if (used[i] || ignorable(t->name, cfg) || hf_carried(cfg, t->name)) continue;
+        if (used[i] || ignorable(t->name, m) || hf_carried(m, t->name)) continue;
         // transformers saves Qwen2-MoE's shared expert of width 0 as empty tensors and a gate
         const char *name = t->name;
-        int no_shared = cfg->shared_ffn_dim == 0 && cfg->experts > 0 &&
+        int no_shared = m->shared_ffn_dim == 0 && m->experts > 0 &&
                         (strstr(name, ".shared_expert.") || strstr(name, ".shared_expert_gate."));
         rc = failf(err, errlen, "%s: unexpected tensor %s (%s)", hf_tensor_file(ix, t), name,
                    no_shared ? "a shared expert of width 0, config.json's "
@@ -79,12 +79,12 @@ int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t e
 
 // ---- reading ----
 
-int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
+int hf_read_group_slice(const hf_index *ix, const mt_model *m, int g, uint64_t lo, uint64_t len,
                         float *out, char *err, size_t errlen) {
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel;
     char name[256];
-    int n = model_group_tensors(cfg, g, ti, &numel);
+    int n = model_group_tensors(m, g, ti, &numel);
     for (int k = 0; k < n; k++) {
         uint64_t a = ti[k].offset > lo ? ti[k].offset : lo;
         uint64_t b = ti[k].offset + ti[k].numel < lo + len ? ti[k].offset + ti[k].numel : lo + len;
@@ -95,7 +95,7 @@ int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_
         int rc = fp8 ? fp8_read_range(ix, t, a - ti[k].offset, b - a, out + (a - lo), err, errlen)
                  : ti[k].hub_layout == HUB_PLAIN
                      ? hf_read_range(ix, name, a - ti[k].offset, b - a, out + (a - lo), err, errlen)
-                     : hf_hub_read(ix, cfg, &ti[k], name, a - ti[k].offset, b - a, out + (a - lo),
+                     : hf_hub_read(ix, m, &ti[k], name, a - ti[k].offset, b - a, out + (a - lo),
                                    err, errlen);
         if (rc < 0) return -1;
     }
@@ -110,7 +110,7 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
     tensor_info ti[MODEL_MAX_TENSORS];
     uint64_t numel, at = lo + i;
     char name[256] = "?";
-    int n = model_group_tensors(cfg, g, ti, &numel), k = 0;
+    int n = model_group_tensors(&cfg->model, g, ti, &numel), k = 0;
     while (k < n - 1 && at >= ti[k].offset + ti[k].numel) k++;
     model_tensor_name(name, sizeof name, &ti[k], g - 1);
     return failf(err, errlen, "%s: tensor %s: element %llu is %s: non-finite weights are refused",

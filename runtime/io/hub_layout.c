@@ -8,9 +8,9 @@ static int row_mapped(int layout) {
 
 // Rows of our tensor of a row-mapped layout: in_proj_qkv's q, k and v, in_proj_z's and in_proj_b's
 // and in_proj_a's value heads.
-static uint64_t mapped_rows(const mt_config *c, int layout) {
-    uint64_t kh = (uint64_t)c->linear_k_heads, vh = (uint64_t)c->linear_v_heads;
-    uint64_t dk = (uint64_t)c->linear_k_dim, dv = (uint64_t)c->linear_v_dim;
+static uint64_t mapped_rows(const mt_model *m, int layout) {
+    uint64_t kh = (uint64_t)m->linear_k_heads, vh = (uint64_t)m->linear_v_heads;
+    uint64_t dk = (uint64_t)m->linear_k_dim, dv = (uint64_t)m->linear_v_dim;
     switch (layout) {
     case HUB_QKVZ_QKV:
         return 2 * kh * dk + vh * dv;
@@ -20,9 +20,9 @@ static uint64_t mapped_rows(const mt_config *c, int layout) {
     return vh; // HUB_BA_B, HUB_BA_A
 }
 
-uint64_t hub_row(const mt_config *c, int layout, uint64_t r) {
-    uint64_t kh = (uint64_t)c->linear_k_heads, vh = (uint64_t)c->linear_v_heads;
-    uint64_t dk = (uint64_t)c->linear_k_dim, dv = (uint64_t)c->linear_v_dim, per = vh / kh;
+uint64_t hub_row(const mt_model *m, int layout, uint64_t r) {
+    uint64_t kh = (uint64_t)m->linear_k_heads, vh = (uint64_t)m->linear_v_heads;
+    uint64_t dk = (uint64_t)m->linear_k_dim, dv = (uint64_t)m->linear_v_dim, per = vh / kh;
     uint64_t group = 2 * dk + 2 * per * dv; // in_proj_qkvz's rows of one key head
     switch (layout) {
     case HUB_QKVZ_QKV:
@@ -42,22 +42,22 @@ uint64_t hub_row(const mt_config *c, int layout, uint64_t r) {
 
 // A row-mapped tensor's place: the fused tensor holds two of ours, the even one (in_proj_qkv,
 // in_proj_b) staged first, the odd one after it.
-static hub_place mapped_place(const mt_config *c, const tensor_info *t) {
+static hub_place mapped_place(const mt_model *m, const tensor_info *t) {
     int even = t->hub_layout == HUB_QKVZ_QKV || t->hub_layout == HUB_BA_B;
     int first = even ? t->hub_layout : t->hub_layout - 1;
     uint64_t cols = (uint64_t)t->cols;
-    uint64_t rows = mapped_rows(c, first) + mapped_rows(c, first + 1);
+    uint64_t rows = mapped_rows(m, first) + mapped_rows(m, first + 1);
     return (hub_place){.ndim = 2,
                        .dims = {(int64_t)rows, t->cols},
                        .numel = rows * cols,
                        .row_step = cols,
                        .col_step = 1,
                        .slab = rows * cols,
-                       .staged = even ? 0 : mapped_rows(c, first) * cols};
+                       .staged = even ? 0 : mapped_rows(m, first) * cols};
 }
 
-hub_place hub_place_of(const mt_config *c, const tensor_info *t) {
-    uint64_t E = (uint64_t)c->experts, rows = (uint64_t)t->rows;
+hub_place hub_place_of(const mt_model *m, const tensor_info *t) {
+    uint64_t E = (uint64_t)m->experts, rows = (uint64_t)t->rows;
     uint64_t cols = t->cols ? (uint64_t)t->cols : 1, e = t->expert > 0 ? (uint64_t)t->expert : 0;
     int odd = t->hub_layout == HUB_GATE_UP_ODD || t->hub_layout == HUB_BIAS_ODD;
     hub_place p = {.row_step = cols, .col_step = 1, .slab = t->numel};
@@ -113,7 +113,7 @@ hub_place hub_place_of(const mt_config *c, const tensor_info *t) {
     case HUB_QKVZ_Z:
     case HUB_BA_B:
     case HUB_BA_A:
-        return mapped_place(c, t);
+        return mapped_place(m, t);
     default: // HUB_PLAIN
         p.ndim = t->cols ? 2 : 1;
         p.dims[0] = t->rows, p.dims[1] = t->cols;
@@ -143,24 +143,24 @@ int hub_row_mapped(const tensor_info *t) {
     return row_mapped(t->hub_layout);
 }
 
-int hub_slabs(const mt_config *c, const tensor_info *t) {
-    return row_mapped(t->hub_layout) ? 1 : c->experts;
+int hub_slabs(const mt_model *m, const tensor_info *t) {
+    return row_mapped(t->hub_layout) ? 1 : m->experts;
 }
 
 // A fused projection, staged (the even tensor's rows, then the odd one's) -> the hub's row order.
-static void permute_rows(const mt_config *c, const tensor_info *even, const unsigned char *staged,
+static void permute_rows(const mt_model *m, const tensor_info *even, const unsigned char *staged,
                          unsigned char *hub, int es) {
     size_t row = (size_t)even->cols * es;
     for (int layout = even->hub_layout; layout <= even->hub_layout + 1; layout++) {
-        for (uint64_t r = 0; r < mapped_rows(c, layout); r++, staged += row)
-            memcpy(hub + hub_row(c, layout, r) * row, staged, row);
+        for (uint64_t r = 0; r < mapped_rows(m, layout); r++, staged += row)
+            memcpy(hub + hub_row(m, layout, r) * row, staged, row);
     }
 }
 
-void hub_permute_slab(const mt_config *c, const tensor_info *even, const unsigned char *staged,
+void hub_permute_slab(const mt_model *m, const tensor_info *even, const unsigned char *staged,
                       unsigned char *hub, int es) {
     if (row_mapped(even->hub_layout)) {
-        permute_rows(c, even, staged, hub, es);
+        permute_rows(m, even, staged, hub, es);
         return;
     }
     tensor_info t = *even;
@@ -169,7 +169,7 @@ void hub_permute_slab(const mt_config *c, const tensor_info *even, const unsigne
     uint64_t cols = t.cols ? (uint64_t)t.cols : 1;
     for (int odd = 0; odd <= pairs; odd++) {
         if (odd) t.hub_layout++; // HUB_*_EVEN + 1 is its HUB_*_ODD
-        hub_place p = hub_place_of(c, &t);
+        hub_place p = hub_place_of(m, &t);
         const unsigned char *src = staged + (size_t)p.staged * es;
         for (uint64_t r = 0; r < (uint64_t)t.rows; r++)
             for (uint64_t k = 0; k < cols; k++)

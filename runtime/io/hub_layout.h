@@ -25,7 +25,7 @@ typedef struct {
 } hub_place;
 
 // t's place in its hub tensor (c gives the number of experts).
-hub_place hub_place_of(const mt_config *c, const tensor_info *t);
+hub_place hub_place_of(const mt_model *m, const tensor_info *t);
 // Whether t is the first of the tensors its hub tensor holds (the export plans a hub tensor once).
 int hub_first(const tensor_info *t);
 // Whether the hub's order differs from the staged one (the export permutes those slabs).
@@ -33,13 +33,13 @@ int hub_permuted(const tensor_info *t);
 // Qwen3-Next's fused projections (HUB_QKVZ_*, HUB_BA_*) map each of our rows, whole, to a row of
 // the hub tensor: whether t's layout does, and the hub row of our row r under layout.
 int hub_row_mapped(const tensor_info *t);
-uint64_t hub_row(const mt_config *c, int layout, uint64_t r);
+uint64_t hub_row(const mt_model *m, int layout, uint64_t r);
 // The slabs the export permutes in t's hub tensor: one an expert, or the whole fused projection.
-int hub_slabs(const mt_config *c, const tensor_info *t);
+int hub_slabs(const mt_model *m, const tensor_info *t);
 // One expert's slab (or a fused projection), staged (its tensors one after the other, in our
 // layout) -> the hub's order, elements of es bytes. even is the even (or only) tensor: every tensor
 // of the slab has its shape.
-void hub_permute_slab(const mt_config *c, const tensor_info *even, const unsigned char *staged,
+void hub_permute_slab(const mt_model *m, const tensor_info *even, const unsigned char *staged,
                       unsigned char *hub, int es);
 
 #endif

@@ -96,21 +96,21 @@ typedef struct hf_index hf_index; // every tensor of a weights folder: file, dty
 hf_index *hf_index_open(const char *dir, char *err, size_t errlen);
 // What config.json does not say of the folder's layout, told from its tensor names: whether
 // its MoE experts are fused (model.hub_experts_fused). Before hf_index_check.
-void hf_index_layout(const hf_index *ix, mt_config *cfg);
+void hf_index_layout(const hf_index *ix, mt_model *m);
 // Every tensor cfg's model needs is there with its shape and a supported dtype, and nothing
 // else is (an unknown tensor, like a bias, would change the math).
-int hf_index_check(const hf_index *ix, const mt_config *cfg, char *err, size_t errlen);
+int hf_index_check(const hf_index *ix, const mt_model *m, char *err, size_t errlen);
 // Elements [off, off + count) of tensor name, converted to fp32; pread()s only those bytes.
 int hf_read_range(const hf_index *ix, const char *name, uint64_t off, uint64_t count, float *out,
                   char *err, size_t errlen);
 // Elements [lo, lo + len) of parameter group g (model.c's flat layout) from the files.
-int hf_read_group_slice(const hf_index *ix, const mt_config *cfg, int g, uint64_t lo, uint64_t len,
+int hf_read_group_slice(const hf_index *ix, const mt_model *m, int g, uint64_t lo, uint64_t len,
                         float *out, char *err, size_t errlen);
 void hf_index_close(hf_index *ix);
 // Whether model_dir's tensor name is one we do not train but carry, byte for byte, into the
 // export (export_carry.c): a Qwen3.5 VLM's vision tower (model.visual.*) and the
 // multi-token-prediction layers of the Gated DeltaNet families (mtp.*).
-int hf_carried(const mt_config *cfg, const char *name);
+int hf_carried(const mt_model *m, const char *name);
 // 0 when every element of a slice read from the files is finite; else -1 naming the tensor and
 // the element: a model that starts from NaN or Inf trains nothing but NaN.
 int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, const float *data,
@@ -130,7 +130,7 @@ int hf_check_finite(const mt_config *cfg, int g, uint64_t lo, uint64_t len, cons
 void hf_export_prepare(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes);
 // Whether t stays F32 in a bfloat16 export: what transformers keeps in fp32 (DeepSeek-V3's and
 // GLM's router weight and its frozen e_score_correction_bias, _keep_in_fp32_modules_strict).
-int hf_export_fp32(const mt_config *cfg, const tensor_info *t);
+int hf_export_fp32(const mt_model *m, const tensor_info *t);
 void hf_export_write_slice(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,
                            int g, uint64_t lo, uint64_t len, const float *data);
 void hf_export_assemble(const mt_config *cfg, const char *tmp_dir, uint64_t max_shard_bytes,

@@ -80,22 +80,22 @@ static const struct {
     const char *key;
     size_t off;
 } tensor_options[] = {
-    {"qkv_bias", offsetof(mt_config, qkv_bias)},
-    {"o_bias", offsetof(mt_config, o_bias)},
-    {"attn_sinks", offsetof(mt_config, attn_sinks)},
-    {"router_bias", offsetof(mt_config, router_bias)},
-    {"expert_bias", offsetof(mt_config, expert_bias)},
-    {"attn_output_gate", offsetof(mt_config, attn_output_gate)},
-    {"norm_zero_centered", offsetof(mt_config, norm_zero_centered)},
-    {"router_correction", offsetof(mt_config, router_correction)},
+    {"qkv_bias", offsetof(mt_model, qkv_bias)},
+    {"o_bias", offsetof(mt_model, o_bias)},
+    {"attn_sinks", offsetof(mt_model, attn_sinks)},
+    {"router_bias", offsetof(mt_model, router_bias)},
+    {"expert_bias", offsetof(mt_model, expert_bias)},
+    {"attn_output_gate", offsetof(mt_model, attn_output_gate)},
+    {"norm_zero_centered", offsetof(mt_model, norm_zero_centered)},
+    {"router_correction", offsetof(mt_model, router_correction)},
 };
 
-static int check_model(const cJSON *root, const mt_config *c, const char *path, char *err,
+static int check_model(const cJSON *root, const mt_model *m, const char *path, char *err,
                        size_t errlen) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) return snprintf(err, errlen, "%s: no \"model\" object", path), -1;
     const char *keys[] = {"dim", "layers", "heads", "kv_heads", "ffn_dim", "vocab"};
-    const int want[] = {c->dim, c->layers, c->heads, c->kv_heads, c->ffn_dim, c->vocab};
+    const int want[] = {m->dim, m->layers, m->heads, m->kv_heads, m->ffn_dim, m->vocab};
     for (int i = 0; i < 6; i++) {
         double v;
         if (manifest_get_uint(model, keys[i], path, "model.", &v, err, errlen) != 0) return -1;
@@ -107,17 +107,17 @@ static int check_model(const cJSON *root, const mt_config *c, const char *path, 
     const cJSON *tied = cJSON_GetObjectItemCaseSensitive(model, "tied_embeddings");
     if (!cJSON_IsBool(tied))
         return snprintf(err, errlen, "%s: model.tied_embeddings missing or not a bool", path), -1;
-    if (!!cJSON_IsTrue(tied) != !!c->tied_embeddings)
+    if (!!cJSON_IsTrue(tied) != !!m->tied_embeddings)
         return snprintf(err, errlen, "%s: model.tied_embeddings %s != config %s", path,
                         cJSON_IsTrue(tied) ? "true" : "false",
-                        c->tied_embeddings ? "true" : "false"),
+                        m->tied_embeddings ? "true" : "false"),
                -1;
     // The options that add tensors; absent in checkpoints from before each option, whose models
     // have none.
     for (size_t i = 0; i < sizeof tensor_options / sizeof *tensor_options; i++) {
         const char *key = tensor_options[i].key;
         int saved = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, key));
-        int want = !!*(const int *)((const char *)c + tensor_options[i].off);
+        int want = !!*(const int *)((const char *)m + tensor_options[i].off);
         if (saved != want)
             return snprintf(err, errlen, "%s: model.%s %s != config %s", path, key,
                             saved ? "true" : "false", want ? "true" : "false"),
@@ -218,7 +218,7 @@ int manifest_check(const char *step_dir, const mt_job *job, uint64_t file_bytes,
     cJSON *root = manifest_load(step_dir, path, sizeof path, err, errlen);
     if (!root) return -1;
     int rc = check_version(root, path, err, errlen);
-    if (rc == 0) rc = check_model(root, &job->cfg, path, err, errlen);
+    if (rc == 0) rc = check_model(root, &job->cfg.model, path, err, errlen);
     if (rc == 0) rc = check_run(root, job, path, mf, err, errlen);
     if (rc == 0) rc = parse_blocks(root, path, bl, err, errlen);
     cJSON_Delete(root);
@@ -234,19 +234,19 @@ int manifest_check(const char *step_dir, const mt_job *job, uint64_t file_bytes,
 
 // ---- writing ----
 
-static cJSON *manifest_model(const mt_config *c) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "dim", c->dim);
-    cJSON_AddNumberToObject(m, "layers", c->layers);
-    cJSON_AddNumberToObject(m, "heads", c->heads);
-    cJSON_AddNumberToObject(m, "kv_heads", c->kv_heads);
-    cJSON_AddNumberToObject(m, "ffn_dim", c->ffn_dim);
-    cJSON_AddNumberToObject(m, "vocab", c->vocab);
-    cJSON_AddBoolToObject(m, "tied_embeddings", c->tied_embeddings);
+static cJSON *manifest_model(const mt_model *m) {
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(obj, "dim", m->dim);
+    cJSON_AddNumberToObject(obj, "layers", m->layers);
+    cJSON_AddNumberToObject(obj, "heads", m->heads);
+    cJSON_AddNumberToObject(obj, "kv_heads", m->kv_heads);
+    cJSON_AddNumberToObject(obj, "ffn_dim", m->ffn_dim);
+    cJSON_AddNumberToObject(obj, "vocab", m->vocab);
+    cJSON_AddBoolToObject(obj, "tied_embeddings", m->tied_embeddings);
     for (size_t i = 0; i < sizeof tensor_options / sizeof *tensor_options; i++)
-        cJSON_AddBoolToObject(m, tensor_options[i].key,
-                              *(const int *)((const char *)c + tensor_options[i].off));
-    return m;
+        cJSON_AddBoolToObject(obj, tensor_options[i].key,
+                              *(const int *)((const char *)m + tensor_options[i].off));
+    return obj;
 }
 
 // Batches are a pure function of (seed, step), so the step is the whole data position.
@@ -282,7 +282,7 @@ char *manifest_text(const mt_job *job, int step, const block_list *bl) {
     cJSON_AddStringToObject(root, "format", "megatrain-c checkpoint");
     cJSON_AddNumberToObject(root, "version", MANIFEST_VERSION);
     cJSON_AddNumberToObject(root, "step", step);
-    cJSON_AddItemToObject(root, "model", manifest_model(&job->cfg));
+    cJSON_AddItemToObject(root, "model", manifest_model(&job->cfg.model));
     cJSON_AddNumberToObject(root, "groups", job->n_groups);
     double params = 0;
     for (int g = 0; g < job->n_groups; g++) params += (double)job->group_numel[g];

@@ -40,7 +40,7 @@ static void mxfp4_names(const char *name, char *blocks, char *scales, size_t cap
 }
 
 // blocks [E, rows, K/32, 16] and scales [E, rows, K/32], K the values of a row (t's cols).
-static int check_mxfp4(const hf_index *ix, const mt_config *cfg, const tensor_info *t,
+static int check_mxfp4(const hf_index *ix, const mt_model *m, const tensor_info *t,
                        const char *name, char *used, char *err, size_t errlen) {
     char blocks[300], scales[300];
     mxfp4_names(name, blocks, scales, sizeof blocks);
@@ -51,21 +51,21 @@ static int check_mxfp4(const hf_index *ix, const mt_config *cfg, const tensor_in
                      "(config.json's sizes)",
                      hf_tensor_file(ix, b), blocks, t->cols);
     mxfp4_rows q = mxfp4_rows_of(t);
-    int64_t want[4] = {cfg->experts, q.rows, q.groups, MXFP4_GROUP_BYTES};
+    int64_t want[4] = {m->experts, q.rows, q.groups, MXFP4_GROUP_BYTES};
     return hf_check_shape(ix, blocks, want, 4, 1, used, err, errlen) < 0 ||
                    hf_check_shape(ix, scales, want, 3, 1, used, err, errlen) < 0
                ? -1
                : 0;
 }
 
-int hf_hub_check(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
+int hf_hub_check(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
                  char *used, char *err, size_t errlen) {
     if (!hub_first(t)) return 0; // its hub tensor was checked with the first
     char blocks[300], scales[300];
     mxfp4_names(name, blocks, scales, sizeof blocks);
     if (quantizable(t) && !hf_tensor_named(ix, name) && hf_tensor_named(ix, blocks))
-        return check_mxfp4(ix, cfg, t, name, used, err, errlen);
-    hub_place p = hub_place_of(cfg, t);
+        return check_mxfp4(ix, m, t, name, used, err, errlen);
+    hub_place p = hub_place_of(m, t);
     return hf_check_shape(ix, name, p.dims, p.ndim, 0, used, err, errlen);
 }
 
@@ -116,10 +116,9 @@ static int read_mxfp4(const hf_index *ix, const tensor_info *t, const char *name
 // t's elements [off, off + count) from its plain hub tensor: for each of t's columns c, the run
 // of hub elements that holds rows r0..r1 (one hub row of a transposed tensor), many columns a
 // read while they fit the window.
-static int read_plain(const hf_index *ix, const mt_config *cfg, const tensor_info *t,
-                      const char *name, uint64_t off, uint64_t count, float *out, char *err,
-                      size_t errlen) {
-    hub_place p = hub_place_of(cfg, t);
+static int read_plain(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
+                      uint64_t off, uint64_t count, float *out, char *err, size_t errlen) {
+    hub_place p = hub_place_of(m, t);
     uint64_t cols = t->cols ? (uint64_t)t->cols : 1, end = off + count;
     uint64_t r0 = off / cols, r1 = (end - 1) / cols;
     uint64_t c_lo = r0 == r1 ? off % cols : 0, c_hi = r0 == r1 ? (end - 1) % cols : cols - 1;
@@ -145,26 +144,25 @@ static int read_plain(const hf_index *ix, const mt_config *cfg, const tensor_inf
 
 // t's elements [off, off + count) from a fused projection whose rows are ours in another order
 // (Qwen3-Next's in_proj_qkvz and in_proj_ba): each of our rows is one hub row, read whole.
-static int read_rows(const hf_index *ix, const mt_config *cfg, const tensor_info *t,
-                     const char *name, uint64_t off, uint64_t count, float *out, char *err,
-                     size_t errlen) {
+static int read_rows(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
+                     uint64_t off, uint64_t count, float *out, char *err, size_t errlen) {
     uint64_t cols = (uint64_t)t->cols, end = off + count;
     for (uint64_t r = off / cols; r * cols < end; r++) {
         uint64_t lo = r * cols > off ? r * cols : off,
                  hi = (r + 1) * cols < end ? (r + 1) * cols : end;
-        uint64_t first = hub_row(cfg, t->hub_layout, r) * cols + (lo - r * cols);
+        uint64_t first = hub_row(m, t->hub_layout, r) * cols + (lo - r * cols);
         if (hf_read_range(ix, name, first, hi - lo, out + (lo - off), err, errlen) < 0) return -1;
     }
     return 0;
 }
 
-int hf_hub_read(const hf_index *ix, const mt_config *cfg, const tensor_info *t, const char *name,
+int hf_hub_read(const hf_index *ix, const mt_model *m, const tensor_info *t, const char *name,
                 uint64_t off, uint64_t count, float *out, char *err, size_t errlen) {
     if (count == 0) return 0;
-    if (hub_row_mapped(t)) return read_rows(ix, cfg, t, name, off, count, out, err, errlen);
+    if (hub_row_mapped(t)) return read_rows(ix, m, t, name, off, count, out, err, errlen);
     if (t->hub_layout == HUB_STACKED) // our layout, expert after expert
-        return hf_read_range(ix, name, hub_place_of(cfg, t).base + off, count, out, err, errlen);
+        return hf_read_range(ix, name, hub_place_of(m, t).base + off, count, out, err, errlen);
     if (quantizable(t) && !hf_tensor_named(ix, name))
         return read_mxfp4(ix, t, name, off, count, out, err, errlen);
-    return read_plain(ix, cfg, t, name, off, count, out, err, errlen);
+    return read_plain(ix, m, t, name, off, count, out, err, errlen);
 }

@@ -67,14 +67,15 @@ void job_fail_input(const mt_job *job, const char *msg) {
 }
 
 void job_make_layouts(mt_job *job) {
-    job->n_groups = model_group_count(&job->cfg);
+    job->n_groups = model_group_count(&job->cfg.model);
     if (job->n_groups > SHM_MAX_GROUPS) job_fail_input(job, "model.layers: too many layers");
-    for (int g = 0; g < job->n_groups; g++) job->group_numel[g] = model_group_numel(&job->cfg, g);
+    for (int g = 0; g < job->n_groups; g++)
+        job->group_numel[g] = model_group_numel(&job->cfg.model, g);
     job->layouts = calloc(job->n_shards, sizeof *job->layouts);
     job->regions = calloc(job->n_shards, sizeof *job->regions);
     if (!job->layouts || !job->regions) mt_die("out of memory");
     int order[SHM_MAX_GROUPS];
-    model_grad_order(&job->cfg, order);
+    model_grad_order(&job->cfg.model, order);
     job->ring_depth = model_grad_ring_depth(&job->cfg);
     for (int k = 0; k < job->n_shards; k++) {
         shard_layout_init(&job->layouts[k], job->group_numel, job->n_groups, k, job->n_shards,

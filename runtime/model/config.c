@@ -170,8 +170,8 @@ int config_resolve_paths(config_source *x, mt_config *cfg) {
 }
 
 static void apply_derived(ctx_t *x, mt_config *cfg) {
-    if (!SEEN("model.kv_heads")) cfg->kv_heads = cfg->heads;
-    if (!SEEN("model.moe_ffn_dim")) cfg->moe_ffn_dim = cfg->ffn_dim;
+    if (!SEEN("model.kv_heads")) cfg->model.kv_heads = cfg->model.heads;
+    if (!SEEN("model.moe_ffn_dim")) cfg->model.moe_ffn_dim = cfg->model.ffn_dim;
     if (!SEEN("optimizer.min_lr")) cfg->min_lr = cfg->lr / 10;
     if (!SEEN("optimizer.warmup_steps")) cfg->warmup_steps = cfg->steps / 10;
     if (!SEEN("checkpoint.interval")) cfg->checkpoint_interval = cfg->steps;
@@ -182,7 +182,8 @@ static void apply_derived(ctx_t *x, mt_config *cfg) {
 // must agree with it: a silent override would train a model that neither file describes.
 // bos/eos ids that config.json does not give (-1): train.cfg may set them.
 static int unset_special_id(const field_t *f, const mt_config *hf) {
-    int special = f->off == offsetof(mt_config, bos_id) || f->off == offsetof(mt_config, eos_id);
+    int special =
+        f->off == offsetof(mt_config, model.bos_id) || f->off == offsetof(mt_config, model.eos_id);
     return special && *(const int *)((const char *)hf + f->off) < 0;
 }
 
@@ -190,8 +191,8 @@ static int unset_special_id(const field_t *f, const mt_config *hf) {
 // config.json records (output_router_logits, router_aux_loss_coef) but does not fix: train.cfg's
 // stand where it sets them, as transformers' from_pretrained(..., output_router_logits=True).
 static int training_choice(const field_t *f) {
-    return f->off == offsetof(mt_config, router_aux) ||
-           f->off == offsetof(mt_config, router_aux_coef);
+    return f->off == offsetof(mt_config, model.router_aux) ||
+           f->off == offsetof(mt_config, model.router_aux_coef);
 }
 
 int config_resolve(config_source *x, const char *key, char *path, size_t cap) {
@@ -209,7 +210,7 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     if (config_resolve(x, "model_dir", cfg->model_dir, sizeof cfg->model_dir) < 0) return -1;
     static mt_config hf; // large (paths): not on the stack
     hf = *cfg;
-    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf, err, sizeof err) < 0)
+    if (hf_read_config(cfg->model_dir, cfg->seq_len, &hf.model, err, sizeof err) < 0)
         return source_fail(x, LINE("model_dir"), "model_dir", "%s", err);
     for (int i = 0; i < NFIELDS; i++) {
         const field_t *f = &schema[i];
@@ -228,85 +229,91 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
             return source_fail(x, LINE("model_dir"), f->key,
                                "%s/config.json gives %g: out of range", cfg->model_dir, v);
     }
-    memcpy(cfg->eos_more, hf.eos_more, sizeof cfg->eos_more); // not a key: Llama 3's eos list
-    cfg->n_eos_more = hf.n_eos_more;
-    cfg->hub_vlm = hf.hub_vlm, cfg->hub_gdn_fused = hf.hub_gdn_fused; // the folder's layout
+    memcpy(cfg->model.eos_more, hf.model.eos_more,
+           sizeof cfg->model.eos_more); // not a key: Llama 3's eos list
+    cfg->model.n_eos_more = hf.model.n_eos_more;
+    cfg->model.hub_vlm = hf.model.hub_vlm,
+    cfg->model.hub_gdn_fused = hf.model.hub_gdn_fused; // the folder's layout
     return 0;
 }
 
 // Multi-head latent attention's widths: all set together, the rotated part even; none of softmax
 // attention's options (biases, qk_norm, the output gate, sinks), which it does not have.
-static int check_mla(ctx_t *x, const mt_config *c) {
-    if (c->mla_kv_rank <= 0)
-        return c->mla_q_rank <= 0 ? 0
+static int check_mla(ctx_t *x, const mt_model *m) {
+    if (m->mla_kv_rank <= 0)
+        return m->mla_q_rank <= 0 ? 0
                                   : source_fail(x, LINE("model.mla_q_rank"), "model.mla_q_rank",
                                                 "needs model.mla_kv_rank > 0 (latent attention)");
     const char *keys[] = {"model.mla_nope_dim",     "model.mla_rope_dim", "model.mla_v_dim",
                           "model.qkv_bias",         "model.o_bias",       "model.qk_norm",
                           "model.attn_output_gate", "model.attn_sinks"};
     int bad[] = {
-        c->mla_nope_dim <= 0,     c->mla_rope_dim <= 0, c->mla_v_dim <= 0, c->qkv_bias, c->o_bias,
-        mt_qk_norm(c) != QK_NONE, c->attn_output_gate,  c->attn_sinks};
+        m->mla_nope_dim <= 0,     m->mla_rope_dim <= 0, m->mla_v_dim <= 0, m->qkv_bias, m->o_bias,
+        mt_qk_norm(m) != QK_NONE, m->attn_output_gate,  m->attn_sinks};
     for (int i = 0; i < 8; i++)
         if (bad[i])
             return source_fail(x, LINE(keys[i]), keys[i], "%s model.mla_kv_rank (latent attention)",
                                i < 3 ? "must be set with" : "is not for");
-    if (c->mla_rope_dim % 2)
+    if (m->mla_rope_dim % 2)
         return source_fail(x, LINE("model.mla_rope_dim"), "model.mla_rope_dim",
-                           "%d must be even (RoPE rotates pairs)", c->mla_rope_dim);
+                           "%d must be even (RoPE rotates pairs)", m->mla_rope_dim);
     return 0;
 }
 
 // model.layer_types: one known entry a layer, a sliding one only with a window (model.c).
-static int check_layer_types(ctx_t *x, const mt_config *c) {
+static int check_layer_types(ctx_t *x, const mt_model *m) {
     char why[160];
-    if (model_check_layer_types(c, why, sizeof why) < 0)
+    if (model_check_layer_types(m, why, sizeof why) < 0)
         return source_fail(x, LINE("model.layer_types"), "model.layer_types", "%s", why);
     return 0;
 }
 
 static int cross_check(ctx_t *x, const mt_config *c) {
-    if (check_layer_types(x, c) < 0 || check_mla(x, c) < 0) return -1;
+    if (check_layer_types(x, &c->model) < 0 || check_mla(x, &c->model) < 0) return -1;
     const char *ids[] = {"model.bos_token_id", "model.eos_token_id"};
-    int values[] = {c->bos_id, c->eos_id};
+    int values[] = {c->model.bos_id, c->model.eos_id};
     for (int i = 0; i < 2; i++)
-        if (values[i] >= c->vocab)
+        if (values[i] >= c->model.vocab)
             return source_fail(x, LINE(ids[i]), ids[i], "%d is not below model.vocab = %d",
-                               values[i], c->vocab);
-    if (!c->head_dim && c->mla_kv_rank <= 0 && c->dim % c->heads) // MLA: its own widths
+                               values[i], c->model.vocab);
+    if (!c->model.head_dim && c->model.mla_kv_rank <= 0 &&
+        c->model.dim % c->model.heads) // MLA: its own widths
         return source_fail(x, LINE("model.dim"), "model.dim",
                            "%d is not divisible by model.heads = %d (or set model.head_dim)",
-                           c->dim, c->heads);
-    if (c->heads % c->kv_heads)
+                           c->model.dim, c->model.heads);
+    if (c->model.heads % c->model.kv_heads)
         return source_fail(x, LINE("model.kv_heads"), "model.kv_heads",
-                           "%d does not divide model.heads = %d", c->kv_heads, c->heads);
-    if (mt_head_dim(c) % 2 && c->mla_kv_rank <= 0)
-        return source_fail(x, LINE(c->head_dim ? "model.head_dim" : "model.dim"),
-                           c->head_dim ? "model.head_dim" : "model.dim",
-                           "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(c));
-    if (mt_rope_dim(c) % 2 || mt_rope_dim(c) < 2)
+                           "%d does not divide model.heads = %d", c->model.kv_heads,
+                           c->model.heads);
+    if (mt_head_dim(&c->model) % 2 && c->model.mla_kv_rank <= 0)
+        return source_fail(x, LINE(c->model.head_dim ? "model.head_dim" : "model.dim"),
+                           c->model.head_dim ? "model.head_dim" : "model.dim",
+                           "head dim %d must be even (RoPE rotates pairs)", mt_head_dim(&c->model));
+    if (mt_rope_dim(&c->model) % 2 || mt_rope_dim(&c->model) < 2)
         return source_fail(x, LINE("model.partial_rotary_factor"), "model.partial_rotary_factor",
                            "%g of head dim %d turns %d elements: RoPE needs an even number, at "
                            "least 2",
-                           c->partial_rotary_factor, mt_head_dim(c), mt_rope_dim(c));
-    if (config_check_moe(x, c) < 0) return -1;
-    if (c->linear_k_heads > 0 && c->linear_v_heads % c->linear_k_heads)
+                           c->model.partial_rotary_factor, mt_head_dim(&c->model),
+                           mt_rope_dim(&c->model));
+    if (config_check_moe(x, &c->model) < 0) return -1;
+    if (c->model.linear_k_heads > 0 && c->model.linear_v_heads % c->model.linear_k_heads)
         return source_fail(x, LINE("model.linear_v_heads"), "model.linear_v_heads",
                            "%d is not a multiple of model.linear_k_heads = %d (each key head "
                            "serves as many value heads)",
-                           c->linear_v_heads, c->linear_k_heads);
-    if (c->attn_output_gate && c->qkv_bias) // q_proj's bias would need the gates' rows too
+                           c->model.linear_v_heads, c->model.linear_k_heads);
+    if (c->model.attn_output_gate &&
+        c->model.qkv_bias) // q_proj's bias would need the gates' rows too
         return source_fail(x, LINE("model.qkv_bias"), "model.qkv_bias",
                            "not with model.attn_output_gate (q_proj's bias of the gates)");
-    if (c->data_format == DATA_BYTES && c->vocab != 256)
+    if (c->data_format == DATA_BYTES && c->model.vocab != 256)
         return source_fail(x, LINE("model.vocab"), "model.vocab",
-                           "%d, but data.format \"bytes\" needs 256", c->vocab);
+                           "%d, but data.format \"bytes\" needs 256", c->model.vocab);
     if (mt_packs_documents(c) && c->data_eot < 0)
         return source_fail(x, LINE("data.pack"), "data.pack",
                            "\"documents\" needs data.eot, the token id that ends a document");
-    if (c->data_eot >= c->vocab)
+    if (c->data_eot >= c->model.vocab)
         return source_fail(x, LINE("data.eot"), "data.eot", "%d is not below model.vocab = %d",
-                           c->data_eot, c->vocab);
+                           c->data_eot, c->model.vocab);
     if (c->min_lr > c->lr)
         return source_fail(x, LINE("optimizer.min_lr"), "optimizer.min_lr",
                            "%g is above optimizer.lr = %g", c->min_lr, c->lr);
@@ -330,10 +337,10 @@ static int cross_check(ctx_t *x, const mt_config *c) {
                            "%d x batch.seq_len %d = %ld tokens per micro-batch, more than %d",
                            c->micro_batch, c->seq_len, (long)c->micro_batch * c->seq_len,
                            MT_MAX_MICRO_BATCH_TOKENS);
-    if (c->device_groups > c->layers + 1)
+    if (c->device_groups > c->model.layers + 1)
         return source_fail(x, LINE("optimizer.device_groups"), "optimizer.device_groups",
                            "%d is more than the embedding and model.layers = %d layers",
-                           c->device_groups, c->layers);
+                           c->device_groups, c->model.layers);
     if (c->grad_slots == GRAD_SLOTS_RING && c->clip > 0)
         return source_fail(x, LINE("optimizer.grad_slots"), "optimizer.grad_slots",
                            "\"ring\" updates each group as its gradients land, which needs "
@@ -382,22 +389,22 @@ static const struct {
 // too: a silent default would change the frequencies), and llama3's blend between the two
 // wavelengths divides by high_freq_factor - low_freq_factor.
 static int check_rope_scaling(ctx_t *x, const mt_config *c) {
-    int llama3 = c->rope_type == ROPE_LLAMA3;
-    const char *type = mt_choice_name(ROPE_TYPE_NAMES, c->rope_type);
+    int llama3 = c->model.rope_type == ROPE_LLAMA3;
+    const char *type = mt_choice_name(ROPE_TYPE_NAMES, c->model.rope_type);
     for (size_t i = 0; i < sizeof rope_keys / sizeof *rope_keys; i++) {
         const char *k = rope_keys[i].key;
-        if (!(rope_keys[i].types >> c->rope_type & 1) && SEEN(k))
+        if (!(rope_keys[i].types >> c->model.rope_type & 1) && SEEN(k))
             return source_fail(x, LINE(k), k, "not used with model.rope_scaling.rope_type = \"%s\"",
                                type);
-        if (rope_keys[i].required >> c->rope_type & 1 && !c->model_dir[0] && !SEEN(k))
+        if (rope_keys[i].required >> c->model.rope_type & 1 && !c->model_dir[0] && !SEEN(k))
             return source_fail(x, LINE("model.rope_scaling.rope_type"), k,
                                "missing (rope_type \"%s\" needs it)", type);
     }
-    if (llama3 && !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+    if (llama3 && !(c->model.rope_high_freq_factor > c->model.rope_low_freq_factor))
         return source_fail(x, LINE("model.rope_scaling.high_freq_factor"),
                            "model.rope_scaling.high_freq_factor",
-                           "%g must be greater than low_freq_factor = %g", c->rope_high_freq_factor,
-                           c->rope_low_freq_factor);
+                           "%g must be greater than low_freq_factor = %g",
+                           c->model.rope_high_freq_factor, c->model.rope_low_freq_factor);
     return 0;
 }
 

@@ -21,85 +21,89 @@
 #define ENUM(k, fld, d, nm) F_(k, K_ENUM, fld, 0, 0, 0, d, NULL, nm)
 
 const field_t config_schema[] = {
-    INT("model.dim", dim, 1, 65536, REQUIRED, 0),
-    INT("model.layers", layers, 1, 4096, REQUIRED, 0),
-    INT("model.heads", heads, 1, 1024, REQUIRED, 0),
-    INT("model.kv_heads", kv_heads, 1, 1024, DERIVED, 0), // default: heads (no GQA)
-    INT("model.ffn_dim", ffn_dim, 1, 1 << 20, REQUIRED, 0),
-    INT("model.vocab", vocab, 2, 1 << 24, 0, 256),
-    FLT("model.rope_theta", rope_theta, 0, 1e12, MIN_OPEN, 10000),
-    FLT("model.norm_eps", norm_eps, 0, 1, MIN_OPEN, 1e-5),
-    BOOL("model.tied_embeddings", tied_embeddings, 1),
-    BOOL("model.qkv_bias", qkv_bias, 0),     // Qwen2: biases on q, k, v
-    BOOL("model.o_bias", o_bias, 0),         // on o_proj too (Llama's attention_bias sets both)
-    BOOL("model.attn_sinks", attn_sinks, 0), // gpt-oss: a learned logit per head in the softmax
-    BOOL("model.attn_output_gate", attn_output_gate, 0),     // Qwen3.5: sigmoid(gate) on the output
-    BOOL("model.norm_zero_centered", norm_zero_centered, 0), // Qwen3.5: RMSNorm by (1 + w)
+    INT("model.dim", model.dim, 1, 65536, REQUIRED, 0),
+    INT("model.layers", model.layers, 1, 4096, REQUIRED, 0),
+    INT("model.heads", model.heads, 1, 1024, REQUIRED, 0),
+    INT("model.kv_heads", model.kv_heads, 1, 1024, DERIVED, 0), // default: heads (no GQA)
+    INT("model.ffn_dim", model.ffn_dim, 1, 1 << 20, REQUIRED, 0),
+    INT("model.vocab", model.vocab, 2, 1 << 24, 0, 256),
+    FLT("model.rope_theta", model.rope_theta, 0, 1e12, MIN_OPEN, 10000),
+    FLT("model.norm_eps", model.norm_eps, 0, 1, MIN_OPEN, 1e-5),
+    BOOL("model.tied_embeddings", model.tied_embeddings, 1),
+    BOOL("model.qkv_bias", model.qkv_bias, 0), // Qwen2: biases on q, k, v
+    BOOL("model.o_bias", model.o_bias, 0),     // on o_proj too (Llama's attention_bias sets both)
+    BOOL("model.attn_sinks", model.attn_sinks,
+         0), // gpt-oss: a learned logit per head in the softmax
+    BOOL("model.attn_output_gate", model.attn_output_gate,
+         0), // Qwen3.5: sigmoid(gate) on the output
+    BOOL("model.norm_zero_centered", model.norm_zero_centered, 0), // Qwen3.5: RMSNorm by (1 + w)
     // multi-head latent attention (DeepSeek-V3, Kimi K2, GLM-4.7-Flash): kv_rank > 0 turns it on
-    INT("model.mla_q_rank", mla_q_rank, 0, 1 << 16, 0, 0), // 0: q_proj, no low-rank query path
-    INT("model.mla_kv_rank", mla_kv_rank, 0, 1 << 16, 0, 0),
-    INT("model.mla_nope_dim", mla_nope_dim, 0, 1024, 0, 0),
-    INT("model.mla_rope_dim", mla_rope_dim, 0, 1024, 0, 0),
-    INT("model.mla_v_dim", mla_v_dim, 0, 1024, 0, 0),
-    BOOL("model.rope_interleave", rope_interleave, 0), // RoPE on pairs (x0, x1), (x2, x3), ...
+    INT("model.mla_q_rank", model.mla_q_rank, 0, 1 << 16, 0,
+        0), // 0: q_proj, no low-rank query path
+    INT("model.mla_kv_rank", model.mla_kv_rank, 0, 1 << 16, 0, 0),
+    INT("model.mla_nope_dim", model.mla_nope_dim, 0, 1024, 0, 0),
+    INT("model.mla_rope_dim", model.mla_rope_dim, 0, 1024, 0, 0),
+    INT("model.mla_v_dim", model.mla_v_dim, 0, 1024, 0, 0),
+    BOOL("model.rope_interleave", model.rope_interleave,
+         0), // RoPE on pairs (x0, x1), (x2, x3), ...
     // Gated DeltaNet, the layers layer_types names linear_attention (Qwen3.5, Qwen3-Next)
-    INT("model.linear_k_heads", linear_k_heads, 0, 1024, 0, 0),
-    INT("model.linear_v_heads", linear_v_heads, 0, 1024, 0, 0),
-    INT("model.linear_k_dim", linear_k_dim, 0, 1024, 0, 0),
-    INT("model.linear_v_dim", linear_v_dim, 0, 1024, 0, 0),
-    INT("model.linear_conv", linear_conv, 1, 64, 0, 4),
-    INT("model.head_dim", head_dim, 0, 1024, 0, 0), // 0: dim / heads
+    INT("model.linear_k_heads", model.linear_k_heads, 0, 1024, 0, 0),
+    INT("model.linear_v_heads", model.linear_v_heads, 0, 1024, 0, 0),
+    INT("model.linear_k_dim", model.linear_k_dim, 0, 1024, 0, 0),
+    INT("model.linear_v_dim", model.linear_v_dim, 0, 1024, 0, 0),
+    INT("model.linear_conv", model.linear_conv, 1, 64, 0, 4),
+    INT("model.head_dim", model.head_dim, 0, 1024, 0, 0), // 0: dim / heads
     // RoPE turns this share of each head (Qwen3.5: 0.25), the rest passes
-    FLT("model.partial_rotary_factor", partial_rotary_factor, 0, 1, MIN_OPEN, 1),
+    FLT("model.partial_rotary_factor", model.partial_rotary_factor, 0, 1, MIN_OPEN, 1),
     // RMSNorm on q and k before RoPE: per head (Qwen3) or over the whole projection (OLMoE)
-    ENUM("model.qk_norm", qk_norm, QK_NONE, QK_NORM_NAMES),
+    ENUM("model.qk_norm", model.qk_norm, QK_NONE, QK_NORM_NAMES),
     // Mixture of Experts (docs/moe.md): 0 experts is a dense model
-    INT("model.experts", experts, 0, MOE_MAX_EXPERTS, 0, 0),
-    INT("model.top_k", top_k, 1, MOE_MAX_EXPERTS, 0, 2),
-    INT("model.moe_ffn_dim", moe_ffn_dim, 1, 1 << 20, DERIVED, 0), // default: ffn_dim
-    BOOL("model.norm_topk_prob", norm_topk_prob, 1),
-    INT("model.shared_ffn_dim", shared_ffn_dim, 0, 1 << 20, 0, 0), // 0: no shared expert
-    INT("model.moe_every", moe_every, 1, 4096, 0, 1), // layer l is MoE when (l + 1) % it == 0
+    INT("model.experts", model.experts, 0, MOE_MAX_EXPERTS, 0, 0),
+    INT("model.top_k", model.top_k, 1, MOE_MAX_EXPERTS, 0, 2),
+    INT("model.moe_ffn_dim", model.moe_ffn_dim, 1, 1 << 20, DERIVED, 0), // default: ffn_dim
+    BOOL("model.norm_topk_prob", model.norm_topk_prob, 1),
+    INT("model.shared_ffn_dim", model.shared_ffn_dim, 0, 1 << 20, 0, 0), // 0: no shared expert
+    INT("model.moe_every", model.moe_every, 1, 4096, 0, 1), // layer l is MoE when (l + 1) % it == 0
     // sliding-window attention: the keys a query of a sliding layer sees (0: none), and which
     // layers slide ("": every layer; else "full_attention,sliding_attention,...")
-    INT("model.sliding_window", sliding_window, 0, 1 << 30, 0, 0),
-    STR("model.layer_types", layer_types, 0, ""),
-    STR("model.dense_layers", dense_layers, 0, ""), // "0,5": these layers' MLPs are dense
+    INT("model.sliding_window", model.sliding_window, 0, 1 << 30, 0, 0),
+    STR("model.layer_types", model.layer_types, 0, ""),
+    STR("model.dense_layers", model.dense_layers, 0, ""), // "0,5": these layers' MLPs are dense
     // the load-balancing loss joins the loss (as transformers' output_router_logits)
-    BOOL("model.router_aux", router_aux, 0),
-    FLT("model.router_aux_coef", router_aux_coef, 0, 1e6, 0, 0.001),
-    ENUM("model.moe_names", moe_names, MOE_NAMES_MLP, MOE_NAMES_NAMES),
+    BOOL("model.router_aux", model.router_aux, 0),
+    FLT("model.router_aux_coef", model.router_aux_coef, 0, 1e6, 0, 0.001),
+    ENUM("model.moe_names", model.moe_names, MOE_NAMES_MLP, MOE_NAMES_NAMES),
     // gpt-oss's router and experts: the softmax over the top k logits, a bias on the router's
     // logits and on each expert's projections, the clamped SwiGLU (0: plain SwiGLU)
-    ENUM("model.router_softmax", router_softmax, ROUTER_SOFTMAX_ALL, ROUTER_SOFTMAX_NAMES),
-    BOOL("model.router_bias", router_bias, 0),
-    BOOL("model.expert_bias", expert_bias, 0),
-    FLT("model.swiglu_limit", swiglu_limit, 0, 1e6, 0, 0),
+    ENUM("model.router_softmax", model.router_softmax, ROUTER_SOFTMAX_ALL, ROUTER_SOFTMAX_NAMES),
+    BOOL("model.router_bias", model.router_bias, 0),
+    BOOL("model.expert_bias", model.expert_bias, 0),
+    FLT("model.swiglu_limit", model.swiglu_limit, 0, 1e6, 0, 0),
     // DeepSeek-V3's router: sigmoid scores, a frozen correction bias for the choice, groups
-    ENUM("model.router_score", router_score, ROUTER_SCORE_SOFTMAX, ROUTER_SCORE_NAMES),
-    BOOL("model.router_correction", router_correction, 0),
-    INT("model.router_groups", router_groups, 0, 1024, 0, 0),           // 0, 1: no group limit
-    INT("model.router_topk_groups", router_topk_groups, 0, 1024, 0, 0), // of router_groups
-    FLT("model.router_scale", router_scale, 0, 1e6, MIN_OPEN, 1),
-    BOOL("model.shared_gate", shared_gate, 1),             // 0: DeepSeek's shared experts, ungated
-    INT("model.bos_token_id", bos_id, -1, 1 << 24, 0, -1), // -1: none
-    INT("model.eos_token_id", eos_id, -1, 1 << 24, 0, -1),
+    ENUM("model.router_score", model.router_score, ROUTER_SCORE_SOFTMAX, ROUTER_SCORE_NAMES),
+    BOOL("model.router_correction", model.router_correction, 0),
+    INT("model.router_groups", model.router_groups, 0, 1024, 0, 0), // 0, 1: no group limit
+    INT("model.router_topk_groups", model.router_topk_groups, 0, 1024, 0, 0), // of router_groups
+    FLT("model.router_scale", model.router_scale, 0, 1e6, MIN_OPEN, 1),
+    BOOL("model.shared_gate", model.shared_gate, 1), // 0: DeepSeek's shared experts, ungated
+    INT("model.bos_token_id", model.bos_id, -1, 1 << 24, 0, -1), // -1: none
+    INT("model.eos_token_id", model.eos_id, -1, 1 << 24, 0, -1),
     // Llama 3.1's RoPE rescaling, transformers' names; the four numbers are required with llama3
     // (the defaults here are Llama 3.1's, kept only so that every field is in range)
-    ENUM("model.rope_scaling.rope_type", rope_type, ROPE_PLAIN, ROPE_TYPE_NAMES),
-    FLT("model.rope_scaling.factor", rope_factor, 1, 1e6, 0, 8),
-    FLT("model.rope_scaling.low_freq_factor", rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
-    FLT("model.rope_scaling.high_freq_factor", rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
-    INT("model.rope_scaling.original_max_position_embeddings", rope_original_max_pos, 1, 1 << 30, 0,
-        8192),
+    ENUM("model.rope_scaling.rope_type", model.rope_type, ROPE_PLAIN, ROPE_TYPE_NAMES),
+    FLT("model.rope_scaling.factor", model.rope_factor, 1, 1e6, 0, 8),
+    FLT("model.rope_scaling.low_freq_factor", model.rope_low_freq_factor, 0, 1e6, MIN_OPEN, 1),
+    FLT("model.rope_scaling.high_freq_factor", model.rope_high_freq_factor, 0, 1e6, MIN_OPEN, 4),
+    INT("model.rope_scaling.original_max_position_embeddings", model.rope_original_max_pos, 1,
+        1 << 30, 0, 8192),
     // YaRN's (rope_type "yarn"), with factor and original_max_position_embeddings above;
     // attention_factor 0: 0.1 ln(factor) + 1
-    FLT("model.rope_scaling.beta_fast", rope_beta_fast, 0, 1e6, MIN_OPEN, 32),
-    FLT("model.rope_scaling.beta_slow", rope_beta_slow, 0, 1e6, MIN_OPEN, 1),
-    BOOL("model.rope_scaling.truncate", rope_truncate, 1),
-    FLT("model.rope_scaling.attention_factor", rope_attention_factor, 0, 1e6, 0, 0),
-    FLT("model.rope_scaling.mscale", rope_mscale, 0, 1e6, 0, 0),
-    FLT("model.rope_scaling.mscale_all_dim", rope_mscale_all_dim, 0, 1e6, 0, 0),
+    FLT("model.rope_scaling.beta_fast", model.rope_beta_fast, 0, 1e6, MIN_OPEN, 32),
+    FLT("model.rope_scaling.beta_slow", model.rope_beta_slow, 0, 1e6, MIN_OPEN, 1),
+    BOOL("model.rope_scaling.truncate", model.rope_truncate, 1),
+    FLT("model.rope_scaling.attention_factor", model.rope_attention_factor, 0, 1e6, 0, 0),
+    FLT("model.rope_scaling.mscale", model.rope_mscale, 0, 1e6, 0, 0),
+    FLT("model.rope_scaling.mscale_all_dim", model.rope_mscale_all_dim, 0, 1e6, 0, 0),
     // required unless data.format is "synthetic"; for "tokens", a glob(3) pattern or a folder
     STR("data.path", data_path, 0, ""),
     ENUM("data.format", data_format, DATA_BYTES, DATA_FORMAT_NAMES),

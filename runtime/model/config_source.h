@@ -48,7 +48,7 @@ int config_join_path(char *out, size_t n, const char *base, const char *rel);
 int source_line(ctx_t *x, const char *key);
 #define LINE(k) source_line(x, k)
 // config_moe.c: the Mixture-of-Experts fields' rules between them.
-int config_check_moe(ctx_t *x, const mt_config *c);
+int config_check_moe(ctx_t *x, const mt_model *m);
 // config_override.c: x->overrides[0 .. n-1] applied over the file's settings.
 int config_apply_overrides(ctx_t *x, mt_config *cfg, int n);
 

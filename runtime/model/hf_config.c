@@ -44,19 +44,19 @@ static double yarn_mscale(double scale, double mscale) {
 // transformers takes from max_position_embeddings when left out; beta_fast 32 and beta_slow 1
 // when left out; truncate, true when left out; attention_factor, else from mscale and
 // mscale_all_dim when both are given (DeepSeek's), else 0 (0.1 ln(factor) + 1, model.h).
-static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_config *m) {
+static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_model *model) {
     double orig = 0, mscale = 0, mscale_all = 0, af = 0;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
-    if (rope_num(j, rs, obj, "factor", 0, &m->rope_factor) < 0) return -1;
+    if (rope_num(j, rs, obj, "factor", 0, &model->rope_factor) < 0) return -1;
     if (o || !item(j, "max_position_embeddings")) {
         if (rope_num(j, rs, obj, "original_max_position_embeddings", 1, &orig) < 0) return -1;
-    } else if (get_int(j, "max_position_embeddings", -1, &m->rope_original_max_pos) < 0) {
+    } else if (get_int(j, "max_position_embeddings", -1, &model->rope_original_max_pos) < 0) {
         return -1;
     }
-    if (orig > 0) m->rope_original_max_pos = (int)orig;
-    if (rope_opt(j, rs, obj, "beta_fast", 32, &m->rope_beta_fast) < 0 ||
-        rope_opt(j, rs, obj, "beta_slow", 1, &m->rope_beta_slow) < 0 ||
+    if (orig > 0) model->rope_original_max_pos = (int)orig;
+    if (rope_opt(j, rs, obj, "beta_fast", 32, &model->rope_beta_fast) < 0 ||
+        rope_opt(j, rs, obj, "beta_slow", 1, &model->rope_beta_slow) < 0 ||
         rope_opt(j, rs, obj, "mscale", 0, &mscale) < 0 ||
         rope_opt(j, rs, obj, "mscale_all_dim", 0, &mscale_all) < 0)
         return -1;
@@ -64,19 +64,19 @@ static int read_yarn(const json_ctx *j, const cJSON *rs, const char *obj, mt_con
     if (a && !cJSON_IsNull(a) && rope_num(j, rs, obj, "attention_factor", 0, &af) < 0) return -1;
     if (tr && !cJSON_IsNull(tr) && !cJSON_IsBool(tr))
         return failf(j->err, j->errlen, "%s: %s.truncate must be true or false", j->path, obj);
-    m->rope_truncate = !tr || cJSON_IsNull(tr) || cJSON_IsTrue(tr);
+    model->rope_truncate = !tr || cJSON_IsNull(tr) || cJSON_IsTrue(tr);
     if (!af && mscale > 0 && mscale_all > 0)
-        af = yarn_mscale(m->rope_factor, mscale) / yarn_mscale(m->rope_factor, mscale_all);
-    m->rope_attention_factor = af;
-    m->rope_mscale = mscale, m->rope_mscale_all_dim = mscale_all;
-    m->rope_type = ROPE_YARN;
+        af = yarn_mscale(model->rope_factor, mscale) / yarn_mscale(model->rope_factor, mscale_all);
+    model->rope_attention_factor = af;
+    model->rope_mscale = mscale, model->rope_mscale_all_dim = mscale_all;
+    model->rope_type = ROPE_YARN;
     return 0;
 }
 
 // rope_scaling, or transformers 5's rope_parameters (which also carries rope_theta): absent or
 // null (the family's default, hf_family.c's), rope_type "default", "llama3" with its four
 // numbers or "yarn" with its own. Any other type is an error.
-static int read_rope(const json_ctx *j, mt_config *m) {
+static int read_rope(const json_ctx *j, mt_model *model) {
     const char *obj = "rope_scaling";
     const cJSON *rs = item(j, obj);
     if (!rs) rs = item(j, obj = "rope_parameters");
@@ -87,44 +87,44 @@ static int read_rope(const json_ctx *j, mt_config *m) {
     if (theta && (!cJSON_IsNumber(theta) || !(theta->valuedouble > 0)))
         return failf(j->err, j->errlen, "%s: %s.rope_theta must be a positive number", j->path,
                      obj);
-    if (theta && item(j, "rope_theta") && theta->valuedouble != m->rope_theta)
+    if (theta && item(j, "rope_theta") && theta->valuedouble != model->rope_theta)
         return failf(j->err, j->errlen, "%s: rope_theta %g disagrees with %s.rope_theta %g",
-                     j->path, m->rope_theta, obj, theta->valuedouble);
-    if (theta) m->rope_theta = theta->valuedouble;
+                     j->path, model->rope_theta, obj, theta->valuedouble);
+    if (theta) model->rope_theta = theta->valuedouble;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type"); // its name before transformers 4.43
     if (!cJSON_IsString(t))
         return failf(j->err, j->errlen, "%s: %s has no rope_type", j->path, obj);
-    m->rope_type = ROPE_PLAIN;
+    model->rope_type = ROPE_PLAIN;
     if (strcmp(t->valuestring, "default") == 0) return 0;
-    if (strcmp(t->valuestring, "yarn") == 0) return read_yarn(j, rs, obj, m);
+    if (strcmp(t->valuestring, "yarn") == 0) return read_yarn(j, rs, obj, model);
     if (strcmp(t->valuestring, "llama3") != 0)
         return failf(j->err, j->errlen,
                      "%s: rope_scaling type %s not supported (only llama3 and yarn)", j->path,
                      t->valuestring);
     double orig = 0;
-    if (rope_num(j, rs, obj, "factor", 0, &m->rope_factor) < 0 ||
-        rope_num(j, rs, obj, "low_freq_factor", 0, &m->rope_low_freq_factor) < 0 ||
-        rope_num(j, rs, obj, "high_freq_factor", 0, &m->rope_high_freq_factor) < 0 ||
+    if (rope_num(j, rs, obj, "factor", 0, &model->rope_factor) < 0 ||
+        rope_num(j, rs, obj, "low_freq_factor", 0, &model->rope_low_freq_factor) < 0 ||
+        rope_num(j, rs, obj, "high_freq_factor", 0, &model->rope_high_freq_factor) < 0 ||
         rope_num(j, rs, obj, "original_max_position_embeddings", 1, &orig) < 0)
         return -1;
-    if (!(m->rope_high_freq_factor > m->rope_low_freq_factor))
+    if (!(model->rope_high_freq_factor > model->rope_low_freq_factor))
         return failf(j->err, j->errlen,
                      "%s: %s.high_freq_factor %g must be greater than low_freq_factor %g", j->path,
-                     obj, m->rope_high_freq_factor, m->rope_low_freq_factor);
-    m->rope_original_max_pos = (int)orig;
-    m->rope_type = ROPE_LLAMA3;
+                     obj, model->rope_high_freq_factor, model->rope_low_freq_factor);
+    model->rope_original_max_pos = (int)orig;
+    model->rope_type = ROPE_LLAMA3;
     return 0;
 }
 
 // The Gated DeltaNet families' RoPE: plain, over partial_rotary_factor of each head (an mRoPE's
 // mrope_section and mrope_interleaved change nothing for text: its three position rows are the
 // same). Their export writes rope_parameters of type default only.
-static int gdn_plain_rope(const json_ctx *j, const mt_config *m) {
-    if (m->linear_k_heads > 0 && m->rope_type != ROPE_PLAIN)
+static int gdn_plain_rope(const json_ctx *j, const mt_model *model) {
+    if (model->linear_k_heads > 0 && model->rope_type != ROPE_PLAIN)
         return failf(j->err, j->errlen,
                      "%s: rope_type %s not supported for linear-attention models (only default)",
-                     j->path, mt_choice_name(ROPE_TYPE_NAMES, m->rope_type));
+                     j->path, mt_choice_name(ROPE_TYPE_NAMES, model->rope_type));
     return 0;
 }
 
@@ -143,26 +143,27 @@ static int token_id(const json_ctx *j, const char *key, const cJSON *v, int voca
 }
 
 // bos_token_id, and eos_token_id: one id, or a list of them (Llama 3).
-static int read_special(const json_ctx *j, mt_config *m) {
+static int read_special(const json_ctx *j, mt_model *model) {
     const cJSON *bos = item(j, "bos_token_id"), *eos = item(j, "eos_token_id");
-    int max_eos = 1 + (int)(sizeof m->eos_more / sizeof *m->eos_more);
-    m->bos_id = m->eos_id = -1, m->n_eos_more = 0;
-    if (bos && token_id(j, "bos_token_id", bos, m->vocab, &m->bos_id) < 0) return -1;
+    int max_eos = 1 + (int)(sizeof model->eos_more / sizeof *model->eos_more);
+    model->bos_id = model->eos_id = -1, model->n_eos_more = 0;
+    if (bos && token_id(j, "bos_token_id", bos, model->vocab, &model->bos_id) < 0) return -1;
     if (!eos) return 0;
-    if (!cJSON_IsArray(eos)) return token_id(j, "eos_token_id", eos, m->vocab, &m->eos_id);
+    if (!cJSON_IsArray(eos)) return token_id(j, "eos_token_id", eos, model->vocab, &model->eos_id);
     int n = cJSON_GetArraySize(eos);
     if (n < 1 || n > max_eos)
         return failf(j->err, j->errlen, "%s: eos_token_id lists %d ids (1 to %d supported)",
                      j->path, n, max_eos);
     for (int i = 0; i < n; i++) {
-        int *dst = i == 0 ? &m->eos_id : &m->eos_more[i - 1];
-        if (token_id(j, "eos_token_id", cJSON_GetArrayItem(eos, i), m->vocab, dst) < 0) return -1;
+        int *dst = i == 0 ? &model->eos_id : &model->eos_more[i - 1];
+        if (token_id(j, "eos_token_id", cJSON_GetArrayItem(eos, i), model->vocab, dst) < 0)
+            return -1;
     }
-    m->n_eos_more = n - 1;
+    model->n_eos_more = n - 1;
     return 0;
 }
 
-int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen) {
+int hf_read_config(const char *dir, int seq_len, mt_model *model, char *err, size_t errlen) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = read_text(path, CONFIG_MAX, err, errlen);

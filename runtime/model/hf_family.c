@@ -299,15 +299,15 @@ static int check_unsupported(const json_ctx *j, const family *f) {
                : 0;
 }
 
-static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
+static int read_shape(const json_ctx *j, const family *f, mt_model *model) {
     int head_dim = 0;
-    if (get_int(j, "hidden_size", -1, &m->dim) < 0 ||
-        (!f->no_ffn_key && get_int(j, "intermediate_size", -1, &m->ffn_dim) < 0) ||
-        get_int(j, "num_hidden_layers", -1, &m->layers) < 0 ||
-        get_int(j, "num_attention_heads", -1, &m->heads) < 0 ||
-        get_int(j, "vocab_size", -1, &m->vocab) < 0 ||
-        get_int(j, "num_key_value_heads", f->kv_default ? f->kv_default : m->heads, &m->kv_heads) <
-            0 ||
+    if (get_int(j, "hidden_size", -1, &model->dim) < 0 ||
+        (!f->no_ffn_key && get_int(j, "intermediate_size", -1, &model->ffn_dim) < 0) ||
+        get_int(j, "num_hidden_layers", -1, &model->layers) < 0 ||
+        get_int(j, "num_attention_heads", -1, &model->heads) < 0 ||
+        get_int(j, "vocab_size", -1, &model->vocab) < 0 ||
+        get_int(j, "num_key_value_heads", f->kv_default ? f->kv_default : model->heads,
+                &model->kv_heads) < 0 ||
         get_int(j, "head_dim", f->head_dim_default, &head_dim) < 0)
         return -1;
     if (head_dim > 1024)
@@ -315,18 +315,18 @@ static int read_shape(const json_ctx *j, const family *f, mt_config *m) {
                      head_dim);
     // An explicit head_dim equal to hidden / heads is the plain shape: stored as 0, so that a
     // train.cfg without model.head_dim agrees with the folder.
-    m->head_dim = head_dim && (int64_t)head_dim * m->heads != m->dim ? head_dim : 0;
-    if (get_num(j, "rope_theta", f->theta_default, &m->rope_theta) < 0 ||
-        get_num(j, "rms_norm_eps", f->eps_default, &m->norm_eps) < 0 ||
-        get_bool(j, "tie_word_embeddings", 0, &m->tied_embeddings) < 0)
+    model->head_dim = head_dim && (int64_t)head_dim * model->heads != model->dim ? head_dim : 0;
+    if (get_num(j, "rope_theta", f->theta_default, &model->rope_theta) < 0 ||
+        get_num(j, "rms_norm_eps", f->eps_default, &model->norm_eps) < 0 ||
+        get_bool(j, "tie_word_embeddings", 0, &model->tied_embeddings) < 0)
         return -1;
-    m->qkv_bias = f->qkv_bias == 1, m->o_bias = 0;
-    if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &m->qkv_bias) < 0) return -1;
-    if (f->qkv_bias == 3 && get_bool(j, "attention_bias", 0, &m->qkv_bias) < 0) return -1;
-    if (f->attention_bias && get_bool(j, "attention_bias", f->bias_default, &m->o_bias) < 0)
+    model->qkv_bias = f->qkv_bias == 1, model->o_bias = 0;
+    if (f->qkv_bias == 2 && get_bool(j, "qkv_bias", 1, &model->qkv_bias) < 0) return -1;
+    if (f->qkv_bias == 3 && get_bool(j, "attention_bias", 0, &model->qkv_bias) < 0) return -1;
+    if (f->attention_bias && get_bool(j, "attention_bias", f->bias_default, &model->o_bias) < 0)
         return -1;
-    if (f->attention_bias) m->qkv_bias = m->o_bias; // q, k, v and o_proj alike
-    m->qk_norm = f->qk_norm;
+    if (f->attention_bias) model->qkv_bias = model->o_bias; // q, k, v and o_proj alike
+    model->qk_norm = f->qk_norm;
     return 0;
 }
 
@@ -338,24 +338,24 @@ static int listed_earlier(const cJSON *list, const cJSON *v) {
 
 // mlp_only_layers: a list of layer indices, written as model.dense_layers ("0,5"). A layer
 // listed twice is one dense layer, as transformers reads the list (`in`), so it is written once.
-static int read_dense_layers(const json_ctx *j, mt_config *m) {
+static int read_dense_layers(const json_ctx *j, mt_model *model) {
     const cJSON *list = item(j, "mlp_only_layers"), *v;
-    memset(m->dense_layers, 0, sizeof m->dense_layers);
+    memset(model->dense_layers, 0, sizeof model->dense_layers);
     if (!list) return 0;
     if (!cJSON_IsArray(list))
         return failf(j->err, j->errlen, "%s: mlp_only_layers must be a list of layer indices",
                      j->path);
     size_t used = 0;
     cJSON_ArrayForEach(v, list) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= m->layers ||
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= model->layers ||
             v->valuedouble != (double)(int)v->valuedouble || (v->type & JSON_FLOAT_TEXT))
             return failf(j->err, j->errlen,
                          "%s: mlp_only_layers must list layer indices below num_hidden_layers %d",
-                         j->path, m->layers);
+                         j->path, model->layers);
         if (listed_earlier(list, v)) continue;
-        int n = snprintf(m->dense_layers + used, sizeof m->dense_layers - used, "%s%d",
+        int n = snprintf(model->dense_layers + used, sizeof model->dense_layers - used, "%s%d",
                          used ? "," : "", (int)v->valuedouble);
-        if (n < 0 || (size_t)n >= sizeof m->dense_layers - used)
+        if (n < 0 || (size_t)n >= sizeof model->dense_layers - used)
             return failf(j->err, j->errlen, "%s: mlp_only_layers lists too many layers", j->path);
         used += (size_t)n;
     }
@@ -376,151 +376,153 @@ static const char *experts_key(const json_ctx *j, const family *f) {
     return f->experts_key;
 }
 
-static int read_experts(const json_ctx *j, const family *f, mt_config *m) {
+static int read_experts(const json_ctx *j, const family *f, mt_model *model) {
     const char *key = experts_key(j, f);
-    if (!key || get_int(j, key, -1, &m->experts) < 0 ||
-        get_int(j, "num_experts_per_tok", -1, &m->top_k) < 0)
+    if (!key || get_int(j, key, -1, &model->experts) < 0 ||
+        get_int(j, "num_experts_per_tok", -1, &model->top_k) < 0)
         return -1;
-    if (m->experts > MOE_MAX_EXPERTS)
+    if (model->experts > MOE_MAX_EXPERTS)
         return failf(j->err, j->errlen, "%s: %s %d is out of range: at most %d", j->path, key,
-                     m->experts, MOE_MAX_EXPERTS);
-    if (m->top_k > m->experts)
+                     model->experts, MOE_MAX_EXPERTS);
+    if (model->top_k > model->experts)
         return failf(j->err, j->errlen, "%s: num_experts_per_tok %d is more than %s %d", j->path,
-                     m->top_k, key, m->experts);
-    return get_int(j, f->expert_ffn_key, -1, &m->moe_ffn_dim);
+                     model->top_k, key, model->experts);
+    return get_int(j, f->expert_ffn_key, -1, &model->moe_ffn_dim);
 }
 
 // gpt-oss's attention sinks, router and experts (all of them on; every other family's off).
 // swiglu_alpha, the clamped SwiGLU's sigmoid gain, is a key of transformers 5.25 (fixed at 1.702
 // before): only that value is supported.
-static int read_oss(const json_ctx *j, const family *f, mt_config *m) {
-    m->attn_sinks = m->router_bias = m->expert_bias = f->oss;
-    m->router_softmax = f->oss ? ROUTER_SOFTMAX_TOP_K : ROUTER_SOFTMAX_ALL;
-    m->swiglu_limit = 0;
+static int read_oss(const json_ctx *j, const family *f, mt_model *model) {
+    model->attn_sinks = model->router_bias = model->expert_bias = f->oss;
+    model->router_softmax = f->oss ? ROUTER_SOFTMAX_TOP_K : ROUTER_SOFTMAX_ALL;
+    model->swiglu_limit = 0;
     if (!f->oss) return 0;
     const cJSON *alpha = item(j, "swiglu_alpha");
     if (alpha && !(cJSON_IsNumber(alpha) && alpha->valuedouble == 1.702))
         return failf(j->err, j->errlen, "%s: swiglu_alpha not supported (only 1.702)", j->path);
-    return get_num(j, "swiglu_limit", 7.0, &m->swiglu_limit);
+    return get_num(j, "swiglu_limit", 7.0, &model->swiglu_limit);
 }
 
 // The MoE fields; a dense family has none (experts 0).
-static int read_moe(const json_ctx *j, const family *f, mt_config *m) {
-    if (read_oss(j, f, m) < 0) return -1;
-    m->experts = 0, m->top_k = 2, m->moe_ffn_dim = m->ffn_dim, m->norm_topk_prob = 1;
-    m->shared_ffn_dim = 0, m->moe_every = 1, m->router_aux = 0, m->router_aux_coef = 0.001;
-    m->shared_gate = 1; // Qwen2-MoE's shared expert has its gate
-    memset(m->dense_layers, 0, sizeof m->dense_layers);
-    m->moe_names = MOE_NAMES_MLP;
+static int read_moe(const json_ctx *j, const family *f, mt_model *model) {
+    if (read_oss(j, f, model) < 0) return -1;
+    model->experts = 0, model->top_k = 2, model->moe_ffn_dim = model->ffn_dim,
+    model->norm_topk_prob = 1;
+    model->shared_ffn_dim = 0, model->moe_every = 1, model->router_aux = 0,
+    model->router_aux_coef = 0.001;
+    model->shared_gate = 1; // Qwen2-MoE's shared expert has its gate
+    memset(model->dense_layers, 0, sizeof model->dense_layers);
+    model->moe_names = MOE_NAMES_MLP;
     if (!f->experts_key) return 0;
-    m->moe_names = f->moe_names;
-    if (read_experts(j, f, m) < 0) return -1;
+    model->moe_names = f->moe_names;
+    if (read_experts(j, f, model) < 0) return -1;
     if (!f->always_renorm &&
-        get_bool(j, "norm_topk_prob", f->renorm_default, &m->norm_topk_prob) < 0)
+        get_bool(j, "norm_topk_prob", f->renorm_default, &model->norm_topk_prob) < 0)
         return -1;
     if (f->shared) { // absent: the config class's default, as transformers builds it
         const cJSON *s = item(j, "shared_expert_intermediate_size");
         if (!(s && cJSON_IsNumber(s) && s->valuedouble == 0) &&
-            get_int(j, "shared_expert_intermediate_size", f->shared_default, &m->shared_ffn_dim) <
-                0)
+            get_int(j, "shared_expert_intermediate_size", f->shared_default,
+                    &model->shared_ffn_dim) < 0)
             return -1;
     }
-    if (f->no_ffn_key) m->ffn_dim = m->moe_ffn_dim;
-    if (f->sparse_steps &&
-        (get_int(j, "decoder_sparse_step", 1, &m->moe_every) < 0 || read_dense_layers(j, m) < 0))
+    if (f->no_ffn_key) model->ffn_dim = model->moe_ffn_dim;
+    if (f->sparse_steps && (get_int(j, "decoder_sparse_step", 1, &model->moe_every) < 0 ||
+                            read_dense_layers(j, model) < 0))
         return -1;
-    if (m->moe_every > 4096)
+    if (model->moe_every > 4096)
         return failf(j->err, j->errlen, "%s: decoder_sparse_step %d is out of range", j->path,
-                     m->moe_every);
+                     model->moe_every);
     const cJSON *coef = item(j, "router_aux_loss_coef");
-    m->router_aux_coef = f->aux_coef_default;
+    model->router_aux_coef = f->aux_coef_default;
     if (coef && (!cJSON_IsNumber(coef) || !(coef->valuedouble >= 0) || coef->valuedouble > 1e6))
         return failf(j->err, j->errlen, "%s: router_aux_loss_coef must be a number >= 0", j->path);
-    if (coef) m->router_aux_coef = coef->valuedouble;
-    return get_bool(j, "output_router_logits", 0, &m->router_aux);
+    if (coef) model->router_aux_coef = coef->valuedouble;
+    return get_bool(j, "output_router_logits", 0, &model->router_aux);
 }
 
 // The RoPE of a config.json without rope_scaling: gpt-oss's YaRN (GptOssConfig's), else plain.
 // hf_config.c's read_rope replaces it with config.json's.
-static void default_rope(const family *f, mt_config *m) {
-    m->rope_type = f->oss ? ROPE_YARN : ROPE_PLAIN;
-    m->rope_mscale = m->rope_mscale_all_dim = 0;
+static void default_rope(const family *f, mt_model *model) {
+    model->rope_type = f->oss ? ROPE_YARN : ROPE_PLAIN;
+    model->rope_mscale = model->rope_mscale_all_dim = 0;
     if (!f->oss) return;
-    m->rope_factor = 32, m->rope_original_max_pos = 4096;
-    m->rope_beta_fast = 32, m->rope_beta_slow = 1, m->rope_truncate = 0;
-    m->rope_attention_factor = 0;
+    model->rope_factor = 32, model->rope_original_max_pos = 4096;
+    model->rope_beta_fast = 32, model->rope_beta_slow = 1, model->rope_truncate = 0;
+    model->rope_attention_factor = 0;
 }
 
-int hf_read_family(json_ctx *j, int seq_len, mt_config *m) {
+int hf_read_family(json_ctx *j, int seq_len, mt_model *model) {
     const family *f = find_family(j);
     int tied = 0;
     if (!f || (f->vlm && gdn_enter_text_config(j, &tied) < 0)) return -1;
-    if (check_unsupported(j, f) < 0 || read_shape(j, f, m) < 0 ||
-        (f->vlm && gdn_settle_tie(j, tied, m) < 0) || hf_read_window(j, f, seq_len, m) < 0 ||
-        gdn_read(j, f->gdn, f->gdn_fused, m) < 0)
+    if (check_unsupported(j, f) < 0 || read_shape(j, f, model) < 0 ||
+        (f->vlm && gdn_settle_tie(j, tied, model) < 0) ||
+        hf_read_window(j, f, seq_len, model) < 0 || gdn_read(j, f->gdn, f->gdn_fused, model) < 0)
         return -1;
-    m->hub_vlm = f->vlm;
-    default_rope(f, m);
-    return read_moe(j, f, m) < 0 ? -1 : sigmoid_moe_read(j, f, m);
+    model->hub_vlm = f->vlm;
+    default_rope(f, model);
+    return read_moe(j, f, model) < 0 ? -1 : sigmoid_moe_read(j, f, model);
 }
 
-// Whether family f has c's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
+// Whether family f has m's biases: Llama's attention_bias on q, k, v and o_proj alike, Qwen2's
 // on q, k and v (Qwen2-MoE's as its qkv_bias says), the others none.
-static int carries_biases(const family *f, const mt_config *c) {
-    if (f->qkv_bias == 3) return !c->o_bias;
-    if (f->attention_bias) return !!c->qkv_bias == !!c->o_bias;
-    return !c->o_bias && (f->qkv_bias == 2 || (f->qkv_bias == 1) == !!c->qkv_bias);
+static int carries_biases(const family *f, const mt_model *m) {
+    if (f->qkv_bias == 3) return !m->o_bias;
+    if (f->attention_bias) return !!m->qkv_bias == !!m->o_bias;
+    return !m->o_bias && (f->qkv_bias == 2 || (f->qkv_bias == 1) == !!m->qkv_bias);
 }
 
 // gpt-oss's options come all together, in gpt-oss only.
-static int matches_oss(const family *f, const mt_config *c) {
-    int oss = c->attn_sinks && c->router_softmax == ROUTER_SOFTMAX_TOP_K && c->swiglu_limit > 0;
-    int none = !c->attn_sinks && c->router_softmax == ROUTER_SOFTMAX_ALL && c->swiglu_limit == 0;
+static int matches_oss(const family *f, const mt_model *m) {
+    int oss = m->attn_sinks && m->router_softmax == ROUTER_SOFTMAX_TOP_K && m->swiglu_limit > 0;
+    int none = !m->attn_sinks && m->router_softmax == ROUTER_SOFTMAX_ALL && m->swiglu_limit == 0;
     return f->oss ? oss : none;
 }
 
 // Qwen3.5's and Qwen3-Next's options come all together, in those families only, and the
 // folder's layout (a VLM's nesting, Qwen3-Next's fused projections) picks among them.
-static int matches_gdn(const family *f, const mt_config *c) {
-    int gdn = c->linear_k_heads > 0 && c->attn_output_gate && c->norm_zero_centered;
-    int none = c->linear_k_heads <= 0 && !c->attn_output_gate && !c->norm_zero_centered;
-    if (!f->gdn) return none && !c->hub_vlm && !c->hub_gdn_fused;
-    return gdn && f->vlm == !!c->hub_vlm && f->gdn_fused == !!c->hub_gdn_fused;
+static int matches_gdn(const family *f, const mt_model *m) {
+    int gdn = m->linear_k_heads > 0 && m->attn_output_gate && m->norm_zero_centered;
+    int none = m->linear_k_heads <= 0 && !m->attn_output_gate && !m->norm_zero_centered;
+    if (!f->gdn) return none && !m->hub_vlm && !m->hub_gdn_fused;
+    return gdn && f->vlm == !!m->hub_vlm && f->gdn_fused == !!m->hub_gdn_fused;
 }
 
-// The family an export writes: the first whose fields match c's (named arch, when not NULL),
+// The family an export writes: the first whose fields match m's (named arch, when not NULL),
 // NULL when none does.
-static const family *family_named(const mt_config *c, const char *arch) {
+static const family *family_named(const mt_model *m, const char *arch) {
     for (int i = 0; i < N_FAMILIES; i++) {
         const family *f = &families[i];
         int moe = f->experts_key != NULL;
-        int qk = f->qk_norm == c->qk_norm || (f->qk_norm_key && c->qk_norm == QK_HEAD);
+        int qk = f->qk_norm == m->qk_norm || (f->qk_norm_key && m->qk_norm == QK_HEAD);
         if (arch && strcmp(arch, f->arch)) continue;
-        if (moe != (c->experts > 0) || !qk || !matches_gdn(f, c) || !sigmoid_moe_matches(f, c))
+        if (moe != (m->experts > 0) || !qk || !matches_gdn(f, m) || !sigmoid_moe_matches(f, m))
             continue;
-        if (!carries_biases(f, c)) continue;
-        if (!hf_writes_window(f, c) || !matches_oss(f, c)) continue;
+        if (!carries_biases(f, m)) continue;
+        if (!hf_writes_window(f, m) || !matches_oss(f, m)) continue;
         if (!moe) return f;
-        if (f->moe_names != c->moe_names || (f->always_renorm && !c->norm_topk_prob) ||
-            (!f->shared && !f->sigmoid_router && c->shared_ffn_dim > 0) ||
-            (!f->sparse_steps && !f->sigmoid_router && (c->moe_every != 1 || c->dense_layers[0])))
+        if (f->moe_names != m->moe_names || (f->always_renorm && !m->norm_topk_prob) ||
+            (!f->shared && !f->sigmoid_router && m->shared_ffn_dim > 0) ||
+            (!f->sparse_steps && !f->sigmoid_router && (m->moe_every != 1 || m->dense_layers[0])))
             continue;
         return f;
     }
     return NULL;
 }
 
-// model_dir's class when it has c's fields (DeepSeek-V3's and GLM-4.7-Flash's are the same
+// model_dir's class when it has m's fields (DeepSeek-V3's and GLM-4.7-Flash's are the same
 // fields), else the first that has them.
-static const family *family_of(const mt_config *c) {
+static const family *family_of(const mt_model *m, const char *model_dir) {
     char arch[128];
-    const family *f = hf_source_arch(c, arch, sizeof arch) ? family_named(c, arch) : NULL;
-    return f ? f : family_named(c, NULL);
+    const family *f = hf_source_arch(model_dir, arch, sizeof arch) ? family_named(m, arch) : NULL;
+    return f ? f : family_named(m, NULL);
 }
 
-static void add_dense_layers(cJSON *r, const mt_config *c) {
+static void add_dense_layers(cJSON *r, const mt_model *m) {
     cJSON *list = cJSON_AddArrayToObject(r, "mlp_only_layers");
-    for (const char *p = c->dense_layers; *p;) {
+    for (const char *p = m->dense_layers; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p) break;
@@ -529,48 +531,48 @@ static void add_dense_layers(cJSON *r, const mt_config *c) {
     }
 }
 
-static void write_moe(cJSON *r, const family *f, const mt_config *c) {
-    cJSON_AddNumberToObject(r, f->experts_key, c->experts);
-    cJSON_AddNumberToObject(r, "num_experts_per_tok", c->top_k);
+static void write_moe(cJSON *r, const family *f, const mt_model *m) {
+    cJSON_AddNumberToObject(r, f->experts_key, m->experts);
+    cJSON_AddNumberToObject(r, "num_experts_per_tok", m->top_k);
     if (strcmp(f->expert_ffn_key, "intermediate_size") != 0)
-        cJSON_AddNumberToObject(r, f->expert_ffn_key, c->moe_ffn_dim);
-    if (!f->always_renorm) cJSON_AddBoolToObject(r, "norm_topk_prob", c->norm_topk_prob);
-    if (f->shared) cJSON_AddNumberToObject(r, "shared_expert_intermediate_size", c->shared_ffn_dim);
+        cJSON_AddNumberToObject(r, f->expert_ffn_key, m->moe_ffn_dim);
+    if (!f->always_renorm) cJSON_AddBoolToObject(r, "norm_topk_prob", m->norm_topk_prob);
+    if (f->shared) cJSON_AddNumberToObject(r, "shared_expert_intermediate_size", m->shared_ffn_dim);
     if (f->sparse_steps) {
-        cJSON_AddNumberToObject(r, "decoder_sparse_step", c->moe_every);
-        add_dense_layers(r, c);
+        cJSON_AddNumberToObject(r, "decoder_sparse_step", m->moe_every);
+        add_dense_layers(r, m);
     }
-    if (!f->sigmoid_router) hf_add_float(r, "router_aux_loss_coef", c->router_aux_coef);
-    cJSON_AddBoolToObject(r, "output_router_logits", c->router_aux);
-    if (f->oss) hf_add_float(r, "swiglu_limit", c->swiglu_limit);
+    if (!f->sigmoid_router) hf_add_float(r, "router_aux_loss_coef", m->router_aux_coef);
+    cJSON_AddBoolToObject(r, "output_router_logits", m->router_aux);
+    if (f->oss) hf_add_float(r, "swiglu_limit", m->swiglu_limit);
 }
 
-int hf_write_family(cJSON *r, const mt_config *c) {
-    const family *f = family_of(c);
+int hf_write_family(cJSON *r, const mt_model *m, const char *model_dir) {
+    const family *f = family_of(m, model_dir);
     if (!f) return -1;
     cJSON *arch = cJSON_AddArrayToObject(r, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString(f->arch));
     cJSON_AddStringToObject(r, "model_type", f->model_type);
     // The MoE families with Mixtral's and OLMoE's naming read intermediate_size as the experts'.
-    int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? c->moe_ffn_dim
-                                                                                : c->ffn_dim;
+    int ffn = f->experts_key && !strcmp(f->expert_ffn_key, "intermediate_size") ? m->moe_ffn_dim
+                                                                                : m->ffn_dim;
     if (!f->no_ffn_key) cJSON_AddNumberToObject(r, "intermediate_size", ffn);
-    if (f->gdn) gdn_write(r, c);
+    if (f->gdn) gdn_write(r, m);
     if (f->window == WINDOW_FLAG || f->window == WINDOW_OSS)
-        hf_write_layer_types(r, f, c);
+        hf_write_layer_types(r, f, m);
     else if (f->window == WINDOW_PLAIN) {
         cJSON_AddNullToObject(r, "sliding_window");
     } else if (f->window == WINDOW_MISTRAL) {
-        cJSON_AddNumberToObject(r, "sliding_window", c->sliding_window);
+        cJSON_AddNumberToObject(r, "sliding_window", m->sliding_window);
     }
-    if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", c->qkv_bias);
-    if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", f->attention_bias && c->o_bias);
-    if (f->qkv_bias == 3) cJSON_AddBoolToObject(r, "attention_bias", c->qkv_bias);
+    if (f->qkv_bias == 2) cJSON_AddBoolToObject(r, "qkv_bias", m->qkv_bias);
+    if (!f->qkv_bias) cJSON_AddBoolToObject(r, "attention_bias", f->attention_bias && m->o_bias);
+    if (f->qkv_bias == 3) cJSON_AddBoolToObject(r, "attention_bias", m->qkv_bias);
     if (!f->experts_key && !f->qkv_bias) cJSON_AddBoolToObject(r, "mlp_bias", 0);
-    if (f->experts_key) write_moe(r, f, c);
-    sigmoid_moe_write(r, f, c);
+    if (f->experts_key) write_moe(r, f, m);
+    sigmoid_moe_write(r, f, m);
     // gpt-oss without rope_scaling is YaRN: plain RoPE must be said (io/export.c adds the rest)
-    if (f->oss && c->rope_type == ROPE_PLAIN)
+    if (f->oss && m->rope_type == ROPE_PLAIN)
         cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "rope_scaling"), "rope_type", "default");
     return 0;
 }

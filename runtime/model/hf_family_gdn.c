@@ -20,28 +20,28 @@ int gdn_enter_text_config(json_ctx *j, int *tied) {
     return 0;
 }
 
-int gdn_settle_tie(const json_ctx *j, int tied, mt_config *m) {
-    if (item(j, "tie_word_embeddings") && m->tied_embeddings != tied)
+int gdn_settle_tie(const json_ctx *j, int tied, mt_model *model) {
+    if (item(j, "tie_word_embeddings") && model->tied_embeddings != tied)
         return failf(j->err, j->errlen,
                      "%s: tie_word_embeddings %s disagrees with the top level's %s (which "
                      "transformers ties lm_head by)",
-                     j->path, m->tied_embeddings ? "true" : "false", tied ? "true" : "false");
-    m->tied_embeddings = tied;
+                     j->path, model->tied_embeddings ? "true" : "false", tied ? "true" : "false");
+    model->tied_embeddings = tied;
     return 0;
 }
 
 // layer_types: config.json's list of linear_attention and full_attention, or by default
 // transformers' pattern, every full_attention_interval-th layer full (4 when left out).
-static int read_types(const json_ctx *j, mt_config *m) {
+static int read_types(const json_ctx *j, mt_model *model) {
     const cJSON *list = item(j, "layer_types");
     int every = 4;
     size_t used = 0;
     if (!list && get_int(j, "full_attention_interval", 4, &every) < 0) return -1;
-    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != m->layers))
+    if (list && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != model->layers))
         return failf(j->err, j->errlen, "%s: layer_types must list num_hidden_layers = %d entries",
-                     j->path, m->layers);
-    memset(m->layer_types, 0, sizeof m->layer_types);
-    for (int l = 0; l < m->layers; l++) {
+                     j->path, model->layers);
+    memset(model->layer_types, 0, sizeof model->layer_types);
+    for (int l = 0; l < model->layers; l++) {
         const char *type = (l + 1) % every ? "linear_attention" : "full_attention";
         if (list) {
             const cJSON *e = cJSON_GetArrayItem(list, l);
@@ -54,9 +54,9 @@ static int read_types(const json_ctx *j, mt_config *m) {
                          "%s: layer_types[%d] \"%s\" not supported (linear_attention or "
                          "full_attention)",
                          j->path, l, type);
-        int wrote = snprintf(m->layer_types + used, sizeof m->layer_types - used, "%s%s",
+        int wrote = snprintf(model->layer_types + used, sizeof model->layer_types - used, "%s%s",
                              l ? "," : "", type);
-        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof m->layer_types)
+        if (wrote < 0 || used + (size_t)wrote + 1 >= sizeof model->layer_types)
             return failf(j->err, j->errlen, "%s: layer_types: too many layers to list", j->path);
         used += (size_t)wrote;
     }
@@ -66,63 +66,63 @@ static int read_types(const json_ctx *j, mt_config *m) {
 // partial_rotary_factor: rope_parameters' (transformers 5 moves it there), else the top level's
 // (older config.json files), else def, the class's default. At most 1, and RoPE must turn an
 // even number of each head's elements.
-int hf_read_partial_rotary(const json_ctx *j, double def, mt_config *m) {
+int hf_read_partial_rotary(const json_ctx *j, double def, mt_model *model) {
     const cJSON *rp = item(j, "rope_parameters");
     const cJSON *v =
         cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
     if (!v) v = item(j, "partial_rotary_factor");
-    m->partial_rotary_factor = v ? (cJSON_IsNumber(v) ? v->valuedouble : -1) : def;
-    if (!(m->partial_rotary_factor > 0 && m->partial_rotary_factor <= 1))
+    model->partial_rotary_factor = v ? (cJSON_IsNumber(v) ? v->valuedouble : -1) : def;
+    if (!(model->partial_rotary_factor > 0 && model->partial_rotary_factor <= 1))
         return failf(j->err, j->errlen, "%s: partial_rotary_factor must be a number in (0, 1]",
                      j->path);
-    if (mt_rope_dim(m) % 2 || mt_rope_dim(m) < 2)
+    if (mt_rope_dim(model) % 2 || mt_rope_dim(model) < 2)
         return failf(j->err, j->errlen,
                      "%s: partial_rotary_factor %g turns %d of head_dim %d's elements: not an "
                      "even number",
-                     j->path, m->partial_rotary_factor, mt_rope_dim(m), mt_head_dim(m));
+                     j->path, model->partial_rotary_factor, mt_rope_dim(model), mt_head_dim(model));
     return 0;
 }
 
-int gdn_read(const json_ctx *j, int gdn, int fused, mt_config *m) {
-    m->attn_output_gate = m->norm_zero_centered = gdn;
-    m->hub_gdn_fused = gdn && fused;
-    m->linear_k_heads = m->linear_v_heads = m->linear_k_dim = m->linear_v_dim = 0;
-    m->linear_conv = 4;
+int gdn_read(const json_ctx *j, int gdn, int fused, mt_model *model) {
+    model->attn_output_gate = model->norm_zero_centered = gdn;
+    model->hub_gdn_fused = gdn && fused;
+    model->linear_k_heads = model->linear_v_heads = model->linear_k_dim = model->linear_v_dim = 0;
+    model->linear_conv = 4;
     if (!gdn) return 0;
-    if (get_int(j, "linear_num_key_heads", 16, &m->linear_k_heads) < 0 ||
-        get_int(j, "linear_num_value_heads", 32, &m->linear_v_heads) < 0 ||
-        get_int(j, "linear_key_head_dim", 128, &m->linear_k_dim) < 0 ||
-        get_int(j, "linear_value_head_dim", 128, &m->linear_v_dim) < 0 ||
-        get_int(j, "linear_conv_kernel_dim", 4, &m->linear_conv) < 0)
+    if (get_int(j, "linear_num_key_heads", 16, &model->linear_k_heads) < 0 ||
+        get_int(j, "linear_num_value_heads", 32, &model->linear_v_heads) < 0 ||
+        get_int(j, "linear_key_head_dim", 128, &model->linear_k_dim) < 0 ||
+        get_int(j, "linear_value_head_dim", 128, &model->linear_v_dim) < 0 ||
+        get_int(j, "linear_conv_kernel_dim", 4, &model->linear_conv) < 0)
         return -1;
-    if (m->linear_v_heads % m->linear_k_heads)
+    if (model->linear_v_heads % model->linear_k_heads)
         return failf(j->err, j->errlen,
                      "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d "
                      "(each key head serves as many value heads)",
-                     j->path, m->linear_v_heads, m->linear_k_heads);
-    if (m->linear_k_heads > 1024 || m->linear_v_heads > 1024 || m->linear_k_dim > 1024 ||
-        m->linear_v_dim > 1024 || m->linear_conv > 64)
+                     j->path, model->linear_v_heads, model->linear_k_heads);
+    if (model->linear_k_heads > 1024 || model->linear_v_heads > 1024 ||
+        model->linear_k_dim > 1024 || model->linear_v_dim > 1024 || model->linear_conv > 64)
         return failf(j->err, j->errlen,
                      "%s: linear attention's heads and head dims are at most 1024, "
                      "linear_conv_kernel_dim at most 64",
                      j->path);
-    return read_types(j, m) < 0 ? -1 : hf_read_partial_rotary(j, 0.25, m);
+    return read_types(j, model) < 0 ? -1 : hf_read_partial_rotary(j, 0.25, model);
 }
 
-void gdn_write(cJSON *r, const mt_config *c) {
-    cJSON_AddNumberToObject(r, "linear_num_key_heads", c->linear_k_heads);
-    cJSON_AddNumberToObject(r, "linear_num_value_heads", c->linear_v_heads);
-    cJSON_AddNumberToObject(r, "linear_key_head_dim", c->linear_k_dim);
-    cJSON_AddNumberToObject(r, "linear_value_head_dim", c->linear_v_dim);
-    cJSON_AddNumberToObject(r, "linear_conv_kernel_dim", c->linear_conv);
+void gdn_write(cJSON *r, const mt_model *m) {
+    cJSON_AddNumberToObject(r, "linear_num_key_heads", m->linear_k_heads);
+    cJSON_AddNumberToObject(r, "linear_num_value_heads", m->linear_v_heads);
+    cJSON_AddNumberToObject(r, "linear_key_head_dim", m->linear_k_dim);
+    cJSON_AddNumberToObject(r, "linear_value_head_dim", m->linear_v_dim);
+    cJSON_AddNumberToObject(r, "linear_conv_kernel_dim", m->linear_conv);
     cJSON *list = cJSON_AddArrayToObject(r, "layer_types");
-    for (int l = 0; l < c->layers; l++)
-        cJSON_AddItemToArray(list, cJSON_CreateString(mt_layer_kind_of(c, l)->attention == ATTN_GDN
+    for (int l = 0; l < m->layers; l++)
+        cJSON_AddItemToArray(list, cJSON_CreateString(mt_layer_kind_of(m, l)->attention == ATTN_GDN
                                                           ? "linear_attention"
                                                           : "full_attention"));
     // transformers 5's rope_parameters (export.c writes no rope_scaling beside it)
     cJSON *rp = cJSON_AddObjectToObject(r, "rope_parameters");
     cJSON_AddStringToObject(rp, "rope_type", "default");
-    hf_add_float(rp, "rope_theta", c->rope_theta);
-    hf_add_float(rp, "partial_rotary_factor", c->partial_rotary_factor);
+    hf_add_float(rp, "rope_theta", m->rope_theta);
+    hf_add_float(rp, "partial_rotary_factor", m->partial_rotary_factor);
 }

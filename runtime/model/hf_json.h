@@ -25,23 +25,23 @@ int get_bool(const json_ctx *j, const char *key, int def, int *out);
 // The architecture (architectures[0]) and the fields it defines: shape, attention's extras,
 // the experts. hf_family.c.
 // For a ConditionalGeneration class (hf_family.c's vlm rows), j moves into text_config.
-int hf_read_family(json_ctx *j, int seq_len, mt_config *m);
+int hf_read_family(json_ctx *j, int seq_len, mt_model *m);
 
 // The Gated DeltaNet families' keys (hf_family_gdn.c). gdn_enter_text_config: j moves into a
 // VLM's text_config; *tied gets the top level's tie_word_embeddings, which gdn_settle_tie makes
 // the model's once the text config is read (text_config's own, when given, must agree).
 int gdn_enter_text_config(json_ctx *j, int *tied);
-int gdn_settle_tie(const json_ctx *j, int tied, mt_config *m);
+int gdn_settle_tie(const json_ctx *j, int tied, mt_model *m);
 // The linear attention's fields, layer_types and partial_rotary_factor when gdn (fused:
 // Qwen3-Next's fused projections); with !gdn, those fields cleared. gdn_write: the same keys
 // written back.
-int gdn_read(const json_ctx *j, int gdn, int fused, mt_config *m);
+int gdn_read(const json_ctx *j, int gdn, int fused, mt_model *m);
 // partial_rotary_factor (rope_parameters', else the top level's, else def), checked
 // (hf_family_gdn.c).
-int hf_read_partial_rotary(const json_ctx *j, double def, mt_config *m);
-// c->model_dir's config.json's class into arch (hf_family_mla.c): 1, or 0 when it has none
-// (no model_dir, no file, no single class).
-int hf_source_arch(const mt_config *c, char *arch, size_t cap);
-void gdn_write(cJSON *r, const mt_config *c);
+int hf_read_partial_rotary(const json_ctx *j, double def, mt_model *m);
+// model_dir's config.json's class into arch (hf_family_mla.c): 1, or 0 when it has none
+// (no model_dir, NULL or "", no file, no single class).
+int hf_source_arch(const char *model_dir, char *arch, size_t cap);
+void gdn_write(cJSON *r, const mt_model *m);
 
 #endif

@@ -51,10 +51,10 @@ typedef struct {
 } family;
 
 // The DeepSeek-like families' keys (hf_family_mla.c), after the shape and the experts are read;
-// sigmoid_moe_write: the same keys written back, and whether c's fields fit row f (its dense layers
+// sigmoid_moe_write: the same keys written back, and whether m's fields fit row f (its dense layers
 // first, its shared experts whole multiples of an expert).
-int sigmoid_moe_read(const json_ctx *j, const family *f, mt_config *m);
-void sigmoid_moe_write(cJSON *r, const family *f, const mt_config *c);
-int sigmoid_moe_matches(const family *f, const mt_config *c);
+int sigmoid_moe_read(const json_ctx *j, const family *f, mt_model *m);
+void sigmoid_moe_write(cJSON *r, const family *f, const mt_model *m);
+int sigmoid_moe_matches(const family *f, const mt_model *m);
 
 #endif

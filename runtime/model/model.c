@@ -15,9 +15,9 @@ static int add_tensor(tensor_info *t, int n, const char *name, uint64_t *off, in
 
 // model.moe_every and model.dense_layers ("0,5,7", checked by config.c) as transformers reads
 // decoder_sparse_step and mlp_only_layers.
-static int moe_by_fields(const mt_config *c, int l) {
-    if (c->experts <= 0 || (l + 1) % (c->moe_every > 0 ? c->moe_every : 1)) return 0;
-    for (const char *p = c->dense_layers; *p;) {
+static int moe_by_fields(const mt_model *m, int l) {
+    if (m->experts <= 0 || (l + 1) % (m->moe_every > 0 ? m->moe_every : 1)) return 0;
+    for (const char *p = m->dense_layers; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p) break;
@@ -39,13 +39,13 @@ static size_t next_type(const char **p, const char **entry) {
     return len;
 }
 
-int model_check_layer_types(const mt_config *c, char *why, size_t n) {
-    if (!c->layer_types[0]) return 0;
+int model_check_layer_types(const mt_model *m, char *why, size_t n) {
+    if (!m->layer_types[0]) return 0;
     int count = 1;
-    for (const char *p = c->layer_types; *p; p++) count += *p == ',';
-    if (count != c->layers)
-        return snprintf(why, n, "lists %d layers; model.layers = %d", count, c->layers), -1;
-    const char *p = c->layer_types, *e;
+    for (const char *p = m->layer_types; *p; p++) count += *p == ',';
+    if (count != m->layers)
+        return snprintf(why, n, "lists %d layers; model.layers = %d", count, m->layers), -1;
+    const char *p = m->layer_types, *e;
     for (int l = 0; l < count; l++) {
         size_t len = next_type(&p, &e);
         int sliding = is_type(e, len, "sliding_attention");
@@ -56,14 +56,14 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
                             "linear_attention",
                             l, (int)len, e),
                    -1;
-        if (linear && !(c->linear_k_heads > 0 && c->linear_v_heads > 0 && c->linear_k_dim > 0 &&
-                        c->linear_v_dim > 0))
+        if (linear && !(m->linear_k_heads > 0 && m->linear_v_heads > 0 && m->linear_k_dim > 0 &&
+                        m->linear_v_dim > 0))
             return snprintf(why, n,
                             "layer %d is linear_attention, but model.linear_k_heads, "
                             "linear_v_heads, linear_k_dim and linear_v_dim are not all set",
                             l),
                    -1;
-        if (sliding && c->sliding_window <= 0)
+        if (sliding && m->sliding_window <= 0)
             return snprintf(why, n, "layer %d is sliding_attention, but model.sliding_window is 0",
                             l),
                    -1;
@@ -73,41 +73,41 @@ int model_check_layer_types(const mt_config *c, char *why, size_t n) {
 
 // A layer slides when the model has a window and layer_types (checked by config.c) says so, or
 // is empty: then every layer does.
-void model_describe_layers(mt_config *c) {
-    int n = c->layers > 0 && c->layers <= MT_MAX_LAYERS ? c->layers : 0; // else out of range
-    const char *p = c->layer_types, *e;
+void model_describe_layers(mt_model *m) {
+    int n = m->layers > 0 && m->layers <= MT_MAX_LAYERS ? m->layers : 0; // else out of range
+    const char *p = m->layer_types, *e;
     for (int l = 0; l < n; l++) {
         size_t len = next_type(&p, &e);
         int slides =
-            c->sliding_window > 0 && (!c->layer_types[0] || is_type(e, len, "sliding_attention"));
-        c->layer_kind[l] = (mt_layer_kind){
+            m->sliding_window > 0 && (!m->layer_types[0] || is_type(e, len, "sliding_attention"));
+        m->layer_kind[l] = (mt_layer_kind){
             .attention = is_type(e, len, "linear_attention") ? ATTN_GDN
-                         : c->mla_kv_rank > 0                ? ATTN_MLA
+                         : m->mla_kv_rank > 0                ? ATTN_MLA
                                                              : ATTN_SOFTMAX,
-            .mlp = moe_by_fields(c, l) ? MLP_MOE : MLP_DENSE,
-            .sinks = !!c->attn_sinks,
-            .window = slides ? c->sliding_window : 0,
+            .mlp = moe_by_fields(m, l) ? MLP_MOE : MLP_DENSE,
+            .sinks = !!m->attn_sinks,
+            .window = slides ? m->sliding_window : 0,
         };
     }
-    c->n_described = n;
+    m->n_described = n;
 }
 
-const mt_layer_kind *mt_layer_kind_of(const mt_config *c, int l) {
-    if (c->n_described != c->layers || l < 0 || l >= c->layers)
+const mt_layer_kind *mt_layer_kind_of(const mt_model *m, int l) {
+    if (m->n_described != m->layers || l < 0 || l >= m->layers)
         mt_die("internal: layer %d's kinds asked of a model description of %d layers, %d described",
-               l, c->layers, c->n_described);
-    return &c->layer_kind[l];
+               l, m->layers, m->n_described);
+    return &m->layer_kind[l];
 }
 
-int mt_moe_layers(const mt_config *c) {
+int mt_moe_layers(const mt_model *m) {
     int n = 0;
-    for (int l = 0; l < c->layers; l++) n += mt_layer_is_moe(c, l);
+    for (int l = 0; l < m->layers; l++) n += mt_layer_is_moe(m, l);
     return n;
 }
 
-int mt_gdn_layers(const mt_config *c) {
+int mt_gdn_layers(const mt_model *m) {
     int n = 0;
-    for (int l = 0; l < c->layers; l++) n += mt_layer_kind_of(c, l)->attention == ATTN_GDN;
+    for (int l = 0; l < m->layers; l++) n += mt_layer_kind_of(m, l)->attention == ATTN_GDN;
     return n;
 }
 
@@ -127,96 +127,96 @@ static const role_row role_rows[] = {
 #undef MT_ROLE_ROW
 };
 
-static int role_present(const mt_config *c, int layer, int present) {
-    int moe = mt_layer_is_moe(c, layer);
-    int softmax = mt_layer_kind_of(c, layer)->attention == ATTN_SOFTMAX;
+static int role_present(const mt_model *m, int layer, int present) {
+    int moe = mt_layer_is_moe(m, layer);
+    int softmax = mt_layer_kind_of(m, layer)->attention == ATTN_SOFTMAX;
     switch (present) {
     case ROLE_SOFTMAX:
         return softmax;
     case ROLE_GDN:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_GDN;
+        return mt_layer_kind_of(m, layer)->attention == ATTN_GDN;
     case ROLE_DENSE_MLP:
         return !moe;
     case ROLE_MOE:
     case ROLE_EXPERTS:
         return moe;
     case ROLE_QKV_BIAS:
-        return softmax && c->qkv_bias;
+        return softmax && m->qkv_bias;
     case ROLE_QK_NORM:
-        return softmax && mt_qk_norm(c) != QK_NONE;
+        return softmax && mt_qk_norm(m) != QK_NONE;
     case ROLE_SHARED:
-        return moe && c->shared_ffn_dim > 0;
+        return moe && m->shared_ffn_dim > 0;
     case ROLE_O_BIAS:
-        return softmax && c->o_bias;
+        return softmax && m->o_bias;
     case ROLE_SINKS:
-        return softmax && mt_layer_kind_of(c, layer)->sinks;
+        return softmax && mt_layer_kind_of(m, layer)->sinks;
     case ROLE_ROUTER_BIAS:
-        return moe && c->router_bias;
+        return moe && m->router_bias;
     case ROLE_EXPERT_BIAS:
-        return moe && c->expert_bias;
+        return moe && m->expert_bias;
     case ROLE_MLA:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA;
+        return mt_layer_kind_of(m, layer)->attention == ATTN_MLA;
     case ROLE_MLA_Q:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank <= 0;
+        return mt_layer_kind_of(m, layer)->attention == ATTN_MLA && m->mla_q_rank <= 0;
     case ROLE_MLA_QLORA:
-        return mt_layer_kind_of(c, layer)->attention == ATTN_MLA && c->mla_q_rank > 0;
+        return mt_layer_kind_of(m, layer)->attention == ATTN_MLA && m->mla_q_rank > 0;
     case ROLE_ROUTER_CORR:
-        return moe && c->router_correction;
+        return moe && m->router_correction;
     case ROLE_SHARED_GATE:
-        return moe && c->shared_ffn_dim > 0 && c->shared_gate;
+        return moe && m->shared_ffn_dim > 0 && m->shared_gate;
     }
     return 1; // ROLE_ALWAYS
 }
 
-static int dim_of(const mt_config *c, int dim) {
-    int hd = mt_head_dim(c), all = mt_qk_norm(c) == QK_ALL;
+static int dim_of(const mt_model *m, int dim) {
+    int hd = mt_head_dim(m), all = mt_qk_norm(m) == QK_ALL;
     switch (dim) {
     case DIM_ONE:
         return 1;
     case DIM_D:
-        return c->dim;
+        return m->dim;
     case DIM_Q:
-        return c->heads * hd;
+        return m->heads * hd;
     case DIM_KV:
-        return c->kv_heads * hd;
+        return m->kv_heads * hd;
     case DIM_F:
-        return c->ffn_dim;
+        return m->ffn_dim;
     case DIM_E:
-        return c->experts;
+        return m->experts;
     case DIM_FE:
-        return c->moe_ffn_dim;
+        return m->moe_ffn_dim;
     case DIM_S:
-        return c->shared_ffn_dim;
+        return m->shared_ffn_dim;
     case DIM_QN:
-        return all ? c->heads * hd : hd;
+        return all ? m->heads * hd : hd;
     case DIM_KN:
-        return all ? c->kv_heads * hd : hd;
+        return all ? m->kv_heads * hd : hd;
     case DIM_H:
-        return c->heads;
+        return m->heads;
     case DIM_QW:
-        return c->heads * hd * (c->attn_output_gate ? 2 : 1);
+        return m->heads * hd * (m->attn_output_gate ? 2 : 1);
     case DIM_LA_CONV:
-        return 2 * c->linear_k_heads * c->linear_k_dim + c->linear_v_heads * c->linear_v_dim;
+        return 2 * m->linear_k_heads * m->linear_k_dim + m->linear_v_heads * m->linear_v_dim;
     case DIM_LA_V:
-        return c->linear_v_heads * c->linear_v_dim;
+        return m->linear_v_heads * m->linear_v_dim;
     case DIM_LA_H:
-        return c->linear_v_heads;
+        return m->linear_v_heads;
     case DIM_LA_DV:
-        return c->linear_v_dim;
+        return m->linear_v_dim;
     case DIM_LA_TAPS:
-        return c->linear_conv;
+        return m->linear_conv;
     case DIM_MLA_QR:
-        return c->mla_q_rank;
+        return m->mla_q_rank;
     case DIM_MLA_KVR:
-        return c->mla_kv_rank;
+        return m->mla_kv_rank;
     case DIM_MLA_KVA:
-        return c->mla_kv_rank + c->mla_rope_dim;
+        return m->mla_kv_rank + m->mla_rope_dim;
     case DIM_MLA_Q:
-        return c->heads * (c->mla_nope_dim + c->mla_rope_dim);
+        return m->heads * (m->mla_nope_dim + m->mla_rope_dim);
     case DIM_MLA_KVB:
-        return c->heads * (c->mla_nope_dim + c->mla_v_dim);
+        return m->heads * (m->mla_nope_dim + m->mla_v_dim);
     case DIM_MLA_O:
-        return c->heads * c->mla_v_dim;
+        return m->heads * m->mla_v_dim;
     }
     return 0; // DIM_NONE
 }
@@ -247,27 +247,27 @@ static int fused_expert_layout(int oss_layout) {
 }
 
 // The layer's tensors in the role table's order, each expert block E matrices in turn.
-static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t *off) {
-    int bsm = c->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = c->moe_names == MOE_NAMES_GPT_OSS;
+static int layer_tensors(const mt_model *m, int layer, tensor_info *t, uint64_t *off) {
+    int bsm = m->moe_names == MOE_NAMES_BLOCK_SPARSE, oss = m->moe_names == MOE_NAMES_GPT_OSS;
     int n = 0;
     for (size_t i = 0; i < sizeof role_rows / sizeof *role_rows; i++) {
         const role_row *r = &role_rows[i];
-        if (!role_present(c, layer, r->present)) continue;
+        if (!role_present(m, layer, r->present)) continue;
         const char *name = bsm && r->bsm_name ? r->bsm_name : r->name;
         if (oss && r->oss_name) name = r->oss_name;
         int per_expert = r->present == ROLE_EXPERTS || r->present == ROLE_EXPERT_BIAS;
-        for (int e = 0; e < (per_expert ? c->experts : 1); e++) {
-            n = add_tensor(t, n, name, off, dim_of(c, r->rows), dim_of(c, r->cols), r->init,
+        for (int e = 0; e < (per_expert ? m->experts : 1); e++) {
+            n = add_tensor(t, n, name, off, dim_of(m, r->rows), dim_of(m, r->cols), r->init,
                            r->role);
             if (per_expert) t[n - 1].expert = e;
             // the layout goes with the gpt_oss name, or with the role's only name
             if (oss || !r->oss_name) t[n - 1].hub_layout = r->oss_layout;
-            if (c->hub_gdn_fused)
+            if (m->hub_gdn_fused)
                 rename_by(gdn_fused, sizeof gdn_fused / sizeof *gdn_fused, &t[n - 1]);
-            if (c->moe_names == MOE_NAMES_DEEPSEEK)
+            if (m->moe_names == MOE_NAMES_DEEPSEEK)
                 rename_by(deepseek_shared, sizeof deepseek_shared / sizeof *deepseek_shared,
                           &t[n - 1]);
-            if (c->hub_experts_fused && r->present == ROLE_EXPERTS) {
+            if (m->hub_experts_fused && r->present == ROLE_EXPERTS) {
                 t[n - 1].name = r->oss_name; // gpt-oss's names, another layout
                 t[n - 1].hub_layout = fused_expert_layout(r->oss_layout);
             }
@@ -276,21 +276,21 @@ static int layer_tensors(const mt_config *c, int layer, tensor_info *t, uint64_t
     return n;
 }
 
-int model_group_tensors(const mt_config *c, int g, tensor_info *t, uint64_t *numel) {
+int model_group_tensors(const mt_model *m, int g, tensor_info *t, uint64_t *numel) {
     uint64_t off = 0;
     int n = 0;
     if (g == 0) {
-        n = add_tensor(t, n, "model.embed_tokens.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
+        n = add_tensor(t, n, "model.embed_tokens.weight", &off, m->vocab, m->dim, TENSOR_NORMAL,
                        T_EMBED);
-    } else if (g == model_head_group(c)) {
-        n = add_tensor(t, n, "model.norm.weight", &off, c->dim, 0, TENSOR_NORM, T_FINAL_NORM);
-        if (!c->tied_embeddings)
-            n = add_tensor(t, n, "lm_head.weight", &off, c->vocab, c->dim, TENSOR_NORMAL,
+    } else if (g == model_head_group(m)) {
+        n = add_tensor(t, n, "model.norm.weight", &off, m->dim, 0, TENSOR_NORM, T_FINAL_NORM);
+        if (!m->tied_embeddings)
+            n = add_tensor(t, n, "lm_head.weight", &off, m->vocab, m->dim, TENSOR_NORMAL,
                            T_LM_HEAD);
     } else {
-        n = layer_tensors(c, g - 1, t, &off);
+        n = layer_tensors(m, g - 1, t, &off);
     }
-    for (int k = 0; k < n; k++) t[k].lm_nested = c->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
+    for (int k = 0; k < n; k++) t[k].lm_nested = m->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
     *numel = off;
     return n;
 }
@@ -305,11 +305,11 @@ static int role_frozen(int role) {
     return 0;
 }
 
-int model_frozen_spans(const mt_config *c, int g, uint64_t lo[MODEL_MAX_FROZEN],
+int model_frozen_spans(const mt_model *m, int g, uint64_t lo[MODEL_MAX_FROZEN],
                        uint64_t hi[MODEL_MAX_FROZEN]) {
     static _Thread_local tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(c, g, t, &numel), spans = 0;
+    int n = model_group_tensors(m, g, t, &numel), spans = 0;
     for (int i = 0; i < n; i++) {
         if (!role_frozen(t[i].role)) continue;
         if (spans == MODEL_MAX_FROZEN) mt_die("group %d: more than %d frozen tensors", g, spans);
@@ -332,39 +332,39 @@ uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uin
     return end;
 }
 
-uint64_t model_group_numel(const mt_config *c, int g) {
+uint64_t model_group_numel(const mt_model *m, int g) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
-    model_group_tensors(c, g, t, &numel);
+    model_group_tensors(m, g, t, &numel);
     return numel;
 }
 
-uint64_t model_largest_layer(const mt_config *c) {
+uint64_t model_largest_layer(const mt_model *m) {
     uint64_t most = 0;
-    for (int l = 0; l < c->layers; l++) {
-        uint64_t n = model_group_numel(c, model_layer_group(l));
+    for (int l = 0; l < m->layers; l++) {
+        uint64_t n = model_group_numel(m, model_layer_group(l));
         most = n > most ? n : most;
     }
     return most;
 }
 
-uint64_t model_param_count(const mt_config *c) {
+uint64_t model_param_count(const mt_model *m) {
     uint64_t total = 0;
-    for (int g = 0; g < model_group_count(c); g++) total += model_group_numel(c, g);
+    for (int g = 0; g < model_group_count(m); g++) total += model_group_numel(m, g);
     return total;
 }
 
-void model_grad_order(const mt_config *c, int *order) {
+void model_grad_order(const mt_model *m, int *order) {
     int n = 0;
-    order[n++] = model_head_group(c);
-    for (int l = c->layers - 1; l >= 0; l--) order[n++] = model_layer_group(l);
+    order[n++] = model_head_group(m);
+    for (int l = m->layers - 1; l >= 0; l--) order[n++] = model_layer_group(l);
     order[n++] = 0;
 }
 
 int model_update_order(const mt_config *c, int first, int *order) {
-    int groups = model_group_count(c), n = 0;
+    int groups = model_group_count(&c->model), n = 0;
     if (model_grad_ring_depth(c))
-        model_grad_order(c, order);
+        model_grad_order(&c->model, order);
     else
         for (int g = 0; g < groups; g++) order[g] = g;
     for (int i = 0; i < groups; i++) // in place: n never passes i
@@ -402,61 +402,61 @@ static float init_value(const mt_config *c, int init, int g, uint64_t i) {
 void model_init_slice(const mt_config *c, int g, uint64_t lo, uint64_t len, float *out) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(c, g, t, &numel);
+    int n = model_group_tensors(&c->model, g, t, &numel);
     for (int k = 0; k < n; k++) {
         uint64_t a = t[k].offset > lo ? t[k].offset : lo;
         uint64_t b = t[k].offset + t[k].numel < lo + len ? t[k].offset + t[k].numel : lo + len;
         // Each value depends on (seed, group, index) alone: threads give the same bits, and a 7B
         // start no longer waits a minute on one core per optimizer rank.
         int init = t[k].init;
-        if (init == TENSOR_NORM) init = c->norm_zero_centered ? TENSOR_ZEROS : TENSOR_ONES;
+        if (init == TENSOR_NORM) init = c->model.norm_zero_centered ? TENSOR_ZEROS : TENSOR_ONES;
 #pragma omp parallel for schedule(static)
         for (uint64_t i = a; i < b; i++) out[i - lo] = init_value(c, init, g, i);
     }
 }
 
-void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]) {
+void model_layer_offsets(const mt_model *m, int layer, uint64_t off[T_ROLES]) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
-    int n = model_group_tensors(c, model_layer_group(layer), t, &numel);
+    int n = model_group_tensors(m, model_layer_group(layer), t, &numel);
     for (int r = 0; r < T_ROLES; r++) off[r] = UINT64_MAX;
     for (int k = n - 1; k >= 0; k--) off[t[k].role] = t[k].offset; // an expert block: expert 0's
 }
 
-void layer_params_bind(layer_params *r, const mt_config *c, int layer, float *base) {
+void layer_params_bind(layer_params *r, const mt_model *m, int layer, float *base) {
     uint64_t off[T_ROLES];
-    model_layer_offsets(c, layer, off);
+    model_layer_offsets(m, layer, off);
     MT_LAYER_ROLES(MT_ROLE_BIND)
 }
 
-void head_params_bind(head_params *p, const mt_config *c, float *flat) {
+void head_params_bind(head_params *p, const mt_model *m, float *flat) {
     p->final_norm = flat;
-    p->lm_head = c->tied_embeddings ? NULL : flat + c->dim;
+    p->lm_head = m->tied_embeddings ? NULL : flat + m->dim;
 }
 
-float model_rope_inv_freq(const mt_config *c, float *inv_freq) {
-    if (c->rope_type == ROPE_YARN) {
-        const rope_yarn yarn = {.factor = c->rope_factor,
-                                .orig_ctx = c->rope_original_max_pos,
-                                .beta_fast = c->rope_beta_fast,
-                                .beta_slow = c->rope_beta_slow,
-                                .attention_factor = c->rope_attention_factor,
-                                .mscale = c->rope_mscale,
-                                .mscale_all_dim = c->rope_mscale_all_dim,
-                                .truncate = c->rope_truncate};
-        return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta, &yarn);
+float model_rope_inv_freq(const mt_model *m, float *inv_freq) {
+    if (m->rope_type == ROPE_YARN) {
+        const rope_yarn yarn = {.factor = m->rope_factor,
+                                .orig_ctx = m->rope_original_max_pos,
+                                .beta_fast = m->rope_beta_fast,
+                                .beta_slow = m->rope_beta_slow,
+                                .attention_factor = m->rope_attention_factor,
+                                .mscale = m->rope_mscale,
+                                .mscale_all_dim = m->rope_mscale_all_dim,
+                                .truncate = m->rope_truncate};
+        return (float)rope_yarn_inv_freq(inv_freq, mt_rope_dim(m), (float)m->rope_theta, &yarn);
     }
-    rope_inv_freq(inv_freq, mt_rope_dim(c), (float)c->rope_theta);
-    if (c->rope_type == ROPE_LLAMA3)
-        rope_llama3_scale(inv_freq, mt_rope_dim(c), c->rope_factor, c->rope_low_freq_factor,
-                          c->rope_high_freq_factor, c->rope_original_max_pos);
+    rope_inv_freq(inv_freq, mt_rope_dim(m), (float)m->rope_theta);
+    if (m->rope_type == ROPE_LLAMA3)
+        rope_llama3_scale(inv_freq, mt_rope_dim(m), m->rope_factor, m->rope_low_freq_factor,
+                          m->rope_high_freq_factor, m->rope_original_max_pos);
     return 1.0f;
 }
 
-float model_mla_softmax_scale(const mt_config *c) {
-    double scale = pow(mt_mla_qk_dim(c), -0.5);
-    if (c->rope_type != ROPE_PLAIN && c->rope_mscale_all_dim) {
-        double m = rope_yarn_mscale(c->rope_factor, c->rope_mscale_all_dim);
+float model_mla_softmax_scale(const mt_model *model) {
+    double scale = pow(mt_mla_qk_dim(model), -0.5);
+    if (model->rope_type != ROPE_PLAIN && model->rope_mscale_all_dim) {
+        double m = rope_yarn_mscale(model->rope_factor, model->rope_mscale_all_dim);
         scale = scale * m * m;
     }
     return (float)scale;

@@ -1,7 +1,7 @@
-// The model and its training description: train.cfg (mt_config), the parameter groups that
-// stream and shard as units, the tensors inside them, Hugging Face's config.json, and the
-// learning-rate schedule. Group 0 is the token embedding, groups 1..L the decoder layers, group
-// L+1 the head (final norm, plus lm_head when untied).
+// The model and its training description: train.cfg (mt_config: the model, an mt_model, and the
+// run's settings), the parameter groups that stream and shard as units, the tensors inside them,
+// Hugging Face's config.json, and the learning-rate schedule. Group 0 is the token embedding,
+// groups 1..L the decoder layers, group L+1 the head (final norm, plus lm_head when untied).
 #ifndef MT_MODEL_H
 #define MT_MODEL_H
 
@@ -68,8 +68,11 @@ typedef struct {
 } mt_layer_kind;
 #define MT_MAX_LAYERS 4096 // model.layers' bound in the schema
 
+// The model (train.cfg's model.* keys, or model_dir's config.json): its shape, its layers' kinds
+// and options, its special tokens and how the hub lays it out; all that a layer's math, its
+// tensors and config.json depend on, and nothing of a run. Code that needs only the model takes
+// a const mt_model *, and so cannot read the run's settings.
 typedef struct {
-    // model
     int dim, layers, heads, kv_heads, ffn_dim, vocab;
     double rope_theta, norm_eps;
     int tied_embeddings;
@@ -170,6 +173,26 @@ typedef struct {
     int rope_original_max_pos; // original_max_position_embeddings
     double rope_beta_fast, rope_beta_slow, rope_attention_factor;
     int rope_truncate;
+    // How model_dir's folder lays the model out, read from its config.json (not train.cfg keys;
+    // config_apply_model_dir copies them): hub_vlm, a ConditionalGeneration checkpoint (Qwen3.5's
+    // VLMs), whose language model's tensors are under "model.language_model." (lm_head.weight
+    // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
+    // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
+    int hub_vlm, hub_gdn_fused;
+    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
+    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
+    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
+    // tensor names (io's hf_index_layout), as config.json does not say.
+    int hub_experts_fused;
+    // each layer's kinds, from the fields above (model_describe_layers); n_described: the
+    // layers described, so that a model used before its description fails loudly
+    mt_layer_kind layer_kind[MT_MAX_LAYERS];
+    int n_described;
+} mt_model;
+
+// A job: its model, and the run's settings (how to train it).
+typedef struct {
+    mt_model model;
     // data: path is resolved relative to the config file's folder
     char data_path[MT_PATH_MAX];
     int data_format;            // "bytes": raw text, one token per byte (vocab 256)
@@ -212,21 +235,6 @@ typedef struct {
     // model_dir's config.json supplies the model.* fields; export_dir receives the weights.
     char model_dir[MT_PATH_MAX], export_dir[MT_PATH_MAX];
     int export_dtype; // "float32" (the master weights, bitwise) or "bfloat16"
-    // How model_dir's folder lays the model out, read from its config.json (not train.cfg keys;
-    // config_apply_model_dir copies them): hub_vlm, a ConditionalGeneration checkpoint (Qwen3.5's
-    // VLMs), whose language model's tensors are under "model.language_model." (lm_head.weight
-    // stays at the top) and whose config.json nests them in text_config; hub_gdn_fused,
-    // Qwen3-Next's Gated DeltaNet projections fused per key-head group (in_proj_qkvz, in_proj_ba).
-    int hub_vlm, hub_gdn_fused;
-    // hub_experts_fused: each MoE layer's experts in two tensors, mlp.experts.gate_up_proj
-    // [E, 2f, d] (expert e's gate rows, then its up rows) and down_proj [E, d, f], as Qwen3.5-MoE's
-    // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
-    // tensor names (io's hf_index_layout), as config.json does not say.
-    int hub_experts_fused;
-    // each layer's kinds, from the fields above (model_describe_layers); n_described: the
-    // layers described, so that a config used before its description fails loudly
-    mt_layer_kind layer_kind[MT_MAX_LAYERS];
-    int n_described;
     // where it came from: the file, and the key=value settings given after it on the command
     // line (mtrun ... CONFIG optimizer.lr=1e-4), applied over the file in order; a checkpoint
     // records them, so that its resume trains on with them
@@ -266,14 +274,16 @@ void config_source_free(config_source *src);
 int mt_config_check_micro_split(const mt_config *c, int nodes, char *err, size_t n);
 int mt_config_check_cuda_nodes(const mt_config *c, int nodes, char *err, size_t n);
 
-// Reads dir/config.json into the model fields of *model (dim, layers, heads, kv_heads, ffn_dim,
-// vocab, rope_theta, norm_eps, tied_embeddings); seq_len is checked against a sliding window.
-// Returns 0, or -1 with one line in err naming the file and the problem.
-int hf_read_config(const char *dir, int seq_len, mt_config *model, char *err, size_t errlen);
-// The architecture's keys of c's config.json (architectures, model_type, intermediate_size, the
-// window's, bias and MoE keys) added to r; -1 when no architecture we read back has c's fields.
+// Reads dir/config.json into *model (shape, kinds and options, special tokens) and describes its
+// layers; seq_len is checked against a sliding window. Returns 0, or -1 with one line in err
+// naming the file and the problem.
+int hf_read_config(const char *dir, int seq_len, mt_model *model, char *err, size_t errlen);
+// The architecture's keys of m's config.json (architectures, model_type, intermediate_size, the
+// window's, bias and MoE keys) added to r; -1 when no architecture we read back has m's fields.
+// The architecture is model_dir's config.json's class when that has m's fields (model_dir: the
+// job's, or NULL), else the first that has them.
 struct cJSON;
-int hf_write_family(struct cJSON *r, const mt_config *c);
+int hf_write_family(struct cJSON *r, const mt_model *m, const char *model_dir);
 // key = v as a JSON float that reads back to the same bits and never as an int ("0.0", not "0"):
 // transformers 5 refuses an int where its config declares a float.
 void hf_add_float(struct cJSON *obj, const char *key, double v);
@@ -284,57 +294,57 @@ static inline int mt_packs_documents(const mt_config *c) {
     return c->data_pack == PACK_DOCUMENTS;
 }
 
-static inline int mt_head_dim(const mt_config *c) {
-    return c->head_dim ? c->head_dim : c->dim / c->heads;
+static inline int mt_head_dim(const mt_model *m) {
+    return m->head_dim ? m->head_dim : m->dim / m->heads;
 }
 // Multi-head latent attention's norms of its query rank and latent (q_a_layernorm,
 // kv_a_layernorm): transformers builds them with DeepseekV3RMSNorm's default eps, not
 // config.rms_norm_eps (the decoder's norms take that).
 #define MT_MLA_LATENT_NORM_EPS 1e-6f
 // Multi-head latent attention's query and key head width (mla_nope_dim + mla_rope_dim).
-static inline int mt_mla_qk_dim(const mt_config *c) {
-    return c->mla_nope_dim + c->mla_rope_dim;
+static inline int mt_mla_qk_dim(const mt_model *m) {
+    return m->mla_nope_dim + m->mla_rope_dim;
 }
 // The elements of a head RoPE turns (MLA: mla_rope_dim, the last of q's and k's heads): head_dim x
 // partial_rotary_factor, rounded down (a config built by hand, with 0 there, turns the whole head).
-static inline int mt_rope_dim(const mt_config *c) {
-    if (c->mla_kv_rank > 0) return c->mla_rope_dim; // MLA: the rotated part of q and k
-    double f = c->partial_rotary_factor > 0 ? c->partial_rotary_factor : 1.0;
-    return (int)(mt_head_dim(c) * f);
+static inline int mt_rope_dim(const mt_model *m) {
+    if (m->mla_kv_rank > 0) return m->mla_rope_dim; // MLA: the rotated part of q and k
+    double f = m->partial_rotary_factor > 0 ? m->partial_rotary_factor : 1.0;
+    return (int)(mt_head_dim(m) * f);
 }
 // What the RMSNorms' weights are applied with, (offset + w): 1 for zero-centred weights
 // (model.norm_zero_centered), else 0. The layers' norms, the final norm, q_norm and k_norm.
-static inline float mt_norm_offset(const mt_config *c) {
-    return c->norm_zero_centered ? 1.0f : 0.0f;
+static inline float mt_norm_offset(const mt_model *m) {
+    return m->norm_zero_centered ? 1.0f : 0.0f;
 }
 // Gated DeltaNet's widths: its q (and k) channels, key heads x key dim; its value channels.
-static inline int mt_gdn_key_width(const mt_config *c) {
-    return c->linear_k_heads * c->linear_k_dim;
+static inline int mt_gdn_key_width(const mt_model *m) {
+    return m->linear_k_heads * m->linear_k_dim;
 }
-static inline int mt_gdn_value_width(const mt_config *c) {
-    return c->linear_v_heads * c->linear_v_dim;
+static inline int mt_gdn_value_width(const mt_model *m) {
+    return m->linear_v_heads * m->linear_v_dim;
 }
 // model.qk_norm: QK_NONE, QK_HEAD or QK_ALL.
-static inline int mt_qk_norm(const mt_config *c) {
-    return c->qk_norm;
+static inline int mt_qk_norm(const mt_model *m) {
+    return m->qk_norm;
 }
 // model.layer_types: 0, or -1 with the reason in why (an entry neither full_attention nor
 // sliding_attention, the wrong count, a sliding layer without a window). config.c's check.
-int model_check_layer_types(const mt_config *c, char *why, size_t n);
-// Lists each layer's kinds in c->layer_kind from the model fields (moe_every, dense_layers,
+int model_check_layer_types(const mt_model *m, char *why, size_t n);
+// Lists each layer's kinds in m->layer_kind from the model fields (moe_every, dense_layers,
 // sliding_window, layer_types);
 // config loading calls it once the fields are final, and so must a caller that sets them.
-void model_describe_layers(mt_config *c);
-// Layer l's kinds (dies on a config not described since its layers were set).
-const mt_layer_kind *mt_layer_kind_of(const mt_config *c, int l);
+void model_describe_layers(mt_model *m);
+// Layer l's kinds (dies on a model not described since its layers were set).
+const mt_layer_kind *mt_layer_kind_of(const mt_model *m, int l);
 // Whether layer l's MLP is a Mixture of Experts.
-static inline int mt_layer_is_moe(const mt_config *c, int l) {
-    return mt_layer_kind_of(c, l)->mlp == MLP_MOE;
+static inline int mt_layer_is_moe(const mt_model *m, int l) {
+    return mt_layer_kind_of(m, l)->mlp == MLP_MOE;
 }
 // The MoE layers (the load-balancing loss pools over them).
-int mt_moe_layers(const mt_config *c);
+int mt_moe_layers(const mt_model *m);
 // The Gated DeltaNet layers (attention kind ATTN_GDN).
-int mt_gdn_layers(const mt_config *c);
+int mt_gdn_layers(const mt_model *m);
 // At most this many tokens in one micro-batch (micro_batch x seq_len): 4M, 8x the longest
 // context we train, and under every kernel's grid and 32-bit limits.
 #define MT_MAX_MICRO_BATCH_TOKENS (1 << 22)
@@ -387,19 +397,19 @@ typedef struct {
 // three biases).
 #define MODEL_MAX_TENSORS (32 + 6 * MOE_MAX_EXPERTS)
 
-static inline int model_group_count(const mt_config *c) {
-    return c->layers + 2;
+static inline int model_group_count(const mt_model *m) {
+    return m->layers + 2;
 }
-static inline int model_head_group(const mt_config *c) {
-    return c->layers + 1;
+static inline int model_head_group(const mt_model *m) {
+    return m->layers + 1;
 }
 static inline int model_layer_group(int layer) {
     return layer + 1;
 }
 
 // The order in which a step's gradients leave the compute rank, the backward's: the head, layers
-// L-1 .. 0, the embedding. order[model_group_count(c)].
-void model_grad_order(const mt_config *c, int *order);
+// L-1 .. 0, the embedding. order[model_group_count(m)].
+void model_grad_order(const mt_model *m, int *order);
 
 // The host's gradient slots (optimizer.grad_slots): 0 for one slot per group, which global-norm
 // clipping needs (it waits for every gradient before the first update), or the depth of a ring
@@ -413,7 +423,7 @@ int model_grad_ring_depth(const mt_config *c);
 // The order in which the optimizer ranks update their groups, which the NVMe tier's windows pass
 // over too (runtime/plan/plan.c counts their buffers by it): as the gradients land with the ring,
 // else by group; the first `first` groups (updated on the GPU) left out. Returns how many;
-// order[model_group_count(c)].
+// order[model_group_count(&c->model)].
 int model_update_order(const mt_config *c, int first, int *order);
 
 // The NVMe tier (storage.*, runtime/optimizer/storage.c; the plan counts the same): the pieces
@@ -432,22 +442,22 @@ int model_update_order(const mt_config *c, int first, int *order);
 uint64_t model_state_piece(void);
 
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
-int model_group_tensors(const mt_config *c, int g, tensor_info *tensors, uint64_t *numel);
-uint64_t model_group_numel(const mt_config *c, int g);
-uint64_t model_param_count(const mt_config *c);
+int model_group_tensors(const mt_model *m, int g, tensor_info *tensors, uint64_t *numel);
+uint64_t model_group_numel(const mt_model *m, int g);
+uint64_t model_param_count(const mt_model *m);
 // The largest decoder layer's parameters: a streaming buffer's size (MoE models mix layers).
-uint64_t model_largest_layer(const mt_config *c);
+uint64_t model_largest_layer(const mt_model *m);
 // A tensor's Hugging Face name: its pattern with "%d" replaced by the layer, "%e" its expert.
 void model_tensor_name(char *out, size_t cap, const tensor_info *t, int layer);
 // Where each role starts in layer l's group (the first expert's, for an expert block), or
 // UINT64_MAX where the layer has no such tensor.
-void model_layer_offsets(const mt_config *c, int layer, uint64_t off[T_ROLES]);
+void model_layer_offsets(const mt_model *m, int layer, uint64_t off[T_ROLES]);
 
 // The frozen tensors of group g (roles.h's MT_FROZEN_ROLES: never trained) as element ranges
 // [lo[i], hi[i]) in order; returns how many. model_frozen_run: the run of [at, end) that starts
 // at `at`, wholly frozen or wholly trained (*frozen says which); returns where it ends.
 #define MODEL_MAX_FROZEN 8
-int model_frozen_spans(const mt_config *c, int g, uint64_t lo[MODEL_MAX_FROZEN],
+int model_frozen_spans(const mt_model *m, int g, uint64_t lo[MODEL_MAX_FROZEN],
                        uint64_t hi[MODEL_MAX_FROZEN]);
 uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uint64_t at,
                           uint64_t end, int *frozen);
@@ -467,22 +477,22 @@ typedef struct {
 #undef MT_PARAM_FIELD
 } layer_params;
 
-void layer_params_bind(layer_params *p, const mt_config *c, int layer, float *flat);
+void layer_params_bind(layer_params *p, const mt_model *m, int layer, float *flat);
 
 // The head group: final norm and, when untied, the classifier.
 typedef struct {
     float *final_norm, *lm_head;
 } head_params;
 
-void head_params_bind(head_params *p, const mt_config *c, float *flat);
+void head_params_bind(head_params *p, const mt_model *m, float *flat);
 
-// RoPE's inv_freq[mt_rope_dim(c) / 2] for c: rope_theta's plain table, rescaled when
+// RoPE's inv_freq[mt_rope_dim(m) / 2] for m: rope_theta's plain table, rescaled when
 // model.rope_scaling asks for it, or YaRN's. Returns the factor cos and sin are multiplied by
 // (YaRN's attention factor; 1 otherwise). Both backends take their table from here.
-float model_rope_inv_freq(const mt_config *c, float *inv_freq);
+float model_rope_inv_freq(const mt_model *m, float *inv_freq);
 // Multi-head latent attention's softmax scale: mt_mla_qk_dim^-0.5, times mscale(mscale_all_dim)^2
 // with rope_scaling (transformers' yarn_apply_mscale), in double as their Python, then float.
-float model_mla_softmax_scale(const mt_config *c);
+float model_mla_softmax_scale(const mt_model *m);
 
 // ---- the schedule ----
 

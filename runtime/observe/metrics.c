@@ -248,13 +248,13 @@ void metrics_open(metrics *mx, mt_job *job, const char *backend, int device_grou
             "{\"event\":\"start\",\"start_step\":%d,\"end_step\":%d,\"params\":%llu,"
             "\"optimizer_ranks\":%d,\"backend\":\"%s\",\"tokens_per_step\":%ld,"
             "\"flops_per_token\":%.6g,\"peak_flops\":%.6g}\n",
-            job->start_step, job->end_step, (unsigned long long)model_param_count(c), job->n_shards,
-            backend, mx->tokens_per_step, mx->flops_per_token, mx->peak_flops);
+            job->start_step, job->end_step, (unsigned long long)model_param_count(&c->model),
+            job->n_shards, backend, mx->tokens_per_step, mx->flops_per_token, mx->peak_flops);
     line_out(mx);
     mx->tb = tb_open(job->run_at, c->checkpoint_dir);
     printf("compute rank: %.2fM parameters in %d groups, %d optimizer ranks, %ld tokens/step, "
            "steps %d..%d, backend %s (%d host threads)\n",
-           model_param_count(c) / 1e6, job->n_groups, job->n_shards, mx->tokens_per_step,
+           model_param_count(&c->model) / 1e6, job->n_groups, job->n_shards, mx->tokens_per_step,
            job->start_step + 1, job->end_step, backend, job->threads);
     if (peak && atof(peak) > 0)
         printf("MFU is against %.4g TFLOP/s (MT_PEAK_FLOPS)\n", mx->peak_flops / 1e12);
@@ -363,7 +363,7 @@ static void advise_on_stall(metrics *mx, const transfer_stats *st, double dt) {
         return;
     }
     char layer[24];
-    plan_bytes_text(layer, sizeof layer, (double)plan_device_layer_bytes(&mx->job->cfg));
+    plan_bytes_text(layer, sizeof layer, (double)plan_device_layer_bytes(&mx->job->cfg.model));
     print_above(mx,
                 "note: the GPU idles %.0f%% of each step (%.0f ms) waiting for the optimizer "
                 "ranks' updates. More GPU-updated layers give them a longer head start: "
@@ -431,7 +431,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
     s.disk_write = st.disk_write_bytes >= 0 && s.dt > 0 ? st.disk_write_bytes / s.dt / 1e9 : -1;
     if ((s.moe = costs->moe_load != NULL)) {
         s.aux = costs->aux_loss;
-        moe_load_summary(c, costs->moe_load, &s.worst, &s.idle);
+        moe_load_summary(&c->model, costs->moe_load, &s.worst, &s.idle);
     }
     mx->steps_done++;
     mx->last_step_s = s.dt;
@@ -451,7 +451,7 @@ void metrics_step_end(metrics *mx, int64_t step, double loss, const step_costs *
             "\"step_s\":%.6f,\"opt_wait_s\":%.6f,\"tflops\":%.4f,\"mfu\":%.5f,\"targets\":%lld",
             (long long)step + 1, loss_text, s.lr, norm_text, s.tok_s, s.dt, wait, s.tflops, s.mfu,
             (long long)costs->targets);
-    if (s.moe) moe_load_json(mx->jsonl, c, costs->aux_loss, costs->moe_load);
+    if (s.moe) moe_load_json(mx->jsonl, &c->model, costs->aux_loss, costs->moe_load);
     if (!isfinite(s.norm) && mx->job->ring_depth) // half applied: the job ends, unsaved
         fprintf(mx->jsonl, ",\"ended_job\":true");
     else if (!isfinite(s.norm)) // no weight or moment changed (optimizer.max_bad_steps)

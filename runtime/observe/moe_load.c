@@ -15,23 +15,23 @@ static void layer_load(const int64_t *load, int E, double *max_over_mean, int *i
     *max_over_mean = sum ? (double)most * E / (double)sum : 0.0;
 }
 
-void moe_load_summary(const mt_config *c, const int64_t *load, double *worst, int *idle) {
+void moe_load_summary(const mt_model *m, const int64_t *load, double *worst, int *idle) {
     *worst = 0, *idle = 0;
-    for (int l = 0; l < mt_moe_layers(c); l++) {
+    for (int l = 0; l < mt_moe_layers(m); l++) {
         double r;
         int i;
-        layer_load(load + (size_t)l * c->experts, c->experts, &r, &i);
+        layer_load(load + (size_t)l * m->experts, m->experts, &r, &i);
         *worst = r > *worst ? r : *worst;
         *idle += i;
     }
 }
 
-void moe_load_json(FILE *f, const mt_config *c, double aux, const int64_t *load) {
+void moe_load_json(FILE *f, const mt_model *m, double aux, const int64_t *load) {
     fprintf(f, ",\"aux_loss\":%.9g,\"expert_load\":[", aux);
-    for (int l = 0; l < mt_moe_layers(c); l++) {
+    for (int l = 0; l < mt_moe_layers(m); l++) {
         double r;
         int idle;
-        layer_load(load + (size_t)l * c->experts, c->experts, &r, &idle);
+        layer_load(load + (size_t)l * m->experts, m->experts, &r, &idle);
         fprintf(f, "%s{\"max_over_mean\":%.4f,\"idle\":%d}", l ? "," : "", r, idle);
     }
     fputc(']', f);

@@ -133,7 +133,7 @@ void metrics_close(metrics *mx);
 // moe_load.c: a MoE step's routing from its tokens per expert (load[moe layer * E + e]): the
 // largest max/mean over the layers and the idle experts in all; and the JSON fields aux_loss
 // and expert_load (per MoE layer, in order: max_over_mean and idle).
-void moe_load_summary(const mt_config *c, const int64_t *load, double *worst, int *idle);
-void moe_load_json(FILE *f, const mt_config *c, double aux, const int64_t *load);
+void moe_load_summary(const mt_model *m, const int64_t *load, double *worst, int *idle);
+void moe_load_json(FILE *f, const mt_model *m, double aux, const int64_t *load);
 
 #endif

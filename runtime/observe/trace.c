@@ -39,7 +39,7 @@ double trace_now_us(void) {
 }
 
 void trace_open(const mt_config *c, const mt_job *job, int start_step, int end_step) {
-    T.rank = job->rank, T.world = job->world, T.layers = c->layers, T.comm = job->comm;
+    T.rank = job->rank, T.world = job->world, T.layers = c->model.layers, T.comm = job->comm;
     snprintf(T.dir, sizeof T.dir, "%s", c->checkpoint_dir);
     T.first = c->trace_steps[0] - 1, T.last = c->trace_steps[1] - 1;
     if (T.first < start_step) T.first = start_step;
@@ -51,7 +51,7 @@ void trace_open(const mt_config *c, const mt_job *job, int start_step, int end_s
     // micro-batch, and a few spans for the embedding, the head and the step; an optimizer
     // fewer.
     size_t per_layer = 8 + 2 * (size_t)T.world + 2 * (size_t)c->micro_batches;
-    size_t per_step = per_layer * ((size_t)c->layers + 2) + 32;
+    size_t per_step = per_layer * ((size_t)c->model.layers + 2) + 32;
     size_t steps = (size_t)(T.last - T.first + 1);
     T.cap = steps > TRACE_MAX_SPANS / per_step ? TRACE_MAX_SPANS : steps * per_step;
     T.spans = malloc(T.cap * sizeof *T.spans);

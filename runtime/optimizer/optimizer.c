@@ -160,7 +160,8 @@ static void init_master(optimizer *o, int g, uint64_t lo, uint64_t len, float *o
     char err[MT_PATH_MAX + 512];
     if (!job->hf) {
         model_init_slice(&job->cfg, g, lo, len, out);
-    } else if (hf_read_group_slice(job->hf, &job->cfg, g, lo, len, out, err, sizeof err) < 0 ||
+    } else if (hf_read_group_slice(job->hf, &job->cfg.model, g, lo, len, out, err, sizeof err) <
+                   0 ||
                hf_check_finite(&job->cfg, g, lo, len, out, err, sizeof err) < 0) {
         // model_dir's files are the user's input: bad input (exit 2, which mtrun passes on),
         // said by this rank alone, as only its slice holds the bad element.
@@ -319,11 +320,11 @@ static void sleep_through_signals(int ms) {
 // AdamW over n elements that start at element `first` of group g, around its frozen tensors
 // (model_frozen_spans): their master, m and v stay as they are, and copy (NULL: none) gets the
 // master's bf16 bits as the update would have written them.
-static void adamw_trainable(const mt_config *c, int g, uint64_t first, float *master, float *m,
+static void adamw_trainable(const mt_model *model, int g, uint64_t first, float *master, float *m,
                             float *v, bf16 *copy, const char *grads, int grad_bytes, uint64_t n,
                             const adamw_params *hp) {
     uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN];
-    int spans = model_frozen_spans(c, g, lo, hi), frozen;
+    int spans = model_frozen_spans(model, g, lo, hi), frozen;
     for (uint64_t a = 0, b; a < n; a = b) {
         b = model_frozen_run(lo, hi, spans, first + a, first + n, &frozen) - first;
         bf16 *cp = copy ? copy + a : NULL;
@@ -357,7 +358,7 @@ static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, co
         master += o->part_lo[g] + at;
     grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
     uint64_t first = job->layouts[o->shard].lo[g] + o->part_lo[g] + at;
-    adamw_trainable(&job->cfg, g, first, master, m, v, copy, grads, job->grad_bytes, n, hp);
+    adamw_trainable(&job->cfg.model, g, first, master, m, v, copy, grads, job->grad_bytes, n, hp);
     if (copy) { // fresh, still in the window: to the ring, and its copy to disk
         storage_write_copy(o->tier, g, k);
         ring_put(o, g, k, step + 1, master, n);
@@ -528,7 +529,7 @@ void optimizer_run(mt_job *job) {
     o.part_n = calloc(job->n_groups, sizeof *o.part_n);
     if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
-    model_grad_order(&job->cfg, o.arrival);
+    model_grad_order(&job->cfg.model, o.arrival);
     o.n_order = model_update_order(&job->cfg, job->device_groups, o.order);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);

@@ -11,16 +11,16 @@ static uint64_t most(uint64_t a, uint64_t b) {
 
 // The scratch the kernels ask for (kernels/scratch.h), for the shape's sizes. A config of a
 // layer alone (tests) may have no vocabulary.
-static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
-    if (c->kv_heads > 0)
+static void kernel_scratch(mt_buffer_shape *s, const mt_model *m) {
+    if (m->kv_heads > 0)
         s->attn_scratch =
-            cuda_attention_scratch_bytes((int)s->B, (int)s->T, c->heads, (int)s->KVH, (int)s->hd);
-    s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, c->dim);
+            cuda_attention_scratch_bytes((int)s->B, (int)s->T, m->heads, (int)s->KVH, (int)s->hd);
+    s->norm_scratch = cuda_rmsnorm_scratch_floats((int)s->r, m->dim);
     // q, k and v's biases; the router's and the experts' (gpt-oss)
     s->bias_scratch = cuda_bias_scratch_floats((int)most(
-        most(s->Q, s->KV), most(most(s->D, (uint64_t)c->experts), (uint64_t)c->moe_ffn_dim)));
+        most(s->Q, s->KV), most(most(s->D, (uint64_t)m->experts), (uint64_t)m->moe_ffn_dim)));
     // qk_norm's norms: over each head (rows of hd) or over the whole projections
-    int all = mt_qk_norm(c) == QK_ALL;
+    int all = mt_qk_norm(m) == QK_ALL;
     int rows = (int)(all ? s->n : s->n * s->H);
     s->norm_qk = most(cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->Q : s->hd)),
                       cuda_rmsnorm_scratch_floats(rows, (int)(all ? s->KV : s->hd)));
@@ -28,10 +28,10 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
         s->norm_mla = most(cuda_rmsnorm_scratch_floats((int)s->r, (int)s->QR),
                            cuda_rmsnorm_scratch_floats((int)s->r, (int)s->KR));
     // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
-    long chunk = c->vocab > 0 ? (256l << 20) / ((long)c->vocab * 6) : 1;
+    long chunk = m->vocab > 0 ? (256l << 20) / ((long)m->vocab * 6) : 1;
     s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
-    s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, c->dim, c->vocab);
-    s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, c->experts, c->top_k) : 0;
+    s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, m->dim, m->vocab);
+    s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, m->experts, m->top_k) : 0;
 }
 
 // Gated DeltaNet's kernels' scratch on CUDA: the largest any of them asks for (they run in turn
@@ -41,15 +41,16 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_config *c) {
 static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
 #ifdef MT_HAVE_CUDA
     int B = (int)s->B, T = (int)s->T, H = (int)s->LH;
-    const gdn_args a = {B, T, H, (int)s->LKH, c->linear_k_dim, c->linear_v_dim, NULL, 1.0f};
+    const gdn_args a = {B,    T,   H, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
+                        NULL, 1.0f};
     int chunks = s->docs ? T : (T + GDN_CHUNK - 1) / GDN_CHUNK;
-    const conv1d_args conv = {.B = B, .T = T, .C = (int)s->LC, .K = c->linear_conv};
+    const conv1d_args conv = {.B = B, .T = T, .C = (int)s->LC, .K = c->model.linear_conv};
     uint64_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
     bytes = most(bytes, cuda_gated_delta_scratch_bytes(&a, chunks, 0));
     bytes = most(bytes, sizeof(float) * cuda_conv1d_scratch_floats(&conv));
     bytes = most(bytes, sizeof(float) * cuda_gdn_gates_scratch_floats((long)s->n, H));
-    return most(bytes,
-                sizeof(float) * cuda_rmsnorm_gated_scratch_floats((int)s->n * H, c->linear_v_dim));
+    return most(bytes, sizeof(float) *
+                           cuda_rmsnorm_gated_scratch_floats((int)s->n * H, c->model.linear_v_dim));
 #else
     (void)s, (void)c;
     return 0;
@@ -59,11 +60,11 @@ static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
 // Multi-head latent attention (every attention layer when mla_kv_rank > 0): q, k and v in the
 // softmax buffers, one key head a query head, at the wider of q's and v's head widths (the CUDA
 // kernels take one head width: attn_mla_cuda.c pads the narrower to it).
-static void mla_shape(mt_buffer_shape *s, const mt_config *c) {
-    s->mla = 1, s->QR = c->mla_q_rank > 0 ? (uint64_t)c->mla_q_rank : 0;
-    s->KR = (uint64_t)c->mla_kv_rank, s->RD = (uint64_t)c->mla_rope_dim;
-    s->KB = s->H * (uint64_t)(c->mla_nope_dim + c->mla_v_dim);
-    s->hd = most((uint64_t)mt_mla_qk_dim(c), (uint64_t)c->mla_v_dim);
+static void mla_shape(mt_buffer_shape *s, const mt_model *m) {
+    s->mla = 1, s->QR = m->mla_q_rank > 0 ? (uint64_t)m->mla_q_rank : 0;
+    s->KR = (uint64_t)m->mla_kv_rank, s->RD = (uint64_t)m->mla_rope_dim;
+    s->KB = s->H * (uint64_t)(m->mla_nope_dim + m->mla_v_dim);
+    s->hd = most((uint64_t)mt_mla_qk_dim(m), (uint64_t)m->mla_v_dim);
     s->KVH = s->H, s->Q = s->KV = s->H * s->hd, s->AO = most(s->AO, s->Q);
     s->LR = most(s->QR, s->KR);
 }
@@ -73,27 +74,29 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
     s->B = (uint64_t)B, s->T = (uint64_t)T, s->n = s->B * s->T;
     s->r = (uint64_t)mt_chunk_of(c, (int)s->n);
     s->chunks = s->r ? (s->n + s->r - 1) / s->r : 0;
-    s->D = c->dim, s->hd = mt_head_dim(c), s->F = c->ffn_dim, s->H = c->heads;
-    s->KVH = c->kv_heads, s->Q = s->H * s->hd, s->KV = s->KVH * s->hd;
-    s->M = c->micro_batches, s->V = c->vocab, s->L = c->layers;
-    s->qk = mt_qk_norm(c) != QK_NONE;
-    s->og = !!c->attn_output_gate;
+    s->D = c->model.dim, s->hd = mt_head_dim(&c->model), s->F = c->model.ffn_dim,
+    s->H = c->model.heads;
+    s->KVH = c->model.kv_heads, s->Q = s->H * s->hd, s->KV = s->KVH * s->hd;
+    s->M = c->micro_batches, s->V = c->model.vocab, s->L = c->model.layers;
+    s->qk = mt_qk_norm(&c->model) != QK_NONE;
+    s->og = !!c->model.attn_output_gate;
     s->AO = s->Q;
-    if (mt_gdn_layers(c) > 0) {
-        s->gdn = 1, s->LK = (uint64_t)mt_gdn_key_width(c), s->LV = (uint64_t)mt_gdn_value_width(c);
-        s->LC = 2 * s->LK + s->LV, s->LH = (uint64_t)c->linear_v_heads;
-        s->LKH = (uint64_t)c->linear_k_heads, s->AO = most(s->Q, s->LV);
+    if (mt_gdn_layers(&c->model) > 0) {
+        s->gdn = 1, s->LK = (uint64_t)mt_gdn_key_width(&c->model),
+        s->LV = (uint64_t)mt_gdn_value_width(&c->model);
+        s->LC = 2 * s->LK + s->LV, s->LH = (uint64_t)c->model.linear_v_heads;
+        s->LKH = (uint64_t)c->model.linear_k_heads, s->AO = most(s->Q, s->LV);
     }
-    if (c->mla_kv_rank > 0) mla_shape(s, c);
+    if (c->model.mla_kv_rank > 0) mla_shape(s, &c->model);
     s->docs = mt_packs_documents(c);
-    s->moe_layers = mt_moe_layers(c);
-    if (c->experts > 0) {
-        s->moe = 1, s->E = c->experts, s->MF = c->moe_ffn_dim;
-        s->P = s->r * c->top_k, s->Pn = s->n * c->top_k;
-        s->S = c->shared_ffn_dim > 0 ? c->shared_ffn_dim : 0, s->sh = s->S > 0;
+    s->moe_layers = mt_moe_layers(&c->model);
+    if (c->model.experts > 0) {
+        s->moe = 1, s->E = c->model.experts, s->MF = c->model.moe_ffn_dim;
+        s->P = s->r * c->model.top_k, s->Pn = s->n * c->model.top_k;
+        s->S = c->model.shared_ffn_dim > 0 ? c->model.shared_ffn_dim : 0, s->sh = s->S > 0;
         s->stat_rows = s->M * most(s->moe_layers, 1);
     }
-    kernel_scratch(s, c);
+    kernel_scratch(s, &c->model);
     if (s->gdn) s->gdn_scratch = gdn_scratch(s, c);
 }
 

@@ -12,8 +12,8 @@
 // pairs its window keeps, so that a window's real work is counted, in the same convention.
 double plan_attention_span(const mt_config *c) {
     double span = 0, T = c->seq_len, causal = attn_score_pairs(c->seq_len, 0);
-    for (int l = 0; l < c->layers; l++) {
-        const mt_layer_kind *k = mt_layer_kind_of(c, l);
+    for (int l = 0; l < c->model.layers; l++) {
+        const mt_layer_kind *k = mt_layer_kind_of(&c->model, l);
         int w = k->window;
         if (k->attention == ATTN_GDN) continue; // plan_gdn_flops
         span += w > 0 && w < c->seq_len ? T * attn_score_pairs(c->seq_len, w) / causal : T;
@@ -27,38 +27,38 @@ double plan_attention_span(const mt_config *c) {
 // tokens the causal halves of k k^T and q k^T (L dk each), of the substitution and of the
 // output's sum over the chunk (L dv each). L: GDN_CHUNK, or the row when shorter.
 static double gdn_layer_flops(const mt_config *c) {
-    double dk = c->linear_k_dim, dv = c->linear_v_dim;
+    double dk = c->model.linear_k_dim, dv = c->model.linear_v_dim;
     double L = c->seq_len < GDN_CHUNK ? c->seq_len : GDN_CHUNK;
-    return (double)c->linear_v_heads * (6.0 * dk * dv + 2.0 * L * (dk + dv));
+    return (double)c->model.linear_v_heads * (6.0 * dk * dv + 2.0 * L * (dk + dv));
 }
 
 double plan_gdn_flops(const mt_config *c) {
-    return mt_gdn_layers(c) * gdn_layer_flops(c);
+    return mt_gdn_layers(&c->model) * gdn_layer_flops(c);
 }
 
 // Attention's width: heads x head_dim (Qwen3's differs from dim); multi-head latent attention's
 // the mean of its q k^T and p v widths, heads x (nope + rope + v) / 2.
-static double attention_width(const mt_config *c) {
-    if (c->mla_kv_rank > 0) return c->heads * (mt_mla_qk_dim(c) + c->mla_v_dim) / 2.0;
-    return (double)c->heads * mt_head_dim(c);
+static double attention_width(const mt_model *m) {
+    if (m->mla_kv_rank > 0) return m->heads * (mt_mla_qk_dim(m) + m->mla_v_dim) / 2.0;
+    return (double)m->heads * mt_head_dim(m);
 }
 // The head width the GPU's attention runs at: MLA's q, k and v padded to the wider
 // (attn_mla_cuda.c).
-static int attention_head_dim(const mt_config *c) {
-    if (c->mla_kv_rank > 0)
-        return mt_mla_qk_dim(c) > c->mla_v_dim ? mt_mla_qk_dim(c) : c->mla_v_dim;
-    return mt_head_dim(c);
+static int attention_head_dim(const mt_model *m) {
+    if (m->mla_kv_rank > 0)
+        return mt_mla_qk_dim(m) > m->mla_v_dim ? mt_mla_qk_dim(m) : m->mla_v_dim;
+    return mt_head_dim(m);
 }
 
 // The token mixers' forward FLOPs per token, a layer's on average, beyond the parameters':
 // softmax attention over every key before a query (2 width seq: q k^T and p v, causal halves),
 // and Gated DeltaNet's rule, which runs at a rate of its own.
 static double softmax_mixer_flops(const mt_config *c) {
-    int softmax = c->layers - mt_gdn_layers(c);
-    return softmax * 2.0 * attention_width(c) * c->seq_len / c->layers;
+    int softmax = c->model.layers - mt_gdn_layers(&c->model);
+    return softmax * 2.0 * attention_width(&c->model) * c->seq_len / c->model.layers;
 }
 static double gdn_mixer_flops(const mt_config *c) {
-    return plan_gdn_flops(c) / c->layers;
+    return plan_gdn_flops(c) / c->model.layers;
 }
 
 // 6 N + 12 dim (layers x seq) with N the active parameters, as MoE throughput is usually
@@ -66,8 +66,8 @@ static double gdn_mixer_flops(const mt_config *c) {
 // window's share (plan_attention_span); a Gated DeltaNet layer 3 times its rule's forward
 // (plan_gdn_flops: forward and backward).
 double plan_model_flops_per_token(const mt_config *c) {
-    return 6.0 * (double)plan_active_params(c) + 12.0 * (double)c->dim * plan_attention_span(c) +
-           3.0 * plan_gdn_flops(c);
+    return 6.0 * (double)plan_active_params(&c->model) +
+           12.0 * (double)c->model.dim * plan_attention_span(c) + 3.0 * plan_gdn_flops(c);
 }
 
 double plan_peak_flops(int cuda, int cores) {
@@ -98,7 +98,7 @@ static double gpu_attention_rate(int head_dim) {
 static double expert_calls(const mt_config *c) {
     long n = (long)c->micro_batch * c->seq_len, chunk = mt_seq_chunk(c);
     double chunks = (double)((n + chunk - 1) / (chunk > 0 ? chunk : 1));
-    return (double)mt_moe_layers(c) * c->micro_batches * chunks * c->experts;
+    return (double)mt_moe_layers(&c->model) * c->micro_batches * chunks * c->model.experts;
 }
 
 // With the ring a group is updated once its gradients land, in the backward's order, and its
@@ -112,27 +112,27 @@ static double expert_calls(const mt_config *c) {
 // Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
 // its update its share of the update's time.
 static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
-    const mt_config *c = p->c;
-    int n = model_group_count(c), R = p->ring_depth;
+    const mt_model *m = &p->c->model;
+    int n = model_group_count(m), R = p->ring_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
     double *end = malloc(sizeof(double) * (size_t)n); // the ranks' updates, in turn
     if (!order || !end) {
         free(order), free(end);
         return fmax(compute, fmax(pcie, update));
     }
-    model_grad_order(c, order);
-    int head = model_head_group(c);
-    double N = (double)p->params, embedding = (double)model_group_numel(c, 0);
-    double A = (double)plan_active_params(c) - embedding; // what the backward computes with
-    double layers = N - embedding - (double)model_group_numel(c, head);
-    double layer_active = layers > 0 ? (A - (double)model_group_numel(c, head)) / layers : 1;
+    model_grad_order(m, order);
+    int head = model_head_group(m);
+    double N = (double)p->params, embedding = (double)model_group_numel(m, 0);
+    double A = (double)plan_active_params(m) - embedding; // what the backward computes with
+    double layers = N - embedding - (double)model_group_numel(m, head);
+    double layer_active = layers > 0 ? (A - (double)model_group_numel(m, head)) / layers : 1;
     double updated = N; // the parameters the optimizer ranks update
-    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(c, g);
+    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(m, g);
     double landed = 0, last_end = 0;
     int h = 0; // the optimizer ranks' groups so far: the ring's slots are theirs
     for (int i = 0; i < n; i++) {
         int g = order[i];
-        double n_g = (double)model_group_numel(c, g);
+        double n_g = (double)model_group_numel(m, g);
         double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
         landed += fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
         if (g < p->device_groups || updated <= 0) continue;
@@ -249,11 +249,11 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
     // Compute meets the active parameters (all but the idle experts); a redone layer is taken as
     // the mean layer's active part. PCIe and the optimizer move all N.
-    double A = (double)plan_active_params(c);
-    double head = (double)model_group_numel(c, model_head_group(c));
-    double layer_n = (A - (double)model_group_numel(c, 0) - head) / c->layers;
-    double redo = plan_recomputed_layers(c->layers, p->choices.boundary_every);
-    double width = attention_width(c);
+    double A = (double)plan_active_params(&c->model);
+    double head = (double)model_group_numel(&c->model, model_head_group(&c->model));
+    double layer_n = (A - (double)model_group_numel(&c->model, 0) - head) / c->model.layers;
+    double redo = plan_recomputed_layers(c->model.layers, p->choices.boundary_every);
+    double width = attention_width(&c->model);
     memset(e, 0, sizeof *e);
     e->active_params = A;
     // GEMMs: 6 N, the backward's recompute of every layer's forward 2 N, a redone segment
@@ -264,15 +264,16 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double kept_bwd = (double)p->choices.att_slots / c->micro_batches; // the rest: in the redo
     double gemm = tokens * (8.0 * A + 2.0 * layer_n * redo);
     // a sliding layer's share of the causal pairs (plan_attention_span), on average
-    double span = plan_attention_span(c) / c->layers;
+    double span = plan_attention_span(c) / c->model.layers;
     // Gated DeltaNet's rule, as attention: forward 1, backward 2, recompute 1, a redone layer 1
     // more, a kept output 1 less, its layers' share of the redone and kept passes
-    double gdn = plan_gdn_flops(c), share = gdn / c->layers;
-    double attention = tokens * (8.0 * c->layers + 2.0 * redo - 2.0 * kept_att) * width * span;
+    double gdn = plan_gdn_flops(c), share = gdn / c->model.layers;
+    double attention =
+        tokens * (8.0 * c->model.layers + 2.0 * redo - 2.0 * kept_att) * width * span;
     double rule = tokens * (4.0 * gdn + (redo - kept_att) * share);
     e->flops = gemm + attention + rule;
     e->flops_rate = p->cuda ? PLAN_GPU_FLOPS : PLAN_CPU_FLOPS_PER_CORE * (cores > 0 ? cores : 1);
-    e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(c)) : e->flops_rate;
+    e->attention_rate = p->cuda ? gpu_attention_rate(attention_head_dim(&c->model)) : e->flops_rate;
     e->gdn_rate = p->cuda ? PLAN_GPU_GDN_FLOPS : e->flops_rate;
     e->compute_s = gemm / e->flops_rate + attention / e->attention_rate + rule / e->gdn_rate;
     if (p->cuda) e->compute_s += 12.0 * expert_calls(c) * PLAN_EXPERT_CALL_S;
@@ -282,24 +283,25 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     double mixer_s = soft / e->attention_rate + rule_s; // the recompute's, a layer's
     double redo_per_token =
         2.0 * layer_n * redo / e->flops_rate + (redo - (kept_att - kept_bwd)) * mixer_s;
-    double again_per_token =
-        2.0 * (A - model_group_numel(c, 0)) / e->flops_rate + (c->layers - kept_bwd) * mixer_s;
+    double again_per_token = 2.0 * (A - model_group_numel(&c->model, 0)) / e->flops_rate +
+                             (c->model.layers - kept_bwd) * mixer_s;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
     if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
-        double passes = 2.0 + redo / c->layers;
+        double passes = 2.0 + redo / c->model.layers;
         e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
     double on_device = 0; // the groups the compute rank updates: no optimizer rank touches them
-    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(c, g);
+    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(&c->model, g);
     e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
     e->disk_s = e->disk_bytes / p->disk_bw;
     e->step_s = e->compute_s + e->pcie_s + e->opt_s + e->disk_s;
     if (p->cuda) // the forward: softmax attention counted at the GEMMs' rate, as it overlaps them
-        overlap_phases(
-            p, e, tokens * ((2.0 * A + c->layers * soft) / e->flops_rate + c->layers * rule_s));
+        overlap_phases(p, e,
+                       tokens * ((2.0 * A + c->model.layers * soft) / e->flops_rate +
+                                 c->model.layers * rule_s));
     e->tokens_per_s = tokens / e->step_s;
 }

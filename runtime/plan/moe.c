@@ -6,22 +6,22 @@
 #include "runtime/plan/buffers.h"
 
 // The three matrices of one expert (gate, up, down).
-static uint64_t expert_numel(const mt_config *c) {
-    return 3 * (uint64_t)c->dim * (uint64_t)c->moe_ffn_dim;
+static uint64_t expert_numel(const mt_model *m) {
+    return 3 * (uint64_t)m->dim * (uint64_t)m->moe_ffn_dim;
 }
 
-uint64_t plan_expert_params(const mt_config *c) {
-    if (c->experts <= 0) return 0;
-    return (uint64_t)mt_moe_layers(c) * (uint64_t)c->experts * expert_numel(c);
+uint64_t plan_expert_params(const mt_model *m) {
+    if (m->experts <= 0) return 0;
+    return (uint64_t)mt_moe_layers(m) * (uint64_t)m->experts * expert_numel(m);
 }
 
 // Every parameter but the experts, plus top_k experts in each MoE layer: the router, the shared
 // expert, attention, norms, embedding and head are met by every token.
-uint64_t plan_active_params(const mt_config *c) {
-    uint64_t total = model_param_count(c);
-    if (c->experts <= 0) return total;
-    uint64_t idle = (uint64_t)(c->experts - c->top_k) * expert_numel(c);
-    return total - (uint64_t)mt_moe_layers(c) * idle;
+uint64_t plan_active_params(const mt_model *m) {
+    uint64_t total = model_param_count(m);
+    if (m->experts <= 0) return total;
+    uint64_t idle = (uint64_t)(m->experts - m->top_k) * expert_numel(m);
+    return total - (uint64_t)mt_moe_layers(m) * idle;
 }
 
 static mt_buffer_shape micro_batch_shape(const mt_config *c) {
@@ -38,7 +38,7 @@ uint64_t plan_moe_work_bytes(const mt_config *c) {
 }
 
 uint64_t plan_moe_cpu_bytes(const mt_config *c) {
-    if (c->experts <= 0) return 0;
+    if (c->model.experts <= 0) return 0;
     mt_buffer_shape s = micro_batch_shape(c);
     mt_buffer_list l;
     mt_buffers_cpu_moe(&l, &s);

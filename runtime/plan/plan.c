@@ -26,9 +26,9 @@ static mt_buffer_shape buffer_shape(const mt_config *c) {
 
 // Elements of the groups that stay resident: embedding, head and the two-layer ring, whose
 // buffers hold the largest layer (an MoE model mixes dense and MoE layers).
-static uint64_t resident_numel(const mt_config *c) {
-    return model_group_numel(c, 0) + model_group_numel(c, model_head_group(c)) +
-           2 * model_largest_layer(c);
+static uint64_t resident_numel(const mt_model *m) {
+    return model_group_numel(m, 0) + model_group_numel(m, model_head_group(m)) +
+           2 * model_largest_layer(m);
 }
 
 // A working set's bytes: its list (buffers.h), as the backend allocates it.
@@ -77,8 +77,8 @@ static uint64_t cuda_saved_bytes(const mt_config *c, int whole) {
     return mt_buffer_list_bytes(&l);
 }
 
-int plan_cuda_keeps_passes(const mt_config *c) {
-    return mt_qk_norm(c) == QK_NONE && !c->attn_output_gate && mt_gdn_layers(c) == 0;
+int plan_cuda_keeps_passes(const mt_model *m) {
+    return mt_qk_norm(m) == QK_NONE && !m->attn_output_gate && mt_gdn_layers(m) == 0;
 }
 
 uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda) {
@@ -102,14 +102,14 @@ static uint64_t cuda_head_set_bytes(const mt_config *c) {
     return list_bytes(mt_buffers_cuda_head, &s) + MT_CUDA_GEMM_WORKSPACE;
 }
 
-uint64_t plan_device_layer_bytes(const mt_config *c) {
-    return 18 * model_largest_layer(c); // state + own buffers
+uint64_t plan_device_layer_bytes(const mt_model *m) {
+    return 18 * model_largest_layer(m); // state + own buffers
 }
 
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     if (c->device_groups >= 0) return c->device_groups;
     if (!cuda) return 0;
-    uint64_t budget = device_free / 8, used = 12 * model_group_numel(c, 0);
+    uint64_t budget = device_free / 8, used = 12 * model_group_numel(&c->model, 0);
     if (used > budget) return 0;
     // At long context the boundaries need the memory more than an optimizer lead does (a step
     // takes minutes there, the optimizers are never behind): when all of them would take over
@@ -121,9 +121,9 @@ int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
     // its weights are needed first), a whole layer's AdamW where layers are large (a
     // Mixtral-8x7B layer of 1.45B parameters: 0.36 s on a 16-core host, bench/RESULTS.md
     // 2026-12-05), and the GPU updates it in milliseconds.
-    int most = (c->layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
+    int most = (c->model.layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
     for (; layers < most; layers++) {
-        uint64_t layer = 18 * model_group_numel(c, model_layer_group(layers));
+        uint64_t layer = 18 * model_group_numel(&c->model, model_layer_group(layers));
         if (used + layer > (layers == 0 ? device_free / 4 : budget)) break;
         used += layer;
     }
@@ -167,22 +167,24 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     b->device_groups = ch->device_groups;
     uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
     for (int g = 0; g < b->device_groups; g++) {
-        uint64_t n = model_group_numel(c, g);
+        uint64_t n = model_group_numel(&c->model, g);
         owned += n, largest = n > largest ? n : largest;
     }
-    uint64_t resident = resident_numel(c) + (owned ? owned - model_group_numel(c, 0) : 0);
+    uint64_t resident =
+        resident_numel(&c->model) + (owned ? owned - model_group_numel(&c->model, 0) : 0);
     // on the CPU, also the staging copy, host memory there
     b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(b->device_groups));
     b->weights = resident * (cuda ? 2 : 4);
     b->grads = resident * 4;
     // Offloaded (CUDA): two sets and a segment's on the GPU, the rest pinned.
-    b->activations = 4 * (uint64_t)plan_boundary_slots(c, ch) * s.M * s.n * s.D;
+    b->activations = 4 * (uint64_t)plan_boundary_slots(&c->model, ch) * s.M * s.n * s.D;
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
         uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
         if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
-            uint64_t leave = model_group_numel(c, model_head_group(c)) + 2 * model_largest_layer(c);
-            transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(c, 0)));
+            uint64_t leave = model_group_numel(&c->model, model_head_group(&c->model)) +
+                             2 * model_largest_layer(&c->model);
+            transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(&c->model, 0)));
         }
         b->backend = plan_backend_start_bytes(c, 1);
         b->backend_host = plan_cuda_backend_host_bytes(c);
@@ -203,7 +205,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 // and the pinned losses, plus the offloaded boundary activations.
 uint64_t plan_cuda_host_bytes(const mt_config *c, const plan_choices *ch) {
     mt_buffer_shape s = buffer_shape(c);
-    uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(c, ch) * s.M * s.n * s.D;
+    uint64_t offloaded = (uint64_t)plan_offloaded_boundaries(&c->model, ch) * s.M * s.n * s.D;
     return 4 * (token_arrays(c) * s.M * s.n + offloaded) + device_staging_bytes(ch->device_groups) +
            plan_cuda_backend_host_bytes(c);
 }
@@ -259,22 +261,22 @@ uint64_t plan_attention_slot_bytes(const mt_config *c, int cuda) {
 }
 
 double plan_attention_saved(const mt_config *c, const plan_choices *ch) {
-    int *order = malloc(sizeof(int) * (size_t)c->layers), M = c->micro_batches;
+    int *order = malloc(sizeof(int) * (size_t)c->model.layers), M = c->micro_batches;
     if (!order) return 0;
-    plan_attention_order(c->layers, ch->boundary_every, order);
+    plan_attention_order(c->model.layers, ch->boundary_every, order);
     double saved = 0;
     for (int i = 0; i < ch->att_slots; i++)
-        saved += (1.0 + plan_redone_layer(c->layers, ch->boundary_every, order[i / M])) / M;
+        saved += (1.0 + plan_redone_layer(c->model.layers, ch->boundary_every, order[i / M])) / M;
     free(order);
     return saved;
 }
 
-int plan_boundary_slots(const mt_config *c, const plan_choices *ch) {
-    return ch->offload ? 2 + ch->boundary_every - 1 : segment_slots(c->layers, ch->boundary_every);
+int plan_boundary_slots(const mt_model *m, const plan_choices *ch) {
+    return ch->offload ? 2 + ch->boundary_every - 1 : segment_slots(m->layers, ch->boundary_every);
 }
 
-int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch) {
-    return ch->offload ? (c->layers - 1) / ch->boundary_every + 1 : 0;
+int plan_offloaded_boundaries(const mt_model *m, const plan_choices *ch) {
+    return ch->offload ? (m->layers - 1) / ch->boundary_every + 1 : 0;
 }
 
 // The k whose slots fit in `fit` boundaries' worth, fewest recomputed layers first (the
@@ -302,8 +304,8 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
     ch->device_groups = plan_device_groups(c, cuda, room);
     ch->boundary_every = c->boundary_every > 0 ? c->boundary_every : 1;
-    if (ch->boundary_every > c->layers) ch->boundary_every = c->layers;
-    int pairs = c->layers * c->micro_batches;
+    if (ch->boundary_every > c->model.layers) ch->boundary_every = c->model.layers;
+    int pairs = c->model.layers * c->micro_batches;
     ch->att_slots = c->keep_attention < 0       ? 0
                     : c->keep_attention < pairs ? c->keep_attention
                                                 : pairs;
@@ -318,13 +320,13 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
     int keeps = c->recompute != RECOMPUTE_ALWAYS && s.r == s.n;
     uint64_t fit = (keeps ? left / 4 * 3 : left > reserve ? left - reserve : 0) / one;
     if (!ch->offload) {
-        if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->layers, fit);
+        if (c->boundary_every == 0) ch->boundary_every = fitting_every(c->model.layers, fit);
         if (c->offload_activations == OFFLOAD_AUTO &&
-            (uint64_t)segment_slots(c->layers, ch->boundary_every) > fit)
+            (uint64_t)segment_slots(c->model.layers, ch->boundary_every) > fit)
             ch->offload = 1, ch->boundary_every = c->boundary_every > 0 ? ch->boundary_every : 1;
     }
     if (c->keep_attention >= 0 || keeps) return;
-    uint64_t acts = one * (uint64_t)plan_boundary_slots(c, ch),
+    uint64_t acts = one * (uint64_t)plan_boundary_slots(&c->model, ch),
              slot = plan_attention_slot_bytes(c, cuda);
     uint64_t spare = left > reserve + acts ? left - reserve - acts : 0;
     ch->att_slots = spare / slot < (uint64_t)pairs ? (int)(spare / slot) : pairs;
@@ -481,10 +483,10 @@ static void optimizer_rank(plan_rank *r, const shard_layout *lay, int moment_nod
 // Data parallel: the compute rank's host bytes for the sums over nodes (engine/transfer.c): a
 // scratch of the largest group, and on CUDA each gradient buffer's pinned copy of its group's
 // fp32 sums (two layers', the embedding's and the head's).
-static uint64_t node_sum_bytes(const mt_config *c, int cuda, int nodes) {
+static uint64_t node_sum_bytes(const mt_model *m, int cuda, int nodes) {
     if (nodes < 2) return 0;
-    uint64_t emb = model_group_numel(c, 0), head = model_group_numel(c, model_head_group(c));
-    uint64_t layer = model_largest_layer(c), most = emb;
+    uint64_t emb = model_group_numel(m, 0), head = model_group_numel(m, model_head_group(m));
+    uint64_t layer = model_largest_layer(m), most = emb;
     if (head > most) most = head;
     if (layer > most) most = layer;
     return 4 * (most + (cuda ? 2 * layer + emb + head : 0));
@@ -502,20 +504,20 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
                                               : 0;
     plan_choose(&p->choices, c, cuda, grad_bytes, room);
     p->device_groups = p->choices.device_groups;
-    p->n_groups = model_group_count(c);
+    p->n_groups = model_group_count(&c->model);
     if (p->n_groups > SHM_MAX_GROUPS) {
         snprintf(err, errlen,
                  "%s: model.layers: %d layers make %d parameter groups, at most %d fit",
-                 c->source_path, c->layers, p->n_groups, SHM_MAX_GROUPS);
+                 c->source_path, c->model.layers, p->n_groups, SHM_MAX_GROUPS);
         return -1;
     }
     uint64_t numel[SHM_MAX_GROUPS];
     int order[SHM_MAX_GROUPS];
-    for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(c, g);
-    model_grad_order(c, order);
+    for (int g = 0; g < p->n_groups; g++) numel[g] = model_group_numel(&c->model, g);
+    model_grad_order(&c->model, order);
     int pass[SHM_MAX_GROUPS], n_pass = model_update_order(c, p->device_groups, pass);
     p->ring_depth = model_grad_ring_depth(c);
-    p->params = model_param_count(c);
+    p->params = model_param_count(&c->model);
     p->rank = calloc((size_t)np, sizeof *p->rank);
     shard_layout *lay = malloc(sizeof *lay);
     if (!p->rank || !lay) {
@@ -536,7 +538,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         plan_rank *pr = &p->rank[r];
         if (r == 0) {
             pr->compute = (cuda ? plan_cuda_host_bytes(c, &p->choices) : p->host_buffers.total) +
-                          node_sum_bytes(c, cuda, nodes);
+                          node_sum_bytes(&c->model, cuda, nodes);
             pr->storage = tier_compute_bytes(c, cuda && nodes == 1, grad_bytes, p->n_groups,
                                              p->device_groups, p->n_shards, numel);
         } else {

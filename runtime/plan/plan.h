@@ -151,8 +151,8 @@ typedef struct {
 // Boundary activations the compute rank holds on its device for boundary_every k: boundaries
 // 0, k, 2k, ... and the k - 1 of the segment being recomputed. Offloaded, boundaries 0, k, 2k,
 // ... go to host memory instead (plan_offloaded_boundaries of them) and take turns in two sets.
-int plan_boundary_slots(const mt_config *c, const plan_choices *ch);
-int plan_offloaded_boundaries(const mt_config *c, const plan_choices *ch);
+int plan_boundary_slots(const mt_model *m, const plan_choices *ch);
+int plan_offloaded_boundaries(const mt_model *m, const plan_choices *ch);
 // Layers whose forward the backward runs once more to remake a segment's boundaries: k - 1
 // in every segment but the last, whose boundaries are still there from the forward.
 int plan_recomputed_layers(int layers, int boundary_every);
@@ -173,7 +173,7 @@ uint64_t plan_kept_pass_bytes(const mt_config *c, int cuda);
 // Whether the CUDA backend keeps layer passes whole: not where its kept slot (MT_CUDA_SAVED)
 // lacks what the backward reads, qk_norm's fp32 inputs, the output gate's logits or Gated
 // DeltaNet's internals; such passes are always recomputed.
-int plan_cuda_keeps_passes(const mt_config *c);
+int plan_cuda_keeps_passes(const mt_model *m);
 
 // Fills p for a job of np ranks. numa_nodes: nodes the ranks are spread over round-robin
 // (mpirun --map-by numa); bound = 0 when mpirun leaves them unbound. Returns 0, or -1 with a
@@ -214,7 +214,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
 // half the free memory.
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
 // GPU memory one more device-updated decoder layer takes: its fp32 state and own buffers.
-uint64_t plan_device_layer_bytes(const mt_config *c);
+uint64_t plan_device_layer_bytes(const mt_model *m);
 // "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB" into buf; returns buf.
 const char *plan_bytes_text(char *buf, size_t n, double bytes);
 // The layers among `groups` device-updated groups, for messages: "", " and layer 0",

@@ -93,7 +93,7 @@ static void check_hf_dirs(mt_job *job) {
     }
     if (!c->model_dir[0] || job->resume_path[0]) return;
     hf_index *ix = hf_index_open(c->model_dir, err, sizeof err);
-    if (!ix || hf_index_check(ix, c, err, sizeof err) < 0) {
+    if (!ix || hf_index_check(ix, &c->model, err, sizeof err) < 0) {
         hf_index_close(ix);
         job_fail_input(job, err);
     }

@@ -4,7 +4,7 @@
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static mt_config model;
+    static mt_model model;
     char err[4096];
     fuzz_write("config.json", data, size);
     hf_read_config(fuzz_dir(), 256, &model, err, sizeof err);

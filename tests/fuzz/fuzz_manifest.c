@@ -9,11 +9,12 @@ static mt_job *small_job(void) {
     static mt_job job;
     if (job.n_groups) return &job;
     mt_config *c = &job.cfg;
-    c->dim = 64, c->layers = 2, c->heads = 4, c->kv_heads = 2, c->ffn_dim = 160, c->vocab = 256;
-    c->tied_embeddings = 1, c->seed = 1337;
-    model_describe_layers(c);
-    job.n_groups = model_group_count(c);
-    for (int g = 0; g < job.n_groups; g++) job.group_numel[g] = model_group_numel(c, g);
+    c->model.dim = 64, c->model.layers = 2, c->model.heads = 4, c->model.kv_heads = 2,
+    c->model.ffn_dim = 160, c->model.vocab = 256;
+    c->model.tied_embeddings = 1, c->seed = 1337;
+    model_describe_layers(&c->model);
+    job.n_groups = model_group_count(&c->model);
+    for (int g = 0; g < job.n_groups; g++) job.group_numel[g] = model_group_numel(&c->model, g);
     return &job;
 }
 
