@@ -35,6 +35,11 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tf_torch_only import torch_delta_rule  # noqa: E402
+
+torch_delta_rule()
+
 failed = 0
 FWD_TOL, GRAD_TOL = 1e-5, 3e-5
 

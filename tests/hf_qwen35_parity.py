@@ -38,6 +38,9 @@ import hf_moe_parity as moe  # noqa: E402  (exits 77 without torch/transformers)
 import mtparity  # noqa: E402
 import torch  # noqa: E402
 import transformers as tf  # noqa: E402
+from tf_torch_only import torch_delta_rule  # noqa: E402
+
+torch_delta_rule()
 
 TYPES = ["linear_attention", "full_attention"]
 TEXT = dict(intermediate_size=96, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16,

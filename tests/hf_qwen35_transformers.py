@@ -32,6 +32,9 @@ except ImportError as e:
 from hf_tflib import FAILED, check, exported_tensors  # noqa: E402 (after the skip)
 from hf_tflib import roundtrip as tf_roundtrip  # noqa: E402
 from hf_tflib import same_state as tf_same_state  # noqa: E402
+from tf_torch_only import torch_delta_rule  # noqa: E402
+
+torch_delta_rule()
 
 TEST_HF = sys.argv[1]
 

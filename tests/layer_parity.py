@@ -36,6 +36,11 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tf_torch_only import torch_delta_rule  # noqa: E402
+
+torch_delta_rule()
+
 binary, backend = sys.argv[1], sys.argv[2]
 qwen2 = sys.argv[3:] == ["qwen2"]
 gpt_oss = sys.argv[3:] == ["gpt_oss"]

@@ -17,6 +17,11 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tf_torch_only import torch_delta_rule  # noqa: E402
+
+torch_delta_rule()
+
 binary = sys.argv[1]
 types = ["linear_attention"] * 3 + ["full_attention"]
 dim, heads, kv, head_dim, ffn, vocab, B, T = 64, 4, 2, 16, 128, 97, 2, 80
