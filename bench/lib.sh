@@ -24,6 +24,21 @@ track_peak() {
     done
 }
 
+# gpu_wait_idle [SECONDS]: waits (default up to 60 s) until no process computes on the GPU, and
+# says who still does if one is left: a process that outlived its time limit (a peer killed
+# with the script that started it) holds GPU memory for a while, and the next run's mtrun would
+# refuse its buffers.
+gpu_wait_idle() {
+    local limit=${1:-60} left
+    command -v nvidia-smi >/dev/null || return 0
+    for ((i = 0; i < limit; i++)); do
+        left=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader)
+        [ -z "$left" ] && return 0
+        sleep 1
+    done
+    echo "gpu_wait_idle: after ${limit} s the GPU still runs: $left"
+}
+
 # device_plan NAME [mtrun arguments...]: mtrun --plan -np 5 of bench/configs/NAME.cfg for the GPU
 # machine's host, from the repository's root with the tree built in build/.
 device_plan() {

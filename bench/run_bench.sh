@@ -36,6 +36,7 @@ for config in $names; do
     name=$config${MT_BENCH_TAG:+-$MT_BENCH_TAG}
     log=$OUT/bench-$name.log
     rm -rf "$OUT/run-$name"
+    gpu_wait_idle
     stop=()
     [ -n "${MT_BENCH_STOP:-}" ] && stop=(--stop-at "$MT_BENCH_STOP")
     # The host bytes the job holds: peak of MemTotal - MemAvailable (shared regions included:
