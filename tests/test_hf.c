@@ -62,6 +62,33 @@ static void as_exported(const mt_config *c, int g, float *x) {
             if (!hf_export_fp32(&c->model, &ti[k])) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
+// Whether an export's config.json read back describes the model that was exported: every
+// field config.json carries.
+static int same_model(const mt_model *a, const mt_model *b) {
+#define SAME(f) (a->f == b->f)
+#define SAME_STR(f) (!strcmp(a->f, b->f))
+    return SAME(dim) && SAME(layers) && SAME(heads) && SAME(kv_heads) && SAME(ffn_dim) &&
+           SAME(vocab) && SAME(rope_theta) && SAME(norm_eps) && SAME(tied_embeddings) &&
+           SAME(qkv_bias) && SAME(o_bias) && SAME(head_dim) && SAME(qk_norm) && SAME(rope_type) &&
+           SAME(rope_factor) && SAME(rope_low_freq_factor) && SAME(rope_high_freq_factor) &&
+           SAME(rope_original_max_pos) && SAME(rope_beta_fast) && SAME(rope_beta_slow) &&
+           SAME(rope_truncate) && SAME(rope_attention_factor) && SAME(rope_mscale) &&
+           SAME(rope_mscale_all_dim) && SAME(rope_interleave) && SAME(sliding_window) &&
+           SAME_STR(layer_types) && SAME(attn_sinks) && SAME(experts) && SAME(top_k) &&
+           SAME(moe_ffn_dim) && SAME(moe_names) && SAME(shared_ffn_dim) && SAME(shared_gate) &&
+           SAME(norm_topk_prob) && SAME(moe_every) && SAME_STR(dense_layers) &&
+           SAME(router_softmax) && SAME(router_bias) && SAME(expert_bias) && SAME(swiglu_limit) &&
+           SAME(router_score) && SAME(router_groups) && SAME(router_topk_groups) &&
+           SAME(router_correction) && SAME(router_scale) && SAME(mla_q_rank) && SAME(mla_kv_rank) &&
+           SAME(mla_nope_dim) && SAME(mla_rope_dim) && SAME(mla_v_dim) && SAME(linear_k_heads) &&
+           SAME(linear_v_heads) && SAME(linear_k_dim) && SAME(linear_v_dim) && SAME(linear_conv) &&
+           SAME(attn_output_gate) && SAME(norm_zero_centered) && SAME(partial_rotary_factor) &&
+           SAME(hub_vlm) && SAME(hub_gdn_fused) && SAME(hub_experts_fused) && SAME(bos_id) &&
+           SAME(eos_id);
+#undef SAME
+#undef SAME_STR
+}
+
 static int roundtrip(const char *src, const char *out, uint64_t max, const char *dtype) {
     mt_config c, c2;
     hf_index *ix = open_checked(src, &c);
@@ -89,45 +116,7 @@ static int roundtrip(const char *src, const char *out, uint64_t max, const char 
     if (hf_export_dir_check(out, err, sizeof err) == 0)
         return fprintf(stderr, "FAIL: %s empty\n", out), 1;
     hf_index *ix2 = open_checked(out, &c2);
-    ok &= c2.model.dim == c.model.dim && c2.model.layers == c.model.layers &&
-          c2.model.heads == c.model.heads && c2.model.kv_heads == c.model.kv_heads &&
-          c2.model.ffn_dim == c.model.ffn_dim && c2.model.vocab == c.model.vocab &&
-          c2.model.rope_theta == c.model.rope_theta && c2.model.norm_eps == c.model.norm_eps &&
-          c2.model.tied_embeddings == c.model.tied_embeddings &&
-          c2.model.qkv_bias == c.model.qkv_bias && c2.model.rope_type == c.model.rope_type &&
-          c2.model.rope_factor == c.model.rope_factor &&
-          c2.model.rope_low_freq_factor == c.model.rope_low_freq_factor &&
-          c2.model.rope_high_freq_factor == c.model.rope_high_freq_factor &&
-          c2.model.rope_original_max_pos == c.model.rope_original_max_pos &&
-          c2.model.sliding_window == c.model.sliding_window &&
-          !strcmp(c2.model.layer_types, c.model.layer_types) && c2.model.o_bias == c.model.o_bias &&
-          c2.model.experts == c.model.experts && c2.model.top_k == c.model.top_k &&
-          c2.model.moe_ffn_dim == c.model.moe_ffn_dim && c2.model.moe_names == c.model.moe_names &&
-          c2.model.attn_sinks == c.model.attn_sinks &&
-          c2.model.router_softmax == c.model.router_softmax &&
-          c2.model.router_bias == c.model.router_bias &&
-          c2.model.expert_bias == c.model.expert_bias &&
-          c2.model.swiglu_limit == c.model.swiglu_limit &&
-          c2.model.rope_beta_fast == c.model.rope_beta_fast &&
-          c2.model.rope_beta_slow == c.model.rope_beta_slow &&
-          c2.model.rope_truncate == c.model.rope_truncate &&
-          c2.model.rope_attention_factor == c.model.rope_attention_factor &&
-          c2.model.shared_ffn_dim == c.model.shared_ffn_dim &&
-          c2.model.norm_topk_prob == c.model.norm_topk_prob &&
-          c2.model.moe_every == c.model.moe_every &&
-          !strcmp(c2.model.dense_layers, c.model.dense_layers) &&
-          c2.model.linear_k_heads == c.model.linear_k_heads &&
-          c2.model.linear_v_heads == c.model.linear_v_heads &&
-          c2.model.linear_k_dim == c.model.linear_k_dim &&
-          c2.model.linear_v_dim == c.model.linear_v_dim &&
-          c2.model.linear_conv == c.model.linear_conv &&
-          c2.model.attn_output_gate == c.model.attn_output_gate &&
-          c2.model.norm_zero_centered == c.model.norm_zero_centered &&
-          c2.model.partial_rotary_factor == c.model.partial_rotary_factor &&
-          c2.model.head_dim == c.model.head_dim && c2.model.hub_vlm == c.model.hub_vlm &&
-          c2.model.hub_gdn_fused == c.model.hub_gdn_fused &&
-          c2.model.hub_experts_fused == c.model.hub_experts_fused &&
-          c2.model.bos_id == c.model.bos_id && c2.model.eos_id == c.model.eos_id;
+    ok &= same_model(&c2.model, &c.model);
     if (!ok) fprintf(stderr, "FAIL: config.json does not round-trip\n");
     for (int g = 0; g < ng; g++) {
         float *back = load_group(ix2, &c2.model, g, 2);
