@@ -460,7 +460,7 @@ template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
 void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                 int max_chunks, Span span, const Factors &f, StateBuf states, cudaStream_t stream) {
     size_t bytes;
-    out_smem(NULL, a->dk, a->dv, tc_exact(), &bytes);
+    out_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
     allow_smem(out_kernel, bytes);
     phase_begin(GDN_PHASE_OUT, stream);
     out_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
@@ -487,8 +487,9 @@ struct Profile {
 // of 32 would not give every multiprocessor two blocks (a long row of few heads: the pass is a
 // chain of dependent steps, and a second block on a multiprocessor hides the first's latency).
 int gdn::pass_cols(const gdn_args *a) {
-    static int sms;
-    if (!sms) CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    int dev, sms;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     bool few = (long)(a->dv / 32) * a->H * a->B < 2L * sms;
     return a->dv % 32 == 0 && !few ? 32 : 16;
 }
@@ -504,7 +505,7 @@ extern "C" void cuda_gated_delta_exact(int on) {
 void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, cudaStream_t stream) {
     size_t bytes;
-    prep_smem(NULL, a->dk, a->dv, tc_exact(), &bytes);
+    prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
     allow_smem(prep_kernel, bytes);
     phase_begin(GDN_PHASE_PREP, stream);
     prep_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
@@ -518,7 +519,7 @@ void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
     int bv = pass_cols(a);
     size_t bytes;
-    pass_smem(NULL, a->dk, bv, tc_exact(), &bytes);
+    pass_smem(NULL, a->dk, bv, f.wlo != NULL, &bytes);
     allow_smem(pass_kernel, bytes);
     phase_begin(GDN_PHASE_PASS, stream);
     pass_kernel<<<dim3(a->dv / bv, a->H, a->B), TC_THREADS, bytes, stream>>>(

@@ -279,7 +279,9 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
 // The state columns of a pass block (tc_pass's and the backward's dpass): 16 or 32.
 int pass_cols(const gdn_args *a);
 
-// Whether the exact mode is on (cuda_gated_delta_exact; a kernel asks its factors: f.wlo).
+// Whether the exact mode is on (cuda_gated_delta_exact), read once a call where the factors are
+// carved; the kernels and their launches then ask the factors (f.wlo != NULL), so one call never
+// mixes the modes.
 bool tc_exact();
 
 // gated_delta_tc.cu's launches, shared with the backward (gated_delta_tc_bwd.cu). Span: the

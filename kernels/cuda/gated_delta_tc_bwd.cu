@@ -187,7 +187,7 @@ void dpass_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   int max_chunks, Span span, const BwdScratch &s, cudaStream_t stream) {
     int bv = pass_cols(a);
     size_t bytes;
-    dpass_smem(NULL, a->dk, bv, tc_exact(), &bytes);
+    dpass_smem(NULL, a->dk, bv, s.f.wlo != NULL, &bytes);
     CUDA_CHECK(cudaFuncSetAttribute(dpass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)bytes));
     phase_begin(GDN_PHASE_DPASS, stream);

@@ -367,8 +367,8 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   cudaStream_t stream) {
     dim3 grid(span.end - span.begin, a->H, a->B);
     size_t pb, rb;
-    pairs_smem(NULL, a->dv, tc_exact(), &pb);
-    rows_smem(NULL, a->dk, a->dv, tc_exact(), &rb);
+    pairs_smem(NULL, a->dv, f.wlo != NULL, &pb); // the mode the factors were carved in
+    rows_smem(NULL, a->dk, a->dv, f.wlo != NULL, &rb);
     CUDA_CHECK(
         cudaFuncSetAttribute(pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
     CUDA_CHECK(
