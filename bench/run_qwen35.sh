@@ -5,7 +5,10 @@
 #           each beside the peer on the same layers (bench/moe_peer.py: qwen35_27b, and
 #           moe_torch.py's qwen35moe), the peer's micro-batches of MT_PEER_MICROS rows (default 4,
 #           2 then 1: 8 x 2048 tokens' logits over 248,320 words are 16 GB in fp32, beside 65 to
-#           70 GB of the slice's weights, gradients and AdamW states) for the same 65,536 tokens
+#           70 GB of the slice's weights, gradients and AdamW states) for the same 65,536 tokens;
+#           each of the peer's attempts within MT_PEER_LIMIT seconds (default 450: it builds the
+#           slice's 4 B parameters in fp32 on the host first, and an 80 GB card fits 1 row only)
+#   peer27, peer35  one of those two pairs, each within one 10-minute call
 #   slices  Qwen3.5-27B and Qwen3.5-35B-A3B from their 4- and 8-layer slices (bench/run_slices.sh)
 #   long    4 layers of Qwen3.5-27B at 131,072 tokens, one step (bench/run_long.sh)
 #   busy    those 4 layers of Qwen3.5-27B (moe-qwen3.5-27b-4l) at the batch where the plan on
@@ -14,7 +17,7 @@
 #           master, m and v of the embedding and layer 0 kept on the host rather than the GPU;
 #           GPU 54 GiB, host 56 GiB, a step of 7.9 s planned), 6 steps: the GPU's busy share
 #           against the plan
-#   usage: OUT=... bench/run_qwen35.sh [peer] [slices] [long] [busy]
+#   usage: OUT=... bench/run_qwen35.sh [peer | peer27 | peer35] [slices] [long] [busy]
 # The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
 # in .whl, install them into /tmp/site and run this with PYTHONPATH=/tmp/site; without it
 # transformers runs its torch fallback, far slower (the peer's MOE line says which ran). FLA
@@ -27,15 +30,18 @@ source bench/device-build.sh
 source bench/lib.sh
 for what in "$@"; do
     case $what in
-    peer)
+    peer | peer27 | peer35)
         python3 -c 'import fla, triton; print("FLA", fla.__version__, "Triton", triton.__version__)' 2>&1 |
             tail -n 1
-        MT_PEER_MICROS=${MT_PEER_MICROS:-4 2 1} bash bench/run_moe.sh moe-qwen3.5-27b-4l \
-            peer-qwen35_27b:4 moe-qwen3.5-35b-a3b-4l peer-qwen35moe:4 2>&1 | grep -vE "^build:" ;;
+        pairs=()
+        [ "$what" != peer35 ] && pairs+=(moe-qwen3.5-27b-4l peer-qwen35_27b:4)
+        [ "$what" != peer27 ] && pairs+=(moe-qwen3.5-35b-a3b-4l peer-qwen35moe:4)
+        MT_PEER_MICROS=${MT_PEER_MICROS:-4 2 1} MT_PEER_LIMIT=${MT_PEER_LIMIT:-450} \
+            bash bench/run_moe.sh "${pairs[@]}" 2>&1 | grep -vE "^build:" ;;
     slices) bench/run_slices.sh build "$OUT" qwen3.5-27b qwen3.5-35b-a3b 2>&1 | tail -n 50 ;;
     long) bench/run_long.sh build "$OUT" qwen3.5-27b-4l-128k 2>&1 | tail -n 25 ;;
     busy) busy_at_break_even moe-qwen3.5-27b-4l 240 6 ;;
-    *) echo "run_qwen35.sh: $what: not a part (peer, slices, long, busy)" >&2; exit 2 ;;
+    *) echo "run_qwen35.sh: $what: not a part (peer, peer27, peer35, slices, long, busy)" >&2; exit 2 ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done
