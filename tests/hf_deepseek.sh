@@ -65,6 +65,18 @@ refuse missing_correction "no tensor model.layers.1.mlp.gate.e_score_correction_
     --family deepseek_v3 --drop model.layers.1.mlp.gate.e_score_correction_bias
 refuse many_experts "config.json: n_routed_experts 1024 is out of range: at most" \
     --family deepseek_v3 --set n_routed_experts=1024
+refuse v32 "config.json: architecture DeepseekV32ForCausalLM not supported \(DeepSeek Sparse Attention" \
+    --family deepseek_v3 --set 'architectures=["DeepseekV32ForCausalLM"]' --set index_topk=2048
+refuse glm5 "config.json: architecture GlmMoeDsaForCausalLM not supported \(GLM-5's sparse attention" \
+    --family glm4_moe_lite --set 'architectures=["GlmMoeDsaForCausalLM"]'
+refuse v4 "config.json: architecture DeepseekV4ForCausalLM not supported \(compressed sparse attention and hyper-connections" \
+    --family deepseek_v3 --set 'architectures=["DeepseekV4ForCausalLM"]'
+refuse index_topk "config.json: index_topk not supported \(sparse attention" \
+    --family deepseek_v3 --set index_topk=2048
+refuse hc_mult "config.json: hc_mult not supported \(hyper-connections" \
+    --family glm4_moe_lite --set hc_mult=4
+refuse compress "config.json: compress_ratios not supported \(DeepSeek-V4's compressed attention" \
+    --family deepseek_v3 --set 'compress_ratios=[0, 4, 128]'
 
 MTRUN=${3:-}
 [ -n "$MTRUN" ] || exit $FAILED

@@ -197,6 +197,12 @@ static const char *const refused[][2] = {
     {"Llama4ForCausalLM", "chunked attention and interleaved MoE layers"},
     {"Llama4ForConditionalGeneration", "chunked attention and interleaved MoE layers"},
     {"DeepseekV2ForCausalLM", "multi-head latent attention (MLA) and group-limited routing"},
+    {"DeepseekV32ForCausalLM", "DeepSeek Sparse Attention: a lightning indexer picks each "
+                               "query's keys (index_topk)"},
+    {"GlmMoeDsaForCausalLM", "GLM-5's sparse attention: a lightning indexer picks each query's "
+                             "keys (index_topk)"},
+    {"DeepseekV4ForCausalLM", "compressed sparse attention and hyper-connections (compress_ratios, "
+                              "hc_mult)"},
     {"SwitchTransformersForConditionalGeneration", "expert capacity factors that drop tokens"},
 };
 
@@ -292,7 +298,16 @@ static int check_unsupported(const json_ctx *j, const family *f) {
     if (drop && (!cJSON_IsNumber(drop) || drop->valuedouble != 0))
         return failf(j->err, j->errlen, "%s: attention_dropout must be 0 (dropout not supported)",
                      j->path);
+    // A class we train with a later model's keys (a converted or hand-edited folder) would
+    // otherwise train without what those keys add.
     return require_zero(j, "clip_qkv", "clipping q, k and v") < 0 ||
+                   require_zero(j, "index_topk",
+                                "sparse attention: a lightning indexer picks each query's keys, "
+                                "as DeepSeek-V3.2 and GLM-5 do") < 0 ||
+                   require_zero(j, "hc_mult",
+                                "hyper-connections: DeepSeek-V4's copies of the "
+                                "residual stream") < 0 ||
+                   require_zero(j, "compress_ratios", "DeepSeek-V4's compressed attention") < 0 ||
                    require_zero(j, "router_jitter_noise", "noise on the router's inputs") < 0 ||
                    require_zero(j, "capacity_factor", "we are dropless: no token is dropped") < 0
                ? -1
