@@ -7,7 +7,8 @@
 #   neither followed nor a reason to assume a rate;
 # - --disk-bw writes nothing.
 # The small disks are ext4 images on loop devices, so the bytes written to each are counted by
-# the kernel (session_write_kbytes); they need root, and are skipped with a reason without it.
+# the kernel (lifetime_write_kbytes, read before and after); they need root, and are skipped
+# with a reason without it.
 # usage: plan_disk_probe.sh MTRUN REPO_ROOT
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 small_config cpu "$WORK/c.cfg"
@@ -48,7 +49,7 @@ disk() {
         mount -o loop "$WORK/$1.img" "$WORK/$1" || return 1
     local dev
     dev=$(findmnt -no SOURCE "$WORK/$1")
-    written=/sys/fs/ext4/${dev#/dev/}/session_write_kbytes
+    written=/sys/fs/ext4/${dev#/dev/}/lifetime_write_kbytes
 }
 kb() { cat "$written" 2>/dev/null || echo 0; }
 
