@@ -120,7 +120,6 @@ inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int l
 // Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a
 // [L, ldb16(width)] tile, rows from `rows` to L zero. width a multiple of 8, 16-byte copies.
 inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
-    if (!dst) return; // a split's lo outside the exact mode
     int ld = ldb16(width), vecs = width / 8;
     for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
         int i = e / vecs, m = e % vecs * 8;
@@ -128,6 +127,14 @@ inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int r
         if (i < rows) x = *reinterpret_cast<const uint4 *>(src + i * stride + m);
         *reinterpret_cast<uint4 *>(dst + i * ld + m) = x;
     }
+}
+
+// A chunk's [L, width] factor split in global memory (hi + off, and lo + off in the exact mode)
+// into the shared split s.
+inline __device__ void load_split_factor(const Split &s, const bf *hi, const bf *lo, long off,
+                                         int width) {
+    load_bf16_rows(s.hi, hi + off, width, L, width);
+    if (lo) load_bf16_rows(s.lo, lo + off, width, L, width);
 }
 
 // Rows [0, n) of a fp32 global matrix (columns [0, width), row stride `stride`), times

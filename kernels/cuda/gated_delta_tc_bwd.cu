@@ -60,10 +60,8 @@ __device__ void dpass_load(const DpassSmem &s, const gdn_args &a, const Tensors 
                            const Factors &f, long idx, int b, int h, int t0, int Lc) {
     int dk = a.dk, hk = h / (a.H / a.HK);
     long qks = (long)a.HK * dk, go = gdn_gate_off(&a, b, t0, h);
-    load_bf16_rows(s.W.hi, f.whi + idx * L * dk, dk, L, dk);
-    if (f.wlo) load_bf16_rows(s.W.lo, f.wlo + idx * L * dk, dk, L, dk);
-    load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
-    if (f.plo) load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
+    load_split_factor(s.W, f.whi, f.wlo, idx * L * dk, dk);
+    load_split_factor(s.P, f.phi, f.plo, idx * L * L, L);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);

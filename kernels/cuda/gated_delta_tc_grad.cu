@@ -107,10 +107,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_split_rows(s.Vp, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.G, f.dvp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.dO, t.dout + gdn_v_off(&a, b, t0, h), vs, Lc, L, dv, NULL, a.scale);
-    load_bf16_rows(s.T.hi, f.thi + idx * L * L, L, L, L);
-    if (f.tlo) load_bf16_rows(s.T.lo, f.tlo + idx * L * L, L, L, L);
-    load_bf16_rows(s.P.hi, f.phi + idx * L * L, L, L, L);
-    if (f.plo) load_bf16_rows(s.P.lo, f.plo + idx * L * L, L, L, L);
+    load_split_factor(s.T, f.thi, f.tlo, idx * L * L, L);
+    load_split_factor(s.P, f.phi, f.plo, idx * L * L, L);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     __syncthreads();
     for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) { // dR = T^T dV'
@@ -199,11 +197,9 @@ __device__ void rows_abt(FragC &acc, const RowsSmem &s, int m0, int c0, int dv) 
 // into dots[row 8 + c0 / 16], and the rows scaled by mul.
 __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int ldv, int m0, int c0,
                                float *dots, const float *mul) {
-    float *tmp = s.tmp + threadIdx.x / 32 * 16 * TMP_LD;
+    float *tmp = warp_tile(s.tmp);
     int lane = threadIdx.x % 32;
-    __syncwarp();
-    wmma::store_matrix_sync(tmp, acc, TMP_LD, wmma::mem_row_major);
-    __syncwarp();
+    tile_stage(tmp, acc);
     if (lane < 16) {
         float d = 0.0f;
         for (int c = 0; c < 16; c++) d += f(V[(m0 + lane) * ldv + c0 + c]) * tmp[lane * TMP_LD + c];
@@ -313,10 +309,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float *S0 = state_at(states, a, b, h, slot), *dSe = state_at(dstates, a, b, h, slot);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    load_bf16_rows(s.DPD.hi, f.dpdhi + idx * L * L, L, L, L);
-    if (f.dpdlo) load_bf16_rows(s.DPD.lo, f.dpdlo + idx * L * L, L, L, L);
-    load_bf16_rows(s.DAB.hi, f.dabhi + idx * L * L, L, L, L);
-    if (f.dablo) load_bf16_rows(s.DAB.lo, f.dablo + idx * L * L, L, L, L);
+    load_split_factor(s.DPD, f.dpdhi, f.dpdlo, idx * L * L, L);
+    load_split_factor(s.DAB, f.dabhi, f.dablo, idx * L * L, L);
     load_split_rows(s.A, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
     load_split_rows(s.B, dSe, dv, dk, dk, dv, NULL, 1.0f);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
