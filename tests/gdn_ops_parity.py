@@ -35,8 +35,7 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_torch_only import torch_delta_rule  # noqa: E402
+from tf_torch_only import torch_delta_rule, torch_linear_attn  # noqa: E402
 
 torch_delta_rule()
 
@@ -199,10 +198,7 @@ def check_layer(dump):
     layer = q35.Qwen3_5GatedDeltaNet(config, layer_idx=0)
     # Releases that kept fla / causal-conv1d kernels on the module pick them by availability,
     # not by device: keep the torch reference on these CPU tensors.
-    if hasattr(layer, "chunk_gated_delta_rule"):
-        layer.chunk_gated_delta_rule = q35.torch_chunk_gated_delta_rule
-    if hasattr(layer, "causal_conv1d_fn"):
-        layer.causal_conv1d_fn = None
+    torch_linear_attn(layer)
     params = dict(layer.named_parameters())
     shapes = [tuple(params[p].shape) for p in PARAMS]
     hidden, *weights, dout = dump.arrays("layer_in.f32", [(B, T, D)] + shapes + [(B, T, D)])

@@ -36,8 +36,7 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_torch_only import torch_delta_rule  # noqa: E402
+from tf_torch_only import torch_delta_rule, torch_linear_attn  # noqa: E402
 
 torch_delta_rule()
 
@@ -100,10 +99,7 @@ cfg._attn_implementation = "eager"
 if qwen35:
     layer = q35.Qwen3_5DecoderLayer(cfg, layer_idx=0).float()
     if linear:  # the torch reference on these CPU tensors, not a hub kernel
-        if hasattr(layer.linear_attn, "chunk_gated_delta_rule"):
-            layer.linear_attn.chunk_gated_delta_rule = q35.torch_chunk_gated_delta_rule
-        if hasattr(layer.linear_attn, "causal_conv1d_fn"):
-            layer.linear_attn.causal_conv1d_fn = None
+        torch_linear_attn(layer.linear_attn)
 elif mla_layer:
     layer = ds3.DeepseekV3DecoderLayer(cfg, layer_idx=0).float()
 else:

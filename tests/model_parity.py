@@ -17,8 +17,7 @@ except ImportError as e:
     print(f"SKIPPED: {e}")
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_torch_only import torch_delta_rule  # noqa: E402
+from tf_torch_only import torch_delta_rule, torch_linear_attn  # noqa: E402
 
 torch_delta_rule()
 
@@ -38,11 +37,7 @@ cfg = Qwen3_5TextConfig(
 cfg._attn_implementation = "eager"
 model = q35.Qwen3_5ForCausalLM(cfg).float()
 for layer in model.model.layers:  # the torch reference on CPU tensors, not a hub kernel
-    la = getattr(layer, "linear_attn", None)
-    if la is not None and hasattr(la, "chunk_gated_delta_rule"):
-        la.chunk_gated_delta_rule = q35.torch_chunk_gated_delta_rule
-    if la is not None and hasattr(la, "causal_conv1d_fn"):
-        la.causal_conv1d_fn = None
+    torch_linear_attn(getattr(layer, "linear_attn", None))
 
 
 def initial(n, p):

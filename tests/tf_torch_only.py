@@ -6,6 +6,7 @@ those kernels fail (later versions check the device). The parity tests run trans
 CPU in fp32 as the reference, so they put the wrapped functions' originals back
 (functools.wraps keeps them as __wrapped__)."""
 import importlib
+import sys
 
 MODULES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 
@@ -19,3 +20,14 @@ def torch_delta_rule():
         for attr, fn in list(vars(m).items()):
             if attr.startswith("torch_") and callable(fn) and hasattr(fn, "__wrapped__"):
                 setattr(m, attr, fn.__wrapped__)
+
+
+def torch_linear_attn(la):
+    """A Gated DeltaNet module (la; None: nothing to do) on its modeling file's torch delta rule
+    and conv, for the versions that bind the hub kernels to the module itself."""
+    if la is None:
+        return
+    if hasattr(la, "chunk_gated_delta_rule"):
+        la.chunk_gated_delta_rule = sys.modules[type(la).__module__].torch_chunk_gated_delta_rule
+    if hasattr(la, "causal_conv1d_fn"):
+        la.causal_conv1d_fn = None
