@@ -312,6 +312,17 @@ static void check_gated_delta(const gdn_shape *s) {
     check_outputs("gdn", name, &c, &d[0], &want, TOL_BF16);
     same = same_run(&c, &d[0], &d[1]);
     report(same, "gdn rerun", name, same ? 0.0 : 1.0);
+    // every block size of the state pass: the same bits (a warp's arithmetic is its own)
+    for (int w = 1; w <= 4; w *= 2) {
+        if (s->dv % (16 * w)) continue;
+        cuda_gated_delta_pass_warps(w);
+        gdn_run x = gdn_device_run(&c, &in, &TC);
+        cuda_gated_delta_pass_warps(0);
+        char what[48];
+        snprintf(what, sizeof what, "gdn pass of %d-warp blocks", w);
+        same = same_run(&c, &d[0], &x);
+        report(same, what, name, same ? 0.0 : 1.0);
+    }
     release_all();
 }
 
@@ -540,7 +551,14 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
                "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
                paths[p]->name, T, H, HK, dk, dv, f, b, T / ((f + b) * 1e-3),
                bytes / (double)(1ull << 30));
-        if (p == 0) bench_shares(&a, chunks, &t, scratch);
+        if (p > 0) continue;
+        bench_shares(&a, chunks, &t, scratch);
+        for (int w = 1; w <= 4; w *= 2) { // the state pass's block sizes
+            cuda_gated_delta_pass_warps(w);
+            bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
+            printf("  pass blocks of %d warps: forward %.3f ms, backward %.3f ms\n", w, f, b);
+        }
+        cuda_gated_delta_pass_warps(0);
     }
     release_all();
 }

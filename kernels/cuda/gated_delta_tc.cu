@@ -16,10 +16,9 @@
 // - chunk_list_kernel (gated_delta.cu): each row's chunk starts.
 // - prep_kernel, grid (chunks of the segment, H, B): KK^T, A, T, W and U (and for the backward
 //   P, T and M) of one (chunk, value head).
-// - pass_kernel, grid (dv / bv column blocks, H, B; bv = pass_cols, 16 or 32): the segment's
-//   chunks in order, the state's [dk, bv] columns in shared memory: V' = U - W S, S = decay S + K^T
-//   diag(w) V'; keeps each chunk's entering state and V'; carries the state to the next segment.
-//   The next chunk's inputs load into registers while a chunk computes.
+// - pass_kernel (gated_delta_pass.cu), grid (column blocks of 16 to 64 state columns, H, B): the
+//   segment's chunks in order, the state in registers: V' = U - W S, S = decay S + K^T diag(w)
+//   V'; keeps each chunk's entering state and V'; carries the state to the next segment.
 // - out_kernel, grid (chunks of the segment, H, B): O of one (chunk, value head).
 // The backward (gated_delta_tc_bwd.cu) reuses prep and pass. No atomics: every output element
 // has one owner thread, so a rerun gives the same bits.
@@ -67,10 +66,14 @@ __device__ bool chunk_at(const int32_t *starts, const int32_t *counts, int max_c
 
 // M and X for the solve; the products' tiles pass through each warp's tile (tmp) on their way
 // to global memory, which keeps the block small enough for two a multiprocessor.
+// X's rows are 68 floats apart: the solve's 8 lanes of a column read 8 consecutive rows at
+// once, which a stride of 64 would put in one bank.
+const int XLD = L + 4;
+
 struct PrepSmem {
     bf *K, *V, *Q;
     Gates g;
-    float *M, *X, *tmp; // [L, L] x 2; TC_WARPS 16 x 16 tiles
+    float *M, *X, *tmp; // [L, L] and [L, XLD]; TC_WARPS 16 x 16 tiles
     Split T;            // T with its columns scaled, [L, L]
 };
 
@@ -83,7 +86,7 @@ __host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool
     s.V = cv.take<bf>(L * ldb16(dv));
     s.g = take_gates(cv);
     s.M = cv.take<float>(L * L);
-    s.X = cv.take<float>(L * L);
+    s.X = cv.take<float>(L * XLD);
     s.tmp = take_warp_tiles(cv);
     s.T = take_split(cv, L, L, exact);
     *bytes = cv.off;
@@ -94,7 +97,7 @@ __host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool
 __device__ void scaled_t(const PrepSmem &s, const float *eg) {
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
         int i = e / L, j = e % L;
-        split_store(s.T, i, j, s.X[e] * s.g.beta[j] * (eg ? eg[j] : 1.0f));
+        split_store(s.T, i, j, s.X[i * XLD + j] * s.g.beta[j] * (eg ? eg[j] : 1.0f));
     }
 }
 
@@ -147,7 +150,7 @@ __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc,
         int i = e / L, j = e % L;
         float D = i < Lc && j < i ? expf(s.g.gam[i] - s.g.gam[j]) : 0.0f;
         s.M[e] = D * s.M[e];
-        s.X[e] = i == j ? 1.0f : 0.0f;
+        s.X[i * XLD + j] = i == j ? 1.0f : 0.0f;
     }
     __syncthreads();
 }
@@ -170,10 +173,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     gates_of(s.g, a, t, b, t0, h, Lc);
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
-    solve_lower(s.X, L, L, s.M, s.g.beta, Lc);                        // X = T; ends with a barrier
+    solve_lower(s.X, XLD, L, s.M, s.g.beta, Lc);                      // X = T; ends with a barrier
     for (int e = threadIdx.x; with_p && e < L * L; e += blockDim.x) { // the backward's M and T
         f.m[idx * L * L + e] = s.M[e];
-        split_put(f.thi, f.tlo, idx * L * L + e, s.X[e]);
+        split_put(f.thi, f.tlo, idx * L * L + e, s.X[e / L * XLD + e % L]);
     }
     // W = (T diag(beta exp(gamma))) K, split on its way out.
     scaled_t(s, s.g.eg);
@@ -200,180 +203,6 @@ __global__ void __launch_bounds__(TC_THREADS)
                                         L);
         wmma::store_matrix_sync(f.u + idx * L * dv + m0 * dv + n0, acc, dv, wmma::mem_row_major);
     }
-}
-
-// ---- pass: the chunks in order -----------------------------------------------------------
-
-struct PassSmem {
-    float *S, *Vp;  // [dk, ldf32(bv)], [L, ldf32(bv)]
-    Split Ss, W, X; // S [dk, bv], W [L, dk], diag(w) V' [L, bv]
-    bf *K;
-    Gates g;
-};
-
-__host__ __device__ PassSmem pass_smem(unsigned char *base, int dk, int bv, bool exact,
-                                       size_t *bytes) {
-    Carve cv = {base, 0};
-    PassSmem s;
-    s.S = cv.take<float>(dk * ldf32(bv));
-    s.Vp = cv.take<float>(L * ldf32(bv));
-    s.Ss = take_split(cv, dk, bv, exact);
-    s.W = take_split(cv, L, dk, exact);
-    s.X = take_split(cv, L, bv, exact);
-    s.K = cv.take<bf>(L * ldb16(dk));
-    s.g = take_gates(cv);
-    *bytes = cv.off;
-    return s;
-}
-
-// The block's columns [n0, n0 + bv) of a [dk, dv] state, from global memory (src NULL: zeros)
-// into S, or from S to global memory.
-__device__ void slice_in(float *S, const float *src, int dk, int dv, int n0, int bv) {
-    int ld = ldf32(bv);
-    for (int e = threadIdx.x; e < dk * bv; e += blockDim.x)
-        S[e / bv * ld + e % bv] = src ? src[(long)(e / bv) * dv + n0 + e % bv] : 0.0f;
-}
-__device__ void slice_out(float *dst, const float *S, int dk, int dv, int n0, int bv) {
-    int ld = ldf32(bv);
-    for (int e = threadIdx.x; e < dk * bv; e += blockDim.x)
-        dst[(long)(e / bv) * dv + n0 + e % bv] = S[e / bv * ld + e % bv];
-}
-
-// A chunk's pass inputs in registers, fetched while the chunk before it computes, so that their
-// latency is off the pass's critical path: W (hi, lo) and K rows as 16-byte vectors, U's
-// columns as float4 (element e = threadIdx.x + r TC_THREADS of each), warp 0's raw gates, and
-// whether the chunk starts a document. W's lo rows in the exact mode only.
-const int PF_W = 4; // L dk / 8 / TC_THREADS, dk <= 128
-const int PF_U = 2; // L bv / 4 / TC_THREADS, bv <= 32
-struct PassFetch {
-    uint4 whi[PF_W], wlo[PF_W], k[PF_W];
-    float4 u[PF_U];
-    RawGates gates;
-    bool reset;
-};
-
-__device__ PassFetch pass_fetch(const gdn_args &a, const Tensors &t, const Factors &f, long idx,
-                                int b, int h, int t0, int Lc, int n0, int bv) {
-    PassFetch p;
-    int dk = a.dk, dv = a.dv, vecs = dk / 8, uvecs = bv / 4;
-    const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
-    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo ? f.wlo + idx * L * dk : NULL;
-    long ks = (long)a.HK * dk;
-    uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int r = 0; r < PF_W; r++) {
-        int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
-        bool in = e < L * vecs;
-        p.whi[r] = in ? *reinterpret_cast<const uint4 *>(whi + i * dk + m) : zero;
-        p.wlo[r] = in && wlo ? *reinterpret_cast<const uint4 *>(wlo + i * dk + m) : zero;
-        p.k[r] = in && i < Lc ? *reinterpret_cast<const uint4 *>(k + i * ks + m) : zero;
-    }
-    const float *u = f.u + idx * L * dv + n0;
-#pragma unroll
-    for (int r = 0; r < PF_U; r++) {
-        int e = threadIdx.x + r * TC_THREADS, i = e / uvecs, n = e % uvecs * 4;
-        p.u[r] = e < L * uvecs ? *reinterpret_cast<const float4 *>(u + (long)i * dv + n)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    long go = gdn_gate_off(&a, b, t0, h);
-    p.gates = RawGates{{0.0f, 0.0f}, {0.0f, 0.0f}, Lc};
-    if (threadIdx.x < 32) p.gates = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
-    p.reset = starts_document(a, b, t0);
-    return p;
-}
-
-// The fetched chunk into shared memory: W, K, U's columns and the gates; S zero where the chunk
-// starts a document. Ends with a barrier.
-__device__ void pass_commit(const PassSmem &s, const PassFetch &p, int dk, int dv, int n0, int bv) {
-    int vecs = dk / 8, uvecs = bv / 4, ld = ldb16(dk), ldv = ldf32(bv);
-#pragma unroll
-    for (int r = 0; r < PF_W; r++) {
-        int e = threadIdx.x + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
-        if (e >= L * vecs) continue;
-        *reinterpret_cast<uint4 *>(s.W.hi + i * ld + m) = p.whi[r];
-        if (s.W.lo) *reinterpret_cast<uint4 *>(s.W.lo + i * ld + m) = p.wlo[r];
-        *reinterpret_cast<uint4 *>(s.K + i * ld + m) = p.k[r];
-    }
-#pragma unroll
-    for (int r = 0; r < PF_U; r++) {
-        int e = threadIdx.x + r * TC_THREADS, i = e / uvecs, n = e % uvecs * 4;
-        if (e < L * uvecs) *reinterpret_cast<float4 *>(s.Vp + i * ldv + n) = p.u[r];
-    }
-    store_gates(p.gates, s.g.gam, s.g.beta, s.g.eg, s.g.w);
-    if (p.reset) slice_in(s.S, NULL, dk, dv, n0, bv);
-    __syncthreads();
-}
-
-// V' = U - W S in place of U (a warp a 16 x 16 tile).
-__device__ void pass_vprime(const PassSmem &s, int dk, int bv) {
-    int ldv = ldf32(bv);
-    for (int id = threadIdx.x / 32; id < 4 * (bv / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
-        FragC u, ws;
-        wmma::load_matrix_sync(u, s.Vp + m0 * ldv + c0, ldv, wmma::mem_row_major);
-        wmma::fill_fragment(ws, 0.0f);
-        mma_split<row_major, row_major>(ws, s.W.hi, s.W.lo, s.W.ld, s.Ss.hi, s.Ss.lo, s.Ss.ld, m0,
-                                        c0, dk);
-        for (int i = 0; i < u.num_elements; i++) u.x[i] -= ws.x[i];
-        wmma::store_matrix_sync(s.Vp + m0 * ldv + c0, u, ldv, wmma::mem_row_major);
-    }
-}
-
-// S = decay S + K^T X (a warp a 16 x 16 tile of S).
-__device__ void pass_update(const PassSmem &s, int dk, int bv, float decay) {
-    int lds = ldf32(bv), nb = bv / 16;
-    for (int id = threadIdx.x / 32; id < (dk / 16) * nb; id += TC_WARPS) {
-        int m0 = id / nb * 16, c0 = id % nb * 16;
-        FragC acc;
-        wmma::load_matrix_sync(acc, s.S + m0 * lds + c0, lds, wmma::mem_row_major);
-        for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= decay;
-        mma_split<col_major, row_major>(acc, s.K, NULL, ldb16(dk), s.X.hi, s.X.lo, s.X.ld, m0, c0,
-                                        L);
-        wmma::store_matrix_sync(s.S + m0 * lds + c0, acc, lds, wmma::mem_row_major);
-    }
-}
-
-// Grid (dv / bv, H, B): the chunks of span in order (the header of tc_pass in
-// gated_delta_tc.cuh).
-__global__ void __launch_bounds__(TC_THREADS)
-    pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
-                Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
-                int leave_slot, StateBuf keep, int bv) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    int b = blockIdx.z, h = blockIdx.y, n0 = blockIdx.x * bv, dk = a.dk, dv = a.dv;
-    int c1 = min(span.end, counts[b]), ldv = ldf32(bv);
-    if (span.begin >= c1) return; // the row has no chunk in the span
-    size_t bytes;
-    PassSmem s = pass_smem(smem, dk, bv, f.wlo != NULL, &bytes);
-    const int32_t *row = starts + (long)b * (max_chunks + 1);
-    slice_in(s.S, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dk, dv, n0, bv);
-    PassFetch next = pass_fetch(a, t, f, factor_index(a, b, h, 0), b, h, row[span.begin],
-                                row[span.begin + 1] - row[span.begin], n0, bv);
-    for (int c = span.begin; c < c1; c++) {
-        int slot = c - span.begin, Lc = row[c + 1] - row[c];
-        long idx = factor_index(a, b, h, slot);
-        __syncthreads(); // the previous chunk is done with the tiles
-        pass_commit(s, next, dk, dv, n0, bv);
-        if (c + 1 < c1) // the next chunk's loads fly while this one computes
-            next = pass_fetch(a, t, f, idx + 1, b, h, row[c + 1], row[c + 2] - row[c + 1], n0, bv);
-        if (keep.p) slice_out(state_at(keep, a, b, h, slot), s.S, dk, dv, n0, bv);
-        for (int e = threadIdx.x; e < dk * bv; e += blockDim.x)
-            split_store(s.Ss, e / bv, e % bv, s.S[e / bv * ldf32(bv) + e % bv]);
-        __syncthreads();
-        pass_vprime(s, dk, bv);
-        __syncthreads();
-        float *vp = f.vp + idx * L * dv + n0;
-        for (int e = threadIdx.x; e < L * bv; e += blockDim.x) {
-            int i = e / bv, n = e % bv;
-            float x = s.Vp[i * ldv + n];
-            if (keep.p) vp[(long)i * dv + n] = x;
-            split_store(s.X, i, n, s.g.w[i] * x);
-        }
-        __syncthreads();
-        pass_update(s, dk, bv, s.g.eg[Lc - 1]);
-    }
-    __syncthreads();
-    if (leave.p) slice_out(state_at(leave, a, b, h, leave_slot), s.S, dk, dv, n0, bv);
 }
 
 // ---- out: the chunk's outputs ------------------------------------------------------------
@@ -510,20 +339,6 @@ void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     phase_begin(GDN_PHASE_PREP, stream);
     prep_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
         *a, t, starts, counts, max_chunks, span, f);
-    CUDA_CHECK_LAUNCH();
-    phase_end(stream);
-}
-
-void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-                  int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
-                  StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
-    int bv = pass_cols(a);
-    size_t bytes;
-    pass_smem(NULL, a->dk, bv, f.wlo != NULL, &bytes);
-    allow_smem(pass_kernel, bytes);
-    phase_begin(GDN_PHASE_PASS, stream);
-    pass_kernel<<<dim3(a->dv / bv, a->H, a->B), TC_THREADS, bytes, stream>>>(
-        *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave, leave_slot, keep, bv);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }

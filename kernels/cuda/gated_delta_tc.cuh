@@ -183,15 +183,10 @@ inline __device__ RawGates fetch_gates(const float *g, const float *bt, long str
     return r;
 }
 
-// From warp 0's raw gates: gamma (the cumulative sum of g, a fixed shuffle scan), beta,
-// exp(gamma) and w_j = exp(gamma_last - gamma_j) for j < Lc; zeros on the rows past Lc, so that
-// padded rows drop out of every product. Other warps return at once; a barrier must follow
-// before anyone reads the gates.
-inline __device__ void store_gates(const RawGates &r, float *gam, float *beta, float *eg,
-                                   float *w) {
-    if (threadIdx.x >= 32) return;
-    int lane = threadIdx.x, Lc = r.Lc;
-    float x[2] = {r.g[0], r.g[1]};
+// gamma, the cumulative sum of a warp's raw gates (a fixed shuffle scan): lane l's x[0] and
+// x[1] become gamma of tokens l and l + 32; returns gamma of the chunk's last token (Lc - 1).
+inline __device__ float cumulate_gates(float (&x)[2], int Lc) {
+    int lane = threadIdx.x % 32;
     for (int half = 0; half < 2; half++)
         for (int o = 1; o < 32; o *= 2) {
             float y = __shfl_up_sync(0xffffffffu, x[half], o);
@@ -199,7 +194,18 @@ inline __device__ void store_gates(const RawGates &r, float *gam, float *beta, f
         }
     x[1] += __shfl_sync(0xffffffffu, x[0], 31);
     int last = Lc - 1;
-    float glast = __shfl_sync(0xffffffffu, last < 32 ? x[0] : x[1], last % 32);
+    return __shfl_sync(0xffffffffu, last < 32 ? x[0] : x[1], last % 32);
+}
+
+// From warp 0's raw gates: gamma, beta, exp(gamma) and w_j = exp(gamma_last - gamma_j) for
+// j < Lc; zeros on the rows past Lc, so that padded rows drop out of every product. Other warps
+// return at once; a barrier must follow before anyone reads the gates.
+inline __device__ void store_gates(const RawGates &r, float *gam, float *beta, float *eg,
+                                   float *w) {
+    if (threadIdx.x >= 32) return;
+    int lane = threadIdx.x, Lc = r.Lc;
+    float x[2] = {r.g[0], r.g[1]};
+    float glast = cumulate_gates(x, Lc);
     for (int half = 0; half < 2; half++) {
         int i = lane + 32 * half;
         bool live = i < Lc;

@@ -1,0 +1,316 @@
+// The chunked gated delta rule's state pass (tc_pass; gated_delta_tc.cu has the math) with the
+// state in registers. The pass is a chain of dependent chunks, so its time is the chain's
+// latency: what it keeps off the chain is what makes it fast.
+//
+// A warp owns 16 columns of one head's state S [dk, dv] and keeps S^T, [16, dk], in mma.sync
+// accumulators for the whole span (at dk 128: 64 registers a thread). A chunk is then two
+// products on the warp's own registers, with no barrier between them:
+//   V'^T = U^T - S^T W^T      (S^T's accumulators are the A fragments, as P in flash attention)
+//   S^T  = decay S^T + X^T K  (X^T = V'^T diag(w), again from accumulators to A fragments)
+// and a block's warps (16 to 64 columns of one head) share one copy of the chunk's W, K and U
+// in shared memory, loaded with cp.async while the chunk before computes: one barrier a chunk.
+// Each chunk's entering state and V' go to global memory for the output kernel and the
+// backward. Operands enter the products rounded to bf16 once, or split in two bf16 halves in
+// the exact mode (gated_delta_tc.cuh); the state and every sum stay fp32.
+//
+// A warp's arithmetic does not depend on how many warps its block has, so pass_warps may choose
+// the block size for occupancy alone: every choice gives the same bits (test_gdn_cuda checks).
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gated_delta_tc.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace {
+
+using namespace gdn;
+
+const int PASS_MAX_WARPS = 4;
+
+// One chunk's tiles in shared memory: W (hi, lo) and K, [L, ldb16(dk)] bf16 (W's lo in the
+// exact mode only), and the block's columns of U, [L, ldf32(bv)] fp32. A block has two, the
+// next chunk's in flight while a chunk computes.
+struct PassTiles {
+    bf16 *whi, *wlo, *k;
+    float *u;
+};
+
+__host__ __device__ void pass_tiles(PassTiles (&t)[2], unsigned char *base, int dk, int bv,
+                                    bool exact, size_t *bytes) {
+    Carve cv = {base, 0};
+    for (int i = 0; i < 2; i++) {
+        t[i].whi = cv.take<bf16>(L * ldb16(dk));
+        t[i].wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
+        t[i].k = cv.take<bf16>(L * ldb16(dk));
+        t[i].u = cv.take<float>(L * ldf32(bv));
+    }
+    *bytes = cv.off;
+}
+
+// Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
+// them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
+// uninitialised shared memory could hold a NaN.
+__device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &t, const Factors &f,
+                          long idx, int b, int h, int t0, int Lc, int n0, int bv) {
+    int dk = a.dk, vecs = dk / 8, ld = ldb16(dk), uvecs = bv / 4, ldu = ldf32(bv);
+    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo ? f.wlo + idx * L * dk : NULL;
+    const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
+    long kstride = (long)a.HK * dk;
+    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        cp_async16(s.whi + i * ld + m, whi + i * dk + m);
+        if (wlo) cp_async16(s.wlo + i * ld + m, wlo + i * dk + m);
+        if (i < Lc)
+            cp_async16(s.k + i * ld + m, k + i * kstride + m);
+        else
+            *reinterpret_cast<uint4 *>(s.k + i * ld + m) = make_uint4(0, 0, 0, 0);
+    }
+    const float *u = f.u + idx * L * a.dv + n0;
+    for (int e = threadIdx.x; e < L * uvecs; e += blockDim.x) {
+        int i = e / uvecs, n = e % uvecs * 4;
+        cp_async16(s.u + i * ldu + n, u + (long)i * a.dv + n);
+    }
+    cp_async_commit();
+}
+
+// Where element e of n8-tile j of a warp's [16, 8 NT] accumulator lies (mma16816's C layout,
+// lane = 4 g + q): row g or g + 8, column 8 j + 2 q or one past it.
+__device__ __forceinline__ int frag_row(int lane, int e) {
+    return lane / 4 + (e >> 1) * 8;
+}
+__device__ __forceinline__ int frag_col(int lane, int j, int e) {
+    return 8 * j + 2 * (lane % 4) + (e & 1);
+}
+
+// S^T's accumulators from a [dk, dv] fp32 state (columns nw .. nw + 15; src NULL: zeros), and
+// back.
+template <int NT>
+__device__ void state_in(float (&st)[1][NT][4], const float *src, int dv, int nw, int lane) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            st[0][j][e] =
+                src ? src[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] : 0.0f;
+}
+template <int NT>
+__device__ void state_out(float *dst, const float (&st)[1][NT][4], int dv, int nw, int lane) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dst[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] = st[0][j][e];
+}
+
+// Two fp32 values as a bf16x2 register (hi) and their remainders' (lo).
+__device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    hi = pack_bf16(x0, x1);
+    lo = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
+}
+
+// k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
+template <int NT>
+__device__ __forceinline__ void acc_split_a(uint32_t (&hi)[1][4], uint32_t (&lo)[1][4],
+                                            const float (&acc)[1][NT][4], int ks) {
+    split_pack(acc[0][2 * ks][0], acc[0][2 * ks][1], hi[0][0], lo[0][0]);
+    split_pack(acc[0][2 * ks][2], acc[0][2 * ks][3], hi[0][1], lo[0][1]);
+    split_pack(acc[0][2 * ks + 1][0], acc[0][2 * ks + 1][1], hi[0][2], lo[0][2]);
+    split_pack(acc[0][2 * ks + 1][2], acc[0][2 * ks + 1][3], hi[0][3], lo[0][3]);
+}
+
+// vt = S^T W^T ([16, L]): W's rows are B's columns (mma_nt_step), S^T's k-steps the A fragments.
+template <int KS>
+__device__ void state_times_w(float (&vt)[1][8][4], const float (&st)[1][2 * KS][4],
+                              const PassTiles &s, int ld, bool exact, int lane) {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) vt[0][j][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t hi[1][4], lo[1][4];
+        acc_split_a<2 * KS>(hi, lo, st, ks);
+        if (exact) {
+            mma_nt_step<1, 8>(vt, lo, s.whi, ld, ks, lane);
+            mma_nt_step<1, 8>(vt, hi, s.wlo, ld, ks, lane);
+        }
+        mma_nt_step<1, 8>(vt, hi, s.whi, ld, ks, lane);
+    }
+}
+
+// The chunk's w_i = exp(gamma_last - gamma_i) at the rows of vt's elements (zero past Lc), and
+// exp(gamma_last), from the raw gates each warp fetched.
+struct ChunkDecay {
+    float w[8][2]; // n8-tile j, element e & 1 (rows g and g + 8 share a column)
+    float last;
+};
+
+__device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
+    float x[2] = {r.g[0], r.g[1]};
+    float glast = cumulate_gates(x, r.Lc), w[2];
+    for (int half = 0; half < 2; half++)
+        w[half] = lane + 32 * half < r.Lc ? expf(glast - x[half]) : 0.0f;
+    ChunkDecay d;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int i = frag_col(lane, j, e); // below 32 for j < 4
+            d.w[j][e] = __shfl_sync(0xffffffffu, w[j / 4], i % 32);
+        }
+    d.last = expf(glast);
+    return d;
+}
+
+// V'^T = U^T - vt in place (U from the block's tile, its columns 16 warp ..), kept in vp's
+// columns nw .. nw + 15 ([L, dv] fp32) where vp is not NULL.
+__device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, float *vp,
+                              int dv, int nw, int lane) {
+    int ldu = ldf32(bv);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = frag_col(lane, j, e), n = frag_row(lane, e);
+            vt[0][j][e] = s.u[i * ldu + 16 * warp + n] - vt[0][j][e];
+            if (vp) vp[(long)i * dv + nw + n] = vt[0][j][e];
+        }
+}
+
+// S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
+// (mma_rs_t's transposing loads).
+template <int KS>
+__device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][4],
+                             const ChunkDecay &d, const PassTiles &s, int ld, bool exact,
+                             int lane) {
+    float x[1][8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[0][j][e] = vt[0][j][e] * d.w[j][e & 1];
+    uint32_t hi[1][4][4], lo[1][4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        uint32_t h1[1][4], l1[1][4];
+        acc_split_a<8>(h1, l1, x, ks);
+#pragma unroll
+        for (int r = 0; r < 4; r++) hi[0][ks][r] = h1[0][r], lo[0][ks][r] = l1[0][r];
+    }
+#pragma unroll
+    for (int j = 0; j < 2 * KS; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) st[0][j][e] *= d.last;
+    if (exact) mma_rs_t<1, 4, 2 * KS>(st, lo, s.k, ld, lane);
+    mma_rs_t<1, 4, 2 * KS>(st, hi, s.k, ld, lane);
+}
+
+// Grid (dv / bv, H, B), bv = 16 x the block's warps: the chunks of span in order (the header of
+// tc_pass in gated_delta_tc.cuh), dk = 16 KS.
+template <int KS>
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
+    pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
+                Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
+                int leave_slot, StateBuf keep) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp, ld = ldb16(a.dk);
+    int c1 = min(span.end, counts[b]);
+    if (span.begin >= c1) return; // the row has no chunk in the span
+    bool exact = f.wlo != NULL;
+    size_t bytes;
+    PassTiles tiles[2];
+    pass_tiles(tiles, smem, a.dk, bv, exact, &bytes);
+    const int32_t *row = starts + (long)b * (max_chunks + 1);
+    float st[1][2 * KS][4];
+    state_in<2 * KS>(st, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dv, nw, lane);
+    int t0 = row[span.begin], Lc = row[span.begin + 1] - t0;
+    pass_load(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
+    long go = gdn_gate_off(&a, b, t0, h);
+    RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
+    for (int c = span.begin; c < c1; c++) {
+        int slot = c - span.begin;
+        t0 = row[c];
+        RawGates gates = next;
+        PassTiles s = slot % 2 ? tiles[1] : tiles[0], other = slot % 2 ? tiles[0] : tiles[1];
+        cp_async_wait<0>();
+        __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
+        if (c + 1 < c1) {
+            int t1 = row[c + 1], L1 = row[c + 2] - t1;
+            pass_load(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1, n0, bv);
+            go = gdn_gate_off(&a, b, t1, h);
+            next = fetch_gates(t.g + go, t.beta + go, a.H, L1);
+        }
+        if (starts_document(a, b, t0))
+#pragma unroll
+            for (int j = 0; j < 2 * KS; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[0][j][e] = 0.0f;
+        if (keep.p) state_out<2 * KS>(state_at(keep, a, b, h, slot), st, dv, nw, lane);
+        ChunkDecay d = chunk_decay(gates, lane);
+        float vt[1][8][4];
+        state_times_w<KS>(vt, st, s, ld, exact, lane);
+        float *vp = keep.p ? f.vp + factor_index(a, b, h, slot) * L * dv : NULL;
+        vprime_finish(vt, s, bv, warp, vp, dv, nw, lane);
+        state_update<KS>(st, vt, d, s, ld, exact, lane);
+    }
+    if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
+}
+
+typedef void (*PassKernel)(gdn_args, Tensors, const int32_t *, const int32_t *, int, Span, Factors,
+                           StateBuf, int, StateBuf, int, StateBuf);
+
+PassKernel pass_kernel_for(int dk) {
+    switch (dk / 16) {
+    case 1:
+        return pass_kernel<1>;
+    case 2:
+        return pass_kernel<2>;
+    case 3:
+        return pass_kernel<3>;
+    case 4:
+        return pass_kernel<4>;
+    case 5:
+        return pass_kernel<5>;
+    case 6:
+        return pass_kernel<6>;
+    case 7:
+        return pass_kernel<7>;
+    default:
+        return pass_kernel<8>; // gdn_tc_shape: dk <= MAX_DIM = 128
+    }
+}
+
+int forced_warps; // cuda_gated_delta_pass_warps
+
+// Warps a pass block: the most (up to 4: one copy of the chunk's tiles serves them all) that
+// still give every multiprocessor a block; 1 where even that does not.
+int pass_warps(const gdn_args *a) {
+    if (forced_warps > 0 && a->dv % (16 * forced_warps) == 0) return forced_warps;
+    int dev, sms;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    for (int nw = PASS_MAX_WARPS; nw > 1; nw /= 2)
+        if (a->dv % (16 * nw) == 0 && (long)(a->dv / (16 * nw)) * a->H * a->B >= sms) return nw;
+    return 1;
+}
+
+} // namespace
+
+extern "C" void cuda_gated_delta_pass_warps(int warps) {
+    forced_warps = warps == 1 || warps == 2 || warps == PASS_MAX_WARPS ? warps : 0;
+}
+
+void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+                  int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
+                  StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
+    int nw = pass_warps(a), bv = 16 * nw;
+    PassTiles tiles[2];
+    size_t bytes;
+    pass_tiles(tiles, NULL, a->dk, bv, f.wlo != NULL, &bytes);
+    PassKernel kernel = pass_kernel_for(a->dk);
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    phase_begin(GDN_PHASE_PASS, stream);
+    kernel<<<dim3(a->dv / bv, a->H, a->B), 32 * nw, bytes, stream>>>(
+        *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave, leave_slot, keep);
+    CUDA_CHECK_LAUNCH();
+    phase_end(stream);
+}
