@@ -116,10 +116,11 @@ __device__ __forceinline__ void acc_split_a(uint32_t (&hi)[1][4], uint32_t (&lo)
     split_pack(acc[0][2 * ks + 1][2], acc[0][2 * ks + 1][3], hi[0][3], lo[0][3]);
 }
 
-// vt = S^T W^T ([16, L]): W's rows are B's columns (mma_nt_step), S^T's k-steps the A fragments.
+// vt = S^T B^T ([16, L]) for B = Bhi + Blo, [L, 16 KS] rows in shared memory (Blo NULL: exact
+// in bf16): B's rows are the product's columns (mma_nt_step), S^T's k-steps the A fragments.
 template <int KS>
-__device__ void state_times_w(float (&vt)[1][8][4], const float (&st)[1][2 * KS][4],
-                              const PassTiles &s, int ld, bool exact, int lane) {
+__device__ void state_times_rows(float (&vt)[1][8][4], const float (&st)[1][2 * KS][4],
+                                 const bf16 *Bhi, const bf16 *Blo, int ld, bool exact, int lane) {
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -128,26 +129,40 @@ __device__ void state_times_w(float (&vt)[1][8][4], const float (&st)[1][2 * KS]
     for (int ks = 0; ks < KS; ks++) {
         uint32_t hi[1][4], lo[1][4];
         acc_split_a<2 * KS>(hi, lo, st, ks);
-        if (exact) {
-            mma_nt_step<1, 8>(vt, lo, s.whi, ld, ks, lane);
-            mma_nt_step<1, 8>(vt, hi, s.wlo, ld, ks, lane);
-        }
-        mma_nt_step<1, 8>(vt, hi, s.whi, ld, ks, lane);
+        if (exact) mma_nt_step<1, 8>(vt, lo, Bhi, ld, ks, lane);
+        if (Blo) mma_nt_step<1, 8>(vt, hi, Blo, ld, ks, lane);
+        mma_nt_step<1, 8>(vt, hi, Bhi, ld, ks, lane);
     }
 }
 
-// The chunk's w_i = exp(gamma_last - gamma_i) at the rows of vt's elements (zero past Lc), and
-// exp(gamma_last), from the raw gates each warp fetched.
+// A [16, L] accumulator block's four k-steps as A fragments, split.
+__device__ __forceinline__ void rows_split_a(uint32_t (&hi)[1][4][4], uint32_t (&lo)[1][4][4],
+                                             const float (&x)[1][8][4]) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        uint32_t h1[1][4], l1[1][4];
+        acc_split_a<8>(h1, l1, x, ks);
+#pragma unroll
+        for (int r = 0; r < 4; r++) hi[0][ks][r] = h1[0][r], lo[0][ks][r] = l1[0][r];
+    }
+}
+
+// The chunk's w_i = exp(gamma_last - gamma_i) and exp(gamma_i) at the columns i of a [16, L]
+// accumulator's elements (zero past Lc), and exp(gamma_last), from the raw gates each warp
+// fetched.
 struct ChunkDecay {
-    float w[8][2]; // n8-tile j, element e & 1 (rows g and g + 8 share a column)
+    float w[8][2], eg[8][2]; // n8-tile j, element e & 1 (rows g and g + 8 share a column)
     float last;
 };
 
 __device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
     float x[2] = {r.g[0], r.g[1]};
-    float glast = cumulate_gates(x, r.Lc), w[2];
-    for (int half = 0; half < 2; half++)
-        w[half] = lane + 32 * half < r.Lc ? expf(glast - x[half]) : 0.0f;
+    float glast = cumulate_gates(x, r.Lc), w[2], eg[2];
+    for (int half = 0; half < 2; half++) {
+        bool live = lane + 32 * half < r.Lc;
+        w[half] = live ? expf(glast - x[half]) : 0.0f;
+        eg[half] = live ? expf(x[half]) : 0.0f;
+    }
     ChunkDecay d;
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -155,6 +170,7 @@ __device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
         for (int e = 0; e < 2; e++) {
             int i = frag_col(lane, j, e); // below 32 for j < 4
             d.w[j][e] = __shfl_sync(0xffffffffu, w[j / 4], i % 32);
+            d.eg[j][e] = __shfl_sync(0xffffffffu, eg[j / 4], i % 32);
         }
     d.last = expf(glast);
     return d;
@@ -187,13 +203,7 @@ __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][
 #pragma unroll
         for (int e = 0; e < 4; e++) x[0][j][e] = vt[0][j][e] * d.w[j][e & 1];
     uint32_t hi[1][4][4], lo[1][4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-        uint32_t h1[1][4], l1[1][4];
-        acc_split_a<8>(h1, l1, x, ks);
-#pragma unroll
-        for (int r = 0; r < 4; r++) hi[0][ks][r] = h1[0][r], lo[0][ks][r] = l1[0][r];
-    }
+    rows_split_a(hi, lo, x);
 #pragma unroll
     for (int j = 0; j < 2 * KS; j++)
 #pragma unroll
@@ -246,7 +256,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         if (keep.p) state_out<2 * KS>(state_at(keep, a, b, h, slot), st, dv, nw, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float vt[1][8][4];
-        state_times_w<KS>(vt, st, s, ld, exact, lane);
+        state_times_rows<KS>(vt, st, s.whi, s.wlo, ld, exact, lane);
         float *vp = keep.p ? f.vp + factor_index(a, b, h, slot) * L * dv : NULL;
         vprime_finish(vt, s, bv, warp, vp, dv, nw, lane);
         state_update<KS>(st, vt, d, s, ld, exact, lane);
@@ -254,29 +264,204 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
 }
 
-typedef void (*PassKernel)(gdn_args, Tensors, const int32_t *, const int32_t *, int, Span, Factors,
-                           StateBuf, int, StateBuf, int, StateBuf);
+// ---- the backward's state-gradient pass ------------------------------------------------------
+//
+// The same scheme for dpass (gated_delta_tc_bwd.cu has the math): a warp keeps 16 columns of
+// dS^T, the gradient of the state leaving the chunk, in accumulators, and walks the span's
+// chunks back:
+//   dV'^T = (dS^T K^T) diag(w) + dO^T P
+//   dS^T  = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W   (zero before a document's start)
+// with dO = scale dout read from the block's fp32 tile straight into A fragments.
 
-PassKernel pass_kernel_for(int dk) {
-    switch (dk / 16) {
-    case 1:
-        return pass_kernel<1>;
-    case 2:
-        return pass_kernel<2>;
-    case 3:
-        return pass_kernel<3>;
-    case 4:
-        return pass_kernel<4>;
-    case 5:
-        return pass_kernel<5>;
-    case 6:
-        return pass_kernel<6>;
-    case 7:
-        return pass_kernel<7>;
-    default:
-        return pass_kernel<8>; // gdn_tc_shape: dk <= MAX_DIM = 128
+// One chunk's tiles: W (hi, lo), K and Q [L, ldb16(dk)], P (hi, lo) [L, ldb16(L)] bf16 (the lo
+// halves in the exact mode only), and the block's columns of dout, [L, ldf32(bv)] fp32.
+struct DpassTiles {
+    bf16 *whi, *wlo, *k, *q, *phi, *plo;
+    float *dout;
+};
+
+__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], unsigned char *base, int dk, int bv,
+                                     bool exact, size_t *bytes) {
+    Carve cv = {base, 0};
+    for (int i = 0; i < 2; i++) {
+        t[i].whi = cv.take<bf16>(L * ldb16(dk));
+        t[i].wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
+        t[i].k = cv.take<bf16>(L * ldb16(dk));
+        t[i].q = cv.take<bf16>(L * ldb16(dk));
+        t[i].phi = cv.take<bf16>(L * ldb16(L));
+        t[i].plo = exact ? cv.take<bf16>(L * ldb16(L)) : NULL;
+        t[i].dout = cv.take<float>(L * ldf32(bv));
+    }
+    *bytes = cv.off;
+}
+
+// Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
+// by cp.async, rows from n to L zero.
+__device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n, int width) {
+    int vecs = width / 8, ld = ldb16(width);
+    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        if (i < n)
+            cp_async16(dst + i * ld + m, src + i * stride + m);
+        else
+            *reinterpret_cast<uint4 *>(dst + i * ld + m) = make_uint4(0, 0, 0, 0);
     }
 }
+
+__device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
+                           const Factors &f, long idx, int b, int h, int t0, int Lc, int n0,
+                           int bv) {
+    int dk = a.dk, hk = h / (a.H / a.HK), ldo = ldf32(bv), ovecs = bv / 4;
+    long qks = (long)a.HK * dk;
+    copy_rows_async(s.whi, f.whi + idx * L * dk, dk, L, dk);
+    if (s.wlo) copy_rows_async(s.wlo, f.wlo + idx * L * dk, dk, L, dk);
+    copy_rows_async(s.k, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
+    copy_rows_async(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
+    copy_rows_async(s.phi, f.phi + idx * L * L, L, L, L);
+    if (s.plo) copy_rows_async(s.plo, f.plo + idx * L * L, L, L, L);
+    const float *dout = t.dout + gdn_v_off(&a, b, t0, h) + n0;
+    long vs = (long)a.H * a.dv;
+    for (int e = threadIdx.x; e < L * ovecs; e += blockDim.x) {
+        int i = e / ovecs, n = e % ovecs * 4;
+        if (i < Lc)
+            cp_async16(s.dout + i * ldo + n, dout + i * vs + n);
+        else
+            *reinterpret_cast<float4 *>(s.dout + i * ldo + n) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cp_async_commit();
+}
+
+// The four k-steps of (scale dout diag(mul))^T's A fragments ([16 columns, L]), split: mul the
+// chunk's exp(gamma) (ChunkDecay's eg) or NULL.
+__device__ void dout_split_a(uint32_t (&hi)[1][4][4], uint32_t (&lo)[1][4][4], const float *dout,
+                             int ldo, int col, const float (*mul)[2], float scale, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) { // a's registers: rows +8 for r odd, columns +8 from r = 2
+            int n = col + lane / 4 + (r & 1) * 8, j = 2 * ks + (r >> 1), i = frag_col(lane, j, 0);
+            float k0 = scale * (mul ? mul[j][0] : 1.0f), k1 = scale * (mul ? mul[j][1] : 1.0f);
+            split_pack(dout[i * ldo + n] * k0, dout[(i + 1) * ldo + n] * k1, hi[0][ks][r],
+                       lo[0][ks][r]);
+        }
+}
+
+// acc += A B for A's four k-steps (hi, lo) and B = Bhi + Blo, [L, 8 NT] rows in shared memory
+// (mma_rs_t's transposing loads; Blo NULL: exact in bf16): the small terms first.
+template <int NT>
+__device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_t (&hi)[1][4][4],
+                                           const uint32_t (&lo)[1][4][4], const bf16 *Bhi,
+                                           const bf16 *Blo, int ld, bool exact, int lane) {
+    if (exact) mma_rs_t<1, 4, NT>(acc, lo, Bhi, ld, lane);
+    if (Blo) mma_rs_t<1, 4, NT>(acc, hi, Blo, ld, lane);
+    mma_rs_t<1, 4, NT>(acc, hi, Bhi, ld, lane);
+}
+
+// dV'^T of the chunk from dS^T, into dvt, kept in dvp's columns nw .. nw + 15.
+template <int KS>
+__device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
+                        const ChunkDecay &d, int bv, int warp, float scale, bool exact, float *dvp,
+                        int dv, int nw, int lane) {
+    int ld = ldb16(KS * 16);
+    state_times_rows<KS>(dvt, ds, s.k, NULL, ld, exact, lane);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dvt[0][j][e] *= d.w[j][e & 1];
+    uint32_t hi[1][4][4], lo[1][4][4];
+    dout_split_a(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
+    rows_times<8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), exact, lane);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dvp[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] = dvt[0][j][e];
+}
+
+// dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
+// document.
+template <int KS>
+__device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], const DpassTiles &s,
+                              const ChunkDecay &d, int bv, int warp, float scale, bool exact,
+                              bool reset, int lane) {
+    int ld = ldb16(KS * 16);
+#pragma unroll
+    for (int j = 0; j < 2 * KS; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ds[0][j][e] *= d.last;
+    uint32_t hi[1][4][4], lo[1][4][4];
+    dout_split_a(hi, lo, s.dout, ldf32(bv), 16 * warp, d.eg, scale, lane);
+    rows_times<2 * KS>(ds, hi, lo, s.q, NULL, ld, exact, lane);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dvt[0][j][e] = -dvt[0][j][e];
+    rows_split_a(hi, lo, dvt);
+    rows_times<2 * KS>(ds, hi, lo, s.whi, s.wlo, ld, exact, lane);
+    if (reset)
+#pragma unroll
+        for (int j = 0; j < 2 * KS; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) ds[0][j][e] = 0.0f;
+}
+
+// Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
+// last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
+// keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvp.
+template <int KS>
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
+    dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
+                 int max_chunks, Span span, Factors f, float *carry, StateBuf keep) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
+    int c1 = min(span.end, counts[b]);
+    if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
+    bool exact = f.wlo != NULL;
+    size_t bytes;
+    DpassTiles tiles[2];
+    dpass_tiles(tiles, smem, a.dk, bv, exact, &bytes);
+    const int32_t *row = starts + (long)b * (max_chunks + 1);
+    float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv;
+    float ds[1][2 * KS][4];
+    state_in<2 * KS>(ds, carry_bh, dv, nw, lane);
+    int t0 = row[c1 - 1], Lc = row[c1] - t0;
+    dpass_load(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0, Lc, n0, bv);
+    long go = gdn_gate_off(&a, b, t0, h);
+    RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
+    for (int c = c1 - 1; c >= span.begin; c--) {
+        int slot = c - span.begin, odd = (c1 - 1 - c) % 2;
+        t0 = row[c];
+        RawGates gates = next;
+        DpassTiles s = odd ? tiles[1] : tiles[0], other = odd ? tiles[0] : tiles[1];
+        cp_async_wait<0>();
+        __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
+        if (c > span.begin) {
+            int tp = row[c - 1], Lp = t0 - tp;
+            dpass_load(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp, n0, bv);
+            go = gdn_gate_off(&a, b, tp, h);
+            next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
+        }
+        state_out<2 * KS>(state_at(keep, a, b, h, slot), ds, dv, nw, lane);
+        ChunkDecay d = chunk_decay(gates, lane);
+        float dvt[1][8][4];
+        dvprime<KS>(dvt, ds, s, d, bv, warp, a.scale, exact,
+                    f.dvp + factor_index(a, b, h, slot) * L * dv, dv, nw, lane);
+        dstate_update<KS>(ds, dvt, s, d, bv, warp, a.scale, exact, starts_document(a, b, t0), lane);
+    }
+    state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
+}
+
+// The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128).
+#define PASS_INSTANCE(kernel, dk)                                                                  \
+    ((dk) == 16    ? kernel<1>                                                                     \
+     : (dk) == 32  ? kernel<2>                                                                     \
+     : (dk) == 48  ? kernel<3>                                                                     \
+     : (dk) == 64  ? kernel<4>                                                                     \
+     : (dk) == 80  ? kernel<5>                                                                     \
+     : (dk) == 96  ? kernel<6>                                                                     \
+     : (dk) == 112 ? kernel<7>                                                                     \
+                   : kernel<8>)
 
 int forced_warps; // cuda_gated_delta_pass_warps
 
@@ -305,12 +490,29 @@ void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     PassTiles tiles[2];
     size_t bytes;
     pass_tiles(tiles, NULL, a->dk, bv, f.wlo != NULL, &bytes);
-    PassKernel kernel = pass_kernel_for(a->dk);
+    auto kernel = PASS_INSTANCE(pass_kernel, a->dk);
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     phase_begin(GDN_PHASE_PASS, stream);
     kernel<<<dim3(a->dv / bv, a->H, a->B), 32 * nw, bytes, stream>>>(
         *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave, leave_slot, keep);
+    CUDA_CHECK_LAUNCH();
+    phase_end(stream);
+}
+
+void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
+                   const int32_t *counts, int max_chunks, Span span, const Factors &f, float *carry,
+                   StateBuf keep, cudaStream_t stream) {
+    int nw = pass_warps(a), bv = 16 * nw;
+    DpassTiles tiles[2];
+    size_t bytes;
+    dpass_tiles(tiles, NULL, a->dk, bv, f.wlo != NULL, &bytes);
+    auto kernel = PASS_INSTANCE(dpass_kernel, a->dk);
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    phase_begin(GDN_PHASE_DPASS, stream);
+    kernel<<<dim3(a->dv / bv, a->H, a->B), 32 * nw, bytes, stream>>>(
+        *a, t, starts, counts, max_chunks, span, f, carry, keep);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }

@@ -312,17 +312,6 @@ struct Profile {
 
 } // namespace
 
-// State columns a pass block owns: 32, or 16 where dv is an odd multiple of 16 or where blocks
-// of 32 would not give every multiprocessor two blocks (a long row of few heads: the pass is a
-// chain of dependent steps, and a second block on a multiprocessor hides the first's latency).
-int gdn::pass_cols(const gdn_args *a) {
-    int dev, sms;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    bool few = (long)(a->dv / 32) * a->H * a->B < 2L * sms;
-    return a->dv % 32 == 0 && !few ? 32 : 16;
-}
-
 bool gdn::tc_exact() {
     return exact_mode;
 }

@@ -289,9 +289,6 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
     return (cv.off + 255) / 256 * 256;
 }
 
-// The state columns of a pass block (tc_pass's and the backward's dpass): 16 or 32.
-int pass_cols(const gdn_args *a);
-
 // Whether the exact mode is on (cuda_gated_delta_exact), read once a call where the factors are
 // carved; the kernels and their launches then ask the factors (f.wlo != NULL), so one call never
 // mixes the modes.
@@ -307,6 +304,15 @@ void tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const i
 void tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
              int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
              StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream);
+
+// gated_delta_pass.cu: the backward's state-gradient pass over the span's chunks in reverse,
+// from the gradient of the state leaving the span's last chunk (carry, [B, H, dk, dv]; on
+// return the gradient of the state entering the span), keeping each chunk's leaving-state
+// gradient in slot c - span.begin of keep and its dV' in f.dvp. Needs prep's P and pass's
+// V'-independent factors (W).
+void tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
+              int max_chunks, Span span, const Factors &f, float *carry, StateBuf keep,
+              cudaStream_t stream);
 
 // gated_delta_tc_grad.cu: every gradient of the span's chunks from the factors (prep with P,
 // pass keeping V', dpass keeping dV'), each chunk's entering state (states) and its leaving
