@@ -66,8 +66,8 @@ __device__ bool chunk_at(const int32_t *starts, const int32_t *counts, int max_c
 
 // M and X for the solve; the products' tiles pass through each warp's tile (tmp) on their way
 // to global memory, which keeps the block small enough for two a multiprocessor.
-// X's rows are 68 floats apart: the solve's 8 lanes of a column read 8 consecutive rows at
-// once, which a stride of 64 would put in one bank.
+// X's rows are 68 floats apart, which spreads a warp's writes of four rows of 8 columns over
+// the banks.
 const int XLD = L + 4;
 
 struct PrepSmem {
@@ -155,6 +155,52 @@ __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc,
     __syncthreads();
 }
 
+// T = (I + diag(beta) M)^-1 for the strictly lower M [L, L] (zero on the rows past the chunk,
+// so those rows of T are the identity's), into X [L, XLD], which holds the identity on entry:
+// blockwise in fp32, where row-by-row substitution would be a chain of L dependent steps. The
+// four diagonal 16 x 16 blocks first, by substitution with each column's values in the
+// registers of four lanes (16 steps); then the blocks below them by distance d from the
+// diagonal, T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj (A = diag(beta) M), whose terms are all of
+// distance below d (three rounds of two products). Y holds a round's sums (768 floats). Ends
+// with a barrier. Needs 256 threads: four lanes a column.
+__device__ void invert_unit_lower(float *X, const float *M, const float *beta, float *Y) {
+    int col = threadIdx.x / 4, sub = threadIdx.x % 4, r0 = col / 16 * 16, cl = col % 16;
+    float x[4]; // rows r0 + 4 m + sub of the column
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            if (4 * m + sub < i) s += M[(r0 + i) * L + r0 + 4 * m + sub] * x[m];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        float xi = (i == cl ? 1.0f : 0.0f) - beta[r0 + i] * s;
+        if (sub == i % 4) x[i / 4] = xi;
+    }
+#pragma unroll
+    for (int m = 0; m < 4; m++) X[(r0 + 4 * m + sub) * XLD + col] = x[m];
+    __syncthreads();
+    for (int d = 1; d < L / 16; d++) {
+        int n = (L / 16 - d) * 256; // the elements of the blocks (j + d, j)
+        for (int e = threadIdx.x; e < n; e += blockDim.x) {
+            int j = e / 256, i = j + d, r = e / 16 % 16, c = e % 16;
+            float s = 0.0f;
+            for (int q = 16 * j; q < 16 * i; q++)
+                s += M[(16 * i + r) * L + q] * X[q * XLD + 16 * j + c];
+            Y[e] = beta[16 * i + r] * s;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < n; e += blockDim.x) {
+            int j = e / 256, i = j + d, r = e / 16 % 16, c = e % 16;
+            float s = 0.0f;
+            for (int q = 0; q <= r; q++)
+                s += X[(16 * i + r) * XLD + 16 * i + q] * Y[j * 256 + q * 16 + c];
+            X[(16 * i + r) * XLD + 16 * j + c] = -s;
+        }
+        __syncthreads();
+    }
+}
+
 // Grid (chunks of the span, H, B).
 __global__ void __launch_bounds__(TC_THREADS)
     prep_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
@@ -173,7 +219,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     gates_of(s.g, a, t, b, t0, h, Lc);
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
-    solve_lower(s.X, XLD, L, s.M, s.g.beta, Lc);                      // X = T; ends with a barrier
+    invert_unit_lower(s.X, s.M, s.g.beta, s.tmp);                     // X = T
     for (int e = threadIdx.x; with_p && e < L * L; e += blockDim.x) { // the backward's M and T
         f.m[idx * L * L + e] = s.M[e];
         split_put(f.thi, f.tlo, idx * L * L + e, s.X[e / L * XLD + e % L]);
