@@ -93,6 +93,25 @@ __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int 
     }
 }
 
+// Each row's pair terms from the stage: sum_j (e_ij - e_ji) into f.rowg, v_i.dR_i + sum_j
+// dA_ij M_ij into f.rowb; four lanes a row, their partial sums added in a fixed order.
+__device__ void pairs_row_sums(const PairsSmem &s, const Factors &f, long idx, int Lc) {
+    int lds = ldf32(STAGE_W), i = threadIdx.x / 4, sub = threadIdx.x % 4;
+    float pg = 0.0f, pb = 0.0f;
+    for (int j = sub; j < L && i < Lc; j += 4) {
+        pg += s.stage[i * lds + j] - s.stage[j * lds + i];
+        pb += s.stage[i * lds + L + j];
+    }
+    for (int o = 1; o < 4; o *= 2) {
+        pg += __shfl_xor_sync(0xffffffffu, pg, o);
+        pb += __shfl_xor_sync(0xffffffffu, pb, o);
+    }
+    if (sub == 0) {
+        f.rowg[idx * L + i] = pg;
+        f.rowb[idx * L + i] = i < Lc ? s.vdr[i] + pb : 0.0f;
+    }
+}
+
 // Grid (chunks of the span, H, B).
 __global__ void __launch_bounds__(TC_THREADS)
     pairs_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
@@ -141,16 +160,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     pairs_terms(s, f, idx, Lc);
     __syncthreads();
-    int i = threadIdx.x;
-    if (i < L) {
-        float pg = 0.0f, pb = 0.0f;
-        for (int j = 0; j < L && i < Lc; j++) {
-            pg += s.stage[i * lds + j] - s.stage[j * lds + i];
-            pb += s.stage[i * lds + L + j];
-        }
-        f.rowg[idx * L + i] = pg;
-        f.rowb[idx * L + i] = i < Lc ? s.vdr[i] + pb : 0.0f;
-    }
+    pairs_row_sums(s, f, idx, Lc);
 }
 
 // ---- rows: X, Y, Z, dq and dk of the value head, dbeta and dg ------------------------------
@@ -274,24 +284,39 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
         t.dbeta[gdn_gate_off(&a, b, t0 + i, h)] = f.rowb[idx * L + i] - s.eg[i] * sy;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float last = s.eg[Lc - 1] * sd;
-        for (int j = 0; j < Lc; j++) last += s.w[j] * s.z[j];
-        s.dgam[Lc - 1] += last;
-        float acc = 0.0f;
-        for (int r = Lc - 1; r >= 0; r--) t.dg[gdn_gate_off(&a, b, t0 + r, h)] = acc += s.dgam[r];
+    if (threadIdx.x >= 32) return;
+    // warp 0: the last token's extra term, then dg_r = sum of dgamma from r to the chunk's end
+    // (a suffix scan over lanes l and l + 32), in a fixed order
+    int lane = threadIdx.x;
+    float wz = s.w[lane] * s.z[lane] + s.w[lane + 32] * s.z[lane + 32]; // zero past Lc
+    float last = s.eg[Lc - 1] * sd + warp_sum(wz);
+    float x[2];
+    for (int half = 0; half < 2; half++) {
+        int r = lane + 32 * half;
+        x[half] = r < Lc ? s.dgam[r] + (r == Lc - 1 ? last : 0.0f) : 0.0f;
+        for (int o = 1; o < 32; o *= 2) {
+            float y = __shfl_down_sync(0xffffffffu, x[half], o);
+            if (lane + o < 32) x[half] += y;
+        }
+    }
+    x[0] += __shfl_sync(0xffffffffu, x[1], 0);
+    for (int half = 0; half < 2; half++) {
+        int r = lane + 32 * half;
+        if (r < Lc) t.dg[gdn_gate_off(&a, b, t0 + r, h)] = x[half];
     }
 }
 
-// <S0, dS_e> in a fixed order: strided partial sums, then thread 0 over them.
+// <S0, dS_e> in a fixed order: strided partial sums, each warp's by a shuffle tree, then the
+// warps' in order. Every thread gets it; ends with a barrier.
 __device__ float state_dot(const RowsSmem &s, const float *S0, const float *dSe, int n) {
     float part = 0.0f;
 #pragma unroll 8
     for (int e = threadIdx.x; e < n; e += blockDim.x) part += S0[e] * dSe[e];
-    s.red[threadIdx.x] = part;
+    part = warp_sum(part);
+    if (threadIdx.x % 32 == 0) s.red[threadIdx.x / 32] = part;
     __syncthreads();
     float sum = 0.0f;
-    for (int r = 0; r < (int)blockDim.x; r++) sum += s.red[r];
+    for (int w = 0; w < TC_WARPS; w++) sum += s.red[w];
     return sum;
 }
 
