@@ -4,7 +4,7 @@
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
 #          [torch-NAME...] [attn[=T_LIST[/HD_LIST[/HEADS]]]] [bwdprof=T_LIST/HD_LIST/HEADS]
 #          [ncu=T/HD/HEADS] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...] [slices[=100b|120b]]
-#          [tier[=NAME]] [gdn[=T_LIST]]
+#          [tier[=NAME]] [gdn[=T_LIST]] [gdnprof[=T]]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
 #   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128; HEADS
@@ -20,6 +20,9 @@
 #   (its runs named NAME-base), so that a refactor's speed is compared in the same call.
 #   gdn times our chunked gated delta rule and flash-linear-attention's on Qwen3.5's linear heads
 #   (FLA's wheels carried in .whl, installed by the caller: the device README says how).
+#   gdnprof profiles the delta rule's kernels of one forward and backward (T tokens, 32 value
+#   heads over 16 key heads) with Nsight Compute: each kernel's time, throughputs, occupancy and
+#   top stall, summed by kernel (bench/ncu_summary.py).
 #   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
 #   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
@@ -83,6 +86,14 @@ for what in "$@"; do
             --section WarpStateStats --section SchedulerStats \
             build/bin/attention_bench "${args[@]}" --paths wgmma >"$log" 2>&1
         grep -E "Duration|Throughput|Hit Rate|Issue Slots Busy|Warp Cycles Per Issued|Stall" "$log" | head -30 ;;
+    gdnprof | gdnprof=*)
+        spec=${what#gdnprof}; spec=${spec#=}
+        log="$OUT/ncu-gdn.log"
+        timeout 300 ncu --clock-control none --launch-count 42 \
+            --kernel-name regex:"prep_kernel|pass_kernel|out_kernel|pairs_kernel|rows_kernel|heads_kernel" \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T "${spec:-8192}" >"$log" 2>&1
+        python3 bench/ncu_summary.py "$log" ;;
     gemm | gemm=*)
         spec=${what#gemm}; spec=${spec#=}
         build/bin/gemm_bench --shapes "${spec:-all}" 2>&1 | tee -a "$OUT/gemm.log" | grep best ;;

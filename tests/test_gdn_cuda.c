@@ -313,7 +313,7 @@ static void check_gated_delta(const gdn_shape *s) {
     same = same_run(&c, &d[0], &d[1]);
     report(same, "gdn rerun", name, same ? 0.0 : 1.0);
     // every block size of the state pass: the same bits (a warp's arithmetic is its own)
-    for (int w = 1; w <= 8; w *= 2) {
+    for (int w = 1; w <= 4; w *= 2) {
         if (s->dv % (16 * w)) continue;
         cuda_gated_delta_pass_warps(w);
         gdn_run x = gdn_device_run(&c, &in, &TC);
@@ -553,7 +553,7 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
                bytes / (double)(1ull << 30));
         if (p > 0) continue;
         bench_shares(&a, chunks, &t, scratch);
-        for (int w = 1; w <= 8; w *= 2) { // the state passes' block sizes
+        for (int w = 1; w <= 4; w *= 2) { // the state passes' block sizes
             cuda_gated_delta_pass_warps(w);
             bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
             printf("  pass blocks of %d warps: forward %.3f ms, backward %.3f ms\n", w, f, b);

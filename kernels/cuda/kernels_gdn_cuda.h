@@ -70,7 +70,7 @@ void cuda_gated_delta_ref_grads(int on);
 // reference). Set before sizing the scratch: the scratch bytes follow it.
 void cuda_gated_delta_exact(int on);
 
-// Warps a block of the tensor-core state passes (1, 2, 4 or 8: 16 state columns each); 0, the
+// Warps a block of the tensor-core state passes (1, 2 or 4: 16 state columns each); 0, the
 // default, takes the most whose tiles fit the GPU's shared memory. Every choice gives the same bits: for test_gdn_cuda,
 // which checks that, and its --bench.
 void cuda_gated_delta_pass_warps(int warps);
