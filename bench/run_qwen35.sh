@@ -17,7 +17,12 @@
 #           master, m and v of the embedding and layer 0 kept on the host rather than the GPU;
 #           GPU 54 GiB, host 56 GiB, a step of 7.9 s planned), 6 steps: the GPU's busy share
 #           against the plan
-#   usage: OUT=... bench/run_qwen35.sh [peer | peer27 | peer35] [slices] [long] [busy]
+#   rule    the delta rule's GPU checks (gdn_cuda_vs_cpu, the Qwen3.5 layer and model parity
+#           against transformers), then, where they pass, its forward and backward beside
+#           flash-linear-attention's at 8,192 and 32,768 tokens (32 value heads over 16 key heads
+#           of 128), and the kernel times of those 4 layers at one micro-batch (MT_KERNEL_TIMES:
+#           the rate the plan takes for the rule, PLAN_GPU_GDN_FLOPS)
+#   usage: OUT=... bench/run_qwen35.sh [rule] [peer | peer27 | peer35] [slices] [long] [busy]
 # The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
 # in .whl, install them into /tmp/site and run this with PYTHONPATH=/tmp/site; without it
 # transformers runs its torch fallback, far slower (the peer's MOE line says which ran). FLA
@@ -38,10 +43,21 @@ for what in "$@"; do
         [ "$what" != peer27 ] && pairs+=(moe-qwen3.5-35b-a3b-4l peer-qwen35moe:4)
         MT_PEER_MICROS=${MT_PEER_MICROS:-4 2 1} MT_PEER_LIMIT=${MT_PEER_LIMIT:-450} \
             bash bench/run_moe.sh "${pairs[@]}" 2>&1 | grep -vE "^build:" ;;
+    rule)
+        (cd build && ctest -j4 --timeout 300 --output-on-failure -R \
+            "^(gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity)$" \
+            >"$OUT/rule-ctest.log" 2>&1)
+        ok=$?
+        grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/rule-ctest.log"
+        [ $ok = 0 ] || { grep -E "FAIL" "$OUT/rule-ctest.log" | head -20; exit 1; }
+        build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 | tee "$OUT/rule.log"
+        python3 bench/gdn_fla.py --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tee -a "$OUT/rule.log"
+        MT_KERNEL_TIMES=1 timeout 150 build/bin/mtrun --force -np 5 bench/configs/moe-qwen3.5-27b-4l.cfg \
+            --out "$OUT/rule-kt" steps=2 batch.micro_batches=1 2>&1 | grep -E "KTIME|TFLOP/s" | head -30 ;;
     slices) bench/run_slices.sh build "$OUT" qwen3.5-27b qwen3.5-35b-a3b 2>&1 | tail -n 50 ;;
     long) bench/run_long.sh build "$OUT" qwen3.5-27b-4l-128k 2>&1 | tail -n 25 ;;
     busy) busy_at_break_even moe-qwen3.5-27b-4l 240 6 ;;
-    *) echo "run_qwen35.sh: $what: not a part (peer, peer27, peer35, slices, long, busy)" >&2; exit 2 ;;
+    *) echo "run_qwen35.sh: $what: not a part (rule, peer, peer27, peer35, slices, long, busy)" >&2; exit 2 ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done
