@@ -1,5 +1,6 @@
-// The chunked gated delta rule's state pass (tc_pass; gated_delta_tc.cu has the math) with the
-// state in registers. The pass is a chain of dependent chunks, so its time is the chain's
+// The chunked gated delta rule's state passes with the state in registers: the forward's
+// (tc_pass; gated_delta_tc.cu has the math) and, below it, the backward's state-gradient pass
+// (tc_dpass; gated_delta_tc_bwd.cu has its math). The pass is a chain of dependent chunks, so its time is the chain's
 // latency: what it keeps off the chain is what makes it fast.
 //
 // A warp owns 16 columns of one head's state S [dk, dv] and keeps S^T, [16, dk], in mma.sync
@@ -14,7 +15,7 @@
 // the exact mode (gated_delta_tc.cuh); the state and every sum stay fp32.
 //
 // A warp's arithmetic does not depend on how many warps its block has, so pass_warps may choose
-// the block size for occupancy alone: every choice gives the same bits (test_gdn_cuda checks).
+// the block size for speed alone: every choice gives the same bits (test_gdn_cuda checks).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_tc.cuh"
 #include "kernels/cuda/mma.cuh"
