@@ -37,7 +37,7 @@ def parse(path):
                     cur[key] += value * UNITS.get(m.group(1), 1.0)
                 else:
                     cur[key].append(value)
-        m = re.search(r"stalled (?:waiting )?(?:for |on )?(.{0,70}?)(?:\.|,| which)", line)
+        m = re.search(r"stalled (?:waiting )?(?:for |on )?(.{0,70}?)(?:\.|,| which|\s*$)", line)
         if m and not cur["stall"]:
             cur["stall"] = m.group(1).strip()
     return kernels
