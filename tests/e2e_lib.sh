@@ -29,6 +29,23 @@ small_config() {
         "$SRC/configs/test-small.cfg" >"$2"
 }
 
+# The job length of the tests that call quick_steps: STEPS steps, a checkpoint every HALF (where
+# their stops, kills and full disks fall, just after it). Under MT_E2E_QUICK (the sanitizer build,
+# a step ~50x slower) half as many: every job and every check still runs, on shorter jobs; the
+# whole length is make test's.
+if [ -n "${MT_E2E_QUICK:-}" ]; then
+    STEPS=10 HALF=5
+else
+    STEPS=20 HALF=10
+fi
+# quick_steps CFG: CFG (a small_config) trains STEPS steps with a checkpoint every HALF.
+quick_steps() {
+    sed -i -e "s/^steps = 20;/steps = $STEPS;/" -e "s/^  interval = 10;/  interval = $HALF;/" "$1"
+    grep -q "^steps = $STEPS;" "$1" && grep -q "^  interval = $HALF;" "$1"
+}
+# step_dir N: the folder of step N's checkpoint (step_000020)
+step_dir() { printf 'step_%06d' "$1"; }
+
 # mla_config BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND:
 # a query rank, values of 16 (q and k 16 + 8), interleaved RoPE, YaRN with mscale_all_dim,
 # packed documents (the lines of the text).
