@@ -119,5 +119,18 @@ no_leftovers() {
     id=$(job_id "$1")
     [ -n "$id" ] && [ -z "$(job_leftovers "$id")" ]
 }
+# stop_holder PID: ends a lock holder started in the background (`flock FILE sleep N &`) and
+# every process under it: its sleep would otherwise keep the test's output open, and ctest
+# waiting, for the rest of its N s.
+stop_holder() {
+    kill_tree "$1"
+    wait "$1" 2>/dev/null
+    return 0
+}
+kill_tree() { # kill_tree PID: PID and its descendants, the deepest first
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null
+}
 # ranks_of CONFIG: pids of live ranks started on CONFIG (a path in $WORK: this test's own).
 ranks_of() { pgrep -f "[m]t-rank $1"; }
