@@ -45,6 +45,14 @@ quick_steps() {
 }
 # step_dir N: the folder of step N's checkpoint (step_000020)
 step_dir() { printf 'step_%06d' "$1"; }
+# half_is_latest RUN: $WORK/RUN's latest checkpoint is step HALF, and none of a later step was saved
+half_is_latest() {
+    [ "$(cat "$WORK/$1/LATEST")" = "$(step_dir "$HALF")" ] || return 1
+    local d
+    for d in "$WORK/$1"/step_*; do
+        [ $((10#${d##*/step_})) -le "$HALF" ] || return 1
+    done
+}
 
 # mla_config BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND:
 # a query rank, values of 16 (q and k 16 + 8), interleaved RoPE, YaRN with mscale_all_dim,

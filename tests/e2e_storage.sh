@@ -220,14 +220,6 @@ after_kill() {
     expect "its step $STEPS checkpoint is host memory's" \
         cmp -s "$WORK/$2/$last/state.bin" "$WORK/plain/$last/state.bin"
 }
-# half_is_latest RUN: RUN's latest checkpoint is step HALF, and none of a later step was saved
-half_is_latest() {
-    [ "$(cat "$WORK/$1/LATEST")" = "$half" ] || return 1
-    local d
-    for d in "$WORK/$1"/step_*; do
-        [ $((10#${d##*/step_})) -le "$HALF" ] || return 1
-    done
-}
 # half_intact RUN: RUN's checkpoint of step HALF is host memory's, bitwise
 half_intact() { cmp -s "$WORK/$1/$half/state.bin" "$WORK/plain/$half/state.bin"; }
 half_kept() { half_is_latest "$1" && half_intact "$1"; }
