@@ -26,8 +26,9 @@ test: build
 
 # The CPU test suite under ASan and UBSan (no CUDA: the sanitizers do not see into kernels).
 # Leaks are not checked: MPI and UCX keep allocations until exit by design. A step is about 50x
-# slower here, so the demo trains 10 steps (MT_E2E_QUICK; make test checks the whole run's
-# loss), and e2e_beside, which reruns four e2e tests beside a job, runs in make test only.
+# slower here, so the longest tests train shorter jobs (MT_E2E_QUICK: the demo 10 steps, make
+# test checks the whole run's loss; e2e_storage's and e2e_grad_ring's 10 steps instead of 20),
+# and e2e_beside, which reruns four e2e tests beside a job, runs in make test only.
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMT_SANITIZE=ON -DMT_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j$(JOBS)

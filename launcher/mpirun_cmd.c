@@ -124,8 +124,10 @@ void mpirun_cmd_build(cmdline *c, const mtrun_opts *o, const placement *p, const
         add(c, "--map-by"), add(c, "numa"), add(c, "--bind-to"),
             add(c, o->hostfile ? "numa:overload-allowed" : "numa");
     // openib is Open MPI 4's old InfiniBand transport: UCX drives InfiniBand now, and openib
-    // only prints warnings where it finds a device it cannot use.
-    if (!extra_sets_mca(o, "btl")) add(c, "--mca"), add(c, "btl"), add(c, "^openib");
+    // only prints warnings where it finds a device it cannot use. ofi (libfabric's) carries
+    // nothing of ours either, and closing it sleeps a second in every rank's MPI_Finalize
+    // (Open MPI 4.1.4): a second off every job's exit.
+    if (!extra_sets_mca(o, "btl")) add(c, "--mca"), add(c, "btl"), add(c, "^openib,ofi");
     // Open MPI's own shared-memory segments (vader) in a folder of the job's, which mtrun
     // removes whatever happened to mpirun: a killed mpirun cannot clean them up itself.
     if (o->mpi_shm_dir && !extra_sets_mca(o, "btl_vader_backing_directory"))

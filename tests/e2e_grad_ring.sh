@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # optimizer.clip = 0 makes the host's gradient slots a ring of 4 groups' (optimizer.grad_slots
 # "auto"), each group updated as soon as its gradients land, through the real launcher and
-# processes, on a 10-group model (8 layers) so that the ring wraps twice a step:
+# processes, on a 10-group model (8 layers) so that the ring wraps twice a step, in jobs of 20
+# steps checkpointed every 10 (10 and 5 under MT_E2E_QUICK, e2e_lib.sh's quick_steps):
 # - the losses and checkpoints are bitwise those of one slot per group (grad_slots "all"), for
 #   -np 2, 3 and 5, device_groups 3, a stop and a resume with another -np, an optimizer rank
 #   slow enough that the backward waits for slots (its trace shows the waits), and 2 nodes
@@ -19,6 +20,7 @@
 source "$(dirname "$0")/e2e_lib.sh" "$1" "$2"
 
 small_config cpu "$WORK/base.cfg"
+quick_steps "$WORK/base.cfg" || { echo "FAIL: steps of base.cfg"; exit 1; }
 sed -i 's/layers   = 2;/layers   = 8;/' "$WORK/base.cfg"
 # fp32 slots always: "auto" would take bf16 ones where a memory limit below asks for less
 sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "fp32";/' "$WORK/base.cfg"
@@ -31,7 +33,7 @@ ex() { echo "export_dir=$WORK/$1-export"; }
 run_job all 3 "$WORK/all.cfg" "$(ex all)" || show_log all
 run_job ring2 2 "$WORK/ring.cfg" "$(ex ring)" || show_log ring2
 run_job ring5 5 "$WORK/ring.cfg" || show_log ring5
-run_job dev3 3 "$WORK/ring-dev3.cfg" "$(ex ring-dev3)" --stop-at 10 || show_log dev3
+run_job dev3 3 "$WORK/ring-dev3.cfg" "$(ex ring-dev3)" --stop-at "$HALF" || show_log dev3
 run_job dev3r 2 "$WORK/ring-dev3.cfg" --resume "$WORK/dev3" || show_log dev3r
 MT_FAULT_SLOW_ADAMW_MS=20 run_job slow 3 "$WORK/ring.cfg" 'trace_steps=[3,4]' || show_log slow
 # 2 virtual nodes, one micro-batch each, their optimizer ranks splitting Adam's moments
@@ -40,17 +42,19 @@ MT_TEST_NODES=2 run_job dp 6 "$WORK/ring.cfg" optimizer.shard_across_nodes=true 
 expect "the ring run's plan line says its slots are a ring" \
     grep -q 'fp32 gradient slots [0-9.]* [KMG]*i*B in a ring' "$WORK/ring2.log"
 expect "the all-slots run's plan line does not" sh -c "! grep -q 'in a ring' '$WORK/all.log'"
-expect "20 steps ran" test "$(losses "$WORK/all" | wc -l)" -eq 20
+last=$(step_dir "$STEPS")
+half=$(step_dir "$HALF")
+expect "$STEPS steps ran" test "$(losses "$WORK/all" | wc -l)" -eq "$STEPS"
 same() { cmp -s <(losses "$WORK/$1") <(losses "$WORK/$2") &&
-    cmp -s "$WORK/$1/step_000020/state.bin" "$WORK/$2/step_000020/state.bin"; }
+    cmp -s "$WORK/$1/$last/state.bin" "$WORK/$2/$last/state.bin"; }
 expect "ring -np 2 = one slot per group -np 3: losses and checkpoint, bitwise" same ring2 all
 expect "ring -np 5 = one slot per group, bitwise" same ring5 all
-expect "ring with device_groups 3, stopped at 10 (-np 3) and resumed (-np 2) = all, bitwise" \
+expect "ring with device_groups 3, stopped at $HALF (-np 3) and resumed (-np 2) = all, bitwise" \
     cmp -s <(losses "$WORK/dev3"; losses "$WORK/dev3r") <(losses "$WORK/all")
-expect "the resumed run's step 20 checkpoint is the all-slots one's" \
-    cmp -s "$WORK/dev3r/step_000020/state.bin" "$WORK/all/step_000020/state.bin"
-expect "its step 10 checkpoint too (device state taken back in pieces)" \
-    cmp -s "$WORK/dev3/step_000010/state.bin" "$WORK/all/step_000010/state.bin"
+expect "the resumed run's step $STEPS checkpoint is the all-slots one's" \
+    cmp -s "$WORK/dev3r/$last/state.bin" "$WORK/all/$last/state.bin"
+expect "its step $HALF checkpoint too (device state taken back in pieces)" \
+    cmp -s "$WORK/dev3/$half/state.bin" "$WORK/all/$half/state.bin"
 expect "ring exports = all-slots exports" diff -r "$WORK/ring-export" "$WORK/all-export"
 expect "device_groups 3 exports (master sent back in pieces) = all-slots exports" \
     diff -r "$WORK/ring-dev3-export" "$WORK/all-export"
@@ -63,6 +67,7 @@ expect "a slow optimizer rank: the backward waited for a slot (trace)" \
 # copies out waiting for ring slots, and with device-updated groups.
 if have_gpu; then
     small_config cuda "$WORK/cuda.cfg"
+    quick_steps "$WORK/cuda.cfg"
     sed -i -e 's/layers   = 2;/layers   = 8;/' \
         -e 's/^optimizer = {/optimizer = {\n  clip = 0.0;\n  grad_dtype = "bf16";/' "$WORK/cuda.cfg"
     sed 's/^optimizer = {/optimizer = {\n  grad_slots = "all";\n  device_groups = 0;/' "$WORK/cuda.cfg" \
@@ -73,16 +78,17 @@ if have_gpu; then
     expect "cuda: the ring with device_groups 3 (-np 2) = a slot per group (-np 3), bitwise" same cring call
 fi
 
-# A NaN in the head's gradients at step 12: the ring cannot skip the step.
-MT_FAULT_NAN_GRAD_STEPS=12 run_job nan 3 "$WORK/ring.cfg"
+# A NaN in the head's gradients two steps after the checkpoint of HALF: the ring cannot skip
+# the step.
+nan_step=$((HALF + 2))
+MT_FAULT_NAN_GRAD_STEPS=$nan_step run_job nan 3 "$WORK/ring.cfg"
 rc=$?
 expect "a non-finite gradient ends the ring job with exit 3 (got $rc)" test "$rc" -eq 3
 expect "one line says why and what to do" \
-    test "$(grep -c '^mt-rank: stopped at step 12: its gradient norm is not finite.*grad_slots = "all"' "$WORK/nan.log")" -eq 1
-expect "nothing of step 12 was saved: step 10 is the latest" \
-    bash -c "[ \"\$(cat '$WORK/nan/LATEST')\" = step_000010 ] && ! ls -d '$WORK'/nan/step_0000[12][1-9] 2>/dev/null"
-expect "metrics mark step 12 as the one that ended the job" \
-    grep -q '"step":12,.*"ended_job":true' "$WORK/nan/metrics.jsonl"
+    test "$(grep -c "^mt-rank: stopped at step $nan_step: its gradient norm is not finite.*grad_slots = \"all\"" "$WORK/nan.log")" -eq 1
+expect "nothing of step $nan_step was saved: step $HALF is the latest" half_is_latest nan
+expect "metrics mark step $nan_step as the one that ended the job" \
+    grep -q "\"step\":$nan_step,.*\"ended_job\":true" "$WORK/nan/metrics.jsonl"
 expect "nothing of the NaN job is left in /dev/shm" no_leftovers nan
 
 # Refusals and the plan.

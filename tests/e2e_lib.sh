@@ -29,6 +29,31 @@ small_config() {
         "$SRC/configs/test-small.cfg" >"$2"
 }
 
+# The job length of the tests that call quick_steps: STEPS steps, a checkpoint every HALF (where
+# their stops, kills and full disks fall, just after it). Under MT_E2E_QUICK (the sanitizer build,
+# a step ~50x slower) half as many: every job and every check still runs, on shorter jobs; the
+# whole length is make test's.
+if [ -n "${MT_E2E_QUICK:-}" ]; then
+    STEPS=10 HALF=5
+else
+    STEPS=20 HALF=10
+fi
+# quick_steps CFG: CFG (a small_config) trains STEPS steps with a checkpoint every HALF.
+quick_steps() {
+    sed -i -e "s/^steps = 20;/steps = $STEPS;/" -e "s/^  interval = 10;/  interval = $HALF;/" "$1"
+    grep -q "^steps = $STEPS;" "$1" && grep -q "^  interval = $HALF;" "$1"
+}
+# step_dir N: the folder of step N's checkpoint (step_000020)
+step_dir() { printf 'step_%06d' "$1"; }
+# half_is_latest RUN: $WORK/RUN's latest checkpoint is step HALF, and none of a later step was saved
+half_is_latest() {
+    [ "$(cat "$WORK/$1/LATEST")" = "$(step_dir "$HALF")" ] || return 1
+    local d
+    for d in "$WORK/$1"/step_*; do
+        [ $((10#${d##*/step_})) -le "$HALF" ] || return 1
+    done
+}
+
 # mla_config BACKEND OUT: test-small.cfg with DeepSeek's multi-head latent attention on BACKEND:
 # a query rank, values of 16 (q and k 16 + 8), interleaved RoPE, YaRN with mscale_all_dim,
 # packed documents (the lines of the text).
@@ -101,6 +126,19 @@ no_leftovers() {
     local id
     id=$(job_id "$1")
     [ -n "$id" ] && [ -z "$(job_leftovers "$id")" ]
+}
+# stop_holder PID: ends a lock holder started in the background (`flock FILE sleep N &`) and
+# every process under it: its sleep would otherwise keep the test's output open, and ctest
+# waiting, for the rest of its N s.
+stop_holder() {
+    kill_tree "$1"
+    wait "$1" 2>/dev/null
+    return 0
+}
+kill_tree() { # kill_tree PID: PID and its descendants, the deepest first
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null
 }
 # ranks_of CONFIG: pids of live ranks started on CONFIG (a path in $WORK: this test's own).
 ranks_of() { pgrep -f "[m]t-rank $1"; }

@@ -21,7 +21,7 @@ chmod 755 "$WORK/run"
 
 as_other flock -x "$WORK/run" sleep 30 &
 held=$!
-trap 'kill $held 2>/dev/null; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+trap 'stop_holder $held; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 for i in $(seq 1 200); do grep -q "FLOCK.*:$(stat -c %i "$WORK/run")\$" /proc/locks && break; sleep 0.02; done
 expect "the other user cannot open the lock file" \
     bash -c "! setpriv --reuid=nobody --regid=$(id -g nobody) --clear-groups flock -n '$WORK/run/.lock' true 2>/dev/null"
@@ -29,7 +29,7 @@ expect "the other user cannot open the lock file" \
 rc=$?
 expect "their flock on the folder does not block --resume (rc $rc)" \
     bash -c "[ $rc -eq 0 ] && grep -qx step_000004 '$WORK/run/LATEST'" || show_log resume
-kill "$held" 2>/dev/null
+stop_holder "$held"
 
 mkdir -m 1777 "$WORK/open"
 as_other touch "$WORK/open/.lock"

@@ -80,8 +80,7 @@ run_job reaper 3 "$WORK/base.cfg" --stop-at 1 || show_log reaper
 expect "the next mtrun reaps a dead job's folder and its regions" \
     test -z "$(job_leftovers "$dead")"
 expect "and leaves a live job's alone" test -d "/dev/shm/mtc-$live" -a -e "/dev/shm/mtc-$live-0"
-kill "$holder" 2>/dev/null
-wait "$holder" 2>/dev/null
+stop_holder "$holder"
 rm -rf "/dev/shm/mtc-$live" "/dev/shm/mtc-$live-0" "/dev/shm/mtc-$dead" "/dev/shm/mtc-$dead-0"
 
 # Under plain mpirun nobody cleans up after the ranks: they must have unlinked the regions
