@@ -71,8 +71,8 @@ void cuda_gated_delta_ref_grads(int on);
 void cuda_gated_delta_exact(int on);
 
 // Warps a block of the tensor-core state passes (1, 2 or 4: 16 state columns each); 0, the
-// default, takes the most whose tiles fit the GPU's shared memory. Every choice gives the same bits: for test_gdn_cuda,
-// which checks that, and its --bench.
+// default, takes the most whose tiles fit the GPU's shared memory. Every choice gives the same
+// bits: for test_gdn_cuda, which checks that, and its --bench.
 void cuda_gated_delta_pass_warps(int warps);
 
 // Per-kernel times of the tensor-core path, for test_gdn_cuda --bench: while on, each launch is
