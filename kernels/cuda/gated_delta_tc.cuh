@@ -165,8 +165,9 @@ inline __device__ void load_split_rows(const Split &s, const float *src, long st
     }
 }
 
-// A chunk's raw gates in warp 0's registers: lane l holds g and beta of tokens l and l + 32
-// (zeros past Lc). Fetched a chunk ahead by the state pass, so their latency overlaps work.
+// A chunk's raw gates in a warp's registers: lane l holds g and beta of tokens l and l + 32
+// (zeros past Lc). The state passes fetch them a chunk ahead, so that their latency overlaps
+// work; the per-chunk kernels' warp 0 stores them (store_gates).
 struct RawGates {
     float g[2], beta[2];
     int Lc;
