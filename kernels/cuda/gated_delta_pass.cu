@@ -1,7 +1,7 @@
 // The chunked gated delta rule's state passes with the state in registers: the forward's
 // (tc_pass; gated_delta_tc.cu has the math) and, below it, the backward's state-gradient pass
-// (tc_dpass; gated_delta_tc_bwd.cu has its math). The pass is a chain of dependent chunks, so its
-// time is the chain's latency: what it keeps off the chain is what makes it fast.
+// (tc_dpass; gated_delta_tc_bwd.cu has its math). The pass is a chain of dependent chunks, so its time is the chain's
+// latency: what it keeps off the chain is what makes it fast.
 //
 // A warp owns 16 columns of one head's state S [dk, dv] and keeps S^T, [16, dk], in mma.sync
 // accumulators for the whole span (at dk 128: 64 registers a thread). A chunk is then two
@@ -49,9 +49,11 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], unsigned char *base, int 
 // Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
 // them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
 // uninitialised shared memory could hold a NaN.
+template <int KS>
 __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &t, const Factors &f,
                           long idx, int b, int h, int t0, int Lc, int n0, int bv) {
-    int dk = a.dk, vecs = dk / 8, ld = ldb16(dk), uvecs = bv / 4, ldu = ldf32(bv);
+    const int dk = 16 * KS, vecs = dk / 8, ld = ldb16(dk);
+    int uvecs = bv / 4, ldu = ldf32(bv);
     const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo ? f.wlo + idx * L * dk : NULL;
     const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
     long kstride = (long)a.HK * dk;
@@ -65,10 +67,9 @@ __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &
             *reinterpret_cast<uint4 *>(s.k + i * ld + m) = make_uint4(0, 0, 0, 0);
     }
     const float *u = f.u + idx * L * a.dv + n0;
-    for (int e = threadIdx.x; e < L * uvecs; e += blockDim.x) {
-        int i = e / uvecs, n = e % uvecs * 4;
+    int n = threadIdx.x % uvecs * 4; // blockDim.x = 8 uvecs: eight rows a round
+    for (int i = threadIdx.x / uvecs; i < L; i += 8)
         cp_async16(s.u + i * ldu + n, u + (long)i * a.dv + n);
-    }
     cp_async_commit();
 }
 
@@ -101,27 +102,28 @@ __device__ void state_out(float *dst, const float (&st)[1][NT][4], int dv, int n
             dst[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] = st[0][j][e];
 }
 
-// Two fp32 values as a bf16x2 register (hi) and their remainders' (lo).
+// Two fp32 values as a bf16x2 register (hi) and, in the exact mode, their remainders' (lo).
+template <bool EXACT>
 __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uint32_t &lo) {
     hi = pack_bf16(x0, x1);
-    lo = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
+    if (EXACT) lo = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
 }
 
 // k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
-template <int NT>
+template <bool EXACT, int NT>
 __device__ __forceinline__ void acc_split_a(uint32_t (&hi)[1][4], uint32_t (&lo)[1][4],
                                             const float (&acc)[1][NT][4], int ks) {
-    split_pack(acc[0][2 * ks][0], acc[0][2 * ks][1], hi[0][0], lo[0][0]);
-    split_pack(acc[0][2 * ks][2], acc[0][2 * ks][3], hi[0][1], lo[0][1]);
-    split_pack(acc[0][2 * ks + 1][0], acc[0][2 * ks + 1][1], hi[0][2], lo[0][2]);
-    split_pack(acc[0][2 * ks + 1][2], acc[0][2 * ks + 1][3], hi[0][3], lo[0][3]);
+    split_pack<EXACT>(acc[0][2 * ks][0], acc[0][2 * ks][1], hi[0][0], lo[0][0]);
+    split_pack<EXACT>(acc[0][2 * ks][2], acc[0][2 * ks][3], hi[0][1], lo[0][1]);
+    split_pack<EXACT>(acc[0][2 * ks + 1][0], acc[0][2 * ks + 1][1], hi[0][2], lo[0][2]);
+    split_pack<EXACT>(acc[0][2 * ks + 1][2], acc[0][2 * ks + 1][3], hi[0][3], lo[0][3]);
 }
 
 // vt = S^T B^T ([16, L]) for B = Bhi + Blo, [L, 16 KS] rows in shared memory (Blo NULL: exact
 // in bf16): B's rows are the product's columns (mma_nt_step), S^T's k-steps the A fragments.
-template <int KS>
+template <bool EXACT, int KS>
 __device__ void state_times_rows(float (&vt)[1][8][4], const float (&st)[1][2 * KS][4],
-                                 const bf16 *Bhi, const bf16 *Blo, int ld, bool exact, int lane) {
+                                 const bf16 *Bhi, const bf16 *Blo, int ld, int lane) {
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -129,20 +131,21 @@ __device__ void state_times_rows(float (&vt)[1][8][4], const float (&st)[1][2 * 
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         uint32_t hi[1][4], lo[1][4];
-        acc_split_a<2 * KS>(hi, lo, st, ks);
-        if (exact) mma_nt_step<1, 8>(vt, lo, Bhi, ld, ks, lane);
-        if (Blo) mma_nt_step<1, 8>(vt, hi, Blo, ld, ks, lane);
+        acc_split_a<EXACT, 2 * KS>(hi, lo, st, ks);
+        if (EXACT) mma_nt_step<1, 8>(vt, lo, Bhi, ld, ks, lane);
+        if (EXACT && Blo) mma_nt_step<1, 8>(vt, hi, Blo, ld, ks, lane);
         mma_nt_step<1, 8>(vt, hi, Bhi, ld, ks, lane);
     }
 }
 
 // A [16, L] accumulator block's four k-steps as A fragments, split.
+template <bool EXACT>
 __device__ __forceinline__ void rows_split_a(uint32_t (&hi)[1][4][4], uint32_t (&lo)[1][4][4],
                                              const float (&x)[1][8][4]) {
 #pragma unroll
     for (int ks = 0; ks < 4; ks++) {
         uint32_t h1[1][4], l1[1][4];
-        acc_split_a<8>(h1, l1, x, ks);
+        acc_split_a<EXACT, 8>(h1, l1, x, ks);
 #pragma unroll
         for (int r = 0; r < 4; r++) hi[0][ks][r] = h1[0][r], lo[0][ks][r] = l1[0][r];
     }
@@ -194,28 +197,27 @@ __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, 
 
 // S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
 // (mma_rs_t's transposing loads).
-template <int KS>
+template <bool EXACT, int KS>
 __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][4],
-                             const ChunkDecay &d, const PassTiles &s, int ld, bool exact,
-                             int lane) {
+                             const ChunkDecay &d, const PassTiles &s, int ld, int lane) {
     float x[1][8][4];
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) x[0][j][e] = vt[0][j][e] * d.w[j][e & 1];
     uint32_t hi[1][4][4], lo[1][4][4];
-    rows_split_a(hi, lo, x);
+    rows_split_a<EXACT>(hi, lo, x);
 #pragma unroll
     for (int j = 0; j < 2 * KS; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) st[0][j][e] *= d.last;
-    if (exact) mma_rs_t<1, 4, 2 * KS>(st, lo, s.k, ld, lane);
+    if (EXACT) mma_rs_t<1, 4, 2 * KS>(st, lo, s.k, ld, lane);
     mma_rs_t<1, 4, 2 * KS>(st, hi, s.k, ld, lane);
 }
 
 // Grid (dv / bv, H, B), bv = 16 x the block's warps: the chunks of span in order (the header of
 // tc_pass in gated_delta_tc.cuh), dk = 16 KS.
-template <int KS>
+template <int KS, bool EXACT>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
@@ -225,15 +227,14 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp, ld = ldb16(a.dk);
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span
-    bool exact = f.wlo != NULL;
     size_t bytes;
     PassTiles tiles[2];
-    pass_tiles(tiles, smem, a.dk, bv, exact, &bytes);
+    pass_tiles(tiles, smem, a.dk, bv, EXACT, &bytes);
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float st[1][2 * KS][4];
     state_in<2 * KS>(st, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dv, nw, lane);
     int t0 = row[span.begin], Lc = row[span.begin + 1] - t0;
-    pass_load(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
+    pass_load<KS>(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = span.begin; c < c1; c++) {
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c + 1 < c1) {
             int t1 = row[c + 1], L1 = row[c + 2] - t1;
-            pass_load(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1, n0, bv);
+            pass_load<KS>(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1, n0, bv);
             go = gdn_gate_off(&a, b, t1, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, L1);
         }
@@ -257,10 +258,10 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         if (keep.p) state_out<2 * KS>(state_at(keep, a, b, h, slot), st, dv, nw, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float vt[1][8][4];
-        state_times_rows<KS>(vt, st, s.whi, s.wlo, ld, exact, lane);
+        state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
         float *vp = keep.p ? f.vp + factor_index(a, b, h, slot) * L * dv : NULL;
         vprime_finish(vt, s, bv, warp, vp, dv, nw, lane);
-        state_update<KS>(st, vt, d, s, ld, exact, lane);
+        state_update<EXACT, KS>(st, vt, d, s, ld, lane);
     }
     if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
 }
@@ -298,8 +299,8 @@ __host__ __device__ void dpass_tiles(DpassTiles (&t)[2], unsigned char *base, in
 
 // Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
 // by cp.async, rows from n to L zero.
-__device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n, int width) {
-    int vecs = width / 8, ld = ldb16(width);
+template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
+    const int vecs = WIDTH / 8, ld = ldb16(WIDTH);
     for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
         int i = e / vecs, m = e % vecs * 8;
         if (i < n)
@@ -309,21 +310,23 @@ __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n, in
     }
 }
 
+template <int KS>
 __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
                            const Factors &f, long idx, int b, int h, int t0, int Lc, int n0,
                            int bv) {
-    int dk = a.dk, hk = h / (a.H / a.HK), ldo = ldf32(bv), ovecs = bv / 4;
+    const int dk = 16 * KS;
+    int hk = h / (a.H / a.HK), ldo = ldf32(bv), ovecs = bv / 4;
     long qks = (long)a.HK * dk;
-    copy_rows_async(s.whi, f.whi + idx * L * dk, dk, L, dk);
-    if (s.wlo) copy_rows_async(s.wlo, f.wlo + idx * L * dk, dk, L, dk);
-    copy_rows_async(s.k, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    copy_rows_async(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    copy_rows_async(s.phi, f.phi + idx * L * L, L, L, L);
-    if (s.plo) copy_rows_async(s.plo, f.plo + idx * L * L, L, L, L);
+    copy_rows_async<dk>(s.whi, f.whi + idx * L * dk, dk, L);
+    if (s.wlo) copy_rows_async<dk>(s.wlo, f.wlo + idx * L * dk, dk, L);
+    copy_rows_async<dk>(s.k, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc);
+    copy_rows_async<dk>(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc);
+    copy_rows_async<L>(s.phi, f.phi + idx * L * L, L, L);
+    if (s.plo) copy_rows_async<L>(s.plo, f.plo + idx * L * L, L, L);
     const float *dout = t.dout + gdn_v_off(&a, b, t0, h) + n0;
     long vs = (long)a.H * a.dv;
-    for (int e = threadIdx.x; e < L * ovecs; e += blockDim.x) {
-        int i = e / ovecs, n = e % ovecs * 4;
+    int n = threadIdx.x % ovecs * 4; // blockDim.x = 8 ovecs: eight rows a round
+    for (int i = threadIdx.x / ovecs; i < L; i += 8) {
         if (i < Lc)
             cp_async16(s.dout + i * ldo + n, dout + i * vs + n);
         else
@@ -334,6 +337,7 @@ __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors
 
 // The four k-steps of (scale dout diag(mul))^T's A fragments ([16 columns, L]), split: mul the
 // chunk's exp(gamma) (ChunkDecay's eg) or NULL.
+template <bool EXACT>
 __device__ void dout_split_a(uint32_t (&hi)[1][4][4], uint32_t (&lo)[1][4][4], const float *dout,
                              int ldo, int col, const float (*mul)[2], float scale, int lane) {
 #pragma unroll
@@ -342,36 +346,36 @@ __device__ void dout_split_a(uint32_t (&hi)[1][4][4], uint32_t (&lo)[1][4][4], c
         for (int r = 0; r < 4; r++) { // a's registers: rows +8 for r odd, columns +8 from r = 2
             int n = col + lane / 4 + (r & 1) * 8, j = 2 * ks + (r >> 1), i = frag_col(lane, j, 0);
             float k0 = scale * (mul ? mul[j][0] : 1.0f), k1 = scale * (mul ? mul[j][1] : 1.0f);
-            split_pack(dout[i * ldo + n] * k0, dout[(i + 1) * ldo + n] * k1, hi[0][ks][r],
-                       lo[0][ks][r]);
+            split_pack<EXACT>(dout[i * ldo + n] * k0, dout[(i + 1) * ldo + n] * k1, hi[0][ks][r],
+                              lo[0][ks][r]);
         }
 }
 
 // acc += A B for A's four k-steps (hi, lo) and B = Bhi + Blo, [L, 8 NT] rows in shared memory
 // (mma_rs_t's transposing loads; Blo NULL: exact in bf16): the small terms first.
-template <int NT>
+template <bool EXACT, int NT>
 __device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_t (&hi)[1][4][4],
                                            const uint32_t (&lo)[1][4][4], const bf16 *Bhi,
-                                           const bf16 *Blo, int ld, bool exact, int lane) {
-    if (exact) mma_rs_t<1, 4, NT>(acc, lo, Bhi, ld, lane);
-    if (Blo) mma_rs_t<1, 4, NT>(acc, hi, Blo, ld, lane);
+                                           const bf16 *Blo, int ld, int lane) {
+    if (EXACT) mma_rs_t<1, 4, NT>(acc, lo, Bhi, ld, lane);
+    if (EXACT && Blo) mma_rs_t<1, 4, NT>(acc, hi, Blo, ld, lane);
     mma_rs_t<1, 4, NT>(acc, hi, Bhi, ld, lane);
 }
 
 // dV'^T of the chunk from dS^T, into dvt, kept in dvp's columns nw .. nw + 15.
-template <int KS>
+template <bool EXACT, int KS>
 __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
-                        const ChunkDecay &d, int bv, int warp, float scale, bool exact, float *dvp,
-                        int dv, int nw, int lane) {
+                        const ChunkDecay &d, int bv, int warp, float scale, float *dvp, int dv,
+                        int nw, int lane) {
     int ld = ldb16(KS * 16);
-    state_times_rows<KS>(dvt, ds, s.k, NULL, ld, exact, lane);
+    state_times_rows<EXACT, KS>(dvt, ds, s.k, NULL, ld, lane);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dvt[0][j][e] *= d.w[j][e & 1];
     uint32_t hi[1][4][4], lo[1][4][4];
-    dout_split_a(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
-    rows_times<8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), exact, lane);
+    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
+    rows_times<EXACT, 8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), lane);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -381,24 +385,24 @@ __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], 
 
 // dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
 // document.
-template <int KS>
+template <bool EXACT, int KS>
 __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], const DpassTiles &s,
-                              const ChunkDecay &d, int bv, int warp, float scale, bool exact,
-                              bool reset, int lane) {
+                              const ChunkDecay &d, int bv, int warp, float scale, bool reset,
+                              int lane) {
     int ld = ldb16(KS * 16);
 #pragma unroll
     for (int j = 0; j < 2 * KS; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ds[0][j][e] *= d.last;
     uint32_t hi[1][4][4], lo[1][4][4];
-    dout_split_a(hi, lo, s.dout, ldf32(bv), 16 * warp, d.eg, scale, lane);
-    rows_times<2 * KS>(ds, hi, lo, s.q, NULL, ld, exact, lane);
+    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, d.eg, scale, lane);
+    rows_times<EXACT, 2 * KS>(ds, hi, lo, s.q, NULL, ld, lane);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dvt[0][j][e] = -dvt[0][j][e];
-    rows_split_a(hi, lo, dvt);
-    rows_times<2 * KS>(ds, hi, lo, s.whi, s.wlo, ld, exact, lane);
+    rows_split_a<EXACT>(hi, lo, dvt);
+    rows_times<EXACT, 2 * KS>(ds, hi, lo, s.whi, s.wlo, ld, lane);
     if (reset)
 #pragma unroll
         for (int j = 0; j < 2 * KS; j++)
@@ -409,7 +413,7 @@ __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], 
 // Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
 // last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
 // keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvp.
-template <int KS>
+template <int KS, bool EXACT>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
                  int max_chunks, Span span, Factors f, float *carry, StateBuf keep) {
@@ -418,16 +422,16 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
-    bool exact = f.wlo != NULL;
     size_t bytes;
     DpassTiles tiles[2];
-    dpass_tiles(tiles, smem, a.dk, bv, exact, &bytes);
+    dpass_tiles(tiles, smem, a.dk, bv, EXACT, &bytes);
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv;
     float ds[1][2 * KS][4];
     state_in<2 * KS>(ds, carry_bh, dv, nw, lane);
     int t0 = row[c1 - 1], Lc = row[c1] - t0;
-    dpass_load(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0, Lc, n0, bv);
+    dpass_load<KS>(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0, Lc, n0,
+                   bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = c1 - 1; c >= span.begin; c--) {
@@ -439,30 +443,33 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c > span.begin) {
             int tp = row[c - 1], Lp = t0 - tp;
-            dpass_load(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp, n0, bv);
+            dpass_load<KS>(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp, n0, bv);
             go = gdn_gate_off(&a, b, tp, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
         }
         state_out<2 * KS>(state_at(keep, a, b, h, slot), ds, dv, nw, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float dvt[1][8][4];
-        dvprime<KS>(dvt, ds, s, d, bv, warp, a.scale, exact,
-                    f.dvp + factor_index(a, b, h, slot) * L * dv, dv, nw, lane);
-        dstate_update<KS>(ds, dvt, s, d, bv, warp, a.scale, exact, starts_document(a, b, t0), lane);
+        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale,
+                           f.dvp + factor_index(a, b, h, slot) * L * dv, dv, nw, lane);
+        dstate_update<EXACT, KS>(ds, dvt, s, d, bv, warp, a.scale, starts_document(a, b, t0), lane);
     }
     state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
 }
 
-// The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128).
-#define PASS_INSTANCE(kernel, dk)                                                                  \
-    ((dk) == 16    ? kernel<1>                                                                     \
-     : (dk) == 32  ? kernel<2>                                                                     \
-     : (dk) == 48  ? kernel<3>                                                                     \
-     : (dk) == 64  ? kernel<4>                                                                     \
-     : (dk) == 80  ? kernel<5>                                                                     \
-     : (dk) == 96  ? kernel<6>                                                                     \
-     : (dk) == 112 ? kernel<7>                                                                     \
-                   : kernel<8>)
+// The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128) and
+// the mode.
+#define PASS_KS(kernel, dk, exact)                                                                 \
+    ((dk) == 16    ? kernel<1, exact>                                                              \
+     : (dk) == 32  ? kernel<2, exact>                                                              \
+     : (dk) == 48  ? kernel<3, exact>                                                              \
+     : (dk) == 64  ? kernel<4, exact>                                                              \
+     : (dk) == 80  ? kernel<5, exact>                                                              \
+     : (dk) == 96  ? kernel<6, exact>                                                              \
+     : (dk) == 112 ? kernel<7, exact>                                                              \
+                   : kernel<8, exact>)
+#define PASS_INSTANCE(kernel, dk, exact)                                                           \
+    ((exact) ? PASS_KS(kernel, dk, true) : PASS_KS(kernel, dk, false))
 
 int forced_warps; // cuda_gated_delta_pass_warps
 
@@ -484,8 +491,7 @@ size_t dpass_bytes(int dk, int bv, bool exact) {
 // whose tiles fit a block's shared memory, else 1. One copy of a chunk's tiles serves every warp of
 // the block, and the pass is a chain of dependent chunks, bound by latency: fewer, larger blocks
 // lose nothing where each holds a multiprocessor of its own (measured on the H100: blocks of 4
-// warps ran the backward 1.4x faster than blocks of 1 spread over every multiprocessor; blocks
-// of 8, two warps a scheduler, 6% slower than 4).
+// warps ran the backward 1.4x faster than blocks of 1 spread over every multiprocessor).
 int pass_warps(const gdn_args *a, size_t (*bytes_of)(int, int, bool), bool exact) {
     int dev, most;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -520,14 +526,14 @@ extern "C" void cuda_gated_delta_pass_warps(int warps) {
 void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
                   StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
-    pass_launch(PASS_INSTANCE(pass_kernel, a->dk), GDN_PHASE_PASS, a, pass_bytes, f.wlo != NULL,
-                stream, *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave,
-                leave_slot, keep);
+    pass_launch(PASS_INSTANCE(pass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_PASS, a, pass_bytes,
+                f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, entry,
+                entry_slot, leave, leave_slot, keep);
 }
 
 void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    const int32_t *counts, int max_chunks, Span span, const Factors &f, float *carry,
                    StateBuf keep, cudaStream_t stream) {
-    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk), GDN_PHASE_DPASS, a, dpass_bytes, f.wlo != NULL,
-                stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
+    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_DPASS, a, dpass_bytes,
+                f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
 }

@@ -103,30 +103,34 @@ __device__ void scaled_t(const PrepSmem &s, const float *eg) {
 
 // P = D QK^T (lower, with the diagonal) of the 16 x 16 tile at (m0, n0), from Q, K and the
 // gates in shared memory, into the split matrix (hi, lo) at p (row stride L) or, with p NULL,
-// into the shared split P.
+// into the shared split P. A lane takes 8 elements of a row: one 16-byte store a half.
 __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
                        int m0, int n0, int dk, bf *phi, bf *plo, const Split *P) {
     FragC acc;
     wmma::fill_fragment(acc, 0.0f);
     mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, n0, dk);
     tile_stage(tmp, acc);
-    for (int e = threadIdx.x % 32; e < 256; e += 32) {
-        int i = m0 + e / 16, j = n0 + e % 16;
-        float x = i < Lc && j <= i ? expf(gam[i] - gam[j]) * tmp[e / 16 * TMP_LD + e % 16] : 0.0f;
-        if (P)
-            split_store(*P, i, j, x);
-        else
-            split_put(phi, plo, (long)i * L + j, x);
+    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8, i = m0 + r;
+    float x[8];
+    for (int e = 0; e < 8; e++) {
+        int j = n0 + c + e;
+        x[e] = i < Lc && j <= i ? expf(gam[i] - gam[j]) * tmp[r * TMP_LD + c + e] : 0.0f;
     }
+    if (P)
+        split_put8(P->hi, P->lo, (long)i * P->ld + n0 + c, x);
+    else
+        split_put8(phi, plo, (long)i * L + n0 + c, x);
 }
 
 // The warp's accumulator tile at (m0, n0) of a [., width] matrix into global memory, split
-// (hi, lo) at row stride width.
+// (hi, lo) at row stride width: 8 elements of a row a lane.
 __device__ void tile_to_global(float *tmp, const FragC &acc, bf *hi, bf *lo, int width, int m0,
                                int n0) {
     tile_stage(tmp, acc);
-    for (int e = threadIdx.x % 32; e < 256; e += 32)
-        split_put(hi, lo, (long)(m0 + e / 16) * width + n0 + e % 16, tmp[e / 16 * TMP_LD + e % 16]);
+    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
+    float x[8];
+    for (int e = 0; e < 8; e++) x[e] = tmp[r * TMP_LD + c + e];
+    split_put8(hi, lo, (long)(m0 + r) * width + n0 + c, x);
 }
 
 // KK^T into M and (with_p) P = D QK^T (lower, split into the factors), then A's M = D KK^T
@@ -292,12 +296,10 @@ __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out
         mma_split<row_major, row_major>(acc, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld, m0, n0,
                                         L);
         tile_stage(tmp, acc);
-        for (int e = threadIdx.x % 32; e < 256; e += 32) {
-            int i = m0 + e / 16;
-            if (i < Lc)
-                out[i * ostride + n0 + e % 16] =
-                    __float2bfloat16(scale * tmp[e / 16 * TMP_LD + e % 16]);
-        }
+        int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
+        float x[8];
+        for (int e = 0; e < 8; e++) x[e] = scale * tmp[r * TMP_LD + c + e];
+        if (m0 + r < Lc) split_put8(out, NULL, (m0 + r) * ostride + n0 + c, x);
     }
 }
 

@@ -72,6 +72,18 @@ inline __device__ void split_put(bf *hi, bf *lo, long i, float x) {
     if (lo) lo[i] = __float2bfloat16(x - __bfloat162float(h));
 }
 
+// x[0 .. 8) at hi[i ..] and their remainders at lo[i ..] (lo NULL: the rounding alone), one
+// 16-byte store each: i a multiple of 8 and the arrays 16-byte aligned.
+inline __device__ void split_put8(bf *hi, bf *lo, long i, const float (&x)[8]) {
+    __align__(16) bf h[8], l[8];
+    for (int e = 0; e < 8; e++) {
+        h[e] = __float2bfloat16(x[e]);
+        l[e] = __float2bfloat16(x[e] - __bfloat162float(h[e]));
+    }
+    *reinterpret_cast<uint4 *>(hi + i) = *reinterpret_cast<const uint4 *>(h);
+    if (lo) *reinterpret_cast<uint4 *>(lo + i) = *reinterpret_cast<const uint4 *>(l);
+}
+
 inline __device__ void split_store(const Split &s, int r, int c, float x) {
     split_put(s.hi, s.lo, (long)r * s.ld + c, x);
 }
