@@ -1,7 +1,7 @@
 // The chunked gated delta rule's state passes with the state in registers: the forward's
 // (tc_pass; gated_delta_tc.cu has the math) and, below it, the backward's state-gradient pass
-// (tc_dpass; gated_delta_tc_bwd.cu has its math). The pass is a chain of dependent chunks, so its time is the chain's
-// latency: what it keeps off the chain is what makes it fast.
+// (tc_dpass; gated_delta_tc_bwd.cu has its math). The pass is a chain of dependent chunks, so its
+// time is the chain's latency: what it keeps off the chain is what makes it fast.
 //
 // A warp owns 16 columns of one head's state S [dk, dv] and keeps S^T, [16, dk], in mma.sync
 // accumulators for the whole span (at dk 128: 64 registers a thread). A chunk is then two
@@ -46,30 +46,43 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], unsigned char *base, int 
     *bytes = cv.off;
 }
 
+// Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
+// by cp.async, rows from n to L zero.
+template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
+    const int vecs = WIDTH / 8, ld = ldb16(WIDTH);
+    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        if (i < n)
+            cp_async16(dst + i * ld + m, src + i * stride + m);
+        else
+            *reinterpret_cast<uint4 *>(dst + i * ld + m) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Rows [0, n) of a block's bv columns of a fp32 matrix (row stride `stride`) into a
+// [L, ldf32(bv)] tile by cp.async, rows from n to L zero. blockDim.x = 8 (bv / 4): a thread
+// takes one 4-column vector of every eighth row.
+__device__ void copy_cols_async(float *dst, const float *src, long stride, int n, int bv) {
+    int vecs = bv / 4, ld = ldf32(bv), c = threadIdx.x % vecs * 4;
+    for (int i = threadIdx.x / vecs; i < L; i += 8) {
+        if (i < n)
+            cp_async16(dst + i * ld + c, src + i * stride + c);
+        else
+            *reinterpret_cast<float4 *>(dst + i * ld + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
 // Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
 // them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
 // uninitialised shared memory could hold a NaN.
 template <int KS>
 __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &t, const Factors &f,
                           long idx, int b, int h, int t0, int Lc, int n0, int bv) {
-    const int dk = 16 * KS, vecs = dk / 8, ld = ldb16(dk);
-    int uvecs = bv / 4, ldu = ldf32(bv);
-    const bf *whi = f.whi + idx * L * dk, *wlo = f.wlo ? f.wlo + idx * L * dk : NULL;
-    const bf *k = t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK));
-    long kstride = (long)a.HK * dk;
-    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
-        int i = e / vecs, m = e % vecs * 8;
-        cp_async16(s.whi + i * ld + m, whi + i * dk + m);
-        if (wlo) cp_async16(s.wlo + i * ld + m, wlo + i * dk + m);
-        if (i < Lc)
-            cp_async16(s.k + i * ld + m, k + i * kstride + m);
-        else
-            *reinterpret_cast<uint4 *>(s.k + i * ld + m) = make_uint4(0, 0, 0, 0);
-    }
-    const float *u = f.u + idx * L * a.dv + n0;
-    int n = threadIdx.x % uvecs * 4; // blockDim.x = 8 uvecs: eight rows a round
-    for (int i = threadIdx.x / uvecs; i < L; i += 8)
-        cp_async16(s.u + i * ldu + n, u + (long)i * a.dv + n);
+    const int dk = 16 * KS;
+    copy_rows_async<dk>(s.whi, f.whi + idx * L * dk, dk, L);
+    if (s.wlo) copy_rows_async<dk>(s.wlo, f.wlo + idx * L * dk, dk, L);
+    copy_rows_async<dk>(s.k, t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK)), (long)a.HK * dk, Lc);
+    copy_cols_async(s.u, f.u + idx * L * a.dv + n0, a.dv, L, bv);
     cp_async_commit();
 }
 
@@ -297,25 +310,12 @@ __host__ __device__ void dpass_tiles(DpassTiles (&t)[2], unsigned char *base, in
     *bytes = cv.off;
 }
 
-// Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
-// by cp.async, rows from n to L zero.
-template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
-    const int vecs = WIDTH / 8, ld = ldb16(WIDTH);
-    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
-        int i = e / vecs, m = e % vecs * 8;
-        if (i < n)
-            cp_async16(dst + i * ld + m, src + i * stride + m);
-        else
-            *reinterpret_cast<uint4 *>(dst + i * ld + m) = make_uint4(0, 0, 0, 0);
-    }
-}
-
 template <int KS>
 __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
                            const Factors &f, long idx, int b, int h, int t0, int Lc, int n0,
                            int bv) {
     const int dk = 16 * KS;
-    int hk = h / (a.H / a.HK), ldo = ldf32(bv), ovecs = bv / 4;
+    int hk = h / (a.H / a.HK);
     long qks = (long)a.HK * dk;
     copy_rows_async<dk>(s.whi, f.whi + idx * L * dk, dk, L);
     if (s.wlo) copy_rows_async<dk>(s.wlo, f.wlo + idx * L * dk, dk, L);
@@ -323,15 +323,7 @@ __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors
     copy_rows_async<dk>(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc);
     copy_rows_async<L>(s.phi, f.phi + idx * L * L, L, L);
     if (s.plo) copy_rows_async<L>(s.plo, f.plo + idx * L * L, L, L);
-    const float *dout = t.dout + gdn_v_off(&a, b, t0, h) + n0;
-    long vs = (long)a.H * a.dv;
-    int n = threadIdx.x % ovecs * 4; // blockDim.x = 8 ovecs: eight rows a round
-    for (int i = threadIdx.x / ovecs; i < L; i += 8) {
-        if (i < Lc)
-            cp_async16(s.dout + i * ldo + n, dout + i * vs + n);
-        else
-            *reinterpret_cast<float4 *>(s.dout + i * ldo + n) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    copy_cols_async(s.dout, t.dout + gdn_v_off(&a, b, t0, h) + n0, (long)a.H * a.dv, Lc, bv);
     cp_async_commit();
 }
 
