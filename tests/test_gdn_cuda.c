@@ -323,6 +323,15 @@ static void check_gated_delta(const gdn_shape *s) {
         same = same_run(&c, &d[0], &x);
         report(same, what, name, same ? 0.0 : 1.0);
     }
+    // the passes on the caller's stream in turn, not beside the per-chunk kernels: the same bits
+    for (int exact = 0; exact < 2; exact++) {
+        cuda_gated_delta_lanes(0);
+        gdn_run x = gdn_device_run(&c, &in, exact ? &TC_EXACT : &TC);
+        cuda_gated_delta_lanes(1);
+        same = same_run(&c, exact ? &r[0] : &d[0], &x);
+        report(same, exact ? "gdn exact on one stream" : "gdn on one stream", name,
+               same ? 0.0 : 1.0);
+    }
     release_all();
 }
 
@@ -559,6 +568,10 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
             printf("  pass blocks of %d warps: forward %.3f ms, backward %.3f ms\n", w, f, b);
         }
         cuda_gated_delta_pass_warps(0);
+        cuda_gated_delta_lanes(0);
+        bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
+        cuda_gated_delta_lanes(1);
+        printf("  on one stream (no lanes): forward %.3f ms, backward %.3f ms\n", f, b);
     }
     release_all();
 }

@@ -11,14 +11,17 @@
 // enter rounded to bf16, or split in two bf16 halves in the exact mode (gated_delta_tc.cuh). The
 // triangular solve, the gates' exponentials and the state stay fp32.
 //
-// The forward works a segment of TC_SEG chunks at a time (its scratch holds one segment's W, U,
-// V' and entering states). Kernels, in call order:
+// The forward works a segment of TC_SEG chunks at a time (its scratch holds two segments' W,
+// U, V' and entering states, which segments take in turn). Kernels, in call order:
 // - chunk_list_kernel (gated_delta.cu): each row's chunk starts.
 // - prep_kernel, grid (chunks of the segment, H, B): KK^T, A, T, W and U (and for the backward
 //   P, T and M) of one (chunk, value head).
 // - pass_kernel (gated_delta_pass.cu), grid (column blocks of 16 to 64 state columns, H, B): the
 //   segment's chunks in order, the state in registers: V' = U - W S, S = decay S + K^T diag(w)
-//   V'; keeps each chunk's entering state and V'; carries the state to the next segment.
+//   V'; keeps each chunk's entering state and V'; carries the state to the next segment. It runs
+//   on a side stream (a lane, gated_delta_tc.cuh), beside the next segment's prep and the
+//   previous segment's out: a pass is a few dozen blocks of dependent steps, which leave most
+//   multiprocessors to the per-chunk kernels.
 // - out_kernel, grid (chunks of the segment, H, B): O of one (chunk, value head).
 // The backward (gated_delta_tc_bwd.cu) reuses prep and pass. No atomics: every output element
 // has one owner thread, so a rerun gives the same bits.
@@ -399,6 +402,45 @@ void gdn::phase_end(cudaStream_t stream) {
     prof.n++;
 }
 
+namespace {
+struct Lanes {
+    bool made, off;
+    cudaStream_t s[LANES];
+    cudaEvent_t ev[MARKS];
+} lanes;
+
+void make_lanes() {
+    if (lanes.made) return;
+    int least, greatest;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (int i = 0; i < LANES; i++)
+        CUDA_CHECK(cudaStreamCreateWithPriority(&lanes.s[i], cudaStreamNonBlocking, greatest));
+    for (int i = 0; i < MARKS; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&lanes.ev[i], cudaEventDisableTiming));
+    lanes.made = true;
+}
+} // namespace
+
+cudaStream_t gdn::lane(Lane which, cudaStream_t stream) {
+    if (lanes.off) return stream;
+    make_lanes();
+    return lanes.s[which];
+}
+
+extern "C" void cuda_gated_delta_lanes(int on) {
+    lanes.off = !on;
+}
+
+cudaEvent_t gdn::mark(Mark m, cudaStream_t s) {
+    make_lanes();
+    CUDA_CHECK(cudaEventRecord(lanes.ev[m], s));
+    return lanes.ev[m];
+}
+
+void gdn::after(cudaStream_t waiter, cudaEvent_t e) {
+    CUDA_CHECK(cudaStreamWaitEvent(waiter, e, 0));
+}
+
 extern "C" void cuda_gated_delta_profile(int on) {
     prof.on = on != 0;
     prof.n = 0;
@@ -415,17 +457,26 @@ extern "C" void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]) {
     prof.n = 0;
 }
 
-// The forward's scratch after the chunk lists: one segment's factors, its chunks' entering
-// states, and the state carried between segments.
-static size_t forward_bytes(const gdn_args *a, Factors *f, unsigned char *p) {
-    size_t n = factors_carve(f, p, *a, false, tc_exact());
-    return n + sizeof(float) * (size_t)a->B * a->H * (TC_SEG + 1) * a->dk * a->dv;
+// The forward's scratch after the chunk lists: two sets (segments take them in turn) of one
+// segment's factors and its chunks' entering states, then the state carried between segments.
+struct FwdScratch {
+    Factors f[2];
+    StateBuf keep[2], carry;
+};
+
+static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a) {
+    size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
+    for (int i = 0; i < 2; i++) off += factors_carve(&s->f[i], p + off, *a, false, tc_exact());
+    float *base = reinterpret_cast<float *>(p + off);
+    for (int i = 0; i < 2; i++) s->keep[i] = StateBuf{base + one * TC_SEG * i, TC_SEG, 1};
+    s->carry = StateBuf{base + one * TC_SEG * 2, 1, 1};
+    return off + sizeof(float) * one * (2 * TC_SEG + 1);
 }
 
 extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {
     if (!gdn_tc_shape(a)) return cuda_gated_delta_scratch_bytes_ref(a, max_chunks, backward);
-    Factors f;
-    size_t fwd = lists_bytes(a, max_chunks) + forward_bytes(a, &f, NULL);
+    FwdScratch s;
+    size_t fwd = lists_bytes(a, max_chunks) + fwd_carve(&s, NULL, a);
     size_t bwd = backward ? tc_backward_bytes(a, max_chunks) : 0;
     return bwd > fwd ? bwd : fwd; // a backward's scratch serves a forward too
 }
@@ -443,21 +494,29 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     kt_work(stream, KT_ATTENTION, forward_flops(a), 0, "gated delta forward dk %d", a->dk);
     int32_t *starts, *counts;
     build_lists(a, max_chunks, scratch, &starts, &counts, stream);
-    unsigned char *p = static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks);
-    Factors f;
-    size_t fbytes = factors_carve(&f, p, *a, false, tc_exact());
-    float *states = reinterpret_cast<float *>(p + fbytes);
-    const StateBuf keep = {states, TC_SEG, 1};
-    const StateBuf carry = {states + (size_t)a->B * a->H * TC_SEG * a->dk * a->dv, 1, 1};
+    FwdScratch s;
+    fwd_carve(&s, static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks), a);
     const StateBuf none = {NULL, 0, 1};
     Tensors tt = tensors_of(t);
-    int nseg = (max_chunks + TC_SEG - 1) / TC_SEG;
+    int nseg = segments_of(max_chunks);
+    // Segment sg's pass runs on the pass lane beside the next segment's prep and the previous
+    // segment's out on `stream`; set sg % 2 is free again once out(sg - 2) is done, which
+    // prep(sg) follows on `stream` and pass(sg) follows by its wait on prep(sg).
+    cudaStream_t pass = lane(LANE_PASS, stream);
+    tc_prep(a, tt, starts, counts, max_chunks, span_at(0, max_chunks), s.f[0], stream);
+    after(pass, mark(MARK_PREP, stream));
     for (int sg = 0; sg < nseg; sg++) {
-        Span span = {sg * TC_SEG,
-                     sg * TC_SEG + TC_SEG < max_chunks ? sg * TC_SEG + TC_SEG : max_chunks};
-        tc_prep(a, tt, starts, counts, max_chunks, span, f, stream);
-        tc_pass(a, tt, starts, counts, max_chunks, span, f, sg > 0 ? carry : none, 0,
-                sg + 1 < nseg ? carry : none, 0, keep, stream);
-        out_launch(a, tt, starts, counts, max_chunks, span, f, keep, stream);
+        Span span = span_at(sg, max_chunks);
+        int k = sg % 2;
+        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? s.carry : none, 0,
+                sg + 1 < nseg ? s.carry : none, 0, s.keep[k], pass);
+        cudaEvent_t passed = mark(MARK_PASS, pass);
+        if (sg + 1 < nseg) {
+            tc_prep(a, tt, starts, counts, max_chunks, span_at(sg + 1, max_chunks), s.f[1 - k],
+                    stream);
+            after(pass, mark(MARK_PREP, stream));
+        }
+        after(stream, passed);
+        out_launch(a, tt, starts, counts, max_chunks, span, s.f[k], s.keep[k], stream);
     }
 }

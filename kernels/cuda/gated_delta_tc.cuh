@@ -307,6 +307,33 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
 // mixes the modes.
 bool tc_exact();
 
+// A segment's chunks: [sg TC_SEG, (sg + 1) TC_SEG), cut at max_chunks.
+inline int segments_of(int max_chunks) {
+    return (max_chunks + TC_SEG - 1) / TC_SEG;
+}
+inline Span span_at(int sg, int max_chunks) {
+    int end = sg * TC_SEG + TC_SEG;
+    return Span{sg * TC_SEG, end < max_chunks ? end : max_chunks};
+}
+
+// The side streams (lanes) the sequential passes run on beside the caller's stream. A pass over
+// a segment is a few dozen blocks, each a chain of dependent steps over the segment's chunks;
+// meanwhile the per-chunk kernels of the segments around it (prep, out, the gradients) fill the
+// other multiprocessors. The lanes are created once, at the device's highest priority, so that
+// a pass's blocks go first as the per-chunk kernels' blocks retire. Each factor buffer is used by
+// two segments in turn, ordered by the marks below; every output element still has one owner
+// thread, so the bits do not depend on how the lanes overlap.
+enum Lane { LANE_PASS, LANE_DPASS, LANES };
+enum Mark { MARK_PREP, MARK_PASS, MARK_DPASS, MARKS };
+// The lane, or `stream` itself while cuda_gated_delta_lanes is off.
+cudaStream_t lane(Lane which, cudaStream_t stream);
+// Records mark m on stream s (after what is queued there so far) and returns its event; a wait
+// (after) takes the event as last recorded before the wait is queued, so one event a mark serves
+// every segment.
+cudaEvent_t mark(Mark m, cudaStream_t s);
+// Stream `waiter` runs nothing queued after this until e has happened.
+void after(cudaStream_t waiter, cudaEvent_t e);
+
 // gated_delta_tc.cu's launches, shared with the backward (gated_delta_tc_bwd.cu). Span: the
 // segment's chunks (at most TC_SEG). prep: W, U (and P with f.phi) of the span's chunks. pass:
 // the span's chunks in order from the state in slot entry_slot of entry (entry.p NULL: zero),

@@ -16,6 +16,11 @@
 //   leaving-state gradient, carrying dS to the segment before, and each chunk's dV'), and tc_grad's
 //   kernels (gated_delta_tc_grad.cu: every gradient of a chunk from its factors, its entering state
 //   and its leaving state's gradient).
+// The passes run on side streams (gated_delta_tc.cuh's lanes): the sweep's beside the next
+// segment's prep, and a segment's pass and state-gradient pass (which needs no states) side by
+// side, beside the previous segment's prep and then its own gradients' kernels beside the
+// passes of the segment before. Two sets of a segment's buffers let neighbouring segments
+// overlap.
 // No atomics: a rerun gives the same bits.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_tc.cuh"
@@ -27,34 +32,56 @@ using namespace gdn;
 using wmma::col_major;
 using wmma::row_major;
 
-int segments_of(int max_chunks) {
-    return (max_chunks + TC_SEG - 1) / TC_SEG;
-}
-
-// The backward's scratch after the chunk lists: one segment's factors (with P), then fp32
-// states of every (b, h): the checkpoints, a segment's entering states, a segment's leaving
-// states' gradients, and the gradient carried between segments.
+// The backward's scratch after the chunk lists: two sets (segments take them in turn) of one
+// segment's factors (with P), its entering states and its leaving states' gradients, then fp32
+// states of every (b, h): the checkpoints and the gradient carried between segments.
 struct BwdScratch {
-    Factors f;
-    StateBuf ckpt, states, dstates;
+    Factors f[2];
+    StateBuf states[2], dstates[2], ckpt;
     float *carry;
 };
 
 size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
-    size_t fbytes = factors_carve(&s->f, p, *a, true, tc_exact());
-    size_t one = (size_t)a->B * a->H * a->dk * a->dv;
+    size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
+    for (int i = 0; i < 2; i++) off += factors_carve(&s->f[i], p + off, *a, true, tc_exact());
     int nseg = segments_of(max_chunks);
-    float *base = reinterpret_cast<float *>(p + fbytes);
-    s->ckpt = StateBuf{base, nseg, 1};
-    s->states = StateBuf{base + one * nseg, TC_SEG, 1};
-    s->dstates = StateBuf{base + one * (nseg + TC_SEG), TC_SEG, 1};
-    s->carry = base + one * (nseg + 2 * TC_SEG);
-    return fbytes + sizeof(float) * one * (nseg + 2 * TC_SEG + 1);
+    float *base = reinterpret_cast<float *>(p + off);
+    for (int i = 0; i < 2; i++) {
+        s->states[i] = StateBuf{base + one * TC_SEG * (2 * i), TC_SEG, 1};
+        s->dstates[i] = StateBuf{base + one * TC_SEG * (2 * i + 1), TC_SEG, 1};
+    }
+    s->ckpt = StateBuf{base + one * TC_SEG * 4, nseg, 1};
+    s->carry = base + one * (TC_SEG * 4 + nseg);
+    return off + sizeof(float) * one * (4 * TC_SEG + nseg + 1);
 }
 
-Span span_of(int sg, int max_chunks) {
-    int end = sg * TC_SEG + TC_SEG;
-    return Span{sg * TC_SEG, end < max_chunks ? end : max_chunks};
+// The checkpoints: the state entering each segment but the first, segment sg's pass on the pass
+// lane beside the next one's prep (W and U alone) on `stream`. Returns with `stream` after the
+// last pass.
+void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const int32_t *counts,
+           int max_chunks, const BwdScratch &s, cudaStream_t stream) {
+    int nseg = segments_of(max_chunks);
+    if (nseg < 2) return;
+    Factors f[2] = {s.f[0], s.f[1]};
+    f[0].phi = f[1].phi = NULL; // the sweep needs W and U alone
+    const StateBuf none = {NULL, 0, 1};
+    cudaStream_t pass = lane(LANE_PASS, stream);
+    tc_prep(a, tt, starts, counts, max_chunks, span_at(0, max_chunks), f[0], stream);
+    after(pass, mark(MARK_PREP, stream));
+    cudaEvent_t passed = NULL;
+    for (int sg = 0; sg + 1 < nseg; sg++) {
+        int k = sg % 2;
+        if (passed) after(stream, passed); // pass(sg - 1) before prep(sg + 1) takes its set
+        tc_pass(a, tt, starts, counts, max_chunks, span_at(sg, max_chunks), f[k],
+                sg > 0 ? s.ckpt : none, sg, s.ckpt, sg + 1, none, pass);
+        passed = mark(MARK_PASS, pass);
+        if (sg + 2 < nseg) {
+            tc_prep(a, tt, starts, counts, max_chunks, span_at(sg + 1, max_chunks), f[1 - k],
+                    stream);
+            after(pass, mark(MARK_PREP, stream));
+        }
+    }
+    after(stream, passed);
 }
 
 // cuda_gated_delta_ref_grads: the chunks' gradients on gated_delta_grad.cu's kernel.
@@ -91,27 +118,40 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
     tt.out = NULL;
     const StateBuf none = {NULL, 0, 1};
     int nseg = segments_of(max_chunks);
-    Factors fwd_only = s.f; // the sweep needs W and U alone
-    fwd_only.phi = NULL;
-    for (int sg = 0; sg + 1 < nseg; sg++) { // the checkpoints: the state entering each segment
-        Span span = span_of(sg, max_chunks);
-        tc_prep(a, tt, starts, counts, max_chunks, span, fwd_only, stream);
-        tc_pass(a, tt, starts, counts, max_chunks, span, s.f, sg > 0 ? s.ckpt : none, sg, s.ckpt,
-                sg + 1, none, stream);
-    }
+    sweep(a, tt, starts, counts, max_chunks, s, stream);
+    // From the last segment: its pass (the entering states, from its checkpoint) on the pass lane
+    // and its state-gradient pass (which needs no states) on the dpass lane, side by side, beside
+    // the previous segment's prep on `stream`; then its gradients on `stream`. Set sg % 2 is free
+    // again once the gradients of segment sg + 2 are done, which prep(sg) follows on `stream`.
     CUDA_CHECK(cudaMemsetAsync(s.carry, 0, sizeof(float) * a->B * a->H * a->dk * a->dv, stream));
+    cudaStream_t pass = lane(LANE_PASS, stream), dpass = lane(LANE_DPASS, stream);
+    tc_prep(a, tt, starts, counts, max_chunks, span_at(nseg - 1, max_chunks), s.f[(nseg - 1) % 2],
+            stream);
+    cudaEvent_t prepped = mark(MARK_PREP, stream);
     for (int sg = nseg - 1; sg >= 0; sg--) {
-        Span span = span_of(sg, max_chunks);
-        tc_prep(a, tt, starts, counts, max_chunks, span, s.f, stream);
-        tc_pass(a, tt, starts, counts, max_chunks, span, s.f, sg > 0 ? s.ckpt : none, sg, none, 0,
-                s.states, stream);
-        tc_dpass(a, tt, starts, counts, max_chunks, span, s.f, s.carry, s.dstates, stream);
+        Span span = span_at(sg, max_chunks);
+        int k = sg % 2;
+        after(pass, prepped);
+        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? s.ckpt : none, sg, none,
+                0, s.states[k], pass);
+        cudaEvent_t passed = mark(MARK_PASS, pass);
+        after(dpass, prepped);
+        tc_dpass(a, tt, starts, counts, max_chunks, span, s.f[k], s.carry, s.dstates[k], dpass);
+        cudaEvent_t dpassed = mark(MARK_DPASS, dpass);
+        if (sg > 0) {
+            tc_prep(a, tt, starts, counts, max_chunks, span_at(sg - 1, max_chunks), s.f[1 - k],
+                    stream);
+            prepped = mark(MARK_PREP, stream);
+        }
+        after(stream, passed);
+        after(stream, dpassed);
         if (!ref_grads) {
-            tc_grad(a, tt, starts, counts, max_chunks, span, s.f, s.states, s.dstates, stream);
+            tc_grad(a, tt, starts, counts, max_chunks, span, s.f[k], s.states[k], s.dstates[k],
+                    stream);
             continue;
         }
         phase_begin(GDN_PHASE_GRAD, stream);
-        grad_launch(a, tt, starts, counts, max_chunks, span, s.states, s.dstates, stream);
+        grad_launch(a, tt, starts, counts, max_chunks, span, s.states[k], s.dstates[k], stream);
         phase_end(stream);
     }
 }

@@ -75,6 +75,12 @@ void cuda_gated_delta_exact(int on);
 // bits: for test_gdn_cuda, which checks that, and its --bench.
 void cuda_gated_delta_pass_warps(int warps);
 
+// Whether the tensor-core path runs its state passes on side streams (gated_delta_tc.cuh's
+// lanes) beside the per-chunk kernels on the caller's stream: on, the default; off, everything
+// on the caller's stream in turn. Both give the same bits: for test_gdn_cuda, which checks that,
+// and its --bench.
+void cuda_gated_delta_lanes(int on);
+
 // Per-kernel times of the tensor-core path, for test_gdn_cuda --bench: while on, each launch is
 // bracketed by events; cuda_gated_delta_profile_ms waits for them, adds them up by phase into
 // ms and forgets them.
