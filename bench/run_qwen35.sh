@@ -45,7 +45,7 @@ for what in "$@"; do
             bash bench/run_moe.sh "${pairs[@]}" 2>&1 | grep -vE "^build:" ;;
     rule)
         (cd build && ctest -j4 --timeout 300 --output-on-failure -R \
-            "^(gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity)$" \
+            "^(gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity|plan_matches_allocation)$" \
             >"$OUT/rule-ctest.log" 2>&1)
         ok=$?
         grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/rule-ctest.log"
