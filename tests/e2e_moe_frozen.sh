@@ -7,14 +7,41 @@
 # mtrun, exports each layer's bias bitwise as imported while the router's weights move; the
 # same with the embedding and layers 0 and 1 (the first MoE one) updated by the compute rank
 # (optimizer.device_groups),
-# and with the master, m and v in the NVMe tier (storage.master).
+# and with the master, m and v in the NVMe tier (storage.master). The biases are set as trained
+# ones sit (about 2.5, apart by less than bf16's step there), and the layers read them in fp32
+# (runtime/engine/frozen.h) whichever rank holds their master: the three runs give bitwise the
+# same losses, which a folder with the biases rounded to bf16 does not.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 python3 "$SRC/tests/hf_deepseek_fixture.py" "$WORK/hf" --family deepseek_v3
+cp -r "$WORK/hf" "$WORK/hf-rounded"
+# biases ROUND: each layer's e_score_correction_bias set in place, rounded to bf16 when ROUND is 1
+biases() {
+    python3 - "$1/model.safetensors" "$2" <<'PY'
+import json, random, struct, sys
+path, rounded = sys.argv[1], sys.argv[2] == "1"
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+rng = random.Random(11)
+for k, v in sorted(json.loads(raw[8:8 + n]).items()):
+    if not k.endswith("e_score_correction_bias"):
+        continue
+    a, b = v["data_offsets"]
+    vals = [2.5 + 0.02 * rng.gauss(0, 1) for _ in range((b - a) // 4)]
+    if rounded:  # round to nearest even on bf16's 16 bits
+        bits = [struct.unpack("<I", struct.pack("<f", x))[0] for x in vals]
+        bits = [(u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000 for u in bits]
+        vals = [struct.unpack("<f", struct.pack("<I", u))[0] for u in bits]
+    raw[8 + n + a:8 + n + b] = struct.pack(f"<{len(vals)}f", *vals)
+open(path, "wb").write(raw)
+PY
+}
+biases "$WORK/hf" 0
+biases "$WORK/hf-rounded" 1
 # frozen NAME EXTRA-OPTIMIZER-KEYS [mtrun args...]: trains $WORK/hf into $WORK/NAME, exported to
 # $WORK/NAME.out
 frozen() {
     cat >"$WORK/$1.cfg" <<CFGEOF
-model_dir = "$WORK/hf";
+model_dir = "${HF_DIR:-$WORK/hf}";
 data = { path = "$SRC/data/tinyshakespeare.txt"; };
 batch = { micro_batch = 2; micro_batches = 2; seq_len = 8; };
 optimizer = { lr = 1e-2; weight_decay = 0.1; $2 };
@@ -25,7 +52,7 @@ CFGEOF
     run_job "$1" 3 "$WORK/$1.cfg" "${@:3}" || show_log "$1"
     expect "$1: ran 4 steps" test "$(losses "$WORK/$1" 2>/dev/null | wc -l)" -eq 4
     expect "$1: every layer's e_score_correction_bias exported bitwise as imported" \
-        python3 - "$WORK/hf/model.safetensors" "$WORK/$1.out" e_score_correction_bias same <<'PY'
+        python3 - "${HF_DIR:-$WORK/hf}/model.safetensors" "$WORK/$1.out" e_score_correction_bias same <<'PY'
 import glob, json, struct, sys
 def tensors(path):
     out = {}
@@ -45,7 +72,7 @@ print(f"{suffix}: {sum(same)} of {len(names)} exported unchanged")
 sys.exit(0 if ok and (all(same) if want == "same" else not any(same)) else 1)
 PY
     expect "$1: every router's weights moved" \
-        python3 - "$WORK/hf/model.safetensors" "$WORK/$1.out" mlp.gate.weight moved \
+        python3 - "${HF_DIR:-$WORK/hf}/model.safetensors" "$WORK/$1.out" mlp.gate.weight moved \
         < <(sed -n '/^import glob/,/^sys.exit/p' "$0")
 }
 frozen host ""
@@ -55,4 +82,12 @@ frozen device "device_groups = 3;"
 mkdir "$WORK/disk"
 MT_TEST_PIECE_FLOATS=1000 frozen tier "" storage.dir="$WORK/disk" storage.adam=true \
     storage.master=true
+HF_DIR=$WORK/hf-rounded frozen rounded ""
+for run in device tier; do
+    expect "$run: the losses of host, bitwise (the biases read in fp32 here too)" \
+        diff <(losses "$WORK/host") <(losses "$WORK/$run")
+done
+differ() { ! diff -q "$@" >/dev/null; }
+expect "the biases rounded to bf16 give other losses (the equalities above can fail)" \
+    differ <(losses "$WORK/host") <(losses "$WORK/rounded")
 finish

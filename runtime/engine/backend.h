@@ -86,6 +86,10 @@ typedef struct {
                   const adamw_params *hp);
     // The weights w a fetch would bring for fp32 master p (such a group's first weights).
     void (*weights_of)(backend *b, void *w, const float *p, size_t n);
+    // Layer l's frozen tensors in fp32 (its frozen image, model_frozen_numel floats: engine/
+    // frozen.h), read from now on in place of the fetched weights' rounding of them. A backend
+    // driven without a job (the layer checks) never gets them and reads the fetched weights.
+    void (*set_frozen)(backend *b, int l, const float *image);
     // The bytes the backend's allocator has given since it started (device bytes on CUDA, the
     // working sets' host bytes on the CPU), counted as they are requested: what the plan says
     // the backend takes (ctest plan_matches_allocation).

@@ -29,6 +29,8 @@ struct backend {
     int *moe_index, moe_layers, aux_micro;
     int32_t *counts;
     float *psum, *aux_g;
+    float *frozen; // the layers' frozen images (set_frozen), where frozen_set[l] says they came
+    unsigned char *frozen_set;
     moe_route_io route;
     double aux;
     mt_buffer_shape shape;
@@ -131,10 +133,24 @@ static moe_route_io *route_of(backend *b, int l, int m) {
     return &b->route;
 }
 
+// Layer l's weights in fetched buffer w, its frozen tensors from its image where it came.
+static void bind_weights(backend *b, layer_params *p, int l, const void *w) {
+    const mt_model *m = &b->c->model;
+    layer_params_bind(p, m, l, (float *)w);
+    if (b->frozen_set && b->frozen_set[l])
+        layer_params_bind_frozen(p, m, l, b->frozen + model_frozen_base(m, l));
+}
+
+static void cpu_set_frozen(backend *b, int l, const float *image) {
+    const mt_model *m = &b->c->model;
+    memcpy(b->frozen + model_frozen_base(m, l), image, model_frozen_numel(m, l) * sizeof(float));
+    b->frozen_set[l] = 1;
+}
+
 static void cpu_layer_forward(backend *b, int l, int m, const void *w, const float *x, float *out,
                               int keep, att_ref att) {
     layer_params p;
-    layer_params_bind(&p, &b->c->model, l, (float *)w);
+    bind_weights(b, &p, l, w);
     if (keep >= 0) att = ATT_NONE; // a kept pass holds its own
     layer_scratch *s = for_micro(b, internals(b, keep), m);
     s->route = route_of(b, l, m);
@@ -146,7 +162,7 @@ static void cpu_layer_forward(backend *b, int l, int m, const void *w, const flo
 static void cpu_layer_backward(backend *b, int l, int m, const void *w, float *dw, const float *x,
                                const float *dout, float *dx, int keep, att_ref att) {
     layer_params p, dp;
-    layer_params_bind(&p, &b->c->model, l, (float *)w);
+    bind_weights(b, &p, l, w);
     layer_params_bind(&dp, &b->c->model, l, dw);
     if (keep >= 0) {
         layer_scratch *k = for_micro(b, b->kept[keep], m);
@@ -326,6 +342,7 @@ const backend_ops *backend_cpu_ops(void) {
         cpu_slot_wait,
         cpu_adamw,
         cpu_weights_of,
+        cpu_set_frozen,
         cpu_allocated_bytes,
     };
     return &ops;

@@ -406,6 +406,7 @@ const backend_ops *backend_cuda_ops(void) {
         cu_slot_wait,
         cu_adamw,
         cu_weights_of,
+        cu_moe_set_frozen,
         cu_allocated_bytes,
     };
     return &ops;

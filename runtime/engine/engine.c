@@ -4,6 +4,7 @@
 #include "runtime/io/io.h"
 #include "runtime/base/base.h"
 #include "runtime/engine/device_groups.h"
+#include "runtime/engine/frozen.h"
 #include "runtime/engine/sample.h"
 #include "runtime/observe/observe.h"
 #include "runtime/model/model.h"
@@ -265,6 +266,7 @@ static void engine_init(engine *e) {
     }
     own_groups(e); // their state comes first, as the optimizer ranks make or read it
     wait_for_optimizer_state(e);
+    frozen_receive(job, &e->dev);
     choose_offload(e);
     e->acts = device_alloc(e, (size_t)e->slots * M * nD, 4);
     e->passes = calloc(2 * (size_t)c->model.layers, sizeof *e->passes);

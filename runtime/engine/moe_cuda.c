@@ -35,23 +35,40 @@ static int32_t *routed_of(backend *b, int l, int m, int t0) {
     return s->routed + i * (2 * b->c->model.experts + 1);
 }
 
-// DeepSeek's router for the layer: its correction bias widened to fp32 (the fetch brings bf16).
-static moe_sigmoid_route sigmoid_route(backend *b, const layer_w *w) {
+// Layer l's correction bias in fp32: from its frozen image (engine/frozen.h), or, where that
+// never came (a backend driven without a job), the fetched bf16 widened into s->correction.
+static const float *correction_of(backend *b, int l, const layer_w *w) {
+    const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    if (w->router_corr)
-        cuda_bf16_to_float(s->correction, w->router_corr, b->c->model.experts, b->s);
-    return moe_sigmoid_route_of(&b->c->model, w->router_corr ? s->correction : NULL);
+    if (!w->router_corr) return NULL;
+    if (s->frozen_set && s->frozen_set[l])
+        return s->frozen + model_frozen_base(m, l) + model_frozen_at(m, l, T_ROUTER_CORR);
+    cuda_bf16_to_float(s->correction, w->router_corr, m->experts, b->s);
+    return s->correction;
+}
+
+// DeepSeek's router for layer l.
+static moe_sigmoid_route sigmoid_route(backend *b, int l, const layer_w *w) {
+    return moe_sigmoid_route_of(&b->c->model, correction_of(b, l, w));
+}
+
+void cu_moe_set_frozen(backend *b, int l, const float *image) {
+    const mt_model *m = &b->c->model;
+    moe_set *s = &b->moe;
+    CUDA_CHECK(cudaMemcpy(s->frozen + model_frozen_base(m, l), image,
+                          model_frozen_numel(m, l) * sizeof(float), cudaMemcpyHostToDevice));
+    s->frozen_set[l] = 1;
 }
 
 // The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.
-static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows) {
+static void route_kernels(backend *b, int l, const layer_w *w, const bf16 *n2, int rows) {
     const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
     int E = m->experts, k = m->top_k;
     cuda_linear_forward(b->gemm, s->logits, 1, 0, n2, w->router, rows, m->dim, E, b->s);
     if (w->router_b) cuda_bias_forward_f32(s->logits, w->router_b, rows, E, b->s);
     if (m->router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = sigmoid_route(b, w);
+        moe_sigmoid_route r = sigmoid_route(b, l, w);
         cuda_moe_route_sigmoid_forward(s->probs, s->expert, s->weight, s->logits, rows, E, k, &r,
                                        b->s);
     } else {
@@ -67,7 +84,7 @@ static void route_kernels(backend *b, const layer_w *w, const bf16 *n2, int rows
 static void route(backend *b, int l, int m, int t0, const layer_w *w, const bf16 *n2, int rows) {
     moe_set *s = &b->moe;
     int E = b->c->model.experts;
-    route_kernels(b, w, n2, rows);
+    route_kernels(b, l, w, n2, rows);
     CUDA_CHECK(cudaMemcpyAsync(s->counts_host, s->counts, E * 4, cudaMemcpyDeviceToHost, b->s));
     CUDA_CHECK(
         cudaMemcpyAsync(s->offsets_host, s->offsets, (E + 1) * 4, cudaMemcpyDeviceToHost, b->s));
@@ -83,7 +100,7 @@ static void route(backend *b, int l, int m, int t0, const layer_w *w, const bf16
 static void route_again(backend *b, int l, int m, int t0, const layer_w *w, const bf16 *n2,
                         int rows) {
     moe_set *s = &b->moe;
-    route_kernels(b, w, n2, rows);
+    route_kernels(b, l, w, n2, rows);
     const int32_t *kept = routed_of(b, l, m, t0);
     s->cnt = kept, s->off = kept + b->c->model.experts;
 }
@@ -236,9 +253,9 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
     cuda_moe_scatter_add(d_n2, s->d_xp, s->row_of, rows, k, D, b->s);
     const float *aux_g = model->router_aux ? s->aux_g + (size_t)m * E : NULL;
     if (model->router_score == ROUTER_SCORE_SIGMOID) {
-        moe_sigmoid_route r = moe_sigmoid_route_of(model, w->router_corr ? s->correction : NULL);
+        moe_sigmoid_route r = sigmoid_route(b, l, w);
         cuda_moe_route_sigmoid_backward(s->d_logits, s->d_weight, s->probs, s->expert, rows, E, k,
-                                        &r, b->s); // route_again left the bias in s->correction
+                                        &r, b->s);
     } else {
         cuda_moe_route_backward(s->d_logits, s->d_weight, s->probs, s->expert, s->weight, aux_g,
                                 rows, E, k, moe_weights_of(model), b->s);

@@ -17,6 +17,8 @@ void cu_moe_backward(backend *b, int l, int m, const layer_w *w, const layer_g *
 // After micro-batch m's forward: its load-balancing loss (summed for cu_moe_take_aux) and its
 // gradient, daux times that of the loss, for its backwards.
 void cu_moe_head(backend *b, int m, float daux);
+// backend_ops.set_frozen: layer l's frozen image (its correction bias) onto the device.
+void cu_moe_set_frozen(backend *b, int l, const float *image);
 double cu_moe_take_aux(backend *b, int64_t *load);
 
 #endif

@@ -181,6 +181,15 @@ static inline shm_control_block *job_control_block(mt_job *j, int k) {
 static inline float *job_master(mt_job *j, int k, int g) {
     return (float *)((char *)j->regions[k].base + j->layouts[k].master_offset[g]);
 }
+// Where [a, b) of group g meets shard k's slice: returns the elements they share, *at the first
+// (0: none).
+static inline uint64_t job_slice_overlap(const mt_job *j, int k, int g, uint64_t a, uint64_t b,
+                                         uint64_t *at) {
+    uint64_t lo = j->layouts[k].lo[g], hi = lo + j->layouts[k].len[g];
+    *at = a > lo ? a : lo;
+    uint64_t end = b < hi ? b : hi;
+    return end > *at ? end - *at : 0;
+}
 static inline void *job_grad_slot(mt_job *j, int k, int g) {
     return (char *)j->regions[k].base + j->layouts[k].grad_offset[g];
 }

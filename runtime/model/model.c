@@ -332,6 +332,29 @@ uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uin
     return end;
 }
 
+uint64_t model_frozen_numel(const mt_model *m, int layer) {
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], n = 0;
+    int spans = model_frozen_spans(m, model_layer_group(layer), lo, hi);
+    for (int i = 0; i < spans; i++) n += hi[i] - lo[i];
+    return n;
+}
+
+uint64_t model_frozen_base(const mt_model *m, int layer) {
+    uint64_t n = 0;
+    for (int l = 0; l < layer; l++) n += model_frozen_numel(m, l);
+    return n;
+}
+
+int64_t model_frozen_at(const mt_model *m, int layer, int role) {
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], off[T_ROLES], at = 0;
+    if (!role_frozen(role)) return -1;
+    model_layer_offsets(m, layer, off);
+    int spans = model_frozen_spans(m, model_layer_group(layer), lo, hi);
+    for (int i = 0; i < spans; at += hi[i] - lo[i], i++)
+        if (lo[i] == off[role]) return (int64_t)at;
+    return -1;
+}
+
 uint64_t model_group_numel(const mt_model *m, int g) {
     tensor_info t[MODEL_MAX_TENSORS];
     uint64_t numel;
@@ -427,6 +450,14 @@ void layer_params_bind(layer_params *r, const mt_model *m, int layer, float *bas
     uint64_t off[T_ROLES];
     model_layer_offsets(m, layer, off);
     MT_LAYER_ROLES(MT_ROLE_BIND)
+}
+
+void layer_params_bind_frozen(layer_params *r, const mt_model *m, int layer, float *image) {
+    int64_t at;
+#define MT_BIND_FROZEN(field, role, ...)                                                           \
+    if ((at = model_frozen_at(m, layer, role)) >= 0) r->field = image + at;
+    MT_LAYER_ROLES(MT_BIND_FROZEN)
+#undef MT_BIND_FROZEN
 }
 
 void head_params_bind(head_params *p, const mt_model *m, float *flat) {

@@ -461,6 +461,14 @@ int model_frozen_spans(const mt_model *m, int g, uint64_t lo[MODEL_MAX_FROZEN],
                        uint64_t hi[MODEL_MAX_FROZEN]);
 uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uint64_t at,
                           uint64_t end, int *frozen);
+// Layer l's frozen image: its frozen tensors' values one after another, in the spans' order,
+// which the compute rank gets in fp32 at the start (engine/frozen.c). Its length, and where
+// role `role` starts in it (-1: the layer has no such frozen tensor).
+// The layers' images lie one after another (model_frozen_base: where layer l's starts), and
+// layer_params_bind_frozen points a layer's frozen roles into its image.
+uint64_t model_frozen_numel(const mt_model *m, int layer);
+uint64_t model_frozen_base(const mt_model *m, int layer);
+int64_t model_frozen_at(const mt_model *m, int layer, int role);
 
 // Initial value of element i of group g: N(0, 0.02) for matrices, ones for norm weights and
 // zeros for biases, as transformers initializes Llama and Qwen2. It is a pure function of
@@ -478,6 +486,7 @@ typedef struct {
 } layer_params;
 
 void layer_params_bind(layer_params *p, const mt_model *m, int layer, float *flat);
+void layer_params_bind_frozen(layer_params *p, const mt_model *m, int layer, float *image);
 
 // The head group: final norm and, when untied, the classifier.
 typedef struct {

@@ -241,6 +241,48 @@ static void start_master(optimizer *o, int g, int fresh) {
     storage_copy_wait(o->tier);
 }
 
+// Elements [at, at + n) of this rank's slice of group g's master (at from the slice's start):
+// in the region, or read from the tier (storage.master) a piece at a time.
+static void read_master(optimizer *o, int g, uint64_t at, uint64_t n, float *out) {
+    if (o->state[g].master) {
+        memcpy(out, o->state[g].master + at, n * sizeof(float));
+        return;
+    }
+    size_t piece = storage_piece();
+    float *buf = malloc(piece * sizeof(float));
+    if (!buf) mt_die("out of memory");
+    for (uint64_t i = at; i < at + n;) {
+        uint64_t k = i / piece, end = (k + 1) * piece < at + n ? (k + 1) * piece : at + n;
+        storage_load_master(o->tier, (int)g, (int)k, buf);
+        memcpy(out + (i - at), buf + (i - k * piece), (end - i) * sizeof(float));
+        i = end;
+    }
+    free(buf);
+}
+
+// The frozen tensors' share of this rank's slices, in fp32, to the compute rank, which reads
+// them in place of the fetch's bf16 rounding (engine/frozen.c, the other side; the groups it
+// updates itself it reads from their master). After every group is announced, so that the
+// compute rank, which takes them once it has seen every announcement, never holds this up.
+static void send_frozen(optimizer *o) {
+    mt_job *job = o->job;
+    const mt_model *m = &job->cfg.model;
+    for (int l = 0; l < m->layers; l++) {
+        int g = model_layer_group(l);
+        uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], at;
+        int spans = g < job->device_groups ? 0 : model_frozen_spans(m, g, lo, hi);
+        for (int i = 0; i < spans; i++) {
+            uint64_t n = job_slice_overlap(job, o->shard, g, lo[i], hi[i], &at);
+            if (n == 0) continue;
+            float *v = malloc(n * sizeof(float));
+            if (!v) mt_die("out of memory");
+            read_master(o, g, at - job->layouts[o->shard].lo[g], n, v);
+            job_send_floats(v, n, 0);
+            free(v);
+        }
+    }
+}
+
 static void init_state(optimizer *o) {
     mt_job *job = o->job;
     const shard_layout *lay = &job->layouts[o->shard];
@@ -261,6 +303,7 @@ static void init_state(optimizer *o) {
             if (g >= job->device_groups && job->cfg.storage_master) start_master(o, g, 0);
             publish_weights(o, g, job->start_step);
         }
+        send_frozen(o);
         return;
     }
     give_fresh_device_groups(o);
@@ -271,6 +314,7 @@ static void init_state(optimizer *o) {
             init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
         publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
     }
+    send_frozen(o);
 }
 
 // The norm is summed over groups in a fixed order from per-group values computed once by the

@@ -95,6 +95,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
         s->P = s->r * c->model.top_k, s->Pn = s->n * c->model.top_k;
         s->S = c->model.shared_ffn_dim > 0 ? c->model.shared_ffn_dim : 0, s->sh = s->S > 0;
         s->stat_rows = s->M * most(s->moe_layers, 1);
+        s->frozen = model_frozen_base(&c->model, c->model.layers);
     }
     kernel_scratch(s, &c->model);
     if (s->gdn) s->gdn_scratch = gdn_scratch(s, c);

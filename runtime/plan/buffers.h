@@ -36,6 +36,7 @@ typedef struct {
     // expert; the MoE layers and stat_rows, the rows of per-expert statistics on the GPU
     // (micro-batches x MoE layers, one unused row without MoE layers)
     uint64_t moe, E, P, Pn, MF, S, sh, moe_layers, stat_rows;
+    uint64_t frozen; // the layers' frozen images (model_frozen_numel), fp32, one after another
     // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
     uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
     uint64_t gdn_scratch; // Gated DeltaNet's kernels on CUDA, one scratch they take in turn
@@ -176,7 +177,9 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, int32_t, doc_start, (s).docs *(s).n *(s).M)
 
 // A MoE MLP's working set for a chunk of r tokens (moe_set), P = r x top_k pairs: the router's,
-// the dispatch's, the experts' rows, the shared expert's, and the load-balancing loss's state.
+// the dispatch's, the experts' rows, the shared expert's, and the load-balancing loss's state;
+// then a correction bias widened from bf16 (where no frozen image came) and the layers' frozen
+// images (engine/frozen.h).
 #define MT_CUDA_MOE(X, o, s)                                                                       \
     X(o, float, logits, (s).r *(s).E)                                                              \
     X(o, float, probs, (s).r *(s).E)                                                               \
@@ -211,7 +214,8 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, bf16, d_sh_logit, (s).sh *(s).r)                                                          \
     X(o, float, psum_all, (s).stat_rows *(s).E)                                                    \
     X(o, float, aux_g, (s).M *(s).E)                                                               \
-    X(o, float, correction, (s).E)
+    X(o, float, correction, (s).E)                                                                 \
+    X(o, float, frozen, (s).frozen)
 
 // The CUDA backend's host memory, pinned: every micro-batch's losses copied back, and a MoE
 // chunk's expert counts and offsets (the experts' GEMMs are sized on the host).
@@ -228,6 +232,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, unsigned char, has_docs, (s).docs *(s).M)                                                 \
     X(o, int, gdn_chunks, (s).docs *(s).gdn *(s).M)                                                \
     X(o, int, moe.moe_index, (s).moe *(s).L)                                                       \
+    X(o, unsigned char, moe.frozen_set, ((s).frozen > 0) * (s).L)                                  \
     X(o, int32_t, moe.counts_all, (s).stat_rows *(s).E)                                            \
     X(o, float, moe.psum_host, (s).stat_rows *(s).E)                                               \
     X(o, float, moe.aux_g_host, (s).E)                                                             \
@@ -379,12 +384,15 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 
 // backend_cpu.c's routing statistics, with MoE layers: each layer's index among them, and per
 // micro-batch, MoE layer and expert the tokens and probability sums; per micro-batch and
-// expert the load-balancing loss's gradient.
+// expert the load-balancing loss's gradient. And the layers' frozen images in fp32, with
+// whether each layer's has come (engine/frozen.h).
 #define MT_CPU_MOE_STATS(X, o, s)                                                                  \
     X(o, int, moe_index, ((s).moe_layers > 0) * (s).L)                                             \
     X(o, int32_t, counts, (s).M *(s).moe_layers *(s).E)                                            \
     X(o, float, psum, (s).M *(s).moe_layers *(s).E)                                                \
-    X(o, float, aux_g, ((s).moe_layers > 0) * (s).M * (s).E)
+    X(o, float, aux_g, ((s).moe_layers > 0) * (s).M * (s).E)                                       \
+    X(o, float, frozen, (s).frozen)                                                                \
+    X(o, unsigned char, frozen_set, ((s).frozen > 0) * (s).L)
 
 // A kept attention output on the CPU: fp32 output and statistics, an allocation each.
 #define MT_CPU_ATTENTION_SLOT(X, o, s)                                                             \
