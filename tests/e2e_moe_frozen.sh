@@ -9,7 +9,7 @@
 # (optimizer.device_groups), with the master, m and v in the NVMe tier (storage.master), and over
 # 2 nodes. The biases are set as trained
 # ones sit (about 2.5, apart by less than bf16's step there), and the layers read them in fp32
-# (runtime/engine/frozen.h) whichever rank holds their master: the three runs give bitwise the
+# (runtime/engine/frozen.h) whichever rank holds their master: these runs give bitwise the
 # same losses, which a folder with the biases rounded to bf16 does not.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 python3 "$SRC/tests/hf_deepseek_fixture.py" "$WORK/hf" --family deepseek_v3
