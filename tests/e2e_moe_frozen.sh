@@ -6,10 +6,10 @@
 # weight decay 0.1 through the real
 # mtrun, exports each layer's bias bitwise as imported while the router's weights move; the
 # same with the embedding and layers 0 and 1 (the first MoE one) updated by the compute rank
-# (optimizer.device_groups),
-# and with the master, m and v in the NVMe tier (storage.master). The biases are set as trained
+# (optimizer.device_groups), with the master, m and v in the NVMe tier (storage.master), and over
+# 2 nodes. The biases are set as trained
 # ones sit (about 2.5, apart by less than bf16's step there), and the layers read them in fp32
-# (runtime/engine/frozen.h) whichever rank holds their master: the three runs give bitwise the
+# (runtime/engine/frozen.h) whichever rank holds their master: these runs give bitwise the
 # same losses, which a folder with the biases rounded to bf16 does not.
 source "$(dirname "$0")/e2e_lib.sh" "$@"
 python3 "$SRC/tests/hf_deepseek_fixture.py" "$WORK/hf" --family deepseek_v3
@@ -49,7 +49,7 @@ steps = 4;
 backend = "cpu";
 export_dir = "$WORK/$1.out";
 CFGEOF
-    run_job "$1" 3 "$WORK/$1.cfg" "${@:3}" || show_log "$1"
+    run_job "$1" "${NP:-3}" "$WORK/$1.cfg" "${@:3}" || show_log "$1"
     expect "$1: ran 4 steps" test "$(losses "$WORK/$1" 2>/dev/null | wc -l)" -eq 4
     expect "$1: every layer's e_score_correction_bias exported bitwise as imported" \
         python3 - "${HF_DIR:-$WORK/hf}/model.safetensors" "$WORK/$1.out" e_score_correction_bias same <<'PY'
@@ -82,8 +82,11 @@ frozen device "device_groups = 3;"
 mkdir "$WORK/disk"
 MT_TEST_PIECE_FLOATS=1000 frozen tier "" storage.dir="$WORK/disk" storage.adam=true \
     storage.master=true
+# 2 nodes of a compute and an optimizer rank: each node's compute rank gets its biases from its
+# own node's optimizer rank
+MT_TEST_NODES=2 NP=4 frozen nodes2 ""
 HF_DIR=$WORK/hf-rounded frozen rounded ""
-for run in device tier; do
+for run in device tier nodes2; do
     expect "$run: the losses of host, bitwise (the biases read in fp32 here too)" \
         diff <(losses "$WORK/host") <(losses "$WORK/$run")
 done
