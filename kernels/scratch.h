@@ -22,6 +22,11 @@ size_t cuda_bias_scratch_floats(int cols);
 // moe.cu's dispatch: an int32 count per expert for each tile of (token, slot) pairs.
 long cuda_moe_dispatch_tiles(int n, int k);
 size_t cuda_moe_dispatch_scratch_bytes(int n, int E, int k);
+// The classifier's chunk (classifier.cu) holds at most this many tokens. Each chunk reads and
+// writes the weight gradient in fp32 (vocab x dim x 8 bytes: 10 GB at Qwen3.5's 248,320 x 5,120)
+// and reads the weights twice; from about this many rows its products take longer than that
+// traffic. Its logits then take vocab x 6 bytes a row: 3 GB at 248,320 words, 0.4 GB at 32,000.
+#define MT_CLASSIFIER_ROWS 2048
 // classifier.cu: a chunk's fp32 logits and bf16 dlogits, rows padded to 8 columns, each part
 // MT_SCRATCH_ALIGN-aligned.
 long cuda_classifier_padded_vocab(int vocab);

@@ -27,9 +27,9 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_model *m) {
     if (s->mla)
         s->norm_mla = most(cuda_rmsnorm_scratch_floats((int)s->r, (int)s->QR),
                            cuda_rmsnorm_scratch_floats((int)s->r, (int)s->KR));
-    // the classifier's chunks keep its logits near 256 MiB whatever the vocabulary
-    long chunk = m->vocab > 0 ? (256l << 20) / ((long)m->vocab * 6) : 1;
-    s->cls_chunk = chunk < 1 ? 1 : chunk > (long)s->r ? s->r : (uint64_t)chunk;
+    // the classifier's chunks: as many tokens as its weight gradient's traffic asks, within the
+    // token chunk of the layers' token-wise work
+    s->cls_chunk = most(1, s->r < MT_CLASSIFIER_ROWS ? s->r : MT_CLASSIFIER_ROWS);
     s->cls_scratch = cuda_classifier_scratch_bytes((int)s->cls_chunk, m->dim, m->vocab);
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, m->experts, m->top_k) : 0;
 }
