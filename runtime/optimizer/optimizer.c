@@ -241,25 +241,6 @@ static void start_master(optimizer *o, int g, int fresh) {
     storage_copy_wait(o->tier);
 }
 
-// Elements [at, at + n) of this rank's slice of group g's master (at from the slice's start):
-// in the region, or read from the tier (storage.master) a piece at a time.
-static void read_master(optimizer *o, int g, uint64_t at, uint64_t n, float *out) {
-    if (o->state[g].master) {
-        memcpy(out, o->state[g].master + at, n * sizeof(float));
-        return;
-    }
-    size_t piece = storage_piece();
-    float *buf = malloc(piece * sizeof(float));
-    if (!buf) mt_die("out of memory");
-    for (uint64_t i = at; i < at + n;) {
-        uint64_t k = i / piece, end = (k + 1) * piece < at + n ? (k + 1) * piece : at + n;
-        storage_load_master(o->tier, (int)g, (int)k, buf);
-        memcpy(out + (i - at), buf + (i - k * piece), (end - i) * sizeof(float));
-        i = end;
-    }
-    free(buf);
-}
-
 // The frozen tensors' share of this rank's slices, in fp32, to the compute rank, which reads
 // them in place of the fetch's bf16 rounding (engine/frozen.c, the other side; the groups it
 // updates itself it reads from their master). After every group is announced, so that the
@@ -276,7 +257,11 @@ static void send_frozen(optimizer *o) {
             if (n == 0) continue;
             float *v = malloc(n * sizeof(float));
             if (!v) mt_die("out of memory");
-            read_master(o, g, at - job->layouts[o->shard].lo[g], n, v);
+            at -= job->layouts[o->shard].lo[g]; // in the region, or the tier (storage.master)
+            if (o->state[g].master)
+                memcpy(v, o->state[g].master + at, n * sizeof(float));
+            else
+                storage_read_master(o->tier, g, at, n, v);
             job_send_floats(v, n, 0);
             free(v);
         }

@@ -442,6 +442,18 @@ void storage_load_master(storage *s, int g, int k, float *piece) {
     move_master(s, g, k, piece, 0);
 }
 
+void storage_read_master(storage *s, int g, uint64_t at, uint64_t n, float *out) {
+    size_t piece = storage_piece();
+    float *buf = malloc(piece * sizeof(float));
+    if (!buf) mt_die("out of memory");
+    for (uint64_t i = at, k, end; i < at + n; i = end) {
+        k = i / piece, end = (k + 1) * piece < at + n ? (k + 1) * piece : at + n;
+        storage_load_master(s, g, (int)k, buf);
+        memcpy(out + (i - at), buf + (i - k * piece), (end - i) * sizeof(float));
+    }
+    free(buf);
+}
+
 bf16 *storage_copy_buffer(storage *s) {
     wait_for(s, &s->copy_pending); // the previous piece's write is done with it
     return s->copy_buf;

@@ -46,6 +46,8 @@ int storage_has_master(const storage *s);
 float *storage_master_of(storage *s, float *m);
 void storage_store_master(storage *s, int g, int k, const float *piece);
 void storage_load_master(storage *s, int g, int k, float *piece);
+// Elements [at, at + n) of this rank's slice of group g's master, across pieces.
+void storage_read_master(storage *s, int g, uint64_t at, uint64_t n, float *out);
 bf16 *storage_copy_buffer(storage *s);
 void storage_write_copy(storage *s, int g, int k);
 void storage_copy_wait(storage *s);
