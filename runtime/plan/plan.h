@@ -31,12 +31,11 @@
 // forward, backward (twice its FLOPs) and recompute together about 155.
 #define PLAN_GPU_ATTENTION_FLOPS_WIDE 155e12
 // Gated DeltaNet's chunked rule (plan_gdn_flops' count) on the tensor-core kernels, in the layers
-// of Qwen3.5-27B's slice on an H100 (2026-12-06, MT_KERNEL_TIMES): forward 7.2, backward 7.4
-// TFLOP/s, with every fp32 operand split in bf16 halves. The kernels at bf16 operands, then with
-// the passes' state in registers, have since run 1.8x and 1.7x faster alone (test_gdn_cuda
-// --bench), but that slice's measured step (5.00 s at 65,536 tokens) is still longer than the
-// plan's (4.16 s), so the rate stays until the kernel times are taken in the slice again.
-#define PLAN_GPU_GDN_FLOPS 7.3e12
+// of Qwen3.5-27B's 4-layer slice on an H100 (2026-12-06, MT_KERNEL_TIMES at a micro-batch of
+// 16,384 tokens): forward 29.0, backward 26.6 TFLOP/s, with the state passes in registers on
+// side streams beside the per-chunk kernels; about 27.5 over the forwards, recomputes and
+// backwards together.
+#define PLAN_GPU_GDN_FLOPS 27.5e12
 #define PLAN_CPU_FLOPS_PER_CORE 5e9 // fp32 reference kernels, per core (also the MFU peak)
 // PCIe 5 x16, one direction, achieved: a 120B layer's fp32 weights in 90 ms (the slices' trace).
 #define PLAN_PCIE_BYTES_PER_S 55e9
