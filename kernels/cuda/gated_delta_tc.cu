@@ -457,26 +457,29 @@ extern "C" void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]) {
     prof.n = 0;
 }
 
-// The forward's scratch after the chunk lists: two sets (segments take them in turn) of one
-// segment's factors and its chunks' entering states, then the state carried between segments.
+// The forward's scratch after the chunk lists: two sets (segments take them in turn; one where
+// there is a single segment, sets_of) of one segment's factors and its chunks' entering states,
+// then the state carried between segments.
 struct FwdScratch {
     Factors f[2];
     StateBuf keep[2], carry;
 };
 
-static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a) {
+static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
     size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
-    for (int i = 0; i < 2; i++) off += factors_carve(&s->f[i], p + off, *a, false, tc_exact());
+    int sets = sets_of(max_chunks);
+    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, false, tc_exact());
     float *base = reinterpret_cast<float *>(p + off);
-    for (int i = 0; i < 2; i++) s->keep[i] = StateBuf{base + one * TC_SEG * i, TC_SEG, 1};
-    s->carry = StateBuf{base + one * TC_SEG * 2, 1, 1};
-    return off + sizeof(float) * one * (2 * TC_SEG + 1);
+    for (int i = 0; i < sets; i++) s->keep[i] = StateBuf{base + one * TC_SEG * i, TC_SEG, 1};
+    s->carry = StateBuf{base + one * TC_SEG * sets, 1, 1};
+    if (sets == 1) s->f[1] = s->f[0], s->keep[1] = s->keep[0]; // never taken
+    return off + sizeof(float) * one * (sets * TC_SEG + 1);
 }
 
 extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {
     if (!gdn_tc_shape(a)) return cuda_gated_delta_scratch_bytes_ref(a, max_chunks, backward);
     FwdScratch s;
-    size_t fwd = lists_bytes(a, max_chunks) + fwd_carve(&s, NULL, a);
+    size_t fwd = lists_bytes(a, max_chunks) + fwd_carve(&s, NULL, a, max_chunks);
     size_t bwd = backward ? tc_backward_bytes(a, max_chunks) : 0;
     return bwd > fwd ? bwd : fwd; // a backward's scratch serves a forward too
 }
@@ -495,7 +498,8 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     int32_t *starts, *counts;
     build_lists(a, max_chunks, scratch, &starts, &counts, stream);
     FwdScratch s;
-    fwd_carve(&s, static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks), a);
+    fwd_carve(&s, static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks), a,
+              max_chunks);
     const StateBuf none = {NULL, 0, 1};
     Tensors tt = tensors_of(t);
     int nseg = segments_of(max_chunks);

@@ -311,6 +311,11 @@ bool tc_exact();
 inline int segments_of(int max_chunks) {
     return (max_chunks + TC_SEG - 1) / TC_SEG;
 }
+// The sets of a segment's buffers the passes' overlap takes: two, one where a row holds a single
+// segment (nothing to overlap; a set can be gigabytes at many rows and heads).
+inline int sets_of(int max_chunks) {
+    return segments_of(max_chunks) > 1 ? 2 : 1;
+}
 inline Span span_at(int sg, int max_chunks) {
     int end = sg * TC_SEG + TC_SEG;
     return Span{sg * TC_SEG, end < max_chunks ? end : max_chunks};

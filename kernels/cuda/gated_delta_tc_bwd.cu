@@ -32,9 +32,10 @@ using namespace gdn;
 using wmma::col_major;
 using wmma::row_major;
 
-// The backward's scratch after the chunk lists: two sets (segments take them in turn) of one
-// segment's factors (with P), its entering states and its leaving states' gradients, then fp32
-// states of every (b, h): the checkpoints and the gradient carried between segments.
+// The backward's scratch after the chunk lists: two sets (segments take them in turn; one where
+// there is a single segment, sets_of) of one segment's factors (with P), its entering states and
+// its leaving states' gradients, then fp32 states of every (b, h): the checkpoints and the
+// gradient carried between segments.
 struct BwdScratch {
     Factors f[2];
     StateBuf states[2], dstates[2], ckpt;
@@ -43,16 +44,18 @@ struct BwdScratch {
 
 size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
     size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
-    for (int i = 0; i < 2; i++) off += factors_carve(&s->f[i], p + off, *a, true, tc_exact());
-    int nseg = segments_of(max_chunks);
+    int nseg = segments_of(max_chunks), sets = sets_of(max_chunks);
+    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, true, tc_exact());
     float *base = reinterpret_cast<float *>(p + off);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < sets; i++) {
         s->states[i] = StateBuf{base + one * TC_SEG * (2 * i), TC_SEG, 1};
         s->dstates[i] = StateBuf{base + one * TC_SEG * (2 * i + 1), TC_SEG, 1};
     }
-    s->ckpt = StateBuf{base + one * TC_SEG * 4, nseg, 1};
-    s->carry = base + one * (TC_SEG * 4 + nseg);
-    return off + sizeof(float) * one * (4 * TC_SEG + nseg + 1);
+    if (sets == 1) // never taken
+        s->f[1] = s->f[0], s->states[1] = s->states[0], s->dstates[1] = s->dstates[0];
+    s->ckpt = StateBuf{base + one * TC_SEG * 2 * sets, nseg, 1};
+    s->carry = base + one * (TC_SEG * 2 * sets + nseg);
+    return off + sizeof(float) * one * (2 * sets * TC_SEG + nseg + 1);
 }
 
 // The checkpoints: the state entering each segment but the first, segment sg's pass on the pass
