@@ -224,13 +224,14 @@ uint64_t plan_backend_start_bytes(const mt_config *c, int cuda) {
     return cuda ? plan_backend_fixed_bytes(c, 1) : cpu_backend_bytes(c);
 }
 
-// The buffers engine_init allocates before it chooses the offload (transfer state, weight and
-// gradient buffers, the GPU-updated groups): engine.c's order.
+// The buffers the activations' choice must leave room for: what engine_init allocates before it
+// chooses (transfer state, weight and gradient buffers, the GPU-updated groups: engine.c's
+// order) and the bf16 copies of the gradients that leave, which the first offloads allocate
+// (transfer_cuda.c): the working set's part beyond the backend's own buffers.
 static uint64_t before_offload_bytes(const mt_config *c, const plan_choices *ch) {
     plan_buffers b;
     plan_compute_buffers(c, ch, &b);
-    uint64_t transfer = ch->cuda ? 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES : 0;
-    return b.weights + b.grads + b.optimizer + transfer;
+    return b.weights + b.grads + b.optimizer + (b.working - b.backend);
 }
 
 static int segment_slots(int layers, int k) {
