@@ -207,8 +207,15 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     int own = b->device_groups > 1 ? b->device_groups - 1 : 0; // layers with buffers of their own
     char owned[64] = "";
     if (own) snprintf(owned, sizeof owned, " + %d updated here", own);
-    fprintf(f, "  %-13s %11s  embedding + head + 2 streaming layers%s, %s\n", "weights",
-            H(b->weights), owned, p->cuda ? "bf16" : "fp32");
+    fprintf(f, "  %-13s %11s  embedding + head + %d streaming layer%s%s, %s\n", "weights",
+            H(b->weights), b->layer_buffers, b->layer_buffers > 1 ? "s" : "", owned,
+            p->cuda ? "bf16" : "fp32");
+    if (b->layer_buffers == 1)
+        fprintf(f,
+                "  %-13s layer_buffers = %s: a layer's weights come in once the layer before has "
+                "computed, and its gradients leave before the next one's backward%s\n",
+                "", c->layer_buffers ? "1" : "\"auto\"",
+                c->layer_buffers ? "" : " (two leave no room for the activations)");
     fprintf(f, "  %-13s %11s  the same groups, fp32\n", "gradients", H(b->grads));
     int offloaded = p->cuda && p->choices.offload, every = p->choices.boundary_every;
     char off[96] = "";

@@ -76,6 +76,19 @@ bitwise() {
 bitwise moe "$CFG"
 bitwise gpt_oss "$OSS"
 bitwise deepseek "$DS"
+# One streaming layer buffer (layer_buffers = 1, for layers too large for two: the next layer's
+# fetch waits for the compute, a layer's gradients leave before the next backward): the same
+# bits, also with the gradient ring and segments
+run_job deepseek-lb1 3 "$DS" layer_buffers=1 || show_log deepseek-lb1
+expect "deepseek: layer_buffers 1 gives the losses of 2, bitwise" \
+    diff <(losses "$WORK/deepseek-np3") <(losses "$WORK/deepseek-lb1")
+for lb in 1 2; do
+    run_job ring-lb$lb 3 "$DS" layer_buffers=$lb boundary_every=2 optimizer.grad_slots=\"ring\" \
+        optimizer.clip=0 || show_log ring-lb$lb
+done
+expect "deepseek, gradient ring, segments of 2: layer_buffers 1 gives the losses of 2, bitwise" \
+    diff <(losses "$WORK/ring-lb2") <(losses "$WORK/ring-lb1")
+expect "deepseek, gradient ring: 20 steps" test "$(losses "$WORK/ring-lb1" 2>/dev/null | wc -l)" -eq 20
 # 2 nodes of 1 compute + 1 optimizer rank, a micro-batch each: the gradients and the aux loss's
 # per-expert sums meet over nodes in a fixed tree, so the node count changes no bit either
 MT_TEST_NODES=2 run_job nodes2 4 "$CFG" || show_log nodes2

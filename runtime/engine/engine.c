@@ -209,6 +209,7 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     }
     job->device_groups = ch.device_groups;
     e->offload = ch.offload;
+    e->ring_n = ch.layer_buffers;
     e->every = ch.boundary_every;
     e->slots = plan_boundary_slots(&e->c->model, &ch);
     e->offloaded = plan_offloaded_boundaries(&e->c->model, &ch);
@@ -260,7 +261,7 @@ static void engine_init(engine *e) {
     weight_buffer_init(&e->xfer, &e->head, device_alloc(e, head, wb));
     grad_buffer_init(&e->xfer, &e->emb_g, device_alloc(e, emb, 4));
     grad_buffer_init(&e->xfer, &e->head_g, device_alloc(e, head, 4));
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < e->ring_n; i++) {
         weight_buffer_init(&e->xfer, &e->ring[i], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->ring_g[i], device_alloc(e, layer, 4));
     }
@@ -289,8 +290,9 @@ static void engine_init(engine *e) {
 static void engine_free(engine *e) {
     weight_buffer w[] = {e->emb, e->head, e->ring[0], e->ring[1]};
     grad_buffer g[] = {e->emb_g, e->head_g, e->ring_g[0], e->ring_g[1]};
-    buffers_free(&e->xfer, w, 4, g, 4);
-    for (int i = 0; i < 4; i++) e->ops->release(e->be, w[i].dst), e->ops->release(e->be, g[i].src);
+    int n = 2 + e->ring_n;
+    buffers_free(&e->xfer, w, n, g, n);
+    for (int i = 0; i < n; i++) e->ops->release(e->be, w[i].dst), e->ops->release(e->be, g[i].src);
     buffers_free(&e->xfer, e->own, e->n_own, e->own_g, e->n_own);
     for (int l = 0; l < e->n_own; l++)
         e->ops->release(e->be, e->own[l].dst), e->ops->release(e->be, e->own_g[l].src);

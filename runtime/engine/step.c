@@ -59,10 +59,10 @@ static float *dres(engine *e, int m) {
 }
 
 static weight_buffer *layer_weights(engine *e, int l) {
-    return l < e->n_own ? &e->own[l] : &e->ring[l % 2];
+    return l < e->n_own ? &e->own[l] : &e->ring[l % e->ring_n];
 }
 static grad_buffer *layer_grads(engine *e, int l) {
-    return l < e->n_own ? &e->own_g[l] : &e->ring_g[l % 2];
+    return l < e->n_own ? &e->own_g[l] : &e->ring_g[l % e->ring_n];
 }
 
 // The last layers' internals are kept first (any choice saves the same recompute); pairs
@@ -118,7 +118,13 @@ static int syncs_in_layers(const engine *e) {
 // updates them during the backward). With a slot per group the fetch waits for the optimizer
 // ranks' update, and the host had better queue the layer's other micro-batches first.
 static int fetch_early(const engine *e) {
-    return e->ops->async && syncs_in_layers(e) && model_grad_ring_depth(e->c) > 0;
+    return e->ops->async && syncs_in_layers(e) && model_grad_ring_depth(e->c) > 0 && e->ring_n > 1;
+}
+
+// With one layer buffer the next layer's weights can come in only once the compute is done
+// with the buffer (buffer_done): no fetch runs ahead of the layer that holds it.
+static int fetch_ahead(const engine *e) {
+    return e->ring_n > 1;
 }
 
 // In the forward, after layer l: layer l + 1, or the head.
@@ -148,7 +154,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         // The next fetch may wait for an optimizer. A backend that computes in the call fetches
         // first, so the copy runs during the compute; one that only queues it queues the layer
         // first, so the device has it to run while the host waits.
-        if (!e->ops->async) fetch_next(e, l, version);
+        if (!e->ops->async && fetch_ahead(e)) fetch_next(e, l, version);
         int in = keep ? l : l % 2, out = keep ? l + 1 : (l + 1) % 2;
         if (keep) act_wait(e, l + 1);
         span_begin(e, "fwd", l);
@@ -164,7 +170,7 @@ static void forward_layers(engine *e, int64_t version, int M, int keep) {
         if (keep) metrics_progress(e->mx, version, "forward", l + 1, model->layers);
         if (keep) act_out(e, l + 1);
         buffer_done(w);
-        if (e->ops->async && !fetch_early(e)) fetch_next(e, l, version);
+        if ((e->ops->async && !fetch_early(e)) || !fetch_ahead(e)) fetch_next(e, l, version);
     }
     fetch_wait(&e->head);
 }
@@ -207,9 +213,9 @@ int backward_passes(int layers, int k, layer_pass *out) {
 // its fetch queued), else the ring buffer other than `busy`, the one the compute is using.
 static weight_buffer *ring_for(engine *e, int l, int64_t v, const weight_buffer *busy) {
     if (l < e->n_own) return &e->own[l];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < e->ring_n; i++)
         if (e->ring[i].group == model_layer_group(l) && e->ring[i].version == v) return &e->ring[i];
-    return busy == &e->ring[0] ? &e->ring[1] : &e->ring[0];
+    return busy == &e->ring[0] && e->ring_n > 1 ? &e->ring[1] : &e->ring[0];
 }
 
 static void redo_forward(engine *e, const weight_buffer *w, int l) {
@@ -264,7 +270,7 @@ static int backward_layers(engine *e, int64_t step) {
         weight_buffer *w = ring_for(e, p.layer, step, busy);
         fetch_async(&e->xfer, w, model_layer_group(p.layer), step);
         fetch_wait(w);
-        if (i + 1 < e->n_passes) {
+        if (i + 1 < e->n_passes && fetch_ahead(e)) {
             int next = e->passes[i + 1].layer;
             fetch_async(&e->xfer, ring_for(e, next, step, w), model_layer_group(next), step);
         }
@@ -278,7 +284,8 @@ static int backward_layers(engine *e, int64_t step) {
         busy = w;
         offload_layer(e, &pending, step);
         if (!p.redo) pending = p.layer;
-        if (syncs_in_layers(e)) offload_layer(e, &pending, step); // the device is not behind
+        // the device is not behind; or, with one buffer, the next backward zeroes this one
+        if (syncs_in_layers(e) || e->ring_n == 1) offload_layer(e, &pending, step);
     }
     return pending;
 }

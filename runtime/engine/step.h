@@ -26,8 +26,9 @@ struct engine {
     transfer xfer;
     dataset data;
     int n;                            // tokens per micro-batch
-    weight_buffer emb, head, ring[2]; // layer l streams through ring[l % 2]
+    weight_buffer emb, head, ring[2]; // layer l streams through ring[l % ring_n]
     grad_buffer emb_g, head_g, ring_g[2];
+    int ring_n; // streaming layer buffers (layer_buffers): 2, or 1 for layers too large for two
     // The groups the compute rank updates (the embedding and layers 0 .. n_own - 1): their
     // layers have buffers of their own, which stay put.
     device_groups dev;

@@ -169,6 +169,10 @@ const field_t config_schema[] = {
     // segment's redo) skips the attention kernel; -1: auto, as many as the device memory left
     // holds when no layer's internals are kept whole; 0: none
     INT("keep_attention", keep_attention, -1, 1 << 20, 0, -1),
+    // streaming layer buffers on the device: 2 lets the next layer's weights arrive while a layer
+    // computes; 1 takes half the room and leaves the copies in line with the compute (a layer
+    // too large for two); 0: auto, 2 unless they leave no room for the activations
+    INT("layer_buffers", layer_buffers, 0, 2, 0, 0),
     STR("checkpoint.dir", checkpoint_dir, DERIVED, NULL), // default: runs/<cfg name>
     // default: steps (one checkpoint, at the end); 0: never (benchmarks)
     INT("checkpoint.interval", checkpoint_interval, 0, INT_MAX, DERIVED, 0),

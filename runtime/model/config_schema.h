@@ -27,7 +27,7 @@ typedef struct {
     const char *const *names; // an enum's names, its values in order (def: the default's)
 } field_t;
 
-#define CONFIG_FIELDS 108 // entries of config_schema (checked where it is defined)
+#define CONFIG_FIELDS 109 // entries of config_schema (checked where it is defined)
 extern const field_t config_schema[];
 
 const field_t *find_field(const char *key);

@@ -229,6 +229,7 @@ typedef struct {
     int offload_activations; // "auto" (when they don't fit the device), "never", "always"
     int boundary_every;      // keep boundaries 0, k, 2k, ... (and recompute the rest); 0: auto
     int keep_attention; // recomputed passes whose attention output stays on the device; -1: auto
+    int layer_buffers;  // streaming layers on the device at once, 1 or 2; 0: auto
     // trace_steps = [a, b]: 1-based inclusive steps written to trace.json; {0, 0}: none
     int trace_steps[2];
     // Hugging Face folders, resolved relative to the config file's folder ("": none).

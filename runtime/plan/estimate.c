@@ -143,9 +143,12 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     return fmax(last_end, landed);
 }
 
-// Each pass's parts: compute, PCIe, in one of them the optimizer, and the disk.
+// Each pass's parts: compute, PCIe, in one of them the optimizer, and the disk. With one
+// streaming layer buffer (serial) a layer's weights come in after the layer before has computed,
+// so compute and PCIe take turns.
 typedef struct {
     double fwd[4], bwd[4];
+    int serial;
 } pass_parts;
 
 static int slowest(const double part[4]) {
@@ -155,12 +158,19 @@ static int slowest(const double part[4]) {
     return i;
 }
 
+// A pass: as long as its slowest part, compute and PCIe one after the other when serial.
+static double pass_s(const double part[4], int serial) {
+    double turns = serial ? part[0] + part[1] : fmax(part[0], part[1]);
+    return fmax(turns, fmax(part[2], part[3]));
+}
+
 // The backward pass as long as its slowest part or, with the ring, the groups' pipeline
 // (ring_backward_s) where that outlasts them; *piped says which.
-static double backward_pass_s(const mt_plan *p, const double bwd[4], int *piped) {
-    double longest = bwd[slowest(bwd)];
-    double pipeline =
-        p->ring_depth > 0 ? ring_backward_s(p, bwd[0], bwd[1], fmax(bwd[2], bwd[3])) : 0;
+static double backward_pass_s(const mt_plan *p, const double bwd[4], int serial, int *piped) {
+    double longest = pass_s(bwd, serial);
+    double pipeline = p->ring_depth > 0 ? ring_backward_s(p, serial ? bwd[0] + bwd[1] : bwd[0],
+                                                          serial ? 0 : bwd[1], fmax(bwd[2], bwd[3]))
+                                        : 0;
     *piped = pipeline > longest;
     return fmax(longest, pipeline);
 }
@@ -173,7 +183,7 @@ static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, i
     fwd[0] *= scale, bwd[0] *= scale;
     if (!disk) fwd[3] = bwd[3] = 0;
     int piped;
-    double step = fwd[slowest(fwd)] + backward_pass_s(p, bwd, &piped);
+    double step = pass_s(fwd, pp->serial) + backward_pass_s(p, bwd, pp->serial, &piped);
     return step > 0 ? (fwd[0] + bwd[0]) / step : 1;
 }
 
@@ -227,6 +237,7 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s)
                 ring ? 0 : updating},
         .bwd = {e->compute_s - e->forward_s, fmax(in_bwd, out_bwd) / PLAN_PCIE_BYTES_PER_S,
                 ring ? shared : 0, written + (ring ? updating : 0)},
+        .serial = p->choices.layer_buffers == 1,
     };
     static const char *const names[4] = {"compute", "PCIe", "the optimizer's updates",
                                          "the disk (storage.dir)"};
@@ -235,9 +246,13 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s)
         "the optimizer's updates, from the first gradients to land to the last",
         "the disk, then the ring's updates behind it"};
     int f = slowest(pp.fwd), b = slowest(pp.bwd), piped;
-    e->forward_phase_s = pp.fwd[f], e->forward_bound = names[f];
-    e->backward_phase_s = backward_pass_s(p, pp.bwd, &piped);
+    e->forward_phase_s = pass_s(pp.fwd, pp.serial), e->forward_bound = names[f];
+    e->backward_phase_s = backward_pass_s(p, pp.bwd, pp.serial, &piped);
     e->backward_bound = piped ? piped_names[b] : names[b];
+    if (pp.serial && pp.fwd[0] + pp.fwd[1] >= fmax(pp.fwd[2], pp.fwd[3]))
+        e->forward_bound = "compute and PCIe in turn (one layer buffer)";
+    if (pp.serial && !piped && pp.bwd[0] + pp.bwd[1] >= fmax(pp.bwd[2], pp.bwd[3]))
+        e->backward_bound = "compute and PCIe in turn (one layer buffer)";
     e->step_s = e->forward_phase_s + e->backward_phase_s;
     // PCIe and the optimizer's updates, the pipeline's ends included; then the disk too
     e->stream_break_even_tokens = tokens * break_even_scale(p, &pp, 0);

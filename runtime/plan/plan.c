@@ -24,11 +24,11 @@ static mt_buffer_shape buffer_shape(const mt_config *c) {
     return s;
 }
 
-// Elements of the groups that stay resident: embedding, head and the two-layer ring, whose
-// buffers hold the largest layer (an MoE model mixes dense and MoE layers).
-static uint64_t resident_numel(const mt_model *m) {
+// Elements of the groups that stay resident: embedding, head and the ring of `buffers` layers,
+// whose buffers hold the largest layer (an MoE model mixes dense and MoE layers).
+static uint64_t resident_numel(const mt_model *m, int buffers) {
     return model_group_numel(m, 0) + model_group_numel(m, model_head_group(m)) +
-           2 * model_largest_layer(m);
+           (uint64_t)buffers * model_largest_layer(m);
 }
 
 // A working set's bytes: its list (buffers.h), as the backend allocates it.
@@ -165,13 +165,14 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     int cuda = ch->cuda, grad_bytes = ch->grad_bytes;
     memset(b, 0, sizeof *b);
     b->device_groups = ch->device_groups;
+    b->layer_buffers = ch->layer_buffers;
     uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
     for (int g = 0; g < b->device_groups; g++) {
         uint64_t n = model_group_numel(&c->model, g);
         owned += n, largest = n > largest ? n : largest;
     }
-    uint64_t resident =
-        resident_numel(&c->model) + (owned ? owned - model_group_numel(&c->model, 0) : 0);
+    uint64_t resident = resident_numel(&c->model, ch->layer_buffers) +
+                        (owned ? owned - model_group_numel(&c->model, 0) : 0);
     // on the CPU, also the staging copy, host memory there
     b->optimizer = 12 * owned + (cuda ? 0 : device_staging_bytes(b->device_groups));
     b->weights = resident * (cuda ? 2 : 4);
@@ -183,7 +184,7 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
         uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
         if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
             uint64_t leave = model_group_numel(&c->model, model_head_group(&c->model)) +
-                             2 * model_largest_layer(&c->model);
+                             (uint64_t)ch->layer_buffers * model_largest_layer(&c->model);
             transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(&c->model, 0)));
         }
         b->backend = plan_backend_start_bytes(c, 1);
@@ -311,9 +312,17 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
                     : c->keep_attention < pairs ? c->keep_attention
                                                 : pairs;
     if (c->offload_activations == OFFLOAD_ALWAYS) ch->offload = 1;
+    ch->layer_buffers = c->layer_buffers > 0 ? c->layer_buffers : 2;
     if (room == UINT64_MAX) return;
     mt_buffer_shape s = buffer_shape(c);
-    uint64_t one = 4 * s.M * s.n * s.D, before = before_offload_bytes(c, ch);
+    uint64_t one = 4 * s.M * s.n * s.D;
+    // "auto": one streaming layer where two leave no room for even the offloaded activations'
+    // two boundaries, the residual gradient and the margin
+    if (c->layer_buffers == 0 && before_offload_bytes(c, ch) + 4 * one + (1ull << 30) > room) {
+        ch->layer_buffers = 1; // and memory this tight keeps the groups' state off the device
+        if (c->device_groups < 0) ch->device_groups = 0;
+    }
+    uint64_t before = before_offload_bytes(c, ch);
     uint64_t left = room > before ? room - before : 0, reserve = one + (1ull << 30);
     // asked-for attention slots come first: the boundaries take what they leave
     uint64_t asked = (uint64_t)ch->att_slots * plan_attention_slot_bytes(c, cuda);

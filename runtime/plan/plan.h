@@ -71,6 +71,7 @@ typedef struct {
     uint64_t attention;    // the kept attention outputs (keep_attention): att_slots of them
     int att_slots;
     int device_groups; // how many: the embedding, then layers 0, 1, ... (own buffers each)
+    int layer_buffers; // streaming layers at once (plan_choices')
     uint64_t total;
 } plan_buffers;
 
@@ -102,6 +103,7 @@ typedef struct {
     int offload;        // offload_activations, "auto" resolved
     int boundary_every; // boundary_every, "auto" (0) resolved: 1 keeps every boundary
     int att_slots;      // keep_attention, "auto" (-1) resolved: passes whose attention output stays
+    int layer_buffers;  // layer_buffers, "auto" (0) resolved: 1 or 2 streaming layers
 } plan_choices;
 
 #define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
