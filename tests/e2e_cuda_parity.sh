@@ -14,7 +14,8 @@
 # and by chunks of 48 tokens (batch.seq_chunk: the projections and norms a chunk at a time, the
 # conv and the delta rule over the micro-batch) within 0.2% of the whole micro-batch on cuda.
 # Then DeepSeek-V3's MoE as gpt-oss's (sigmoid router with its correction bias,
-# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss. Then
+# 2 of 4 groups, scale 2.5, ungated shared experts), losses alone: it has no aux loss; and with
+# one streaming layer buffer, bitwise the losses of two. Then
 # multi-head latent attention (a query rank, values of 16 padded to q's and k's 24 on the GPU,
 # interleaved RoPE, YaRN with mscale_all_dim, packed documents): every step within 2%. Skipped
 # (exit 77) without a usable GPU.
@@ -143,6 +144,11 @@ expect "deepseek: step 1's loss within 1%, every step's within 5%" \
          NR == 1 && off($1, $2, 0.01) { bad = 1 }
          off($1, $2, 0.05) { bad = 1 }
          END { exit bad || NR != 20 }' "$WORK/ds_pairs"
+# one streaming layer buffer (layer_buffers = 1): the fetch waits for the compute's event and
+# the gradients leave before the next backward; the same bits on cuda
+run_job ds_lb1 3 "$WORK/ds_cuda.cfg" --stop-at 8 layer_buffers=1 || show_log ds_lb1
+expect "deepseek: cuda, one layer buffer gives the losses of two bitwise, 8 steps" \
+    diff <(losses "$WORK/ds_cuda" | head -8) <(losses "$WORK/ds_lb1")
 mla_config cpu "$WORK/mla_cpu.cfg"
 mla_config cuda "$WORK/mla_cuda.cfg"
 run_job mla_cpu 3 "$WORK/mla_cpu.cfg" || show_log mla_cpu
