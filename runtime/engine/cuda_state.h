@@ -26,9 +26,9 @@ typedef struct {
 // A MoE MLP's working set for one chunk of tokens (moe_cuda.c): P = chunk x top_k pairs.
 typedef struct {
     float *logits, *probs, *weight, *d_weight, *d_act, *sh_logit, *sh_dact;
-    float *correction; // the layer's correction bias widened to fp32 where no frozen image came
-    float *frozen;     // the layers' frozen images (engine/frozen.h), fp32
-    unsigned char *frozen_set; // host: whether layer l's came
+    float *correction;    // the layer's correction bias widened to fp32 where no frozen image came
+    float *frozen;        // the layers' frozen images (engine/frozen.h), fp32
+    int64_t *frozen_corr; // host: 1 + where layer l's correction bias lies in frozen; 0: none came
     int32_t *expert, *row_of, *token_of, *counts, *offsets;
     int32_t *counts_host, *offsets_host; // pinned: the experts' GEMMs are launched from the host
     // every forward chunk's counts and offsets ([E] and [E + 1] per MoE layer, micro-batch and

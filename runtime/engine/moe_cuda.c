@@ -41,8 +41,7 @@ static const float *correction_of(backend *b, int l, const layer_w *w) {
     const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
     if (!w->router_corr) return NULL;
-    if (s->frozen_set && s->frozen_set[l])
-        return s->frozen + model_frozen_base(m, l) + model_frozen_at(m, l, T_ROUTER_CORR);
+    if (s->frozen_corr && s->frozen_corr[l] > 0) return s->frozen + s->frozen_corr[l] - 1;
     cuda_bf16_to_float(s->correction, w->router_corr, m->experts, b->s);
     return s->correction;
 }
@@ -55,9 +54,11 @@ static moe_sigmoid_route sigmoid_route(backend *b, int l, const layer_w *w) {
 void cu_moe_set_frozen(backend *b, int l, const float *image) {
     const mt_model *m = &b->c->model;
     moe_set *s = &b->moe;
-    CUDA_CHECK(cudaMemcpy(s->frozen + model_frozen_base(m, l), image,
-                          model_frozen_numel(m, l) * sizeof(float), cudaMemcpyHostToDevice));
-    s->frozen_set[l] = 1;
+    uint64_t base = model_frozen_base(m, l);
+    CUDA_CHECK(cudaMemcpy(s->frozen + base, image, model_frozen_numel(m, l) * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    int64_t at = model_frozen_at(m, l, T_ROUTER_CORR);
+    s->frozen_corr[l] = at < 0 ? 0 : 1 + (int64_t)base + at; // looked up per chunk: once here
 }
 
 // The routing of one chunk on the device: logits, probabilities, top-k and the dispatch.

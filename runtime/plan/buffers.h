@@ -232,7 +232,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, unsigned char, has_docs, (s).docs *(s).M)                                                 \
     X(o, int, gdn_chunks, (s).docs *(s).gdn *(s).M)                                                \
     X(o, int, moe.moe_index, (s).moe *(s).L)                                                       \
-    X(o, unsigned char, moe.frozen_set, ((s).frozen > 0) * (s).L)                                  \
+    X(o, int64_t, moe.frozen_corr, ((s).frozen > 0) * (s).L)                                       \
     X(o, int32_t, moe.counts_all, (s).stat_rows *(s).E)                                            \
     X(o, float, moe.psum_host, (s).stat_rows *(s).E)                                               \
     X(o, float, moe.aux_g_host, (s).E)                                                             \
