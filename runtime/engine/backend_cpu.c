@@ -29,8 +29,8 @@ struct backend {
     int *moe_index, moe_layers, aux_micro;
     int32_t *counts;
     float *psum, *aux_g;
-    float *frozen; // the layers' frozen images (set_frozen), where frozen_set[l] says they came
-    unsigned char *frozen_set;
+    float *frozen;      // the layers' frozen images (set_frozen)
+    int64_t *frozen_at; // 1 + where layer l's image lies in frozen; 0: none came
     moe_route_io route;
     double aux;
     mt_buffer_shape shape;
@@ -137,14 +137,15 @@ static moe_route_io *route_of(backend *b, int l, int m) {
 static void bind_weights(backend *b, layer_params *p, int l, const void *w) {
     const mt_model *m = &b->c->model;
     layer_params_bind(p, m, l, (float *)w);
-    if (b->frozen_set && b->frozen_set[l])
-        layer_params_bind_frozen(p, m, l, b->frozen + model_frozen_base(m, l));
+    if (b->frozen_at && b->frozen_at[l] > 0)
+        layer_params_bind_frozen(p, m, l, b->frozen + b->frozen_at[l] - 1);
 }
 
 static void cpu_set_frozen(backend *b, int l, const float *image) {
     const mt_model *m = &b->c->model;
-    memcpy(b->frozen + model_frozen_base(m, l), image, model_frozen_numel(m, l) * sizeof(float));
-    b->frozen_set[l] = 1;
+    uint64_t base = model_frozen_base(m, l);
+    memcpy(b->frozen + base, image, model_frozen_numel(m, l) * sizeof(float));
+    b->frozen_at[l] = 1 + (int64_t)base; // bound every layer call: located once here
 }
 
 static void cpu_layer_forward(backend *b, int l, int m, const void *w, const float *x, float *out,

@@ -113,18 +113,18 @@ static int syncs_in_layers(const engine *e) {
     return e->c->model.experts > 0;
 }
 
+// With one layer buffer the next layer's weights can come in only once the compute is done
+// with the buffer (buffer_done): no fetch runs ahead of the layer that holds it.
+static int fetch_ahead(const engine *e) {
+    return e->ring_n > 1;
+}
+
 // Whether the forward fetches the next layer once the first micro-batch is queued: where the
 // host waits for the device anyway, and the next layer's weights are already updated (the ring
 // updates them during the backward). With a slot per group the fetch waits for the optimizer
 // ranks' update, and the host had better queue the layer's other micro-batches first.
 static int fetch_early(const engine *e) {
-    return e->ops->async && syncs_in_layers(e) && model_grad_ring_depth(e->c) > 0 && e->ring_n > 1;
-}
-
-// With one layer buffer the next layer's weights can come in only once the compute is done
-// with the buffer (buffer_done): no fetch runs ahead of the layer that holds it.
-static int fetch_ahead(const engine *e) {
-    return e->ring_n > 1;
+    return e->ops->async && syncs_in_layers(e) && model_grad_ring_depth(e->c) > 0 && fetch_ahead(e);
 }
 
 // In the forward, after layer l: layer l + 1, or the head.

@@ -345,14 +345,21 @@ uint64_t model_frozen_base(const mt_model *m, int layer) {
     return n;
 }
 
+// Where the frozen tensor at element `off` of its group lies in the layer's frozen image, from
+// the group's frozen spans; -1 where no span starts there.
+static int64_t image_at(uint64_t off, const uint64_t *lo, const uint64_t *hi, int spans) {
+    uint64_t at = 0;
+    for (int i = 0; i < spans; at += hi[i] - lo[i], i++)
+        if (lo[i] == off) return (int64_t)at;
+    return -1;
+}
+
 int64_t model_frozen_at(const mt_model *m, int layer, int role) {
-    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], off[T_ROLES], at = 0;
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], off[T_ROLES];
     if (!role_frozen(role)) return -1;
     model_layer_offsets(m, layer, off);
     int spans = model_frozen_spans(m, model_layer_group(layer), lo, hi);
-    for (int i = 0; i < spans; at += hi[i] - lo[i], i++)
-        if (lo[i] == off[role]) return (int64_t)at;
-    return -1;
+    return image_at(off[role], lo, hi, spans);
 }
 
 uint64_t model_group_numel(const mt_model *m, int g) {
@@ -453,9 +460,12 @@ void layer_params_bind(layer_params *r, const mt_model *m, int layer, float *bas
 }
 
 void layer_params_bind_frozen(layer_params *r, const mt_model *m, int layer, float *image) {
+    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN], off[T_ROLES];
+    model_layer_offsets(m, layer, off);
+    int spans = model_frozen_spans(m, model_layer_group(layer), lo, hi);
     int64_t at;
 #define MT_BIND_FROZEN(field, role, ...)                                                           \
-    if ((at = model_frozen_at(m, layer, role)) >= 0) r->field = image + at;
+    if (role_frozen(role) && (at = image_at(off[role], lo, hi, spans)) >= 0) r->field = image + at;
     MT_LAYER_ROLES(MT_BIND_FROZEN)
 #undef MT_BIND_FROZEN
 }

@@ -463,10 +463,10 @@ int model_frozen_spans(const mt_model *m, int g, uint64_t lo[MODEL_MAX_FROZEN],
 uint64_t model_frozen_run(const uint64_t *lo, const uint64_t *hi, int spans, uint64_t at,
                           uint64_t end, int *frozen);
 // Layer l's frozen image: its frozen tensors' values one after another, in the spans' order,
-// which the compute rank gets in fp32 at the start (engine/frozen.c). Its length, and where
-// role `role` starts in it (-1: the layer has no such frozen tensor).
-// The layers' images lie one after another (model_frozen_base: where layer l's starts), and
-// layer_params_bind_frozen points a layer's frozen roles into its image.
+// which the compute rank gets in fp32 at the start (engine/frozen.c). The layers' images lie one
+// after another. Layer l's image's length, where it starts among them, and where role `role`
+// starts in it (-1: the layer has no such frozen tensor); layer_params_bind_frozen points a
+// layer's frozen roles into its image.
 uint64_t model_frozen_numel(const mt_model *m, int layer);
 uint64_t model_frozen_base(const mt_model *m, int layer);
 int64_t model_frozen_at(const mt_model *m, int layer, int role);

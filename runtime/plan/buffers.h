@@ -384,15 +384,15 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 
 // backend_cpu.c's routing statistics, with MoE layers: each layer's index among them, and per
 // micro-batch, MoE layer and expert the tokens and probability sums; per micro-batch and
-// expert the load-balancing loss's gradient. And the layers' frozen images in fp32, with
-// whether each layer's has come (engine/frozen.h).
+// expert the load-balancing loss's gradient. And the layers' frozen images in fp32, with 1 +
+// where each layer's lies among them once it has come (engine/frozen.h).
 #define MT_CPU_MOE_STATS(X, o, s)                                                                  \
     X(o, int, moe_index, ((s).moe_layers > 0) * (s).L)                                             \
     X(o, int32_t, counts, (s).M *(s).moe_layers *(s).E)                                            \
     X(o, float, psum, (s).M *(s).moe_layers *(s).E)                                                \
     X(o, float, aux_g, ((s).moe_layers > 0) * (s).M * (s).E)                                       \
     X(o, float, frozen, (s).frozen)                                                                \
-    X(o, unsigned char, frozen_set, ((s).frozen > 0) * (s).L)
+    X(o, int64_t, frozen_at, ((s).frozen > 0) * (s).L)
 
 // A kept attention output on the CPU: fp32 output and statistics, an allocation each.
 #define MT_CPU_ATTENTION_SLOT(X, o, s)                                                             \
