@@ -112,7 +112,7 @@ rc=$?
 stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/int.log")
 expect "2 nodes: a SIGINT ends the job with exit code 130 (was $rc)" test "$rc" -eq 130
 expect "2 nodes: after a step, with its checkpoint ($stopped)" \
-    grep -qx "$(printf 'step_%06d' "${stopped:-0}")" "$WORK/int/LATEST" || show_log int
+    grep -qx "$(step_dir "${stopped:-0}")" "$WORK/int/LATEST" || show_log int
 
 # the plan shows the placement
 MT_TEST_NODES=2 "$MTRUN" --plan -np 6 "$WORK/m4.cfg" >"$WORK/plan.log" 2>&1

@@ -29,7 +29,7 @@ expect "a first SIGINT ends the job with exit code 130 (was $rc)" test "$rc" -eq
 stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/int.log")
 expect "it finished a step and said which ($stopped)" test -n "$stopped"
 expect "that step's checkpoint is there and LATEST names it" \
-    grep -qx "$(printf 'step_%06d' "${stopped:-0}")" "$WORK/int/LATEST"
+    grep -qx "$(step_dir "${stopped:-0}")" "$WORK/int/LATEST"
 expect "it stopped early (before step 60)" test "${stopped:-60}" -lt 60
 "$MTRUN" -np 2 "$WORK/base.cfg" --resume "$WORK/int" >"$WORK/int-resume.log" 2>&1 ||
     show_log int-resume
@@ -63,7 +63,7 @@ rc=$?
 stopped=$(sed -n 's/.*stopped on request after step \([0-9]*\),.*/\1/p' "$WORK/wrapped.log")
 expect "through a launcher that keeps SIGUSR1: stopped after step ${stopped:-?}, exit $rc" \
     test -n "$stopped" -a "$rc" -eq 130
-expect "and saved that step" grep -qx "$(printf 'step_%06d' "${stopped:-0}")" "$WORK/wrapped/LATEST"
+expect "and saved that step" grep -qx "$(step_dir "${stopped:-0}")" "$WORK/wrapped/LATEST"
 
 # Ctrl-C twice, as a terminal sends it: to the process group, here mtrun's own (setsid). The
 # optimizer ranks take 2 s per group update, so a step takes 8 s: finishing it would show.
