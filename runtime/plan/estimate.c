@@ -158,19 +158,34 @@ static int slowest(const double part[4]) {
     return i;
 }
 
-// A pass: as long as its slowest part, compute and PCIe one after the other when serial.
+// A pass's GPU side as the layers see it: when serial, the compute and PCIe one after the other
+// (*compute their sum, *pcie nothing apart), else side by side.
+static void gpu_parts(const double part[4], int serial, double *compute, double *pcie) {
+    *compute = serial ? part[0] + part[1] : part[0];
+    *pcie = serial ? 0 : part[1];
+}
+
+// A pass: as long as its slowest part.
 static double pass_s(const double part[4], int serial) {
-    double turns = serial ? part[0] + part[1] : fmax(part[0], part[1]);
-    return fmax(turns, fmax(part[2], part[3]));
+    double compute, pcie;
+    gpu_parts(part, serial, &compute, &pcie);
+    return fmax(fmax(compute, pcie), fmax(part[2], part[3]));
+}
+
+// Whether a serial pass is bound by its compute and PCIe in turn.
+static int in_turn_bound(const double part[4], int serial) {
+    double compute, pcie;
+    gpu_parts(part, serial, &compute, &pcie);
+    return serial && compute >= fmax(part[2], part[3]);
 }
 
 // The backward pass as long as its slowest part or, with the ring, the groups' pipeline
 // (ring_backward_s) where that outlasts them; *piped says which.
 static double backward_pass_s(const mt_plan *p, const double bwd[4], int serial, int *piped) {
-    double longest = pass_s(bwd, serial);
-    double pipeline = p->ring_depth > 0 ? ring_backward_s(p, serial ? bwd[0] + bwd[1] : bwd[0],
-                                                          serial ? 0 : bwd[1], fmax(bwd[2], bwd[3]))
-                                        : 0;
+    double longest = pass_s(bwd, serial), compute, pcie;
+    gpu_parts(bwd, serial, &compute, &pcie);
+    double pipeline =
+        p->ring_depth > 0 ? ring_backward_s(p, compute, pcie, fmax(bwd[2], bwd[3])) : 0;
     *piped = pipeline > longest;
     return fmax(longest, pipeline);
 }
@@ -249,10 +264,9 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s)
     e->forward_phase_s = pass_s(pp.fwd, pp.serial), e->forward_bound = names[f];
     e->backward_phase_s = backward_pass_s(p, pp.bwd, pp.serial, &piped);
     e->backward_bound = piped ? piped_names[b] : names[b];
-    if (pp.serial && pp.fwd[0] + pp.fwd[1] >= fmax(pp.fwd[2], pp.fwd[3]))
-        e->forward_bound = "compute and PCIe in turn (one layer buffer)";
-    if (pp.serial && !piped && pp.bwd[0] + pp.bwd[1] >= fmax(pp.bwd[2], pp.bwd[3]))
-        e->backward_bound = "compute and PCIe in turn (one layer buffer)";
+    static const char *const in_turn = "compute and PCIe in turn (one layer buffer)";
+    if (in_turn_bound(pp.fwd, pp.serial)) e->forward_bound = in_turn;
+    if (!piped && in_turn_bound(pp.bwd, pp.serial)) e->backward_bound = in_turn;
     e->step_s = e->forward_phase_s + e->backward_phase_s;
     // PCIe and the optimizer's updates, the pipeline's ends included; then the disk too
     e->stream_break_even_tokens = tokens * break_even_scale(p, &pp, 0);
