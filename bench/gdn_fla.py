@@ -2,10 +2,10 @@
 """flash-linear-attention's chunked gated delta rule, timed on the shapes test_gdn_cuda --bench
 times ours at, so that the two stand side by side in one call on one card.
 
-  python3 bench/gdn_fla.py --T 8192,32768 --H 32,64 --HK 16 --dk 128 --dv 128
+  python3 bench/gdn_fla.py --T 8192,32768 --H 32,64 --HK 16 --dk 128 --dv 128 [--B 1]
 
-Inputs as the Qwen3.5 layer hands them over: q and k L2-normalised (bf16, [1, T, HK, dk]), v bf16
-[1, T, H, dv], g = log-decay fp32 [1, T, H] (negative), beta bf16 in (0, 1). GVA (H > HK) is
+Inputs as the Qwen3.5 layer hands them over: q and k L2-normalised (bf16, [B, T, HK, dk]), v bf16
+[B, T, H, dv], g = log-decay fp32 [B, T, H] (negative), beta bf16 in (0, 1). GVA (H > HK) is
 FLA's own (it repeats no tensor). Forward alone, then forward + backward; the backward is their
 difference. Best of 5 after 3 warm-ups (Triton autotunes on the first calls)."""
 import argparse
@@ -15,6 +15,7 @@ import torch
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--B", type=int, default=1, help="rows")
     p.add_argument("--T", default="8192,32768")
     p.add_argument("--H", default="32,64", help="value heads, a list")
     p.add_argument("--HK", type=int, default=16)
@@ -38,7 +39,7 @@ def timed(fn, reps=5, warm=3):
     return best
 
 
-def one(T, H, HK, dk, dv):
+def one(B, T, H, HK, dk, dv):
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
@@ -50,13 +51,13 @@ def one(T, H, HK, dk, dv):
 
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    q = torch.nn.functional.normalize(torch.randn(1, T, HK, dk, device=dev), dim=-1).bfloat16()
-    k = torch.nn.functional.normalize(torch.randn(1, T, HK, dk, device=dev), dim=-1).bfloat16()
-    v = torch.randn(1, T, H, dv, device=dev).bfloat16()
-    g = (-0.05 * (torch.rand(1, T, H, device=dev) * 2)).float()
-    beta = (0.1 + 0.8 * torch.rand(1, T, H, device=dev)).bfloat16()
+    q = torch.nn.functional.normalize(torch.randn(B, T, HK, dk, device=dev), dim=-1).bfloat16()
+    k = torch.nn.functional.normalize(torch.randn(B, T, HK, dk, device=dev), dim=-1).bfloat16()
+    v = torch.randn(B, T, H, dv, device=dev).bfloat16()
+    g = (-0.05 * (torch.rand(B, T, H, device=dev) * 2)).float()
+    beta = (0.1 + 0.8 * torch.rand(B, T, H, device=dev)).bfloat16()
     leaves = [t.requires_grad_() for t in (q, k, v, g, beta)]
-    dout = torch.randn(1, T, H, dv, device=dev).bfloat16()
+    dout = torch.randn(B, T, H, dv, device=dev).bfloat16()
     scale = dk**-0.5
 
     def fwd():
@@ -71,15 +72,15 @@ def one(T, H, HK, dk, dv):
 
     f = timed(fwd)
     fb = timed(fwd_bwd)
-    print(f"FLA gated delta T={T} H={H} HK={HK} dk={dk} dv={dv}: forward {f:.3f} ms, "
-          f"backward {fb - f:.3f} ms, fwd+bwd {T / (fb * 1e-3):.0f} tokens/s", flush=True)
+    print(f"FLA gated delta B={B} T={T} H={H} HK={HK} dk={dk} dv={dv}: forward {f:.3f} ms, "
+          f"backward {fb - f:.3f} ms, fwd+bwd {B * T / (fb * 1e-3):.0f} tokens/s", flush=True)
 
 
 def main():
     a = parse()
     for H in (int(x) for x in a.H.split(",")):
         for T in (int(x) for x in a.T.split(",")):
-            one(T, H, a.HK, a.dk, a.dv)
+            one(a.B, T, H, a.HK, a.dk, a.dv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@
 #   rule    the delta rule's GPU checks (gdn_cuda_vs_cpu, the Qwen3.5 layer and model parity
 #           against transformers), then, where they pass, its forward and backward beside
 #           flash-linear-attention's at 8,192 and 32,768 tokens (32 value heads over 16 key heads
-#           of 128), and the kernel times of those 4 layers at one micro-batch (MT_KERNEL_TIMES:
+#           of 128) and at a training step's 8 rows of 2,048 (48 value heads), and the kernel times of those 4 layers at one micro-batch (MT_KERNEL_TIMES:
 #           the rate the plan takes for the rule, PLAN_GPU_GDN_FLOPS)
 #   usage: OUT=... bench/run_qwen35.sh [rule] [peer | peer27 | peer35] [slices] [long] [busy]
 # The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
@@ -52,6 +52,9 @@ for what in "$@"; do
         [ $ok = 0 ] || { grep -E "FAIL" "$OUT/rule-ctest.log" | head -20; exit 1; }
         build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 | tee "$OUT/rule.log"
         python3 bench/gdn_fla.py --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tee -a "$OUT/rule.log"
+        # a training step's shape: Qwen3.5-27B's 48 value heads, 8 rows of 2,048 tokens
+        build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 | tee -a "$OUT/rule.log"
+        python3 bench/gdn_fla.py --B 8 --T 2048 --H 48 --HK 16 2>&1 | grep -v Warning | tee -a "$OUT/rule.log"
         MT_KERNEL_TIMES=1 timeout 150 build/bin/mtrun --force -np 5 bench/configs/moe-qwen3.5-27b-4l.cfg \
             --out /tmp/rule-kt steps=2 batch.micro_batches=1 2>&1 | grep -E "KTIME|TFLOP/s" | head -30 ;;
     slices) bench/run_slices.sh build "$OUT" qwen3.5-27b qwen3.5-35b-a3b 2>&1 | tail -n 50 ;;

@@ -15,7 +15,7 @@
 // and rows of more chunks than one backward segment holds.
 //
 //   test_gdn_cuda            the checks; exit 0 all passed, 1 a check failed, 77 no CUDA device
-//   test_gdn_cuda --bench [--H 48 --HK 16 --dk 128 --dv 128 --T 4096,32768]
+//   test_gdn_cuda --bench [--B 1 --H 48 --HK 16 --dk 128 --dv 128 --T 4096,32768]
 //                            forward and backward ms and tokens/s of the delta rule, tensor
 //                            cores (gdn) and the CUDA-core reference (gdn ref), with each
 //                            tensor-core kernel's share; by default at Qwen3.5-27B's linear
@@ -530,10 +530,10 @@ static void bench_shares(const gdn_args *a, int chunks, const cuda_gdn_tensors *
 
 // Forward and backward of the delta rule at one shape on both paths, and the tensor-core
 // path's kernels' shares.
-static void bench_one(int T, int H, int HK, int dk, int dv) {
-    gdn_args a = {1, T, H, HK, dk, dv, NULL, 1.0f / sqrtf((float)dk)};
-    long nqk = (long)T * HK * dk, nv = (long)T * H * dv, ng = (long)T * H;
-    int chunks = gdn_max_chunks(NULL, 1, T);
+static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
+    gdn_args a = {B, T, H, HK, dk, dv, NULL, 1.0f / sqrtf((float)dk)};
+    long nqk = (long)B * T * HK * dk, nv = (long)B * T * H * dv, ng = (long)B * T * H;
+    int chunks = gdn_max_chunks(NULL, B, T);
     float *g = rand_vec(ng, 1.0f), *beta = rand_vec(ng, 1.0f);
     for (long i = 0; i < ng; i++) g[i] = -0.05f * (g[i] + 1.0f), beta[i] = 0.5f + 0.4f * beta[i];
     cuda_gdn_tensors t = {.q = to_dev_bf16(unit_rows_bf16(nqk / dk, dk), nqk),
@@ -556,9 +556,9 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
         float f, b;
         cuda_gated_delta_exact(paths[p]->exact);
         bench_path(paths[p], &a, chunks, &t, scratch, &f, &b);
-        printf("%-7s T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
+        printf("%-7s B=%d T=%d H=%d HK=%d dk=%d dv=%d: forward %.3f ms, backward %.3f ms, "
                "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
-               paths[p]->name, T, H, HK, dk, dv, f, b, T / ((f + b) * 1e-3),
+               paths[p]->name, B, T, H, HK, dk, dv, f, b, (double)B * T / ((f + b) * 1e-3),
                bytes / (double)(1ull << 30));
         if (p > 0) continue;
         bench_shares(&a, chunks, &t, scratch);
@@ -577,10 +577,12 @@ static void bench_one(int T, int H, int HK, int dk, int dv) {
 }
 
 static int bench(int argc, char **argv) {
-    int H = 48, HK = 16, dk = 128, dv = 128;
+    int B = 1, H = 48, HK = 16, dk = 128, dv = 128;
     const char *Ts = "4096,32768";
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--H"))
+        if (!strcmp(argv[i], "--B"))
+            B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--H"))
             H = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--HK"))
             HK = atoi(argv[i + 1]);
@@ -596,7 +598,7 @@ static int bench(int argc, char **argv) {
         }
     }
     for (const char *p = Ts; *p;) {
-        bench_one(atoi(p), H, HK, dk, dv);
+        bench_one(B, atoi(p), H, HK, dk, dv);
         p = strchr(p, ',');
         if (!p) break;
         p++;
