@@ -20,8 +20,9 @@
 #   rule    the delta rule's GPU checks (gdn_cuda_vs_cpu, the Qwen3.5 layer and model parity
 #           against transformers), then, where they pass, its forward and backward beside
 #           flash-linear-attention's at 8,192 and 32,768 tokens (32 value heads over 16 key heads
-#           of 128) and at a training step's 8 rows of 2,048 (48 value heads), and the kernel times of those 4 layers at one micro-batch (MT_KERNEL_TIMES:
-#           the rate the plan takes for the rule, PLAN_GPU_GDN_FLOPS)
+#           of 128) and at a training step's 8 rows of 2,048 (48 value heads), and the kernel
+#           times of those 4 layers at one micro-batch (MT_KERNEL_TIMES: the rate the plan takes
+#           for the rule, PLAN_GPU_GDN_FLOPS)
 #   usage: OUT=... bench/run_qwen35.sh [rule] [peer | peer27 | peer35] [slices] [long] [busy]
 # The peer's linear attention is flash-linear-attention's (FLA) when it imports: carry its wheels
 # in .whl, install them into /tmp/site and run this with PYTHONPATH=/tmp/site; without it
