@@ -52,8 +52,9 @@ expect "bf16 checkpoint resumed with fp32 slots: step 11 is the bf16 run's" \
 expect "bf16 checkpoint resumed with fp32 slots: step 20 follows fp32 (not the bf16 run's)" \
     bash -c "[ -n '$(step_loss bstop2 20)' ] && [ '$(step_loss bstop2 20)' != '$(step_loss b2 20)' ]"
 
-# On a GPU: the bf16 copies that leave and the in-place rounding of the groups that stay give
-# the same bits (device_groups 0 and 3), and -np changes nothing.
+# On a GPU: the gradients that leave, rounded a piece at a time, and the in-place rounding of
+# the groups that stay give the same bits (device_groups 0 and 3), and -np changes nothing; so do
+# pieces of 1024 floats (MT_TEST_PIECE_FLOATS), which every group crosses many times.
 if have_gpu; then
     small_config cuda "$WORK/cuda.cfg"
     sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "bf16";/' "$WORK/cuda.cfg"
@@ -64,6 +65,9 @@ if have_gpu; then
     expect "cuda, bf16 slots: device_groups 3 (-np 2) = device_groups 0 (-np 3), bitwise" \
         same_losses c0 c3
     expect "cuda, bf16 slots: the same checkpoint" same_state c0 c3
+    MT_TEST_PIECE_FLOATS=1024 run_job cp 3 "$WORK/cuda.cfg" || show_log cp
+    expect "cuda, bf16 slots: pieces of 1024 floats give the same losses, bitwise" same_losses c0 cp
+    expect "cuda, bf16 slots: pieces of 1024 floats give the same checkpoint" same_state c0 cp
 fi
 
 # The plan: bf16 slots hold half the gradient bytes; the run's plan line names its slots.

@@ -192,11 +192,11 @@ expected() {
         out("compute_host.total", 8 * res + acts + dres + cpu_work + cpu_att)
         # the same on the GPU: bf16 weights; the buffers of the backend (its working sets and
         # the cuBLASLt workspace); the reduce scratch and squared norms of the transfer; the
-        # 64 MiB staging area of the fp32 master; with bf16 slots, the bf16 copies of the
-        # gradients that leave (head, the 2-layer ring, and the embedding unless it stays)
+        # 64 MiB staging area of the fp32 master; with bf16 slots, the two bf16 pieces the
+        # leaving gradients are rounded through: the largest leaving group, at most 16M
         r = ("seq_chunk" in cfg && cfg["seq_chunk"] > 0) ? cfg["seq_chunk"] : 16384; if (r > n) r = n
-        gpu_work = GPUBACK + 8 * 1024 + 4 * 8 + 64 * 1048576 \
-                   + (GB == 2 ? 2 * (numel[G - 1] + 2 * layer) : 0)
+        out_piece = 0; for (g = DGGPU; g < G; g++) if (numel[g] > out_piece) out_piece = numel[g]
+        gpu_work = GPUBACK + 8 * 1024 + 4 * 8 + 64 * 1048576 + (GB == 2 ? 4 * min(out_piece, 16777216) : 0)
         # the GPU updates the embedding and the first ceil(L / 8) layers itself (fp32 master,
         # m, v); those layers have buffers of their own
         own = numel[0] + nl * layer; resg = res + nl * layer

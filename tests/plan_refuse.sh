@@ -127,9 +127,11 @@ grep -q "7b.cfg: the compute rank's buffers need .* of GPU memory (activations .
 grep -q "GPU memory   needs .* 8.00 GiB free (--gpu-mem): DOES NOT FIT" "$TMP/gpu.out" ||
     fail "7b with --gpu-mem 8G: --plan does not mark the GPU check"
 echo "ok   --gpu-mem 8G: 7b refused by the plan: $(cat "$TMP/gpu.err")"
-# The activations' choice leaves room for the bf16 copies of the gradients that leave: 175B with
-# its gradients and moments on disk fits an 80 GB GPU. And a layer too large for two streaming
-# buffers takes one (layer_buffers "auto"): DeepSeek-V3's 11 B-parameter MoE layers on 141 GB.
+# The activations' choice leaves room for the pieces the leaving gradients are rounded through:
+# 175B with its gradients and moments on disk fits an 80 GB GPU. And a layer too large for two
+# streaming buffers takes one (layer_buffers "auto"): DeepSeek-V3's 11 B-parameter MoE layers and
+# Kimi K2's 17 B ones fit what an H200 leaves free (139 GiB), their bf16 gradient slots filled a
+# piece at a time rather than from a whole layer's bf16 copy.
 # (The disk's free space may fail its own check here: only the GPU's is read.)
 gpu_plan() {
     MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 "$MTRUN" --plan -np 5 \
@@ -139,11 +141,13 @@ gpu_plan() {
 gpu_plan 80G configs/175b.cfg 175b
 grep -q "GPU memory   needs .* 80.00 GiB free (--gpu-mem): ok" "$TMP/175b.out" ||
     fail "175b on 80G: $(grep 'GPU memory  ' "$TMP/175b.out")"
-gpu_plan 141G configs/deepseek-v3.cfg ds
-grep -q "embedding + head + 1 streaming layer," "$TMP/ds.out" &&
-    grep -q "GPU memory   needs .* 141.0 GiB free (--gpu-mem): ok" "$TMP/ds.out" ||
-    fail "deepseek-v3 on 141G: $(grep -E 'streaming|GPU memory  ' "$TMP/ds.out")"
-echo "ok   175B fits 80 GB with bf16 gradient copies counted; DeepSeek-V3 fits 141 GB with one layer buffer"
+for big in deepseek-v3 kimi-k2; do
+    gpu_plan 139G configs/$big.cfg $big
+    grep -q "embedding + head + 1 streaming layer," "$TMP/$big.out" &&
+        grep -q "GPU memory   needs .* 139.0 GiB free (--gpu-mem): ok" "$TMP/$big.out" ||
+        fail "$big on 139G: $(grep -E 'streaming|GPU memory  ' "$TMP/$big.out")"
+done
+echo "ok   175B fits 80 GB with bf16 gradient pieces counted; DeepSeek-V3 and Kimi K2 fit 139 GiB with one layer buffer"
 MT_DEVICE_FREE_BYTES=1000000 "$MTRUN" -np 3 $CFG --out "$TMP/small-device" >"$TMP/dev.log" 2>&1
 rc=$?
 [ "$rc" -eq 2 ] || fail "compute rank with 1 MB of device memory: exit code $rc, expected 2"

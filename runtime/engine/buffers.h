@@ -62,8 +62,7 @@ typedef struct grad_buffer {
     int stays;  // a group the compute rank updates itself: only its norm is measured and announced
     void *done; // CUDA event: the offload landed
     double *sumsq_dev, *sumsq_host;
-    bf16 *bf16_copy; // CUDA, bf16 gradient slots: what leaves for them
-    float *staged;   // CUDA over nodes: the group's fp32 sums in pinned host memory
+    float *staged; // CUDA over nodes: the group's fp32 sums in pinned host memory
 } grad_buffer;
 
 #endif

@@ -10,6 +10,8 @@
 #else // without CUDA these are never reached: t->cuda is always NULL
 #define xfer_cuda_new(job, s) NULL
 #define xfer_cuda_free(x, job) ((void)0)
+#define xfer_cuda_out_init(x, job) ((void)0)
+#define xfer_cuda_out_free(x) ((void)0)
 #define xfer_cuda_weight_init(b) ((void)0)
 #define xfer_cuda_grad_init(b) ((void)0)
 #define xfer_cuda_buffers_free(w, nw, g, ng) ((void)0)
@@ -38,6 +40,7 @@ void transfer_init(transfer *t, mt_job *job, void *compute_stream) {
     t->job = job;
     if (compute_stream) {
         t->cuda = xfer_cuda_new(job, compute_stream);
+        xfer_cuda_out_init(t->cuda, job);
         if (job->nodes > 1)
             t->d2h = stream_new("mt-nodes", TRACE_D2H); // the sums over nodes
         else if (job->cfg.storage_grads)
@@ -66,6 +69,7 @@ void transfer_free(transfer *t) {
     if (t->h2d) stream_free(t->h2d);
     if (t->d2h) stream_free(t->d2h);
     transfer_tier_free(t);
+    if (t->cuda) xfer_cuda_out_free(t->cuda);
     if (t->cuda) xfer_cuda_free(t->cuda, t->job);
     free(t->version);
     free(t->group_sumsq);

@@ -1,62 +1,17 @@
 // CUDA transfers: the shared regions are registered with CUDA so DMA reads the fp32 master
 // weights and writes the gradient slots in place. The master lands in a small staging area
-// and is rounded to bf16 on the GPU; bf16 gradient slots are filled from a bf16 copy made on
-// the GPU, so each direction moves what the host keeps and nothing more. The host thread only
-// issues copies and records events; it blocks on the GPU only when a gradient buffer is
-// reused or an offload must be announced.
+// and is rounded to bf16 on the GPU; bf16 gradient slots are filled from pieces rounded on the
+// GPU (grads_out_cuda.c, the gradients' way out), so each direction moves what the host keeps
+// and nothing more. The host thread only issues copies and records events; it blocks on the GPU
+// only when a gradient buffer is reused or an offload must be announced.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/engine/transfer_cuda.h"
+#include "runtime/engine/transfer_cuda_state.h"
 #include "runtime/engine/transfer_tier.h"
-#include "runtime/observe/observe.h"
 #include "shm/syscheck.h"
 #include <stdlib.h>
 #include <string.h>
-
-// Timing events, recorded as work is issued and read once per step (after the device has
-// caught up), so that measuring never makes the host wait mid-step.
-#define TIMING_PAIRS 2048 // a pair per shard copy: a 7B step with 16 shards needs about 1100
-
-typedef struct {
-    cudaEvent_t begin[TIMING_PAIRS], end[TIMING_PAIRS];
-    double bytes[TIMING_PAIRS];
-    trace_tag tag[TIMING_PAIRS]; // a pair that is also a trace span (name != NULL)
-    int used, track;             // track: where its spans go in the trace
-    double seconds, total_bytes; // folded from pairs already read
-} timing_pool;
-
-// fp32 master elements staged at a time on the way to a bf16 buffer: a few milliseconds of PCIe,
-// so the conversion between chunks costs about 1% of the copy.
-#define STAGE_ELEMS ((size_t)16 << 20)
-
-struct transfer_cuda {
-    cudaStream_t compute, h2d, d2h;
-    void *reduce_scratch;
-    float *stage;                     // [STAGE_ELEMS], used in stream order on h2d
-    uint16_t *copy_pinned;            // storage.master: a page-rounded bf16 piece, read from disk
-    timing_pool h2d_t, d2h_t, busy_t; // busy_t: compute-stream segments between waits
-    timing_pool span_t;               // the trace's compute spans (traced steps only)
-    int segment_open, span_open;
-    int optimizer_waited; // the next busy segment begins after a wait on the optimizers
-    int open_marked;      // the open segment began right after one (no compute queued in it)
-    double opt_stall_seconds;
-    // When the busy pool is folded mid-step, `carry` stands in for the last folded segment's
-    // end, carry_ms after it, so that slot 0's gap can still be measured.
-    cudaEvent_t carry;
-    float carry_ms;
-    int carry_valid;
-    // A reference event and the host time it ran at: a GPU event's host time is ref_host_us
-    // plus the GPU time elapsed from ref to it. Set at the start of each traced step.
-    cudaEvent_t ref;
-    double ref_host_us;
-    int ref_valid;
-    // storage.grads on one node: the device (the tier's thread sets it), the stream its copies
-    // go on, two pinned pieces in the slots' dtype, each with the event of its copy's landing
-    int device;
-    cudaStream_t tier;
-    void *tier_pinned[2];
-    cudaEvent_t tier_landed[2];
-};
 
 static void pool_init(timing_pool *p, int track) {
     memset(p, 0, sizeof *p);
@@ -98,7 +53,7 @@ static void pool_fold(const transfer_cuda *x, timing_pool *p) {
 // with hundreds of layers: fold it early.
 static double opt_stall(const transfer_cuda *x);
 
-static int pool_slot(transfer_cuda *x, timing_pool *p) {
+int xfer_cuda_pool_slot(transfer_cuda *x, timing_pool *p) {
     if (p->used == TIMING_PAIRS) {
         CUDA_CHECK(cudaDeviceSynchronize());
         if (p == &x->busy_t) {
@@ -117,7 +72,7 @@ static void segment_end(transfer_cuda *x);
 
 static void segment_begin(transfer_cuda *x) {
     segment_end(x);
-    int i = pool_slot(x, &x->busy_t);
+    int i = xfer_cuda_pool_slot(x, &x->busy_t);
     x->busy_t.tag[i].name = NULL;
     x->busy_t.bytes[i] = x->open_marked = x->optimizer_waited; // a mark, read by opt_stall
     x->optimizer_waited = 0;
@@ -189,9 +144,7 @@ transfer_stats xfer_cuda_take_stats(transfer_cuda *x) {
     return st;
 }
 
-// Pinned host memory for the tier's O_DIRECT reads and writes: page-aligned and page-rounded
-// (cudaMallocHost promises 256 bytes of alignment only), then registered with CUDA.
-static void *pinned_pages(size_t bytes) {
+void *xfer_cuda_pinned_pages(size_t bytes) {
     void *p;
     bytes = (bytes + 4095) & ~(size_t)4095;
     if (posix_memalign(&p, 4096, bytes)) mt_die("out of memory");
@@ -199,29 +152,9 @@ static void *pinned_pages(size_t bytes) {
     return p;
 }
 
-static void pinned_pages_free(void *p) {
+void xfer_cuda_pinned_pages_free(void *p) {
     CUDA_CHECK(cudaHostUnregister(p));
     free(p);
-}
-
-// Two pinned pieces; their events block rather than spin: the thread waits on each piece's copy.
-static void tier_init(transfer_cuda *x, mt_job *job) {
-    CUDA_CHECK(cudaGetDevice(&x->device));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&x->tier, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) {
-        x->tier_pinned[i] = pinned_pages(transfer_tier_grads_piece(job) * job->grad_bytes);
-        CUDA_CHECK(cudaEventCreateWithFlags(&x->tier_landed[i],
-                                            cudaEventDisableTiming | cudaEventBlockingSync));
-    }
-}
-
-static void tier_free(transfer_cuda *x) {
-    if (!x->tier) return;
-    for (int i = 0; i < 2; i++) {
-        pinned_pages_free(x->tier_pinned[i]);
-        CUDA_CHECK(cudaEventDestroy(x->tier_landed[i]));
-    }
-    CUDA_CHECK(cudaStreamDestroy(x->tier));
 }
 
 transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
@@ -233,8 +166,7 @@ transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream) {
     CUDA_CHECK(cudaMalloc(&x->reduce_scratch, cuda_sum_squares_scratch_bytes()));
     CUDA_CHECK(cudaMalloc((void **)&x->stage, STAGE_ELEMS * sizeof(float)));
     if (job->cfg.storage_master)
-        x->copy_pinned = pinned_pages(transfer_tier_largest_piece(job) * 2);
-    if (job->cfg.storage_grads && job->nodes == 1) tier_init(x, job);
+        x->copy_pinned = xfer_cuda_pinned_pages(transfer_tier_largest_piece(job) * 2);
     pool_init(&x->h2d_t, TRACE_H2D);
     pool_init(&x->d2h_t, TRACE_D2H);
     pool_init(&x->busy_t, 0);
@@ -253,8 +185,7 @@ void xfer_cuda_free(transfer_cuda *x, mt_job *job) {
     for (int k = 0; k < job->n_shards; k++) CUDA_CHECK(cudaHostUnregister(job->regions[k].base));
     CUDA_CHECK(cudaFree(x->reduce_scratch));
     CUDA_CHECK(cudaFree(x->stage));
-    if (x->copy_pinned) pinned_pages_free(x->copy_pinned);
-    tier_free(x);
+    if (x->copy_pinned) xfer_cuda_pinned_pages_free(x->copy_pinned);
     pool_destroy(&x->h2d_t);
     pool_destroy(&x->d2h_t);
     pool_destroy(&x->busy_t);
@@ -291,7 +222,6 @@ void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng) {
     for (int i = 0; i < ng; i++) {
         CUDA_CHECK(cudaEventDestroy((cudaEvent_t)g[i].done));
         CUDA_CHECK(cudaFree(g[i].sumsq_dev));
-        if (g[i].bf16_copy) CUDA_CHECK(cudaFree(g[i].bf16_copy));
         if (g[i].staged) CUDA_CHECK(cudaFreeHost(g[i].staged));
         CUDA_CHECK(cudaFreeHost(g[i].sumsq_host));
     }
@@ -311,7 +241,7 @@ void xfer_cuda_fetch_shard(transfer *t, weight_buffer *buf, int k) {
     mt_job *job = t->job;
     size_t n = job->layouts[k].len[buf->group];
     if (n == 0) return;
-    int slot = pool_slot(x, &x->h2d_t);
+    int slot = xfer_cuda_pool_slot(x, &x->h2d_t);
     CUDA_CHECK(cudaEventRecord(x->h2d_t.begin[slot], x->h2d));
     x->h2d_t.bytes[slot] = (double)n * sizeof(float);
     x->h2d_t.tag[slot] = trace_tag_of("h2d", TRACE_ARG_GROUP, buf->group);
@@ -395,155 +325,6 @@ void xfer_cuda_buffer_done(weight_buffer *buf) {
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->free, buf->t->cuda->compute));
 }
 
-// The gradients into the shards' slots (fp32, or the bf16 copy), timed.
-// A timed stretch of the D2H stream: what it copies of `group`, `bytes` in all.
-static void d2h_timed_begin(transfer_cuda *x, int group, double bytes) {
-    int slot = pool_slot(x, &x->d2h_t);
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.begin[slot], x->d2h));
-    x->d2h_t.bytes[slot] = bytes;
-    x->d2h_t.tag[slot] = trace_tag_of("d2h", TRACE_ARG_GROUP, group);
-}
-static void d2h_timed_end(transfer_cuda *x) {
-    CUDA_CHECK(cudaEventRecord(x->d2h_t.end[x->d2h_t.used++], x->d2h));
-}
-
-static void copy_out(transfer_cuda *x, mt_job *job, grad_buffer *buf, long numel) {
-    size_t es = (size_t)job->grad_bytes;
-    const char *from = es == 2 ? (const char *)buf->bf16_copy : (const char *)buf->src;
-    d2h_timed_begin(x, buf->group, (double)numel * (double)es);
-    for (int k = 0; k < job->n_shards; k++) {
-        size_t n = job->layouts[k].len[buf->group];
-        if (n == 0) continue;
-        CUDA_CHECK(cudaMemcpyAsync(job_grad_slot(job, k, buf->group),
-                                   from + job->layouts[k].lo[buf->group] * es, n * es,
-                                   cudaMemcpyDeviceToHost, x->d2h));
-    }
-    d2h_timed_end(x);
-}
-
-// bf16 slots: the norm is taken from the fp32 sums first, then they are rounded once, into a
-// copy that leaves (allocated at the buffer's first offload, in the first step, before the
-// kept activations take what memory is left) or, for a group that stays, in place.
-static void round_for_slots(grad_buffer *buf, long numel, cudaStream_t s) {
-    if (buf->stays) {
-        cuda_round_bf16(buf->src, numel, s);
-        return;
-    }
-    if (!buf->bf16_copy) CUDA_CHECK(cudaMalloc((void **)&buf->bf16_copy, numel * sizeof(bf16)));
-    cuda_float_to_bf16(buf->bf16_copy, buf->src, numel, s);
-}
-
-// Right behind the compute that makes the gradients: their norm (and bf16 rounding), and the
-// event the copy out waits for, which so waits for nothing queued after them.
-void xfer_cuda_offload_ready(transfer *t, grad_buffer *buf) {
-    transfer_cuda *x = t->cuda;
-    mt_job *job = t->job;
-    long numel = (long)job->group_numel[buf->group];
-    cuda_sum_squares(buf->sumsq_dev, buf->src, numel, x->reduce_scratch, x->compute);
-    if (job->grad_bytes == 2) round_for_slots(buf, numel, x->compute);
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
-}
-
-void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
-    transfer_cuda *x = t->cuda;
-    mt_job *job = t->job;
-    long numel = (long)job->group_numel[buf->group];
-    CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
-    if (!buf->stays) copy_out(x, job, buf, numel);
-    CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
-                               cudaMemcpyDeviceToHost, x->d2h));
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
-}
-
-void xfer_cuda_stage(transfer *t, grad_buffer *buf) {
-    transfer_cuda *x = t->cuda;
-    size_t bytes = t->job->group_numel[buf->group] * sizeof(float);
-    if (!buf->staged) CUDA_CHECK(cudaMallocHost((void **)&buf->staged, bytes));
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->compute));
-    CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
-    d2h_timed_begin(x, buf->group, (double)bytes);
-    CUDA_CHECK(cudaMemcpyAsync(buf->staged, buf->src, bytes, cudaMemcpyDeviceToHost, x->d2h));
-    d2h_timed_end(x);
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)buf->done, x->d2h));
-}
-
-// The pieces of group g's shard slices, in shard order: shard k's elements [at, at + n).
-typedef struct {
-    int k;
-    uint64_t at, n;
-} tier_piece;
-
-static tier_piece *tier_pieces(const mt_job *job, int g, int *count) {
-    uint64_t piece = transfer_tier_grads_piece(job);
-    int n = 0;
-    for (int k = 0; k < job->n_shards; k++)
-        n += (int)((job->layouts[k].len[g] + piece - 1) / piece);
-    tier_piece *p = malloc((size_t)(n ? n : 1) * sizeof *p);
-    if (!p) mt_die("out of memory");
-    n = 0;
-    for (int k = 0; k < job->n_shards; k++)
-        for (uint64_t at = 0, len = job->layouts[k].len[g]; at < len; at += piece)
-            p[n++] = (tier_piece){k, at, len - at < piece ? len - at : piece};
-    *count = n;
-    return p;
-}
-
-// Piece j's copy from the device into pinned piece j % 2, on the tier's stream.
-static void tier_copy(transfer_cuda *x, const mt_job *job, const char *from, int g,
-                      const tier_piece *p, int j) {
-    size_t es = (size_t)job->grad_bytes;
-    const char *src = from + (job->layouts[p[j].k].lo[g] + p[j].at) * es;
-    CUDA_CHECK(
-        cudaMemcpyAsync(x->tier_pinned[j % 2], src, p[j].n * es, cudaMemcpyDeviceToHost, x->tier));
-    CUDA_CHECK(cudaEventRecord(x->tier_landed[j % 2], x->tier));
-}
-
-// Each piece is written to its shard's file while the next one crosses PCIe. The norm was
-// measured on the device (xfer_cuda_offload_ready), as without the tier: the same bits.
-void xfer_cuda_offload_tier(transfer *t, grad_buffer *buf) {
-    transfer_cuda *x = t->cuda;
-    mt_job *job = t->job;
-    int g = buf->group, n = 0;
-    CUDA_CHECK(cudaSetDevice(x->device)); // this thread's calls go to the engine's device
-    CUDA_CHECK(cudaStreamWaitEvent(x->tier, (cudaEvent_t)buf->done, 0));
-    if (!buf->stays) {
-        const char *from =
-            job->grad_bytes == 2 ? (const char *)buf->bf16_copy : (const char *)buf->src;
-        tier_piece *p = tier_pieces(job, g, &n);
-        if (n > 0) tier_copy(x, job, from, g, p, 0);
-        for (int j = 0; j < n; j++) {
-            CUDA_CHECK(cudaEventSynchronize(x->tier_landed[j % 2]));
-            if (j + 1 < n) tier_copy(x, job, from, g, p, j + 1);
-            transfer_tier_write_piece(t, p[j].k, g, p[j].at, p[j].n, buf->step,
-                                      x->tier_pinned[j % 2]);
-        }
-        free(p);
-    }
-    CUDA_CHECK(cudaMemcpyAsync(buf->sumsq_host, buf->sumsq_dev, sizeof(double),
-                               cudaMemcpyDeviceToHost, x->tier));
-    CUDA_CHECK(cudaStreamSynchronize(x->tier));
-    buf->sumsq = *buf->sumsq_host;
-}
-
-void xfer_cuda_staged_wait(grad_buffer *buf) {
-    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)buf->done));
-}
-
-int xfer_cuda_offload_landed(grad_buffer *buf, int wait) {
-    cudaEvent_t ev = (cudaEvent_t)buf->done;
-    if (wait) {
-        xfer_cuda_host_blocks(buf->t->cuda, 1);
-        CUDA_CHECK(cudaEventSynchronize(ev));
-        xfer_cuda_host_blocks(buf->t->cuda, 0);
-    } else {
-        cudaError_t rc = cudaEventQuery(ev);
-        if (rc == cudaErrorNotReady) return 0;
-        CUDA_CHECK(rc);
-    }
-    buf->sumsq = *buf->sumsq_host;
-    return 1;
-}
-
 // The device is idle first, so the reference event runs as soon as it is recorded: its GPU
 // time lies between the two host readings, and their midpoint is off by at most half the
 // (microseconds-long) round trip. Only traced steps pay for this, between steps.
@@ -561,7 +342,7 @@ void xfer_cuda_trace_calibrate(transfer_cuda *x) {
 // Spans never nest and take_stats (the only other fold of span_t) runs between them, so the
 // open span's begin stays in slot `used` until its end is recorded there.
 void xfer_cuda_span_begin(transfer_cuda *x) {
-    int i = pool_slot(x, &x->span_t);
+    int i = xfer_cuda_pool_slot(x, &x->span_t);
     CUDA_CHECK(cudaEventRecord(x->span_t.begin[i], x->compute));
     x->span_open = 1;
 }

@@ -6,6 +6,10 @@
 
 transfer_cuda *xfer_cuda_new(mt_job *job, void *compute_stream);
 void xfer_cuda_free(transfer_cuda *x, mt_job *job);
+// The gradients' way out (grads_out_cuda.c): the pieces bf16 slots are rounded through and the
+// tier's, made right after xfer_cuda_new and freed before xfer_cuda_free.
+void xfer_cuda_out_init(transfer_cuda *x, mt_job *job);
+void xfer_cuda_out_free(transfer_cuda *x);
 void xfer_cuda_weight_init(weight_buffer *buf);
 void xfer_cuda_grad_init(grad_buffer *buf);
 void xfer_cuda_buffers_free(weight_buffer *w, int nw, grad_buffer *g, int ng);

@@ -1,5 +1,6 @@
 #include "runtime/plan/buffers.h"
 #include "kernels/scratch.h"
+#include "shm/shm.h"
 #include "shm/syscheck.h"
 #ifdef MT_HAVE_CUDA
 #include "kernels/cuda/kernels_gdn_cuda.h"
@@ -153,3 +154,10 @@ LIST_BUILDER(mt_buffers_cpu_moe, MT_CPU_MOE, 0)
 LIST_BUILDER(mt_buffers_cpu_backend, MT_CPU_BACKEND, 0)
 LIST_BUILDER(mt_buffers_cpu_moe_stats, MT_CPU_MOE_STATS, 0)
 LIST_BUILDER(mt_buffers_cpu_attention_slot, MT_CPU_ATTENTION_SLOT, 0)
+
+uint64_t plan_grad_out_piece(const mt_model *m, int device_groups) {
+    uint64_t largest = 0;
+    for (int g = device_groups; g < model_group_count(m); g++)
+        largest = most(largest, model_group_numel(m, g));
+    return shard_grads_piece(largest, model_state_piece());
+}

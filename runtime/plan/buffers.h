@@ -442,4 +442,9 @@ void mt_buffers_cpu_backend(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_moe_stats(mt_buffer_list *l, const mt_buffer_shape *s);
 void mt_buffers_cpu_attention_slot(mt_buffer_list *l, const mt_buffer_shape *s);
 
+// bf16 gradient slots on CUDA: the elements of each of the two device pieces the leaving
+// gradients are rounded through (grads_out_cuda.c): a tier piece of the largest group past the
+// first device_groups (shard_grads_piece), so that the tier's pieces fit them too.
+uint64_t plan_grad_out_piece(const mt_model *m, int device_groups);
+
 #endif

@@ -182,11 +182,8 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     b->residual = 4 * s.M * s.n * s.D;
     if (cuda) {
         uint64_t transfer = 1024 * 8 + 4 * 8 + FETCH_STAGE_BYTES; // reduce scratch, sumsqs, stage
-        if (grad_bytes == 2) { // the bf16 copies of the gradients that leave (transfer_cuda.c)
-            uint64_t leave = model_group_numel(&c->model, model_head_group(&c->model)) +
-                             (uint64_t)ch->layer_buffers * model_largest_layer(&c->model);
-            transfer += 2 * (leave + (b->device_groups ? 0 : model_group_numel(&c->model, 0)));
-        }
+        if (grad_bytes == 2) // the two pieces the leaving gradients are rounded through
+            transfer += 2 * sizeof(bf16) * plan_grad_out_piece(&c->model, ch->device_groups);
         b->backend = plan_backend_start_bytes(c, 1);
         b->backend_host = plan_cuda_backend_host_bytes(c);
         b->working = b->backend + transfer;
@@ -226,9 +223,9 @@ uint64_t plan_backend_start_bytes(const mt_config *c, int cuda) {
 }
 
 // The buffers the activations' choice must leave room for: what engine_init allocates before it
-// chooses (transfer state, weight and gradient buffers, the GPU-updated groups: engine.c's
-// order) and the bf16 copies of the gradients that leave, which the first offloads allocate
-// (transfer_cuda.c): the working set's part beyond the backend's own buffers.
+// chooses (transfer state, the rounding pieces of bf16 slots among it, weight and gradient
+// buffers, the GPU-updated groups: engine.c's order): the working set's part beyond the backend's
+// own buffers.
 static uint64_t before_offload_bytes(const mt_config *c, const plan_choices *ch) {
     plan_buffers b;
     plan_compute_buffers(c, ch, &b);

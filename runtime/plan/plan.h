@@ -205,7 +205,7 @@ int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room,
 
 // The compute rank's buffers for a config: GPU bytes (cuda) or host bytes (cpu); and, for the
 // CUDA backend, the little it keeps in host memory (pinned, offloaded activations included).
-// grad_bytes 2: on CUDA the gradients that leave also get a bf16 copy to leave from.
+// grad_bytes 2: on CUDA the gradients that leave are rounded through two pieces on the device.
 void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffers *b);
 // optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
 // not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
