@@ -6,7 +6,8 @@
 # layers, olmoe:16 the whole OLMoE-1B-7B, qwen35moe:4 and qwen35_27b:4 Qwen3.5's first 4 layers:
 # bench/run_qwen35.sh, which says how the peer gets flash-linear-attention past its refusal on
 # Hopper); MT_PEER_STEPS: the peer's steps (moe_torch.py's default, 6, when unset); MT_PEER_LIMIT:
-# the seconds each of the peer's attempts may take (default 300).
+# the seconds each of the peer's attempts may take (default 300); MT_PEER_SEQ: the peer's rows'
+# tokens (default 2048), its accumulation then as many micro-batches as make 65,536 tokens a step.
 #   usage: bench/run_moe.sh [check] [NAME...] [peer-SHAPE:LAYERS...] [gemm=qwen3moe|mixtral]
 #          [ktime-NAME]     output under $OUT
 set -u
@@ -32,9 +33,10 @@ for what in "$@"; do
         log="$OUT/peer-$(echo "$spec" | tr : -).log"
         : >"$log"
         for micro in ${MT_PEER_MICROS:-8 4 2 1}; do # each attempt judged by its own output
+            seq=${MT_PEER_SEQ:-2048}
             timeout "${MT_PEER_LIMIT:-300}" python3 bench/moe_peer.py .anchors "${spec%%:*}" --layers "${spec#*:}" \
-                --micro $micro --accum $((32 / micro)) ${MT_PEER_STEPS:+--steps $MT_PEER_STEPS} \
-                "${extra[@]}" >"$log.try" 2>&1
+                --micro $micro --seq $seq --accum $((65536 / seq / micro)) \
+                ${MT_PEER_STEPS:+--steps $MT_PEER_STEPS} "${extra[@]}" >"$log.try" 2>&1
             cat "$log.try" >>"$log"
             grep -q "^MOE" "$log.try" && break
             grep -q "OutOfMemoryError\|out of memory" "$log.try" || break
