@@ -118,8 +118,9 @@ void xfer_cuda_offload(transfer *t, grad_buffer *buf) {
     transfer_cuda *x = t->cuda;
     mt_job *job = t->job;
     CUDA_CHECK(cudaStreamWaitEvent(x->d2h, (cudaEvent_t)buf->done, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(x->round, (cudaEvent_t)buf->done, 0));
     if (!buf->stays) {
+        if (job->grad_bytes == 2)
+            CUDA_CHECK(cudaStreamWaitEvent(x->round, (cudaEvent_t)buf->done, 0));
         d2h_timed_begin(x, buf->group, (double)job->group_numel[buf->group] * job->grad_bytes);
         for (int k = 0; k < job->n_shards; k++) copy_slice_out(x, job, buf, k);
         d2h_timed_end(x);
