@@ -54,7 +54,8 @@ expect "bf16 checkpoint resumed with fp32 slots: step 20 follows fp32 (not the b
 
 # On a GPU: the gradients that leave, rounded a piece at a time, and the in-place rounding of
 # the groups that stay give the same bits (device_groups 0 and 3), and -np changes nothing; so do
-# pieces of 1024 floats (MT_TEST_PIECE_FLOATS), which every group crosses many times.
+# pieces of 2048 floats (MT_TEST_PIECE_FLOATS=1024, rounded up to whole 4 KiB blocks of bf16:
+# shard_grads_piece), which every group crosses many times.
 if have_gpu; then
     small_config cuda "$WORK/cuda.cfg"
     sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "bf16";/' "$WORK/cuda.cfg"
@@ -66,8 +67,8 @@ if have_gpu; then
         same_losses c0 c3
     expect "cuda, bf16 slots: the same checkpoint" same_state c0 c3
     MT_TEST_PIECE_FLOATS=1024 run_job cp 3 "$WORK/cuda.cfg" || show_log cp
-    expect "cuda, bf16 slots: pieces of 1024 floats give the same losses, bitwise" same_losses c0 cp
-    expect "cuda, bf16 slots: pieces of 1024 floats give the same checkpoint" same_state c0 cp
+    expect "cuda, bf16 slots: pieces of 2048 floats give the same losses, bitwise" same_losses c0 cp
+    expect "cuda, bf16 slots: pieces of 2048 floats give the same checkpoint" same_state c0 cp
 fi
 
 # The plan: bf16 slots hold half the gradient bytes; the run's plan line names its slots.
