@@ -71,11 +71,12 @@ def trace_facts(path):
         if track == "compute" and kind != "adamw":
             layer_compute.setdefault(layer, {}).setdefault(kind, 0.0)
             layer_compute[layer][kind] += e["dur"] / 1e6
-        elif track.startswith("optimizer") and kind == "adamw":
-            adamw.setdefault(layer, []).append(e["dur"] / 1e6)
+        elif track.startswith("optimizer") and kind == "adamw": # a span a run of pieces
+            ranks = adamw.setdefault(layer, {})
+            ranks[e["pid"]] = ranks.get(e["pid"], 0.0) + e["dur"] / 1e6
     fwd = [c.get("fwd", 0) for c in layer_compute.values()]
     bwd = [c.get("bwd", 0) + c.get("redo", 0) for c in layer_compute.values()]
-    opt = [max(d) for d in adamw.values()]
+    opt = [max(d.values()) for d in adamw.values()]
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     return {"layer_fwd_s": med(fwd), "layer_bwd_s": med(bwd), "layer_adamw_s": med(opt)}
 

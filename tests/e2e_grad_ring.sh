@@ -11,6 +11,10 @@
 #   order, which the optimizer ranks check, ending the job otherwise);
 # - the state of the device-updated groups moves in pieces (a 1000-float piece here): saves,
 #   resumes and exports stay bitwise;
+# - the optimizer ranks update the landed groups by urgency, in pieces (700 floats here, so
+#   that groups interleave), not whole in arrival order: the same bits, and with a slow rank
+#   the trace shows the embedding, the last to land, updated before layer 0, as the next
+#   forward needs them (MT_RING_ORDER=arrival: the other way round);
 # - a non-finite gradient ends a ring job at that step, exit 3, with one line and nothing of it
 #   saved: the previous checkpoint stays the latest;
 # - "ring" with clipping on is refused in one line naming the field; the plan says which slots
@@ -27,7 +31,7 @@ sed -i 's/^optimizer = {/optimizer = {\n  grad_dtype = "fp32";/' "$WORK/base.cfg
 sed 's/^optimizer = {/optimizer = {\n  clip = 0.0;/' "$WORK/base.cfg" >"$WORK/ring.cfg"
 sed 's/^optimizer = {/optimizer = {\n  grad_slots = "all";/' "$WORK/ring.cfg" >"$WORK/all.cfg"
 sed 's/^optimizer = {/optimizer = {\n  device_groups = 3;/' "$WORK/ring.cfg" >"$WORK/ring-dev3.cfg"
-export MT_TEST_STATE_PIECE=1000
+export MT_TEST_STATE_PIECE=1000 MT_TEST_RING_PIECE=700
 ex() { echo "export_dir=$WORK/$1-export"; }
 
 run_job all 3 "$WORK/all.cfg" "$(ex all)" || show_log all
@@ -36,6 +40,8 @@ run_job ring5 5 "$WORK/ring.cfg" || show_log ring5
 run_job dev3 3 "$WORK/ring-dev3.cfg" "$(ex ring-dev3)" --stop-at "$HALF" || show_log dev3
 run_job dev3r 2 "$WORK/ring-dev3.cfg" --resume "$WORK/dev3" || show_log dev3r
 MT_FAULT_SLOW_ADAMW_MS=20 run_job slow 3 "$WORK/ring.cfg" 'trace_steps=[3,4]' || show_log slow
+MT_RING_ORDER=arrival MT_FAULT_SLOW_ADAMW_MS=20 run_job fifo 3 "$WORK/ring.cfg" 'trace_steps=[3,4]' ||
+    show_log fifo
 # 2 virtual nodes, one micro-batch each, their optimizer ranks splitting Adam's moments
 MT_TEST_NODES=2 run_job dp 6 "$WORK/ring.cfg" optimizer.shard_across_nodes=true || show_log dp
 
@@ -62,6 +68,31 @@ expect "a slow optimizer rank: still bitwise" same slow all
 expect "2 nodes with the moments split, ring = one node, a slot per group, bitwise" same dp all
 expect "a slow optimizer rank: the backward waited for a slot (trace)" \
     grep -q '"name":"wait slot' "$WORK/slow/trace.json"
+expect "in arrival order: still bitwise" same fifo all
+# The group whose update each optimizer rank finished last in step 3, one line per rank. The
+# slow rank is a few groups behind when the backward ends (it waited for slots): in arrival
+# order the last is the embedding, the last to land; by urgency it is a layer that landed before
+# it, which the next forward needs later.
+last_updated() {
+    python3 - "$1" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+last = {}
+for e in events:
+    if e.get("ph") == "X" and e["pid"] != 0 and e["args"].get("step") == 3 and e["name"].startswith("adamw "):
+        end = e["ts"] + e["dur"]
+        if e["pid"] not in last or end > last[e["pid"]][0]:
+            last[e["pid"]] = (end, e["name"][6:])
+for pid in sorted(last):
+    print(last[pid][1])
+PY
+}
+slow_last=$(last_updated "$WORK/slow/trace.json" | paste -sd, -)
+fifo_last=$(last_updated "$WORK/fifo/trace.json" | paste -sd, -)
+expect "by urgency: each rank's last update of the step is a layer, not the embedding ($slow_last)" \
+    test -n "$slow_last" -a "$(echo "$slow_last" | tr , '\n' | grep -cx embed)" -eq 0
+expect "MT_RING_ORDER=arrival: the embedding on every rank ($fifo_last)" \
+    test "$fifo_last" = embed,embed
 
 # On a GPU: the ring and a slot per group give the same bits on the CUDA backend too, with the
 # copies out waiting for ring slots, and with device-updated groups.

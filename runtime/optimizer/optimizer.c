@@ -1,4 +1,5 @@
 #include "runtime/optimizer/optimizer.h"
+#include "runtime/optimizer/optimizer_parts.h"
 #include "kernels/adamw.h"
 #include "runtime/optimizer/storage.h"
 #include "runtime/base/base.h"
@@ -19,25 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-typedef struct {
-    mt_job *job;
-    int shard;
-    group_state *state; // [n_groups]
-    double *sumsq;      // [n_groups]: this step's squared gradient norm of each group
-    int64_t *grads_step;
-    int slow_ms;  // for tests (MT_FAULT_SLOW_ADAMW_MS): extra time per group update
-    int ring_bad; // the ring: a group of this step had a non-finite norm
-    // [n_groups]: the part of each group's shard slice whose moments this rank keeps and
-    // updates (job_moment_part: all of it unless the state is split across nodes)
-    uint64_t *part_lo, *part_n;
-    storage *tier; // storage.*: gradients and/or moments on disk (NULL: all in memory)
-    // the groups this rank updates, in the order it updates them: forward, or the backward's
-    // with the gradient ring
-    int order[SHM_MAX_GROUPS], n_order;
-    int arrival[SHM_MAX_GROUPS]; // every group, in the order their gradients are announced
-    int64_t ring_next;           // storage.master: the weight ring's entries written so far
-} optimizer;
 
 // ---- Optimizer state memory: NUMA-local, huge pages, first touched by its updaters ----
 
@@ -137,15 +119,6 @@ static void pin_threads(int shard, int index, int peers) {
     }
 }
 
-// The master in the shard's region is at `version`: the compute rank may stream it (a group it
-// updates itself has no master there, only the version, for the start's progress count).
-static void publish_weights(optimizer *o, int g, int version) {
-    mt_job *job = o->job;
-    job_control_block(job, o->shard)->weights_version[g] = version;
-    control_msg msg = {CONTROL_WEIGHTS_READY, g, version, 0};
-    control_send(job->ctl, 0, &msg);
-}
-
 // ---- the groups the compute rank updates itself (engine/device_groups.c is the other side) ----
 
 // Their state lives on the compute rank's device. It passes through this rank a piece of
@@ -192,31 +165,13 @@ static void give_fresh_device_groups(optimizer *o) {
 
 // ---- storage.master: the weights reach the compute rank through the ring and the copy ----
 
-// Piece k of group g at `version`, fresh, into the next entry of the region's weight ring: the
-// compute rank takes it from there if it comes for it before the entry is reused, else from the
-// bf16 copy on disk. The writer never waits for the reader (shm_ring_tag's seqlock).
-static void ring_put(optimizer *o, int g, int k, int64_t version, const float *src, uint64_t n) {
-    mt_job *job = o->job;
-    const shard_layout *lay = &job->layouts[o->shard];
-    int e = (int)(o->ring_next++ % SHM_WEIGHT_RING);
-    shm_ring_tag *t = &job_control_block(job, o->shard)->ring[e];
-    float *dst = (float *)((char *)job->regions[o->shard].base + lay->ring_offset) +
-                 (uint64_t)e * lay->ring_entry;
-    int64_t seq = t->seq;
-    __atomic_store_n(&t->seq, seq + 1, __ATOMIC_RELAXED); // odd: being written
-    __atomic_thread_fence(__ATOMIC_RELEASE); // ... before any byte of the entry changes
-    t->group = g, t->piece = k, t->version = version;
-    memcpy(dst, src, n * sizeof(float));
-    __atomic_store_n(&t->seq, seq + 2, __ATOMIC_RELEASE);
-}
-
 // Piece k of group g's master at `version`, from outside an update (the start, a resume): its
 // bf16 copy to disk and the piece into the ring, as an update does.
 static void publish_piece(optimizer *o, int g, int k, int64_t version, const float *p, uint64_t n) {
     bf16 *copy = storage_copy_buffer(o->tier);
     for (uint64_t i = 0; i < n; i++) copy[i] = bf16_from_float(p[i]);
     storage_write_copy(o->tier, g, k);
-    ring_put(o, g, k, version, p, n);
+    opt_ring_put(o, g, k, version, p, n);
 }
 
 // The master of group g at the start: initialized (fresh) or read back from the tier (where
@@ -286,7 +241,7 @@ static void init_state(optimizer *o) {
         checkpoint_load(job, o->state);
         for (int g = 0; g < job->n_groups; g++) {
             if (g >= job->device_groups && job->cfg.storage_master) start_master(o, g, 0);
-            publish_weights(o, g, job->start_step);
+            opt_publish_weights(o, g, job->start_step);
         }
         send_frozen(o);
         return;
@@ -297,7 +252,8 @@ static void init_state(optimizer *o) {
             start_master(o, g, 1);
         else if (g >= job->device_groups)
             init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
-        publish_weights(o, g, job->start_step); // group by group: the compute rank shows progress
+        opt_publish_weights(o, g,
+                            job->start_step); // group by group: the compute rank shows progress
     }
     send_frozen(o);
 }
@@ -322,103 +278,6 @@ static void fault_injection(const optimizer *o, int step) {
     if (kill9 && atoi(kill9) == step) SYS_CHECK(kill(getpid(), SIGKILL));
 }
 
-// State split across nodes: every node updated its part of the shard slice; each gathers the
-// others' parts of the master (same-shard ranks of all nodes, in node order).
-static void gather_master_parts(optimizer *o, int g) {
-    mt_job *job = o->job;
-    if (!job_moments_split(job)) return;
-    int counts[job->nodes], displs[job->nodes];
-    for (int n = 0; n < job->nodes; n++) {
-        uint64_t lo, len;
-        job_moment_part(job, g, job->layouts[o->shard].len[g], n, &lo, &len);
-        if (lo + len > INT_MAX) mt_die("optimizer %d: a shard part over 2^31 floats", o->shard);
-        counts[n] = (int)len, displs[n] = (int)lo;
-    }
-    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->state[g].master, counts, displs,
-                             MPI_FLOAT, job->dp_comm));
-}
-
-// MT_FAULT_SLOW_ADAMW_MS's pause: a stop request (SIGUSR1) that lands in it cuts it short, and
-// the rest is slept.
-static void sleep_through_signals(int ms) {
-    struct timespec left = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&left, &left) != 0)
-        if (errno != EINTR) SYS_CHECK(-1);
-}
-
-// AdamW over n elements that start at element `first` of group g, around its frozen tensors
-// (model_frozen_spans): their master, m and v stay as they are, and copy (NULL: none) gets the
-// master's bf16 bits as the update would have written them.
-static void adamw_trainable(const mt_model *model, int g, uint64_t first, float *master, float *m,
-                            float *v, bf16 *copy, const char *grads, int grad_bytes, uint64_t n,
-                            const adamw_params *hp) {
-    uint64_t lo[MODEL_MAX_FROZEN], hi[MODEL_MAX_FROZEN];
-    int spans = model_frozen_spans(model, g, lo, hi), frozen;
-    for (uint64_t a = 0, b; a < n; a = b) {
-        b = model_frozen_run(lo, hi, spans, first + a, first + n, &frozen) - first;
-        bf16 *cp = copy ? copy + a : NULL;
-        const char *gr = grads + a * grad_bytes;
-        if (frozen) {
-            for (uint64_t i = a; cp && i < b; i++) copy[i] = bf16_from_float(master[i]);
-        } else if (grad_bytes == 2) { // bf16 slots: rounded once on the compute rank
-            adamw_update_bf16_grads(master + a, m + a, v + a, cp, (const bf16 *)gr, b - a, hp);
-        } else {
-            adamw_update(master + a, m + a, v + a, cp, (const float *)gr, b - a, hp);
-        }
-    }
-}
-
-// Elements [at, at + n) of this rank's part of group g: AdamW from the gradients at `grads`
-// (their element `at`), with moments from memory or the NVMe tier's windows.
-static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, const char *grads,
-                         int step, const adamw_params *hp) {
-    mt_job *job = o->job;
-    float *master = o->state[g].master, *m = o->state[g].m, *v = o->state[g].v;
-    float *disk_m = storage_take_moments(o->tier, g, k);
-    const char *disk_grads = storage_take_grads(o->tier, g, k);
-    bf16 *copy = NULL; // storage.master: the update's bf16 copy of the piece, for the disk
-    if (disk_m)
-        m = disk_m, v = storage_v_of(o->tier, disk_m);
-    else
-        m += at, v += at;
-    if (storage_has_master(o->tier))
-        master = storage_master_of(o->tier, disk_m), copy = storage_copy_buffer(o->tier);
-    else
-        master += o->part_lo[g] + at;
-    grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
-    uint64_t first = job->layouts[o->shard].lo[g] + o->part_lo[g] + at;
-    adamw_trainable(&job->cfg.model, g, first, master, m, v, copy, grads, job->grad_bytes, n, hp);
-    if (copy) { // fresh, still in the window: to the ring, and its copy to disk
-        storage_write_copy(o->tier, g, k);
-        ring_put(o, g, k, step + 1, master, n);
-    }
-    storage_give(o->tier, step);
-}
-
-// Group g's AdamW step on this rank's part of its slice, from its gradient slot; then the GPU
-// may stream it. With the NVMe tier it goes a piece at a time (storage_piece), through the
-// tier's windows; in memory in one pass. The update is element-wise, so the bits are the same.
-static void update_group(optimizer *o, int g, int step, const adamw_params *hp) {
-    mt_job *job = o->job;
-    uint64_t n = o->part_n[g];
-    const char *grads = job_grad_slot(job, o->shard, g) + o->part_lo[g] * job->grad_bytes;
-    double t0 = trace_now_us();
-    if (!o->tier) {
-        update_piece(o, g, 0, 0, n, grads, step, hp);
-    } else {
-        for (int k = 0; k < storage_pieces(n); k++) {
-            uint64_t at = (uint64_t)k * storage_piece();
-            update_piece(o, g, k, at, n - at < storage_piece() ? n - at : storage_piece(), grads,
-                         step, hp);
-        }
-    }
-    gather_master_parts(o, g);
-    storage_copy_wait(o->tier); // announced only once the compute rank can read it from disk
-    if (o->slow_ms > 0) sleep_through_signals(o->slow_ms);
-    trace_record(TRACE_OPTIMIZER, trace_tag_of("adamw", TRACE_ARG_GROUP, g), t0, trace_now_us());
-    publish_weights(o, g, step + 1);
-}
-
 // One slot per group: once every gradient is in, the groups in forward order, which the next
 // forward needs first. A step whose gradient norm is not finite changes no weight and no moment:
 // the groups are published again at the next version as they are (step_is_bad, job_note_step).
@@ -429,77 +288,11 @@ static void update_step(optimizer *o, int step) {
     if (!bad) storage_begin_grads(o->tier, o->order, o->n_order);
     for (int g = job->device_groups; g < job->n_groups; g++) {
         if (bad)
-            publish_weights(o, g, step + 1);
+            opt_publish_weights(o, g, step + 1);
         else
-            update_group(o, g, step, &hp);
+            opt_update_group(o, g, step, &hp);
     }
     storage_end(o->tier);
-}
-
-// The ring: group g's gradients are in; it is updated now, which frees its slot for the
-// gradients the compute rank has waiting. No clipping (optimizer.clip = 0), so nothing else is
-// needed, and the bits are what update_step makes. From a group whose norm is not finite on,
-// nothing more of the step is updated (the groups before it were: the job ends unsaved, and
-// job_note_step says so); the groups are still published, for the compute rank waits on them.
-static void update_as_it_lands(optimizer *o, int g, int step) {
-    mt_job *job = o->job;
-    if (!isfinite(o->sumsq[g])) o->ring_bad = 1;
-    if (o->ring_bad) {
-        publish_weights(o, g, step + 1);
-        return;
-    }
-    adamw_params hp = adamw_params_at_step(&job->cfg, step, job->skipped_steps, 1.0f);
-    update_group(o, g, step, &hp);
-}
-
-// The ring over nodes with the state split: each group's update gathers its master parts from
-// the other nodes (gather_master_parts), and these collectives pair up across nodes in the order
-// the gradients land, so that order must be the backward's on every node. The compute rank
-// announces in it (transfer.c); were it ever to stray, two layers' gathers of the same size would
-// pair up without a word, so this says so instead.
-static void check_arrival(const optimizer *o, int g, int step, int k) {
-    if (!o->job->ring_depth || !job_moments_split(o->job) || g == o->arrival[k]) return;
-    mt_die("optimizer %d: group %d's gradients of step %d came as number %d of the step, where "
-           "the backward has group %d",
-           o->shard, g, step + 1, k + 1, o->arrival[k]);
-}
-
-// Gradients arrive in backward order, each group's with its squared norm. The trace shows the
-// wait for them: one span with a slot per group, one before each group's update with the ring.
-static void receive_step(optimizer *o, int step) {
-    mt_job *job = o->job;
-    int missing = 0;
-    o->ring_bad = 0;
-    storage_begin_moments(o->tier, o->order, o->n_order); // their reads overlap the backward
-    for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
-    double t0 = trace_now_us();
-    trace_tag waiting = trace_tag_of("wait grads", TRACE_ARG_NONE, 0);
-    while (missing > 0) {
-        control_msg msg;
-        char what[48];
-        snprintf(what, sizeof what, "the gradients of step %d", step + 1);
-        job_recv(job, &msg, step == job->start_step ? NULL : what, 0); // the start: unwatched
-        if (msg.kind == CONTROL_STOP && msg.step == step) { // Ctrl-C: this step is the last
-            job_stop_after(job, step);
-            continue;
-        }
-        int g = msg.group;
-        if (msg.kind != CONTROL_GRADS_READY || msg.step != step || g < 0 || g >= job->n_groups ||
-            o->grads_step[g] == step)
-            mt_die("optimizer %d: unexpected control message kind %d group %d step %lld", o->shard,
-                   msg.kind, g, (long long)msg.step);
-        check_arrival(o, g, step, job->n_groups - missing);
-        o->grads_step[g] = step;
-        o->sumsq[g] = msg.value;
-        missing--;
-        if (g < job->device_groups) continue;
-        if (!job->ring_depth) continue;
-        trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
-        update_as_it_lands(o, g, step);
-        t0 = trace_now_us();
-    }
-    trace_record(TRACE_OPTIMIZER, waiting, t0, trace_now_us());
-    if (job->ring_depth) storage_end(o->tier);
 }
 
 // export_dir, written like a checkpoint: the leader lays the files out, every rank pwrite()s
@@ -547,6 +340,26 @@ static void export_hf(optimizer *o) {
     MPI_CHECK(MPI_Barrier(job->opt_comm));
 }
 
+// The elements of the reordered ring's pieces: a few milliseconds of AdamW on one rank, the
+// longest a group that has just landed waits for the rank to turn to it (MT_TEST_RING_PIECE:
+// smaller, for tests on small models).
+static uint64_t ring_piece(void) {
+    const char *test = getenv("MT_TEST_RING_PIECE");
+    return test && atoll(test) > 0 ? (uint64_t)atoll(test) : (uint64_t)1 << 22;
+}
+
+// Whether the ring's updates go by urgency (receive.c): not with the state split over nodes or
+// anything in the NVMe tier, nor where MT_RING_ORDER is "arrival" (for benchmarks: "urgency",
+// the default, or "arrival").
+static int ring_reorders(const optimizer *o) {
+    const char *order = getenv("MT_RING_ORDER");
+    if (order && strcmp(order, "arrival") && strcmp(order, "urgency")) {
+        mt_say_last("megatrain: ", "MT_RING_ORDER: \"urgency\" or \"arrival\"");
+        exit(2);
+    }
+    return !o->tier && !job_moments_split(o->job) && !(order && !strcmp(order, "arrival"));
+}
+
 void optimizer_run(mt_job *job) {
     optimizer o = {.job = job, .shard = job_shard_of_rank(job->rank)};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
@@ -556,17 +369,20 @@ void optimizer_run(mt_job *job) {
     o.grads_step = malloc(job->n_groups * sizeof *o.grads_step);
     o.part_lo = calloc(job->n_groups, sizeof *o.part_lo);
     o.part_n = calloc(job->n_groups, sizeof *o.part_n);
-    if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n) mt_die("out of memory");
+    o.left = calloc(job->n_groups, sizeof *o.left);
+    if (!o.state || !o.sumsq || !o.grads_step || !o.part_lo || !o.part_n || !o.left)
+        mt_die("out of memory");
     for (int g = 0; g < job->n_groups; g++) o.grads_step[g] = -1;
     model_grad_order(&job->cfg.model, o.arrival);
     o.n_order = model_update_order(&job->cfg, job->device_groups, o.order);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
+    o.reorder = ring_reorders(&o), o.piece = ring_piece();
     trace_open(&job->cfg, job, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         double began = now_seconds(); // the watchdog allows 3 of the longest step
         trace_set_step(step);
-        receive_step(&o, step);
+        opt_receive_step(&o, step);
         fault_injection(&o, step);
         if (job->ring_depth)
             job_note_step(job, step, step_is_bad(o.sumsq, job->n_groups));
@@ -584,7 +400,7 @@ void optimizer_run(mt_job *job) {
         free_local(o.state[g].v, o.part_n[g]);
     }
     storage_close(o.tier);
-    free(o.part_lo), free(o.part_n);
+    free(o.part_lo), free(o.part_n), free(o.left);
     free(o.state);
     free(o.sumsq);
     free(o.grads_step);
