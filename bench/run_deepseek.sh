@@ -9,6 +9,10 @@
 #           (moe-glm45air-2l; its 3 are past 80 GB in the peer's fp32 state); the peer's
 #           micro-batches of MT_PEER_MICROS rows (default 2 then 1), MT_PEER_STEPS steps
 #           (default 5)
+#   peer47, peerair  one of those two pairs
+#   order47, orderair  ours on that pair's slice with the gradient ring's updates in arrival
+#           order (MT_RING_ORDER=arrival, run-NAME-arrival), to set beside the same slice by
+#           urgency (the default) from peer47 / peerair in the same call
 #   slices  DeepSeek-V3 from its 2- and 3-layer slices, its own first layers, all dense (none of
 #           its MoE layers fits the GPU or the host: bench/configs/slice-deepseek-v3-2l.cfg)
 #   busy    moe-glm47flash-6l at the batch where its plan on this machine (125 GiB host) puts the
@@ -18,7 +22,8 @@
 #           state fits the disk (bench/configs/tier-glm47flash-6l.cfg: 52.06 GiB of it; the whole
 #           model's is 440.2 GiB), 3 steps through bench/run_tier.sh (dd, the plans, the steps,
 #           the disk's peak use) without its rerun in host memory
-#   usage: OUT=... bench/run_deepseek.sh [peer] [slices] [busy] [tier]
+#   usage: OUT=... bench/run_deepseek.sh [peer | peer47 | peerair] [order47] [orderair] [slices]
+#          [busy] [tier]
 set -u
 cd "$(dirname "$0")/.."
 source bench/device-build.sh
@@ -56,13 +61,20 @@ for what in "$@"; do
     peer)
         peer_then_ours glm47flash moe-glm47flash 6 5
         peer_then_ours glm45air_hub moe-glm45air 2 ;;
+    peer47) peer_then_ours glm47flash moe-glm47flash 6 5 ;;
+    peerair) peer_then_ours glm45air_hub moe-glm45air 2 ;;
+    order47 | orderair)
+        name=moe-glm47flash-6l
+        [ "$what" = orderair ] && name=moe-glm45air-2l
+        MT_RING_ORDER=arrival MT_BENCH_TAG=arrival timeout -s TERM "$MT_MOE_BENCH_LIMIT" \
+            bench/run_bench.sh build "$OUT" "$name" 2>&1 | grep -vE "^ +L[0-9]" ;;
     slices)
         timeout -s TERM 300 bench/run_slices.sh build "$OUT" deepseek-v3 2>&1 | grep -vE "^ +L[0-9]" ;;
     busy) busy_at_break_even moe-glm47flash-6l ;;
     tier)
         MT_TIER_RAM=0 timeout -s TERM 300 bench/run_tier.sh build "$OUT" tier-glm47flash-6l 2>&1 |
             grep -vE "^ +L[0-9]" ;;
-    *) echo "unknown part $what (peer, slices, busy, tier)" ;;
+    *) echo "unknown part $what (peer, peer47, peerair, order47, orderair, slices, busy, tier)" ;;
     esac
     echo "-- $what done at $(($(date +%s) - t0)) s"
 done
