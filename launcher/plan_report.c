@@ -325,8 +325,10 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
                 "forward %s (%s), the backward %s (%s); the optimizer ranks update %s\n",
                 T(e->step_s), T(e->forward_phase_s), e->forward_bound, T(e->backward_phase_s),
                 e->backward_bound,
-                p->ring_depth ? "during the backward, as gradients land (the ring)"
-                              : "during the next forward (a slot per group)");
+                !p->ring_depth   ? "during the next forward (a slot per group)"
+                : p->ring_urgent ? "as gradients land (the ring), the group the next forward "
+                                   "needs first, into that forward"
+                                 : "during the backward, as gradients land (the ring)");
     } else {
         fprintf(f, "  step       %s if nothing overlapped\n", T(e->step_s));
     }

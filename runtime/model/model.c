@@ -402,6 +402,13 @@ int model_update_order(const mt_config *c, int first, int *order) {
     return n;
 }
 
+int model_ring_by_urgency(const mt_config *c, int nodes) {
+    if (!model_grad_ring_depth(c) || c->storage_grads || c->storage_adam) return 0;
+    if (c->shard_across_nodes && nodes > 1) return 0;
+    const char *order = getenv("MT_RING_ORDER");
+    return !order || strcmp(order, "arrival") != 0;
+}
+
 int model_grad_ring_depth(const mt_config *c) {
     if (c->grad_slots == GRAD_SLOTS_ALL) return 0;
     if (c->grad_slots == GRAD_SLOTS_RING || c->clip <= 0) return MODEL_GRAD_RING_DEPTH;

@@ -420,6 +420,13 @@ void model_grad_order(const mt_model *m, int *order);
 // only when the optimizer ranks fall a whole group behind.
 #define MODEL_GRAD_RING_DEPTH 4
 int model_grad_ring_depth(const mt_config *c);
+// Whether the optimizer ranks update the ring's landed groups by urgency, a piece at a time,
+// the group the next forward needs first (runtime/optimizer/receive.c), rather than whole in
+// arrival order; what the ring leaves at the backward's end then overlaps the next forward.
+// Not with the state split over `nodes` (the groups' gathers pair up in arrival order), nor
+// with gradients or moments in the NVMe tier (its windows read ahead in arrival order), nor
+// where MT_RING_ORDER is "arrival" (for benchmarks that compare the two).
+int model_ring_by_urgency(const mt_config *c, int nodes);
 
 // The order in which the optimizer ranks update their groups, which the NVMe tier's windows pass
 // over too (runtime/plan/plan.c counts their buffers by it): as the gradients land with the ring,

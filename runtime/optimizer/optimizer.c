@@ -348,18 +348,6 @@ static uint64_t ring_piece(void) {
     return test && atoll(test) > 0 ? (uint64_t)atoll(test) : (uint64_t)1 << 22;
 }
 
-// Whether the ring's updates go by urgency (receive.c): not with the state split over nodes or
-// anything in the NVMe tier, nor where MT_RING_ORDER is "arrival" (for benchmarks: "urgency",
-// the default, or "arrival").
-static int ring_reorders(const optimizer *o) {
-    const char *order = getenv("MT_RING_ORDER");
-    if (order && strcmp(order, "arrival") && strcmp(order, "urgency")) {
-        mt_say_last("megatrain: ", "MT_RING_ORDER: \"urgency\" or \"arrival\"");
-        exit(2);
-    }
-    return !o->tier && !job_moments_split(o->job) && !(order && !strcmp(order, "arrival"));
-}
-
 void optimizer_run(mt_job *job) {
     optimizer o = {.job = job, .shard = job_shard_of_rank(job->rank)};
     const char *slow = getenv("MT_FAULT_SLOW_ADAMW_MS"); // for tests: a slow optimizer rank
@@ -377,7 +365,7 @@ void optimizer_run(mt_job *job) {
     o.n_order = model_update_order(&job->cfg, job->device_groups, o.order);
     pin_threads(o.shard, job->node_index, job->node_peers); // before the state is first touched
     init_state(&o);
-    o.reorder = ring_reorders(&o), o.piece = ring_piece();
+    o.reorder = model_ring_by_urgency(&job->cfg, job->nodes), o.piece = ring_piece();
     trace_open(&job->cfg, job, job->start_step, job->end_step);
     for (int step = job->start_step; step < job->end_step; step++) {
         double began = now_seconds(); // the watchdog allows 3 of the longest step

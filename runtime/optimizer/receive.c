@@ -13,10 +13,10 @@
 // are updated while the forward runs the first ones. AdamW is element-wise: the same bits in
 // any order.
 //
-// Kept whole and in arrival order: the state split across nodes (each group's update gathers
-// its master parts over the nodes, collectives that must pair up in one order on every node)
-// and the NVMe tier (its windows read the moments ahead in arrival order). MT_RING_ORDER=arrival
-// keeps it everywhere, for benchmarks that compare the two.
+// Kept whole and in arrival order (model_ring_by_urgency): the state split across nodes (each
+// group's update gathers its master parts over the nodes, collectives that must pair up in one
+// order on every node) and the NVMe tier (its windows read the moments ahead in arrival order);
+// MT_RING_ORDER=arrival keeps it everywhere, for benchmarks that compare the two.
 #include "runtime/optimizer/optimizer_parts.h"
 #include "runtime/base/base.h"
 #include "runtime/observe/observe.h"

@@ -524,6 +524,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     model_grad_order(&c->model, order);
     int pass[SHM_MAX_GROUPS], n_pass = model_update_order(c, p->device_groups, pass);
     p->ring_depth = model_grad_ring_depth(c);
+    p->ring_urgent = model_ring_by_urgency(c, nodes);
     p->params = model_param_count(&c->model);
     p->rank = calloc((size_t)np, sizeof *p->rank);
     shard_layout *lay = malloc(sizeof *lay);

@@ -131,6 +131,7 @@ typedef struct {
     plan_rank *rank;            // [np]: rank 0 computes, rank k >= 1 owns shard k - 1
     plan_rank sum;              // over all ranks; sum.numa_node unused
     int grad_bytes;             // gradient slots: 4 (fp32) or 2 (bf16)
+    int ring_urgent;            // model_ring_by_urgency: the ring's updates overlap the forward
     int ring_depth;             // model_grad_ring_depth: 0 (a slot per group) or the ring's
     uint64_t other_slots_grads; // the gradient slots' bytes the other way (ring or per group)
     int device_groups;          // groups the compute rank updates itself
