@@ -6,7 +6,7 @@
 #   of the call (bench/run_qwen35.sh long);
 # - an H100: GLM-4.7-Flash's first 6 layers with the gradient ring's updates in arrival order,
 #   then by urgency beside the peer (bench/run_deepseek.sh order47 peer47), the ring's CUDA bits
-#   (e2e_grad_ring), and the same slice with layer 1 updated on the GPU too (device_groups 3).
+#   (e2e_grad_ring), and the slice at its plan's break-even (bench/run_deepseek.sh busy).
 #   usage: OUT=... bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -25,7 +25,6 @@ else
     (cd build && timeout 100 ctest -R "^e2e_grad_ring$" --output-on-failure 2>&1 |
         grep -E "cuda|FAIL|Passed|Failed" | head)
     echo "left $(left) s"
-    MT_BENCH_ARGS="optimizer.device_groups=3" MT_BENCH_TAG=dev3 timeout "$(($(left) - 5))" \
-        bench/run_bench.sh build "$OUT" moe-glm47flash-6l 2>&1 | grep -vE "^ +L[0-9]" | tail -n 6
+    MT_MOE_BENCH_LIMIT=$(($(left) - 10)) bash bench/run_deepseek.sh busy 2>&1 | tail -n 12
 fi
 echo "ALLDONE at $(($(date +%s) - t0)) s"
