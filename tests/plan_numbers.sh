@@ -400,8 +400,6 @@ step_near() { # NAME MEASURED_S CFG [OVERRIDES...]: the estimate within 15% of t
         fail "$name: estimate $got s a step, measured $want s: more than 15% apart"
 }
 slices="recompute=always keep_attention=0 optimizer.device_groups=1"
-# The runs below updated the gradient ring's groups whole, in arrival order: planned so
-export MT_RING_ORDER=arrival
 step_near 100b-step 43.48 configs/100b.cfg $slices
 step_near 120b-step 35.7 configs/120b.cfg $slices
 step_near 7b-bench-step 5.407 bench/configs/bench-7b.cfg
@@ -425,7 +423,7 @@ step_near tier-master-1b-32k-step 32.155 bench/configs/tier-master-1b-32k.cfg \
     storage.dir="$TMP/tier" --disk-bw 2090000000
 step_near tier-master-3b-step 40.400 bench/configs/tier-master-3b.cfg storage.dir="$TMP/tier" \
     --disk-bw 2200000000
-unset MT_PLAN_DISK_LIMIT MT_RING_ORDER
+unset MT_PLAN_DISK_LIMIT
 gpu_mem=141G
 
 # The disk's break-even is the PCIe and optimizer one's rule with the disk's share in the step: at

@@ -111,15 +111,17 @@ static double expert_calls(const mt_config *c) {
 // 2026-12-05).
 // Each group's backward takes its share of the pass (compute by active parameters, PCIe by all),
 // its update its share of the update's time.
-// By urgency (p->ring_urgent) the pass ends when the last gradients have landed; *updates_end
-// says when the updates end, which may be in the next forward (forward_with_spill_s).
-static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update,
-                              double *updates_end) {
+// The optimizer ranks update by urgency (p->ring_urgent: the group the next forward needs
+// first, into that forward) rather than in this order where they may, and the same pipeline
+// stands for both: where AdamW takes longer a layer than the forward (an MoE layer's 0.6 B
+// parameters, 160 ms on the host, 40 ms of forward), the forward waits for the first layers'
+// updates in either order, and GLM-4.7-Flash's slice took 1.578 s a step by urgency, 1.652 s in
+// arrival order, against 1.59 s planned (bench/RESULTS.md 2026-12-07).
+static double ring_backward_s(const mt_plan *p, double compute, double pcie, double update) {
     const mt_model *m = &p->c->model;
     int n = model_group_count(m), R = p->ring_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
     double *end = malloc(sizeof(double) * (size_t)n); // the ranks' updates, in turn
-    *updates_end = 0;
     if (!order || !end) {
         free(order), free(end);
         return fmax(compute, fmax(pcie, update));
@@ -144,8 +146,7 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
         last_end = end[h++] = fmax(landed, last_end) + update * n_g / updated;
     }
     free(order), free(end);
-    *updates_end = last_end;
-    return p->ring_urgent ? landed : fmax(last_end, landed);
+    return fmax(last_end, landed);
 }
 
 // Each pass's parts: compute, PCIe, in one of them the optimizer, and the disk. With one
@@ -185,32 +186,14 @@ static int in_turn_bound(const double part[4], int serial) {
 }
 
 // The backward pass as long as its slowest part or, with the ring, the groups' pipeline
-// (ring_backward_s) where that outlasts them; *piped says which, *spill what of the ring's
-// updates the next forward overlaps.
-static double backward_pass_s(const mt_plan *p, const double bwd[4], int serial, int *piped,
-                              double *spill) {
-    int urgent = p->ring_depth > 0 && p->ring_urgent;
-    double own[4] = {bwd[0], bwd[1], urgent ? 0 : bwd[2], bwd[3]}; // urgent: updates may spill
-    double longest = pass_s(own, serial), compute, pcie, end = 0;
+// (ring_backward_s) where that outlasts them; *piped says which.
+static double backward_pass_s(const mt_plan *p, const double bwd[4], int serial, int *piped) {
+    double longest = pass_s(bwd, serial), compute, pcie;
     gpu_parts(bwd, serial, &compute, &pcie);
     double pipeline =
-        p->ring_depth > 0 ? ring_backward_s(p, compute, pcie, fmax(bwd[2], bwd[3]), &end) : 0;
+        p->ring_depth > 0 ? ring_backward_s(p, compute, pcie, fmax(bwd[2], bwd[3])) : 0;
     *piped = pipeline > longest;
-    double pass = fmax(longest, pipeline);
-    *spill = urgent ? fmax(0, end - pass) : 0;
-    return pass;
-}
-
-// The forward pass, from its own slowest part and the ring's updates left from the backward
-// (spill). Those are the groups that landed first, the last layers, which the forward reaches
-// last: it waits only where they outlast it up to its last layer and the head.
-static double forward_with_spill_s(const mt_plan *p, double forward, double spill) {
-    const mt_model *m = &p->c->model;
-    double A = (double)plan_active_params(m);
-    double head = (double)model_group_numel(m, model_head_group(m));
-    double layer = (A - (double)model_group_numel(m, 0) - head) / m->layers;
-    double tail = A > 0 ? forward * (layer + head) / A : 0;
-    return fmax(forward, spill + tail);
+    return fmax(longest, pipeline);
 }
 
 // The share of the step the GPU computes with compute scaled by `scale` (as many times the
@@ -221,8 +204,7 @@ static double busy_share(const mt_plan *p, const pass_parts *pp, double scale, i
     fwd[0] *= scale, bwd[0] *= scale;
     if (!disk) fwd[3] = bwd[3] = 0;
     int piped;
-    double spill, back = backward_pass_s(p, bwd, pp->serial, &piped, &spill);
-    double step = forward_with_spill_s(p, pass_s(fwd, pp->serial), spill) + back;
+    double step = pass_s(fwd, pp->serial) + backward_pass_s(p, bwd, pp->serial, &piped);
     return step > 0 ? (fwd[0] + bwd[0]) / step : 1;
 }
 
@@ -285,12 +267,8 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s)
         "the optimizer's updates, from the first gradients to land to the last",
         "the disk, then the ring's updates behind it"};
     int f = slowest(pp.fwd), b = slowest(pp.bwd), piped;
-    double spill;
-    e->backward_phase_s = backward_pass_s(p, pp.bwd, pp.serial, &piped, &spill);
-    e->forward_phase_s = forward_with_spill_s(p, pass_s(pp.fwd, pp.serial), spill);
-    e->forward_bound = names[f];
-    if (e->forward_phase_s > pass_s(pp.fwd, pp.serial))
-        e->forward_bound = "the ring's updates left from the backward";
+    e->forward_phase_s = pass_s(pp.fwd, pp.serial), e->forward_bound = names[f];
+    e->backward_phase_s = backward_pass_s(p, pp.bwd, pp.serial, &piped);
     e->backward_bound = piped ? piped_names[b] : names[b];
     static const char *const in_turn = "compute and PCIe in turn (one layer buffer)";
     if (in_turn_bound(pp.fwd, pp.serial)) e->forward_bound = in_turn;
