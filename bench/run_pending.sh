@@ -4,9 +4,9 @@
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
 #   (bench/run_gptoss.sh peer), then Qwen3.5-27B's 4 layers at 131,072 tokens in what is left
 #   of the call (bench/run_qwen35.sh long);
-# - an H100: GLM-4.7-Flash's first 6 layers with the gradient ring's updates in arrival order,
-#   then by urgency beside the peer (bench/run_deepseek.sh order47 peer47), the ring's CUDA bits
-#   (e2e_grad_ring), and the slice at its plan's break-even (bench/run_deepseek.sh busy).
+# - an H100: GLM-4.7-Flash's first 6 layers beside the peer (bench/run_deepseek.sh peer47), then
+#   with layers 1 and 2 updated on the GPU too (optimizer.device_groups 3 and 4), and where its
+#   forward waits for the optimizer ranks (a trace of steps 4 and 5, bench/trace_summary.py).
 #   usage: OUT=... bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -20,11 +20,12 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "left $(left) s"
     [ "$(left)" -gt 200 ] && timeout "$(($(left) - 10))" bash bench/run_qwen35.sh long 2>&1 | tail -n 30
 else
-    export MT_MOE_BENCH_LIMIT=200 MT_PEER_STEPS=4 MT_PEER_LIMIT=160
-    bash bench/run_deepseek.sh order47 peer47 2>&1 | tail -n 45
-    (cd build && timeout 100 ctest -R "^e2e_grad_ring$" --output-on-failure 2>&1 |
-        grep -E "cuda|FAIL|Passed|Failed" | head)
-    echo "left $(left) s"
-    MT_MOE_BENCH_LIMIT=$(($(left) - 10)) bash bench/run_deepseek.sh busy 2>&1 | tail -n 12
+    export MT_MOE_BENCH_LIMIT=150 MT_PEER_STEPS=4 MT_PEER_LIMIT=160
+    bash bench/run_deepseek.sh peer47 2>&1 | grep -E "RATIO|^/root|^MOE|^build:|done at"
+    for v in dev3:optimizer.device_groups=3 dev4:optimizer.device_groups=4 trace:trace_steps=[4,5]; do
+        MT_BENCH_TAG=${v%%:*} MT_BENCH_ARGS=${v#*:} timeout 120 \
+            bench/run_bench.sh build "$OUT" moe-glm47flash-6l 2>&1 | grep -E "^/root|exit|plan:"
+    done
+    python3 bench/trace_summary.py "$OUT/run-moe-glm47flash-6l-trace/trace.json" 2>&1 | head -n 30
 fi
 echo "ALLDONE at $(($(date +%s) - t0)) s"
