@@ -15,10 +15,10 @@ free -g | head -n 2
 t0=$(date +%s)
 left() { echo $((560 - ($(date +%s) - t0))); }
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    MT_PEER_MICROS="4 2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=170 bash bench/run_gptoss.sh peer 2>&1 |
+    MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
         tail -n 40
     echo "left $(left) s"
-    [ "$(left)" -gt 200 ] && timeout "$(($(left) - 10))" bash bench/run_qwen35.sh long 2>&1 | tail -n 30
+    [ "$(left)" -gt 300 ] && timeout "$(($(left) - 10))" bash bench/run_qwen35.sh long 2>&1 | tail -n 30
 else
     export MT_MOE_BENCH_LIMIT=150 MT_PEER_STEPS=4 MT_PEER_LIMIT=160
     bash bench/run_deepseek.sh peer47 2>&1 | grep -E "RATIO|^/root|^MOE|^build:|done at"
