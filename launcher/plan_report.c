@@ -381,7 +381,7 @@ static int variant_fits(const mt_plan *p, const host_probe *h, const mt_config *
         uint64_t fixed = plan_backend_fixed_bytes(c, 1) + PLAN_CUDA_CONTEXT_BYTES;
         if (p->gpu_free <= fixed) return 0;
         plan_choices ch;
-        plan_choose(&ch, c, 1, p->grad_bytes, p->gpu_free - fixed);
+        plan_choose(&ch, c, 1, p->choices.grad_bytes, p->gpu_free - fixed);
         char err[8];
         if (plan_check_device(c, &ch, p->gpu_free - fixed, "", err, sizeof err) < 0) return 0;
     }

@@ -21,7 +21,7 @@ uint64_t plan_host_with(const mt_plan *p, const mt_config *c) {
         uint64_t room = p->gpu_free == UINT64_MAX ? UINT64_MAX
                         : p->gpu_free > fixed     ? p->gpu_free - fixed
                                                   : 0;
-        plan_choose(&ch, c, 1, p->grad_bytes, room);
+        plan_choose(&ch, c, 1, p->choices.grad_bytes, room);
     }
     plan_compute_buffers(c, &ch, &b);
     uint64_t compute = p->cuda ? plan_cuda_host_bytes(c, &ch) : b.total;

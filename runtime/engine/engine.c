@@ -201,7 +201,8 @@ engine *engine_new(mt_job *job, char *err, size_t errlen) {
     const char *where;
     uint64_t room = device_free(e, &where);
     plan_choices ch;
-    plan_choose(&ch, e->c, strcmp(e->ops->name, "cuda") == 0, job->grad_bytes, room);
+    plan_choose(&ch, e->c, strcmp(e->ops->name, "cuda") == 0,
+                plan_leaving_bytes(job->grad_bytes, job->nodes), room);
     if (plan_check_device(e->c, &ch, room, where, err, errlen) < 0) {
         e->ops->destroy(e->be);
         free(e);

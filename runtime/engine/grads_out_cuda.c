@@ -32,9 +32,10 @@ static void tier_free(transfer_cuda *x) {
 }
 
 // bf16 slots: the two rounding pieces, made before anything else takes the device's memory (the
-// plan counts them among the transfer's buffers).
+// plan counts them among the transfer's buffers); not over nodes, whose sums are rounded on the
+// host (plan_leaving_bytes).
 void xfer_cuda_out_init(transfer_cuda *x, mt_job *job) {
-    if (job->grad_bytes == 2) {
+    if (plan_leaving_bytes(job->grad_bytes, job->nodes) == 2) {
         x->out_numel = plan_grad_out_piece(&job->cfg.model, job->device_groups);
         CUDA_CHECK(cudaStreamCreateWithFlags(&x->round, cudaStreamNonBlocking));
         for (int i = 0; i < 2; i++) {

@@ -509,7 +509,7 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
     uint64_t room = device_free == UINT64_MAX ? UINT64_MAX
                     : device_free > fixed     ? device_free - fixed
                                               : 0;
-    plan_choose(&p->choices, c, cuda, grad_bytes, room);
+    plan_choose(&p->choices, c, cuda, plan_leaving_bytes(grad_bytes, nodes), room);
     p->device_groups = p->choices.device_groups;
     p->n_groups = model_group_count(&c->model);
     if (p->n_groups > SHM_MAX_GROUPS) {
@@ -534,11 +534,11 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
         return -1;
     }
     plan_choices cpu_choices, gpu_choices;
-    plan_choose(&cpu_choices, c, 0, grad_bytes, UINT64_MAX);
+    plan_choose(&cpu_choices, c, 0, plan_leaving_bytes(grad_bytes, nodes), UINT64_MAX);
     if (cuda)
         gpu_choices = p->choices;
     else
-        plan_choose(&gpu_choices, c, 1, grad_bytes, UINT64_MAX);
+        plan_choose(&gpu_choices, c, 1, plan_leaving_bytes(grad_bytes, nodes), UINT64_MAX);
     plan_compute_buffers(c, &cpu_choices, &p->host_buffers);
     plan_compute_buffers(c, &gpu_choices, &p->gpu);
     if (numa_nodes < 1) numa_nodes = 1;

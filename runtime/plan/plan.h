@@ -98,7 +98,9 @@ typedef struct {
 // the backend's fixed buffers are there (plan_backend_fixed_bytes; for the plan, the GPU's free
 // memory less those and PLAN_CUDA_CONTEXT_BYTES). UINT64_MAX: not known (no limit).
 typedef struct {
-    int cuda, grad_bytes;
+    int cuda;
+    int grad_bytes;     // what a gradient leaves the device as: 2 where the device rounds it
+                        // for bf16 slots (plan_leaving_bytes), else 4
     int device_groups;  // optimizer.device_groups, "auto" resolved
     int offload;        // offload_activations, "auto" resolved
     int boundary_every; // boundary_every, "auto" (0) resolved: 1 keeps every boundary
@@ -194,6 +196,12 @@ int plan_grad_bytes(const mt_config *c);
 void plan_free(mt_plan *p);
 
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room);
+// The bytes a gradient leaves the device as, for plan_choose: the host slots' (2 for bf16) on
+// one node; over nodes the compute ranks sum the fp32 gradients on the host first, and round
+// there.
+static inline int plan_leaving_bytes(int grad_bytes, int nodes) {
+    return nodes > 1 ? 4 : grad_bytes;
+}
 // What backend_cuda_new allocates before anything is decided (0 on the CPU).
 uint64_t plan_backend_fixed_bytes(const mt_config *c, int cuda);
 // What the backend's allocator gives at its start (backend_ops.allocated_bytes right after
