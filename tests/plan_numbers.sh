@@ -458,4 +458,16 @@ grep -q 'GPU memory   needs .* free (--gpu-mem): ok' "$TMP/plan7b.txt" ||
     fail "7b: the GPU check is not shown: $(grep 'GPU memory' "$TMP/plan7b.txt")"
 echo "ok   the human plan shows the totals, the table, the estimate and the checks"
 
+# bf16 slots: the GPU rounds the leaving gradients through two pieces on one node, not over
+# nodes, whose fp32 sums are rounded on the host (plan_leaving_bytes)
+gpu_working() { # NODES: the GPU's working bytes of 7b.cfg with bf16 slots over that many nodes
+    MT_TEST_NODES=$1 MT_PLAN_MEM_LIMIT=10000000000000 MT_PLAN_SHM_LIMIT=10000000000000 \
+        "$MTRUN" --plan --json -np 4 --gpu-mem 141G configs/7b.cfg optimizer.grad_dtype=bf16 |
+        head -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["gpu"]["working"])'
+}
+one_node=$(gpu_working 1) two_nodes=$(gpu_working 2)
+[ -n "$one_node" ] && [ -n "$two_nodes" ] && [ "$one_node" -gt "$two_nodes" ] &&
+    echo "ok   bf16 slots: the rounding pieces on one node ($one_node B), none over two ($two_nodes)" ||
+    fail "bf16 slots: the GPU's working bytes on one node ($one_node) not above two nodes' ($two_nodes)"
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
