@@ -2,8 +2,9 @@
 # What the open issues still need from the GPU machine, in one call on whichever card comes,
 # output under $OUT:
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
-#   (bench/run_gptoss.sh peer), then Qwen3.5-27B's 4 layers at 131,072 tokens in what is left
-#   of the call (bench/run_qwen35.sh long);
+#   (bench/run_gptoss.sh peer), then in what is left of the call the same slice with its layer
+#   updated on the GPU too (optimizer.device_groups 2: 58 GB of fp32 state, which "auto" leaves
+#   on the host);
 # - an H100: GLM-4.7-Flash's first 6 layers beside the peer (bench/run_deepseek.sh peer47), then
 #   with layers 1 and 2 updated on the GPU too (optimizer.device_groups 3 and 4), and where its
 #   forward waits for the optimizer ranks (a trace of steps 4 and 5, bench/trace_summary.py).
@@ -18,7 +19,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
         tail -n 40
     echo "left $(left) s"
-    [ "$(left)" -gt 300 ] && timeout "$(($(left) - 10))" bash bench/run_qwen35.sh long 2>&1 | tail -n 30
+    [ "$(left)" -gt 120 ] && MT_BENCH_ARGS="optimizer.device_groups=2" MT_BENCH_TAG=dev2 \
+        timeout "$(($(left) - 5))" bench/run_bench.sh build "$OUT" moe-gptoss-1l 2>&1 |
+        grep -E "^/root|exit|plan:"
 else
     export MT_MOE_BENCH_LIMIT=150 MT_PEER_STEPS=4 MT_PEER_LIMIT=160
     bash bench/run_deepseek.sh peer47 2>&1 | grep -E "RATIO|^/root|^MOE|^build:|done at"
