@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 free -g | head -n 2
 t0=$(date +%s)
-left() { echo $((560 - ($(date +%s) - t0))); }
+left() { echo $((${MT_PENDING_S:-560} - ($(date +%s) - t0))); } # MT_PENDING_S: the call's seconds
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
         tail -n 40
