@@ -252,8 +252,8 @@ static void init_state(optimizer *o) {
             start_master(o, g, 1);
         else if (g >= job->device_groups)
             init_master(o, g, lay->lo[g], lay->len[g], o->state[g].master);
-        opt_publish_weights(o, g,
-                            job->start_step); // group by group: the compute rank shows progress
+        // group by group: the compute rank shows progress
+        opt_publish_weights(o, g, job->start_step);
     }
     send_frozen(o);
 }

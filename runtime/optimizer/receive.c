@@ -179,7 +179,7 @@ void opt_receive_step(optimizer *o, int step) {
     o->ring_bad = 0;
     storage_begin_moments(o->tier, o->order, o->n_order); // their reads overlap the backward
     for (int g = 0; g < job->n_groups; g++) missing += o->grads_step[g] != step;
-    if (job->ring_depth && o->reorder) {
+    if (o->reorder) { // model_ring_by_urgency: with the ring only
         receive_reordered(o, step, missing);
         storage_end(o->tier);
         return;

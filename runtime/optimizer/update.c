@@ -83,10 +83,10 @@ static void adamw_trainable(const mt_model *model, int g, uint64_t first, float 
     }
 }
 
-// Elements [at, at + n) of this rank's part of group g: AdamW from the gradients at `grads`
-// (their element `at`), with moments from memory or the NVMe tier's windows.
-static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, const char *grads,
-                         int step, const adamw_params *hp) {
+// Elements [at, at + n) of this rank's part of group g (piece k of the tier's): AdamW from the
+// gradients in its slot or the tier's window, with moments from memory or the tier's windows.
+static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, int step,
+                         const adamw_params *hp) {
     mt_job *job = o->job;
     float *master = o->state[g].master, *m = o->state[g].m, *v = o->state[g].v;
     float *disk_m = storage_take_moments(o->tier, g, k);
@@ -100,7 +100,9 @@ static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, co
         master = storage_master_of(o->tier, disk_m), copy = storage_copy_buffer(o->tier);
     else
         master += o->part_lo[g] + at;
-    grads = disk_grads ? disk_grads : grads + at * job->grad_bytes;
+    const char *grads =
+        disk_grads ? disk_grads
+                   : job_grad_slot(job, o->shard, g) + (o->part_lo[g] + at) * job->grad_bytes;
     uint64_t first = job->layouts[o->shard].lo[g] + o->part_lo[g] + at;
     adamw_trainable(&job->cfg.model, g, first, master, m, v, copy, grads, job->grad_bytes, n, hp);
     if (copy) { // fresh, still in the window: to the ring, and its copy to disk
@@ -112,9 +114,7 @@ static void update_piece(optimizer *o, int g, int k, uint64_t at, uint64_t n, co
 
 void opt_update_span(optimizer *o, int g, uint64_t at, uint64_t n, int step,
                      const adamw_params *hp) {
-    mt_job *job = o->job;
-    const char *grads = job_grad_slot(job, o->shard, g) + o->part_lo[g] * job->grad_bytes;
-    update_piece(o, g, 0, at, n, grads, step, hp);
+    update_piece(o, g, 0, at, n, step, hp);
 }
 
 void opt_finish_group(optimizer *o, int g, int step, double t0) {
@@ -135,11 +135,10 @@ void opt_update_group(optimizer *o, int g, int step, const adamw_params *hp) {
     if (!o->tier) {
         opt_update_span(o, g, 0, n, step, hp);
     } else {
-        const char *grads = job_grad_slot(o->job, o->shard, g) + o->part_lo[g] * o->job->grad_bytes;
         for (int k = 0; k < storage_pieces(n); k++) {
             uint64_t at = (uint64_t)k * storage_piece();
-            update_piece(o, g, k, at, n - at < storage_piece() ? n - at : storage_piece(), grads,
-                         step, hp);
+            update_piece(o, g, k, at, n - at < storage_piece() ? n - at : storage_piece(), step,
+                         hp);
         }
     }
     opt_finish_group(o, g, step, t0);
