@@ -9,7 +9,9 @@
 #   on the host);
 # - an H100: Qwen3.5-35B-A3B's first 2 layers beside the peer (moe-qwen3.5-35b-a3b-2l: the
 #   peer's 4 would not fit the card; flash-linear-attention's wheels carried in .whl), then,
-#   where time is left, the delta rule at a training step's shape beside FLA's.
+#   where time is left, ours again with layer 1 updated on the GPU too (optimizer.device_groups
+#   3: "auto" takes the embedding and layer 0), and the delta rule at a training step's shape
+#   beside FLA's.
 # MT_PENDING_PART picks another part on an H100 instead:
 #   glm   GLM-4.7-Flash's first 6 layers beside the peer (bench/run_deepseek.sh peer47), then
 #         with layers 1 and 2 updated on the GPU too (optimizer.device_groups 3 and 4), and where
@@ -52,6 +54,10 @@ else # Qwen3.5-35B-A3B's 2 layers beside the peer, then the delta rule at a step
     MT_MOE_BENCH_LIMIT=150 MT_PEER_MICROS="2 1" MT_PEER_STEPS=3 MT_PEER_LIMIT=150 \
         bash bench/run_moe.sh moe-qwen3.5-35b-a3b-2l peer-qwen35moe:2 2>&1 |
         grep -vE "^rank [0-9]|bytes/param" | tail -n 30
+    echo "left $(left) s" # then with both layers updated on the GPU too, not the host
+    [ "$(left)" -gt 130 ] && MT_BENCH_ARGS="optimizer.device_groups=3" MT_BENCH_TAG=dev3 \
+        timeout "$(($(left) - 10))" bench/run_bench.sh build "$OUT" moe-qwen3.5-35b-a3b-2l 2>&1 |
+        grep -E "^/root|exit|plan:|^step"
     echo "left $(left) s"
     if [ "$(left)" -gt 60 ]; then
         timeout 25 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 | tail -n 4
