@@ -7,11 +7,14 @@
 #   bitwise (test_hf); the export's tensors are the source's in the hub's layout (Qwen3-Next's
 #   fused in_proj_qkvz and in_proj_ba, the conv1d's [C, 1, K], Qwen3.5-MoE's experts per expert
 #   or fused as the hub stores them), the vision tower and mtp.*
-#   carried byte for byte, a VLM's config.json kept around its text_config;
+#   carried byte for byte, a VLM's config.json kept around its text_config; a text class's
+#   tensors nested under model.language_model.* as a VLM's (transformers saves them so after
+#   loading a VLM checkpoint) read and written back so;
 # - refusals, exit 2 and one line naming the file: an unknown layer_types entry, value heads not
 #   a multiple of key heads, a missing linear_attn tensor, wrong shapes (plain, conv1d, fused
 #   projections and experts),
-#   a VLM without text_config or with a tie_word_embeddings that disagrees, RoPE we do not do;
+#   a VLM without text_config, with a tie_word_embeddings that disagrees or a top-level
+#   quantization_config we do not read, RoPE we do not do;
 # - with MTRUN: `mtrun --dry-run` takes a train.cfg whose model_dir is each folder, and refuses a
 #   model.* key that disagrees with it in one line.
 # usage: hf_qwen35.sh TEST_HF TESTS_DIR [MTRUN]
@@ -27,10 +30,16 @@ for f in qwen3_5 qwen3_5_moe qwen3_next qwen3_5_vl; do
 done
 roundtrip qwen3_5_moe_fused 60000 float32 --family qwen3_5_moe --fused-experts --mtp
 roundtrip qwen3_5_moe_fused_bf16 5000000000 bfloat16 --family qwen3_5_moe --fused-experts --dtype bf16
+# a text class saved by transformers from a VLM checkpoint: its tensors stay nested
+roundtrip qwen3_5_nested 60000 float32 --family qwen3_5 --nested
+roundtrip qwen3_5_moe_nested 60000 bfloat16 --family qwen3_5_moe --nested --fused-experts
 roundtrip qwen3_5_interval 60000 float32 --family qwen3_5 --unset layer_types \
     --set full_attention_interval=2
 roundtrip qwen3_5_top_rotary 60000 float32 --family qwen3_5 --set partial_rotary_factor=0.5 \
     --set 'rope_parameters={"rope_type":"default","rope_theta":1000000.0}'
+# rope_parameters without rope_type: "default", as transformers takes it
+roundtrip qwen3_5_untyped_rope 60000 float32 --family qwen3_5 \
+    --set 'rope_parameters={"rope_theta":1000000.0,"partial_rotary_factor":0.25}'
 A0=model.layers.0.linear_attn
 refuse types_kind 'config.json: layer_types\[1\] "sliding_attention" not supported \(linear_attention or full_attention\)' \
     --family qwen3_5 --set 'layer_types=["linear_attention","sliding_attention","linear_attention","full_attention"]'
@@ -60,6 +69,8 @@ refuse conv_taps "tensor $A0.conv1d.weight has shape \[96, 1, 4\], config.json n
 refuse vlm_no_text "config.json: text_config must be an object" --family qwen3_5_vl --unset top.text_config
 refuse vlm_tie "config.json: text_config: tie_word_embeddings true disagrees with the top level's false" \
     --family qwen3_5_vl --set tie_word_embeddings=true
+refuse vlm_quant "config.json: quantization_config quant_method bitsandbytes not supported" \
+    --family qwen3_5_vl --set 'top.quantization_config={"quant_method":"bitsandbytes"}'
 refuse vlm_text_key "config.json: text_config: hidden_size missing" --family qwen3_5_vl --unset hidden_size
 refuse rope_yarn "config.json: rope_type yarn not supported for linear-attention models" --family qwen3_5 \
     --set 'rope_parameters={"rope_type":"yarn","factor":2.0,"original_max_position_embeddings":64}'
@@ -71,7 +82,7 @@ MTRUN=${3:-}
 SRC=$(cd "$T/.." && pwd)
 sed -e "s|\"\.\./data/|\"$SRC/data/|" "$SRC/configs/test-small.cfg" |
     awk '/^model = {/{skip=1} !skip{print} skip&&/^};/{skip=0}' >"$WORK/base.cfg"
-for dir in qwen3_5 qwen3_5_moe qwen3_next qwen3_5_vl; do
+for dir in qwen3_5 qwen3_5_moe qwen3_next qwen3_5_vl qwen3_5_nested; do
     { cat "$WORK/base.cfg"; echo "model_dir = \"$dir\";"; } >"$WORK/$dir.cfg"
     if "$MTRUN" -np 2 "$WORK/$dir.cfg" --dry-run >"$WORK/out" 2>&1; then
         pass "mtrun --dry-run takes the $dir folder"

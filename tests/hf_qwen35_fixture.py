@@ -4,7 +4,7 @@ library only, for hf_qwen35.sh: config.json as transformers 5 saves each class, 
 named and shaped as its save_pretrained writes them, random values.
 
 usage: hf_qwen35_fixture.py DIR --family F [--dtype f32|bf16] [--mtp] [--fused-experts]
-                            [--set KEY=JSON]...
+                            [--nested] [--set KEY=JSON]...
                             [--unset KEY]... [--shape NAME] [--drop NAME]
   --family   qwen3_5 (Qwen3_5ForCausalLM), qwen3_5_moe (Qwen3_5MoeForCausalLM), qwen3_next
              (Qwen3NextForCausalLM: fused in_proj_qkvz and in_proj_ba), qwen3_5_vl
@@ -13,6 +13,8 @@ usage: hf_qwen35_fixture.py DIR --family F [--dtype f32|bf16] [--mtp] [--fused-e
   --mtp      mtp.* tensors (BF16 and F32), as the hub's checkpoints hold them
   --fused-experts  the MoE experts fused, mlp.experts.gate_up_proj [E, 2f, d] and down_proj
              [E, d, f], as the hub's Qwen3.5-MoE checkpoints store them
+  --nested   a text class's tensors under model.language_model.*, as transformers saves
+             Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM loaded from a VLM checkpoint
   --set/--unset  change config.json (text_config's keys for qwen3_5_vl; "top.KEY" the top level)
   --shape NAME   tensor NAME gets one more entry in its first dimension
   --drop NAME    tensor NAME is left out
@@ -67,8 +69,8 @@ def config(family):
                               "model_type": "qwen3_5_vision"}}
 
 
-def tensors(family, mtp, fused):
-    pre = "model.language_model." if family == "qwen3_5_vl" else "model."
+def tensors(family, mtp, fused, nested):
+    pre = "model.language_model." if family == "qwen3_5_vl" or nested else "model."
     t = {pre + "embed_tokens.weight": [V, D], pre + "norm.weight": [D], "lm_head.weight": [V, D]}
     for l in range(L):
         p = f"{pre}layers.{l}."
@@ -144,7 +146,7 @@ def write(out, cfg, shapes, dtype):
 
 def main():
     args = sys.argv[1:]
-    out, family, dtype, mtp, fused, edits, i = args[0], None, "F32", False, False, [], 1
+    out, family, dtype, mtp, fused, nested, edits, i = args[0], None, "F32", False, False, False, [], 1
     while i < len(args):
         a = args[i]
         if a == "--family":
@@ -155,10 +157,12 @@ def main():
             mtp, i = True, i + 1
         elif a == "--fused-experts":
             fused, i = True, i + 1
+        elif a == "--nested":
+            nested, i = True, i + 1
         else:
             edits.append((a, args[i + 1]))
             i += 2
-    cfg, shapes = config(family), tensors(family, mtp, fused)
+    cfg, shapes = config(family), tensors(family, mtp, fused, nested)
     for op, arg in edits:
         top = cfg if family != "qwen3_5_vl" or arg.startswith("top.") else cfg["text_config"]
         arg = arg[4:] if arg.startswith("top.") else arg

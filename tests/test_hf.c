@@ -83,8 +83,8 @@ static int same_model(const mt_model *a, const mt_model *b) {
            SAME(mla_nope_dim) && SAME(mla_rope_dim) && SAME(mla_v_dim) && SAME(linear_k_heads) &&
            SAME(linear_v_heads) && SAME(linear_k_dim) && SAME(linear_v_dim) && SAME(linear_conv) &&
            SAME(attn_output_gate) && SAME(norm_zero_centered) && SAME(partial_rotary_factor) &&
-           SAME(hub_vlm) && SAME(hub_gdn_fused) && SAME(hub_experts_fused) && SAME(bos_id) &&
-           SAME(eos_id);
+           SAME(hub_vlm) && SAME(hub_gdn_fused) && SAME(hub_experts_fused) && SAME(hub_lm_nested) &&
+           SAME(bos_id) && SAME(eos_id);
 #undef SAME
 #undef SAME_STR
 }

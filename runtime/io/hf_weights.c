@@ -27,7 +27,17 @@ static int ignorable(const char *name, const mt_model *m) {
     return m->tied_embeddings && strcmp(name, "lm_head.weight") == 0;
 }
 
+// A Qwen3.5 text class (Gated DeltaNet, not Qwen3-Next's fused projections) whose tensors are
+// nested as a VLM's: the embedding found there and not at the top.
+static int lm_nested(const hf_index *ix, const mt_model *m) {
+    if (m->hub_vlm) return 1;
+    if (m->linear_k_heads <= 0 || m->hub_gdn_fused) return 0;
+    return !hf_tensor_named(ix, "model.embed_tokens.weight") &&
+           hf_tensor_named(ix, "model.language_model.embed_tokens.weight");
+}
+
 void hf_index_layout(const hf_index *ix, mt_model *m) {
+    m->hub_lm_nested = lm_nested(ix, m);
     m->hub_experts_fused = 0;
     if (m->experts <= 0 || m->moe_names != MOE_NAMES_MLP) return;
     int l = 0;

@@ -95,7 +95,8 @@ typedef struct hf_index hf_index; // every tensor of a weights folder: file, dty
 // every header (lengths, offsets inside the file, no overlaps, sizes = numel x dtype size).
 hf_index *hf_index_open(const char *dir, char *err, size_t errlen);
 // What config.json does not say of the folder's layout, told from its tensor names: whether
-// its MoE experts are fused (model.hub_experts_fused). Before hf_index_check.
+// its MoE experts are fused (model.hub_experts_fused), its language model's tensors nested
+// (model.hub_lm_nested). Before hf_index_check.
 void hf_index_layout(const hf_index *ix, mt_model *m);
 // Every tensor cfg's model needs is there with its shape and a supported dtype, and nothing
 // else is (an unknown tensor, like a bias, would change the math).

@@ -232,7 +232,7 @@ int config_apply_model_dir(config_source *x, mt_config *cfg) {
     memcpy(cfg->model.eos_more, hf.model.eos_more,
            sizeof cfg->model.eos_more); // not a key: Llama 3's eos list
     cfg->model.n_eos_more = hf.model.n_eos_more;
-    cfg->model.hub_vlm = hf.model.hub_vlm,
+    cfg->model.hub_vlm = hf.model.hub_vlm, cfg->model.hub_lm_nested = hf.model.hub_lm_nested,
     cfg->model.hub_gdn_fused = hf.model.hub_gdn_fused; // the folder's layout
     return 0;
 }

@@ -93,10 +93,10 @@ static int read_rope(const json_ctx *j, mt_model *model) {
     if (theta) model->rope_theta = theta->valuedouble;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type"); // its name before transformers 4.43
-    if (!cJSON_IsString(t))
-        return failf(j->err, j->errlen, "%s: %s has no rope_type", j->path, obj);
-    model->rope_type = ROPE_PLAIN;
-    if (strcmp(t->valuestring, "default") == 0) return 0;
+    if (t && !cJSON_IsString(t))
+        return failf(j->err, j->errlen, "%s: %s.rope_type must be a string", j->path, obj);
+    model->rope_type = ROPE_PLAIN; // no type: "default", as transformers takes it
+    if (!t || strcmp(t->valuestring, "default") == 0) return 0;
     if (strcmp(t->valuestring, "yarn") == 0) return read_yarn(j, rs, obj, model);
     if (strcmp(t->valuestring, "llama3") != 0)
         return failf(j->err, j->errlen,

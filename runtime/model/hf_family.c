@@ -471,12 +471,14 @@ static void default_rope(const family *f, mt_model *model) {
 int hf_read_family(json_ctx *j, int seq_len, mt_model *model) {
     const family *f = find_family(j);
     int tied = 0;
-    if (!f || (f->vlm && gdn_enter_text_config(j, &tied) < 0)) return -1;
+    // a VLM's quantization_config is at the top level, beside text_config
+    if (!f || (f->vlm && (check_quantization(j, f) < 0 || gdn_enter_text_config(j, &tied) < 0)))
+        return -1;
     if (check_unsupported(j, f) < 0 || read_shape(j, f, model) < 0 ||
         (f->vlm && gdn_settle_tie(j, tied, model) < 0) ||
         hf_read_window(j, f, seq_len, model) < 0 || gdn_read(j, f->gdn, f->gdn_fused, model) < 0)
         return -1;
-    model->hub_vlm = f->vlm;
+    model->hub_vlm = model->hub_lm_nested = f->vlm; // io's hf_index_layout may nest a text class
     default_rope(f, model);
     return read_moe(j, f, model) < 0 ? -1 : sigmoid_moe_read(j, f, model);
 }

@@ -290,7 +290,8 @@ int model_group_tensors(const mt_model *m, int g, tensor_info *t, uint64_t *nume
     } else {
         n = layer_tensors(m, g - 1, t, &off);
     }
-    for (int k = 0; k < n; k++) t[k].lm_nested = m->hub_vlm && strncmp(t[k].name, "model.", 6) == 0;
+    for (int k = 0; k < n; k++)
+        t[k].lm_nested = m->hub_lm_nested && strncmp(t[k].name, "model.", 6) == 0;
     *numel = off;
     return n;
 }

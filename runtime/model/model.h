@@ -184,6 +184,11 @@ typedef struct {
     // hub checkpoints store them (transformers 5's in-memory layout); told from the folder's
     // tensor names (io's hf_index_layout), as config.json does not say.
     int hub_experts_fused;
+    // hub_lm_nested: the language model's tensors under "model.language_model." (lm_head.weight
+    // at the top): a VLM's (hub_vlm), and a Qwen3.5 text class's that transformers saved after
+    // loading it from a VLM checkpoint (its conversion mapping for qwen3_5_text and
+    // qwen3_5_moe_text keeps the nesting, and loads either); told from the tensor names too.
+    int hub_lm_nested;
     // each layer's kinds, from the fields above (model_describe_layers); n_described: the
     // layers described, so that a model used before its description fails loudly
     mt_layer_kind layer_kind[MT_MAX_LAYERS];
@@ -391,7 +396,7 @@ typedef struct {
     int role;
     int expert;     // an expert's matrix: its index (the role's block holds experts 0..E-1 in turn)
     int hub_layout; // how the hub's tensor `name` holds this one (roles.h's HUB_*)
-    int lm_nested;  // its "model." is "model.language_model." in the hub folder (hub_vlm)
+    int lm_nested;  // its "model." is "model.language_model." in the hub folder (hub_lm_nested)
 } tensor_info;
 
 // A layer group lists each expert's tensors apart (its three matrices and, with expert_bias,
