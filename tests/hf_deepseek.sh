@@ -6,7 +6,8 @@
 # - each class exported as float32 (many shards) and bfloat16, re-imported bitwise (test_hf); the
 #   export's tensors are the source's, the MTP layer (model.layers.L.*) carried byte for byte;
 # - block-scaled FP8 folders (F8_E4M3 with weight_scale_inv, grids cut short, an FP8 MTP layer):
-#   each code times its block's scale, the MTP layer's bytes and scales kept;
+#   each code times its block's scale, the MTP layer's FP8 weights so too (the export has no
+#   quantization_config to read codes by), its other tensors' bytes kept, no scales;
 # - refusals, exit 2 and one line naming the file: a router transformers does not compute
 #   (scoring_func, topk_method, moe_layer_freq), n_shared_experts 0, FP8 of another block or
 #   format, an FP8 weight without its scales or with scales of another grid, MLA's
@@ -25,7 +26,7 @@ for f in deepseek_v3 deepseek_v3_noq glm4_moe glm4_moe_lite; do
     roundtrip ${f}_bf16_export 5000000000 bfloat16 --family $f --mtp
 done
 roundtrip deepseek_v3_fp8 200000 float32 --family deepseek_v3 --fp8 --mtp
-roundtrip deepseek_v3_noq_fp8 5000000000 bfloat16 --family deepseek_v3_noq --fp8
+roundtrip deepseek_v3_noq_fp8 5000000000 bfloat16 --family deepseek_v3_noq --fp8 --mtp
 roundtrip glm4_moe_lite_types 60000 float32 --family glm4_moe_lite --unset first_k_dense_replace \
     --set 'mlp_layer_types=["sparse","dense","sparse"]'
 A=model.layers.1.self_attn

@@ -4,9 +4,10 @@ only: every trained source tensor is in the export under the same name and shape
 source's decoded here (an F8_E4M3 weight: each code's value times its block's weight_scale_inv,
 one product rounded to fp32 as torch rounds it; bf16 rounded as torch rounds with --bf16, but
 the router's weight and correction bias, F32 as transformers keeps them); the
-MTP layer (model.layers.L.*, L = num_hidden_layers) keeps its dtype and bytes, its scales too;
-no weight_scale_inv of a trained weight is exported; config.json names the source's class, has
-no quantization_config and keeps num_nextn_predict_layers.
+MTP layer (model.layers.L.*, L = num_hidden_layers) keeps its dtype and bytes, but for its
+F8_E4M3 weights, which come dequantized as the trained ones (the export has no
+quantization_config to read codes by); no weight_scale_inv is exported; config.json names the
+source's class, has no quantization_config and keeps num_nextn_predict_layers.
 
 usage: hf_deepseek_check.py EXPORT SOURCE [--bf16]
 """
@@ -56,21 +57,24 @@ def main():
     problems, carried, checked = [], 0, 0
     for name, (dtype, shape, raw) in src.items():
         m = re.match(r"model\.layers\.(\d+)\.", name)
-        if m and int(m.group(1)) >= layers:
+        mtp = m and int(m.group(1)) >= layers
+        if name.endswith("_scale_inv"):
+            if name in out:
+                problems.append(f"{name}: an FP8 weight's scales exported")
+            continue
+        if mtp and dtype != "F8_E4M3":
             carried += 1
             if out.get(name) != (dtype, shape, raw):
                 problems.append(f"{name}: not carried byte for byte")
-            continue
-        if name.endswith("_scale_inv"):
-            if name in out:
-                problems.append(f"{name}: a trained weight's scales exported")
             continue
         if name not in out or out[name][1] != shape:
             problems.append(f"{name}: missing or reshaped in the export")
             continue
         want = (dequantized(shape, raw, src[name + "_scale_inv"]) if dtype == "F8_E4M3"
                 else values(dtype, raw))
-        fp32 = name.endswith(("mlp.gate.weight", "e_score_correction_bias"))
+        fp32 = name.endswith(("mlp.gate.weight", "e_score_correction_bias")) and not mtp
+        if out[name][0] != ("F32" if fp32 or not rounded else "BF16"):
+            problems.append(f"{name}: exported as {out[name][0]}")
         if rounded and fp32 and out[name][0] != "F32":
             problems.append(f"{name}: {out[name][0]}, but transformers keeps it in fp32")
         if rounded and not fp32:

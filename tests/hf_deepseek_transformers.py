@@ -15,8 +15,9 @@ without torch and transformers):
 - the first DeepSeek-V3 quantized as the hub ships it (F8_E4M3 weights with one F32
   weight_scale_inv per 128 x 128 block, hidden_size 192 so that grids are cut short, an FP8 MTP
   layer, quantization_config fp8 [128, 128]): the export holds, bitwise, each code times its
-  block's scale as one fp32 product (torch computes it here), the MTP layer's FP8 bytes and
-  scales unchanged, and no quantization_config; transformers' own dequantization of the folder
+  block's scale as one fp32 product (torch computes it here), the MTP layer's FP8 weight so too
+  (no scales: the export has no quantization_config to read codes by) and its other tensors'
+  bytes unchanged, and no quantization_config; transformers' own dequantization of the folder
   is compared where its block size agrees with 128 (reported, not failed, where it does not).
 
 usage: hf_deepseek_transformers.py TEST_HF
@@ -228,7 +229,15 @@ def fp8(work, model, src):
     t = exported_tensors(out + ".out")
     bad = [k for k, v in want.items() if k not in t or not torch.equal(t[k], v)]
     check(not bad, f"fp8: each code times its block's scale, bitwise ({bad[:3]})")
-    check(carried(t, mtp), "fp8: the MTP layer's F8_E4M3 bytes and scales carried unchanged")
+    codes = {k: v for k, v in mtp.items() if v.dtype == torch.float8_e4m3fn}
+    plain = {k: v for k, v in mtp.items()
+             if k not in codes and not k.endswith("_scale_inv")}
+    check(carried(t, plain), "fp8: the MTP layer's other tensors carried unchanged")
+    mtp_bad = [k for k, v in codes.items()
+               if k not in t or k + "_scale_inv" in t or
+               not torch.equal(t[k], dequantize(v, mtp[k + "_scale_inv"]))]
+    check(codes and not mtp_bad, f"fp8: the MTP layer's F8_E4M3 weights dequantized as the "
+          f"trained ones, without scales ({mtp_bad[:2]})")
     exp_cfg = json.load(open(os.path.join(out + ".out", "config.json")))
     check("quantization_config" not in exp_cfg, "fp8: the export has no quantization_config")
     try:

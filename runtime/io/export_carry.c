@@ -4,11 +4,15 @@
 // byte in their own dtype into shards of their own (model-carried-NNNNN-of-NNNNN.safetensors),
 // and the config.json keys of the checkpoint around the language model (a VLM's top level and
 // vision_config, the keys of text_config we do not read, the MTP layers' keys), so that the
-// exported folder is the whole checkpoint transformers and vLLM load.
+// exported folder is the whole checkpoint transformers and vLLM load. Block-scaled FP8 weights
+// (DeepSeek-V3's MTP layer) are the exception: the export has no quantization_config to read
+// them by, so each goes out dequantized (fp8_read.c, the values the trained weights were read
+// as) in the export's dtype, and its NAME_scale_inv stays behind.
 #include "runtime/base/base.h"
 #include "runtime/io/export_carry.h"
 #include "runtime/io/hf_index.h"
 #include "runtime/io/io.h"
+#include "kernels/bf16.h"
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -41,13 +45,34 @@ static void carried_file(char *out, size_t cap, int s, int n) {
     snprintf(out, cap, "model-carried-%05d-of-%05d.safetensors", s + 1, n);
 }
 
+// Whether t is the scale of a block-scaled FP8 weight (NAME_scale_inv beside F8_E4M3 NAME).
+static int fp8_scale(const hf_index *ix, const hf_tensor *t) {
+    const char *tail = "_scale_inv";
+    size_t n = strlen(t->name), k = strlen(tail);
+    if (n <= k || n - k >= 512 || strcmp(t->name + n - k, tail) != 0) return 0;
+    char base[512];
+    memcpy(base, t->name, n - k), base[n - k] = 0;
+    const hf_tensor *w = hf_tensor_named(ix, base);
+    return w && w->dtype == DT_F8;
+}
+
+// The dtype t goes out in: an FP8 weight's the export's, any other its own.
+static int dtype_out(const hf_tensor *t, int to_bf16) {
+    return t->dtype != DT_F8 ? t->dtype : to_bf16 ? DT_BF16 : DT_F32;
+}
+
 static uint64_t bytes_of(const hf_tensor *t) {
     return t->end - t->begin;
 }
 
+static uint64_t bytes_out(const hf_tensor *t, int to_bf16) {
+    return t->dtype != DT_F8 ? bytes_of(t) : t->numel * (to_bf16 ? 2 : 4);
+}
+
 // Shard s's header, padded with spaces to a multiple of 8, for the carried tensors whose
 // shard[] is s.
-static char *carried_header(const hf_index *ix, const int *shard, int s, uint64_t *len) {
+static char *carried_header(const hf_index *ix, const int *shard, int s, int to_bf16,
+                            uint64_t *len) {
     cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
     uint64_t at = 0;
@@ -55,13 +80,13 @@ static char *carried_header(const hf_index *ix, const int *shard, int s, uint64_
         if (shard[i] != s) continue;
         const hf_tensor *t = hf_tensor_at(ix, i);
         cJSON *o = cJSON_AddObjectToObject(root, t->name);
-        cJSON_AddStringToObject(o, "dtype", hf_dtype_name(t->dtype));
+        cJSON_AddStringToObject(o, "dtype", hf_dtype_name(dtype_out(t, to_bf16)));
         cJSON *shape = cJSON_AddArrayToObject(o, "shape"), *offs;
         for (int d = 0; d < t->ndim; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
         offs = cJSON_AddArrayToObject(o, "data_offsets");
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at += bytes_of(t))));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at += bytes_out(t, to_bf16))));
     }
     return safetensors_header_text(root, len);
 }
@@ -74,15 +99,36 @@ static void put(int fd, const void *buf, size_t n, off_t at, const char *path) {
     }
 }
 
-// Shard s: its header, then each of its tensors' bytes as model_dir holds them.
-static void write_carried(const hf_index *ix, const int *shard, int s, int n, const char *dir) {
+// An FP8 weight dequantized into the export's dtype at `at`, a piece at a time.
+static void put_fp8(int fd, const hf_index *ix, const hf_tensor *t, int to_bf16, off_t at,
+                    const char *path) {
+    enum { PIECE = 1 << 22 };
+    char err[PATH_MAX + 256];
+    float *x = malloc(sizeof(float) * PIECE);
+    bf16 *h = malloc(sizeof(bf16) * PIECE);
+    if (!x || !h) mt_die("out of memory");
+    for (uint64_t done = 0; done < t->numel;) {
+        size_t m = t->numel - done < PIECE ? (size_t)(t->numel - done) : PIECE;
+        if (fp8_read_range(ix, t, done, m, x, err, sizeof err) < 0) mt_die("export: %s", err);
+        for (size_t i = 0; to_bf16 && i < m; i++) h[i] = bf16_from_float(x[i]);
+        size_t width = to_bf16 ? sizeof(bf16) : sizeof(float);
+        put(fd, to_bf16 ? (const void *)h : (const void *)x, m * width, at, path);
+        at += (off_t)(m * width), done += m;
+    }
+    free(x), free(h);
+}
+
+// Shard s: its header, then each of its tensors' bytes as model_dir holds them (an FP8 weight's
+// dequantized).
+static void write_carried(const hf_index *ix, const int *shard, int s, int n, int to_bf16,
+                          const char *dir) {
     char file[64], path[PATH_MAX], err[PATH_MAX + 256];
     carried_file(file, sizeof file, s, n);
     snprintf(path, sizeof path, "%s/%s", dir, file);
     int fd = open_nofollow(path, "x");
     if (fd < 0) mt_die("%s: %s", path, strerror(errno));
     uint64_t hlen;
-    char *h = carried_header(ix, shard, s, &hlen);
+    char *h = carried_header(ix, shard, s, to_bf16, &hlen);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
     put(fd, len8, 8, 0, path);
@@ -95,6 +141,11 @@ static void write_carried(const hf_index *ix, const int *shard, int s, int n, co
     for (int i = 0; i < hf_index_count(ix); i++) {
         if (shard[i] != s) continue;
         const hf_tensor *t = hf_tensor_at(ix, i);
+        if (t->dtype == DT_F8) {
+            put_fp8(fd, ix, t, to_bf16, at, path);
+            at += (off_t)bytes_out(t, to_bf16);
+            continue;
+        }
         for (uint64_t done = 0; done < bytes_of(t);) {
             size_t m = bytes_of(t) - done < CHUNK ? (size_t)(bytes_of(t) - done) : CHUNK;
             if (hf_read_bytes(ix, t, done, m, buf, err, sizeof err) < 0) mt_die("export: %s", err);
@@ -123,14 +174,16 @@ double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSO
     if (!shard) mt_die("out of memory");
     uint64_t used = 0;
     double total = 0;
+    int to_bf16 = cfg->export_dtype == EXPORT_BFLOAT16;
     for (int i = 0; i < count; i++) { // a shard closes when the next tensor would overflow it
         const hf_tensor *t = hf_tensor_at(ix, i);
         shard[i] = -1;
-        if (!hf_carried(&cfg->model, t->name)) continue;
-        if (n == 0 || (used > 0 && used + bytes_of(t) > max)) n++, used = 0;
-        shard[i] = n - 1, used += bytes_of(t), total += (double)bytes_of(t);
+        if (!hf_carried(&cfg->model, t->name) || fp8_scale(ix, t)) continue;
+        uint64_t b = bytes_out(t, to_bf16);
+        if (n == 0 || (used > 0 && used + b > max)) n++, used = 0;
+        shard[i] = n - 1, used += b, total += (double)b;
     }
-    for (int s = 0; s < n; s++) write_carried(ix, shard, s, n, dir);
+    for (int s = 0; s < n; s++) write_carried(ix, shard, s, n, to_bf16, dir);
     for (int i = 0; i < count; i++) {
         char file[64];
         if (shard[i] < 0) continue;
