@@ -7,7 +7,8 @@ the router's weight and correction bias, F32 as transformers keeps them); the
 MTP layer (model.layers.L.*, L = num_hidden_layers) keeps its dtype and bytes, but for its
 F8_E4M3 weights, which come dequantized as the trained ones (the export has no
 quantization_config to read codes by); no weight_scale_inv is exported; config.json names the
-source's class, has no quantization_config and keeps num_nextn_predict_layers.
+source's class, has no quantization_config and keeps num_nextn_predict_layers and
+first_k_dense_replace (GLM-4.7-Flash's class reads mlp_layer_types, vLLM this).
 
 usage: hf_deepseek_check.py EXPORT SOURCE [--bf16]
 """
@@ -89,6 +90,9 @@ def main():
         problems.append("config.json: quantization_config exported")
     if cfg.get("num_nextn_predict_layers") != src_cfg.get("num_nextn_predict_layers"):
         problems.append("config.json: num_nextn_predict_layers not kept")
+    if "first_k_dense_replace" in src_cfg and \
+            cfg.get("first_k_dense_replace") != src_cfg["first_k_dense_replace"]:
+        problems.append("config.json: first_k_dense_replace not kept")  # vLLM counts by it
     if problems:
         print("; ".join(problems[:5]))
         sys.exit(1)

@@ -220,9 +220,10 @@ void sigmoid_moe_write(cJSON *r, const family *f, const mt_model *m) {
     if (f->mla) write_mla(r, m);
     if (!f->sigmoid_router) return;
     cJSON_AddNumberToObject(r, "n_shared_experts", m->shared_ffn_dim / m->moe_ffn_dim);
-    if (f->dense_list)
-        write_layer_types(r, m);
-    else
+    if (f->dense_list) write_layer_types(r, m);
+    // GLM-4.7-Flash's class reads mlp_layer_types alone, but the hub's config.json has both,
+    // and engines built on DeepSeek's layers (vLLM's) count the dense ones by this key
+    if (!f->dense_list || dense_prefix(m) >= 0)
         cJSON_AddNumberToObject(r, "first_k_dense_replace", dense_prefix(m));
     cJSON_AddNumberToObject(r, "n_group", m->router_groups > 1 ? m->router_groups : 1);
     cJSON_AddNumberToObject(r, "topk_group", m->router_groups > 1 ? m->router_topk_groups : 1);
