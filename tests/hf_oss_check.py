@@ -6,7 +6,7 @@ usage: hf_oss_check.py EXPORT SOURCE [--bf16]
   - its config.json is a GptOssForCausalLM without quantization_config, with SOURCE's
     rope_scaling, sliding_window (128 when no layer slides), layer_types (the config class's
     default spelled out),
-    attention_bias, swiglu_limit and expert counts;
+    attention_bias, swiglu_limit, expert counts and pad_token_id (transformers' padding_idx);
   - every tensor equals SOURCE's under the hub's names and shapes (gate_up_proj [E, d, 2f],
     down_proj [E, f, d], ...): SOURCE's MXFP4 blocks and scales are dequantized here, as
     transformers' convert_moe_packed_tensors does (FP4 E2M1 code points times 2^(scale - 127),
@@ -71,7 +71,7 @@ def check_config(export, src):
         fail(f"config.json: sliding_window {cg.get('sliding_window')}, expected {window}")
     for key in ("rope_scaling", "attention_bias", "swiglu_limit",
                 "num_local_experts", "num_experts_per_tok", "intermediate_size", "head_dim",
-                "eos_token_id", "router_aux_loss_coef"):
+                "eos_token_id", "pad_token_id", "router_aux_loss_coef"):
         if cg.get(key) != cw.get(key):
             fail(f"config.json: {key} {cg.get(key)}, the source's {cw.get(key)}")
 

@@ -222,8 +222,18 @@ static void overlay(cJSON *into, cJSON *ours) {
 }
 
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
-    if (!may_carry(cfg)) return ours;
+    if (!cfg->model_dir[0]) return ours;
     cJSON *src = source_config(cfg);
+    // transformers builds the embedding with padding_idx = pad_token_id (gpt-oss's 199999): a
+    // further fine-tune of the export leaves that row as the original did (a VLM's config.json
+    // is kept whole below)
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(src, "pad_token_id");
+    if (pad && !cfg->model.hub_vlm && !cJSON_GetObjectItemCaseSensitive(ours, "pad_token_id"))
+        cJSON_AddItemToObject(ours, "pad_token_id", cJSON_Duplicate(pad, 1));
+    if (!may_carry(cfg)) {
+        cJSON_Delete(src);
+        return ours;
+    }
     if (!cfg->model.hub_vlm) { // a text model: the MTP layers' keys (mtp_num_hidden_layers, ...)
         for (const cJSON *k = src->child; k; k = k->next)
             if ((starts_with(k->string, "mtp_") ||
