@@ -83,7 +83,7 @@ set_tests_properties(model_parity_qwen35_cpu PROPERTIES SKIP_RETURN_CODE 77 TIME
 # optimizer.device_groups = "auto": what the plan and the engine pick.
 add_executable(test_device_groups_auto ${MT_TEST_DIR}/test_device_groups_auto.c)
 target_link_libraries(test_device_groups_auto PRIVATE mt_runtime)
-add_test(NAME device_groups_auto COMMAND test_device_groups_auto)
+add_test(NAME device_groups_auto COMMAND test_device_groups_auto ${CMAKE_SOURCE_DIR})
 
 # The bytes each backend's allocator gives its working sets against the plan's (buffers.h's
 # lists): plan_matches_allocation on the GPU (skipped, exit 77, without one), _cpu on the CPU.

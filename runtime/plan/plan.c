@@ -106,30 +106,6 @@ uint64_t plan_device_layer_bytes(const mt_model *m) {
     return 18 * model_largest_layer(m); // state + own buffers
 }
 
-int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free) {
-    if (c->device_groups >= 0) return c->device_groups;
-    if (!cuda) return 0;
-    uint64_t budget = device_free / 8, used = 12 * model_group_numel(&c->model, 0);
-    if (used > budget) return 0;
-    // At long context the boundaries need the memory more than an optimizer lead does (a step
-    // takes minutes there, the optimizers are never behind): when all of them would take over
-    // half of it, the embedding alone.
-    mt_buffer_shape s = buffer_shape(c);
-    if (4 * (s.L + 1) * s.M * s.n * s.D > device_free / 2) return 1;
-    // The first layer may take up to a quarter of it, the rest stay within the eighth: layer 0
-    // is the update the next forward waits for at the step boundary (its gradients land last,
-    // its weights are needed first), a whole layer's AdamW where layers are large (a
-    // Mixtral-8x7B layer of 1.45B parameters: 0.36 s on a 16-core host, bench/RESULTS.md
-    // 2026-12-05), and the GPU updates it in milliseconds.
-    int most = (c->model.layers + 7) / 8, layers = 0; // layer by layer: their sizes may differ
-    for (; layers < most; layers++) {
-        uint64_t layer = 18 * model_group_numel(&c->model, model_layer_group(layers));
-        if (used + layer > (layers == 0 ? device_free / 4 : budget)) break;
-        used += layer;
-    }
-    return 1 + layers;
-}
-
 const char *plan_bytes_text(char *buf, size_t n, double b) {
     static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -299,9 +275,10 @@ static int fitting_every(int layers, uint64_t fit) {
 // boundaries 0, k, 2k, ... go to the host, a k-th of the host memory, and the segments between
 // are recomputed as without an offload). What the boundaries leave then holds attention
 // outputs (keep_attention "auto"), where no layer is kept whole.
-void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
+void plan_choose_groups(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
+                        uint64_t room, int device_groups) {
     ch->cuda = cuda, ch->grad_bytes = grad_bytes, ch->offload = 0;
-    ch->device_groups = plan_device_groups(c, cuda, room);
+    ch->device_groups = device_groups;
     ch->boundary_every = c->boundary_every > 0 ? c->boundary_every : 1;
     if (ch->boundary_every > c->model.layers) ch->boundary_every = c->model.layers;
     int pairs = c->model.layers * c->micro_batches;
@@ -337,6 +314,11 @@ void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
              slot = plan_attention_slot_bytes(c, cuda);
     uint64_t spare = left > reserve + acts ? left - reserve - acts : 0;
     ch->att_slots = spare / slot < (uint64_t)pairs ? (int)(spare / slot) : pairs;
+}
+
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
+    plan_choose_groups(ch, c, cuda, grad_bytes, room, plan_device_groups(c, cuda, room));
+    plan_more_device_groups(ch, c, room);
 }
 
 int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room, const char *where,

@@ -195,7 +195,12 @@ int plan_make(mt_plan *p, const mt_config *c, int np, int cuda, int numa_nodes, 
 int plan_grad_bytes(const mt_config *c);
 void plan_free(mt_plan *p);
 
+// The compute rank's choices for `room` free bytes (UINT64_MAX: not known): device groups
+// (plan_device_groups, then plan_more_device_groups), layer buffers, boundaries, offload, kept
+// attention outputs. plan_choose_groups: the same with device_groups groups given.
 void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room);
+void plan_choose_groups(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes,
+                        uint64_t room, int device_groups);
 // The bytes a gradient leaves the device as, for plan_choose: the host slots' (2 for bf16) on
 // one node; over nodes the compute ranks sum the fp32 gradients on the host first, and round
 // there.
@@ -217,14 +222,19 @@ int plan_check_device(const mt_config *c, const plan_choices *ch, uint64_t room,
 // grad_bytes 2: on CUDA the gradients that leave are rounded through two pieces on the device.
 void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffers *b);
 // optimizer.device_groups resolved for a backend with device_free bytes free (UINT64_MAX when
-// not known). "auto" (-1) on a GPU: the embedding and the first layers / 8 layers (rounded up),
-// as many as fit in an eighth of the free memory (12 B/param of state, 6 more of own buffers).
+// not known; device_groups.c). "auto" (-1) on a GPU: the embedding and the first layers / 8
+// layers (rounded up), as many as fit in an eighth of the free memory (12 B/param of state, 6
+// more of own buffers).
 // Measured on an H200, that lead is what lets the optimizer ranks (0.7-1.1x as long per layer
 // as the forward at 65k tokens a step) stay ahead through the forward; every extra layer costs
 // kept activations. None on the CPU, whose compute rank has no memory faster than the
 // optimizer ranks'. The embedding alone at long context, where all boundaries would take over
 // half the free memory.
 int plan_device_groups(const mt_config *c, int cuda, uint64_t device_free);
+// "auto" once the free memory is known (room): more layers updated on the GPU, one at a time,
+// while each shortens the plan's step by 1% or more and fits with the boundaries unchanged
+// (the optimizer ranks then bound the step); ch as plan_choose_groups made it.
+void plan_more_device_groups(plan_choices *ch, const mt_config *c, uint64_t room);
 // GPU memory one more device-updated decoder layer takes: its fp32 state and own buffers.
 uint64_t plan_device_layer_bytes(const mt_model *m);
 // "512 B", "20.0 KiB", "1.5 MiB", "6.28 GiB", "1.10 TiB" into buf; returns buf.
