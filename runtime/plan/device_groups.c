@@ -81,3 +81,8 @@ void plan_more_device_groups(plan_choices *ch, const mt_config *c, uint64_t room
         *ch = t, best = s;
     }
 }
+
+void plan_choose(plan_choices *ch, const mt_config *c, int cuda, int grad_bytes, uint64_t room) {
+    plan_choose_groups(ch, c, cuda, grad_bytes, room, plan_device_groups(c, cuda, room));
+    plan_more_device_groups(ch, c, room);
+}
