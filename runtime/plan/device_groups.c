@@ -58,12 +58,12 @@ static int fits(const mt_config *c, const plan_choices *ch, uint64_t room) {
 // The lead above is what the step boundary needs; where the optimizer ranks bound the whole
 // step (an MoE slice or model whose host AdamW outlasts its compute at this batch), the GPU
 // memory left does more updating further layers than keeping layer passes: Qwen3.5-35B-A3B's
-// first 2 layers at 65,536 tokens took 1.235 s a step with the embedding and layer 0 on the GPU
-// and 0.880 s with layer 1 too, GPU 100% busy (H100, bench/RESULTS.md 2026-12-07). So "auto",
-// once the GPU's memory is known, adds layers one at a time while each shortens the plan's step
-// by 1% or more, fits, and leaves the boundaries as they were (no offload, no recomputed
-// segments). Not with one layer buffer (memory is tight there), nor with the NVMe tier, whose
-// disk the estimate's pipeline weighs otherwise.
+// first 2 layers at 65,536 tokens took 1.235 s a step with the embedding alone on the GPU (the
+// lead in the memory left there) and 0.880 s with both layers too, GPU 100% busy (H100,
+// bench/RESULTS.md 2026-12-07). So "auto", once the GPU's memory is known, adds layers one at a
+// time while each shortens the plan's step by 1% or more, fits, and leaves the boundaries as they
+// were (no offload, no recomputed segments). Not with one layer buffer (memory is tight there), nor
+// with the NVMe tier, whose disk the estimate's pipeline weighs otherwise.
 void plan_more_device_groups(plan_choices *ch, const mt_config *c, uint64_t room) {
     if (c->device_groups >= 0 || !ch->cuda || room == UINT64_MAX || ch->device_groups < 1 ||
         ch->layer_buffers != 2 || ch->offload || c->storage_grads || c->storage_adam ||
