@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # What the open issues still need from the GPU machine, in one call on whichever card comes,
-# output under $OUT, and last, in what time is left, the GPU tests that the choices of
-# optimizer.device_groups "auto" touch (plan_matches_allocation, e2e_cuda_parity,
-# e2e_grad_ring):
+# output under $OUT:
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
 #   (bench/run_gptoss.sh peer; "auto" puts the layer's 58 GB of fp32 state on the GPU there),
 #   then in what is left of the call the same slice with the embedding alone on the GPU
 #   (optimizer.device_groups 1), the layer's AdamW on the host;
-# - an H100: GLM-4.7-Flash's first 6 layers beside the peer (bench/run_deepseek.sh peer47)
-#   with optimizer.device_groups "auto" (which adds layers on the GPU while the plan's step
-#   shortens), then with the embedding and layer 0 alone (device_groups 2), Qwen3.5-35B-A3B's
-#   first 2 layers under "auto", and where time is left Qwen3.5-27B's 4 layers at the plan's
-#   break-even (bench/run_qwen35.sh busy).
+# - an H100: Qwen3.5-35B-A3B from its 4- and 8-layer slices (bench/run_slices.sh: the whole
+#   model beside its plan), then flash-linear-attention's delta rule at a training step's shape
+#   (8 rows of 2,048, 48 value heads over 16 key heads) beside ours (FLA's wheels in .whl).
 # MT_PENDING_PART picks another part on an H100 instead:
+#   glm   GLM-4.7-Flash's first 6 layers beside the peer (bench/run_deepseek.sh peer47) with
+#         optimizer.device_groups "auto", then with the embedding and layer 0 alone
+#         (device_groups 2), Qwen3.5-35B-A3B's first 2 layers under "auto", and where time is
+#         left Qwen3.5-27B's 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
 #   qwen  Qwen3.5-35B-A3B's first 2 layers beside the peer (moe-qwen3.5-35b-a3b-2l: the peer's 4
 #         would not fit the card; flash-linear-attention's wheels carried in .whl), then with
 #         layer 1 updated on the GPU too (optimizer.device_groups 3), and the delta rule at a
 #         training step's shape beside FLA's;
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy).
-#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=qwen|tier|busy] bench/run_pending.sh
+#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -43,7 +43,7 @@ elif [ "${MT_PENDING_PART:-}" = tier ]; then # GLM-4.7-Flash's largest slice, ev
     timeout "$(($(left) - 10))" bash bench/run_deepseek.sh tier 2>&1 | tail -n 40
 elif [ "${MT_PENDING_PART:-}" = busy ]; then
     timeout "$(($(left) - 10))" bash bench/run_qwen35.sh busy 2>&1 | tail -n 30
-elif [ "${MT_PENDING_PART:-}" = qwen ]; then # Qwen3.5-35B-A3B's 2 layers beside the peer, then the delta rule at a step's shape
+elif [ "${MT_PENDING_PART:-}" = qwen ]; then # Qwen3.5-35B-A3B's 2 layers beside the peer
     MT_MOE_BENCH_LIMIT=150 MT_PEER_MICROS="2 1" MT_PEER_STEPS=3 MT_PEER_LIMIT=150 \
         bash bench/run_moe.sh moe-qwen3.5-35b-a3b-2l peer-qwen35moe:2 2>&1 |
         grep -vE "^rank [0-9]|bytes/param" | tail -n 30
@@ -54,11 +54,11 @@ elif [ "${MT_PENDING_PART:-}" = qwen ]; then # Qwen3.5-35B-A3B's 2 layers beside
     echo "left $(left) s"
     if [ "$(left)" -gt 60 ]; then
         timeout 25 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 | tail -n 4
-        timeout 30 python3 bench/gdn_fla.py --B 8 --T 2048 --H 48 --HK 16 2>&1 | grep -v Warning |
-            tail -n 4
+        timeout 120 python3 -u bench/gdn_fla.py --B 8 --T 2048 --H 48 --HK 16 2>&1 |
+            grep -v Warning | tail -n 4
     fi
-else # GLM-4.7-Flash's 6 layers beside the peer with device_groups "auto" as it is now, and
-    # with the embedding and layer 0 alone (the lead "auto" took before it added layers)
+elif [ "${MT_PENDING_PART:-}" = glm ]; then # GLM-4.7-Flash's 6 layers beside the peer with
+    # device_groups "auto", then with the embedding and layer 0 alone (the lead auto took before)
     export MT_MOE_BENCH_LIMIT=150 MT_PEER_STEPS=4 MT_PEER_LIMIT=160
     bash bench/run_deepseek.sh peer47 2>&1 | grep -E "RATIO|^/root|^MOE|^build:|done at"
     MT_BENCH_TAG=dev2 MT_BENCH_ARGS=optimizer.device_groups=2 timeout 120 \
@@ -69,12 +69,13 @@ else # GLM-4.7-Flash's 6 layers beside the peer with device_groups "auto" as it 
     grep -rh "AdamW of the embedding" "$OUT" 2>/dev/null | sort | uniq -c | cut -c1-200
     echo "left $(left) s"
     [ "$(left)" -gt 280 ] && timeout "$(($(left) - 30))" bash bench/run_qwen35.sh busy 2>&1 | tail -n 12
-fi
-echo "left $(left) s"
-if [ "$(left)" -gt 40 ]; then # the GPU tests that device_groups "auto" touches
-    (cd build && timeout $(($(left) - 10)) ctest -j3 --output-on-failure -R \
-        "^(plan_matches_allocation|e2e_cuda_parity|e2e_grad_ring|device_groups_auto)$" \
-        >"$OUT/pending-ctest.log" 2>&1)
-    grep -E "tests passed|tests failed|Passed|\(Failed\)|Timeout|Skipped" "$OUT/pending-ctest.log" | head
+else # Qwen3.5-35B-A3B from its 4- and 8-layer slices, then FLA's delta rule at a step's shape
+    timeout 300 bench/run_slices.sh build "$OUT" qwen3.5-35b-a3b 2>&1 | grep -vE "^rank [0-9]" |
+        tail -n 30
+    echo "left $(left) s" # Triton compiles FLA's kernels for the shape first: unbuffered output
+    [ "$(left)" -gt 90 ] && timeout "$(($(left) - 60))" python3 -u bench/gdn_fla.py --B 8 \
+        --T 2048 --H 48 --HK 16 2>&1 | grep -v Warning | tail -n 6
+    [ "$(left)" -gt 40 ] && timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 \
+        --T 2048 2>&1 | tail -n 5
 fi
 echo "ALLDONE at $(($(date +%s) - pending_t0)) s"
