@@ -208,7 +208,7 @@ static void print_buffers(FILE *f, const mt_plan *p) {
     char owned[64] = "";
     if (own) snprintf(owned, sizeof owned, " + %d updated here", own);
     fprintf(f, "  %-13s %11s  embedding + head + %d streaming layer%s%s, %s\n", "weights",
-            H(b->weights), b->layer_buffers, b->layer_buffers > 1 ? "s" : "", owned,
+            H(b->weights), b->layer_buffers, b->layer_buffers != 1 ? "s" : "", owned,
             p->cuda ? "bf16" : "fp32");
     if (b->layer_buffers == 1)
         fprintf(f,
@@ -315,10 +315,12 @@ static void print_estimate(FILE *f, const mt_plan *p, const plan_estimate *e, in
     if (p->cuda)
         fprintf(f,
                 "  balance    compute meets %s active parameters of %s, PCIe and the optimizer "
-                "move all of them: the GPU computes %.0f%% of the step from %s tokens a step (this "
-                "batch: %s)\n",
-                G(e->active_params), G(p->params), 100.0 * PLAN_BREAK_EVEN_BUSY,
-                G(e->stream_break_even_tokens + 0.5), G(mt_tokens_per_step(p->c)));
+                "move all of them%s: the GPU computes %.0f%% of the step from %s tokens a step "
+                "(this batch: %s)\n",
+                G(e->active_params), G(p->params),
+                p->device_groups > 0 ? " but the groups updated on the GPU" : "",
+                100.0 * PLAN_BREAK_EVEN_BUSY, G(e->stream_break_even_tokens + 0.5),
+                G(mt_tokens_per_step(p->c)));
     if (p->cuda) {
         fprintf(f,
                 "  step       %s, each pass as long as the slowest of what overlaps in it: the "

@@ -46,6 +46,20 @@ static void more_layers(const char *src) {
     plan_choose(&ch, &moe, 1, 4, 70 * GIB);
     check(plan_check_device(&moe, &ch, 70 * GIB, "test", NULL, 0) == 0 && !ch.offload,
           "and its buffers fit the 70 GiB, boundaries on the GPU");
+    check(ch.layer_buffers == 0, "every layer updated on the GPU: no streaming layer buffers");
+    plan_choices lead;
+    plan_choose_groups(&lead, &moe, 1, 4, 70 * GIB, 2);
+    check(lead.layer_buffers == 2, "layer 1 left to stream: two streaming layer buffers");
+    plan_buffers all, two;
+    plan_compute_buffers(&moe, &ch, &all);
+    plan_compute_buffers(&moe, &lead, &two);
+    uint64_t layer = model_largest_layer(&moe.model), layer1 = model_group_numel(&moe.model, 2);
+    check(all.weights + 2 * 2 * layer == two.weights + 2 * layer1,
+          "the buffers: layer 1's own weights for the two streaming ones (bf16)");
+    moe.layer_buffers = 2;
+    plan_choose_groups(&lead, &moe, 1, 4, 70 * GIB, 3);
+    check(lead.layer_buffers == 2, "an explicit layer_buffers = 2 stays, unused");
+    moe.layer_buffers = 0;
     check(chosen(&moe, 40 * GIB) == plan_device_groups(&moe, 1, 40 * GIB),
           "40 GiB: no room for layer 1's state beside the rest, the lead alone");
     check(chosen(&moe, UINT64_MAX) == plan_device_groups(&moe, 1, UINT64_MAX),

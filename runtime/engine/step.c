@@ -116,7 +116,7 @@ static int syncs_in_layers(const engine *e) {
 // With one layer buffer the next layer's weights can come in only once the compute is done
 // with the buffer (buffer_done): no fetch runs ahead of the layer that holds it.
 static int fetch_ahead(const engine *e) {
-    return e->ring_n > 1;
+    return e->ring_n != 1; // 0: every layer has buffers of its own
 }
 
 // Whether the forward fetches the next layer once the first micro-batch is queued: where the

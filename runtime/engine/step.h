@@ -28,7 +28,8 @@ struct engine {
     int n;                            // tokens per micro-batch
     weight_buffer emb, head, ring[2]; // layer l streams through ring[l % ring_n]
     grad_buffer emb_g, head_g, ring_g[2];
-    int ring_n; // streaming layer buffers (layer_buffers): 2, or 1 for layers too large for two
+    int ring_n; // streaming layer buffers (layer_buffers): 2, 1 for layers too large for two, or
+                // 0 where every layer is updated here, in buffers of its own (n_own)
     // The groups the compute rank updates (the embedding and layers 0 .. n_own - 1): their
     // layers have buffers of their own, which stay put.
     device_groups dev;

@@ -62,18 +62,19 @@ static int fits(const mt_config *c, const plan_choices *ch, uint64_t room) {
 // lead in the memory left there) and 0.880 s with both layers too, GPU 100% busy (H100,
 // bench/RESULTS.md 2026-12-07). So "auto", once the GPU's memory is known, adds layers one at a
 // time while each shortens the plan's step by 1% or more, fits, and leaves the boundaries as they
-// were (no offload, no recomputed segments). Not with one layer buffer (memory is tight there), nor
+// were (no offload, no recomputed segments); with every layer there, the two streaming layer
+// buffers go too (plan_choose_groups). Not with one layer buffer (memory is tight there), nor
 // with the NVMe tier, whose disk the estimate's pipeline weighs otherwise.
 void plan_more_device_groups(plan_choices *ch, const mt_config *c, uint64_t room) {
     if (c->device_groups >= 0 || !ch->cuda || room == UINT64_MAX || ch->device_groups < 1 ||
-        ch->layer_buffers != 2 || ch->offload || c->storage_grads || c->storage_adam ||
+        ch->layer_buffers == 1 || ch->offload || c->storage_grads || c->storage_adam ||
         c->storage_master)
         return;
     double best = step_s(c, ch);
     for (int k = ch->device_groups + 1; k <= c->model.layers + 1; k++) {
         plan_choices t;
         plan_choose_groups(&t, c, ch->cuda, ch->grad_bytes, room, k);
-        if (t.offload || t.layer_buffers != 2 || t.boundary_every > ch->boundary_every ||
+        if (t.offload || t.layer_buffers == 1 || t.boundary_every > ch->boundary_every ||
             !fits(c, &t, room))
             return;
         double s = step_s(c, &t);

@@ -101,6 +101,14 @@ static double expert_calls(const mt_config *c) {
     return (double)mt_moe_layers(&c->model) * c->micro_batches * chunks * c->model.experts;
 }
 
+// The parameters that cross PCIe each step: all but the groups the compute rank updates, whose
+// weights stay in buffers of their own and whose gradients never leave.
+static double streamed_params(const mt_plan *p) {
+    double n = (double)p->params;
+    for (int g = 0; g < p->device_groups; g++) n -= (double)model_group_numel(&p->c->model, g);
+    return n;
+}
+
 // With the ring a group is updated once its gradients land, in the backward's order, and its
 // slot frees when the update ends. The pass ends with the optimizer ranks' last update (the
 // lowest group they update, which the next forward needs first of theirs; the groups the GPU
@@ -132,16 +140,16 @@ static double ring_backward_s(const mt_plan *p, double compute, double pcie, dou
     double A = (double)plan_active_params(m) - embedding; // what the backward computes with
     double layers = N - embedding - (double)model_group_numel(m, head);
     double layer_active = layers > 0 ? (A - (double)model_group_numel(m, head)) / layers : 1;
-    double updated = N; // the parameters the optimizer ranks update
-    for (int g = 0; g < p->device_groups; g++) updated -= (double)model_group_numel(m, g);
+    double updated = streamed_params(p); // what the optimizer ranks update: what streams
     double landed = 0, last_end = 0;
     int h = 0; // the optimizer ranks' groups so far: the ring's slots are theirs
     for (int i = 0; i < n; i++) {
         int g = order[i];
         double n_g = (double)model_group_numel(m, g);
         double active = g == 0 ? 0 : g == head ? n_g : n_g * layer_active; // idle experts out
-        landed += fmax(A > 0 ? compute * active / A : 0, pcie * n_g / N);
-        if (g < p->device_groups || updated <= 0) continue;
+        int here = g < p->device_groups; // no PCIe: its weights and gradients stay
+        landed += fmax(A > 0 ? compute * active / A : 0, here ? 0 : pcie * n_g / updated);
+        if (here || updated <= 0) continue;
         if (R > 0 && h >= R) landed = fmax(landed, end[h - R]); // no slot free before that
         last_end = end[h++] = fmax(landed, last_end) + update * n_g / updated;
     }
@@ -240,11 +248,11 @@ static double break_even_scale(const mt_plan *p, const pass_parts *pp, int disk)
 // The copies go through host memory too, but the optimizer ranks' cores, not the memory, bound
 // AdamW: the slices show no turn-taking (PLAN_OPT_BYTES_PER_S), so the copies add nothing there.
 static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s) {
-    double N = (double)p->params, tokens = (double)mt_tokens_per_step(p->c);
+    double streamed = streamed_params(p), tokens = (double)mt_tokens_per_step(p->c);
     int ring = p->ring_depth > 0;
     e->forward_s = forward_s + 3.0 * expert_calls(p->c) * PLAN_EXPERT_CALL_S;
     if (e->forward_s > e->compute_s) e->forward_s = e->compute_s;
-    double in_fwd = 4.0 * N, out_bwd = p->grad_bytes * N;
+    double in_fwd = 4.0 * streamed, out_bwd = p->grad_bytes * streamed;
     double in_bwd = e->pcie_bytes - in_fwd - out_bwd;
     double shared = e->opt_s; // the optimizer's updates, in the pass they overlap
     // The NVMe tier: gradients written as they land (the backward), read back and the moments
@@ -281,9 +289,10 @@ static void overlap_phases(const mt_plan *p, plan_estimate *e, double forward_s)
 
 void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
     const mt_config *c = p->c;
-    double N = (double)p->params, tokens = (double)mt_tokens_per_step(c);
+    double tokens = (double)mt_tokens_per_step(c);
     // Compute meets the active parameters (all but the idle experts); a redone layer is taken as
-    // the mean layer's active part. PCIe and the optimizer move all N.
+    // the mean layer's active part. PCIe and the optimizer move all N but the groups
+    // updated on the GPU.
     double A = (double)plan_active_params(&c->model);
     double head = (double)model_group_numel(&c->model, model_head_group(&c->model));
     double layer_n = (A - (double)model_group_numel(&c->model, 0) - head) / c->model.layers;
@@ -322,14 +331,14 @@ void plan_estimate_step(const mt_plan *p, int cores, plan_estimate *e) {
                              (c->model.layers - kept_bwd) * mixer_s;
     e->redo_s = tokens * redo_per_token;
     e->recompute_s = tokens * again_per_token + e->redo_s;
-    if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once
+    if (p->cuda) { // weights in twice (forward, backward) as fp32, gradients out once, of the
+        // groups that stream
         double passes = 2.0 + redo / c->model.layers;
-        e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * N;
+        e->pcie_bytes = (passes * 4.0 + p->grad_bytes) * streamed_params(p);
         e->pcie_s = e->pcie_bytes / PLAN_PCIE_BYTES_PER_S;
     }
-    double on_device = 0; // the groups the compute rank updates: no optimizer rank touches them
-    for (int g = 0; g < p->device_groups; g++) on_device += (double)model_group_numel(&c->model, g);
-    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * (N - on_device);
+    // the groups the compute rank updates: no optimizer rank touches them
+    e->opt_bytes = (PLAN_OPT_BYTES_PER_PARAM - 4 + p->grad_bytes) * streamed_params(p);
     e->opt_s = e->opt_bytes / PLAN_OPT_BYTES_PER_S;
     e->disk_bytes = 2.0 * (double)p->disk_grads + 2.0 * (double)p->disk_adam;
     e->disk_s = e->disk_bytes / p->disk_bw;

@@ -280,6 +280,8 @@ void plan_choose_groups(plan_choices *ch, const mt_config *c, int cuda, int grad
                                                 : pairs;
     if (c->offload_activations == OFFLOAD_ALWAYS) ch->offload = 1;
     ch->layer_buffers = c->layer_buffers > 0 ? c->layer_buffers : 2;
+    // every layer updated here, in buffers of its own: none streams
+    if (c->layer_buffers == 0 && device_groups > c->model.layers) ch->layer_buffers = 0;
     if (room == UINT64_MAX) return;
     mt_buffer_shape s = buffer_shape(c);
     uint64_t one = 4 * s.M * s.n * s.D;

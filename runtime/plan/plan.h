@@ -105,7 +105,8 @@ typedef struct {
     int offload;        // offload_activations, "auto" resolved
     int boundary_every; // boundary_every, "auto" (0) resolved: 1 keeps every boundary
     int att_slots;      // keep_attention, "auto" (-1) resolved: passes whose attention output stays
-    int layer_buffers;  // layer_buffers, "auto" (0) resolved: 1 or 2 streaming layers
+    int layer_buffers;  // layer_buffers, "auto" (0) resolved: 1 or 2 streaming layers, or none
+                        // where every layer is updated on the device (device_groups)
 } plan_choices;
 
 #define PLAN_CUDA_CONTEXT_BYTES (512ull << 20) // the CUDA context, not measured
