@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the open issues still need from the GPU machine, in one call on whichever card comes,
-# output under $OUT:
+# output under $OUT, after the GPU tests of what changed since the last call:
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
 #   (bench/run_gptoss.sh peer; "auto" puts the layer's 58 GB of fp32 state on the GPU there),
 #   then in what is left of the call the same slice with the embedding alone on the GPU
@@ -31,6 +31,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then # flash-linear-attention for the Qwen3.5 
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 source bench/device-build.sh
+# first, the GPU's tests of what changed since the last call: no streaming layer buffers where
+# every layer is updated on the GPU (device_groups 3 of 2 layers), the plan's bytes for it
+(cd build && timeout 150 ctest -j3 --output-on-failure -R \
+    "^(e2e_device_groups|plan_matches_allocation|e2e_grad_dtype)$" >"$OUT/pending-ctest.log" 2>&1)
+grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/pending-ctest.log"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
         tail -n 40
