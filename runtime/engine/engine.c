@@ -105,14 +105,15 @@ static void keep_attention(engine *e) {
 static void own_groups(engine *e) {
     int cuda = strcmp(e->ops->name, "cuda") == 0;
     int groups = e->job->device_groups; // engine_new checked that they fit (plan_check_device)
-    size_t layer = model_largest_layer(&e->c->model), wb = e->ops->weight_bytes;
+    size_t wb = e->ops->weight_bytes;
     e->n_own = groups > 1 ? groups - 1 : 0;
     double state = 0; // fp32 master, m, v
     for (int g = 0; g < groups; g++) state += 12.0 * e->job->group_numel[g];
     e->own = calloc(e->n_own ? e->n_own : 1, sizeof *e->own);
     e->own_g = calloc(e->n_own ? e->n_own : 1, sizeof *e->own_g);
     if (!e->own || !e->own_g) mt_die("out of memory");
-    for (int l = 0; l < e->n_own; l++) {
+    for (int l = 0; l < e->n_own; l++) { // each its own layer's size, as the plan counts them
+        size_t layer = e->job->group_numel[model_layer_group(l)];
         weight_buffer_init(&e->xfer, &e->own[l], device_alloc(e, layer, wb));
         grad_buffer_init(&e->xfer, &e->own_g[l], device_alloc(e, layer, 4));
         e->own_g[l].stays = 1;
