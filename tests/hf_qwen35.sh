@@ -9,7 +9,7 @@
 #   or fused as the hub stores them), the vision tower and mtp.*
 #   carried byte for byte, a VLM's config.json kept around its text_config; a text class's
 #   tensors nested under model.language_model.* as a VLM's (transformers saves them so after
-#   loading a VLM checkpoint) read and written back so;
+#   loading a VLM checkpoint) read, and exported as model.*, which every loader takes;
 # - refusals, exit 2 and one line naming the file: an unknown layer_types entry, value heads not
 #   a multiple of key heads, a missing linear_attn tensor, wrong shapes (plain, conv1d, fused
 #   projections and experts),

@@ -4,7 +4,8 @@ only: every source tensor is in the export under the same name and shape (the hu
 fused and reshaped ones included), its values the source's decoded here (rounded to bf16 as
 torch rounds with --bf16), except the carried ones (model.visual.*, mtp.*), which keep their
 dtype and bytes; config.json names the source's class, and a VLM's keeps its top-level keys,
-vision_config and the mRoPE and MTP keys of text_config.
+vision_config and the mRoPE and MTP keys of text_config; a text class's tensors that the
+source nests under model.language_model. (as a VLM's) are the export's model.*.
 
 usage: hf_qwen35_check.py EXPORT SOURCE [--bf16]
 """
@@ -47,6 +48,11 @@ def to_bf16(x):
 def main():
     out, src, bf16 = sys.argv[1], sys.argv[2], "--bf16" in sys.argv
     a, b = folder(src), folder(out)
+    # a text class's tensors nested as a VLM's are exported as model.*
+    vlm = "text_config" in json.load(open(os.path.join(src, "config.json")))
+    nest = "model.language_model."
+    if not vlm:
+        a = {("model." + n[len(nest):] if n.startswith(nest) else n): v for n, v in a.items()}
     problems = [f"{n} missing" for n in a if n not in b] + [f"{n} extra" for n in b if n not in a]
     for name, (dt, shape, raw) in a.items():
         if name not in b:

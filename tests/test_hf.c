@@ -63,7 +63,7 @@ static void as_exported(const mt_config *c, int g, float *x) {
 }
 
 // Whether an export's config.json read back describes the model that was exported: every
-// field config.json carries.
+// field config.json carries (not hub_lm_nested: a text class's nested names go out as model.*).
 static int same_model(const mt_model *a, const mt_model *b) {
 #define SAME(f) (a->f == b->f)
 #define SAME_STR(f) (!strcmp(a->f, b->f))
@@ -83,8 +83,8 @@ static int same_model(const mt_model *a, const mt_model *b) {
            SAME(mla_nope_dim) && SAME(mla_rope_dim) && SAME(mla_v_dim) && SAME(linear_k_heads) &&
            SAME(linear_v_heads) && SAME(linear_k_dim) && SAME(linear_v_dim) && SAME(linear_conv) &&
            SAME(attn_output_gate) && SAME(norm_zero_centered) && SAME(partial_rotary_factor) &&
-           SAME(hub_vlm) && SAME(hub_gdn_fused) && SAME(hub_experts_fused) && SAME(hub_lm_nested) &&
-           SAME(bos_id) && SAME(eos_id);
+           SAME(hub_vlm) && SAME(hub_gdn_fused) && SAME(hub_experts_fused) && SAME(bos_id) &&
+           SAME(eos_id);
 #undef SAME
 #undef SAME_STR
 }

@@ -74,6 +74,9 @@ static const tensor_info *entry_info(const mt_model *m, const plan_entry *e, ten
                                      char *name, size_t cap) {
     uint64_t numel;
     model_group_tensors(m, e->g, ti, &numel);
+    // A text class's tensors go out as model.*, however the folder nested them: transformers
+    // and every vLLM load that (older vLLMs' Qwen3_5ForCausalLM only that); a VLM's stay nested.
+    ti[e->k].lm_nested = ti[e->k].lm_nested && m->hub_vlm;
     model_tensor_name(name, cap, &ti[e->k], e->g - 1);
     return &ti[e->k];
 }
