@@ -10,7 +10,8 @@
 #   quantization_config to read codes by), its other tensors' bytes kept, no scales;
 # - refusals, exit 2 and one line naming the file: a router transformers does not compute
 #   (scoring_func, topk_method, moe_layer_freq), n_shared_experts 0, FP8 of another block or
-#   format, an FP8 weight without its scales or with scales of another grid, MLA's
+#   format, an FP8 weight without its scales or with scales of another grid (the MTP layer's
+#   too, checked before training though only the export reads it), MLA's
 #   attention_bias and a partial_rotary_factor, mlp_layer_types against first_k_dense_replace,
 #   missing or misshapen MLA and shared-expert tensors, more experts than MOE_MAX_EXPERTS;
 # - with MTRUN: `mtrun --dry-run` takes a train.cfg whose model_dir is each folder (a SKIP line
@@ -44,6 +45,9 @@ refuse fp8_fmt "config.json: quantization_config.fmt not supported \(only e4m3\)
     --family deepseek_v3 --fp8 --set 'quantization_config={"quant_method":"fp8","fmt":"e5m2"}'
 refuse fp8_no_scale "tensor $A.kv_b_proj.weight: F8_E4M3 without its $A.kv_b_proj.weight_scale_inv" \
     --family deepseek_v3 --fp8 --drop $A.kv_b_proj.weight_scale_inv
+M=model.layers.3.self_attn # the MTP layer's, carried (dequantized) to the export
+refuse fp8_mtp_no_scale "tensor $M.kv_b_proj.weight: F8_E4M3 without its $M.kv_b_proj.weight_scale_inv" \
+    --family deepseek_v3 --fp8 --mtp --drop $M.kv_b_proj.weight_scale_inv
 refuse fp8_scale_grid "tensor $A.o_proj.weight_scale_inv: F32 \[2, 1\] expected" \
     --family deepseek_v3 --fp8 --shape $A.o_proj.weight_scale_inv
 refuse mla_bias "config.json: attention_bias = true not supported \(MLA's biases on q_a_proj" --family deepseek_v3 \

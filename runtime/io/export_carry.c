@@ -195,14 +195,15 @@ double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSO
     return total;
 }
 
-static cJSON *source_config(const mt_config *cfg) {
+// model_dir's config.json; where it is needed (a family that carries tensors), its absence
+// ends the export, else NULL.
+static cJSON *source_config(const mt_config *cfg, int needed) {
     char path[PATH_MAX], err[PATH_MAX + 256];
     snprintf(path, sizeof path, "%s/config.json", cfg->model_dir);
     char *text = read_text(path, CONFIG_MAX, err, sizeof err);
-    if (!text) mt_die("export: %s", err);
-    cJSON *root = json_parse_strict(text, strlen(text), err, sizeof err);
+    cJSON *root = text ? json_parse_strict(text, strlen(text), err, sizeof err) : NULL;
     free(text);
-    if (!root) mt_die("export: %s: %s", path, err);
+    if (!root && needed) mt_die("export: %s: %s", path, err);
     return root;
 }
 
@@ -223,14 +224,14 @@ static void overlay(cJSON *into, cJSON *ours) {
 
 cJSON *hf_export_config(const mt_config *cfg, cJSON *ours) {
     if (!cfg->model_dir[0]) return ours;
-    cJSON *src = source_config(cfg);
+    cJSON *src = source_config(cfg, may_carry(cfg));
     // transformers builds the embedding with padding_idx = pad_token_id (gpt-oss's 199999): a
     // further fine-tune of the export leaves that row as the original did (a VLM's config.json
     // is kept whole below)
     const cJSON *pad = cJSON_GetObjectItemCaseSensitive(src, "pad_token_id");
     if (pad && !cfg->model.hub_vlm && !cJSON_GetObjectItemCaseSensitive(ours, "pad_token_id"))
         cJSON_AddItemToObject(ours, "pad_token_id", cJSON_Duplicate(pad, 1));
-    if (!may_carry(cfg)) {
+    if (!may_carry(cfg)) { // pad_token_id alone: a config.json gone since the start is no loss
         cJSON_Delete(src);
         return ours;
     }
