@@ -18,8 +18,10 @@
 #         layer 1 updated on the GPU too (optimizer.device_groups 3), and the delta rule at a
 #         training step's shape beside FLA's;
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
-#   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy).
-#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy] bench/run_pending.sh
+#   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
+#   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
+#         8,192 and 32,768 tokens), then Qwen3.5-35B-A3B from its slices.
+#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -31,11 +33,23 @@ if ls .whl/*.whl >/dev/null 2>&1; then # flash-linear-attention for the Qwen3.5 
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 source bench/device-build.sh
-# first, the GPU's tests of what changed since the last call: no streaming layer buffers where
-# every layer is updated on the GPU (device_groups 3 of 2 layers), the plan's bytes for it
-(cd build && timeout 150 ctest -j3 --output-on-failure -R \
-    "^(e2e_device_groups|plan_matches_allocation|e2e_grad_dtype)$" >"$OUT/pending-ctest.log" 2>&1)
+# first, the GPU's tests of what changed since the last calls: no streaming layer buffers where
+# every layer is updated on the GPU (device_groups 3 of 2 layers), the plan's bytes for it; the
+# delta rule's kept states, V', dV' and dR split in bf16 and its dq and dk summed over a key
+# head's value heads in the rows kernel
+(cd build && timeout 300 ctest -j4 --timeout 280 --output-on-failure -R \
+    "^(e2e_device_groups|plan_matches_allocation|e2e_grad_dtype|gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity)$" \
+    >"$OUT/pending-ctest.log" 2>&1)
 grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/pending-ctest.log"
+grep -E "FAIL" "$OUT/pending-ctest.log" | head -n 20
+# then the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes
+if [ "${MT_PENDING_PART:-}" = rule ]; then
+    timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 | tail -n 12
+    echo "left $(left) s"
+    timeout 150 python3 -u bench/gdn_fla.py --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning |
+        tail -n 6
+    echo "left $(left) s"
+fi
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
         tail -n 40
@@ -44,6 +58,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         timeout "$(($(left) - 5))" bench/run_bench.sh build "$OUT" moe-gptoss-1l 2>&1 |
         grep -E "^/root|exit|plan:"
     true
+elif [ "${MT_PENDING_PART:-}" = rule ]; then # the rest: Qwen3.5-35B-A3B from its slices
+    [ "$(left)" -gt 200 ] && timeout "$(($(left) - 20))" bench/run_slices.sh build "$OUT" \
+        qwen3.5-35b-a3b 2>&1 | grep -vE "^rank [0-9]" | tail -n 30
 elif [ "${MT_PENDING_PART:-}" = tier ]; then # GLM-4.7-Flash's largest slice, every byte on disk
     timeout "$(($(left) - 10))" bash bench/run_deepseek.sh tier 2>&1 | tail -n 40
 elif [ "${MT_PENDING_PART:-}" = busy ]; then

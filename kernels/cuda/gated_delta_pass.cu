@@ -122,6 +122,39 @@ __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uin
     if (EXACT) lo = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
 }
 
+// A warp's accumulator block acc, [16, 8 NT] whose element (r, c) is the matrix's (c, nw + r),
+// into rows of a [., ld] row-major matrix in global memory, split as load_split_rows would split
+// it (lo NULL: hi alone). Lanes 4 apart hold neighbouring columns of a row: the lower one of each
+// pair stores both, one 4-byte word a half.
+template <int NT>
+__device__ void acc_t_split(bf *hi, bf *lo, const float (&acc)[1][NT][4], int ld, int nw,
+                            int lane) {
+    bool stores = lane / 4 % 2 == 0;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = acc[0][j][e], y = __shfl_down_sync(0xffffffffu, x, 4);
+            if (!stores) continue;
+            long i = (long)frag_col(lane, j, e) * ld + nw + frag_row(lane, e);
+            uint32_t h, l;
+            split_pack<true>(x, y, h, l);
+            *reinterpret_cast<uint32_t *>(hi + i) = h;
+            if (lo) *reinterpret_cast<uint32_t *>(lo + i) = l;
+        }
+}
+
+// S^T's accumulators into slot `slot` of the kept states: split, or fp32 where k.f32 is set.
+template <int NT>
+__device__ void keep_state(const Kept &k, const gdn_args &a, int b, int h, int slot,
+                           const float (&st)[1][NT][4], int nw, int lane) {
+    long o = kept_index(k, a, b, h, slot);
+    if (k.f32)
+        state_out<NT>(k.f32 + o, st, a.dv, nw, lane);
+    else
+        acc_t_split<NT>(k.hi + o, k.lo ? k.lo + o : NULL, st, a.dv, nw, lane);
+}
+
 // k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
 template <bool EXACT, int NT>
 __device__ __forceinline__ void acc_split_a(uint32_t (&hi)[1][4], uint32_t (&lo)[1][4],
@@ -193,10 +226,10 @@ __device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
     return d;
 }
 
-// V'^T = U^T - vt in place (U from the block's tile, its columns 16 warp ..), kept in vp's
-// columns nw .. nw + 15 ([L, dv] fp32) where vp is not NULL.
-__device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, float *vp,
-                              int dv, int nw, int lane) {
+// V'^T = U^T - vt in place (U from the block's tile, its columns 16 warp ..), kept split in
+// columns nw .. nw + 15 of vphi (and vplo) ([L, dv]) where vphi is not NULL.
+__device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, bf *vphi,
+                              bf *vplo, int dv, int nw, int lane) {
     int ldu = ldf32(bv);
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -204,8 +237,8 @@ __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, 
         for (int e = 0; e < 4; e++) {
             int i = frag_col(lane, j, e), n = frag_row(lane, e);
             vt[0][j][e] = s.u[i * ldu + 16 * warp + n] - vt[0][j][e];
-            if (vp) vp[(long)i * dv + nw + n] = vt[0][j][e];
         }
+    if (vphi) acc_t_split<8>(vphi, vplo, vt, dv, nw, lane);
 }
 
 // S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
@@ -234,7 +267,7 @@ template <int KS, bool EXACT>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
-                int leave_slot, StateBuf keep) {
+                int leave_slot, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
     int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp, ld = ldb16(a.dk);
@@ -268,12 +301,14 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
             for (int j = 0; j < 2 * KS; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) st[0][j][e] = 0.0f;
-        if (keep.p) state_out<2 * KS>(state_at(keep, a, b, h, slot), st, dv, nw, lane);
+        bool keeping = keeps(keep);
+        if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float vt[1][8][4];
         state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
-        float *vp = keep.p ? f.vp + factor_index(a, b, h, slot) * L * dv : NULL;
-        vprime_finish(vt, s, bv, warp, vp, dv, nw, lane);
+        long vo = factor_index(a, b, h, slot) * L * dv;
+        vprime_finish(vt, s, bv, warp, keeping ? f.vphi + vo : NULL,
+                      keeping && f.vplo ? f.vplo + vo : NULL, dv, nw, lane);
         state_update<EXACT, KS>(st, vt, d, s, ld, lane);
     }
     if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
@@ -354,11 +389,12 @@ __device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_
     mma_rs_t<1, 4, NT>(acc, hi, Bhi, ld, lane);
 }
 
-// dV'^T of the chunk from dS^T, into dvt, kept in dvp's columns nw .. nw + 15.
+// dV'^T of the chunk from dS^T, into dvt, kept split in columns nw .. nw + 15 of dvphi (and
+// dvplo).
 template <bool EXACT, int KS>
 __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
-                        const ChunkDecay &d, int bv, int warp, float scale, float *dvp, int dv,
-                        int nw, int lane) {
+                        const ChunkDecay &d, int bv, int warp, float scale, bf *dvphi, bf *dvplo,
+                        int dv, int nw, int lane) {
     int ld = ldb16(KS * 16);
     state_times_rows<EXACT, KS>(dvt, ds, s.k, NULL, ld, lane);
 #pragma unroll
@@ -368,11 +404,7 @@ __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], 
     uint32_t hi[1][4][4], lo[1][4][4];
     dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
     rows_times<EXACT, 8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), lane);
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dvp[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] = dvt[0][j][e];
+    acc_t_split<8>(dvphi, dvplo, dvt, dv, nw, lane);
 }
 
 // dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
@@ -408,7 +440,7 @@ __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], 
 template <int KS, bool EXACT>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
-                 int max_chunks, Span span, Factors f, float *carry, StateBuf keep) {
+                 int max_chunks, Span span, Factors f, float *carry, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
     int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
@@ -439,11 +471,12 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
             go = gdn_gate_off(&a, b, tp, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
         }
-        state_out<2 * KS>(state_at(keep, a, b, h, slot), ds, dv, nw, lane);
+        keep_state<2 * KS>(keep, a, b, h, slot, ds, nw, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float dvt[1][8][4];
-        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale,
-                           f.dvp + factor_index(a, b, h, slot) * L * dv, dv, nw, lane);
+        long vo = factor_index(a, b, h, slot) * L * dv;
+        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi + vo,
+                           f.dvplo ? f.dvplo + vo : NULL, dv, nw, lane);
         dstate_update<EXACT, KS>(ds, dvt, s, d, bv, warp, a.scale, starts_document(a, b, t0), lane);
     }
     state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
@@ -517,7 +550,7 @@ extern "C" void cuda_gated_delta_pass_warps(int warps) {
 
 void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
-                  StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream) {
+                  StateBuf leave, int leave_slot, Kept keep, cudaStream_t stream) {
     pass_launch(PASS_INSTANCE(pass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_PASS, a, pass_bytes,
                 f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, entry,
                 entry_slot, leave, leave_slot, keep);
@@ -525,7 +558,7 @@ void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, co
 
 void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    const int32_t *counts, int max_chunks, Span span, const Factors &f, float *carry,
-                   StateBuf keep, cudaStream_t stream) {
+                   Kept keep, cudaStream_t stream) {
     pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_DPASS, a, dpass_bytes,
                 f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
 }

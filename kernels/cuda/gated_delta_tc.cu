@@ -310,7 +310,7 @@ __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out
 // state (slot c - span.begin of states) and V'.
 __global__ void __launch_bounds__(TC_THREADS)
     out_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
-               Span span, Factors f, StateBuf states) {
+               Span span, Factors f, Kept states) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
@@ -321,8 +321,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    load_split_rows(s.S, state_at(states, a, b, h, slot), dv, dk, dk, dv, NULL, 1.0f);
-    load_split_rows(s.V, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    load_split_block(s.S, states.hi, states.lo, kept_index(states, a, b, h, slot), dk, dv);
+    load_split_block(s.V, f.vphi, f.vplo, idx * L * dv, L, dv);
     gates_of(s.g, a, t, b, t0, h, Lc);
     __syncthreads();
     for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS)
@@ -338,7 +338,7 @@ template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
 }
 
 void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-                int max_chunks, Span span, const Factors &f, StateBuf states, cudaStream_t stream) {
+                int max_chunks, Span span, const Factors &f, Kept states, cudaStream_t stream) {
     size_t bytes;
     out_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
     allow_smem(out_kernel, bytes);
@@ -458,22 +458,24 @@ extern "C" void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]) {
 }
 
 // The forward's scratch after the chunk lists: two sets (segments take them in turn; one where
-// there is a single segment, sets_of) of one segment's factors and its chunks' entering states,
-// then the state carried between segments.
+// there is a single segment, sets_of) of one segment's factors and its chunks' entering states
+// (split), then the fp32 state carried between segments.
 struct FwdScratch {
     Factors f[2];
-    StateBuf keep[2], carry;
+    Kept keep[2];
+    StateBuf carry;
 };
 
 static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
-    size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
+    size_t off = 0;
     int sets = sets_of(max_chunks);
-    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, false, tc_exact());
-    float *base = reinterpret_cast<float *>(p + off);
-    for (int i = 0; i < sets; i++) s->keep[i] = StateBuf{base + one * TC_SEG * i, TC_SEG, 1};
-    s->carry = StateBuf{base + one * TC_SEG * sets, 1, 1};
+    bool exact = tc_exact();
+    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, false, exact);
+    Carve cv = {p ? p + off : NULL, 0};
+    for (int i = 0; i < sets; i++) s->keep[i] = take_kept(cv, *a, TC_SEG, exact, false);
+    s->carry = StateBuf{cv.take<float>((size_t)a->B * a->H * a->dk * a->dv), 1, 1};
     if (sets == 1) s->f[1] = s->f[0], s->keep[1] = s->keep[0]; // never taken
-    return off + sizeof(float) * one * (sets * TC_SEG + 1);
+    return off + cv.off;
 }
 
 extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {

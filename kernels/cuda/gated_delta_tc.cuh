@@ -130,10 +130,11 @@ inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int l
 }
 
 // Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a
-// [L, ldb16(width)] tile, rows from `rows` to L zero. width a multiple of 8, 16-byte copies.
-inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
+// [pad, ldb16(width)] tile, rows from `rows` to pad zero. width a multiple of 8, 16-byte copies.
+inline __device__ void load_bf16_block(bf *dst, const bf *src, long stride, int rows, int pad,
+                                       int width) {
     int ld = ldb16(width), vecs = width / 8;
-    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
+    for (int e = threadIdx.x; e < pad * vecs; e += blockDim.x) {
         int i = e / vecs, m = e % vecs * 8;
         uint4 x = make_uint4(0, 0, 0, 0);
         if (i < rows) x = *reinterpret_cast<const uint4 *>(src + i * stride + m);
@@ -141,12 +142,23 @@ inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int r
     }
 }
 
-// A chunk's [L, width] factor split in global memory (hi + off, and lo + off in the exact mode)
-// into the shared split s.
+// The same into a [L, ldb16(width)] tile.
+inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
+    load_bf16_block(dst, src, stride, rows, L, width);
+}
+
+// A [rows, width] matrix split in global memory (hi + off, and lo + off in the exact mode) into
+// the shared split s: the copy of what load_split_rows would make of its fp32 values.
+inline __device__ void load_split_block(const Split &s, const bf *hi, const bf *lo, long off,
+                                        int rows, int width) {
+    load_bf16_block(s.hi, hi + off, width, rows, rows, width);
+    if (lo) load_bf16_block(s.lo, lo + off, width, rows, rows, width);
+}
+
+// A chunk's [L, width] factor split in global memory into the shared split s.
 inline __device__ void load_split_factor(const Split &s, const bf *hi, const bf *lo, long off,
                                          int width) {
-    load_bf16_rows(s.hi, hi + off, width, L, width);
-    if (lo) load_bf16_rows(s.lo, lo + off, width, L, width);
+    load_split_block(s, hi, lo, off, L, width);
 }
 
 // Rows [0, n) of a fp32 global matrix (columns [0, width), row stride `stride`), times
@@ -263,17 +275,54 @@ inline __device__ void scale_tile_rows(float *p, int ld, const float *mul) {
     __syncwarp();
 }
 
-// One segment's chunk factors in global memory, per (b, h, chunk of the segment) (every "split"
-// one has its lo half in the exact mode only, NULL otherwise): W = T diag(beta exp(gamma)) K split
-// (hi, lo: [L, dk] bf16 each), U = T diag(beta) V ([L, dv] fp32), V' = U - W
-// S0 ([L, dv] fp32) and, for the backward (with_p), the rest: P and T split ([L, L] bf16 hi and
-// lo), M = D KK^T (strictly lower, [L, L] fp32), dV' and dR ([L, dv] fp32), the pair terms dPD
-// and dAB split ([L, L]), the rows' partial dgamma and dbeta ([L] fp32 each), and each value
-// head's share of dq and dk ([L, dk] fp32 each).
+// One segment's chunk factors in global memory, per (b, h, chunk of the segment). A "split" one
+// is stored as the products read it: hi = bf16(x) and, in the exact mode only (NULL otherwise),
+// lo = bf16(x - hi), so that a kernel copies it to shared memory as it is, with no conversion,
+// at half fp32's bytes in the default mode. W = T diag(beta exp(gamma)) K split ([L, dk]),
+// U = T diag(beta) V ([L, dv] fp32: the pass subtracts from it in fp32), V' = U - W S0 split
+// ([L, dv]) and, for the backward (with_p), the rest: P and T split ([L, L]), M = D KK^T (strictly
+// lower, [L, L] fp32), dV' and dR split ([L, dv]), the pair terms dPD and dAB split ([L, L]), and
+// the rows' partial dgamma and dbeta ([L] fp32 each).
 struct Factors {
     bf *whi, *wlo, *phi, *plo, *thi, *tlo, *dpdhi, *dpdlo, *dabhi, *dablo;
-    float *u, *vp, *m, *dvp, *dr, *rowg, *rowb, *dqh, *dkh;
+    bf *vphi, *vplo, *dvphi, *dvplo, *drhi, *drlo;
+    float *u, *m, *rowg, *rowb;
 };
+
+// The chunk states a pass keeps for the per-chunk kernels: slot i of (b, h) at kept_index,
+// [dk, dv] each, split as the products read them (hi, and lo in the exact mode only), or fp32
+// at f32 instead, where gated_delta_grad.cu's CUDA-core gradients read them
+// (cuda_gated_delta_ref_grads). Nothing is kept where all three are NULL.
+struct Kept {
+    bf *hi, *lo;
+    float *f32;
+    int slots;
+};
+
+inline __host__ __device__ bool keeps(const Kept &k) {
+    return k.hi || k.f32;
+}
+
+inline __host__ __device__ long kept_index(const Kept &k, const gdn_args &a, int b, int h,
+                                           int slot) {
+    return (((long)b * a.H + h) * k.slots + slot) * a.dk * a.dv;
+}
+
+// Slots of every (b, h)'s states carved from cv: fp32 with f32, else split.
+inline __host__ __device__ Kept take_kept(Carve &cv, const gdn_args &a, int slots, bool exact,
+                                          bool f32) {
+    long n = (long)a.B * a.H * slots * a.dk * a.dv;
+    Kept k = {NULL, NULL, NULL, slots};
+    if (f32)
+        k.f32 = cv.take<float>(n);
+    else
+        k.hi = cv.take<bf>(n), k.lo = exact ? cv.take<bf>(n) : NULL;
+    return k;
+}
+
+inline StateBuf fp32_states(const Kept &k) {
+    return StateBuf{k.f32, k.slots, 1};
+}
 
 inline __host__ __device__ long factor_index(const gdn_args &a, int b, int h, int slot) {
     return ((long)b * a.H + h) * TC_SEG + slot;
@@ -287,18 +336,18 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
     f->whi = cv.take<bf>(n * L * a.dk);
     f->wlo = exact ? cv.take<bf>(n * L * a.dk) : NULL;
     f->u = cv.take<float>(n * L * a.dv);
-    f->vp = cv.take<float>(n * L * a.dv);
+    f->vphi = cv.take<bf>(n * L * a.dv);
+    f->vplo = exact ? cv.take<bf>(n * L * a.dv) : NULL;
     bf **halves[] = {&f->phi,   &f->plo,   &f->thi,   &f->tlo,
                      &f->dpdhi, &f->dpdlo, &f->dabhi, &f->dablo};
     for (int i = 0; i < 8; i++) // the lo halves at odd indices
         *halves[i] = with_p && (exact || i % 2 == 0) ? cv.take<bf>(nb * L * L) : NULL;
+    bf **rows[] = {&f->dvphi, &f->dvplo, &f->drhi, &f->drlo};
+    for (int i = 0; i < 4; i++)
+        *rows[i] = with_p && (exact || i % 2 == 0) ? cv.take<bf>(nb * L * a.dv) : NULL;
     f->m = with_p ? cv.take<float>(nb * L * L) : NULL;
-    f->dvp = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
-    f->dr = with_p ? cv.take<float>(nb * L * a.dv) : NULL;
     f->rowg = with_p ? cv.take<float>(nb * L) : NULL;
     f->rowb = with_p ? cv.take<float>(nb * L) : NULL;
-    f->dqh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
-    f->dkh = with_p ? cv.take<float>(nb * L * a.dk) : NULL;
     return (cv.off + 255) / 256 * 256;
 }
 
@@ -343,27 +392,27 @@ void after(cudaStream_t waiter, cudaEvent_t e);
 // segment's chunks (at most TC_SEG). prep: W, U (and P with f.phi) of the span's chunks. pass:
 // the span's chunks in order from the state in slot entry_slot of entry (entry.p NULL: zero),
 // leaving the last state in slot leave_slot of leave (leave.p NULL: dropped), keeping each chunk's
-// entering state in slot c - span.begin of keep and its V' in f.vp (keep.p NULL: neither).
+// entering state in slot c - span.begin of keep and its V' in f.vphi (none kept: neither).
 void tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
              int max_chunks, Span span, const Factors &f, cudaStream_t stream);
 void tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
              int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
-             StateBuf leave, int leave_slot, StateBuf keep, cudaStream_t stream);
+             StateBuf leave, int leave_slot, Kept keep, cudaStream_t stream);
 
 // gated_delta_pass.cu: the backward's state-gradient pass over the span's chunks in reverse,
 // from the gradient of the state leaving the span's last chunk (carry, [B, H, dk, dv]; on
 // return the gradient of the state entering the span), keeping each chunk's leaving-state
-// gradient in slot c - span.begin of keep and its dV' in f.dvp. Needs prep's P and pass's
+// gradient in slot c - span.begin of keep and its dV' in f.dvphi. Needs prep's P and pass's
 // V'-independent factors (W).
 void tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-              int max_chunks, Span span, const Factors &f, float *carry, StateBuf keep,
+              int max_chunks, Span span, const Factors &f, float *carry, Kept keep,
               cudaStream_t stream);
 
 // gated_delta_tc_grad.cu: every gradient of the span's chunks from the factors (prep with P,
 // pass keeping V', dpass keeping dV'), each chunk's entering state (states) and its leaving
 // state's gradient (dstates), in slot c - span.begin.
 void tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-             int max_chunks, Span span, const Factors &f, StateBuf states, StateBuf dstates,
+             int max_chunks, Span span, const Factors &f, Kept states, Kept dstates,
              cudaStream_t stream);
 
 // The profiling marks of cuda_gated_delta_profile (kernels_gdn_cuda.h): a launch of phase ph

@@ -32,30 +32,36 @@ using namespace gdn;
 using wmma::col_major;
 using wmma::row_major;
 
+// cuda_gated_delta_ref_grads: the chunks' gradients on gated_delta_grad.cu's kernel, which reads
+// the kept states in fp32.
+bool ref_grads;
+
 // The backward's scratch after the chunk lists: two sets (segments take them in turn; one where
 // there is a single segment, sets_of) of one segment's factors (with P), its entering states and
-// its leaving states' gradients, then fp32 states of every (b, h): the checkpoints and the
-// gradient carried between segments.
+// its leaving states' gradients (split, or fp32 for ref_grads), then fp32 states of every (b, h):
+// the checkpoints and the gradient carried between segments.
 struct BwdScratch {
     Factors f[2];
-    StateBuf states[2], dstates[2], ckpt;
+    Kept states[2], dstates[2];
+    StateBuf ckpt;
     float *carry;
 };
 
 size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
     size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
     int nseg = segments_of(max_chunks), sets = sets_of(max_chunks);
-    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, true, tc_exact());
-    float *base = reinterpret_cast<float *>(p + off);
+    bool exact = tc_exact();
+    for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, true, exact);
+    Carve cv = {p ? p + off : NULL, 0};
     for (int i = 0; i < sets; i++) {
-        s->states[i] = StateBuf{base + one * TC_SEG * (2 * i), TC_SEG, 1};
-        s->dstates[i] = StateBuf{base + one * TC_SEG * (2 * i + 1), TC_SEG, 1};
+        s->states[i] = take_kept(cv, *a, TC_SEG, exact, ref_grads);
+        s->dstates[i] = take_kept(cv, *a, TC_SEG, exact, ref_grads);
     }
     if (sets == 1) // never taken
         s->f[1] = s->f[0], s->states[1] = s->states[0], s->dstates[1] = s->dstates[0];
-    s->ckpt = StateBuf{base + one * TC_SEG * 2 * sets, nseg, 1};
-    s->carry = base + one * (TC_SEG * 2 * sets + nseg);
-    return off + sizeof(float) * one * (2 * sets * TC_SEG + nseg + 1);
+    s->ckpt = StateBuf{cv.take<float>(one * nseg), nseg, 1};
+    s->carry = cv.take<float>(one);
+    return off + cv.off;
 }
 
 // The checkpoints: the state entering each segment but the first, segment sg's pass on the pass
@@ -68,6 +74,7 @@ void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const in
     Factors f[2] = {s.f[0], s.f[1]};
     f[0].phi = f[1].phi = NULL; // the sweep needs W and U alone
     const StateBuf none = {NULL, 0, 1};
+    const Kept unkept = {NULL, NULL, NULL, 0};
     cudaStream_t pass = lane(LANE_PASS, stream);
     tc_prep(a, tt, starts, counts, max_chunks, span_at(0, max_chunks), f[0], stream);
     after(pass, mark(MARK_PREP, stream));
@@ -76,7 +83,7 @@ void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const in
         int k = sg % 2;
         if (passed) after(stream, passed); // pass(sg - 1) before prep(sg + 1) takes its set
         tc_pass(a, tt, starts, counts, max_chunks, span_at(sg, max_chunks), f[k],
-                sg > 0 ? s.ckpt : none, sg, s.ckpt, sg + 1, none, pass);
+                sg > 0 ? s.ckpt : none, sg, s.ckpt, sg + 1, unkept, pass);
         passed = mark(MARK_PASS, pass);
         if (sg + 2 < nseg) {
             tc_prep(a, tt, starts, counts, max_chunks, span_at(sg + 1, max_chunks), f[1 - k],
@@ -86,9 +93,6 @@ void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const in
     }
     after(stream, passed);
 }
-
-// cuda_gated_delta_ref_grads: the chunks' gradients on gated_delta_grad.cu's kernel.
-bool ref_grads;
 
 } // namespace
 
@@ -154,7 +158,8 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
             continue;
         }
         phase_begin(GDN_PHASE_GRAD, stream);
-        grad_launch(a, tt, starts, counts, max_chunks, span, s.states[k], s.dstates[k], stream);
+        grad_launch(a, tt, starts, counts, max_chunks, span, fp32_states(s.states[k]),
+                    fp32_states(s.dstates[k]), stream);
         phase_end(stream);
     }
 }

@@ -14,9 +14,9 @@
 // the chunk's end. Kernels, in call order:
 // - pairs_kernel, grid (chunks, H, B): dR, dv, dPD, dAB and the rows' pair terms (the [L, dv]
 //   and [L, L] products);
-// - rows_kernel, grid (chunks, H, B): X, Y, Z, the value head's dq and dk, dbeta and dg;
-// - heads_kernel, grid (chunks, HK, B): dq and dk, the sum over a key head's value heads in
-//   order (no atomics).
+// - rows_kernel, grid (chunks, HK, B): for each of a key head's value heads in order, X, Y, Z,
+//   dbeta and dg, and its dq and dk added to sums in registers; then the sums, dq and dk (no
+//   atomics). The kept states, V' and dR come split as the products read them (gated_delta_tc.cuh).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_tc.cuh"
 
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     size_t bytes;
     PairsSmem s = pairs_smem(smem, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), vs = (long)a.H * dv, go = gdn_gate_off(&a, b, t0, h);
-    load_split_rows(s.Vp, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
-    load_split_rows(s.G, f.dvp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
+    load_split_block(s.Vp, f.vphi, f.vplo, idx * L * dv, L, dv);
+    load_split_block(s.G, f.dvphi, f.dvplo, idx * L * dv, L, dv);
     load_split_rows(s.dO, t.dout + gdn_v_off(&a, b, t0, h), vs, Lc, L, dv, NULL, a.scale);
     load_split_factor(s.T, f.thi, f.tlo, idx * L * L, L);
     load_split_factor(s.P, f.phi, f.plo, idx * L * L, L);
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         int i = e / dv, n = e % dv;
         float r = s.stage[i * lds + n];
         split_store(s.G, i, n, r);
-        f.dr[idx * L * dv + e] = r;
+        split_put(f.drhi, f.drlo, idx * L * dv + e, r);
         if (i < Lc) dvo[i * vs + n] = s.beta[i] * r;
     }
     for (int i = warp; i < L; i += TC_WARPS) { // v_i . dR_i
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     pairs_row_sums(s, f, idx, Lc);
 }
 
-// ---- rows: X, Y, Z, dq and dk of the value head, dbeta and dg ------------------------------
+// ---- rows: X, Y, Z, dq and dk of a key head's value heads, dbeta and dg ---------------------
 
 struct RowsSmem {
     bf *Q, *K;      // [L, ldb16(dk)]
@@ -196,6 +196,25 @@ __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool
     return s;
 }
 
+// A warp's [L, dk] tiles of dq and dk: tile t is id = warp + t TC_WARPS of the 4 (dk / 16) tiles,
+// at rows id % 4 16 and columns id / 4 16. Compile-time indices keep them in registers, where
+// they add up a key head's value heads in order, as 0 + the first + the second ...
+const int ROW_TILES = 4 * (MAX_DIM / 16) / TC_WARPS;
+
+struct HeadSums {
+    FragC dq[ROW_TILES], dk[ROW_TILES];
+};
+
+__device__ bool row_tile(int t, int dk, int *m0, int *c0) {
+    int id = threadIdx.x / 32 + t * TC_WARPS;
+    *m0 = id % 4 * 16, *c0 = id / 4 * 16;
+    return id < 4 * (dk / 16);
+}
+
+__device__ void add_frag(FragC &sum, const FragC &x) {
+    for (int i = 0; i < sum.num_elements; i++) sum.x[i] += x.x[i];
+}
+
 // The warp's tile of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
 __device__ void rows_abt(FragC &acc, const RowsSmem &s, int m0, int c0, int dv) {
     wmma::fill_fragment(acc, 0.0f);
@@ -219,25 +238,29 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
     wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
 }
 
-// dq of the value head: X = dO S0^T, then diag(exp(gamma)) X + dPD K, to f.dqh.
-__device__ void rows_dq(const RowsSmem &s, const Factors &f, long idx, int dk, int dv) {
-    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
+// The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to the sums.
+__device__ void rows_dq(HeadSums &sum, const RowsSmem &s, int dk, int dv) {
+#pragma unroll
+    for (int t = 0; t < ROW_TILES; t++) {
+        int m0, c0;
+        if (!row_tile(t, dk, &m0, &c0)) break;
         FragC acc;
         rows_abt(acc, s, m0, c0, dv);
         rows_dot_scale(acc, s, s.Q, ldb16(dk), m0, c0, s.pq, s.eg);
         mma_split<row_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ldb16(dk), m0,
                                         c0, L);
-        wmma::store_matrix_sync(f.dqh + idx * L * dk + m0 * dk + c0, acc, dk, wmma::mem_row_major);
+        add_frag(sum.dq[t], acc);
     }
 }
 
-// dk of the value head: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
-// + dPD^T Q, to f.dkh.
-__device__ void rows_dk(const RowsSmem &s, const Factors &f, long idx, int dk, int dv) {
+// The value head's dk: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
+// + dPD^T Q, added to the sums.
+__device__ void rows_dk(HeadSums &sum, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
+#pragma unroll
+    for (int t = 0; t < ROW_TILES; t++) {
+        int m0, c0;
+        if (!row_tile(t, dk, &m0, &c0)) break;
         FragC acc, wz;
         rows_abt(acc, s, m0, c0, dv);
         rows_dot_scale(acc, s, s.K, ld, m0, c0, s.py, s.nbe);
@@ -249,7 +272,24 @@ __device__ void rows_dk(const RowsSmem &s, const Factors &f, long idx, int dk, i
                                         L);
         mma_split<col_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld, m0, c0,
                                         L);
-        wmma::store_matrix_sync(f.dkh + idx * L * dk + m0 * dk + c0, acc, dk, wmma::mem_row_major);
+        add_frag(sum.dk[t], acc);
+    }
+}
+
+// The sums' rows below Lc to dst (row stride `stride`), through the warp's tmp tile.
+__device__ void rows_store(float *dst, long stride, const FragC (&sum)[ROW_TILES],
+                           const RowsSmem &s, int dk, int Lc) {
+    float *tmp = warp_tile(s.tmp);
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int t = 0; t < ROW_TILES; t++) {
+        int m0, c0;
+        if (!row_tile(t, dk, &m0, &c0)) break;
+        tile_stage(tmp, sum[t]);
+        for (int e = lane; e < 256; e += 32) {
+            int r = e / 16, c = e % 16;
+            if (m0 + r < Lc) dst[(m0 + r) * stride + c0 + c] = tmp[r * TMP_LD + c];
+        }
     }
 }
 
@@ -306,12 +346,25 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
     }
 }
 
-// <S0, dS_e> in a fixed order: strided partial sums, each warp's by a shuffle tree, then the
-// warps' in order. Every thread gets it; ends with a barrier.
-__device__ float state_dot(const RowsSmem &s, const float *S0, const float *dSe, int n) {
+// S0, split in global memory at hi and lo (+ o), into B, which holds dS_e, and <S0, dS_e> of
+// the two splits' values in a fixed order: strided partial sums, each warp's by a shuffle tree,
+// then the warps' in order. A thread reads and overwrites only its own elements of B. Every
+// thread gets the sum; ends with a barrier.
+__device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o, int dk,
+                                int dv) {
+    int vecs = dv / 8;
     float part = 0.0f;
-#pragma unroll 8
-    for (int e = threadIdx.x; e < n; e += blockDim.x) part += S0[e] * dSe[e];
+    for (int e = threadIdx.x; e < dk * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        long g = o + (long)i * dv + m;
+        __align__(16) bf h[8], l[8];
+        *reinterpret_cast<uint4 *>(h) = *reinterpret_cast<const uint4 *>(hi + g);
+        if (lo) *reinterpret_cast<uint4 *>(l) = *reinterpret_cast<const uint4 *>(lo + g);
+        for (int x = 0; x < 8; x++)
+            part += (f(h[x]) + (lo ? f(l[x]) : 0.0f)) * split_value(s.B, i, m + x);
+        *reinterpret_cast<uint4 *>(s.B.hi + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(h);
+        if (lo) *reinterpret_cast<uint4 *>(s.B.lo + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(l);
+    }
     part = warp_sum(part);
     if (threadIdx.x % 32 == 0) s.red[threadIdx.x / 32] = part;
     __syncthreads();
@@ -320,71 +373,68 @@ __device__ float state_dot(const RowsSmem &s, const float *S0, const float *dSe,
     return sum;
 }
 
-// Grid (chunks of the span, H, B).
-__global__ void __launch_bounds__(TC_THREADS)
-    rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
-                Span span, Factors f, StateBuf states, StateBuf dstates) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
-    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK);
-    size_t bytes;
-    RowsSmem s = rows_smem(smem, dk, dv, f.wlo != NULL, &bytes);
-    long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk, go = gdn_gate_off(&a, b, t0, h);
-    const float *S0 = state_at(states, a, b, h, slot), *dSe = state_at(dstates, a, b, h, slot);
-    load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
+// One value head h of the block's chunk: dbeta and dg, and its dq and dk added to the sums.
+__device__ void rows_head(HeadSums &sum, const RowsSmem &s, const gdn_args &a, const Tensors &t,
+                          const Factors &f, Kept states, Kept dstates, int slot, int b, int h,
+                          int t0, int Lc) {
+    int dk = a.dk, dv = a.dv;
+    long idx = factor_index(a, b, h, slot), go = gdn_gate_off(&a, b, t0, h);
+    long so = kept_index(states, a, b, h, slot), dso = kept_index(dstates, a, b, h, slot);
     load_split_factor(s.DPD, f.dpdhi, f.dpdlo, idx * L * L, L);
     load_split_factor(s.DAB, f.dabhi, f.dablo, idx * L * L, L);
-    load_split_rows(s.A, f.vp + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
-    load_split_rows(s.B, dSe, dv, dk, dk, dv, NULL, 1.0f);
+    load_split_block(s.A, f.vphi, f.vplo, idx * L * dv, L, dv);
+    load_split_block(s.B, dstates.hi + dso, dstates.lo ? dstates.lo + dso : NULL, 0, dk, dv);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
         s.nbe[i] = -s.beta[i] * s.eg[i];
-    float sd = state_dot(s, S0, dSe, dk * dv); // ends with a barrier
+    __syncthreads();
     rows_z(s, dk, dv);
     __syncthreads();
     load_split_rows(s.A, t.dout + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, L, dv, NULL,
                     a.scale);
-    load_split_rows(s.B, S0, dv, dk, dk, dv, NULL, 1.0f);
+    float sd = load_state_dot(s, states.hi, states.lo, so, dk, dv); // ends with a barrier
+    rows_dq(sum, s, dk, dv);
     __syncthreads();
-    rows_dq(s, f, idx, dk, dv);
+    load_split_block(s.A, f.drhi, f.drlo, idx * L * dv, L, dv);
     __syncthreads();
-    load_split_rows(s.A, f.dr + idx * L * dv, dv, L, L, dv, NULL, 1.0f);
-    __syncthreads();
-    rows_dk(s, f, idx, dk, dv);
+    rows_dk(sum, s, dk, dv);
     __syncthreads();
     rows_scalars(s, a, t, f, idx, b, t0, h, Lc, sd);
 }
 
-// ---- heads: dq and dk summed over a key head's value heads ---------------------------------
-
-// Grid (chunks of the span, HK, B).
+// Grid (chunks of the span, HK, B): a key head's value heads in order, then their summed dq
+// and dk (no atomics: the same bits as each head's share summed apart).
 __global__ void __launch_bounds__(TC_THREADS)
-    heads_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
-                 int max_chunks, Span span, Factors f) {
+    rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
+                Span span, Factors f, Kept states, Kept dstates) {
+    extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, t0, Lc, group = a.H / a.HK;
     if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = a.dk;
-    for (int e = threadIdx.x; e < Lc * dk; e += blockDim.x) {
-        float q = 0.0f, k = 0.0f;
-        for (int h = hk * group; h < (hk + 1) * group; h++) {
-            long o = factor_index(a, b, h, slot) * L * dk + e;
-            q += f.dqh[o];
-            k += f.dkh[o];
-        }
-        long o = gdn_qk_off(&a, b, t0 + e / dk, hk) + e % dk;
-        t.dq[o] = q;
-        t.dk[o] = k;
+    size_t bytes;
+    RowsSmem s = rows_smem(smem, dk, a.dv, f.wlo != NULL, &bytes);
+    long qks = (long)a.HK * dk, qo = gdn_qk_off(&a, b, t0, hk);
+    load_bf16_rows(s.Q, t.q + qo, qks, Lc, dk);
+    load_bf16_rows(s.K, t.k + qo, qks, Lc, dk);
+    HeadSums sum;
+#pragma unroll
+    for (int i = 0; i < ROW_TILES; i++) {
+        wmma::fill_fragment(sum.dq[i], 0.0f);
+        wmma::fill_fragment(sum.dk[i], 0.0f);
     }
+    for (int h = hk * group; h < (hk + 1) * group; h++) {
+        if (h > hk * group) __syncthreads(); // the head before is done with the tiles
+        rows_head(sum, s, a, t, f, states, dstates, slot, b, h, t0, Lc);
+    }
+    rows_store(t.dq + qo, qks, sum.dq, s, dk, Lc);
+    rows_store(t.dk + qo, qks, sum.dk, s, dk, Lc);
 }
 
 } // namespace
 
 void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
-                  int max_chunks, Span span, const Factors &f, StateBuf states, StateBuf dstates,
+                  int max_chunks, Span span, const Factors &f, Kept states, Kept dstates,
                   cudaStream_t stream) {
-    dim3 grid(span.end - span.begin, a->H, a->B);
     size_t pb, rb;
     pairs_smem(NULL, a->dv, f.wlo != NULL, &pb); // the mode the factors were carved in
     rows_smem(NULL, a->dk, a->dv, f.wlo != NULL, &rb);
@@ -393,13 +443,12 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     CUDA_CHECK(
         cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
     phase_begin(GDN_PHASE_GRAD, stream);
-    pairs_kernel<<<grid, TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks, span, f);
+    int n = span.end - span.begin;
+    pairs_kernel<<<dim3(n, a->H, a->B), TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks,
+                                                                  span, f);
     CUDA_CHECK_LAUNCH();
-    rows_kernel<<<grid, TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks, span, f,
-                                                  states, dstates);
-    CUDA_CHECK_LAUNCH();
-    heads_kernel<<<dim3(span.end - span.begin, a->HK, a->B), TC_THREADS, 0, stream>>>(
-        *a, t, starts, counts, max_chunks, span, f);
+    rows_kernel<<<dim3(n, a->HK, a->B), TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks,
+                                                                  span, f, states, dstates);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }
