@@ -45,17 +45,6 @@ static void carried_file(char *out, size_t cap, int s, int n) {
     snprintf(out, cap, "model-carried-%05d-of-%05d.safetensors", s + 1, n);
 }
 
-// Whether t is the scale of a block-scaled FP8 weight (NAME_scale_inv beside F8_E4M3 NAME).
-static int fp8_scale(const hf_index *ix, const hf_tensor *t) {
-    const char *tail = "_scale_inv";
-    size_t n = strlen(t->name), k = strlen(tail);
-    if (n <= k || n - k >= 512 || strcmp(t->name + n - k, tail) != 0) return 0;
-    char base[512];
-    memcpy(base, t->name, n - k), base[n - k] = 0;
-    const hf_tensor *w = hf_tensor_named(ix, base);
-    return w && w->dtype == DT_F8;
-}
-
 // The dtype t goes out in: an FP8 weight's the export's, any other its own.
 static int dtype_out(const hf_tensor *t, int to_bf16) {
     return t->dtype != DT_F8 ? t->dtype : to_bf16 ? DT_BF16 : DT_F32;
@@ -178,7 +167,7 @@ double hf_export_carry(const mt_config *cfg, const char *dir, uint64_t max, cJSO
     for (int i = 0; i < count; i++) { // a shard closes when the next tensor would overflow it
         const hf_tensor *t = hf_tensor_at(ix, i);
         shard[i] = -1;
-        if (!hf_carried(&cfg->model, t->name) || fp8_scale(ix, t)) continue;
+        if (!hf_carried(&cfg->model, t->name) || fp8_is_scale(ix, t)) continue;
         uint64_t b = bytes_out(t, to_bf16);
         if (n == 0 || (used > 0 && used + b > max)) n++, used = 0;
         shard[i] = n - 1, used += b, total += (double)b;

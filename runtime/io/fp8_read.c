@@ -6,11 +6,23 @@
 #include "runtime/io/hf_index.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+static const char SCALE_TAIL[] = "_scale_inv"; // NAME's scales are NAME_scale_inv
 
 static const hf_tensor *scale_of(const hf_index *ix, const hf_tensor *t) {
     char name[512];
-    snprintf(name, sizeof name, "%s_scale_inv", t->name);
+    snprintf(name, sizeof name, "%s%s", t->name, SCALE_TAIL);
     return hf_tensor_named(ix, name);
+}
+
+int fp8_is_scale(const hf_index *ix, const hf_tensor *t) {
+    size_t n = strlen(t->name), k = strlen(SCALE_TAIL);
+    if (n <= k || n - k >= 512 || strcmp(t->name + n - k, SCALE_TAIL) != 0) return 0;
+    char base[512];
+    memcpy(base, t->name, n - k), base[n - k] = 0;
+    const hf_tensor *w = hf_tensor_named(ix, base);
+    return w && w->dtype == DT_F8;
 }
 
 int fp8_check_scale(const hf_index *ix, const hf_tensor *t, char *used, char *err, size_t errlen) {

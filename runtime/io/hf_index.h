@@ -39,6 +39,8 @@ int hf_check_shape(const hf_index *ix, const char *name, const int64_t *want, in
 // fp8.h says, and is marked in used[] (when not NULL); and elements [off, off + count) of t
 // dequantized (fp8_read.c).
 int fp8_check_scale(const hf_index *ix, const hf_tensor *t, char *used, char *err, size_t errlen);
+// Whether t is the scale of a block-scaled FP8 weight (NAME_scale_inv beside F8_E4M3 NAME).
+int fp8_is_scale(const hf_index *ix, const hf_tensor *t);
 int fp8_read_range(const hf_index *ix, const hf_tensor *t, uint64_t off, uint64_t count, float *out,
                    char *err, size_t errlen);
 

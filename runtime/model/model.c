@@ -370,6 +370,12 @@ uint64_t model_group_numel(const mt_model *m, int g) {
     return numel;
 }
 
+uint64_t model_lead_numel(const mt_model *m, int groups) {
+    uint64_t n = 0;
+    for (int g = 0; g < groups; g++) n += model_group_numel(m, g);
+    return n;
+}
+
 uint64_t model_largest_layer(const mt_model *m) {
     uint64_t most = 0;
     for (int l = 0; l < m->layers; l++) {

@@ -457,6 +457,9 @@ uint64_t model_state_piece(void);
 // Fills tensors[] for group g and returns how many; *numel gets the group's total size.
 int model_group_tensors(const mt_model *m, int g, tensor_info *tensors, uint64_t *numel);
 uint64_t model_group_numel(const mt_model *m, int g);
+// The parameters of groups [0, groups): the embedding and the first layers (those updated on
+// the GPU, optimizer.device_groups).
+uint64_t model_lead_numel(const mt_model *m, int groups);
 uint64_t model_param_count(const mt_model *m);
 // The largest decoder layer's parameters: a streaming buffer's size (MoE models mix layers).
 uint64_t model_largest_layer(const mt_model *m);

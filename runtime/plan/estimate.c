@@ -104,9 +104,7 @@ static double expert_calls(const mt_config *c) {
 // The parameters that cross PCIe each step: all but the groups the compute rank updates, whose
 // weights stay in buffers of their own and whose gradients never leave.
 static double streamed_params(const mt_plan *p) {
-    double n = (double)p->params;
-    for (int g = 0; g < p->device_groups; g++) n -= (double)model_group_numel(&p->c->model, g);
-    return n;
+    return (double)p->params - (double)model_lead_numel(&p->c->model, p->device_groups);
 }
 
 // With the ring a group is updated once its gradients land, in the backward's order, and its

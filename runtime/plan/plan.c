@@ -135,11 +135,8 @@ void plan_compute_buffers(const mt_config *c, const plan_choices *ch, plan_buffe
     memset(b, 0, sizeof *b);
     b->device_groups = ch->device_groups;
     b->layer_buffers = ch->layer_buffers;
-    uint64_t owned = 0, largest = 0; // layers past the embedding get buffers of their own
-    for (int g = 0; g < b->device_groups; g++) {
-        uint64_t n = model_group_numel(&c->model, g);
-        owned += n, largest = n > largest ? n : largest;
-    }
+    // the groups updated here: their AdamW state, and past the embedding buffers of their own
+    uint64_t owned = model_lead_numel(&c->model, b->device_groups);
     uint64_t resident = resident_numel(&c->model, ch->layer_buffers) +
                         (owned ? owned - model_group_numel(&c->model, 0) : 0);
     // on the CPU, also the staging copy, host memory there
