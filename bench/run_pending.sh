@@ -42,9 +42,24 @@ source bench/device-build.sh
     >"$OUT/pending-ctest.log" 2>&1)
 grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/pending-ctest.log"
 grep -E "FAIL" "$OUT/pending-ctest.log" | head -n 20
-# then the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes
+# then the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes,
+# and where .base/kernels/cuda holds other versions of some kernel files (carried), beside the
+# tree built with those
 if [ "${MT_PENDING_PART:-}" = rule ]; then
-    timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 | tail -n 12
+    if [ -d .base/kernels/cuda ]; then
+        rm -rf /tmp/base && mkdir -p /tmp/base
+        tar --exclude=./build --exclude=./.deb --exclude=./.whl --exclude=./.base -cf - . |
+            tar -xf - -C /tmp/base && cp .base/kernels/cuda/* /tmp/base/kernels/cuda/
+        (cmake -S /tmp/base -B /tmp/base/build -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build /tmp/base/build -j16 --target test_gdn_cuda) >"$OUT/base-build.log" 2>&1 ||
+            tail -n 20 "$OUT/base-build.log"
+        echo "base:"
+        timeout 60 /tmp/base/build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
+            grep -E "^gdn  |^  [a-z]"
+        echo "this tree:"
+    fi
+    timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
+        grep -E "^gdn  |^  [a-z]"
     echo "left $(left) s"
     timeout 150 python3 -u bench/gdn_fla.py --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning |
         tail -n 6

@@ -124,24 +124,17 @@ __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uin
 
 // A warp's accumulator block acc, [16, 8 NT] whose element (r, c) is the matrix's (c, nw + r),
 // into rows of a [., ld] row-major matrix in global memory, split as load_split_rows would split
-// it (lo NULL: hi alone). Lanes 4 apart hold neighbouring columns of a row: the lower one of each
-// pair stores both, one 4-byte word a half.
+// it (lo NULL: hi alone): one store an element, as many as fp32's and no shuffles (the passes'
+// chunks are a chain, where every instruction counts).
 template <int NT>
 __device__ void acc_t_split(bf *hi, bf *lo, const float (&acc)[1][NT][4], int ld, int nw,
                             int lane) {
-    bool stores = lane / 4 % 2 == 0;
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = acc[0][j][e], y = __shfl_down_sync(0xffffffffu, x, 4);
-            if (!stores) continue;
-            long i = (long)frag_col(lane, j, e) * ld + nw + frag_row(lane, e);
-            uint32_t h, l;
-            split_pack<true>(x, y, h, l);
-            *reinterpret_cast<uint32_t *>(hi + i) = h;
-            if (lo) *reinterpret_cast<uint32_t *>(lo + i) = l;
-        }
+        for (int e = 0; e < 4; e++)
+            split_put(hi, lo, (long)frag_col(lane, j, e) * ld + nw + frag_row(lane, e),
+                      acc[0][j][e]);
 }
 
 // S^T's accumulators into slot `slot` of the kept states: split, or fp32 where k.f32 is set.

@@ -15,8 +15,9 @@
 // - pairs_kernel, grid (chunks, H, B): dR, dv, dPD, dAB and the rows' pair terms (the [L, dv]
 //   and [L, L] products);
 // - rows_kernel, grid (chunks, HK, B): for each of a key head's value heads in order, X, Y, Z,
-//   dbeta and dg, and its dq and dk added to sums in registers; then the sums, dq and dk (no
-//   atomics). The kept states, V' and dR come split as the products read them (gated_delta_tc.cuh).
+//   dbeta and dg, and its dq and dk added to the key head's (no atomics: each element by one
+//   lane, the heads in order). The kept states, V' and dR come split as the products read them
+//   (gated_delta_tc.cuh).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_tc.cuh"
 
@@ -196,24 +197,29 @@ __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool
     return s;
 }
 
-// A warp's [L, dk] tiles of dq and dk: tile t is id = warp + t TC_WARPS of the 4 (dk / 16) tiles,
-// at rows id % 4 16 and columns id / 4 16. Compile-time indices keep them in registers, where
-// they add up a key head's value heads in order, as 0 + the first + the second ...
-const int ROW_TILES = 4 * (MAX_DIM / 16) / TC_WARPS;
+// The warp's tile acc of the value head's dq or dk (rows m0.., columns c0..) added to dst (row
+// stride `stride`, the rows below Lc) through the warp's tmp tile: written as 0 + acc by the key
+// head's first value head, then added to by the next ones in order, each element by the same
+// lane (no atomics: the same bits as each head's share summed apart).
+__device__ void rows_add(float *dst, long stride, const FragC &acc, const RowsSmem &s, int m0,
+                         int c0, int Lc, bool first) {
+    float *tmp = warp_tile(s.tmp);
+    tile_stage(tmp, acc);
+    for (int e = threadIdx.x % 32; e < 256; e += 32) {
+        int r = e / 16, c = e % 16;
+        if (m0 + r >= Lc) continue;
+        float *d = dst + (m0 + r) * stride + c0 + c;
+        *d = (first ? 0.0f : *d) + tmp[r * TMP_LD + c];
+    }
+}
 
-struct HeadSums {
-    FragC dq[ROW_TILES], dk[ROW_TILES];
+// Where the value head's dq and dk go: the key head's rows of t.dq and t.dk.
+struct RowsOut {
+    float *dq, *dk;
+    long stride;
+    int Lc;
+    bool first;
 };
-
-__device__ bool row_tile(int t, int dk, int *m0, int *c0) {
-    int id = threadIdx.x / 32 + t * TC_WARPS;
-    *m0 = id % 4 * 16, *c0 = id / 4 * 16;
-    return id < 4 * (dk / 16);
-}
-
-__device__ void add_frag(FragC &sum, const FragC &x) {
-    for (int i = 0; i < sum.num_elements; i++) sum.x[i] += x.x[i];
-}
 
 // The warp's tile of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
 __device__ void rows_abt(FragC &acc, const RowsSmem &s, int m0, int c0, int dv) {
@@ -238,29 +244,25 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
     wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
 }
 
-// The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to the sums.
-__device__ void rows_dq(HeadSums &sum, const RowsSmem &s, int dk, int dv) {
-#pragma unroll
-    for (int t = 0; t < ROW_TILES; t++) {
-        int m0, c0;
-        if (!row_tile(t, dk, &m0, &c0)) break;
+// The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
+__device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
+    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
+        int m0 = id % 4 * 16, c0 = id / 4 * 16;
         FragC acc;
         rows_abt(acc, s, m0, c0, dv);
         rows_dot_scale(acc, s, s.Q, ldb16(dk), m0, c0, s.pq, s.eg);
         mma_split<row_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ldb16(dk), m0,
                                         c0, L);
-        add_frag(sum.dq[t], acc);
+        rows_add(out.dq, out.stride, acc, s, m0, c0, out.Lc, out.first);
     }
 }
 
 // The value head's dk: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
-// + dPD^T Q, added to the sums.
-__device__ void rows_dk(HeadSums &sum, const RowsSmem &s, int dk, int dv) {
+// + dPD^T Q, added to out.dk.
+__device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-#pragma unroll
-    for (int t = 0; t < ROW_TILES; t++) {
-        int m0, c0;
-        if (!row_tile(t, dk, &m0, &c0)) break;
+    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
+        int m0 = id % 4 * 16, c0 = id / 4 * 16;
         FragC acc, wz;
         rows_abt(acc, s, m0, c0, dv);
         rows_dot_scale(acc, s, s.K, ld, m0, c0, s.py, s.nbe);
@@ -272,24 +274,7 @@ __device__ void rows_dk(HeadSums &sum, const RowsSmem &s, int dk, int dv) {
                                         L);
         mma_split<col_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld, m0, c0,
                                         L);
-        add_frag(sum.dk[t], acc);
-    }
-}
-
-// The sums' rows below Lc to dst (row stride `stride`), through the warp's tmp tile.
-__device__ void rows_store(float *dst, long stride, const FragC (&sum)[ROW_TILES],
-                           const RowsSmem &s, int dk, int Lc) {
-    float *tmp = warp_tile(s.tmp);
-    int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int t = 0; t < ROW_TILES; t++) {
-        int m0, c0;
-        if (!row_tile(t, dk, &m0, &c0)) break;
-        tile_stage(tmp, sum[t]);
-        for (int e = lane; e < 256; e += 32) {
-            int r = e / 16, c = e % 16;
-            if (m0 + r < Lc) dst[(m0 + r) * stride + c0 + c] = tmp[r * TMP_LD + c];
-        }
+        rows_add(out.dk, out.stride, acc, s, m0, c0, out.Lc, out.first);
     }
 }
 
@@ -373,10 +358,10 @@ __device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, l
     return sum;
 }
 
-// One value head h of the block's chunk: dbeta and dg, and its dq and dk added to the sums.
-__device__ void rows_head(HeadSums &sum, const RowsSmem &s, const gdn_args &a, const Tensors &t,
-                          const Factors &f, Kept states, Kept dstates, int slot, int b, int h,
-                          int t0, int Lc) {
+// One value head h of the block's chunk: dbeta and dg, and its dq and dk added to out's.
+__device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args &a,
+                          const Tensors &t, const Factors &f, Kept states, Kept dstates, int slot,
+                          int b, int h, int t0, int Lc) {
     int dk = a.dk, dv = a.dv;
     long idx = factor_index(a, b, h, slot), go = gdn_gate_off(&a, b, t0, h);
     long so = kept_index(states, a, b, h, slot), dso = kept_index(dstates, a, b, h, slot);
@@ -393,17 +378,17 @@ __device__ void rows_head(HeadSums &sum, const RowsSmem &s, const gdn_args &a, c
     load_split_rows(s.A, t.dout + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, L, dv, NULL,
                     a.scale);
     float sd = load_state_dot(s, states.hi, states.lo, so, dk, dv); // ends with a barrier
-    rows_dq(sum, s, dk, dv);
+    rows_dq(out, s, dk, dv);
     __syncthreads();
     load_split_block(s.A, f.drhi, f.drlo, idx * L * dv, L, dv);
     __syncthreads();
-    rows_dk(sum, s, dk, dv);
+    rows_dk(out, s, dk, dv);
     __syncthreads();
     rows_scalars(s, a, t, f, idx, b, t0, h, Lc, sd);
 }
 
-// Grid (chunks of the span, HK, B): a key head's value heads in order, then their summed dq
-// and dk (no atomics: the same bits as each head's share summed apart).
+// Grid (chunks of the span, HK, B): a key head's value heads in order, each adding its share
+// of dq and dk to theirs.
 __global__ void __launch_bounds__(TC_THREADS)
     rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, Kept states, Kept dstates) {
@@ -416,18 +401,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     long qks = (long)a.HK * dk, qo = gdn_qk_off(&a, b, t0, hk);
     load_bf16_rows(s.Q, t.q + qo, qks, Lc, dk);
     load_bf16_rows(s.K, t.k + qo, qks, Lc, dk);
-    HeadSums sum;
-#pragma unroll
-    for (int i = 0; i < ROW_TILES; i++) {
-        wmma::fill_fragment(sum.dq[i], 0.0f);
-        wmma::fill_fragment(sum.dk[i], 0.0f);
-    }
+    RowsOut out = {t.dq + qo, t.dk + qo, qks, Lc, true};
     for (int h = hk * group; h < (hk + 1) * group; h++) {
         if (h > hk * group) __syncthreads(); // the head before is done with the tiles
-        rows_head(sum, s, a, t, f, states, dstates, slot, b, h, t0, Lc);
+        out.first = h == hk * group;
+        rows_head(out, s, a, t, f, states, dstates, slot, b, h, t0, Lc);
     }
-    rows_store(t.dq + qo, qks, sum.dq, s, dk, Lc);
-    rows_store(t.dk + qo, qks, sum.dk, s, dk, Lc);
 }
 
 } // namespace
