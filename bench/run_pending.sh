@@ -20,7 +20,8 @@
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
-#         8,192 and 32,768 tokens), then Qwen3.5-35B-A3B from its slices.
+#         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried);
+#         on an H200 the gpt-oss part follows.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -73,9 +74,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         timeout "$(($(left) - 5))" bench/run_bench.sh build "$OUT" moe-gptoss-1l 2>&1 |
         grep -E "^/root|exit|plan:"
     true
-elif [ "${MT_PENDING_PART:-}" = rule ]; then # the rest: Qwen3.5-35B-A3B from its slices
-    [ "$(left)" -gt 200 ] && timeout "$(($(left) - 20))" bench/run_slices.sh build "$OUT" \
-        qwen3.5-35b-a3b 2>&1 | grep -vE "^rank [0-9]" | tail -n 30
+elif [ "${MT_PENDING_PART:-}" = rule ]; then # nothing more on an H100
+    true
 elif [ "${MT_PENDING_PART:-}" = tier ]; then # GLM-4.7-Flash's largest slice, every byte on disk
     timeout "$(($(left) - 10))" bash bench/run_deepseek.sh tier 2>&1 | tail -n 40
 elif [ "${MT_PENDING_PART:-}" = busy ]; then
