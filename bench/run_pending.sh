@@ -62,8 +62,8 @@ if [ "${MT_PENDING_PART:-}" = rule ]; then
     timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
         grep -E "^gdn  |^  [a-z]"
     echo "left $(left) s"
-    timeout 150 python3 -u bench/gdn_fla.py --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning |
-        tail -n 6
+    [ "$(left)" -gt 120 ] && timeout "$(($(left) - 10))" python3 -u bench/gdn_fla.py \
+        --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 6
     echo "left $(left) s"
 fi
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
