@@ -429,7 +429,7 @@ __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], 
 
 // Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
 // last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
-// keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvp.
+// keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvphi (and f.dvplo).
 template <int KS, bool EXACT>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,

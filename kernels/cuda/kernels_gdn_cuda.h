@@ -60,7 +60,8 @@ void cuda_gated_delta_backward_ref(const gdn_args *a, int max_chunks, const cuda
 
 // For test_gdn_cuda, to tell a fault of the state passes from one of the gradients' kernels:
 // while on, the tensor-core backward takes each chunk's gradients from the CUDA-core kernel
-// (gated_delta_grad.cu) that the _ref path uses.
+// (gated_delta_grad.cu) that the _ref path uses, which reads the kept states in fp32. Set before
+// sizing the scratch: outside the exact mode those states take twice the bytes.
 void cuda_gated_delta_ref_grads(int on);
 
 // The tensor-core path's precision: off (the default), fp32 operands (the state, V', the chunk
