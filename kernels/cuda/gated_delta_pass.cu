@@ -123,17 +123,17 @@ __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uin
 }
 
 // A warp's accumulator block acc, [16, 8 NT] whose element (r, c) is the matrix's (c, nw + r),
-// into rows of a [., ld] row-major matrix in global memory, split as load_split_rows would split
-// it (lo NULL: hi alone): one store an element, as many as fp32's and no shuffles (the passes'
-// chunks are a chain, where every instruction counts).
+// into rows of a [., ld] row-major matrix in global memory at hi + off (and lo + off; lo NULL:
+// hi alone), split as load_split_rows would split it: one store an element, as many as fp32's
+// and no shuffles (the passes' chunks are a chain, where every instruction counts).
 template <int NT>
-__device__ void acc_t_split(bf *hi, bf *lo, const float (&acc)[1][NT][4], int ld, int nw,
+__device__ void acc_t_split(bf *hi, bf *lo, long off, const float (&acc)[1][NT][4], int ld, int nw,
                             int lane) {
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            split_put(hi, lo, (long)frag_col(lane, j, e) * ld + nw + frag_row(lane, e),
+            split_put(hi, lo, off + (long)frag_col(lane, j, e) * ld + nw + frag_row(lane, e),
                       acc[0][j][e]);
 }
 
@@ -145,7 +145,7 @@ __device__ void keep_state(const Kept &k, const gdn_args &a, int b, int h, int s
     if (k.f32)
         state_out<NT>(k.f32 + o, st, a.dv, nw, lane);
     else
-        acc_t_split<NT>(k.hi + o, k.lo ? k.lo + o : NULL, st, a.dv, nw, lane);
+        acc_t_split<NT>(k.hi, k.lo, o, st, a.dv, nw, lane);
 }
 
 // k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
@@ -220,9 +220,10 @@ __device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
 }
 
 // V'^T = U^T - vt in place (U from the block's tile, its columns 16 warp ..), kept split in
-// columns nw .. nw + 15 of vphi (and vplo) ([L, dv]) where vphi is not NULL.
+// columns nw .. nw + 15 of the [L, dv] matrix at vphi + vo (and vplo + vo) where vphi is not
+// NULL.
 __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, bf *vphi,
-                              bf *vplo, int dv, int nw, int lane) {
+                              bf *vplo, long vo, int dv, int nw, int lane) {
     int ldu = ldf32(bv);
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -231,7 +232,7 @@ __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, 
             int i = frag_col(lane, j, e), n = frag_row(lane, e);
             vt[0][j][e] = s.u[i * ldu + 16 * warp + n] - vt[0][j][e];
         }
-    if (vphi) acc_t_split<8>(vphi, vplo, vt, dv, nw, lane);
+    if (vphi) acc_t_split<8>(vphi, vplo, vo, vt, dv, nw, lane);
 }
 
 // S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
@@ -300,8 +301,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         float vt[1][8][4];
         state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
         long vo = factor_index(a, b, h, slot) * L * dv;
-        vprime_finish(vt, s, bv, warp, keeping ? f.vphi + vo : NULL,
-                      keeping && f.vplo ? f.vplo + vo : NULL, dv, nw, lane);
+        vprime_finish(vt, s, bv, warp, keeping ? f.vphi : NULL, f.vplo, vo, dv, nw, lane);
         state_update<EXACT, KS>(st, vt, d, s, ld, lane);
     }
     if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
@@ -382,12 +382,12 @@ __device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_
     mma_rs_t<1, 4, NT>(acc, hi, Bhi, ld, lane);
 }
 
-// dV'^T of the chunk from dS^T, into dvt, kept split in columns nw .. nw + 15 of dvphi (and
-// dvplo).
+// dV'^T of the chunk from dS^T, into dvt, kept split in columns nw .. nw + 15 of the [L, dv]
+// matrix at dvphi + vo (and dvplo + vo).
 template <bool EXACT, int KS>
 __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
                         const ChunkDecay &d, int bv, int warp, float scale, bf *dvphi, bf *dvplo,
-                        int dv, int nw, int lane) {
+                        long vo, int dv, int nw, int lane) {
     int ld = ldb16(KS * 16);
     state_times_rows<EXACT, KS>(dvt, ds, s.k, NULL, ld, lane);
 #pragma unroll
@@ -397,7 +397,7 @@ __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], 
     uint32_t hi[1][4][4], lo[1][4][4];
     dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
     rows_times<EXACT, 8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), lane);
-    acc_t_split<8>(dvphi, dvplo, dvt, dv, nw, lane);
+    acc_t_split<8>(dvphi, dvplo, vo, dvt, dv, nw, lane);
 }
 
 // dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
@@ -468,8 +468,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         ChunkDecay d = chunk_decay(gates, lane);
         float dvt[1][8][4];
         long vo = factor_index(a, b, h, slot) * L * dv;
-        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi + vo,
-                           f.dvplo ? f.dvplo + vo : NULL, dv, nw, lane);
+        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi, f.dvplo, vo, dv, nw, lane);
         dstate_update<EXACT, KS>(ds, dvt, s, d, bv, warp, a.scale, starts_document(a, b, t0), lane);
     }
     state_out<2 * KS>(carry_bh, ds, dv, nw, lane);

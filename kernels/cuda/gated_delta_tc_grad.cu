@@ -368,7 +368,7 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
     load_split_factor(s.DPD, f.dpdhi, f.dpdlo, idx * L * L, L);
     load_split_factor(s.DAB, f.dabhi, f.dablo, idx * L * L, L);
     load_split_block(s.A, f.vphi, f.vplo, idx * L * dv, L, dv);
-    load_split_block(s.B, dstates.hi + dso, dstates.lo ? dstates.lo + dso : NULL, 0, dk, dv);
+    load_split_block(s.B, dstates.hi, dstates.lo, dso, dk, dv);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
         s.nbe[i] = -s.beta[i] * s.eg[i];
