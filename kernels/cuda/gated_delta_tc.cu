@@ -55,16 +55,6 @@ __device__ void gates_of(const Gates &g, const gdn_args &a, const Tensors &t, in
     load_gates_padded(g.gam, g.beta, g.eg, g.w, t.g + go, t.beta + go, a.H, Lc);
 }
 
-// Where a block's (b, h, chunk) is: the chunk's first token and length, or false where row b
-// has no chunk c in the span.
-__device__ bool chunk_at(const int32_t *starts, const int32_t *counts, int max_chunks, Span span,
-                         int b, int c, int *t0, int *Lc) {
-    if (c >= min(span.end, counts[b])) return false;
-    const int32_t *row = starts + (long)b * (max_chunks + 1);
-    *t0 = row[c], *Lc = row[c + 1] - row[c];
-    return true;
-}
-
 // ---- prep: the chunk's state-independent factors -------------------------------------------
 
 // M and X for the solve; the products' tiles pass through each warp's tile (tmp) on their way

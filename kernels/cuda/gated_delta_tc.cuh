@@ -365,6 +365,16 @@ inline int segments_of(int max_chunks) {
 inline int sets_of(int max_chunks) {
     return segments_of(max_chunks) > 1 ? 2 : 1;
 }
+// Where a per-chunk block's (b, h, chunk) is: the chunk's first token and length, or false where
+// row b has no chunk c in the span.
+inline __device__ bool chunk_at(const int32_t *starts, const int32_t *counts, int max_chunks,
+                                Span span, int b, int c, int *t0, int *Lc) {
+    if (c >= min(span.end, counts[b])) return false;
+    const int32_t *row = starts + (long)b * (max_chunks + 1);
+    *t0 = row[c], *Lc = row[c + 1] - row[c];
+    return true;
+}
+
 inline Span span_at(int sg, int max_chunks) {
     int end = sg * TC_SEG + TC_SEG;
     return Span{sg * TC_SEG, end < max_chunks ? end : max_chunks};

@@ -27,14 +27,6 @@ using namespace gdn;
 using wmma::col_major;
 using wmma::row_major;
 
-__device__ bool chunk_of(const int32_t *starts, const int32_t *counts, int max_chunks, Span span,
-                         int b, int c, int *t0, int *Lc) {
-    if (c >= min(span.end, counts[b])) return false;
-    const int32_t *row = starts + (long)b * (max_chunks + 1);
-    *t0 = row[c], *Lc = row[c + 1] - row[c];
-    return true;
-}
-
 // ---- pairs: dR, dv and the [L, L] terms --------------------------------------------------
 
 struct PairsSmem {
@@ -119,7 +111,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                  int max_chunks, Span span, Factors f) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
-    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
+    if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dv = a.dv, lds = ldf32(STAGE_W), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     size_t bytes;
     PairsSmem s = pairs_smem(smem, dv, f.wlo != NULL, &bytes);
@@ -394,7 +386,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 Span span, Factors f, Kept states, Kept dstates) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, t0, Lc, group = a.H / a.HK;
-    if (!chunk_of(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
+    if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = a.dk;
     size_t bytes;
     RowsSmem s = rows_smem(smem, dk, a.dv, f.wlo != NULL, &bytes);
