@@ -90,8 +90,9 @@ for what in "$@"; do
         spec=${what#gdnprof}; spec=${spec#=}
         log="$OUT/ncu-gdn.log"
         timeout 300 ncu --clock-control none --launch-count 42 \
-            --kernel-name regex:"prep_kernel|pass_kernel|out_kernel|pairs_kernel|rows_kernel|heads_kernel" \
+            --kernel-name regex:"prep_kernel|pass_kernel|out_kernel|pairs_kernel|rows_kernel|dpass_kernel" \
             --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            --metrics regex:"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$" \
             build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T "${spec:-8192}" >"$log" 2>&1
         python3 bench/ncu_summary.py "$log" ;;
     gemm | gemm=*)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Sums an Nsight Compute text report (ncu's default output) by kernel: launches, total time,
 and the launches' mean DRAM and SM throughput, achieved occupancy and cycles per issued
-instruction, with the first stall reason ncu names. Usage: ncu_summary.py REPORT"""
+instruction, with the first stall reason ncu names; where the report has the
+smsp__average_warps_issue_stalled_* metrics, each kernel's largest stalls in cycles per issued
+instruction. Usage: ncu_summary.py REPORT"""
 import re
 import sys
 from collections import OrderedDict
@@ -24,7 +26,7 @@ def parse(path):
             rest = re.sub(r"^void ", "", rest)
             name = re.match(r"[\w:]+", rest).group(0).split("::")[-1]
             cur = kernels.setdefault(name, {"n": 0, "time_us": 0.0, "dram": [], "sm": [],
-                                            "occ": [], "cpi": [], "stall": ""})
+                                            "occ": [], "cpi": [], "stall": "", "stalls": {}})
             cur["n"] += 1
             continue
         if cur is None:
@@ -37,6 +39,11 @@ def parse(path):
                     cur[key] += value * UNITS.get(m.group(1), 1.0)
                 else:
                     cur[key].append(value)
+        m = re.match(r"^\s+smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio\s+"
+                     r"(?:\S+\s+)?([\d.,]+)\s*$", line)
+        if m:
+            cur["stalls"].setdefault(m.group(1), []).append(number(m.group(2)))
+            continue
         m = re.search(r"stalled (?:waiting )?(?:for |on )?(.{0,70}?)(?:\.|,| which|\s*$)", line)
         if m and not cur["stall"]:
             cur["stall"] = m.group(1).strip()
@@ -61,6 +68,11 @@ def main():
         print("%-14s %4d %10.1f %5.1f%% %6.1f %6.1f %6.1f %6.1f  %s" % (
             name[:14], k["n"], k["time_us"], 100 * k["time_us"] / total, mean(k["dram"]),
             mean(k["sm"]), mean(k["occ"]), mean(k["cpi"]), k["stall"]))
+    for name, k in kernels.items():
+        if k["stalls"]:
+            top = sorted(((mean(v), s) for s, v in k["stalls"].items()), reverse=True)[:6]
+            print("%-14s stalls a issue: %s" % (name[:14], ", ".join(
+                "%s %.2f" % (s, v) for v, s in top)))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried);
 #         on an H200 the gpt-oss part follows.
-#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule] bench/run_pending.sh
+#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
+#          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -62,7 +63,8 @@ if [ "${MT_PENDING_PART:-}" = rule ]; then
     timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
         grep -E "^gdn  |^  [a-z]"
     echo "left $(left) s"
-    [ "$(left)" -gt 120 ] && timeout "$(($(left) - 10))" python3 -u bench/gdn_fla.py \
+    [ "${MT_PENDING_FLA:-1}" = 1 ] && [ "$(left)" -gt 120 ] && timeout "$(($(left) - 10))" \
+        python3 -u bench/gdn_fla.py \
         --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 6
     echo "left $(left) s"
 fi
