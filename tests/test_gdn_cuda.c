@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 // bf16 outputs carry ~3 significant digits; fp32 outputs differ only by the order of sums.
 static const double TOL_BF16 = 1e-2, TOL_F32 = 1e-3;
@@ -514,7 +515,8 @@ static void bench_path(const gdn_path *p, const gdn_args *a, int chunks, const c
 // The tensor-core path's kernels' shares of one forward and one backward (timed apart: the
 // events around each launch slow the whole a little).
 static void bench_shares(const gdn_args *a, int chunks, const cuda_gdn_tensors *t, void *scratch) {
-    static const char *names[GDN_PHASES] = {"prep", "state pass", "out", "dstate pass", "grad"};
+    static const char *names[GDN_PHASES] = {"prep",        "state pass", "out",
+                                            "dstate pass", "grad pairs", "grad rows"};
     float fwd[GDN_PHASES], bwd[GDN_PHASES], fsum = 0.0f, bsum = 0.0f;
     cuda_gated_delta_profile(1);
     cuda_gated_delta_forward(a, chunks, t, scratch, 0);
@@ -526,6 +528,28 @@ static void bench_shares(const gdn_args *a, int chunks, const cuda_gdn_tensors *
     for (int p = 0; p < GDN_PHASES; p++)
         printf("  %-12s forward %8.3f ms (%4.1f%%)  backward %8.3f ms (%4.1f%%)\n", names[p],
                fwd[p], 100.0f * fwd[p] / fsum, bwd[p], 100.0f * bwd[p] / bsum);
+}
+
+// A digest of the outputs and gradients of the last run, to compare two builds' kernels: the
+// fixed seed gives both the same inputs, so kernels that claim the same bits must print the
+// same digest.
+static unsigned long long outputs_digest(const cuda_gdn_tensors *t, long nqk, long nv, long ng) {
+    const struct {
+        const void *p;
+        size_t bytes;
+    } parts[] = {{t->out, sizeof(bf16) * nv},  {t->dq, sizeof(float) * nqk},
+                 {t->dk, sizeof(float) * nqk}, {t->dv, sizeof(float) * nv},
+                 {t->dg, sizeof(float) * ng},  {t->dbeta, sizeof(float) * ng}};
+    XXH64_state_t *st = XXH64_createState();
+    XXH64_reset(st, 0);
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        void *h = hmalloc(parts[i].bytes);
+        CUDA_CHECK(cudaMemcpy(h, parts[i].p, parts[i].bytes, cudaMemcpyDeviceToHost));
+        XXH64_update(st, h, parts[i].bytes);
+    }
+    unsigned long long d = XXH64_digest(st);
+    XXH64_freeState(st);
+    return d;
 }
 
 // Forward and backward of the delta rule at one shape on both paths, and the tensor-core
@@ -561,6 +585,7 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
                paths[p]->name, B, T, H, HK, dk, dv, f, b, (double)B * T / ((f + b) * 1e-3),
                bytes / (double)(1ull << 30));
         if (p > 0) continue;
+        printf("  bits of the outputs and gradients: %016llx\n", outputs_digest(&t, nqk, nv, ng));
         bench_shares(&a, chunks, &t, scratch);
         for (int w = 1; w <= 4; w *= 2) { // the state passes' block sizes
             cuda_gated_delta_pass_warps(w);

@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK), warp = threadIdx.x / 32;
+    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK);
     bool with_p = f.phi != NULL;
     size_t bytes;
     PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, &bytes);
@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (with_p) load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.V, t.v + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, dv);
     gates_of(s.g, a, t, b, t0, h, Lc);
+    loads_done();
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
     invert_unit_lower(s.X, s.M, s.g.beta, s.tmp);                     // X = T
@@ -225,27 +226,27 @@ __global__ void __launch_bounds__(TC_THREADS)
     scaled_t(s, s.g.eg);
     __syncthreads();
     float *tmp = warp_tile(s.tmp);
-    for (int id = warp; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, n0 = id / 4 * 16;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_split<row_major, row_major>(acc, s.T.hi, s.T.lo, s.T.ld, s.K, NULL, ldb16(dk), m0, n0,
-                                        L);
-        tile_to_global(tmp, acc, f.whi + idx * L * dk, f.wlo ? f.wlo + idx * L * dk : NULL, dk, m0,
-                       n0);
-    }
+    FragC acc[MAX_TILES];
+    WarpTiles wt = warp_tiles(dk);
+    tiles_zero(acc);
+    mma_split_tiles<row_major, row_major>(acc, wt, s.T.hi, s.T.lo, s.T.ld, s.K, NULL, ldb16(dk), L);
+#pragma unroll
+    for (int j = 0; j < MAX_TILES; j++)
+        if (j < wt.n)
+            tile_to_global(tmp, acc[j], f.whi + idx * L * dk, f.wlo ? f.wlo + idx * L * dk : NULL,
+                           dk, wt.m0, tile_col(wt, j));
     __syncthreads();
     // U = (T diag(beta)) V, straight to global memory.
     scaled_t(s, NULL);
     __syncthreads();
-    for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, n0 = id / 4 * 16;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_split<row_major, row_major>(acc, s.T.hi, s.T.lo, s.T.ld, s.V, NULL, ldb16(dv), m0, n0,
-                                        L);
-        wmma::store_matrix_sync(f.u + idx * L * dv + m0 * dv + n0, acc, dv, wmma::mem_row_major);
-    }
+    wt = warp_tiles(dv);
+    tiles_zero(acc);
+    mma_split_tiles<row_major, row_major>(acc, wt, s.T.hi, s.T.lo, s.T.ld, s.V, NULL, ldb16(dv), L);
+#pragma unroll
+    for (int j = 0; j < MAX_TILES; j++)
+        if (j < wt.n)
+            wmma::store_matrix_sync(f.u + idx * L * dv + wt.m0 * dv + tile_col(wt, j), acc[j], dv,
+                                    wmma::mem_row_major);
 }
 
 // ---- out: the chunk's outputs ------------------------------------------------------------
@@ -277,22 +278,28 @@ __host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, bool e
 __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out, long ostride,
                           int Lc) {
     float *tmp = warp_tile(s.tmp);
-    for (int id = threadIdx.x / 32; id < 4 * (dv / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, n0 = id / 4 * 16;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_split<row_major, row_major>(acc, s.Q, NULL, ldb16(dk), s.S.hi, s.S.lo, s.S.ld, m0, n0,
-                                        dk);
-        tile_stage(tmp, acc);
-        scale_tile_rows(tmp, TMP_LD, s.g.eg + m0);
-        wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
-        mma_split<row_major, row_major>(acc, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld, m0, n0,
-                                        L);
-        tile_stage(tmp, acc);
-        int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
+    WarpTiles wt = warp_tiles(dv);
+    FragC acc[MAX_TILES];
+    tiles_zero(acc);
+    mma_split_tiles<row_major, row_major>(acc, wt, s.Q, NULL, ldb16(dk), s.S.hi, s.S.lo, s.S.ld,
+                                          dk);
+#pragma unroll
+    for (int j = 0; j < MAX_TILES; j++) {
+        if (j >= wt.n) continue;
+        tile_stage(tmp, acc[j]);
+        scale_tile_rows(tmp, TMP_LD, s.g.eg + wt.m0);
+        wmma::load_matrix_sync(acc[j], tmp, TMP_LD, wmma::mem_row_major);
+    }
+    mma_split_tiles<row_major, row_major>(acc, wt, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld,
+                                          L);
+    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
+#pragma unroll
+    for (int j = 0; j < MAX_TILES; j++) {
+        if (j >= wt.n) continue;
+        tile_stage(tmp, acc[j]);
         float x[8];
         for (int e = 0; e < 8; e++) x[e] = scale * tmp[r * TMP_LD + c + e];
-        if (m0 + r < Lc) split_put8(out, NULL, (m0 + r) * ostride + n0 + c, x);
+        if (wt.m0 + r < Lc) split_put8(out, NULL, (wt.m0 + r) * ostride + tile_col(wt, j) + c, x);
     }
 }
 
@@ -314,6 +321,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_split_block(s.S, states.hi, states.lo, kept_index(states, a, b, h, slot), dk, dv);
     load_split_block(s.V, f.vphi, f.vplo, idx * L * dv, L, dv);
     gates_of(s.g, a, t, b, t0, h, Lc);
+    loads_done();
     __syncthreads();
     for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS)
         p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, id / 4 * 16, id % 4 * 16, dk, NULL, NULL, &s.P);

@@ -14,6 +14,7 @@
 #define MT_GATED_DELTA_TC_CUH
 
 #include "kernels/cuda/gated_delta.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #include <mma.h>
 
@@ -129,26 +130,97 @@ inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int l
     mma_tile<LA, LB>(acc, Ahi, lda, Bhi, ldb, m0, n0, K);
 }
 
+// The 16 x 16 tiles a warp owns in a [L, width] product: rows m0 .. m0 + 16 of the n column
+// blocks at c0 + dc j (j < n, n at most MAX_TILES). warp_tiles gives the block's warps the
+// 4 x (width / 16) tiles, each once. A warp runs its tiles' products side by side (mma_tiles):
+// one tile's chain of k-steps, each waiting on the one before, leaves the tensor cores idle
+// between steps with one block a multiprocessor.
+const int MAX_TILES = MAX_DIM / 32;
+
+struct WarpTiles {
+    int m0, c0, dc, n;
+};
+
+inline __device__ WarpTiles warp_tiles(int width) {
+    int w = threadIdx.x / 32, total = 4 * (width / 16);
+    return {w % 4 * 16, w / 4 * 16, 32, w < total ? (total - w + TC_WARPS - 1) / TC_WARPS : 0};
+}
+
+inline __device__ int tile_col(const WarpTiles &wt, int j) {
+    return wt.c0 + wt.dc * j;
+}
+
+// Tiles j0 .. j0 + N of wt (where it has them), for a kernel that holds N at a time.
+inline __device__ WarpTiles tiles_from(const WarpTiles &wt, int j0, int N) {
+    return {wt.m0, tile_col(wt, j0), wt.dc, min(N, wt.n - j0)};
+}
+
+template <int N> inline __device__ void tiles_zero(FragC (&acc)[N]) {
+#pragma unroll
+    for (int j = 0; j < N; j++) wmma::fill_fragment(acc[j], 0.0f);
+}
+
+// acc[j] += A[m0 .., 0 .. K) B[0 .. K, tile_col(j) ..) for the warp's tiles: A's fragment loaded
+// once a k-step, each tile's k-steps in order (each tile's bits those of mma_tile).
+template <typename LA, typename LB, int N>
+inline __device__ void mma_tiles(FragC (&acc)[N], const WarpTiles &wt, const bf *A, int lda,
+                                 const bf *B, int ldb, int K) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, LB> fb[N];
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        wmma::load_matrix_sync(fa, tile_at<LA>(A, lda, wt.m0, k0), lda);
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (j < wt.n)
+                wmma::load_matrix_sync(fb[j], tile_at<LB>(B, ldb, k0, tile_col(wt, j)), ldb);
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (j < wt.n) wmma::mma_sync(acc[j], fa, fb[j], acc[j]);
+    }
+}
+
+// The same with split operands, in mma_split's order.
+template <typename LA, typename LB, int N>
+inline __device__ void mma_split_tiles(FragC (&acc)[N], const WarpTiles &wt, const bf *Ahi,
+                                       const bf *Alo, int lda, const bf *Bhi, const bf *Blo,
+                                       int ldb, int K) {
+    if (Alo) mma_tiles<LA, LB>(acc, wt, Alo, lda, Bhi, ldb, K);
+    if (Blo) mma_tiles<LA, LB>(acc, wt, Ahi, lda, Blo, ldb, K);
+    mma_tiles<LA, LB>(acc, wt, Ahi, lda, Bhi, ldb, K);
+}
+
 // Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a
-// [pad, ldb16(width)] tile, rows from `rows` to pad zero. width a multiple of 8, 16-byte copies.
+// [pad, ldb16(width)] tile, rows from `rows` to pad zero. width a multiple of 8, 16-byte copies
+// by cp.async: all of a block's copies are in flight at once (a load then a store an element
+// waits out the memory's latency once per element, and these kernels have one block a
+// multiprocessor to hide it). Asynchronous: the block calls loads_done() before the barrier
+// after which anyone reads the tile.
 inline __device__ void load_bf16_block(bf *dst, const bf *src, long stride, int rows, int pad,
                                        int width) {
     int ld = ldb16(width), vecs = width / 8;
     for (int e = threadIdx.x; e < pad * vecs; e += blockDim.x) {
         int i = e / vecs, m = e % vecs * 8;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (i < rows) x = *reinterpret_cast<const uint4 *>(src + i * stride + m);
-        *reinterpret_cast<uint4 *>(dst + i * ld + m) = x;
+        if (i < rows)
+            cp_async16(dst + i * ld + m, src + i * stride + m);
+        else
+            *reinterpret_cast<uint4 *>(dst + i * ld + m) = make_uint4(0, 0, 0, 0);
     }
 }
 
-// The same into a [L, ldb16(width)] tile.
+// The thread's load_bf16_block copies have landed (committed or not); a barrier after it makes
+// every thread's visible to all.
+inline __device__ void loads_done() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// The same into a [L, ldb16(width)] tile (asynchronous too).
 inline __device__ void load_bf16_rows(bf *dst, const bf *src, long stride, int rows, int width) {
     load_bf16_block(dst, src, stride, rows, L, width);
 }
 
 // A [rows, width] matrix split in global memory (hi + off, and lo + off in the exact mode) into
-// the shared split s: the copy of what load_split_rows would make of its fp32 values.
+// the shared split s: the copy of what load_split_rows would make of its fp32 values
+// (asynchronous, as load_bf16_block).
 inline __device__ void load_split_block(const Split &s, const bf *hi, const bf *lo, long off,
                                         int rows, int width) {
     load_bf16_block(s.hi, hi + off, width, rows, rows, width);

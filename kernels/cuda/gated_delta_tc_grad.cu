@@ -52,33 +52,39 @@ __host__ __device__ PairsSmem pairs_smem(unsigned char *base, int dv, bool exact
     return s;
 }
 
-// dP = dO V'^T into the stage's columns [0, L), dR V'^T into [L, 2L) (a warp a tile).
+// dP = dO V'^T into the stage's columns [0, L), dR V'^T into [L, 2L): warps 0-3 the first, 4-7
+// the second, a warp a row of four tiles.
 __device__ void pairs_products(const PairsSmem &s, int dv) {
-    int lds = ldf32(STAGE_W);
-    for (int id = threadIdx.x / 32; id < 32; id += TC_WARPS) {
-        int m0 = id % 16 / 4 * 16, n0 = id % 4 * 16;
-        const Split &A = id < 16 ? s.dO : s.G;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_split<row_major, col_major>(acc, A.hi, A.lo, A.ld, s.Vp.hi, s.Vp.lo, s.Vp.ld, m0, n0,
-                                        dv);
-        wmma::store_matrix_sync(s.stage + m0 * lds + (id < 16 ? 0 : L) + n0, acc, lds,
-                                wmma::mem_row_major);
-    }
+    static_assert(TC_WARPS == 8 && L / 16 <= MAX_TILES, "pairs_products: two products of 4 x 4");
+    int lds = ldf32(STAGE_W), w = threadIdx.x / 32;
+    const Split &A = w < 4 ? s.dO : s.G;
+    WarpTiles wt = {w % 4 * 16, 0, 16, L / 16};
+    FragC acc[MAX_TILES];
+    tiles_zero(acc);
+    mma_split_tiles<row_major, col_major>(acc, wt, A.hi, A.lo, A.ld, s.Vp.hi, s.Vp.lo, s.Vp.ld, dv);
+#pragma unroll
+    for (int j = 0; j < L / 16; j++)
+        wmma::store_matrix_sync(s.stage + wt.m0 * lds + (w < 4 ? 0 : L) + tile_col(wt, j), acc[j],
+                                lds, wmma::mem_row_major);
 }
 
 // From dP and dR V'^T in the stage: dPD and dAB (split, to f), and in place e_ij (columns
 // [0, L)) and dA_ij M_ij (columns [L, 2L)). M is read where the prep left it, element by
 // element: a copy in shared memory would cost the block its second place on a multiprocessor.
 __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int Lc) {
+    const int PER = L * L / TC_THREADS; // M's elements a thread, read before any is used
     int lds = ldf32(STAGE_W);
-    for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-        int i = e / L, j = e % L;
+    float mv[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++) mv[k] = f.m[idx * L * L + threadIdx.x + k * TC_THREADS];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        int e = threadIdx.x + k * TC_THREADS, i = e / L, j = e % L;
         bool lower = i < Lc && j <= i;
         float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
         float *dp = s.stage + i * lds + j, *da = dp + L;
         float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
-        float p = split_value(s.P, i, j), m = f.m[idx * L * L + e];
+        float p = split_value(s.P, i, j), m = mv[k];
         split_put(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
         split_put(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
         *dp = dpv * p + dav * s.beta[i] * m;
@@ -105,6 +111,43 @@ __device__ void pairs_row_sums(const PairsSmem &s, const Factors &f, long idx, i
     }
 }
 
+// The rows of v a warp's lanes read for v_i . dR_i (row warp + TC_WARPS r, columns lane + 32 c),
+// fetched with the block's other loads: read where they are used, each row would wait out the
+// memory's latency after the dR stores before it.
+struct VRows {
+    float x[L / TC_WARPS][MAX_DIM / 32];
+};
+
+__device__ VRows fetch_v_rows(const bf *v, long vs, int dv, int Lc) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    VRows o;
+#pragma unroll
+    for (int r = 0; r < L / TC_WARPS; r++)
+#pragma unroll
+        for (int c = 0; c < MAX_DIM / 32; c++) {
+            int i = warp + TC_WARPS * r, n = lane + 32 * c;
+            o.x[r][c] = i < Lc && n < dv ? __bfloat162float(v[i * vs + n]) : 0.0f;
+        }
+    return o;
+}
+
+// v_i . dR_i into s.vdr, dR in the stage: a warp a row, its lanes' products in column order.
+__device__ void v_dot_dr(const PairsSmem &s, const VRows &vr, int dv, int Lc) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lds = ldf32(STAGE_W);
+#pragma unroll
+    for (int r = 0; r < L / TC_WARPS; r++) {
+        int i = warp + TC_WARPS * r;
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < MAX_DIM / 32; c++) {
+            int n = lane + 32 * c;
+            if (i < Lc && n < dv) acc += vr.x[r][c] * s.stage[i * lds + n];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) s.vdr[i] = acc;
+    }
+}
+
 // Grid (chunks of the span, H, B).
 __global__ void __launch_bounds__(TC_THREADS)
     pairs_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
@@ -112,7 +155,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dv = a.dv, lds = ldf32(STAGE_W), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int dv = a.dv, lds = ldf32(STAGE_W);
     size_t bytes;
     PairsSmem s = pairs_smem(smem, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), vs = (long)a.H * dv, go = gdn_gate_off(&a, b, t0, h);
@@ -122,17 +165,22 @@ __global__ void __launch_bounds__(TC_THREADS)
     load_split_factor(s.T, f.thi, f.tlo, idx * L * L, L);
     load_split_factor(s.P, f.phi, f.plo, idx * L * L, L);
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
+    VRows vrows = fetch_v_rows(t.v + gdn_v_off(&a, b, t0, h), vs, dv, Lc);
+    loads_done();
     __syncthreads();
-    for (int id = warp; id < 4 * (dv / 16); id += TC_WARPS) { // dR = T^T dV'
-        int m0 = id % 4 * 16, n0 = id / 4 * 16;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_split<col_major, row_major>(acc, s.T.hi, s.T.lo, s.T.ld, s.G.hi, s.G.lo, s.G.ld, m0, n0,
-                                        L);
-        wmma::store_matrix_sync(s.stage + m0 * lds + n0, acc, lds, wmma::mem_row_major);
+    { // dR = T^T dV'
+        WarpTiles wt = warp_tiles(dv);
+        FragC acc[MAX_TILES];
+        tiles_zero(acc);
+        mma_split_tiles<col_major, row_major>(acc, wt, s.T.hi, s.T.lo, s.T.ld, s.G.hi, s.G.lo,
+                                              s.G.ld, L);
+#pragma unroll
+        for (int j = 0; j < MAX_TILES; j++)
+            if (j < wt.n)
+                wmma::store_matrix_sync(s.stage + wt.m0 * lds + tile_col(wt, j), acc[j], lds,
+                                        wmma::mem_row_major);
     }
     __syncthreads();
-    const bf *v = t.v + gdn_v_off(&a, b, t0, h);
     float *dvo = t.dv + gdn_v_off(&a, b, t0, h);
     for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
         int i = e / dv, n = e % dv;
@@ -141,13 +189,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         split_put(f.drhi, f.drlo, idx * L * dv + e, r);
         if (i < Lc) dvo[i * vs + n] = s.beta[i] * r;
     }
-    for (int i = warp; i < L; i += TC_WARPS) { // v_i . dR_i
-        float acc = 0.0f;
-        for (int n = lane; n < dv && i < Lc; n += 32)
-            acc += __bfloat162float(v[i * vs + n]) * s.stage[i * lds + n];
-        acc = warp_sum(acc);
-        if (lane == 0) s.vdr[i] = acc;
-    }
+    v_dot_dr(s, vrows, dv, Lc);
     __syncthreads();
     pairs_products(s, dv);
     __syncthreads();
@@ -189,19 +231,35 @@ __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool
     return s;
 }
 
-// The warp's tile acc of the value head's dq or dk (rows m0.., columns c0..) added to dst (row
-// stride `stride`, the rows below Lc) through the warp's tmp tile: written as 0 + acc by the key
-// head's first value head, then added to by the next ones in order, each element by the same
-// lane (no atomics: the same bits as each head's share summed apart).
-__device__ void rows_add(float *dst, long stride, const FragC &acc, const RowsSmem &s, int m0,
-                         int c0, int Lc, bool first) {
+// What the lane's elements of a warp's 16 x 16 tile of dst (rows m0.., columns c0.., row stride
+// `stride`) hold before this value head adds to them: zero for the key head's first, or a row
+// at or past Lc. Read before the tile's products, so that the reads' latency overlaps them.
+struct TileSum {
+    float x[8];
+};
+
+__device__ TileSum rows_sum_so_far(const float *dst, long stride, int m0, int c0, int Lc,
+                                   bool first) {
+    TileSum o;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
+        o.x[k] = first || m0 + r >= Lc ? 0.0f : dst[(m0 + r) * stride + c0 + c];
+    }
+    return o;
+}
+
+// The warp's tile acc of the value head's dq or dk added to dst's (sum: rows_sum_so_far's)
+// through the warp's tmp tile: the key head's value heads add in order, each element by the
+// same lane (no atomics: the same bits as each head's share summed apart).
+__device__ void rows_add(float *dst, long stride, const FragC &acc, const TileSum &sum,
+                         const RowsSmem &s, int m0, int c0, int Lc) {
     float *tmp = warp_tile(s.tmp);
     tile_stage(tmp, acc);
-    for (int e = threadIdx.x % 32; e < 256; e += 32) {
-        int r = e / 16, c = e % 16;
-        if (m0 + r >= Lc) continue;
-        float *d = dst + (m0 + r) * stride + c0 + c;
-        *d = (first ? 0.0f : *d) + tmp[r * TMP_LD + c];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
+        if (m0 + r < Lc) dst[(m0 + r) * stride + c0 + c] = sum.x[k] + tmp[r * TMP_LD + c];
     }
 }
 
@@ -213,11 +271,14 @@ struct RowsOut {
     bool first;
 };
 
-// The warp's tile of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
-__device__ void rows_abt(FragC &acc, const RowsSmem &s, int m0, int c0, int dv) {
-    wmma::fill_fragment(acc, 0.0f);
-    mma_split<row_major, col_major>(acc, s.A.hi, s.A.lo, s.A.ld, s.B.hi, s.B.lo, s.B.ld, m0, c0,
-                                    dv);
+// The rows kernel's tiles at a time: four, with each one's sum so far, would spill registers.
+const int ROWS_TILES = 2;
+
+// The warp's tiles of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
+__device__ void rows_abt(FragC (&acc)[ROWS_TILES], const WarpTiles &wt, const RowsSmem &s, int dv) {
+    tiles_zero(acc);
+    mma_split_tiles<row_major, col_major>(acc, wt, s.A.hi, s.A.lo, s.A.ld, s.B.hi, s.B.lo, s.B.ld,
+                                          dv);
 }
 
 // acc through the warp's tmp tile: each row's dot product with rows m0.. of V (columns c0..)
@@ -238,14 +299,27 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
 
 // The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
 __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
-    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
-        FragC acc;
-        rows_abt(acc, s, m0, c0, dv);
-        rows_dot_scale(acc, s, s.Q, ldb16(dk), m0, c0, s.pq, s.eg);
-        mma_split<row_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ldb16(dk), m0,
-                                        c0, L);
-        rows_add(out.dq, out.stride, acc, s, m0, c0, out.Lc, out.first);
+    WarpTiles all = warp_tiles(dk);
+    for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
+        WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
+        TileSum sum[ROWS_TILES];
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                sum[j] =
+                    rows_sum_so_far(out.dq, out.stride, wt.m0, tile_col(wt, j), out.Lc, out.first);
+        FragC acc[ROWS_TILES];
+        rows_abt(acc, wt, s, dv);
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                rows_dot_scale(acc[j], s, s.Q, ldb16(dk), wt.m0, tile_col(wt, j), s.pq, s.eg);
+        mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL,
+                                              ldb16(dk), L);
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                rows_add(out.dq, out.stride, acc[j], sum[j], s, wt.m0, tile_col(wt, j), out.Lc);
     }
 }
 
@@ -253,31 +327,52 @@ __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
 // + dPD^T Q, added to out.dk.
 __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
-        FragC acc, wz;
-        rows_abt(acc, s, m0, c0, dv);
-        rows_dot_scale(acc, s, s.K, ld, m0, c0, s.py, s.nbe);
-        wmma::load_matrix_sync(wz, s.stage + m0 * lds + c0, lds, wmma::mem_row_major);
-        for (int i = 0; i < acc.num_elements; i++) acc.x[i] += wz.x[i];
-        mma_split<row_major, row_major>(acc, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld, m0, c0,
-                                        L);
-        mma_split<col_major, row_major>(acc, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld, m0, c0,
-                                        L);
-        mma_split<col_major, row_major>(acc, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld, m0, c0,
-                                        L);
-        rows_add(out.dk, out.stride, acc, s, m0, c0, out.Lc, out.first);
+    WarpTiles all = warp_tiles(dk);
+    for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
+        WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
+        TileSum sum[ROWS_TILES];
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                sum[j] =
+                    rows_sum_so_far(out.dk, out.stride, wt.m0, tile_col(wt, j), out.Lc, out.first);
+        FragC acc[ROWS_TILES];
+        rows_abt(acc, wt, s, dv);
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++) {
+            if (j >= wt.n) continue;
+            int c0 = tile_col(wt, j);
+            FragC wz;
+            rows_dot_scale(acc[j], s, s.K, ld, wt.m0, c0, s.py, s.nbe);
+            wmma::load_matrix_sync(wz, s.stage + wt.m0 * lds + c0, lds, wmma::mem_row_major);
+            for (int i = 0; i < wz.num_elements; i++) acc[j].x[i] += wz.x[i];
+        }
+        mma_split_tiles<row_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld,
+                                              L);
+        mma_split_tiles<col_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld,
+                                              L);
+        mma_split_tiles<col_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld,
+                                              L);
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                rows_add(out.dk, out.stride, acc[j], sum[j], s, wt.m0, tile_col(wt, j), out.Lc);
     }
 }
 
 // Z = V' dS_e^T into the stage; z_i = k_i.Z_i; the stage's rows scaled by w.
 __device__ void rows_z(const RowsSmem &s, int dk, int dv) {
     int lds = ldf32(dk), ld = ldb16(dk), lane = threadIdx.x % 32;
-    for (int id = threadIdx.x / 32; id < 4 * (dk / 16); id += TC_WARPS) {
-        int m0 = id % 4 * 16, c0 = id / 4 * 16;
-        FragC acc;
-        rows_abt(acc, s, m0, c0, dv);
-        wmma::store_matrix_sync(s.stage + m0 * lds + c0, acc, lds, wmma::mem_row_major);
+    WarpTiles all = warp_tiles(dk);
+    for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
+        WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
+        FragC acc[ROWS_TILES];
+        rows_abt(acc, wt, s, dv);
+#pragma unroll
+        for (int j = 0; j < ROWS_TILES; j++)
+            if (j < wt.n)
+                wmma::store_matrix_sync(s.stage + wt.m0 * lds + tile_col(wt, j), acc[j], lds,
+                                        wmma::mem_row_major);
     }
     __syncthreads();
     for (int i = threadIdx.x / 32; i < L; i += TC_WARPS) { // a warp owns row i
@@ -329,18 +424,30 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
 // thread gets the sum; ends with a barrier.
 __device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o, int dk,
                                 int dv) {
-    int vecs = dv / 8;
+    const int BATCH = 4; // loads in flight before the first is used
+    int vecs = dv / 8, total = dk * vecs;
     float part = 0.0f;
-    for (int e = threadIdx.x; e < dk * vecs; e += blockDim.x) {
-        int i = e / vecs, m = e % vecs * 8;
-        long g = o + (long)i * dv + m;
-        __align__(16) bf h[8], l[8];
-        *reinterpret_cast<uint4 *>(h) = *reinterpret_cast<const uint4 *>(hi + g);
-        if (lo) *reinterpret_cast<uint4 *>(l) = *reinterpret_cast<const uint4 *>(lo + g);
-        for (int x = 0; x < 8; x++)
-            part += (f(h[x]) + (lo ? f(l[x]) : 0.0f)) * split_value(s.B, i, m + x);
-        *reinterpret_cast<uint4 *>(s.B.hi + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(h);
-        if (lo) *reinterpret_cast<uint4 *>(s.B.lo + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(l);
+    for (int e0 = threadIdx.x; e0 < total; e0 += BATCH * blockDim.x) {
+        __align__(16) bf h[BATCH][8], l[BATCH][8];
+#pragma unroll
+        for (int r = 0; r < BATCH; r++) {
+            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
+            long g = o + (long)i * dv + m;
+            if (e >= total) continue;
+            *reinterpret_cast<uint4 *>(h[r]) = *reinterpret_cast<const uint4 *>(hi + g);
+            if (lo) *reinterpret_cast<uint4 *>(l[r]) = *reinterpret_cast<const uint4 *>(lo + g);
+        }
+#pragma unroll
+        for (int r = 0; r < BATCH; r++) {
+            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
+            if (e >= total) continue;
+            for (int x = 0; x < 8; x++)
+                part += (f(h[r][x]) + (lo ? f(l[r][x]) : 0.0f)) * split_value(s.B, i, m + x);
+            *reinterpret_cast<uint4 *>(s.B.hi + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(h[r]);
+            if (lo)
+                *reinterpret_cast<uint4 *>(s.B.lo + i * s.B.ld + m) =
+                    *reinterpret_cast<uint4 *>(l[r]);
+        }
     }
     part = warp_sum(part);
     if (threadIdx.x % 32 == 0) s.red[threadIdx.x / 32] = part;
@@ -364,6 +471,7 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
         s.nbe[i] = -s.beta[i] * s.eg[i];
+    loads_done(); // this head's tiles, and the block's Q and K for its first
     __syncthreads();
     rows_z(s, dk, dv);
     __syncthreads();
@@ -373,6 +481,7 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
     rows_dq(out, s, dk, dv);
     __syncthreads();
     load_split_block(s.A, f.drhi, f.drlo, idx * L * dv, L, dv);
+    loads_done();
     __syncthreads();
     rows_dk(out, s, dk, dv);
     __syncthreads();
@@ -413,11 +522,13 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
         cudaFuncSetAttribute(pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
     CUDA_CHECK(
         cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
-    phase_begin(GDN_PHASE_GRAD, stream);
+    phase_begin(GDN_PHASE_PAIRS, stream);
     int n = span.end - span.begin;
     pairs_kernel<<<dim3(n, a->H, a->B), TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks,
                                                                   span, f);
     CUDA_CHECK_LAUNCH();
+    phase_end(stream);
+    phase_begin(GDN_PHASE_GRAD, stream);
     rows_kernel<<<dim3(n, a->HK, a->B), TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks,
                                                                   span, f, states, dstates);
     CUDA_CHECK_LAUNCH();

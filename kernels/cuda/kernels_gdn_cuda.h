@@ -90,7 +90,8 @@ enum {
     GDN_PHASE_PASS,  // the state pass over chunks, in order
     GDN_PHASE_OUT,   // the outputs: parallel
     GDN_PHASE_DPASS, // the backward's state-gradient pass, in reverse order
-    GDN_PHASE_GRAD,  // the backward's per-chunk gradients: parallel
+    GDN_PHASE_PAIRS, // the backward's per-chunk gradients, dR and the [L, L] terms: parallel
+    GDN_PHASE_GRAD,  // the rest of them (the rows kernel): parallel
     GDN_PHASES
 };
 void cuda_gated_delta_profile(int on);
