@@ -231,38 +231,6 @@ __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool
     return s;
 }
 
-// What the lane's elements of a warp's 16 x 16 tile of dst (rows m0.., columns c0.., row stride
-// `stride`) hold before this value head adds to them: zero for the key head's first, or a row
-// at or past Lc. Read before the tile's products, so that the reads' latency overlaps them.
-struct TileSum {
-    float x[8];
-};
-
-__device__ TileSum rows_sum_so_far(const float *dst, long stride, int m0, int c0, int Lc,
-                                   bool first) {
-    TileSum o;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
-        o.x[k] = first || m0 + r >= Lc ? 0.0f : dst[(m0 + r) * stride + c0 + c];
-    }
-    return o;
-}
-
-// The warp's tile acc of the value head's dq or dk added to dst's (sum: rows_sum_so_far's)
-// through the warp's tmp tile: the key head's value heads add in order, each element by the
-// same lane (no atomics: the same bits as each head's share summed apart).
-__device__ void rows_add(float *dst, long stride, const FragC &acc, const TileSum &sum,
-                         const RowsSmem &s, int m0, int c0, int Lc) {
-    float *tmp = warp_tile(s.tmp);
-    tile_stage(tmp, acc);
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
-        if (m0 + r < Lc) dst[(m0 + r) * stride + c0 + c] = sum.x[k] + tmp[r * TMP_LD + c];
-    }
-}
-
 // Where the value head's dq and dk go: the key head's rows of t.dq and t.dk.
 struct RowsOut {
     float *dq, *dk;
@@ -273,6 +241,45 @@ struct RowsOut {
 
 // The rows kernel's tiles at a time: four, with each one's sum so far, would spill registers.
 const int ROWS_TILES = 2;
+
+// What the lane's elements of the warp's tiles wt of dst hold before this value head adds to
+// them: zero for the key head's first, or a row at or past Lc. Read before the tiles'
+// products, so that the reads' latency overlaps them.
+struct TileSum {
+    float x[8];
+};
+
+__device__ void rows_sum_so_far(TileSum (&sum)[ROWS_TILES], const float *dst, const RowsOut &out,
+                                const WarpTiles &wt) {
+#pragma unroll
+    for (int j = 0; j < ROWS_TILES; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int e = threadIdx.x % 32 + 32 * k, r = wt.m0 + e / 16, c = tile_col(wt, j) + e % 16;
+            bool zero = j >= wt.n || out.first || r >= out.Lc;
+            sum[j].x[k] = zero ? 0.0f : dst[r * out.stride + c];
+        }
+}
+
+// The warp's tiles acc of the value head's dq or dk added to dst's (sum: rows_sum_so_far's)
+// through the warp's tmp tile: the key head's value heads add in order, each element by the
+// same lane (no atomics: the same bits as each head's share summed apart).
+__device__ void rows_add(float *dst, const RowsOut &out, const FragC (&acc)[ROWS_TILES],
+                         const TileSum (&sum)[ROWS_TILES], const RowsSmem &s, const WarpTiles &wt) {
+    float *tmp = warp_tile(s.tmp);
+#pragma unroll
+    for (int j = 0; j < ROWS_TILES; j++) {
+        if (j >= wt.n) continue;
+        tile_stage(tmp, acc[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
+            if (wt.m0 + r < out.Lc)
+                dst[(wt.m0 + r) * out.stride + tile_col(wt, j) + c] =
+                    sum[j].x[k] + tmp[r * TMP_LD + c];
+        }
+    }
+}
 
 // The warp's tiles of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
 __device__ void rows_abt(FragC (&acc)[ROWS_TILES], const WarpTiles &wt, const RowsSmem &s, int dv) {
@@ -303,11 +310,7 @@ __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         TileSum sum[ROWS_TILES];
-#pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                sum[j] =
-                    rows_sum_so_far(out.dq, out.stride, wt.m0, tile_col(wt, j), out.Lc, out.first);
+        rows_sum_so_far(sum, out.dq, out, wt);
         FragC acc[ROWS_TILES];
         rows_abt(acc, wt, s, dv);
 #pragma unroll
@@ -316,10 +319,7 @@ __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
                 rows_dot_scale(acc[j], s, s.Q, ldb16(dk), wt.m0, tile_col(wt, j), s.pq, s.eg);
         mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL,
                                               ldb16(dk), L);
-#pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                rows_add(out.dq, out.stride, acc[j], sum[j], s, wt.m0, tile_col(wt, j), out.Lc);
+        rows_add(out.dq, out, acc, sum, s, wt);
     }
 }
 
@@ -331,11 +331,7 @@ __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         TileSum sum[ROWS_TILES];
-#pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                sum[j] =
-                    rows_sum_so_far(out.dk, out.stride, wt.m0, tile_col(wt, j), out.Lc, out.first);
+        rows_sum_so_far(sum, out.dk, out, wt);
         FragC acc[ROWS_TILES];
         rows_abt(acc, wt, s, dv);
 #pragma unroll
@@ -353,10 +349,7 @@ __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
                                               L);
         mma_split_tiles<col_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld,
                                               L);
-#pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                rows_add(out.dk, out.stride, acc[j], sum[j], s, wt.m0, tile_col(wt, j), out.Lc);
+        rows_add(out.dk, out, acc, sum, s, wt);
     }
 }
 
