@@ -3,8 +3,7 @@
 # output under $OUT, after the GPU tests of what changed since the last call:
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
 #   (bench/run_gptoss.sh peer; "auto" puts the layer's 58 GB of fp32 state on the GPU there),
-#   then in what is left of the call the same slice with the embedding alone on the GPU
-#   (optimizer.device_groups 1), the layer's AdamW on the host;
+#   then under MT_PENDING_PART=rule the rule part below;
 # - an H100: Qwen3.5-35B-A3B from its 4- and 8-layer slices (bench/run_slices.sh: the whole
 #   model beside its plan), then flash-linear-attention's delta rule at a training step's shape
 #   (8 rows of 2,048, 48 value heads over 16 key heads) beside ours (FLA's wheels in .whl).
@@ -20,8 +19,9 @@
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
-#         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried);
-#         on an H200 the gpt-oss part follows.
+#         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
+#         then Nsight Compute's view of its kernels (bench/device_run.sh gdnprof); on an H200
+#         after the gpt-oss part.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
@@ -44,10 +44,10 @@ source bench/device-build.sh
     >"$OUT/pending-ctest.log" 2>&1)
 grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/pending-ctest.log"
 grep -E "FAIL" "$OUT/pending-ctest.log" | head -n 20
-# then the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes,
-# and where .base/kernels/cuda holds other versions of some kernel files (carried), beside the
-# tree built with those
-if [ "${MT_PENDING_PART:-}" = rule ]; then
+# the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes, and
+# where .base/kernels/cuda holds other versions of some kernel files (carried), beside the tree
+# built with those
+rule_ab() {
     if [ -d .base/kernels/cuda ]; then
         rm -rf /tmp/base && mkdir -p /tmp/base
         tar --exclude=./build --exclude=./.deb --exclude=./.whl --exclude=./.base -cf - . |
@@ -67,16 +67,16 @@ if [ "${MT_PENDING_PART:-}" = rule ]; then
         python3 -u bench/gdn_fla.py \
         --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 6
     echo "left $(left) s"
-fi
+}
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 |
-        tail -n 40
+    # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold; then the rule's part
+    MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 \
+        bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
     echo "left $(left) s"
-    [ "$(left)" -gt 120 ] && MT_BENCH_ARGS="optimizer.device_groups=1" MT_BENCH_TAG=dev1 \
-        timeout "$(($(left) - 5))" bench/run_bench.sh build "$OUT" moe-gptoss-1l 2>&1 |
-        grep -E "^/root|exit|plan:"
+    [ "${MT_PENDING_PART:-}" = rule ] && [ "$(left)" -gt 150 ] && rule_ab
     true
-elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, where each kernel's time goes
+elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes
+    rule_ab
     [ "$(left)" -gt 150 ] && timeout "$(($(left) - 20))" bash bench/device_run.sh gdnprof=8192 2>&1 |
         grep -A 20 "^kernel "
     true
