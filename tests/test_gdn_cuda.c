@@ -222,6 +222,10 @@ static size_t gdn_scratch_bytes(const gdn_args *a, int max_chunks) {
     return tc > ref ? tc : ref;
 }
 
+// The backward after the forward's checkpoints (as a layer's, after recomputing its forward), or
+// after its own sweep over the chunks (ckpt_ready 0).
+static int ckpt_ready = 1;
+
 // One forward and one backward of path p on the device into fresh poisoned outputs.
 static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, const gdn_path *p) {
     gdn_run r = {dev_poisoned(sizeof(bf16) * c->nv),   dev_poisoned(sizeof(float) * c->nqk),
@@ -233,6 +237,8 @@ static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, con
     void *scratch = dev_poisoned(gdn_scratch_bytes(&a, c->max_chunks));
     cuda_gdn_tensors t = *in;
     t.out = r.out, t.dq = r.dq, t.dk = r.dk, t.dv = r.dv, t.dg = r.dg, t.dbeta = r.dbeta;
+    size_t ckpt = cuda_gated_delta_ckpt_bytes(&a, c->max_chunks);
+    t.ckpt = ckpt ? dev_poisoned(ckpt) : NULL, t.ckpt_ready = ckpt_ready;
     p->forward(&a, c->max_chunks, &t, scratch, 0);
     p->backward(&a, c->max_chunks, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -323,6 +329,15 @@ static void check_gated_delta(const gdn_shape *s) {
         snprintf(what, sizeof what, "gdn pass of %d-warp blocks", w);
         same = same_run(&c, &d[0], &x);
         report(same, what, name, same ? 0.0 : 1.0);
+    }
+    // the backward after its own sweep for the checkpoints, not the forward's: the same bits
+    for (int exact = 0; exact < 2; exact++) {
+        ckpt_ready = 0;
+        gdn_run x = gdn_device_run(&c, &in, exact ? &TC_EXACT : &TC);
+        ckpt_ready = 1;
+        same = same_run(&c, exact ? &r[0] : &d[0], &x);
+        report(same, exact ? "gdn exact, checkpoints swept" : "gdn, checkpoints swept", name,
+               same ? 0.0 : 1.0);
     }
     // the passes on the caller's stream in turn, not beside the per-chunk kernels: the same bits
     for (int exact = 0; exact < 2; exact++) {
@@ -571,7 +586,10 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
                           .dk = dmalloc(sizeof(float) * nqk),
                           .dv = dmalloc(sizeof(float) * nv),
                           .dg = dmalloc(sizeof(float) * ng),
-                          .dbeta = dmalloc(sizeof(float) * ng)};
+                          .dbeta = dmalloc(sizeof(float) * ng),
+                          .ckpt_ready = 1}; // each backward follows its forward
+    size_t ckpt = cuda_gated_delta_ckpt_bytes(&a, chunks);
+    t.ckpt = ckpt ? dmalloc(ckpt) : NULL;
     cuda_gated_delta_exact(1); // the larger scratch serves every path
     size_t bytes = gdn_scratch_bytes(&a, chunks);
     void *scratch = dmalloc(bytes);
@@ -597,6 +615,10 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
         bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
         cuda_gated_delta_lanes(1);
         printf("  on one stream (no lanes): forward %.3f ms, backward %.3f ms\n", f, b);
+        t.ckpt_ready = 0;
+        bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
+        t.ckpt_ready = 1;
+        printf("  backward sweeping the chunks for its checkpoints: %.3f ms\n", b);
     }
     release_all();
 }

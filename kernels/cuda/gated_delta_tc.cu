@@ -457,11 +457,10 @@ extern "C" void cuda_gated_delta_profile_ms(float ms[GDN_PHASES]) {
 
 // The forward's scratch after the chunk lists: two sets (segments take them in turn; one where
 // there is a single segment, sets_of) of one segment's factors and its chunks' entering states
-// (split), then the fp32 state carried between segments.
+// (split). The states carried between segments are the checkpoints (t->ckpt).
 struct FwdScratch {
     Factors f[2];
     Kept keep[2];
-    StateBuf carry;
 };
 
 static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
@@ -471,9 +470,25 @@ static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a, int 
     for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, false, exact);
     Carve cv = {p ? p + off : NULL, 0};
     for (int i = 0; i < sets; i++) s->keep[i] = take_kept(cv, *a, TC_SEG, exact, false);
-    s->carry = StateBuf{cv.take<float>((size_t)a->B * a->H * a->dk * a->dv), 1, 1};
     if (sets == 1) s->f[1] = s->f[0], s->keep[1] = s->keep[0]; // never taken
     return off + cv.off;
+}
+
+extern "C" size_t cuda_gated_delta_ckpt_bytes(const gdn_args *a, int max_chunks) {
+    if (!gdn_tc_shape(a)) return 0; // the _ref kernels keep theirs in their scratch
+    return sizeof(float) * (segments_of(max_chunks) - 1) * a->B * a->H * a->dk * a->dv;
+}
+
+StateBuf gdn::checkpoints(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t) {
+    int n = segments_of(max_chunks) - 1;
+    if (n > 0 && !t->ckpt) {
+        fprintf(stderr,
+                "megatrain: gated_delta_tc.cu: rows of %d chunks need the checkpoints' %zu "
+                "bytes (cuda_gdn_tensors.ckpt is NULL)\n",
+                max_chunks, cuda_gated_delta_ckpt_bytes(a, max_chunks));
+        exit(2);
+    }
+    return StateBuf{t->ckpt, n, 1};
 }
 
 extern "C" size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward) {
@@ -500,7 +515,7 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     FwdScratch s;
     fwd_carve(&s, static_cast<unsigned char *>(scratch) + lists_bytes(a, max_chunks), a,
               max_chunks);
-    const StateBuf none = {NULL, 0, 1};
+    const StateBuf none = {NULL, 0, 1}, ckpt = checkpoints(a, max_chunks, t);
     Tensors tt = tensors_of(t);
     int nseg = segments_of(max_chunks);
     // Segment sg's pass runs on the pass lane beside the next segment's prep and the previous
@@ -512,8 +527,8 @@ extern "C" void cuda_gated_delta_forward(const gdn_args *a, int max_chunks,
     for (int sg = 0; sg < nseg; sg++) {
         Span span = span_at(sg, max_chunks);
         int k = sg % 2;
-        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? s.carry : none, 0,
-                sg + 1 < nseg ? s.carry : none, 0, s.keep[k], pass);
+        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? ckpt : none, sg - 1,
+                sg + 1 < nseg ? ckpt : none, sg, s.keep[k], pass);
         cudaEvent_t passed = mark(MARK_PASS, pass);
         if (sg + 1 < nseg) {
             tc_prep(a, tt, starts, counts, max_chunks, span_at(sg + 1, max_chunks), s.f[1 - k],

@@ -8,8 +8,9 @@
 // Like the CUDA-core backward, it recomputes the chunk states from checkpoints: kernels, in
 // call order,
 // - chunk_list_kernel (gated_delta.cu);
-// - a sweep over the segments of 32 chunks, prep_kernel and pass_kernel (gated_delta_tc.cu),
-//   keeping the state entering each segment (the checkpoints);
+// - unless the forward before it left them (t->ckpt_ready), a sweep over the segments of 32
+//   chunks, prep_kernel and pass_kernel (gated_delta_tc.cu), keeping the state entering each
+//   segment (the checkpoints, t->ckpt: the forward writes the same states, bit for bit);
 // - for each segment from the last: prep_kernel (W, U and P), pass_kernel from the segment's
 //   checkpoint (keeping each chunk's entering state), dpass_kernel (gated_delta_pass.cu,
 //   the state gradient in registers: the segment's chunks in reverse, keeping each chunk's
@@ -38,18 +39,17 @@ bool ref_grads;
 
 // The backward's scratch after the chunk lists: two sets (segments take them in turn; one where
 // there is a single segment, sets_of) of one segment's factors (with P), its entering states and
-// its leaving states' gradients (split, or fp32 for ref_grads), then fp32 states of every (b, h):
-// the checkpoints and the gradient carried between segments.
+// its leaving states' gradients (split, or fp32 for ref_grads), then the fp32 gradient of every
+// (b, h)'s state carried between segments.
 struct BwdScratch {
     Factors f[2];
     Kept states[2], dstates[2];
-    StateBuf ckpt;
     float *carry;
 };
 
 size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chunks) {
     size_t off = 0, one = (size_t)a->B * a->H * a->dk * a->dv;
-    int nseg = segments_of(max_chunks), sets = sets_of(max_chunks);
+    int sets = sets_of(max_chunks);
     bool exact = tc_exact();
     for (int i = 0; i < sets; i++) off += factors_carve(&s->f[i], p + off, *a, true, exact);
     Carve cv = {p ? p + off : NULL, 0};
@@ -59,16 +59,15 @@ size_t bwd_carve(BwdScratch *s, unsigned char *p, const gdn_args *a, int max_chu
     }
     if (sets == 1) // never taken
         s->f[1] = s->f[0], s->states[1] = s->states[0], s->dstates[1] = s->dstates[0];
-    s->ckpt = StateBuf{cv.take<float>(one * nseg), nseg, 1};
     s->carry = cv.take<float>(one);
     return off + cv.off;
 }
 
-// The checkpoints: the state entering each segment but the first, segment sg's pass on the pass
-// lane beside the next one's prep (W and U alone) on `stream`. Returns with `stream` after the
-// last pass.
+// The checkpoints (ckpt: the state entering segment sg at slot sg - 1), segment sg's pass on the
+// pass lane beside the next one's prep (W and U alone) on `stream`. Returns with `stream` after
+// the last pass.
 void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const int32_t *counts,
-           int max_chunks, const BwdScratch &s, cudaStream_t stream) {
+           int max_chunks, const BwdScratch &s, StateBuf ckpt, cudaStream_t stream) {
     int nseg = segments_of(max_chunks);
     if (nseg < 2) return;
     Factors f[2] = {s.f[0], s.f[1]};
@@ -83,7 +82,7 @@ void sweep(const gdn_args *a, const Tensors &tt, const int32_t *starts, const in
         int k = sg % 2;
         if (passed) after(stream, passed); // pass(sg - 1) before prep(sg + 1) takes its set
         tc_pass(a, tt, starts, counts, max_chunks, span_at(sg, max_chunks), f[k],
-                sg > 0 ? s.ckpt : none, sg, s.ckpt, sg + 1, unkept, pass);
+                sg > 0 ? ckpt : none, sg - 1, ckpt, sg, unkept, pass);
         passed = mark(MARK_PASS, pass);
         if (sg + 2 < nseg) {
             tc_prep(a, tt, starts, counts, max_chunks, span_at(sg + 1, max_chunks), f[1 - k],
@@ -123,9 +122,9 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
               max_chunks);
     Tensors tt = tensors_of(t);
     tt.out = NULL;
-    const StateBuf none = {NULL, 0, 1};
+    const StateBuf none = {NULL, 0, 1}, ckpt = checkpoints(a, max_chunks, t);
     int nseg = segments_of(max_chunks);
-    sweep(a, tt, starts, counts, max_chunks, s, stream);
+    if (!t->ckpt_ready) sweep(a, tt, starts, counts, max_chunks, s, ckpt, stream);
     // From the last segment: its pass (the entering states, from its checkpoint) on the pass lane
     // and its state-gradient pass (which needs no states) on the dpass lane, side by side, beside
     // the previous segment's prep on `stream`; then its gradients on `stream`. Set sg % 2 is free
@@ -139,7 +138,7 @@ extern "C" void cuda_gated_delta_backward(const gdn_args *a, int max_chunks,
         Span span = span_at(sg, max_chunks);
         int k = sg % 2;
         after(pass, prepped);
-        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? s.ckpt : none, sg, none,
+        tc_pass(a, tt, starts, counts, max_chunks, span, s.f[k], sg > 0 ? ckpt : none, sg - 1, none,
                 0, s.states[k], pass);
         cudaEvent_t passed = mark(MARK_PASS, pass);
         after(dpass, prepped);

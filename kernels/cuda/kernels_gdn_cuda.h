@@ -32,10 +32,13 @@ extern "C" {
 // (gdn_max_chunks: ceil(T / 64) without documents, more where documents start mid-chunk); a row
 // with more stops the kernels with a device trap. The forward writes out; the backward reads q, k,
 // v, g, beta and dout and writes dq, dk (summed over the value heads of a key head), dv, dg and
-// dbeta, recomputing the chunk states. scratch: cuda_gated_delta_scratch_bytes (the chunk lists;
-// one segment of 32 chunks' factors and states; for the backward also a fp32 checkpoint state every
-// 32 chunks: at dk = dv = 128 about (ceil(max_chunks / 32) + 220) B H dk dv floats, 480 MB at 32k
-// tokens and 32 heads).
+// dbeta, recomputing the chunk states from checkpoints: the fp32 state entering every segment of
+// 32 chunks but the first (ckpt, cuda_gated_delta_ckpt_bytes: none where a row has 32 chunks or
+// fewer). The forward writes them; the backward takes them as they are where ckpt_ready says
+// the forward before it ran on the same inputs (as a layer's backward does after recomputing
+// its forward), else sweeps the chunks again to write them. scratch:
+// cuda_gated_delta_scratch_bytes (the chunk lists; one segment of 32 chunks' factors and
+// states: at dk = dv = 128 about 220 B H dk dv floats, 480 MB at 32 heads).
 typedef struct {
     const bf16 *q, *k, *v; // [B, T, HK, dk], [B, T, HK, dk], [B, T, H, dv]
     const float *g, *beta; // [B, T, H]
@@ -43,7 +46,10 @@ typedef struct {
     const float *dout;     // [B, T, H, dv]
     float *dq, *dk, *dv;   // as q, k, v
     float *dg, *dbeta;     // as g, beta
+    float *ckpt;           // the checkpoints, [B, H, segments - 1, dk, dv]
+    int ckpt_ready;        // the backward: ckpt holds the forward's of these inputs
 } cuda_gdn_tensors;
+size_t cuda_gated_delta_ckpt_bytes(const gdn_args *a, int max_chunks);
 size_t cuda_gated_delta_scratch_bytes(const gdn_args *a, int max_chunks, int backward);
 void cuda_gated_delta_forward(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t,
                               void *scratch, cudaStream_t stream);

@@ -95,7 +95,9 @@ static cuda_gdn_tensors rule_tensors(const cu_layer_call *k) {
                               .dk = la->d_kn,
                               .dv = la->d_v,
                               .dg = la->d_g,
-                              .dbeta = la->d_beta};
+                              .dbeta = la->d_beta,
+                              .ckpt = (float *)la->ckpt,
+                              .ckpt_ready = la->ckpt_ready};
 }
 
 static cuda_gdn_gate_tensors gate_tensors(const cu_layer_call *k) {
@@ -138,6 +140,8 @@ static void gdn_forward(const cu_layer_call *k, int run_attention) {
         const cuda_gdn_tensors t = rule_tensors(k);
         cuda_gated_delta_forward(&a, rule_chunks(k), &t, la->scratch, b->s);
     }
+    // the backward after prepare reads the checkpoints this forward wrote, where it ran
+    la->ckpt_ready = run_attention;
     cuda_rmsnorm_gated_forward(la->y, la->rstd, k->a->att, la->z, k->w->la_norm, (int)(n * H),
                                m->linear_v_dim, (float)m->norm_eps, b->s);
 }
@@ -204,6 +208,7 @@ static void gdn_backward(const cu_layer_call *k, float *dx) {
     const gdn_args a = rule_of(k);
     const cuda_gdn_tensors t = rule_tensors(k);
     cuda_gated_delta_backward(&a, rule_chunks(k), &t, la->scratch, b->s);
+    la->ckpt_ready = 0;
     cuda_l2norm_backward(la->d_q, la->d_qn, la->q, la->rq, n * HK, dk, b->s);
     cuda_l2norm_backward(la->d_k, la->d_kn, la->k, la->rk, n * HK, dk, b->s);
     const cuda_gdn_gate_tensors gt = gate_tensors(k);

@@ -53,7 +53,8 @@ typedef struct {
     bf16 *mixed, *conv, *z, *b, *a, *q, *k, *v, *qn, *kn, *y, *d_z, *d_a, *d_b, *d_mixed;
     float *rq, *rk, *g, *beta, *rstd, *d_y, *d_o, *d_qn, *d_kn, *d_v, *d_g, *d_beta, *d_q, *d_k;
     float *d_conv;
-    unsigned char *scratch;
+    unsigned char *scratch, *ckpt;
+    int ckpt_ready; // ckpt holds the checkpoints of the rule's last forward, which prepare ran
 } gdn_set;
 
 // What a layer's backward needs from its forward beyond x and cannot cheaply redo: the

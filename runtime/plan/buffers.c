@@ -35,6 +35,12 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_model *m) {
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, m->experts, m->top_k) : 0;
 }
 
+// The delta rule's most chunks a row: one a token with packed documents (gdn_max_chunks), else
+// one per GDN_CHUNK tokens.
+static int gdn_rule_chunks(const mt_buffer_shape *s) {
+    return s->docs ? (int)s->T : (int)((s->T + GDN_CHUNK - 1) / GDN_CHUNK);
+}
+
 // Gated DeltaNet's kernels' scratch on CUDA: the largest any of them asks for (they run in turn
 // on one stream), by their own size functions. The delta rule's grows with the chunks of a row,
 // which packed documents split (gdn_max_chunks): at most one a token. A build without CUDA runs
@@ -44,7 +50,7 @@ static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
     int B = (int)s->B, T = (int)s->T, H = (int)s->LH;
     const gdn_args a = {B,    T,   H, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
                         NULL, 1.0f};
-    int chunks = s->docs ? T : (T + GDN_CHUNK - 1) / GDN_CHUNK;
+    int chunks = gdn_rule_chunks(s);
     const conv1d_args conv = {.B = B, .T = T, .C = (int)s->LC, .K = c->model.linear_conv};
     uint64_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
     bytes = most(bytes, cuda_gated_delta_scratch_bytes(&a, chunks, 0));
@@ -52,6 +58,20 @@ static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
     bytes = most(bytes, sizeof(float) * cuda_gdn_gates_scratch_floats((long)s->n, H));
     return most(bytes, sizeof(float) *
                            cuda_rmsnorm_gated_scratch_floats((int)s->n * H, c->model.linear_v_dim));
+#else
+    (void)s, (void)c;
+    return 0;
+#endif
+}
+
+// The delta rule's checkpoints on CUDA (cuda_gated_delta_ckpt_bytes), at gdn_scratch's most
+// chunks a row.
+static uint64_t gdn_ckpt(const mt_buffer_shape *s, const mt_config *c) {
+#ifdef MT_HAVE_CUDA
+    const gdn_args a = {
+        (int)s->B, (int)s->T, (int)s->LH, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
+        NULL,      1.0f};
+    return cuda_gated_delta_ckpt_bytes(&a, gdn_rule_chunks(s));
 #else
     (void)s, (void)c;
     return 0;
@@ -99,7 +119,7 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T) {
         s->frozen = model_frozen_base(&c->model, c->model.layers);
     }
     kernel_scratch(s, &c->model);
-    if (s->gdn) s->gdn_scratch = gdn_scratch(s, c);
+    if (s->gdn) s->gdn_scratch = gdn_scratch(s, c), s->gdn_ckpt = gdn_ckpt(s, c);
 }
 
 void mt_buffer_add(mt_buffer_list *l, const char *name, uint64_t bytes) {

@@ -40,6 +40,7 @@ typedef struct {
     // the kernels' scratch (kernels/scratch.h), and the classifier's rows a chunk
     uint64_t attn_scratch, norm_scratch, bias_scratch, norm_qk, cls_chunk, cls_scratch, dispatch;
     uint64_t gdn_scratch; // Gated DeltaNet's kernels on CUDA, one scratch they take in turn
+    uint64_t gdn_ckpt;    // the delta rule's checkpoints on CUDA
     uint64_t norm_mla;    // the latent attention's norms' (a chunk of rows of QR and of KR)
 } mt_buffer_shape;
 
@@ -107,7 +108,9 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // layers: the in projections' outputs (qkv mixed, z, b, a), the conv's output and its q, k, v
 // split, l2-normalised q and k, the gated norm's output y (out_proj's input), in bf16 as the
 // kernels take them (kernels_gdn_cuda.h); the norms' statistics and the gates in fp32; then the
-// gradients, and the kernels' scratch. The delta rule's output is the layer's att.
+// gradients, the kernels' scratch and the delta rule's checkpoints (the state entering every 32
+// chunks of a row but the first: none at rows of 2,048 tokens), which the backward reads from
+// the forward recomputed before it. The delta rule's output is the layer's att.
 #define MT_CUDA_GDN(X, o, s)                                                                       \
     X(o, bf16, la.mixed, (s).n *(s).LC)                                                            \
     X(o, bf16, la.conv, (s).n *(s).LC)                                                             \
@@ -139,7 +142,8 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
     X(o, bf16, la.d_a, (s).n *(s).LH)                                                              \
     X(o, bf16, la.d_b, (s).n *(s).LH)                                                              \
     X(o, bf16, la.d_mixed, (s).n *(s).LC)                                                          \
-    X(o, unsigned char, la.scratch, (s).gdn_scratch)
+    X(o, unsigned char, la.scratch, (s).gdn_scratch)                                               \
+    X(o, unsigned char, la.ckpt, (s).gdn_ckpt)
 // Multi-head latent attention (attn_mla_cuda.c), with such layers: a chunk's q_a_proj output
 // (fp32, its norm's input), its norm and statistics, the latent (fp32) and its norm and
 // statistics, kv_b_proj's output (its gradient in the backward); the micro-batch's rotated key
