@@ -3,7 +3,8 @@
 # output under $OUT, after the GPU tests of what changed since the last call:
 # - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
 #   (bench/run_gptoss.sh peer; "auto" puts the layer's 58 GB of fp32 state on the GPU there),
-#   then under MT_PENDING_PART=rule the rule part below;
+#   then Qwen3.5-27B's first 4 layers at 131,072 tokens (bench/run_qwen35.sh long: the plan
+#   puts them at 87 GiB) and under MT_PENDING_PART=rule the rule part below;
 # - an H100: Qwen3.5-35B-A3B from its 4- and 8-layer slices (bench/run_slices.sh: the whole
 #   model beside its plan), then flash-linear-attention's delta rule at a training step's shape
 #   (8 rows of 2,048, 48 value heads over 16 key heads) beside ours (FLA's wheels in .whl).
@@ -35,10 +36,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then # flash-linear-attention for the Qwen3.5 
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 source bench/device-build.sh
-# first, the GPU's tests of what changed since the last calls: no streaming layer buffers where
-# every layer is updated on the GPU (device_groups 3 of 2 layers), the plan's bytes for it; the
-# delta rule's kept states, V', dV' and dR split in bf16 and its dq and dk summed over a key
-# head's value heads in the rows kernel
+# first, the GPU's tests of what changed since the last calls: the delta rule's backward on the
+# forward's checkpoints (gdn_cuda_vs_cpu: the same bits as its own sweep), the layer's
+# checkpoint buffer in the plan's bytes
 (cd build && timeout 300 ctest -j4 --timeout 280 --output-on-failure -R \
     "^(e2e_device_groups|plan_matches_allocation|e2e_grad_dtype|gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity)$" \
     >"$OUT/pending-ctest.log" 2>&1)
@@ -72,6 +72,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold; then the rule's part
     MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 \
         bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
+    echo "left $(left) s" # Qwen3.5-27B's 4 layers at 131,072 tokens: 63 checkpoints a row
+    [ "$(left)" -gt 200 ] && timeout "$(($(left) - 150))" bash bench/run_qwen35.sh long 2>&1 |
+        tail -n 25
     echo "left $(left) s"
     [ "${MT_PENDING_PART:-}" = rule ] && [ "$(left)" -gt 150 ] && rule_ab
     true
