@@ -21,8 +21,8 @@
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
-#         then Nsight Compute's view of its kernels (bench/device_run.sh gdnprof); on an H200
-#         after the gpt-oss part.
+#         then Nsight Compute's view of its kernels (bench/device_run.sh gdnprof) and both
+#         rules at a training step's shape; on an H200 after the gpt-oss part.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
@@ -35,6 +35,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then # flash-linear-attention for the Qwen3.5 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+# Triton's compiled kernels from an earlier call (.triton/cache.tgz, carried; each call leaves
+# its own in $OUT/triton-cache.tgz): FLA's first run at a new shape compiles for minutes
+[ -f .triton/cache.tgz ] && mkdir -p ~/.triton && tar -xzf .triton/cache.tgz -C ~/.triton
 source bench/device-build.sh
 # first, the GPU's tests of what changed since the last calls: the delta rule's backward on the
 # forward's checkpoints (gdn_cuda_vs_cpu: the same bits as its own sweep), the layer's
@@ -78,10 +81,14 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "left $(left) s"
     [ "${MT_PENDING_PART:-}" = rule ] && [ "$(left)" -gt 150 ] && rule_ab
     true
-elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes
-    rule_ab
-    [ "$(left)" -gt 150 ] && timeout "$(($(left) - 20))" bash bench/device_run.sh gdnprof=8192 2>&1 |
+elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes,
+    rule_ab # and both rules at a training step's shape (8 rows of 2,048, 48 value heads)
+    [ "$(left)" -gt 250 ] && timeout 120 bash bench/device_run.sh gdnprof=8192 2>&1 |
         grep -A 20 "^kernel "
+    timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 |
+        grep -E "^gdn  |^  [a-z]"
+    [ "$(left)" -gt 60 ] && timeout "$(($(left) - 25))" python3 -u bench/gdn_fla.py --B 8 \
+        --T 2048 --H 48 --HK 16 2>&1 | grep -v Warning | tail -n 4
     true
 elif [ "${MT_PENDING_PART:-}" = tier ]; then # GLM-4.7-Flash's largest slice, every byte on disk
     timeout "$(($(left) - 10))" bash bench/run_deepseek.sh tier 2>&1 | tail -n 40
@@ -122,4 +129,6 @@ else # Qwen3.5-35B-A3B from its 4- and 8-layer slices, then FLA's delta rule at 
     [ "$(left)" -gt 40 ] && timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 \
         --T 2048 2>&1 | tail -n 5
 fi
+[ -d ~/.triton/cache ] && tar -czf "$OUT/triton-cache.tgz" -C ~/.triton cache &&
+    du -h "$OUT/triton-cache.tgz" # under 16 MiB comes back: carry it as .triton/cache.tgz
 echo "ALLDONE at $(($(date +%s) - pending_t0)) s"
