@@ -238,7 +238,7 @@ inline __device__ void load_split_factor(const Split &s, const bf *hi, const bf 
 // of 4 and stride of 4 floats: float4 loads, a batch of them in flight before any is stored.
 inline __device__ void load_split_rows(const Split &s, const float *src, long stride, int n,
                                        int pad_rows, int width, const float *mul, float scale) {
-    const int BATCH = 4;
+    const int BATCH = 8;
     int vecs = width / 4, total = pad_rows * vecs;
     for (int e0 = threadIdx.x; e0 < total; e0 += BATCH * blockDim.x) {
         float4 x[BATCH];
