@@ -240,6 +240,8 @@ static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, con
     size_t ckpt = cuda_gated_delta_ckpt_bytes(&a, c->max_chunks);
     t.ckpt = ckpt ? dev_poisoned(ckpt) : NULL, t.ckpt_ready = ckpt_ready;
     p->forward(&a, c->max_chunks, &t, scratch, 0);
+    if (!ckpt_ready && ckpt) // what the sweep does not write would show
+        CUDA_CHECK(cudaMemset(t.ckpt, 0xFF, ckpt));
     p->backward(&a, c->max_chunks, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     return r;

@@ -475,7 +475,8 @@ static size_t fwd_carve(FwdScratch *s, unsigned char *p, const gdn_args *a, int 
 }
 
 extern "C" size_t cuda_gated_delta_ckpt_bytes(const gdn_args *a, int max_chunks) {
-    if (!gdn_tc_shape(a)) return 0; // the _ref kernels keep theirs in their scratch
+    // the _ref kernels keep theirs in their scratch; one segment needs none
+    if (!gdn_tc_shape(a) || segments_of(max_chunks) < 2) return 0;
     return sizeof(float) * (segments_of(max_chunks) - 1) * a->B * a->H * a->dk * a->dv;
 }
 

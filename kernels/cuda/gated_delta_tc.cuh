@@ -497,12 +497,12 @@ void tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const i
              int max_chunks, Span span, const Factors &f, Kept states, Kept dstates,
              cudaStream_t stream);
 
-// The profiling marks of cuda_gated_delta_profile (kernels_gdn_cuda.h): a launch of phase ph
-// between mark_begin and mark_end is timed when profiling is on.
 // t->ckpt as the passes' states: the state entering segment sg at slot sg - 1. Exits with a
 // message where rows have more than one segment and t->ckpt is NULL.
 StateBuf checkpoints(const gdn_args *a, int max_chunks, const cuda_gdn_tensors *t);
 
+// The profiling marks of cuda_gated_delta_profile (kernels_gdn_cuda.h): a launch of phase ph
+// between mark_begin and mark_end is timed when profiling is on.
 void phase_begin(int ph, cudaStream_t stream);
 void phase_end(cudaStream_t stream);
 

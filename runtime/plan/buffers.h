@@ -109,8 +109,9 @@ void mt_buffer_shape_of(mt_buffer_shape *s, const mt_config *c, int B, int T);
 // split, l2-normalised q and k, the gated norm's output y (out_proj's input), in bf16 as the
 // kernels take them (kernels_gdn_cuda.h); the norms' statistics and the gates in fp32; then the
 // gradients, the kernels' scratch and the delta rule's checkpoints (the state entering every 32
-// chunks of a row but the first: none at rows of 2,048 tokens), which the backward reads from
-// the forward recomputed before it. The delta rule's output is the layer's att.
+// chunks of a row but the first: none at rows of 2,048 tokens without packed documents), which
+// the backward reads from the forward recomputed before it. The delta rule's output is the layer's
+// att.
 #define MT_CUDA_GDN(X, o, s)                                                                       \
     X(o, bf16, la.mixed, (s).n *(s).LC)                                                            \
     X(o, bf16, la.conv, (s).n *(s).LC)                                                             \
