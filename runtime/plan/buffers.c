@@ -35,11 +35,13 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_model *m) {
     s->dispatch = s->moe ? cuda_moe_dispatch_scratch_bytes((int)s->r, m->experts, m->top_k) : 0;
 }
 
+#ifdef MT_HAVE_CUDA
 // The delta rule's most chunks a row: one a token with packed documents (gdn_max_chunks), else
 // one per GDN_CHUNK tokens.
 static int gdn_rule_chunks(const mt_buffer_shape *s) {
     return s->docs ? (int)s->T : (int)((s->T + GDN_CHUNK - 1) / GDN_CHUNK);
 }
+#endif
 
 // Gated DeltaNet's kernels' scratch on CUDA: the largest any of them asks for (they run in turn
 // on one stream), by their own size functions. The delta rule's grows with the chunks of a row,
