@@ -304,36 +304,40 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
     wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
 }
 
-// The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
-__device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
+// The value head's dq or dk, a group of the warp's tiles at a time: their sums so far read
+// first, acc = A B^T (rows_abt), then more(acc, wt) adds the rest, then acc goes onto dst's.
+template <typename More>
+__device__ void rows_grad(float *dst, const RowsOut &out, const RowsSmem &s, int dk, int dv,
+                          More more) {
     WarpTiles all = warp_tiles(dk);
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         TileSum sum[ROWS_TILES];
-        rows_sum_so_far(sum, out.dq, out, wt);
+        rows_sum_so_far(sum, dst, out, wt);
         FragC acc[ROWS_TILES];
         rows_abt(acc, wt, s, dv);
+        more(acc, wt);
+        rows_add(dst, out, acc, sum, s, wt);
+    }
+}
+
+// The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
+__device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
+    int ld = ldb16(dk);
+    rows_grad(out.dq, out, s, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
         for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                rows_dot_scale(acc[j], s, s.Q, ldb16(dk), wt.m0, tile_col(wt, j), s.pq, s.eg);
-        mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL,
-                                              ldb16(dk), L);
-        rows_add(out.dq, out, acc, sum, s, wt);
-    }
+            if (j < wt.n) rows_dot_scale(acc[j], s, s.Q, ld, wt.m0, tile_col(wt, j), s.pq, s.eg);
+        mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ld,
+                                              L);
+    });
 }
 
 // The value head's dk: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
 // + dPD^T Q, added to out.dk.
 __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-    WarpTiles all = warp_tiles(dk);
-    for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
-        WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
-        TileSum sum[ROWS_TILES];
-        rows_sum_so_far(sum, out.dk, out, wt);
-        FragC acc[ROWS_TILES];
-        rows_abt(acc, wt, s, dv);
+    rows_grad(out.dk, out, s, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
         for (int j = 0; j < ROWS_TILES; j++) {
             if (j >= wt.n) continue;
@@ -349,8 +353,7 @@ __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
                                               L);
         mma_split_tiles<col_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld,
                                               L);
-        rows_add(out.dk, out, acc, sum, s, wt);
-    }
+    });
 }
 
 // Z = V' dS_e^T into the stage; z_i = k_i.Z_i; the stage's rows scaled by w.
