@@ -78,9 +78,12 @@ static float *to_dev(const float *f, long n) {
     CUDA_CHECK(cudaMemcpy(d, f, sizeof(float) * n, cudaMemcpyHostToDevice));
     return d;
 }
+static void poison(void *d, size_t bytes) { // NaNs where a kernel reads what it did not write
+    CUDA_CHECK(cudaMemset(d, 0xFF, bytes));
+}
 static void *dev_poisoned(size_t bytes) {
     void *d = dmalloc(bytes);
-    CUDA_CHECK(cudaMemset(d, 0xFF, bytes));
+    poison(d, bytes);
     return d;
 }
 static float *from_dev(const float *d, long n) {
@@ -240,8 +243,7 @@ static gdn_run gdn_device_run(const gdn_case *c, const cuda_gdn_tensors *in, con
     size_t ckpt = cuda_gated_delta_ckpt_bytes(&a, c->max_chunks);
     t.ckpt = ckpt ? dev_poisoned(ckpt) : NULL, t.ckpt_ready = ckpt_ready;
     p->forward(&a, c->max_chunks, &t, scratch, 0);
-    if (!ckpt_ready && ckpt) // what the sweep does not write would show
-        CUDA_CHECK(cudaMemset(t.ckpt, 0xFF, ckpt));
+    if (!ckpt_ready && ckpt) poison(t.ckpt, ckpt); // what the sweep does not write would show
     p->backward(&a, c->max_chunks, &t, scratch, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     return r;

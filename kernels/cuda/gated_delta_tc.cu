@@ -242,11 +242,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     wt = warp_tiles(dv);
     tiles_zero(acc);
     mma_split_tiles<row_major, row_major>(acc, wt, s.T.hi, s.T.lo, s.T.ld, s.V, NULL, ldb16(dv), L);
-#pragma unroll
-    for (int j = 0; j < MAX_TILES; j++)
-        if (j < wt.n)
-            wmma::store_matrix_sync(f.u + idx * L * dv + wt.m0 * dv + tile_col(wt, j), acc[j], dv,
-                                    wmma::mem_row_major);
+    tiles_store(f.u + idx * L * dv, dv, acc, wt);
 }
 
 // ---- out: the chunk's outputs ------------------------------------------------------------

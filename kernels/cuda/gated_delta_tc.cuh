@@ -120,16 +120,6 @@ inline __device__ void mma_tile(FragC &acc, const bf *A, int lda, const bf *B, i
     }
 }
 
-// The same with split operands: acc += A B, A = Ahi + Alo, B = Bhi + Blo (Alo or Blo NULL: that
-// operand is exact in bf16). The small terms go first.
-template <typename LA, typename LB>
-inline __device__ void mma_split(FragC &acc, const bf *Ahi, const bf *Alo, int lda, const bf *Bhi,
-                                 const bf *Blo, int ldb, int m0, int n0, int K) {
-    if (Alo) mma_tile<LA, LB>(acc, Alo, lda, Bhi, ldb, m0, n0, K);
-    if (Blo) mma_tile<LA, LB>(acc, Ahi, lda, Blo, ldb, m0, n0, K);
-    mma_tile<LA, LB>(acc, Ahi, lda, Bhi, ldb, m0, n0, K);
-}
-
 // The 16 x 16 tiles a warp owns in a [L, width] product: rows m0 .. m0 + 16 of the n column
 // blocks at c0 + dc j (j < n, n at most MAX_TILES). warp_tiles gives the block's warps the
 // 4 x (width / 16) tiles, each once. A warp runs its tiles' products side by side (mma_tiles):
@@ -179,7 +169,8 @@ inline __device__ void mma_tiles(FragC (&acc)[N], const WarpTiles &wt, const bf 
     }
 }
 
-// The same with split operands, in mma_split's order.
+// The same with split operands: acc += A B, A = Ahi + Alo, B = Bhi + Blo (Alo or Blo NULL: that
+// operand is exact in bf16). The small terms go first.
 template <typename LA, typename LB, int N>
 inline __device__ void mma_split_tiles(FragC (&acc)[N], const WarpTiles &wt, const bf *Ahi,
                                        const bf *Alo, int lda, const bf *Bhi, const bf *Blo,
@@ -187,6 +178,17 @@ inline __device__ void mma_split_tiles(FragC (&acc)[N], const WarpTiles &wt, con
     if (Alo) mma_tiles<LA, LB>(acc, wt, Alo, lda, Bhi, ldb, K);
     if (Blo) mma_tiles<LA, LB>(acc, wt, Ahi, lda, Blo, ldb, K);
     mma_tiles<LA, LB>(acc, wt, Ahi, lda, Bhi, ldb, K);
+}
+
+// The warp's tiles acc into the fp32 matrix at dst (row stride ld, the tiles' rows and columns
+// as wt places them).
+template <int N>
+inline __device__ void tiles_store(float *dst, int ld, const FragC (&acc)[N], const WarpTiles &wt) {
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (j < wt.n)
+            wmma::store_matrix_sync(dst + wt.m0 * ld + tile_col(wt, j), acc[j], ld,
+                                    wmma::mem_row_major);
 }
 
 // Rows [0, rows) of a [., width] bf16 global matrix (row stride `stride` elements) into a

@@ -62,10 +62,7 @@ __device__ void pairs_products(const PairsSmem &s, int dv) {
     FragC acc[MAX_TILES];
     tiles_zero(acc);
     mma_split_tiles<row_major, col_major>(acc, wt, A.hi, A.lo, A.ld, s.Vp.hi, s.Vp.lo, s.Vp.ld, dv);
-#pragma unroll
-    for (int j = 0; j < L / 16; j++)
-        wmma::store_matrix_sync(s.stage + wt.m0 * lds + (w < 4 ? 0 : L) + tile_col(wt, j), acc[j],
-                                lds, wmma::mem_row_major);
+    tiles_store(s.stage + (w < 4 ? 0 : L), lds, acc, wt);
 }
 
 // From dP and dR V'^T in the stage: dPD and dAB (split, to f), and in place e_ij (columns
@@ -174,11 +171,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         tiles_zero(acc);
         mma_split_tiles<col_major, row_major>(acc, wt, s.T.hi, s.T.lo, s.T.ld, s.G.hi, s.G.lo,
                                               s.G.ld, L);
-#pragma unroll
-        for (int j = 0; j < MAX_TILES; j++)
-            if (j < wt.n)
-                wmma::store_matrix_sync(s.stage + wt.m0 * lds + tile_col(wt, j), acc[j], lds,
-                                        wmma::mem_row_major);
+        tiles_store(s.stage, lds, acc, wt);
     }
     __syncthreads();
     float *dvo = t.dv + gdn_v_off(&a, b, t0, h);
@@ -364,11 +357,7 @@ __device__ void rows_z(const RowsSmem &s, int dk, int dv) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         FragC acc[ROWS_TILES];
         rows_abt(acc, wt, s, dv);
-#pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n)
-                wmma::store_matrix_sync(s.stage + wt.m0 * lds + tile_col(wt, j), acc[j], lds,
-                                        wmma::mem_row_major);
+        tiles_store(s.stage, lds, acc, wt);
     }
     __syncthreads();
     for (int i = threadIdx.x / 32; i < L; i += TC_WARPS) { // a warp owns row i

@@ -41,6 +41,13 @@ static void kernel_scratch(mt_buffer_shape *s, const mt_model *m) {
 static int gdn_rule_chunks(const mt_buffer_shape *s) {
     return s->docs ? (int)s->T : (int)((s->T + GDN_CHUNK - 1) / GDN_CHUNK);
 }
+
+// The delta rule's shape for its size functions (the scale does not size anything).
+static gdn_args gdn_rule_args(const mt_buffer_shape *s, const mt_config *c) {
+    return (gdn_args){
+        (int)s->B, (int)s->T, (int)s->LH, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
+        NULL,      1.0f};
+}
 #endif
 
 // Gated DeltaNet's kernels' scratch on CUDA: the largest any of them asks for (they run in turn
@@ -50,8 +57,7 @@ static int gdn_rule_chunks(const mt_buffer_shape *s) {
 static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
 #ifdef MT_HAVE_CUDA
     int B = (int)s->B, T = (int)s->T, H = (int)s->LH;
-    const gdn_args a = {B,    T,   H, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
-                        NULL, 1.0f};
+    const gdn_args a = gdn_rule_args(s, c);
     int chunks = gdn_rule_chunks(s);
     const conv1d_args conv = {.B = B, .T = T, .C = (int)s->LC, .K = c->model.linear_conv};
     uint64_t bytes = cuda_gated_delta_scratch_bytes(&a, chunks, 1);
@@ -70,9 +76,7 @@ static uint64_t gdn_scratch(const mt_buffer_shape *s, const mt_config *c) {
 // chunks a row.
 static uint64_t gdn_ckpt(const mt_buffer_shape *s, const mt_config *c) {
 #ifdef MT_HAVE_CUDA
-    const gdn_args a = {
-        (int)s->B, (int)s->T, (int)s->LH, (int)s->LKH, c->model.linear_k_dim, c->model.linear_v_dim,
-        NULL,      1.0f};
+    const gdn_args a = gdn_rule_args(s, c);
     return cuda_gated_delta_ckpt_bytes(&a, gdn_rule_chunks(s));
 #else
     (void)s, (void)c;
