@@ -34,8 +34,23 @@ struct PassTiles {
     float *u;
 };
 
-__host__ __device__ void pass_tiles(PassTiles (&t)[2], unsigned char *base, int dk, int bv,
-                                    bool exact, size_t *bytes) {
+// Row stride (bf16) of a warp's staging tile, through which its kept states and V' leave in
+// 16-byte stores: 16 columns and 8 of padding (48 bytes), which puts the eight 16-byte rows an
+// stmatrix writes in distinct banks. A tile has STAGE_ROWS rows: a state of dk 128 passes in
+// two halves, so that a pass block (116 KB at dk 128) still leaves room on its multiprocessor
+// for an out or prep block beside it (measured: a whole state's tile made the forward's out
+// kernel 19% slower).
+const int STAGE_LD = 24;
+const int STAGE_ROWS = L;
+
+// The block's staging tiles (bv / 16 warps'), after its chunk tiles; none in the exact mode,
+// whose split stores take the element path (acc_t_split).
+__host__ __device__ bf16 *take_stage(Carve &cv, int bv, bool exact) {
+    return exact ? NULL : cv.take<bf16>(bv / 16 * STAGE_ROWS * STAGE_LD);
+}
+
+__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, unsigned char *base, int dk,
+                                    int bv, bool exact, size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
         t[i].whi = cv.take<bf16>(L * ldb16(dk));
@@ -43,19 +58,24 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], unsigned char *base, int 
         t[i].k = cv.take<bf16>(L * ldb16(dk));
         t[i].u = cv.take<float>(L * ldf32(bv));
     }
+    *stage = take_stage(cv, bv, exact);
     *bytes = cv.off;
 }
 
 // Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
-// by cp.async, rows from n to L zero.
+// by cp.async, rows from n to L zero. A thread takes one 16-byte column of every
+// (blockDim.x / (width / 8))-th row, its addresses stepped rather than recomputed: these copies
+// sit on the passes' chain of chunks.
 template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
     const int vecs = WIDTH / 8, ld = ldb16(WIDTH);
-    for (int e = threadIdx.x; e < L * vecs; e += blockDim.x) {
-        int i = e / vecs, m = e % vecs * 8;
+    int i = threadIdx.x / vecs, step = blockDim.x / vecs, m = threadIdx.x % vecs * 8;
+    const bf *from = src + i * stride + m;
+    bf16 *to = dst + i * ld + m;
+    for (; i < L; i += step, from += step * stride, to += step * ld) {
         if (i < n)
-            cp_async16(dst + i * ld + m, src + i * stride + m);
+            cp_async16(to, from);
         else
-            *reinterpret_cast<uint4 *>(dst + i * ld + m) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4 *>(to) = make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -63,12 +83,15 @@ template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, l
 // [L, ldf32(bv)] tile by cp.async, rows from n to L zero. blockDim.x = 8 (bv / 4): a thread
 // takes one 4-column vector of every eighth row.
 __device__ void copy_cols_async(float *dst, const float *src, long stride, int n, int bv) {
-    int vecs = bv / 4, ld = ldf32(bv), c = threadIdx.x % vecs * 4;
-    for (int i = threadIdx.x / vecs; i < L; i += 8) {
-        if (i < n)
-            cp_async16(dst + i * ld + c, src + i * stride + c);
+    int vecs = bv / 4, ld = ldf32(bv), c = threadIdx.x % vecs * 4, i0 = threadIdx.x / vecs;
+    const float *from = src + i0 * stride + c;
+    float *to = dst + i0 * ld + c;
+#pragma unroll
+    for (int r = 0; r < L / 8; r++) {
+        if (i0 + 8 * r < n)
+            cp_async16(to + 8 * r * ld, from + 8 * r * stride);
         else
-            *reinterpret_cast<float4 *>(dst + i * ld + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<float4 *>(to + 8 * r * ld) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -122,13 +145,49 @@ __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uin
     if (EXACT) lo = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
 }
 
+// acc as acc_t_split below with lo NULL, rounded to bf16 pairs and stored transposed into the
+// warp's staging tile (stmatrix: 8 rows of acc's fragments, 8 of the matrix's rows, at a time),
+// whose rows then leave in two 16-byte stores each, to rows 0 .. 8 NT - 1 of the [., ld]
+// matrix at dst (column nw there). A quarter of the element path's instructions, the same bits.
+template <int NT>
+__device__ void acc_t_store(bf *dst, const float (&acc)[1][NT][4], bf16 *stage, int ld, int lane) {
+    const int PART = STAGE_ROWS / 8; // n8-tiles (8 rows of the matrix each) the tile holds
+    int m = lane / 8; // the matrix whose row this lane names: acc's rows 8 (m % 2) .., tile m / 2
+    bf16 *row = stage + (lane % 8 + 8 * (m / 2)) * STAGE_LD + 8 * (m % 2);
+    const bf16 *src = stage + lane / 2 * STAGE_LD + lane % 2 * 8;
+    bf *out = dst + (long)(lane / 2) * ld + lane % 2 * 8;
+#pragma unroll
+    for (int p = 0; p < NT; p += PART) {
+        const int n = NT - p < PART ? NT - p : PART;
+#pragma unroll
+        for (int j = 0; j < n; j += 2)
+            stsm_x4_t(row + 8 * j * STAGE_LD, pack_bf16(acc[0][p + j][0], acc[0][p + j][1]),
+                      pack_bf16(acc[0][p + j][2], acc[0][p + j][3]),
+                      pack_bf16(acc[0][p + j + 1][0], acc[0][p + j + 1][1]),
+                      pack_bf16(acc[0][p + j + 1][2], acc[0][p + j + 1][3]));
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) // 16 rows at a time
+            *reinterpret_cast<uint4 *>(out + (long)(8 * p + 16 * i) * ld) =
+                *reinterpret_cast<const uint4 *>(src + 16 * i * STAGE_LD);
+        __syncwarp(); // the tile is free for the next part or store
+    }
+}
+
 // A warp's accumulator block acc, [16, 8 NT] whose element (r, c) is the matrix's (c, nw + r),
 // into rows of a [., ld] row-major matrix in global memory at hi + off (and lo + off; lo NULL:
-// hi alone), split as load_split_rows would split it: one store an element, as many as fp32's
-// and no shuffles (the passes' chunks are a chain, where every instruction counts).
+// hi alone), split as load_split_rows would split it. With a staging tile (stage) and lo NULL
+// on sm_90: acc_t_store; else one store an element, as many as fp32's and no shuffles (the
+// passes' chunks are a chain, where every instruction counts).
 template <int NT>
 __device__ void acc_t_split(bf *hi, bf *lo, long off, const float (&acc)[1][NT][4], int ld, int nw,
-                            int lane) {
+                            bf16 *stage, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (stage && !lo) {
+        acc_t_store<NT>(hi + off + nw, acc, stage, ld, lane);
+        return;
+    }
+#endif
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -140,12 +199,12 @@ __device__ void acc_t_split(bf *hi, bf *lo, long off, const float (&acc)[1][NT][
 // S^T's accumulators into slot `slot` of the kept states: split, or fp32 where k.f32 is set.
 template <int NT>
 __device__ void keep_state(const Kept &k, const gdn_args &a, int b, int h, int slot,
-                           const float (&st)[1][NT][4], int nw, int lane) {
+                           const float (&st)[1][NT][4], int nw, bf16 *stage, int lane) {
     long o = kept_index(k, a, b, h, slot);
     if (k.f32)
         state_out<NT>(k.f32 + o, st, a.dv, nw, lane);
     else
-        acc_t_split<NT>(k.hi, k.lo, o, st, a.dv, nw, lane);
+        acc_t_split<NT>(k.hi, k.lo, o, st, a.dv, nw, stage, lane);
 }
 
 // k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
@@ -223,7 +282,7 @@ __device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
 // columns nw .. nw + 15 of the [L, dv] matrix at vphi + vo (and vplo + vo) where vphi is not
 // NULL.
 __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, bf *vphi,
-                              bf *vplo, long vo, int dv, int nw, int lane) {
+                              bf *vplo, long vo, int dv, int nw, bf16 *stage, int lane) {
     int ldu = ldf32(bv);
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -232,7 +291,7 @@ __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, 
             int i = frag_col(lane, j, e), n = frag_row(lane, e);
             vt[0][j][e] = s.u[i * ldu + 16 * warp + n] - vt[0][j][e];
         }
-    if (vphi) acc_t_split<8>(vphi, vplo, vo, vt, dv, nw, lane);
+    if (vphi) acc_t_split<8>(vphi, vplo, vo, vt, dv, nw, stage, lane);
 }
 
 // S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
@@ -269,7 +328,9 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     if (span.begin >= c1) return; // the row has no chunk in the span
     size_t bytes;
     PassTiles tiles[2];
-    pass_tiles(tiles, smem, a.dk, bv, EXACT, &bytes);
+    bf16 *stage;
+    pass_tiles(tiles, &stage, smem, a.dk, bv, EXACT, &bytes);
+    if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float st[1][2 * KS][4];
     state_in<2 * KS>(st, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dv, nw, lane);
@@ -296,12 +357,12 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
 #pragma unroll
                 for (int e = 0; e < 4; e++) st[0][j][e] = 0.0f;
         bool keeping = keeps(keep);
-        if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, lane);
+        if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, stage, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float vt[1][8][4];
         state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
         long vo = factor_index(a, b, h, slot) * L * dv;
-        vprime_finish(vt, s, bv, warp, keeping ? f.vphi : NULL, f.vplo, vo, dv, nw, lane);
+        vprime_finish(vt, s, bv, warp, keeping ? f.vphi : NULL, f.vplo, vo, dv, nw, stage, lane);
         state_update<EXACT, KS>(st, vt, d, s, ld, lane);
     }
     if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
@@ -323,8 +384,8 @@ struct DpassTiles {
     float *dout;
 };
 
-__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], unsigned char *base, int dk, int bv,
-                                     bool exact, size_t *bytes) {
+__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, unsigned char *base, int dk,
+                                     int bv, bool exact, size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
         t[i].whi = cv.take<bf16>(L * ldb16(dk));
@@ -335,6 +396,7 @@ __host__ __device__ void dpass_tiles(DpassTiles (&t)[2], unsigned char *base, in
         t[i].plo = exact ? cv.take<bf16>(L * ldb16(L)) : NULL;
         t[i].dout = cv.take<float>(L * ldf32(bv));
     }
+    *stage = take_stage(cv, bv, exact);
     *bytes = cv.off;
 }
 
@@ -387,7 +449,7 @@ __device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_
 template <bool EXACT, int KS>
 __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
                         const ChunkDecay &d, int bv, int warp, float scale, bf *dvphi, bf *dvplo,
-                        long vo, int dv, int nw, int lane) {
+                        long vo, int dv, int nw, bf16 *stage, int lane) {
     int ld = ldb16(KS * 16);
     state_times_rows<EXACT, KS>(dvt, ds, s.k, NULL, ld, lane);
 #pragma unroll
@@ -397,7 +459,7 @@ __device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], 
     uint32_t hi[1][4][4], lo[1][4][4];
     dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
     rows_times<EXACT, 8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), lane);
-    acc_t_split<8>(dvphi, dvplo, vo, dvt, dv, nw, lane);
+    acc_t_split<8>(dvphi, dvplo, vo, dvt, dv, nw, stage, lane);
 }
 
 // dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
@@ -441,7 +503,9 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
     size_t bytes;
     DpassTiles tiles[2];
-    dpass_tiles(tiles, smem, a.dk, bv, EXACT, &bytes);
+    bf16 *stage;
+    dpass_tiles(tiles, &stage, smem, a.dk, bv, EXACT, &bytes);
+    if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv;
     float ds[1][2 * KS][4];
@@ -464,11 +528,12 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
             go = gdn_gate_off(&a, b, tp, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
         }
-        keep_state<2 * KS>(keep, a, b, h, slot, ds, nw, lane);
+        keep_state<2 * KS>(keep, a, b, h, slot, ds, nw, stage, lane);
         ChunkDecay d = chunk_decay(gates, lane);
         float dvt[1][8][4];
         long vo = factor_index(a, b, h, slot) * L * dv;
-        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi, f.dvplo, vo, dv, nw, lane);
+        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi, f.dvplo, vo, dv, nw, stage,
+                           lane);
         dstate_update<EXACT, KS>(ds, dvt, s, d, bv, warp, a.scale, starts_document(a, b, t0), lane);
     }
     state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
@@ -493,14 +558,16 @@ int forced_warps; // cuda_gated_delta_pass_warps
 // Shared-memory bytes of a pass's or dpass's two chunks of tiles at bv state columns.
 size_t pass_bytes(int dk, int bv, bool exact) {
     PassTiles t[2];
+    bf16 *stage;
     size_t bytes;
-    pass_tiles(t, NULL, dk, bv, exact, &bytes);
+    pass_tiles(t, &stage, NULL, dk, bv, exact, &bytes);
     return bytes;
 }
 size_t dpass_bytes(int dk, int bv, bool exact) {
     DpassTiles t[2];
+    bf16 *stage;
     size_t bytes;
-    dpass_tiles(t, NULL, dk, bv, exact, &bytes);
+    dpass_tiles(t, &stage, NULL, dk, bv, exact, &bytes);
     return bytes;
 }
 

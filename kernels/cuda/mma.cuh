@@ -65,6 +65,21 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16 *p) {
                  : "r"(smem_addr(p)));
 }
 
+// Four 8x8 bf16 matrices from registers in the fragment layout (register i: matrix i, the lane's
+// row lane / 4, columns 2 (lane % 4) ..) to shared memory, each transposed: lane l names the
+// 16-byte row (l % 8) of matrix l / 8 there, which receives that matrix's column l % 8. sm_90.
+__device__ __forceinline__ void stsm_x4_t(bf16 *p, uint32_t r0, uint32_t r1, uint32_t r2,
+                                          uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)),
+        "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+        : "memory");
+#else
+    __trap(); // callers take another path below sm_90
+#endif
+}
+
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 // Fragments, with g = lane / 4 and t = lane % 4: a = {(g, 2t..), (g+8, 2t..), (g, 2t+8..),
 // (g+8, 2t+8..)}; b = {(k 2t.., n g), (k 2t+8.., n g)}; c = {(g, 2t), (g, 2t+1), (g+8, 2t),
