@@ -7,7 +7,7 @@
 //   S_end = exp(gamma_last) S0 + K^T diag(w) V';
 //   O = scale (diag(exp(gamma)) Q S0 + P V'),  P_ij = D_ij q_i.k_j (j <= i).
 // Only V' and S_end need the chunk before; they are two [L, dk] x [dk, dv]-sized products a
-// chunk. Every product runs on bf16 tensor cores (wmma) with fp32 accumulation; fp32 operands
+// chunk. Every product runs on bf16 tensor cores (mma.sync) with fp32 accumulation; fp32 operands
 // enter rounded to bf16, or split in two bf16 halves in the exact mode (gated_delta_tc.cuh). The
 // triangular solve, the gates' exponentials and the state stay fp32.
 //
@@ -36,8 +36,6 @@
 namespace {
 
 using namespace gdn;
-using wmma::col_major;
-using wmma::row_major;
 
 // The per-chunk gates in shared memory.
 struct Gates {
@@ -100,7 +98,7 @@ __device__ void scaled_t(const PrepSmem &s, const float *eg) {
 __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
                        int m0, int n0, int dk, bf *phi, bf *plo, const Split *P) {
     FragC acc;
-    wmma::fill_fragment(acc, 0.0f);
+    frag_fill(acc, 0.0f);
     mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, n0, dk);
     tile_stage(tmp, acc);
     int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8, i = m0 + r;
@@ -135,9 +133,9 @@ __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc,
     for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS) {
         int m0 = id / 4 * 16, n0 = id % 4 * 16;
         FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
+        frag_fill(acc, 0.0f);
         mma_tile<row_major, col_major>(acc, s.K, ld, s.K, ld, m0, n0, dk);
-        wmma::store_matrix_sync(s.M + m0 * L + n0, acc, L, wmma::mem_row_major);
+        frag_store(s.M + m0 * L + n0, acc, L);
         if (with_p)
             p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, m0, n0, dk, f.phi + idx * L * L,
                    f.plo ? f.plo + idx * L * L : NULL, NULL);
@@ -269,7 +267,7 @@ __host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, bool e
     return s;
 }
 
-// O's tiles: diag(exp(gamma)) Q S0 through the warp's tile (its rows scaled), then + P V',
+// O's tiles: diag(exp(gamma)) Q S0 (its rows scaled in the lanes' registers), then + P V',
 // times scale, to out's rows below Lc (row stride ostride) in bf16.
 __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out, long ostride,
                           int Lc) {
@@ -280,12 +278,8 @@ __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out
     mma_split_tiles<row_major, row_major>(acc, wt, s.Q, NULL, ldb16(dk), s.S.hi, s.S.lo, s.S.ld,
                                           dk);
 #pragma unroll
-    for (int j = 0; j < MAX_TILES; j++) {
-        if (j >= wt.n) continue;
-        tile_stage(tmp, acc[j]);
-        scale_tile_rows(tmp, TMP_LD, s.g.eg + wt.m0);
-        wmma::load_matrix_sync(acc[j], tmp, TMP_LD, wmma::mem_row_major);
-    }
+    for (int j = 0; j < MAX_TILES; j++)
+        if (j < wt.n) frag_scale_rows(acc[j], s.g.eg + wt.m0);
     mma_split_tiles<row_major, row_major>(acc, wt, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld,
                                           L);
     int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;

@@ -30,8 +30,6 @@
 namespace {
 
 using namespace gdn;
-using wmma::col_major;
-using wmma::row_major;
 
 // cuda_gated_delta_ref_grads: the chunks' gradients on gated_delta_grad.cu's kernel, which reads
 // the kept states in fp32.

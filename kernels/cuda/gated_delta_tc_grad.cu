@@ -24,8 +24,6 @@
 namespace {
 
 using namespace gdn;
-using wmma::col_major;
-using wmma::row_major;
 
 // ---- pairs: dR, dv and the [L, L] terms --------------------------------------------------
 
@@ -281,8 +279,8 @@ __device__ void rows_abt(FragC (&acc)[ROWS_TILES], const WarpTiles &wt, const Ro
                                           dv);
 }
 
-// acc through the warp's tmp tile: each row's dot product with rows m0.. of V (columns c0..)
-// into dots[row 8 + c0 / 16], and the rows scaled by mul.
+// Each row's dot product with rows m0.. of V (columns c0..), through the warp's tmp tile, into
+// dots[row 8 + c0 / 16]; then acc's rows scaled by mul.
 __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int ldv, int m0, int c0,
                                float *dots, const float *mul) {
     float *tmp = warp_tile(s.tmp);
@@ -293,8 +291,7 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
         for (int c = 0; c < 16; c++) d += f(V[(m0 + lane) * ldv + c0 + c]) * tmp[lane * TMP_LD + c];
         dots[(m0 + lane) * 8 + c0 / 16] = d;
     }
-    scale_tile_rows(tmp, TMP_LD, mul + m0);
-    wmma::load_matrix_sync(acc, tmp, TMP_LD, wmma::mem_row_major);
+    frag_scale_rows(acc, mul + m0);
 }
 
 // The value head's dq or dk, a group of the warp's tiles at a time: their sums so far read
@@ -337,7 +334,7 @@ __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
             int c0 = tile_col(wt, j);
             FragC wz;
             rows_dot_scale(acc[j], s, s.K, ld, wt.m0, c0, s.py, s.nbe);
-            wmma::load_matrix_sync(wz, s.stage + wt.m0 * lds + c0, lds, wmma::mem_row_major);
+            frag_load(wz, s.stage + wt.m0 * lds + c0, lds);
             for (int i = 0; i < wz.num_elements; i++) acc[j].x[i] += wz.x[i];
         }
         mma_split_tiles<row_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld,
