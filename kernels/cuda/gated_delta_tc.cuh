@@ -84,6 +84,12 @@ inline __device__ void split_put(bf *hi, bf *lo, long i, float x) {
     if (lo) lo[i] = __float2bfloat16(x - __bfloat162float(h));
 }
 
+// Eight fp32 values from p (16-byte aligned) in two 16-byte loads.
+inline __device__ void row8(float (&x)[8], const float *p) {
+    *reinterpret_cast<float4 *>(x) = *reinterpret_cast<const float4 *>(p);
+    *reinterpret_cast<float4 *>(x + 4) = *reinterpret_cast<const float4 *>(p + 4);
+}
+
 // x[0 .. 8) at hi[i ..] and their remainders at lo[i ..] (lo NULL: the rounding alone), one
 // 16-byte store each: i a multiple of 8 and the arrays 16-byte aligned.
 inline __device__ void split_put8(bf *hi, bf *lo, long i, const float (&x)[8]) {

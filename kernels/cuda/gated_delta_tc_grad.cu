@@ -64,26 +64,35 @@ __device__ void pairs_products(const PairsSmem &s, int dv) {
 }
 
 // From dP and dR V'^T in the stage: dPD and dAB (split, to f), and in place e_ij (columns
-// [0, L)) and dA_ij M_ij (columns [L, 2L)). M is read where the prep left it, element by
-// element: a copy in shared memory would cost the block its second place on a multiprocessor.
+// [0, L)) and dA_ij M_ij (columns [L, 2L)), eight elements of a row a thread at a time (16-byte
+// loads and stores). M is read where the prep left it, all of a thread's before any is used: a
+// copy in shared memory would cost the block its second place on a multiprocessor.
 __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int Lc) {
-    const int PER = L * L / TC_THREADS; // M's elements a thread, read before any is used
+    const int GROUPS = L * L / (8 * TC_THREADS);
     int lds = ldf32(STAGE_W);
-    float mv[PER];
+    float mv[GROUPS][8];
 #pragma unroll
-    for (int k = 0; k < PER; k++) mv[k] = f.m[idx * L * L + threadIdx.x + k * TC_THREADS];
+    for (int k = 0; k < GROUPS; k++)
+        row8(mv[k], f.m + idx * L * L + 8 * (threadIdx.x + k * TC_THREADS));
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        int e = threadIdx.x + k * TC_THREADS, i = e / L, j = e % L;
-        bool lower = i < Lc && j <= i;
-        float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
-        float *dp = s.stage + i * lds + j, *da = dp + L;
-        float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
-        float p = split_value(s.P, i, j), m = mv[k];
-        split_put(f.dpdhi, f.dpdlo, idx * L * L + e, dpv * D);
-        split_put(f.dabhi, f.dablo, idx * L * L + e, dav * s.beta[i] * D);
-        *dp = dpv * p + dav * s.beta[i] * m;
-        *da = dav * m;
+    for (int k = 0; k < GROUPS; k++) {
+        int e0 = 8 * (threadIdx.x + k * TC_THREADS), i = e0 / L;
+        float dpd[8], dab[8];
+#pragma unroll
+        for (int x = 0; x < 8; x++) {
+            int j = e0 % L + x;
+            bool lower = i < Lc && j <= i;
+            float D = lower ? expf(s.gam[i] - s.gam[j]) : 0.0f;
+            float *dp = s.stage + i * lds + j, *da = dp + L;
+            float dpv = lower ? *dp : 0.0f, dav = lower && j < i ? -*da : 0.0f;
+            float p = split_value(s.P, i, j), m = mv[k][x];
+            dpd[x] = dpv * D;
+            dab[x] = dav * s.beta[i] * D;
+            *dp = dpv * p + dav * s.beta[i] * m;
+            *da = dav * m;
+        }
+        split_put8(f.dpdhi, f.dpdlo, idx * L * L + e0, dpd);
+        split_put8(f.dabhi, f.dablo, idx * L * L + e0, dab);
     }
 }
 
@@ -172,13 +181,21 @@ __global__ void __launch_bounds__(TC_THREADS)
         tiles_store(s.stage, lds, acc, wt);
     }
     __syncthreads();
+    // dR into G (the products' operand), f.dr (the rows kernel's) and dv = diag(beta) dR, 8
+    // columns a thread at a time: 16-byte stores
     float *dvo = t.dv + gdn_v_off(&a, b, t0, h);
-    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
+    for (int e = 8 * threadIdx.x; e < L * dv; e += 8 * blockDim.x) {
         int i = e / dv, n = e % dv;
-        float r = s.stage[i * lds + n];
-        split_store(s.G, i, n, r);
-        split_put(f.drhi, f.drlo, idx * L * dv + e, r);
-        if (i < Lc) dvo[i * vs + n] = s.beta[i] * r;
+        float r[8];
+        const float4 *from = reinterpret_cast<const float4 *>(s.stage + i * lds + n);
+        *reinterpret_cast<float4 *>(r) = from[0];
+        *reinterpret_cast<float4 *>(r + 4) = from[1];
+        split_put8(s.G.hi, s.G.lo, i * s.G.ld + n, r);
+        split_put8(f.drhi, f.drlo, idx * L * dv + e, r);
+        if (i >= Lc) continue;
+        float4 *to = reinterpret_cast<float4 *>(dvo + i * vs + n);
+        to[0] = make_float4(s.beta[i] * r[0], s.beta[i] * r[1], s.beta[i] * r[2], s.beta[i] * r[3]);
+        to[1] = make_float4(s.beta[i] * r[4], s.beta[i] * r[5], s.beta[i] * r[6], s.beta[i] * r[7]);
     }
     v_dot_dr(s, vrows, dv, Lc);
     __syncthreads();
@@ -236,6 +253,8 @@ const int ROWS_TILES = 2;
 // What the lane's elements of the warp's tiles wt of dst hold before this value head adds to
 // them: zero for the key head's first, or a row at or past Lc. Read before the tiles'
 // products, so that the reads' latency overlaps them.
+// A lane's elements of the tiles, as its accumulator fragments hold them (FragC): element
+// 4 h + 2 r + e at row frag_c_row(2 r), column frag_c_col(h) + e, read and written in pairs.
 struct TileSum {
     float x[8];
 };
@@ -245,31 +264,34 @@ __device__ void rows_sum_so_far(TileSum (&sum)[ROWS_TILES], const float *dst, co
 #pragma unroll
     for (int j = 0; j < ROWS_TILES; j++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int e = threadIdx.x % 32 + 32 * k, r = wt.m0 + e / 16, c = tile_col(wt, j) + e % 16;
-            bool zero = j >= wt.n || out.first || r >= out.Lc;
-            sum[j].x[k] = zero ? 0.0f : dst[r * out.stride + c];
-        }
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int i = wt.m0 + frag_c_row(2 * r), c = tile_col(wt, j) + frag_c_col(h);
+                bool zero = j >= wt.n || out.first || i >= out.Lc;
+                float2 v = zero ? make_float2(0.0f, 0.0f)
+                                : *reinterpret_cast<const float2 *>(dst + i * out.stride + c);
+                sum[j].x[4 * h + 2 * r] = v.x, sum[j].x[4 * h + 2 * r + 1] = v.y;
+            }
 }
 
 // The warp's tiles acc of the value head's dq or dk added to dst's (sum: rows_sum_so_far's)
-// through the warp's tmp tile: the key head's value heads add in order, each element by the
-// same lane (no atomics: the same bits as each head's share summed apart).
+// from the lanes' registers: the key head's value heads add in order, each element by the same
+// lane (no atomics: the same bits as each head's share summed apart).
 __device__ void rows_add(float *dst, const RowsOut &out, const FragC (&acc)[ROWS_TILES],
-                         const TileSum (&sum)[ROWS_TILES], const RowsSmem &s, const WarpTiles &wt) {
-    float *tmp = warp_tile(s.tmp);
+                         const TileSum (&sum)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
-    for (int j = 0; j < ROWS_TILES; j++) {
-        if (j >= wt.n) continue;
-        tile_stage(tmp, acc[j]);
+    for (int j = 0; j < ROWS_TILES; j++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int e = threadIdx.x % 32 + 32 * k, r = e / 16, c = e % 16;
-            if (wt.m0 + r < out.Lc)
-                dst[(wt.m0 + r) * out.stride + tile_col(wt, j) + c] =
-                    sum[j].x[k] + tmp[r * TMP_LD + c];
-        }
-    }
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int i = wt.m0 + frag_c_row(2 * r), c = tile_col(wt, j) + frag_c_col(h),
+                    x = 4 * h + 2 * r;
+                if (j < wt.n && i < out.Lc)
+                    *reinterpret_cast<float2 *>(dst + i * out.stride + c) =
+                        make_float2(sum[j].x[x] + acc[j].x[x], sum[j].x[x + 1] + acc[j].x[x + 1]);
+            }
 }
 
 // The warp's tiles of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
@@ -307,7 +329,7 @@ __device__ void rows_grad(float *dst, const RowsOut &out, const RowsSmem &s, int
         FragC acc[ROWS_TILES];
         rows_abt(acc, wt, s, dv);
         more(acc, wt);
-        rows_add(dst, out, acc, sum, s, wt);
+        rows_add(dst, out, acc, sum, wt);
     }
 }
 
