@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What the open issues still need from the GPU machine, in one call on whichever card comes,
 # output under $OUT, after the GPU tests of what changed since the last call:
-# - an H200: gpt-oss-120b's first layer beside the peer, which does not fit it on an H100
-#   (bench/run_gptoss.sh peer; "auto" puts the layer's 58 GB of fp32 state on the GPU there),
-#   then Qwen3.5-27B's first 4 layers at 131,072 tokens (bench/run_qwen35.sh long: the plan
-#   puts them at 87 GiB) and under MT_PENDING_PART=rule the rule part below;
+# - an H200: under MT_PENDING_PART=rule the rule part below first; then gpt-oss-120b's first
+#   layer beside the peer, which does not fit it on an H100 (bench/run_gptoss.sh peer; "auto"
+#   puts the layer's 58 GB of fp32 state on the GPU there), then Qwen3.5-27B's first 4 layers
+#   at 131,072 tokens (bench/run_qwen35.sh long: the plan puts them at 87 GiB), as time allows;
 # - an H100: Qwen3.5-35B-A3B from its 4- and 8-layer slices (bench/run_slices.sh: the whole
 #   model beside its plan), then flash-linear-attention's delta rule at a training step's shape
 #   (8 rows of 2,048, 48 value heads over 16 key heads) beside ours (FLA's wheels in .whl).
@@ -22,7 +22,7 @@
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
 #         then Nsight Compute's view of its kernels (bench/device_run.sh gdnprof) and both
-#         rules at a training step's shape; on an H200 after the gpt-oss part.
+#         rules at a training step's shape; on an H200 before the gpt-oss part.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
@@ -72,14 +72,15 @@ rule_ab() {
     echo "left $(left) s"
 }
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold; then the rule's part
-    MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 \
-        bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
-    echo "left $(left) s" # Qwen3.5-27B's 4 layers at 131,072 tokens: 63 checkpoints a row
+    # under MT_PENDING_PART=rule the rule's part first (what lands needs its check); then
+    # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold, and Qwen3.5-27B's
+    # 4 layers at 131,072 tokens (63 checkpoints a row), as time allows
+    [ "${MT_PENDING_PART:-}" = rule ] && rule_ab
+    [ "$(left)" -gt 330 ] && MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 \
+        MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
+    echo "left $(left) s"
     [ "$(left)" -gt 200 ] && timeout "$(($(left) - 150))" bash bench/run_qwen35.sh long 2>&1 |
         tail -n 25
-    echo "left $(left) s"
-    [ "${MT_PENDING_PART:-}" = rule ] && [ "$(left)" -gt 150 ] && rule_ab
     true
 elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes,
     rule_ab # and both rules at a training step's shape (8 rows of 2,048, 48 value heads)
