@@ -606,8 +606,10 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
                "fwd+bwd %.0f tokens/s (scratch %.2f GiB)\n",
                paths[p]->name, B, T, H, HK, dk, dv, f, b, (double)B * T / ((f + b) * 1e-3),
                bytes / (double)(1ull << 30));
+        if (p < 2) // both tensor-core modes: what two builds' kernels give, compared
+            printf("  bits of the outputs and gradients (%s): %016llx\n", paths[p]->name,
+                   outputs_digest(&t, nqk, nv, ng));
         if (p > 0) continue;
-        printf("  bits of the outputs and gradients: %016llx\n", outputs_digest(&t, nqk, nv, ng));
         bench_shares(&a, chunks, &t, scratch);
         for (int w = 1; w <= 4; w *= 2) { // the state passes' block sizes
             cuda_gated_delta_pass_warps(w);

@@ -89,7 +89,7 @@ __host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool
 __device__ void scaled_t(const PrepSmem &s, const float *eg) {
     for (int e = 8 * threadIdx.x; e < L * L; e += 8 * blockDim.x) {
         int i = e / L, j = e % L;
-        float x[8];
+        __align__(16) float x[8];
         row8(x, s.X + i * XLD + j);
 #pragma unroll
         for (int k = 0; k < 8; k++) x[k] = x[k] * s.g.beta[j + k] * (eg ? eg[j + k] : 1.0f);
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     prep_mats(s, f, idx, Lc, dk, with_p);
     invert_unit_lower(s.X, s.M, s.g.beta, s.tmp);                             // X = T
     for (int e = 8 * threadIdx.x; with_p && e < L * L; e += 8 * blockDim.x) { // the backward's
-        float x[8];                                                           // M and T
+        __align__(16) float x[8];                                             // M and T
         row8(x, s.M + e);
         *reinterpret_cast<float4 *>(f.m + idx * L * L + e) = make_float4(x[0], x[1], x[2], x[3]);
         *reinterpret_cast<float4 *>(f.m + idx * L * L + e + 4) =

@@ -70,7 +70,7 @@ __device__ void pairs_products(const PairsSmem &s, int dv) {
 __device__ void pairs_terms(const PairsSmem &s, const Factors &f, long idx, int Lc) {
     const int GROUPS = L * L / (8 * TC_THREADS);
     int lds = ldf32(STAGE_W);
-    float mv[GROUPS][8];
+    __align__(16) float mv[GROUPS][8];
 #pragma unroll
     for (int k = 0; k < GROUPS; k++)
         row8(mv[k], f.m + idx * L * L + 8 * (threadIdx.x + k * TC_THREADS));
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     float *dvo = t.dv + gdn_v_off(&a, b, t0, h);
     for (int e = 8 * threadIdx.x; e < L * dv; e += 8 * blockDim.x) {
         int i = e / dv, n = e % dv;
-        float r[8];
+        __align__(16) float r[8];
         const float4 *from = reinterpret_cast<const float4 *>(s.stage + i * lds + n);
         *reinterpret_cast<float4 *>(r) = from[0];
         *reinterpret_cast<float4 *>(r + 4) = from[1];

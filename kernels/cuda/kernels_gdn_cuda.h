@@ -38,7 +38,9 @@ extern "C" {
 // the forward before it ran on the same inputs (as a layer's backward does after recomputing
 // its forward), else sweeps the chunks again to write them. scratch:
 // cuda_gated_delta_scratch_bytes (the chunk lists; one segment of 32 chunks' factors and
-// states: at dk = dv = 128 about 220 B H dk dv floats, 480 MB at 32 heads).
+// states: at dk = dv = 128 about 220 B H dk dv floats, 480 MB at 32 heads). Every tensor starts
+// 16-byte aligned (the kernels read and write them 8 or 16 bytes at a time): a buffer of its own
+// from cudaMalloc is.
 typedef struct {
     const bf16 *q, *k, *v; // [B, T, HK, dk], [B, T, HK, dk], [B, T, H, dv]
     const float *g, *beta; // [B, T, H]
