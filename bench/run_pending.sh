@@ -60,11 +60,18 @@ rule_ab() {
             tail -n 20 "$OUT/base-build.log"
         echo "base:"
         timeout 60 /tmp/base/build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
-            grep -E "^gdn  |^  [a-z]"
+            grep -E "^gdn  |^  [a-z]" | tee "$OUT/rule-base.txt"
         echo "this tree:"
     fi
     timeout 60 build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T 8192,32768 2>&1 |
-        grep -E "^gdn  |^  [a-z]"
+        grep -E "^gdn  |^  [a-z]" | tee "$OUT/rule-tree.txt"
+    if [ -f "$OUT/rule-base.txt" ]; then # the same bits in both, in both modes?
+        if diff <(grep bits "$OUT/rule-base.txt") <(grep bits "$OUT/rule-tree.txt") >/dev/null; then
+            echo "digests: the same in both trees"
+        else
+            echo "digests: DIFFERENT"
+        fi
+    fi
     echo "left $(left) s"
     [ "${MT_PENDING_FLA:-1}" = 1 ] && [ "$(left)" -gt 120 ] && timeout "$(($(left) - 10))" \
         python3 -u bench/gdn_fla.py \
