@@ -84,8 +84,8 @@ __host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool
     return s;
 }
 
-// T's columns scaled by beta_j (and exp(gamma_j) with eg), split.
-// Eight columns a thread at a time: 16-byte accesses.
+// T's columns scaled by beta_j (and exp(gamma_j) with eg), split; eight columns a thread at a
+// time (16-byte accesses).
 __device__ void scaled_t(const PrepSmem &s, const float *eg) {
     for (int e = 8 * threadIdx.x; e < L * L; e += 8 * blockDim.x) {
         int i = e / L, j = e % L;
@@ -230,9 +230,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int e = 8 * threadIdx.x; with_p && e < L * L; e += 8 * blockDim.x) { // the backward's
         __align__(16) float x[8];                                             // M and T
         row8(x, s.M + e);
-        *reinterpret_cast<float4 *>(f.m + idx * L * L + e) = make_float4(x[0], x[1], x[2], x[3]);
-        *reinterpret_cast<float4 *>(f.m + idx * L * L + e + 4) =
-            make_float4(x[4], x[5], x[6], x[7]);
+        put8(f.m + idx * L * L + e, x);
         row8(x, s.X + e / L * XLD + e % L);
         split_put8(f.thi, f.tlo, idx * L * L + e, x);
     }

@@ -84,10 +84,14 @@ inline __device__ void split_put(bf *hi, bf *lo, long i, float x) {
     if (lo) lo[i] = __float2bfloat16(x - __bfloat162float(h));
 }
 
-// Eight fp32 values from p (16-byte aligned) in two 16-byte loads.
+// Eight fp32 values from / to p (16-byte aligned) in two 16-byte accesses.
 inline __device__ void row8(float (&x)[8], const float *p) {
     *reinterpret_cast<float4 *>(x) = *reinterpret_cast<const float4 *>(p);
     *reinterpret_cast<float4 *>(x + 4) = *reinterpret_cast<const float4 *>(p + 4);
+}
+inline __device__ void put8(float *p, const float (&x)[8]) {
+    *reinterpret_cast<float4 *>(p) = *reinterpret_cast<const float4 *>(x);
+    *reinterpret_cast<float4 *>(p + 4) = *reinterpret_cast<const float4 *>(x + 4);
 }
 
 // x[0 .. 8) at hi[i ..] and their remainders at lo[i ..] (lo NULL: the rounding alone), one
@@ -172,6 +176,16 @@ inline __device__ int frag_c_col(int h) {
     return 8 * h + 2 * (threadIdx.x % 4);
 }
 
+// The lane's pair k (0 .. 3) of a FragC, elements 2 k and 2 k + 1: at (frag_pair_row(k),
+// frag_pair_col(k)) of the tile and one column on, read and written 8 bytes at a time.
+const int FRAG_PAIRS = 4;
+inline __device__ int frag_pair_row(int k) {
+    return frag_c_row(2 * (k & 1));
+}
+inline __device__ int frag_pair_col(int k) {
+    return frag_c_col(k >> 1);
+}
+
 inline __device__ void frag_fill(FragC &acc, float v) {
 #pragma unroll
     for (int i = 0; i < 8; i++) acc.x[i] = v;
@@ -180,21 +194,16 @@ inline __device__ void frag_fill(FragC &acc, float v) {
 // The tile into / from the fp32 matrix at p (row stride ld): two 8-byte accesses a row half.
 inline __device__ void frag_store(float *p, const FragC &acc, int ld) {
 #pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            *reinterpret_cast<float2 *>(p + frag_c_row(2 * r) * ld + frag_c_col(h)) =
-                make_float2(acc.x[4 * h + 2 * r], acc.x[4 * h + 2 * r + 1]);
+    for (int k = 0; k < FRAG_PAIRS; k++)
+        *reinterpret_cast<float2 *>(p + frag_pair_row(k) * ld + frag_pair_col(k)) =
+            make_float2(acc.x[2 * k], acc.x[2 * k + 1]);
 }
 inline __device__ void frag_load(FragC &acc, const float *p, int ld) {
 #pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float2 v =
-                *reinterpret_cast<const float2 *>(p + frag_c_row(2 * r) * ld + frag_c_col(h));
-            acc.x[4 * h + 2 * r] = v.x, acc.x[4 * h + 2 * r + 1] = v.y;
-        }
+    for (int k = 0; k < FRAG_PAIRS; k++) {
+        float2 v = *reinterpret_cast<const float2 *>(p + frag_pair_row(k) * ld + frag_pair_col(k));
+        acc.x[2 * k] = v.x, acc.x[2 * k + 1] = v.y;
+    }
 }
 
 // The 16 x 16 tiles a warp owns in a [L, width] product: rows m0 .. m0 + 16 of the n column

@@ -187,15 +187,13 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int e = 8 * threadIdx.x; e < L * dv; e += 8 * blockDim.x) {
         int i = e / dv, n = e % dv;
         __align__(16) float r[8];
-        const float4 *from = reinterpret_cast<const float4 *>(s.stage + i * lds + n);
-        *reinterpret_cast<float4 *>(r) = from[0];
-        *reinterpret_cast<float4 *>(r + 4) = from[1];
+        row8(r, s.stage + i * lds + n);
         split_put8(s.G.hi, s.G.lo, i * s.G.ld + n, r);
         split_put8(f.drhi, f.drlo, idx * L * dv + e, r);
         if (i >= Lc) continue;
-        float4 *to = reinterpret_cast<float4 *>(dvo + i * vs + n);
-        to[0] = make_float4(s.beta[i] * r[0], s.beta[i] * r[1], s.beta[i] * r[2], s.beta[i] * r[3]);
-        to[1] = make_float4(s.beta[i] * r[4], s.beta[i] * r[5], s.beta[i] * r[6], s.beta[i] * r[7]);
+#pragma unroll
+        for (int x = 0; x < 8; x++) r[x] = s.beta[i] * r[x];
+        put8(dvo + i * vs + n, r);
     }
     v_dot_dr(s, vrows, dv, Lc);
     __syncthreads();
@@ -250,29 +248,27 @@ struct RowsOut {
 // The rows kernel's tiles at a time: four, with each one's sum so far, would spill registers.
 const int ROWS_TILES = 2;
 
-// What the lane's elements of the warp's tiles wt of dst hold before this value head adds to
-// them: zero for the key head's first, or a row at or past Lc. Read before the tiles'
-// products, so that the reads' latency overlaps them.
-// A lane's elements of the tiles, as its accumulator fragments hold them (FragC): element
-// 4 h + 2 r + e at row frag_c_row(2 r), column frag_c_col(h) + e, read and written in pairs.
+// A lane's elements of its tiles of dst, as its accumulator fragments hold them (FragC, in
+// pairs: frag_pair_row).
 struct TileSum {
     float x[8];
 };
 
+// What the lane's elements of the warp's tiles wt of dst hold before this value head adds to
+// them: zero for the key head's first, or a row at or past Lc. Read before the tiles'
+// products, so that the reads' latency overlaps them.
 __device__ void rows_sum_so_far(TileSum (&sum)[ROWS_TILES], const float *dst, const RowsOut &out,
                                 const WarpTiles &wt) {
 #pragma unroll
     for (int j = 0; j < ROWS_TILES; j++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                int i = wt.m0 + frag_c_row(2 * r), c = tile_col(wt, j) + frag_c_col(h);
-                bool zero = j >= wt.n || out.first || i >= out.Lc;
-                float2 v = zero ? make_float2(0.0f, 0.0f)
-                                : *reinterpret_cast<const float2 *>(dst + i * out.stride + c);
-                sum[j].x[4 * h + 2 * r] = v.x, sum[j].x[4 * h + 2 * r + 1] = v.y;
-            }
+        for (int k = 0; k < FRAG_PAIRS; k++) {
+            int i = wt.m0 + frag_pair_row(k), c = tile_col(wt, j) + frag_pair_col(k);
+            bool zero = j >= wt.n || out.first || i >= out.Lc;
+            float2 v = zero ? make_float2(0.0f, 0.0f)
+                            : *reinterpret_cast<const float2 *>(dst + i * out.stride + c);
+            sum[j].x[2 * k] = v.x, sum[j].x[2 * k + 1] = v.y;
+        }
 }
 
 // The warp's tiles acc of the value head's dq or dk added to dst's (sum: rows_sum_so_far's)
@@ -283,15 +279,12 @@ __device__ void rows_add(float *dst, const RowsOut &out, const FragC (&acc)[ROWS
 #pragma unroll
     for (int j = 0; j < ROWS_TILES; j++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                int i = wt.m0 + frag_c_row(2 * r), c = tile_col(wt, j) + frag_c_col(h),
-                    x = 4 * h + 2 * r;
-                if (j < wt.n && i < out.Lc)
-                    *reinterpret_cast<float2 *>(dst + i * out.stride + c) =
-                        make_float2(sum[j].x[x] + acc[j].x[x], sum[j].x[x + 1] + acc[j].x[x + 1]);
-            }
+        for (int k = 0; k < FRAG_PAIRS; k++) {
+            int i = wt.m0 + frag_pair_row(k), c = tile_col(wt, j) + frag_pair_col(k), x = 2 * k;
+            if (j < wt.n && i < out.Lc)
+                *reinterpret_cast<float2 *>(dst + i * out.stride + c) =
+                    make_float2(sum[j].x[x] + acc[j].x[x], sum[j].x[x + 1] + acc[j].x[x + 1]);
+        }
 }
 
 // The warp's tiles of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
