@@ -4,7 +4,7 @@
 #   usage: bench/device_run.sh [tests | tests=REGEX] [bench-NAME...] [long-NAME[:STEPS]...]
 #          [torch-NAME...] [attn[=T_LIST[/HD_LIST[/HEADS]]]] [bwdprof=T_LIST/HD_LIST/HEADS]
 #          [ncu=T/HD/HEADS] [gemm[=7b|3b]] [dp=GPUS:NAME,NAME...] [slices[=100b|120b]]
-#          [tier[=NAME]] [gdn[=T_LIST]] [gdnprof[=T]]
+#          [tier[=NAME]] [gdn[=T_LIST]] [gdnprof[=T]] [gdnsrc[=T]]
 #   tests=REGEX runs only the ctests matching REGEX; torch-NAME runs bench/torch_baseline.py
 #   (3b with activation checkpointing, as the anchors were measured). attn runs
 #   attention_bench and attention_torch.py on the same shapes (e.g. attn=2048,8192/128; HEADS
@@ -23,6 +23,9 @@
 #   gdnprof profiles the delta rule's kernels of one forward and backward (T tokens, 32 value
 #   heads over 16 key heads) with Nsight Compute: each kernel's time, throughputs, occupancy and
 #   top stall, summed by kernel (bench/ncu_summary.py).
+#   gdnsrc profiles one launch of each per-chunk kernel (prep, out, pairs, rows) by source line:
+#   the instructions each line executes and the warps' stall samples on it, the lines that cost
+#   most printed (bench/ncu_source.py), the whole CSVs under $OUT.
 #   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
 #   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
@@ -95,6 +98,19 @@ for what in "$@"; do
             --metrics regex:"^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$" \
             build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T "${spec:-8192}" >"$log" 2>&1
         python3 bench/ncu_summary.py "$log" ;;
+    gdnsrc | gdnsrc=*)
+        spec=${what#gdnsrc}; spec=${spec#=}
+        for k in prep out pairs rows; do # one launch each, the rule's first (the forward's prep)
+            timeout 120 ncu --clock-control none --launch-count 1 --kernel-name "regex:${k}_kernel" \
+                --section SourceCounters --section WarpStateStats --import-source yes -f \
+                -o "$OUT/gdnsrc-$k" build/bin/test_gdn_cuda --bench --H 32 --HK 16 \
+                --T "${spec:-8192}" >"$OUT/gdnsrc-$k.log" 2>&1 || tail -n 5 "$OUT/gdnsrc-$k.log"
+            for view in cuda sass; do
+                ncu -i "$OUT/gdnsrc-$k.ncu-rep" --page source --csv --print-source "$view" \
+                    >"$OUT/gdnsrc-$k-$view.csv" 2>&1
+            done
+            python3 bench/ncu_source.py "$OUT/gdnsrc-$k-cuda.csv" "$k"
+        done ;;
     gemm | gemm=*)
         spec=${what#gemm}; spec=${spec#=}
         build/bin/gemm_bench --shapes "${spec:-all}" 2>&1 | tee -a "$OUT/gemm.log" | grep best ;;

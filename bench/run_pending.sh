@@ -21,7 +21,8 @@
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
-#         then Nsight Compute's view of its kernels (bench/device_run.sh gdnprof) and both
+#         then Nsight Compute's view of its kernels by source line (bench/device_run.sh
+#         gdnsrc) and both
 #         rules at a training step's shape; on an H200 before the gpt-oss part.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
@@ -91,8 +92,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     true
 elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes,
     rule_ab # and both rules at a training step's shape (8 rows of 2,048, 48 value heads)
-    [ "$(left)" -gt 250 ] && timeout 120 bash bench/device_run.sh gdnprof=8192 2>&1 |
-        grep -A 20 "^kernel "
+    [ "$(left)" -gt 250 ] && timeout 200 bash bench/device_run.sh gdnsrc=8192 2>&1 |
+        grep -A 26 -E "^(prep|out|pairs|rows): "
     timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 |
         grep -E "^gdn  |^  [a-z]"
     [ "$(left)" -gt 60 ] && timeout "$(($(left) - 25))" python3 -u bench/gdn_fla.py --B 8 \
