@@ -22,8 +22,7 @@
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
 #         then Nsight Compute's view of its kernels by source line (bench/device_run.sh
-#         gdnsrc) and both
-#         rules at a training step's shape; on an H200 before the gpt-oss part.
+#         gdnsrc) and both rules at a training step's shape; on an H200 before the gpt-oss part.
 #   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
