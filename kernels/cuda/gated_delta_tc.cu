@@ -207,14 +207,15 @@ __device__ void invert_unit_lower(float *X, const float *M, const float *beta, f
     }
 }
 
-// Grid (chunks of the span, H, B).
+// Grid (chunks of the span, H, B); DK, DV: Dims (gated_delta_tc.cuh).
+template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     prep_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK);
+    int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv), hk = h / (a.H / a.HK);
     bool with_p = f.phi != NULL;
     size_t bytes;
     PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, &bytes);
@@ -309,13 +310,14 @@ __device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out
 
 // Grid (chunks of the span, H, B): the outputs of one (chunk, value head) from its entering
 // state (slot c - span.begin of states) and V'.
+template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     out_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                Span span, Factors f, Kept states) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dk = a.dk, dv = a.dv, hk = h / (a.H / a.HK), ld = ldb16(dk);
+    int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv), hk = h / (a.H / a.HK), ld = ldb16(dk);
     size_t bytes;
     OutSmem s = out_smem(smem, dk, dv, f.wlo != NULL, &bytes);
     float *tmp = warp_tile(s.tmp);
@@ -343,9 +345,10 @@ void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, cons
                 int max_chunks, Span span, const Factors &f, Kept states, cudaStream_t stream) {
     size_t bytes;
     out_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
-    allow_smem(out_kernel, bytes);
+    auto kernel = GDN_DIMS_KERNEL(out_kernel, a);
+    allow_smem(kernel, bytes);
     phase_begin(GDN_PHASE_OUT, stream);
-    out_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
+    kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
         *a, t, starts, counts, max_chunks, span, f, states);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
@@ -377,9 +380,10 @@ void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   int max_chunks, Span span, const Factors &f, cudaStream_t stream) {
     size_t bytes;
     prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
-    allow_smem(prep_kernel, bytes);
+    auto kernel = GDN_DIMS_KERNEL(prep_kernel, a);
+    allow_smem(kernel, bytes);
     phase_begin(GDN_PHASE_PREP, stream);
-    prep_kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
+    kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
         *a, t, starts, counts, max_chunks, span, f);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);

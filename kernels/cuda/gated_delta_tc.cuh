@@ -39,6 +39,17 @@ struct FragC {
     float x[8];
 };
 
+// The per-chunk kernels are compiled twice: for Qwen3.5's and Qwen3-Next's heads (dk = dv =
+// 128), where every loop bound, tile count and index is a constant (no runtime divisions, the
+// tile loops unrolled, their mma.sync's without the guards a runtime tile count needs), and for
+// any other shape (a template's DK = DV = 0: the dims read from gdn_args). The same operations
+// in the same order, so the same bits (test_gdn_cuda's digests).
+template <int D> inline __host__ __device__ int dim_or(int runtime) {
+    return D ? D : runtime;
+}
+#define GDN_DIMS_KERNEL(kernel, a)                                                                 \
+    ((a)->dk == 128 && (a)->dv == 128 ? kernel<128, 128> : kernel<0, 0>)
+
 // Row strides of the shared tiles: bf16 rows padded by 8 (16 bytes), fp32 rows by 4, which
 // keeps ldmatrix's alignment (16-byte rows, tiles at 16-byte offsets) and spreads
 // the rows over the banks.
@@ -219,7 +230,10 @@ struct WarpTiles {
 
 inline __device__ WarpTiles warp_tiles(int width) {
     int w = threadIdx.x / 32, total = 4 * (width / 16);
-    return {w % 4 * 16, w / 4 * 16, 32, w < total ? (total - w + TC_WARPS - 1) / TC_WARPS : 0};
+    // every warp the same count where the tiles divide evenly: a constant where width is one
+    int n = total % TC_WARPS == 0 ? total / TC_WARPS
+                                  : (w < total ? (total - w + TC_WARPS - 1) / TC_WARPS : 0);
+    return {w % 4 * 16, w / 4 * 16, 32, n};
 }
 
 inline __device__ int tile_col(const WarpTiles &wt, int j) {

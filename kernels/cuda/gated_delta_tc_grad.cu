@@ -152,14 +152,15 @@ __device__ void v_dot_dr(const PairsSmem &s, const VRows &vr, int dv, int Lc) {
     }
 }
 
-// Grid (chunks of the span, H, B).
+// Grid (chunks of the span, H, B); DK, DV: Dims (gated_delta_tc.cuh).
+template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     pairs_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
                  int max_chunks, Span span, Factors f) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0, Lc;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dv = a.dv, lds = ldf32(STAGE_W);
+    int dv = dim_or<DV>(a.dv), lds = ldf32(STAGE_W);
     size_t bytes;
     PairsSmem s = pairs_smem(smem, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), vs = (long)a.H * dv, go = gdn_gate_off(&a, b, t0, h);
@@ -457,8 +458,7 @@ __device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, l
 // One value head h of the block's chunk: dbeta and dg, and its dq and dk added to out's.
 __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args &a,
                           const Tensors &t, const Factors &f, Kept states, Kept dstates, int slot,
-                          int b, int h, int t0, int Lc) {
-    int dk = a.dk, dv = a.dv;
+                          int b, int h, int t0, int Lc, int dk, int dv) {
     long idx = factor_index(a, b, h, slot), go = gdn_gate_off(&a, b, t0, h);
     long so = kept_index(states, a, b, h, slot), dso = kept_index(dstates, a, b, h, slot);
     load_split_factor(s.DPD, f.dpdhi, f.dpdlo, idx * L * L, L);
@@ -487,15 +487,16 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
 
 // Grid (chunks of the span, HK, B): a key head's value heads in order, each adding its share
 // of dq and dk to theirs.
+template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, Kept states, Kept dstates) {
     extern __shared__ __align__(128) unsigned char smem[];
     int slot = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, t0, Lc, group = a.H / a.HK;
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
-    int dk = a.dk;
+    int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv);
     size_t bytes;
-    RowsSmem s = rows_smem(smem, dk, a.dv, f.wlo != NULL, &bytes);
+    RowsSmem s = rows_smem(smem, dk, dv, f.wlo != NULL, &bytes);
     long qks = (long)a.HK * dk, qo = gdn_qk_off(&a, b, t0, hk);
     load_bf16_rows(s.Q, t.q + qo, qks, Lc, dk);
     load_bf16_rows(s.K, t.k + qo, qks, Lc, dk);
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int h = hk * group; h < (hk + 1) * group; h++) {
         if (h > hk * group) __syncthreads(); // the head before is done with the tiles
         out.first = h == hk * group;
-        rows_head(out, s, a, t, f, states, dstates, slot, b, h, t0, Lc);
+        rows_head(out, s, a, t, f, states, dstates, slot, b, h, t0, Lc, dk, dv);
     }
 }
 
@@ -515,19 +516,19 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     size_t pb, rb;
     pairs_smem(NULL, a->dv, f.wlo != NULL, &pb); // the mode the factors were carved in
     rows_smem(NULL, a->dk, a->dv, f.wlo != NULL, &rb);
-    CUDA_CHECK(
-        cudaFuncSetAttribute(pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
-    CUDA_CHECK(
-        cudaFuncSetAttribute(rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
+    auto pairs = GDN_DIMS_KERNEL(pairs_kernel, a);
+    auto rows = GDN_DIMS_KERNEL(rows_kernel, a);
+    CUDA_CHECK(cudaFuncSetAttribute(pairs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
+    CUDA_CHECK(cudaFuncSetAttribute(rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
     phase_begin(GDN_PHASE_PAIRS, stream);
     int n = span.end - span.begin;
-    pairs_kernel<<<dim3(n, a->H, a->B), TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks,
-                                                                  span, f);
+    pairs<<<dim3(n, a->H, a->B), TC_THREADS, pb, stream>>>(*a, t, starts, counts, max_chunks, span,
+                                                           f);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
     phase_begin(GDN_PHASE_GRAD, stream);
-    rows_kernel<<<dim3(n, a->HK, a->B), TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks,
-                                                                  span, f, states, dstates);
+    rows<<<dim3(n, a->HK, a->B), TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks, span,
+                                                           f, states, dstates);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }
