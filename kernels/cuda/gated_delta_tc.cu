@@ -55,31 +55,37 @@ __device__ void gates_of(const Gates &g, const gdn_args &a, const Tensors &t, in
 
 // ---- prep: the chunk's state-independent factors -------------------------------------------
 
-// M and X for the solve; the products' tiles pass through each warp's tile (tmp) on their way
-// to global memory, which keeps the block small enough for two a multiprocessor.
-// X's rows are 68 floats apart, which spreads a warp's writes of four rows of 8 columns over
-// the banks.
+// M and X for the solve. A block is small enough for three a multiprocessor in the forward
+// (two in the backward, which also holds Q): T, split in the default mode, lies over M, which
+// the solve leaves dead (the backward stores M first); V lands after the solve, where the warps'
+// tiles (tmp: the solve's sums, the backward's P products) were, while W is made. X's rows are
+// 68 floats apart, which spreads a warp's writes of four rows of 8 columns over the banks.
 const int XLD = L + 4;
 
 struct PrepSmem {
-    bf *K, *V, *Q;
+    bf *K, *V, *Q; // Q: the backward's alone (with_p)
     Gates g;
-    float *M, *X, *tmp; // [L, L] and [L, XLD]; TC_WARPS 16 x 16 tiles
+    float *M, *X, *tmp; // [L, L] and [L, XLD]; TC_WARPS 16 x 16 tiles, over V
     Split T;            // T with its columns scaled, [L, L]
 };
 
-__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool exact,
+__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool exact, bool with_p,
                                        size_t *bytes) {
     Carve cv = {base, 0};
     PrepSmem s;
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.Q = cv.take<bf>(L * ldb16(dk));
-    s.V = cv.take<bf>(L * ldb16(dv));
+    s.Q = with_p ? cv.take<bf>(L * ldb16(dk)) : NULL;
+    size_t vb = sizeof(bf) * L * ldb16(dv), tb = sizeof(float) * TC_WARPS * 16 * TMP_LD;
+    unsigned char *v = cv.take<unsigned char>(vb > tb ? vb : tb);
+    s.V = reinterpret_cast<bf *>(v);
+    s.tmp = reinterpret_cast<float *>(v);
     s.g = take_gates(cv);
     s.M = cv.take<float>(L * L);
     s.X = cv.take<float>(L * XLD);
-    s.tmp = take_warp_tiles(cv);
-    s.T = take_split(cv, L, L, exact);
+    if (exact) // hi and lo: more than M's bytes
+        s.T = take_split(cv, L, L, exact);
+    else
+        s.T = Split{reinterpret_cast<bf *>(s.M), NULL, ldb16(L)};
     *bytes = cv.off;
     return s;
 }
@@ -116,17 +122,6 @@ __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float
         split_put8(P->hi, P->lo, (long)i * P->ld + n0 + c, x);
     else
         split_put8(phi, plo, (long)i * L + n0 + c, x);
-}
-
-// The warp's accumulator tile at (m0, n0) of a [., width] matrix into global memory, split
-// (hi, lo) at row stride width: 8 elements of a row a lane.
-__device__ void tile_to_global(float *tmp, const FragC &acc, bf *hi, bf *lo, int width, int m0,
-                               int n0) {
-    tile_stage(tmp, acc);
-    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
-    float x[8];
-    for (int e = 0; e < 8; e++) x[e] = tmp[r * TMP_LD + c + e];
-    split_put8(hi, lo, (long)(m0 + r) * width + n0 + c, x);
 }
 
 // KK^T into M and (with_p) P = D QK^T (lower, split into the factors), then A's M = D KK^T
@@ -218,27 +213,29 @@ __global__ void __launch_bounds__(TC_THREADS)
     int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv), hk = h / (a.H / a.HK);
     bool with_p = f.phi != NULL;
     size_t bytes;
-    PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, &bytes);
+    PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, with_p, &bytes);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     if (with_p) load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    load_bf16_rows(s.V, t.v + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, dv);
     gates_of(s.g, a, t, b, t0, h, Lc);
     loads_done();
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
-    invert_unit_lower(s.X, s.M, s.g.beta, s.tmp);                             // X = T
-    for (int e = 8 * threadIdx.x; with_p && e < L * L; e += 8 * blockDim.x) { // the backward's
-        __align__(16) float x[8];                                             // M and T
-        row8(x, s.M + e);
-        put8(f.m + idx * L * L + e, x);
-        row8(x, s.X + e / L * XLD + e % L);
-        split_put8(f.thi, f.tlo, idx * L * L + e, x);
+    invert_unit_lower(s.X, s.M, s.g.beta, s.tmp); // X = T; ends with a barrier
+    load_bf16_rows(s.V, t.v + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, dv); // over tmp
+    if (with_p) { // the backward's M and T, before T's scaled copy lands on M
+        for (int e = 8 * threadIdx.x; e < L * L; e += 8 * blockDim.x) {
+            __align__(16) float x[8];
+            row8(x, s.M + e);
+            put8(f.m + idx * L * L + e, x);
+            row8(x, s.X + e / L * XLD + e % L);
+            split_put8(f.thi, f.tlo, idx * L * L + e, x);
+        }
+        __syncthreads();
     }
-    // W = (T diag(beta exp(gamma))) K, split on its way out.
+    // W = (T diag(beta exp(gamma))) K, split on its way out from the lanes' registers.
     scaled_t(s, s.g.eg);
     __syncthreads();
-    float *tmp = warp_tile(s.tmp);
     FragC acc[MAX_TILES];
     WarpTiles wt = warp_tiles(dk);
     tiles_zero(acc);
@@ -246,11 +243,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
     for (int j = 0; j < MAX_TILES; j++)
         if (j < wt.n)
-            tile_to_global(tmp, acc[j], f.whi + idx * L * dk, f.wlo ? f.wlo + idx * L * dk : NULL,
-                           dk, wt.m0, tile_col(wt, j));
+            frag_put_split(f.whi + idx * L * dk, f.wlo ? f.wlo + idx * L * dk : NULL, dk,
+                           wt.m0 * dk + tile_col(wt, j), acc[j]);
     __syncthreads();
     // U = (T diag(beta)) V, straight to global memory.
     scaled_t(s, NULL);
+    loads_done(); // V
     __syncthreads();
     wt = warp_tiles(dv);
     tiles_zero(acc);
@@ -379,7 +377,7 @@ extern "C" void cuda_gated_delta_exact(int on) {
 void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, cudaStream_t stream) {
     size_t bytes;
-    prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
+    prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, f.phi != NULL, &bytes);
     auto kernel = GDN_DIMS_KERNEL(prep_kernel, a);
     allow_smem(kernel, bytes);
     phase_begin(GDN_PHASE_PREP, stream);

@@ -209,6 +209,22 @@ inline __device__ void frag_store(float *p, const FragC &acc, int ld) {
         *reinterpret_cast<float2 *>(p + frag_pair_row(k) * ld + frag_pair_col(k)) =
             make_float2(acc.x[2 * k], acc.x[2 * k + 1]);
 }
+// The tile into the bf16 matrix at hi + off (row stride ld), split as split_put8 splits (lo
+// NULL: the rounding alone), straight from the lanes' registers: a 4-byte store a pair.
+inline __device__ void frag_put_split(bf *hi, bf *lo, int ld, long off, const FragC &acc) {
+#pragma unroll
+    for (int k = 0; k < FRAG_PAIRS; k++) {
+        long i = off + frag_pair_row(k) * ld + frag_pair_col(k);
+        float x0 = acc.x[2 * k], x1 = acc.x[2 * k + 1];
+        bf h0 = __float2bfloat16(x0), h1 = __float2bfloat16(x1);
+        *reinterpret_cast<__nv_bfloat162 *>(hi + i) = __halves2bfloat162(h0, h1);
+        if (lo)
+            *reinterpret_cast<__nv_bfloat162 *>(lo + i) =
+                __halves2bfloat162(__float2bfloat16(x0 - __bfloat162float(h0)),
+                                   __float2bfloat16(x1 - __bfloat162float(h1)));
+    }
+}
+
 inline __device__ void frag_load(FragC &acc, const float *p, int ld) {
 #pragma unroll
     for (int k = 0; k < FRAG_PAIRS; k++) {
