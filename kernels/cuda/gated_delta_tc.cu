@@ -104,10 +104,10 @@ __device__ void scaled_t(const PrepSmem &s, const float *eg) {
 }
 
 // P = D QK^T (lower, with the diagonal) of the 16 x 16 tile at (m0, n0), from Q, K and the
-// gates in shared memory, into the split matrix (hi, lo) at p (row stride L) or, with p NULL,
-// into the shared split P. A lane takes 8 elements of a row: one 16-byte store a half.
+// gates in shared memory, into the split matrix (hi, lo) at p (row stride L), for the backward.
+// A lane takes 8 elements of a row: one 16-byte store a half.
 __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
-                       int m0, int n0, int dk, bf *phi, bf *plo, const Split *P) {
+                       int m0, int n0, int dk, bf *phi, bf *plo) {
     FragC acc;
     frag_fill(acc, 0.0f);
     mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, n0, dk);
@@ -118,10 +118,7 @@ __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float
         int j = n0 + c + e;
         x[e] = i < Lc && j <= i ? expf(gam[i] - gam[j]) * tmp[r * TMP_LD + c + e] : 0.0f;
     }
-    if (P)
-        split_put8(P->hi, P->lo, (long)i * P->ld + n0 + c, x);
-    else
-        split_put8(phi, plo, (long)i * L + n0 + c, x);
+    split_put8(phi, plo, (long)i * L + n0 + c, x);
 }
 
 // KK^T into M and (with_p) P = D QK^T (lower, split into the factors), then A's M = D KK^T
@@ -138,7 +135,7 @@ __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc,
         frag_store(s.M + m0 * L + n0, acc, L);
         if (with_p)
             p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, m0, n0, dk, f.phi + idx * L * L,
-                   f.plo ? f.plo + idx * L * L : NULL, NULL);
+                   f.plo ? f.plo + idx * L * L : NULL);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
@@ -258,57 +255,124 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 // ---- out: the chunk's outputs ------------------------------------------------------------
 
+// The block's tiles. Each warp makes its own rows of P in its registers (p_rows), so no P or
+// staging tile is carved. In the default mode at dk = dv (the "halves" layout) S0's rows
+// [dk / 2, dk) land where K was once P is made, and a block takes 70 KB at dk = dv = 128:
+// three a multiprocessor.
 struct OutSmem {
     bf *Q, *K;
-    Split S, V, P; // S0 [dk, dv], V' [L, dv], P [L, L]
-    float *tmp;    // TC_WARPS 16 x 16 tiles
+    Split S, V; // S0 [dk, dv] (or its first half), V' [L, dv]
+    bf *S2;     // the halves layout: S0's second half, over K (else NULL)
     Gates g;
 };
+
+inline __host__ __device__ bool out_halves(int dk, int dv, bool exact) {
+    return !exact && dk == dv && dk % 32 == 0 && dk / 2 <= L;
+}
 
 __host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, bool exact,
                                      size_t *bytes) {
     Carve cv = {base, 0};
     OutSmem s;
+    bool halves = out_halves(dk, dv, exact);
     s.Q = cv.take<bf>(L * ldb16(dk));
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.S = take_split(cv, dk, dv, exact);
+    s.S2 = halves ? s.K : NULL;
+    s.S = take_split(cv, halves ? dk / 2 : dk, dv, exact);
     s.V = take_split(cv, L, dv, exact);
-    s.P = take_split(cv, L, L, exact);
-    s.tmp = take_warp_tiles(cv);
     s.g = take_gates(cv);
     *bytes = cv.off;
     return s;
 }
 
-// O's tiles: diag(exp(gamma)) Q S0 (its rows scaled in the lanes' registers), then + P V',
-// times scale, to out's rows below Lc (row stride ostride) in bf16.
-__device__ void out_tiles(const OutSmem &s, int dk, int dv, float scale, bf *out, long ostride,
-                          int Lc) {
-    float *tmp = warp_tile(s.tmp);
+// Rows m0 .. m0 + 16 of P = D QK^T (lower, with the diagonal) as the A fragments of P V':
+// column tile kt (kt <= m0 / 16; the tiles past the diagonal are zero) in a[kt], each
+// element masked, scaled by D and rounded to bf16 where p_tile rounds it (lo: the remainders,
+// in the exact mode). Pair k of a FragC is register k of an A fragment.
+template <bool EXACT> struct PRows { uint32_t hi[L / 16][4], lo[EXACT ? L / 16 : 1][4]; };
+
+template <bool EXACT>
+__device__ void p_rows(PRows<EXACT> &p, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
+                       int m0, int dk) {
+#pragma unroll
+    for (int kt = 0; kt < L / 16; kt++) {
+        if (16 * kt > m0) break;
+        FragC acc;
+        frag_fill(acc, 0.0f);
+        mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, 16 * kt, dk);
+#pragma unroll
+        for (int k = 0; k < FRAG_PAIRS; k++) {
+            int i = m0 + frag_pair_row(k), j = 16 * kt + frag_pair_col(k);
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                x[e] = i < Lc && j + e <= i ? expf(gam[i] - gam[j + e]) * acc.x[2 * k + e] : 0.0f;
+            p.hi[kt][k] = pack_bf16(x[0], x[1]);
+            if (EXACT)
+                p.lo[EXACT ? kt : 0][k] =
+                    pack_bf16(x[0] - bf2f(f2bf(x[0])), x[1] - bf2f(f2bf(x[1])));
+        }
+    }
+}
+
+// acc[j] += A V' over the k-tiles of the warp's rows below the diagonal (the zero ones skipped),
+// A's fragments in registers, each tile's k-steps in order.
+template <int N>
+__device__ void pv_pass(FragC (&acc)[N], const WarpTiles &wt, const uint32_t (*A)[4], const bf *V,
+                        int ldv) {
+#pragma unroll
+    for (int kt = 0; kt < L / 16; kt++) {
+        if (16 * kt > wt.m0) break;
+        uint32_t b[N][4];
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (j < wt.n) frag_b<row_major>(b[j], V, ldv, 16 * kt, tile_col(wt, j));
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (j < wt.n) mma_step(acc[j], A[kt], b[j]);
+    }
+}
+
+// O's tiles: diag(exp(gamma)) Q S0 (its rows scaled in the lanes' registers), then + P V' (the
+// products in mma_split_tiles' order: lo x hi, hi x lo, hi x hi), times scale, to out's rows
+// below Lc (row stride ostride) in bf16, straight from the lanes' registers.
+template <bool EXACT>
+__device__ void out_tiles(const OutSmem &s, const PRows<EXACT> &p, int dk, int dv, float scale,
+                          bf *out, long ostride, int Lc) {
     WarpTiles wt = warp_tiles(dv);
+    int ld = ldb16(dk);
     FragC acc[MAX_TILES];
     tiles_zero(acc);
-    mma_split_tiles<row_major, row_major>(acc, wt, s.Q, NULL, ldb16(dk), s.S.hi, s.S.lo, s.S.ld,
-                                          dk);
+    if (s.S2) { // S0's halves: the first here, the second where K was, once it has landed
+        mma_tiles<row_major, row_major>(acc, wt, s.Q, ld, s.S.hi, s.S.ld, dk / 2);
+        loads_done();
+        __syncthreads();
+        mma_tiles<row_major, row_major>(acc, wt, s.Q + dk / 2, ld, s.S2, s.S.ld, dk / 2);
+    } else {
+        mma_split_tiles<row_major, row_major>(acc, wt, s.Q, NULL, ld, s.S.hi, s.S.lo, s.S.ld, dk);
+    }
 #pragma unroll
     for (int j = 0; j < MAX_TILES; j++)
         if (j < wt.n) frag_scale_rows(acc[j], s.g.eg + wt.m0);
-    mma_split_tiles<row_major, row_major>(acc, wt, s.P.hi, s.P.lo, s.P.ld, s.V.hi, s.V.lo, s.V.ld,
-                                          L);
-    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8;
+    if (EXACT) pv_pass(acc, wt, p.lo, s.V.hi, s.V.ld);
+    if (s.V.lo) pv_pass(acc, wt, p.hi, s.V.lo, s.V.ld);
+    pv_pass(acc, wt, p.hi, s.V.hi, s.V.ld);
 #pragma unroll
     for (int j = 0; j < MAX_TILES; j++) {
         if (j >= wt.n) continue;
-        tile_stage(tmp, acc[j]);
-        float x[8];
-        for (int e = 0; e < 8; e++) x[e] = scale * tmp[r * TMP_LD + c + e];
-        if (wt.m0 + r < Lc) split_put8(out, NULL, (wt.m0 + r) * ostride + tile_col(wt, j) + c, x);
+#pragma unroll
+        for (int k = 0; k < FRAG_PAIRS; k++) {
+            int i = wt.m0 + frag_pair_row(k), c = tile_col(wt, j) + frag_pair_col(k);
+            if (i < Lc)
+                *reinterpret_cast<uint32_t *>(out + i * ostride + c) =
+                    pack_bf16(scale * acc[j].x[2 * k], scale * acc[j].x[2 * k + 1]);
+        }
     }
 }
 
 // Grid (chunks of the span, H, B): the outputs of one (chunk, value head) from its entering
-// state (slot c - span.begin of states) and V'.
-template <int DK, int DV>
+// state (slot c - span.begin of states) and V'. EXACT: the factors' exact mode.
+template <int DK, int DV, bool EXACT>
 __global__ void __launch_bounds__(TC_THREADS)
     out_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                Span span, Factors f, Kept states) {
@@ -317,23 +381,29 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv), hk = h / (a.H / a.HK), ld = ldb16(dk);
     size_t bytes;
-    OutSmem s = out_smem(smem, dk, dv, f.wlo != NULL, &bytes);
-    float *tmp = warp_tile(s.tmp);
+    OutSmem s = out_smem(smem, dk, dv, EXACT, &bytes);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
+    long so = kept_index(states, a, b, h, slot);
     load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
-    load_split_block(s.S, states.hi, states.lo, kept_index(states, a, b, h, slot), dk, dv);
+    load_split_block(s.S, states.hi, states.lo, so, s.S2 ? dk / 2 : dk, dv);
     load_split_block(s.V, f.vphi, f.vplo, idx * L * dv, L, dv);
     gates_of(s.g, a, t, b, t0, h, Lc);
     loads_done();
     __syncthreads();
-    for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS)
-        p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, id / 4 * 16, id % 4 * 16, dk, NULL, NULL, &s.P);
-    __syncthreads();
-    out_tiles(s, dk, dv, a.scale, t.out + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc);
+    PRows<EXACT> p;
+    p_rows(p, s.Q, s.K, ld, s.g.gam, Lc, warp_tiles(dv).m0, dk);
+    if (s.S2) { // K is done with: S0's second half lands there
+        __syncthreads();
+        load_bf16_block(s.S2, states.hi + so + (long)dk / 2 * dv, dv, dk / 2, dk / 2, dv);
+    }
+    out_tiles(s, p, dk, dv, a.scale, t.out + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc);
 }
 
 // ---- host side -----------------------------------------------------------------------------
+
+template <int DK, int DV> constexpr auto out_exact = out_kernel<DK, DV, true>;
+template <int DK, int DV> constexpr auto out_rounded = out_kernel<DK, DV, false>;
 
 template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -342,8 +412,9 @@ template <typename Kernel> void allow_smem(Kernel k, size_t bytes) {
 void out_launch(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                 int max_chunks, Span span, const Factors &f, Kept states, cudaStream_t stream) {
     size_t bytes;
-    out_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
-    auto kernel = GDN_DIMS_KERNEL(out_kernel, a);
+    bool exact = f.wlo != NULL;
+    out_smem(NULL, a->dk, a->dv, exact, &bytes);
+    auto kernel = exact ? GDN_DIMS_KERNEL(out_exact, a) : GDN_DIMS_KERNEL(out_rounded, a);
     allow_smem(kernel, bytes);
     phase_begin(GDN_PHASE_OUT, stream);
     kernel<<<dim3(span.end - span.begin, a->H, a->B), TC_THREADS, bytes, stream>>>(
