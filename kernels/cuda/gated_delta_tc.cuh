@@ -321,6 +321,17 @@ inline __device__ void load_bf16_block(bf *dst, const bf *src, long stride, int 
     }
 }
 
+// The reverse of load_bf16_block's copy: rows [0, rows) of a [., ldb16(width)] tile to a bf16
+// global matrix of row stride `stride`, 16 bytes at a time.
+inline __device__ void store_bf16_block(bf *dst, long stride, const bf *src, int rows, int width) {
+    int ld = ldb16(width), vecs = width / 8;
+    for (int e = threadIdx.x; e < rows * vecs; e += blockDim.x) {
+        int i = e / vecs, m = e % vecs * 8;
+        *reinterpret_cast<uint4 *>(dst + i * stride + m) =
+            *reinterpret_cast<const uint4 *>(src + i * ld + m);
+    }
+}
+
 // The thread's load_bf16_block copies have landed (committed or not); a barrier after it makes
 // every thread's visible to all.
 inline __device__ void loads_done() {
@@ -466,11 +477,12 @@ inline __device__ void frag_scale_rows(FragC &acc, const float *mul) {
 // at half fp32's bytes in the default mode. W = T diag(beta exp(gamma)) K split ([L, dk]),
 // U = T diag(beta) V ([L, dv] fp32: the pass subtracts from it in fp32), V' = U - W S0 split
 // ([L, dv]) and, for the backward (with_p), the rest: P and T split ([L, L]), M = D KK^T (strictly
-// lower, [L, L] fp32), dV' and dR split ([L, dv]), the pair terms dPD and dAB split ([L, L]), and
-// the rows' partial dgamma and dbeta ([L] fp32 each).
+// lower, [L, L] fp32), dV' and dR split ([L, dv]), the pair terms dPD and dAB split ([L, L]),
+// the rows' partial dgamma and dbeta ([L] fp32 each), and in the default mode scale dO
+// rounded to bf16 ([L, dv], doh: the pairs kernel's, which the rows kernel copies as it is).
 struct Factors {
     bf *whi, *wlo, *phi, *plo, *thi, *tlo, *dpdhi, *dpdlo, *dabhi, *dablo;
-    bf *vphi, *vplo, *dvphi, *dvplo, *drhi, *drlo;
+    bf *vphi, *vplo, *dvphi, *dvplo, *drhi, *drlo, *doh;
     float *u, *m, *rowg, *rowb;
 };
 
@@ -530,6 +542,7 @@ inline __host__ __device__ size_t factors_carve(Factors *f, unsigned char *p, co
     bf **rows[] = {&f->dvphi, &f->dvplo, &f->drhi, &f->drlo};
     for (int i = 0; i < 4; i++)
         *rows[i] = with_p && (exact || i % 2 == 0) ? cv.take<bf>(nb * L * a.dv) : NULL;
+    f->doh = with_p && !exact ? cv.take<bf>(nb * L * a.dv) : NULL;
     f->m = with_p ? cv.take<float>(nb * L * L) : NULL;
     f->rowg = with_p ? cv.take<float>(nb * L) : NULL;
     f->rowb = with_p ? cv.take<float>(nb * L) : NULL;

@@ -197,6 +197,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         put8(dvo + i * vs + n, r);
     }
     v_dot_dr(s, vrows, dv, Lc);
+    if (f.doh) store_bf16_block(f.doh + idx * L * dv, dv, s.dO.hi, L, dv); // the rows kernel's
     __syncthreads();
     pairs_products(s, dv);
     __syncthreads();
@@ -207,24 +208,35 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 // ---- rows: X, Y, Z, dq and dk of a key head's value heads, dbeta and dg ---------------------
 
+// A head's operands: in the default mode each has a buffer of its own, and dO, dR and S0 are
+// copied in with the head's first tiles (dO as the pairs kernel rounded it, f.doh), so that a
+// head waits on the memory once (226 KB at dk = dv = 128: the block has a multiprocessor to
+// itself either way). In the exact mode, whose halves would not fit, V', dO and dR take one
+// buffer in turn and dS_e and S0 another, each loaded where it is needed.
 struct RowsSmem {
-    bf *Q, *K;      // [L, ldb16(dk)]
-    Split A, B;     // [L, dv]: V', dO, dR in turn; [dk, dv]: dS_e, then S0
-    Split DPD, DAB; // [L, L]
-    float *stage;   // [L, ldf32(dk)]: diag(w) Z
-    float *tmp;     // a [16, 20] tile a warp
-    float *pq, *py; // [L, 8]: the rows' dot products, a column a 16-wide tile
+    bf *Q, *K;        // [L, ldb16(dk)]
+    Split Vp, dO, dR; // [L, dv]
+    Split dSe, S0;    // [dk, dv]
+    Split DPD, DAB;   // [L, L]
+    float *stage;     // [L, ldf32(dk)]: diag(w) Z
+    float *tmp;       // a [16, 20] tile a warp
+    float *pq, *py;   // [L, 8]: the rows' dot products, a column a 16-wide tile
     float *gam, *beta, *eg, *w, *z, *nbe, *dgam, *red;
+    bool ahead; // the default mode's buffers apart
 };
 
 __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool exact,
                                        size_t *bytes) {
     Carve cv = {base, 0};
     RowsSmem s;
+    s.ahead = !exact;
     s.Q = cv.take<bf>(L * ldb16(dk));
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.A = take_split(cv, L, dv, exact);
-    s.B = take_split(cv, dk, dv, exact);
+    s.Vp = take_split(cv, L, dv, exact);
+    s.dO = s.ahead ? take_split(cv, L, dv, exact) : s.Vp;
+    s.dR = s.ahead ? take_split(cv, L, dv, exact) : s.Vp;
+    s.dSe = take_split(cv, dk, dv, exact);
+    s.S0 = s.ahead ? take_split(cv, dk, dv, exact) : s.dSe;
     s.DPD = take_split(cv, L, L, exact);
     s.DAB = take_split(cv, L, L, exact);
     s.stage = cv.take<float>(L * ldf32(dk));
@@ -289,10 +301,10 @@ __device__ void rows_add(float *dst, const RowsOut &out, const FragC (&acc)[ROWS
 }
 
 // The warp's tiles of A B^T (X, Y or Z: [L, dk], K = dv) into acc.
-__device__ void rows_abt(FragC (&acc)[ROWS_TILES], const WarpTiles &wt, const RowsSmem &s, int dv) {
+__device__ void rows_abt(FragC (&acc)[ROWS_TILES], const WarpTiles &wt, const Split &A,
+                         const Split &B, int dv) {
     tiles_zero(acc);
-    mma_split_tiles<row_major, col_major>(acc, wt, s.A.hi, s.A.lo, s.A.ld, s.B.hi, s.B.lo, s.B.ld,
-                                          dv);
+    mma_split_tiles<row_major, col_major>(acc, wt, A.hi, A.lo, A.ld, B.hi, B.lo, B.ld, dv);
 }
 
 // Each row's dot product with rows m0.. of V (columns c0..), through the warp's tmp tile, into
@@ -313,15 +325,15 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
 // The value head's dq or dk, a group of the warp's tiles at a time: their sums so far read
 // first, acc = A B^T (rows_abt), then more(acc, wt) adds the rest, then acc goes onto dst's.
 template <typename More>
-__device__ void rows_grad(float *dst, const RowsOut &out, const RowsSmem &s, int dk, int dv,
-                          More more) {
+__device__ void rows_grad(float *dst, const RowsOut &out, const Split &A, const Split &B, int dk,
+                          int dv, More more) {
     WarpTiles all = warp_tiles(dk);
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         TileSum sum[ROWS_TILES];
         rows_sum_so_far(sum, dst, out, wt);
         FragC acc[ROWS_TILES];
-        rows_abt(acc, wt, s, dv);
+        rows_abt(acc, wt, A, B, dv);
         more(acc, wt);
         rows_add(dst, out, acc, sum, wt);
     }
@@ -330,7 +342,7 @@ __device__ void rows_grad(float *dst, const RowsOut &out, const RowsSmem &s, int
 // The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
 __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk);
-    rows_grad(out.dq, out, s, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
+    rows_grad(out.dq, out, s.dO, s.S0, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
         for (int j = 0; j < ROWS_TILES; j++)
             if (j < wt.n) rows_dot_scale(acc[j], s, s.Q, ld, wt.m0, tile_col(wt, j), s.pq, s.eg);
@@ -343,7 +355,7 @@ __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
 // + dPD^T Q, added to out.dk.
 __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-    rows_grad(out.dk, out, s, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
+    rows_grad(out.dk, out, s.dR, s.S0, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
         for (int j = 0; j < ROWS_TILES; j++) {
             if (j >= wt.n) continue;
@@ -369,7 +381,7 @@ __device__ void rows_z(const RowsSmem &s, int dk, int dv) {
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         FragC acc[ROWS_TILES];
-        rows_abt(acc, wt, s, dv);
+        rows_abt(acc, wt, s.Vp, s.dSe, dv);
         tiles_store(s.stage, lds, acc, wt);
     }
     __syncthreads();
@@ -416,12 +428,12 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
     }
 }
 
-// S0, split in global memory at hi and lo (+ o), into B, which holds dS_e, and <S0, dS_e> of
-// the two splits' values in a fixed order: strided partial sums, each warp's by a shuffle tree,
-// then the warps' in order. A thread reads and overwrites only its own elements of B. Every
+// <S0, dS_e> of the two splits' values in a fixed order: strided partial sums, each warp's by a
+// shuffle tree, then the warps' in order. S0 is in s.S0 already where the head's operands are
+// apart (s.ahead); in the exact mode it comes from global memory (hi and lo + o) into the
+// buffer that holds dS_e, each thread reading and overwriting only its own elements. Every
 // thread gets the sum; ends with a barrier.
-__device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o, int dk,
-                                int dv) {
+__device__ float state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o, int dk, int dv) {
     const int BATCH = 4; // loads in flight before the first is used
     int vecs = dv / 8, total = dk * vecs;
     float part = 0.0f;
@@ -432,7 +444,8 @@ __device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, l
             int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
             long g = o + (long)i * dv + m;
             if (e >= total) continue;
-            *reinterpret_cast<uint4 *>(h[r]) = *reinterpret_cast<const uint4 *>(hi + g);
+            const bf *src = s.ahead ? s.S0.hi + i * s.S0.ld + m : hi + g;
+            *reinterpret_cast<uint4 *>(h[r]) = *reinterpret_cast<const uint4 *>(src);
             if (lo) *reinterpret_cast<uint4 *>(l[r]) = *reinterpret_cast<const uint4 *>(lo + g);
         }
 #pragma unroll
@@ -440,10 +453,12 @@ __device__ float load_state_dot(const RowsSmem &s, const bf *hi, const bf *lo, l
             int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
             if (e >= total) continue;
             for (int x = 0; x < 8; x++)
-                part += (f(h[r][x]) + (lo ? f(l[r][x]) : 0.0f)) * split_value(s.B, i, m + x);
-            *reinterpret_cast<uint4 *>(s.B.hi + i * s.B.ld + m) = *reinterpret_cast<uint4 *>(h[r]);
+                part += (f(h[r][x]) + (lo ? f(l[r][x]) : 0.0f)) * split_value(s.dSe, i, m + x);
+            if (s.ahead) continue;
+            *reinterpret_cast<uint4 *>(s.S0.hi + i * s.S0.ld + m) =
+                *reinterpret_cast<uint4 *>(h[r]);
             if (lo)
-                *reinterpret_cast<uint4 *>(s.B.lo + i * s.B.ld + m) =
+                *reinterpret_cast<uint4 *>(s.S0.lo + i * s.S0.ld + m) =
                     *reinterpret_cast<uint4 *>(l[r]);
         }
     }
@@ -463,8 +478,13 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
     long so = kept_index(states, a, b, h, slot), dso = kept_index(dstates, a, b, h, slot);
     load_split_factor(s.DPD, f.dpdhi, f.dpdlo, idx * L * L, L);
     load_split_factor(s.DAB, f.dabhi, f.dablo, idx * L * L, L);
-    load_split_block(s.A, f.vphi, f.vplo, idx * L * dv, L, dv);
-    load_split_block(s.B, dstates.hi, dstates.lo, dso, dk, dv);
+    load_split_block(s.Vp, f.vphi, f.vplo, idx * L * dv, L, dv);
+    load_split_block(s.dSe, dstates.hi, dstates.lo, dso, dk, dv);
+    if (s.ahead) { // the default mode: the rest of the head's operands now too
+        load_split_block(s.S0, states.hi, NULL, so, dk, dv);
+        load_split_block(s.dO, f.doh, NULL, idx * L * dv, L, dv);
+        load_split_block(s.dR, f.drhi, NULL, idx * L * dv, L, dv);
+    }
     load_gates_padded(s.gam, s.beta, s.eg, s.w, t.g + go, t.beta + go, a.H, Lc);
     for (int i = threadIdx.x; i < L && threadIdx.x < 32; i += 32) // the lane's own gates
         s.nbe[i] = -s.beta[i] * s.eg[i];
@@ -472,14 +492,17 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
     __syncthreads();
     rows_z(s, dk, dv);
     __syncthreads();
-    load_split_rows(s.A, t.dout + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, L, dv, NULL,
-                    a.scale);
-    float sd = load_state_dot(s, states.hi, states.lo, so, dk, dv); // ends with a barrier
+    if (!s.ahead)
+        load_split_rows(s.dO, t.dout + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, L, dv, NULL,
+                        a.scale);
+    float sd = state_dot(s, states.hi, states.lo, so, dk, dv); // ends with a barrier
     rows_dq(out, s, dk, dv);
     __syncthreads();
-    load_split_block(s.A, f.drhi, f.drlo, idx * L * dv, L, dv);
-    loads_done();
-    __syncthreads();
+    if (!s.ahead) {
+        load_split_block(s.dR, f.drhi, f.drlo, idx * L * dv, L, dv);
+        loads_done();
+        __syncthreads();
+    }
     rows_dk(out, s, dk, dv);
     __syncthreads();
     rows_scalars(s, a, t, f, idx, b, t0, h, Lc, sd);
