@@ -19,11 +19,13 @@
 #         training step's shape beside FLA's;
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
+#   air   GLM-4.5-Air's first 2 layers beside the peer (bench/run_deepseek.sh peerair) with
+#         optimizer.device_groups "auto" (the embedding, head and both layers' AdamW on the GPU);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
 #         then Nsight Compute's view of its kernels by source line (bench/device_run.sh
 #         gdnsrc) and both rules at a training step's shape; on an H200 before the gpt-oss part.
-#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|rule]
+#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|air|rule]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -100,6 +102,10 @@ elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kerne
     true
 elif [ "${MT_PENDING_PART:-}" = tier ]; then # GLM-4.7-Flash's largest slice, every byte on disk
     timeout "$(($(left) - 10))" bash bench/run_deepseek.sh tier 2>&1 | tail -n 40
+elif [ "${MT_PENDING_PART:-}" = air ]; then
+    MT_MOE_BENCH_LIMIT=150 MT_PEER_STEPS=4 MT_PEER_LIMIT=200 timeout "$(($(left) - 10))" \
+        bash bench/run_deepseek.sh peerair 2>&1 | grep -E "RATIO|^/root|^MOE|^build:|done at"
+    grep -rh "AdamW of the embedding" "$OUT" 2>/dev/null | sort | uniq -c | cut -c1-200
 elif [ "${MT_PENDING_PART:-}" = busy ]; then
     timeout "$(($(left) - 10))" bash bench/run_qwen35.sh busy 2>&1 | tail -n 30
 elif [ "${MT_PENDING_PART:-}" = qwen ]; then # Qwen3.5-35B-A3B's 2 layers beside the peer
