@@ -55,30 +55,32 @@ __device__ void gates_of(const Gates &g, const gdn_args &a, const Tensors &t, in
 
 // ---- prep: the chunk's state-independent factors -------------------------------------------
 
-// M and X for the solve. A block is small enough for three a multiprocessor in the forward
-// (two in the backward, which also holds Q): T, split in the default mode, lies over M, which
-// the solve leaves dead (the backward stores M first); V lands after the solve, where the warps'
-// tiles (tmp: the solve's sums, the backward's P products) were, while W is made. X's rows are
-// 68 floats apart, which spreads a warp's writes of four rows of 8 columns over the banks.
+// M and X for the solve. A block takes 68 KB at dk = dv = 128, three a multiprocessor: T, split
+// in the default mode, lies over M, which the solve leaves dead (the backward stores M first);
+// one region R holds Q (the backward's, for P), then the solve's sums, then V, which lands
+// while W is made. X's rows are 68 floats apart, which spreads a warp's writes of four rows of
+// 8 columns over the banks.
 const int XLD = L + 4;
+const int SOLVE_SUMS = 768; // invert_unit_lower's Y
 
 struct PrepSmem {
-    bf *K, *V, *Q; // Q: the backward's alone (with_p)
+    bf *K, *Q, *V; // Q and V in R, in turn
+    float *Y;      // in R too
     Gates g;
-    float *M, *X, *tmp; // [L, L] and [L, XLD]; TC_WARPS 16 x 16 tiles, over V
-    Split T;            // T with its columns scaled, [L, L]
+    float *M, *X; // [L, L] and [L, XLD]
+    Split T;      // T with its columns scaled, [L, L]
 };
 
-__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool exact, bool with_p,
+__host__ __device__ PrepSmem prep_smem(unsigned char *base, int dk, int dv, bool exact,
                                        size_t *bytes) {
     Carve cv = {base, 0};
     PrepSmem s;
     s.K = cv.take<bf>(L * ldb16(dk));
-    s.Q = with_p ? cv.take<bf>(L * ldb16(dk)) : NULL;
-    size_t vb = sizeof(bf) * L * ldb16(dv), tb = sizeof(float) * TC_WARPS * 16 * TMP_LD;
-    unsigned char *v = cv.take<unsigned char>(vb > tb ? vb : tb);
-    s.V = reinterpret_cast<bf *>(v);
-    s.tmp = reinterpret_cast<float *>(v);
+    size_t r = sizeof(bf) * L * ldb16(dk > dv ? dk : dv);
+    if (r < sizeof(float) * SOLVE_SUMS) r = sizeof(float) * SOLVE_SUMS;
+    unsigned char *region = cv.take<unsigned char>(r);
+    s.Q = s.V = reinterpret_cast<bf *>(region);
+    s.Y = reinterpret_cast<float *>(region);
     s.g = take_gates(cv);
     s.M = cv.take<float>(L * L);
     s.X = cv.take<float>(L * XLD);
@@ -103,22 +105,29 @@ __device__ void scaled_t(const PrepSmem &s, const float *eg) {
     }
 }
 
-// P = D QK^T (lower, with the diagonal) of the 16 x 16 tile at (m0, n0), from Q, K and the
-// gates in shared memory, into the split matrix (hi, lo) at p (row stride L), for the backward.
-// A lane takes 8 elements of a row: one 16-byte store a half.
-__device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float *gam, int Lc,
-                       int m0, int n0, int dk, bf *phi, bf *plo) {
+// The tile of QK^T at (m0, n0) in acc as the same tile of P = D QK^T (lower, with the
+// diagonal; zero on the rows past Lc), in the lanes' registers.
+__device__ void frag_p_mask(FragC &acc, const float *gam, int Lc, int m0, int n0) {
+#pragma unroll
+    for (int k = 0; k < FRAG_PAIRS; k++) {
+        int i = m0 + frag_pair_row(k), j = n0 + frag_pair_col(k);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float &x = acc.x[2 * k + e];
+            x = i < Lc && j + e <= i ? expf(gam[i] - gam[j + e]) * x : 0.0f;
+        }
+    }
+}
+
+// P's tile at (m0, n0) from Q, K and the gates in shared memory, into the split matrix (hi, lo)
+// at p (row stride L), for the backward.
+__device__ void p_tile(const bf *Q, const bf *K, int ld, const float *gam, int Lc, int m0, int n0,
+                       int dk, bf *phi, bf *plo) {
     FragC acc;
     frag_fill(acc, 0.0f);
     mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, n0, dk);
-    tile_stage(tmp, acc);
-    int lane = threadIdx.x % 32, r = lane / 2, c = lane % 2 * 8, i = m0 + r;
-    float x[8];
-    for (int e = 0; e < 8; e++) {
-        int j = n0 + c + e;
-        x[e] = i < Lc && j <= i ? expf(gam[i] - gam[j]) * tmp[r * TMP_LD + c + e] : 0.0f;
-    }
-    split_put8(phi, plo, (long)i * L + n0 + c, x);
+    frag_p_mask(acc, gam, Lc, m0, n0);
+    frag_put_split(phi, plo, L, (long)m0 * L + n0, acc);
 }
 
 // KK^T into M and (with_p) P = D QK^T (lower, split into the factors), then A's M = D KK^T
@@ -126,7 +135,6 @@ __device__ void p_tile(float *tmp, const bf *Q, const bf *K, int ld, const float
 __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc, int dk,
                           bool with_p) {
     int ld = ldb16(dk);
-    float *tmp = warp_tile(s.tmp);
     for (int id = threadIdx.x / 32; id < 16; id += TC_WARPS) {
         int m0 = id / 4 * 16, n0 = id % 4 * 16;
         FragC acc;
@@ -134,7 +142,7 @@ __device__ void prep_mats(const PrepSmem &s, const Factors &f, long idx, int Lc,
         mma_tile<row_major, col_major>(acc, s.K, ld, s.K, ld, m0, n0, dk);
         frag_store(s.M + m0 * L + n0, acc, L);
         if (with_p)
-            p_tile(tmp, s.Q, s.K, ld, s.g.gam, Lc, m0, n0, dk, f.phi + idx * L * L,
+            p_tile(s.Q, s.K, ld, s.g.gam, Lc, m0, n0, dk, f.phi + idx * L * L,
                    f.plo ? f.plo + idx * L * L : NULL);
     }
     __syncthreads();
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv), hk = h / (a.H / a.HK);
     bool with_p = f.phi != NULL;
     size_t bytes;
-    PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, with_p, &bytes);
+    PrepSmem s = prep_smem(smem, dk, dv, f.wlo != NULL, &bytes);
     long idx = factor_index(a, b, h, slot), qks = (long)a.HK * dk;
     load_bf16_rows(s.K, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
     if (with_p) load_bf16_rows(s.Q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc, dk);
@@ -218,8 +226,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     loads_done();
     __syncthreads();
     prep_mats(s, f, idx, Lc, dk, with_p);
-    invert_unit_lower(s.X, s.M, s.g.beta, s.tmp); // X = T; ends with a barrier
-    load_bf16_rows(s.V, t.v + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, dv); // over tmp
+    invert_unit_lower(s.X, s.M, s.g.beta, s.Y); // X = T; ends with a barrier
+    load_bf16_rows(s.V, t.v + gdn_v_off(&a, b, t0, h), (long)a.H * dv, Lc, dv); // over Y
     if (with_p) { // the backward's M and T, before T's scaled copy lands on M
         for (int e = 8 * threadIdx.x; e < L * L; e += 8 * blockDim.x) {
             __align__(16) float x[8];
@@ -286,9 +294,9 @@ __host__ __device__ OutSmem out_smem(unsigned char *base, int dk, int dv, bool e
 }
 
 // Rows m0 .. m0 + 16 of P = D QK^T (lower, with the diagonal) as the A fragments of P V':
-// column tile kt (kt <= m0 / 16; the tiles past the diagonal are zero) in a[kt], each
-// element masked, scaled by D and rounded to bf16 where p_tile rounds it (lo: the remainders,
-// in the exact mode). Pair k of a FragC is register k of an A fragment.
+// column tile kt (kt <= m0 / 16; the tiles past the diagonal are zero) in a[kt], rounded to
+// bf16 as p_tile rounds them (lo: the remainders, in the exact mode). Pair k of a FragC is
+// register k of an A fragment.
 template <bool EXACT> struct PRows { uint32_t hi[L / 16][4], lo[EXACT ? L / 16 : 1][4]; };
 
 template <bool EXACT>
@@ -300,17 +308,13 @@ __device__ void p_rows(PRows<EXACT> &p, const bf *Q, const bf *K, int ld, const 
         FragC acc;
         frag_fill(acc, 0.0f);
         mma_tile<row_major, col_major>(acc, Q, ld, K, ld, m0, 16 * kt, dk);
+        frag_p_mask(acc, gam, Lc, m0, 16 * kt);
 #pragma unroll
         for (int k = 0; k < FRAG_PAIRS; k++) {
-            int i = m0 + frag_pair_row(k), j = 16 * kt + frag_pair_col(k);
-            float x[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                x[e] = i < Lc && j + e <= i ? expf(gam[i] - gam[j + e]) * acc.x[2 * k + e] : 0.0f;
-            p.hi[kt][k] = pack_bf16(x[0], x[1]);
+            float x0 = acc.x[2 * k], x1 = acc.x[2 * k + 1];
+            p.hi[kt][k] = pack_bf16(x0, x1);
             if (EXACT)
-                p.lo[EXACT ? kt : 0][k] =
-                    pack_bf16(x[0] - bf2f(f2bf(x[0])), x[1] - bf2f(f2bf(x[1])));
+                p.lo[EXACT ? kt : 0][k] = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
         }
     }
 }
@@ -448,7 +452,7 @@ extern "C" void cuda_gated_delta_exact(int on) {
 void gdn::tc_prep(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, cudaStream_t stream) {
     size_t bytes;
-    prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, f.phi != NULL, &bytes);
+    prep_smem(NULL, a->dk, a->dv, f.wlo != NULL, &bytes);
     auto kernel = GDN_DIMS_KERNEL(prep_kernel, a);
     allow_smem(kernel, bytes);
     phase_begin(GDN_PHASE_PREP, stream);
