@@ -549,19 +549,21 @@ static void bench_shares(const gdn_args *a, int chunks, const cuda_gdn_tensors *
                fwd[p], 100.0f * fwd[p] / fsum, bwd[p], 100.0f * bwd[p] / bsum);
 }
 
-// A digest of the outputs and gradients of the last run, to compare two builds' kernels: the
-// fixed seed gives both the same inputs, so kernels that claim the same bits must print the
-// same digest.
-static unsigned long long outputs_digest(const cuda_gdn_tensors *t, long nqk, long nv, long ng) {
+// A digest of the outputs and gradients of the last run (with `first` parts alone: 1, the
+// forward's output), to compare two builds' kernels: the fixed seed gives both the same
+// inputs, so kernels that claim the same bits must print the same digest.
+static unsigned long long outputs_digest(const cuda_gdn_tensors *t, long nqk, long nv, long ng,
+                                         size_t first) {
     const struct {
         const void *p;
         size_t bytes;
     } parts[] = {{t->out, sizeof(bf16) * nv},  {t->dq, sizeof(float) * nqk},
                  {t->dk, sizeof(float) * nqk}, {t->dv, sizeof(float) * nv},
                  {t->dg, sizeof(float) * ng},  {t->dbeta, sizeof(float) * ng}};
+    size_t n = sizeof(parts) / sizeof(parts[0]);
     XXH64_state_t *st = XXH64_createState();
     XXH64_reset(st, 0);
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+    for (size_t i = 0; i < (first && first < n ? first : n); i++) {
         void *h = hmalloc(parts[i].bytes);
         CUDA_CHECK(cudaMemcpy(h, parts[i].p, parts[i].bytes, cudaMemcpyDeviceToHost));
         XXH64_update(st, h, parts[i].bytes);
@@ -607,8 +609,9 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
                paths[p]->name, B, T, H, HK, dk, dv, f, b, (double)B * T / ((f + b) * 1e-3),
                bytes / (double)(1ull << 30));
         if (p < 2) // both tensor-core modes: what two builds' kernels give, compared
-            printf("  bits of the outputs and gradients (%s): %016llx\n", paths[p]->name,
-                   outputs_digest(&t, nqk, nv, ng));
+            printf("  bits of the outputs and gradients (%s): %016llx (the output's %016llx)\n",
+                   paths[p]->name, outputs_digest(&t, nqk, nv, ng, 0),
+                   outputs_digest(&t, nqk, nv, ng, 1));
         if (p > 0) continue;
         bench_shares(&a, chunks, &t, scratch);
         for (int w = 1; w <= 4; w *= 2) { // the state passes' block sizes
