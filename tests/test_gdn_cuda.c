@@ -334,6 +334,12 @@ static void check_gated_delta(const gdn_shape *s) {
         same = same_run(&c, &d[0], &x);
         report(same, what, name, same ? 0.0 : 1.0);
     }
+    // the rows kernel's blocks of 8 warps, not 16: the same bits (a tile's arithmetic is its own)
+    cuda_gated_delta_rows_warps(8);
+    gdn_run r8 = gdn_device_run(&c, &in, &TC);
+    cuda_gated_delta_rows_warps(0);
+    same = same_run(&c, &d[0], &r8);
+    report(same, "gdn rows of 8-warp blocks", name, same ? 0.0 : 1.0);
     // the backward after its own sweep for the checkpoints, not the forward's: the same bits
     for (int exact = 0; exact < 2; exact++) {
         ckpt_ready = 0;
@@ -620,6 +626,10 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
             printf("  pass blocks of %d warps: forward %.3f ms, backward %.3f ms\n", w, f, b);
         }
         cuda_gated_delta_pass_warps(0);
+        cuda_gated_delta_rows_warps(8);
+        bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
+        cuda_gated_delta_rows_warps(0);
+        printf("  rows blocks of 8 warps: forward %.3f ms, backward %.3f ms\n", f, b);
         cuda_gated_delta_lanes(0);
         bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
         cuda_gated_delta_lanes(1);

@@ -235,21 +235,21 @@ inline __device__ void frag_load(FragC &acc, const float *p, int ld) {
 
 // The 16 x 16 tiles a warp owns in a [L, width] product: rows m0 .. m0 + 16 of the n column
 // blocks at c0 + dc j (j < n, n at most MAX_TILES). warp_tiles gives the block's warps the
-// 4 x (width / 16) tiles, each once. A warp runs its tiles' products side by side (mma_tiles):
-// one tile's chain of k-steps, each waiting on the one before, leaves the tensor cores idle
-// between steps with one block a multiprocessor.
+// 4 x (width / 16) tiles, each once; a tile's arithmetic does not depend on which warp has it. A
+// warp runs its tiles' products side by side (mma_tiles): one tile's chain of k-steps, each waiting
+// on the one before, leaves the tensor cores idle between steps with one block a multiprocessor.
 const int MAX_TILES = MAX_DIM / 32;
 
 struct WarpTiles {
     int m0, c0, dc, n;
 };
 
-inline __device__ WarpTiles warp_tiles(int width) {
+// nw: the block's warps (a multiple of 4), TC_WARPS unless a kernel runs more.
+inline __device__ WarpTiles warp_tiles(int width, int nw = TC_WARPS) {
     int w = threadIdx.x / 32, total = 4 * (width / 16);
     // every warp the same count where the tiles divide evenly: a constant where width is one
-    int n = total % TC_WARPS == 0 ? total / TC_WARPS
-                                  : (w < total ? (total - w + TC_WARPS - 1) / TC_WARPS : 0);
-    return {w % 4 * 16, w / 4 * 16, 32, n};
+    int n = total % nw == 0 ? total / nw : (w < total ? (total - w + nw - 1) / nw : 0);
+    return {w % 4 * 16, w / 4 * 16, 16 * (nw / 4), n};
 }
 
 inline __device__ int tile_col(const WarpTiles &wt, int j) {

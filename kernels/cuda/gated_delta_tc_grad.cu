@@ -210,9 +210,20 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 // A head's operands: in the default mode each has a buffer of its own, and dO, dR and S0 are
 // copied in with the head's first tiles (dO as the pairs kernel rounded it, f.doh), so that a
-// head waits on the memory once (226 KB at dk = dv = 128: the block has a multiprocessor to
-// itself either way). In the exact mode, whose halves would not fit, V', dO and dR take one
-// buffer in turn and dS_e and S0 another, each loaded where it is needed.
+// head waits on the memory once (211 KB at dk = dv = 128: the block has a multiprocessor to
+// itself either way), and the block runs 16 warps (ROWS_WARPS), whose tiles (tmp) lie where
+// dS_e was, once <S0, dS_e> is taken: one block's 8 warps left the multiprocessor waiting on
+// their chains of dependent steps. In the exact mode, whose halves would not fit, V', dO and
+// dR take one buffer in turn and dS_e and S0 another, each loaded where it is needed, and the
+// block runs TC_WARPS. Every choice gives the same bits (a tile's arithmetic is its own).
+const int ROWS_WARPS = 16;
+
+int forced_rows_warps; // cuda_gated_delta_rows_warps
+
+inline int rows_warps(bool exact) {
+    return exact ? TC_WARPS : forced_rows_warps ? forced_rows_warps : ROWS_WARPS;
+}
+
 struct RowsSmem {
     bf *Q, *K;        // [L, ldb16(dk)]
     Split Vp, dO, dR; // [L, dv]
@@ -223,13 +234,15 @@ struct RowsSmem {
     float *pq, *py;   // [L, 8]: the rows' dot products, a column a 16-wide tile
     float *gam, *beta, *eg, *w, *z, *nbe, *dgam, *red;
     bool ahead; // the default mode's buffers apart
+    int nw;     // the block's warps
 };
 
-__host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool exact,
+__host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool exact, int nw,
                                        size_t *bytes) {
     Carve cv = {base, 0};
     RowsSmem s;
     s.ahead = !exact;
+    s.nw = nw;
     s.Q = cv.take<bf>(L * ldb16(dk));
     s.K = cv.take<bf>(L * ldb16(dk));
     s.Vp = take_split(cv, L, dv, exact);
@@ -240,7 +253,11 @@ __host__ __device__ RowsSmem rows_smem(unsigned char *base, int dk, int dv, bool
     s.DPD = take_split(cv, L, L, exact);
     s.DAB = take_split(cv, L, L, exact);
     s.stage = cv.take<float>(L * ldf32(dk));
-    s.tmp = take_warp_tiles(cv);
+    size_t tiles = sizeof(float) * nw * 16 * TMP_LD;
+    if (s.ahead && sizeof(bf) * dk * s.dSe.ld >= tiles)
+        s.tmp = reinterpret_cast<float *>(s.dSe.hi);
+    else
+        s.tmp = cv.take<float>(tiles / sizeof(float));
     s.pq = cv.take<float>(L * 8);
     s.py = cv.take<float>(L * 8);
     float *g = cv.take<float>(7 * L + TC_THREADS);
@@ -326,8 +343,8 @@ __device__ void rows_dot_scale(FragC &acc, const RowsSmem &s, const bf *V, int l
 // first, acc = A B^T (rows_abt), then more(acc, wt) adds the rest, then acc goes onto dst's.
 template <typename More>
 __device__ void rows_grad(float *dst, const RowsOut &out, const Split &A, const Split &B, int dk,
-                          int dv, More more) {
-    WarpTiles all = warp_tiles(dk);
+                          int dv, int nw, More more) {
+    WarpTiles all = warp_tiles(dk, nw);
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         TileSum sum[ROWS_TILES];
@@ -342,42 +359,45 @@ __device__ void rows_grad(float *dst, const RowsOut &out, const Split &A, const 
 // The value head's dq: X = dO S0^T, then diag(exp(gamma)) X + dPD K, added to out.dq.
 __device__ void rows_dq(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk);
-    rows_grad(out.dq, out, s.dO, s.S0, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
+    rows_grad(out.dq, out, s.dO, s.S0, dk, dv, s.nw,
+              [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++)
-            if (j < wt.n) rows_dot_scale(acc[j], s, s.Q, ld, wt.m0, tile_col(wt, j), s.pq, s.eg);
-        mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K, NULL, ld,
-                                              L);
-    });
+                  for (int j = 0; j < ROWS_TILES; j++)
+                      if (j < wt.n)
+                          rows_dot_scale(acc[j], s, s.Q, ld, wt.m0, tile_col(wt, j), s.pq, s.eg);
+                  mma_split_tiles<row_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.K,
+                                                        NULL, ld, L);
+              });
 }
 
 // The value head's dk: Y = dR S0^T, then diag(w) Z - diag(beta exp(gamma)) Y + dAB K + dAB^T K
 // + dPD^T Q, added to out.dk.
 __device__ void rows_dk(const RowsOut &out, const RowsSmem &s, int dk, int dv) {
     int ld = ldb16(dk), lds = ldf32(dk);
-    rows_grad(out.dk, out, s.dR, s.S0, dk, dv, [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
+    rows_grad(out.dk, out, s.dR, s.S0, dk, dv, s.nw,
+              [&](FragC(&acc)[ROWS_TILES], const WarpTiles &wt) {
 #pragma unroll
-        for (int j = 0; j < ROWS_TILES; j++) {
-            if (j >= wt.n) continue;
-            int c0 = tile_col(wt, j);
-            FragC wz;
-            rows_dot_scale(acc[j], s, s.K, ld, wt.m0, c0, s.py, s.nbe);
-            frag_load(wz, s.stage + wt.m0 * lds + c0, lds);
-            for (int i = 0; i < wz.num_elements; i++) acc[j].x[i] += wz.x[i];
-        }
-        mma_split_tiles<row_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld,
-                                              L);
-        mma_split_tiles<col_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K, NULL, ld,
-                                              L);
-        mma_split_tiles<col_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q, NULL, ld,
-                                              L);
-    });
+                  for (int j = 0; j < ROWS_TILES; j++) {
+                      if (j >= wt.n) continue;
+                      int c0 = tile_col(wt, j);
+                      FragC wz;
+                      rows_dot_scale(acc[j], s, s.K, ld, wt.m0, c0, s.py, s.nbe);
+                      frag_load(wz, s.stage + wt.m0 * lds + c0, lds);
+                      for (int i = 0; i < wz.num_elements; i++) acc[j].x[i] += wz.x[i];
+                  }
+                  mma_split_tiles<row_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K,
+                                                        NULL, ld, L);
+                  mma_split_tiles<col_major, row_major>(acc, wt, s.DAB.hi, s.DAB.lo, s.DAB.ld, s.K,
+                                                        NULL, ld, L);
+                  mma_split_tiles<col_major, row_major>(acc, wt, s.DPD.hi, s.DPD.lo, s.DPD.ld, s.Q,
+                                                        NULL, ld, L);
+              });
 }
 
 // Z = V' dS_e^T into the stage; z_i = k_i.Z_i; the stage's rows scaled by w.
 __device__ void rows_z(const RowsSmem &s, int dk, int dv) {
     int lds = ldf32(dk), ld = ldb16(dk), lane = threadIdx.x % 32;
-    WarpTiles all = warp_tiles(dk);
+    WarpTiles all = warp_tiles(dk, s.nw);
     for (int j0 = 0; j0 < all.n; j0 += ROWS_TILES) {
         WarpTiles wt = tiles_from(all, j0, ROWS_TILES);
         FragC acc[ROWS_TILES];
@@ -385,7 +405,7 @@ __device__ void rows_z(const RowsSmem &s, int dk, int dv) {
         tiles_store(s.stage, lds, acc, wt);
     }
     __syncthreads();
-    for (int i = threadIdx.x / 32; i < L; i += TC_WARPS) { // a warp owns row i
+    for (int i = threadIdx.x / 32; i < L; i += s.nw) { // a warp owns row i
         float d = 0.0f;
         for (int m = lane; m < dk; m += 32) d += f(s.K[i * ld + m]) * s.stage[i * lds + m];
         d = warp_sum(d);
@@ -428,8 +448,9 @@ __device__ void rows_scalars(const RowsSmem &s, const gdn_args &a, const Tensors
     }
 }
 
-// <S0, dS_e> of the two splits' values in a fixed order: strided partial sums, each warp's by a
-// shuffle tree, then the warps' in order. S0 is in s.S0 already where the head's operands are
+// <S0, dS_e> of the two splits' values in a fixed order: strided partial sums of the first
+// TC_THREADS threads (however many the block has), each warp's by a shuffle tree, then the
+// warps' in order. S0 is in s.S0 already where the head's operands are
 // apart (s.ahead); in the exact mode it comes from global memory (hi and lo + o) into the
 // buffer that holds dS_e, each thread reading and overwriting only its own elements. Every
 // thread gets the sum; ends with a barrier.
@@ -437,11 +458,11 @@ __device__ float state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o
     const int BATCH = 4; // loads in flight before the first is used
     int vecs = dv / 8, total = dk * vecs;
     float part = 0.0f;
-    for (int e0 = threadIdx.x; e0 < total; e0 += BATCH * blockDim.x) {
+    for (int e0 = threadIdx.x; threadIdx.x < TC_THREADS && e0 < total; e0 += BATCH * TC_THREADS) {
         __align__(16) bf h[BATCH][8], l[BATCH][8];
 #pragma unroll
         for (int r = 0; r < BATCH; r++) {
-            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
+            int e = e0 + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
             long g = o + (long)i * dv + m;
             if (e >= total) continue;
             const bf *src = s.ahead ? s.S0.hi + i * s.S0.ld + m : hi + g;
@@ -450,7 +471,7 @@ __device__ float state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o
         }
 #pragma unroll
         for (int r = 0; r < BATCH; r++) {
-            int e = e0 + r * blockDim.x, i = e / vecs, m = e % vecs * 8;
+            int e = e0 + r * TC_THREADS, i = e / vecs, m = e % vecs * 8;
             if (e >= total) continue;
             for (int x = 0; x < 8; x++)
                 part += (f(h[r][x]) + (lo ? f(l[r][x]) : 0.0f)) * split_value(s.dSe, i, m + x);
@@ -463,7 +484,7 @@ __device__ float state_dot(const RowsSmem &s, const bf *hi, const bf *lo, long o
         }
     }
     part = warp_sum(part);
-    if (threadIdx.x % 32 == 0) s.red[threadIdx.x / 32] = part;
+    if (threadIdx.x % 32 == 0 && threadIdx.x < TC_THREADS) s.red[threadIdx.x / 32] = part;
     __syncthreads();
     float sum = 0.0f;
     for (int w = 0; w < TC_WARPS; w++) sum += s.red[w];
@@ -510,8 +531,8 @@ __device__ void rows_head(const RowsOut &out, const RowsSmem &s, const gdn_args 
 
 // Grid (chunks of the span, HK, B): a key head's value heads in order, each adding its share
 // of dq and dk to theirs.
-template <int DK, int DV>
-__global__ void __launch_bounds__(TC_THREADS)
+template <int DK, int DV, int NW>
+__global__ void __launch_bounds__(32 * NW, 1)
     rows_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, Kept states, Kept dstates) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -519,7 +540,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (!chunk_at(starts, counts, max_chunks, span, b, span.begin + slot, &t0, &Lc)) return;
     int dk = dim_or<DK>(a.dk), dv = dim_or<DV>(a.dv);
     size_t bytes;
-    RowsSmem s = rows_smem(smem, dk, dv, f.wlo != NULL, &bytes);
+    RowsSmem s = rows_smem(smem, dk, dv, f.wlo != NULL, NW, &bytes);
     long qks = (long)a.HK * dk, qo = gdn_qk_off(&a, b, t0, hk);
     load_bf16_rows(s.Q, t.q + qo, qks, Lc, dk);
     load_bf16_rows(s.K, t.k + qo, qks, Lc, dk);
@@ -531,16 +552,25 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
+template <int DK, int DV> constexpr auto rows_8 = rows_kernel<DK, DV, 8>;
+template <int DK, int DV> constexpr auto rows_16 = rows_kernel<DK, DV, 16>;
+
 } // namespace
+
+extern "C" void cuda_gated_delta_rows_warps(int warps) {
+    forced_rows_warps = warps == 8 || warps == 16 ? warps : 0;
+}
 
 void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, Kept states, Kept dstates,
                   cudaStream_t stream) {
     size_t pb, rb;
-    pairs_smem(NULL, a->dv, f.wlo != NULL, &pb); // the mode the factors were carved in
-    rows_smem(NULL, a->dk, a->dv, f.wlo != NULL, &rb);
+    bool exact = f.wlo != NULL; // the mode the factors were carved in
+    pairs_smem(NULL, a->dv, exact, &pb);
+    rows_smem(NULL, a->dk, a->dv, exact, rows_warps(exact), &rb);
     auto pairs = GDN_DIMS_KERNEL(pairs_kernel, a);
-    auto rows = GDN_DIMS_KERNEL(rows_kernel, a);
+    auto rows =
+        rows_warps(exact) == TC_WARPS ? GDN_DIMS_KERNEL(rows_8, a) : GDN_DIMS_KERNEL(rows_16, a);
     CUDA_CHECK(cudaFuncSetAttribute(pairs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
     CUDA_CHECK(cudaFuncSetAttribute(rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
     phase_begin(GDN_PHASE_PAIRS, stream);
@@ -550,8 +580,8 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
     phase_begin(GDN_PHASE_GRAD, stream);
-    rows<<<dim3(n, a->HK, a->B), TC_THREADS, rb, stream>>>(*a, t, starts, counts, max_chunks, span,
-                                                           f, states, dstates);
+    rows<<<dim3(n, a->HK, a->B), 32 * rows_warps(exact), rb, stream>>>(
+        *a, t, starts, counts, max_chunks, span, f, states, dstates);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }

@@ -84,6 +84,11 @@ void cuda_gated_delta_exact(int on);
 // bits: for test_gdn_cuda, which checks that, and its --bench.
 void cuda_gated_delta_pass_warps(int warps);
 
+// Warps a block of the tensor-core rows kernel in the default mode (8 or 16); 0, the default,
+// takes 16. The exact mode's blocks run 8. Every choice gives the same bits: for test_gdn_cuda,
+// which checks that, and its --bench.
+void cuda_gated_delta_rows_warps(int warps);
+
 // Whether the tensor-core path runs its state passes on side streams (gated_delta_tc.cuh's
 // lanes) beside the per-chunk kernels on the caller's stream: on, the default; off, everything
 // on the caller's stream in turn. Both give the same bits: for test_gdn_cuda, which checks that,
