@@ -150,6 +150,10 @@ static const gdn_shape GDN_SHAPES[] = {
     {1, 64, 2, 2, 16, 32, NULL},
     {3, 200, 6, 3, 32, 16, MID},
     {1, 1000, 2, 1, 128, 128, NULL},
+    // Head dims the kernels' 128 instances do not take: uneven 16-warp tiles (dk 96), the
+    // output kernel's S0 halves at 96, the generic instance at dk 128 with a smaller dv.
+    {1, 700, 2, 1, 96, 96, MID},
+    {1, 500, 4, 2, 128, 64, EDGE},
     {2, 1000, 4, 2, 128, 128, EDGE},
     {2, 1000, 6, 2, 128, 128, MID},
     // Over 32 chunks a row: the backward's segments, its checkpoints and the state gradient
