@@ -207,7 +207,7 @@ __device__ void invert_unit_lower(float *X, const float *M, const float *beta, f
     }
 }
 
-// Grid (chunks of the span, H, B); DK, DV: Dims (gated_delta_tc.cuh).
+// Grid (chunks of the span, H, B); DK, DV: the head dims, or 0 (dim_or, gated_delta_tc.cuh).
 template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     prep_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 // The block's tiles. Each warp makes its own rows of P in its registers (p_rows), so no P or
 // staging tile is carved. In the default mode at dk = dv (the "halves" layout) S0's rows
-// [dk / 2, dk) land where K was once P is made, and a block takes 70 KB at dk = dv = 128:
+// [dk / 2, dk) land where K was once P is made, and a block takes 69 KB at dk = dv = 128:
 // three a multiprocessor.
 struct OutSmem {
     bf *Q, *K;
@@ -311,10 +311,9 @@ __device__ void p_rows(PRows<EXACT> &p, const bf *Q, const bf *K, int ld, const 
         frag_p_mask(acc, gam, Lc, m0, 16 * kt);
 #pragma unroll
         for (int k = 0; k < FRAG_PAIRS; k++) {
-            float x0 = acc.x[2 * k], x1 = acc.x[2 * k + 1];
-            p.hi[kt][k] = pack_bf16(x0, x1);
-            if (EXACT)
-                p.lo[EXACT ? kt : 0][k] = pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)));
+            SplitPair sp = split_pair(acc.x[2 * k], acc.x[2 * k + 1]);
+            p.hi[kt][k] = sp.hi;
+            if (EXACT) p.lo[EXACT ? kt : 0][k] = sp.lo;
         }
     }
 }

@@ -209,19 +209,24 @@ inline __device__ void frag_store(float *p, const FragC &acc, int ld) {
         *reinterpret_cast<float2 *>(p + frag_pair_row(k) * ld + frag_pair_col(k)) =
             make_float2(acc.x[2 * k], acc.x[2 * k + 1]);
 }
-// The tile into the bf16 matrix at hi + off (row stride ld), split as split_put8 splits (lo
-// NULL: the rounding alone), straight from the lanes' registers: a 4-byte store a pair.
+// A pair x0, x1 split as split_put splits each: its rounding and its remainders, each a bf16x2
+// word (x0 in the low half).
+struct SplitPair {
+    uint32_t hi, lo;
+};
+inline __device__ SplitPair split_pair(float x0, float x1) {
+    return {pack_bf16(x0, x1), pack_bf16(x0 - bf2f(f2bf(x0)), x1 - bf2f(f2bf(x1)))};
+}
+
+// The tile into the bf16 matrix at hi + off (row stride ld), split (lo NULL: the rounding
+// alone), straight from the lanes' registers: a 4-byte store a pair.
 inline __device__ void frag_put_split(bf *hi, bf *lo, int ld, long off, const FragC &acc) {
 #pragma unroll
     for (int k = 0; k < FRAG_PAIRS; k++) {
         long i = off + frag_pair_row(k) * ld + frag_pair_col(k);
-        float x0 = acc.x[2 * k], x1 = acc.x[2 * k + 1];
-        bf h0 = __float2bfloat16(x0), h1 = __float2bfloat16(x1);
-        *reinterpret_cast<__nv_bfloat162 *>(hi + i) = __halves2bfloat162(h0, h1);
-        if (lo)
-            *reinterpret_cast<__nv_bfloat162 *>(lo + i) =
-                __halves2bfloat162(__float2bfloat16(x0 - __bfloat162float(h0)),
-                                   __float2bfloat16(x1 - __bfloat162float(h1)));
+        SplitPair sp = split_pair(acc.x[2 * k], acc.x[2 * k + 1]);
+        *reinterpret_cast<uint32_t *>(hi + i) = sp.hi;
+        if (lo) *reinterpret_cast<uint32_t *>(lo + i) = sp.lo;
     }
 }
 

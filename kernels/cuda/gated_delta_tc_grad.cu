@@ -152,7 +152,7 @@ __device__ void v_dot_dr(const PairsSmem &s, const VRows &vr, int dv, int Lc) {
     }
 }
 
-// Grid (chunks of the span, H, B); DK, DV: Dims (gated_delta_tc.cuh).
+// Grid (chunks of the span, H, B); DK, DV: the head dims, or 0 (dim_or, gated_delta_tc.cuh).
 template <int DK, int DV>
 __global__ void __launch_bounds__(TC_THREADS)
     pairs_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
@@ -567,10 +567,10 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     size_t pb, rb;
     bool exact = f.wlo != NULL; // the mode the factors were carved in
     pairs_smem(NULL, a->dv, exact, &pb);
-    rows_smem(NULL, a->dk, a->dv, exact, rows_warps(exact), &rb);
+    int nw = rows_warps(exact);
+    rows_smem(NULL, a->dk, a->dv, exact, nw, &rb);
     auto pairs = GDN_DIMS_KERNEL(pairs_kernel, a);
-    auto rows =
-        rows_warps(exact) == TC_WARPS ? GDN_DIMS_KERNEL(rows_8, a) : GDN_DIMS_KERNEL(rows_16, a);
+    auto rows = nw == TC_WARPS ? GDN_DIMS_KERNEL(rows_8, a) : GDN_DIMS_KERNEL(rows_16, a);
     CUDA_CHECK(cudaFuncSetAttribute(pairs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pb));
     CUDA_CHECK(cudaFuncSetAttribute(rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rb));
     phase_begin(GDN_PHASE_PAIRS, stream);
@@ -580,8 +580,8 @@ void gdn::tc_grad(const gdn_args *a, const Tensors &t, const int32_t *starts, co
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
     phase_begin(GDN_PHASE_GRAD, stream);
-    rows<<<dim3(n, a->HK, a->B), 32 * rows_warps(exact), rb, stream>>>(
-        *a, t, starts, counts, max_chunks, span, f, states, dstates);
+    rows<<<dim3(n, a->HK, a->B), 32 * nw, rb, stream>>>(*a, t, starts, counts, max_chunks, span, f,
+                                                        states, dstates);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }
