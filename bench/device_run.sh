@@ -23,9 +23,10 @@
 #   gdnprof profiles the delta rule's kernels of one forward and backward (T tokens, 32 value
 #   heads over 16 key heads) with Nsight Compute: each kernel's time, throughputs, occupancy and
 #   top stall, summed by kernel (bench/ncu_summary.py).
-#   gdnsrc profiles one launch of each per-chunk kernel (prep, out, pairs, rows) by source line:
-#   the instructions each line executes and the warps' stall samples on it, the lines that cost
-#   most printed (bench/ncu_source.py), the whole CSVs under $OUT.
+#   gdnsrc profiles one launch of each delta-rule kernel (prep, pass, out, dpass, pairs, rows) by
+#   SASS instruction: each opcode's share of the warps' stall samples and of the instructions,
+#   and the costliest instructions with their stall reasons (bench/ncu_source.py), in
+#   $OUT/gdnsrc.txt.
 #   ATTN_WINDOW=W: attn times a sliding window of W keys (ours alone: with ATTN_TORCH=0), e.g.
 #   ATTN_TORCH=0 ATTN_WINDOW=128 bench/device_run.sh attn=2048,32768/64,128.
 set -u
@@ -100,16 +101,16 @@ for what in "$@"; do
         python3 bench/ncu_summary.py "$log" ;;
     gdnsrc | gdnsrc=*)
         spec=${what#gdnsrc}; spec=${spec#=}
-        for k in prep out pairs rows; do # one launch each, the rule's first (the forward's prep)
-            timeout 120 ncu --clock-control none --launch-count 1 --kernel-name "regex:${k}_kernel" \
-                --section SourceCounters --section WarpStateStats --import-source yes -f \
-                -o "$OUT/gdnsrc-$k" build/bin/test_gdn_cuda --bench --H 32 --HK 16 \
-                --T "${spec:-8192}" >"$OUT/gdnsrc-$k.log" 2>&1 || tail -n 5 "$OUT/gdnsrc-$k.log"
-            for view in cuda sass; do
-                ncu -i "$OUT/gdnsrc-$k.ncu-rep" --page source --csv --print-source "$view" \
-                    >"$OUT/gdnsrc-$k-$view.csv" 2>&1
-            done
-            python3 bench/ncu_source.py "$OUT/gdnsrc-$k-cuda.csv" "$k"
+        # the reports stay in /tmp (a call brings back 8 files); the summaries go to $OUT
+        mkdir -p /tmp/gdnsrc
+        for k in prep pass out dpass pairs rows; do # one launch each, the rule's first
+            timeout 120 ncu --clock-control none --launch-count 1 --kernel-name "regex:(^|[^a-z])${k}_kernel" \
+                --section SourceCounters --section WarpStateStats -f -o "/tmp/gdnsrc/$k" \
+                build/bin/test_gdn_cuda --bench --H 32 --HK 16 --T "${spec:-8192}" \
+                >"/tmp/gdnsrc/$k.log" 2>&1 || tail -n 5 "/tmp/gdnsrc/$k.log"
+            ncu -i "/tmp/gdnsrc/$k.ncu-rep" --page source --csv --print-source sass \
+                >"/tmp/gdnsrc/$k-sass.csv" 2>&1
+            python3 bench/ncu_source.py "/tmp/gdnsrc/$k-sass.csv" "$k" | tee -a "$OUT/gdnsrc.txt"
         done ;;
     gemm | gemm=*)
         spec=${what#gemm}; spec=${spec#=}

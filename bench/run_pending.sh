@@ -19,13 +19,15 @@
 #         training step's shape beside FLA's;
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
+#   oss   on an H200: gpt-oss-120b's first layer beside the peer first, then the rule part
+#         (without the tests where MT_PENDING_TESTS=0);
 #   air   GLM-4.5-Air's first 2 layers beside the peer (bench/run_deepseek.sh peerair) with
 #         optimizer.device_groups "auto" (the embedding, head and both layers' AdamW on the GPU);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
 #         8,192 and 32,768 tokens), and beside a base tree's where .base holds one (carried),
 #         then Nsight Compute's view of its kernels by source line (bench/device_run.sh
 #         gdnsrc) and both rules at a training step's shape; on an H200 before the gpt-oss part.
-#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|air|rule]
+#   usage: OUT=... [MT_PENDING_S=SECONDS] [MT_PENDING_PART=glm|qwen|tier|busy|air|rule|oss]
 #          [MT_PENDING_FLA=0: the rule part without FLA's timing] bench/run_pending.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -38,17 +40,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then # flash-linear-attention for the Qwen3.5 
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 # Triton's compiled kernels from an earlier call (.triton/cache.tgz, carried; each call leaves
-# its own in $OUT/triton-cache.tgz): FLA's first run at a new shape compiles for minutes
+# its own in $OUT/0-triton-cache.tgz): FLA's first run at a new shape compiles for minutes
 [ -f .triton/cache.tgz ] && mkdir -p ~/.triton && tar -xzf .triton/cache.tgz -C ~/.triton
 source bench/device-build.sh
-# first, the GPU's tests of what changed since the last calls: the delta rule's backward on the
-# forward's checkpoints (gdn_cuda_vs_cpu: the same bits as its own sweep), the layer's
-# checkpoint buffer in the plan's bytes
-(cd build && timeout 300 ctest -j4 --timeout 280 --output-on-failure -R \
+# first, the GPU's tests of what changed since the last calls (MT_PENDING_TESTS=0: none, where
+# they passed on the same kernels before): the delta rule's backward on the forward's
+# checkpoints (gdn_cuda_vs_cpu: the same bits as its own sweep), the plan's bytes
+[ "${MT_PENDING_TESTS:-1}" = 1 ] && (cd build && timeout 300 ctest -j4 --timeout 280 --output-on-failure -R \
     "^(e2e_device_groups|plan_matches_allocation|e2e_grad_dtype|gdn_cuda_vs_cpu|layer_parity_qwen35_linear_cuda|hf_qwen35_parity_cuda|e2e_cuda_parity)$" \
-    >"$OUT/pending-ctest.log" 2>&1)
-grep -E "tests passed|tests failed|\(Failed\)|Timeout" "$OUT/pending-ctest.log"
-grep -E "FAIL" "$OUT/pending-ctest.log" | head -n 20
+    >"$OUT/pending-ctest.log" 2>&1) &&
+    grep -E "tests passed|tests failed|\(Failed\)|Timeout|FAIL" "$OUT/pending-ctest.log" | head -n 20
 # the delta rule beside flash-linear-attention's, on the H100's and H200's common shapes, and
 # where .base/kernels/cuda holds other versions of some kernel files (carried), beside the tree
 # built with those
@@ -84,21 +85,28 @@ rule_ab() {
         --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 6
     echo "left $(left) s"
 }
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    # under MT_PENDING_PART=rule the rule's part first (what lands needs its check); then
-    # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold, and Qwen3.5-27B's
-    # 4 layers at 131,072 tokens (63 checkpoints a row), as time allows
-    [ "${MT_PENDING_PART:-}" = rule ] && rule_ab
-    [ "$(left)" -gt 330 ] && MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 \
-        MT_PEER_LIMIT=200 bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
+gptoss_peer() { # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold
+    MT_MOE_BENCH_LIMIT=130 MT_PEER_MICROS="2 1" MT_PEER_STEPS=4 MT_PEER_LIMIT=200 \
+        bash bench/run_gptoss.sh peer 2>&1 | tail -n 40
     echo "left $(left) s"
-    [ "$(left)" -gt 200 ] && timeout "$(($(left) - 150))" bash bench/run_qwen35.sh long 2>&1 |
-        tail -n 25
+}
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    if [ "${MT_PENDING_PART:-}" = oss ]; then # gpt-oss's ratio first, then the rule beside FLA's
+        gptoss_peer
+        rule_ab
+    else # under MT_PENDING_PART=rule the rule's part first (what lands needs its check); then
+        # gpt-oss's layer beside the peer, and Qwen3.5-27B's 4 layers at 131,072 tokens (63
+        # checkpoints a row), as time allows
+        [ "${MT_PENDING_PART:-}" = rule ] && rule_ab
+        [ "$(left)" -gt 330 ] && gptoss_peer
+        [ "$(left)" -gt 200 ] && timeout "$(($(left) - 150))" bash bench/run_qwen35.sh long 2>&1 |
+            tail -n 25
+    fi
     true
 elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes,
     rule_ab # and both rules at a training step's shape (8 rows of 2,048, 48 value heads)
-    [ "$(left)" -gt 250 ] && timeout 200 bash bench/device_run.sh gdnsrc=8192 2>&1 |
-        grep -A 26 -E "^(prep|out|pairs|rows): "
+    [ "$(left)" -gt 250 ] && timeout 220 bash bench/device_run.sh gdnsrc=8192 2>&1 |
+        grep -A 14 -E "^(prep|pass|out|dpass|pairs|rows): "
     timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 --T 2048 2>&1 |
         grep -E "^gdn  |^  [a-z]"
     [ "$(left)" -gt 60 ] && timeout "$(($(left) - 25))" python3 -u bench/gdn_fla.py --B 8 \
@@ -147,6 +155,7 @@ else # Qwen3.5-35B-A3B from its 4- and 8-layer slices, then FLA's delta rule at 
     [ "$(left)" -gt 40 ] && timeout 30 build/bin/test_gdn_cuda --bench --B 8 --H 48 --HK 16 \
         --T 2048 2>&1 | tail -n 5
 fi
-[ -d ~/.triton/cache ] && tar -czf "$OUT/triton-cache.tgz" -C ~/.triton cache &&
-    du -h "$OUT/triton-cache.tgz" # under 16 MiB comes back: carry it as .triton/cache.tgz
+# under 16 MiB comes back (a call brings the first 8 files by name): carry it as .triton/cache.tgz
+[ -d ~/.triton/cache ] && tar -czf "$OUT/0-triton-cache.tgz" -C ~/.triton cache &&
+    du -h "$OUT/0-triton-cache.tgz"
 echo "ALLDONE at $(($(date +%s) - pending_t0)) s"
