@@ -7,7 +7,9 @@ times ours at, so that the two stand side by side in one call on one card.
 Inputs as the Qwen3.5 layer hands them over: q and k L2-normalised (bf16, [B, T, HK, dk]), v bf16
 [B, T, H, dv], g = log-decay fp32 [B, T, H] (negative), beta bf16 in (0, 1). GVA (H > HK) is
 FLA's own (it repeats no tensor). Forward alone, then forward + backward; the backward is their
-difference. Best of 5 after 3 warm-ups (Triton autotunes on the first calls)."""
+difference. Best of 5 after 3 warm-ups (Triton autotunes on the first calls). Then, with --kernels,
+each of FLA's kernels' time in one more forward + backward (torch.profiler): where its time goes
+beside test_gdn_cuda's shares of ours."""
 import argparse
 
 import torch
@@ -21,6 +23,7 @@ def parse():
     p.add_argument("--HK", type=int, default=16)
     p.add_argument("--dk", type=int, default=128)
     p.add_argument("--dv", type=int, default=128)
+    p.add_argument("--kernels", action="store_true", help="each kernel's time in one fwd + bwd")
     return p.parse_args()
 
 
@@ -39,7 +42,21 @@ def timed(fn, reps=5, warm=3):
     return best
 
 
-def one(B, T, H, HK, dk, dv):
+def kernel_times(fn, top=14):
+    """Each CUDA kernel's time (us) in one call of fn, the costliest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total, e.count, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(r[0] for r in rows) or 1.0
+    for us, n, name in sorted(rows, reverse=True)[:top]:
+        print(f"  {us:9.1f} us {100 * us / total:5.1f}% x{n:<3d} {name[:90]}")
+
+
+def one(B, T, H, HK, dk, dv, kernels):
     import fla.ops.common.chunk_o as chunk_o
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
@@ -74,13 +91,15 @@ def one(B, T, H, HK, dk, dv):
     fb = timed(fwd_bwd)
     print(f"FLA gated delta B={B} T={T} H={H} HK={HK} dk={dk} dv={dv}: forward {f:.3f} ms, "
           f"backward {fb - f:.3f} ms, fwd+bwd {B * T / (fb * 1e-3):.0f} tokens/s", flush=True)
+    if kernels:
+        kernel_times(fwd_bwd)
 
 
 def main():
     a = parse()
     for H in (int(x) for x in a.H.split(",")):
         for T in (int(x) for x in a.T.split(",")):
-            one(a.B, T, H, a.HK, a.dk, a.dv)
+            one(a.B, T, H, a.HK, a.dk, a.dv, a.kernels)
 
 
 if __name__ == "__main__":

@@ -81,8 +81,8 @@ rule_ab() {
     fi
     echo "left $(left) s"
     [ "${MT_PENDING_FLA:-1}" = 1 ] && [ "$(left)" -gt 120 ] && timeout "$(($(left) - 10))" \
-        python3 -u bench/gdn_fla.py \
-        --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 6
+        python3 -u bench/gdn_fla.py --kernels \
+        --T 8192,32768 --H 32 --HK 16 2>&1 | grep -v Warning | tail -n 34
     echo "left $(left) s"
 }
 gptoss_peer() { # gpt-oss-120b's first layer beside the peer, which an H100 cannot hold
