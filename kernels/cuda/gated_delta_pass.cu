@@ -34,12 +34,15 @@ struct PassTiles {
     float *u;
 };
 
+// Each warp's floats for chunk_decay's trade, after the staging tiles.
+const int DECAY_FLOATS = 2 * L;
+
 // Row stride (bf16) of a warp's staging tile, through which its kept states and V' leave in
 // 16-byte stores: 16 columns and 8 of padding (48 bytes), which puts the eight 16-byte rows an
 // stmatrix writes in distinct banks. A tile has STAGE_ROWS rows: a state of dk 128 passes in
-// two halves, so that a pass block (116 KB at dk 128) still leaves room on its multiprocessor
-// for an out or prep block beside it (measured: a whole state's tile made the forward's out
-// kernel 19% slower).
+// two halves, so that a pass block (119 KB at dk 128, chunk_decay's floats with it) still leaves
+// room on its multiprocessor for an out or prep block beside it (measured: a whole state's tile
+// made the forward's out kernel 19% slower).
 const int STAGE_LD = 24;
 const int STAGE_ROWS = L;
 
@@ -49,8 +52,9 @@ __host__ __device__ bf16 *take_stage(Carve &cv, int bv, bool exact) {
     return exact ? NULL : cv.take<bf16>(bv / 16 * STAGE_ROWS * STAGE_LD);
 }
 
-__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, unsigned char *base, int dk,
-                                    int bv, bool exact, size_t *bytes) {
+__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **decay,
+                                    unsigned char *base, int dk, int bv, bool exact,
+                                    size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
         t[i].whi = cv.take<bf16>(L * ldb16(dk));
@@ -59,20 +63,33 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, unsigned ch
         t[i].u = cv.take<float>(L * ldf32(bv));
     }
     *stage = take_stage(cv, bv, exact);
+    *decay = cv.take<float>(bv / 16 * DECAY_FLOATS);
     *bytes = cv.off;
 }
 
-// Rows [0, n) of a [., width] bf16 matrix (row stride `stride`) into a [L, ldb16(width)] tile
-// by cp.async, rows from n to L zero. A thread takes one 16-byte column of every
-// (blockDim.x / (width / 8))-th row, its addresses stepped rather than recomputed: these copies
-// sit on the passes' chain of chunks.
-template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
+// Rows [0, n) of a [., WIDTH] bf16 matrix (row stride `stride`) into a [L, ldb16(WIDTH)] tile
+// by cp.async, rows from n to L zero (FULL: n is L). A thread takes one 16-byte column of every
+// STEP-th row, STEP = threads / (WIDTH / 8), with THREADS the block's threads where the kernel
+// fixes them (0: blockDim.x): then the copies unroll with their offsets folded into the
+// instructions. These copies sit on the passes' chain of chunks, and as loops stepped at run
+// time they were a third of a chunk's instructions in the pass's SASS.
+template <int WIDTH, int THREADS, bool FULL>
+__device__ __forceinline__ void copy_rows_async(bf16 *dst, const bf *src, long stride, int n) {
     const int vecs = WIDTH / 8, ld = ldb16(WIDTH);
-    int i = threadIdx.x / vecs, step = blockDim.x / vecs, m = threadIdx.x % vecs * 8;
+    int i = threadIdx.x / vecs, m = threadIdx.x % vecs * 8;
     const bf *from = src + i * stride + m;
     bf16 *to = dst + i * ld + m;
+    if (THREADS) {
+        const int step = (THREADS ? THREADS : vecs) / vecs;
+        const long jump = step * stride;
+#pragma unroll
+        for (int r = 0; r < L / step; r++, from += jump)
+            cp_async16_zfill(to + r * step * ld, from, FULL || i + r * step < n);
+        return;
+    }
+    int step = blockDim.x / vecs;
     for (; i < L; i += step, from += step * stride, to += step * ld) {
-        if (i < n)
+        if (FULL || i < n)
             cp_async16(to, from);
         else
             *reinterpret_cast<uint4 *>(to) = make_uint4(0, 0, 0, 0);
@@ -80,32 +97,33 @@ template <int WIDTH> __device__ void copy_rows_async(bf16 *dst, const bf *src, l
 }
 
 // Rows [0, n) of a block's bv columns of a fp32 matrix (row stride `stride`) into a
-// [L, ldf32(bv)] tile by cp.async, rows from n to L zero. blockDim.x = 8 (bv / 4): a thread
-// takes one 4-column vector of every eighth row.
-__device__ void copy_cols_async(float *dst, const float *src, long stride, int n, int bv) {
+// [L, ldf32(bv)] tile by cp.async, rows from n to L zero (FULL: n is L). blockDim.x = 8 (bv / 4):
+// a thread takes one 4-column vector of every eighth row, its source stepped by a stride
+// computed once, and the rows past n are the copy's zero fill.
+template <bool FULL>
+__device__ __forceinline__ void copy_cols_async(float *dst, const float *src, long stride, int n,
+                                                int bv) {
     int vecs = bv / 4, ld = ldf32(bv), c = threadIdx.x % vecs * 4, i0 = threadIdx.x / vecs;
     const float *from = src + i0 * stride + c;
     float *to = dst + i0 * ld + c;
+    const long step = 8 * stride;
 #pragma unroll
-    for (int r = 0; r < L / 8; r++) {
-        if (i0 + 8 * r < n)
-            cp_async16(to + 8 * r * ld, from + 8 * r * stride);
-        else
-            *reinterpret_cast<float4 *>(to + 8 * r * ld) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    for (int r = 0; r < L / 8; r++, from += step)
+        cp_async16_zfill(to + 8 * r * ld, from, FULL || i0 + 8 * r < n);
 }
 
 // Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
 // them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
 // uninitialised shared memory could hold a NaN.
-template <int KS>
+template <int KS, int THREADS>
 __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &t, const Factors &f,
                           long idx, int b, int h, int t0, int Lc, int n0, int bv) {
     const int dk = 16 * KS;
-    copy_rows_async<dk>(s.whi, f.whi + idx * L * dk, dk, L);
-    if (s.wlo) copy_rows_async<dk>(s.wlo, f.wlo + idx * L * dk, dk, L);
-    copy_rows_async<dk>(s.k, t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK)), (long)a.HK * dk, Lc);
-    copy_cols_async(s.u, f.u + idx * L * a.dv + n0, a.dv, L, bv);
+    copy_rows_async<dk, THREADS, true>(s.whi, f.whi + idx * L * dk, dk, L);
+    if (s.wlo) copy_rows_async<dk, THREADS, true>(s.wlo, f.wlo + idx * L * dk, dk, L);
+    copy_rows_async<dk, THREADS, false>(s.k, t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK)),
+                                        (long)a.HK * dk, Lc);
+    copy_cols_async<true>(s.u, f.u + idx * L * a.dv + n0, a.dv, L, bv);
     cp_async_commit();
 }
 
@@ -249,31 +267,34 @@ __device__ __forceinline__ void rows_split_a(uint32_t (&hi)[1][4][4], uint32_t (
     }
 }
 
-// The chunk's w_i = exp(gamma_last - gamma_i) and exp(gamma_i) at the columns i of a [16, L]
+// The chunk's w_i = exp(gamma_last - gamma_i) and exp(gamma_i) (EG) at the columns i of a [16, L]
 // accumulator's elements (zero past Lc), and exp(gamma_last), from the raw gates each warp
-// fetched.
+// fetched. A lane computes columns lane and lane + 32, and the warp trades them through its own
+// 64 (EG: 128) floats of shared memory, buf: an adjacent pair a load, where a shuffle an element
+// was twice the instructions (and the shuffles' convergence checks as many again).
 struct ChunkDecay {
     float w[8][2], eg[8][2]; // n8-tile j, element e & 1 (rows g and g + 8 share a column)
     float last;
 };
 
-__device__ ChunkDecay chunk_decay(const RawGates &r, int lane) {
+template <bool EG> __device__ ChunkDecay chunk_decay(const RawGates &r, float *buf, int lane) {
     float x[2] = {r.g[0], r.g[1]};
-    float glast = cumulate_gates(x, r.Lc), w[2], eg[2];
+    float glast = cumulate_gates(x, r.Lc);
+    __syncwarp(); // every lane has read the chunk before's
     for (int half = 0; half < 2; half++) {
         bool live = lane + 32 * half < r.Lc;
-        w[half] = live ? expf(glast - x[half]) : 0.0f;
-        eg[half] = live ? expf(x[half]) : 0.0f;
+        buf[lane + 32 * half] = live ? expf(glast - x[half]) : 0.0f;
+        if (EG) buf[L + lane + 32 * half] = live ? expf(x[half]) : 0.0f;
     }
+    __syncwarp();
     ChunkDecay d;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            int i = frag_col(lane, j, e); // below 32 for j < 4
-            d.w[j][e] = __shfl_sync(0xffffffffu, w[j / 4], i % 32);
-            d.eg[j][e] = __shfl_sync(0xffffffffu, eg[j / 4], i % 32);
-        }
+    for (int j = 0; j < 8; j++) {
+        int i = frag_col(lane, j, 0); // even: the pair i, i + 1
+        float2 w = *reinterpret_cast<const float2 *>(buf + i);
+        float2 eg = EG ? *reinterpret_cast<const float2 *>(buf + L + i) : make_float2(0.0f, 0.0f);
+        d.w[j][0] = w.x, d.w[j][1] = w.y, d.eg[j][0] = eg.x, d.eg[j][1] = eg.y;
+    }
     d.last = expf(glast);
     return d;
 }
@@ -315,27 +336,31 @@ __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][
 }
 
 // Grid (dv / bv, H, B), bv = 16 x the block's warps: the chunks of span in order (the header of
-// tc_pass in gated_delta_tc.cuh), dk = 16 KS.
-template <int KS, bool EXACT>
+// tc_pass in gated_delta_tc.cuh), dk = 16 KS; NW the block's warps where the instance fixes them
+// (0: any).
+template <int KS, bool EXACT, int NW>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
                 int leave_slot, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
-    int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp, ld = ldb16(a.dk);
+    int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;
+    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
+    const int ld = ldb16(16 * KS);
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span
     size_t bytes;
     PassTiles tiles[2];
     bf16 *stage;
-    pass_tiles(tiles, &stage, smem, a.dk, bv, EXACT, &bytes);
+    float *decay;
+    pass_tiles(tiles, &stage, &decay, smem, a.dk, bv, EXACT, &bytes);
     if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
+    decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float st[1][2 * KS][4];
     state_in<2 * KS>(st, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dv, nw, lane);
     int t0 = row[span.begin], Lc = row[span.begin + 1] - t0;
-    pass_load<KS>(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
+    pass_load<KS, 32 * NW>(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = span.begin; c < c1; c++) {
@@ -347,7 +372,8 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c + 1 < c1) {
             int t1 = row[c + 1], L1 = row[c + 2] - t1;
-            pass_load<KS>(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1, n0, bv);
+            pass_load<KS, 32 * NW>(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1,
+                                   n0, bv);
             go = gdn_gate_off(&a, b, t1, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, L1);
         }
@@ -358,7 +384,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
                 for (int e = 0; e < 4; e++) st[0][j][e] = 0.0f;
         bool keeping = keeps(keep);
         if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, stage, lane);
-        ChunkDecay d = chunk_decay(gates, lane);
+        ChunkDecay d = chunk_decay<false>(gates, decay, lane);
         float vt[1][8][4];
         state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
         long vo = factor_index(a, b, h, slot) * L * dv;
@@ -384,8 +410,9 @@ struct DpassTiles {
     float *dout;
 };
 
-__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, unsigned char *base, int dk,
-                                     int bv, bool exact, size_t *bytes) {
+__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, float **decay,
+                                     unsigned char *base, int dk, int bv, bool exact,
+                                     size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
         t[i].whi = cv.take<bf16>(L * ldb16(dk));
@@ -397,23 +424,24 @@ __host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, unsigned 
         t[i].dout = cv.take<float>(L * ldf32(bv));
     }
     *stage = take_stage(cv, bv, exact);
+    *decay = cv.take<float>(bv / 16 * DECAY_FLOATS);
     *bytes = cv.off;
 }
 
-template <int KS>
+template <int KS, int THREADS>
 __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
                            const Factors &f, long idx, int b, int h, int t0, int Lc, int n0,
                            int bv) {
     const int dk = 16 * KS;
     int hk = h / (a.H / a.HK);
     long qks = (long)a.HK * dk;
-    copy_rows_async<dk>(s.whi, f.whi + idx * L * dk, dk, L);
-    if (s.wlo) copy_rows_async<dk>(s.wlo, f.wlo + idx * L * dk, dk, L);
-    copy_rows_async<dk>(s.k, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc);
-    copy_rows_async<dk>(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc);
-    copy_rows_async<L>(s.phi, f.phi + idx * L * L, L, L);
-    if (s.plo) copy_rows_async<L>(s.plo, f.plo + idx * L * L, L, L);
-    copy_cols_async(s.dout, t.dout + gdn_v_off(&a, b, t0, h) + n0, (long)a.H * a.dv, Lc, bv);
+    copy_rows_async<dk, THREADS, true>(s.whi, f.whi + idx * L * dk, dk, L);
+    if (s.wlo) copy_rows_async<dk, THREADS, true>(s.wlo, f.wlo + idx * L * dk, dk, L);
+    copy_rows_async<dk, THREADS, false>(s.k, t.k + gdn_qk_off(&a, b, t0, hk), qks, Lc);
+    copy_rows_async<dk, THREADS, false>(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc);
+    copy_rows_async<L, THREADS, true>(s.phi, f.phi + idx * L * L, L, L);
+    if (s.plo) copy_rows_async<L, THREADS, true>(s.plo, f.plo + idx * L * L, L, L);
+    copy_cols_async<false>(s.dout, t.dout + gdn_v_off(&a, b, t0, h) + n0, (long)a.H * a.dv, Lc, bv);
     cp_async_commit();
 }
 
@@ -492,27 +520,29 @@ __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], 
 // Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
 // last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
 // keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvphi (and f.dvplo).
-template <int KS, bool EXACT>
+template <int KS, bool EXACT, int NW>
 __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
                  int max_chunks, Span span, Factors f, float *carry, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
-    int b = blockIdx.z, h = blockIdx.y, bv = blockDim.x / 2, n0 = blockIdx.x * bv, dv = a.dv;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
+    int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;
+    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
     size_t bytes;
     DpassTiles tiles[2];
     bf16 *stage;
-    dpass_tiles(tiles, &stage, smem, a.dk, bv, EXACT, &bytes);
+    float *decay;
+    dpass_tiles(tiles, &stage, &decay, smem, a.dk, bv, EXACT, &bytes);
     if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
+    decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
     float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv;
     float ds[1][2 * KS][4];
     state_in<2 * KS>(ds, carry_bh, dv, nw, lane);
     int t0 = row[c1 - 1], Lc = row[c1] - t0;
-    dpass_load<KS>(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0, Lc, n0,
-                   bv);
+    dpass_load<KS, 32 * NW>(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0,
+                            Lc, n0, bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = c1 - 1; c >= span.begin; c--) {
@@ -524,12 +554,13 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c > span.begin) {
             int tp = row[c - 1], Lp = t0 - tp;
-            dpass_load<KS>(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp, n0, bv);
+            dpass_load<KS, 32 * NW>(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp,
+                                    n0, bv);
             go = gdn_gate_off(&a, b, tp, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
         }
         keep_state<2 * KS>(keep, a, b, h, slot, ds, nw, stage, lane);
-        ChunkDecay d = chunk_decay(gates, lane);
+        ChunkDecay d = chunk_decay<true>(gates, decay, lane);
         float dvt[1][8][4];
         long vo = factor_index(a, b, h, slot) * L * dv;
         dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi, f.dvplo, vo, dv, nw, stage,
@@ -539,19 +570,21 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
     state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
 }
 
-// The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128) and
-// the mode.
-#define PASS_KS(kernel, dk, exact)                                                                 \
-    ((dk) == 16    ? kernel<1, exact>                                                              \
-     : (dk) == 32  ? kernel<2, exact>                                                              \
-     : (dk) == 48  ? kernel<3, exact>                                                              \
-     : (dk) == 64  ? kernel<4, exact>                                                              \
-     : (dk) == 80  ? kernel<5, exact>                                                              \
-     : (dk) == 96  ? kernel<6, exact>                                                              \
-     : (dk) == 112 ? kernel<7, exact>                                                              \
-                   : kernel<8, exact>)
-#define PASS_INSTANCE(kernel, dk, exact)                                                           \
-    ((exact) ? PASS_KS(kernel, dk, true) : PASS_KS(kernel, dk, false))
+// The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128), the
+// mode and the block's warps: Qwen3.5's dk 128 in blocks of 4 warps has its own, whose copies
+// unroll (copy_rows_async); any other shape the instance of any block size.
+#define PASS_KS(kernel, dk, exact, nw)                                                             \
+    ((dk) == 16    ? kernel<1, exact, 0>                                                           \
+     : (dk) == 32  ? kernel<2, exact, 0>                                                           \
+     : (dk) == 48  ? kernel<3, exact, 0>                                                           \
+     : (dk) == 64  ? kernel<4, exact, 0>                                                           \
+     : (dk) == 80  ? kernel<5, exact, 0>                                                           \
+     : (dk) == 96  ? kernel<6, exact, 0>                                                           \
+     : (dk) == 112 ? kernel<7, exact, 0>                                                           \
+     : (nw) == 4   ? kernel<8, exact, 4>                                                           \
+                   : kernel<8, exact, 0>)
+#define PASS_INSTANCE(kernel, dk, exact, nw)                                                       \
+    ((exact) ? PASS_KS(kernel, dk, true, nw) : PASS_KS(kernel, dk, false, nw))
 
 int forced_warps; // cuda_gated_delta_pass_warps
 
@@ -559,15 +592,17 @@ int forced_warps; // cuda_gated_delta_pass_warps
 size_t pass_bytes(int dk, int bv, bool exact) {
     PassTiles t[2];
     bf16 *stage;
+    float *decay;
     size_t bytes;
-    pass_tiles(t, &stage, NULL, dk, bv, exact, &bytes);
+    pass_tiles(t, &stage, &decay, NULL, dk, bv, exact, &bytes);
     return bytes;
 }
 size_t dpass_bytes(int dk, int bv, bool exact) {
     DpassTiles t[2];
     bf16 *stage;
+    float *decay;
     size_t bytes;
-    dpass_tiles(t, &stage, NULL, dk, bv, exact, &bytes);
+    dpass_tiles(t, &stage, &decay, NULL, dk, bv, exact, &bytes);
     return bytes;
 }
 
@@ -587,11 +622,11 @@ int pass_warps(const gdn_args *a, size_t (*bytes_of)(int, int, bool), bool exact
     return 1;
 }
 
-// One launch of a pass kernel over grid (dv / bv, H, B).
+// One launch of a pass kernel in blocks of nw warps over grid (dv / bv, H, B).
 template <typename Kernel, typename... Args>
-void pass_launch(Kernel kernel, int phase, const gdn_args *a, size_t (*bytes_of)(int, int, bool),
-                 bool exact, cudaStream_t stream, Args... args) {
-    int nw = pass_warps(a, bytes_of, exact);
+void pass_launch(Kernel kernel, int nw, int phase, const gdn_args *a,
+                 size_t (*bytes_of)(int, int, bool), bool exact, cudaStream_t stream,
+                 Args... args) {
     size_t bytes = bytes_of(a->dk, 16 * nw, exact);
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -610,14 +645,18 @@ extern "C" void cuda_gated_delta_pass_warps(int warps) {
 void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
                   int max_chunks, Span span, const Factors &f, StateBuf entry, int entry_slot,
                   StateBuf leave, int leave_slot, Kept keep, cudaStream_t stream) {
-    pass_launch(PASS_INSTANCE(pass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_PASS, a, pass_bytes,
-                f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, entry,
-                entry_slot, leave, leave_slot, keep);
+    bool exact = f.wlo != NULL;
+    int nw = pass_warps(a, pass_bytes, exact);
+    pass_launch(PASS_INSTANCE(pass_kernel, a->dk, exact, nw), nw, GDN_PHASE_PASS, a, pass_bytes,
+                exact, stream, *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave,
+                leave_slot, keep);
 }
 
 void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    const int32_t *counts, int max_chunks, Span span, const Factors &f, float *carry,
                    Kept keep, cudaStream_t stream) {
-    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, f.wlo != NULL), GDN_PHASE_DPASS, a, dpass_bytes,
-                f.wlo != NULL, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
+    bool exact = f.wlo != NULL;
+    int nw = pass_warps(a, dpass_bytes, exact);
+    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, GDN_PHASE_DPASS, a, dpass_bytes,
+                exact, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
 }
