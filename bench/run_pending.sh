@@ -19,8 +19,8 @@
 #         training step's shape beside FLA's;
 #   tier  GLM-4.7-Flash's largest slice with every byte of its state on disk;
 #   busy  Qwen3.5-27B's first 4 layers at the plan's break-even (bench/run_qwen35.sh busy);
-#   oss   on an H200: gpt-oss-120b's first layer beside the peer first, then the rule part
-#         (without the tests where MT_PENDING_TESTS=0);
+#   oss   on an H200: gpt-oss-120b's first layer beside the peer first, then the rule part; on an
+#         H100 the rule part;
 #   air   GLM-4.5-Air's first 2 layers beside the peer (bench/run_deepseek.sh peerair) with
 #         optimizer.device_groups "auto" (the embedding, head and both layers' AdamW on the GPU);
 #   rule  the delta rule beside flash-linear-attention's (B 1, 16 key heads, 32 value heads, at
@@ -103,7 +103,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
             tail -n 25
     fi
     true
-elif [ "${MT_PENDING_PART:-}" = rule ]; then # on an H100, then where each kernel's time goes,
+elif [[ ${MT_PENDING_PART:-} =~ ^(rule|oss)$ ]]; then # on an H100, then where its time goes,
     rule_ab # and both rules at a training step's shape (8 rows of 2,048, 48 value heads)
     [ "$(left)" -gt 250 ] && timeout 220 bash bench/device_run.sh gdnsrc=8192 2>&1 |
         grep -A 14 -E "^(prep|pass|out|dpass|pairs|rows): "
