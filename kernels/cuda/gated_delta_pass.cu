@@ -156,6 +156,19 @@ __device__ void state_out(float *dst, const float (&st)[1][NT][4], int dv, int n
             dst[(long)frag_col(lane, j, e) * dv + nw + frag_row(lane, e)] = st[0][j][e];
 }
 
+// A warp's accumulators zeroed where `reset` (a chunk that starts a document: rare). The empty asm
+// keeps the branch a branch: the compiler had made the zeroing selects, 64 instructions on every
+// chunk of the chain.
+template <int NT> __device__ __forceinline__ void zero_where(float (&acc)[1][NT][4], bool reset) {
+    if (reset) {
+        asm volatile("");
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[0][j][e] = 0.0f;
+    }
+}
+
 // Two fp32 values as a bf16x2 register (hi) and, in the exact mode, their remainders' (lo).
 template <bool EXACT>
 __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uint32_t &lo) {
@@ -377,11 +390,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
             go = gdn_gate_off(&a, b, t1, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, L1);
         }
-        if (starts_document(a, b, t0))
-#pragma unroll
-            for (int j = 0; j < 2 * KS; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) st[0][j][e] = 0.0f;
+        zero_where<2 * KS>(st, starts_document(a, b, t0));
         bool keeping = keeps(keep);
         if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, stage, lane);
         ChunkDecay d = chunk_decay<false>(gates, decay, lane);
@@ -510,11 +519,7 @@ __device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], 
         for (int e = 0; e < 4; e++) dvt[0][j][e] = -dvt[0][j][e];
     rows_split_a<EXACT>(hi, lo, dvt);
     rows_times<EXACT, 2 * KS>(ds, hi, lo, s.whi, s.wlo, ld, lane);
-    if (reset)
-#pragma unroll
-        for (int j = 0; j < 2 * KS; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) ds[0][j][e] = 0.0f;
+    zero_where<2 * KS>(ds, reset);
 }
 
 // Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
