@@ -344,23 +344,24 @@ static void check_gated_delta(const gdn_shape *s) {
     cuda_gated_delta_rows_warps(0);
     same = same_run(&c, &d[0], &r8);
     report(same, "gdn rows of 8-warp blocks", name, same ? 0.0 : 1.0);
-    // the backward after its own sweep for the checkpoints, not the forward's: the same bits
-    for (int exact = 0; exact < 2; exact++) {
-        ckpt_ready = 0;
-        gdn_run x = gdn_device_run(&c, &in, exact ? &TC_EXACT : &TC);
-        ckpt_ready = 1;
-        same = same_run(&c, exact ? &r[0] : &d[0], &x);
-        report(same, exact ? "gdn exact, checkpoints swept" : "gdn, checkpoints swept", name,
-               same ? 0.0 : 1.0);
+    // the backward after its own sweep for the checkpoints, not the forward's; the passes on the
+    // caller's stream in turn, not beside the per-chunk kernels: the same bits
+    static const char *const VARIANT[4] = {"gdn, checkpoints swept", "gdn exact, checkpoints swept",
+                                           "gdn on one stream", "gdn exact on one stream"};
+    for (int v = 0; v < 4; v++) {
+        ckpt_ready = v / 2, cuda_gated_delta_lanes(v < 2);
+        gdn_run x = gdn_device_run(&c, &in, v % 2 ? &TC_EXACT : &TC);
+        ckpt_ready = 1, cuda_gated_delta_lanes(1);
+        same = same_run(&c, v % 2 ? &r[0] : &d[0], &x);
+        report(same, VARIANT[v], name, same ? 0.0 : 1.0);
     }
-    // the passes on the caller's stream in turn, not beside the per-chunk kernels: the same bits
-    for (int exact = 0; exact < 2; exact++) {
-        cuda_gated_delta_lanes(0);
+    // the split pass (blocks of 8 warps, each pair's dk in halves): its own order of the sums
+    for (int exact = 0; s->dk == 128 && s->dv % 64 == 0 && exact < 2; exact++) {
+        cuda_gated_delta_pass_warps(8);
         gdn_run x = gdn_device_run(&c, &in, exact ? &TC_EXACT : &TC);
-        cuda_gated_delta_lanes(1);
-        same = same_run(&c, exact ? &r[0] : &d[0], &x);
-        report(same, exact ? "gdn exact on one stream" : "gdn on one stream", name,
-               same ? 0.0 : 1.0);
+        cuda_gated_delta_pass_warps(0);
+        check_outputs(exact ? "gdn exact, split pass" : "gdn, split pass", name, &c, &x, &want,
+                      exact ? TOL_F32 : TOL_BF16);
     }
     release_all();
 }
@@ -624,7 +625,7 @@ static void bench_one(int B, int T, int H, int HK, int dk, int dv) {
                    outputs_digest(&t, nqk, nv, ng, 1));
         if (p > 0) continue;
         bench_shares(&a, chunks, &t, scratch);
-        for (int w = 1; w <= 4; w *= 2) { // the state passes' block sizes
+        for (int w = 1; w <= 8; w *= 2) { // the state passes' block sizes (8: the split pass)
             cuda_gated_delta_pass_warps(w);
             bench_path(&TC, &a, chunks, &t, scratch, &f, &b);
             printf("  pass blocks of %d warps: forward %.3f ms, backward %.3f ms\n", w, f, b);

@@ -192,6 +192,7 @@ void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    Kept keep, cudaStream_t stream) {
     bool exact = f.wlo != NULL;
     int nw = pass_warps(a, dpass_bytes, exact);
-    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, GDN_PHASE_DPASS, a, dpass_bytes,
-                exact, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
+    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, 1, GDN_PHASE_DPASS, a,
+                dpass_bytes, exact, stream, *a, t, starts, counts, max_chunks, span, f, carry,
+                keep);
 }

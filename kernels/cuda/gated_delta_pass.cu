@@ -16,6 +16,13 @@
 //
 // A warp's arithmetic does not depend on how many warps its block has, so pass_warps may choose
 // the block size for speed alone: every choice gives the same bits (test_gdn_cuda checks).
+//
+// The split pass (SPLIT 2, cuda_gated_delta_pass_warps(8), at dk 128) gives each 16 columns two
+// warps, each holding half of dk (32 registers): a chunk's V'^T is then two partial products over
+// the halves (32 mma.sync each), added through shared memory behind a barrier of the pair, and
+// each warp updates its half (32 more): half a warp's chain a chunk, on twice the warps, as
+// flash-linear-attention spreads its blocks' products over their warps. The sums' order differs
+// from the whole-dk warp's, so its bits are its own (test_gdn_cuda checks it against the CPU).
 #include "kernels/cuda/gated_delta_pass.cuh"
 
 namespace {
@@ -28,8 +35,10 @@ struct PassTiles {
     float *u;
 };
 
-__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **decay,
-                                    unsigned char *base, int dk, int bv, bool exact,
+// The block's carve; split 2 adds a pair's partial products (xbuf: 32 x 32 floats a warp) and
+// keeps the staging tiles' bytes, in tiles of half the rows for twice the warps.
+__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
+                                    unsigned char *base, int dk, int bv, bool exact, int split,
                                     size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
@@ -39,14 +48,15 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **dec
         t[i].u = cv.take<float>(L * ldf32(bv));
     }
     *stage = take_stage(cv, bv, exact);
-    *decay = cv.take<float>(bv / 16 * DECAY_FLOATS);
+    *decay = cv.take<float>(bv / 16 * split * DECAY_FLOATS);
+    *xbuf = split > 1 ? cv.take<float>(bv / 16 * split * 32 * 32) : NULL;
     *bytes = cv.off;
 }
 
 // Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
 // them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
 // uninitialised shared memory could hold a NaN.
-template <int KS, int THREADS>
+template <int KS, int THREADS, int STEP>
 __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &t, const Factors &f,
                           long idx, int b, int h, int t0, int Lc, int n0, int bv) {
     const int dk = 16 * KS;
@@ -54,14 +64,15 @@ __device__ void pass_load(const PassTiles &s, const gdn_args &a, const Tensors &
     if (s.wlo) copy_rows_async<dk, THREADS, true>(s.wlo, f.wlo + idx * L * dk, dk, L);
     copy_rows_async<dk, THREADS, false>(s.k, t.k + gdn_qk_off(&a, b, t0, h / (a.H / a.HK)),
                                         (long)a.HK * dk, Lc);
-    copy_cols_async<true>(s.u, f.u + idx * L * a.dv + n0, a.dv, L, bv);
+    copy_cols_async<true, STEP>(s.u, f.u + idx * L * a.dv + n0, a.dv, L, bv);
     cp_async_commit();
 }
 
-// V'^T = U^T - vt in place (U from the block's tile, its columns 16 warp ..), kept split in
+// V'^T = U^T - vt in place (U from the block's tile, its columns 16 grp ..), kept split in
 // columns nw .. nw + 15 of the [L, dv] matrix at vphi + vo (and vplo + vo) where vphi is not
-// NULL.
-__device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int warp, bf *vphi,
+// NULL, through staging tiles of ROWS rows.
+template <int ROWS>
+__device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, int grp, bf *vphi,
                               bf *vplo, long vo, int dv, int nw, bf16 *stage, int lane) {
     int ldu = ldf32(bv);
 #pragma unroll
@@ -69,16 +80,16 @@ __device__ void vprime_finish(float (&vt)[1][8][4], const PassTiles &s, int bv, 
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int i = frag_col(lane, j, e), n = frag_row(lane, e);
-            vt[0][j][e] = s.u[i * ldu + 16 * warp + n] - vt[0][j][e];
+            vt[0][j][e] = s.u[i * ldu + 16 * grp + n] - vt[0][j][e];
         }
-    if (vphi) acc_t_split<8>(vphi, vplo, vo, vt, dv, nw, stage, lane);
+    if (vphi) acc_t_split<8, ROWS>(vphi, vplo, vo, vt, dv, nw, stage, lane);
 }
 
 // S^T = decay S^T + (V'^T diag(w)) K: X^T's accumulators become A fragments, K's rows B's
-// (mma_rs_t's transposing loads).
+// (mma_rs_t's transposing loads; k at the K tile's columns of the warp's rows of S).
 template <bool EXACT, int KS>
 __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][4],
-                             const ChunkDecay &d, const PassTiles &s, int ld, int lane) {
+                             const ChunkDecay &d, const bf16 *k, int ld, int lane) {
     float x[1][8][4];
 #pragma unroll
     for (int j = 0; j < 8; j++)
@@ -90,36 +101,57 @@ __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][
     for (int j = 0; j < 2 * KS; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) st[0][j][e] *= d.last;
-    if (EXACT) mma_rs_t<1, 4, 2 * KS>(st, lo, s.k, ld, lane);
-    mma_rs_t<1, 4, 2 * KS>(st, hi, s.k, ld, lane);
+    if (EXACT) mma_rs_t<1, 4, 2 * KS>(st, lo, k, ld, lane);
+    mma_rs_t<1, 4, 2 * KS>(st, hi, k, ld, lane);
 }
 
-// Grid (dv / bv, H, B), bv = 16 x the block's warps: the chunks of span in order (the header of
-// tc_pass in gated_delta_tc.cuh), dk = 16 KS; NW the block's warps where the instance fixes them
-// (0: any).
-template <int KS, bool EXACT, int NW>
-__global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
+// The split pass's pair adds its two partial products: each warp writes its 32 floats a lane to
+// its own slot of xbuf, the pair meets at a named barrier of its 64 threads (1 + grp; 0 is
+// __syncthreads'), and each adds the other's. fp32 addition commutes, so both hold the same
+// sums. A slot is written again only after the next chunk's __syncthreads, when both have read.
+__device__ void pair_sum(float (&vt)[1][8][4], float *xbuf, int grp, int kh, int lane) {
+    float *mine = xbuf + (2 * grp + kh) * 32 * 32, *other = xbuf + (2 * grp + (kh ^ 1)) * 32 * 32;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mine[(4 * j + e) * 32 + lane] = vt[0][j][e];
+    asm volatile("bar.sync %0, 64;\n" ::"r"(1 + grp) : "memory");
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) vt[0][j][e] += other[(4 * j + e) * 32 + lane];
+}
+
+// Grid (dv / bv, H, B), bv = 16 x the block's column groups: the chunks of span in order (the
+// header of tc_pass in gated_delta_tc.cuh), dk = 16 KS; NW the groups where the instance fixes
+// them (0: any), each of SPLIT warps (the split pass: 2, each holding half of dk).
+template <int KS, bool EXACT, int NW, int SPLIT = 1>
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT)
     pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
                 int leave_slot, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
+    const int KH = KS / SPLIT, ROWS = STAGE_ROWS / SPLIT, THREADS = 32 * NW * SPLIT;
     int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;
-    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
+    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, grp = warp / SPLIT;
+    int kh = warp % SPLIT, nw = n0 + 16 * grp, row0 = 16 * KH * kh; // the warp's rows of S
     const int ld = ldb16(16 * KS);
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span
     size_t bytes;
     PassTiles tiles[2];
     bf16 *stage;
-    float *decay;
-    pass_tiles(tiles, &stage, &decay, smem, a.dk, bv, EXACT, &bytes);
-    if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
+    float *decay, *xbuf;
+    pass_tiles(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
+    if (stage) stage += warp * ROWS * STAGE_LD;
     decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
-    float st[1][2 * KS][4];
-    state_in<2 * KS>(st, entry.p ? state_at(entry, a, b, h, entry_slot) : NULL, dv, nw, lane);
+    float st[1][2 * KH][4];
+    state_in<2 * KH>(st, entry.p ? state_at(entry, a, b, h, entry_slot) + (long)row0 * dv : NULL,
+                     dv, nw, lane);
     int t0 = row[span.begin], Lc = row[span.begin + 1] - t0;
-    pass_load<KS, 32 * NW>(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0, bv);
+    pass_load<KS, THREADS, 8 * SPLIT>(tiles[0], a, t, f, factor_index(a, b, h, 0), b, h, t0, Lc, n0,
+                                      bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = span.begin; c < c1; c++) {
@@ -131,32 +163,41 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c + 1 < c1) {
             int t1 = row[c + 1], L1 = row[c + 2] - t1;
-            pass_load<KS, 32 * NW>(other, a, t, f, factor_index(a, b, h, slot + 1), b, h, t1, L1,
-                                   n0, bv);
+            pass_load<KS, THREADS, 8 * SPLIT>(other, a, t, f, factor_index(a, b, h, slot + 1), b, h,
+                                              t1, L1, n0, bv);
             go = gdn_gate_off(&a, b, t1, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, L1);
         }
-        zero_where<2 * KS>(st, starts_document(a, b, t0));
+        zero_where<2 * KH>(st, starts_document(a, b, t0));
         bool keeping = keeps(keep);
-        if (keeping) keep_state<2 * KS>(keep, a, b, h, slot, st, nw, stage, lane);
+        if (keeping) keep_state<2 * KH, ROWS>(keep, a, b, h, slot, st, nw, stage, lane, row0);
         ChunkDecay d = chunk_decay<false>(gates, decay, lane);
         float vt[1][8][4];
-        state_times_rows<EXACT, KS>(vt, st, s.whi, s.wlo, ld, lane);
+        state_times_rows<EXACT, KH>(vt, st, s.whi + row0, s.wlo ? s.wlo + row0 : NULL, ld, lane);
+        if (SPLIT > 1) pair_sum(vt, xbuf, grp, kh, lane);
         long vo = factor_index(a, b, h, slot) * L * dv;
-        vprime_finish(vt, s, bv, warp, keeping ? f.vphi : NULL, f.vplo, vo, dv, nw, stage, lane);
-        state_update<EXACT, KS>(st, vt, d, s, ld, lane);
+        vprime_finish<ROWS>(vt, s, bv, grp, keeping && kh == 0 ? f.vphi : NULL, f.vplo, vo, dv, nw,
+                            stage, lane);
+        state_update<EXACT, KH>(st, vt, d, s.k + row0, ld, lane);
     }
-    if (leave.p) state_out<2 * KS>(state_at(leave, a, b, h, leave_slot), st, dv, nw, lane);
+    if (leave.p)
+        state_out<2 * KH>(state_at(leave, a, b, h, leave_slot) + (long)row0 * dv, st, dv, nw, lane);
 }
 
-// Shared-memory bytes of a pass's two chunks of tiles at bv state columns.
-size_t pass_bytes(int dk, int bv, bool exact) {
+// Shared-memory bytes of a pass's block at bv state columns, its warps whole or split.
+size_t pass_bytes_split(int dk, int bv, bool exact, int split) {
     PassTiles t[2];
     bf16 *stage;
-    float *decay;
+    float *decay, *xbuf;
     size_t bytes;
-    pass_tiles(t, &stage, &decay, NULL, dk, bv, exact, &bytes);
+    pass_tiles(t, &stage, &decay, &xbuf, NULL, dk, bv, exact, split, &bytes);
     return bytes;
+}
+size_t pass_bytes(int dk, int bv, bool exact) {
+    return pass_bytes_split(dk, bv, exact, 1);
+}
+size_t split_pass_bytes(int dk, int bv, bool exact) {
+    return pass_bytes_split(dk, bv, exact, 2);
 }
 
 } // namespace
@@ -164,8 +205,8 @@ size_t pass_bytes(int dk, int bv, bool exact) {
 int gdn_pass_forced_warps;
 
 extern "C" void cuda_gated_delta_pass_warps(int warps) {
-    gdn_pass_forced_warps =
-        warps >= 1 && warps <= PASS_MAX_WARPS && !(warps & (warps - 1)) ? warps : 0;
+    bool known = warps >= 1 && warps <= 2 * PASS_MAX_WARPS && !(warps & (warps - 1));
+    gdn_pass_forced_warps = known ? warps : 0;
 }
 
 void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, const int32_t *counts,
@@ -173,7 +214,12 @@ void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   StateBuf leave, int leave_slot, Kept keep, cudaStream_t stream) {
     bool exact = f.wlo != NULL;
     int nw = pass_warps(a, pass_bytes, exact);
-    pass_launch(PASS_INSTANCE(pass_kernel, a->dk, exact, nw), nw, GDN_PHASE_PASS, a, pass_bytes,
-                exact, stream, *a, t, starts, counts, max_chunks, span, f, entry, entry_slot, leave,
-                leave_slot, keep);
+    if (gdn_pass_forced_warps == 2 * PASS_MAX_WARPS && a->dk == 128 && nw == PASS_MAX_WARPS)
+        pass_launch(exact ? pass_kernel<8, true, 4, 2> : pass_kernel<8, false, 4, 2>, nw, 2,
+                    GDN_PHASE_PASS, a, split_pass_bytes, exact, stream, *a, t, starts, counts,
+                    max_chunks, span, f, entry, entry_slot, leave, leave_slot, keep);
+    else
+        pass_launch(PASS_INSTANCE(pass_kernel, a->dk, exact, nw), nw, 1, GDN_PHASE_PASS, a,
+                    pass_bytes, exact, stream, *a, t, starts, counts, max_chunks, span, f, entry,
+                    entry_slot, leave, leave_slot, keep);
 }

@@ -65,19 +65,19 @@ __device__ __forceinline__ void copy_rows_async(bf16 *dst, const bf *src, long s
 }
 
 // Rows [0, n) of a block's bv columns of a fp32 matrix (row stride `stride`) into a
-// [L, ldf32(bv)] tile by cp.async, rows from n to L zero (FULL: n is L). blockDim.x = 8 (bv / 4):
-// a thread takes one 4-column vector of every eighth row, its source stepped by a stride
-// computed once, and the rows past n are the copy's zero fill.
-template <bool FULL>
+// [L, ldf32(bv)] tile by cp.async, rows from n to L zero (FULL: n is L). The block's threads are
+// STEP (bv / 4): a thread takes one 4-column vector of every STEP-th row, its source stepped by a
+// stride computed once, and the rows past n are the copy's zero fill.
+template <bool FULL, int STEP = 8>
 __device__ __forceinline__ void copy_cols_async(float *dst, const float *src, long stride, int n,
                                                 int bv) {
     int vecs = bv / 4, ld = ldf32(bv), c = threadIdx.x % vecs * 4, i0 = threadIdx.x / vecs;
     const float *from = src + i0 * stride + c;
     float *to = dst + i0 * ld + c;
-    const long step = 8 * stride;
+    const long step = STEP * stride;
 #pragma unroll
-    for (int r = 0; r < L / 8; r++, from += step)
-        cp_async16_zfill(to + 8 * r * ld, from, FULL || i0 + 8 * r < n);
+    for (int r = 0; r < L / STEP; r++, from += step)
+        cp_async16_zfill(to + STEP * r * ld, from, FULL || i0 + STEP * r < n);
 }
 
 // Where element e of n8-tile j of a warp's [16, 8 NT] accumulator lies (mma16816's C layout,
@@ -133,9 +133,9 @@ __device__ __forceinline__ void split_pack(float x0, float x1, uint32_t &hi, uin
 // warp's staging tile (stmatrix: 8 rows of acc's fragments, 8 of the matrix's rows, at a time),
 // whose rows then leave in two 16-byte stores each, to rows 0 .. 8 NT - 1 of the [., ld]
 // matrix at dst (column nw there). A quarter of the element path's instructions, the same bits.
-template <int NT>
+template <int NT, int ROWS = STAGE_ROWS>
 __device__ void acc_t_store(bf *dst, const float (&acc)[1][NT][4], bf16 *stage, int ld, int lane) {
-    const int PART = STAGE_ROWS / 8; // n8-tiles (8 rows of the matrix each) the tile holds
+    const int PART = ROWS / 8; // n8-tiles (8 rows of the matrix each) the tile holds (ROWS rows)
     int m = lane / 8; // the matrix whose row this lane names: acc's rows 8 (m % 2) .., tile m / 2
     bf16 *row = stage + (lane % 8 + 8 * (m / 2)) * STAGE_LD + 8 * (m % 2);
     const bf16 *src = stage + lane / 2 * STAGE_LD + lane % 2 * 8;
@@ -163,12 +163,12 @@ __device__ void acc_t_store(bf *dst, const float (&acc)[1][NT][4], bf16 *stage, 
 // hi alone), split as load_split_rows would split it. With a staging tile (stage) and lo NULL
 // on sm_90: acc_t_store; else one store an element, as many as fp32's and no shuffles (the
 // passes' chunks are a chain, where every instruction counts).
-template <int NT>
+template <int NT, int ROWS = STAGE_ROWS>
 __device__ void acc_t_split(bf *hi, bf *lo, long off, const float (&acc)[1][NT][4], int ld, int nw,
                             bf16 *stage, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (stage && !lo) {
-        acc_t_store<NT>(hi + off + nw, acc, stage, ld, lane);
+        acc_t_store<NT, ROWS>(hi + off + nw, acc, stage, ld, lane);
         return;
     }
 #endif
@@ -180,15 +180,17 @@ __device__ void acc_t_split(bf *hi, bf *lo, long off, const float (&acc)[1][NT][
                       acc[0][j][e]);
 }
 
-// S^T's accumulators into slot `slot` of the kept states: split, or fp32 where k.f32 is set.
-template <int NT>
+// S^T's accumulators (the state's rows row0 ..) into slot `slot` of the kept states: split, or
+// fp32 where k.f32 is set.
+template <int NT, int ROWS = STAGE_ROWS>
 __device__ void keep_state(const Kept &k, const gdn_args &a, int b, int h, int slot,
-                           const float (&st)[1][NT][4], int nw, bf16 *stage, int lane) {
-    long o = kept_index(k, a, b, h, slot);
+                           const float (&st)[1][NT][4], int nw, bf16 *stage, int lane,
+                           int row0 = 0) {
+    long o = kept_index(k, a, b, h, slot) + (long)row0 * a.dv;
     if (k.f32)
         state_out<NT>(k.f32 + o, st, a.dv, nw, lane);
     else
-        acc_t_split<NT>(k.hi, k.lo, o, st, a.dv, nw, stage, lane);
+        acc_t_split<NT, ROWS>(k.hi, k.lo, o, st, a.dv, nw, stage, lane);
 }
 
 // k-step ks of a [16, 16 KS] accumulator block as A fragments (acc_to_a's layout), split.
@@ -281,8 +283,9 @@ template <bool EG> __device__ ChunkDecay chunk_decay(const RawGates &r, float *b
 #define PASS_INSTANCE(kernel, dk, exact, nw)                                                       \
     ((exact) ? PASS_KS(kernel, dk, true, nw) : PASS_KS(kernel, dk, false, nw))
 
-// Warps a block of a pass whose tiles take bytes_of: the most (up to 4; or the forced number)
-// whose tiles fit a block's shared memory, else 1. One copy of a chunk's tiles serves every warp of
+// Warps a block of a pass whose tiles take bytes_of: the most (up to 4; or the forced number, 8
+// counting as 4: the forward's pass splits dk over pairs of them, tc_pass) whose tiles fit a
+// block's shared memory, else 1. One copy of a chunk's tiles serves every warp of
 // the block, and the pass is a chain of dependent chunks, bound by latency: fewer, larger blocks
 // lose nothing where each holds a multiprocessor of its own (measured on the H100: blocks of 4
 // warps ran the backward 1.4x faster than blocks of 1 spread over every multiprocessor).
@@ -290,23 +293,26 @@ int pass_warps(const gdn_args *a, size_t (*bytes_of)(int, int, bool), bool exact
     int dev, most;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    int forced =
+        gdn_pass_forced_warps == 2 * PASS_MAX_WARPS ? PASS_MAX_WARPS : gdn_pass_forced_warps;
     for (int nw = PASS_MAX_WARPS; nw > 1; nw /= 2)
-        if ((!gdn_pass_forced_warps || nw == gdn_pass_forced_warps) && a->dv % (16 * nw) == 0 &&
+        if ((!forced || nw == forced) && a->dv % (16 * nw) == 0 &&
             bytes_of(a->dk, 16 * nw, exact) <= (size_t)most)
             return nw;
     return 1;
 }
 
-// One launch of a pass kernel in blocks of nw warps over grid (dv / bv, H, B).
+// One launch of a pass kernel over grid (dv / bv, H, B), bv = 16 nw, in blocks of nw warps (split
+// 2: nw pairs of warps, each pair's dk in halves).
 template <typename Kernel, typename... Args>
-void pass_launch(Kernel kernel, int nw, int phase, const gdn_args *a,
+void pass_launch(Kernel kernel, int nw, int split, int phase, const gdn_args *a,
                  size_t (*bytes_of)(int, int, bool), bool exact, cudaStream_t stream,
                  Args... args) {
     size_t bytes = bytes_of(a->dk, 16 * nw, exact);
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     phase_begin(phase, stream);
-    kernel<<<dim3(a->dv / (16 * nw), a->H, a->B), 32 * nw, bytes, stream>>>(args...);
+    kernel<<<dim3(a->dv / (16 * nw), a->H, a->B), 32 * nw * split, bytes, stream>>>(args...);
     CUDA_CHECK_LAUNCH();
     phase_end(stream);
 }
