@@ -10,7 +10,10 @@ namespace {
 // chunks back:
 //   dV'^T = (dS^T K^T) diag(w) + dO^T P
 //   dS^T  = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W   (zero before a document's start)
-// with dO = scale dout read from the block's fp32 tile straight into A fragments.
+// with dO = scale dout read from the block's fp32 tile straight into A fragments. The split pass
+// (SPLIT 2, as the forward's) gives each 16 columns two warps, each holding half of dk: the pair
+// adds its partial dS^T K^T through shared memory, each computes dO^T P whole (the same sums in
+// both), and each updates its half of dS^T.
 
 // One chunk's tiles: W (hi, lo), K and Q [L, ldb16(dk)], P (hi, lo) [L, ldb16(L)] bf16 (the lo
 // halves in the exact mode only), and the block's columns of dout, [L, ldf32(bv)] fp32.
@@ -19,8 +22,8 @@ struct DpassTiles {
     float *dout;
 };
 
-__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, float **decay,
-                                     unsigned char *base, int dk, int bv, bool exact,
+__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
+                                     unsigned char *base, int dk, int bv, bool exact, int split,
                                      size_t *bytes) {
     Carve cv = {base, 0};
     for (int i = 0; i < 2; i++) {
@@ -32,12 +35,11 @@ __host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, float **d
         t[i].plo = exact ? cv.take<bf16>(L * ldb16(L)) : NULL;
         t[i].dout = cv.take<float>(L * ldf32(bv));
     }
-    *stage = take_stage(cv, bv, exact);
-    *decay = cv.take<float>(bv / 16 * DECAY_FLOATS);
+    take_warp_buffers(cv, bv, exact, split, stage, decay, xbuf);
     *bytes = cv.off;
 }
 
-template <int KS, int THREADS>
+template <int KS, int THREADS, int STEP>
 __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
                            const Factors &f, long idx, int b, int h, int t0, int Lc, int n0,
                            int bv) {
@@ -50,7 +52,8 @@ __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors
     copy_rows_async<dk, THREADS, false>(s.q, t.q + gdn_qk_off(&a, b, t0, hk), qks, Lc);
     copy_rows_async<L, THREADS, true>(s.phi, f.phi + idx * L * L, L, L);
     if (s.plo) copy_rows_async<L, THREADS, true>(s.plo, f.plo + idx * L * L, L, L);
-    copy_cols_async<false>(s.dout, t.dout + gdn_v_off(&a, b, t0, h) + n0, (long)a.H * a.dv, Lc, bv);
+    copy_cols_async<false, STEP>(s.dout, t.dout + gdn_v_off(&a, b, t0, h) + n0, (long)a.H * a.dv,
+                                 Lc, bv);
     cp_async_commit();
 }
 
@@ -83,71 +86,77 @@ __device__ __forceinline__ void rows_times(float (&acc)[1][NT][4], const uint32_
 
 // dV'^T of the chunk from dS^T, into dvt, kept split in columns nw .. nw + 15 of the [L, dv]
 // matrix at dvphi + vo (and dvplo + vo).
-template <bool EXACT, int KS>
-__device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS][4], const DpassTiles &s,
-                        const ChunkDecay &d, int bv, int warp, float scale, bf *dvphi, bf *dvplo,
-                        long vo, int dv, int nw, bf16 *stage, int lane) {
+template <bool EXACT, int KS, int SPLIT>
+__device__ void dvprime(float (&dvt)[1][8][4], const float (&ds)[1][2 * KS / SPLIT][4],
+                        const DpassTiles &s, const ChunkDecay &d, int bv, int grp, int kh,
+                        float *xbuf, float scale, bf *dvphi, bf *dvplo, long vo, int dv, int nw,
+                        bf16 *stage, int lane) {
+    const int KH = KS / SPLIT, row0 = 16 * KH * kh;
     int ld = ldb16(KS * 16);
-    state_times_rows<EXACT, KS>(dvt, ds, s.k, NULL, ld, lane);
+    state_times_rows<EXACT, KH>(dvt, ds, s.k + row0, NULL, ld, lane);
+    if (SPLIT > 1) pair_sum(dvt, xbuf, grp, kh, lane);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dvt[0][j][e] *= d.w[j][e & 1];
     uint32_t hi[1][4][4], lo[1][4][4];
-    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, NULL, scale, lane);
+    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * grp, NULL, scale, lane);
     rows_times<EXACT, 8>(dvt, hi, lo, s.phi, s.plo, ldb16(L), lane);
-    acc_t_split<8>(dvphi, dvplo, vo, dvt, dv, nw, stage, lane);
+    if (kh == 0) acc_t_split<8, STAGE_ROWS / SPLIT>(dvphi, dvplo, vo, dvt, dv, nw, stage, lane);
 }
 
 // dS^T = decay dS^T + (dO^T diag(exp(gamma))) Q - dV'^T W, or zero where the chunk starts a
 // document.
-template <bool EXACT, int KS>
-__device__ void dstate_update(float (&ds)[1][2 * KS][4], float (&dvt)[1][8][4], const DpassTiles &s,
-                              const ChunkDecay &d, int bv, int warp, float scale, bool reset,
-                              int lane) {
+template <bool EXACT, int KS, int SPLIT>
+__device__ void dstate_update(float (&ds)[1][2 * KS / SPLIT][4], float (&dvt)[1][8][4],
+                              const DpassTiles &s, const ChunkDecay &d, int bv, int grp, int kh,
+                              float scale, bool reset, int lane) {
+    const int KH = KS / SPLIT, row0 = 16 * KH * kh;
     int ld = ldb16(KS * 16);
 #pragma unroll
-    for (int j = 0; j < 2 * KS; j++)
+    for (int j = 0; j < 2 * KH; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ds[0][j][e] *= d.last;
     uint32_t hi[1][4][4], lo[1][4][4];
-    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * warp, d.eg, scale, lane);
-    rows_times<EXACT, 2 * KS>(ds, hi, lo, s.q, NULL, ld, lane);
+    dout_split_a<EXACT>(hi, lo, s.dout, ldf32(bv), 16 * grp, d.eg, scale, lane);
+    rows_times<EXACT, 2 * KH>(ds, hi, lo, s.q + row0, NULL, ld, lane);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dvt[0][j][e] = -dvt[0][j][e];
     rows_split_a<EXACT>(hi, lo, dvt);
-    rows_times<EXACT, 2 * KS>(ds, hi, lo, s.whi, s.wlo, ld, lane);
-    zero_where<2 * KS>(ds, reset);
+    rows_times<EXACT, 2 * KH>(ds, hi, lo, s.whi + row0, s.wlo ? s.wlo + row0 : NULL, ld, lane);
+    zero_where<2 * KH>(ds, reset);
 }
 
 // Grid (dv / bv, H, B): walks the chunks of span back with dS^T (carry holds dS for the span's
 // last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
 // keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvphi (and f.dvplo).
-template <int KS, bool EXACT, int NW>
-__global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
+template <int KS, bool EXACT, int NW, int SPLIT = 1>
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
                  int max_chunks, Span span, Factors f, float *carry, Kept keep) {
     extern __shared__ __align__(128) unsigned char smem[];
+    const int KH = KS / SPLIT, ROWS = STAGE_ROWS / SPLIT, THREADS = 32 * NW * SPLIT;
     int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;
-    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = n0 + 16 * warp;
+    int dv = a.dv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, grp = warp / SPLIT;
+    int kh = warp % SPLIT, nw = n0 + 16 * grp, row0 = 16 * KH * kh; // the warp's rows of dS
     int c1 = min(span.end, counts[b]);
     if (span.begin >= c1) return; // the row has no chunk in the span: carry stays
     size_t bytes;
     DpassTiles tiles[2];
     bf16 *stage;
-    float *decay;
-    dpass_tiles(tiles, &stage, &decay, smem, a.dk, bv, EXACT, &bytes);
-    if (stage) stage += warp * STAGE_ROWS * STAGE_LD;
+    float *decay, *xbuf;
+    dpass_tiles(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
+    if (stage) stage += warp * ROWS * STAGE_LD;
     decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
-    float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv;
-    float ds[1][2 * KS][4];
-    state_in<2 * KS>(ds, carry_bh, dv, nw, lane);
+    float *carry_bh = carry + ((long)b * a.H + h) * a.dk * dv + (long)row0 * dv;
+    float ds[1][2 * KH][4];
+    state_in<2 * KH>(ds, carry_bh, dv, nw, lane);
     int t0 = row[c1 - 1], Lc = row[c1] - t0;
-    dpass_load<KS, 32 * NW>(tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0,
-                            Lc, n0, bv);
+    dpass_load<KS, THREADS, 8 * SPLIT>(
+        tiles[0], a, t, f, factor_index(a, b, h, c1 - 1 - span.begin), b, h, t0, Lc, n0, bv);
     long go = gdn_gate_off(&a, b, t0, h);
     RawGates next = fetch_gates(t.g + go, t.beta + go, a.H, Lc);
     for (int c = c1 - 1; c >= span.begin; c--) {
@@ -159,30 +168,29 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS)
         __syncthreads(); // this chunk's tiles are in; everyone is done with the other pair
         if (c > span.begin) {
             int tp = row[c - 1], Lp = t0 - tp;
-            dpass_load<KS, 32 * NW>(other, a, t, f, factor_index(a, b, h, slot - 1), b, h, tp, Lp,
-                                    n0, bv);
+            dpass_load<KS, THREADS, 8 * SPLIT>(other, a, t, f, factor_index(a, b, h, slot - 1), b,
+                                               h, tp, Lp, n0, bv);
             go = gdn_gate_off(&a, b, tp, h);
             next = fetch_gates(t.g + go, t.beta + go, a.H, Lp);
         }
-        keep_state<2 * KS>(keep, a, b, h, slot, ds, nw, stage, lane);
+        keep_state<2 * KH, ROWS>(keep, a, b, h, slot, ds, nw, stage, lane, row0);
         ChunkDecay d = chunk_decay<true>(gates, decay, lane);
         float dvt[1][8][4];
         long vo = factor_index(a, b, h, slot) * L * dv;
-        dvprime<EXACT, KS>(dvt, ds, s, d, bv, warp, a.scale, f.dvphi, f.dvplo, vo, dv, nw, stage,
-                           lane);
-        dstate_update<EXACT, KS>(ds, dvt, s, d, bv, warp, a.scale, starts_document(a, b, t0), lane);
+        dvprime<EXACT, KS, SPLIT>(dvt, ds, s, d, bv, grp, kh, xbuf, a.scale, f.dvphi, f.dvplo, vo,
+                                  dv, nw, stage, lane);
+        dstate_update<EXACT, KS, SPLIT>(ds, dvt, s, d, bv, grp, kh, a.scale,
+                                        starts_document(a, b, t0), lane);
     }
-    state_out<2 * KS>(carry_bh, ds, dv, nw, lane);
+    state_out<2 * KH>(carry_bh, ds, dv, nw, lane);
 }
 
-// Shared-memory bytes of a dpass's two chunks of tiles at bv state columns.
+// Shared-memory bytes of a dpass's block at bv state columns, its warps whole or split.
 size_t dpass_bytes(int dk, int bv, bool exact) {
-    DpassTiles t[2];
-    bf16 *stage;
-    float *decay;
-    size_t bytes;
-    dpass_tiles(t, &stage, &decay, NULL, dk, bv, exact, &bytes);
-    return bytes;
+    return carve_bytes<DpassTiles>(dpass_tiles, dk, bv, exact, 1);
+}
+size_t split_dpass_bytes(int dk, int bv, bool exact) {
+    return carve_bytes<DpassTiles>(dpass_tiles, dk, bv, exact, 2);
 }
 
 } // namespace
@@ -192,7 +200,12 @@ void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    Kept keep, cudaStream_t stream) {
     bool exact = f.wlo != NULL;
     int nw = pass_warps(a, dpass_bytes, exact);
-    pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, 1, GDN_PHASE_DPASS, a,
-                dpass_bytes, exact, stream, *a, t, starts, counts, max_chunks, span, f, carry,
-                keep);
+    if (split_fits(a, nw, split_dpass_bytes, exact))
+        pass_launch(exact ? dpass_kernel<8, true, 4, 2> : dpass_kernel<8, false, 4, 2>, nw, 2,
+                    GDN_PHASE_DPASS, a, split_dpass_bytes, exact, stream, *a, t, starts, counts,
+                    max_chunks, span, f, carry, keep);
+    else
+        pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, 1, GDN_PHASE_DPASS, a,
+                    dpass_bytes, exact, stream, *a, t, starts, counts, max_chunks, span, f, carry,
+                    keep);
 }

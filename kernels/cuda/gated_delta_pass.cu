@@ -35,8 +35,7 @@ struct PassTiles {
     float *u;
 };
 
-// The block's carve; split 2 adds a pair's partial products (xbuf: 32 x 32 floats a warp) and
-// keeps the staging tiles' bytes, in tiles of half the rows for twice the warps.
+// The block's carve (split 2: take_warp_buffers).
 __host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
                                     unsigned char *base, int dk, int bv, bool exact, int split,
                                     size_t *bytes) {
@@ -47,9 +46,7 @@ __host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **dec
         t[i].k = cv.take<bf16>(L * ldb16(dk));
         t[i].u = cv.take<float>(L * ldf32(bv));
     }
-    *stage = take_stage(cv, bv, exact);
-    *decay = cv.take<float>(bv / 16 * split * DECAY_FLOATS);
-    *xbuf = split > 1 ? cv.take<float>(bv / 16 * split * 32 * 32) : NULL;
+    take_warp_buffers(cv, bv, exact, split, stage, decay, xbuf);
     *bytes = cv.off;
 }
 
@@ -103,23 +100,6 @@ __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][
         for (int e = 0; e < 4; e++) st[0][j][e] *= d.last;
     if (EXACT) mma_rs_t<1, 4, 2 * KS>(st, lo, k, ld, lane);
     mma_rs_t<1, 4, 2 * KS>(st, hi, k, ld, lane);
-}
-
-// The split pass's pair adds its two partial products: each warp writes its 32 floats a lane to
-// its own slot of xbuf, the pair meets at a named barrier of its 64 threads (1 + grp; 0 is
-// __syncthreads'), and each adds the other's. fp32 addition commutes, so both hold the same
-// sums. A slot is written again only after the next chunk's __syncthreads, when both have read.
-__device__ void pair_sum(float (&vt)[1][8][4], float *xbuf, int grp, int kh, int lane) {
-    float *mine = xbuf + (2 * grp + kh) * 32 * 32, *other = xbuf + (2 * grp + (kh ^ 1)) * 32 * 32;
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) mine[(4 * j + e) * 32 + lane] = vt[0][j][e];
-    asm volatile("bar.sync %0, 64;\n" ::"r"(1 + grp) : "memory");
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) vt[0][j][e] += other[(4 * j + e) * 32 + lane];
 }
 
 // Grid (dv / bv, H, B), bv = 16 x the block's column groups: the chunks of span in order (the
@@ -185,19 +165,11 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT)
 }
 
 // Shared-memory bytes of a pass's block at bv state columns, its warps whole or split.
-size_t pass_bytes_split(int dk, int bv, bool exact, int split) {
-    PassTiles t[2];
-    bf16 *stage;
-    float *decay, *xbuf;
-    size_t bytes;
-    pass_tiles(t, &stage, &decay, &xbuf, NULL, dk, bv, exact, split, &bytes);
-    return bytes;
-}
 size_t pass_bytes(int dk, int bv, bool exact) {
-    return pass_bytes_split(dk, bv, exact, 1);
+    return carve_bytes<PassTiles>(pass_tiles, dk, bv, exact, 1);
 }
 size_t split_pass_bytes(int dk, int bv, bool exact) {
-    return pass_bytes_split(dk, bv, exact, 2);
+    return carve_bytes<PassTiles>(pass_tiles, dk, bv, exact, 2);
 }
 
 } // namespace
@@ -214,7 +186,7 @@ void gdn::tc_pass(const gdn_args *a, const Tensors &t, const int32_t *starts, co
                   StateBuf leave, int leave_slot, Kept keep, cudaStream_t stream) {
     bool exact = f.wlo != NULL;
     int nw = pass_warps(a, pass_bytes, exact);
-    if (gdn_pass_forced_warps == 2 * PASS_MAX_WARPS && a->dk == 128 && nw == PASS_MAX_WARPS)
+    if (split_fits(a, nw, split_pass_bytes, exact))
         pass_launch(exact ? pass_kernel<8, true, 4, 2> : pass_kernel<8, false, 4, 2>, nw, 2,
                     GDN_PHASE_PASS, a, split_pass_bytes, exact, stream, *a, t, starts, counts,
                     max_chunks, span, f, entry, entry_slot, leave, leave_slot, keep);

@@ -35,6 +35,16 @@ __host__ __device__ bf16 *take_stage(Carve &cv, int bv, bool exact) {
     return exact ? NULL : cv.take<bf16>(bv / 16 * STAGE_ROWS * STAGE_LD);
 }
 
+// The warps' buffers after a pass block's chunk tiles: staging tiles (their bytes the same split
+// or not: half the rows for twice the warps), chunk_decay's floats, and a split pass's partial
+// products (xbuf: 32 x 32 floats a warp; NULL unsplit).
+__host__ __device__ void take_warp_buffers(Carve &cv, int bv, bool exact, int split, bf16 **stage,
+                                           float **decay, float **xbuf) {
+    *stage = take_stage(cv, bv, exact);
+    *decay = cv.take<float>(bv / 16 * split * DECAY_FLOATS);
+    *xbuf = split > 1 ? cv.take<float>(bv / 16 * split * 32 * 32) : NULL;
+}
+
 // Rows [0, n) of a [., WIDTH] bf16 matrix (row stride `stride`) into a [L, ldb16(WIDTH)] tile
 // by cp.async, rows from n to L zero (FULL: n is L). A thread takes one 16-byte column of every
 // STEP-th row, STEP = threads / (WIDTH / 8), with THREADS the block's threads where the kernel
@@ -267,6 +277,23 @@ template <bool EG> __device__ ChunkDecay chunk_decay(const RawGates &r, float *b
     return d;
 }
 
+// A split pass's pair adds its two partial products: each warp writes its 32 floats a lane to
+// its own slot of xbuf, the pair meets at a named barrier of its 64 threads (1 + grp; 0 is
+// __syncthreads'), and each adds the other's. fp32 addition commutes, so both hold the same
+// sums. A slot is written again only after the next chunk's __syncthreads, when both have read.
+__device__ void pair_sum(float (&vt)[1][8][4], float *xbuf, int grp, int kh, int lane) {
+    float *mine = xbuf + (2 * grp + kh) * 32 * 32, *other = xbuf + (2 * grp + (kh ^ 1)) * 32 * 32;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mine[(4 * j + e) * 32 + lane] = vt[0][j][e];
+    asm volatile("bar.sync %0, 64;\n" ::"r"(1 + grp) : "memory");
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) vt[0][j][e] += other[(4 * j + e) * 32 + lane];
+}
+
 // The instance of a pass kernel template for dk = 16 KS (gdn_tc_shape: dk <= MAX_DIM = 128), the
 // mode and the block's warps: Qwen3.5's dk 128 in blocks of 4 warps has its own, whose copies
 // unroll (copy_rows_async); any other shape the instance of any block size.
@@ -300,6 +327,28 @@ int pass_warps(const gdn_args *a, size_t (*bytes_of)(int, int, bool), bool exact
             bytes_of(a->dk, 16 * nw, exact) <= (size_t)most)
             return nw;
     return 1;
+}
+
+// The shared-memory bytes of a pass block's carve (pass_tiles, dpass_tiles: counted, not carved).
+template <typename Tiles, typename Carve_fn>
+size_t carve_bytes(Carve_fn carve, int dk, int bv, bool exact, int split) {
+    Tiles t[2];
+    bf16 *stage;
+    float *decay, *xbuf;
+    size_t bytes;
+    carve(t, &stage, &decay, &xbuf, NULL, dk, bv, exact, split, &bytes);
+    return bytes;
+}
+
+// Whether a pass runs split (the forced 8 warps, at dk 128, in blocks of 4 column groups, its
+// tiles fitting a block's shared memory at split_bytes).
+bool split_fits(const gdn_args *a, int nw, size_t (*split_bytes)(int, int, bool), bool exact) {
+    if (gdn_pass_forced_warps != 2 * PASS_MAX_WARPS || a->dk != 128 || nw != PASS_MAX_WARPS)
+        return false;
+    int dev, most;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return split_bytes(a->dk, 16 * nw, exact) <= (size_t)most;
 }
 
 // One launch of a pass kernel over grid (dv / bv, H, B), bv = 16 nw, in blocks of nw warps (split

@@ -81,10 +81,10 @@ void cuda_gated_delta_exact(int on);
 
 // Warps a block of the tensor-core state passes (1, 2 or 4: 16 state columns each); 0, the
 // default, takes the most whose tiles fit the GPU's shared memory. Every choice gives the same
-// bits: for test_gdn_cuda, which checks that, and its --bench. 8, at dk 128: the forward's pass
-// splits dk over pairs of warps (4 pairs a block; gated_delta_pass.cu), its sums in another
-// order, so other bits (test_gdn_cuda checks them against the CPU); the state-gradient pass runs
-// blocks of 4.
+// bits: for test_gdn_cuda, which checks that, and its --bench. 8, at dk 128: both passes split dk
+// over pairs of warps (4 pairs a block; gated_delta_pass.cu, gated_delta_dpass.cu; the
+// state-gradient pass only where its tiles fit, not in the exact mode), their sums in another
+// order, so other bits (test_gdn_cuda checks them against the CPU).
 void cuda_gated_delta_pass_warps(int warps);
 
 // Warps a block of the tensor-core rows kernel in the default mode (8 or 16); 0, the default,
