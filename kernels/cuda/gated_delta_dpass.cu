@@ -133,9 +133,10 @@ __device__ void dstate_update(float (&ds)[1][2 * KS / SPLIT][4], float (&dvt)[1]
 // last chunk on entry, [B, H, dk, dv], and gets it for the chunk before the span on return),
 // keeping it in slot c - span.begin of keep and each chunk's dV' in f.dvphi (and f.dvplo).
 template <int KS, bool EXACT, int NW, int SPLIT = 1>
-__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT)
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0)
     dpass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts,
                  int max_chunks, Span span, Factors f, float *carry, Kept keep) {
+    static_assert(SPLIT == 1 || NW == PASS_MAX_WARPS, "a split block is 4 pairs of warps");
     extern __shared__ __align__(128) unsigned char smem[];
     const int KH = KS / SPLIT, ROWS = STAGE_ROWS / SPLIT, THREADS = 32 * NW * SPLIT;
     int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;
@@ -200,10 +201,9 @@ void gdn::tc_dpass(const gdn_args *a, const Tensors &t, const int32_t *starts,
                    Kept keep, cudaStream_t stream) {
     bool exact = f.wlo != NULL;
     int nw = pass_warps(a, dpass_bytes, exact);
-    if (split_fits(a, nw, split_dpass_bytes, exact))
-        pass_launch(exact ? dpass_kernel<8, true, 4, 2> : dpass_kernel<8, false, 4, 2>, nw, 2,
-                    GDN_PHASE_DPASS, a, split_dpass_bytes, exact, stream, *a, t, starts, counts,
-                    max_chunks, span, f, carry, keep);
+    if (!exact && split_fits(a, nw, split_dpass_bytes, exact)) // the exact one's need 242 KB
+        pass_launch(dpass_kernel<8, false, 4, 2>, nw, 2, GDN_PHASE_DPASS, a, split_dpass_bytes,
+                    exact, stream, *a, t, starts, counts, max_chunks, span, f, carry, keep);
     else
         pass_launch(PASS_INSTANCE(dpass_kernel, a->dk, exact, nw), nw, 1, GDN_PHASE_DPASS, a,
                     dpass_bytes, exact, stream, *a, t, starts, counts, max_chunks, span, f, carry,

@@ -106,10 +106,11 @@ __device__ void state_update(float (&st)[1][2 * KS][4], const float (&vt)[1][8][
 // header of tc_pass in gated_delta_tc.cuh), dk = 16 KS; NW the groups where the instance fixes
 // them (0: any), each of SPLIT warps (the split pass: 2, each holding half of dk).
 template <int KS, bool EXACT, int NW, int SPLIT = 1>
-__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT)
+__global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0)
     pass_kernel(gdn_args a, Tensors t, const int32_t *starts, const int32_t *counts, int max_chunks,
                 Span span, Factors f, StateBuf entry, int entry_slot, StateBuf leave,
                 int leave_slot, Kept keep) {
+    static_assert(SPLIT == 1 || NW == PASS_MAX_WARPS, "a split block is 4 pairs of warps");
     extern __shared__ __align__(128) unsigned char smem[];
     const int KH = KS / SPLIT, ROWS = STAGE_ROWS / SPLIT, THREADS = 32 * NW * SPLIT;
     int b = blockIdx.z, h = blockIdx.y, bv = NW ? 16 * NW : blockDim.x / 2, n0 = blockIdx.x * bv;

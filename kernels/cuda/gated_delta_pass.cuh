@@ -25,7 +25,8 @@ const int DECAY_FLOATS = 2 * L;
 // stmatrix writes in distinct banks. A tile has STAGE_ROWS rows: a state of dk 128 passes in
 // two halves, so that a pass block (119 KB at dk 128, chunk_decay's floats with it) still leaves
 // room on its multiprocessor for an out or prep block beside it (measured: a whole state's tile
-// made the forward's out kernel 19% slower).
+// made the forward's out kernel 19% slower). A split pass's block is larger (150 KB forward, 202 KB
+// backward, with its partial products): to be measured beside them.
 const int STAGE_LD = 24;
 const int STAGE_ROWS = L;
 
