@@ -20,24 +20,16 @@ namespace {
 struct DpassTiles {
     bf16 *whi, *wlo, *k, *q, *phi, *plo;
     float *dout;
-};
-
-__host__ __device__ void dpass_tiles(DpassTiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
-                                     unsigned char *base, int dk, int bv, bool exact, int split,
-                                     size_t *bytes) {
-    Carve cv = {base, 0};
-    for (int i = 0; i < 2; i++) {
-        t[i].whi = cv.take<bf16>(L * ldb16(dk));
-        t[i].wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
-        t[i].k = cv.take<bf16>(L * ldb16(dk));
-        t[i].q = cv.take<bf16>(L * ldb16(dk));
-        t[i].phi = cv.take<bf16>(L * ldb16(L));
-        t[i].plo = exact ? cv.take<bf16>(L * ldb16(L)) : NULL;
-        t[i].dout = cv.take<float>(L * ldf32(bv));
+    __host__ __device__ void take(Carve &cv, int dk, int bv, bool exact) {
+        whi = cv.take<bf16>(L * ldb16(dk));
+        wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
+        k = cv.take<bf16>(L * ldb16(dk));
+        q = cv.take<bf16>(L * ldb16(dk));
+        phi = cv.take<bf16>(L * ldb16(L));
+        plo = exact ? cv.take<bf16>(L * ldb16(L)) : NULL;
+        dout = cv.take<float>(L * ldf32(bv));
     }
-    take_warp_buffers(cv, bv, exact, split, stage, decay, xbuf);
-    *bytes = cv.off;
-}
+};
 
 template <int KS, int THREADS, int STEP>
 __device__ void dpass_load(const DpassTiles &s, const gdn_args &a, const Tensors &t,
@@ -148,7 +140,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0
     DpassTiles tiles[2];
     bf16 *stage;
     float *decay, *xbuf;
-    dpass_tiles(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
+    carve_pass(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
     if (stage) stage += warp * ROWS * STAGE_LD;
     decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
@@ -188,10 +180,10 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0
 
 // Shared-memory bytes of a dpass's block at bv state columns, its warps whole or split.
 size_t dpass_bytes(int dk, int bv, bool exact) {
-    return carve_bytes<DpassTiles>(dpass_tiles, dk, bv, exact, 1);
+    return carve_bytes<DpassTiles>(dk, bv, exact, 1);
 }
 size_t split_dpass_bytes(int dk, int bv, bool exact) {
-    return carve_bytes<DpassTiles>(dpass_tiles, dk, bv, exact, 2);
+    return carve_bytes<DpassTiles>(dk, bv, exact, 2);
 }
 
 } // namespace

@@ -33,22 +33,13 @@ namespace {
 struct PassTiles {
     bf16 *whi, *wlo, *k;
     float *u;
-};
-
-// The block's carve (split 2: take_warp_buffers).
-__host__ __device__ void pass_tiles(PassTiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
-                                    unsigned char *base, int dk, int bv, bool exact, int split,
-                                    size_t *bytes) {
-    Carve cv = {base, 0};
-    for (int i = 0; i < 2; i++) {
-        t[i].whi = cv.take<bf16>(L * ldb16(dk));
-        t[i].wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
-        t[i].k = cv.take<bf16>(L * ldb16(dk));
-        t[i].u = cv.take<float>(L * ldf32(bv));
+    __host__ __device__ void take(Carve &cv, int dk, int bv, bool exact) {
+        whi = cv.take<bf16>(L * ldb16(dk));
+        wlo = exact ? cv.take<bf16>(L * ldb16(dk)) : NULL;
+        k = cv.take<bf16>(L * ldb16(dk));
+        u = cv.take<float>(L * ldf32(bv));
     }
-    take_warp_buffers(cv, bv, exact, split, stage, decay, xbuf);
-    *bytes = cv.off;
-}
+};
 
 // Starts the copies of one chunk's tiles (every thread of the block takes a share) and commits
 // them as one cp.async group. K's rows past Lc are zeroed here: X's columns there are zero, but
@@ -123,7 +114,7 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0
     PassTiles tiles[2];
     bf16 *stage;
     float *decay, *xbuf;
-    pass_tiles(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
+    carve_pass(tiles, &stage, &decay, &xbuf, smem, a.dk, bv, EXACT, SPLIT, &bytes);
     if (stage) stage += warp * ROWS * STAGE_LD;
     decay += warp * DECAY_FLOATS;
     const int32_t *row = starts + (long)b * (max_chunks + 1);
@@ -167,10 +158,10 @@ __global__ void __launch_bounds__(32 * PASS_MAX_WARPS * SPLIT, SPLIT > 1 ? 1 : 0
 
 // Shared-memory bytes of a pass's block at bv state columns, its warps whole or split.
 size_t pass_bytes(int dk, int bv, bool exact) {
-    return carve_bytes<PassTiles>(pass_tiles, dk, bv, exact, 1);
+    return carve_bytes<PassTiles>(dk, bv, exact, 1);
 }
 size_t split_pass_bytes(int dk, int bv, bool exact) {
-    return carve_bytes<PassTiles>(pass_tiles, dk, bv, exact, 2);
+    return carve_bytes<PassTiles>(dk, bv, exact, 2);
 }
 
 } // namespace

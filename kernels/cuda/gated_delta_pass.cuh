@@ -46,6 +46,18 @@ __host__ __device__ void take_warp_buffers(Carve &cv, int bv, bool exact, int sp
     *xbuf = split > 1 ? cv.take<float>(bv / 16 * split * 32 * 32) : NULL;
 }
 
+// A pass block's carve of its shared memory (base NULL: counts the bytes): two chunks' tiles
+// (Tiles::take: the next chunk's in flight while a chunk computes), then the warps' buffers.
+template <typename Tiles>
+__host__ __device__ void carve_pass(Tiles (&t)[2], bf16 **stage, float **decay, float **xbuf,
+                                    unsigned char *base, int dk, int bv, bool exact, int split,
+                                    size_t *bytes) {
+    Carve cv = {base, 0};
+    for (int i = 0; i < 2; i++) t[i].take(cv, dk, bv, exact);
+    take_warp_buffers(cv, bv, exact, split, stage, decay, xbuf);
+    *bytes = cv.off;
+}
+
 // Rows [0, n) of a [., WIDTH] bf16 matrix (row stride `stride`) into a [L, ldb16(WIDTH)] tile
 // by cp.async, rows from n to L zero (FULL: n is L). A thread takes one 16-byte column of every
 // STEP-th row, STEP = threads / (WIDTH / 8), with THREADS the block's threads where the kernel
@@ -311,6 +323,14 @@ __device__ void pair_sum(float (&vt)[1][8][4], float *xbuf, int grp, int kh, int
 #define PASS_INSTANCE(kernel, dk, exact, nw)                                                       \
     ((exact) ? PASS_KS(kernel, dk, true, nw) : PASS_KS(kernel, dk, false, nw))
 
+// The most shared memory a block of the current device may take.
+size_t block_smem_most() {
+    int dev, most;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return (size_t)most;
+}
+
 // Warps a block of a pass whose tiles take bytes_of: the most (up to 4; or the forced number, 8
 // counting as 4: the forward's pass splits dk over pairs of them, tc_pass) whose tiles fit a
 // block's shared memory, else 1. One copy of a chunk's tiles serves every warp of
@@ -318,26 +338,23 @@ __device__ void pair_sum(float (&vt)[1][8][4], float *xbuf, int grp, int kh, int
 // lose nothing where each holds a multiprocessor of its own (measured on the H100: blocks of 4
 // warps ran the backward 1.4x faster than blocks of 1 spread over every multiprocessor).
 int pass_warps(const gdn_args *a, size_t (*bytes_of)(int, int, bool), bool exact) {
-    int dev, most;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    size_t most = block_smem_most();
     int forced =
         gdn_pass_forced_warps == 2 * PASS_MAX_WARPS ? PASS_MAX_WARPS : gdn_pass_forced_warps;
     for (int nw = PASS_MAX_WARPS; nw > 1; nw /= 2)
         if ((!forced || nw == forced) && a->dv % (16 * nw) == 0 &&
-            bytes_of(a->dk, 16 * nw, exact) <= (size_t)most)
+            bytes_of(a->dk, 16 * nw, exact) <= most)
             return nw;
     return 1;
 }
 
-// The shared-memory bytes of a pass block's carve (pass_tiles, dpass_tiles: counted, not carved).
-template <typename Tiles, typename Carve_fn>
-size_t carve_bytes(Carve_fn carve, int dk, int bv, bool exact, int split) {
+// The bytes of a pass block's carve (carve_pass, counting).
+template <typename Tiles> size_t carve_bytes(int dk, int bv, bool exact, int split) {
     Tiles t[2];
     bf16 *stage;
     float *decay, *xbuf;
     size_t bytes;
-    carve(t, &stage, &decay, &xbuf, NULL, dk, bv, exact, split, &bytes);
+    carve_pass(t, &stage, &decay, &xbuf, NULL, dk, bv, exact, split, &bytes);
     return bytes;
 }
 
@@ -346,10 +363,7 @@ size_t carve_bytes(Carve_fn carve, int dk, int bv, bool exact, int split) {
 bool split_fits(const gdn_args *a, int nw, size_t (*split_bytes)(int, int, bool), bool exact) {
     if (gdn_pass_forced_warps != 2 * PASS_MAX_WARPS || a->dk != 128 || nw != PASS_MAX_WARPS)
         return false;
-    int dev, most;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return split_bytes(a->dk, 16 * nw, exact) <= (size_t)most;
+    return split_bytes(a->dk, 16 * nw, exact) <= block_smem_most();
 }
 
 // One launch of a pass kernel over grid (dv / bv, H, B), bv = 16 nw, in blocks of nw warps (split
